@@ -1,0 +1,29 @@
+// GPU specifications from profiles/gpus.json: dense bf16 peak, HBM, interconnect.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipeplan {
+
+struct GpuSpec {
+  std::string name;  // canonical key, e.g. "h100-sxm"
+  std::string description;
+  std::vector<std::string> aliases;  // e.g. "h100"
+  double peak_bf16_tflops = 0;       // dense; never the 2:4-sparsity figure
+  double hbm_bytes = 0;
+  double hbm_bandwidth_GBps = 0;
+  double nvlink_bandwidth_GBps = 0;  // per direction, one GPU
+  double pcie_bandwidth_GBps = 0;    // per direction
+  double p2p_latency_us = 0;         // NCCL p2p latency over NVLink
+};
+
+// Directory holding gpus.json and shipped profiles: $PIPEPLAN_DATA_DIR, else the source tree's
+// profiles/ folder compiled in.
+std::filesystem::path data_dir();
+std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json);
+GpuSpec find_gpu(std::string_view name_or_alias);  // throws Error naming the unknown GPU
+
+}  // namespace pipeplan

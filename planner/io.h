@@ -1,0 +1,34 @@
+// File helpers shared by every reader and writer: JSON parsing with one-line errors naming the
+// file, and atomic writes (temporary file + rename) so nothing is left half-written.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace pipeplan {
+
+std::string read_text_file(const std::filesystem::path& path);  // throws Error naming the file
+nlohmann::json read_json_file(const std::filesystem::path& path);  // throws Error naming the file
+void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+
+// Field access with errors that name the field and the source, e.g.
+// "plan.json: field 'nodes[3].duration_us' must be a number".
+const nlohmann::json& require_field(const nlohmann::json& object, std::string_view field,
+                                    std::string_view context);
+double require_number(const nlohmann::json& object, std::string_view field,
+                      std::string_view context);
+double require_nonnegative(const nlohmann::json& object, std::string_view field,
+                           std::string_view context);
+std::int64_t require_integer(const nlohmann::json& object, std::string_view field,
+                             std::string_view context);
+std::string require_string(const nlohmann::json& object, std::string_view field,
+                           std::string_view context);
+// Checks {"format": expected_format, "version": expected_version}.
+void require_format(const nlohmann::json& json, std::string_view expected_format,
+                    int expected_version, std::string_view source);
+
+}  // namespace pipeplan

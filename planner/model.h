@@ -1,0 +1,57 @@
+// Transformer model description: presets, Hugging Face config.json import, parameter and
+// PaLM model-FLOP counts. A model is a list of layers: embedding, L blocks, head (final norm +
+// LM head + loss).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace pipeplan {
+
+enum class LayerKind { embedding, block, head };
+enum class MlpKind { swiglu, gelu };
+enum class NormKind { rmsnorm, layernorm };
+
+std::string_view to_string(LayerKind kind);
+LayerKind layer_kind_from_string(std::string_view text);  // throws Error
+
+struct ModelConfig {
+  std::string name;
+  std::string family;  // "llama", "gpt", "bert" or "uniform" (synthetic identical stages)
+  int layers = 0;      // transformer blocks
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;  // == heads unless grouped-query attention
+  int ffn_hidden = 0;
+  int vocab = 0;
+  int seq = 0;  // default sequence length
+  MlpKind mlp = MlpKind::swiglu;
+  NormKind norm = NormKind::rmsnorm;
+  bool tied_embeddings = false;
+
+  int head_dim() const { return hidden / heads; }
+  std::int64_t block_parameters() const;
+  std::int64_t embedding_parameters() const;  // token (+ learned position) embeddings
+  std::int64_t head_parameters() const;       // final norm + LM head (0 for the head if tied)
+  std::int64_t parameter_count() const;
+  // PaLM appendix B: 6N + 12·L·H·Q·T model FLOPs per token (recomputation not counted).
+  double flops_per_token(int seq_len) const;
+  // embedding, block × layers, head. The "uniform" family has blocks only.
+  std::vector<LayerKind> layer_list() const;
+};
+
+std::vector<std::string> model_preset_names();
+ModelConfig model_preset(std::string_view name);  // throws Error naming the unknown model
+// Reads a Hugging Face config.json (LLaMA, GPT-2 and GPT-NeoX field names).
+ModelConfig load_hf_config(const std::filesystem::path& path);
+nlohmann::json model_to_json(const ModelConfig& model);
+ModelConfig model_from_json(const nlohmann::json& json, std::string_view source);  // throws Error
+// A preset name, or a path to a config.json.
+ModelConfig resolve_model(std::string_view name_or_path);
+
+}  // namespace pipeplan

@@ -1,0 +1,121 @@
+// The task graph: the one lowered form of a plan that the validator, the simulator, the
+// visualisers and the runtime all consume. Nodes are compute ops and point-to-point
+// send/recv halves; each node runs on one stream of one device, streams execute in order, and
+// edges carry data dependencies (stream order is implied by each stream's node list).
+// Saved as versioned JSON (docs/formats.md) and exported to Graphviz DOT.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/model.h"
+#include "planner/partition.h"
+#include "planner/profile.h"
+#include "planner/schedule.h"
+
+namespace pipeplan {
+
+enum class NodeKind : std::uint8_t { compute, send, recv };
+enum class StreamRole : std::uint8_t { compute, send, recv };
+enum class EdgeKind : std::uint8_t { data, order };
+std::string_view to_string(NodeKind kind);
+std::string_view to_string(StreamRole role);
+
+struct Stream {
+  int device = 0;
+  StreamRole role = StreamRole::compute;
+  int peer = -1;  // send/recv: the other device
+  std::string name() const;  // "compute", "send>1", "recv<0"
+};
+
+struct Node {
+  NodeKind kind = NodeKind::compute;
+  OpType op = OpType::F;  // compute nodes; for send/recv, the op that produced the payload
+  int device = 0;
+  int stream = 0;                 // index into TaskGraph::streams()
+  int stage = 0;                  // virtual stage of the op (for send/recv: of the producer)
+  std::vector<int> microbatches;  // one, except a concatenated P2
+  double duration_us = 0;         // compute time; for send/recv, latency + bytes / bandwidth
+  std::int64_t alloc_bytes = 0;   // allocated when the node starts
+  std::int64_t free_bytes = 0;    // released when the node ends
+  std::int64_t bytes = 0;         // send/recv payload
+  int peer = -1;                  // send/recv: the other device
+  int match = -1;                 // send/recv: id of the matching recv/send
+  // Compute: the action ("0F3"). Send/recv: the payload tag, i.e. the producing action.
+  std::string label;
+};
+
+struct PlanMeta {
+  ModelConfig model;
+  std::string gpu;  // gpus.json key
+  int devices = 0;
+  int chunks = 1;
+  int microbatches = 0;
+  int mbs = 1;
+  int seq = 0;
+  std::string schedule;  // family name
+  BackwardMode backward = BackwardMode::fused;
+  int p2_concat = 1;
+  Attention attention = Attention::flash;
+  std::vector<StageLayers> stage_layers;            // per virtual stage
+  std::vector<double> memory_limit_bytes;           // per device; 0 = unlimited
+  std::vector<std::int64_t> static_bytes;           // per device: params, grads, optimizer
+  double flops_per_token = 0;                       // PaLM model FLOPs; 0 when unknown
+  double peak_flops_per_device = 0;                 // dense bf16 FLOP/s
+  P2pLink link;                                     // every device pair
+  std::string profile_source;                       // provenance summary of the profile used
+};
+
+class TaskGraph {
+ public:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Node,
+                                      EdgeKind>;
+
+  PlanMeta meta;
+  Schedule schedule;
+
+  // Streams are unique per (device, role, peer); returns the existing index if present.
+  int stream(int device, StreamRole role, int peer = -1);
+  // Appends the node to the end of its stream (an order edge from the stream's previous node).
+  int add_node(Node node);
+  void add_data_edge(int from, int to);
+  // Replaces a stream's order (used by loaders and by tests that plant faults).
+  void set_stream_order(int stream, std::vector<int> order);
+
+  const Graph& graph() const { return graph_; }
+  int node_count() const { return static_cast<int>(boost::num_vertices(graph_)); }
+  const Node& node(int id) const { return graph_[static_cast<std::size_t>(id)]; }
+  Node& node(int id) { return graph_[static_cast<std::size_t>(id)]; }
+  const std::vector<Stream>& streams() const { return streams_; }
+  const std::vector<int>& stream_order(int stream) const {
+    return stream_order_[static_cast<std::size_t>(stream)];
+  }
+  std::string node_name(int id) const;  // "node 12 (0F3 on device 0 compute)"
+
+ private:
+  void rebuild_order_edges(int stream);
+  Graph graph_;
+  std::vector<Stream> streams_;
+  std::vector<std::vector<int>> stream_order_;
+};
+
+// Lowers a checked schedule: compute nodes with the stage costs, a send/recv pair for every
+// activation and gradient that crosses devices (sends in the producer's order, receives in the
+// same order per peer pair), memory effects (F allocates the stash; P1 allocates the retained
+// X/dY and frees the stash; P2 frees the retained bytes; a fused B frees the stash).
+TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
+
+nlohmann::json plan_to_json(const TaskGraph& graph);
+TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);
+TaskGraph load_plan(const std::filesystem::path& path);
+void save_plan(const TaskGraph& graph, const std::filesystem::path& path);  // atomic
+void write_dot(const TaskGraph& graph, std::ostream& out);
+
+}  // namespace pipeplan
