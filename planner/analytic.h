@@ -21,6 +21,15 @@ struct AnalyticOptions {
 Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
                          const AnalyticOptions& options);
 
+// FLOPs of one layer's passes at micro-batch size `mbs` and sequence length `seq` (the numbers the
+// analytic profile's times are built from). For a GPT block with materialized attention these are
+// Zero Bubble's sbh(24h + 4s), sbh(24h + 8s) and 24sbh^2.
+struct PassFlops {
+  double forward = 0, p1 = 0, p2 = 0;
+};
+PassFlops analytic_flops(const ModelConfig& model, LayerKind kind, int mbs, int seq,
+                         Attention attention);
+
 struct UniformCosts {
   double forward_ms = 0, p1_ms = 0, p2_ms = 0, comm_ms = 0;
   // GiB allocated by F (> 0) and released by P1 and by P2 (<= 0); they sum to 0.

@@ -71,8 +71,7 @@ double require_nonnegative(const nlohmann::json& object, std::string_view field,
                            std::string_view context) {
   const double value = require_number(object, field, context);
   if (value < 0) {
-    throw Error(std::string(context) + ": field '" + std::string(field) +
-                "' must not be negative");
+    throw Error(std::string(context) + ": field '" + std::string(field) + "' must not be negative");
   }
   return value;
 }
@@ -81,8 +80,7 @@ std::int64_t require_integer(const nlohmann::json& object, std::string_view fiel
                              std::string_view context) {
   const auto& value = require_field(object, field, context);
   if (!value.is_number_integer()) {
-    throw Error(std::string(context) + ": field '" + std::string(field) +
-                "' must be an integer");
+    throw Error(std::string(context) + ": field '" + std::string(field) + "' must be an integer");
   }
   return value.get<std::int64_t>();
 }

@@ -11,7 +11,7 @@
 
 namespace pipeplan {
 
-std::string read_text_file(const std::filesystem::path& path);  // throws Error naming the file
+std::string read_text_file(const std::filesystem::path& path);     // throws Error naming the file
 nlohmann::json read_json_file(const std::filesystem::path& path);  // throws Error naming the file
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 

@@ -33,6 +33,8 @@ struct ModelConfig {
   MlpKind mlp = MlpKind::swiglu;
   NormKind norm = NormKind::rmsnorm;
   bool tied_embeddings = false;
+  // Rows of a learned position-embedding table (GPT-2/GPT-3/BERT); 0 for rotary (LLaMA, NeoX).
+  int learned_positions = 0;
 
   int head_dim() const { return hidden / heads; }
   std::int64_t block_parameters() const;
@@ -51,6 +53,9 @@ ModelConfig model_preset(std::string_view name);  // throws Error naming the unk
 ModelConfig load_hf_config(const std::filesystem::path& path);
 nlohmann::json model_to_json(const ModelConfig& model);
 ModelConfig model_from_json(const nlohmann::json& json, std::string_view source);  // throws Error
+// As above, naming fields with a JSON path prefix in errors, e.g. "p.json: field 'model.hidden'".
+ModelConfig model_from_json(const nlohmann::json& json, std::string_view source,
+                            std::string_view path_prefix);
 // A preset name, or a path to a config.json.
 ModelConfig resolve_model(std::string_view name_or_path);
 

@@ -20,8 +20,8 @@ struct PlanRequest {
   int mbs = 1;
   std::string schedule = "1f1b";
   BackwardMode backward = BackwardMode::fused;
-  int p2_concat = 1;             // 0: all micro-batches of a stage in one call
-  double memory_limit_bytes = 0;  // per device; 0 = unlimited
+  int p2_concat = 1;                  // 0: all micro-batches of a stage in one call
+  double memory_limit_bytes = 0;      // per device; 0 = unlimited
   std::vector<int> layers_per_stage;  // blocks per virtual stage; empty = balanced
 };
 

@@ -25,12 +25,12 @@ struct LayerCost {
   double p2_us = 0;  // weight gradient (dW) of one micro-batch
   // Time of one p2 call over k concatenated micro-batches; k = 1 is p2_us.
   std::map<int, double> p2_concat_us;
-  std::int64_t stash_bytes = 0;     // allocated by F, held until p1
-  std::int64_t retained_bytes = 0;  // X and dY of the linear ops, held from p1 until p2
-  std::int64_t param_bytes = 0;     // bf16 weights
-  std::int64_t grad_bytes = 0;      // fp32 gradient accumulators
+  std::int64_t stash_bytes = 0;      // allocated by F, held until p1
+  std::int64_t retained_bytes = 0;   // X and dY of the linear ops, held from p1 until p2
+  std::int64_t param_bytes = 0;      // bf16 weights
+  std::int64_t grad_bytes = 0;       // fp32 gradient accumulators
   std::int64_t optimizer_bytes = 0;  // fp32 master weights + AdamW moments
-  std::int64_t send_bytes = 0;      // activation sent to the next stage (= gradient sent back)
+  std::int64_t send_bytes = 0;       // activation sent to the next stage (= gradient sent back)
   // Time of one p2 over k micro-batches: the measured/estimated entry for k, else linear in k
   // from the nearest smaller entry.
   double p2_time_us(int k) const;

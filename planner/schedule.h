@@ -16,7 +16,7 @@ enum class OpType : std::uint8_t { F, B, P1, P2 };
 std::string_view to_string(OpType op);
 
 enum class BackwardMode { fused, twobp, twobp_fill };
-std::string_view to_string(BackwardMode mode);          // "fused", "2bp", "2bp-fill"
+std::string_view to_string(BackwardMode mode);                  // "fused", "2bp", "2bp-fill"
 BackwardMode backward_mode_from_string(std::string_view text);  // throws Error
 
 struct Action {

@@ -17,18 +17,18 @@ struct NodeTime {
 };
 
 struct DeviceMetrics {
-  double busy_us = 0;       // compute-stream time
+  double busy_us = 0;  // compute-stream time
   double first_start_us = 0;
-  double last_end_us = 0;   // of the compute stream
-  double span_us = 0;       // last_end - first_start
-  double bubble_ratio = 0;  // (makespan - busy) / makespan
-  std::int64_t peak_memory_bytes = 0;  // static + activations
+  double last_end_us = 0;                                        // of the compute stream
+  double span_us = 0;                                            // last_end - first_start
+  double bubble_ratio = 0;                                       // (makespan - busy) / makespan
+  std::int64_t peak_memory_bytes = 0;                            // static + activations
   std::vector<std::pair<double, std::int64_t>> memory_timeline;  // (time, bytes) after each change
 };
 
 struct SimResult {
-  std::vector<NodeTime> times;  // by node id
-  double makespan_us = 0;       // first op anywhere to last op anywhere
+  std::vector<NodeTime> times;   // by node id
+  double makespan_us = 0;        // first op anywhere to last op anywhere
   double max_stage_span_us = 0;  // largest per-device span (steady-state iteration time)
   std::vector<DeviceMetrics> devices;
   double bubble_ratio = 0;       // 1 - Σ busy / (devices · makespan)

@@ -31,7 +31,7 @@ std::string_view to_string(StreamRole role);
 struct Stream {
   int device = 0;
   StreamRole role = StreamRole::compute;
-  int peer = -1;  // send/recv: the other device
+  int peer = -1;             // send/recv: the other device
   std::string name() const;  // "compute", "send>1", "recv<0"
 };
 
@@ -64,19 +64,19 @@ struct PlanMeta {
   BackwardMode backward = BackwardMode::fused;
   int p2_concat = 1;
   Attention attention = Attention::flash;
-  std::vector<StageLayers> stage_layers;            // per virtual stage
-  std::vector<double> memory_limit_bytes;           // per device; 0 = unlimited
-  std::vector<std::int64_t> static_bytes;           // per device: params, grads, optimizer
-  double flops_per_token = 0;                       // PaLM model FLOPs; 0 when unknown
-  double peak_flops_per_device = 0;                 // dense bf16 FLOP/s
-  P2pLink link;                                     // every device pair
-  std::string profile_source;                       // provenance summary of the profile used
+  std::vector<StageLayers> stage_layers;   // per virtual stage
+  std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
+  std::vector<std::int64_t> static_bytes;  // per device: params, grads, optimizer
+  double flops_per_token = 0;              // PaLM model FLOPs; 0 when unknown
+  double peak_flops_per_device = 0;        // dense bf16 FLOP/s
+  P2pLink link;                            // every device pair
+  std::string profile_source;              // provenance summary of the profile used
 };
 
 class TaskGraph {
  public:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Node,
-                                      EdgeKind>;
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Node, EdgeKind>;
 
   PlanMeta meta;
   Schedule schedule;
@@ -84,7 +84,7 @@ class TaskGraph {
   // Streams are unique per (device, role, peer); returns the existing index if present.
   int stream(int device, StreamRole role, int peer = -1);
   // Appends the node to the end of its stream (an order edge from the stream's previous node).
-  int add_node(Node node);
+  int add_node(const Node& node);
   void add_data_edge(int from, int to);
   // Replaces a stream's order (used by loaders and by tests that plant faults).
   void set_stream_order(int stream, std::vector<int> order);

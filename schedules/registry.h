@@ -35,4 +35,11 @@ Schedule make_gpipe(const ScheduleRequest& request);
 Schedule make_1f1b(const ScheduleRequest& request);
 Schedule make_interleaved(const ScheduleRequest& request);
 
+// Shared by the generators. Throws Error naming --stages, --microbatches or --chunks (chunks > 1
+// only when `uses_chunks`).
+void check_schedule_request(const ScheduleRequest& request, std::string_view family,
+                            bool uses_chunks);
+// A fused schedule with no actions yet: devices × chunks virtual stages, v on device v mod P.
+Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family);
+
 }  // namespace pipeplan

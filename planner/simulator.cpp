@@ -1,0 +1,210 @@
+#include "planner/simulator.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+std::vector<std::int64_t> SimResult::peak_memory_bytes() const {
+  std::vector<std::int64_t> peaks;
+  peaks.reserve(devices.size());
+  for (const DeviceMetrics& d : devices)
+    peaks.push_back(d.peak_memory_bytes);
+  return peaks;
+}
+
+namespace {
+
+// Per directed device pair: when the link is next free. Transfers claim it in the order in
+// which both halves become ready (FIFO), and occupy it for bytes / bandwidth; the latency is
+// pipelined and does not hold the link.
+class Links {
+ public:
+  explicit Links(int devices)
+      : devices_(devices),
+        free_at_(static_cast<std::size_t>(devices) * static_cast<std::size_t>(devices), 0.0) {}
+  double& free_at(int src, int dst) {
+    return free_at_[static_cast<std::size_t>(src) * static_cast<std::size_t>(devices_) +
+                    static_cast<std::size_t>(dst)];
+  }
+
+ private:
+  int devices_;
+  std::vector<double> free_at_;
+};
+
+void memory_metrics(const TaskGraph& graph, const std::vector<NodeTime>& times,
+                    std::vector<DeviceMetrics>& devices) {
+  std::vector<std::vector<std::pair<double, std::int64_t>>> events(devices.size());
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& n = graph.node(id);
+    auto& e = events[static_cast<std::size_t>(n.device)];
+    const NodeTime& t = times[static_cast<std::size_t>(id)];
+    if (n.alloc_bytes != 0) e.emplace_back(t.start_us, n.alloc_bytes);
+    if (n.free_bytes != 0) e.emplace_back(t.end_us, -n.free_bytes);
+  }
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    auto& e = events[d];
+    // At equal times releases come first: an op that starts when another ends reuses its memory.
+    std::sort(e.begin(), e.end());
+    const std::int64_t base = d < graph.meta.static_bytes.size() ? graph.meta.static_bytes[d] : 0;
+    std::int64_t current = base;
+    DeviceMetrics& m = devices[d];
+    m.peak_memory_bytes = base;
+    m.memory_timeline.clear();
+    m.memory_timeline.emplace_back(0.0, base);
+    for (const auto& [time, delta] : e) {
+      current += delta;
+      m.peak_memory_bytes = std::max(m.peak_memory_bytes, current);
+      if (!m.memory_timeline.empty() && m.memory_timeline.back().first == time) {
+        m.memory_timeline.back().second = current;
+      } else {
+        m.memory_timeline.emplace_back(time, current);
+      }
+    }
+  }
+}
+
+[[noreturn]] void report_stuck(const TaskGraph& graph, const std::vector<int>& pending) {
+  for (int id = 0; id < graph.node_count(); ++id) {
+    if (pending[static_cast<std::size_t>(id)] > 0) {
+      throw Error("simulate: " + graph.node_name(id) +
+                  " never becomes ready (a dependency cycle or a send/recv order that deadlocks)");
+    }
+  }
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& n = graph.node(id);
+    if (n.kind != NodeKind::compute && n.match < 0) {
+      throw Error("simulate: " + graph.node_name(id) + " has no matching " +
+                  (n.kind == NodeKind::send ? "recv" : "send"));
+    }
+  }
+  throw Error("simulate: a send/recv pair never completes");
+}
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& graph) {
+  const auto& g = graph.graph();
+  const int n_nodes = graph.node_count();
+  const int n_devices = graph.meta.devices;
+  SimResult result;
+  result.times.assign(static_cast<std::size_t>(n_nodes), NodeTime{});
+
+  std::vector<int> pending(static_cast<std::size_t>(n_nodes));
+  std::vector<double> ready_at(static_cast<std::size_t>(n_nodes), 0.0);
+  std::vector<char> half_ready(static_cast<std::size_t>(n_nodes), 0);
+  using Event = std::pair<double, int>;  // (ready time, node)
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> queue;
+  // The edge from a send to its matched recv is the rendezvous itself, not a wait.
+  auto is_pair_edge = [&](std::size_t from, std::size_t to) {
+    const Node& f = g[from];
+    return f.kind == NodeKind::send && f.match == static_cast<int>(to);
+  };
+  for (int id = 0; id < n_nodes; ++id) {
+    int count = 0;
+    for (auto [it, end] = boost::in_edges(static_cast<std::size_t>(id), g); it != end; ++it) {
+      if (!is_pair_edge(boost::source(*it, g), static_cast<std::size_t>(id))) ++count;
+    }
+    pending[static_cast<std::size_t>(id)] = count;
+    if (pending[static_cast<std::size_t>(id)] == 0) queue.emplace(0.0, id);
+  }
+
+  Links links(n_devices);
+  int finished = 0;
+  auto finish = [&](int id, double start, double end) {
+    result.times[static_cast<std::size_t>(id)] = {start, end};
+    ++finished;
+    for (auto [it, last] = boost::out_edges(static_cast<std::size_t>(id), g); it != last; ++it) {
+      const auto next = boost::target(*it, g);
+      if (is_pair_edge(static_cast<std::size_t>(id), next)) continue;
+      ready_at[next] = std::max(ready_at[next], end);
+      if (--pending[next] == 0) queue.emplace(ready_at[next], static_cast<int>(next));
+    }
+  };
+
+  while (!queue.empty()) {
+    const auto [time, id] = queue.top();
+    queue.pop();
+    const Node& n = graph.node(id);
+    if (n.kind == NodeKind::compute) {
+      finish(id, time, time + n.duration_us);
+      continue;
+    }
+    // Rendezvous: a transfer starts once both halves are at the head of their streams with
+    // their inputs ready, and the link is free.
+    half_ready[static_cast<std::size_t>(id)] = 1;
+    if (n.match < 0 || n.match >= n_nodes || !half_ready[static_cast<std::size_t>(n.match)]) {
+      continue;
+    }
+    const Node& other = graph.node(n.match);
+    const int src = n.kind == NodeKind::send ? n.device : other.device;
+    const int dst = n.kind == NodeKind::send ? other.device : n.device;
+    double& link_free = links.free_at(src, dst);
+    const double start = std::max(time, link_free);
+    const double occupancy =
+        graph.meta.link.bandwidth_GBps > 0
+            ? static_cast<double>(n.bytes) / (graph.meta.link.bandwidth_GBps * 1e3)
+            : 0.0;
+    link_free = start + occupancy;
+    const double end = start + n.duration_us;
+    finish(id, start, end);
+    finish(n.match, start, end);
+  }
+  if (finished != n_nodes) report_stuck(graph, pending);
+
+  // Metrics.
+  result.devices.assign(static_cast<std::size_t>(n_devices), DeviceMetrics{});
+  std::vector<char> seen(static_cast<std::size_t>(n_devices), 0);
+  double first = std::numeric_limits<double>::max();
+  double last = 0;
+  for (int id = 0; id < n_nodes; ++id) {
+    const Node& n = graph.node(id);
+    const NodeTime& t = result.times[static_cast<std::size_t>(id)];
+    first = std::min(first, t.start_us);
+    last = std::max(last, t.end_us);
+    if (n.kind != NodeKind::compute) continue;
+    DeviceMetrics& d = result.devices[static_cast<std::size_t>(n.device)];
+    d.busy_us += n.duration_us;
+    if (!seen[static_cast<std::size_t>(n.device)]) {
+      d.first_start_us = t.start_us;
+      d.last_end_us = t.end_us;
+      seen[static_cast<std::size_t>(n.device)] = 1;
+    }
+    d.first_start_us = std::min(d.first_start_us, t.start_us);
+    d.last_end_us = std::max(d.last_end_us, t.end_us);
+  }
+  if (n_nodes == 0) first = 0;
+  result.makespan_us = last - first;
+  double busy_total = 0;
+  for (DeviceMetrics& d : result.devices) {
+    d.span_us = d.last_end_us - d.first_start_us;
+    d.bubble_ratio =
+        result.makespan_us > 0 ? (result.makespan_us - d.busy_us) / result.makespan_us : 0.0;
+    result.max_stage_span_us = std::max(result.max_stage_span_us, d.span_us);
+    busy_total += d.busy_us;
+  }
+  const double devices = static_cast<double>(n_devices);
+  if (result.makespan_us > 0) {
+    result.bubble_ratio = 1.0 - busy_total / (devices * result.makespan_us);
+    const double tokens =
+        static_cast<double>(graph.meta.microbatches) * graph.meta.mbs * graph.meta.seq;
+    result.tokens_per_s = tokens / (result.makespan_us * 1e-6);
+    if (graph.meta.flops_per_token > 0 && graph.meta.peak_flops_per_device > 0) {
+      result.mfu = result.tokens_per_s * graph.meta.flops_per_token /
+                   (devices * graph.meta.peak_flops_per_device);
+    }
+  }
+  if (result.max_stage_span_us > 0) {
+    result.span_bubble_ratio = 1.0 - busy_total / (devices * result.max_stage_span_us);
+  }
+  memory_metrics(graph, result.times, result.devices);
+  return result;
+}
+
+}  // namespace pipeplan

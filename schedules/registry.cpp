@@ -1,0 +1,64 @@
+#include "schedules/registry.h"
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+const std::vector<ScheduleFamily>& schedule_families() {
+  static const std::vector<ScheduleFamily> families = {
+      {"gpipe",
+       "GPipe (Huang et al. 2019): every forward, then every backward; holds m micro-batches of "
+       "activations per stage",
+       false, make_gpipe},
+      {"1f1b",
+       "1F1B (PipeDream-Flush): P-i-1 warm-up forwards on device i, then one forward one "
+       "backward; holds min(P-i, m) micro-batches",
+       false, make_1f1b},
+      {"interleaved",
+       "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): --chunks virtual stages per "
+       "device, virtual stage v on device v mod P; bubble shrinks by the chunk count; needs "
+       "micro-batches divisible by devices",
+       true, make_interleaved},
+  };
+  return families;
+}
+
+const ScheduleFamily& find_schedule_family(std::string_view name) {
+  std::string valid;
+  for (const ScheduleFamily& family : schedule_families()) {
+    if (family.name == name) return family;
+    valid += (valid.empty() ? "" : ", ") + family.name;
+  }
+  throw Error("--schedule: unknown schedule family '" + std::string(name) + "' (valid: " + valid +
+              ")");
+}
+
+void check_schedule_request(const ScheduleRequest& request, std::string_view family,
+                            bool uses_chunks) {
+  if (request.devices < 1)
+    throw Error("--stages: need at least 1 device, got " + std::to_string(request.devices));
+  if (request.microbatches < 1)
+    throw Error("--microbatches: need at least 1 micro-batch, got " +
+                std::to_string(request.microbatches));
+  if (request.chunks < 1)
+    throw Error("--chunks: need at least 1 chunk per device, got " +
+                std::to_string(request.chunks));
+  if (request.chunks > 1 && !uses_chunks)
+    throw Error("--chunks: schedule '" + std::string(family) + "' runs one chunk per device, got " +
+                std::to_string(request.chunks) + " (use --schedule interleaved)");
+}
+
+Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family) {
+  Schedule schedule;
+  schedule.family = std::string(family);
+  schedule.backward = BackwardMode::fused;
+  schedule.devices = request.devices;
+  schedule.microbatches = request.microbatches;
+  const int stages = request.devices * request.chunks;
+  for (int v = 0; v < stages; ++v)
+    schedule.stage_device.push_back(v % request.devices);
+  schedule.per_device.resize(static_cast<std::size_t>(request.devices));
+  return schedule;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,51 @@
+// Shared helpers for planner tests: plans from uniform (paper-style) costs.
+#pragma once
+
+#include <string>
+
+#include "planner/analytic.h"
+#include "planner/planner.h"
+
+namespace pipeplan::testing {
+
+struct UniformPlan {
+  int devices = 4;
+  int microbatches = 8;
+  int chunks = 1;
+  std::string schedule = "1f1b";
+  BackwardMode backward = BackwardMode::fused;
+  double f = 1, b = 1, w = 1, comm = 0;            // ms
+  double mem_f = 1, mem_p1 = -0.5, mem_p2 = -0.5;  // GiB
+  int p2_concat = 0;
+  double memory_limit_bytes = 0;
+};
+
+inline PlanRequest uniform_request(const UniformPlan& u) {
+  UniformCosts costs;
+  costs.forward_ms = u.f;
+  costs.p1_ms = u.b;
+  costs.p2_ms = u.w;
+  costs.comm_ms = u.comm;
+  costs.mem_f_gib = u.mem_f;
+  costs.mem_p1_gib = u.mem_p1;
+  costs.mem_p2_gib = u.mem_p2;
+  PlanRequest r;
+  r.profile = uniform_profile(costs, u.devices * u.chunks, u.chunks);
+  r.gpu = "h100-sxm";
+  r.devices = u.devices;
+  r.chunks = u.chunks;
+  r.microbatches = u.microbatches;
+  r.schedule = u.schedule;
+  r.backward = u.backward;
+  r.p2_concat = u.p2_concat;
+  r.memory_limit_bytes = u.memory_limit_bytes;
+  return r;
+}
+
+inline Plan uniform_plan(const UniformPlan& u) {
+  return make_plan(uniform_request(u));
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace pipeplan::testing

@@ -1,0 +1,200 @@
+// The pipeplan binary end to end: commands, outputs and error exits.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+    r.out += buffer.data();
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("pipeplan_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A failing command prints one line naming `needle`, exits non-zero, writes no file.
+  void expect_error(const std::string& args, const std::string& needle) {
+    const std::string out = path("out.json");
+    const Result r = run(args + " -o " + out);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+
+  fs::path dir_;
+};
+
+const std::string kLlama =
+    "plan --model llama-7b --gpu h100 --stages 4 --microbatches 8 --seq 2048";
+
+TEST_F(Cli, PlanWritesAValidPlanAndJsonMetrics) {
+  const Result r = run(kLlama + " --schedule 1f1b --backward 2bp --memory 80GiB -o " +
+                       path("plan.json") + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto metrics = nlohmann::json::parse(r.out);
+  for (const char* key :
+       {"step_time_ms", "bubble_ratio", "peak_memory_bytes", "tokens_per_s", "mfu"}) {
+    EXPECT_TRUE(metrics.contains(key)) << key;
+  }
+  EXPECT_EQ(metrics["peak_memory_bytes"].size(), 4u);
+  EXPECT_GT(metrics["mfu"].get<double>(), 0.0);
+  EXPECT_LT(metrics["mfu"].get<double>(), 1.0);
+  const Result v = run("validate " + path("plan.json"));
+  EXPECT_EQ(v.status, 0) << v.out;
+  EXPECT_NE(v.out.find("valid"), std::string::npos);
+}
+
+TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
+  ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
+  for (const int width : {80, 200}) {
+    const Result r = run("show " + path("plan.json") + " --width " + std::to_string(width) +
+                         " --trace " + path("trace.json") + " --dot " + path("plan.dot"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("dev 3"), std::string::npos);
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos);  // not a TTY: no colour
+  }
+  const auto trace = nlohmann::json::parse(std::ifstream(path("trace.json")));
+  EXPECT_FALSE(trace["traceEvents"].empty());
+  std::ifstream dot(path("plan.dot"));
+  std::string first;
+  std::getline(dot, first);
+  EXPECT_EQ(first.rfind("digraph", 0), 0u);
+}
+
+TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
+  const Result r =
+      run("compare --model llama-7b --gpu h100 --stages 4 --microbatches 4 "
+          "--seq 2048 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& row : rows) {
+    by_name[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
+  }
+  EXPECT_EQ(by_name.size(), 9u);
+  for (const char* s : {"gpipe", "1f1b"}) {
+    const auto& fused = by_name[std::string(s) + "/fused"];
+    const auto& twobp = by_name[std::string(s) + "/2bp"];
+    // The acceptance criterion: 2bp is faster and its higher peak memory shows.
+    EXPECT_LT(twobp["step_time_ms"].get<double>(), fused["step_time_ms"].get<double>()) << s;
+    const auto peak = [](const nlohmann::json& row) {
+      const auto p = row["peak_memory_bytes"].get<std::vector<double>>();
+      return *std::max_element(p.begin(), p.end());
+    };
+    EXPECT_GT(peak(twobp), peak(fused)) << s;
+  }
+  EXPECT_DOUBLE_EQ(by_name["1f1b/fused"]["speedup_vs_1f1b_fused"].get<double>(), 1.0);
+  const Result text = run("compare --model llama-7b --gpu h100 --stages 4 --microbatches 4");
+  ASSERT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("2bp-fill"), std::string::npos);
+}
+
+TEST_F(Cli, UniformCostsReproducePaperClosedForms) {
+  const Result r =
+      run("plan --uniform 1:1:1:0 --stages 4 --microbatches 8 --backward fused "
+          "--json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 33.0);
+}
+
+TEST_F(Cli, AnalyticProfileRoundTripsThroughPlan) {
+  const Result p =
+      run("profile --analytic --model llama-7b --gpu h100 --mbs 1,2 -o " + path("profile.json"));
+  ASSERT_EQ(p.status, 0) << p.out;
+  const Result r = run("plan --profile " + path("profile.json") +
+                       " --stages 4 --microbatches 8 --mbs 2 --backward 2bp --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["mbs"].get<int>(), 2);
+}
+
+TEST_F(Cli, ShippedProfilePlans) {
+  const std::string shipped =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json";
+  const Result r = run("plan --profile " + shipped + " --stages 4 --microbatches 8 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+}
+
+TEST_F(Cli, BadInputsFailWithOneLine) {
+  expect_error("plan --model llama-99b --stages 4 --microbatches 8", "llama-99b");
+  expect_error("plan --model llama-7b --gpu tpu --stages 4 --microbatches 8", "tpu");
+  expect_error("plan --model llama-7b --stages 40 --microbatches 8", "--stages");
+  expect_error("plan --model llama-7b --stages 0 --microbatches 8", "--stages");
+  expect_error(
+      "plan --model llama-7b --stages 4 --microbatches 6 --schedule interleaved "
+      "--chunks 2",
+      "--microbatches");
+  expect_error("plan --model llama-7b --stages 4 --microbatches 8 --memory 20GiB", "--memory");
+  expect_error("plan --model llama-7b --stages 4 --microbatches 8 --memory lots", "--memory");
+  expect_error("plan --model llama-7b --stages 4 --microbatches 8 --backward 3bp", "--backward");
+  expect_error("plan --model llama-7b --stages 4 --microbatches 8 --schedule zigzag", "zigzag");
+  expect_error("plan --model llama-7b --stages 4 --microbatches 8 --layers-per-stage 8,8,8",
+               "--layers-per-stage");
+  expect_error("plan --uniform 1:-1:1:0 --stages 4 --microbatches 8", "--uniform");
+  expect_error("plan --uniform 1:1:1:0 --uniform-mem 1:-1:-1 --stages 4 --microbatches 8",
+               "--uniform-mem");
+  std::ofstream(path("broken.json")) << "{ not json";
+  expect_error("plan --profile " + path("broken.json") + " --stages 4 --microbatches 8",
+               "broken.json");
+  std::ofstream(path("v9.json")) << R"({"format":"pipeplan-profile","version":9})";
+  expect_error("plan --profile " + path("v9.json") + " --stages 4 --microbatches 8", "version");
+}
+
+TEST_F(Cli, ValidateRejectsATamperedPlan) {
+  ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
+  auto plan = nlohmann::json::parse(std::ifstream(path("plan.json")));
+  for (auto& node : plan["nodes"]) {
+    if (node["kind"] == "send") {
+      node["bytes"] = node["bytes"].get<long long>() + 1;
+      break;
+    }
+  }
+  std::ofstream(path("tampered.json")) << plan.dump();
+  const Result r = run("validate " + path("tampered.json"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("send-recv-match"), std::string::npos) << r.out;
+  const Result missing = run("show " + path("nowhere.json"));
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.out.find("nowhere.json"), std::string::npos);
+}
+
+TEST_F(Cli, UsageErrorsExitNonZero) {
+  EXPECT_NE(run("").status, 0);
+  EXPECT_NE(run("plan --stages 4").status, 0);  // --microbatches is required
+  EXPECT_EQ(run("--help").status, 0);
+}
+
+}  // namespace

@@ -1,0 +1,187 @@
+#include "tools/timeline.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+namespace {
+
+// Two devices, two micro-batches, 2BP; compute streams only (the timeline draws nothing else).
+// Device 0: 0F0 0F1 · 0P1_0 · 0P1_1 0P2_0+1; device 1: · 1F0 1P1_0 1F1 1P1_1 1P2_0 1P2_1.
+struct Plan {
+  TaskGraph graph;
+  SimResult sim;
+  void op(int device, OpType type, std::vector<int> mbs, double start_us, double end_us) {
+    Node node;
+    node.op = type;
+    node.device = node.stage = device;
+    node.stream = graph.stream(device, StreamRole::compute);
+    node.microbatches = std::move(mbs);
+    node.duration_us = end_us - start_us;
+    graph.add_node(std::move(node));
+    sim.times.push_back({start_us, end_us});
+  }
+};
+
+Plan two_device_plan() {
+  Plan p;
+  p.graph.meta.devices = 2;
+  p.graph.meta.microbatches = 2;
+  p.graph.meta.schedule = "1f1b";
+  p.graph.meta.backward = BackwardMode::twobp;
+  p.graph.meta.stage_layers = {{0, 9}, {9, 9}};
+  p.graph.meta.memory_limit_bytes = {80.0 * (1 << 30), 80.0 * (1 << 30)};
+  p.graph.schedule.stage_device = {0, 1};
+  p.op(0, OpType::F, {0}, 0, 1000);
+  p.op(0, OpType::F, {1}, 1000, 2000);
+  p.op(0, OpType::P1, {0}, 3200, 4200);
+  p.op(0, OpType::P1, {1}, 5200, 6200);
+  p.op(0, OpType::P2, {0, 1}, 6200, 7000);
+  p.op(1, OpType::F, {0}, 1100, 2100);
+  p.op(1, OpType::P1, {0}, 2100, 3100);
+  p.op(1, OpType::F, {1}, 3100, 4100);
+  p.op(1, OpType::P1, {1}, 4100, 5100);
+  p.op(1, OpType::P2, {0}, 5100, 5600);
+  p.op(1, OpType::P2, {1}, 5600, 6100);
+  p.sim.makespan_us = 7000;
+  p.sim.max_stage_span_us = 7000;
+  p.sim.bubble_ratio = 1 - 9800.0 / 14000;
+  p.sim.span_bubble_ratio = p.sim.bubble_ratio;
+  p.sim.tokens_per_s = 1170285.7;
+  p.sim.devices.resize(2);
+  p.sim.devices[0] = {4800, 0, 7000, 7000, 1 - 4800.0 / 7000, std::int64_t{3} << 30, {}};
+  p.sim.devices[1] = {5000, 1100, 6100, 5000, 1 - 5000.0 / 7000, std::int64_t{1} << 29, {}};
+  return p;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  return lines;
+}
+
+// Code points outside ANSI escape sequences (ESC '[' ... final letter).
+int visible_width(const std::string& line) {
+  int width = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\x1b') {
+      while (i < line.size() && !std::isalpha(static_cast<unsigned char>(line[i])))
+        ++i;
+      continue;
+    }
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80) ++width;
+  }
+  return width;
+}
+
+// The timeline cells of one device row (after "dev N │"), idle dots dropped.
+std::string ops_of_row(const std::string& line) {
+  const std::string bar = "\u2502";
+  std::string ops;
+  for (char c : line.substr(line.find(bar) + bar.size())) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-') ops += c;
+  }
+  return ops;
+}
+
+std::string row_of(const std::string& text, std::string_view prefix) {
+  for (const std::string& line : lines_of(text)) {
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(Timeline, FitsWidthWithoutColor) {
+  const Plan p = two_device_plan();
+  for (int width : {80, 200}) {
+    const std::string text = render_timeline(p.graph, p.sim, width, false);
+    EXPECT_EQ(text.find('\x1b'), std::string::npos);
+    const auto lines = lines_of(text);
+    ASSERT_GE(lines.size(), 5u);  // two header lines, two devices, legend
+    for (const std::string& line : lines)
+      EXPECT_LE(visible_width(line), width) << line;
+    EXPECT_EQ(visible_width(row_of(text, "dev 0")), width);
+  }
+}
+
+TEST(Timeline, FitsWidthWithColor) {
+  const Plan p = two_device_plan();
+  for (int width : {80, 200}) {
+    const std::string text = render_timeline(p.graph, p.sim, width, true);
+    EXPECT_NE(text.find("\x1b[48;5;"), std::string::npos);
+    EXPECT_NE(text.find("\x1b[0m"), std::string::npos);
+    for (const std::string& line : lines_of(text))
+      EXPECT_LE(visible_width(line), width) << line;
+  }
+}
+
+TEST(Timeline, DrawsOpsInOrderWithMicrobatchNumbers) {
+  const Plan p = two_device_plan();
+  const std::string text = render_timeline(p.graph, p.sim, 80, false);
+  // 73 columns over 7 ms: every op spans at least 5 columns, so each carries its number.
+  EXPECT_EQ(ops_of_row(row_of(text, "dev 0")).substr(0, 2), "F0");
+  const std::string dev0 = ops_of_row(row_of(text, "dev 0"));
+  const std::string dev1 = ops_of_row(row_of(text, "dev 1"));
+  auto in_order = [](const std::string& row, std::vector<std::string> marks) {
+    std::size_t at = 0;
+    for (const std::string& mark : marks) {
+      at = row.find(mark, at);
+      if (at == std::string::npos) return false;
+      at += mark.size();
+    }
+    return true;
+  };
+  EXPECT_TRUE(in_order(dev0, {"F0", "F1", "b0", "b1", "w0+1"})) << dev0;
+  EXPECT_TRUE(in_order(dev1, {"F0", "b0", "F1", "b1", "w0", "w1"})) << dev1;
+  // Device 1 idles for its first 1.1 ms.
+  const std::string row1 = row_of(text, "dev 1");
+  EXPECT_NE(row1.find("\u2502\u00b7"), std::string::npos);
+  EXPECT_NE(text.find("p2 (weight grad)"), std::string::npos);
+  EXPECT_EQ(text.find("fused backward"), std::string::npos);  // no B in this plan
+}
+
+TEST(Timeline, HeaderShowsMillisecondTicks) {
+  const Plan p = two_device_plan();
+  const auto lines = lines_of(render_timeline(p.graph, p.sim, 80, false));
+  EXPECT_NE(lines[0].find("ms"), std::string::npos);
+  EXPECT_NE(lines[0].find("\u25020 "), std::string::npos);
+  EXPECT_NE(lines[0].find(" 5 "), std::string::npos);
+  EXPECT_NE(lines[1].find("\u252c"), std::string::npos);
+}
+
+TEST(Timeline, RejectsTooNarrowWidth) {
+  const Plan p = two_device_plan();
+  EXPECT_THROW(render_timeline(p.graph, p.sim, 10, false), Error);
+}
+
+TEST(Timeline, SummaryReportsDevicesAndTotals) {
+  Plan p = two_device_plan();
+  std::string text = render_summary(p.graph, p.sim);
+  for (const std::string& line : lines_of(text))
+    EXPECT_LE(visible_width(line), 80) << line;
+  EXPECT_NE(text.find("4.800"), std::string::npos);  // dev 0 busy ms
+  EXPECT_NE(text.find("31.4"), std::string::npos);   // dev 0 bubble %
+  EXPECT_NE(text.find("3.00"), std::string::npos);   // dev 0 peak GiB
+  EXPECT_NE(text.find("80.00"), std::string::npos);  // limit GiB
+  EXPECT_NE(text.find("0 (L0-8)"), std::string::npos);
+  EXPECT_NE(text.find("1 (L9-17)"), std::string::npos);
+  EXPECT_NE(text.find("7.000 ms"), std::string::npos);  // makespan
+  EXPECT_NE(text.find("30.0 %"), std::string::npos);    // bubble ratio
+  EXPECT_NE(text.find("1170286"), std::string::npos);   // tokens/s
+  EXPECT_NE(text.find("MFU (PaLM model FLOPs)"), std::string::npos);
+  EXPECT_NE(text.find("n/a"), std::string::npos);
+  p.sim.mfu = 0.412;
+  text = render_summary(p.graph, p.sim);
+  EXPECT_NE(text.find("41.2 %"), std::string::npos);
+  EXPECT_EQ(text.find("n/a"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipeplan

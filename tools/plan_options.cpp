@@ -1,0 +1,99 @@
+#include "tools/plan_options.h"
+
+#include "planner/analytic.h"
+#include "planner/error.h"
+#include "planner/gpu.h"
+#include "tools/units.h"
+
+namespace pipeplan {
+
+void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
+  app.add_option("--model", o.model, "model preset or a Hugging Face config.json");
+  app.add_option("--gpu", o.gpu, "GPU from profiles/gpus.json (h100, h200, a100)")
+      ->capture_default_str();
+  app.add_option("--profile", o.profile, "profile JSON (default: the analytic model)");
+  app.add_option("--stages", o.stages, "pipeline devices P")->required();
+  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m")->required();
+  app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
+  app.add_option("--seq", o.seq, "sequence length (default: the model's)");
+  app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
+      ->capture_default_str();
+  if (with_schedule) {
+    app.add_option("--schedule", o.schedule, "gpipe, 1f1b, interleaved")->capture_default_str();
+    app.add_option("--backward", o.backward, "fused, 2bp, 2bp-fill")->capture_default_str();
+  }
+  app.add_option("--p2-concat", o.p2_concat,
+                 "micro-batches per concatenated p2 call in 2bp modes (0 = all)")
+      ->capture_default_str();
+  app.add_option("--memory", o.memory, "memory limit per device, e.g. 80GiB (default: HBM)");
+  app.add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
+      ->capture_default_str();
+  app.add_option("--layers-per-stage", o.layers_per_stage,
+                 "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
+  app.add_option("--uniform", o.uniform, "identical stages F:B:W:COMM in ms (no model)");
+  app.add_option("--uniform-mem", o.uniform_mem, "GiB allocated by F:P1:P2, summing to 0");
+}
+
+namespace {
+
+Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
+  if (!o.uniform.empty()) {
+    if (!o.model.empty() || !o.profile.empty()) {
+      throw Error("--uniform: cannot be combined with --model or --profile");
+    }
+    const UniformCosts costs =
+        parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
+    return uniform_profile(costs, o.stages * o.chunks, o.chunks);
+  }
+  if (!o.uniform_mem.empty()) throw Error("--uniform-mem: needs --uniform");
+  if (!o.profile.empty()) {
+    Profile profile = load_profile(o.profile);
+    if (!o.model.empty() && o.model != profile.model.name) {
+      throw Error("--model: '" + o.model + "' does not match the model '" + profile.model.name +
+                  "' of profile " + o.profile);
+    }
+    if (o.seq != 0 && o.seq != profile.seq) {
+      throw Error("--seq: " + std::to_string(o.seq) + " differs from the profile's sequence " +
+                  std::to_string(profile.seq) + " (" + o.profile + ")");
+    }
+    return profile;
+  }
+  if (o.model.empty()) throw Error("--model: required (or give --profile or --uniform)");
+  const ModelConfig model = resolve_model(o.model);
+  AnalyticOptions analytic;
+  analytic.seq = o.seq;
+  analytic.micro_batch_sizes = {o.mbs};
+  analytic.attention = attention_from_string(o.attention);
+  analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? o.microbatches : o.p2_concat);
+  return analytic_profile(model, gpu, analytic);
+}
+
+}  // namespace
+
+PlanRequest make_request(const PlanOptions& o) {
+  if (o.stages < 1) throw Error("--stages: must be at least 1");
+  if (o.microbatches < 1) throw Error("--microbatches: must be at least 1");
+  if (o.mbs < 1) throw Error("--mbs: must be at least 1");
+  if (o.chunks < 1) throw Error("--chunks: must be at least 1");
+  if (o.seq < 0) throw Error("--seq: must be positive");
+  const GpuSpec gpu = find_gpu(o.gpu);
+  PlanRequest r;
+  r.profile = load_request_profile(o, gpu);
+  r.gpu = gpu.name;
+  r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12;
+  r.devices = o.stages;
+  r.chunks = o.chunks;
+  r.microbatches = o.microbatches;
+  r.mbs = o.mbs;
+  r.schedule = o.schedule;
+  r.backward = backward_mode_from_string(o.backward);
+  r.p2_concat = o.p2_concat;
+  r.memory_limit_bytes = o.memory.empty() ? (o.uniform.empty() ? gpu.hbm_bytes : 0.0)
+                                          : parse_bytes(o.memory, "--memory");
+  if (!o.layers_per_stage.empty()) {
+    r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
+  }
+  return r;
+}
+
+}  // namespace pipeplan

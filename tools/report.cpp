@@ -1,0 +1,79 @@
+#include "tools/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tools/units.h"
+
+namespace pipeplan {
+
+nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
+  const PlanMeta& m = graph.meta;
+  nlohmann::json devices = nlohmann::json::array();
+  for (std::size_t d = 0; d < sim.devices.size(); ++d) {
+    const DeviceMetrics& dm = sim.devices[d];
+    nlohmann::json stages = nlohmann::json::array();
+    for (int s = 0; s < graph.schedule.stage_count(); ++s) {
+      if (graph.schedule.stage_device[static_cast<std::size_t>(s)] == static_cast<int>(d)) {
+        stages.push_back(s);
+      }
+    }
+    devices.push_back({{"device", d},
+                       {"stages", stages},
+                       {"busy_ms", dm.busy_us / 1e3},
+                       {"span_ms", dm.span_us / 1e3},
+                       {"bubble_ratio", dm.bubble_ratio},
+                       {"peak_memory_bytes", dm.peak_memory_bytes},
+                       {"static_bytes", d < m.static_bytes.size() ? m.static_bytes[d] : 0}});
+  }
+  nlohmann::json j = {{"model", m.model.name},
+                      {"gpu", m.gpu},
+                      {"schedule", m.schedule},
+                      {"backward", std::string(to_string(m.backward))},
+                      {"devices", m.devices},
+                      {"chunks", m.chunks},
+                      {"microbatches", m.microbatches},
+                      {"mbs", m.mbs},
+                      {"seq", m.seq},
+                      {"p2_concat", m.p2_concat},
+                      {"step_time_ms", sim.makespan_us / 1e3},
+                      {"max_stage_span_ms", sim.max_stage_span_us / 1e3},
+                      {"bubble_ratio", sim.bubble_ratio},
+                      {"span_bubble_ratio", sim.span_bubble_ratio},
+                      {"peak_memory_bytes", sim.peak_memory_bytes()},
+                      {"memory_limit_bytes", m.memory_limit_bytes},
+                      {"tokens_per_s", sim.tokens_per_s},
+                      {"mfu_kind", "PaLM model FLOPs"},
+                      {"per_device", devices},
+                      {"profile", m.profile_source}};
+  j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
+  return j;
+}
+
+std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
+  const PlanMeta& m = graph.meta;
+  const auto peaks = sim.peak_memory_bytes();
+  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line, "%s on %d x %s: %s, backward %s, m=%d, mbs=%d, seq=%d%s\n",
+                m.model.name.c_str(), m.devices, m.gpu.c_str(), m.schedule.c_str(),
+                std::string(to_string(m.backward)).c_str(), m.microbatches, m.mbs, m.seq,
+                m.chunks > 1 ? (", chunks=" + std::to_string(m.chunks)).c_str() : "");
+  out += line;
+  char mfu[32] = "n/a";
+  if (sim.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f %% (PaLM)", sim.mfu * 100);
+  std::snprintf(line, sizeof line,
+                "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %%, "
+                "%.0f tokens/s, MFU %s\n",
+                sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
+                sim.tokens_per_s, mfu);
+  out += line;
+  out += "peak memory per device:";
+  for (const auto p : peaks)
+    out += " " + format_gib(static_cast<double>(p));
+  out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
+  return out;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,19 @@
+// Machine-readable metrics and the short text summary of a simulated plan.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/simulator.h"
+#include "planner/taskgraph.h"
+
+namespace pipeplan {
+
+// step_time_ms (= makespan), max_stage_span_ms, bubble_ratio, span_bubble_ratio,
+// peak_memory_bytes (per device), memory_limit_bytes, tokens_per_s, mfu (PaLM model FLOPs;
+// null when the model's FLOPs are unknown), and per-device rows.
+nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim);
+std::string short_summary(const TaskGraph& graph, const SimResult& sim);
+
+}  // namespace pipeplan

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pipeplan builds with (only those missing), then configures and
+# builds into build/. Usage: bash tools/setup.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(cmake ninja-build g++ make nlohmann-json3-dev libcli11-dev libboost-graph-dev
+          libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+elif [ $# -gt 0 ]; then
+  cmake -S . -B build "$@" >/dev/null
+fi
+cmake --build build -j "$(nproc)"

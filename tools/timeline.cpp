@@ -1,0 +1,352 @@
+#include "tools/timeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+namespace {
+
+constexpr std::string_view kIdle = "\u00b7";  // ·
+constexpr std::string_view kBar = "\u2502";   // │
+constexpr std::string_view kRule = "\u2500";  // ─
+constexpr std::string_view kTick = "\u252c";  // ┬
+constexpr std::string_view kReset = "\x1b[0m";
+constexpr int kMinLanes = 8;
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr OpType kOpTypes[] = {OpType::F, OpType::P1, OpType::P2, OpType::B};
+
+char op_letter(OpType op) {
+  switch (op) {
+    case OpType::F:
+      return 'F';
+    case OpType::B:
+      return 'B';
+    case OpType::P1:
+      return 'b';
+    case OpType::P2:
+      return 'w';
+  }
+  return '?';
+}
+
+std::string_view op_meaning(OpType op) {
+  switch (op) {
+    case OpType::F:
+      return "forward";
+    case OpType::B:
+      return "fused backward";
+    case OpType::P1:
+      return "p1 (input grad)";
+    case OpType::P2:
+      return "p2 (weight grad)";
+  }
+  return "";
+}
+
+// ANSI 256-colour background and a readable foreground: F blue, B and P1 greens, P2 orange.
+std::string op_color(OpType op) {
+  switch (op) {
+    case OpType::F:
+      return "\x1b[48;5;27m\x1b[38;5;231m";
+    case OpType::B:
+      return "\x1b[48;5;28m\x1b[38;5;231m";
+    case OpType::P1:
+      return "\x1b[48;5;77m\x1b[38;5;16m";
+    case OpType::P2:
+      return "\x1b[48;5;208m\x1b[38;5;16m";
+  }
+  return "";
+}
+
+std::string format(const char* pattern, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
+std::string pad_left(std::string text, std::size_t width) {
+  if (text.size() < width) text.insert(0, width - text.size(), ' ');
+  return text;
+}
+
+// "3", "4-7" for a contiguous concatenated P2, else "1+3+5".
+std::string microbatch_text(const std::vector<int>& microbatches) {
+  if (microbatches.empty()) return "";
+  bool contiguous = microbatches.size() > 2;
+  for (std::size_t i = 1; i < microbatches.size(); ++i) {
+    contiguous = contiguous && microbatches[i] == microbatches[i - 1] + 1;
+  }
+  if (contiguous) {
+    return std::to_string(microbatches.front()) + "-" + std::to_string(microbatches.back());
+  }
+  std::string text;
+  for (int mb : microbatches)
+    text += (text.empty() ? "" : "+") + std::to_string(mb);
+  return text;
+}
+
+int device_count(const TaskGraph& graph, const SimResult& sim) {
+  int count = std::max(graph.meta.devices, static_cast<int>(sim.devices.size()));
+  for (const Stream& stream : graph.streams())
+    count = std::max(count, stream.device + 1);
+  return count;
+}
+
+struct Scale {
+  double t0_us = 0;
+  double span_us = 1;
+  int lanes = 0;
+  int column(double t_us) const {
+    const double x = (t_us - t0_us) / span_us * lanes;
+    return std::clamp(static_cast<int>(std::lround(x)), 0, lanes);
+  }
+};
+
+Scale make_scale(const TaskGraph& graph, const SimResult& sim, int lanes) {
+  Scale scale;
+  scale.lanes = lanes;
+  if (graph.node_count() == 0) return scale;
+  double t0 = sim.times.front().start_us, t1 = sim.times.front().end_us;
+  for (const NodeTime& time : sim.times) {
+    t0 = std::min(t0, time.start_us);
+    t1 = std::max(t1, time.end_us);
+  }
+  scale.t0_us = t0;
+  scale.span_us = t1 > t0 ? t1 - t0 : 1;
+  return scale;
+}
+
+// A 1-2-5 tick step giving roughly one tick per ten columns.
+double tick_step_ms(double span_ms, int lanes) {
+  const double raw = span_ms / std::max(1, lanes / 10);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double mantissa : {1.0, 2.0, 5.0}) {
+    if (mantissa * magnitude >= raw * (1 - 1e-9)) return mantissa * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+std::string header_lines(const Scale& scale, int label_width) {
+  const double span_ms = scale.span_us / 1000;
+  const double step = tick_step_ms(span_ms, scale.lanes);
+  const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+  std::string labels(static_cast<std::size_t>(scale.lanes), ' ');
+  std::vector<bool> ticks(static_cast<std::size_t>(scale.lanes), false);
+  int free_from = 0;
+  for (int k = 0; k * step <= span_ms * (1 + 1e-9); ++k) {
+    const int col = scale.column(scale.t0_us + k * step * 1000);
+    if (col >= scale.lanes) break;
+    ticks[static_cast<std::size_t>(col)] = true;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*f", decimals, k * step);
+    const int length = static_cast<int>(std::string_view(text).size());
+    if (col < free_from || col + length > scale.lanes) continue;
+    labels.replace(static_cast<std::size_t>(col), static_cast<std::size_t>(length), text);
+    free_from = col + length + 1;
+  }
+  std::string out = pad_left("ms", static_cast<std::size_t>(label_width - 2)) + " ";
+  out += std::string(kBar) + labels + "\n";
+  out += std::string(static_cast<std::size_t>(label_width - 1), ' ') + std::string(kBar);
+  for (bool tick : ticks)
+    out += tick ? kTick : kRule;
+  return out + "\n";
+}
+
+// Cell owners (node ids, -1 idle) of one compute stream. Ops that round to zero cells take one
+// cell if it is idle, so short ops stay visible where there is room.
+std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream,
+                        const Scale& scale) {
+  std::vector<int> owners(static_cast<std::size_t>(scale.lanes), -1);
+  std::vector<std::pair<int, int>> narrow;  // (cell, node)
+  for (int id : graph.stream_order(stream)) {
+    const NodeTime& time = sim.times[static_cast<std::size_t>(id)];
+    const int begin = scale.column(time.start_us), end = scale.column(time.end_us);
+    if (end > begin) {
+      std::fill(owners.begin() + begin, owners.begin() + end, id);
+    } else {
+      narrow.emplace_back(std::min(begin, scale.lanes - 1), id);
+    }
+  }
+  for (auto [cell, id] : narrow) {
+    if (owners[static_cast<std::size_t>(cell)] == -1) owners[static_cast<std::size_t>(cell)] = id;
+  }
+  return owners;
+}
+
+// Letter, micro-batch number, then letters to the end of the run ("F12FFF").
+std::string op_cells(const Node& node, int length) {
+  const char letter = op_letter(node.op);
+  std::string cells(static_cast<std::size_t>(length), letter);
+  const std::string number = microbatch_text(node.microbatches);
+  if (length >= 3 && !number.empty() && static_cast<int>(number.size()) < length) {
+    cells.replace(1, number.size(), number);
+  }
+  return cells;
+}
+
+std::string device_row(const TaskGraph& graph, const SimResult& sim, int device, const Scale& scale,
+                       bool color) {
+  std::vector<int> owners(static_cast<std::size_t>(scale.lanes), -1);
+  const auto& streams = graph.streams();
+  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+    const Stream& stream = streams[static_cast<std::size_t>(s)];
+    if (stream.device == device && stream.role == StreamRole::compute) {
+      owners = raster(graph, sim, s, scale);
+    }
+  }
+  std::string row;
+  for (int begin = 0; begin < scale.lanes;) {
+    const int owner = owners[static_cast<std::size_t>(begin)];
+    int end = begin + 1;
+    while (end < scale.lanes && owners[static_cast<std::size_t>(end)] == owner)
+      ++end;
+    if (owner < 0) {
+      for (int i = begin; i < end; ++i)
+        row += kIdle;
+    } else {
+      const Node& node = graph.node(owner);
+      const std::string cells = op_cells(node, end - begin);
+      row += color ? op_color(node.op) + cells + std::string(kReset) : cells;
+    }
+    begin = end;
+  }
+  return row;
+}
+
+std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool color) {
+  std::set<OpType> present;
+  for (int id = 0; id < graph.node_count(); ++id) {
+    if (graph.node(id).kind == NodeKind::compute) present.insert(graph.node(id).op);
+  }
+  std::vector<std::pair<int, std::string>> items;  // (visible width, text)
+  for (OpType op : kOpTypes) {
+    if (!present.count(op)) continue;
+    const std::string swatch(1, op_letter(op));
+    const std::string meaning(op_meaning(op));
+    items.emplace_back(
+        static_cast<int>(2 + meaning.size()),
+        (color ? op_color(op) + swatch + std::string(kReset) : swatch) + " " + meaning);
+  }
+  items.emplace_back(6, std::string(kIdle) + " idle");
+  const std::string per_column =
+      "1 col = " + format("%.3g", scale.span_us / 1000 / scale.lanes) + " ms";
+  items.emplace_back(static_cast<int>(per_column.size()), per_column);
+  std::string out, line;
+  int line_width = 0;
+  for (const auto& [item_width, text] : items) {
+    if (line_width > 0 && line_width + 2 + item_width > width) {
+      out += line + "\n";
+      line.clear();
+      line_width = 0;
+    }
+    if (line_width > 0) {
+      line += "  ";
+      line_width += 2;
+    }
+    line += text;
+    line_width += item_width;
+  }
+  return out + line + "\n";
+}
+
+std::string stage_layers_text(const PlanMeta& meta, int stage) {
+  std::string text = std::to_string(stage);
+  if (stage < 0 || stage >= static_cast<int>(meta.stage_layers.size())) return text;
+  const StageLayers& layers = meta.stage_layers[static_cast<std::size_t>(stage)];
+  if (layers.layer_count <= 0) return text + " (none)";
+  return text + " (L" + std::to_string(layers.first_layer) + "-" +
+         std::to_string(layers.first_layer + layers.layer_count - 1) + ")";
+}
+
+std::string device_stages(const TaskGraph& graph, int device) {
+  std::set<int> stages;
+  const auto& stage_device = graph.schedule.stage_device;
+  for (int s = 0; s < static_cast<int>(stage_device.size()); ++s) {
+    if (stage_device[static_cast<std::size_t>(s)] == device) stages.insert(s);
+  }
+  if (stages.empty()) {
+    for (int id = 0; id < graph.node_count(); ++id) {
+      const Node& node = graph.node(id);
+      if (node.kind == NodeKind::compute && node.device == device) stages.insert(node.stage);
+    }
+  }
+  std::string text;
+  for (int stage : stages) {
+    text += (text.empty() ? "" : ", ") + stage_layers_text(graph.meta, stage);
+  }
+  return text.empty() ? "-" : text;
+}
+
+}  // namespace
+
+std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color) {
+  if (sim.times.size() != static_cast<std::size_t>(graph.node_count())) {
+    throw Error("timeline: simulation has " + std::to_string(sim.times.size()) +
+                " node times but the task graph has " + std::to_string(graph.node_count()) +
+                " nodes");
+  }
+  const int devices = device_count(graph, sim);
+  const int digits = static_cast<int>(std::to_string(std::max(0, devices - 1)).size());
+  const int label_width = 4 + digits + 2;  // "dev " + number + " │"
+  if (width - label_width < kMinLanes) {
+    throw Error("timeline: width " + std::to_string(width) + " is too small (need at least " +
+                std::to_string(label_width + kMinLanes) + " columns)");
+  }
+  const Scale scale = make_scale(graph, sim, width - label_width);
+  std::string out = header_lines(scale, label_width);
+  for (int device = 0; device < devices; ++device) {
+    std::string label = std::to_string(device);
+    label.insert(0, static_cast<std::size_t>(digits) - label.size(), ' ');
+    out += "dev " + label + " " + std::string(kBar) + device_row(graph, sim, device, scale, color) +
+           "\n";
+  }
+  return out + legend(graph, scale, width, color);
+}
+
+std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
+  const PlanMeta& meta = graph.meta;
+  const std::string family = meta.schedule.empty() ? graph.schedule.family : meta.schedule;
+  std::string out = "plan: " + (family.empty() ? std::string("?") : family) + ", backward " +
+                    std::string(to_string(meta.backward)) + ", " +
+                    std::to_string(device_count(graph, sim)) + " devices, " +
+                    std::to_string(meta.microbatches) + " micro-batches\n";
+  out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (layers)\n";
+  constexpr std::size_t kStagesWidth = 80 - 55;
+  for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
+    const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];
+    const double limit = device < static_cast<int>(meta.memory_limit_bytes.size())
+                             ? meta.memory_limit_bytes[static_cast<std::size_t>(device)]
+                             : 0;
+    const double peak_gib = static_cast<double>(metrics.peak_memory_bytes) / kBytesPerGiB;
+    std::string stages = device_stages(graph, device);
+    if (stages.size() > kStagesWidth) stages = stages.substr(0, kStagesWidth - 3) + "...";
+    std::string name = "dev " + std::to_string(device);
+    name.resize(std::max<std::size_t>(name.size(), 6), ' ');
+    out += name;
+    out += pad_left(format("%.3f", metrics.busy_us / 1000), 11);
+    out += pad_left(format("%.1f", metrics.bubble_ratio * 100), 8) + " %";
+    out += pad_left(format("%.2f", peak_gib), 10);
+    out += pad_left(limit > 0 ? format("%.2f", limit / kBytesPerGiB) : "-", 11);
+    // '!' marks a device whose peak exceeds its memory limit.
+    out += (limit > 0 && static_cast<double>(metrics.peak_memory_bytes) > limit) ? "! " : "  ";
+    out += stages + "\n";
+  }
+  auto total = [&out](std::string_view name, const std::string& value) {
+    out += std::string(name) + std::string(24 - name.size(), ' ') + value + "\n";
+  };
+  total("step time (makespan)", format("%.3f ms", sim.makespan_us / 1000));
+  total("largest stage span", format("%.3f ms", sim.max_stage_span_us / 1000));
+  total("bubble ratio", format("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
+                            format("%.1f %%", sim.span_bubble_ratio * 100) + ")");
+  total("tokens/s", format("%.0f", sim.tokens_per_s));
+  total("MFU (PaLM model FLOPs)", sim.mfu > 0 ? format("%.1f %%", sim.mfu * 100) : "n/a");
+  return out;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,73 @@
+#include "tools/units.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+double parse_bytes(std::string_view text, std::string_view option) {
+  const std::string s(text);
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  if (scale == 0 || !std::isfinite(value) || value < 0) {
+    throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
+  }
+  return value * scale;
+}
+
+std::vector<int> parse_int_list(std::string_view text, std::string_view option) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item = text.substr(pos, comma - pos);
+    int value = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || value < 1) {
+      throw Error(std::string(option) + ": '" + std::string(text) +
+                  "' must be a comma-separated list of positive integers");
+    }
+    out.push_back(value);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::string format_gib(double bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buffer;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,17 @@
+// Parsing and printing of sizes and lists given on the command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipeplan {
+
+// "80GiB", "80G" (= GiB), "80GB" (10^9), "512MiB", "1e9" (bytes). Throws Error naming `option`.
+double parse_bytes(std::string_view text, std::string_view option);
+// "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
+std::vector<int> parse_int_list(std::string_view text, std::string_view option);
+std::string format_gib(double bytes);  // "12.34 GiB"
+
+}  // namespace pipeplan
