@@ -1,0 +1,111 @@
+#include "tools/commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "planner/error.h"
+#include "planner/planner.h"
+#include "schedules/registry.h"
+#include "tools/plan_options.h"
+#include "tools/report.h"
+#include "tools/units.h"
+
+namespace pipeplan {
+
+namespace {
+
+struct CompareCommand {
+  PlanOptions options;
+  bool json = false;
+
+  struct Row {
+    std::string schedule, backward, error;
+    int chunks = 1;
+    Plan plan;
+  };
+
+  std::vector<Row> rows() const {
+    std::vector<Row> out;
+    for (const ScheduleFamily& family : schedule_families()) {
+      for (const BackwardMode mode :
+           {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+        Row row;
+        row.schedule = family.name;
+        row.backward = std::string(to_string(mode));
+        PlanOptions o = options;
+        o.schedule = family.name;
+        o.backward = row.backward;
+        o.chunks = family.uses_chunks ? std::max(options.chunks, 2) : 1;
+        row.chunks = o.chunks;
+        try {
+          row.plan = make_plan(make_request(o));
+        } catch (const Error& e) {
+          row.error = e.what();
+        }
+        out.push_back(std::move(row));
+      }
+    }
+    return out;
+  }
+
+  int run() const {
+    const auto table = rows();
+    double baseline = 0;
+    for (const Row& r : table) {
+      if (r.schedule == "1f1b" && r.backward == "fused" && r.error.empty()) {
+        baseline = r.plan.sim.makespan_us;
+      }
+    }
+    if (json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const Row& r : table) {
+        nlohmann::json j = {
+            {"schedule", r.schedule}, {"backward", r.backward}, {"chunks", r.chunks}};
+        if (!r.error.empty()) {
+          j["error"] = r.error;
+        } else {
+          j.update(metrics_json(r.plan.graph, r.plan.sim));
+          j["speedup_vs_1f1b_fused"] =
+              baseline > 0 ? nlohmann::json(baseline / r.plan.sim.makespan_us) : nullptr;
+        }
+        out.push_back(j);
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    std::printf("%-14s %-9s %11s %8s %14s %7s %8s\n", "schedule", "backward", "step ms", "bubble",
+                "peak mem max", "MFU", "speedup");
+    for (const Row& r : table) {
+      const std::string name =
+          r.chunks > 1 ? r.schedule + " V=" + std::to_string(r.chunks) : r.schedule;
+      if (!r.error.empty()) {
+        std::printf("%-14s %-9s n/a: %s\n", name.c_str(), r.backward.c_str(), r.error.c_str());
+        continue;
+      }
+      const SimResult& s = r.plan.sim;
+      const auto peaks = s.peak_memory_bytes();
+      const double peak = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
+      char mfu[16] = "n/a";
+      if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
+      std::printf("%-14s %-9s %11.3f %7.1f%% %14s %7s %7.3fx\n", name.c_str(), r.backward.c_str(),
+                  s.makespan_us / 1e3, s.bubble_ratio * 100, format_gib(peak).c_str(), mfu,
+                  baseline > 0 ? baseline / s.makespan_us : 0.0);
+    }
+    std::printf("speedup: step time of 1f1b fused / step time. MFU: PaLM model FLOPs.\n");
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_compare_command(CLI::App& app) {
+  auto cmd = std::make_shared<CompareCommand>();
+  auto* sub = app.add_subcommand("compare", "every schedule x backward mode on the same inputs");
+  add_plan_options(*sub, cmd->options, false);
+  sub->add_flag("--json", cmd->json, "machine-readable rows");
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan

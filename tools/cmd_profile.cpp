@@ -1,0 +1,70 @@
+#include "tools/commands.h"
+
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/analytic.h"
+#include "planner/error.h"
+#include "planner/gpu.h"
+#include "tools/units.h"
+
+namespace pipeplan {
+
+namespace {
+
+struct ProfileCommand {
+  std::string model;
+  std::string gpu = "h100";
+  int seq = 0;
+  std::string mbs = "1";
+  std::string attention = "flash";
+  int max_concat = 8;
+  bool analytic = false;
+  std::string output;
+  int run() const {
+    if (!analytic) {
+      throw Error("profile: measuring needs the CUDA backend, not built yet; use --analytic");
+    }
+    if (model.empty()) throw Error("--model: required");
+    if (max_concat < 1) throw Error("--max-concat: must be at least 1");
+    AnalyticOptions options;
+    options.seq = seq;
+    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.attention = attention_from_string(attention);
+    options.max_p2_concat = max_concat;
+    Profile profile = analytic_profile(resolve_model(model), find_gpu(gpu), options);
+    std::string command = "pipeplan profile --analytic --model " + model + " --gpu " + gpu +
+                          " --mbs " + mbs + " --attention " + attention;
+    if (seq > 0) command += " --seq " + std::to_string(seq);
+    profile.provenance.command = command;
+    if (output.empty()) {
+      std::cout << profile_to_json(profile).dump(2) << "\n";
+    } else {
+      save_profile(profile, output);
+      std::cout << "wrote " << output << "\n";
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_profile_command(CLI::App& app) {
+  auto cmd = std::make_shared<ProfileCommand>();
+  auto* sub = app.add_subcommand("profile", "write a profile (analytic without a GPU)");
+  sub->add_option("--model", cmd->model, "model preset or config.json")->required();
+  sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json")->capture_default_str();
+  sub->add_option("--seq", cmd->seq, "sequence length (default: the model's)");
+  sub->add_option("--mbs", cmd->mbs, "micro-batch sizes, e.g. 1,2,4")->capture_default_str();
+  sub->add_option("--attention", cmd->attention, "materialized, recompute, flash")
+      ->capture_default_str();
+  sub->add_option("--max-concat", cmd->max_concat, "p2 concatenation entries 1..K")
+      ->capture_default_str();
+  sub->add_flag("--analytic", cmd->analytic, "estimate from FLOPs and bandwidth");
+  sub->add_option("-o,--output", cmd->output, "profile JSON to write");
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan

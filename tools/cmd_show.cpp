@@ -1,0 +1,79 @@
+#include "tools/commands.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "planner/io.h"
+#include "planner/simulator.h"
+#include "planner/taskgraph.h"
+#include "planner/trace.h"
+#include "planner/validator.h"
+#include "tools/report.h"
+#include "tools/timeline.h"
+
+namespace pipeplan {
+
+namespace {
+
+int terminal_width() {
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const int w = std::atoi(columns);
+    if (w > 0) return w;
+  }
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    return ws.ws_col;
+  }
+  return 100;
+}
+
+struct ShowCommand {
+  std::string plan_path;
+  std::string trace;
+  std::string dot;
+  int width = 0;
+  bool no_color = false;
+  bool json = false;
+  int run() const {
+    const TaskGraph graph = load_plan(plan_path);
+    validate(graph);
+    const SimResult sim = simulate(graph);
+    if (!trace.empty()) write_perfetto_trace(graph, sim, trace, plan_path);
+    if (!dot.empty()) {
+      std::ostringstream out;
+      write_dot(graph, out);
+      write_file_atomic(dot, out.str());
+    }
+    if (json) {
+      std::cout << metrics_json(graph, sim).dump(2) << "\n";
+      return 0;
+    }
+    const bool color = !no_color && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
+    std::cout << render_timeline(graph, sim, width > 0 ? width : terminal_width(), color);
+    std::cout << render_summary(graph, sim);
+    if (!trace.empty()) std::cout << "wrote trace " << trace << " (open in ui.perfetto.dev)\n";
+    if (!dot.empty()) std::cout << "wrote " << dot << "\n";
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_show_command(CLI::App& app) {
+  auto cmd = std::make_shared<ShowCommand>();
+  auto* sub = app.add_subcommand("show", "draw a plan's simulated timeline and metrics");
+  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("--trace", cmd->trace, "write a Chrome/Perfetto trace");
+  sub->add_option("--dot", cmd->dot, "write the task graph as Graphviz DOT");
+  sub->add_option("--width", cmd->width, "columns (default: the terminal's)");
+  sub->add_flag("--no-color", cmd->no_color, "no ANSI colours");
+  sub->add_flag("--json", cmd->json, "print machine-readable metrics only");
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,33 @@
+#include "tools/commands.h"
+
+#include <iostream>
+#include <memory>
+
+#include "planner/taskgraph.h"
+#include "planner/validator.h"
+
+namespace pipeplan {
+
+namespace {
+
+struct ValidateCommand {
+  std::string plan_path;
+  int run() const {
+    const TaskGraph graph = load_plan(plan_path);
+    validate(graph);
+    std::cout << plan_path << ": valid (" << graph.node_count() << " nodes, "
+              << graph.streams().size() << " streams)\n";
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_validate_command(CLI::App& app) {
+  auto cmd = std::make_shared<ValidateCommand>();
+  auto* sub = app.add_subcommand("validate", "check a plan's rules");
+  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan

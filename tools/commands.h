@@ -1,0 +1,23 @@
+// One function per subcommand: each adds its CLI11 subcommand to `app` and returns the action
+// to run when it was chosen. tools/cli.cpp lists them.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace pipeplan {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_plan_command(CLI::App& app);
+Command add_show_command(CLI::App& app);
+Command add_validate_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
+Command add_profile_command(CLI::App& app);
+
+}  // namespace pipeplan
