@@ -27,7 +27,8 @@ StreamRole stream_role_from_string(std::string_view text, const std::string& con
   if (text == "compute") return StreamRole::compute;
   if (text == "send") return StreamRole::send;
   if (text == "recv") return StreamRole::recv;
-  throw Error(context + ": field 'role' must be compute, send or recv");
+  if (text == "transfer") return StreamRole::transfer;
+  throw Error(context + ": field 'role' must be compute, send, recv or transfer");
 }
 
 OpType op_from_string(std::string_view text, const std::string& context) {
@@ -124,11 +125,10 @@ nlohmann::json node_to_json(int id, const Node& n) {
                       {"stage", n.stage},
                       {"microbatches", n.microbatches},
                       {"duration_us", n.duration_us},
-                      {"label", n.label}};
-  if (n.kind == NodeKind::compute) {
-    j["alloc_bytes"] = n.alloc_bytes;
-    j["free_bytes"] = n.free_bytes;
-  } else {
+                      {"label", n.label},
+                      {"alloc_bytes", n.alloc_bytes},
+                      {"free_bytes", n.free_bytes}};
+  if (n.kind != NodeKind::compute) {
     j["bytes"] = n.bytes;
     j["peer"] = n.peer;
     j["match"] = n.match;
@@ -156,13 +156,12 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, int devices
   }
   n.duration_us = require_nonnegative(j, "duration_us", ctx);
   n.label = require_string(j, "label", ctx);
-  if (n.kind == NodeKind::compute) {
-    n.alloc_bytes = require_integer(j, "alloc_bytes", ctx);
-    n.free_bytes = require_integer(j, "free_bytes", ctx);
-    if (n.alloc_bytes < 0 || n.free_bytes < 0) {
-      throw Error(ctx + ": fields 'alloc_bytes' and 'free_bytes' must not be negative");
-    }
-  } else {
+  n.alloc_bytes = require_integer(j, "alloc_bytes", ctx);
+  n.free_bytes = require_integer(j, "free_bytes", ctx);
+  if (n.alloc_bytes < 0 || n.free_bytes < 0) {
+    throw Error(ctx + ": fields 'alloc_bytes' and 'free_bytes' must not be negative");
+  }
+  if (n.kind != NodeKind::compute) {
     n.bytes = require_integer(j, "bytes", ctx);
     if (n.bytes < 0) throw Error(ctx + ": field 'bytes' must not be negative");
     n.peer = require_int(j, "peer", ctx, 0, devices - 1);

@@ -28,6 +28,8 @@ std::string_view to_string(StreamRole role) {
       return "send";
     case StreamRole::recv:
       return "recv";
+    case StreamRole::transfer:
+      return "transfer";
   }
   return "?";
 }
@@ -40,6 +42,8 @@ std::string Stream::name() const {
       return "send>" + std::to_string(peer);
     case StreamRole::recv:
       return "recv<" + std::to_string(peer);
+    case StreamRole::transfer:
+      return "transfer:" + std::to_string(peer);
   }
   return "?";
 }

@@ -2,7 +2,14 @@
 // visualisers and the runtime all consume. Nodes are compute ops and point-to-point
 // send/recv halves; each node runs on one stream of one device, streams execute in order, and
 // edges carry data dependencies (stream order is implied by each stream's node list).
-// Saved as versioned JSON (docs/formats.md) and exported to Graphviz DOT.
+// Saved as versioned JSON (docs/plan-format.md) and exported to Graphviz DOT.
+//
+// BPipe activation transfers are send/recv pairs on `transfer` streams (one per device and
+// peer, carrying both directions in one order that the peer's transfer stream mirrors). Their
+// label is "evict <action>" (evictor -> acceptor, right after the forward <action>) or
+// "load <action>" (acceptor -> evictor, before the backward that needs the stash); op, stage and
+// microbatches are those of the forward whose stash moves, and alloc/free bytes record the
+// memory that leaves one device and arrives on the other.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +30,7 @@
 namespace pipeplan {
 
 enum class NodeKind : std::uint8_t { compute, send, recv };
-enum class StreamRole : std::uint8_t { compute, send, recv };
+enum class StreamRole : std::uint8_t { compute, send, recv, transfer };
 enum class EdgeKind : std::uint8_t { data, order };
 std::string_view to_string(NodeKind kind);
 std::string_view to_string(StreamRole role);
@@ -32,7 +39,7 @@ struct Stream {
   int device = 0;
   StreamRole role = StreamRole::compute;
   int peer = -1;             // send/recv: the other device
-  std::string name() const;  // "compute", "send>1", "recv<0"
+  std::string name() const;  // "compute", "send>1", "recv<0", "transfer:3"
 };
 
 struct Node {

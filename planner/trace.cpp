@@ -40,6 +40,8 @@ int thread_sort_index(const Stream& stream, int devices) {
       return 1 + peer;
     case StreamRole::recv:
       return 1 + devices + peer;
+    case StreamRole::transfer:
+      return 1 + 2 * devices + peer;
   }
   return 0;
 }
