@@ -236,7 +236,7 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     const auto& j = nodes[static_cast<std::size_t>(i)];
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
-    g.add_node(node_from_json(j, ctx, g.meta.devices, stream_total, node_total));
+    g.add_node_unordered(node_from_json(j, ctx, g.meta.devices, stream_total, node_total));
   }
   for (int s = 0; s < stream_total; ++s)
     g.set_stream_order(s, orders[static_cast<std::size_t>(s)]);
@@ -286,7 +286,7 @@ void write_dot(const TaskGraph& graph, std::ostream& out) {
   boost::write_graphviz(
       out, g,
       [&](std::ostream& os, std::size_t v) {
-        const Node& n = g[v];
+        const Node& n = graph.node(static_cast<int>(v));
         std::string label = n.label;
         if (n.kind != NodeKind::compute) {
           label = std::string(to_string(n.kind)) + " " + n.label + "\\n" +

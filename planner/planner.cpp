@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/auto_schedule.h"
 #include "planner/backward.h"
 #include "planner/error.h"
 #include "planner/partition.h"
@@ -51,14 +52,12 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   return m;
 }
 
-}  // namespace
+struct StageInputs {
+  Partition partition;
+  std::vector<StageCost> costs;
+};
 
-Plan make_plan(const PlanRequest& request) {
-  check_request(request);
-  const ScheduleFamily& family = find_schedule_family(request.schedule);
-  if (request.chunks > 1 && !family.uses_chunks) {
-    throw Error("--chunks: schedule '" + family.name + "' runs one chunk per device");
-  }
+StageInputs stage_inputs(const PlanRequest& request) {
   const int stage_count = request.devices * request.chunks;
   const ModelConfig& model = request.profile.model;
   Partition partition;
@@ -72,22 +71,81 @@ Plan make_plan(const PlanRequest& request) {
     partition = partition_fixed(model, request.layers_per_stage);
   }
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
-  const auto costs = stage_costs(model, request.profile, request.mbs, partition,
-                                 std::min(max_concat, request.microbatches));
-  const Schedule fused =
-      family.generate(ScheduleRequest{request.devices, request.chunks, request.microbatches});
-  check_schedule(fused);
-  PlanMeta meta = make_meta(request, partition, costs, fused);
-  const Schedule schedule = request.backward == BackwardMode::twobp_fill
-                                ? fill_p2_into_gaps(fused, costs, meta, request.p2_concat)
-                                : apply_backward_mode(fused, request.backward, request.p2_concat);
-  Plan plan{lower(schedule, costs, std::move(meta)), {}};
+  auto costs = stage_costs(model, request.profile, request.mbs, partition,
+                           std::min(max_concat, request.microbatches));
+  return {std::move(partition), std::move(costs)};
+}
+
+Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& costs,
+                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off) {
+  Plan plan{lower(schedule, costs, std::move(meta)), {}, {}};
+  if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
+  plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
+                                     schedule.microbatches);
   if (const auto v = find_violation(plan.graph)) {
     if (v->rule == "memory-limit") throw Error("--memory: " + v->message);
     throw Error("internal: generated plan is invalid: " + v->message);
   }
   plan.sim = simulate(plan.graph);
   return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& request) {
+  check_request(request);
+  const ScheduleFamily& family = find_schedule_family(request.schedule);
+  if (request.chunks > 1 && !family.uses_chunks) {
+    throw Error("--chunks: schedule '" + family.name + "' runs one chunk per device");
+  }
+  // Families that place p2 themselves (Zero Bubble) have no fused form to split.
+  if (family.places_p2 && request.backward != BackwardMode::twobp) {
+    throw Error("--backward: schedule '" + family.name +
+                "' places p1 and p2 itself; use --backward 2bp, got " +
+                std::string(to_string(request.backward)));
+  }
+  if (request.bpipe == BpipeMode::automatic) {
+    throw Error("--bpipe: auto searches micro-batch sizes and needs --global-batch");
+  }
+  if (request.bpipe == BpipeMode::on && (family.name == kAutoScheduleName || family.places_p2)) {
+    throw Error("--bpipe: schedule '" + family.name +
+                "' is not supported; BPipe pairs the stages of 1f1b (one stage per device)");
+  }
+  const StageInputs inputs = stage_inputs(request);
+  if (family.name == kAutoScheduleName) {  // built from the costs and the memory limits
+    const Schedule skeleton = schedule_skeleton(
+        ScheduleRequest{request.devices, request.chunks, request.microbatches}, family.name);
+    PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, skeleton);
+    const AutoResult automatic =
+        make_auto_schedule(inputs.costs, meta, request.backward, request.p2_concat);
+    return lower_and_simulate(automatic.schedule, inputs.costs, std::move(meta));
+  }
+  const Schedule generated =
+      family.generate(ScheduleRequest{request.devices, request.chunks, request.microbatches});
+  check_schedule(generated);
+  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, generated);
+  if (family.places_p2) return lower_and_simulate(generated, inputs.costs, std::move(meta));
+  const Schedule schedule =
+      request.backward == BackwardMode::twobp_fill
+          ? fill_p2_into_gaps(generated, inputs.costs, meta, request.p2_concat)
+          : apply_backward_mode(generated, request.backward, request.p2_concat);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), request.bpipe);
+}
+
+Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
+  check_request(request);
+  check_schedule(schedule);
+  if (schedule.devices != request.devices || schedule.microbatches != request.microbatches ||
+      schedule.stage_count() != request.devices * request.chunks) {
+    throw Error("schedule: " + std::to_string(schedule.devices) + " devices, " +
+                std::to_string(schedule.stage_count()) + " stages, " +
+                std::to_string(schedule.microbatches) + " micro-batches do not match --stages " +
+                std::to_string(request.devices) + " --chunks " + std::to_string(request.chunks) +
+                " --microbatches " + std::to_string(request.microbatches));
+  }
+  const StageInputs inputs = stage_inputs(request);
+  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta));
 }
 
 }  // namespace pipeplan

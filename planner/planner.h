@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/bpipe.h"
+#include "planner/lower_bound.h"
 #include "planner/profile.h"
 #include "planner/simulator.h"
 #include "planner/taskgraph.h"
@@ -23,14 +25,21 @@ struct PlanRequest {
   int p2_concat = 1;                  // 0: all micro-batches of a stage in one call
   double memory_limit_bytes = 0;      // per device; 0 = unlimited
   std::vector<int> layers_per_stage;  // blocks per virtual stage; empty = balanced
+  // BPipe activation transfers (planner/bpipe.h): on adds them to a 1f1b plan; auto is a search
+  // over micro-batch size and needs a global batch (planner/bpipe_estimate.h), make_plan refuses.
+  BpipeMode bpipe = BpipeMode::off;
 };
 
 struct Plan {
   TaskGraph graph;
   SimResult sim;
+  LowerBound bound;  // on step time for these inputs (planner/lower_bound.h)
 };
 
 // Throws Error naming the field on bad requests, and on a memory limit the plan exceeds.
 Plan make_plan(const PlanRequest& request);
+// The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
+// request.backward only label the plan; devices, chunks and micro-batches must match the schedule.
+Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule);
 
 }  // namespace pipeplan

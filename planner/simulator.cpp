@@ -103,7 +103,7 @@ SimResult simulate(const TaskGraph& graph) {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> queue;
   // The edge from a send to its matched recv is the rendezvous itself, not a wait.
   auto is_pair_edge = [&](std::size_t from, std::size_t to) {
-    const Node& f = g[from];
+    const Node& f = graph.node(static_cast<int>(from));
     return f.kind == NodeKind::send && f.match == static_cast<int>(to);
   };
   for (int id = 0; id < n_nodes; ++id) {

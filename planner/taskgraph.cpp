@@ -49,44 +49,97 @@ std::string Stream::name() const {
 }
 
 int TaskGraph::stream(int device, StreamRole role, int peer) {
-  for (std::size_t i = 0; i < streams_.size(); ++i) {
-    const Stream& s = streams_[i];
-    if (s.device == device && s.role == role && s.peer == peer) return static_cast<int>(i);
+  const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32) |
+                            (static_cast<std::uint64_t>(role) << 24) |
+                            static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer + 1));
+  const auto [it, inserted] = stream_index_.try_emplace(key, static_cast<int>(streams_.size()));
+  if (inserted) {
+    streams_.push_back(Stream{device, role, peer});
+    stream_order_.emplace_back();
   }
-  streams_.push_back(Stream{device, role, peer});
-  stream_order_.emplace_back();
-  return static_cast<int>(streams_.size() - 1);
+  return it->second;
 }
 
 int TaskGraph::add_node(const Node& node) {
-  if (node.stream < 0 || node.stream >= static_cast<int>(streams_.size())) {
-    throw Error("task graph: node '" + node.label + "' refers to unknown stream " +
-                std::to_string(node.stream));
-  }
+  return add_node(Node(node));
+}
+
+int TaskGraph::add_node(Node&& node) {
   const auto stream_index = static_cast<std::size_t>(node.stream);
-  const int id = static_cast<int>(boost::add_vertex(node, graph_));
+  const int id = add_node_unordered(std::move(node));
   auto& order = stream_order_[stream_index];
-  if (!order.empty()) boost::add_edge(order.back(), id, EdgeKind::order, graph_);
+  if (!order.empty()) add_edge(order.back(), id, EdgeKind::order);
   order.push_back(id);
   return id;
 }
 
 void TaskGraph::add_data_edge(int from, int to) {
-  boost::add_edge(static_cast<std::size_t>(from), static_cast<std::size_t>(to), EdgeKind::data,
-                  graph_);
+  add_edge(from, to, EdgeKind::data);
+}
+
+void TaskGraph::add_edge(int from, int to, EdgeKind kind) {
+  if (from < 0 || to < 0 || from >= node_count() || to >= node_count()) {
+    throw Error("task graph: edge " + std::to_string(from) + " -> " + std::to_string(to) +
+                " names an unknown node");
+  }
+  edges_.push_back({from, to, kind});
+  changed();
+}
+
+void TaskGraph::reserve(std::size_t nodes, std::size_t edges) {
+  nodes_.reserve(nodes);
+  edges_.reserve(edges);
+}
+
+int TaskGraph::add_node_unordered(const Node& node) {
+  return add_node_unordered(Node(node));
+}
+
+int TaskGraph::add_node_unordered(Node&& node) {
+  if (node.stream < 0 || node.stream >= static_cast<int>(streams_.size())) {
+    throw Error("task graph: node '" + node.label + "' refers to unknown stream " +
+                std::to_string(node.stream));
+  }
+  nodes_.push_back(std::move(node));
+  changed();
+  return static_cast<int>(nodes_.size() - 1);
 }
 
 void TaskGraph::set_stream_order(int stream_index, std::vector<int> order) {
   auto& current = stream_order_.at(static_cast<std::size_t>(stream_index));
-  for (const int id : current) {
-    boost::remove_out_edge_if(
-        static_cast<std::size_t>(id),
-        [this](const Graph::edge_descriptor& e) { return graph_[e] == EdgeKind::order; }, graph_);
+  if (!current.empty()) {
+    // Order edges join consecutive nodes of one stream, and a node sits in one stream.
+    std::vector<char> in_stream(nodes_.size(), 0);
+    for (const int id : current)
+      in_stream[static_cast<std::size_t>(id)] = 1;
+    std::erase_if(edges_, [&](const EdgeRecord& e) {
+      return e.kind == EdgeKind::order && in_stream[static_cast<std::size_t>(e.from)] &&
+             in_stream[static_cast<std::size_t>(e.to)];
+    });
   }
   current = std::move(order);
   for (std::size_t i = 1; i < current.size(); ++i) {
-    boost::add_edge(current[i - 1], current[i], EdgeKind::order, graph_);
+    add_edge(current[i - 1], current[i], EdgeKind::order);
   }
+  changed();
+}
+
+const TaskGraph::Graph& TaskGraph::graph() const {
+  const std::lock_guard<std::mutex> guard(*cache_.lock);
+  if (!cache_.graph) {
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    std::vector<EdgeKind> kinds;
+    pairs.reserve(edges_.size());
+    kinds.reserve(edges_.size());
+    for (const EdgeRecord& e : edges_) {
+      pairs.emplace_back(static_cast<std::size_t>(e.from), static_cast<std::size_t>(e.to));
+      kinds.push_back(e.kind);
+    }
+    cache_.graph =
+        std::make_shared<const Graph>(boost::edges_are_unsorted_multi_pass, pairs.begin(),
+                                      pairs.end(), kinds.begin(), nodes_.size());
+  }
+  return *cache_.graph;
 }
 
 std::string TaskGraph::node_name(int id) const {
@@ -137,9 +190,13 @@ Node compute_node(const Action& action, const StageCost& cost, int device, int s
       n.free_bytes = cost.stash_bytes;
       break;
     case OpType::P1:
+      // Layer by layer, p1 turns each layer's stash into its retained X/dY, so memory moves
+      // from the stashed to the retained state without holding both in full (Zero Bubble's
+      // M_B / M_W accounting): the net change is charged at the start if it grows, at the end
+      // if it shrinks.
       n.duration_us = cost.p1_us;
-      n.alloc_bytes = cost.retained_bytes;
-      n.free_bytes = cost.stash_bytes;
+      n.alloc_bytes = std::max<std::int64_t>(cost.retained_bytes - cost.stash_bytes, 0);
+      n.free_bytes = std::max<std::int64_t>(cost.stash_bytes - cost.retained_bytes, 0);
       break;
     case OpType::P2:
       n.duration_us = cost.p2_time_us(static_cast<int>(k));
@@ -147,6 +204,31 @@ Node compute_node(const Action& action, const StageCost& cost, int device, int s
       break;
   }
   return n;
+}
+
+void check_bounds(const Schedule& schedule) {
+  const int stages = schedule.stage_count();
+  if (static_cast<int>(schedule.per_device.size()) != schedule.devices) {
+    throw Error("lower: schedule lists " + std::to_string(schedule.per_device.size()) +
+                " devices, expected " + std::to_string(schedule.devices));
+  }
+  for (const int d : schedule.stage_device) {
+    if (d < 0 || d >= schedule.devices) throw Error("lower: stage mapped to unknown device");
+  }
+  for (int d = 0; d < schedule.devices; ++d) {
+    for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
+      const bool ok = a.stage >= 0 && a.stage < stages && !a.microbatches.empty() &&
+                      schedule.stage_device[static_cast<std::size_t>(a.stage)] == d;
+      if (!ok)
+        throw Error("lower: action " + format_action(a) + " out of place on device " +
+                    std::to_string(d));
+      for (const int mb : a.microbatches) {
+        if (mb < 0 || mb >= schedule.microbatches) {
+          throw Error("lower: action " + format_action(a) + " names an unknown micro-batch");
+        }
+      }
+    }
+  }
 }
 
 double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
@@ -158,7 +240,9 @@ double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
 }  // namespace
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
-  check_schedule(schedule);
+  // Bounds only: lowering must not index out of range. Structural rules (coverage, order) are
+  // the validator's, on the graph itself; make_plan and the importers also run check_schedule.
+  check_bounds(schedule);
   const int stages = schedule.stage_count();
   if (static_cast<int>(costs.size()) != stages) {
     throw Error("lower: " + std::to_string(costs.size()) + " stage costs for " +
@@ -168,6 +252,12 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
   g.meta = std::move(meta);
   g.schedule = schedule;
   ComputeIndex index(stages, schedule.microbatches);
+  std::size_t actions = 0;
+  for (const auto& list : schedule.per_device)
+    actions += list.size();
+  // At most one message per action (its output crossing a device), two nodes each; edges:
+  // stream order, data in and out.
+  g.reserve(3 * actions, 8 * actions);
 
   for (int d = 0; d < schedule.devices; ++d) {
     const int cs = g.stream(d, StreamRole::compute);
@@ -185,6 +275,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
   // Messages in the producer's device order, so each peer pair's sends and receives share one
   // order (what NCCL point-to-point needs to be deadlock-free).
   auto connect = [&](int producer, int consumer, std::int64_t bytes) {
+    if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
     const Node& p = g.node(producer);
     const int src = p.device;
     const int dst = g.node(consumer).device;
@@ -208,8 +299,8 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     recv.device = dst;
     recv.stream = g.stream(dst, StreamRole::recv, src);
     recv.peer = src;
-    const int s = g.add_node(send);
-    const int r = g.add_node(recv);
+    const int s = g.add_node(std::move(send));
+    const int r = g.add_node(std::move(recv));
     g.node(s).match = r;
     g.node(r).match = s;
     g.add_data_edge(producer, s);
@@ -241,8 +332,8 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       const int f = ComputeIndex::at(index.forward, s, mb);
       const int b = ComputeIndex::at(index.backward, s, mb);
       const int w = ComputeIndex::at(index.p2, s, mb);
-      g.add_data_edge(f, b);
-      if (w >= 0) g.add_data_edge(b, w);
+      if (f >= 0 && b >= 0) g.add_data_edge(f, b);
+      if (b >= 0 && w >= 0) g.add_data_edge(b, w);
     }
   }
   return g;

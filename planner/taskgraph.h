@@ -15,11 +15,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
-#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <nlohmann/json_fwd.hpp>
 
 #include "planner/model.h"
@@ -82,8 +85,11 @@ struct PlanMeta {
 
 class TaskGraph {
  public:
+  // Boost.Graph view of the DAG (every data and stream-order edge; vertex v is node v). A
+  // compressed-sparse-row graph, built on first use after a change: building the plan appends to
+  // plain vectors, which keeps lowering a 48k-node plan allocation-light.
   using Graph =
-      boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Node, EdgeKind>;
+      boost::compressed_sparse_row_graph<boost::bidirectionalS, boost::no_property, EdgeKind>;
 
   PlanMeta meta;
   Schedule schedule;
@@ -92,14 +98,20 @@ class TaskGraph {
   int stream(int device, StreamRole role, int peer = -1);
   // Appends the node to the end of its stream (an order edge from the stream's previous node).
   int add_node(const Node& node);
+  int add_node(Node&& node);
   void add_data_edge(int from, int to);
+  void reserve(std::size_t nodes, std::size_t edges);  // capacity hint
+  // Adds the node without placing it in its stream's order: for loaders, which then give each
+  // stream its order with set_stream_order.
+  int add_node_unordered(const Node& node);
+  int add_node_unordered(Node&& node);
   // Replaces a stream's order (used by loaders and by tests that plant faults).
   void set_stream_order(int stream, std::vector<int> order);
 
-  const Graph& graph() const { return graph_; }
-  int node_count() const { return static_cast<int>(boost::num_vertices(graph_)); }
-  const Node& node(int id) const { return graph_[static_cast<std::size_t>(id)]; }
-  Node& node(int id) { return graph_[static_cast<std::size_t>(id)]; }
+  const Graph& graph() const;  // invalidated by any change to the graph
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  const Node& node(int id) const { return nodes_[static_cast<std::size_t>(id)]; }
+  Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
   const std::vector<Stream>& streams() const { return streams_; }
   const std::vector<int>& stream_order(int stream) const {
     return stream_order_[static_cast<std::size_t>(stream)];
@@ -107,16 +119,32 @@ class TaskGraph {
   std::string node_name(int id) const;  // "node 12 (0F3 on device 0 compute)"
 
  private:
-  void rebuild_order_edges(int stream);
-  Graph graph_;
+  struct EdgeRecord {
+    int from;
+    int to;
+    EdgeKind kind;
+  };
+  // The built view; shared (and immutable) between copies, dropped on every change.
+  struct GraphCache {
+    std::shared_ptr<const Graph> graph;
+    std::shared_ptr<std::mutex> lock = std::make_shared<std::mutex>();
+  };
+  void add_edge(int from, int to, EdgeKind kind);
+  void changed() { cache_.graph.reset(); }
+
+  std::vector<Node> nodes_;
+  std::vector<EdgeRecord> edges_;
+  mutable GraphCache cache_;
+  std::unordered_map<std::uint64_t, int> stream_index_;  // (device, role, peer) -> stream
   std::vector<Stream> streams_;
   std::vector<std::vector<int>> stream_order_;
 };
 
 // Lowers a checked schedule: compute nodes with the stage costs, a send/recv pair for every
 // activation and gradient that crosses devices (sends in the producer's order, receives in the
-// same order per peer pair), memory effects (F allocates the stash; P1 allocates the retained
-// X/dY and frees the stash; P2 frees the retained bytes; a fused B frees the stash).
+// same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
+// retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
+// P2 frees the retained bytes; a fused B frees the stash).
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
 
 nlohmann::json plan_to_json(const TaskGraph& graph);

@@ -1,11 +1,13 @@
 #include "planner/validator.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "planner/bpipe_check.h"
 #include "planner/error.h"
 
 namespace pipeplan {
@@ -42,7 +44,9 @@ Result check_streams(const TaskGraph& g) {
       const bool role_ok =
           (n.kind == NodeKind::compute && stream.role == StreamRole::compute) ||
           (n.kind == NodeKind::send && stream.role == StreamRole::send && n.peer == stream.peer) ||
-          (n.kind == NodeKind::recv && stream.role == StreamRole::recv && n.peer == stream.peer);
+          (n.kind == NodeKind::recv && stream.role == StreamRole::recv && n.peer == stream.peer) ||
+          (n.kind != NodeKind::compute && stream.role == StreamRole::transfer &&
+           n.peer == stream.peer);  // BPipe: both directions on one stream per peer
       if (!role_ok) return violation(g, id, "stream", "runs on a stream of the wrong role");
     }
   }
@@ -121,7 +125,7 @@ Result check_acyclic(const TaskGraph& g) {
   const auto n = static_cast<std::size_t>(g.node_count());
   std::vector<std::size_t> rep(n);
   for (std::size_t v = 0; v < n; ++v) {
-    const Node& node = graph[v];
+    const Node& node = g.node(static_cast<int>(v));
     rep[v] = node.kind != NodeKind::compute && node.match >= 0
                  ? std::min(v, static_cast<std::size_t>(node.match))
                  : v;
@@ -138,19 +142,19 @@ Result check_acyclic(const TaskGraph& g) {
   }
   // The members of an event: the node, and for a send/recv its other half.
   auto members = [&](std::size_t v) {
-    std::vector<std::size_t> m{v};
-    const Node& node = graph[v];
-    if (node.kind != NodeKind::compute && node.match >= 0) {
-      m.push_back(static_cast<std::size_t>(node.match));
-    }
-    return m;
+    const Node& node = g.node(static_cast<int>(v));
+    const bool paired = node.kind != NodeKind::compute && node.match >= 0;
+    return std::pair<std::array<std::size_t, 2>, int>{
+        {v, paired ? static_cast<std::size_t>(node.match) : v}, paired ? 2 : 1};
   };
   std::vector<char> done(n, 0);
   while (!stack.empty()) {
     const auto v = stack.back();
     stack.pop_back();
     done[v] = 1;
-    for (const auto member : members(v)) {
+    const auto [list, count] = members(v);
+    for (int k = 0; k < count; ++k) {
+      const auto member = list[static_cast<std::size_t>(k)];
       for (auto [it, end] = boost::out_edges(member, graph); it != end; ++it) {
         const auto b = rep[boost::target(*it, graph)];
         if (b != v && --indegree[b] == 0) stack.push_back(b);
@@ -165,7 +169,9 @@ Result check_acyclic(const TaskGraph& g) {
     while (!visited[cur]) {
       visited[cur] = 1;
       std::size_t next = cur;
-      for (const auto member : members(cur)) {
+      const auto [list, count] = members(cur);
+      for (int k = 0; k < count; ++k) {
+        const auto member = list[static_cast<std::size_t>(k)];
         for (auto [it, end] = boost::in_edges(member, graph); it != end && next == cur; ++it) {
           const auto p = rep[boost::source(*it, graph)];
           if (p != cur && !done[p]) next = p;
@@ -179,37 +185,36 @@ Result check_acyclic(const TaskGraph& g) {
   return std::nullopt;
 }
 
-struct OpKey {
-  OpType op;
-  int stage;
-  int mb;
-  bool operator<(const OpKey& other) const {
-    return std::tie(op, stage, mb) < std::tie(other.op, other.stage, other.mb);
+// Compute nodes by (op, stage, micro-batch) in a flat table; -1 where absent.
+class ComputeTable {
+ public:
+  ComputeTable(int stages, int microbatches)
+      : stages_(stages),
+        microbatches_(microbatches),
+        ids_(4 * static_cast<std::size_t>(stages) * static_cast<std::size_t>(microbatches), -1) {}
+  int& at(OpType op, int stage, int mb) { return ids_[index(op, stage, mb)]; }
+  int find(OpType op, int stage, int mb) const { return ids_[index(op, stage, mb)]; }
+  // P1 and fused B both answer for "the backward".
+  int backward(int stage, int mb) const {
+    const int b = find(OpType::B, stage, mb);
+    return b >= 0 ? b : find(OpType::P1, stage, mb);
   }
+
+ private:
+  std::size_t index(OpType op, int stage, int mb) const {
+    return (static_cast<std::size_t>(op) * static_cast<std::size_t>(stages_) +
+            static_cast<std::size_t>(stage)) *
+               static_cast<std::size_t>(microbatches_) +
+           static_cast<std::size_t>(mb);
+  }
+  int stages_;
+  int microbatches_;
+  std::vector<int> ids_;
 };
 
-// Compute nodes by (op, stage, micro-batch); P1 and B both answer for "backward".
-std::map<OpKey, int> index_compute(const TaskGraph& g) {
-  std::map<OpKey, int> index;
-  for (int id = 0; id < g.node_count(); ++id) {
-    const Node& n = g.node(id);
-    if (n.kind != NodeKind::compute) continue;
-    for (const int mb : n.microbatches)
-      index.emplace(OpKey{n.op, n.stage, mb}, id);
-  }
-  return index;
-}
-
-Result check_coverage(const TaskGraph& g) {
+// Fills the table; the first node that is out of range or repeats an op is a violation.
+Result index_compute(const TaskGraph& g, ComputeTable& table) {
   const int stages = g.schedule.stage_count();
-  std::map<OpKey, int> count;
-  std::vector<int> position(static_cast<std::size_t>(g.node_count()), -1);
-  for (std::size_t s = 0; s < g.streams().size(); ++s) {
-    const auto& order = g.stream_order(static_cast<int>(s));
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
-    }
-  }
   for (int id = 0; id < g.node_count(); ++id) {
     const Node& n = g.node(id);
     if (n.kind != NodeKind::compute) continue;
@@ -223,35 +228,52 @@ Result check_coverage(const TaskGraph& g) {
       if (mb < 0 || mb >= g.meta.microbatches) {
         return violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
       }
-      const OpType cls = n.op == OpType::B ? OpType::P1 : n.op;
-      if (++count[OpKey{cls, n.stage, mb}] > 1) {
+      const bool backward = n.op == OpType::B || n.op == OpType::P1;
+      const bool repeated =
+          backward ? table.backward(n.stage, mb) >= 0 : table.find(n.op, n.stage, mb) >= 0;
+      if (repeated) {
         return violation(
             g, id, "coverage",
             "repeats micro-batch " + std::to_string(mb) + " of stage " + std::to_string(n.stage));
       }
+      table.at(n.op, n.stage, mb) = id;
     }
   }
-  const auto index = index_compute(g);
+  return std::nullopt;
+}
+
+Result check_coverage(const TaskGraph& g) {
+  const int stages = g.schedule.stage_count();
+  std::vector<int> position(static_cast<std::size_t>(g.node_count()), -1);
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const auto& order = g.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    }
+  }
+  ComputeTable table(stages, g.meta.microbatches);
+  if (auto v = index_compute(g, table)) return v;
+  const auto pos = [&](int id) { return position[static_cast<std::size_t>(id)]; };
   for (int s = 0; s < stages; ++s) {
     for (int mb = 0; mb < g.meta.microbatches; ++mb) {
-      const std::string what = "stage " + std::to_string(s) + " micro-batch " + std::to_string(mb);
-      const auto f = index.find({OpType::F, s, mb});
-      const auto b = index.find({OpType::B, s, mb});
-      const auto p1 = index.find({OpType::P1, s, mb});
-      const auto p2 = index.find({OpType::P2, s, mb});
-      if (f == index.end()) return violation(g, -1, "coverage", what + " has no forward");
-      const bool fused = b != index.end();
-      if (!fused && (p1 == index.end() || p2 == index.end())) {
-        return violation(g, f->second, "coverage", what + " lacks its p1 or p2");
+      const auto what = [&] {
+        return "stage " + std::to_string(s) + " micro-batch " + std::to_string(mb);
+      };
+      const int f = table.find(OpType::F, s, mb);
+      const int b = table.find(OpType::B, s, mb);
+      const int p1 = table.find(OpType::P1, s, mb);
+      const int p2 = table.find(OpType::P2, s, mb);
+      if (f < 0) return violation(g, -1, "coverage", what() + " has no forward");
+      const bool fused = b >= 0;
+      if (!fused && (p1 < 0 || p2 < 0)) {
+        return violation(g, f, "coverage", what() + " lacks its p1 or p2");
       }
-      const int back = fused ? b->second : p1->second;
-      if (position[static_cast<std::size_t>(back)] <
-          position[static_cast<std::size_t>(f->second)]) {
-        return violation(g, back, "f-before-p1", "runs before the forward of " + what);
+      const int back = fused ? b : p1;
+      if (pos(back) < pos(f)) {
+        return violation(g, back, "f-before-p1", "runs before the forward of " + what());
       }
-      if (!fused && position[static_cast<std::size_t>(p2->second)] <
-                        position[static_cast<std::size_t>(p1->second)]) {
-        return violation(g, p2->second, "p1-before-p2", "runs before the p1 of " + what);
+      if (!fused && pos(p2) < pos(p1)) {
+        return violation(g, p2, "p1-before-p2", "runs before the p1 of " + what());
       }
     }
   }
@@ -259,8 +281,7 @@ Result check_coverage(const TaskGraph& g) {
 }
 
 // True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv.
-bool feeds(const TaskGraph& g, int producer, int consumer) {
-  const auto& graph = g.graph();
+bool feeds(const TaskGraph& g, const TaskGraph::Graph& graph, int producer, int consumer) {
   for (auto [it, end] = boost::in_edges(static_cast<std::size_t>(consumer), graph); it != end;
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
@@ -278,39 +299,42 @@ bool feeds(const TaskGraph& g, int producer, int consumer) {
   return false;
 }
 
+// Runs after check_coverage: every (op, stage, micro-batch) the rules need exists.
 Result check_inputs(const TaskGraph& g) {
-  const auto index = index_compute(g);
+  const auto& graph = g.graph();
   const int stages = g.schedule.stage_count();
-  auto backward_of = [&](int stage, int mb) {
-    auto it = index.find({OpType::B, stage, mb});
-    if (it == index.end()) it = index.find({OpType::P1, stage, mb});
-    return it->second;
+  ComputeTable table(stages, g.meta.microbatches);
+  if (auto v = index_compute(g, table)) return v;
+  const auto need = [&](int producer, int consumer, const char* what) -> Result {
+    if (feeds(g, graph, producer, consumer)) return std::nullopt;
+    return violation(g, consumer, "inputs",
+                     std::string("does not wait for ") + what + " " + g.node(producer).label);
   };
-  for (const auto& entry : index) {
-    const OpKey& key = entry.first;
-    const int id = entry.second;
-    const auto need = [&](int producer, const char* what) -> Result {
-      if (feeds(g, producer, id)) return std::nullopt;
-      return violation(g, id, "inputs",
-                       std::string("does not wait for ") + what + " " + g.node(producer).label);
-    };
-    Result r;
-    if (key.op == OpType::F && key.stage > 0) {
-      r = need(index.at({OpType::F, key.stage - 1, key.mb}), "the activation from");
-    } else if (key.op == OpType::B || key.op == OpType::P1) {
-      r = need(index.at({OpType::F, key.stage, key.mb}), "its forward");
-      if (!r && key.stage + 1 < stages) {
-        r = need(backward_of(key.stage + 1, key.mb), "the gradient from");
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
+    for (int s = 0; s < stages; ++s) {
+      for (int mb = 0; mb < g.meta.microbatches; ++mb) {
+        const int id = table.find(op, s, mb);
+        if (id < 0) continue;
+        Result r;
+        if (op == OpType::F && s > 0) {
+          r = need(table.find(OpType::F, s - 1, mb), id, "the activation from");
+        } else if (op == OpType::B || op == OpType::P1) {
+          r = need(table.find(OpType::F, s, mb), id, "its forward");
+          if (!r && s + 1 < stages) r = need(table.backward(s + 1, mb), id, "the gradient from");
+        } else if (op == OpType::P2) {
+          r = need(table.find(OpType::P1, s, mb), id, "its p1");
+        }
+        if (r) return r;
       }
-    } else if (key.op == OpType::P2) {
-      r = need(index.at({OpType::P1, key.stage, key.mb}), "its p1");
     }
-    if (r) return r;
   }
   return std::nullopt;
 }
 
 Result check_memory(const TaskGraph& g) {
+  // With BPipe transfers, memory moves between devices at times that the stream orders do not
+  // fix: check_transfer_memory (planner/bpipe_check.cpp) checks the simulated timeline instead.
+  if (has_transfers(g)) return std::nullopt;
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     if (stream.role != StreamRole::compute) continue;
@@ -341,8 +365,9 @@ Result check_memory(const TaskGraph& g) {
 }  // namespace
 
 std::optional<Violation> find_violation(const TaskGraph& graph) {
-  for (const auto check : {check_streams, check_matches, check_pair_order, check_acyclic,
-                           check_coverage, check_inputs, check_memory}) {
+  for (const auto check :
+       {check_streams, check_matches, check_pair_order, check_transfer_order, check_acyclic,
+        check_coverage, check_inputs, check_memory, check_transfer_use, check_transfer_memory}) {
     if (auto v = check(graph)) return v;
   }
   return std::nullopt;

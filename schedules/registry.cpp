@@ -19,6 +19,36 @@ const std::vector<ScheduleFamily>& schedule_families() {
        "device, virtual stage v on device v mod P; bubble shrinks by the chunk count; needs "
        "micro-batches divisible by devices",
        true, make_interleaved},
+      {"looped-bfs",
+       "Breadth-first looping (Lamy-Poirier 2023): --chunks virtual stages per device, v on "
+       "device v mod P; every micro-batch through chunk 0, then chunk 1, ...; backwards in "
+       "reverse; holds m micro-batches like GPipe",
+       true, make_looped_bfs},
+      {"zb-h1",
+       "ZB-H1 (Qi et al. 2024): 1F1B warm-up, p2 of device i lags its p1 by i; bubble "
+       "(P-1)(F+B-W) at 1F1B's memory P*M_B; needs --backward 2bp",
+       false, make_zb_h1, true},
+      {"zb-h2",
+       "ZB-H2 (Qi et al. 2024): 2(P-i-1)+1 warm-up forwards, p2 lags p1 by 2i; bubble "
+       "(P-1)(F+B-2W) per stage span with (2P-1)*M_B; needs --backward 2bp",
+       false, make_zb_h2, true},
+      {"zb-v",
+       "ZB-V (Qi et al. 2024): --chunks 2 in a V (virtual stage v on device v, then 2P-1-v), "
+       "memory-capped greedy at 1F1B's memory P*M_B; needs --backward 2bp",
+       true, make_zb_v, true},
+      {"v-half",
+       "V-Half (Qi et al. 2405.15362): the V placement capped at about half of 1F1B's memory, "
+       "(P+2)/2*M_B; --chunks 2; needs --backward 2bp",
+       true, make_v_half, true},
+      {"v-min",
+       "V-Min (Qi et al. 2405.15362): the V placement capped at about a third of 1F1B's memory, "
+       "(ceil(2P/3)+2)/2*M_B; --chunks 2; needs --backward 2bp",
+       true, make_v_min, true},
+      {"auto",
+       "Automatic (pipeplan, docs/auto-schedule.md): list scheduling over the real per-stage "
+       "F/p1/p2 times and per-device memory limits, p2 placed and concatenated where it pays; "
+       "best of several variants by simulated step time; needs --backward 2bp",
+       false, make_auto_unplanned, true},
   };
   return families;
 }

@@ -25,6 +25,9 @@ struct ScheduleFamily {
   // Throws Error naming the field when the request does not suit the family (e.g. micro-batches
   // not divisible by the number of devices).
   std::function<Schedule(const ScheduleRequest&)> generate;
+  // The family emits P1/P2 itself (Zero Bubble style) instead of fused B: make_plan uses its
+  // output as-is and accepts only --backward 2bp (see docs/schedules.md).
+  bool places_p2 = false;
 };
 
 const std::vector<ScheduleFamily>& schedule_families();
@@ -34,6 +37,17 @@ const ScheduleFamily& find_schedule_family(std::string_view name);  // throws Er
 Schedule make_gpipe(const ScheduleRequest& request);
 Schedule make_1f1b(const ScheduleRequest& request);
 Schedule make_interleaved(const ScheduleRequest& request);
+Schedule make_looped_bfs(const ScheduleRequest& request);
+Schedule make_zb_h1(const ScheduleRequest& request);
+Schedule make_zb_h2(const ScheduleRequest& request);
+Schedule make_zb_v(const ScheduleRequest& request);
+Schedule make_v_half(const ScheduleRequest& request);
+Schedule make_v_min(const ScheduleRequest& request);
+// `auto` is built by make_plan from the stage costs (planner/auto_schedule.h); called without
+// them it throws Error naming --schedule.
+Schedule make_auto_unplanned(const ScheduleRequest& request);
+// Memory cap of the V families in chunk stashes (M_B / 2 each), clamped to [2, 2P].
+int v_shape_cap(std::string_view family, int devices);
 
 // Shared by the generators. Throws Error naming --stages, --microbatches or --chunks (chunks > 1
 // only when `uses_chunks`).

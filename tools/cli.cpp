@@ -16,7 +16,9 @@ int run_cli(int argc, char** argv) {
   // One line per subcommand (tools/cmd_*.cpp).
   const std::vector<Command> commands = {
       add_plan_command(app),    add_show_command(app),    add_validate_command(app),
-      add_compare_command(app), add_profile_command(app),
+      add_compare_command(app), add_profile_command(app), add_export_command(app),
+      add_import_command(app),  add_run_command(app),     add_diff_command(app),
+      add_bpipe_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,8 +1,11 @@
 #include "tools/commands.h"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
+#include "planner/bpipe_estimate.h"
+#include "planner/error.h"
 #include "planner/planner.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
@@ -15,15 +18,59 @@ struct PlanCommand {
   PlanOptions options;
   std::string output;
   bool json = false;
+  bool search = false;
+  int global_batch = 0;
+  std::string search_mbs;
   int run() const {
+    if (search) return run_search();
+    if (options.bpipe == "auto") return run_bpipe_auto();
     const Plan plan = make_plan(make_request(options));
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
       std::cout << metrics_json(plan.graph, plan.sim).dump(2) << "\n";
     } else {
-      std::cout << short_summary(plan.graph, plan.sim);
+      std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
       if (!output.empty()) std::cout << "wrote " << output << "\n";
     }
+    return 0;
+  }
+  static std::string bound_line(const Plan& plan) {
+    char line[160];
+    std::snprintf(line, sizeof line, "lower bound on step time %.3f ms, gap %.1f %%\n",
+                  plan.bound.makespan_us / 1e3,
+                  100 * gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us));
+    return line;
+  }
+  // --bpipe auto: the fastest 1f1b plan over micro-batch size, backward mode and BPipe on/off.
+  int run_bpipe_auto() const {
+    if (global_batch < 1) throw Error("--global-batch: required by --bpipe auto");
+    BpipeConfig chosen;
+    const Plan plan =
+        best_bpipe_plan(make_search_request(options, global_batch, search_mbs), &chosen);
+    if (!output.empty()) save_plan(plan.graph, output);
+    if (json) {
+      std::cout << metrics_json(plan.graph, plan.sim).dump(2) << "\n";
+      return 0;
+    }
+    std::cout << "bpipe auto: mbs " << chosen.mbs << ", backward " << to_string(chosen.backward)
+              << ", BPipe " << (chosen.bpipe ? "on" : "off") << "\n"
+              << short_summary(plan.graph, plan.sim) << bound_line(plan);
+    if (!output.empty()) std::cout << "wrote " << output << "\n";
+    return 0;
+  }
+  int run_search() const {
+    if (global_batch == 0 && options.microbatches < 1)
+      throw Error("--global-batch: required by --search (or give --microbatches)");
+    const SearchResult result =
+        search_plans(make_search_request(options, global_batch, search_mbs));
+    if (!output.empty()) save_plan(result.best.graph, output);
+    if (json) {
+      std::cout << metrics_json(result.best.graph, result.best.sim).dump(2) << "\n";
+      return 0;
+    }
+    std::cout << format_pareto(result) << "best:\n"
+              << short_summary(result.best.graph, result.best.sim) << bound_line(result.best);
+    if (!output.empty()) std::cout << "wrote " << output << "\n";
     return 0;
   }
 };
@@ -36,6 +83,13 @@ Command add_plan_command(CLI::App& app) {
   add_plan_options(*sub, cmd->options, true);
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");
   sub->add_flag("--json", cmd->json, "print machine-readable metrics");
+  sub->add_flag("--search", cmd->search,
+                "search mbs, schedule (auto included), backward, chunks and partition; print the "
+                "Pareto front of step time vs peak memory, write the best plan with -o");
+  sub->add_option("--global-batch", cmd->global_batch,
+                  "samples per step for --search (m = global batch / mbs)");
+  sub->add_option("--search-mbs", cmd->search_mbs,
+                  "micro-batch sizes --search tries, e.g. 1,2,4 (default 1,2,4,8)");
   return {sub, [cmd] { return cmd->run(); }};
 }
 

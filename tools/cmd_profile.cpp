@@ -9,6 +9,11 @@
 #include "planner/error.h"
 #include "planner/gpu.h"
 #include "tools/units.h"
+#ifdef PIPEPLAN_HAVE_CUDA
+#include <unistd.h>
+
+#include "runtime/cuda/profiler.h"
+#endif
 
 namespace pipeplan {
 
@@ -22,8 +27,12 @@ struct ProfileCommand {
   std::string attention = "flash";
   int max_concat = 8;
   bool analytic = false;
+  std::string backend;  // "cuda": measure on the GPU (runtime/cuda/profiler.h)
+  int sm_partition = 0;
+  int repetitions = 20;
   std::string output;
   int run() const {
+    if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic) {
       throw Error("profile: measuring needs the CUDA backend, not built yet; use --analytic");
     }
@@ -47,6 +56,33 @@ struct ProfileCommand {
     }
     return 0;
   }
+  int run_cuda() const {
+#ifdef PIPEPLAN_HAVE_CUDA
+    cuda::CudaProfileOptions options;
+    options.model = resolve_model(model);
+    options.seq = seq;
+    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.attention = attention_from_string(attention);
+    options.max_concat = max_concat;
+    options.repetitions = repetitions;
+    options.sm_partition = sm_partition;
+    options.progress = isatty(STDERR_FILENO) != 0;
+    options.command = "pipeplan profile --backend cuda --model " + model + " --mbs " + mbs +
+                      " --attention " + attention + " --max-concat " + std::to_string(max_concat);
+    if (seq > 0) options.command += " --seq " + std::to_string(seq);
+    if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
+    const Profile profile = cuda::measure_profile(options);
+    if (output.empty()) {
+      std::cout << profile_to_json(profile).dump(2) << "\n";
+    } else {
+      save_profile(profile, output);
+      std::cout << "wrote " << output << "\n";
+    }
+    return 0;
+#else
+    throw Error("profile: measuring needs the CUDA backend, not built yet; use --analytic");
+#endif
+  }
 };
 
 }  // namespace
@@ -63,6 +99,10 @@ Command add_profile_command(CLI::App& app) {
   sub->add_option("--max-concat", cmd->max_concat, "p2 concatenation entries 1..K")
       ->capture_default_str();
   sub->add_flag("--analytic", cmd->analytic, "estimate from FLOPs and bandwidth");
+  sub->add_option("--backend", cmd->backend, "cuda: measure on the GPU");
+  sub->add_option("--sm-partition", cmd->sm_partition, "cuda: run in a green context of N SMs");
+  sub->add_option("--repetitions", cmd->repetitions, "cuda: timed runs per pass (median kept)")
+      ->capture_default_str();
   sub->add_option("-o,--output", cmd->output, "profile JSON to write");
   return {sub, [cmd] { return cmd->run(); }};
 }

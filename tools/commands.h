@@ -19,5 +19,10 @@ Command add_show_command(CLI::App& app);
 Command add_validate_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_profile_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
+Command add_import_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
+Command add_diff_command(CLI::App& app);
+Command add_bpipe_command(CLI::App& app);
 
 }  // namespace pipeplan

@@ -1,8 +1,12 @@
 #include "tools/plan_options.h"
 
+#include <algorithm>
+
 #include "planner/analytic.h"
 #include "planner/error.h"
 #include "planner/gpu.h"
+#include "planner/tensor_parallel.h"
+#include "schedules/registry.h"
 #include "tools/units.h"
 
 namespace pipeplan {
@@ -13,14 +17,15 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
       ->capture_default_str();
   app.add_option("--profile", o.profile, "profile JSON (default: the analytic model)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
-  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m")->required();
+  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
   app.add_option("--seq", o.seq, "sequence length (default: the model's)");
   app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
       ->capture_default_str();
   if (with_schedule) {
     app.add_option("--schedule", o.schedule, "gpipe, 1f1b, interleaved")->capture_default_str();
-    app.add_option("--backward", o.backward, "fused, 2bp, 2bp-fill")->capture_default_str();
+    app.add_option("--backward", o.backward,
+                   "fused, 2bp, 2bp-fill (default: fused; 2bp for families that place p2)");
   }
   app.add_option("--p2-concat", o.p2_concat,
                  "micro-batches per concatenated p2 call in 2bp modes (0 = all)")
@@ -32,6 +37,12 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
   app.add_option("--uniform", o.uniform, "identical stages F:B:W:COMM in ms (no model)");
   app.add_option("--uniform-mem", o.uniform_mem, "GiB allocated by F:P1:P2, summing to 0");
+  app.add_option("--bpipe", o.bpipe,
+                 "BPipe activation transfers: off, on, auto (auto needs --global-batch)")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", o.tensor_parallel,
+                 "GPUs per stage T: divides per-stage time and memory by T (analytic)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -70,6 +81,39 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
 
 }  // namespace
 
+SearchRequest make_search_request(const PlanOptions& options, int global_batch,
+                                  const std::string& mbs_list) {
+  if (global_batch < 0) throw Error("--global-batch: must be positive");
+  PlanOptions o = options;
+  if (global_batch > 0) o.microbatches = global_batch;  // placeholder; the search sets m
+  SearchRequest s;
+  s.base = make_request(o);
+  if (global_batch == 0) return s;
+  s.global_batch = global_batch;
+  std::vector<int> candidates =
+      mbs_list.empty() ? std::vector<int>{1, 2, 4, 8} : parse_int_list(mbs_list, "--search-mbs");
+  if (!o.uniform.empty()) {
+    candidates = {1};
+  } else if (!o.profile.empty()) {
+    const std::vector<int> held = s.base.profile.micro_batch_sizes();
+    std::erase_if(candidates,
+                  [&](int mbs) { return std::find(held.begin(), held.end(), mbs) == held.end(); });
+  } else {
+    const GpuSpec gpu = find_gpu(o.gpu);
+    const ModelConfig model = resolve_model(o.model);
+    s.profile_for = [o, gpu, model, global_batch](int mbs) {
+      AnalyticOptions analytic;
+      analytic.seq = o.seq;
+      analytic.micro_batch_sizes = {mbs};
+      analytic.attention = attention_from_string(o.attention);
+      analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? global_batch / mbs : o.p2_concat);
+      return tensor_parallel_profile(analytic_profile(model, gpu, analytic), o.tensor_parallel);
+    };
+  }
+  s.mbs_candidates = candidates;
+  return s;
+}
+
 PlanRequest make_request(const PlanOptions& o) {
   if (o.stages < 1) throw Error("--stages: must be at least 1");
   if (o.microbatches < 1) throw Error("--microbatches: must be at least 1");
@@ -78,15 +122,21 @@ PlanRequest make_request(const PlanOptions& o) {
   if (o.seq < 0) throw Error("--seq: must be positive");
   const GpuSpec gpu = find_gpu(o.gpu);
   PlanRequest r;
-  r.profile = load_request_profile(o, gpu);
+  r.profile = tensor_parallel_profile(load_request_profile(o, gpu), o.tensor_parallel);
   r.gpu = gpu.name;
-  r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12;
+  // With tensor parallelism a pipeline device is a group of T GPUs.
+  r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;
+  r.bpipe = bpipe_mode_from_string(o.bpipe);
   r.devices = o.stages;
   r.chunks = o.chunks;
   r.microbatches = o.microbatches;
   r.mbs = o.mbs;
   r.schedule = o.schedule;
-  r.backward = backward_mode_from_string(o.backward);
+  // Families that place p2 themselves run their own placement (2bp) unless told otherwise.
+  r.backward =
+      o.backward.empty()
+          ? (find_schedule_family(o.schedule).places_p2 ? BackwardMode::twobp : BackwardMode::fused)
+          : backward_mode_from_string(o.backward);
   r.p2_concat = o.p2_concat;
   r.memory_limit_bytes = o.memory.empty() ? (o.uniform.empty() ? gpu.hbm_bytes : 0.0)
                                           : parse_bytes(o.memory, "--memory");

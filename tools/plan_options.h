@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/planner.h"
+#include "planner/search.h"
 
 namespace pipeplan {
 
@@ -19,18 +20,25 @@ struct PlanOptions {
   int seq = 0;
   int chunks = 1;
   std::string schedule = "1f1b";
-  std::string backward = "fused";
+  std::string backward;  // empty: fused, or 2bp for families that place p2 themselves
   int p2_concat = 0;
   std::string memory;  // empty: the GPU's HBM size
   std::string attention = "flash";
   std::string layers_per_stage;
   std::string uniform;
   std::string uniform_mem;
+  std::string bpipe = "off";  // off, on, auto (planner/bpipe.h)
+  int tensor_parallel = 1;    // GPUs per pipeline stage (planner/tensor_parallel.h)
 };
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);
 // Throws Error naming the option on bad input.
 PlanRequest make_request(const PlanOptions& options);
+// `plan --search`: with `global_batch` > 0 every size in `mbs_list` ("1,2,4,8"; empty: powers of
+// two up to 8) that divides it, with an analytic profile per size unless --profile/--uniform
+// gives the costs (then only the sizes they hold). Throws Error naming the option.
+SearchRequest make_search_request(const PlanOptions& options, int global_batch,
+                                  const std::string& mbs_list);
 
 }  // namespace pipeplan

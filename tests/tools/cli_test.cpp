@@ -105,7 +105,10 @@ TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
   for (const auto& row : rows) {
     by_name[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
   }
-  EXPECT_EQ(by_name.size(), 9u);
+  // Three backward modes for each of gpipe, 1f1b, interleaved, plus the newer families' rows.
+  EXPECT_GE(by_name.size(), 9u);
+  for (const char* s : {"gpipe", "1f1b", "interleaved"})
+    EXPECT_EQ(by_name.count(std::string(s) + "/2bp-fill"), 1u) << s;
   for (const char* s : {"gpipe", "1f1b"}) {
     const auto& fused = by_name[std::string(s) + "/fused"];
     const auto& twobp = by_name[std::string(s) + "/2bp"];
@@ -115,7 +118,14 @@ TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
       const auto p = row["peak_memory_bytes"].get<std::vector<double>>();
       return *std::max_element(p.begin(), p.end());
     };
-    EXPECT_GT(peak(twobp), peak(fused)) << s;
+    // 1F1B: the retained X/dY of finished p1s sit beside the in-flight stashes, so the peak
+    // rises. GPipe already peaks with every stash alive after the last forward; 2BP keeps the
+    // memory high for longer but cannot raise that peak (retained <= stash).
+    if (std::string(s) == "1f1b") {
+      EXPECT_GT(peak(twobp), peak(fused)) << s;
+    } else {
+      EXPECT_GE(peak(twobp), peak(fused)) << s;
+    }
   }
   EXPECT_DOUBLE_EQ(by_name["1f1b/fused"]["speedup_vs_1f1b_fused"].get<double>(), 1.0);
   const Result text = run("compare --model llama-7b --gpu h100 --stages 4 --microbatches 4");

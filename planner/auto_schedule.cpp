@@ -1,0 +1,386 @@
+#include "planner/auto_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "planner/error.h"
+#include "planner/simulator.h"
+#include "planner/validator.h"
+
+namespace pipeplan {
+
+double boundary_transfer_us(const P2pLink& link, const StageCost& sender) {
+  double t = link.latency_us;
+  if (link.bandwidth_GBps > 0)
+    t += static_cast<double>(sender.send_bytes) / (link.bandwidth_GBps * 1e3);
+  return t;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+enum class Fill { fit, always };
+
+// One heuristic variant: the warm-up depth cap of device d is ceil(depth_factor * (P - d))
+// micro-batches in flight (0: only memory limits it); `fill` says whether a P2 may start in an
+// idle gap it does not fit (delaying the next arrival) or only in one it fits.
+struct Variant {
+  double depth_factor = 0;
+  Fill fill = Fill::fit;
+  bool split = true;  // false: fused B (p2 right after p1), tried where split does not fit
+  std::string name() const {
+    std::string depth = "memory";
+    if (depth_factor > 0) {
+      depth = std::to_string(depth_factor);
+      depth = depth.substr(0, depth.find('.') + 2) + "x";
+    }
+    if (!split) return "depth=" + depth + " fused";
+    return "depth=" + depth + " fill=" + (fill == Fill::fit ? "fit" : "always");
+  }
+};
+
+enum class Kind { wait, forward, p1, p2 };
+
+struct Decision {
+  double start = kInf;
+  Kind kind = Kind::wait;
+  int group = 1;  // P2 group size
+};
+
+struct DeviceState {
+  double free_at = 0;
+  int next_f = 0;
+  int inflight = 0;  // forwarded, P1 not yet run
+  int backward_done = 0;
+  std::int64_t memory = 0;  // static + activations, in the validator's order semantics
+  double send_forward_free = 0, send_backward_free = 0;
+  std::deque<std::pair<double, int>> gradients;  // (arrival, micro-batch), arrival-ordered
+  std::deque<int> pending_p2;
+  int depth_cap = 0;
+  std::vector<Action> actions;
+};
+
+class ListScheduler {
+ public:
+  ListScheduler(const std::vector<StageCost>& costs, const PlanMeta& meta, bool split,
+                int max_group, const Variant& variant)
+      : costs_(costs),
+        meta_(meta),
+        split_(split),
+        max_group_(max_group),
+        devices_(meta.devices),
+        microbatches_(meta.microbatches),
+        state_(static_cast<std::size_t>(meta.devices)),
+        forward_arrival_(static_cast<std::size_t>(meta.devices),
+                         std::vector<double>(static_cast<std::size_t>(meta.microbatches), kInf)) {
+    for (int d = 0; d < devices_; ++d) {
+      DeviceState& s = at(d);
+      s.memory = d < static_cast<int>(meta.static_bytes.size())
+                     ? meta.static_bytes[static_cast<std::size_t>(d)]
+                     : 0;
+      const double cap = variant.depth_factor > 0
+                             ? std::ceil(variant.depth_factor * (devices_ - d) - 1e-9)
+                             : static_cast<double>(microbatches_);
+      s.depth_cap = std::max(1, static_cast<int>(cap));
+      if (d + 1 < devices_) comm_.push_back(boundary_transfer_us(meta.link, cost(d)));
+    }
+    forward_arrival_[0].assign(static_cast<std::size_t>(microbatches_), 0.0);
+    fill_ = variant.fill;
+  }
+
+  Schedule run() {
+    int done = 0;
+    std::vector<char> finished(static_cast<std::size_t>(devices_), 0);
+    while (done < devices_) {
+      int best_device = -1;
+      Decision best;
+      for (int d = 0; d < devices_; ++d) {
+        if (finished[static_cast<std::size_t>(d)]) continue;
+        const Decision dec = decide(d);
+        if (best_device < 0 || dec.start < best.start) {
+          best = dec;
+          best_device = d;
+        }
+      }
+      if (best.start == kInf) {
+        // Every device waits on an arrival nobody has produced yet: run a pending P2 anywhere.
+        best_device = -1;
+        for (int d = 0; d < devices_ && best_device < 0; ++d) {
+          if (!at(d).pending_p2.empty()) best_device = d;
+        }
+        if (best_device < 0) throw Error("auto schedule: internal deadlock");
+        best = Decision{at(best_device).free_at, Kind::p2, 1};
+      }
+      apply(best_device, best);
+      const DeviceState& s = at(best_device);
+      if (s.next_f == microbatches_ && s.backward_done == microbatches_ && s.pending_p2.empty()) {
+        finished[static_cast<std::size_t>(best_device)] = 1;
+        ++done;
+      }
+    }
+    Schedule out;
+    out.family = kAutoScheduleName;
+    out.devices = devices_;
+    out.microbatches = microbatches_;
+    for (int d = 0; d < devices_; ++d) {
+      out.stage_device.push_back(d);
+      out.per_device.push_back(std::move(at(d).actions));
+    }
+    return out;
+  }
+
+ private:
+  DeviceState& at(int d) { return state_[static_cast<std::size_t>(d)]; }
+  const StageCost& cost(int d) const { return costs_[static_cast<std::size_t>(d)]; }
+  bool fits(int d, std::int64_t extra) {
+    const auto dd = static_cast<std::size_t>(d);
+    const double limit = dd < meta_.memory_limit_bytes.size() ? meta_.memory_limit_bytes[dd] : 0;
+    return limit <= 0 || static_cast<double>(at(d).memory + extra) <= limit;
+  }
+  // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
+  // the net growth charged up front, a net shrink released at the end).
+  std::int64_t p1_growth(int d) {
+    const StageCost& c = cost(d);
+    return std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
+  }
+  // Admit an F only when its stash fits and its P1 will fit too once the pending P2s have run,
+  // so a device full of stashes can always run a backward.
+  bool forward_fits(int d) {
+    const StageCost& c = cost(d);
+    if (!fits(d, c.stash_bytes)) return false;
+    if (!split_) return true;
+    const auto pending = static_cast<std::int64_t>(at(d).pending_p2.size());
+    return fits(d, c.stash_bytes + p1_growth(d) - pending * c.retained_bytes);
+  }
+  double p2_time(int d, int k) const { return cost(d).p2_time_us(k); }
+
+  // The P2 group size for a gap of `gap` us (kInf: no deadline): the most efficient size that
+  // fits, larger on ties; 0 when none fits.
+  int group_for_gap(int d, double gap) const {
+    const int pending = static_cast<int>(state_[static_cast<std::size_t>(d)].pending_p2.size());
+    const int limit = std::min(pending, max_group_);
+    int best = 0;
+    double best_rate = kInf;
+    for (int k = 1; k <= limit; ++k) {
+      const double t = p2_time(d, k);
+      if (t > gap + 1e-9) break;
+      const double rate = t / k;
+      if (rate <= best_rate * (1 + 1e-12)) {
+        best_rate = std::min(best_rate, rate);
+        best = k;
+      }
+    }
+    return best;
+  }
+
+  // Earliest time an input could still reach device d: known arrivals, else an estimate from
+  // the neighbour's next free time (it cannot produce the input sooner).
+  double next_input(int d, double now, bool want_forward) {
+    const DeviceState& s = at(d);
+    double next = s.gradients.empty() ? kInf : s.gradients.front().first;
+    if (want_forward) {
+      const double f =
+          forward_arrival_[static_cast<std::size_t>(d)][static_cast<std::size_t>(s.next_f)];
+      if (f < kInf) {
+        next = std::min(next, f);
+      } else if (d > 0) {
+        next = std::min(next, std::max(at(d - 1).free_at, now) + cost(d - 1).forward_us +
+                                  comm_[static_cast<std::size_t>(d) - 1]);
+      }
+    }
+    const bool gradient_expected = s.inflight > static_cast<int>(s.gradients.size());
+    if (gradient_expected && d + 1 < devices_) {
+      next = std::min(next, std::max(at(d + 1).free_at, now) + cost(d + 1).p1_us +
+                                comm_[static_cast<std::size_t>(d)]);
+    }
+    return next;
+  }
+
+  Decision decide(int d) {
+    DeviceState& s = at(d);
+    const double now = s.free_at;
+    const double gradient_at = s.gradients.empty() ? kInf : s.gradients.front().first;
+    const bool more_forwards = s.next_f < microbatches_;
+    const double forward_at =
+        more_forwards
+            ? forward_arrival_[static_cast<std::size_t>(d)][static_cast<std::size_t>(s.next_f)]
+            : kInf;
+    const bool forward_memory = more_forwards && forward_fits(d);
+    const bool forward_allowed = forward_memory && s.inflight < s.depth_cap;
+
+    if (gradient_at <= now) {
+      if (!split_ || fits(d, p1_growth(d))) return {now, Kind::p1, 1};
+      if (!s.pending_p2.empty()) return {now, Kind::p2, 1};  // memory forces it
+      throw Error("--memory: device " + std::to_string(d) +
+                  " cannot hold the retained bytes of one more p1");
+    }
+    if (forward_allowed && forward_at <= now) return {now, Kind::forward, 1};
+    if (split_ && !s.pending_p2.empty()) {
+      if (s.backward_done == microbatches_) return {now, Kind::p2, group_for_gap(d, kInf)};
+      if (more_forwards && !forward_memory && s.inflight < s.depth_cap) {
+        return {now, Kind::p2, 1};  // memory blocks the next F: free some
+      }
+      const double next = next_input(d, now, forward_allowed);
+      const int k = group_for_gap(d, next - now);
+      if (k > 0) return {now, Kind::p2, k};
+      if (fill_ == Fill::always) return {now, Kind::p2, 1};
+    }
+    double wake = gradient_at;
+    if (forward_allowed) wake = std::min(wake, forward_at);
+    if (more_forwards && !forward_memory && s.inflight == 0 && s.pending_p2.empty()) {
+      throw Error("--memory: device " + std::to_string(d) +
+                  " cannot hold the activations of one micro-batch within its limit");
+    }
+    return {std::max(wake, now), Kind::wait, 1};
+  }
+
+  void send(int from, int to, int mb, double ready) {
+    DeviceState& s = at(from);
+    const bool forward = to > from;
+    double& free = forward ? s.send_forward_free : s.send_backward_free;
+    const double start = std::max(ready, free);
+    const double arrival = start + comm_[static_cast<std::size_t>(std::min(from, to))];
+    free = arrival;
+    if (forward) {
+      forward_arrival_[static_cast<std::size_t>(to)][static_cast<std::size_t>(mb)] = arrival;
+    } else {
+      at(to).gradients.emplace_back(arrival, mb);
+    }
+  }
+
+  void apply(int d, const Decision& dec) {
+    DeviceState& s = at(d);
+    const StageCost& c = cost(d);
+    const double start = dec.start;
+    switch (dec.kind) {
+      case Kind::wait:
+        s.free_at = start;
+        return;
+      case Kind::forward: {
+        const int mb = s.next_f++;
+        s.free_at = start + c.forward_us;
+        s.memory += c.stash_bytes;
+        ++s.inflight;
+        s.actions.push_back(Action{OpType::F, d, {mb}});
+        if (d + 1 < devices_) {
+          send(d, d + 1, mb, s.free_at);
+        } else {
+          s.gradients.emplace_back(s.free_at, mb);
+        }
+        return;
+      }
+      case Kind::p1: {
+        const int mb = s.gradients.front().second;
+        s.gradients.pop_front();
+        --s.inflight;
+        ++s.backward_done;
+        if (split_) {
+          s.free_at = start + c.p1_us;
+          s.memory += c.retained_bytes - c.stash_bytes;
+          s.pending_p2.push_back(mb);
+          s.actions.push_back(Action{OpType::P1, d, {mb}});
+        } else {
+          s.free_at = start + c.p1_us + c.p2_us;
+          s.memory -= c.stash_bytes;
+          s.actions.push_back(Action{OpType::B, d, {mb}});
+        }
+        if (d > 0) send(d, d - 1, mb, s.free_at);
+        return;
+      }
+      case Kind::p2: {
+        const int k = std::max(1, dec.group);
+        Action a{OpType::P2, d, {}};
+        for (int i = 0; i < k; ++i) {
+          a.microbatches.push_back(s.pending_p2.front());
+          s.pending_p2.pop_front();
+        }
+        s.free_at = start + p2_time(d, k);
+        s.memory -= k * c.retained_bytes;
+        s.actions.push_back(std::move(a));
+        return;
+      }
+    }
+  }
+
+  const std::vector<StageCost>& costs_;
+  const PlanMeta& meta_;
+  bool split_;
+  int max_group_;
+  int devices_, microbatches_;
+  Fill fill_ = Fill::fit;
+  std::vector<double> comm_;
+  std::vector<DeviceState> state_;
+  std::vector<std::vector<double>> forward_arrival_;  // [device][mb]
+};
+
+std::vector<Variant> variants(bool split) {
+  std::vector<Variant> out;
+  for (const double depth : {0.0, 1.0, 1.5, 2.0, 3.0}) {
+    if (split) {
+      out.push_back({depth, Fill::fit, true});
+      out.push_back({depth, Fill::always, true});
+    }
+    out.push_back({depth, Fill::fit, false});  // fused B: least memory, the 1F1B family
+  }
+  return out;
+}
+
+bool better(const SimResult& a, const AutoResult& best) {
+  const double tol = 1e-9 * std::max(1.0, best.makespan_us);
+  if (a.makespan_us < best.makespan_us - tol) return true;
+  if (a.makespan_us > best.makespan_us + tol) return false;
+  return a.max_stage_span_us < best.max_stage_span_us - tol;
+}
+
+}  // namespace
+
+AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMeta& meta,
+                              BackwardMode mode, int p2_concat) {
+  if (meta.chunks != 1) throw Error("--chunks: schedule 'auto' runs one chunk per device");
+  if (static_cast<int>(costs.size()) != meta.devices) {
+    throw Error("--chunks: schedule 'auto' needs one stage per device, got " +
+                std::to_string(costs.size()) + " stages for " + std::to_string(meta.devices) +
+                " devices");
+  }
+  if (meta.microbatches < 1) throw Error("--microbatches: must be at least 1");
+  if (p2_concat < 0) throw Error("--p2-concat: must be 0 (all) or a positive count");
+  const bool split = mode != BackwardMode::fused;
+  const int max_group = p2_concat == 0 ? meta.microbatches : p2_concat;
+
+  AutoResult best;
+  best.makespan_us = kInf;
+  std::string first_error;
+  for (const Variant& v : variants(split)) {
+    ++best.variants_tried;
+    Schedule schedule;
+    try {
+      schedule = ListScheduler(costs, meta, v.split, max_group, v).run();
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+      continue;
+    }
+    schedule.backward = mode;
+    const TaskGraph graph = lower(schedule, costs, meta);
+    if (const auto violation = find_violation(graph)) {
+      if (first_error.empty()) first_error = "--memory: " + violation->message;
+      continue;
+    }
+    const SimResult sim = simulate(graph);
+    if (best.schedule.per_device.empty() || better(sim, best)) {
+      best.schedule = std::move(schedule);
+      best.variant = v.name();
+      best.makespan_us = sim.makespan_us;
+      best.max_stage_span_us = sim.max_stage_span_us;
+    }
+  }
+  if (best.schedule.per_device.empty()) throw Error(first_error);
+  return best;
+}
+
+}  // namespace pipeplan

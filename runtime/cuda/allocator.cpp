@@ -1,0 +1,86 @@
+#include "runtime/cuda/allocator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+std::int64_t round_up(std::int64_t bytes) {
+  return (bytes + DeviceAllocator::kAlignment - 1) / DeviceAllocator::kAlignment *
+         DeviceAllocator::kAlignment;
+}
+}  // namespace
+
+void DeviceAllocator::State::release(void* block, std::int64_t requested, std::int64_t rounded) {
+  const std::lock_guard lock(mutex);
+  stats.current_bytes -= requested;
+  free_blocks.emplace(rounded, block);
+}
+
+void DeviceAllocator::State::release_cached_locked() {
+  for (const auto& [size, block] : free_blocks) {
+    cudaFree(block);  // no throw: also runs from destructors
+    stats.reserved_bytes -= size;
+  }
+  free_blocks.clear();
+}
+
+DeviceAllocator::~DeviceAllocator() {
+  const std::lock_guard lock(state_->mutex);
+  state_->release_cached_locked();
+}
+
+std::shared_ptr<void> DeviceAllocator::allocate(std::int64_t bytes) {
+  if (bytes <= 0) throw Error("device allocation of " + std::to_string(bytes) + " bytes");
+  const std::int64_t rounded = round_up(bytes);
+  void* block = nullptr;
+  {
+    const std::lock_guard lock(state_->mutex);
+    // Exact size only: a larger cached block would hide fragmentation in the reserved figure.
+    const auto it = state_->free_blocks.find(rounded);
+    if (it != state_->free_blocks.end()) {
+      block = it->second;
+      state_->free_blocks.erase(it);
+    }
+  }
+  if (block == nullptr) {
+    cudaError_t status = cudaMalloc(&block, static_cast<std::size_t>(rounded));
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it, free the cache and try once more
+      release_cached();
+      status = cudaMalloc(&block, static_cast<std::size_t>(rounded));
+    }
+    CUDA_CHECK(status);
+    const std::lock_guard lock(state_->mutex);
+    state_->stats.reserved_bytes += rounded;
+    ++state_->stats.malloc_calls;
+  }
+  {
+    const std::lock_guard lock(state_->mutex);
+    state_->stats.current_bytes += bytes;
+    state_->stats.peak_bytes = std::max(state_->stats.peak_bytes, state_->stats.current_bytes);
+  }
+  std::shared_ptr<State> state = state_;
+  return std::shared_ptr<void>(
+      block, [state, bytes, rounded](void* ptr) { state->release(ptr, bytes, rounded); });
+}
+
+AllocatorStats DeviceAllocator::stats() const {
+  const std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+void DeviceAllocator::reset_peak() {
+  const std::lock_guard lock(state_->mutex);
+  state_->stats.peak_bytes = state_->stats.current_bytes;
+}
+
+void DeviceAllocator::release_cached() {
+  const std::lock_guard lock(state_->mutex);
+  state_->release_cached_locked();
+}
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,39 @@
+// The attention core on the GPU (the part of attention without weights; the QKV and O
+// projections are GEMMs in block.cpp): per head, S = scale·Q·Kᵀ and dS products on cuBLAS
+// strided-batched GEMMs, causal softmax and its backward as kernels (softmax.cu). Grouped-query
+// heads: query head h = kv·G + g reads kv head kv, so each call batches over kv heads for one g.
+//
+// Modes (planner/profile.h `Attention`), by what forward keeps for p1:
+//   materialized  probs (B, H, T, T) bf16 in the stash: 2·B·H·T² bytes held from F to p1.
+//   recompute     nothing extra; p1 recomputes S and the softmax (one more Q·Kᵀ per head).
+//   flash         not a fused kernel yet: runs as `recompute` (same memory, recompute's time).
+// In every mode the passes that need probabilities build them one sequence at a time in a
+// transient (H, T, T) scratch, freed before the pass returns.
+#pragma once
+
+#include "planner/profile.h"
+#include "runtime/cpu/attention.h"
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/kernels.h"
+
+namespace pipeplan::cuda {
+
+using cpu::AttentionDims;
+
+// out = softmax(scale·Q·Kᵀ, causal)·V per head; `probs` (materialized mode) receives the
+// probabilities of all B sequences, or is null (then a per-sequence scratch is used).
+void attention_core_forward(DeviceContext& ctx,
+                            bf16* out,        // (B, T, H·D)
+                            bf16* probs,      // (B, H, T, T) or null
+                            const bf16* qkv,  // (B, T, (H + 2·KV)·D) after RoPE
+                            const AttentionDims& dims);
+
+// dqkv = backward of the core for dout; probabilities from `probs` or recomputed when null.
+void attention_core_backward_p1(DeviceContext& ctx,
+                                bf16* dqkv,         // (B, T, (H + 2·KV)·D) overwritten
+                                const bf16* dout,   // (B, T, H·D)
+                                const bf16* qkv,    // (B, T, (H + 2·KV)·D) after RoPE
+                                const bf16* probs,  // (B, H, T, T) or null
+                                const AttentionDims& dims);
+
+}  // namespace pipeplan::cuda

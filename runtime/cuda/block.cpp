@@ -1,0 +1,166 @@
+// One transformer block on the GPU: x1 = x + attention(rmsnorm(x)); y = x1 + mlp(rmsnorm(x1)).
+// The residual adds ride the O and down projections' GEMMs (their C operand).
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/attention.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/layers.h"
+#include "runtime/cuda/matmul.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+const bf16* weight(const LayerParams& layer, std::string_view name) {
+  return bf16_ptr(layer.at(name).weight);
+}
+
+float* grad(LayerParams& layer, std::string_view name) {
+  return f32_ptr(layer.at(name).grad);
+}
+
+AttentionDims dims_of(const ModelConfig& model, const Tensor& x) {
+  if (x.shape().size() != 3 || x.shape()[2] != model.hidden) {
+    throw Error("block input is " + shape_string(x.shape()) + ", expected (B, T, " +
+                std::to_string(model.hidden) + ")");
+  }
+  const int kv_heads = model.kv_heads > 0 ? model.kv_heads : model.heads;
+  return {x.shape()[0], x.shape()[1], model.hidden, model.heads, kv_heads};
+}
+
+}  // namespace
+
+Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor& x,
+                     Attention attention, Stash& stash) {
+  const AttentionDims dims = dims_of(layer.model, x);
+  const std::int64_t b = dims.batch, s = dims.seq, c = dims.channels, n = dims.tokens();
+  const std::int64_t f = layer.model.ffn_hidden, w = dims.qkv_width();
+  cudaStream_t stream = ctx.stream();
+  for (const char* name : {"attn_norm.xhat", "attn.x", "mlp_norm.xhat", "mlp.x", "attn.out"}) {
+    stash.put(name, ctx.empty({b, s, c}, DType::bf16));
+  }
+  for (const char* name : {"attn_norm.rstd", "mlp_norm.rstd"}) {
+    stash.put(name, ctx.empty({b, s}, DType::f32));
+  }
+  stash.put("attn.qkv", ctx.empty({b, s, w}, DType::bf16));
+  if (attention == Attention::materialized) {
+    stash.put("attn.probs", ctx.empty({b, dims.heads, s, s}, DType::bf16));
+  }
+  for (const char* name : {"mlp.gate", "mlp.up", "mlp.h"}) {
+    stash.put(name, ctx.empty({b, s, f}, DType::bf16));
+  }
+  const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
+
+  rmsnorm_forward(at("attn.x"), at("attn_norm.xhat"), f32_ptr(stash.at("attn_norm.rstd")),
+                  bf16_ptr(x), weight(layer, "attn_norm"), n, c, stream);
+  matmul_forward(ctx, at("attn.qkv"), at("attn.x"), weight(layer, "attn.wqkv"), nullptr, n, c, w);
+  rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), 1.0f, stream);
+  attention_core_forward(ctx, at("attn.out"),
+                         stash.contains("attn.probs") ? at("attn.probs") : nullptr, at("attn.qkv"),
+                         dims);
+  const Tensor x1 = ctx.empty({b, s, c}, DType::bf16);  // residual stream after attention
+  matmul_forward(ctx, bf16_ptr(x1), at("attn.out"), weight(layer, "attn.wo"), bf16_ptr(x), n, c, c);
+
+  rmsnorm_forward(at("mlp.x"), at("mlp_norm.xhat"), f32_ptr(stash.at("mlp_norm.rstd")),
+                  bf16_ptr(x1), weight(layer, "mlp_norm"), n, c, stream);
+  matmul_forward(ctx, at("mlp.gate"), at("mlp.x"), weight(layer, "mlp.w_gate"), nullptr, n, c, f);
+  matmul_forward(ctx, at("mlp.up"), at("mlp.x"), weight(layer, "mlp.w_up"), nullptr, n, c, f);
+  swiglu_forward(at("mlp.h"), at("mlp.gate"), at("mlp.up"), n * f, stream);
+  Tensor y = ctx.empty({b, s, c}, DType::bf16);
+  matmul_forward(ctx, bf16_ptr(y), at("mlp.h"), weight(layer, "mlp.w_down"), bf16_ptr(x1), n, f, c);
+  return y;
+}
+
+Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& stash,
+                         const Tensor& dy, Retained& retained) {
+  const AttentionDims dims = dims_of(layer.model, dy);
+  const Shape shape = stash.at("attn.x").shape();
+  if (dy.shape() != shape) {
+    throw Error("block output gradient is " + shape_string(dy.shape()) + ", expected " +
+                shape_string(shape));
+  }
+  const std::int64_t b = dims.batch, s = dims.seq, c = dims.channels, n = dims.tokens();
+  const std::int64_t f = layer.model.ffn_hidden, w = dims.qkv_width();
+  cudaStream_t stream = ctx.stream();
+  const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
+
+  // MLP branch: dx1 = dy + rmsnorm_p1(W_gateᵀ-path + W_upᵀ-path of swiglu_p1(dy·W_down)).
+  const Tensor dgate = ctx.empty({b, s, f}, DType::bf16), dup = ctx.empty({b, s, f}, DType::bf16);
+  {
+    const Tensor dh = ctx.empty({b, s, f}, DType::bf16);  // freed at the end of this scope
+    matmul_backward_p1(ctx, bf16_ptr(dh), bf16_ptr(dy), weight(layer, "mlp.w_down"), n, f, c,
+                       false);
+    swiglu_backward_p1(bf16_ptr(dgate), bf16_ptr(dup), bf16_ptr(dh), at("mlp.gate"), at("mlp.up"),
+                       n * f, stream);
+  }
+  const Tensor dxn2 = ctx.empty(shape, DType::bf16);
+  matmul_backward_p1(ctx, bf16_ptr(dxn2), bf16_ptr(dgate), weight(layer, "mlp.w_gate"), n, c, f,
+                     false);
+  matmul_backward_p1(ctx, bf16_ptr(dxn2), bf16_ptr(dup), weight(layer, "mlp.w_up"), n, c, f, true);
+  const Tensor dx1 = ctx.empty(shape, DType::bf16);
+  rmsnorm_backward_p1(bf16_ptr(dx1), bf16_ptr(dy), bf16_ptr(dxn2), at("mlp_norm.xhat"),
+                      f32_ptr(stash.at("mlp_norm.rstd")), weight(layer, "mlp_norm"), n, c, stream);
+
+  // Attention branch: dx = dx1 + rmsnorm_p1(Wqkv-path of rope⁻¹(core_p1(dx1·Wo))).
+  const Tensor dqkv = ctx.empty({b, s, w}, DType::bf16);
+  {
+    const Tensor dout = ctx.empty(shape, DType::bf16);
+    matmul_backward_p1(ctx, bf16_ptr(dout), bf16_ptr(dx1), weight(layer, "attn.wo"), n, c, c,
+                       false);
+    const bf16* probs = stash.contains("attn.probs") ? at("attn.probs") : nullptr;
+    attention_core_backward_p1(ctx, bf16_ptr(dqkv), bf16_ptr(dout), at("attn.qkv"), probs, dims);
+  }
+  rope_rotate(bf16_ptr(dqkv), b, s, dims.heads, dims.kv_heads, dims.head_dim(), -1.0f, stream);
+  const Tensor dxn1 = ctx.empty(shape, DType::bf16);
+  matmul_backward_p1(ctx, bf16_ptr(dxn1), bf16_ptr(dqkv), weight(layer, "attn.wqkv"), n, c, w,
+                     false);
+  Tensor dx = ctx.empty(shape, DType::bf16);
+  rmsnorm_backward_p1(bf16_ptr(dx), bf16_ptr(dx1), bf16_ptr(dxn1), at("attn_norm.xhat"),
+                      f32_ptr(stash.at("attn_norm.rstd")), weight(layer, "attn_norm"), n, c,
+                      stream);
+
+  for (const char* name :
+       {"attn_norm.xhat", "attn.x", "attn.out", "mlp_norm.xhat", "mlp.x", "mlp.h"}) {
+    retained.put(name, stash.take(name));
+  }
+  retained.put("attn_norm.dy", dxn1);
+  retained.put("attn.dqkv", dqkv);
+  retained.put("attn.dy", dx1);
+  retained.put("mlp_norm.dy", dxn2);
+  retained.put("mlp.dgate", dgate);
+  retained.put("mlp.dup", dup);
+  retained.put("mlp.dy", dy);
+  return dx;
+}
+
+void block_backward_p2(DeviceContext& ctx, LayerParams& layer,
+                       std::span<const Retained* const> retained) {
+  if (retained.empty()) return;
+  const std::int64_t c = layer.model.hidden, f = layer.model.ffn_hidden;
+  std::vector<MatmulRows> qkv_rows, o_rows, gate_rows, up_rows, down_rows;
+  std::int64_t width = 0;
+  for (const Retained* set : retained) {
+    const AttentionDims dims = dims_of(layer.model, set->at("attn.x"));
+    width = dims.qkv_width();
+    const std::int64_t rows = dims.tokens();
+    const auto at = [&](const char* name) -> const bf16* { return bf16_ptr(set->at(name)); };
+    qkv_rows.push_back({at("attn.x"), at("attn.dqkv"), rows});
+    o_rows.push_back({at("attn.out"), at("attn.dy"), rows});
+    gate_rows.push_back({at("mlp.x"), at("mlp.dgate"), rows});
+    up_rows.push_back({at("mlp.x"), at("mlp.dup"), rows});
+    down_rows.push_back({at("mlp.h"), at("mlp.dy"), rows});
+    // The gain gradients are column sums: no concatenation needed, one pass per micro-batch.
+    rmsnorm_backward_p2(grad(layer, "attn_norm"), at("attn_norm.xhat"), at("attn_norm.dy"), rows, c,
+                        ctx.stream());
+    rmsnorm_backward_p2(grad(layer, "mlp_norm"), at("mlp_norm.xhat"), at("mlp_norm.dy"), rows, c,
+                        ctx.stream());
+  }
+  matmul_backward_p2(ctx, grad(layer, "attn.wqkv"), qkv_rows, c, width);
+  matmul_backward_p2(ctx, grad(layer, "attn.wo"), o_rows, c, c);
+  matmul_backward_p2(ctx, grad(layer, "mlp.w_gate"), gate_rows, c, f);
+  matmul_backward_p2(ctx, grad(layer, "mlp.w_up"), up_rows, c, f);
+  matmul_backward_p2(ctx, grad(layer, "mlp.w_down"), down_rows, f, c);
+}
+
+}  // namespace pipeplan::cuda

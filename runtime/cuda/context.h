@@ -1,0 +1,49 @@
+// What every CUDA layer call needs: the stream its work is queued on, the cuBLAS(Lt) handles
+// bound to it, a GEMM workspace and the stage's allocator. One per backend (= per stage).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/allocator.h"
+
+namespace pipeplan::cuda {
+
+class DeviceContext {
+ public:
+  // `stream` may be null: the context then creates (and owns) its own non-blocking stream.
+  explicit DeviceContext(cudaStream_t stream = nullptr);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  cublasHandle_t blas() const { return blas_; }
+  void* workspace() const { return workspace_; }
+  std::size_t workspace_bytes() const { return kWorkspaceBytes; }
+  DeviceAllocator& allocator() { return allocator_; }
+
+  // A tensor in device memory from the stage's allocator (contents undefined).
+  Tensor empty(const Shape& shape, DType dtype);
+  Tensor zeros(const Shape& shape, DType dtype);  // cudaMemsetAsync 0
+
+ private:
+  static constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt: 32 MiB on Hopper
+  DeviceAllocator allocator_;
+  cudaStream_t stream_ = nullptr;
+  bool owns_stream_ = false;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+// Number of CUDA devices; 0 (not an error) when there is no driver or no GPU.
+int cuda_device_count();
+
+}  // namespace pipeplan::cuda

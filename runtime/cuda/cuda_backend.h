@@ -1,0 +1,68 @@
+// The CUDA backend: bf16 activations and weights, fp32 gradients, fp32 master weights and fp32
+// AdamW moments; cuBLASLt GEMMs and the kernels of this folder. One backend per pipeline stage:
+// it owns the stage's stream, cuBLAS handles and caching allocator (exact byte accounting).
+// Work is queued asynchronously on the stream; download() and synchronize() wait for it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <cuda_runtime.h>
+
+#include "planner/profile.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/context.h"
+
+namespace pipeplan::cuda {
+
+struct CudaBackendOptions {
+  Attention attention = Attention::materialized;
+  cudaStream_t stream = nullptr;  // null: the backend creates its own (e.g. in a green context)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});  // throws "no CUDA device found"
+
+  std::string name() const override { return "cuda-bf16"; }
+  DType compute_dtype() const override { return DType::bf16; }
+
+  Tensor upload(std::span<const double> values, const Shape& shape) override;
+  Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override;
+  std::vector<double> download(const Tensor& tensor) override;
+  std::vector<std::int32_t> download_tokens(const Tensor& tensor) override;
+
+  LayerParams init_layer(const ModelConfig& model, LayerKind kind, int layer_index,
+                         std::uint64_t seed) override;
+  TokenBatch synthetic_batch(int batch, int seq, int vocab, std::uint64_t seed) override;
+
+  ForwardResult forward(const LayerParams& layer, const Tensor& input,
+                        const Tensor& targets) override;
+  BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override;
+  void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override;
+  void zero_grads(LayerParams& layer) override;
+  void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override;
+  void synchronize() override;
+
+  // The fp32 master copy of a parameter's bf16 weights (what AdamW updates).
+  Tensor master(const Parameter& param) const;
+  // fp32 masters + both moments: the planner's optimizer_bytes.
+  std::int64_t optimizer_bytes(const LayerParams& layer) const;
+  Attention attention() const { return attention_; }
+  DeviceContext& context() { return *ctx_; }
+
+ private:
+  // Master weights keyed by the bf16 weight's address; an entry goes with its weight's storage.
+  struct Masters {
+    std::mutex mutex;
+    std::map<const void*, Tensor> by_weight;
+  };
+  Tensor upload_f32(std::span<const double> values, const Shape& shape);
+
+  std::unique_ptr<DeviceContext> ctx_;
+  Attention attention_;
+  std::shared_ptr<Masters> masters_ = std::make_shared<Masters>();
+};
+
+}  // namespace pipeplan::cuda

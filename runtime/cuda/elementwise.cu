@@ -1,0 +1,33 @@
+// Small elementwise helpers: fill and fp32 → bf16 cast (uploads, AdamW's bf16 weight copy).
+#include "runtime/cuda/common.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+__global__ void fill_f32_kernel(float* out, std::int64_t n, float value) {
+  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+__global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, std::int64_t n) {
+  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16(in[i]);
+}
+
+}  // namespace
+
+void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_f32_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, value);
+  CUDA_CHECK_LAUNCH();
+}
+
+void cast_f32_to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, in, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,50 @@
+// The pipeline layers on the GPU, composed from the GEMMs (matmul.h), the attention core
+// (attention.h) and the kernels (kernels.h). Same stash / retained names as the CPU reference
+// (docs/runtime-layers.md) with two differences: RMSNorm's rstd is fp32, and `attn.probs` is
+// stashed only in materialized attention. Everything else is bf16; gradients are fp32.
+#pragma once
+
+#include <span>
+
+#include "planner/profile.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/kernels.h"
+
+namespace pipeplan::cuda {
+
+// Typed device pointers of a tensor; throw Error on a dtype or device mismatch.
+bf16* bf16_ptr(const Tensor& tensor);
+float* f32_ptr(const Tensor& tensor);
+std::int32_t* i32_ptr(const Tensor& tensor);
+
+Tensor block_forward(DeviceContext& ctx, const LayerParams& layer,
+                     const Tensor& x,  // (B, T, C) bf16
+                     Attention attention, Stash& stash);
+Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& stash,
+                         const Tensor& dy,  // (B, T, C) bf16
+                         Retained& retained);
+void block_backward_p2(DeviceContext& ctx, LayerParams& layer,
+                       std::span<const Retained* const> retained);
+
+Tensor embedding_layer_forward(DeviceContext& ctx, const LayerParams& layer,
+                               const Tensor& tokens,  // (B, T) i32
+                               Stash& stash);
+Tensor embedding_layer_backward_p1(const LayerParams& layer, Stash& stash,
+                                   const Tensor& dy,  // (B, T, C) bf16
+                                   Retained& retained);
+void embedding_layer_backward_p2(DeviceContext& ctx, LayerParams& layer,
+                                 std::span<const Retained* const> retained);
+
+// Returns the loss (1) f32, the mean over B·T tokens.
+Tensor head_layer_forward(DeviceContext& ctx, const LayerParams& layer,
+                          const Tensor& x,        // (B, T, C) bf16
+                          const Tensor& targets,  // (B, T) i32
+                          Stash& stash);
+Tensor head_layer_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& stash,
+                              const Tensor& dloss,  // (1) bf16 or f32
+                              Retained& retained);
+void head_layer_backward_p2(DeviceContext& ctx, LayerParams& layer,
+                            std::span<const Retained* const> retained);
+
+}  // namespace pipeplan::cuda

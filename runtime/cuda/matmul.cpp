@@ -1,0 +1,129 @@
+#include "runtime/cuda/matmul.h"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+struct Operand {
+  const void* data;
+  cudaDataType_t type;
+  std::int64_t ld;
+};
+
+// RAII for the cuBLASLt descriptors of one call.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDescriptors() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Column-major D (m, n) = alpha · op(A) · op(B) + beta · C; C and D share a layout (and type).
+void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+             std::int64_t k, float alpha, Operand a, Operand b, float beta, const void* c,
+             Operand d) {
+  if (m == 0 || n == 0) return;
+  LtDescriptors desc;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const auto u64 = [](std::int64_t value) { return static_cast<std::uint64_t>(value); };
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&desc.a, a.type, u64(transa ? k : m), u64(transa ? m : k), a.ld));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&desc.b, b.type, u64(transb ? n : k), u64(transb ? k : n), b.ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.c, d.type, u64(m), u64(n), d.ld));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+  const std::size_t workspace = ctx.workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c,
+                                              desc.preference, 1, &heuristic, &found));
+  if (found == 0) {
+    throw Error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
+                "x" + std::to_string(k) + " GEMM");
+  }
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, a.data, desc.a, b.data, desc.b, &beta,
+                              c != nullptr ? c : d.data, desc.c, const_cast<void*>(d.data), desc.c,
+                              &heuristic.algo, ctx.workspace(), workspace, ctx.stream()));
+}
+
+// Gathers the blocks' rows of one operand into `out` (rows·width, contiguous).
+void gather_rows(DeviceContext& ctx, bf16* out, std::span<const MatmulRows> blocks, bool take_x,
+                 std::int64_t width) {
+  std::int64_t offset = 0;
+  for (const MatmulRows& block : blocks) {
+    const std::size_t bytes = static_cast<std::size_t>(block.rows * width) * sizeof(bf16);
+    CUDA_CHECK(cudaMemcpyAsync(out + offset * width, take_x ? block.x : block.dy, bytes,
+                               cudaMemcpyDeviceToDevice, ctx.stream()));
+    offset += block.rows;
+  }
+}
+
+}  // namespace
+
+void matmul_forward(DeviceContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* residual,
+                    std::int64_t n, std::int64_t in, std::int64_t out) {
+  // col-major Yᵀ (O, N) = Wᵀ-view (I, O)ᵀ · Xᵀ-view (I, N)
+  lt_gemm(ctx, true, false, out, n, in, 1.0f, {w, CUDA_R_16BF, in}, {x, CUDA_R_16BF, in},
+          residual != nullptr ? 1.0f : 0.0f, residual, {y, CUDA_R_16BF, out});
+}
+
+void matmul_backward_p1(DeviceContext& ctx, bf16* dx, const bf16* dy, const bf16* w, std::int64_t n,
+                        std::int64_t in, std::int64_t out, bool accumulate) {
+  // col-major dXᵀ (I, N) = W-view (I, O) · dYᵀ-view (O, N)
+  lt_gemm(ctx, false, false, in, n, out, 1.0f, {w, CUDA_R_16BF, in}, {dy, CUDA_R_16BF, out},
+          accumulate ? 1.0f : 0.0f, nullptr, {dx, CUDA_R_16BF, in});
+}
+
+void matmul_backward_p2(DeviceContext& ctx, float* dw, std::span<const MatmulRows> blocks,
+                        std::int64_t in, std::int64_t out) {
+  if (blocks.empty()) return;
+  std::int64_t rows = 0;
+  for (const MatmulRows& block : blocks)
+    rows += block.rows;
+  const bf16* x = blocks[0].x;
+  const bf16* dy = blocks[0].dy;
+  Tensor x_all, dy_all;  // scratch, back in the allocator's cache when this returns
+  if (blocks.size() > 1) {
+    x_all = ctx.empty({rows, in}, DType::bf16);
+    dy_all = ctx.empty({rows, out}, DType::bf16);
+    gather_rows(ctx, static_cast<bf16*>(x_all.data()), blocks, true, in);
+    gather_rows(ctx, static_cast<bf16*>(dy_all.data()), blocks, false, out);
+    x = static_cast<const bf16*>(x_all.data());
+    dy = static_cast<const bf16*>(dy_all.data());
+  }
+  // col-major dWᵀ (I, O) += Xᵀ-view (I, R) · dY (R, O) (the Oᵀ-view of dY, transposed)
+  lt_gemm(ctx, false, true, in, out, rows, 1.0f, {x, CUDA_R_16BF, in}, {dy, CUDA_R_16BF, out}, 1.0f,
+          nullptr, {dw, CUDA_R_32F, in});
+}
+
+void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
+                  bf16* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      ctx.blas(), transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+      &alpha, a.data, CUDA_R_16BF, a.ld, a.stride, b.data, CUDA_R_16BF, b.ld, b.stride, &beta, c,
+      CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace pipeplan::cuda

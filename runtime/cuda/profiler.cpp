@@ -1,0 +1,245 @@
+#include "runtime/cuda/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "runtime/cpu/random.h"
+#include "runtime/cuda/context.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+};
+
+Timing summarise(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const std::size_t n = samples.size();
+  const double median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  return {median, samples.front(), samples.back()};
+}
+
+// Times `timed` with CUDA events on `stream`; `setup` runs untimed before each repetition.
+Timing time_op(cudaStream_t stream, int warmup, int repetitions, const std::function<void()>& setup,
+               const std::function<void()>& timed) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> samples;
+  for (int i = 0; i < warmup + repetitions; ++i) {
+    if (setup) setup();
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    timed();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= warmup) samples.push_back(1000.0 * ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return summarise(std::move(samples));
+}
+
+class Progress {
+ public:
+  Progress(bool enabled, int total) : enabled_(enabled), total_(total) {}
+  void step(const std::string& label) {
+    ++done_;
+    if (!enabled_) return;
+    const int width = 30, filled = width * done_ / std::max(total_, 1);
+    std::fprintf(stderr, "\r[%s%s] %d/%d %-28s", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), done_, total_, label.c_str());
+    if (done_ == total_) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  int total_, done_ = 0;
+};
+
+std::string gpu_key(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return "h200";
+  if (name.find("H100") != std::string::npos) {
+    return name.find("PCIe") != std::string::npos ? "h100-pcie" : "h100-sxm";
+  }
+  if (name.find("A100") != std::string::npos) return "a100-80g";
+  return name;
+}
+
+std::string iso_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+// p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when there are two): bandwidth from
+// 256 MiB, latency from 4-byte copies.
+P2pLink measure_p2p(DeviceContext& ctx, int devices, const CudaProfileOptions& options) {
+  const std::int64_t big = std::int64_t{256} << 20;
+  const Tensor src = ctx.zeros({big}, DType::i32), dst = ctx.zeros({big}, DType::i32);
+  void* peer = nullptr;
+  if (devices >= 2) {
+    CUDA_CHECK(cudaSetDevice(1));
+    CUDA_CHECK(cudaMalloc(&peer, static_cast<std::size_t>(big) * 4));
+    CUDA_CHECK(cudaSetDevice(0));
+  }
+  void* target = peer != nullptr ? peer : dst.data();
+  const auto copy = [&](std::int64_t bytes) {
+    if (peer != nullptr) {
+      CUDA_CHECK(cudaMemcpyPeerAsync(target, 1, src.data(), 0, static_cast<std::size_t>(bytes),
+                                     ctx.stream()));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(target, src.data(), static_cast<std::size_t>(bytes),
+                                 cudaMemcpyDeviceToDevice, ctx.stream()));
+    }
+  };
+  const Timing bulk =
+      time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(big * 4); });
+  const Timing tiny =
+      time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(4); });
+  if (peer != nullptr) cudaFree(peer);
+  return {tiny.median_us, static_cast<double>(big * 4) / (bulk.median_us * 1e3)};
+}
+
+struct KindInput {
+  Tensor input, targets, dy;
+};
+
+KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model, int mbs,
+                      int seq) {
+  const TokenBatch batch = backend.synthetic_batch(mbs, seq, model.vocab, 7);
+  const std::int64_t n = std::int64_t{mbs} * seq * model.hidden;
+  std::vector<double> values(static_cast<std::size_t>(n));
+  cpu::fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
+  const Tensor activation = backend.upload(values, {mbs, seq, model.hidden});
+  switch (kind) {
+    case LayerKind::embedding:
+      return {batch.inputs, {}, activation};
+    case LayerKind::block:
+      return {activation, {}, activation};
+    case LayerKind::head:
+      return {activation, batch.targets, backend.upload(std::vector<double>{1.0}, {1})};
+  }
+  throw Error("unknown layer kind");
+}
+
+LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
+                       const CudaProfileOptions& options, std::ostringstream& notes) {
+  const ModelConfig& model = options.model;
+  DeviceAllocator& allocator = backend.context().allocator();
+  cudaStream_t stream = backend.context().stream();
+  LayerParams layer = backend.init_layer(model, kind, kind == LayerKind::block ? 1 : 0, 1);
+  const KindInput in = make_inputs(backend, kind, model, mbs, seq);
+  LayerCost cost;
+  ForwardResult fwd;
+  const auto forward = [&] { fwd = backend.forward(layer, in.input, in.targets); };
+  const Timing f = time_op(
+      stream, options.warmup, options.repetitions, [&] { fwd = {}; }, forward);
+  backend.synchronize();
+  // Bytes from the allocator: what one forward leaves allocated, minus its output.
+  fwd = {};
+  const std::int64_t before = allocator.stats().current_bytes;
+  forward();
+  backend.synchronize();
+  cost.stash_bytes = allocator.stats().current_bytes - before - fwd.output.bytes();
+  BackwardP1Result p1;
+  const Timing b1 = time_op(
+      stream, options.warmup, options.repetitions,
+      [&] {
+        p1 = {};
+        forward();
+      },
+      [&] { p1 = backend.backward_p1(layer, std::move(fwd.stash), in.dy); });
+  backend.synchronize();
+  cost.retained_bytes = p1.retained.bytes();
+  std::vector<BackwardP1Result> sets(1);
+  sets[0] = std::move(p1);
+  for (int k = 1; k <= options.max_concat; ++k) {
+    while (static_cast<int>(sets.size()) < k) {
+      forward();
+      sets.push_back(backend.backward_p1(layer, std::move(fwd.stash), in.dy));
+    }
+    std::vector<const Retained*> view;
+    for (const BackwardP1Result& set : sets)
+      view.push_back(&set.retained);
+    const Timing b2 = time_op(stream, options.warmup, options.repetitions, {},
+                              [&] { backend.backward_p2(layer, view); });
+    cost.p2_concat_us[k] = b2.median_us;
+    if (k == 1) {
+      cost.p2_us = b2.median_us;
+      notes << to_string(kind) << " mbs " << mbs << ": F " << f.median_us << " us [" << f.min_us
+            << ", " << f.max_us << "], p1 " << b1.median_us << " [" << b1.min_us << ", "
+            << b1.max_us << "], p2 " << b2.median_us << " [" << b2.min_us << ", " << b2.max_us
+            << "]; ";
+    }
+  }
+  cost.forward_us = f.median_us;
+  cost.p1_us = b1.median_us;
+  cost.param_bytes = layer.param_bytes();
+  cost.grad_bytes = layer.grad_bytes();
+  cost.optimizer_bytes = backend.optimizer_bytes(layer);
+  cost.send_bytes = kind == LayerKind::head ? 0 : std::int64_t{mbs} * seq * model.hidden * 2;
+  return cost;
+}
+
+}  // namespace
+
+Profile measure_profile(const CudaProfileOptions& options) {
+  const int devices = cuda_device_count();
+  if (devices == 0) throw Error("no CUDA device found");
+  if (options.max_concat < 1) throw Error("--max-concat: must be at least 1");
+  if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
+  CUDA_CHECK(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::optional<GreenContext> green;
+  if (options.sm_partition > 0) green.emplace(0, options.sm_partition);
+  CudaBackend backend({options.attention, green ? green->stream() : nullptr});
+
+  Profile profile;
+  profile.model = options.model;
+  profile.seq = options.seq > 0 ? options.seq : options.model.seq;
+  profile.attention = options.attention;
+  profile.gpu = gpu_key(prop.name);
+  std::ostringstream notes;
+  notes << "cuda backend, bf16, median of " << options.repetitions << " after " << options.warmup
+        << " warm-up; [min, max] per pass: ";
+  if (options.attention == Attention::flash) {
+    notes << "(flash runs as recompute: no fused kernel yet) ";
+  }
+  if (green) notes << "(EMULATED stage: green context of " << green->sm_count() << " SMs) ";
+  const std::vector<LayerKind> kinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
+  Progress progress(options.progress,
+                    static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 1);
+  for (const int mbs : options.micro_batch_sizes) {
+    for (const LayerKind kind : kinds) {
+      profile.layers[std::string(to_string(kind))][mbs] =
+          measure_kind(backend, kind, mbs, profile.seq, options, notes);
+      backend.context().allocator().release_cached();
+      progress.step(std::string(to_string(kind)) + " mbs " + std::to_string(mbs));
+    }
+  }
+  profile.p2p = measure_p2p(backend.context(), devices, options);
+  progress.step("p2p");
+  profile.provenance = {"measured", prop.name, iso_now(), options.command, notes.str()};
+  return profile;
+}
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,347 @@
+#include "runtime/device_worker.h"
+
+#include <algorithm>
+#include <string>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27U)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31U);
+}
+
+bool starts_with(const std::string& text, std::string_view prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string key_name(StageMb key) {
+  return "stage " + std::to_string(key.first) + " micro-batch " + std::to_string(key.second);
+}
+
+std::int64_t stash_bytes(const std::vector<Stash>& stashes) {
+  std::int64_t total = 0;
+  for (const Stash& stash : stashes)
+    total += stash.bytes();
+  return total;
+}
+
+std::int64_t retained_bytes(const std::vector<Retained>& sets) {
+  std::int64_t total = 0;
+  for (const Retained& set : sets)
+    total += set.bytes();
+  return total;
+}
+
+// A stash in transit: one tensor per entry, named "<layer index>/<entry name>".
+Message pack_stash(const std::vector<Stash>& stashes, const std::string& tag) {
+  Message message;
+  message.tag = tag;
+  for (const Stash& stash : stashes) {
+    for (const auto& [name, tensor] : stash.entries()) {
+      message.tensors.emplace_back(std::to_string(stash.layer_index) + "/" + name, tensor);
+    }
+  }
+  message.bytes = message.payload_bytes();
+  return message;
+}
+
+std::vector<Stash> unpack_stash(const Message& message, const std::vector<int>& layer_indices) {
+  std::vector<Stash> stashes(layer_indices.size());
+  for (std::size_t l = 0; l < layer_indices.size(); ++l)
+    stashes[l].layer_index = layer_indices[l];
+  for (const auto& [name, tensor] : message.tensors) {
+    const auto slash = name.find('/');
+    const int layer = slash == std::string::npos ? -1 : std::stoi(name.substr(0, slash));
+    const auto it = std::find(layer_indices.begin(), layer_indices.end(), layer);
+    if (it == layer_indices.end()) {
+      throw Error("stash message '" + message.tag + "' holds '" + name +
+                  "' of a layer outside its stage");
+    }
+    stashes[static_cast<std::size_t>(it - layer_indices.begin())].put(name.substr(slash + 1),
+                                                                      tensor);
+  }
+  return stashes;
+}
+
+}  // namespace
+
+std::uint64_t batch_seed(std::uint64_t seed, int microbatch) {
+  return splitmix64(splitmix64(seed) ^ static_cast<std::uint64_t>(microbatch));
+}
+
+DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Backend> backend,
+                           std::uint64_t seed)
+    : plan_(plan), device_(device), backend_(std::move(backend)), seed_(seed) {
+  const std::vector<LayerKind> kinds = plan.meta.model.layer_list();
+  for (int stage = 0; stage < plan.schedule.stage_count(); ++stage) {
+    if (plan.schedule.stage_device[static_cast<std::size_t>(stage)] != device) continue;
+    for (const int index : stage_layers(stage)) {
+      LayerParams layer = backend_->init_layer(plan.meta.model,
+                                               kinds[static_cast<std::size_t>(index)], index, seed);
+      static_bytes_ += layer.param_bytes() + layer.grad_bytes() + layer.optimizer_bytes();
+      layers_.emplace(index, std::move(layer));
+    }
+  }
+}
+
+std::vector<int> DeviceWorker::stage_layers(int stage) const {
+  const StageLayers& range = plan_.meta.stage_layers.at(static_cast<std::size_t>(stage));
+  std::vector<int> indices;
+  indices.reserve(static_cast<std::size_t>(std::max(range.layer_count, 0)));
+  for (int l = 0; l < range.layer_count; ++l)
+    indices.push_back(range.first_layer + l);
+  return indices;
+}
+
+bool DeviceWorker::stage_has_head(int stage) const {
+  const std::vector<int> indices = stage_layers(stage);
+  return !indices.empty() && layers_.at(indices.back()).kind == LayerKind::head;
+}
+
+void DeviceWorker::begin_step(Clock::time_point start) {
+  const std::lock_guard lock(mutex_);
+  start_ = start;
+  for (auto& entry : layers_)
+    backend_->zero_grads(entry.second);
+  activations_.clear();
+  input_grads_.clear();
+  stashes_.clear();
+  retained_.clear();
+  held_.clear();
+  evicted_bytes_.clear();
+  losses_.clear();
+  bpipe_ = BpipeBytes{};
+  live_bytes_ = static_bytes_;
+  peak_bytes_ = static_bytes_;
+  memory_timeline_.assign(1, {0.0, static_bytes_});
+}
+
+void DeviceWorker::account(std::int64_t delta) {
+  live_bytes_ += delta;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  const double now_us = std::chrono::duration<double, std::micro>(Clock::now() - start_).count();
+  memory_timeline_.emplace_back(now_us, live_bytes_);
+}
+
+Tensor DeviceWorker::take_tensor(std::map<StageMb, Tensor>& table, StageMb key, const char* what) {
+  const std::lock_guard lock(mutex_);
+  const auto it = table.find(key);
+  if (it == table.end()) {
+    throw Error("device " + std::to_string(device_) + " has no " + what + " of " + key_name(key));
+  }
+  Tensor tensor = std::move(it->second);
+  table.erase(it);
+  return tensor;
+}
+
+void DeviceWorker::run_compute(const Node& node) {
+  switch (node.op) {
+    case OpType::F:
+      forward(node);
+      break;
+    case OpType::B:
+      backward_p1(node, true);
+      break;
+    case OpType::P1:
+      backward_p1(node, false);
+      break;
+    case OpType::P2:
+      backward_p2(node.stage, node.microbatches);
+      break;
+  }
+}
+
+void DeviceWorker::forward(const Node& node) {
+  const int stage = node.stage;
+  const int mb = node.microbatches.front();
+  const std::vector<int> indices = stage_layers(stage);
+  const bool first = layers_.at(indices.front()).kind == LayerKind::embedding;
+  const bool head = stage_has_head(stage);
+  TokenBatch batch;
+  if (first || head) {
+    batch = backend_->synthetic_batch(plan_.meta.mbs, plan_.meta.seq, plan_.meta.model.vocab,
+                                      batch_seed(seed_, mb));
+  }
+  Tensor x = first ? batch.inputs : take_tensor(activations_, {stage - 1, mb}, "activation");
+  std::vector<Stash> stashes;
+  for (const int index : indices) {
+    ForwardResult result = backend_->forward(layers_.at(index), x, batch.targets);
+    x = std::move(result.output);
+    stashes.push_back(std::move(result.stash));
+  }
+  const std::int64_t bytes = stash_bytes(stashes);
+  const double loss = head ? backend_->download(x).at(0) : 0.0;
+  const std::lock_guard lock(mutex_);
+  if (head) {
+    losses_[mb] = loss;
+  } else {
+    activations_[{stage, mb}] = std::move(x);
+  }
+  stashes_[{stage, mb}] = std::move(stashes);
+  account(bytes);
+}
+
+void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
+  const int stage = node.stage;
+  const int mb = node.microbatches.front();
+  const std::vector<int> indices = stage_layers(stage);
+  // The loss is the mean over the step's micro-batches: d(loss)/d(loss of one) = 1/m.
+  Tensor dy = stage_has_head(stage)
+                  ? backend_->upload(std::vector<double>{1.0 / plan_.meta.microbatches}, {1})
+                  : take_tensor(input_grads_, {stage + 1, mb}, "input gradient");
+  std::vector<Stash> stashes;
+  {
+    const std::lock_guard lock(mutex_);
+    const auto it = stashes_.find({stage, mb});
+    if (it == stashes_.end()) {
+      throw Error("device " + std::to_string(device_) + " has no stash of " +
+                  key_name({stage, mb}) + " (evicted and not loaded back?)");
+    }
+    stashes = std::move(it->second);
+    stashes_.erase(it);
+    account(-stash_bytes(stashes));
+  }
+  std::vector<Retained> sets(indices.size());
+  for (std::size_t l = indices.size(); l-- > 0;) {
+    BackwardP1Result result =
+        backend_->backward_p1(layers_.at(indices[l]), std::move(stashes[l]), dy);
+    dy = std::move(result.input_grad);
+    sets[l] = std::move(result.retained);
+  }
+  if (with_p2) {
+    for (std::size_t l = 0; l < indices.size(); ++l) {
+      const Retained* one[] = {&sets[l]};
+      backend_->backward_p2(layers_.at(indices[l]), one);
+    }
+  }
+  const std::lock_guard lock(mutex_);
+  if (dy.defined() && stage > 0) input_grads_[{stage, mb}] = std::move(dy);
+  if (!with_p2) {
+    account(retained_bytes(sets));
+    retained_[{stage, mb}] = std::move(sets);
+  }
+}
+
+void DeviceWorker::backward_p2(int stage, const std::vector<int>& microbatches) {
+  std::vector<std::vector<Retained>> sets;
+  {
+    const std::lock_guard lock(mutex_);
+    for (const int mb : microbatches) {
+      const auto it = retained_.find({stage, mb});
+      if (it == retained_.end()) {
+        throw Error("device " + std::to_string(device_) + " has no retained set of " +
+                    key_name({stage, mb}));
+      }
+      sets.push_back(std::move(it->second));
+      retained_.erase(it);
+    }
+  }
+  // One call per layer over all the micro-batches: one concatenated GEMM per weight.
+  const std::vector<int> indices = stage_layers(stage);
+  std::int64_t freed = 0;
+  for (std::size_t l = 0; l < indices.size(); ++l) {
+    std::vector<const Retained*> per_mb;
+    for (const auto& set : sets) {
+      per_mb.push_back(&set[l]);
+      freed += set[l].bytes();
+    }
+    backend_->backward_p2(layers_.at(indices[l]), per_mb);
+  }
+  const std::lock_guard lock(mutex_);
+  account(-freed);
+}
+
+Message DeviceWorker::take_payload(const Node& node) {
+  const StageMb key{node.stage, node.microbatches.front()};
+  if (starts_with(node.label, "evict ")) {
+    const std::lock_guard lock(mutex_);
+    const auto it = stashes_.find(key);
+    if (it == stashes_.end()) {
+      throw Error("device " + std::to_string(device_) + " has no stash of " + key_name(key) +
+                  " to evict");
+    }
+    Message message = pack_stash(it->second, node.label);
+    stashes_.erase(it);
+    evicted_bytes_[key] = message.bytes;
+    bpipe_.evicted += message.bytes;
+    account(-message.bytes);
+    return message;
+  }
+  if (starts_with(node.label, "load ")) {
+    const std::lock_guard lock(mutex_);
+    const auto it = held_.find(key);
+    if (it == held_.end()) {
+      throw Error("device " + std::to_string(device_) + " holds no stash of " + key_name(key) +
+                  " to load back");
+    }
+    Message message = std::move(it->second);
+    held_.erase(it);
+    message.tag = node.label;
+    bpipe_.returned += message.bytes;
+    account(-message.bytes);
+    return message;
+  }
+  Message message;
+  message.tag = node.label;
+  const bool activation = node.op == OpType::F;
+  message.tensors.emplace_back(activation ? "activation" : "input_grad",
+                               take_tensor(activation ? activations_ : input_grads_, key,
+                                           activation ? "activation" : "input gradient"));
+  message.bytes = message.payload_bytes();
+  return message;
+}
+
+std::int64_t DeviceWorker::expected_bytes(const Node& node) const {
+  const StageMb key{node.stage, node.microbatches.front()};
+  if (starts_with(node.label, "evict ")) return -1;
+  if (starts_with(node.label, "load ")) {
+    const std::lock_guard lock(mutex_);
+    const auto it = evicted_bytes_.find(key);
+    return it == evicted_bytes_.end() ? -1 : it->second;
+  }
+  const PlanMeta& meta = plan_.meta;
+  return std::int64_t{meta.mbs} * meta.seq * meta.model.hidden *
+         dtype_bytes(backend_->compute_dtype());
+}
+
+void DeviceWorker::store_payload(const Node& node, Message message) {
+  const StageMb key{node.stage, node.microbatches.front()};
+  if (starts_with(node.label, "evict ")) {
+    const std::lock_guard lock(mutex_);
+    account(message.bytes);
+    bpipe_.accepted += message.bytes;
+    held_[key] = std::move(message);
+    return;
+  }
+  if (starts_with(node.label, "load ")) {
+    const std::int64_t bytes = message.bytes;
+    std::vector<Stash> stashes = unpack_stash(message, stage_layers(node.stage));
+    const std::lock_guard lock(mutex_);
+    bpipe_.loaded += bytes;
+    account(stash_bytes(stashes));
+    stashes_[key] = std::move(stashes);
+    return;
+  }
+  if (message.tensors.size() != 1) {
+    throw Error("message '" + message.tag + "' holds " + std::to_string(message.tensors.size()) +
+                " tensors, expected 1");
+  }
+  const std::lock_guard lock(mutex_);
+  auto& table = node.op == OpType::F ? activations_ : input_grads_;
+  table[key] = std::move(message.tensors.front().second);
+}
+
+void DeviceWorker::optimizer_step(const AdamWConfig& config, int step) {
+  for (auto& entry : layers_) {
+    backend_->adamw_step(entry.second, config, step);
+    backend_->zero_grads(entry.second);
+  }
+}
+
+}  // namespace pipeplan

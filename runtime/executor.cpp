@@ -1,0 +1,260 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "planner/error.h"
+#include "planner/validator.h"
+#include "runtime/measured.h"
+
+namespace pipeplan {
+
+namespace {
+
+using Clock = DeviceWorker::Clock;
+
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+Channel channel_of(const Stream& stream) {
+  return stream.role == StreamRole::transfer ? Channel::transfer : Channel::pipeline;
+}
+
+// Stage layers must tile the model's layer list in order; each stage's device must exist.
+void check_stage_layers(const TaskGraph& plan) {
+  const PlanMeta& meta = plan.meta;
+  const int stages = plan.schedule.stage_count();
+  if (static_cast<int>(meta.stage_layers.size()) != stages) {
+    throw Error("plan: field 'meta.stage_layers' has " + std::to_string(meta.stage_layers.size()) +
+                " entries for " + std::to_string(stages) + " stages");
+  }
+  int next = 0;
+  for (int s = 0; s < stages; ++s) {
+    const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
+    if (range.first_layer != next || range.layer_count <= 0) {
+      throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
+                  "]' does not continue the layer list at layer " + std::to_string(next));
+    }
+    next += range.layer_count;
+  }
+  const auto layers = static_cast<int>(meta.model.layer_list().size());
+  if (next != layers) {
+    throw Error("plan: field 'meta.stage_layers' covers " + std::to_string(next) + " of the " +
+                std::to_string(layers) + " layers of model '" + meta.model.name + "'");
+  }
+  if (meta.mbs <= 0 || meta.seq <= 0 || meta.microbatches <= 0) {
+    throw Error("plan: fields 'meta.mbs', 'meta.seq' and 'meta.microbatches' must be positive");
+  }
+}
+
+}  // namespace
+
+// Completion flags of the step's nodes and the first failure, shared by all stream threads.
+struct Executor::Sync {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<char> done;
+  std::atomic<bool> failed{false};
+  std::optional<std::string> first_error;
+};
+
+Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorOptions options,
+                   std::unique_ptr<Transport> transport)
+    : plan_(std::move(plan)),
+      options_(std::move(options)),
+      transport_(transport ? std::move(transport) : std::make_unique<InProcessTransport>()),
+      sync_(std::make_unique<Sync>()) {
+  if (options_.validate) validate(plan_);
+  check_stage_layers(plan_);
+  int devices = plan_.meta.devices;
+  for (const Stream& stream : plan_.streams())
+    devices = std::max(devices, stream.device + 1);
+  for (int d = 0; d < devices; ++d) {
+    workers_.push_back(std::make_unique<DeviceWorker>(plan_, d, make_backend(d), options_.seed));
+  }
+  const auto& g = plan_.graph();
+  local_inputs_.resize(static_cast<std::size_t>(plan_.node_count()));
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    if (g[*it] != EdgeKind::data) continue;
+    const int from = static_cast<int>(boost::source(*it, g));
+    const int to = static_cast<int>(boost::target(*it, g));
+    if (plan_.node(from).device == plan_.node(to).device) {
+      local_inputs_[static_cast<std::size_t>(to)].push_back(from);
+    }
+  }
+}
+
+Executor::~Executor() = default;
+
+const LayerParams& Executor::layer(int layer_index) const {
+  for (const auto& worker : workers_) {
+    const auto it = worker->layers().find(layer_index);
+    if (it != worker->layers().end()) return it->second;
+  }
+  throw Error("executor: no device holds layer " + std::to_string(layer_index));
+}
+
+void Executor::fail(const std::exception& error) {
+  {
+    const std::lock_guard lock(sync_->mutex);
+    if (!sync_->first_error) sync_->first_error = error.what();
+    sync_->failed = true;
+  }
+  sync_->changed.notify_all();
+  transport_->cancel();
+}
+
+void Executor::mark_done(int node) {
+  {
+    const std::lock_guard lock(sync_->mutex);
+    sync_->done[static_cast<std::size_t>(node)] = 1;
+  }
+  sync_->changed.notify_all();
+}
+
+void Executor::wait_for_inputs(int node) {
+  std::unique_lock lock(sync_->mutex);
+  for (const int input : local_inputs_[static_cast<std::size_t>(node)]) {
+    const bool ready = sync_->changed.wait_for(lock, options_.timeout, [&] {
+      return sync_->failed || sync_->done[static_cast<std::size_t>(input)] != 0;
+    });
+    if (sync_->failed) throw Error("cancelled");
+    if (!ready) {
+      throw Error(plan_.node_name(node) + " (stage " + std::to_string(plan_.node(node).stage) +
+                  ") timed out after " + std::to_string(options_.timeout.count()) +
+                  " ms waiting for " + plan_.node_name(input));
+    }
+  }
+}
+
+void Executor::run_node(DeviceWorker& worker, int id) {
+  const Node& node = plan_.node(id);
+  const Stream& stream = plan_.streams()[static_cast<std::size_t>(node.stream)];
+  times_[static_cast<std::size_t>(id)].start_us = micros_since(start_);
+  switch (node.kind) {
+    case NodeKind::compute:
+      worker.run_compute(node);
+      break;
+    case NodeKind::send:
+      transport_->send(node.device, node.peer, channel_of(stream), worker.take_payload(node));
+      break;
+    case NodeKind::recv: {
+      Message message = transport_->recv(node.device, node.peer, channel_of(stream), node.label,
+                                         options_.timeout);
+      check_message(message, node.label, worker.expected_bytes(node), plan_.node_name(id));
+      worker.store_payload(node, std::move(message));
+      break;
+    }
+  }
+  times_[static_cast<std::size_t>(id)].end_us = micros_since(start_);
+}
+
+void Executor::run_stream(int stream) {
+  const Stream& s = plan_.streams()[static_cast<std::size_t>(stream)];
+  DeviceWorker& worker = *workers_[static_cast<std::size_t>(s.device)];
+  for (const int id : plan_.stream_order(stream)) {
+    if (sync_->failed) return;
+    try {
+      wait_for_inputs(id);
+      if (options_.before_node) options_.before_node(id);
+      run_node(worker, id);
+    } catch (const Error& e) {
+      fail(Error(plan_.node_name(id) + ": " + e.what()));
+      return;
+    } catch (const std::exception& e) {
+      fail(e);
+      return;
+    }
+    mark_done(id);
+  }
+}
+
+StepResult Executor::step(StepMode mode) {
+  const int step_number = steps_ + 1;
+  transport_->reset();
+  sync_->done.assign(static_cast<std::size_t>(plan_.node_count()), 0);
+  sync_->failed = false;
+  sync_->first_error.reset();
+  times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
+  start_ = Clock::now();
+  for (auto& worker : workers_)
+    worker->begin_step(start_);
+  {
+    std::vector<std::jthread> threads;
+    threads.reserve(plan_.streams().size());
+    for (int s = 0; s < static_cast<int>(plan_.streams().size()); ++s) {
+      threads.emplace_back([this, s] { run_stream(s); });
+    }
+  }
+  if (sync_->first_error)
+    throw Error("step " + std::to_string(step_number) + ": " + *sync_->first_error);
+  if (mode == StepMode::train) {
+    std::vector<std::jthread> threads;
+    for (auto& worker : workers_) {
+      threads.emplace_back(
+          [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
+    }
+  }
+  const double step_time_us = micros_since(start_);
+  steps_ = step_number;
+
+  StepResult result;
+  result.step = step_number;
+  result.microbatch_losses.assign(static_cast<std::size_t>(plan_.meta.microbatches), 0.0);
+  for (const auto& worker : workers_) {
+    for (const auto& [mb, loss] : worker->losses())
+      result.microbatch_losses.at(static_cast<std::size_t>(mb)) = loss;
+  }
+  for (const double loss : result.microbatch_losses)
+    result.loss += loss;  // in micro-batch order: the same sum whatever the schedule
+  result.loss /= plan_.meta.microbatches;
+  result.step_time_us = step_time_us;
+  const double tokens =
+      static_cast<double>(plan_.meta.microbatches) * plan_.meta.mbs * plan_.meta.seq;
+  result.tokens_per_s = step_time_us > 0 ? tokens / (step_time_us * 1e-6) : 0.0;
+  result.measured = measure();
+  for (const auto& worker : workers_)
+    result.bpipe.push_back(worker->bpipe_bytes());
+  return result;
+}
+
+}  // namespace pipeplan
+
+namespace pipeplan {
+
+SimResult Executor::measure() const {
+  std::vector<MeasuredDevice> devices;
+  for (const auto& worker : workers_) {
+    devices.push_back({worker->peak_bytes(), worker->memory_timeline()});
+  }
+  // A recv thread posts its receive early and blocks; like the simulator's rendezvous, its
+  // measured transfer starts once both halves were ready (the send is a non-blocking enqueue).
+  std::vector<NodeTime> times = times_;
+  for (int id = 0; id < plan_.node_count(); ++id) {
+    const Node& node = plan_.node(id);
+    if (node.kind != NodeKind::recv || node.match < 0) continue;
+    NodeTime& t = times[static_cast<std::size_t>(id)];
+    t.start_us = std::min(
+        t.end_us, std::max(t.start_us, times_[static_cast<std::size_t>(node.match)].start_us));
+  }
+  return measured_result(plan_, std::move(times), std::move(devices));
+}
+
+std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan) {
+  constexpr std::int64_t kBytesPerParameter = 16;  // fp32 weight, gradient, AdamW m and v
+  std::int64_t total = kBytesPerParameter * plan.meta.model.parameter_count();
+  const SimResult sim = simulate(plan);
+  for (std::size_t d = 0; d < sim.devices.size(); ++d) {
+    const std::int64_t fixed = d < plan.meta.static_bytes.size() ? plan.meta.static_bytes[d] : 0;
+    total += 2 * std::max<std::int64_t>(0, sim.devices[d].peak_memory_bytes - fixed);
+  }
+  return total;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,94 @@
+// The executor: runs a plan's task graph for real, one training step at a time. Each device is
+// a worker (runtime/device_worker.h) with its own Backend; each stream of the plan runs on its
+// own thread in its planned order, so a device's compute, send, receive and transfer streams
+// overlap. A node starts once the nodes it has data edges from on the same device are done;
+// cross-device edges are the Transport's send/recv, matched per link in planned order. Every
+// wait has a timeout, and the first failure cancels the step and is what step() throws.
+// docs/runtime.md describes the mapping, the transport contract and the measured trace.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "planner/simulator.h"
+#include "planner/taskgraph.h"
+#include "runtime/backend.h"
+#include "runtime/device_worker.h"
+#include "runtime/transport.h"
+
+namespace pipeplan {
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(int device)>;
+
+struct ExecutorOptions {
+  std::uint64_t seed = 1;                    // weights (init_layer) and synthetic data (batch_seed)
+  std::chrono::milliseconds timeout{60000};  // every wait: on a dependency or a message
+  AdamWConfig adamw;
+  // Called on the worker thread before every node (fault injection: random delays in ops).
+  std::function<void(int node)> before_node;
+  // Off only in tests of plan shapes the validator does not know yet.
+  bool validate = true;
+};
+
+struct StepResult {
+  int step = 0;
+  double loss = 0;                        // mean over the micro-batches
+  std::vector<double> microbatch_losses;  // by micro-batch
+  double step_time_us = 0;                // wall time: task graph and optimizer
+  double tokens_per_s = 0;                // tokens of the step / step_time
+  // Measured start/end of every node (µs since the step began), per-device busy time, span,
+  // peak memory and memory timeline: the same structure the simulator predicts, so
+  // perfetto_trace() writes the measured trace and diff lines the two up.
+  SimResult measured;
+  std::vector<BpipeBytes> bpipe;  // by device
+};
+
+enum class StepMode { train, gradients_only };  // gradients_only: no AdamW, grads kept
+
+class Executor {
+ public:
+  // Validates the plan (Error with the validator's message, before any worker starts), checks
+  // that the backends can run its model and stage layers, and initialises every device.
+  Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorOptions options = {},
+           std::unique_ptr<Transport> transport = nullptr);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  StepResult step(StepMode mode = StepMode::train);
+
+  const TaskGraph& plan() const { return plan_; }
+  int steps_done() const { return steps_; }
+  // The device holding `layer_index` (ModelConfig::layer_list() position) and its weights.
+  const LayerParams& layer(int layer_index) const;
+  Transport& transport() { return *transport_; }
+
+ private:
+  void run_stream(int stream);
+  void run_node(DeviceWorker& worker, int id);
+  void wait_for_inputs(int node);
+  void mark_done(int node);
+  void fail(const std::exception& error);
+  SimResult measure() const;
+
+  struct Sync;
+  TaskGraph plan_;
+  ExecutorOptions options_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<std::unique_ptr<DeviceWorker>> workers_;
+  std::vector<std::vector<int>> local_inputs_;  // per node: same-device data-edge sources
+  std::unique_ptr<Sync> sync_;
+  std::vector<NodeTime> times_;
+  DeviceWorker::Clock::time_point start_;
+  int steps_ = 0;
+};
+
+// An upper-bound estimate of the host memory a CPU run of the plan needs: fp32 weights,
+// gradients and both AdamW moments (16 bytes per parameter) plus the planned activation peaks
+// of every device, doubled for fp32 (the plan counts 2-byte activations).
+std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan);
+
+}  // namespace pipeplan

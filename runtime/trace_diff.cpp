@@ -1,0 +1,183 @@
+#include "runtime/trace_diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+using nlohmann::json;
+
+std::string category_of(const Node& node) {
+  if (node.kind == NodeKind::compute) return std::string(to_string(node.op));
+  return std::string(to_string(node.kind));
+}
+
+std::string op_label(const Node& node) {
+  if (node.kind == NodeKind::compute) return node.label;
+  return std::string(to_string(node.kind)) + " " + node.label;
+}
+
+double pct(double measured, double predicted) {
+  if (predicted == 0) return measured == 0 ? 0.0 : 100.0;
+  return 100.0 * (measured - predicted) / predicted;
+}
+
+void check_slice(const TaskGraph& plan, int id, const json& slice, std::string_view source) {
+  const Node& node = plan.node(id);
+  const json& args = slice.at("args");
+  const bool same = slice.value("cat", "") == category_of(node) &&
+                    args.value("stage", -1) == node.stage &&
+                    args.value("microbatches", std::vector<int>{}) == node.microbatches;
+  if (!same) {
+    throw Error(std::string(source) + ": slice '" + slice.value("name", "") + "' of node " +
+                std::to_string(id) + " does not match the plan's " + plan.node_name(id) +
+                " (a trace of another plan?)");
+  }
+}
+
+}  // namespace
+
+double OpDiff::error_pct() const {
+  return pct(measured_us, predicted_us);
+}
+
+std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& trace,
+                                            std::string_view source) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+    throw Error(std::string(source) + ": field 'traceEvents' missing (not a pipeplan trace)");
+  }
+  std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
+  std::vector<char> seen(times.size(), 0);
+  for (const json& event : trace["traceEvents"]) {
+    if (event.value("ph", "") != "X" || !event.contains("args")) continue;
+    const int id = event["args"].value("node", -1);
+    if (id < 0 || id >= plan.node_count()) {
+      throw Error(std::string(source) + ": slice '" + event.value("name", "") + "' names node " +
+                  std::to_string(id) + ", the plan has " + std::to_string(plan.node_count()));
+    }
+    check_slice(plan, id, event, source);
+    const double start = event.value("ts", 0.0);
+    times[static_cast<std::size_t>(id)] = {start, start + event.value("dur", 0.0)};
+    seen[static_cast<std::size_t>(id)] = 1;
+  }
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (!seen[static_cast<std::size_t>(id)]) {
+      throw Error(std::string(source) + ": no slice for " + plan.node_name(id));
+    }
+  }
+  return times;
+}
+
+TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured) {
+  TraceDiff diff;
+  double mape_sum = 0;
+  int compute_ops = 0;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    const NodeTime& p = predicted.times.at(static_cast<std::size_t>(id));
+    const NodeTime& m = measured.times.at(static_cast<std::size_t>(id));
+    OpDiff op{id,
+              op_label(node),
+              node.device,
+              plan.streams()[static_cast<std::size_t>(node.stream)].name(),
+              p.end_us - p.start_us,
+              m.end_us - m.start_us};
+    if (node.kind == NodeKind::compute) {
+      mape_sum += std::abs(op.error_pct());
+      ++compute_ops;
+    }
+    diff.ops.push_back(std::move(op));
+  }
+  std::stable_sort(diff.ops.begin(), diff.ops.end(), [](const OpDiff& a, const OpDiff& b) {
+    return std::abs(a.error_us()) > std::abs(b.error_us());
+  });
+  const std::size_t devices = std::min(predicted.devices.size(), measured.devices.size());
+  for (std::size_t d = 0; d < devices; ++d) {
+    const DeviceMetrics& p = predicted.devices[d];
+    const DeviceMetrics& m = measured.devices[d];
+    diff.devices.push_back({static_cast<int>(d), p.busy_us, m.busy_us, p.span_us, m.span_us});
+  }
+  diff.predicted_makespan_us = predicted.makespan_us;
+  diff.measured_makespan_us = measured.makespan_us;
+  diff.makespan_error_pct = pct(measured.makespan_us, predicted.makespan_us);
+  diff.compute_mape_pct = compute_ops > 0 ? mape_sum / compute_ops : 0.0;
+  return diff;
+}
+
+json diff_to_json(const TraceDiff& diff, int top) {
+  json ops = json::array();
+  const auto shown =
+      top < 0 ? diff.ops.size() : std::min(diff.ops.size(), static_cast<std::size_t>(top));
+  for (std::size_t i = 0; i < shown; ++i) {
+    const OpDiff& op = diff.ops[i];
+    ops.push_back({{"node", op.node},
+                   {"label", op.label},
+                   {"device", op.device},
+                   {"stream", op.stream},
+                   {"predicted_us", op.predicted_us},
+                   {"measured_us", op.measured_us},
+                   {"error_pct", op.error_pct()}});
+  }
+  json devices = json::array();
+  for (const DeviceDiff& d : diff.devices) {
+    devices.push_back({{"device", d.device},
+                       {"predicted_busy_us", d.predicted_busy_us},
+                       {"measured_busy_us", d.measured_busy_us},
+                       {"busy_error_pct", pct(d.measured_busy_us, d.predicted_busy_us)},
+                       {"predicted_span_us", d.predicted_span_us},
+                       {"measured_span_us", d.measured_span_us},
+                       {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)}});
+  }
+  return {{"overall",
+           {{"predicted_makespan_us", diff.predicted_makespan_us},
+            {"measured_makespan_us", diff.measured_makespan_us},
+            {"makespan_error_pct", diff.makespan_error_pct},
+            {"compute_mape_pct", diff.compute_mape_pct}}},
+          {"devices", std::move(devices)},
+          {"ops", std::move(ops)}};
+}
+
+std::string format_diff(const TraceDiff& diff, int top) {
+  std::string out;
+  char line[256];
+  const auto shown =
+      top < 0 ? diff.ops.size() : std::min(diff.ops.size(), static_cast<std::size_t>(top));
+  std::snprintf(line, sizeof line, "ops (%zu of %zu, worst first)\n", shown, diff.ops.size());
+  out += line;
+  std::snprintf(line, sizeof line, "  %5s  %-22s %3s %-12s %12s %12s %9s\n", "node", "op", "dev",
+                "stream", "pred us", "meas us", "error");
+  out += line;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const OpDiff& op = diff.ops[i];
+    std::snprintf(line, sizeof line, "  %5d  %-22s %3d %-12s %12.1f %12.1f %+8.1f%%\n", op.node,
+                  op.label.c_str(), op.device, op.stream.c_str(), op.predicted_us, op.measured_us,
+                  op.error_pct());
+    out += line;
+  }
+  out += "devices (compute stream)\n";
+  std::snprintf(line, sizeof line, "  %3s %12s %12s %9s %12s %12s %9s\n", "dev", "pred busy",
+                "meas busy", "error", "pred span", "meas span", "error");
+  out += line;
+  for (const DeviceDiff& d : diff.devices) {
+    std::snprintf(line, sizeof line, "  %3d %12.1f %12.1f %+8.1f%% %12.1f %12.1f %+8.1f%%\n",
+                  d.device, d.predicted_busy_us, d.measured_busy_us,
+                  pct(d.measured_busy_us, d.predicted_busy_us), d.predicted_span_us,
+                  d.measured_span_us, pct(d.measured_span_us, d.predicted_span_us));
+    out += line;
+  }
+  std::snprintf(line, sizeof line,
+                "step time (makespan): predicted %.1f us, measured %.1f us, error %+.1f%%\n"
+                "compute ops: mean absolute error %.1f%%\n",
+                diff.predicted_makespan_us, diff.measured_makespan_us, diff.makespan_error_pct,
+                diff.compute_mape_pct);
+  out += line;
+  return out;
+}
+
+}  // namespace pipeplan

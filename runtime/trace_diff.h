@@ -1,0 +1,52 @@
+// Predicted versus measured: reads the per-node times back from a Perfetto trace written by
+// `pipeplan run --trace` (planner/trace.h format; args.node is the node id) and lines them up
+// with the simulation of the same plan, op by op, per device and overall.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/simulator.h"
+#include "planner/taskgraph.h"
+
+namespace pipeplan {
+
+// One time per node of `plan`. Throws Error naming `source` and the node when a slice is
+// missing or does not match the plan's node (stage, micro-batches, category).
+std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const nlohmann::json& trace,
+                                            std::string_view source);
+
+struct OpDiff {
+  int node = -1;
+  std::string label;  // "0F3", "send 0F3", "recv 0F3"
+  int device = 0;
+  std::string stream;  // Stream::name()
+  double predicted_us = 0;
+  double measured_us = 0;
+  double error_us() const { return measured_us - predicted_us; }
+  double error_pct() const;  // (measured - predicted) / predicted; 0 when both are 0
+};
+
+struct DeviceDiff {
+  int device = 0;
+  double predicted_busy_us = 0, measured_busy_us = 0;  // compute stream
+  double predicted_span_us = 0, measured_span_us = 0;  // first to last compute op
+};
+
+struct TraceDiff {
+  std::vector<OpDiff> ops;  // every node, worst |error_us| first
+  std::vector<DeviceDiff> devices;
+  double predicted_makespan_us = 0, measured_makespan_us = 0;
+  double makespan_error_pct = 0;
+  double compute_mape_pct = 0;  // mean |error_pct| over compute ops
+};
+
+TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured);
+// `top` worst ops (all when top < 0).
+nlohmann::json diff_to_json(const TraceDiff& diff, int top);
+std::string format_diff(const TraceDiff& diff, int top);
+
+}  // namespace pipeplan

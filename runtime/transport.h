@@ -1,0 +1,77 @@
+// Point-to-point communication between the executor's device workers. A message carries its tag
+// (the payload's task-graph label, e.g. "0F3" or "evict 0F3") and its declared size in bytes;
+// messages on one link (from, to, channel) arrive in the order they were sent, which is the
+// planned order of the sending stream (the receiving stream mirrors it, as NCCL point-to-point
+// requires). The receiver checks both tag and size (check_message), so a dropped, reordered or
+// corrupted message is an Error naming the node, never a hang: every recv has a timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace pipeplan {
+
+// Links between one device pair: activations and gradients (send/recv streams) and BPipe
+// stashes (transfer streams) are ordered independently, as they are in the plan.
+enum class Channel : std::uint8_t { pipeline, transfer };
+std::string_view to_string(Channel channel);
+
+struct Message {
+  std::string tag;
+  std::int64_t bytes = 0;  // declared payload size
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::int64_t payload_bytes() const;  // what the tensors actually hold
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  // Never blocks for the receiver (buffered, like a small NCCL send).
+  virtual void send(int from, int to, Channel channel, Message message) = 0;
+  // The next message on the link from `from` to `to`. Throws Error after `timeout` naming the
+  // link and `expected_tag`, or at once after cancel().
+  virtual Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+                       std::chrono::milliseconds timeout) = 0;
+  // Wakes every waiting recv with an Error (a worker failed; the step is over).
+  virtual void cancel() = 0;
+  // Forgets undelivered messages and a cancel; called before every step.
+  virtual void reset() = 0;
+};
+
+// Throws Error naming `where` when the tag differs, the declared size differs from the payload,
+// or (expected_bytes >= 0) the payload is not the size the receiver expects.
+void check_message(const Message& message, std::string_view expected_tag,
+                   std::int64_t expected_bytes, std::string_view where);
+
+// In-process channels between worker threads. send copies every tensor into fresh host memory
+// (the "wire"), so the devices share no storage; CPU tensors only.
+class InProcessTransport final : public Transport {
+ public:
+  std::string name() const override { return "in-process"; }
+  void send(int from, int to, Channel channel, Message message) override;
+  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+               std::chrono::milliseconds timeout) override;
+  void cancel() override;
+  void reset() override;
+
+ private:
+  using Link = std::tuple<int, int, Channel>;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::map<Link, std::deque<Message>> queues_;
+  bool cancelled_ = false;
+};
+
+}  // namespace pipeplan

@@ -1,0 +1,159 @@
+// `pipeplan plan` then `pipeplan run` end to end: the acceptance command trains, every schedule
+// gives the same five losses, the measured trace feeds `pipeplan diff`, and bad requests fail
+// with one line.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schedules/registry.h"
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+    r.out += buffer.data();
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+class RunCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("pipeplan_run_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Plans the acceptance setup with `schedule_args`; empty when the planner refuses them.
+  std::string plan(const std::string& schedule_args, const std::string& name) {
+    const std::string out = path(name);
+    const Result r =
+        run("plan --model tiny --stages 4 --microbatches 8 " + schedule_args + " -o " + out);
+    return r.status == 0 ? out : std::string();
+  }
+
+  std::vector<double> losses(const std::string& plan_path, int steps) {
+    const Result r =
+        run("run " + plan_path + " --backend cpu --steps " + std::to_string(steps) + " --json");
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::vector<double> values;
+    if (r.status != 0) return values;
+    const nlohmann::json parsed = nlohmann::json::parse(r.out);  // outlives the loop
+    for (const auto& row : parsed.at("steps"))
+      values.push_back(row.at("loss").get<double>());
+    return values;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(RunCli, AcceptanceCommandTrainsAndEveryScheduleAgrees) {
+  const std::string p = plan("--schedule 1f1b --backward 2bp", "p.json");
+  ASSERT_FALSE(p.empty());
+  const Result text = run("run " + p + " --backend cpu --steps 5");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("step    5  loss"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("tokens/s"), std::string::npos) << text.out;
+
+  const std::vector<double> want = losses(p, 5);
+  ASSERT_EQ(want.size(), 5U);
+  EXPECT_LT(want.back(), want.front());
+  int compared = 0;
+  for (const ScheduleFamily& family : schedule_families()) {
+    if (family.uses_chunks) continue;  // needs more blocks than the tiny preset's 4
+    for (const char* mode : {"fused", "2bp", "2bp-fill"}) {
+      const std::string other =
+          plan("--schedule " + family.name + " --backward " + mode, family.name + mode + ".json");
+      if (other.empty()) continue;  // a combination the family does not take
+      const std::vector<double> got = losses(other, 5);
+      ASSERT_EQ(got.size(), 5U) << family.name << " " << mode;
+      for (std::size_t s = 0; s < 5; ++s) {
+        // fp32 gradient sums in schedule-dependent order; see executor_training_test.cpp.
+        EXPECT_NEAR(got[s], want[s], 1e-5 * want[s])
+            << family.name << " " << mode << " step " << s + 1;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 6);
+}
+
+TEST_F(RunCli, MeasuredTraceFeedsDiff) {
+  const std::string p = plan("--schedule 1f1b --backward 2bp", "p.json");
+  ASSERT_FALSE(p.empty());
+  const std::string trace = path("measured.json");
+  const Result r = run("run " + p + " --steps 2 --trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json events = nlohmann::json::parse(std::ifstream(trace)).at("traceEvents");
+  EXPECT_GT(events.size(), 100U);
+
+  const Result diff = run("diff " + p + " " + trace);
+  ASSERT_EQ(diff.status, 0) << diff.out;
+  EXPECT_NE(diff.out.find("step time (makespan): predicted"), std::string::npos) << diff.out;
+  EXPECT_NE(diff.out.find("devices (compute stream)"), std::string::npos) << diff.out;
+
+  const Result json = run("diff " + p + " " + trace + " --json --all");
+  ASSERT_EQ(json.status, 0) << json.out;
+  const nlohmann::json d = nlohmann::json::parse(json.out);
+  EXPECT_EQ(d.at("devices").size(), 4U);
+  EXPECT_GT(d.at("overall").at("measured_makespan_us").get<double>(), 0.0);
+  // --all: one row per node of the plan.
+  const nlohmann::json plan_json = nlohmann::json::parse(std::ifstream(p));
+  EXPECT_EQ(d.at("ops").size(), plan_json.at("nodes").size());
+
+  // A trace of another plan is refused, naming the file.
+  const std::string other = plan("--schedule gpipe --backward fused", "other.json");
+  const Result mismatch = run("diff " + other + " " + trace);
+  EXPECT_NE(mismatch.status, 0);
+  EXPECT_NE(mismatch.out.find("measured.json"), std::string::npos) << mismatch.out;
+}
+
+TEST_F(RunCli, RefusesWhatItCannotRun) {
+  const std::string p = plan("--schedule 1f1b --backward 2bp", "p.json");
+  ASSERT_FALSE(p.empty());
+  const Result cuda = run("run " + p + " --backend cuda");
+  EXPECT_NE(cuda.status, 0);
+  EXPECT_NE(cuda.out.find("not built"), std::string::npos) << cuda.out;
+
+  const std::string big = path("big.json");
+  ASSERT_EQ(run("plan --model llama-7b --stages 4 --microbatches 8 -o " + big).status, 0);
+  const Result refused = run("run " + big + " --steps 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.out.find("host memory"), std::string::npos) << refused.out;
+  EXPECT_EQ(std::count(refused.out.begin(), refused.out.end(), '\n'), 1) << refused.out;
+
+  const Result missing = run("run " + path("nope.json"));
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.out.find("nope.json"), std::string::npos) << missing.out;
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,190 @@
+// Fault injection and plan rejection: random delays in the transport and in ops change nothing;
+// a dropped or corrupted message is an Error within the timeout, not a hang; an invalid plan is
+// refused with the validator's message before any worker starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "planner/validator.h"
+#include "runtime/faulty_transport.h"
+#include "tests/runtime/executor_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using std::chrono::milliseconds;
+
+TaskGraph bpipe_1f1b() {
+  TaskGraph plan = testing::with_bpipe_transfers(
+      *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::twobp), 0,
+      testing::kDevices - 1);
+  return plan;
+}
+
+ExecutorOptions options_for(const TaskGraph& plan, milliseconds timeout) {
+  ExecutorOptions options;
+  options.timeout = timeout;
+  options.validate = !find_violation(plan).has_value();  // see executor_gradient_test.cpp
+  return options;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> grads;  // every parameter of every layer, last step
+};
+
+Outcome run(const TaskGraph& plan, ExecutorOptions options, const FaultPlan* faults) {
+  std::unique_ptr<Transport> transport = std::make_unique<InProcessTransport>();
+  if (faults != nullptr) {
+    transport = std::make_unique<FaultyTransport>(std::move(transport), *faults);
+  }
+  Executor executor(plan, testing::cpu_backends(), std::move(options), std::move(transport));
+  Outcome out;
+  out.losses.push_back(executor.step().loss);
+  out.losses.push_back(executor.step(StepMode::gradients_only).loss);
+  cpu::CpuBackend host;
+  for (int l = 0; l < static_cast<int>(plan.meta.model.layer_list().size()); ++l) {
+    for (const Parameter& p : executor.layer(l).params)
+      out.grads.push_back(host.download(p.grad));
+  }
+  return out;
+}
+
+TEST(ExecutorFaults, RandomDelaysChangeNothing) {
+  const TaskGraph plan = bpipe_1f1b();
+  const Outcome clean = run(plan, options_for(plan, milliseconds(20000)), nullptr);
+  FaultPlan delays;
+  delays.seed = 11;
+  delays.max_delay = std::chrono::microseconds(1500);
+  ExecutorOptions options = options_for(plan, milliseconds(20000));
+  options.before_node = [](int node) {
+    thread_local std::mt19937 rng(static_cast<unsigned>(node) * 7919U + 1U);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 1000));
+  };
+  const Outcome delayed = run(plan, options, &delays);
+  // Bitwise: each device runs its ops in planned order whatever the timing.
+  EXPECT_EQ(delayed.losses, clean.losses);
+  EXPECT_EQ(delayed.grads, clean.grads);
+}
+
+void expect_fault_detected(const FaultPlan& faults, const std::string& needle) {
+  const TaskGraph plan = bpipe_1f1b();
+  const milliseconds timeout(400);
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run(plan, options_for(plan, timeout), &faults);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  // Detected within the timeout (plus the work of the steps), never a hang.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10 * timeout + std::chrono::seconds(5));
+  ASSERT_FALSE(message.empty()) << "a tampered message went unnoticed";
+  EXPECT_NE(message.find(needle), std::string::npos) << message;
+  EXPECT_NE(message.find("node "), std::string::npos) << message;  // names the node
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(ExecutorFaults, CorruptedSizeIsDetected) {
+  FaultPlan faults;
+  faults.corrupt_size = 7;
+  expect_fault_detected(faults, "declares");
+}
+
+TEST(ExecutorFaults, CorruptedTagIsDetected) {
+  FaultPlan faults;
+  faults.corrupt_tag = 3;
+  expect_fault_detected(faults, "received tag");
+}
+
+// A dropped message shows up as the next message's tag on that link, or as a timeout when it
+// was the link's last one.
+TEST(ExecutorFaults, DroppedMessageIsDetected) {
+  for (const int index : {0, 5, 20}) {
+    FaultPlan faults;
+    faults.drop = index;
+    const TaskGraph plan = bpipe_1f1b();
+    try {
+      run(plan, options_for(plan, milliseconds(400)), &faults);
+      FAIL() << "dropped message " << index << " went unnoticed";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_TRUE(message.find("received tag") != std::string::npos ||
+                  message.find("timed out") != std::string::npos)
+          << message;
+    }
+  }
+}
+
+TEST(ExecutorFaults, OpFailureCancelsTheStep) {
+  TaskGraph plan = *testing::tiny_plan(find_schedule_family("gpipe"), BackwardMode::fused);
+  ExecutorOptions options;
+  options.timeout = milliseconds(20000);
+  options.before_node = [](int node) {
+    if (node == 5) throw Error("injected failure");
+  };
+  Executor executor(std::move(plan), testing::cpu_backends(), options);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(
+      {
+        try {
+          executor.step();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  // The other workers were woken at once, not after the 20 s timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NO_THROW(executor.transport().reset());
+}
+
+TEST(ExecutorPlans, InvalidPlanIsRejectedWithTheValidatorsMessage) {
+  TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::fused);
+  // Reverse one receive stream: its k-th receive no longer meets the k-th send.
+  const auto& streams = plan.streams();
+  const auto recv = std::find_if(streams.begin(), streams.end(),
+                                 [](const Stream& s) { return s.role == StreamRole::recv; });
+  ASSERT_NE(recv, streams.end());
+  const auto index = static_cast<int>(recv - streams.begin());
+  std::vector<int> order = plan.stream_order(index);
+  std::reverse(order.begin(), order.end());
+  plan.set_stream_order(index, order);
+  const auto violation = find_violation(plan);
+  ASSERT_TRUE(violation);
+  bool built = false;
+  bool threw = false;
+  try {
+    const Executor executor(plan, [&](int) -> std::unique_ptr<Backend> {
+      built = true;  // no worker may start on an invalid plan
+      return std::make_unique<cpu::CpuBackend>();
+    });
+  } catch (const Error& e) {
+    threw = true;
+    EXPECT_EQ(std::string(e.what()), "invalid plan: " + violation->message);
+  }
+  EXPECT_TRUE(threw);
+  EXPECT_FALSE(built);
+}
+
+TEST(ExecutorPlans, StageLayersMustCoverTheModel) {
+  TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::fused);
+  plan.meta.stage_layers.back().layer_count -= 1;
+  EXPECT_THROW(
+      {
+        try {
+          const Executor executor(plan, testing::cpu_backends());
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("meta.stage_layers"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,144 @@
+// Zero Bubble families, breadth-first looping and the V schedules against their closed forms
+// (BRIEF.md §1; uniform stages, comm = 0). Conditions under which the forms hold: m >= P, and for
+// ZB-H2 T_F + T_B >= 2·T_W (otherwise p2 work alone exceeds the ramp it fills).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "planner/error.h"
+#include "schedules/registry.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::kGiB;
+using testing::uniform_plan;
+using testing::UniformPlan;
+
+struct Costs {
+  double f, b, w;
+};
+constexpr Costs kCosts[] = {{1, 1, 1}, {1, 2, 1}, {2, 2, 1}, {1, 1, 0.5}, {2, 3, 1}};
+
+UniformPlan zb(const char* schedule, int p, int m, const Costs& c, int chunks = 1) {
+  return {.devices = p,
+          .microbatches = m,
+          .chunks = chunks,
+          .schedule = schedule,
+          .backward = BackwardMode::twobp,
+          .f = c.f,
+          .b = c.b,
+          .w = c.w,
+          .p2_concat = 1};
+}
+
+// ZB-H1: makespan m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − T_W); every device holds at most P
+// micro-batches (stage 0 exactly P·M_B, the same as 1F1B).
+TEST(ZeroBubble, H1ClosedForm) {
+  for (const int p : {2, 4, 8}) {
+    for (const int m : {p, 2 * p, 3 * p}) {
+      for (const Costs& c : kCosts) {
+        const Plan plan = uniform_plan(zb("zb-h1", p, m, c));
+        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - c.w);
+        EXPECT_NEAR(plan.sim.makespan_us, expected * 1e3, 1e-6) << "P=" << p << " m=" << m;
+        const Plan one_f_one_b = uniform_plan({.devices = p, .microbatches = m});
+        EXPECT_LE(plan.sim.devices[0].peak_memory_bytes,
+                  one_f_one_b.sim.devices[0].peak_memory_bytes);
+        for (const DeviceMetrics& d : plan.sim.devices)
+          EXPECT_LE(static_cast<double>(d.peak_memory_bytes), p * kGiB + 1);
+      }
+    }
+  }
+}
+
+// ZB-H2: the largest stage span (Zero Bubble's steady-state step) is
+// m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − 2T_W) — no bubble at all when F = B = W — and every
+// device holds at most 2P − 1 micro-batches.
+TEST(ZeroBubble, H2ClosedForm) {
+  for (const int p : {2, 4, 8}) {
+    for (const int m : {2 * p, 3 * p}) {
+      for (const Costs& c : kCosts) {
+        const Plan plan = uniform_plan(zb("zb-h2", p, m, c));
+        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - 2 * c.w);
+        EXPECT_NEAR(plan.sim.max_stage_span_us, expected * 1e3, 1e-6) << "P=" << p << " m=" << m;
+        EXPECT_NEAR(static_cast<double>(plan.sim.devices[0].peak_memory_bytes), (2 * p - 1) * kGiB,
+                    1);
+        for (const DeviceMetrics& d : plan.sim.devices)
+          EXPECT_LE(static_cast<double>(d.peak_memory_bytes), (2 * p - 1) * kGiB + 1);
+      }
+    }
+  }
+}
+
+// Looped BFS (fused): with m >= P no device waits between its chunks, so the step is
+// m(T_F + T_B + T_W) + (P − 1)(T_F + T_B + T_W)/V, and stage 0 holds all m micro-batches.
+TEST(ZeroBubble, LoopedBfsClosedForm) {
+  for (const int p : {2, 4}) {
+    for (const int v : {1, 2, 3}) {
+      for (const int m : {p, 2 * p}) {
+        const Costs c{1, 1.5, 0.5};
+        UniformPlan u = zb("looped-bfs", p, m, c, v);
+        u.backward = BackwardMode::fused;
+        const Plan plan = uniform_plan(u);
+        const double per_mb = c.f + c.b + c.w;
+        EXPECT_NEAR(plan.sim.makespan_us, (m * per_mb + (p - 1) * per_mb / v) * 1e3, 1e-6)
+            << "P=" << p << " V=" << v << " m=" << m;
+        // Per-block stash is 1 GiB / V rounded to whole bytes: V bytes per micro-batch.
+        EXPECT_NEAR(static_cast<double>(plan.sim.devices[0].peak_memory_bytes), m * kGiB, m * v);
+      }
+    }
+  }
+}
+
+// The V families keep at most their cap of chunk stashes (M_B / 2 each) alive per device: zb-v
+// at 1F1B's P·M_B, v-half about half, v-min about a third. ZB-V (this greedy) with F = B = W
+// idles at most (P − 1)·T_F, a third of 1F1B's (P − 1)(T_F + T_B + T_W).
+TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
+  for (const int p : {2, 4, 6, 8}) {
+    for (const int m : {p, 2 * p, 4 * p}) {
+      for (const char* family : {"zb-v", "v-half", "v-min"}) {
+        const Plan plan = uniform_plan(zb(family, p, m, {1, 1, 1}, 2));
+        const int cap = v_shape_cap(family, p);
+        for (const DeviceMetrics& d : plan.sim.devices)
+          EXPECT_LE(static_cast<double>(d.peak_memory_bytes), cap * 0.5 * kGiB + 1)
+              << family << " P=" << p << " m=" << m;
+        EXPECT_EQ(plan.graph.schedule.stage_device[0], 0);
+        EXPECT_EQ(plan.graph.schedule.stage_device[static_cast<std::size_t>(2 * p - 1)], 0);
+      }
+      const Plan v = uniform_plan(zb("zb-v", p, m, {1, 1, 1}, 2));
+      const Plan one_f_one_b = uniform_plan({.devices = p, .microbatches = m});
+      EXPECT_LE(v.sim.devices[0].peak_memory_bytes, one_f_one_b.sim.devices[0].peak_memory_bytes);
+      EXPECT_LE(v.sim.makespan_us - 3.0 * m * 1e3, (p - 1) * 1e3 + 1e-6) << "P=" << p << " m=" << m;
+    }
+  }
+  EXPECT_EQ(v_shape_cap("zb-v", 6), 12);
+  EXPECT_EQ(v_shape_cap("v-half", 6), 8);
+  EXPECT_EQ(v_shape_cap("v-min", 6), 6);
+}
+
+TEST(ZeroBubble, FamiliesThatPlaceP2RefuseFusedBackward) {
+  for (const char* family : {"zb-h1", "zb-h2"}) {
+    UniformPlan u = zb(family, 4, 8, {1, 1, 1});
+    u.backward = BackwardMode::fused;
+    try {
+      uniform_plan(u);
+      FAIL() << family;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "--backward: schedule '" + std::string(family) +
+                                           "' places p1 and p2 itself; use --backward 2bp, got "
+                                           "fused");
+    }
+  }
+  try {
+    uniform_plan(zb("zb-v", 4, 8, {1, 1, 1}, 3));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--chunks: schedule 'zb-v' runs exactly 2 chunks per device (V shape), got 3");
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan

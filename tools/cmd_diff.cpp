@@ -1,0 +1,57 @@
+#include <iostream>
+#include <memory>
+
+#include "planner/io.h"
+#include "planner/simulator.h"
+#include "runtime/measured.h"
+#include "runtime/trace_diff.h"
+#include "tools/commands.h"
+
+namespace pipeplan {
+
+namespace {
+
+struct DiffCommand {
+  std::string plan_path;
+  std::string measured_path;
+  int top = 10;
+  bool all = false;
+  bool json = false;
+
+  int run() const {
+    const TaskGraph plan = load_plan(plan_path);
+    const SimResult predicted = simulate(plan);
+    std::vector<NodeTime> times =
+        node_times_from_trace(plan, read_json_file(measured_path), measured_path);
+    int devices = plan.meta.devices;
+    for (const Stream& stream : plan.streams())
+      devices = std::max(devices, stream.device + 1);
+    const SimResult measured = measured_result(
+        plan, std::move(times), std::vector<MeasuredDevice>(static_cast<std::size_t>(devices)));
+    const TraceDiff diff = diff_trace(plan, predicted, measured);
+    const int shown = all ? -1 : top;
+    if (json) {
+      std::cout << diff_to_json(diff, shown).dump(2) << "\n";
+    } else {
+      std::cout << plan_path << " (predicted) vs " << measured_path << " (measured)\n"
+                << format_diff(diff, shown);
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_diff_command(CLI::App& app) {
+  auto cmd = std::make_shared<DiffCommand>();
+  auto* sub = app.add_subcommand("diff", "line a plan's predicted ops up with a measured trace");
+  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("measured", cmd->measured_path, "trace JSON written by `pipeplan run --trace`")
+      ->required();
+  sub->add_option("--top", cmd->top, "worst ops to show")->capture_default_str();
+  sub->add_flag("--all", cmd->all, "show every op");
+  sub->add_flag("--json", cmd->json, "print machine-readable results");
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan

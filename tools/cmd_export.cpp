@@ -1,0 +1,45 @@
+#include <iostream>
+#include <memory>
+
+#include "planner/error.h"
+#include "planner/taskgraph.h"
+#include "planner/torch_csv.h"
+#include "tools/commands.h"
+
+namespace pipeplan {
+
+namespace {
+
+struct ExportCommand {
+  std::string plan_path;
+  std::string format = "torch-csv";
+  std::string output;
+  int run() const {
+    if (format != "torch-csv")
+      throw Error("--format: unknown export format '" + format + "' (valid: torch-csv)");
+    const TaskGraph graph = load_plan(plan_path);
+    if (output.empty()) {
+      std::cout << schedule_to_torch_csv(graph.schedule);
+      return 0;
+    }
+    save_torch_csv(graph.schedule, output);
+    std::cout << "wrote " << output << " (" << graph.schedule.devices << " ranks, "
+              << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches
+              << " micro-batches)\n";
+    return 0;
+  }
+};
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  auto cmd = std::make_shared<ExportCommand>();
+  auto* sub = app.add_subcommand("export", "write a plan's schedule in another tool's format");
+  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("--format", cmd->format, "torch-csv (torch.distributed.pipelining)")
+      ->capture_default_str();
+  sub->add_option("-o,--output", cmd->output, "output file (default: stdout)");
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan
