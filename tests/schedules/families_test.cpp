@@ -46,9 +46,9 @@ bool runs_to_completion(const Schedule& schedule) {
       const int mb = a.microbatches[0];
       // P1 stands in for B (the gradient leaves after it); P2 only needs its own P1.
       const OpType op = a.op == OpType::P1 ? OpType::B : a.op;
-      const bool ready =
-          op == OpType::F   ? (a.stage == 0 || done[{OpType::F, a.stage - 1, mb}])
-          : op == OpType::P2 ? done[{OpType::B, a.stage, mb}]
+      const bool ready = op == OpType::F ? (a.stage == 0 || done[{OpType::F, a.stage - 1, mb}])
+                         : op == OpType::P2
+                             ? done[{OpType::B, a.stage, mb}]
                              : (done[{OpType::F, a.stage, mb}] &&
                                 (a.stage == last_stage || done[{OpType::B, a.stage + 1, mb}]));
       if (!ready) continue;
