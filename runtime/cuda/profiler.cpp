@@ -177,6 +177,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
       sets.push_back(backend.backward_p1(layer, std::move(fwd.stash), in.dy));
     }
     std::vector<const Retained*> view;
+    view.reserve(sets.size());
     for (const BackwardP1Result& set : sets)
       view.push_back(&set.retained);
     const Timing b2 = time_op(stream, options.warmup, options.repetitions, {},
