@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "planner/microbatches.h"
+
 namespace pipeplan {
 
 enum class OpType : std::uint8_t { F, B, P1, P2 };
@@ -22,7 +24,7 @@ BackwardMode backward_mode_from_string(std::string_view text);  // throws Error
 struct Action {
   OpType op = OpType::F;
   int stage = 0;                  // virtual stage
-  std::vector<int> microbatches;  // one, except a concatenated P2
+  MicroBatches microbatches;  // one, except a concatenated P2
   bool operator==(const Action&) const = default;
 };
 

@@ -273,7 +273,16 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
   }
 
   // Messages in the producer's device order, so each peer pair's sends and receives share one
-  // order (what NCCL point-to-point needs to be deadlock-free).
+  // order (what NCCL point-to-point needs to be deadlock-free). Streams are created on first use
+  // and remembered per (src, dst) to skip the stream map's lookup per message.
+  const auto pair_index = [&](int src, int dst) {
+    return static_cast<std::size_t>(src) * static_cast<std::size_t>(schedule.devices) +
+           static_cast<std::size_t>(dst);
+  };
+  const std::size_t pairs =
+      static_cast<std::size_t>(schedule.devices) * static_cast<std::size_t>(schedule.devices);
+  std::vector<int> send_streams(pairs, -1);
+  std::vector<int> recv_streams(pairs, -1);
   auto connect = [&](int producer, int consumer, std::int64_t bytes) {
     if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
     const Node& p = g.node(producer);
@@ -287,7 +296,11 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     send.kind = NodeKind::send;
     send.op = p.op;
     send.device = src;
-    send.stream = g.stream(src, StreamRole::send, dst);
+    int& send_stream = send_streams[pair_index(src, dst)];
+    if (send_stream < 0) send_stream = g.stream(src, StreamRole::send, dst);
+    int& recv_stream = recv_streams[pair_index(src, dst)];
+    if (recv_stream < 0) recv_stream = g.stream(dst, StreamRole::recv, src);
+    send.stream = send_stream;
     send.stage = p.stage;
     send.microbatches = p.microbatches;
     send.duration_us = transfer_time_us(g.meta.link, bytes);
@@ -297,7 +310,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     Node recv = send;
     recv.kind = NodeKind::recv;
     recv.device = dst;
-    recv.stream = g.stream(dst, StreamRole::recv, src);
+    recv.stream = recv_stream;
     recv.peer = src;
     const int s = g.add_node(std::move(send));
     const int r = g.add_node(std::move(recv));

@@ -49,15 +49,15 @@ struct Node {
   NodeKind kind = NodeKind::compute;
   OpType op = OpType::F;  // compute nodes; for send/recv, the op that produced the payload
   int device = 0;
-  int stream = 0;                 // index into TaskGraph::streams()
-  int stage = 0;                  // virtual stage of the op (for send/recv: of the producer)
-  std::vector<int> microbatches;  // one, except a concatenated P2
-  double duration_us = 0;         // compute time; for send/recv, latency + bytes / bandwidth
-  std::int64_t alloc_bytes = 0;   // allocated when the node starts
-  std::int64_t free_bytes = 0;    // released when the node ends
-  std::int64_t bytes = 0;         // send/recv payload
-  int peer = -1;                  // send/recv: the other device
-  int match = -1;                 // send/recv: id of the matching recv/send
+  int stream = 0;                // index into TaskGraph::streams()
+  int stage = 0;                 // virtual stage of the op (for send/recv: of the producer)
+  MicroBatches microbatches;     // one, except a concatenated P2
+  double duration_us = 0;        // compute time; for send/recv, latency + bytes / bandwidth
+  std::int64_t alloc_bytes = 0;  // allocated when the node starts
+  std::int64_t free_bytes = 0;   // released when the node ends
+  std::int64_t bytes = 0;        // send/recv payload
+  int peer = -1;                 // send/recv: the other device
+  int match = -1;                // send/recv: id of the matching recv/send
   // Compute: the action ("0F3"). Send/recv: the payload tag, i.e. the producing action.
   std::string label;
 };

@@ -28,13 +28,54 @@ std::string gib(double bytes) {
   return buffer;
 }
 
+// What the structural checks read of each node, packed (24 bytes) so that the graph walks touch
+// one small record per node instead of the whole Node (~110 bytes with its label).
+struct PackedNode {
+  int match;
+  int device;
+  int stream;
+  int peer;
+  int stage;
+  NodeKind kind;
+  OpType op;
+};
+
+// Shared by the checks of one validation: the packed nodes, built in one sequential pass.
+struct Context {
+  explicit Context(const TaskGraph& graph) : g(graph), nodes(graph_nodes(graph)) {}
+  const TaskGraph& g;
+  std::vector<PackedNode> nodes;
+  const PackedNode& node(std::size_t id) const { return nodes[id]; }
+  bool paired(std::size_t id) const {
+    const PackedNode& n = nodes[id];
+    return n.kind != NodeKind::compute && n.match >= 0;
+  }
+
+ private:
+  static std::vector<PackedNode> graph_nodes(const TaskGraph& graph) {
+    std::vector<PackedNode> out(static_cast<std::size_t>(graph.node_count()));
+    for (int id = 0; id < graph.node_count(); ++id) {
+      const Node& n = graph.node(id);
+      out[static_cast<std::size_t>(id)] = {n.match, n.device, n.stream, n.peer,
+                                           n.stage, n.kind,   n.op};
+    }
+    return out;
+  }
+};
+
 // Every node sits in exactly one stream, its own, and the stream's role fits the node's kind.
-Result check_streams(const TaskGraph& g) {
+Result check_streams(const Context& c) {
+  const TaskGraph& g = c.g;
   std::vector<int> seen(static_cast<std::size_t>(g.node_count()), 0);
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     for (const int id : g.stream_order(static_cast<int>(s))) {
-      const Node& n = g.node(id);
+      if (id < 0 || id >= g.node_count()) {
+        return violation(g, -1, "stream",
+                         "stream " + stream.name() + " on device " + std::to_string(stream.device) +
+                             " lists unknown node " + std::to_string(id));
+      }
+      const PackedNode& n = c.node(static_cast<std::size_t>(id));
       if (++seen[static_cast<std::size_t>(id)] > 1) {
         return violation(g, id, "stream", "appears twice in stream orders");
       }
@@ -58,10 +99,11 @@ Result check_streams(const TaskGraph& g) {
   return std::nullopt;
 }
 
-Result check_matches(const TaskGraph& g) {
+Result check_matches(const Context& c) {
+  const TaskGraph& g = c.g;
   for (int id = 0; id < g.node_count(); ++id) {
+    if (c.node(static_cast<std::size_t>(id)).kind == NodeKind::compute) continue;
     const Node& n = g.node(id);
-    if (n.kind == NodeKind::compute) continue;
     const char* other_kind = n.kind == NodeKind::send ? "recv" : "send";
     if (n.match < 0 || n.match >= g.node_count()) {
       return violation(g, id, "send-recv-match", std::string("has no matching ") + other_kind);
@@ -84,7 +126,8 @@ Result check_matches(const TaskGraph& g) {
 }
 
 // Per peer pair, the k-th send must meet the k-th receive, or point-to-point deadlocks.
-Result check_pair_order(const TaskGraph& g) {
+Result check_pair_order(const Context& c) {
+  const TaskGraph& g = c.g;
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     if (stream.role != StreamRole::send) continue;
@@ -103,7 +146,7 @@ Result check_pair_order(const TaskGraph& g) {
     }
     const auto& recvs = g.stream_order(recv_stream);
     for (std::size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
-      if (g.node(sends[k]).match != recvs[k]) {
+      if (c.node(static_cast<std::size_t>(sends[k])).match != recvs[k]) {
         return violation(g, sends[k], "send-recv-order",
                          "is send #" + std::to_string(k) + " to device " +
                              std::to_string(stream.peer) + " but receive #" + std::to_string(k) +
@@ -120,15 +163,13 @@ Result check_pair_order(const TaskGraph& g) {
 }
 
 // Acyclic once each send/recv pair is one event (a rendezvous waits on both sides' inputs).
-Result check_acyclic(const TaskGraph& g) {
+Result check_acyclic(const Context& c) {
+  const TaskGraph& g = c.g;
   const auto& graph = g.graph();
   const auto n = static_cast<std::size_t>(g.node_count());
   std::vector<std::size_t> rep(n);
   for (std::size_t v = 0; v < n; ++v) {
-    const Node& node = g.node(static_cast<int>(v));
-    rep[v] = node.kind != NodeKind::compute && node.match >= 0
-                 ? std::min(v, static_cast<std::size_t>(node.match))
-                 : v;
+    rep[v] = c.paired(v) ? std::min(v, static_cast<std::size_t>(c.node(v).match)) : v;
   }
   std::vector<int> indegree(n, 0);
   for (auto [it, end] = boost::edges(graph); it != end; ++it) {
@@ -142,10 +183,9 @@ Result check_acyclic(const TaskGraph& g) {
   }
   // The members of an event: the node, and for a send/recv its other half.
   auto members = [&](std::size_t v) {
-    const Node& node = g.node(static_cast<int>(v));
-    const bool paired = node.kind != NodeKind::compute && node.match >= 0;
+    const bool paired = c.paired(v);
     return std::pair<std::array<std::size_t, 2>, int>{
-        {v, paired ? static_cast<std::size_t>(node.match) : v}, paired ? 2 : 1};
+        {v, paired ? static_cast<std::size_t>(c.node(v).match) : v}, paired ? 2 : 1};
   };
   std::vector<char> done(n, 0);
   while (!stack.empty()) {
@@ -213,11 +253,12 @@ class ComputeTable {
 };
 
 // Fills the table; the first node that is out of range or repeats an op is a violation.
-Result index_compute(const TaskGraph& g, ComputeTable& table) {
+Result index_compute(const Context& c, ComputeTable& table) {
+  const TaskGraph& g = c.g;
   const int stages = g.schedule.stage_count();
   for (int id = 0; id < g.node_count(); ++id) {
+    if (c.node(static_cast<std::size_t>(id)).kind != NodeKind::compute) continue;
     const Node& n = g.node(id);
-    if (n.kind != NodeKind::compute) continue;
     if (n.stage < 0 || n.stage >= stages) {
       return violation(g, id, "coverage", "belongs to unknown stage " + std::to_string(n.stage));
     }
@@ -242,7 +283,9 @@ Result index_compute(const TaskGraph& g, ComputeTable& table) {
   return std::nullopt;
 }
 
-Result check_coverage(const TaskGraph& g) {
+// Runs after check_streams (every stream order names real nodes) and index_compute.
+Result check_coverage(const Context& c, const ComputeTable& table) {
+  const TaskGraph& g = c.g;
   const int stages = g.schedule.stage_count();
   std::vector<int> position(static_cast<std::size_t>(g.node_count()), -1);
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
@@ -251,8 +294,6 @@ Result check_coverage(const TaskGraph& g) {
       position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
     }
   }
-  ComputeTable table(stages, g.meta.microbatches);
-  if (auto v = index_compute(g, table)) return v;
   const auto pos = [&](int id) { return position[static_cast<std::size_t>(id)]; };
   for (int s = 0; s < stages; ++s) {
     for (int mb = 0; mb < g.meta.microbatches; ++mb) {
@@ -281,13 +322,13 @@ Result check_coverage(const TaskGraph& g) {
 }
 
 // True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv.
-bool feeds(const TaskGraph& g, const TaskGraph::Graph& graph, int producer, int consumer) {
+bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int consumer) {
   for (auto [it, end] = boost::in_edges(static_cast<std::size_t>(consumer), graph); it != end;
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
     const int from = static_cast<int>(boost::source(*it, graph));
     if (from == producer) return true;
-    const Node& r = g.node(from);
+    const PackedNode& r = c.node(static_cast<std::size_t>(from));
     if (r.kind != NodeKind::recv || r.match < 0) continue;
     for (auto [jt, jend] = boost::in_edges(static_cast<std::size_t>(r.match), graph); jt != jend;
          ++jt) {
@@ -300,13 +341,12 @@ bool feeds(const TaskGraph& g, const TaskGraph::Graph& graph, int producer, int 
 }
 
 // Runs after check_coverage: every (op, stage, micro-batch) the rules need exists.
-Result check_inputs(const TaskGraph& g) {
+Result check_inputs(const Context& c, const ComputeTable& table) {
+  const TaskGraph& g = c.g;
   const auto& graph = g.graph();
   const int stages = g.schedule.stage_count();
-  ComputeTable table(stages, g.meta.microbatches);
-  if (auto v = index_compute(g, table)) return v;
   const auto need = [&](int producer, int consumer, const char* what) -> Result {
-    if (feeds(g, graph, producer, consumer)) return std::nullopt;
+    if (feeds(c, graph, producer, consumer)) return std::nullopt;
     return violation(g, consumer, "inputs",
                      std::string("does not wait for ") + what + " " + g.node(producer).label);
   };
@@ -331,10 +371,10 @@ Result check_inputs(const TaskGraph& g) {
   return std::nullopt;
 }
 
+// Without BPipe transfers: with them, memory moves between devices at times that the stream
+// orders do not fix, and check_transfer_memory (planner/bpipe_check.cpp) checks the simulated
+// timeline instead.
 Result check_memory(const TaskGraph& g) {
-  // With BPipe transfers, memory moves between devices at times that the stream orders do not
-  // fix: check_transfer_memory (planner/bpipe_check.cpp) checks the simulated timeline instead.
-  if (has_transfers(g)) return std::nullopt;
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     if (stream.role != StreamRole::compute) continue;
@@ -365,9 +405,21 @@ Result check_memory(const TaskGraph& g) {
 }  // namespace
 
 std::optional<Violation> find_violation(const TaskGraph& graph) {
-  for (const auto check :
-       {check_streams, check_matches, check_pair_order, check_transfer_order, check_acyclic,
-        check_coverage, check_inputs, check_memory, check_transfer_use, check_transfer_memory}) {
+  const Context c(graph);
+  const bool transfers = has_transfers(graph);
+  for (const auto check : {check_streams, check_matches, check_pair_order}) {
+    if (auto v = check(c)) return v;
+  }
+  if (transfers) {
+    if (auto v = check_transfer_order(graph)) return v;
+  }
+  if (auto v = check_acyclic(c)) return v;
+  ComputeTable table(graph.schedule.stage_count(), graph.meta.microbatches);
+  if (auto v = index_compute(c, table)) return v;
+  if (auto v = check_coverage(c, table)) return v;
+  if (auto v = check_inputs(c, table)) return v;
+  if (!transfers) return check_memory(graph);
+  for (const auto check : {check_transfer_use, check_transfer_memory}) {
     if (auto v = check(graph)) return v;
   }
   return std::nullopt;
