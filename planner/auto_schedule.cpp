@@ -8,9 +8,11 @@
 #include <optional>
 #include <utility>
 
+#include "planner/backward.h"
 #include "planner/error.h"
 #include "planner/simulator.h"
 #include "planner/validator.h"
+#include "schedules/registry.h"
 
 namespace pipeplan {
 
@@ -331,11 +333,155 @@ std::vector<Variant> variants(bool split) {
   return out;
 }
 
-bool better(const SimResult& a, const AutoResult& best) {
-  const double tol = 1e-9 * std::max(1.0, best.makespan_us);
-  if (a.makespan_us < best.makespan_us - tol) return true;
-  if (a.makespan_us > best.makespan_us + tol) return false;
-  return a.max_stage_span_us < best.max_stage_span_us - tol;
+// Orders are compared by global step time, then the largest stage span, then the sum of the
+// devices' last end times: the last key lets the local search cross plateaus where an earlier
+// finish on one device does not yet shorten the step.
+struct Score {
+  double makespan_us = kInf;
+  double max_stage_span_us = kInf;
+  double sum_last_end_us = kInf;
+};
+
+Score score_of(const SimResult& sim) {
+  Score s{sim.makespan_us, sim.max_stage_span_us, 0};
+  for (const DeviceMetrics& d : sim.devices)
+    s.sum_last_end_us += d.last_end_us;
+  return s;
+}
+
+bool better(const Score& a, const Score& b) {
+  const double tol = 1e-9 * std::max(1.0, std::isfinite(b.makespan_us) ? b.makespan_us : 1.0);
+  if (a.makespan_us < b.makespan_us - tol) return true;
+  if (a.makespan_us > b.makespan_us + tol) return false;
+  if (a.max_stage_span_us < b.max_stage_span_us - tol) return true;
+  if (a.max_stage_span_us > b.max_stage_span_us + tol) return false;
+  return a.sum_last_end_us < b.sum_last_end_us - tol;
+}
+
+// Lowers, validates (memory limits included) and simulates an order; nullopt when it breaks a
+// rule, with the first message kept for the error that reports no feasible order at all.
+std::optional<Score> evaluate(const Schedule& schedule, const std::vector<StageCost>& costs,
+                              const PlanMeta& meta, std::string& first_error) {
+  const TaskGraph graph = lower(schedule, costs, meta);
+  if (const auto violation = find_violation(graph)) {
+    if (first_error.empty()) first_error = "--memory: " + violation->message;
+    return std::nullopt;
+  }
+  return score_of(simulate(graph));
+}
+
+// The one-chunk fixed families in the requested backward mode, as starting orders: the search
+// then never returns anything slower than a hand-made schedule that fits the same memory.
+std::vector<std::pair<std::string, Schedule>> family_seeds(const PlanMeta& meta,
+                                                           const std::vector<StageCost>& costs,
+                                                           BackwardMode mode, int p2_concat) {
+  std::vector<std::pair<std::string, Schedule>> out;
+  const bool split = mode != BackwardMode::fused;
+  for (const ScheduleFamily& family : schedule_families()) {
+    if (family.name == kAutoScheduleName) continue;
+    Schedule generated;
+    try {
+      generated = family.generate(ScheduleRequest{meta.devices, 1, meta.microbatches});
+    } catch (const Error&) {
+      continue;  // the family does not suit this shape (e.g. micro-batches vs devices)
+    }
+    if (family.places_p2) {
+      if (split) out.emplace_back(family.name, std::move(generated));
+      continue;
+    }
+    std::vector<BackwardMode> modes = {BackwardMode::fused};
+    if (split) modes = {BackwardMode::twobp, BackwardMode::twobp_fill, BackwardMode::fused};
+    for (const BackwardMode m : modes) {
+      Schedule s = m == BackwardMode::twobp_fill
+                       ? fill_p2_into_gaps(generated, costs, meta, p2_concat)
+                       : apply_backward_mode(generated, m, p2_concat);
+      out.emplace_back(family.name + " " + std::string(to_string(m)), std::move(s));
+    }
+  }
+  return out;
+}
+
+// Whether swapping actions a (earlier) and b (later) of one device keeps every (stage,
+// micro-batch)'s F before its P1/B and its P1 before its P2.
+bool may_swap(const Action& a, const Action& b) {
+  if (a.stage != b.stage) return true;
+  for (const int x : a.microbatches)
+    for (const int y : b.microbatches)
+      if (x == y) return false;
+  return true;
+}
+
+// Evaluations the local search may spend: a fixed budget of task-graph nodes simulated, so the
+// cost stays bounded on large pipelines (deterministic, unlike a wall-clock limit).
+int local_search_budget(const Schedule& schedule) {
+  std::size_t actions = 0;
+  for (const auto& device : schedule.per_device)
+    actions += device.size();
+  constexpr double kNodeBudget = 1e6;
+  return static_cast<int>(std::min(1500.0, kNodeBudget / static_cast<double>(3 * actions + 1)));
+}
+
+// Moves one action of a device from position `from` to position `to` (the actions between shift
+// by one); false, with nothing changed, when that would put an action before one of its own
+// micro-batch's earlier ops (F -> P1 -> P2) on this device.
+bool move_action(std::vector<Action>& actions, std::size_t from, std::size_t to) {
+  if (from == to) return false;
+  const std::size_t lo = std::min(from, to), hi = std::max(from, to);
+  for (std::size_t k = lo; k <= hi; ++k) {
+    if (k != from && !may_swap(actions[std::min(k, from)], actions[std::max(k, from)]))
+      return false;
+  }
+  if (from < to) {
+    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(from),
+                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1,
+                actions.begin() + static_cast<std::ptrdiff_t>(to) + 1);
+  } else {
+    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(to),
+                actions.begin() + static_cast<std::ptrdiff_t>(from),
+                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  }
+  return true;
+}
+
+void undo_move(std::vector<Action>& actions, std::size_t from, std::size_t to) {
+  move_action(actions, to, from);
+}
+
+// First-improvement hill climbing: every action of every device is tried one to kMaxShift
+// positions earlier, then later (an adjacent swap is a shift by one), each move lowered,
+// validated (memory limits) and simulated; passes repeat while one improves and the budget lasts.
+int improve_by_moves(Schedule& schedule, Score& score, const std::vector<StageCost>& costs,
+                     const PlanMeta& meta, std::string& first_error) {
+  constexpr std::size_t kMaxShift = 4;
+  int budget = local_search_budget(schedule);
+  int accepted = 0;
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    for (auto& actions : schedule.per_device) {
+      for (std::size_t i = 0; i < actions.size() && budget > 0; ++i) {
+        for (std::size_t shift = 1; shift <= kMaxShift && budget > 0; ++shift) {
+          bool moved_here = false;
+          for (const bool earlier : {true, false}) {
+            if (earlier ? i < shift : i + shift >= actions.size()) continue;
+            const std::size_t to = earlier ? i - shift : i + shift;
+            if (!move_action(actions, i, to)) continue;
+            --budget;
+            const std::optional<Score> s = evaluate(schedule, costs, meta, first_error);
+            if (s && better(*s, score)) {
+              score = *s;
+              ++accepted;
+              improved = moved_here = true;
+              break;
+            }
+            undo_move(actions, i, to);
+          }
+          if (moved_here) break;
+        }
+      }
+    }
+  }
+  return accepted;
 }
 
 }  // namespace
@@ -353,33 +499,52 @@ AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMet
   const bool split = mode != BackwardMode::fused;
   const int max_group = p2_concat == 0 ? meta.microbatches : p2_concat;
 
-  AutoResult best;
-  best.makespan_us = kInf;
-  std::string first_error;
-  for (const Variant& v : variants(split)) {
-    ++best.variants_tried;
+  // Every feasible candidate, scored; the local search then starts from the best few.
+  struct Candidate {
     Schedule schedule;
-    try {
-      schedule = ListScheduler(costs, meta, v.split, max_group, v).run();
-    } catch (const Error& e) {
-      if (first_error.empty()) first_error = e.what();
-      continue;
-    }
+    std::string name;
+    Score score;
+  };
+  std::vector<Candidate> feasible;
+  int tried = 0;
+  std::string first_error;
+  const auto consider = [&](Schedule schedule, const std::string& name) {
+    ++tried;
+    schedule.family = kAutoScheduleName;
     schedule.backward = mode;
-    const TaskGraph graph = lower(schedule, costs, meta);
-    if (const auto violation = find_violation(graph)) {
-      if (first_error.empty()) first_error = "--memory: " + violation->message;
-      continue;
-    }
-    const SimResult sim = simulate(graph);
-    if (best.schedule.per_device.empty() || better(sim, best)) {
-      best.schedule = std::move(schedule);
-      best.variant = v.name();
-      best.makespan_us = sim.makespan_us;
-      best.max_stage_span_us = sim.max_stage_span_us;
+    if (const std::optional<Score> s = evaluate(schedule, costs, meta, first_error))
+      feasible.push_back({std::move(schedule), name, *s});
+  };
+  for (const Variant& v : variants(split)) {
+    try {
+      consider(ListScheduler(costs, meta, v.split, max_group, v).run(), v.name());
+    } catch (const Error& e) {
+      ++tried;
+      if (first_error.empty()) first_error = e.what();
     }
   }
-  if (best.schedule.per_device.empty()) throw Error(first_error);
+  for (auto& [name, schedule] : family_seeds(meta, costs, mode, p2_concat))
+    consider(std::move(schedule), "seed=" + name);
+  if (feasible.empty()) throw Error(first_error);
+  // Stable: equal scores keep candidate order, so the result is deterministic.
+  std::stable_sort(feasible.begin(), feasible.end(),
+                   [](const Candidate& a, const Candidate& b) { return better(a.score, b.score); });
+
+  constexpr std::size_t kStarts = 3;
+  AutoResult best;
+  Score best_score;
+  for (std::size_t i = 0; i < std::min(kStarts, feasible.size()); ++i) {
+    Candidate& c = feasible[i];
+    const int moves = improve_by_moves(c.schedule, c.score, costs, meta, first_error);
+    if (best.schedule.per_device.empty() || better(c.score, best_score)) {
+      best.schedule = std::move(c.schedule);
+      best.variant = c.name + (moves > 0 ? " +" + std::to_string(moves) + " moves" : "");
+      best_score = c.score;
+    }
+  }
+  best.variants_tried = tried;
+  best.makespan_us = best_score.makespan_us;
+  best.max_stage_span_us = best_score.max_stage_span_us;
   return best;
 }
 

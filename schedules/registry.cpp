@@ -41,13 +41,15 @@ const std::vector<ScheduleFamily>& schedule_families() {
        "(P+2)/2*M_B; --chunks 2; needs --backward 2bp",
        true, make_v_half, true},
       {"v-min",
-       "V-Min (Qi et al. 2405.15362): the V placement capped at about a third of 1F1B's memory, "
-       "(ceil(2P/3)+2)/2*M_B; --chunks 2; needs --backward 2bp",
+       "V-Min (Qi et al. 2405.15362): the paper's building block with minimal offsets repeated "
+       "every 6 passes; (P+4)/3*M_B of activations, bubble about 2P/3 of (F+B+W); --chunks 2; "
+       "needs --backward 2bp",
        true, make_v_min, true},
       {"auto",
        "Automatic (pipeplan, docs/auto-schedule.md): list scheduling over the real per-stage "
        "F/p1/p2 times and per-device memory limits, p2 placed and concatenated where it pays; "
-       "best of several variants by simulated step time; needs --backward 2bp",
+       "the best of its variants and the fixed families, improved by a local search on the "
+       "order; needs --backward 2bp",
        false, make_auto_unplanned, true},
   };
   return families;

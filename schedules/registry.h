@@ -46,7 +46,9 @@ Schedule make_v_min(const ScheduleRequest& request);
 // `auto` is built by make_plan from the stage costs (planner/auto_schedule.h); called without
 // them it throws Error naming --schedule.
 Schedule make_auto_unplanned(const ScheduleRequest& request);
-// Memory cap of the V families in chunk stashes (M_B / 2 each), clamped to [2, 2P].
+// Peak activation memory of the V families in chunk stashes (M_B / 2 each, counted from a forward
+// to its p2), clamped to [2, 2P]: the list scheduler's cap for zb-v and v-half, the building
+// block's own peak 2 * floor((P + 4) / 3) for v-min.
 int v_shape_cap(std::string_view family, int devices);
 
 // Shared by the generators. Throws Error naming --stages, --microbatches or --chunks (chunks > 1

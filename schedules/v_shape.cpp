@@ -3,22 +3,26 @@
 // stage v runs on device v for v < P and on device 2P - 1 - v after, so device 0 holds the first
 // and the last chunk and a micro-batch's activations on one device are freed soonest.
 //
-// The papers build their V schedules from a repeated building block. Here one deterministic
-// list scheduler, run once on unit times (F = P1 = P2 = 1 per chunk), produces all three; they
-// differ only in the memory cap, counted in chunk stashes (M_B / 2, one micro-batch on one
+// v-min is the paper's construction: a building block (the six passes one micro-batch makes on
+// every device) repeated every 6 unit slots, each device running its passes in block-time order
+// (the simulator then squeezes out idle slots without reordering). See make_building_block.
+//
+// zb-v and v-half use a deterministic list scheduler on unit times (F = P1 = P2 = 1 per chunk)
+// that differs only in the memory cap, counted in chunk stashes (M_B / 2, one micro-batch on one
 // chunk) from a forward to its p2:
 //   zb-v   2P             1F1B's peak P·M_B
 //   v-half P + 2          about half of it, (P/2 + 1)·M_B
-//   v-min  ceil(2P/3) + 2 about a third, (P/3 + 1)·M_B
 // A micro-batch entering chunk 0 reserves its chunk-1 stash as well, so the cap never blocks
 // the second half of a V that has started (no deadlock for any cap >= 2). On a device the
 // scheduler prefers a ready P1 (later chunk first), then a ready F within the cap (later chunk
-// first), then the oldest owed P2. The order is then simulated with the real costs like every
-// other schedule. Bubbles are those of this greedy, not the papers' figures (docs/schedules.md).
+// first), then the oldest owed P2. docs/schedules.md says why these two are not (yet) the papers'
+// building blocks.
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "planner/error.h"
 #include "schedules/registry.h"
@@ -69,8 +73,6 @@ class VScheduler {
       schedule.per_device[size(best_device)].push_back(best.action);
     }
   }
-
-  int device_of(int stage) const { return stage < devices_ ? stage : stages_ - 1 - stage; }
 
  private:
   static std::size_t size(int n) { return static_cast<std::size_t>(n); }
@@ -150,7 +152,95 @@ class VScheduler {
   std::vector<double> free_at_;
 };
 
-Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family, int cap) {
+// The six passes one micro-batch makes on a device of the V, in dependency order.
+enum class Pass { f0, f1, b1, b0, w1, w0 };
+constexpr int kPasses = 6;  // also the repeat interval: one unit slot per pass
+
+// V-Min's building block (arXiv 2405.15362, section 3): for micro-batch 0, the unit slot of every
+// pass on every device. Each pass starts one slot after the pass it depends on (the forward of
+// chunk 0 moves down the devices, chunk 1 back up, the p1s retrace the V, a p2 follows its p1) at
+// the earliest slot whose residue mod 6 is still free on its device. Repeating the block every 6
+// slots is then collision-free (no two passes of any micro-batches share a slot), and keeping
+// every offset minimal keeps each pass's lifespan, hence the memory, minimal: a device holds
+// ceil(lifespan / 6) micro-batches of a chunk, which gives the paper's (P + 4) / 3 micro-batches
+// (rounded down) of activations. When 3 does not divide P the minimal offsets never collide.
+std::vector<std::array<int, kPasses>> make_building_block(int devices) {
+  std::vector<std::array<int, kPasses>> slot(static_cast<std::size_t>(devices));
+  std::vector<std::array<bool, kPasses>> taken(static_cast<std::size_t>(devices),
+                                               std::array<bool, kPasses>{});
+  const auto place = [&](int d, Pass pass, int earliest) {
+    const auto dd = static_cast<std::size_t>(d);
+    while (taken[dd][static_cast<std::size_t>(earliest % kPasses)])
+      ++earliest;
+    taken[dd][static_cast<std::size_t>(earliest % kPasses)] = true;
+    slot[dd][static_cast<std::size_t>(pass)] = earliest;
+    return earliest;
+  };
+  const auto at = [&](int d, Pass pass) {
+    return slot[static_cast<std::size_t>(d)][static_cast<std::size_t>(pass)];
+  };
+  const int last = devices - 1;
+  for (int d = 0; d < devices; ++d)
+    place(d, Pass::f0, d == 0 ? 0 : at(d - 1, Pass::f0) + 1);
+  place(last, Pass::f1, at(last, Pass::f0) + 1);
+  for (int d = last - 1; d >= 0; --d)
+    place(d, Pass::f1, at(d + 1, Pass::f1) + 1);
+  place(0, Pass::b1, at(0, Pass::f1) + 1);
+  for (int d = 1; d < devices; ++d)
+    place(d, Pass::b1, at(d - 1, Pass::b1) + 1);
+  place(last, Pass::b0, at(last, Pass::b1) + 1);
+  for (int d = last - 1; d >= 0; --d)
+    place(d, Pass::b0, at(d + 1, Pass::b0) + 1);
+  for (int d = 0; d < devices; ++d) {
+    place(d, Pass::w1, at(d, Pass::b1) + 1);
+    place(d, Pass::w0, at(d, Pass::b0) + 1);
+  }
+  return slot;
+}
+
+Action pass_action(Pass pass, int device, int devices, int microbatch) {
+  const int chunk0 = device, chunk1 = 2 * devices - 1 - device;
+  switch (pass) {
+    case Pass::f0:
+      return {OpType::F, chunk0, {microbatch}};
+    case Pass::f1:
+      return {OpType::F, chunk1, {microbatch}};
+    case Pass::b1:
+      return {OpType::P1, chunk1, {microbatch}};
+    case Pass::b0:
+      return {OpType::P1, chunk0, {microbatch}};
+    case Pass::w1:
+      return {OpType::P2, chunk1, {microbatch}};
+    case Pass::w0:
+      break;
+  }
+  return {OpType::P2, chunk0, {microbatch}};
+}
+
+// Repeats the block for every micro-batch (micro-batch k shifted by 6k slots) and gives each
+// device its passes in slot order. Slots are distinct per device, so the order is total, and
+// every dependency points to an earlier slot, so the order cannot deadlock.
+void repeat_building_block(const std::vector<std::array<int, kPasses>>& block, Schedule& schedule) {
+  const int devices = schedule.devices, m = schedule.microbatches;
+  for (int d = 0; d < devices; ++d) {
+    std::vector<std::pair<int, Action>> timed;
+    timed.reserve(static_cast<std::size_t>(kPasses) * static_cast<std::size_t>(m));
+    for (int mb = 0; mb < m; ++mb) {
+      for (int p = 0; p < kPasses; ++p) {
+        timed.emplace_back(
+            block[static_cast<std::size_t>(d)][static_cast<std::size_t>(p)] + kPasses * mb,
+            pass_action(static_cast<Pass>(p), d, devices, mb));
+      }
+    }
+    std::sort(timed.begin(), timed.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto& actions = schedule.per_device[static_cast<std::size_t>(d)];
+    for (auto& [slot, action] : timed)
+      actions.push_back(std::move(action));
+  }
+}
+
+Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
   check_schedule_request(request, family, true);
   if (request.chunks != 2)
     throw Error("--chunks: schedule '" + std::string(family) +
@@ -158,19 +248,24 @@ Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family
                 std::to_string(request.chunks));
   Schedule schedule = schedule_skeleton(request, family);
   schedule.backward = BackwardMode::twobp;
-  VScheduler scheduler(request, cap);
+  const int p = request.devices;
   for (int v = 0; v < schedule.stage_count(); ++v)
-    schedule.stage_device[static_cast<std::size_t>(v)] = scheduler.device_of(v);
-  scheduler.run(schedule);
+    schedule.stage_device[static_cast<std::size_t>(v)] = v < p ? v : 2 * p - 1 - v;
+  return schedule;
+}
+
+Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family, int cap) {
+  Schedule schedule = v_skeleton(request, family);
+  VScheduler(request, cap).run(schedule);
   return schedule;
 }
 
 }  // namespace
 
 int v_shape_cap(std::string_view family, int devices) {
-  int cap = (2 * devices + 2) / 3 + 2;  // v-min: ceil(2P/3) + 2
-  if (family == "zb-v") cap = 2 * devices;
-  if (family == "v-half") cap = devices + 2;
+  int cap = 2 * devices;                                 // zb-v
+  if (family == "v-half") cap = devices + 2;             // about half of 1F1B's
+  if (family == "v-min") cap = 2 * ((devices + 4) / 3);  // the building block's own peak
   return std::clamp(cap, 2, 2 * devices);
 }
 
@@ -183,7 +278,9 @@ Schedule make_v_half(const ScheduleRequest& request) {
 }
 
 Schedule make_v_min(const ScheduleRequest& request) {
-  return make_v_schedule(request, "v-min", v_shape_cap("v-min", request.devices));
+  Schedule schedule = v_skeleton(request, "v-min");
+  repeat_building_block(make_building_block(request.devices), schedule);
+  return schedule;
 }
 
 }  // namespace pipeplan

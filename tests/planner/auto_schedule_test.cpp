@@ -57,42 +57,47 @@ TEST(AutoSchedule, AtOneFOneBMemoryNoWorseThanZbH1) {
   }
 }
 
-// Heterogeneous stages: the first 1.3x slower and holding the embedding (2 GiB static), the
-// last 1.5x slower in F and P1 (the head). Auto against every one-chunk family and backward mode,
-// each at that schedule's own per-device peak memory: never slower, and strictly faster than
-// gpipe and 1f1b with 2bp / 2bp-fill. It ties 1f1b fused (at that memory no device has room for a
-// retained p2, so auto falls back to fused B), zb-h1 and zb-h2 (zb-h2 meets the lower bound).
+// A realistic heterogeneous pipeline: the first stage holds the embedding (3 GiB of extra static
+// memory, 10 % slower), the last holds the LM head (F and P1 1.5x slower, a 1.5x larger stash),
+// and every boundary costs a 0.05 us transfer. Every one-chunk fixed family in every backward
+// mode it accepts runs first with unlimited memory; auto then gets exactly that schedule's
+// per-device peaks as its per-device limits and must never be slower (global step time), and
+// strictly faster than all but zb-h1.
+// The V families run two chunks per device, i.e. a different partition of the model into stages,
+// so they are not compared on this one-stage-per-device instance.
 TEST(AutoSchedule, HeterogeneousStagesBeatFixedSchedulesAtEqualMemory) {
-  const std::vector<StageCost> costs = {testing::stage(1.3, 1.3, 1.3, 1.0, 0.5, 2.0),
+  const std::vector<StageCost> costs = {testing::stage(1.2, 1.2, 1.2, 1.0, 0.5, 3.0),
                                         testing::stage(1, 1, 1), testing::stage(1, 1, 1),
-                                        testing::stage(1.5, 1.5, 1.0, 1.5, 0.75)};
-  const int m = 8;
-  int compared = 0, strictly_better = 0;
+                                        testing::stage(1.5, 1.5, 0.6, 1.5, 0.5)};
+  constexpr double kLatencyUs = 0.05;
+  const int m = 12;
+  int compared = 0, strictly_faster = 0;
   for (const ScheduleFamily& family : schedule_families()) {
     if (family.uses_chunks || family.name == kAutoScheduleName) continue;
     for (const BackwardMode mode :
          {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
       if (family.places_p2 && mode != BackwardMode::twobp) continue;
       const testing::Simulated fixed =
-          testing::run_family(family, mode, costs, testing::meta_for(costs, m));
+          testing::run_family(family, mode, costs, testing::meta_for(costs, m, {}, kLatencyUs));
       std::vector<double> limits;
       for (const auto peak : fixed.sim.peak_memory_bytes())
         limits.push_back(static_cast<double>(peak));
       const testing::Simulated automatic =
-          testing::run_auto(costs, testing::meta_for(costs, m, limits));
+          testing::run_auto(costs, testing::meta_for(costs, m, limits, kLatencyUs));
       const std::string label = family.name + " " + std::string(to_string(mode));
       EXPECT_LE(automatic.sim.makespan_us, fixed.sim.makespan_us + 1e-6) << label;
-      const bool must_win =
-          family.name == "gpipe" || (family.name == "1f1b" && mode != BackwardMode::fused);
-      if (must_win) {
-        EXPECT_LT(automatic.sim.makespan_us, 0.97 * fixed.sim.makespan_us) << label;
-        ++strictly_better;
-      }
+      if (automatic.sim.makespan_us < fixed.sim.makespan_us - 1e-6) ++strictly_faster;
+      const auto peaks = automatic.sim.peak_memory_bytes();
+      for (std::size_t d = 0; d < peaks.size(); ++d)
+        EXPECT_LE(static_cast<double>(peaks[d]), limits[d]) << label << " device " << d;
       ++compared;
     }
   }
-  EXPECT_GE(compared, 8);
-  EXPECT_EQ(strictly_better, 5);
+  EXPECT_EQ(compared, 8);  // gpipe, 1f1b x {fused, 2bp, 2bp-fill}; zb-h1, zb-h2 (2bp)
+  // Measured: 46.55 against gpipe (56.4-57.1), 1f1b 2bp / 2bp-fill (57.1 / 53.5) and zb-h2
+  // (48.4 -> 46.9); 50.5 against 1f1b fused (53.1). zb-h1 (48.7) is only tied: no candidate and
+  // no single move of the local search beats it at its own memory (docs/auto-schedule.md).
+  EXPECT_GE(strictly_faster, 7);
 }
 
 TEST(AutoSchedule, RespectsEachDevicesOwnLimit) {

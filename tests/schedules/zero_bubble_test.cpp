@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/error.h"
 #include "schedules/registry.h"
@@ -92,15 +94,86 @@ TEST(ZeroBubble, LoopedBfsClosedForm) {
   }
 }
 
-// The V families keep at most their cap of chunk stashes (M_B / 2 each) alive per device: zb-v
-// at 1F1B's P·M_B, v-half about half, v-min about a third. ZB-V (this greedy) with F = B = W
-// idles at most (P − 1)·T_F, a third of 1F1B's (P − 1)(T_F + T_B + T_W).
+// Chunk stashes (M_B / 2 each) alive on a device from the start of a forward to the end of its
+// p2, at their peak: Zero Bubble's and V-Min's activation count, independent of how much a p1
+// frees early.
+int peak_live_chunk_stashes(const Plan& plan, int device) {
+  std::vector<std::pair<double, int>> events;
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& n = plan.graph.node(id);
+    if (n.kind != NodeKind::compute || n.device != device) continue;
+    const NodeTime& t = plan.sim.times[static_cast<std::size_t>(id)];
+    if (n.op == OpType::F) events.emplace_back(t.start_us, +1);
+    if (n.op == OpType::P2) events.emplace_back(t.end_us, -static_cast<int>(n.microbatches.size()));
+  }
+  std::sort(events.begin(), events.end());  // at equal times a release (-) sorts first
+  int live = 0, peak = 0;
+  for (const auto& [time, delta] : events)
+    peak = std::max(peak, live += delta);
+  return peak;
+}
+
+// V-Min (arXiv 2405.15362) against the paper's figures with T_F = T_B = T_W, comm = 0: peak
+// activations floor((P + 4) / 3)·M_B, i.e. 2·floor((P + 4) / 3) chunk stashes on the fullest
+// device (about a third of 1F1B's P·M_B), and a stage-span bubble of at most (2P/3)(T_F + T_B +
+// T_W) (the paper's "~2p/3m" bubble rate), below 1F1B's (P − 1)(T_F + T_B + T_W) from P = 3 on.
+TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
+  for (const int p : {2, 3, 4, 5, 6, 7, 8, 12, 16}) {
+    for (const int m : {2 * p, 4 * p}) {
+      const Plan plan = uniform_plan(zb("v-min", p, m, {1, 1, 1}, 2));
+      int peak = 0;
+      for (int d = 0; d < p; ++d)
+        peak = std::max(peak, peak_live_chunk_stashes(plan, d));
+      const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
+      EXPECT_EQ(peak, 2 * ((p + 4) / 3)) << label;
+      EXPECT_EQ(peak, v_shape_cap("v-min", p)) << label;
+      for (const DeviceMetrics& d : plan.sim.devices)
+        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), ((p + 4) / 3) * kGiB + 1) << label;
+      const double bubble_us = plan.sim.max_stage_span_us - 3.0 * m * 1e3;
+      EXPECT_GE(bubble_us, -1e-6) << label;
+      EXPECT_LE(bubble_us, 2.0 * p / 3.0 * 3e3 + 1e-6) << label;
+      if (p >= 3) {
+        EXPECT_LT(bubble_us, (p - 1) * 3e3) << label;
+      }
+      EXPECT_EQ(plan.graph.schedule.stage_device[0], 0);
+      EXPECT_EQ(plan.graph.schedule.stage_device[static_cast<std::size_t>(2 * p - 1)], 0);
+    }
+  }
+}
+
+// The building block repeats without collisions for every P: micro-batch k's passes are the
+// block's shifted by 6k, so every device runs F, F, P1, P1, P2, P2 for each micro-batch and its
+// order is the same six-pass pattern in the steady state (one period = 6 actions).
+TEST(ZeroBubble, VMinSteadyStateRepeatsTheBlock) {
+  for (const int p : {3, 4, 8}) {
+    const int m = 6 * p;
+    const Schedule s = make_v_min({p, 2, m});
+    check_schedule(s);
+    for (const auto& actions : s.per_device) {
+      ASSERT_EQ(actions.size(), static_cast<std::size_t>(6 * m));
+      const std::size_t mid = actions.size() / 2;
+      for (std::size_t i = mid; i < mid + 6; ++i) {
+        const Action& a = actions[i];
+        const Action& next_period = actions[i + 6];
+        EXPECT_EQ(a.op, next_period.op);
+        EXPECT_EQ(a.stage, next_period.stage);
+        EXPECT_EQ(a.microbatches[0] + 1, next_period.microbatches[0]);
+      }
+    }
+  }
+}
+
+// zb-v and v-half (memory-capped list scheduler) keep at most their cap of chunk stashes
+// (M_B / 2 each) alive per device: zb-v at 1F1B's P·M_B, v-half about half. ZB-V (this greedy)
+// with F = B = W idles at most (P − 1)·T_F, a third of 1F1B's (P − 1)(T_F + T_B + T_W).
 TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
   for (const int p : {2, 4, 6, 8}) {
     for (const int m : {p, 2 * p, 4 * p}) {
       for (const char* family : {"zb-v", "v-half", "v-min"}) {
         const Plan plan = uniform_plan(zb(family, p, m, {1, 1, 1}, 2));
         const int cap = v_shape_cap(family, p);
+        for (int d = 0; d < p; ++d)
+          EXPECT_LE(peak_live_chunk_stashes(plan, d), cap) << family << " P=" << p << " m=" << m;
         for (const DeviceMetrics& d : plan.sim.devices)
           EXPECT_LE(static_cast<double>(d.peak_memory_bytes), cap * 0.5 * kGiB + 1)
               << family << " P=" << p << " m=" << m;
@@ -116,6 +189,7 @@ TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
   EXPECT_EQ(v_shape_cap("zb-v", 6), 12);
   EXPECT_EQ(v_shape_cap("v-half", 6), 8);
   EXPECT_EQ(v_shape_cap("v-min", 6), 6);
+  EXPECT_EQ(v_shape_cap("v-min", 8), 8);
 }
 
 TEST(ZeroBubble, FamiliesThatPlaceP2RefuseFusedBackward) {

@@ -1,0 +1,151 @@
+// `pipeplan export --format torch-csv` and `pipeplan import` end to end through the binary:
+// a plan exported, imported and re-exported gives the identical CSV; a bad CSV ends in one line
+// naming the file, row and cell, a non-zero exit and no output file (docs/torch-csv.md).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+    r.out += buffer.data();
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+class TorchCsvCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("pipeplan_torch_csv_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // plan -> export -> import -> export: the two CSVs are byte-identical.
+  void expect_round_trip(const std::string& plan_args, const std::string& import_args) {
+    const Result plan = run("plan " + plan_args + " -o " + path("plan.json"));
+    ASSERT_EQ(plan.status, 0) << plan_args << "\n" << plan.out;
+    const Result exported =
+        run("export --format torch-csv " + path("plan.json") + " -o " + path("sched.csv"));
+    ASSERT_EQ(exported.status, 0) << exported.out;
+    EXPECT_NE(exported.out.find("wrote " + path("sched.csv")), std::string::npos) << exported.out;
+    const std::string csv = read_file(path("sched.csv"));
+    ASSERT_FALSE(csv.empty());
+
+    const Result imported =
+        run("import " + path("sched.csv") + " " + import_args + " -o " + path("imported.json"));
+    ASSERT_EQ(imported.status, 0) << imported.out;
+    EXPECT_TRUE(fs::exists(path("imported.json")));
+    const Result validated = run("validate " + path("imported.json"));
+    EXPECT_EQ(validated.status, 0) << validated.out;
+
+    const Result again =
+        run("export --format torch-csv " + path("imported.json") + " -o " + path("again.csv"));
+    ASSERT_EQ(again.status, 0) << again.out;
+    EXPECT_EQ(read_file(path("again.csv")), csv) << plan_args;
+  }
+
+  // A failing import prints one line naming the file and `needle`, exits non-zero and writes no
+  // plan.
+  void expect_import_error(const std::string& csv, const std::string& needle) {
+    write_file(path("bad.csv"), csv);
+    const Result r =
+        run("import " + path("bad.csv") + " --uniform 1:1:1:0 -o " + path("imported.json"));
+    EXPECT_NE(r.status, 0) << csv;
+    EXPECT_NE(r.out.find(path("bad.csv")), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_FALSE(fs::exists(path("imported.json")));
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TorchCsvCli, ZbH1ExportsTheDocumentedCsvAndRoundTrips) {
+  expect_round_trip("--uniform 1:1:1:0 --stages 2 --microbatches 3 --schedule zb-h1 --backward 2bp",
+                    "--uniform 1:1:1:0");
+  // The example of docs/torch-csv.md, cell for cell.
+  EXPECT_EQ(read_file(path("sched.csv")),
+            "0F0,0F1,0I0,0W0,0F2,0I1,0W1,0I2,0W2\n1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n");
+}
+
+TEST_F(TorchCsvCli, FusedInterleavedAndAutoPlansRoundTrip) {
+  expect_round_trip("--uniform 1:1:1:0 --stages 4 --microbatches 8 --schedule 1f1b",
+                    "--uniform 1:1:1:0");
+  expect_round_trip(
+      "--uniform 1:2:1:0.1 --stages 2 --chunks 2 --microbatches 4 --schedule interleaved "
+      "--backward 2bp",
+      "--uniform 1:2:1:0.1");
+  expect_round_trip("--uniform 1:1:1:0 --stages 4 --microbatches 8 --schedule auto --backward 2bp",
+                    "--uniform 1:1:1:0");
+}
+
+TEST_F(TorchCsvCli, ConcatenatedP2RoundTripsWithJoinW) {
+  expect_round_trip(
+      "--uniform 1:1:1:0 --stages 2 --microbatches 4 --schedule 1f1b --backward 2bp "
+      "--p2-concat 0",
+      "--uniform 1:1:1:0 --join-w");
+  EXPECT_NE(read_file(path("sched.csv")).find("0W0,0W1,0W2,0W3"), std::string::npos);
+}
+
+TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
+  // I of stage 1 micro-batch 0 before its F: row 2, cell 1.
+  expect_import_error("0F0,0I0,0W0\n1I0,1F0,1W0\n", "row 2 cell 1");
+  // Not an action at all.
+  expect_import_error("0F0,0X0,0I0,0W0\n1F0,1I0,1W0\n", "row 1 cell 2");
+  // Missing file.
+  const Result r = run("import " + path("missing.csv") + " --uniform 1:1:1:0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find(path("missing.csv")), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST_F(TorchCsvCli, ExportRefusesAnUnknownFormat) {
+  ASSERT_EQ(
+      run("plan --uniform 1:1:1:0 --stages 2 --microbatches 2 -o " + path("plan.json")).status, 0);
+  const Result r = run("export --format megatron " + path("plan.json") + " -o " + path("x.csv"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--format"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_FALSE(fs::exists(path("x.csv")));
+}
+
+}  // namespace
