@@ -1,6 +1,7 @@
 #include "planner/bpipe.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
@@ -146,8 +147,15 @@ double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
 
 // The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
 // a conservative bound for the acceptor (its own peak plus everything it may hold for the pair).
+// Among caps within kSamePeak of that minimum (peaks move in whole stashes, so this only absorbs
+// rounding), the largest (fewest transfers) that leaves the two ends within kBalanced of each
+// other, else the best balanced. Balance needs the second step where the newest evicted stash,
+// still in flight while the next forward allocates, makes one more eviction no lower for the
+// evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
 BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs, int evictor,
                     int acceptor) {
+  constexpr double kSamePeak = 0.005;
+  constexpr double kBalanced = 0.10;
   const auto& order = graph.schedule.per_device[static_cast<std::size_t>(evictor)];
   const auto& acceptor_order = graph.schedule.per_device[static_cast<std::size_t>(acceptor)];
   const StageCost& cost = costs[static_cast<std::size_t>(order.front().stage)];
@@ -160,19 +168,30 @@ BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
   const auto own =
       replay(acceptor_order, acceptor_cost, static_of(acceptor), std::numeric_limits<int>::max());
   const std::int64_t acceptor_own = own ? own->peak_bytes : static_of(acceptor);
-  BpipePair best{evictor, acceptor, natural, 0, {}};
-  std::int64_t best_peak = std::numeric_limits<std::int64_t>::max();
+  struct Option {
+    BpipePair pair;
+    std::int64_t peak = 0, imbalance = 0;
+  };
+  std::vector<Option> options;  // by falling cap
   for (int cap = natural; cap >= 1; --cap) {
-    const auto r = replay(order, cost, static_of(evictor), cap);
+    auto r = replay(order, cost, static_of(evictor), cap);
     if (!r) continue;
     const std::int64_t acceptor_bound = acceptor_own + r->max_evicted * cost.stash_bytes;
-    const std::int64_t peak = std::max(r->peak_bytes, acceptor_bound);
-    if (peak < best_peak) {  // ties keep the larger cap: fewer transfers
-      best_peak = peak;
-      best = BpipePair{evictor, acceptor, cap, r->max_evicted, r->moves};
-    }
+    options.push_back({BpipePair{evictor, acceptor, cap, r->max_evicted, std::move(r->moves)},
+                       std::max(r->peak_bytes, acceptor_bound),
+                       std::abs(r->peak_bytes - acceptor_bound)});
   }
-  return best;
+  if (options.empty()) return BpipePair{evictor, acceptor, natural, 0, {}};
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  for (const Option& o : options)
+    lowest = std::min(lowest, o.peak);
+  const Option* best = nullptr;
+  for (const Option& o : options) {  // by falling cap: the first balanced one has fewest moves
+    if (static_cast<double>(o.peak) > static_cast<double>(lowest) * (1 + kSamePeak)) continue;
+    if (static_cast<double>(o.imbalance) <= kBalanced * static_cast<double>(o.peak)) return o.pair;
+    if (best == nullptr || o.imbalance < best->imbalance) best = &o;
+  }
+  return best != nullptr ? best->pair : options.front().pair;
 }
 
 Node transfer_node(NodeKind kind, const BpipeMove& move, int device, int stream, int peer,
@@ -198,7 +217,8 @@ BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs
   const std::string& family = graph.meta.schedule.empty() ? s.family : graph.meta.schedule;
   if (family != "1f1b") {
     throw Error("--bpipe: schedule '" + family +
-                "' is not supported; BPipe pairs the stages of 1f1b (one stage per device)");
+                "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
+                "(docs/bpipe.md)");
   }
   if (s.stage_count() != s.devices) {
     throw Error("--bpipe: needs one stage per device (got " + std::to_string(s.stage_count()) +

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "planner/simulator.h"
 
@@ -37,7 +38,9 @@ bool starts_with(const std::string& text, const std::string& prefix) {
 template <typename Pred>
 int data_neighbour(const TaskGraph& g, int id, bool incoming, Pred pred) {
   const auto& graph = g.graph();
-  const auto v = static_cast<std::size_t>(id);
+  using Vertex =
+      typename boost::graph_traits<std::remove_cvref_t<decltype(graph)>>::vertex_descriptor;
+  const auto v = static_cast<Vertex>(id);
   if (incoming) {
     for (auto [it, end] = boost::in_edges(v, graph); it != end; ++it) {
       const int other = static_cast<int>(boost::source(*it, graph));

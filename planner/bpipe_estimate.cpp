@@ -151,6 +151,7 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request) {
   BpipeEstimate e;
   e.devices = request.base.devices;
   e.global_batch = request.global_batch;
+  e.memory_limit_bytes = request.base.memory_limit_bytes;
   std::vector<Candidate> all = evaluate(request, e.infeasible);
   const Candidate* without = nullptr;
   const Candidate* with = nullptr;
@@ -160,8 +161,9 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request) {
     if (!best || c.config.step_time_us < best->config.step_time_us) best = &c;
   }
   if (!without) {
-    throw Error("--global-batch: no configuration fits without BPipe (" +
-                (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
+    throw NoBaselineError(
+        "--global-batch: no configuration fits without BPipe (" +
+        (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
   }
   e.without = without->config;
   if (with) {
@@ -201,8 +203,13 @@ std::string format_estimate(const BpipeEstimate& e) {
            ", stage MFU " + fmt("%.1f %%", 100 * c.stage_mfu) + ", peak " +
            fmt("%.2f GiB", static_cast<double>(c.peak_memory_bytes) / (1 << 30)) + "\n";
   };
-  std::string out = "BPipe estimate: " + std::to_string(e.devices) + " stages, global batch " +
-                    std::to_string(e.global_batch) + " (MFU = PaLM model FLOPs)\n";
+  std::string out = "BPipe estimate: " + std::to_string(e.devices) + " stages";
+  if (e.tensor_parallel > 1 || !e.tensor_parallel_note.empty()) {
+    out += " x TP " + std::to_string(e.tensor_parallel) +
+           (e.tensor_parallel_note.empty() ? "" : " (" + e.tensor_parallel_note + ")");
+  }
+  out += ", global batch " + std::to_string(e.global_batch) + " (MFU = PaLM model FLOPs)\n";
+  if (!e.memory_note.empty()) out += "memory: " + e.memory_note + "\n";
   out += row("without BPipe: ", *e.without);
   if (e.with) {
     out += row("with BPipe:    ", *e.with);
@@ -233,7 +240,9 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
             {"peak_memory_bytes", c->peak_memory_bytes}};
   };
   return {{"stages", e.devices},
+          {"tensor_parallel", e.tensor_parallel},
           {"global_batch", e.global_batch},
+          {"memory_limit_bytes", e.memory_limit_bytes},
           {"without", config(e.without)},
           {"with", config(e.with)},
           {"transfer_bytes_per_step", e.transfer_bytes},

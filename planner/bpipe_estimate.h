@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "planner/error.h"
 #include "planner/planner.h"
 #include "planner/search.h"
 
@@ -28,6 +29,11 @@ struct BpipeConfig {
 
 struct BpipeEstimate {
   int devices = 0, global_batch = 0;
+  double memory_limit_bytes = 0;  // per pipeline device, what plans must fit (0 = unlimited)
+  // Set by the caller for the report: GPUs per pipeline device and why, and the memory budget.
+  int tensor_parallel = 1;
+  std::string tensor_parallel_note;    // e.g. "auto: smallest of 1, 2, 4, 8 that fits"
+  std::string memory_note;             // e.g. "--memory 80.00 GiB - reserve 4.20 GiB = ..."
   std::optional<BpipeConfig> without;  // best with BPipe off
   std::optional<BpipeConfig> with;     // best among configurations that only fit with BPipe
   std::optional<Plan> with_plan;
@@ -42,8 +48,15 @@ struct BpipeEstimate {
   std::vector<std::string> infeasible;  // "mbs 4 fused bpipe on: --memory: ..."
 };
 
+// No candidate fits without BPipe, so there is no baseline to compare against. The message names
+// --global-batch and the first rejection.
+class NoBaselineError : public Error {
+ public:
+  using Error::Error;
+};
+
 // 1f1b over every micro-batch size of `request` (global batch fixed) and backward fused, 2bp,
-// 2bp-fill, with BPipe off and on. Throws Error naming --global-batch when nothing fits.
+// 2bp-fill, with BPipe off and on. Throws NoBaselineError when nothing fits without BPipe.
 BpipeEstimate estimate_bpipe(const SearchRequest& request);
 // `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower
 // than the best plan without BPipe).

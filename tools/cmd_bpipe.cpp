@@ -1,32 +1,84 @@
 // `pipeplan bpipe`: will BPipe pay for this model and cluster? (planner/bpipe_estimate.h)
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/bpipe_estimate.h"
 #include "planner/error.h"
+#include "planner/gpu.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
+#include "tools/units.h"
 
 namespace pipeplan {
 
 namespace {
 
+// Tensor-parallel degrees tried by `--tensor-parallel auto`: powers of two up to one 8-GPU
+// node, where TP's all-reduces stay on NVLink (Narayanan et al. 2021, §3.3). The smallest that
+// fits is the one to use: every step up adds TP communication, and it is the regime BPipe is for
+// (memory-bound pipeline stages).
+constexpr int kAutoTensorParallel[] = {1, 2, 4, 8};
+
 struct BpipeCommand {
   PlanOptions options;
   int global_batch = 0;
   std::string mbs_list;
+  std::string tensor_parallel = "auto";
   bool json = false;
+
+  BpipeEstimate estimate_at(int t) const {
+    PlanOptions o = options;
+    o.tensor_parallel = t;
+    o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
+    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list));
+    e.tensor_parallel = t;
+    e.memory_note = memory_budget_text(o, find_gpu(o.gpu).hbm_bytes);
+    return e;
+  }
+
+  // A measured profile or --uniform already describes one pipeline device: auto means 1 there.
+  BpipeEstimate estimate() const {
+    if (tensor_parallel != "auto") {
+      const std::vector<int> t = parse_int_list(tensor_parallel, "--tensor-parallel");
+      if (t.size() != 1) throw Error("--tensor-parallel: one degree or 'auto'");
+      BpipeEstimate e = estimate_at(t.front());
+      e.tensor_parallel_note = "given";
+      return e;
+    }
+    if (!options.profile.empty() || !options.uniform.empty()) {
+      BpipeEstimate e = estimate_at(1);
+      e.tensor_parallel_note = "auto: a profile is per pipeline device";
+      return e;
+    }
+    std::optional<NoBaselineError> last;
+    for (const int t : kAutoTensorParallel) {
+      try {
+        BpipeEstimate e = estimate_at(t);
+        e.tensor_parallel_note = "auto: smallest of 1, 2, 4, 8 at which a plan fits without BPipe";
+        return e;
+      } catch (const NoBaselineError& e) {
+        last = e;
+      }
+    }
+    throw Error("--tensor-parallel: auto found no degree up to 8 that fits without BPipe (TP 8: " +
+                std::string(last->what()) + ")");
+  }
+
   int run() const {
     if (global_batch < 1) throw Error("--global-batch: required (samples per step)");
-    PlanOptions o = options;
-    o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
-    const BpipeEstimate estimate = estimate_bpipe(make_search_request(o, global_batch, mbs_list));
+    const BpipeEstimate e = estimate();
     if (json) {
-      std::cout << estimate_to_json(estimate).dump(2) << "\n";
+      nlohmann::json out = estimate_to_json(e);
+      out["tensor_parallel_note"] = e.tensor_parallel_note;
+      out["memory_note"] = e.memory_note;
+      std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << format_estimate(estimate);
+      std::cout << format_estimate(e);
     }
     return 0;
   }
@@ -45,10 +97,14 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--stages", o.stages, "pipeline devices P")->required();
   sub->add_option("--global-batch", cmd->global_batch, "samples per step")->required();
   sub->add_option("--seq", o.seq, "sequence length (default: the model's)");
-  sub->add_option("--memory", o.memory, "memory limit per device, e.g. 80GiB (default: HBM)");
+  sub->add_option("--memory", o.memory, "memory per GPU, e.g. 80GiB (default: HBM)");
+  sub->add_option("--reserve", o.reserve,
+                  "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
+                  "+ 4 %)");
   sub->add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
       ->capture_default_str();
-  sub->add_option("--tensor-parallel", o.tensor_parallel, "GPUs per stage (analytic split)")
+  sub->add_option("--tensor-parallel", cmd->tensor_parallel,
+                  "GPUs per stage, or auto: the smallest of 1, 2, 4, 8 that fits without BPipe")
       ->capture_default_str();
   sub->add_option("--p2-concat", o.p2_concat, "micro-batches per p2 call in 2bp modes (0 = all)")
       ->capture_default_str();

@@ -31,6 +31,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "micro-batches per concatenated p2 call in 2bp modes (0 = all)")
       ->capture_default_str();
   app.add_option("--memory", o.memory, "memory limit per device, e.g. 80GiB (default: HBM)");
+  app.add_option("--reserve", o.reserve,
+                 "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
+                 "+ 4 %)");
   app.add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
       ->capture_default_str();
   app.add_option("--layers-per-stage", o.layers_per_stage,
@@ -43,6 +46,50 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--tensor-parallel", o.tensor_parallel,
                  "GPUs per stage T: divides per-stage time and memory by T (analytic)")
       ->capture_default_str();
+}
+
+double default_reserve_bytes(double memory_bytes) {
+  constexpr double kRuntimeBytes = 1024.0 * 1024 * 1024;  // CUDA context + NCCL buffers
+  constexpr double kFragmentationFraction = 0.04;         // allocator fragmentation, op workspaces
+  return memory_bytes > 0 ? kRuntimeBytes + kFragmentationFraction * memory_bytes : 0;
+}
+
+namespace {
+
+struct MemoryBudget {
+  double memory = 0, reserve = 0;
+};
+
+MemoryBudget memory_budget(const PlanOptions& o, double hbm_bytes) {
+  MemoryBudget b;
+  b.memory =
+      o.memory.empty() ? (o.uniform.empty() ? hbm_bytes : 0.0) : parse_bytes(o.memory, "--memory");
+  if (!o.reserve.empty()) {
+    b.reserve = parse_bytes(o.reserve, "--reserve");
+    if (b.reserve < 0) throw Error("--reserve: must not be negative");
+  } else if (o.uniform.empty()) {
+    b.reserve = default_reserve_bytes(b.memory);
+  }
+  if (b.memory > 0 && b.reserve >= b.memory) {
+    throw Error("--reserve: " + format_gib(b.reserve) + " leaves nothing of --memory " +
+                format_gib(b.memory));
+  }
+  if (b.memory <= 0) b.reserve = 0;  // unlimited stays unlimited
+  return b;
+}
+
+}  // namespace
+
+double usable_memory_bytes(const PlanOptions& options, double hbm_bytes) {
+  const MemoryBudget b = memory_budget(options, hbm_bytes);
+  return b.memory - b.reserve;
+}
+
+std::string memory_budget_text(const PlanOptions& options, double hbm_bytes) {
+  const MemoryBudget b = memory_budget(options, hbm_bytes);
+  if (b.memory <= 0) return "";
+  return "--memory " + format_gib(b.memory) + " - reserve " + format_gib(b.reserve) + " = " +
+         format_gib(b.memory - b.reserve) + " per GPU";
 }
 
 namespace {
@@ -138,8 +185,7 @@ PlanRequest make_request(const PlanOptions& o) {
           ? (find_schedule_family(o.schedule).places_p2 ? BackwardMode::twobp : BackwardMode::fused)
           : backward_mode_from_string(o.backward);
   r.p2_concat = o.p2_concat;
-  r.memory_limit_bytes = o.memory.empty() ? (o.uniform.empty() ? gpu.hbm_bytes : 0.0)
-                                          : parse_bytes(o.memory, "--memory");
+  r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }

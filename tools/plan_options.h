@@ -22,7 +22,8 @@ struct PlanOptions {
   std::string schedule = "1f1b";
   std::string backward;  // empty: fused, or 2bp for families that place p2 themselves
   int p2_concat = 0;
-  std::string memory;  // empty: the GPU's HBM size
+  std::string memory;   // empty: the GPU's HBM size
+  std::string reserve;  // kept back from --memory per GPU; empty: default_reserve_bytes
   std::string attention = "flash";
   std::string layers_per_stage;
   std::string uniform;
@@ -30,6 +31,19 @@ struct PlanOptions {
   std::string bpipe = "off";  // off, on, auto (planner/bpipe.h)
   int tensor_parallel = 1;    // GPUs per pipeline stage (planner/tensor_parallel.h)
 };
+
+// What a plan may not use of a GPU's memory because no profile counts it (docs/bpipe.md,
+// "Memory reserve"): the CUDA context with its loaded kernels (~0.5 GiB with lazy module
+// loading), NCCL communicator buffers (NCCL_BUFFSIZE = 4 MiB per channel and peer, ~0.5 GiB for
+// the TP ring and the PP peers), and 4 % of the memory for the caching allocator's
+// fragmentation and the transient buffers inside one op (cuBLAS workspaces, the attention scores
+// that recompute re-creates during p1). 1 GiB + 4 % of `memory_bytes`: 4.2 GiB of 80 GiB.
+double default_reserve_bytes(double memory_bytes);
+// The per-device limit a plan must fit: --memory (default HBM) less --reserve (default above;
+// none for --uniform, which has no runtime). 0 = unlimited. Throws Error naming the option.
+double usable_memory_bytes(const PlanOptions& options, double hbm_bytes);
+// "--memory 80.00 GiB - reserve 4.20 GiB = 75.80 GiB per GPU" (empty when unlimited).
+std::string memory_budget_text(const PlanOptions& options, double hbm_bytes);
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);

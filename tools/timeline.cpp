@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "planner/error.h"
@@ -12,10 +15,11 @@
 namespace pipeplan {
 namespace {
 
-constexpr std::string_view kIdle = "\u00b7";  // ·
-constexpr std::string_view kBar = "\u2502";   // │
-constexpr std::string_view kRule = "\u2500";  // ─
-constexpr std::string_view kTick = "\u252c";  // ┬
+constexpr std::string_view kIdle = "\u00b7";    // ·
+constexpr std::string_view kBar = "\u2502";     // │
+constexpr std::string_view kRule = "\u2500";    // ─
+constexpr std::string_view kTick = "\u252c";    // ┬
+constexpr std::string_view kArrows = "\u2194";  // ↔
 constexpr std::string_view kReset = "\x1b[0m";
 constexpr int kMinLanes = 8;
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
@@ -62,6 +66,20 @@ std::string op_color(OpType op) {
       return "\x1b[48;5;208m\x1b[38;5;16m";
   }
   return "";
+}
+
+// BPipe transfers (planner/bpipe.h) are labelled "evict <F action>" / "load <F action>".
+bool is_transfer_stream(const TaskGraph& graph, int stream) {
+  return graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
+}
+
+char transfer_letter(const Node& node) {
+  return node.label.rfind("load", 0) == 0 ? 'l' : 'e';
+}
+
+// Evict violet, load teal.
+std::string transfer_color(char letter) {
+  return letter == 'e' ? "\x1b[48;5;135m\x1b[38;5;231m" : "\x1b[48;5;37m\x1b[38;5;16m";
 }
 
 std::string format(const char* pattern, double value) {
@@ -180,8 +198,7 @@ std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream
 }
 
 // Letter, micro-batch number, then letters to the end of the run ("F12FFF").
-std::string op_cells(const Node& node, int length) {
-  const char letter = op_letter(node.op);
+std::string op_cells(const Node& node, char letter, int length) {
   std::string cells(static_cast<std::size_t>(length), letter);
   const std::string number = microbatch_text(node.microbatches);
   if (length >= 3 && !number.empty() && static_cast<int>(number.size()) < length) {
@@ -190,16 +207,13 @@ std::string op_cells(const Node& node, int length) {
   return cells;
 }
 
-std::string device_row(const TaskGraph& graph, const SimResult& sim, int device, const Scale& scale,
+// One stream's cells: compute ops by op letter, BPipe transfers as e (evict) / l (load).
+std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream, const Scale& scale,
                        bool color) {
-  std::vector<int> owners(static_cast<std::size_t>(scale.lanes), -1);
-  const auto& streams = graph.streams();
-  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
-    const Stream& stream = streams[static_cast<std::size_t>(s)];
-    if (stream.device == device && stream.role == StreamRole::compute) {
-      owners = raster(graph, sim, s, scale);
-    }
-  }
+  const std::vector<int> owners = stream >= 0
+                                      ? raster(graph, sim, stream, scale)
+                                      : std::vector<int>(static_cast<std::size_t>(scale.lanes), -1);
+  const bool transfer = stream >= 0 && is_transfer_stream(graph, stream);
   std::string row;
   for (int begin = 0; begin < scale.lanes;) {
     const int owner = owners[static_cast<std::size_t>(begin)];
@@ -211,8 +225,10 @@ std::string device_row(const TaskGraph& graph, const SimResult& sim, int device,
         row += kIdle;
     } else {
       const Node& node = graph.node(owner);
-      const std::string cells = op_cells(node, end - begin);
-      row += color ? op_color(node.op) + cells + std::string(kReset) : cells;
+      const char letter = transfer ? transfer_letter(node) : op_letter(node.op);
+      const std::string cells = op_cells(node, letter, end - begin);
+      const std::string paint = transfer ? transfer_color(letter) : op_color(node.op);
+      row += color ? paint + cells + std::string(kReset) : cells;
     }
     begin = end;
   }
@@ -232,6 +248,24 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool c
     items.emplace_back(
         static_cast<int>(2 + meaning.size()),
         (color ? op_color(op) + swatch + std::string(kReset) : swatch) + " " + meaning);
+  }
+  bool evict = false, load = false;
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.stream < 0 || !is_transfer_stream(graph, node.stream)) continue;
+    (transfer_letter(node) == 'e' ? evict : load) = true;
+  }
+  for (const auto& [present_here, letter, meaning] :
+       {std::tuple{evict, 'e', std::string_view("evict (stash to the acceptor)")},
+        std::tuple{load, 'l', std::string_view("load (stash back to the evictor)")}}) {
+    if (!present_here) continue;
+    const std::string swatch(1, letter);
+    items.emplace_back(static_cast<int>(2 + meaning.size()),
+                       (color ? transfer_color(letter) + swatch + std::string(kReset) : swatch) +
+                           " " + std::string(meaning));
+  }
+  if (evict || load) {
+    items.emplace_back(23, std::string(kArrows) + "N transfers with dev N");
   }
   items.emplace_back(6, std::string(kIdle) + " idle");
   const std::string per_column =
@@ -283,6 +317,38 @@ std::string device_stages(const TaskGraph& graph, int device) {
   return text.empty() ? "-" : text;
 }
 
+// "BPipe dev 0 -> dev 7: evicts 24 stashes, 77.81 GiB both ways, link 272.3 ms" per pair.
+std::string transfer_summary(const TaskGraph& graph) {
+  struct PairTraffic {
+    int evictor = -1, evictions = 0;
+    std::int64_t bytes = 0;
+    double link_us = 0;
+  };
+  std::map<std::pair<int, int>, PairTraffic> pairs;  // (lower device, higher device)
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != NodeKind::send || !is_transfer_stream(graph, node.stream)) continue;
+    PairTraffic& pair = pairs[std::minmax(node.device, node.peer)];
+    if (transfer_letter(node) == 'e') {
+      pair.evictor = node.device;
+      ++pair.evictions;
+    }
+    pair.bytes += node.bytes;
+    pair.link_us += node.duration_us;
+  }
+  std::string out;
+  for (const auto& [devices, pair] : pairs) {
+    const int evictor = pair.evictor >= 0 ? pair.evictor : devices.first;
+    const int acceptor = evictor == devices.first ? devices.second : devices.first;
+    out += "BPipe dev " + std::to_string(evictor) + " -> dev " + std::to_string(acceptor) + ": " +
+           "evicts " + std::to_string(pair.evictions) +
+           (pair.evictions == 1 ? " stash, " : " stashes, ") +
+           format("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
+           " both ways, link " + format("%.1f ms", pair.link_us / 1000) + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color) {
@@ -300,11 +366,28 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
   }
   const Scale scale = make_scale(graph, sim, width - label_width);
   std::string out = header_lines(scale, label_width);
+  const auto& streams = graph.streams();
   for (int device = 0; device < devices; ++device) {
     std::string label = std::to_string(device);
     label.insert(0, static_cast<std::size_t>(digits) - label.size(), ' ');
-    out += "dev " + label + " " + std::string(kBar) + device_row(graph, sim, device, scale, color) +
-           "\n";
+    int compute = -1;
+    std::vector<int> transfers;  // this device's BPipe transfer streams that carry nodes
+    for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+      const Stream& stream = streams[static_cast<std::size_t>(s)];
+      if (stream.device != device) continue;
+      if (stream.role == StreamRole::compute) compute = s;
+      if (stream.role == StreamRole::transfer && !graph.stream_order(s).empty())
+        transfers.push_back(s);
+    }
+    out += "dev " + label + " " + std::string(kBar) +
+           stream_row(graph, sim, compute, scale, color) + "\n";
+    // "   ↔7 │": the transfer stream to device 7, under its device's compute row.
+    for (const int s : transfers) {
+      const std::string peer = std::to_string(streams[static_cast<std::size_t>(s)].peer);
+      const std::size_t pad = static_cast<std::size_t>(label_width - 2) - 1 - peer.size();
+      out += std::string(pad, ' ') + std::string(kArrows) + peer + " " + std::string(kBar) +
+             stream_row(graph, sim, s, scale, color) + "\n";
+    }
   }
   return out + legend(graph, scale, width, color);
 }
@@ -340,6 +423,7 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   auto total = [&out](std::string_view name, const std::string& value) {
     out += std::string(name) + std::string(24 - name.size(), ' ') + value + "\n";
   };
+  out += transfer_summary(graph);
   total("step time (makespan)", format("%.3f ms", sim.makespan_us / 1000));
   total("largest stage span", format("%.3f ms", sim.max_stage_span_us / 1000));
   total("bubble ratio", format("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +

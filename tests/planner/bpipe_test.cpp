@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "plan_fixtures.h"
+#include "planner/analytic.h"
 #include "planner/bpipe_check.h"
 #include "planner/bpipe_estimate.h"
 #include "planner/error.h"
+#include "planner/gpu.h"
+#include "planner/tensor_parallel.h"
 #include "planner/validator.h"
 
 namespace pipeplan {
@@ -129,16 +133,72 @@ TEST(Bpipe, PlantedFaultsBreakTheirRules) {
 }
 
 TEST(Bpipe, RefusesOtherScheduleFamilies) {
-  UniformPlan u = seven_stages();
-  u.schedule = "gpipe";
-  PlanRequest r = testing::uniform_request(u);
-  r.bpipe = BpipeMode::on;
-  try {
-    make_plan(r);
-    FAIL() << "gpipe + BPipe accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--bpipe"), std::string::npos);
+  for (const auto& [family, chunks] : {std::pair{"gpipe", 1}, std::pair{"interleaved", 2}}) {
+    UniformPlan u = seven_stages();
+    u.schedule = family;
+    u.chunks = chunks;
+    PlanRequest r = testing::uniform_request(u);
+    r.bpipe = BpipeMode::on;
+    try {
+      make_plan(r);
+      FAIL() << family << " + BPipe accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("--bpipe: schedule '" + std::string(family) + "'", 0), 0u) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
   }
+}
+
+// GPT-3 96B on 8 stages x TP 4 A100s, recompute attention, the analytic model, with the usable
+// memory of `pipeplan bpipe --memory 80GiB` (less the default reserve of 1 GiB + 4 %).
+SearchRequest gpt3_recompute() {
+  AnalyticOptions analytic;
+  analytic.seq = 2048;
+  analytic.attention = Attention::recompute;
+  analytic.micro_batch_sizes = {1, 2};
+  const GpuSpec a100 = find_gpu("a100");
+  SearchRequest s;
+  s.base.profile =
+      tensor_parallel_profile(analytic_profile(resolve_model("gpt3-96b"), a100, analytic), 4);
+  s.base.gpu = a100.name;
+  s.base.peak_flops_per_device = 4 * a100.peak_bf16_tflops * 1e12;
+  s.base.devices = 8;
+  s.base.memory_limit_bytes = 80 * kGiB - (1 * kGiB + 0.04 * 80 * kGiB);
+  s.global_batch = 64;
+  s.mbs_candidates = {1, 2};
+  return s;
+}
+
+TEST(Bpipe, Gpt3MicroBatchTwoBalancesPairsUnderTheLimit) {
+  PlanRequest r = gpt3_recompute().base;
+  r.mbs = 2;
+  r.microbatches = 32;
+  EXPECT_THROW(make_plan(r), Error);  // 1F1B's stage 0 holds 8 stashes of 3.2 GiB
+  r.bpipe = BpipeMode::on;
+  const Plan plan = make_plan(r);
+  EXPECT_FALSE(find_violation(plan.graph).has_value());
+  const auto peaks = plan.sim.peak_memory_bytes();
+  for (int x = 0; x < 4; ++x) {
+    const double a = static_cast<double>(peaks[static_cast<std::size_t>(x)]);
+    const double b = static_cast<double>(peaks[static_cast<std::size_t>(7 - x)]);
+    EXPECT_LE(std::abs(a - b), 0.10 * std::max(a, b)) << "pair " << x;
+  }
+  for (const auto peak : peaks)
+    EXPECT_LE(static_cast<double>(peak), r.memory_limit_bytes);
+}
+
+TEST(BpipeEstimate, AutoIsNeverSlowerThanWithoutOnGpt3) {
+  const SearchRequest s = gpt3_recompute();
+  const BpipeEstimate e = estimate_bpipe(s);
+  ASSERT_TRUE(e.with.has_value());
+  EXPECT_EQ(e.without->mbs, 1);
+  EXPECT_EQ(e.with->mbs, 2);
+  BpipeConfig chosen;
+  const Plan best = best_bpipe_plan(s, &chosen);
+  EXPECT_LE(best.sim.makespan_us, e.without->step_time_us + 1e-6);
+  EXPECT_LE(best.sim.makespan_us, e.with->step_time_us + 1e-6);
+  EXPECT_FALSE(find_violation(best.graph).has_value());
 }
 
 // Eight stages of one block; micro-batch 2 costs `scale`× micro-batch 1's time and twice its

@@ -1,10 +1,16 @@
-// `pipeplan bpipe` and `plan --bpipe` end to end: the two acceptance commands.
+// `pipeplan bpipe`, `plan --bpipe` and `show` of a BPipe plan end to end: the two
+// acceptance commands as written, the --profile path on synthetic MFU curves, and the refusals.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,46 +30,267 @@ std::string run(const std::string& args, int* status = nullptr) {
   return out;
 }
 
-// GPT-3 96B, 8 stages × TP 4 A100s, recompute attention; 76 GiB leaves 4 GiB of the 80 for the
-// CUDA context, NCCL buffers and fragmentation, which the model does not count.
-const std::string kGpt3 =
-    "--model gpt3-96b --gpu a100 --stages 8 --seq 2048 --memory 76GiB --attention recompute "
-    "--tensor-parallel 4";
-
-TEST(BpipeCli, Gpt3MicroBatchTwoNeedsBpipeAndValidates) {
+nlohmann::json run_json(const std::string& args) {
   int status = 0;
-  const std::string off = run("plan " + kGpt3 + " -m 32 --mbs 2", &status);
-  EXPECT_EQ(status, 1) << off;
-  EXPECT_NE(off.find("--memory"), std::string::npos) << off;
-  const std::string json = run("plan " + kGpt3 + " -m 32 --mbs 2 --bpipe on --json", &status);
-  ASSERT_EQ(status, 0) << json;
-  const auto metrics = nlohmann::json::parse(json);
-  for (const auto& peak : metrics.at("peak_memory_bytes")) {
-    EXPECT_LE(peak.get<double>(), 76.0 * (1 << 30));
-  }
-  const std::string est = run("bpipe " + kGpt3 + " --global-batch 64 --json", &status);
-  ASSERT_EQ(status, 0) << est;
-  const auto e = nlohmann::json::parse(est);
+  const std::string out = run(args, &status);
+  EXPECT_EQ(status, 0) << args << "\n" << out;
+  return status == 0 ? nlohmann::json::parse(out) : nlohmann::json::object();
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("pipeplan-bpipe-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// The first acceptance command, as written: tensor parallelism and the memory reserve
+// come from the defaults (--tensor-parallel auto, --reserve 1 GiB + 4 %).
+const std::string kGpt3Recompute =
+    "--model gpt3-96b --gpu a100 --stages 8 --global-batch 64 --seq 2048 --memory 80GiB "
+    "--attention recompute";
+
+TEST(BpipeCli, Gpt3RecomputeFindsMicroBatchTwoThatOnlyFitsWithBpipe) {
+  const auto e = run_json("bpipe " + kGpt3Recompute + " --json");
+  ASSERT_FALSE(e.empty());
+  EXPECT_EQ(e.at("tensor_parallel").get<int>(), 4);  // TP 1 and 2 cannot hold the weights
+  const double limit = e.at("memory_limit_bytes").get<double>();
+  EXPECT_NEAR(limit, 80 * kGiB - (1 * kGiB + 0.04 * 80 * kGiB), 1.0);
+  EXPECT_EQ(e.at("without").at("mbs").get<int>(), 1);
+  ASSERT_TRUE(e.at("with").is_object()) << e.dump(2);
   EXPECT_EQ(e.at("with").at("mbs").get<int>(), 2);
   EXPECT_TRUE(e.at("with").at("bpipe").get<bool>());
+  EXPECT_LE(e.at("with").at("peak_memory_bytes").get<double>(), limit);
+  // Micro-batch 2 does not fit without BPipe in any backward mode.
+  int rejected = 0;
+  for (const auto& line : e.at("infeasible")) {
+    const std::string text = line.get<std::string>();
+    if (text.rfind("mbs 2 ", 0) == 0 && text.find("bpipe off: --memory") != std::string::npos)
+      ++rejected;
+  }
+  EXPECT_EQ(rejected, 3) << e.at("infeasible").dump(2);
+  EXPECT_GT(e.at("transfer_bytes_per_step").get<double>(), 0);
   EXPECT_FALSE(e.at("verdict").get<std::string>().empty());
+
+  // The same plan through `plan`: refused without BPipe, valid with it, under the limit
+  // everywhere in the simulation.
+  const std::string plan =
+      "plan --model gpt3-96b --gpu a100 --stages 8 --seq 2048 --memory 80GiB "
+      "--attention recompute --tensor-parallel 4 -m 32 --mbs 2 --backward " +
+      e.at("with").at("backward").get<std::string>();
+  int status = 0;
+  const std::string off = run(plan, &status);
+  EXPECT_EQ(status, 1) << off;
+  EXPECT_NE(off.find("--memory"), std::string::npos) << off;
+  const auto dir = temp_dir("gpt3");
+  const std::string file = (dir / "bp.json").string();
+  const std::string on = run(plan + " --bpipe on -o " + file, &status);
+  ASSERT_EQ(status, 0) << on;
+  const std::string valid = run("validate " + file, &status);
+  EXPECT_EQ(status, 0) << valid;
+  const auto metrics = run_json("show " + file + " --json");
+  ASSERT_EQ(metrics.at("peak_memory_bytes").size(), 8u);
+  for (const auto& peak : metrics.at("peak_memory_bytes"))
+    EXPECT_LE(peak.get<double>(), limit);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BpipeCli, Llama65bFlashReportsNoBenefitWithItsReason) {
-  int status = 0;
-  const std::string out = run(
+  const std::string args =
       "bpipe --model llama-65b --gpu a100 --stages 8 --global-batch 64 --seq 2048 --memory 80GiB "
-      "--attention flash --tensor-parallel 4",
-      &status);
+      "--attention flash";
+  int status = 0;
+  const std::string out = run(args, &status);
   ASSERT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("verdict: no benefit"), std::string::npos) << out;
+  const auto at = out.find("verdict: no benefit: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(out.find('\n', at) - at, std::string("verdict: no benefit: ").size() + 20) << out;
+  const auto e = run_json(args + " --json");
+  EXPECT_LE(e.at("gain").get<double>(), 0.005);
+}
+
+// An analytic LLaMA-7B profile at micro-batch 1 and 2 whose micro-batch-2 times are `scale` times
+// micro-batch 1's: 1.5 is an MFU curve that rises with the micro-batch size (per-sample time
+// -25 %), 2.0 a flat one. Memory stays as the analytic model has it (stash doubles).
+std::string synthetic_profile(const std::filesystem::path& dir, double scale) {
+  const std::string base = (dir / "base.json").string();
+  int status = 0;
+  const std::string out =
+      run("profile --analytic --model llama-7b --gpu h100 --mbs 1,2 "
+          "--attention flash --max-concat 1 -o " +
+              base,
+          &status);
+  EXPECT_EQ(status, 0) << out;
+  nlohmann::json profile;
+  std::ifstream(base) >> profile;
+  for (auto& [kind, by_mbs] : profile.at("layers").items()) {
+    const nlohmann::json one = by_mbs.at("1");
+    nlohmann::json& two = by_mbs.at("2");
+    for (const char* field : {"forward_us", "p1_us", "p2_us"})
+      two[field] = scale * one.at(field).get<double>();
+    for (auto& [k, us] : two.at("p2_concat_us").items())
+      us = scale * one.at("p2_concat_us").at(k).get<double>();
+  }
+  std::string path =
+      (dir / ("scaled-" + std::to_string(static_cast<int>(scale * 10)) + ".json")).string();
+  std::ofstream(path) << profile.dump(2);
+  return path;
+}
+
+// A memory limit halfway between micro-batch 2's peak with BPipe and without it, so micro-batch
+// 2 needs BPipe by construction.
+std::string limit_between(const std::string& profile) {
+  const std::string plan =
+      "plan --profile " + profile + " --stages 8 -m 16 --mbs 2 --memory 1000GiB --reserve 0 --json";
+  const auto off = run_json(plan);
+  const auto on = run_json(plan + " --bpipe on");
+  const auto peak = [](const nlohmann::json& j) {
+    double p = 0;
+    for (const auto& x : j.at("peak_memory_bytes"))
+      p = std::max(p, x.get<double>());
+    return p;
+  };
+  EXPECT_LT(peak(on), peak(off));
+  return std::to_string(static_cast<long long>((peak(on) + peak(off)) / 2));
+}
+
+TEST(BpipeCli, ProfileEstimateFlipsSignBetweenRisingAndFlatMfu) {
+  const auto dir = temp_dir("profile");
+  for (const double scale : {1.5, 2.0}) {
+    const std::string profile = synthetic_profile(dir, scale);
+    const std::string limit = limit_between(profile);
+    const std::string args = "bpipe --profile " + profile + " --stages 8 --global-batch 32 " +
+                             "--memory " + limit + " --reserve 0";
+    const auto e = run_json(args + " --json");
+    ASSERT_FALSE(e.empty());
+    EXPECT_EQ(e.at("tensor_parallel").get<int>(), 1);  // a profile is per pipeline device
+    EXPECT_EQ(e.at("without").at("mbs").get<int>(), 1);
+    ASSERT_TRUE(e.at("with").is_object()) << e.dump(2);
+    EXPECT_EQ(e.at("with").at("mbs").get<int>(), 2);
+    const std::string verdict = e.at("verdict").get<std::string>();
+    if (scale < 2) {
+      EXPECT_GT(e.at("gain").get<double>(), 0.05) << verdict;
+      EXPECT_GT(e.at("simple_gain").get<double>(), 0.05);
+      EXPECT_EQ(verdict.rfind("benefit: ", 0), 0u) << verdict;
+    } else {
+      EXPECT_LT(e.at("gain").get<double>(), 0) << verdict;
+      EXPECT_LT(e.at("simple_gain").get<double>(), 0);
+      EXPECT_EQ(verdict.rfind("no benefit: ", 0), 0u) << verdict;
+    }
+    int status = 0;
+    const std::string text = run(args, &status);
+    EXPECT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("second opinion: per-stage estimate"), std::string::npos) << text;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BpipeCli, ProfileWithoutTheCandidateSizesIsNamed) {
+  const auto dir = temp_dir("sizes");
+  const std::string base = (dir / "one.json").string();
+  int status = 0;
+  run("profile --analytic --model llama-7b --gpu h100 --mbs 1 -o " + base, &status);
+  ASSERT_EQ(status, 0);
+  const std::string out =
+      run("bpipe --profile " + base + " --stages 4 --global-batch 16 --mbs-list 2,4", &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BpipeCli, ShowDrawsTransferRowsArrowsAndBothMemoryEnds) {
+  const auto dir = temp_dir("show");
+  const std::string base =
+      "plan --model gpt3-96b --gpu a100 --stages 8 --seq 2048 --attention recompute "
+      "--tensor-parallel 4 -m 16 --mbs 2";
+  const std::string bp = (dir / "bp.json").string();
+  const std::string plain = (dir / "plain.json").string();
+  int status = 0;
+  const std::string made = run(base + " --memory 80GiB --bpipe on -o " + bp, &status);
+  ASSERT_EQ(status, 0) << made;
+  const std::string made_plain = run(base + " --reserve 0 --memory 1000GiB -o " + plain, &status);
+  ASSERT_EQ(status, 0) << made_plain;
+
+  const std::string trace = (dir / "bp.trace.json").string();
+  const std::string out = run("show " + bp + " --width 120 --no-color --trace " + trace, &status);
+  ASSERT_EQ(status, 0) << out;
+  // A transfer row under dev 0 (to 7) and one under dev 7 (to 0), with evict and load marks.
+  std::size_t rows = 0;
+  for (std::size_t at = out.find("\u2194"); at != std::string::npos;
+       at = out.find("\u2194", at + 1)) {
+    const std::size_t begin = out.rfind('\n', at) + 1;
+    const std::string line = out.substr(begin, out.find('\n', at) - begin);
+    if (line.find("\u2502") == std::string::npos) continue;  // the legend
+    ++rows;
+    EXPECT_NE(line.find('e'), std::string::npos) << line;
+    EXPECT_NE(line.find('l'), std::string::npos) << line;
+  }
+  // Pairs already within 10 % move nothing (dev 3 and 4 here); every pair that moves shows both
+  // of its ends.
+  EXPECT_GE(rows, 2u) << out;
+  EXPECT_EQ(rows % 2, 0u) << out;
+  EXPECT_NE(out.find("\u21947 \u2502"), std::string::npos) << out;
+  EXPECT_NE(out.find("evict (stash to the acceptor)"), std::string::npos) << out;
+  EXPECT_NE(out.find("BPipe dev 0 -> dev 7: "), std::string::npos) << out;
+
+  // Perfetto: every evict is an arrow from the evictor to the acceptor, and the acceptor's memory
+  // counter rises above what it reaches without BPipe.
+  nlohmann::json events;
+  std::ifstream(trace) >> events;
+  int evict_arrows = 0;
+  std::map<int, int> flow_start_pid;
+  int acceptor_pid = -1, evictor_pid = -1;
+  for (const auto& ev : events.at("traceEvents")) {
+    const std::string ph = ev.at("ph").get<std::string>();
+    if ((ph == "s" || ph == "f") && ev.at("name").get<std::string>().rfind("evict 0F", 0) == 0) {
+      if (ph == "s") {
+        flow_start_pid[ev.at("id").get<int>()] = ev.at("pid").get<int>();
+        ++evict_arrows;
+      } else {
+        evictor_pid = flow_start_pid.at(ev.at("id").get<int>());
+        acceptor_pid = ev.at("pid").get<int>();
+      }
+    }
+  }
+  EXPECT_GT(evict_arrows, 0);
+  ASSERT_NE(acceptor_pid, evictor_pid);
+  const auto plain_metrics = run_json("show " + plain + " --json");
+  const auto bp_metrics = run_json("show " + bp + " --json");
+  EXPECT_GT(bp_metrics.at("peak_memory_bytes")[7].get<double>(),
+            plain_metrics.at("peak_memory_bytes")[7].get<double>());
+  EXPECT_LT(bp_metrics.at("peak_memory_bytes")[0].get<double>(),
+            plain_metrics.at("peak_memory_bytes")[0].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BpipeCli, InterleavedIsRefusedInOneLine) {
+  int status = 0;
+  const std::string out =
+      run("plan --model llama-7b --stages 4 -m 8 --schedule interleaved --chunks 2 --bpipe on",
+          &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(out.find("--bpipe"), std::string::npos) << out;
+  EXPECT_NE(out.find("interleaved"), std::string::npos) << out;
 }
 
 TEST(BpipeCli, AutoNeedsGlobalBatch) {
   int status = 0;
-  const std::string out = run("plan " + kGpt3 + " -m 32 --bpipe auto", &status);
+  const std::string out =
+      run("plan --model gpt3-96b --gpu a100 --stages 8 --tensor-parallel 4 -m 32 --bpipe auto",
+          &status);
   EXPECT_EQ(status, 1);
   EXPECT_NE(out.find("--global-batch"), std::string::npos) << out;
+}
+
+TEST(BpipeCli, ReserveBeyondMemoryIsNamed) {
+  int status = 0;
+  const std::string out =
+      run("plan --model llama-7b --stages 4 -m 8 --memory 8GiB --reserve 9GiB", &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(out.rfind("pipeplan: error: --reserve", 0), 0u) << out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/error.h"
@@ -25,6 +26,22 @@ struct Plan {
     node.duration_us = end_us - start_us;
     graph.add_node(std::move(node));
     sim.times.push_back({start_us, end_us});
+  }
+  // One end of a BPipe move on `device`'s transfer stream to `peer` ("evict 0F0" / "load 0F0").
+  int transfer(int device, int peer, NodeKind kind, const std::string& label, int mb,
+               double start_us, double end_us) {
+    Node node;
+    node.kind = kind;
+    node.device = device;
+    node.stage = 0;
+    node.peer = peer;
+    node.stream = graph.stream(device, StreamRole::transfer, peer);
+    node.microbatches = {mb};
+    node.duration_us = end_us - start_us;
+    node.bytes = std::int64_t{1} << 30;
+    node.label = label;
+    sim.times.push_back({start_us, end_us});
+    return graph.add_node(std::move(node));
   }
 };
 
@@ -159,6 +176,73 @@ TEST(Timeline, HeaderShowsMillisecondTicks) {
 TEST(Timeline, RejectsTooNarrowWidth) {
   const Plan p = two_device_plan();
   EXPECT_THROW(render_timeline(p.graph, p.sim, 10, false), Error);
+}
+
+// The two-device plan with device 0 evicting micro-batch 0's stash to device 1 after its forward
+// and loading it back before its p1.
+Plan bpipe_plan() {
+  Plan p = two_device_plan();
+  for (const auto& [label, first] : {std::pair{"evict 0F0", 0}, std::pair{"load 0F0", 1}}) {
+    const double start = first == 0 ? 1000 : 2200;
+    const int from = first, to = 1 - first;
+    const int send = p.transfer(from, to, NodeKind::send, label, 0, start, start + 800);
+    const int recv = p.transfer(to, from, NodeKind::recv, label, 0, start, start + 800);
+    p.graph.node(send).match = recv;
+    p.graph.node(recv).match = send;
+  }
+  return p;
+}
+
+TEST(Timeline, DrawsBpipeTransferRowsUnderBothEnds) {
+  const Plan p = bpipe_plan();
+  for (const bool color : {false, true}) {
+    const std::string text = render_timeline(p.graph, p.sim, 80, color);
+    for (const std::string& line : lines_of(text))
+      EXPECT_LE(visible_width(line), 80) << line;
+    if (color) {
+      EXPECT_NE(text.find("\x1b[48;5;135m"), std::string::npos);  // evict
+      continue;
+    }
+    const auto lines = lines_of(text);
+    // dev 0, its transfer row to 1, dev 1, its transfer row to 0.
+    std::size_t dev0 = 0;
+    while (dev0 < lines.size() && lines[dev0].rfind("dev 0", 0) != 0)
+      ++dev0;
+    ASSERT_LT(dev0 + 3, lines.size()) << text;
+    EXPECT_EQ(lines[dev0 + 1].rfind("   \u21941 \u2502", 0), 0u) << lines[dev0 + 1];
+    EXPECT_EQ(lines[dev0 + 2].rfind("dev 1", 0), 0u) << lines[dev0 + 2];
+    EXPECT_EQ(lines[dev0 + 3].rfind("   \u21940 \u2502", 0), 0u) << lines[dev0 + 3];
+    // 0.8 ms of 7 ms over 73 columns: runs of 8-9 cells carrying the micro-batch number, the
+    // evict before the load on both ends.
+    for (const std::size_t row : {dev0 + 1, dev0 + 3}) {
+      const std::string ops = ops_of_row(lines[row]);
+      EXPECT_EQ(ops.substr(0, 3), "e0e") << ops;
+      EXPECT_NE(ops.find("l0l"), std::string::npos) << ops;
+      EXPECT_EQ(ops.find_first_not_of("e0l"), std::string::npos) << ops;
+    }
+    // The transfer row lines up with the compute rows: same width.
+    EXPECT_EQ(visible_width(lines[dev0 + 1]), visible_width(lines[dev0]));
+    EXPECT_NE(text.find("e evict (stash to the acceptor)"), std::string::npos) << text;
+    EXPECT_NE(text.find("l load (stash back to the evictor)"), std::string::npos) << text;
+    EXPECT_NE(text.find("\u2194N transfers with dev N"), std::string::npos) << text;
+  }
+  // Without transfers, no transfer rows and no transfer legend.
+  const std::string plain =
+      render_timeline(two_device_plan().graph, two_device_plan().sim, 80, false);
+  EXPECT_EQ(plain.find("\u2194"), std::string::npos);
+  EXPECT_EQ(plain.find("evict"), std::string::npos);
+}
+
+TEST(Timeline, SummaryListsBpipePairs) {
+  const Plan p = bpipe_plan();
+  const std::string text = render_summary(p.graph, p.sim);
+  EXPECT_NE(text.find("BPipe dev 0 -> dev 1: evicts 1 stash, 2.00 GiB both ways, link 1.6 ms"),
+            std::string::npos)
+      << text;
+  for (const std::string& line : lines_of(text))
+    EXPECT_LE(visible_width(line), 80) << line;
+  EXPECT_EQ(render_summary(two_device_plan().graph, two_device_plan().sim).find("BPipe"),
+            std::string::npos);
 }
 
 TEST(Timeline, SummaryReportsDevicesAndTotals) {
