@@ -136,9 +136,14 @@ SimResult simulate(const TaskGraph& graph) {
     if (n.alloc_bytes != 0 || n.free_bytes != 0)
       effects.push_back({id, n.device, n.alloc_bytes, n.free_bytes});
   }
-  std::vector<int> pending(static_cast<std::size_t>(n_nodes));
-  std::vector<double> ready_at(static_cast<std::size_t>(n_nodes), 0.0);
-  std::vector<char> half_ready(static_cast<std::size_t>(n_nodes), 0);
+  // Per node: when its inputs are ready, how many it still waits for, and (send/recv) whether
+  // this half has reached the rendezvous. One record, so a wake-up touches one cache line.
+  struct State {
+    double ready_at = 0;
+    int pending = 0;
+    bool half_ready = false;
+  };
+  std::vector<State> state(static_cast<std::size_t>(n_nodes));
   using Event = std::pair<double, int>;  // (ready time, node)
   std::vector<Event> heap;
   heap.reserve(static_cast<std::size_t>(n_devices) * 8);
@@ -149,13 +154,13 @@ SimResult simulate(const TaskGraph& graph) {
     const HotNode& f = hot[from];
     return f.kind == NodeKind::send && f.match == static_cast<int>(to);
   };
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    const auto from = boost::source(*it, g);
+    const auto to = boost::target(*it, g);
+    if (!is_pair_edge(from, to)) ++state[to].pending;
+  }
   for (int id = 0; id < n_nodes; ++id) {
-    int count = 0;
-    for (auto [it, end] = boost::in_edges(static_cast<std::size_t>(id), g); it != end; ++it) {
-      if (!is_pair_edge(boost::source(*it, g), static_cast<std::size_t>(id))) ++count;
-    }
-    pending[static_cast<std::size_t>(id)] = count;
-    if (count == 0) queue.emplace(0.0, id);
+    if (state[static_cast<std::size_t>(id)].pending == 0) queue.emplace(0.0, id);
   }
 
   Links links(n_devices);
@@ -166,8 +171,9 @@ SimResult simulate(const TaskGraph& graph) {
     for (auto [it, last] = boost::out_edges(static_cast<std::size_t>(id), g); it != last; ++it) {
       const auto next = boost::target(*it, g);
       if (is_pair_edge(static_cast<std::size_t>(id), next)) continue;
-      ready_at[next] = std::max(ready_at[next], end);
-      if (--pending[next] == 0) queue.emplace(ready_at[next], static_cast<int>(next));
+      State& st = state[next];
+      st.ready_at = std::max(st.ready_at, end);
+      if (--st.pending == 0) queue.emplace(st.ready_at, static_cast<int>(next));
     }
   };
 
@@ -182,8 +188,8 @@ SimResult simulate(const TaskGraph& graph) {
     }
     // Rendezvous: a transfer starts once both halves are at the head of their streams with
     // their inputs ready, and the link is free.
-    half_ready[static_cast<std::size_t>(id)] = 1;
-    if (n.match < 0 || n.match >= n_nodes || !half_ready[static_cast<std::size_t>(n.match)]) {
+    state[static_cast<std::size_t>(id)].half_ready = true;
+    if (n.match < 0 || n.match >= n_nodes || !state[static_cast<std::size_t>(n.match)].half_ready) {
       continue;
     }
     const HotNode& other = hot[static_cast<std::size_t>(n.match)];
@@ -200,7 +206,13 @@ SimResult simulate(const TaskGraph& graph) {
     finish(id, start, end);
     finish(n.match, start, end);
   }
-  if (finished != n_nodes) report_stuck(graph, pending);
+  if (finished != n_nodes) {
+    std::vector<int> pending;
+    pending.reserve(state.size());
+    for (const State& st : state)
+      pending.push_back(st.pending);
+    report_stuck(graph, pending);
+  }
 
   // Metrics.
   result.devices.assign(static_cast<std::size_t>(n_devices), DeviceMetrics{});
