@@ -137,6 +137,7 @@ void Executor::run_node(DeviceWorker& worker, int id) {
   const Node& node = plan_.node(id);
   const Stream& stream = plan_.streams()[static_cast<std::size_t>(node.stream)];
   times_[static_cast<std::size_t>(id)].start_us = micros_since(start_);
+  if (options_.node_timer) options_.node_timer->begin_node(plan_, id);
   switch (node.kind) {
     case NodeKind::compute:
       worker.run_compute(node);
@@ -152,6 +153,7 @@ void Executor::run_node(DeviceWorker& worker, int id) {
       break;
     }
   }
+  if (options_.node_timer) options_.node_timer->end_node(plan_, id);
   times_[static_cast<std::size_t>(id)].end_us = micros_since(start_);
 }
 
@@ -182,9 +184,12 @@ StepResult Executor::step(StepMode mode) {
   sync_->failed = false;
   sync_->first_error.reset();
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
+  for (auto& worker : workers_)
+    worker->backend().synchronize();  // the clock starts on idle devices
   start_ = Clock::now();
   for (auto& worker : workers_)
     worker->begin_step(start_);
+  if (options_.node_timer) options_.node_timer->begin_step(plan_);
   {
     std::vector<std::jthread> threads;
     threads.reserve(plan_.streams().size());
@@ -201,7 +206,11 @@ StepResult Executor::step(StepMode mode) {
           [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
     }
   }
+  // An asynchronous backend has only queued the step: it ends when the devices are idle.
+  for (auto& worker : workers_)
+    worker->backend().synchronize();
   const double step_time_us = micros_since(start_);
+  if (options_.node_timer) options_.node_timer->end_step(plan_, times_);
   steps_ = step_number;
 
   StepResult result;

@@ -17,6 +17,7 @@
 #include "planner/taskgraph.h"
 #include "runtime/backend.h"
 #include "runtime/device_worker.h"
+#include "runtime/node_timer.h"
 #include "runtime/transport.h"
 
 namespace pipeplan {
@@ -31,6 +32,8 @@ struct ExecutorOptions {
   std::function<void(int node)> before_node;
   // Off only in tests of plan shapes the validator does not know yet.
   bool validate = true;
+  // Device-side node times (CUDA events) for asynchronous backends; null: the host clock.
+  std::shared_ptr<NodeTimer> node_timer;
 };
 
 struct StepResult {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "planner/error.h"
+
 namespace pipeplan {
 
 namespace {
@@ -61,6 +63,43 @@ SimResult measured_result(const TaskGraph& plan, std::vector<NodeTime> times,
     result.span_bubble_ratio = 1.0 - busy_total / (count * result.max_stage_span_us);
   }
   return result;
+}
+
+double percent_error(double measured, double predicted) {
+  return predicted != 0 ? (measured - predicted) / predicted * 100.0 : 0.0;
+}
+
+RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& predicted,
+                                      const SimResult& measured, double step_time_us,
+                                      const std::vector<std::int64_t>& allocator_peak_bytes,
+                                      const MeasuredHardware& hardware) {
+  if (hardware.gpus <= 0) throw Error("measured run: GPU count must be positive");
+  RunComparison c;
+  c.predicted_makespan_us = predicted.makespan_us;
+  c.measured_makespan_us = measured.makespan_us;
+  c.makespan_error_pct = percent_error(measured.makespan_us, predicted.makespan_us);
+  c.measured_step_time_us = step_time_us;
+  c.predicted_tokens_per_s = predicted.tokens_per_s;
+  c.measured_tokens_per_s = measured.tokens_per_s;
+  c.predicted_mfu = predicted.mfu;
+  const double model_flops_per_s = measured.tokens_per_s * plan.meta.flops_per_token;
+  if (hardware.peak_flops > 0) {
+    c.measured_mfu = model_flops_per_s / (hardware.gpus * hardware.peak_flops);
+    if (hardware.emulated() && hardware.total_sms > 0 && hardware.sm_per_stage > 0) {
+      c.sm_share = static_cast<double>(hardware.emulated_stages * hardware.sm_per_stage) /
+                   hardware.total_sms;
+      c.measured_mfu_of_share = c.measured_mfu / c.sm_share;
+    }
+  }
+  c.predicted_peak_bytes = predicted.peak_memory_bytes();
+  c.measured_peak_bytes = allocator_peak_bytes;
+  for (std::size_t d = 0; d < c.measured_peak_bytes.size(); ++d) {
+    const double want =
+        d < c.predicted_peak_bytes.size() ? static_cast<double>(c.predicted_peak_bytes[d]) : 0.0;
+    c.peak_bytes_error_pct.push_back(
+        percent_error(static_cast<double>(c.measured_peak_bytes[d]), want));
+  }
+  return c;
 }
 
 }  // namespace pipeplan

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,5 +22,45 @@ struct MeasuredDevice {
 // FLOP/s is known for the host).
 SimResult measured_result(const TaskGraph& plan, std::vector<NodeTime> times,
                           std::vector<MeasuredDevice> devices);
+
+// The hardware a measured step ran on, for its MFU.
+struct MeasuredHardware {
+  std::string device_name;  // as the device reports it, e.g. "NVIDIA H100 80GB HBM3"
+  std::string gpu;          // the gpus.json entry of its peak, e.g. "h100-sxm"
+  double peak_flops = 0;    // dense bf16 FLOP/s of one whole GPU; 0: unknown (no MFU)
+  int gpus = 1;             // physical GPUs the run used
+  int total_sms = 0;        // SMs of one GPU
+  int sm_per_stage = 0;     // > 0: emulated, each stage in a green context of this many SMs
+  int emulated_stages = 0;  // > 0: this many stages shared one GPU
+  bool emulated() const { return emulated_stages > 0; }
+};
+
+// A measured step beside the plan's prediction. MFU is PaLM's (model FLOPs only,
+// plan.meta.flops_per_token, BRIEF §2): tokens/s x FLOPs per token / peak of the GPUs used. An
+// emulated run also gets it against the SMs its stages were granted (stages x share / total).
+// Errors are (measured - predicted) / predicted in %.
+struct RunComparison {
+  double predicted_makespan_us = 0;
+  double measured_makespan_us = 0;
+  double makespan_error_pct = 0;
+  double measured_step_time_us = 0;  // wall clock: task graph + optimizer
+  double predicted_tokens_per_s = 0;
+  double measured_tokens_per_s = 0;  // over the measured makespan, like the prediction
+  double predicted_mfu = 0;          // against the plan's GPU (meta.peak_flops_per_device)
+  double measured_mfu = 0;           // against the GPUs it ran on; 0 when the peak is unknown
+  double measured_mfu_of_share = 0;  // emulated: against the SMs granted
+  double sm_share = 1;               // emulated: stages x sm_per_stage / total_sms
+  std::vector<std::int64_t> predicted_peak_bytes;  // per device
+  std::vector<std::int64_t> measured_peak_bytes;   // per device, from the allocator
+  std::vector<double> peak_bytes_error_pct;        // per device
+};
+
+double percent_error(double measured, double predicted);  // 0 when predicted is 0
+
+// `allocator_peak_bytes`: per plan device, what its allocator held at most during the step.
+RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& predicted,
+                                      const SimResult& measured, double step_time_us,
+                                      const std::vector<std::int64_t>& allocator_peak_bytes,
+                                      const MeasuredHardware& hardware);
 
 }  // namespace pipeplan

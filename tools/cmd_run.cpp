@@ -1,16 +1,23 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/error.h"
+#include "planner/simulator.h"
 #include "planner/trace.h"
 #include "planner/validator.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/emulate.h"
 #include "runtime/executor.h"
 #include "tools/commands.h"
+#include "tools/run_report.h"
 #include "tools/units.h"
+#ifdef PIPEPLAN_HAVE_CUDA
+#include "runtime/cuda/cuda_run.h"
+#endif
 
 namespace pipeplan {
 
@@ -27,14 +34,8 @@ struct RunCommand {
   std::string trace;
   int timeout_ms = 60000;
   double max_host_gib = 8;
-
-  BackendFactory backend_factory() const {
-    if (backend == "cuda") {
-      throw Error("--backend cuda: the CUDA backend is not built into this binary");
-    }
-    if (backend != "cpu") throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");
-    return [](int) { return std::make_unique<cpu::CpuBackend>(); };
-  }
+  int emulate = 0;
+  std::string gpu;
 
   void check_host_memory(const TaskGraph& plan) const {
     const auto need = static_cast<double>(estimate_cpu_host_bytes(plan));
@@ -46,13 +47,14 @@ struct RunCommand {
     }
   }
 
-  std::string header(const TaskGraph& plan, const std::string& backend_name) const {
+  std::string header(const TaskGraph& plan, const std::string& backend_name,
+                     const std::string& transport_name) const {
     const PlanMeta& m = plan.meta;
     return plan_path + ": " + m.model.name + ", " + m.schedule + " " +
            std::string(to_string(m.backward)) + ", " + std::to_string(m.devices) + " devices, " +
            std::to_string(m.microbatches) + " micro-batches x " + std::to_string(m.mbs) + " x " +
-           std::to_string(m.seq) + " tokens, backend " + backend_name + ", seed " +
-           std::to_string(seed) + "\n";
+           std::to_string(m.seq) + " tokens, backend " + backend_name + ", transport " +
+           transport_name + ", seed " + std::to_string(seed) + "\n";
   }
 
   static void print_step(const StepResult& r) {
@@ -60,41 +62,43 @@ struct RunCommand {
                 r.loss, r.step_time_us / 1e3, r.measured.makespan_us / 1e3, r.tokens_per_s);
   }
 
-  int run() const {
+  void check_options(const TaskGraph& plan) const {
     if (steps < 1) throw Error("--steps must be at least 1");
-    const BackendFactory factory = backend_factory();
+    if (backend != "cpu" && backend != "cuda") {
+      throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");
+    }
+    check_emulate(emulate, plan, backend);
+    if (!gpu.empty() && backend != "cuda") throw Error("--gpu: only with --backend cuda");
+#ifndef PIPEPLAN_HAVE_CUDA
+    if (backend == "cuda") {
+      throw Error("--backend cuda: the CUDA backend is not built into this binary");
+    }
+#endif
+  }
+
+  int run() const {
     TaskGraph plan = load_plan(plan_path);
     validate(plan);
+    check_options(plan);
+    if (backend == "cpu") return run_cpu(std::move(plan));
+    return run_cuda(std::move(plan));
+  }
+
+  int run_cpu(TaskGraph plan) const {
     check_host_memory(plan);
-    ExecutorOptions options;
-    options.seed = seed;
-    options.timeout = std::chrono::milliseconds(timeout_ms);
-    Executor executor(std::move(plan), factory, options);
+    Executor executor(
+        std::move(plan), [](int) { return std::make_unique<cpu::CpuBackend>(); },
+        executor_options());
     const std::string backend_name = cpu::CpuBackend().name();
-    if (!json) std::cout << header(executor.plan(), backend_name) << std::flush;
-    nlohmann::json step_rows = nlohmann::json::array();
-    StepResult last;
-    for (int s = 0; s < steps; ++s) {
-      last = executor.step();
-      if (json) {
-        step_rows.push_back({{"step", last.step},
-                             {"loss", last.loss},
-                             {"step_time_us", last.step_time_us},
-                             {"makespan_us", last.measured.makespan_us},
-                             {"tokens_per_s", last.tokens_per_s}});
-      } else {
-        print_step(last);
-      }
-    }
-    if (!trace.empty()) {
-      write_perfetto_trace(executor.plan(), last.measured, trace,
-                           "measured: " + plan_path + " step " + std::to_string(last.step));
-    }
+    if (!json) std::cout << header(executor.plan(), backend_name, "in-process") << std::flush;
+    nlohmann::json rows = nlohmann::json::array();
+    const StepResult last = run_steps(executor, rows, [] {});
+    write_trace(executor.plan(), last, "");
     if (json) {
       std::cout << nlohmann::json{{"plan", plan_path},
                                   {"backend", backend_name},
                                   {"seed", seed},
-                                  {"steps", std::move(step_rows)},
+                                  {"steps", std::move(rows)},
                                   {"peak_memory_bytes", last.measured.peak_memory_bytes()},
                                   {"trace", trace}}
                        .dump(2)
@@ -107,6 +111,82 @@ struct RunCommand {
       if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
     }
     return 0;
+  }
+
+  int run_cuda([[maybe_unused]] TaskGraph plan) const {
+#ifdef PIPEPLAN_HAVE_CUDA
+    const SimResult predicted = simulate(plan);
+    cuda::CudaRun cuda_run(plan, {emulate, gpu});
+    ExecutorOptions options = executor_options();
+    options.node_timer = cuda_run.timer();
+    const std::string transport_name = cuda_run.transport_name();
+    Executor executor(std::move(plan), cuda_run.backend_factory(), options,
+                      cuda_run.take_transport());
+    const MeasuredHardware& hw = cuda_run.hardware();
+    const std::string backend_name = cuda_run.backend(0).name() + " on " + hw.device_name;
+    if (!json) {
+      std::cout << header(executor.plan(), backend_name, transport_name);
+      if (hw.emulated()) std::cout << emulation_line(hw) << "\n";
+      std::cout << std::flush;
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    const StepResult last = run_steps(executor, rows, [&] { cuda_run.reset_peaks(); });
+    const RunComparison comparison =
+        compare_with_prediction(executor.plan(), predicted, last.measured, last.step_time_us,
+                                cuda_run.allocator_peak_bytes(), hw);
+    write_trace(executor.plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
+    if (json) {
+      nlohmann::json report = run_report_json(comparison, hw);
+      report["plan"] = plan_path;
+      report["backend"] = backend_name;
+      report["transport"] = transport_name;
+      report["seed"] = seed;
+      report["steps"] = std::move(rows);
+      report["trace"] = trace;
+      std::cout << report.dump(2) << "\n";
+    } else {
+      std::cout << "last step against the plan's prediction:\n"
+                << format_run_report(comparison, hw);
+      if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
+    }
+    return 0;
+#else
+    throw Error("--backend cuda: the CUDA backend is not built into this binary");
+#endif
+  }
+
+  ExecutorOptions executor_options() const {
+    ExecutorOptions options;
+    options.seed = seed;
+    options.timeout = std::chrono::milliseconds(timeout_ms);
+    return options;
+  }
+
+  // Runs every step (before_step first: e.g. resetting the allocators' peaks) and returns the
+  // last one; one JSON row per step, or one printed line.
+  StepResult run_steps(Executor& executor, nlohmann::json& rows, const auto& before_step) const {
+    StepResult last;
+    for (int s = 0; s < steps; ++s) {
+      before_step();
+      last = executor.step();
+      if (json) {
+        rows.push_back({{"step", last.step},
+                        {"loss", last.loss},
+                        {"step_time_us", last.step_time_us},
+                        {"makespan_us", last.measured.makespan_us},
+                        {"tokens_per_s", last.tokens_per_s}});
+      } else {
+        print_step(last);
+      }
+    }
+    return last;
+  }
+
+  void write_trace(const TaskGraph& plan, const StepResult& last, const std::string& note) const {
+    if (trace.empty()) return;
+    std::string title = "measured: " + plan_path + " step " + std::to_string(last.step);
+    if (!note.empty()) title += " (" + note + ")";
+    write_perfetto_trace(plan, last.measured, trace, title);
   }
 };
 
@@ -125,6 +205,11 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-host-gib", cmd->max_host_gib, "refuse CPU runs estimated above this")
       ->capture_default_str();
+  sub->add_option("--emulate", cmd->emulate,
+                  "cuda: run the plan's P stages on one GPU, each in a green context of "
+                  "SMs/P (rounded down to 8); P must equal the plan's device count");
+  sub->add_option("--gpu", cmd->gpu,
+                  "cuda: gpus.json entry for the MFU peak (default: from the device name)");
   return {sub, [cmd] { return cmd->run(); }};
 }
 

@@ -53,21 +53,80 @@ GreenContext::GreenContext(int device, int sm_count) {
   CU_CHECK(PIPEPLAN_DRIVER(cuDevSmResourceSplitByCount)(&part, &groups, &all, &remaining, 0,
                                                         static_cast<unsigned>(sm_count)));
   if (groups != 1) throw Error("--sm-partition: the driver made no SM partition");
+  create(dev, part);
+  // Runtime-API calls (cuBLAS, kernel launches) use the current context: make it this one.
+  CU_CHECK(PIPEPLAN_DRIVER(cuCtxSetCurrent)(context_));
+}
+
+void GreenContext::create(CUdevice dev, CUdevResource part) {
   sm_count_ = static_cast<int>(part.sm.smCount);
   CUdevResourceDesc desc = nullptr;
   CU_CHECK(PIPEPLAN_DRIVER(cuDevResourceGenerateDesc)(&desc, &part, 1));
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxCreate)(&green_, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
-  // Runtime-API calls (cuBLAS, kernel launches) use the current context: make it this one.
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxFromGreenCtx)(&context_, green_));
-  CU_CHECK(PIPEPLAN_DRIVER(cuCtxSetCurrent)(context_));
   CUstream stream = nullptr;
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));
   stream_ = stream;
 }
 
+std::vector<std::unique_ptr<GreenContext>> GreenContext::partition(int device, int parts,
+                                                                   int sm_per_part) {
+  if (parts <= 0 || sm_per_part <= 0) {
+    throw Error("--emulate: needs a positive stage count and SM share");
+  }
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaFree(nullptr));  // initialises the runtime and the primary context
+  CUdevice dev = 0;
+  CU_CHECK(PIPEPLAN_DRIVER(cuDeviceGet)(&dev, device));
+  CUdevResource all{};
+  CU_CHECK(PIPEPLAN_DRIVER(cuDeviceGetDevResource)(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
+  std::vector<CUdevResource> groups(static_cast<std::size_t>(parts));
+  CUdevResource remaining{};
+  auto made = static_cast<unsigned int>(parts);
+  CU_CHECK(PIPEPLAN_DRIVER(cuDevSmResourceSplitByCount)(groups.data(), &made, &all, &remaining, 0,
+                                                        static_cast<unsigned>(sm_per_part)));
+  if (made != static_cast<unsigned int>(parts)) {
+    throw Error("--emulate " + std::to_string(parts) + ": the driver split the device's " +
+                std::to_string(all.sm.smCount) + " SMs into only " + std::to_string(made) +
+                " partitions of " + std::to_string(sm_per_part));
+  }
+  std::vector<std::unique_ptr<GreenContext>> contexts;
+  for (const CUdevResource& group : groups) {
+    std::unique_ptr<GreenContext> context(new GreenContext());
+    context->create(dev, group);
+    contexts.push_back(std::move(context));
+  }
+  return contexts;
+}
+
+ScopedContext::ScopedContext(CUcontext context) {
+  if (context == nullptr) return;
+  CU_CHECK(PIPEPLAN_DRIVER(cuCtxPushCurrent)(context));
+  pushed_ = true;
+}
+
+ScopedContext::~ScopedContext() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  try {
+    PIPEPLAN_DRIVER(cuCtxPopCurrent)(&popped);
+  } catch (const Error&) {
+  }
+}
+
+cudaStream_t GreenContext::create_stream() {
+  CUstream stream = nullptr;
+  // Green-context streams must be non-blocking (driver documentation of cuGreenCtxStreamCreate).
+  CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));
+  extra_streams_.push_back(stream);
+  return stream;
+}
+
 GreenContext::~GreenContext() {
   // Destructors do not throw: failures here are left for the next checked call to report.
   try {
+    for (cudaStream_t extra : extra_streams_)
+      PIPEPLAN_DRIVER(cuStreamDestroy)(extra);
     if (stream_ != nullptr) PIPEPLAN_DRIVER(cuStreamDestroy)(stream_);
     if (green_ != nullptr) PIPEPLAN_DRIVER(cuGreenCtxDestroy)(green_);
   } catch (const Error&) {

@@ -3,6 +3,9 @@
 // bandwidth and L2 stay shared, so a profile taken inside one is an *emulated* stage's profile.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -13,18 +16,44 @@ class GreenContext {
   // Throws Error when the device cannot give `sm_count` SMs (rounded up by the driver to its
   // granularity) or the driver lacks green contexts (CUDA < 12.4).
   GreenContext(int device, int sm_count);
+  // `parts` disjoint partitions of `sm_per_part` SMs each, split from the device in one call (so
+  // no two share an SM): one per emulated pipeline stage. Throws Error when the driver cannot.
+  static std::vector<std::unique_ptr<GreenContext>> partition(int device, int parts,
+                                                              int sm_per_part);
   ~GreenContext();
   GreenContext(const GreenContext&) = delete;
   GreenContext& operator=(const GreenContext&) = delete;
 
   cudaStream_t stream() const { return stream_; }
-  int sm_count() const { return sm_count_; }  // what the driver actually granted
+  int sm_count() const { return sm_count_; }      // what the driver actually granted
+  CUcontext context() const { return context_; }  // for ScopedContext
+  // One more stream whose work runs on this partition's SMs (an emulated stage's transfer
+  // streams); owned by the green context, destroyed with it.
+  cudaStream_t create_stream();
 
  private:
+  GreenContext() = default;
+  void create(CUdevice dev, CUdevResource part);
+
   CUgreenCtx green_ = nullptr;
   CUcontext context_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaStream_t> extra_streams_;
   int sm_count_ = 0;
+};
+
+// Makes `context` current on this thread for its lifetime (cuCtxPushCurrent / cuCtxPopCurrent),
+// so a green context is current only while one thread works in it (the driver does not
+// synchronise threads sharing one). A null context does nothing.
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext context);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  bool pushed_ = false;
 };
 
 }  // namespace pipeplan::cuda

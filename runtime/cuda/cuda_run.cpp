@@ -1,0 +1,211 @@
+#include "runtime/cuda/cuda_run.h"
+
+#include <string>
+
+#include "planner/error.h"
+#include "planner/gpu.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_local_transport.h"
+#include "runtime/emulate.h"
+#ifdef PIPEPLAN_HAVE_NCCL
+#include "runtime/cuda/nccl_transport.h"
+#endif
+
+namespace pipeplan::cuda {
+
+namespace {
+
+// A stage's backend whose every call runs with the stage's green context current, and only
+// during the call: the driver does not synchronise threads sharing a green context, and the
+// executor calls one stage from its compute thread, the step's main thread and the optimizer.
+class GreenBackend final : public Backend {
+ public:
+  GreenBackend(std::unique_ptr<CudaBackend> inner, CUcontext context)
+      : inner_(std::move(inner)), context_(context) {}
+
+  CudaBackend& inner() { return *inner_; }
+  std::string name() const override { return inner_->name() + " (green context)"; }
+  DType compute_dtype() const override { return inner_->compute_dtype(); }
+  Tensor upload(std::span<const double> values, const Shape& shape) override {
+    const ScopedContext current(context_);
+    return inner_->upload(values, shape);
+  }
+  Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override {
+    const ScopedContext current(context_);
+    return inner_->upload_tokens(tokens, shape);
+  }
+  std::vector<double> download(const Tensor& tensor) override {
+    const ScopedContext current(context_);
+    return inner_->download(tensor);
+  }
+  std::vector<std::int32_t> download_tokens(const Tensor& tensor) override {
+    const ScopedContext current(context_);
+    return inner_->download_tokens(tensor);
+  }
+  LayerParams init_layer(const ModelConfig& model, LayerKind kind, int layer_index,
+                         std::uint64_t seed) override {
+    const ScopedContext current(context_);
+    return inner_->init_layer(model, kind, layer_index, seed);
+  }
+  TokenBatch synthetic_batch(int batch, int seq, int vocab, std::uint64_t seed) override {
+    const ScopedContext current(context_);
+    return inner_->synthetic_batch(batch, seq, vocab, seed);
+  }
+  ForwardResult forward(const LayerParams& layer, const Tensor& input,
+                        const Tensor& targets) override {
+    const ScopedContext current(context_);
+    return inner_->forward(layer, input, targets);
+  }
+  BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override {
+    const ScopedContext current(context_);
+    return inner_->backward_p1(layer, std::move(stash), dy);
+  }
+  void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override {
+    const ScopedContext current(context_);
+    inner_->backward_p2(layer, retained);
+  }
+  void zero_grads(LayerParams& layer) override {
+    const ScopedContext current(context_);
+    inner_->zero_grads(layer);
+  }
+  void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
+    const ScopedContext current(context_);
+    inner_->adamw_step(layer, config, step);
+  }
+  void synchronize() override {
+    const ScopedContext current(context_);
+    inner_->synchronize();
+  }
+
+ private:
+  std::unique_ptr<CudaBackend> inner_;
+  CUcontext context_;
+};
+
+MeasuredHardware describe_hardware(const CudaRunOptions& options, int plan_devices) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  MeasuredHardware hw;
+  hw.device_name = prop.name;
+  hw.total_sms = prop.multiProcessorCount;
+  hw.gpus = options.emulate > 0 ? 1 : plan_devices;
+  if (options.emulate > 0) {
+    hw.emulated_stages = options.emulate;
+    hw.sm_per_stage = emulated_sm_share(hw.total_sms, options.emulate);
+  }
+  try {
+    const GpuSpec spec =
+        options.gpu.empty() ? gpu_for_device_name(hw.device_name) : find_gpu(options.gpu);
+    hw.gpu = spec.name;
+    hw.peak_flops = spec.peak_bf16_tflops * 1e12;
+  } catch (const Error&) {
+    if (!options.gpu.empty()) throw;  // a wrong --gpu is the user's error
+    hw.peak_flops = 0;                // unknown device: the report says so, no MFU
+  }
+  return hw;
+}
+
+}  // namespace
+
+CudaRun::CudaRun(const TaskGraph& plan, const CudaRunOptions& options) {
+  const int devices = plan.meta.devices;
+  const int gpus = cuda_device_count();
+  if (gpus == 0) throw Error("no CUDA device found");
+  hardware_ = describe_hardware(options, devices);
+  std::vector<StageEndpoint> endpoints(static_cast<std::size_t>(devices));
+  std::vector<int> cuda_devices;
+  std::vector<cudaStream_t> streams;
+  if (options.emulate > 0) {
+    green_ = GreenContext::partition(0, options.emulate, hardware_.sm_per_stage);
+    for (int d = 0; d < devices; ++d) {
+      GreenContext& green = *green_[static_cast<std::size_t>(d)];
+      std::unique_ptr<CudaBackend> backend;
+      {
+        const ScopedContext current(green.context());
+        backend =
+            std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, green.stream()});
+      }
+      backends_.push_back(backend.get());
+      endpoints[static_cast<std::size_t>(d)] = {0, green.stream(), &backend->context().allocator(),
+                                                &green};
+      pending_.push_back(std::make_unique<GreenBackend>(std::move(backend), green.context()));
+      cuda_devices.push_back(0);
+      streams.push_back(green.stream());
+    }
+  } else {
+    const bool one_gpu = devices > gpus;
+    if (one_gpu && devices > 1) {
+      throw Error("plan: " + std::to_string(devices) + " devices but " + std::to_string(gpus) +
+                  " GPU(s) visible; run it on one GPU with --emulate " + std::to_string(devices));
+    }
+    for (int d = 0; d < devices; ++d) {
+      CUDA_CHECK(cudaSetDevice(d));
+      cudaStream_t stream = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      own_streams_.push_back(stream);
+      auto backend = std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, stream});
+      backends_.push_back(backend.get());
+      endpoints[static_cast<std::size_t>(d)] = {d, stream, &backend->context().allocator(),
+                                                nullptr};
+      pending_.push_back(std::move(backend));
+      cuda_devices.push_back(d);
+      streams.push_back(stream);
+    }
+  }
+  events_ = std::make_shared<StepEvents>(cuda_devices, streams);
+  if (options.emulate > 0 || devices == 1) {
+    transport_ = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
+  } else {
+#ifdef PIPEPLAN_HAVE_NCCL
+    transport_ =
+        NcclTransport::single_process(std::move(endpoints), transport_links(plan), events_.get());
+#else
+    throw Error("plan: " + std::to_string(devices) +
+                " GPUs need the NCCL transport, and this binary was built without NCCL (use "
+                "--emulate " +
+                std::to_string(devices) + " on one GPU)");
+#endif
+  }
+  transport_name_ = transport_->name();
+}
+
+CudaRun::~CudaRun() {
+  // Backends the executor never took go first; the streams they queue on go after.
+  pending_.clear();
+  for (cudaStream_t stream : own_streams_) {
+    if (stream != nullptr) cudaStreamDestroy(stream);  // no throwing from a destructor
+  }
+}
+
+BackendFactory CudaRun::backend_factory() {
+  return [this](int device) -> std::unique_ptr<Backend> {
+    if (device < 0 || device >= static_cast<int>(pending_.size()) ||
+        !pending_[static_cast<std::size_t>(device)]) {
+      throw Error("CUDA run: no prepared backend for device " + std::to_string(device));
+    }
+    return std::move(pending_[static_cast<std::size_t>(device)]);
+  };
+}
+
+std::unique_ptr<Transport> CudaRun::take_transport() {
+  if (!transport_) throw Error("CUDA run: the transport was already taken");
+  return std::move(transport_);
+}
+
+CudaBackend& CudaRun::backend(int device) const {
+  return *backends_.at(static_cast<std::size_t>(device));
+}
+
+std::vector<std::int64_t> CudaRun::allocator_peak_bytes() const {
+  std::vector<std::int64_t> peaks;
+  for (CudaBackend* backend : backends_)
+    peaks.push_back(backend->context().allocator().stats().peak_bytes);
+  return peaks;
+}
+
+void CudaRun::reset_peaks() {
+  for (CudaBackend* backend : backends_)
+    backend->context().allocator().reset_peak();
+}
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,67 @@
+// Everything `pipeplan run --backend cuda` sets up around the executor: one CudaBackend per
+// plan device, each on a stream made here (so the device-side node timer and the transport exist
+// before the executor does), the transport between them, and the hardware the MFU is held
+// against.
+//
+// - `emulate == 0`: plan device d runs on GPU d; stages on distinct GPUs talk over NCCL (when
+//   built with it), a plan that fits on one GPU uses the device-local transport.
+// - `emulate == P` (must equal the plan's device count): all P stages on GPU 0, each in its own
+//   green context of emulated_sm_share(SMs, P) SMs, disjoint (GreenContext::partition), with
+//   its own streams and allocator; the device-local transport copies between the stages'
+//   memory, BPipe stashes included. Every backend call runs with its stage's green context
+//   current (and only then), so cuBLAS and every kernel stay inside the stage's SMs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/taskgraph.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/green_context.h"
+#include "runtime/cuda/step_events.h"
+#include "runtime/executor.h"
+#include "runtime/measured.h"
+
+namespace pipeplan::cuda {
+
+struct CudaRunOptions {
+  int emulate = 0;  // > 0: emulate that many stages on GPU 0
+  std::string gpu;  // gpus.json entry for the peak; empty: from the device name
+};
+
+class CudaRun {
+ public:
+  // Throws Error("no CUDA device found") without a GPU, and names --emulate or the plan when
+  // the GPUs cannot hold it.
+  CudaRun(const TaskGraph& plan, const CudaRunOptions& options);
+  ~CudaRun();
+  CudaRun(const CudaRun&) = delete;
+  CudaRun& operator=(const CudaRun&) = delete;
+
+  // Hands the prepared backends to the executor, one per plan device (callable once each).
+  BackendFactory backend_factory();
+  // The transport the executor takes ownership of (call once).
+  std::unique_ptr<Transport> take_transport();
+  std::shared_ptr<StepEvents> timer() const { return events_; }
+  std::string transport_name() const { return transport_name_; }
+  const MeasuredHardware& hardware() const { return hardware_; }
+
+  // The allocators' peaks (requested bytes) since reset_peaks(), by plan device.
+  std::vector<std::int64_t> allocator_peak_bytes() const;
+  void reset_peaks();
+  // Backend of plan device d (valid while the executor lives).
+  CudaBackend& backend(int device) const;
+
+ private:
+  std::vector<std::unique_ptr<GreenContext>> green_;  // emulated: one per stage
+  std::vector<cudaStream_t> own_streams_;             // not emulated: one per device
+  std::vector<std::unique_ptr<Backend>> pending_;     // until the executor takes them
+  std::vector<CudaBackend*> backends_;
+  std::shared_ptr<StepEvents> events_;
+  std::unique_ptr<Transport> transport_;
+  std::string transport_name_;
+  MeasuredHardware hardware_;
+};
+
+}  // namespace pipeplan::cuda

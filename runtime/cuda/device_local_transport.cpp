@@ -1,0 +1,145 @@
+#include "runtime/cuda/device_local_transport.h"
+
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+std::string link_name(int from, int to, Channel channel) {
+  return std::string(to_string(channel)) + " link " + std::to_string(from) + "->" +
+         std::to_string(to);
+}
+
+}  // namespace
+
+DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events)
+    : endpoints_(std::move(endpoints)), events_(events) {
+  for (std::size_t d = 0; d < endpoints_.size(); ++d) {
+    if (endpoints_[d].compute == nullptr || endpoints_[d].allocator == nullptr) {
+      throw Error("device-local transport: device " + std::to_string(d) +
+                  " has no stream or allocator");
+    }
+  }
+}
+
+DeviceLocalTransport::~DeviceLocalTransport() {
+  // No throwing from a destructor: a failure here is reported by the next checked call.
+  for (auto& [key, link] : links_) {
+    if (link.stream != nullptr) cudaStreamSynchronize(link.stream);
+    if (link.owns_stream) cudaStreamDestroy(link.stream);
+    for (cudaEvent_t event : {link.sender_tail, link.receiver_tail, link.copied}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+  }
+}
+
+const StageEndpoint& DeviceLocalTransport::endpoint(int device, const char* role) const {
+  if (device < 0 || device >= static_cast<int>(endpoints_.size())) {
+    throw Error(std::string("device-local transport: ") + role + " device " +
+                std::to_string(device) + " is not one of its " + std::to_string(endpoints_.size()));
+  }
+  return endpoints_[static_cast<std::size_t>(device)];
+}
+
+DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel channel) {
+  const std::lock_guard lock(links_mutex_);
+  auto [it, inserted] = links_.try_emplace(LinkKey{from, to, channel});
+  Link& link = it->second;
+  if (!inserted) return link;
+  const StageEndpoint& sender = endpoint(from, "sending");
+  CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+  if (sender.green != nullptr) {
+    link.stream = sender.green->create_stream();  // copies stay inside the stage's SMs
+  } else {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
+    link.owns_stream = true;
+  }
+  for (cudaEvent_t* event : {&link.sender_tail, &link.receiver_tail, &link.copied}) {
+    CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+  }
+  return link;
+}
+
+void DeviceLocalTransport::send(int from, int to, Channel channel, Message message) {
+  const StageEndpoint& sender = endpoint(from, "sending");
+  const StageEndpoint& receiver = endpoint(to, "receiving");
+  if (sender.cuda_device != receiver.cuda_device) {
+    throw Error("device-local transport: " + link_name(from, to, channel) + " joins GPU " +
+                std::to_string(sender.cuda_device) + " and GPU " +
+                std::to_string(receiver.cuda_device) + " (use the NCCL transport)");
+  }
+  Link& l = link(from, to, channel);
+  CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+  cudaEvent_t ready =
+      events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
+  if (ready == nullptr) {
+    CUDA_CHECK(cudaEventRecord(l.sender_tail, sender.compute));
+    ready = l.sender_tail;
+  }
+  CUDA_CHECK(cudaStreamWaitEvent(l.stream, ready, 0));
+  CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
+  const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
+                                               : std::pair<cudaEvent_t, cudaEvent_t>{};
+  if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
+  Message copy;
+  copy.tag = message.tag;
+  copy.bytes = message.bytes;
+  for (const auto& [name, tensor] : message.tensors) {
+    if (!tensor.defined() || tensor.device() != Device::cuda || tensor.bytes() <= 0) {
+      throw Error("device-local transport: tensor '" + name + "' of message '" + message.tag +
+                  "' is not a non-empty CUDA tensor");
+    }
+    std::shared_ptr<void> storage = receiver.allocator->allocate(tensor.bytes());
+    CUDA_CHECK(cudaMemcpyAsync(storage.get(), tensor.data(),
+                               static_cast<std::size_t>(tensor.bytes()), cudaMemcpyDeviceToDevice,
+                               l.stream));
+    copy.tensors.emplace_back(
+        name, Tensor(std::move(storage), tensor.shape(), tensor.dtype(), Device::cuda));
+  }
+  if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
+  CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
+  // The sources may be freed (and their blocks reused by the sender's stream) only after the
+  // copy, and the receiver may use the copy at once: wait here, on the send stream's thread.
+  CUDA_CHECK(cudaEventSynchronize(l.copied));
+  message.tensors.clear();
+  {
+    const std::lock_guard lock(mutex_);
+    queues_[LinkKey{from, to, channel}].push_back(std::move(copy));
+  }
+  arrived_.notify_all();
+}
+
+Message DeviceLocalTransport::recv(int to, int from, Channel channel, std::string_view expected_tag,
+                                   std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  auto& queue = queues_[LinkKey{from, to, channel}];
+  const bool ready = arrived_.wait_for(lock, timeout, [&] { return cancelled_ || !queue.empty(); });
+  if (cancelled_) throw Error("cancelled while waiting for '" + std::string(expected_tag) + "'");
+  if (!ready) {
+    throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for '" +
+                std::string(expected_tag) + "' on the " + link_name(from, to, channel));
+  }
+  Message message = std::move(queue.front());
+  queue.pop_front();
+  return message;
+}
+
+void DeviceLocalTransport::cancel() {
+  {
+    const std::lock_guard lock(mutex_);
+    cancelled_ = true;
+  }
+  arrived_.notify_all();
+}
+
+void DeviceLocalTransport::reset() {
+  const std::lock_guard lock(mutex_);
+  cancelled_ = false;
+  queues_.clear();
+}
+
+}  // namespace pipeplan::cuda

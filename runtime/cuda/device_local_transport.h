@@ -1,0 +1,76 @@
+// Stages that share one GPU (an emulated pipeline, or several stages placed on one device)
+// exchange tensors by device-to-device copies: send() copies every tensor of the message into
+// memory from the *receiver's* allocator (so the bytes count where they live) on a stream of
+// the link (from, to, channel), after the compute node that produced them (an event the sender
+// records, the link stream waits on), and returns once the copy is complete; recv() hands the
+// copied message over, in per-link FIFO order, with the Transport contract's timeout and cancel.
+//
+// Ordering with events only, never a wait on a stream that could be waiting for us: the link
+// stream waits for (a) the producing node's end event (StepEvents::payload_ready, else the
+// sender stream's tail) and (b) the receiver stream's tail, because the receive buffers come
+// from the receiver's caching allocator and a block it freed may still be read by kernels
+// queued there. Both waits are on work already queued, so the copy always completes.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/allocator.h"
+#include "runtime/cuda/green_context.h"
+#include "runtime/cuda/step_events.h"
+#include "runtime/transport.h"
+
+namespace pipeplan::cuda {
+
+// What the transport needs of one plan device (one pipeline stage's backend).
+struct StageEndpoint {
+  int cuda_device = 0;
+  cudaStream_t compute = nullptr;        // the stream the stage's backend queues on
+  DeviceAllocator* allocator = nullptr;  // the stage's memory: receive buffers come from it
+  GreenContext* green = nullptr;         // emulated: link streams are made in the sender's
+};
+
+class DeviceLocalTransport final : public Transport {
+ public:
+  // `events` (may be null) gives the producing node's end event and records transfer times.
+  explicit DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events = nullptr);
+  ~DeviceLocalTransport() override;
+  DeviceLocalTransport(const DeviceLocalTransport&) = delete;
+  DeviceLocalTransport& operator=(const DeviceLocalTransport&) = delete;
+
+  std::string name() const override { return "device-local"; }
+  void send(int from, int to, Channel channel, Message message) override;
+  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+               std::chrono::milliseconds timeout) override;
+  void cancel() override;
+  void reset() override;
+
+ private:
+  using LinkKey = std::tuple<int, int, Channel>;
+  struct Link {
+    cudaStream_t stream = nullptr;
+    bool owns_stream = false;  // false: made in a green context, which destroys it
+    cudaEvent_t sender_tail = nullptr;
+    cudaEvent_t receiver_tail = nullptr;
+    cudaEvent_t copied = nullptr;
+  };
+  const StageEndpoint& endpoint(int device, const char* role) const;
+  Link& link(int from, int to, Channel channel);  // made on first use; one thread per link side
+
+  std::vector<StageEndpoint> endpoints_;
+  StepEvents* events_;
+  std::mutex links_mutex_;
+  std::map<LinkKey, Link> links_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::map<LinkKey, std::deque<Message>> queues_;
+  bool cancelled_ = false;
+};
+
+}  // namespace pipeplan::cuda

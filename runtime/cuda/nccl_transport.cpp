@@ -1,0 +1,520 @@
+#include "runtime/cuda/nccl_transport.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string link_name(int from, int to, Channel channel) {
+  return std::string(to_string(channel)) + " link " + std::to_string(from) + "->" +
+         std::to_string(to);
+}
+
+DType dtype_from_string(const std::string& text) {
+  for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32}) {
+    if (to_string(dtype) == text) return dtype;
+  }
+  throw Error("NCCL transport: header names unknown dtype '" + text + "'");
+}
+
+// The header: an 8-byte length, then the JSON descriptor, in a fixed kHeaderBytes buffer.
+std::vector<char> encode_header(const Message& message) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& [name, tensor] : message.tensors) {
+    tensors.push_back({name, std::string(to_string(tensor.dtype())), tensor.shape()});
+  }
+  const std::string text =
+      nlohmann::json{{"tag", message.tag}, {"bytes", message.bytes}, {"tensors", tensors}}.dump();
+  const auto length = static_cast<std::uint64_t>(text.size());
+  if (length + sizeof(length) > static_cast<std::uint64_t>(NcclTransport::kHeaderBytes)) {
+    throw Error("NCCL transport: message '" + message.tag + "' needs a header of " +
+                std::to_string(length) + " bytes, above the " +
+                std::to_string(NcclTransport::kHeaderBytes) + " the transport sends");
+  }
+  std::vector<char> header(static_cast<std::size_t>(NcclTransport::kHeaderBytes), 0);
+  std::memcpy(header.data(), &length, sizeof(length));
+  std::memcpy(header.data() + sizeof(length), text.data(), text.size());
+  return header;
+}
+
+Message decode_header(const char* header, const std::string& where) {
+  std::uint64_t length = 0;
+  std::memcpy(&length, header, sizeof(length));
+  if (length == 0 ||
+      length + sizeof(length) > static_cast<std::uint64_t>(NcclTransport::kHeaderBytes)) {
+    throw Error(where + ": received a corrupted header (length " + std::to_string(length) + ")");
+  }
+  Message message;
+  try {
+    const auto j = nlohmann::json::parse(header + sizeof(length), header + sizeof(length) + length);
+    message.tag = j.at("tag").get<std::string>();
+    message.bytes = j.at("bytes").get<std::int64_t>();
+    for (const auto& entry : j.at("tensors")) {
+      const Shape shape = entry.at(2).get<Shape>();
+      message.tensors.emplace_back(
+          entry.at(0).get<std::string>(),
+          Tensor(nullptr, shape, dtype_from_string(entry.at(1).get<std::string>()), Device::cuda));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": received a corrupted header (" + e.what() + ")");
+  }
+  return message;
+}
+
+}  // namespace
+
+// One side (sender or receiver) of one link: its communicator, stream, header buffers, events.
+struct NcclTransport::Side {
+  int device = 0;  // plan device
+  TransportLink link;
+  ncclComm_t comm = nullptr;
+  int peer_rank = 0;  // in the two-rank link communicator
+  cudaStream_t stream = nullptr;
+  bool owns_stream = false;
+  void* header_device = nullptr;
+  char* header_host = nullptr;  // pinned
+  cudaEvent_t ready = nullptr;  // the sender's compute tail (when no producer event is known)
+  cudaEvent_t receiver_tail = nullptr;
+  cudaEvent_t header_done = nullptr;
+  cudaEvent_t done = nullptr;
+  // Sends NCCL has not finished reading: the message keeps its tensors alive until then.
+  struct Pending {
+    cudaEvent_t done = nullptr;
+    Message message;
+  };
+  std::deque<Pending> in_flight;
+  std::vector<cudaEvent_t> spare_events;
+};
+
+std::vector<TransportLink> transport_links(const TaskGraph& plan) {
+  std::set<TransportLink> links;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    if (node.kind != NodeKind::send) continue;
+    const Stream& stream = plan.streams()[static_cast<std::size_t>(node.stream)];
+    links.insert({node.device, node.peer,
+                  stream.role == StreamRole::transfer ? Channel::transfer : Channel::pipeline});
+  }
+  return {links.begin(), links.end()};
+}
+
+std::string unique_id_hex(const ncclUniqueId& id) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (const char byte : id.internal) {
+    const auto value = static_cast<unsigned char>(byte);
+    hex += kDigits[value >> 4U];
+    hex += kDigits[value & 15U];
+  }
+  return hex;
+}
+
+ncclUniqueId unique_id_from_hex(const std::string& hex) {
+  ncclUniqueId id{};
+  if (hex.size() != 2 * sizeof(id.internal)) {
+    throw Error("NCCL unique id: expected " + std::to_string(2 * sizeof(id.internal)) +
+                " hex digits, got " + std::to_string(hex.size()));
+  }
+  for (std::size_t i = 0; i < sizeof(id.internal); ++i) {
+    unsigned value = 0;
+    std::istringstream digits(hex.substr(2 * i, 2));
+    if (!(digits >> std::hex >> value)) throw Error("NCCL unique id: not hex: '" + hex + "'");
+    id.internal[i] = static_cast<char>(value);
+  }
+  return id;
+}
+
+ncclUniqueId exchange_unique_id(int rank, const std::filesystem::path& path,
+                                std::chrono::milliseconds timeout) {
+  if (const char* env = std::getenv("PIPEPLAN_NCCL_ID"); env != nullptr && *env != '\0') {
+    return unique_id_from_hex(env);
+  }
+  if (rank == 0) {
+    ncclUniqueId id{};
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    const std::filesystem::path temporary = path.string() + ".tmp";
+    {
+      std::ofstream out(temporary);
+      out << unique_id_hex(id) << "\n";
+      if (!out) throw Error(path.string() + ": cannot write the NCCL unique id");
+    }
+    std::filesystem::rename(temporary, path);  // readers never see a partial id
+    return id;
+  }
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string hex;
+    if (in >> hex) return unique_id_from_hex(hex);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw Error(path.string() + ": no NCCL unique id from rank 0 after " +
+              std::to_string(timeout.count()) + " ms");
+}
+
+NcclTransport::NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events)
+    : endpoints_(std::move(endpoints)), events_(events) {
+  for (const StageEndpoint& endpoint : endpoints_) {
+    if (endpoint.cuda_device >= 0 && !device_mutexes_.contains(endpoint.cuda_device)) {
+      device_mutexes_.emplace(endpoint.cuda_device, std::make_unique<std::mutex>());
+    }
+  }
+}
+
+std::unique_ptr<NcclTransport> NcclTransport::single_process(
+    std::vector<StageEndpoint> endpoints, const std::vector<TransportLink>& links,
+    StepEvents* events) {
+  std::map<int, int> plan_device_of_gpu;
+  for (std::size_t d = 0; d < endpoints.size(); ++d) {
+    const auto [it, inserted] =
+        plan_device_of_gpu.emplace(endpoints[d].cuda_device, static_cast<int>(d));
+    if (!inserted) {
+      throw Error("NCCL transport: plan devices " + std::to_string(it->second) + " and " +
+                  std::to_string(d) + " are both on GPU " + std::to_string(it->first) + " (NCCL " +
+                  std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) +
+                  " refuses two ranks on one GPU; use --emulate for one GPU)");
+    }
+  }
+  std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
+  for (const TransportLink& link : links) {
+    const int gpus[] = {transport->endpoint_gpu(link.from), transport->endpoint_gpu(link.to)};
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    NCCL_CHECK(ncclCommInitAll(comms, 2, gpus));  // rank 0 = sender, rank 1 = receiver
+    transport->add_side(link.from, link, comms[0]);
+    transport->add_side(link.to, link, comms[1]);
+  }
+  transport->connect();
+  return transport;
+}
+
+std::unique_ptr<NcclTransport> NcclTransport::multi_process(int rank, int world,
+                                                            const ncclUniqueId& id,
+                                                            StageEndpoint local,
+                                                            const std::vector<TransportLink>& links,
+                                                            StepEvents* events) {
+  if (rank < 0 || rank >= world) {
+    throw Error("NCCL transport: rank " + std::to_string(rank) + " outside a world of " +
+                std::to_string(world));
+  }
+  std::vector<StageEndpoint> endpoints(static_cast<std::size_t>(world));
+  for (StageEndpoint& other : endpoints)
+    other.cuda_device = -1;  // driven by another process
+  endpoints[static_cast<std::size_t>(rank)] = local;
+  std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
+  CUDA_CHECK(cudaSetDevice(local.cuda_device));
+  ncclComm_t world_comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&world_comm, world, id, rank));
+  transport->world_.push_back(world_comm);
+  // ncclCommSplit is collective over the world: every rank splits once per link, in the same
+  // (sorted) order, members with the link's color, the rest with NCCL_SPLIT_NOCOLOR.
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    const TransportLink& link = links[l];
+    const bool member = rank == link.from || rank == link.to;
+    ncclComm_t comm = nullptr;
+    NCCL_CHECK(ncclCommSplit(world_comm, member ? static_cast<int>(l) : NCCL_SPLIT_NOCOLOR,
+                             rank == link.from ? 0 : 1, &comm, nullptr));
+    if (member) transport->add_side(rank, link, comm);
+  }
+  transport->connect();
+  return transport;
+}
+
+int NcclTransport::endpoint_gpu(int device) const {
+  if (device < 0 || device >= static_cast<int>(endpoints_.size()) ||
+      endpoints_[static_cast<std::size_t>(device)].cuda_device < 0) {
+    throw Error("NCCL transport: plan device " + std::to_string(device) +
+                " is not driven by this process");
+  }
+  return endpoints_[static_cast<std::size_t>(device)].cuda_device;
+}
+
+void NcclTransport::add_side(int device, const TransportLink& link, ncclComm_t comm) {
+  auto side = std::make_unique<Side>();
+  side->device = device;
+  side->link = link;
+  side->comm = comm;
+  side->peer_rank = device == link.from ? 1 : 0;
+  const StageEndpoint& endpoint = endpoints_[static_cast<std::size_t>(device)];
+  CUDA_CHECK(cudaSetDevice(endpoint.cuda_device));
+  if (endpoint.green != nullptr) {
+    side->stream = endpoint.green->create_stream();
+  } else {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&side->stream, cudaStreamNonBlocking));
+    side->owns_stream = true;
+  }
+  CUDA_CHECK(cudaMalloc(&side->header_device, static_cast<std::size_t>(kHeaderBytes)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&side->header_host),
+                            static_cast<std::size_t>(kHeaderBytes)));
+  for (cudaEvent_t* event : {&side->ready, &side->receiver_tail, &side->header_done, &side->done}) {
+    CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+  }
+  sides_[LinkSide{device, link.from, link.to, link.channel}] = std::move(side);
+}
+
+void NcclTransport::connect() {
+  // Both sides of every link this process holds in one group: NCCL sets up the connections
+  // without one side blocking on the other (BRIEF §4: grouped where both must progress).
+  NCCL_CHECK(ncclGroupStart());
+  for (auto& [key, side] : sides_) {
+    CUDA_CHECK(cudaSetDevice(endpoint_gpu(side->device)));
+    if (side->device == side->link.from) {
+      NCCL_CHECK(
+          ncclSend(side->header_device, 1, ncclUint8, side->peer_rank, side->comm, side->stream));
+    } else {
+      NCCL_CHECK(
+          ncclRecv(side->header_device, 1, ncclUint8, side->peer_rank, side->comm, side->stream));
+    }
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  for (auto& [key, side] : sides_) {
+    CUDA_CHECK(cudaEventRecord(side->done, side->stream));
+    wait(*side, side->done, send_timeout_, "connection setup");
+  }
+}
+
+NcclTransport::~NcclTransport() {
+  // No throwing from a destructor; a healthy transport is idle here (every wait completed).
+  for (auto& [key, side] : sides_) {
+    if (side->stream != nullptr) cudaStreamSynchronize(side->stream);
+    if (side->comm != nullptr) ncclCommDestroy(side->comm);
+    if (side->owns_stream) cudaStreamDestroy(side->stream);
+    if (side->header_device != nullptr) cudaFree(side->header_device);
+    if (side->header_host != nullptr) cudaFreeHost(side->header_host);
+    for (cudaEvent_t event : {side->ready, side->receiver_tail, side->header_done, side->done}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+    for (const Side::Pending& pending : side->in_flight)
+      cudaEventDestroy(pending.done);
+    for (cudaEvent_t event : side->spare_events)
+      cudaEventDestroy(event);
+  }
+  for (ncclComm_t comm : world_) {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+}
+
+std::mutex& NcclTransport::device_mutex(int device) {
+  return *device_mutexes_.at(endpoint_gpu(device));
+}
+
+NcclTransport::Side& NcclTransport::side(int device, int from, int to, Channel channel,
+                                         std::string_view tag) {
+  if (aborted_) {
+    const std::lock_guard lock(abort_mutex_);
+    throw Error("NCCL transport aborted (" + abort_reason_ + "); '" + std::string(tag) +
+                "' cannot be transferred");
+  }
+  const auto it = sides_.find(LinkSide{device, from, to, channel});
+  if (it == sides_.end()) {
+    throw Error("NCCL transport has no " + link_name(from, to, channel) + " on device " +
+                std::to_string(device) + " (the plan's links are made at start)");
+  }
+  return *it->second;
+}
+
+void NcclTransport::abort_all(const std::string& reason) {
+  const std::lock_guard abort_lock(abort_mutex_);
+  if (aborted_) return;
+  abort_reason_ = reason;
+  // Every NCCL call holds its GPU's mutex: take them all so nothing is inside NCCL now.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto& [gpu, mutex] : device_mutexes_)
+    locks.emplace_back(*mutex);
+  for (auto& [key, side] : sides_) {
+    if (side->comm != nullptr) ncclCommAbort(side->comm);  // result ignored: already failing
+    side->comm = nullptr;
+  }
+  for (ncclComm_t& comm : world_) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  aborted_ = true;
+}
+
+void NcclTransport::fail(Side& side, const std::string& what, const std::string& why) {
+  const std::string message = "NCCL transport: " + what + " on the " +
+                              link_name(side.link.from, side.link.to, side.link.channel) +
+                              " (device " + std::to_string(side.device) + "): " + why;
+  abort_all(message);
+  throw Error(message);
+}
+
+void NcclTransport::wait(Side& side, cudaEvent_t done, std::chrono::milliseconds timeout,
+                         const std::string& what) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  for (int polls = 0;; ++polls) {
+    const cudaError_t status = cudaEventQuery(done);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) {
+      fail(side, what, std::string("CUDA error '") + cudaGetErrorString(status) + "'");
+    }
+    if (cancelled_) fail(side, what, "cancelled (another worker failed)");
+    if (aborted_) fail(side, what, "the transport was aborted");
+    if (polls % 64 == 0) {
+      ncclResult_t async = ncclSuccess;
+      {
+        const std::lock_guard lock(device_mutex(side.device));
+        if (side.comm != nullptr) NCCL_CHECK(ncclCommGetAsyncError(side.comm, &async));
+      }
+      if (async != ncclSuccess && async != ncclInProgress) {
+        fail(side, what,
+             std::string("NCCL error '") + ncclGetErrorString(async) +
+                 "': " + ncclGetLastError(side.comm));
+      }
+    }
+    const auto now = Clock::now();
+    if (now > deadline) {
+      fail(side, what, "timed out after " + std::to_string(timeout.count()) + " ms");
+    }
+    // Spin for the first millisecond (transfer latency is µs), then poll gently.
+    if (now - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+void NcclTransport::send(int from, int to, Channel channel, Message message) {
+  Side& s = side(from, from, to, channel, message.tag);
+  const StageEndpoint& sender = endpoints_[static_cast<std::size_t>(from)];
+  const std::vector<char> header = encode_header(message);
+  for (const auto& [name, tensor] : message.tensors) {
+    if (!tensor.defined() || tensor.device() != Device::cuda || tensor.bytes() <= 0) {
+      throw Error("NCCL transport: tensor '" + name + "' of message '" + message.tag +
+                  "' is not a non-empty CUDA tensor");
+    }
+  }
+  reap(s, false);
+  {
+    const std::lock_guard lock(device_mutex(from));
+    CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+    cudaEvent_t ready =
+        events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
+    if (ready == nullptr) {
+      CUDA_CHECK(cudaEventRecord(s.ready, sender.compute));
+      ready = s.ready;
+    }
+    CUDA_CHECK(cudaStreamWaitEvent(s.stream, ready, 0));
+    // From pageable memory: the copy is staged before cudaMemcpyAsync returns, so `header` may
+    // go at once; the device buffer is reused in stream order after the last ncclSend read it.
+    CUDA_CHECK(cudaMemcpyAsync(s.header_device, header.data(), header.size(),
+                               cudaMemcpyHostToDevice, s.stream));
+    const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
+                                                 : std::pair<cudaEvent_t, cudaEvent_t>{};
+    if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, s.stream));
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(s.header_device, header.size(), ncclUint8, s.peer_rank, s.comm, s.stream));
+    for (const auto& entry : message.tensors) {
+      NCCL_CHECK(ncclSend(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),
+                          ncclUint8, s.peer_rank, s.comm, s.stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, s.stream));
+    Side::Pending pending;
+    if (s.spare_events.empty()) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&pending.done, cudaEventDisableTiming));
+    } else {
+      pending.done = s.spare_events.back();
+      s.spare_events.pop_back();
+    }
+    CUDA_CHECK(cudaEventRecord(pending.done, s.stream));
+    pending.message = std::move(message);
+    s.in_flight.push_back(std::move(pending));
+  }
+}
+
+void NcclTransport::reap(Side& side, bool wait_all) {
+  while (!side.in_flight.empty()) {
+    Side::Pending& oldest = side.in_flight.front();
+    if (wait_all) {
+      wait(side, oldest.done, send_timeout_, "send '" + oldest.message.tag + "'");
+    } else {
+      const cudaError_t status = cudaEventQuery(oldest.done);
+      if (status == cudaErrorNotReady) return;
+      if (status != cudaSuccess) {
+        fail(side, "send '" + oldest.message.tag + "'",
+             std::string("CUDA error '") + cudaGetErrorString(status) + "'");
+      }
+    }
+    side.spare_events.push_back(oldest.done);
+    side.in_flight.pop_front();  // NCCL has read the tensors: they may go back to the cache
+  }
+}
+
+Message NcclTransport::recv(int to, int from, Channel channel, std::string_view expected_tag,
+                            std::chrono::milliseconds timeout) {
+  Side& s = side(to, from, to, channel, expected_tag);
+  const StageEndpoint& receiver = endpoints_[static_cast<std::size_t>(to)];
+  const std::string what = "recv '" + std::string(expected_tag) + "'";
+  std::pair<cudaEvent_t, cudaEvent_t> marks{};
+  {
+    const std::lock_guard lock(device_mutex(to));
+    CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+    if (events_ != nullptr) marks = events_->transfer_marks(to, from, to, channel);
+    if (marks.first != nullptr) CUDA_CHECK(cudaEventRecord(marks.first, s.stream));
+    NCCL_CHECK(ncclRecv(s.header_device, static_cast<std::size_t>(kHeaderBytes), ncclUint8,
+                        s.peer_rank, s.comm, s.stream));
+    CUDA_CHECK(cudaMemcpyAsync(s.header_host, s.header_device,
+                               static_cast<std::size_t>(kHeaderBytes), cudaMemcpyDeviceToHost,
+                               s.stream));
+    CUDA_CHECK(cudaEventRecord(s.header_done, s.stream));
+  }
+  wait(s, s.header_done, timeout, what + " (header)");
+  Message message = decode_header(s.header_host, what);
+  {
+    const std::lock_guard lock(device_mutex(to));
+    CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+    // Buffers from the receiver's cache may have been freed by kernels still queued on its
+    // stream: the receive waits for what is queued there now.
+    CUDA_CHECK(cudaEventRecord(s.receiver_tail, receiver.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.receiver_tail, 0));
+    for (auto& entry : message.tensors) {
+      Tensor& tensor = entry.second;
+      tensor = Tensor(receiver.allocator->allocate(tensor.bytes()), tensor.shape(), tensor.dtype(),
+                      Device::cuda);
+    }
+    NCCL_CHECK(ncclGroupStart());
+    for (const auto& entry : message.tensors) {
+      NCCL_CHECK(ncclRecv(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),
+                          ncclUint8, s.peer_rank, s.comm, s.stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    if (marks.second != nullptr) CUDA_CHECK(cudaEventRecord(marks.second, s.stream));
+    CUDA_CHECK(cudaEventRecord(s.done, s.stream));
+  }
+  wait(s, s.done, timeout, what);
+  return message;
+}
+
+void NcclTransport::cancel() {
+  cancelled_ = true;
+  abort_all("cancelled: another worker failed");
+}
+
+void NcclTransport::reset() {
+  if (aborted_) {
+    const std::lock_guard lock(abort_mutex_);
+    throw Error("NCCL transport aborted (" + abort_reason_ + "); make a new one");
+  }
+  cancelled_ = false;
+  // Between steps no thread sends: every send of the last step must have been received.
+  for (auto& [key, side] : sides_)
+    reap(*side, true);
+}
+
+}  // namespace pipeplan::cuda

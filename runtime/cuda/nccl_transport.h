@@ -1,0 +1,116 @@
+// Stages on distinct GPUs exchange tensors with NCCL point-to-point (BRIEF §4). Each directed
+// link of the plan (from -> to, channel) gets its own two-rank communicator (rank 0 sends, rank
+// 1 receives) and its own stream on each side, so the link is one FIFO in the plan's per-peer
+// order: the sender issues ncclSend in its send stream's planned order, the receiver ncclRecv in
+// the mirrored order. Because no communicator carries two directions, a send never queues behind
+// an unrelated receive (which, with one communicator per GPU pair, serialises the two directions
+// and can deadlock 1F1B: NCCL orders the operations of one communicator); within a message the
+// header and every tensor go in one ncclGroupStart/End, and connection setup groups both sides.
+//
+// A message travels as a 64 KiB header (tag, declared size, names/dtypes/shapes as JSON) and one
+// ncclSend per tensor into buffers the receiver allocates from its own caching allocator. send()
+// only queues (Transport contract: it never waits for the receiver) and keeps the message alive
+// until NCCL has read it; recv() waits for its transfer on the host, polling the event and
+// ncclCommGetAsyncError, so a hang is a timeout and an NCCL failure an Error naming the link,
+// the device and the tag; either aborts every communicator (ncclCommAbort): the step is lost.
+// reset() (before a step) waits for the previous step's sends the same way.
+//
+// Two ways to make the communicators: one process driving every GPU (ncclCommInitAll per link),
+// or one process per GPU (ncclCommInitRank into a world communicator from a shared unique id,
+// then ncclCommSplit per link; see docs/runtime.md for the mpirun / srun launch).
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "planner/taskgraph.h"
+#include "runtime/cuda/device_local_transport.h"
+#include "runtime/cuda/step_events.h"
+#include "runtime/transport.h"
+
+namespace pipeplan::cuda {
+
+struct TransportLink {
+  int from = 0;
+  int to = 0;
+  Channel channel = Channel::pipeline;
+  auto operator<=>(const TransportLink&) const = default;
+};
+
+// Every directed link a plan's send nodes use, sorted: the order all ranks create them in.
+std::vector<TransportLink> transport_links(const TaskGraph& plan);
+
+// The world communicator's unique id, passed out of band: rank 0 creates it and writes it to
+// `path` (atomically); the other ranks wait up to `timeout` for the file. When the environment
+// variable PIPEPLAN_NCCL_ID holds one (hex, from unique_id_hex), it wins.
+ncclUniqueId exchange_unique_id(int rank, const std::filesystem::path& path,
+                                std::chrono::milliseconds timeout);
+std::string unique_id_hex(const ncclUniqueId& id);
+ncclUniqueId unique_id_from_hex(const std::string& hex);  // throws Error on a malformed id
+
+class NcclTransport final : public Transport {
+ public:
+  static constexpr std::int64_t kHeaderBytes = 64 * 1024;
+
+  // One process drives every plan device (endpoints[d].cuda_device, all distinct).
+  static std::unique_ptr<NcclTransport> single_process(std::vector<StageEndpoint> endpoints,
+                                                       const std::vector<TransportLink>& links,
+                                                       StepEvents* events = nullptr);
+  // One process per plan device: this one is plan device `rank` of `world`, on `local`.
+  static std::unique_ptr<NcclTransport> multi_process(int rank, int world, const ncclUniqueId& id,
+                                                      StageEndpoint local,
+                                                      const std::vector<TransportLink>& links,
+                                                      StepEvents* events = nullptr);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  std::string name() const override { return "nccl"; }
+  void send(int from, int to, Channel channel, Message message) override;
+  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+               std::chrono::milliseconds timeout) override;
+  void cancel() override;  // aborts every communicator: in-flight transfers cannot be resumed
+  void reset() override;   // throws once aborted: the communicators are gone
+  // Bounds a send's wait for its receiver (recv takes its timeout per call).
+  void set_send_timeout(std::chrono::milliseconds timeout) { send_timeout_ = timeout; }
+
+ private:
+  using LinkSide = std::tuple<int, int, int, Channel>;  // (device, from, to, channel)
+  struct Side;
+  NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events);
+  void add_side(int device, const TransportLink& link, ncclComm_t comm);
+  void connect();  // one grouped 1-byte exchange per link: connection setup off the hot path
+  Side& side(int device, int from, int to, Channel channel, std::string_view tag);
+  std::mutex& device_mutex(int device);
+  int endpoint_gpu(int device) const;  // throws for a device another process drives
+  // Polls `done` until it completes; throws (after aborting) on an NCCL error, a timeout or a
+  // cancel. `what` names the operation for the error.
+  void wait(Side& side, cudaEvent_t done, std::chrono::milliseconds timeout,
+            const std::string& what);
+  // Releases the sends NCCL has finished (all of them, waiting, when `wait_all`).
+  void reap(Side& side, bool wait_all);
+  void abort_all(const std::string& reason);
+  [[noreturn]] void fail(Side& side, const std::string& what, const std::string& why);
+
+  std::vector<StageEndpoint> endpoints_;  // by plan device; cuda_device < 0: another process
+  StepEvents* events_;
+  std::map<LinkSide, std::unique_ptr<Side>> sides_;
+  std::map<int, std::unique_ptr<std::mutex>> device_mutexes_;  // NCCL calls per GPU, serialised
+  std::vector<ncclComm_t> world_;                              // multi-process: this rank's
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;
+  std::string abort_reason_;
+  std::chrono::milliseconds send_timeout_{60000};
+};
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,64 @@
+// The executor's NodeTimer on CUDA events. Every compute node is bracketed by two events on its
+// stage's stream; send and recv nodes by events the CUDA transports record around the transfer
+// itself (transfer_marks), so a node's time is the device's, not the host's enqueue time. A recv
+// whose transport recorded nothing (device-local: the copy is one operation) takes its matching
+// send's times, as the simulator's rendezvous does. Times are µs since an event recorded on each
+// device's first stage stream when the step began (devices idle then, so GPU clocks line up with
+// the host's to within a launch latency).
+//
+// The transports also ask payload_ready(): the end event of the compute node that produced a
+// send's payload, so the transfer waits for exactly that node and not for whatever the compute
+// thread queued after it (a wait on the stream's tail would delay every activation by up to one
+// op).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "runtime/node_timer.h"
+#include "runtime/transport.h"
+
+namespace pipeplan::cuda {
+
+class StepEvents final : public NodeTimer {
+ public:
+  // Per plan device: the CUDA device it runs on and the stream its backend queues on.
+  StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams);
+  ~StepEvents() override;
+  StepEvents(const StepEvents&) = delete;
+  StepEvents& operator=(const StepEvents&) = delete;
+
+  void begin_step(const TaskGraph& plan) override;
+  void begin_node(const TaskGraph& plan, int id) override;
+  void end_node(const TaskGraph& plan, int id) override;
+  void end_step(const TaskGraph& plan, std::vector<NodeTime>& times) override;
+
+  // On the thread running a send node of link (from -> to, channel) on plan device `device`:
+  // the end event of the compute node that produced its payload; null when the payload was not
+  // made by a compute node on this step (a held BPipe stash: already complete on the host).
+  cudaEvent_t payload_ready(int device, int from, int to, Channel channel) const;
+  // Events to record on the link's stream right before and right after the transfer; both null
+  // when no node of that link side is running (a transport used outside the executor).
+  std::pair<cudaEvent_t, cudaEvent_t> transfer_marks(int device, int from, int to, Channel channel);
+
+ private:
+  using LinkSide = std::tuple<int, int, int, Channel>;  // (device, from, to, channel)
+  LinkSide link_side(const TaskGraph& plan, int id) const;
+  void prepare(const TaskGraph& plan);
+
+  std::vector<int> cuda_devices_;
+  std::vector<cudaStream_t> compute_streams_;
+  std::vector<cudaEvent_t> step_start_;   // per plan device
+  std::vector<cudaEvent_t> begin_, end_;  // per node
+  std::vector<int> producer_;             // per send node: its payload's compute node, or -1
+  std::vector<char> recorded_;            // per node
+  mutable std::mutex mutex_;
+  std::map<LinkSide, int> running_;  // send/recv node running on each link side
+};
+
+}  // namespace pipeplan::cuda

@@ -1,0 +1,50 @@
+#include "runtime/emulate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "planner/error.h"
+
+namespace pipeplan {
+
+int emulated_sm_share(int total_sms, int stages) {
+  if (stages <= 0) throw Error("--emulate: must be a positive stage count");
+  if (total_sms <= 0) throw Error("--emulate: the GPU reports no SMs");
+  const int share = total_sms / stages / kGreenContextSmGranularity * kGreenContextSmGranularity;
+  if (share < kGreenContextSmGranularity) {
+    throw Error("--emulate " + std::to_string(stages) + ": " + std::to_string(total_sms) +
+                " SMs give each stage " + std::to_string(total_sms / stages) +
+                ", below the green-context minimum of " +
+                std::to_string(kGreenContextSmGranularity));
+  }
+  return share;
+}
+
+void check_emulate(int emulate, const TaskGraph& plan, std::string_view backend) {
+  if (emulate == 0) return;
+  if (emulate < 0) throw Error("--emulate: must be a positive stage count");
+  if (backend != "cuda") {
+    throw Error("--emulate: needs --backend cuda (got '" + std::string(backend) + "')");
+  }
+  if (emulate != plan.meta.devices) {
+    throw Error("--emulate " + std::to_string(emulate) + ": the plan has " +
+                std::to_string(plan.meta.devices) +
+                " devices; emulate exactly that many stages on one GPU");
+  }
+}
+
+GpuSpec gpu_for_device_name(std::string_view device_name) {
+  std::string name(device_name);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](std::string_view part) { return name.find(part) != std::string::npos; };
+  if (has("h200")) return find_gpu("h200");
+  if (has("h100") && has("pcie")) return find_gpu("h100-pcie");
+  if (has("h100")) return find_gpu("h100-sxm");
+  if (has("a100")) return find_gpu("a100-80g");
+  throw Error("no gpus.json entry for CUDA device '" + std::string(device_name) +
+              "' (pass --gpu with a gpus.json name for its peak FLOP/s)");
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,34 @@
+// The host-side rules of an emulated pipeline (`pipeplan run --backend cuda --emulate P`): P
+// stages share one GPU, each in its own green context (runtime/cuda/green_context.h) with an
+// equal share of the SMs (BRIEF §4). Kept free of CUDA so the rules are tested on any machine.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "planner/gpu.h"
+#include "planner/taskgraph.h"
+
+namespace pipeplan {
+
+// Hopper gives green contexts SMs in multiples of 8, at least 8 (BRIEF §4).
+constexpr int kGreenContextSmGranularity = 8;
+
+// The SMs each of `stages` emulated stages gets on a GPU of `total_sms`: total / stages rounded
+// down to a multiple of 8 (132 / 4 -> 32, 132 / 3 -> 40). Throws Error naming --emulate when
+// that is below 8 SMs or the arguments are not positive.
+int emulated_sm_share(int total_sms, int stages);
+
+// --emulate P must name the plan's device count (each plan device becomes one emulated stage)
+// and needs the CUDA backend; 0 means "not emulated". Throws Error naming --emulate.
+void check_emulate(int emulate, const TaskGraph& plan, std::string_view backend);
+
+// The line every report and trace of an emulated run carries.
+inline constexpr std::string_view kEmulatedNote = "emulated on one GPU: HBM and L2 shared";
+
+// The gpus.json entry for a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100-sxm, "NVIDIA
+// H100 PCIe" -> h100-pcie, "NVIDIA H200" -> h200, "NVIDIA A100-SXM4-80GB" -> a100-80g). Throws
+// Error naming the device when no entry fits (pass `pipeplan run --gpu KEY`).
+GpuSpec gpu_for_device_name(std::string_view device_name);
+
+}  // namespace pipeplan

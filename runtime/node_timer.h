@@ -1,0 +1,28 @@
+// Node times measured on the device. A GPU backend queues work asynchronously, so the host clock
+// around a node measures when its kernels were enqueued, not when they ran: a NodeTimer (CUDA
+// events in runtime/cuda/step_events.h) brackets every node on the stream that runs it and
+// returns the device times after the step. The executor calls it from every stream thread; an
+// implementation must be safe for concurrent calls on different nodes.
+#pragma once
+
+#include <vector>
+
+#include "planner/simulator.h"
+#include "planner/taskgraph.h"
+
+namespace pipeplan {
+
+class NodeTimer {
+ public:
+  virtual ~NodeTimer() = default;
+  // Before any node of the step runs (the executor's thread).
+  virtual void begin_step(const TaskGraph& plan) = 0;
+  // Around node `id` on its stream thread: begin before its work is queued, end after.
+  virtual void begin_node(const TaskGraph& plan, int id) = 0;
+  virtual void end_node(const TaskGraph& plan, int id) = 0;
+  // After every node and the optimizer were queued and the backends synchronised: overwrites
+  // `times` (µs since the step began) with the device times of the nodes it measured.
+  virtual void end_step(const TaskGraph& plan, std::vector<NodeTime>& times) = 0;
+};
+
+}  // namespace pipeplan

@@ -1,0 +1,75 @@
+// `pipeplan run --emulate` is validated on the host before any GPU is touched: a count other
+// than the plan's devices, or a backend other than cuda, fails with one line naming --emulate.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+    r.out += buffer.data();
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+class EmulateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One folder per test: ctest runs the tests of this file in parallel.
+    dir_ = fs::temp_directory_path() /
+           ("pipeplan_emulate_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    plan_ = (dir_ / "p.json").string();
+    ASSERT_EQ(run("plan --model tiny --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp "
+                  "-o " +
+                  plan_)
+                  .status,
+              0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static void expect_one_line_naming(const Result& r, const std::string& what) {
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  fs::path dir_;
+  std::string plan_;
+};
+
+TEST_F(EmulateCli, CountMustEqualThePlansDevices) {
+  const Result wrong = run("run " + plan_ + " --backend cuda --emulate 3");
+  expect_one_line_naming(wrong, "--emulate 3");
+  EXPECT_NE(wrong.out.find("4 devices"), std::string::npos) << wrong.out;
+  expect_one_line_naming(run("run " + plan_ + " --backend cuda --emulate -1"), "--emulate");
+}
+
+TEST_F(EmulateCli, NeedsTheCudaBackend) {
+  expect_one_line_naming(run("run " + plan_ + " --emulate 4"), "--backend cuda");
+  expect_one_line_naming(run("run " + plan_ + " --gpu h100"), "--gpu");
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,114 @@
+#include "tools/run_report.h"
+
+#include <cstdio>
+
+#include "runtime/emulate.h"
+#include "tools/units.h"
+
+namespace pipeplan {
+
+namespace {
+
+std::string printf_string(const char* format, auto... args) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer), format, args...);
+  return buffer;
+}
+
+std::string mfu_text(double mfu) {
+  return printf_string("%.1f %%", mfu * 100.0);
+}
+
+std::string peak_text(const MeasuredHardware& hw) {
+  return printf_string("%.1f TFLOP/s", hw.peak_flops / 1e12);
+}
+
+}  // namespace
+
+std::string emulation_line(const MeasuredHardware& hw) {
+  if (!hw.emulated()) return "";
+  return std::string(kEmulatedNote) + " (" + std::to_string(hw.emulated_stages) + " stages x " +
+         std::to_string(hw.sm_per_stage) + " of " + std::to_string(hw.total_sms) + " SMs)";
+}
+
+std::string format_run_report(const RunComparison& run, const MeasuredHardware& hw) {
+  std::string out;
+  if (hw.emulated()) out += emulation_line(hw) + "\n";
+  out += printf_string("%-26s %14s %14s %10s\n", "", "predicted", "measured", "error");
+  out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (makespan)",
+                       run.predicted_makespan_us / 1e3, run.measured_makespan_us / 1e3,
+                       run.makespan_error_pct);
+  out += printf_string("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
+                       run.measured_step_time_us / 1e3);
+  out += printf_string("%-26s %14.0f %14.0f %+8.2f %%\n", "tokens/s", run.predicted_tokens_per_s,
+                       run.measured_tokens_per_s,
+                       percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s));
+  if (hw.peak_flops > 0) {
+    out += printf_string("%-26s %14s %14s\n", "MFU (PaLM model FLOPs)",
+                         mfu_text(run.predicted_mfu).c_str(), mfu_text(run.measured_mfu).c_str());
+    out += "  measured MFU against " + std::to_string(hw.gpus) + " x " + hw.device_name + " (" +
+           hw.gpu + ", " + peak_text(hw) + " dense bf16 each)";
+    if (hw.emulated()) {
+      out += "; " + mfu_text(run.measured_mfu_of_share) + " of the " +
+             std::to_string(hw.emulated_stages * hw.sm_per_stage) + " SMs granted (" +
+             printf_string("%.1f %%", run.sm_share * 100.0) + " of the GPU)";
+    }
+    out += "\n";
+  } else {
+    out += "MFU: unknown peak for device '" + hw.device_name + "' (pass --gpu)\n";
+  }
+  out += "peak memory per stage (allocator):\n";
+  for (std::size_t d = 0; d < run.measured_peak_bytes.size(); ++d) {
+    const double want = d < run.predicted_peak_bytes.size()
+                            ? static_cast<double>(run.predicted_peak_bytes[d])
+                            : 0.0;
+    out += printf_string("  device %-3zu %20s %14s %+8.2f %%\n", d, format_gib(want).c_str(),
+                         format_gib(static_cast<double>(run.measured_peak_bytes[d])).c_str(),
+                         run.peak_bytes_error_pct[d]);
+  }
+  return out;
+}
+
+nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware& hw) {
+  nlohmann::json memory = nlohmann::json::array();
+  for (std::size_t d = 0; d < run.measured_peak_bytes.size(); ++d) {
+    memory.push_back(
+        {{"device", d},
+         {"predicted_bytes",
+          d < run.predicted_peak_bytes.size() ? run.predicted_peak_bytes[d] : std::int64_t{0}},
+         {"measured_bytes", run.measured_peak_bytes[d]},
+         {"error_pct", run.peak_bytes_error_pct[d]}});
+  }
+  nlohmann::json hardware = {{"device_name", hw.device_name},
+                             {"gpu", hw.gpu},
+                             {"peak_bf16_tflops", hw.peak_flops / 1e12},
+                             {"gpus", hw.gpus},
+                             {"emulated", hw.emulated()}};
+  if (hw.emulated()) {
+    hardware["note"] = std::string(kEmulatedNote);
+    hardware["emulated_stages"] = hw.emulated_stages;
+    hardware["sm_per_stage"] = hw.sm_per_stage;
+    hardware["total_sms"] = hw.total_sms;
+    hardware["sm_share"] = run.sm_share;
+  }
+  nlohmann::json measured = {
+      {"makespan_us", run.measured_makespan_us},
+      {"step_time_us", run.measured_step_time_us},
+      {"tokens_per_s", run.measured_tokens_per_s},
+      {"mfu", hw.peak_flops > 0 ? nlohmann::json(run.measured_mfu) : nlohmann::json(nullptr)}};
+  if (hw.emulated() && hw.peak_flops > 0) measured["mfu_of_sm_share"] = run.measured_mfu_of_share;
+  return {
+      {"hardware", std::move(hardware)},
+      {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
+      {"predicted",
+       {{"makespan_us", run.predicted_makespan_us},
+        {"tokens_per_s", run.predicted_tokens_per_s},
+        {"mfu", run.predicted_mfu}}},
+      {"measured", std::move(measured)},
+      {"error_pct",
+       {{"makespan", run.makespan_error_pct},
+        {"tokens_per_s", percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s)}}},
+      {"peak_memory", std::move(memory)}};
+}
+
+}  // namespace pipeplan
