@@ -5,6 +5,7 @@
 
 #include "planner/analytic.h"
 #include "planner/backward.h"
+#include "planner/memory_reuse.h"
 #include "planner/partition.h"
 #include "planner/simulator.h"
 #include "planner/validator.h"
@@ -97,4 +98,12 @@ BENCHMARK(BM_Simulate)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 }  // namespace pipeplan
 
-BENCHMARK_MAIN();
+// As the pipeplan binary does (tools/main.cpp): keep freed memory for the next plan.
+int main(int argc, char** argv) {
+  pipeplan::retain_freed_memory();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

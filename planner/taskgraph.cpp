@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include <boost/iterator/transform_iterator.hpp>
+
 #include "planner/error.h"
 
 namespace pipeplan {
@@ -127,17 +129,18 @@ void TaskGraph::set_stream_order(int stream_index, std::vector<int> order) {
 const TaskGraph::Graph& TaskGraph::graph() const {
   const std::lock_guard<std::mutex> guard(*cache_.lock);
   if (!cache_.graph) {
-    std::vector<std::pair<std::size_t, std::size_t>> pairs;
-    std::vector<EdgeKind> kinds;
-    pairs.reserve(edges_.size());
-    kinds.reserve(edges_.size());
-    for (const EdgeRecord& e : edges_) {
-      pairs.emplace_back(static_cast<std::size_t>(e.from), static_cast<std::size_t>(e.to));
-      kinds.push_back(e.kind);
-    }
-    cache_.graph =
-        std::make_shared<const Graph>(boost::edges_are_unsorted_multi_pass, pairs.begin(),
-                                      pairs.end(), kinds.begin(), nodes_.size());
+    // Read straight from the edge records (no temporary pair and kind arrays: on a 48k-node plan
+    // they were 2 MB allocated, first-touched and freed per build).
+    const auto endpoints = [](const EdgeRecord& e) {
+      return std::pair<std::size_t, std::size_t>(static_cast<std::size_t>(e.from),
+                                                 static_cast<std::size_t>(e.to));
+    };
+    const auto kind = [](const EdgeRecord& e) { return e.kind; };
+    cache_.graph = std::make_shared<const Graph>(
+        boost::edges_are_unsorted_multi_pass,
+        boost::make_transform_iterator(edges_.begin(), endpoints),
+        boost::make_transform_iterator(edges_.end(), endpoints),
+        boost::make_transform_iterator(edges_.begin(), kind), nodes_.size());
   }
   return *cache_.graph;
 }
