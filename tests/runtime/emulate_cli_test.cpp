@@ -2,35 +2,22 @@
 // than the plan's devices, or a backend other than cuda, fails with one line naming --emulate.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "tests/cli_support.h"
+
 namespace pipeplan {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
+using Result = pipeplan::testing::CliResult;
 Result run(const std::string& args) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
-    r.out += buffer.data();
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return pipeplan::testing::run_pipeplan(args);
 }
 
 class EmulateCli : public ::testing::Test {

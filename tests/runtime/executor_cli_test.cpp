@@ -3,8 +3,6 @@
 // with one line.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -16,28 +14,16 @@
 #include <nlohmann/json.hpp>
 
 #include "schedules/registry.h"
+#include "tests/cli_support.h"
 
 namespace pipeplan {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
+using Result = pipeplan::testing::CliResult;
 Result run(const std::string& args) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
-    r.out += buffer.data();
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return pipeplan::testing::run_pipeplan(args);
 }
 
 class RunCli : public ::testing::Test {

@@ -1,8 +1,6 @@
 // The pipeplan binary end to end: commands, outputs and error exits.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,26 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_support.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
+using Result = pipeplan::testing::CliResult;
 Result run(const std::string& args) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
-    r.out += buffer.data();
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return pipeplan::testing::run_pipeplan(args);
 }
 
 class Cli : public ::testing::Test {

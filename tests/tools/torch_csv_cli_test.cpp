@@ -3,8 +3,6 @@
 // naming the file, row and cell, a non-zero exit and no output file (docs/torch-csv.md).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -13,26 +11,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli_support.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
+using Result = pipeplan::testing::CliResult;
 Result run(const std::string& args) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
-    r.out += buffer.data();
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return pipeplan::testing::run_pipeplan(args);
 }
 
 std::string read_file(const fs::path& path) {

@@ -1,0 +1,31 @@
+// Running the pipeplan binary from a test (PIPEPLAN_BINARY is set by the test target's CMake).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace pipeplan::testing {
+
+struct CliResult {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// `pipeplan <args>` through the shell; status is the exit code, -1 if it did not exit normally.
+inline CliResult run_pipeplan(const std::string& args) {
+  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr)
+    r.out += buffer.data();
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+}  // namespace pipeplan::testing
