@@ -6,13 +6,16 @@
 #include "planner/analytic.h"
 #include "planner/auto_schedule.h"
 #include "planner/gpu.h"
+#include "planner/memory_reuse.h"
 #include "planner/search.h"
 
 namespace pipeplan {
 namespace {
 
-// Uniform paper costs (F=B=W=1 ms, comm 0.05 ms) with a 2P*M_B memory limit per device.
-PlanRequest uniform_request(int devices, int microbatches) {
+// Uniform paper costs (F=B=W=1 ms, comm 0.05 ms) with a memory limit of `mb_per_device` * M_B
+// per device: 2P (Zero Bubble's ZB-2p setting; auto's best candidate meets the lower bound, so
+// the local search is skipped) or P (1F1B's and ZB-H1's memory; the local search runs).
+PlanRequest uniform_request(int devices, int microbatches, int mb_per_device) {
   const UniformCosts costs{1.0, 1.0, 1.0, 0.05, 1.0, -0.5, -0.5};
   PlanRequest r;
   r.profile = uniform_profile(costs, devices, 1);
@@ -20,13 +23,14 @@ PlanRequest uniform_request(int devices, int microbatches) {
   r.microbatches = microbatches;
   r.schedule = kAutoScheduleName;
   r.backward = BackwardMode::twobp;
-  r.memory_limit_bytes = 2.0 * devices * 1024.0 * 1024.0 * 1024.0;
+  r.memory_limit_bytes = mb_per_device * 1024.0 * 1024.0 * 1024.0;
   return r;
 }
 
 void BM_AutoPlan(benchmark::State& state) {
   const PlanRequest r =
-      uniform_request(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+      uniform_request(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                      static_cast<int>(state.range(2)));
   double bubble = 0;
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     const Plan plan = make_plan(r);
@@ -37,8 +41,10 @@ void BM_AutoPlan(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AutoPlan)
-    ->Args({8, 32})
-    ->Args({32, 128})
+    ->Args({8, 32, 16})
+    ->Args({32, 128, 64})
+    ->Args({8, 32, 8})
+    ->Args({32, 128, 32})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -74,4 +80,12 @@ BENCHMARK(BM_SearchLlama7b)->Unit(benchmark::kMillisecond)->UseRealTime()->Itera
 }  // namespace
 }  // namespace pipeplan
 
-BENCHMARK_MAIN();
+// As the pipeplan binary does (tools/main.cpp): keep freed memory for the next plan.
+int main(int argc, char** argv) {
+  pipeplan::retain_freed_memory();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -10,6 +10,7 @@
 
 #include "planner/backward.h"
 #include "planner/error.h"
+#include "planner/lower_bound.h"
 #include "planner/simulator.h"
 #include "planner/validator.h"
 #include "schedules/registry.h"
@@ -358,16 +359,35 @@ bool better(const Score& a, const Score& b) {
   return a.sum_last_end_us < b.sum_last_end_us - tol;
 }
 
+// One scored order and, per device, the start and end of each of its actions in order (empty for
+// a device whose compute stream does not map one node per action).
+struct Evaluation {
+  Score score;
+  std::vector<std::vector<NodeTime>> times;
+};
+
 // Lowers, validates (memory limits included) and simulates an order; nullopt when it breaks a
 // rule, with the first message kept for the error that reports no feasible order at all.
-std::optional<Score> evaluate(const Schedule& schedule, const std::vector<StageCost>& costs,
-                              const PlanMeta& meta, std::string& first_error) {
+std::optional<Evaluation> evaluate(const Schedule& schedule, const std::vector<StageCost>& costs,
+                                   const PlanMeta& meta, std::string& first_error) {
   const TaskGraph graph = lower(schedule, costs, meta);
   if (const auto violation = find_violation(graph)) {
     if (first_error.empty()) first_error = "--memory: " + violation->message;
     return std::nullopt;
   }
-  return score_of(simulate(graph));
+  const SimResult sim = simulate(graph);
+  Evaluation e{score_of(sim), std::vector<std::vector<NodeTime>>(schedule.per_device.size())};
+  for (std::size_t st = 0; st < graph.streams().size(); ++st) {
+    const Stream& stream = graph.streams()[st];
+    if (stream.role != StreamRole::compute) continue;
+    const auto d = static_cast<std::size_t>(stream.device);
+    const std::vector<int>& order = graph.stream_order(static_cast<int>(st));
+    if (d >= e.times.size() || order.size() != schedule.per_device[d].size()) continue;
+    e.times[d].reserve(order.size());
+    for (const int id : order)
+      e.times[d].push_back(sim.times[static_cast<std::size_t>(id)]);
+  }
+  return e;
 }
 
 // The one-chunk fixed families in the requested backward mode, as starting orders: the search
@@ -411,14 +431,17 @@ bool may_swap(const Action& a, const Action& b) {
   return true;
 }
 
-// Evaluations the local search may spend: a fixed budget of task-graph nodes simulated, so the
-// cost stays bounded on large pipelines (deterministic, unlike a wall-clock limit).
+// Evaluations the local search may spend, shared by its starts: a fixed budget of simulated
+// actions (about 3e5, i.e. ~130 evaluations at P = 8, m = 32 and ~25 at P = 32, m = 128), at least
+// kMinEvaluations and at most kMaxEvaluations. Deterministic, unlike a wall-clock limit.
 int local_search_budget(const Schedule& schedule) {
+  constexpr double kActionBudget = 3e5;
+  constexpr double kMinEvaluations = 8, kMaxEvaluations = 600;
   std::size_t actions = 0;
   for (const auto& device : schedule.per_device)
     actions += device.size();
-  constexpr double kNodeBudget = 1e6;
-  return static_cast<int>(std::min(1500.0, kNodeBudget / static_cast<double>(3 * actions + 1)));
+  const double evaluations = kActionBudget / static_cast<double>(actions + 1);
+  return static_cast<int>(std::clamp(evaluations, kMinEvaluations, kMaxEvaluations));
 }
 
 // Moves one action of a device from position `from` to position `to` (the actions between shift
@@ -447,39 +470,116 @@ void undo_move(std::vector<Action>& actions, std::size_t from, std::size_t to) {
   move_action(actions, to, from);
 }
 
-// First-improvement hill climbing: every action of every device is tried one to kMaxShift
-// positions earlier, then later (an adjacent swap is a shift by one), each move lowered,
-// validated (memory limits) and simulated; passes repeat while one improves and the budget lasts.
-int improve_by_moves(Schedule& schedule, Score& score, const std::vector<StageCost>& costs,
-                     const PlanMeta& meta, std::string& first_error) {
+// Position of the action on `device` that produces the input `a` waits for: the forward of the
+// same micro-batch one stage up (for an F) or its input gradient one stage down (for a P1 or B);
+// nullopt for an input produced on the same device.
+std::optional<std::pair<std::size_t, std::size_t>> producer_of(const Schedule& schedule,
+                                                               const Action& a) {
+  int stage = -1;
+  OpType op = OpType::F;
+  if (a.op == OpType::F) {
+    stage = a.stage - 1;
+  } else if (a.op == OpType::P1 || a.op == OpType::B) {
+    stage = a.stage + 1;
+    op = a.op;
+  }
+  if (stage < 0 || stage >= static_cast<int>(schedule.stage_device.size())) return std::nullopt;
+  const auto d = static_cast<std::size_t>(schedule.stage_device[static_cast<std::size_t>(stage)]);
+  const std::vector<Action>& actions = schedule.per_device[d];
+  for (std::size_t q = 0; q < actions.size(); ++q) {
+    const Action& x = actions[q];
+    const bool kind = op == OpType::F ? x.op == OpType::F : x.op == OpType::P1 || x.op == OpType::B;
+    if (x.stage == stage && kind && x.microbatches == a.microbatches) return std::make_pair(d, q);
+  }
+  return std::nullopt;
+}
+
+// An idle gap on a device's compute stream: `length` us before its action at `position`.
+struct Gap {
+  double length = 0;
+  std::size_t device = 0, position = 0;
+};
+
+std::vector<Gap> idle_gaps(const Evaluation& e) {
+  std::vector<Gap> gaps;
+  for (std::size_t d = 0; d < e.times.size(); ++d) {
+    double previous_end = 0;
+    for (std::size_t i = 0; i < e.times[d].size(); ++i) {
+      const double idle = e.times[d][i].start_us - previous_end;
+      if (idle > 1e-9 * std::max(1.0, previous_end)) gaps.push_back({idle, d, i});
+      previous_end = e.times[d][i].end_us;
+    }
+  }
+  // Longest gap first; ties by device, then position (deterministic).
+  std::stable_sort(gaps.begin(), gaps.end(),
+                   [](const Gap& x, const Gap& y) { return x.length > y.length; });
+  return gaps;
+}
+
+// One candidate move: the action of `device` at `from` goes to `to`.
+struct Move {
+  std::size_t device = 0, from = 0, to = 0;
+};
+
+// Moves aimed at the measured idle gaps, longest gap first: fill the gap with one of the next
+// kMaxShift actions of the same device (e.g. a P2 or a forward whose input is already there), or
+// pull the action that produces the waiting input one to kMaxShift places earlier on its device.
+std::vector<Move> gap_moves(const Schedule& schedule, const Evaluation& e) {
   constexpr std::size_t kMaxShift = 4;
-  int budget = local_search_budget(schedule);
+  std::vector<Move> moves;
+  for (const Gap& g : idle_gaps(e)) {
+    const std::vector<Action>& actions = schedule.per_device[g.device];
+    for (std::size_t j = g.position + 1; j <= g.position + kMaxShift && j < actions.size(); ++j)
+      moves.push_back({g.device, j, g.position});
+    if (const auto producer = producer_of(schedule, actions[g.position])) {
+      const auto [d, q] = *producer;
+      for (std::size_t shift = 1; shift <= kMaxShift && shift <= q; ++shift)
+        moves.push_back({d, q, q - shift});
+    }
+  }
+  return moves;
+}
+
+// Hill climbing in two neighbourhoods, each move lowered, validated (memory limits) and simulated,
+// the first improving move taken:
+//  1. gap moves (gap_moves above), recomputed from the new timeline after every accepted move;
+//  2. when none improves, every action of every device one to kMaxShift positions earlier or
+//     later (an adjacent swap is a shift by one); after an accepted move, back to 1.
+// Ends when neither improves or `budget` evaluations are spent.
+int improve_by_moves(Schedule& schedule, Evaluation& current, const std::vector<StageCost>& costs,
+                     const PlanMeta& meta, std::string& first_error, int budget) {
+  constexpr std::size_t kMaxShift = 4;
   int accepted = 0;
-  bool improved = true;
-  while (improved && budget > 0) {
-    improved = false;
-    for (auto& actions : schedule.per_device) {
-      for (std::size_t i = 0; i < actions.size() && budget > 0; ++i) {
-        for (std::size_t shift = 1; shift <= kMaxShift && budget > 0; ++shift) {
-          bool moved_here = false;
-          for (const bool earlier : {true, false}) {
-            if (earlier ? i < shift : i + shift >= actions.size()) continue;
-            const std::size_t to = earlier ? i - shift : i + shift;
-            if (!move_action(actions, i, to)) continue;
-            --budget;
-            const std::optional<Score> s = evaluate(schedule, costs, meta, first_error);
-            if (s && better(*s, score)) {
-              score = *s;
-              ++accepted;
-              improved = moved_here = true;
-              break;
-            }
-            undo_move(actions, i, to);
-          }
-          if (moved_here) break;
+  const auto try_move = [&](std::size_t device, std::size_t from, std::size_t to) {
+    std::vector<Action>& actions = schedule.per_device[device];
+    if (from >= actions.size() || to >= actions.size() || !move_action(actions, from, to))
+      return false;
+    --budget;
+    std::optional<Evaluation> e = evaluate(schedule, costs, meta, first_error);
+    if (e && better(e->score, current.score)) {
+      current = std::move(*e);
+      ++accepted;
+      return true;
+    }
+    undo_move(actions, from, to);
+    return false;
+  };
+  while (budget > 0) {
+    bool improved = false;
+    for (const Move& mv : gap_moves(schedule, current)) {
+      if (budget <= 0) break;
+      if ((improved = try_move(mv.device, mv.from, mv.to))) break;
+    }
+    if (improved) continue;
+    for (std::size_t d = 0; d < schedule.per_device.size() && !improved && budget > 0; ++d) {
+      for (std::size_t i = 0; i < schedule.per_device[d].size() && !improved && budget > 0; ++i) {
+        for (std::size_t shift = 1; shift <= kMaxShift && !improved && budget > 0; ++shift) {
+          if (i >= shift) improved = try_move(d, i, i - shift);
+          if (!improved && budget > 0) improved = try_move(d, i, i + shift);
         }
       }
     }
+    if (!improved) break;
   }
   return accepted;
 }
@@ -503,7 +603,7 @@ AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMet
   struct Candidate {
     Schedule schedule;
     std::string name;
-    Score score;
+    Evaluation eval;
   };
   std::vector<Candidate> feasible;
   int tried = 0;
@@ -512,8 +612,8 @@ AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMet
     ++tried;
     schedule.family = kAutoScheduleName;
     schedule.backward = mode;
-    if (const std::optional<Score> s = evaluate(schedule, costs, meta, first_error))
-      feasible.push_back({std::move(schedule), name, *s});
+    if (std::optional<Evaluation> e = evaluate(schedule, costs, meta, first_error))
+      feasible.push_back({std::move(schedule), name, std::move(*e)});
   };
   for (const Variant& v : variants(split)) {
     try {
@@ -527,19 +627,34 @@ AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMet
     consider(std::move(schedule), "seed=" + name);
   if (feasible.empty()) throw Error(first_error);
   // Stable: equal scores keep candidate order, so the result is deterministic.
-  std::stable_sort(feasible.begin(), feasible.end(),
-                   [](const Candidate& a, const Candidate& b) { return better(a.score, b.score); });
+  std::stable_sort(feasible.begin(), feasible.end(), [](const Candidate& a, const Candidate& b) {
+    return better(a.eval.score, b.eval.score);
+  });
+
+  // No order beats the lower bound on the step time: a candidate that meets it needs no search.
+  std::vector<int> stage_device(costs.size());
+  for (std::size_t s = 0; s < costs.size(); ++s)
+    stage_device[s] = static_cast<int>(s);
+  const double bound =
+      step_time_lower_bound(costs, stage_device, meta.link, meta.microbatches).makespan_us;
+  const bool at_bound = feasible.front().eval.score.makespan_us <= bound * (1 + 1e-9) + 1e-9;
 
   constexpr std::size_t kStarts = 3;
+  const std::size_t starts = at_bound ? 0 : std::min(kStarts, feasible.size());
+  const int budget = starts > 0 ? local_search_budget(feasible.front().schedule) : 0;
   AutoResult best;
-  Score best_score;
-  for (std::size_t i = 0; i < std::min(kStarts, feasible.size()); ++i) {
+  best.schedule = feasible.front().schedule;
+  best.variant = feasible.front().name;
+  Score best_score = feasible.front().eval.score;
+  for (std::size_t i = 0; i < starts; ++i) {
     Candidate& c = feasible[i];
-    const int moves = improve_by_moves(c.schedule, c.score, costs, meta, first_error);
-    if (best.schedule.per_device.empty() || better(c.score, best_score)) {
+    const int share =
+        budget / static_cast<int>(starts) + (i == 0 ? budget % static_cast<int>(starts) : 0);
+    const int moves = improve_by_moves(c.schedule, c.eval, costs, meta, first_error, share);
+    if (better(c.eval.score, best_score)) {
       best.schedule = std::move(c.schedule);
       best.variant = c.name + (moves > 0 ? " +" + std::to_string(moves) + " moves" : "");
-      best_score = c.score;
+      best_score = c.eval.score;
     }
   }
   best.variants_tried = tried;

@@ -7,8 +7,10 @@
 // forces it, to fill an idle gap it fits, or concatenated at the end when the profile says
 // concatenation is faster). A handful of variants (warm-up depth per device, P2 fill policy, and
 // fused B for memory too tight to retain any p2) are
-// lowered and run through the real simulator; the best (step time, then largest stage span)
-// wins. Deterministic: no randomness, ties resolve by variant order.
+// lowered and run through the real simulator, together with every one-chunk fixed family as a
+// seed. Unless the best already meets the lower bound, a budgeted local search moves actions into
+// the idle gaps of the simulated timeline (then any action up to four places). The best (step
+// time, then largest stage span) wins. Deterministic: no randomness, ties resolve by order.
 //
 // Scope: one chunk per device (stage s on device s). Unlike Zero Bubble's automatic scheduler no
 // figure is collapsed to a median: each stage keeps its own F/P1/P2 times, p2 concatenation

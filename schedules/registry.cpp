@@ -34,7 +34,8 @@ const std::vector<ScheduleFamily>& schedule_families() {
        false, make_zb_h2, true},
       {"zb-v",
        "ZB-V (Qi et al. 2024): --chunks 2 in a V (virtual stage v on device v, then 2P-1-v), "
-       "memory-capped greedy at 1F1B's memory P*M_B; needs --backward 2bp",
+       "the published order: zero bubble per stage span at F=B=W with m >= 2P, at 1F1B's "
+       "memory P*M_B (m < P: memory-capped greedy); needs --backward 2bp",
        true, make_zb_v, true},
       {"v-half",
        "V-Half (Qi et al. 2405.15362): the V placement capped at about half of 1F1B's memory, "

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "planner/error.h"
 #include "tests/planner/auto_fixtures.h"
@@ -57,47 +60,97 @@ TEST(AutoSchedule, AtOneFOneBMemoryNoWorseThanZbH1) {
   }
 }
 
-// A realistic heterogeneous pipeline: the first stage holds the embedding (3 GiB of extra static
-// memory, 10 % slower), the last holds the LM head (F and P1 1.5x slower, a 1.5x larger stash),
-// and every boundary costs a 0.05 us transfer. Every one-chunk fixed family in every backward
-// mode it accepts runs first with unlimited memory; auto then gets exactly that schedule's
-// per-device peaks as its per-device limits and must never be slower (global step time), and
-// strictly faster than all but zb-h1.
+// Every one-chunk fixed family in every backward mode it accepts runs first with unlimited memory;
+// auto then gets exactly that schedule's per-device peaks as its per-device limits. Returns, per
+// "family mode" label, the fixed and auto step times (auto's peaks checked against the limits).
 // The V families run two chunks per device, i.e. a different partition of the model into stages,
-// so they are not compared on this one-stage-per-device instance.
-TEST(AutoSchedule, HeterogeneousStagesBeatFixedSchedulesAtEqualMemory) {
-  const std::vector<StageCost> costs = {testing::stage(1.2, 1.2, 1.2, 1.0, 0.5, 3.0),
-                                        testing::stage(1, 1, 1), testing::stage(1, 1, 1),
-                                        testing::stage(1.5, 1.5, 0.6, 1.5, 0.5)};
-  constexpr double kLatencyUs = 0.05;
-  const int m = 12;
-  int compared = 0, strictly_faster = 0;
+// so they are not compared on these one-stage-per-device instances.
+struct FixedVersusAuto {
+  std::string label;
+  double fixed_us = 0, auto_us = 0;
+  std::vector<double> limits;
+};
+
+std::vector<FixedVersusAuto> against_fixed_schedules(const std::vector<StageCost>& costs, int m,
+                                                     double latency_us) {
+  std::vector<FixedVersusAuto> out;
   for (const ScheduleFamily& family : schedule_families()) {
     if (family.uses_chunks || family.name == kAutoScheduleName) continue;
     for (const BackwardMode mode :
          {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
       if (family.places_p2 && mode != BackwardMode::twobp) continue;
       const testing::Simulated fixed =
-          testing::run_family(family, mode, costs, testing::meta_for(costs, m, {}, kLatencyUs));
-      std::vector<double> limits;
+          testing::run_family(family, mode, costs, testing::meta_for(costs, m, {}, latency_us));
+      FixedVersusAuto r{
+          family.name + " " + std::string(to_string(mode)), fixed.sim.makespan_us, 0, {}};
       for (const auto peak : fixed.sim.peak_memory_bytes())
-        limits.push_back(static_cast<double>(peak));
+        r.limits.push_back(static_cast<double>(peak));
       const testing::Simulated automatic =
-          testing::run_auto(costs, testing::meta_for(costs, m, limits, kLatencyUs));
-      const std::string label = family.name + " " + std::string(to_string(mode));
-      EXPECT_LE(automatic.sim.makespan_us, fixed.sim.makespan_us + 1e-6) << label;
-      if (automatic.sim.makespan_us < fixed.sim.makespan_us - 1e-6) ++strictly_faster;
+          testing::run_auto(costs, testing::meta_for(costs, m, r.limits, latency_us));
+      r.auto_us = automatic.sim.makespan_us;
       const auto peaks = automatic.sim.peak_memory_bytes();
       for (std::size_t d = 0; d < peaks.size(); ++d)
-        EXPECT_LE(static_cast<double>(peaks[d]), limits[d]) << label << " device " << d;
-      ++compared;
+        EXPECT_LE(static_cast<double>(peaks[d]), r.limits[d]) << r.label << " device " << d;
+      out.push_back(std::move(r));
     }
   }
-  EXPECT_EQ(compared, 8);  // gpipe, 1f1b x {fused, 2bp, 2bp-fill}; zb-h1, zb-h2 (2bp)
-  // Measured: 46.55 against gpipe (56.4-57.1), 1f1b 2bp / 2bp-fill (57.1 / 53.5) and zb-h2
-  // (48.4 -> 46.9); 50.5 against 1f1b fused (53.1). zb-h1 (48.7) is only tied: no candidate and
-  // no single move of the local search beats it at its own memory (docs/auto-schedule.md).
-  EXPECT_GE(strictly_faster, 7);
+  return out;
+}
+
+// Issue 4's acceptance: heterogeneous stages, every fixed schedule beaten at equal memory. The
+// first stage holds the embedding (3 GiB of extra static memory, 20 % slower), the partition left
+// stage 2 with more layers (1.3x), the last holds the LM head (F and P1 1.5x, a 1.5x stash), and
+// every boundary costs a 0.05 us transfer; m = 8, 12, 16.
+TEST(AutoSchedule, HeterogeneousStagesBeatEveryFixedScheduleAtEqualMemory) {
+  const std::vector<StageCost> costs = {testing::stage(1.2, 1.2, 1.2, 1.0, 0.5, 3.0),
+                                        testing::stage(1, 1, 1), testing::stage(1.3, 1.3, 1.3),
+                                        testing::stage(1.5, 1.5, 0.6, 1.5, 0.5)};
+  for (const int m : {8, 12, 16}) {
+    const std::vector<FixedVersusAuto> rows = against_fixed_schedules(costs, m, 0.05);
+    EXPECT_EQ(rows.size(), 8U);  // gpipe, 1f1b x {fused, 2bp, 2bp-fill}; zb-h1, zb-h2 (2bp)
+    for (const FixedVersusAuto& r : rows)
+      EXPECT_LT(r.auto_us, r.fixed_us - 1e-6) << r.label << " m=" << m;
+  }
+  // Measured at m = 12 (fixed -> auto): zb-h1 52.2 -> 51.1, zb-h2 51.2 -> 49.1 (the lower bound),
+  // gpipe 59.5 / 57.7 -> 49.1, 1f1b fused 57.1 -> 53.6, 1f1b 2bp / 2bp-fill 57.7 / 55.3 -> 49.1 /
+  // 50.0 (docs/auto-schedule.md).
+}
+
+// Where only the head is slow (stages 1 and 2 uniform), ZB-H1 at its own memory is optimal, so
+// auto can only tie it. Proof (docs/auto-schedule.md): the last device may start its last forward
+// with at most n = (limit - static - stash) / retained p2s pending, so it ran at least m - 1 - n
+// p2s before; its last P1 therefore ends no sooner than head + m (F + P1) + (m - 1 - n) p2, and
+// that micro-batch's gradient still crosses every upstream stage, and stage 0 runs its P1 and P2.
+// The test computes that bound and checks that ZB-H1 and auto both reach it, while auto strictly
+// beats the seven other fixed schedules.
+TEST(AutoSchedule, TiesZbH1OnlyWhereZbH1MeetsTheMemoryBoundOfTheHead) {
+  const std::vector<StageCost> costs = {testing::stage(1.2, 1.2, 1.2, 1.0, 0.5, 3.0),
+                                        testing::stage(1, 1, 1), testing::stage(1, 1, 1),
+                                        testing::stage(1.5, 1.5, 0.6, 1.5, 0.5)};
+  constexpr double kLatencyUs = 0.05;
+  const int m = 12;
+  int strictly_faster = 0;
+  for (const FixedVersusAuto& r : against_fixed_schedules(costs, m, kLatencyUs)) {
+    EXPECT_LE(r.auto_us, r.fixed_us + 1e-6) << r.label;
+    if (r.auto_us < r.fixed_us - 1e-6) {
+      ++strictly_faster;
+      continue;
+    }
+    EXPECT_EQ(r.label, "zb-h1 2bp");
+    const StageCost& head = costs.back();
+    const auto pending =
+        (static_cast<std::int64_t>(r.limits.back()) - head.static_bytes - head.stash_bytes) /
+        head.retained_bytes;
+    double bound = m * (head.forward_us + head.p1_us) +
+                   static_cast<double>(m - 1 - pending) * head.p2_us + costs.front().p2_us;
+    for (std::size_t s = 0; s + 1 < costs.size(); ++s)
+      bound += costs[s].forward_us + costs[s].p1_us + 2 * kLatencyUs;
+    EXPECT_EQ(pending, 3);
+    EXPECT_NEAR(bound, 48.7, 1e-9);
+    EXPECT_NEAR(r.fixed_us, bound, 1e-6);
+    EXPECT_NEAR(r.auto_us, bound, 1e-6);
+  }
+  EXPECT_EQ(strictly_faster, 7);
 }
 
 TEST(AutoSchedule, RespectsEachDevicesOwnLimit) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -127,8 +128,9 @@ TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
       const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
       EXPECT_EQ(peak, 2 * ((p + 4) / 3)) << label;
       EXPECT_EQ(peak, v_shape_cap("v-min", p)) << label;
+      const int v_min_microbatches = (p + 4) / 3;
       for (const DeviceMetrics& d : plan.sim.devices)
-        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), ((p + 4) / 3) * kGiB + 1) << label;
+        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), v_min_microbatches * kGiB + 1) << label;
       const double bubble_us = plan.sim.max_stage_span_us - 3.0 * m * 1e3;
       EXPECT_GE(bubble_us, -1e-6) << label;
       EXPECT_LE(bubble_us, 2.0 * p / 3.0 * 3e3 + 1e-6) << label;
@@ -163,9 +165,40 @@ TEST(ZeroBubble, VMinSteadyStateRepeatsTheBlock) {
   }
 }
 
-// zb-v and v-half (memory-capped list scheduler) keep at most their cap of chunk stashes
-// (M_B / 2 each) alive per device: zb-v at 1F1B's P·M_B, v-half about half. ZB-V (this greedy)
-// with F = B = W idles at most (P − 1)·T_F, a third of 1F1B's (P − 1)(T_F + T_B + T_W).
+// ZB-V as published (Qi et al., ICLR 2024, section 6): with T_F = T_B = T_W and comm 0, zero
+// bubble on every device's span once m >= 2P, at 1F1B's peak activation memory P·M_B, which the
+// fullest device reaches exactly. The global makespan keeps the ramp of the first micro-batch's
+// chunk-0 forwards, (P - 1) chunk forwards of T_F / 2. With m = P the span keeps that same ramp.
+TEST(ZeroBubble, ZbVIsZeroBubbleAtOneFOneBMemory) {
+  for (const int p : {2, 3, 4, 6, 8}) {
+    for (const int m : {p, 2 * p, 3 * p, 4 * p}) {
+      const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
+      const Plan plan = uniform_plan(zb("zb-v", p, m, {1, 1, 1}, 2));
+      const double busy_us = 3.0 * m * 1e3;  // per device: two chunks of F, P1, P2 at 0.5 ms
+      const double ramp_us = (p - 1) * 0.5e3;
+      const double span_bubble_us = plan.sim.max_stage_span_us - busy_us;
+      if (m >= 2 * p) {
+        EXPECT_NEAR(span_bubble_us, 0.0, 1e-6) << label;
+      } else {
+        EXPECT_NEAR(span_bubble_us, ramp_us, 1e-6) << label;
+      }
+      EXPECT_NEAR(plan.sim.makespan_us - busy_us, ramp_us, 1e-6) << label;
+      std::int64_t peak = 0;
+      for (const DeviceMetrics& d : plan.sim.devices)
+        peak = std::max(peak, d.peak_memory_bytes);
+      EXPECT_NEAR(static_cast<double>(peak), p * kGiB, 1.0) << label;  // P·M_B, M_B = 1 GiB
+    }
+  }
+  // Against ZB-H1 at the same memory: (P - 1)(T_F + T_B - T_W) of bubble per stage there.
+  const Plan v = uniform_plan(zb("zb-v", 8, 32, {1, 1, 1}, 2));
+  const Plan h1 = uniform_plan(zb("zb-h1", 8, 32, {1, 1, 1}));
+  EXPECT_NEAR(h1.sim.max_stage_span_us - v.sim.max_stage_span_us, 7e3, 1e-6);
+}
+
+// The V families keep at most their cap of chunk stashes (M_B / 2 each) alive per device from a
+// forward to its p2: zb-v at 1F1B's P·M_B (the published order for m >= P, the memory-capped
+// greedy below), v-half about half. ZB-V with F = B = W idles at most (P − 1)·T_F, a third of
+// 1F1B's (P − 1)(T_F + T_B + T_W).
 TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
   for (const int p : {2, 4, 6, 8}) {
     for (const int m : {p, 2 * p, 4 * p}) {
