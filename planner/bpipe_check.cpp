@@ -12,18 +12,6 @@ namespace {
 
 using Result = std::optional<Violation>;
 
-Violation violation(const TaskGraph& g, int node, const std::string& rule,
-                    const std::string& what) {
-  std::string where = node >= 0 ? g.node_name(node) + ": " : std::string();
-  return Violation{node, rule, where + what + " (rule " + rule + ")"};
-}
-
-std::string gib(double bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buffer;
-}
-
 bool on_transfer_stream(const TaskGraph& g, int id) {
   const int s = g.node(id).stream;
   return s >= 0 && s < static_cast<int>(g.streams().size()) &&
@@ -78,22 +66,23 @@ Result check_transfer_order(const TaskGraph& g) {
     }
     const auto& a = g.stream_order(static_cast<int>(s));
     if (theirs < 0) {
-      return violation(g, a.empty() ? -1 : a.front(), "transfer-order",
-                       "no transfer stream on device " + std::to_string(mine.peer));
+      return make_violation(g, a.empty() ? -1 : a.front(), "transfer-order",
+                            "no transfer stream on device " + std::to_string(mine.peer));
     }
     const auto& b = g.stream_order(theirs);
     for (std::size_t k = 0; k < a.size() && k < b.size(); ++k) {
       if (g.node(a[k]).match != b[k]) {
-        return violation(g, a[k], "transfer-order",
-                         "is transfer #" + std::to_string(k) + " with device " +
-                             std::to_string(mine.peer) + " but transfer #" + std::to_string(k) +
-                             " there is " + g.node_name(b[k]));
+        return make_violation(g, a[k], "transfer-order",
+                              "is transfer #" + std::to_string(k) + " with device " +
+                                  std::to_string(mine.peer) + " but transfer #" +
+                                  std::to_string(k) + " there is " + g.node_name(b[k]));
       }
     }
     if (a.size() != b.size()) {
-      return violation(g, a.empty() ? -1 : a.front(), "transfer-order",
-                       std::to_string(a.size()) + " transfers here but " +
-                           std::to_string(b.size()) + " on device " + std::to_string(mine.peer));
+      return make_violation(g, a.empty() ? -1 : a.front(), "transfer-order",
+                            std::to_string(a.size()) + " transfers here but " +
+                                std::to_string(b.size()) + " on device " +
+                                std::to_string(mine.peer));
     }
   }
   return std::nullopt;
@@ -112,11 +101,12 @@ Result check_transfer_use(const TaskGraph& g) {
     };
     const bool evict = starts_with(n.label, "evict ");
     if (!evict && !starts_with(n.label, "load ")) {
-      return violation(g, id, "transfer-use", "is labelled neither 'evict' nor 'load'");
+      return make_violation(g, id, "transfer-use", "is labelled neither 'evict' nor 'load'");
     }
     if (n.kind == NodeKind::send && evict &&
         data_neighbour(g, id, true, [&](const Node& o) { return same_op(o, false); }) < 0) {
-      return violation(g, id, "transfer-use", "does not wait for the forward that made the stash");
+      return make_violation(g, id, "transfer-use",
+                            "does not wait for the forward that made the stash");
     }
     if (n.kind == NodeKind::send && !evict) {
       const int from = data_neighbour(g, id, true, [&](const Node& o) {
@@ -124,13 +114,15 @@ Result check_transfer_use(const TaskGraph& g) {
                !o.microbatches.empty() && o.microbatches.front() == mb;
       });
       if (from < 0) {
-        return violation(g, id, "transfer-use", "loads a stash whose evict it does not wait for");
+        return make_violation(g, id, "transfer-use",
+                              "loads a stash whose evict it does not wait for");
       }
     }
     if (n.kind == NodeKind::recv && !evict &&
         data_neighbour(g, id, false, [&](const Node& o) { return same_op(o, true); }) < 0) {
-      return violation(g, id, "transfer-use",
-                       "is not waited for by the backward that reads the stash (use before load)");
+      return make_violation(
+          g, id, "transfer-use",
+          "is not waited for by the backward that reads the stash (use before load)");
     }
   }
   return std::nullopt;
@@ -155,10 +147,10 @@ Result check_transfer_memory(const TaskGraph& g) {
       }
       char when[48];
       std::snprintf(when, sizeof when, "%.3f ms", time / 1e3);
-      return violation(g, culprit, "memory-limit",
-                       "device " + std::to_string(d) + " reaches " +
-                           gib(static_cast<double>(bytes)) + " at " + when +
-                           " (simulated), above its limit " + gib(limit));
+      return make_violation(g, culprit, "memory-limit",
+                            "device " + std::to_string(d) + " reaches " +
+                                gib_text(static_cast<double>(bytes)) + " at " + when +
+                                " (simulated), above its limit " + gib_text(limit));
     }
   }
   return std::nullopt;

@@ -16,18 +16,6 @@ namespace {
 
 using Result = std::optional<Violation>;
 
-Violation violation(const TaskGraph& g, int node, const std::string& rule,
-                    const std::string& what) {
-  std::string where = node >= 0 ? g.node_name(node) + ": " : std::string();
-  return Violation{node, rule, where + what + " (rule " + rule + ")"};
-}
-
-std::string gib(double bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buffer;
-}
-
 // What the structural checks read of each node, packed (24 bytes) so that the graph walks touch
 // one small record per node instead of the whole Node (~110 bytes with its label).
 struct PackedNode {
@@ -71,16 +59,17 @@ Result check_streams(const Context& c) {
     const Stream& stream = g.streams()[s];
     for (const int id : g.stream_order(static_cast<int>(s))) {
       if (id < 0 || id >= g.node_count()) {
-        return violation(g, -1, "stream",
-                         "stream " + stream.name() + " on device " + std::to_string(stream.device) +
-                             " lists unknown node " + std::to_string(id));
+        return make_violation(g, -1, "stream",
+                              "stream " + stream.name() + " on device " +
+                                  std::to_string(stream.device) + " lists unknown node " +
+                                  std::to_string(id));
       }
       const PackedNode& n = c.node(static_cast<std::size_t>(id));
       if (++seen[static_cast<std::size_t>(id)] > 1) {
-        return violation(g, id, "stream", "appears twice in stream orders");
+        return make_violation(g, id, "stream", "appears twice in stream orders");
       }
       if (n.stream != static_cast<int>(s) || n.device != stream.device) {
-        return violation(g, id, "stream", "is listed in the order of another stream");
+        return make_violation(g, id, "stream", "is listed in the order of another stream");
       }
       const bool role_ok =
           (n.kind == NodeKind::compute && stream.role == StreamRole::compute) ||
@@ -88,12 +77,12 @@ Result check_streams(const Context& c) {
           (n.kind == NodeKind::recv && stream.role == StreamRole::recv && n.peer == stream.peer) ||
           (n.kind != NodeKind::compute && stream.role == StreamRole::transfer &&
            n.peer == stream.peer);  // BPipe: both directions on one stream per peer
-      if (!role_ok) return violation(g, id, "stream", "runs on a stream of the wrong role");
+      if (!role_ok) return make_violation(g, id, "stream", "runs on a stream of the wrong role");
     }
   }
   for (int id = 0; id < g.node_count(); ++id) {
     if (seen[static_cast<std::size_t>(id)] == 0) {
-      return violation(g, id, "stream", "is in no stream order");
+      return make_violation(g, id, "stream", "is in no stream order");
     }
   }
   return std::nullopt;
@@ -106,20 +95,21 @@ Result check_matches(const Context& c) {
     const Node& n = g.node(id);
     const char* other_kind = n.kind == NodeKind::send ? "recv" : "send";
     if (n.match < 0 || n.match >= g.node_count()) {
-      return violation(g, id, "send-recv-match", std::string("has no matching ") + other_kind);
+      return make_violation(g, id, "send-recv-match", std::string("has no matching ") + other_kind);
     }
     const Node& m = g.node(n.match);
     if (m.kind == n.kind || m.kind == NodeKind::compute || m.match != id) {
-      return violation(g, id, "send-recv-match",
-                       std::string("is not paired with a ") + other_kind + " that names it back");
+      return make_violation(
+          g, id, "send-recv-match",
+          std::string("is not paired with a ") + other_kind + " that names it back");
     }
     if (m.device != n.peer || m.peer != n.device) {
-      return violation(g, id, "send-recv-match", "its peer and its match's device disagree");
+      return make_violation(g, id, "send-recv-match", "its peer and its match's device disagree");
     }
     if (m.bytes != n.bytes || m.label != n.label) {
-      return violation(g, id, "send-recv-match",
-                       "size or tag differs from its match (" + std::to_string(n.bytes) + " vs " +
-                           std::to_string(m.bytes) + " bytes)");
+      return make_violation(g, id, "send-recv-match",
+                            "size or tag differs from its match (" + std::to_string(n.bytes) +
+                                " vs " + std::to_string(m.bytes) + " bytes)");
     }
   }
   return std::nullopt;
@@ -141,22 +131,22 @@ Result check_pair_order(const Context& c) {
       }
     }
     if (recv_stream < 0) {
-      return violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
-                       "no receive stream on device " + std::to_string(stream.peer));
+      return make_violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
+                            "no receive stream on device " + std::to_string(stream.peer));
     }
     const auto& recvs = g.stream_order(recv_stream);
     for (std::size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
       if (c.node(static_cast<std::size_t>(sends[k])).match != recvs[k]) {
-        return violation(g, sends[k], "send-recv-order",
-                         "is send #" + std::to_string(k) + " to device " +
-                             std::to_string(stream.peer) + " but receive #" + std::to_string(k) +
-                             " there is " + g.node_name(recvs[k]));
+        return make_violation(g, sends[k], "send-recv-order",
+                              "is send #" + std::to_string(k) + " to device " +
+                                  std::to_string(stream.peer) + " but receive #" +
+                                  std::to_string(k) + " there is " + g.node_name(recvs[k]));
       }
     }
     if (sends.size() != recvs.size()) {
-      return violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
-                       std::to_string(sends.size()) + " sends but " + std::to_string(recvs.size()) +
-                           " receives on the pair");
+      return make_violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
+                            std::to_string(sends.size()) + " sends but " +
+                                std::to_string(recvs.size()) + " receives on the pair");
     }
   }
   return std::nullopt;
@@ -220,7 +210,7 @@ Result check_acyclic(const Context& c) {
       if (next == cur) break;
       cur = next;
     }
-    return violation(g, static_cast<int>(cur), "acyclic", "lies on a dependency cycle");
+    return make_violation(g, static_cast<int>(cur), "acyclic", "lies on a dependency cycle");
   }
   return std::nullopt;
 }
@@ -260,20 +250,21 @@ Result index_compute(const Context& c, ComputeTable& table) {
     if (c.node(static_cast<std::size_t>(id)).kind != NodeKind::compute) continue;
     const Node& n = g.node(id);
     if (n.stage < 0 || n.stage >= stages) {
-      return violation(g, id, "coverage", "belongs to unknown stage " + std::to_string(n.stage));
+      return make_violation(g, id, "coverage",
+                            "belongs to unknown stage " + std::to_string(n.stage));
     }
     if (g.schedule.stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
-      return violation(g, id, "coverage", "runs on a device that does not hold its stage");
+      return make_violation(g, id, "coverage", "runs on a device that does not hold its stage");
     }
     for (const int mb : n.microbatches) {
       if (mb < 0 || mb >= g.meta.microbatches) {
-        return violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
+        return make_violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
       }
       const bool backward = n.op == OpType::B || n.op == OpType::P1;
       const bool repeated =
           backward ? table.backward(n.stage, mb) >= 0 : table.find(n.op, n.stage, mb) >= 0;
       if (repeated) {
-        return violation(
+        return make_violation(
             g, id, "coverage",
             "repeats micro-batch " + std::to_string(mb) + " of stage " + std::to_string(n.stage));
       }
@@ -304,17 +295,17 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
       const int b = table.find(OpType::B, s, mb);
       const int p1 = table.find(OpType::P1, s, mb);
       const int p2 = table.find(OpType::P2, s, mb);
-      if (f < 0) return violation(g, -1, "coverage", what() + " has no forward");
+      if (f < 0) return make_violation(g, -1, "coverage", what() + " has no forward");
       const bool fused = b >= 0;
       if (!fused && (p1 < 0 || p2 < 0)) {
-        return violation(g, f, "coverage", what() + " lacks its p1 or p2");
+        return make_violation(g, f, "coverage", what() + " lacks its p1 or p2");
       }
       const int back = fused ? b : p1;
       if (pos(back) < pos(f)) {
-        return violation(g, back, "f-before-p1", "runs before the forward of " + what());
+        return make_violation(g, back, "f-before-p1", "runs before the forward of " + what());
       }
       if (!fused && pos(p2) < pos(p1)) {
-        return violation(g, p2, "p1-before-p2", "runs before the p1 of " + what());
+        return make_violation(g, p2, "p1-before-p2", "runs before the p1 of " + what());
       }
     }
   }
@@ -347,8 +338,8 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
   const int stages = g.schedule.stage_count();
   const auto need = [&](int producer, int consumer, const char* what) -> Result {
     if (feeds(c, graph, producer, consumer)) return std::nullopt;
-    return violation(g, consumer, "inputs",
-                     std::string("does not wait for ") + what + " " + g.node(producer).label);
+    return make_violation(g, consumer, "inputs",
+                          std::string("does not wait for ") + what + " " + g.node(producer).label);
   };
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
     for (int s = 0; s < stages; ++s) {
@@ -383,18 +374,19 @@ Result check_memory(const TaskGraph& g) {
     if (limit <= 0) continue;
     std::int64_t current = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
     if (static_cast<double>(current) > limit) {
-      return violation(
+      return make_violation(
           g, -1, "memory-limit",
-          "device " + std::to_string(d) + " needs " + gib(static_cast<double>(current)) +
-              " for parameters, gradients and optimizer state, above its limit " + gib(limit));
+          "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(current)) +
+              " for parameters, gradients and optimizer state, above its limit " + gib_text(limit));
     }
     for (const int id : g.stream_order(static_cast<int>(s))) {
       const Node& n = g.node(id);
       current += n.alloc_bytes;
       if (static_cast<double>(current) > limit) {
-        return violation(g, id, "memory-limit",
-                         "device " + std::to_string(d) + " reaches " +
-                             gib(static_cast<double>(current)) + ", above its limit " + gib(limit));
+        return make_violation(g, id, "memory-limit",
+                              "device " + std::to_string(d) + " reaches " +
+                                  gib_text(static_cast<double>(current)) + ", above its limit " +
+                                  gib_text(limit));
       }
       current -= n.free_bytes;
     }
@@ -403,6 +395,18 @@ Result check_memory(const TaskGraph& g) {
 }
 
 }  // namespace
+
+Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
+                         const std::string& what) {
+  std::string where = node >= 0 ? graph.node_name(node) + ": " : std::string();
+  return Violation{node, rule, where + what + " (rule " + rule + ")"};
+}
+
+std::string gib_text(double bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buffer;
+}
 
 std::optional<Violation> find_violation(const TaskGraph& graph) {
   const Context c(graph);

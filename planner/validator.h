@@ -16,6 +16,12 @@ struct Violation {
 };
 
 std::optional<Violation> find_violation(const TaskGraph& graph);
+
+// For the checks (here and planner/bpipe_check.cpp): the violation of `rule` at `node` (-1 for
+// none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB".
+Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
+                         const std::string& what);
+std::string gib_text(double bytes);
 void validate(const TaskGraph& graph);  // throws Error with the violation's message
 
 }  // namespace pipeplan
