@@ -23,7 +23,7 @@ BackwardMode backward_mode_from_string(std::string_view text);  // throws Error
 
 struct Action {
   OpType op = OpType::F;
-  int stage = 0;                  // virtual stage
+  int stage = 0;              // virtual stage
   MicroBatches microbatches;  // one, except a concatenated P2
   bool operator==(const Action&) const = default;
 };
