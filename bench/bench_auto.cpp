@@ -3,10 +3,10 @@
 //   ./build/bench/bench_auto --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_main.h"
 #include "planner/analytic.h"
 #include "planner/auto_schedule.h"
 #include "planner/gpu.h"
-#include "planner/memory_reuse.h"
 #include "planner/search.h"
 
 namespace pipeplan {
@@ -80,12 +80,6 @@ BENCHMARK(BM_SearchLlama7b)->Unit(benchmark::kMillisecond)->UseRealTime()->Itera
 }  // namespace
 }  // namespace pipeplan
 
-// As the pipeplan binary does (tools/main.cpp): keep freed memory for the next plan.
 int main(int argc, char** argv) {
-  pipeplan::retain_freed_memory();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return pipeplan::bench::run_benchmarks(argc, argv);
 }

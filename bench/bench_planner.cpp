@@ -3,9 +3,9 @@
 //   ./build/bench/bench_planner --benchmark_repetitions=10 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_main.h"
 #include "planner/analytic.h"
 #include "planner/backward.h"
-#include "planner/memory_reuse.h"
 #include "planner/partition.h"
 #include "planner/simulator.h"
 #include "planner/validator.h"
@@ -98,12 +98,6 @@ BENCHMARK(BM_Simulate)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 }  // namespace pipeplan
 
-// As the pipeplan binary does (tools/main.cpp): keep freed memory for the next plan.
 int main(int argc, char** argv) {
-  pipeplan::retain_freed_memory();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return pipeplan::bench::run_benchmarks(argc, argv);
 }

@@ -20,15 +20,10 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
-class EmulateCli : public ::testing::Test {
+class EmulateCli : public pipeplan::testing::TempDirTest {
  protected:
   void SetUp() override {
-    // One folder per test: ctest runs the tests of this file in parallel.
-    dir_ = fs::temp_directory_path() /
-           ("pipeplan_emulate_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     plan_ = (dir_ / "p.json").string();
     ASSERT_EQ(run("plan --model tiny --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp "
                   "-o " +
@@ -36,13 +31,11 @@ class EmulateCli : public ::testing::Test {
                   .status,
               0);
   }
-  void TearDown() override { fs::remove_all(dir_); }
   static void expect_one_line_naming(const Result& r, const std::string& what) {
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
-  fs::path dir_;
   std::string plan_;
 };
 

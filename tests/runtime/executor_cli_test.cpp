@@ -26,18 +26,8 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
-class RunCli : public ::testing::Test {
+class RunCli : public pipeplan::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("pipeplan_run_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // Plans the acceptance setup with `schedule_args`; empty when the planner refuses them.
   std::string plan(const std::string& schedule_args, const std::string& name) {
     const std::string out = path(name);
@@ -57,8 +47,6 @@ class RunCli : public ::testing::Test {
       values.push_back(row.at("loss").get<double>());
     return values;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(RunCli, AcceptanceCommandTrainsAndEveryScheduleAgrees) {

@@ -20,18 +20,8 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
-class Cli : public ::testing::Test {
+class Cli : public pipeplan::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("pipeplan_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // A failing command prints one line naming `needle`, exits non-zero, writes no file.
   void expect_error(const std::string& args, const std::string& needle) {
     const std::string out = path("out.json");
@@ -41,8 +31,6 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
-
-  fs::path dir_;
 };
 
 const std::string kLlama =

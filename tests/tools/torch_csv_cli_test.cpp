@@ -34,18 +34,8 @@ void write_file(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-class TorchCsvCli : public ::testing::Test {
+class TorchCsvCli : public pipeplan::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("pipeplan_torch_csv_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // plan -> export -> import -> export: the two CSVs are byte-identical.
   void expect_round_trip(const std::string& plan_args, const std::string& import_args) {
     const Result plan = run("plan " + plan_args + " -o " + path("plan.json"));
@@ -82,8 +72,6 @@ class TorchCsvCli : public ::testing::Test {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_FALSE(fs::exists(path("imported.json")));
   }
-
-  fs::path dir_;
 };
 
 TEST_F(TorchCsvCli, ZbH1ExportsTheDocumentedCsvAndRoundTrips) {
