@@ -256,25 +256,17 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
         send.free_bytes = move.bytes;
         Node recv = transfer_node(NodeKind::recv, move, ac, ac_stream, ev, "evict " + tag, link);
         recv.alloc_bytes = move.bytes;
-        const int s = graph.add_node(send);
-        const int r = graph.add_node(recv);
-        graph.node(s).match = r;
-        graph.node(r).match = s;
+        const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
         graph.add_data_edge(forward, s);
-        graph.add_data_edge(s, r);
         evict_recv[i] = r;
       } else {
         Node send = transfer_node(NodeKind::send, move, ac, ac_stream, ev, "load " + tag, link);
         send.free_bytes = move.bytes;
         Node recv = transfer_node(NodeKind::recv, move, ev, ev_stream, ac, "load " + tag, link);
         recv.alloc_bytes = move.bytes;
-        const int s = graph.add_node(send);
-        const int r = graph.add_node(recv);
-        graph.node(s).match = r;
-        graph.node(r).match = s;
+        const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
         graph.add_data_edge(evict_recv[i], s);
         graph.add_data_edge(compute[static_cast<std::size_t>(position)], r);
-        graph.add_data_edge(s, r);
         graph.add_data_edge(r, compute[static_cast<std::size_t>(move.needed_by)]);
       }
     }

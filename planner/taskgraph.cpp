@@ -79,6 +79,15 @@ void TaskGraph::add_data_edge(int from, int to) {
   add_edge(from, to, EdgeKind::data);
 }
 
+std::pair<int, int> TaskGraph::add_message(Node&& send, Node&& recv) {
+  const int s = add_node(std::move(send));
+  const int r = add_node(std::move(recv));
+  nodes_[static_cast<std::size_t>(s)].match = r;
+  nodes_[static_cast<std::size_t>(r)].match = s;
+  add_edge(s, r, EdgeKind::data);
+  return {s, r};
+}
+
 void TaskGraph::add_edge(int from, int to, EdgeKind kind) {
   if (from < 0 || to < 0 || from >= node_count() || to >= node_count()) {
     throw Error("task graph: edge " + std::to_string(from) + " -> " + std::to_string(to) +
@@ -315,12 +324,8 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     recv.device = dst;
     recv.stream = recv_stream;
     recv.peer = src;
-    const int s = g.add_node(std::move(send));
-    const int r = g.add_node(std::move(recv));
-    g.node(s).match = r;
-    g.node(r).match = s;
+    const auto [s, r] = g.add_message(std::move(send), std::move(recv));
     g.add_data_edge(producer, s);
-    g.add_data_edge(s, r);
     g.add_data_edge(r, consumer);
   };
 

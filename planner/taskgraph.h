@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
@@ -100,6 +101,9 @@ class TaskGraph {
   int add_node(const Node& node);
   int add_node(Node&& node);
   void add_data_edge(int from, int to);
+  // A point-to-point message: appends `send` and `recv` to their streams, makes each the other's
+  // match and joins them with a data edge. Returns {send id, recv id}.
+  std::pair<int, int> add_message(Node&& send, Node&& recv);
   void reserve(std::size_t nodes, std::size_t edges);  // capacity hint
   // Adds the node without placing it in its stream's order: for loaders, which then give each
   // stream its order with set_stream_order.
