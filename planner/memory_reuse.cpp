@@ -1,5 +1,7 @@
 #include "planner/memory_reuse.h"
 
+#include <cstdlib>  // defines __GLIBC__ on glibc; without a libc header the test below is false
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
