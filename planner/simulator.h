@@ -42,4 +42,10 @@ struct SimResult {
 // that deadlocks).
 SimResult simulate(const TaskGraph& graph);
 
+// The order in which the event loop takes ready nodes. `automatic` takes them by ready time only
+// where it matters (two streams sending over one directed link); `by_ready_time` always does.
+// Both give the same result; the second is there for tests that check so.
+enum class SimOrder : std::uint8_t { automatic, by_ready_time };
+SimResult simulate(const TaskGraph& graph, SimOrder order);
+
 }  // namespace pipeplan

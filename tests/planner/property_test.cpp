@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/simulator.h"
 #include "planner/validator.h"
 #include "schedules/registry.h"
 #include "tests/planner/plan_fixtures.h"
@@ -71,6 +72,13 @@ void check_random_pipelines(bool uneven) {
         ASSERT_FALSE(v.has_value()) << family.name << " " << to_string(mode) << ": " << v->message;
         // Deterministic: the same request gives the same plan, byte for byte.
         EXPECT_EQ(plan_to_json(make_plan(r).graph), plan_to_json(plan.graph));
+        // Taking ready nodes by time (the heap) gives the same times as the default stack.
+        const SimResult by_time = simulate(plan.graph, SimOrder::by_ready_time);
+        ASSERT_EQ(by_time.times.size(), plan.sim.times.size());
+        for (std::size_t id = 0; id < by_time.times.size(); ++id) {
+          ASSERT_EQ(by_time.times[id].start_us, plan.sim.times[id].start_us) << family.name;
+          ASSERT_EQ(by_time.times[id].end_us, plan.sim.times[id].end_us) << family.name;
+        }
         const double ms = plan.sim.makespan_us;
         const std::string where = family.name + " " + std::string(to_string(mode)) +
                                   " P=" + std::to_string(devices) +

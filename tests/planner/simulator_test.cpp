@@ -150,6 +150,71 @@ TEST(SimulatorComm, BandwidthSerialisesALink) {
   }
 }
 
+// A link slower than a transfer's duration says (a hand-edited plan): the next transfer on the
+// link waits for it, whichever order the event loop takes ready nodes in.
+TEST(SimulatorComm, LinkOccupancyBeyondDurationHoldsTheNextTransfer) {
+  PlanRequest r = testing::uniform_request(
+      {.devices = 2, .microbatches = 4, .schedule = "gpipe", .f = 0.001, .b = 1, .w = 1});
+  r.profile.p2p = {0.0, 1.0};  // 1 GB/s
+  for (auto& [mbs, cost] : r.profile.layers["block"])
+    cost.send_bytes = 1'000'000;  // 1 ms on the link
+  Plan plan = make_plan(r);
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    Node& n = plan.graph.node(id);
+    if (n.kind != NodeKind::compute) n.duration_us = 10.0;  // but 10 us by the node
+  }
+  for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+    const SimResult sim = simulate(plan.graph, order);
+    std::vector<double> starts;
+    for (int id = 0; id < plan.graph.node_count(); ++id) {
+      const Node& n = plan.graph.node(id);
+      if (n.kind == NodeKind::send && n.device == 0)
+        starts.push_back(sim.times[static_cast<std::size_t>(id)].start_us);
+    }
+    ASSERT_EQ(starts.size(), 4u);
+    for (std::size_t i = 1; i < starts.size(); ++i)
+      EXPECT_GE(starts[i], starts[i - 1] + 1000.0 - 1e-6);
+  }
+}
+
+// A transfer starts when the later of its two halves is ready, whichever half the event loop
+// takes last: here the receive waits on a long compute op of its own device (a hand-made graph;
+// lowering never gives a receive an input other than its send).
+TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
+  TaskGraph g;
+  g.meta.devices = 2;
+  const auto compute = [&](int device, double us) {
+    Node n;
+    n.device = device;
+    n.stream = g.stream(device, StreamRole::compute);
+    n.duration_us = us;
+    n.label = "0F0";
+    return g.add_node(std::move(n));
+  };
+  const int early = compute(0, 1000.0);
+  const int late = compute(1, 5000.0);
+  Node send;
+  send.kind = NodeKind::send;
+  send.device = 0;
+  send.peer = 1;
+  send.stream = g.stream(0, StreamRole::send, 1);
+  send.duration_us = 10.0;
+  send.label = "0F0";
+  Node recv = send;
+  recv.kind = NodeKind::recv;
+  recv.device = 1;
+  recv.peer = 0;
+  recv.stream = g.stream(1, StreamRole::recv, 0);
+  const auto [s, r] = g.add_message(std::move(send), std::move(recv));
+  g.add_data_edge(early, s);
+  g.add_data_edge(late, r);
+  for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+    const SimResult sim = simulate(g, order);
+    EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(s)].start_us, 5000.0);
+    EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(r)].end_us, 5010.0);
+  }
+}
+
 TEST(SimulatorMetrics, TokensAndStageSpan) {
   const Plan plan = uniform_plan({.devices = 4, .microbatches = 8});
   // The last stage starts after (P − 1) forwards; its span is shorter than the makespan.
