@@ -10,6 +10,7 @@
 
 #include "planner/backward.h"
 #include "planner/error.h"
+#include "planner/evaluate.h"
 #include "planner/lower_bound.h"
 #include "planner/simulator.h"
 #include "planner/validator.h"
@@ -371,11 +372,12 @@ struct Evaluation {
 std::optional<Evaluation> evaluate(const Schedule& schedule, const std::vector<StageCost>& costs,
                                    const PlanMeta& meta, std::string& first_error) {
   const TaskGraph graph = lower(schedule, costs, meta);
-  if (const auto violation = find_violation(graph)) {
+  const CheckedSimulation checked = validate_and_simulate(graph);
+  if (const auto& violation = checked.violation) {
     if (first_error.empty()) first_error = "--memory: " + violation->message;
     return std::nullopt;
   }
-  const SimResult sim = simulate(graph);
+  const SimResult& sim = checked.sim;
   Evaluation e{score_of(sim), std::vector<std::vector<NodeTime>>(schedule.per_device.size())};
   for (std::size_t st = 0; st < graph.streams().size(); ++st) {
     const Stream& stream = graph.streams()[st];

@@ -1,12 +1,13 @@
 #include "planner/planner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "planner/auto_schedule.h"
 #include "planner/backward.h"
 #include "planner/error.h"
+#include "planner/evaluate.h"
 #include "planner/partition.h"
-#include "planner/validator.h"
 #include "schedules/registry.h"
 
 namespace pipeplan {
@@ -82,11 +83,12 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
                                      schedule.microbatches);
-  if (const auto v = find_violation(plan.graph)) {
+  CheckedSimulation checked = validate_and_simulate(plan.graph);
+  if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw Error("--memory: " + v->message);
     throw Error("internal: generated plan is invalid: " + v->message);
   }
-  plan.sim = simulate(plan.graph);
+  plan.sim = std::move(checked.sim);
   return plan;
 }
 

@@ -7,7 +7,10 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <utility>
 
+#include "planner/error.h"
+#include "planner/evaluate.h"
 #include "planner/io.h"
 #include "planner/simulator.h"
 #include "planner/taskgraph.h"
@@ -41,8 +44,9 @@ struct ShowCommand {
   bool json = false;
   int run() const {
     const TaskGraph graph = load_plan(plan_path);
-    validate(graph);
-    const SimResult sim = simulate(graph);
+    CheckedSimulation checked = validate_and_simulate(graph);
+    if (checked.violation) throw Error("invalid plan: " + checked.violation->message);
+    const SimResult sim = std::move(checked.sim);
     if (!trace.empty()) write_perfetto_trace(graph, sim, trace, plan_path);
     if (!dot.empty()) {
       std::ostringstream out;
