@@ -28,7 +28,15 @@ class MicroBatches {
   MicroBatches(const std::vector<int>& values) {
     append(values.data(), values.data() + values.size());
   }
-  MicroBatches(const MicroBatches& other) { append(other.begin(), other.end()); }
+  MicroBatches(const MicroBatches& other) {
+    if (other.heap_) {
+      append(other.begin(), other.end());
+    } else {
+      // The common case (one micro-batch): a fixed-size copy, no memmove call.
+      inline_ = other.inline_;
+      size_ = other.size_;
+    }
+  }
   MicroBatches(MicroBatches&& other) noexcept { take(other); }
   MicroBatches& operator=(const MicroBatches& other) {
     if (this != &other) {
