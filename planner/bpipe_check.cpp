@@ -2,7 +2,8 @@
 
 #include <cstdio>
 #include <string>
-#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "planner/simulator.h"
 
@@ -22,23 +23,24 @@ bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
-// The data-edge predecessor or successor of `id` that satisfies `pred`, or -1.
+// The data-edge predecessor of `id` that satisfies `pred`, or -1 (`preds` from predecessors()).
 template <typename Pred>
-int data_neighbour(const TaskGraph& g, int id, bool incoming, Pred pred) {
+int data_predecessor(const TaskGraph& g,
+                     const std::vector<std::vector<std::pair<int, EdgeKind>>>& preds, int id,
+                     Pred pred) {
+  for (const auto& [other, kind] : preds[static_cast<std::size_t>(id)]) {
+    if (kind == EdgeKind::data && pred(g.node(other))) return other;
+  }
+  return -1;
+}
+
+// The data-edge successor of `id` that satisfies `pred`, or -1.
+template <typename Pred>
+int data_successor(const TaskGraph& g, int id, Pred pred) {
   const auto& graph = g.graph();
-  using Vertex =
-      typename boost::graph_traits<std::remove_cvref_t<decltype(graph)>>::vertex_descriptor;
-  const auto v = static_cast<Vertex>(id);
-  if (incoming) {
-    for (auto [it, end] = boost::in_edges(v, graph); it != end; ++it) {
-      const int other = static_cast<int>(boost::source(*it, graph));
-      if (graph[*it] == EdgeKind::data && pred(g.node(other))) return other;
-    }
-  } else {
-    for (auto [it, end] = boost::out_edges(v, graph); it != end; ++it) {
-      const int other = static_cast<int>(boost::target(*it, graph));
-      if (graph[*it] == EdgeKind::data && pred(g.node(other))) return other;
-    }
+  for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(id), graph); it != end; ++it) {
+    const int other = static_cast<int>(boost::target(*it, graph));
+    if (graph[*it] == EdgeKind::data && pred(g.node(other))) return other;
   }
   return -1;
 }
@@ -89,6 +91,7 @@ Result check_transfer_order(const TaskGraph& g) {
 }
 
 Result check_transfer_use(const TaskGraph& g) {
+  const auto preds = predecessors(g);
   for (int id = 0; id < g.node_count(); ++id) {
     if (!on_transfer_stream(g, id)) continue;
     const Node& n = g.node(id);
@@ -104,12 +107,12 @@ Result check_transfer_use(const TaskGraph& g) {
       return make_violation(g, id, "transfer-use", "is labelled neither 'evict' nor 'load'");
     }
     if (n.kind == NodeKind::send && evict &&
-        data_neighbour(g, id, true, [&](const Node& o) { return same_op(o, false); }) < 0) {
+        data_predecessor(g, preds, id, [&](const Node& o) { return same_op(o, false); }) < 0) {
       return make_violation(g, id, "transfer-use",
                             "does not wait for the forward that made the stash");
     }
     if (n.kind == NodeKind::send && !evict) {
-      const int from = data_neighbour(g, id, true, [&](const Node& o) {
+      const int from = data_predecessor(g, preds, id, [&](const Node& o) {
         return o.kind == NodeKind::recv && starts_with(o.label, "evict ") && o.stage == n.stage &&
                !o.microbatches.empty() && o.microbatches.front() == mb;
       });
@@ -119,7 +122,7 @@ Result check_transfer_use(const TaskGraph& g) {
       }
     }
     if (n.kind == NodeKind::recv && !evict &&
-        data_neighbour(g, id, false, [&](const Node& o) { return same_op(o, true); }) < 0) {
+        data_successor(g, id, [&](const Node& o) { return same_op(o, true); }) < 0) {
       return make_violation(
           g, id, "transfer-use",
           "is not waited for by the backward that reads the stash (use before load)");

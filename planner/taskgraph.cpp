@@ -154,6 +154,16 @@ const TaskGraph::Graph& TaskGraph::graph() const {
   return *cache_.graph;
 }
 
+std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph) {
+  std::vector<std::vector<std::pair<int, EdgeKind>>> preds(
+      static_cast<std::size_t>(graph.node_count()));
+  const auto& g = graph.graph();
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    preds[boost::target(*it, g)].emplace_back(static_cast<int>(boost::source(*it, g)), g[*it]);
+  }
+  return preds;
+}
+
 std::string TaskGraph::node_name(int id) const {
   const Node& n = node(id);
   std::string where = "device " + std::to_string(n.device);

@@ -194,17 +194,21 @@ Result check_acyclic(const Context& c) {
   for (std::size_t v = 0; v < n; ++v) {
     if (rep[v] != v || done[v]) continue;
     // Walk back along unfinished predecessors until an event repeats: it lies on a cycle.
+    const auto preds = predecessors(g);
     std::vector<char> visited(n, 0);
     std::size_t cur = v;
     while (!visited[cur]) {
       visited[cur] = 1;
       std::size_t next = cur;
       const auto [list, count] = members(cur);
-      for (int k = 0; k < count; ++k) {
+      for (int k = 0; k < count && next == cur; ++k) {
         const auto member = list[static_cast<std::size_t>(k)];
-        for (auto [it, end] = boost::in_edges(member, graph); it != end && next == cur; ++it) {
-          const auto p = rep[boost::source(*it, graph)];
-          if (p != cur && !done[p]) next = p;
+        for (const auto& [from, kind] : preds[member]) {
+          const auto p = rep[static_cast<std::size_t>(from)];
+          if (p != cur && !done[p]) {
+            next = p;
+            break;
+          }
         }
       }
       if (next == cur) break;
@@ -312,18 +316,19 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
   return std::nullopt;
 }
 
-// True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv.
+// True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv
+// (producer -> send, matched to a recv -> consumer).
 bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int consumer) {
-  for (auto [it, end] = boost::in_edges(static_cast<std::size_t>(consumer), graph); it != end;
+  for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(producer), graph); it != end;
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
-    const int from = static_cast<int>(boost::source(*it, graph));
-    if (from == producer) return true;
-    const PackedNode& r = c.node(static_cast<std::size_t>(from));
-    if (r.kind != NodeKind::recv || r.match < 0) continue;
-    for (auto [jt, jend] = boost::in_edges(static_cast<std::size_t>(r.match), graph); jt != jend;
+    const int to = static_cast<int>(boost::target(*it, graph));
+    if (to == consumer) return true;
+    const PackedNode& s = c.node(static_cast<std::size_t>(to));
+    if (s.kind != NodeKind::send || s.match < 0) continue;
+    for (auto [jt, jend] = boost::out_edges(static_cast<std::size_t>(s.match), graph); jt != jend;
          ++jt) {
-      if (graph[*jt] == EdgeKind::data && static_cast<int>(boost::source(*jt, graph)) == producer) {
+      if (graph[*jt] == EdgeKind::data && static_cast<int>(boost::target(*jt, graph)) == consumer) {
         return true;
       }
     }
