@@ -154,7 +154,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   std::vector<HotNode> hot(static_cast<std::size_t>(n_nodes));
   std::vector<std::int64_t> payload_bytes(static_cast<std::size_t>(n_nodes), 0);
   std::vector<MemoryEffect> effects;
-  // Per directed link, the one stream whose sends use it; -2 once a second stream does.
+  // Per directed link, the stream whose sends use it (-1: none yet); a second one sets shared_link.
   const auto link_count = static_cast<std::size_t>(n_devices) * static_cast<std::size_t>(n_devices);
   std::vector<int> link_stream(link_count, -1);
   bool shared_link = order == SimOrder::by_ready_time;
