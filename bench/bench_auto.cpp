@@ -4,10 +4,10 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_main.h"
-#include "planner/analytic.h"
-#include "planner/auto_schedule.h"
-#include "planner/gpu.h"
-#include "planner/search.h"
+#include "planner/search/auto_schedule.h"
+#include "planner/search/search.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
 
 namespace pipeplan {
 namespace {

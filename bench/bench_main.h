@@ -1,10 +1,10 @@
 // The main() body of every benchmark program: the process keeps freed memory for the next plan,
-// as the pipeplan binary does (tools/main.cpp, planner/memory_reuse.h).
+// as the pipeplan binary does (tools/main.cpp, planner/base/memory_reuse.h).
 #pragma once
 
 #include <benchmark/benchmark.h>
 
-#include "planner/memory_reuse.h"
+#include "planner/base/memory_reuse.h"
 
 namespace pipeplan::bench {
 

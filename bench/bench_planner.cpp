@@ -5,12 +5,12 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_main.h"
-#include "planner/analytic.h"
-#include "planner/backward.h"
-#include "planner/evaluate.h"
-#include "planner/partition.h"
-#include "planner/simulator.h"
-#include "planner/validator.h"
+#include "planner/graph/evaluate.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
+#include "profiles/analytic.h"
+#include "profiles/partition.h"
+#include "schedules/backward.h"
 #include "schedules/registry.h"
 
 namespace pipeplan {

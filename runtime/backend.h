@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/error.h"
-#include "planner/model.h"
+#include "planner/base/error.h"
+#include "profiles/model.h"
 
 namespace pipeplan {
 

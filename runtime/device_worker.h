@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/taskgraph.h"
+#include "planner/graph/taskgraph.h"
 #include "runtime/backend.h"
 #include "runtime/transport.h"
 

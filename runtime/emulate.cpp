@@ -4,7 +4,7 @@
 #include <cctype>
 #include <string>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "planner/gpu.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/taskgraph.h"
+#include "profiles/gpu.h"
 
 namespace pipeplan {
 

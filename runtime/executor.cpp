@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "planner/error.h"
-#include "planner/validator.h"
+#include "planner/base/error.h"
+#include "planner/graph/validator.h"
 #include "runtime/measured.h"
 
 namespace pipeplan {

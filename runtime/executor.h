@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 #include "runtime/backend.h"
 #include "runtime/device_worker.h"
 #include "runtime/node_timer.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 

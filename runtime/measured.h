@@ -1,5 +1,5 @@
-// A measured step in the simulator's result structure (planner/simulator.h), so the one trace
-// writer (planner/trace.h) draws it and `pipeplan diff` can set it beside the prediction.
+// A measured step in the simulator's result structure (planner/graph/simulator.h), so the one trace
+// writer (planner/graph/trace.h) draws it and `pipeplan diff` can set it beside the prediction.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
 

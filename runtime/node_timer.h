@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 

@@ -1,5 +1,5 @@
 // Predicted versus measured: reads the per-node times back from a Perfetto trace written by
-// `pipeplan run --trace` (planner/trace.h format; args.node is the node id) and lines them up
+// `pipeplan run --trace` (planner/graph/trace.h format; args.node is the node id) and lines them up
 // with the simulation of the same plan, op by op, per device and overall.
 #pragma once
 
@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
 

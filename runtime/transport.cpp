@@ -1,6 +1,6 @@
 #include "runtime/transport.h"
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "runtime/cpu/host_tensor.h"
 
 namespace pipeplan {

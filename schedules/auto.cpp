@@ -1,6 +1,6 @@
 // `auto` needs the stage costs and memory limits, which a ScheduleRequest does not carry:
-// make_plan builds it with make_auto_schedule (planner/auto_schedule.h).
-#include "planner/error.h"
+// make_plan builds it with make_auto_schedule (planner/search/auto_schedule.h).
+#include "planner/base/error.h"
 #include "schedules/registry.h"
 
 namespace pipeplan {

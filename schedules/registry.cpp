@@ -1,6 +1,6 @@
 #include "schedules/registry.h"
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 

@@ -1,5 +1,5 @@
 // Schedule families by name. Each family (one file in schedules/) produces the per-device order
-// of forwards and fused backwards (op B); planner/backward.h then splits B into p1/p2 as the
+// of forwards and fused backwards (op B); schedules/backward.h then splits B into p1/p2 as the
 // backward mode asks.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "planner/schedule.h"
+#include "schedules/schedule.h"
 
 namespace pipeplan {
 
@@ -43,8 +43,8 @@ Schedule make_zb_h2(const ScheduleRequest& request);
 Schedule make_zb_v(const ScheduleRequest& request);
 Schedule make_v_half(const ScheduleRequest& request);
 Schedule make_v_min(const ScheduleRequest& request);
-// `auto` is built by make_plan from the stage costs (planner/auto_schedule.h); called without
-// them it throws Error naming --schedule.
+// `auto` is built by make_plan from the stage costs (planner/search/auto_schedule.h); called
+// without them it throws Error naming --schedule.
 Schedule make_auto_unplanned(const ScheduleRequest& request);
 // Peak activation memory of the V families in chunk stashes (M_B / 2 each, counted from a forward
 // to its p2), clamped to [2, 2P]: the list scheduler's cap for zb-v and v-half, the building

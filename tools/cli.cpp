@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "tools/commands.h"
 
 namespace pipeplan {

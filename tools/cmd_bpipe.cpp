@@ -1,4 +1,4 @@
-// `pipeplan bpipe`: will BPipe pay for this model and cluster? (planner/bpipe_estimate.h)
+// `pipeplan bpipe`: will BPipe pay for this model and cluster? (planner/search/bpipe_estimate.h)
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/bpipe_estimate.h"
-#include "planner/error.h"
-#include "planner/gpu.h"
+#include "planner/base/error.h"
+#include "planner/search/bpipe_estimate.h"
+#include "profiles/gpu.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
 #include "tools/units.h"

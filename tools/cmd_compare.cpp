@@ -5,8 +5,8 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/error.h"
-#include "planner/planner.h"
+#include "planner/base/error.h"
+#include "planner/plan/make_plan.h"
 #include "schedules/registry.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"

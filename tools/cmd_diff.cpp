@@ -1,8 +1,8 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/io.h"
-#include "planner/simulator.h"
+#include "planner/base/io.h"
+#include "planner/graph/simulator.h"
 #include "runtime/measured.h"
 #include "runtime/trace_diff.h"
 #include "tools/commands.h"

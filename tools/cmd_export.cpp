@@ -1,9 +1,9 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/error.h"
-#include "planner/taskgraph.h"
-#include "planner/torch_csv.h"
+#include "planner/base/error.h"
+#include "planner/graph/taskgraph.h"
+#include "schedules/torch_csv.h"
 #include "tools/commands.h"
 
 namespace pipeplan {

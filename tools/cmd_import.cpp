@@ -1,9 +1,9 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/error.h"
-#include "planner/planner.h"
-#include "planner/torch_csv.h"
+#include "planner/base/error.h"
+#include "planner/plan/make_plan.h"
+#include "schedules/torch_csv.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"

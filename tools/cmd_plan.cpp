@@ -4,9 +4,9 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/bpipe_estimate.h"
-#include "planner/error.h"
-#include "planner/planner.h"
+#include "planner/base/error.h"
+#include "planner/plan/make_plan.h"
+#include "planner/search/bpipe_estimate.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
 

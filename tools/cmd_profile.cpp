@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/analytic.h"
-#include "planner/error.h"
-#include "planner/gpu.h"
+#include "planner/base/error.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
 #include "tools/units.h"
 #ifdef PIPEPLAN_HAVE_CUDA
 #include <unistd.h>

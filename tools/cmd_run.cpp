@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/error.h"
-#include "planner/simulator.h"
-#include "planner/trace.h"
-#include "planner/validator.h"
+#include "planner/base/error.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/trace.h"
+#include "planner/graph/validator.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/emulate.h"
 #include "runtime/executor.h"

@@ -9,13 +9,13 @@
 #include <sstream>
 #include <utility>
 
-#include "planner/error.h"
-#include "planner/evaluate.h"
-#include "planner/io.h"
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
-#include "planner/trace.h"
-#include "planner/validator.h"
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/graph/evaluate.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
+#include "planner/graph/trace.h"
+#include "planner/graph/validator.h"
 #include "tools/report.h"
 #include "tools/timeline.h"
 

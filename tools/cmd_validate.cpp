@@ -3,8 +3,8 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/taskgraph.h"
-#include "planner/validator.h"
+#include "planner/graph/taskgraph.h"
+#include "planner/graph/validator.h"
 
 namespace pipeplan {
 

@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mapfile -t sources < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 echo "lint: clang-format on ${#sources[@]} files"
 clang-format --dry-run -Werror "${sources[@]}"
-mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep -E '^(planner|schedules|tools|runtime)/.*\.cpp$')
+mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep -E '^(planner|profiles|schedules|tools|runtime)/.*\.cpp$')
 echo "lint: clang-tidy on ${#units[@]} files"
 log=build/clang-tidy.log
 status=0

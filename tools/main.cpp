@@ -1,4 +1,4 @@
-#include "planner/memory_reuse.h"
+#include "planner/base/memory_reuse.h"
 #include "tools/cli.h"
 
 int main(int argc, char** argv) {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "planner/analytic.h"
-#include "planner/error.h"
-#include "planner/gpu.h"
-#include "planner/tensor_parallel.h"
+#include "planner/base/error.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
+#include "profiles/tensor_parallel.h"
 #include "schedules/registry.h"
 #include "tools/units.h"
 

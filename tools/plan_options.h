@@ -5,8 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/planner.h"
-#include "planner/search.h"
+#include "planner/plan/make_plan.h"
+#include "planner/search/search.h"
 
 namespace pipeplan {
 
@@ -28,8 +28,8 @@ struct PlanOptions {
   std::string layers_per_stage;
   std::string uniform;
   std::string uniform_mem;
-  std::string bpipe = "off";  // off, on, auto (planner/bpipe.h)
-  int tensor_parallel = 1;    // GPUs per pipeline stage (planner/tensor_parallel.h)
+  std::string bpipe = "off";  // off, on, auto (planner/plan/bpipe.h)
+  int tensor_parallel = 1;    // GPUs per pipeline stage (profiles/tensor_parallel.h)
 };
 
 // What a plan may not use of a GPU's memory because no profile counts it (docs/bpipe.md,

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 namespace {
@@ -68,7 +68,7 @@ std::string op_color(OpType op) {
   return "";
 }
 
-// BPipe transfers (planner/bpipe.h) are labelled "evict <F action>" / "load <F action>".
+// BPipe transfers (planner/plan/bpipe.h) are labelled "evict <F action>" / "load <F action>".
 bool is_transfer_stream(const TaskGraph& graph, int stream) {
   return graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
 }

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "planner/simulator.h"
-#include "planner/taskgraph.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 

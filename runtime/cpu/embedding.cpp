@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan::cpu {
 

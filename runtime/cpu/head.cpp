@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/rmsnorm.h"
 

@@ -3,7 +3,7 @@
 // strided-batched GEMMs, causal softmax and its backward as kernels (softmax.cu). Grouped-query
 // heads: query head h = kv·G + g reads kv head kv, so each call batches over kv heads for one g.
 //
-// Modes (planner/profile.h `Attention`), by what forward keeps for p1:
+// Modes (profiles/profile.h `Attention`), by what forward keeps for p1:
 //   materialized  probs (B, H, T, T) bf16 in the stash: 2·B·H·T² bytes held from F to p1.
 //   recompute     nothing extra; p1 recomputes S and the softmax (one more Q·Kᵀ per head).
 //   flash         not a fused kernel yet: runs as `recompute` (same memory, recompute's time).
@@ -11,7 +11,7 @@
 // transient (H, T, T) scratch, freed before the pass returns.
 #pragma once
 
-#include "planner/profile.h"
+#include "profiles/profile.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/kernels.h"

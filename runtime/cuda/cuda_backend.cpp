@@ -23,7 +23,7 @@ struct ParamSpec {
 };
 
 // Must list the parameters in runtime/cpu/cpu_backend.cpp's order: the init streams are keyed
-// by position, and tests/cuda compares the two backends weight by weight.
+// by position, and tests/runtime/cuda compares the two backends weight by weight.
 std::vector<ParamSpec> param_specs(const ModelConfig& model, LayerKind kind) {
   const std::int64_t c = model.hidden, v = model.vocab, f = model.ffn_hidden;
   const std::int64_t kv_heads = model.kv_heads > 0 ? model.kv_heads : model.heads;

@@ -10,7 +10,7 @@
 
 #include <cuda_runtime.h>
 
-#include "planner/profile.h"
+#include "profiles/profile.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/context.h"
 

@@ -9,7 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan::cuda {
 

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "planner/error.h"
-#include "planner/gpu.h"
+#include "planner/base/error.h"
+#include "profiles/gpu.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_local_transport.h"
 #include "runtime/emulate.h"

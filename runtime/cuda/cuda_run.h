@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/taskgraph.h"
+#include "planner/graph/taskgraph.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/green_context.h"
 #include "runtime/cuda/step_events.h"

@@ -6,7 +6,7 @@
 
 #include <span>
 
-#include "planner/profile.h"
+#include "profiles/profile.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/kernels.h"

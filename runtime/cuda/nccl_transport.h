@@ -32,7 +32,7 @@
 #include <tuple>
 #include <vector>
 
-#include "planner/taskgraph.h"
+#include "planner/graph/taskgraph.h"
 #include "runtime/cuda/device_local_transport.h"
 #include "runtime/cuda/step_events.h"
 #include "runtime/transport.h"

@@ -1,12 +1,12 @@
 // The GPU profiler behind `pipeplan profile --backend cuda`: runs each layer kind of the model
 // (embedding, one block, head) on the CUDA backend at each micro-batch size and writes the
-// planner's Profile (planner/profile.h) with measured times and allocator-counted bytes.
+// planner's Profile (profiles/profile.h) with measured times and allocator-counted bytes.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "planner/profile.h"
+#include "profiles/profile.h"
 
 namespace pipeplan::cuda {
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "planner/analytic.h"
-#include "planner/planner.h"
+#include "planner/plan/make_plan.h"
+#include "profiles/analytic.h"
 
 namespace pipeplan::testing {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "runtime/emulate.h"
 #include "runtime/measured.h"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "planner/validator.h"
+#include "planner/graph/validator.h"
 #include "runtime/faulty_transport.h"
 #include "tests/runtime/executor_fixtures.h"
 

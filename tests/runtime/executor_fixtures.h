@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/analytic.h"
-#include "planner/planner.h"
+#include "planner/plan/make_plan.h"
+#include "profiles/analytic.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/device_worker.h"
 #include "runtime/executor.h"

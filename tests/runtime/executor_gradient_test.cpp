@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/validator.h"
+#include "planner/graph/validator.h"
 #include "tests/runtime/executor_fixtures.h"
 
 namespace pipeplan {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/embedding.h"
 #include "runtime/cpu/head.h"

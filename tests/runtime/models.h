@@ -1,7 +1,7 @@
 // Model shapes for the runtime tests, built by hand so the tests need only ModelConfig's fields.
 #pragma once
 
-#include "planner/model.h"
+#include "profiles/model.h"
 
 namespace pipeplan::testing {
 

@@ -8,9 +8,9 @@
 #include <tuple>
 #include <vector>
 
-#include "planner/error.h"
-#include "planner/schedule.h"
+#include "planner/base/error.h"
 #include "schedules/registry.h"
+#include "schedules/schedule.h"
 
 namespace pipeplan {
 namespace {

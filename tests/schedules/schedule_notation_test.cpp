@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "planner/error.h"
-#include "planner/schedule.h"
+#include "planner/base/error.h"
+#include "schedules/schedule.h"
 
 namespace pipeplan {
 namespace {

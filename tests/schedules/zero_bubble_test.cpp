@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 #include "schedules/registry.h"
 #include "tests/planner/plan_fixtures.h"
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/error.h"
+#include "planner/base/error.h"
 
 namespace pipeplan {
 namespace {

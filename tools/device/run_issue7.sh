@@ -54,7 +54,7 @@ record() {
   return "$status"
 }
 
-# The model: LLaMA-7B blocks, LAYERS of them (Hugging Face config form, planner/model.cpp).
+# The model: LLaMA-7B blocks, LAYERS of them (Hugging Face config form, profiles/model.cpp).
 model="$out/llama-like-${layers}.json"
 cat > "$model" << JSON
 {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": $layers,
@@ -63,7 +63,7 @@ cat > "$model" << JSON
 JSON
 
 record env bash -c "nvidia-smi; nvcc --version | tail -n 2; echo SM share per stage: $share"
-record gpu-tests "$build/tests/cuda/pipeplan_cuda_tests"
+record gpu-tests "$build/tests/runtime/cuda/pipeplan_cuda_tests"
 
 # Profile inside one stage's green context, so plan and run see the same SM share.
 profile="$out/profile-sm${share}.json"

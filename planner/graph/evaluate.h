@@ -1,0 +1,26 @@
+// Validation and simulation of one task graph, the two steps every plan goes through. Both only
+// read the graph, so on large graphs they run at once on two threads (validation here, the
+// simulation on a second thread); the result is what find_violation and then simulate give.
+#pragma once
+
+#include <optional>
+
+#include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
+
+namespace pipeplan {
+
+struct CheckedSimulation {
+  std::optional<Violation> violation;  // the first broken rule; `sim` is then left empty
+  SimResult sim;
+};
+
+// Graphs with at least this many nodes are validated and simulated concurrently; below it a
+// thread costs more than it saves.
+inline constexpr int kConcurrentEvaluationNodes = 4096;
+
+// An Error thrown by the simulation of a valid graph propagates; on an invalid graph the
+// violation is returned and whatever the simulation did is dropped.
+CheckedSimulation validate_and_simulate(const TaskGraph& graph);
+
+}  // namespace pipeplan

@@ -1,0 +1,308 @@
+// Plan (task graph) JSON and Graphviz DOT. Format: docs/plan-format.md.
+#include <algorithm>
+#include <ostream>
+
+#include <boost/graph/graphviz.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/graph/taskgraph.h"
+
+namespace pipeplan {
+
+namespace {
+
+constexpr std::string_view kPlanFormat = "pipeplan-plan";
+constexpr int kPlanVersion = 1;
+
+NodeKind node_kind_from_string(std::string_view text, const std::string& context) {
+  if (text == "compute") return NodeKind::compute;
+  if (text == "send") return NodeKind::send;
+  if (text == "recv") return NodeKind::recv;
+  throw Error(context + ": field 'kind' must be compute, send or recv");
+}
+
+StreamRole stream_role_from_string(std::string_view text, const std::string& context) {
+  if (text == "compute") return StreamRole::compute;
+  if (text == "send") return StreamRole::send;
+  if (text == "recv") return StreamRole::recv;
+  if (text == "transfer") return StreamRole::transfer;
+  throw Error(context + ": field 'role' must be compute, send, recv or transfer");
+}
+
+OpType op_from_string(std::string_view text, const std::string& context) {
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
+    if (text == to_string(op)) return op;
+  }
+  throw Error(context + ": field 'op' must be F, B, P1 or P2");
+}
+
+int require_int(const nlohmann::json& object, std::string_view field, const std::string& context,
+                std::int64_t lo, std::int64_t hi) {
+  const std::int64_t v = require_integer(object, field, context);
+  if (v < lo || v > hi) {
+    throw Error(context + ": field '" + std::string(field) + "' = " + std::to_string(v) +
+                " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return static_cast<int>(v);
+}
+
+nlohmann::json meta_to_json(const PlanMeta& m) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageLayers& s : m.stage_layers)
+    stages.push_back({s.first_layer, s.layer_count});
+  return {{"model", model_to_json(m.model)},
+          {"gpu", m.gpu},
+          {"devices", m.devices},
+          {"chunks", m.chunks},
+          {"microbatches", m.microbatches},
+          {"mbs", m.mbs},
+          {"seq", m.seq},
+          {"schedule", m.schedule},
+          {"backward", std::string(to_string(m.backward))},
+          {"p2_concat", m.p2_concat},
+          {"attention", std::string(to_string(m.attention))},
+          {"stage_layers", stages},
+          {"memory_limit_bytes", m.memory_limit_bytes},
+          {"static_bytes", m.static_bytes},
+          {"flops_per_token", m.flops_per_token},
+          {"peak_flops_per_device", m.peak_flops_per_device},
+          {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
+          {"profile_source", m.profile_source}};
+}
+
+PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string ctx = source + ": meta";
+  PlanMeta m;
+  m.model = model_from_json(require_field(j, "model", ctx), ctx + ".model");
+  m.gpu = require_string(j, "gpu", ctx);
+  m.devices = require_int(j, "devices", ctx, 1, 1 << 16);
+  m.chunks = require_int(j, "chunks", ctx, 1, 1 << 10);
+  m.microbatches = require_int(j, "microbatches", ctx, 1, 1 << 20);
+  m.mbs = require_int(j, "mbs", ctx, 1, 1 << 20);
+  m.seq = require_int(j, "seq", ctx, 0, 1 << 24);
+  m.schedule = require_string(j, "schedule", ctx);
+  m.backward = backward_mode_from_string(require_string(j, "backward", ctx));
+  m.p2_concat = require_int(j, "p2_concat", ctx, 0, 1 << 20);
+  m.attention = attention_from_string(require_string(j, "attention", ctx));
+  for (const auto& s : require_field(j, "stage_layers", ctx)) {
+    if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number_integer()) {
+      throw Error(ctx + ": field 'stage_layers' must hold [first_layer, layer_count] pairs");
+    }
+    m.stage_layers.push_back({s[0].get<int>(), s[1].get<int>()});
+  }
+  const auto per_device = [&](std::string_view field) {
+    const auto& a = require_field(j, field, ctx);
+    if (!a.is_array() || static_cast<int>(a.size()) != m.devices) {
+      throw Error(ctx + ": field '" + std::string(field) + "' must be an array of " +
+                  std::to_string(m.devices) + " numbers (one per device)");
+    }
+    for (const auto& v : a) {
+      if (!v.is_number() || v.get<double>() < 0) {
+        throw Error(ctx + ": field '" + std::string(field) + "' must hold non-negative numbers");
+      }
+    }
+    return a;
+  };
+  m.memory_limit_bytes = per_device("memory_limit_bytes").get<std::vector<double>>();
+  m.static_bytes = per_device("static_bytes").get<std::vector<std::int64_t>>();
+  m.flops_per_token = require_nonnegative(j, "flops_per_token", ctx);
+  m.peak_flops_per_device = require_nonnegative(j, "peak_flops_per_device", ctx);
+  const auto& link = require_field(j, "link", ctx);
+  m.link.latency_us = require_nonnegative(link, "latency_us", ctx + ".link");
+  m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");
+  m.profile_source = require_string(j, "profile_source", ctx);
+  return m;
+}
+
+nlohmann::json node_to_json(int id, const Node& n) {
+  nlohmann::json j = {{"id", id},
+                      {"kind", std::string(to_string(n.kind))},
+                      {"op", std::string(to_string(n.op))},
+                      {"device", n.device},
+                      {"stream", n.stream},
+                      {"stage", n.stage},
+                      {"microbatches", n.microbatches},
+                      {"duration_us", n.duration_us},
+                      {"label", n.label},
+                      {"alloc_bytes", n.alloc_bytes},
+                      {"free_bytes", n.free_bytes}};
+  if (n.kind != NodeKind::compute) {
+    j["bytes"] = n.bytes;
+    j["peer"] = n.peer;
+    j["match"] = n.match;
+  }
+  return j;
+}
+
+Node node_from_json(const nlohmann::json& j, const std::string& ctx, int devices, int streams,
+                    int nodes) {
+  Node n;
+  n.kind = node_kind_from_string(require_string(j, "kind", ctx), ctx);
+  n.op = op_from_string(require_string(j, "op", ctx), ctx);
+  n.device = require_int(j, "device", ctx, 0, devices - 1);
+  n.stream = require_int(j, "stream", ctx, 0, streams - 1);
+  n.stage = require_int(j, "stage", ctx, 0, 1 << 20);
+  const auto& mbs = require_field(j, "microbatches", ctx);
+  if (!mbs.is_array() || mbs.empty()) {
+    throw Error(ctx + ": field 'microbatches' must be a non-empty array");
+  }
+  for (const auto& mb : mbs) {
+    if (!mb.is_number_integer() || mb.get<int>() < 0) {
+      throw Error(ctx + ": field 'microbatches' must hold non-negative integers");
+    }
+    n.microbatches.push_back(mb.get<int>());
+  }
+  n.duration_us = require_nonnegative(j, "duration_us", ctx);
+  n.label = require_string(j, "label", ctx);
+  n.alloc_bytes = require_integer(j, "alloc_bytes", ctx);
+  n.free_bytes = require_integer(j, "free_bytes", ctx);
+  if (n.alloc_bytes < 0 || n.free_bytes < 0) {
+    throw Error(ctx + ": fields 'alloc_bytes' and 'free_bytes' must not be negative");
+  }
+  if (n.kind != NodeKind::compute) {
+    n.bytes = require_integer(j, "bytes", ctx);
+    if (n.bytes < 0) throw Error(ctx + ": field 'bytes' must not be negative");
+    n.peer = require_int(j, "peer", ctx, 0, devices - 1);
+    n.match = require_int(j, "match", ctx, -1, nodes - 1);
+  }
+  return n;
+}
+
+}  // namespace
+
+nlohmann::json plan_to_json(const TaskGraph& graph) {
+  nlohmann::json streams = nlohmann::json::array();
+  for (std::size_t i = 0; i < graph.streams().size(); ++i) {
+    const Stream& s = graph.streams()[i];
+    streams.push_back({{"device", s.device},
+                       {"role", std::string(to_string(s.role))},
+                       {"peer", s.peer},
+                       {"order", graph.stream_order(static_cast<int>(i))}});
+  }
+  nlohmann::json nodes = nlohmann::json::array();
+  for (int id = 0; id < graph.node_count(); ++id)
+    nodes.push_back(node_to_json(id, graph.node(id)));
+  nlohmann::json edges = nlohmann::json::array();
+  for (auto [it, end] = boost::edges(graph.graph()); it != end; ++it) {
+    if (graph.graph()[*it] != EdgeKind::data) continue;
+    edges.push_back({boost::source(*it, graph.graph()), boost::target(*it, graph.graph())});
+  }
+  return {{"format", kPlanFormat},
+          {"version", kPlanVersion},
+          {"meta", meta_to_json(graph.meta)},
+          {"schedule", schedule_to_text(graph.schedule)},
+          {"streams", streams},
+          {"nodes", nodes},
+          {"edges", edges}};
+}
+
+TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_view) {
+  const std::string source(source_view);
+  require_format(json, kPlanFormat, kPlanVersion, source);
+  TaskGraph g;
+  g.meta = meta_from_json(require_field(json, "meta", source), source);
+  g.schedule = schedule_from_text(require_string(json, "schedule", source));
+
+  const auto& streams = require_field(json, "streams", source);
+  if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
+  const auto& nodes = require_field(json, "nodes", source);
+  if (!nodes.is_array()) throw Error(source + ": field 'nodes' must be an array");
+  const int node_total = static_cast<int>(nodes.size());
+  std::vector<std::vector<int>> orders;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const std::string ctx = source + ": streams[" + std::to_string(i) + "]";
+    const int device = require_int(streams[i], "device", ctx, 0, g.meta.devices - 1);
+    const StreamRole role = stream_role_from_string(require_string(streams[i], "role", ctx), ctx);
+    const int peer = require_int(streams[i], "peer", ctx, -1, g.meta.devices - 1);
+    if (g.stream(device, role, peer) != static_cast<int>(i)) {
+      throw Error(ctx + ": duplicate stream");
+    }
+    const auto& order = require_field(streams[i], "order", ctx);
+    if (!order.is_array()) throw Error(ctx + ": field 'order' must be an array of node ids");
+    std::vector<int> ids;
+    for (const auto& id : order) {
+      if (!id.is_number_integer() || id.get<int>() < 0 || id.get<int>() >= node_total) {
+        throw Error(ctx + ": field 'order' holds an unknown node id");
+      }
+      ids.push_back(id.get<int>());
+    }
+    orders.push_back(std::move(ids));
+  }
+  const int stream_total = static_cast<int>(g.streams().size());
+  for (int i = 0; i < node_total; ++i) {
+    const std::string ctx = source + ": nodes[" + std::to_string(i) + "]";
+    const auto& j = nodes[static_cast<std::size_t>(i)];
+    if (require_integer(j, "id", ctx) != i)
+      throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
+    g.add_node_unordered(node_from_json(j, ctx, g.meta.devices, stream_total, node_total));
+  }
+  for (int s = 0; s < stream_total; ++s)
+    g.set_stream_order(s, orders[static_cast<std::size_t>(s)]);
+
+  const auto& edges = require_field(json, "edges", source);
+  if (!edges.is_array()) throw Error(source + ": field 'edges' must be an array");
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    const auto& e = edges[i];
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+        e[0].get<int>() < 0 || e[0].get<int>() >= node_total || e[1].get<int>() < 0 ||
+        e[1].get<int>() >= node_total) {
+      throw Error(source + ": edges[" + std::to_string(i) + "] must be [from, to] node ids");
+    }
+    g.add_data_edge(e[0].get<int>(), e[1].get<int>());
+  }
+  return g;
+}
+
+TaskGraph load_plan(const std::filesystem::path& path) {
+  return plan_from_json(read_json_file(path), path.string());
+}
+
+void save_plan(const TaskGraph& graph, const std::filesystem::path& path) {
+  write_file_atomic(path, plan_to_json(graph).dump(1) + "\n");
+}
+
+namespace {
+
+std::string op_color(const Node& n) {
+  if (n.kind != NodeKind::compute) return "gray80";
+  switch (n.op) {
+    case OpType::F:
+      return "lightblue";
+    case OpType::B:
+    case OpType::P1:
+      return "palegreen";
+    case OpType::P2:
+      return "orange";
+  }
+  return "white";
+}
+
+}  // namespace
+
+void write_dot(const TaskGraph& graph, std::ostream& out) {
+  const auto& g = graph.graph();
+  boost::write_graphviz(
+      out, g,
+      [&](std::ostream& os, std::size_t v) {
+        const Node& n = graph.node(static_cast<int>(v));
+        std::string label = n.label;
+        if (n.kind != NodeKind::compute) {
+          label = std::string(to_string(n.kind)) + " " + n.label + "\\n" +
+                  graph.streams()[static_cast<std::size_t>(n.stream)].name();
+        }
+        os << "[label=\"" << label << "\\nd" << n.device << "\" style=filled fillcolor=\""
+           << op_color(n) << "\" shape=" << (n.kind == NodeKind::compute ? "box" : "ellipse")
+           << "]";
+      },
+      [&](std::ostream& os, const TaskGraph::Graph::edge_descriptor& e) {
+        if (g[e] == EdgeKind::order) os << "[style=dashed color=gray50]";
+      },
+      [&](std::ostream& os) {
+        os << "rankdir=LR;\nlabel=\"" << graph.meta.schedule << " / "
+           << to_string(graph.meta.backward) << "\";\n";
+      });
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,308 @@
+#include "planner/graph/simulator.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::vector<std::int64_t> SimResult::peak_memory_bytes() const {
+  std::vector<std::int64_t> peaks;
+  peaks.reserve(devices.size());
+  for (const DeviceMetrics& d : devices)
+    peaks.push_back(d.peak_memory_bytes);
+  return peaks;
+}
+
+namespace {
+
+// Per directed device pair: when the link is next free. Transfers claim it in the order in
+// which both halves become ready (FIFO), and occupy it for bytes / bandwidth; the latency is
+// pipelined and does not hold the link.
+class Links {
+ public:
+  explicit Links(int devices)
+      : devices_(devices),
+        free_at_(static_cast<std::size_t>(devices) * static_cast<std::size_t>(devices), 0.0) {}
+  double& free_at(int src, int dst) {
+    return free_at_[static_cast<std::size_t>(src) * static_cast<std::size_t>(devices_) +
+                    static_cast<std::size_t>(dst)];
+  }
+
+ private:
+  int devices_;
+  std::vector<double> free_at_;
+};
+
+// A node that allocates or frees memory (most send/recv nodes do neither).
+struct MemoryEffect {
+  int node;
+  int device;
+  std::int64_t alloc_bytes;
+  std::int64_t free_bytes;
+};
+
+void memory_metrics(const TaskGraph& graph, const std::vector<MemoryEffect>& effects,
+                    const std::vector<NodeTime>& times, std::vector<DeviceMetrics>& devices) {
+  std::vector<std::vector<std::pair<double, std::int64_t>>> events(devices.size());
+  for (const MemoryEffect& m : effects) {
+    auto& e = events[static_cast<std::size_t>(m.device)];
+    const NodeTime& t = times[static_cast<std::size_t>(m.node)];
+    if (m.alloc_bytes != 0) e.emplace_back(t.start_us, m.alloc_bytes);
+    if (m.free_bytes != 0) e.emplace_back(t.end_us, -m.free_bytes);
+  }
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    auto& e = events[d];
+    // At equal times releases come first: an op that starts when another ends reuses its memory.
+    std::sort(e.begin(), e.end());
+    const std::int64_t base = d < graph.meta.static_bytes.size() ? graph.meta.static_bytes[d] : 0;
+    std::int64_t current = base;
+    DeviceMetrics& m = devices[d];
+    m.peak_memory_bytes = base;
+    m.memory_timeline.clear();
+    m.memory_timeline.emplace_back(0.0, base);
+    for (const auto& [time, delta] : e) {
+      current += delta;
+      m.peak_memory_bytes = std::max(m.peak_memory_bytes, current);
+      if (!m.memory_timeline.empty() && m.memory_timeline.back().first == time) {
+        m.memory_timeline.back().second = current;
+      } else {
+        m.memory_timeline.emplace_back(time, current);
+      }
+    }
+  }
+}
+
+[[noreturn]] void report_stuck(const TaskGraph& graph, const std::vector<int>& pending) {
+  for (int id = 0; id < graph.node_count(); ++id) {
+    if (pending[static_cast<std::size_t>(id)] > 0) {
+      throw Error("simulate: " + graph.node_name(id) +
+                  " never becomes ready (a dependency cycle or a send/recv order that deadlocks)");
+    }
+  }
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& n = graph.node(id);
+    if (n.kind != NodeKind::compute && n.match < 0) {
+      throw Error("simulate: " + graph.node_name(id) + " has no matching " +
+                  (n.kind == NodeKind::send ? "recv" : "send"));
+    }
+  }
+  throw Error("simulate: a send/recv pair never completes");
+}
+
+}  // namespace
+
+namespace {
+
+// What the event loop reads of a node, packed (16 bytes) so that popping a node and counting
+// its predecessors touch a quarter of a cache line instead of the full Node (~120 bytes, its
+// label and micro-batch list never used here). Payload sizes live apart: only transfers read them.
+struct HotNode {
+  double duration_us;
+  int match;
+  std::int16_t device;
+  NodeKind kind;
+};
+
+// The nodes whose inputs are ready. Where two streams send over one directed link (BPipe's
+// transfer streams beside the activation sends), transfers claim the link first come, first
+// served, so nodes leave in order of ready time (ties by id): a heap. Otherwise every link's
+// transfers belong to one in-order stream and claim it in that stream's order whatever order
+// nodes leave in, every start time is the latest end among its inputs, and a stack gives the
+// very same times without the heap's cost (a fifth of the simulation on a 48k-node plan).
+class ReadyNodes {
+ public:
+  using Event = std::pair<double, int>;  // (ready time, node)
+  explicit ReadyNodes(bool by_time) : by_time_(by_time) {}
+  bool empty() const { return items_.empty(); }
+  void push(double time, int id) {
+    items_.emplace_back(time, id);
+    if (by_time_) std::push_heap(items_.begin(), items_.end(), std::greater<>{});
+  }
+  Event pop() {
+    if (by_time_) std::pop_heap(items_.begin(), items_.end(), std::greater<>{});
+    const Event e = items_.back();
+    items_.pop_back();
+    return e;
+  }
+
+ private:
+  bool by_time_;
+  std::vector<Event> items_;
+};
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& graph) {
+  return simulate(graph, SimOrder::automatic);
+}
+
+SimResult simulate(const TaskGraph& graph, SimOrder order) {
+  const auto& g = graph.graph();
+  const int n_nodes = graph.node_count();
+  const int n_devices = graph.meta.devices;
+  SimResult result;
+  result.times.assign(static_cast<std::size_t>(n_nodes), NodeTime{});
+
+  // One sequential pass over the nodes; the rest reads the packed copies.
+  if (n_devices > std::numeric_limits<std::int16_t>::max()) {
+    throw Error("simulate: " + std::to_string(n_devices) + " devices is more than supported");
+  }
+  std::vector<HotNode> hot(static_cast<std::size_t>(n_nodes));
+  std::vector<std::int64_t> payload_bytes(static_cast<std::size_t>(n_nodes), 0);
+  std::vector<MemoryEffect> effects;
+  // Per directed link, the stream whose sends use it (-1: none yet); a second one sets shared_link.
+  const auto link_count = static_cast<std::size_t>(n_devices) * static_cast<std::size_t>(n_devices);
+  std::vector<int> link_stream(link_count, -1);
+  bool shared_link = order == SimOrder::by_ready_time;
+  for (int id = 0; id < n_nodes; ++id) {
+    const Node& n = graph.node(id);
+    if (n.device < 0 || n.device >= n_devices) {
+      throw Error("simulate: " + graph.node_name(id) + " runs on unknown device " +
+                  std::to_string(n.device));
+    }
+    hot[static_cast<std::size_t>(id)] = {n.duration_us, n.match,
+                                         static_cast<std::int16_t>(n.device), n.kind};
+    payload_bytes[static_cast<std::size_t>(id)] = n.bytes;
+    if (n.alloc_bytes != 0 || n.free_bytes != 0)
+      effects.push_back({id, n.device, n.alloc_bytes, n.free_bytes});
+    if (n.kind == NodeKind::send && !shared_link) {
+      if (n.peer < 0 || n.peer >= n_devices) {
+        shared_link = true;  // a broken pair: keep the general order for the error path
+        continue;
+      }
+      int& owner =
+          link_stream[static_cast<std::size_t>(n.device) * static_cast<std::size_t>(n_devices) +
+                      static_cast<std::size_t>(n.peer)];
+      if (owner == -1) owner = n.stream;
+      if (owner != n.stream) shared_link = true;
+    }
+  }
+  // Per node: when its inputs are ready, how many it still waits for, and (send/recv) whether
+  // this half has reached the rendezvous. One record, so a wake-up touches one cache line.
+  struct State {
+    double ready_at = 0;
+    int pending = 0;
+    bool half_ready = false;
+  };
+  std::vector<State> state(static_cast<std::size_t>(n_nodes));
+  ReadyNodes queue(shared_link);
+  // The edge from a send to its matched recv is the rendezvous itself, not a wait.
+  auto is_pair_edge = [&](std::size_t from, std::size_t to) {
+    const HotNode& f = hot[from];
+    return f.kind == NodeKind::send && f.match == static_cast<int>(to);
+  };
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    const auto from = boost::source(*it, g);
+    const auto to = boost::target(*it, g);
+    if (!is_pair_edge(from, to)) ++state[to].pending;
+  }
+  for (int id = 0; id < n_nodes; ++id) {
+    if (state[static_cast<std::size_t>(id)].pending == 0) queue.push(0.0, id);
+  }
+
+  Links links(n_devices);
+  int finished = 0;
+  auto finish = [&](int id, double start, double end) {
+    result.times[static_cast<std::size_t>(id)] = {start, end};
+    ++finished;
+    for (auto [it, last] = boost::out_edges(static_cast<std::size_t>(id), g); it != last; ++it) {
+      const auto next = boost::target(*it, g);
+      if (is_pair_edge(static_cast<std::size_t>(id), next)) continue;
+      State& st = state[next];
+      st.ready_at = std::max(st.ready_at, end);
+      if (--st.pending == 0) queue.push(st.ready_at, static_cast<int>(next));
+    }
+  };
+
+  const double bandwidth_GBps = graph.meta.link.bandwidth_GBps;
+  while (!queue.empty()) {
+    const auto [time, id] = queue.pop();
+    const HotNode& n = hot[static_cast<std::size_t>(id)];
+    if (n.kind == NodeKind::compute) {
+      finish(id, time, time + n.duration_us);
+      continue;
+    }
+    // Rendezvous: a transfer starts once both halves are at the head of their streams with
+    // their inputs ready, and the link is free.
+    state[static_cast<std::size_t>(id)].half_ready = true;
+    if (n.match < 0 || n.match >= n_nodes || !state[static_cast<std::size_t>(n.match)].half_ready) {
+      continue;
+    }
+    const HotNode& other = hot[static_cast<std::size_t>(n.match)];
+    const int src = n.kind == NodeKind::send ? n.device : other.device;
+    const int dst = n.kind == NodeKind::send ? other.device : n.device;
+    double& link_free = links.free_at(src, dst);
+    // The later half's ready time: under a stack the half taken second may be the earlier one.
+    const double start =
+        std::max({time, state[static_cast<std::size_t>(n.match)].ready_at, link_free});
+    const double occupancy =
+        bandwidth_GBps > 0 ? static_cast<double>(payload_bytes[static_cast<std::size_t>(id)]) /
+                                 (bandwidth_GBps * 1e3)
+                           : 0.0;
+    link_free = start + occupancy;
+    const double end = start + n.duration_us;
+    finish(id, start, end);
+    finish(n.match, start, end);
+  }
+  if (finished != n_nodes) {
+    std::vector<int> pending;
+    pending.reserve(state.size());
+    for (const State& st : state)
+      pending.push_back(st.pending);
+    report_stuck(graph, pending);
+  }
+
+  // Metrics.
+  result.devices.assign(static_cast<std::size_t>(n_devices), DeviceMetrics{});
+  std::vector<char> seen(static_cast<std::size_t>(n_devices), 0);
+  double first = std::numeric_limits<double>::max();
+  double last = 0;
+  for (int id = 0; id < n_nodes; ++id) {
+    const HotNode& n = hot[static_cast<std::size_t>(id)];
+    const NodeTime& t = result.times[static_cast<std::size_t>(id)];
+    first = std::min(first, t.start_us);
+    last = std::max(last, t.end_us);
+    if (n.kind != NodeKind::compute) continue;
+    DeviceMetrics& d = result.devices[static_cast<std::size_t>(n.device)];
+    d.busy_us += n.duration_us;
+    if (!seen[static_cast<std::size_t>(n.device)]) {
+      d.first_start_us = t.start_us;
+      d.last_end_us = t.end_us;
+      seen[static_cast<std::size_t>(n.device)] = 1;
+    }
+    d.first_start_us = std::min(d.first_start_us, t.start_us);
+    d.last_end_us = std::max(d.last_end_us, t.end_us);
+  }
+  if (n_nodes == 0) first = 0;
+  result.makespan_us = last - first;
+  double busy_total = 0;
+  for (DeviceMetrics& d : result.devices) {
+    d.span_us = d.last_end_us - d.first_start_us;
+    d.bubble_ratio =
+        result.makespan_us > 0 ? (result.makespan_us - d.busy_us) / result.makespan_us : 0.0;
+    result.max_stage_span_us = std::max(result.max_stage_span_us, d.span_us);
+    busy_total += d.busy_us;
+  }
+  const double devices = static_cast<double>(n_devices);
+  if (result.makespan_us > 0) {
+    result.bubble_ratio = 1.0 - busy_total / (devices * result.makespan_us);
+    const double tokens =
+        static_cast<double>(graph.meta.microbatches) * graph.meta.mbs * graph.meta.seq;
+    result.tokens_per_s = tokens / (result.makespan_us * 1e-6);
+    if (graph.meta.flops_per_token > 0 && graph.meta.peak_flops_per_device > 0) {
+      result.mfu = result.tokens_per_s * graph.meta.flops_per_token /
+                   (devices * graph.meta.peak_flops_per_device);
+    }
+  }
+  if (result.max_stage_span_us > 0) {
+    result.span_bubble_ratio = 1.0 - busy_total / (devices * result.max_stage_span_us);
+  }
+  memory_metrics(graph, effects, result.times, result.devices);
+  return result;
+}
+
+}  // namespace pipeplan

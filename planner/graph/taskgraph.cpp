@@ -1,0 +1,373 @@
+#include "planner/graph/taskgraph.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <boost/iterator/transform_iterator.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::string_view to_string(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::compute:
+      return "compute";
+    case NodeKind::send:
+      return "send";
+    case NodeKind::recv:
+      return "recv";
+  }
+  return "?";
+}
+
+std::string_view to_string(StreamRole role) {
+  switch (role) {
+    case StreamRole::compute:
+      return "compute";
+    case StreamRole::send:
+      return "send";
+    case StreamRole::recv:
+      return "recv";
+    case StreamRole::transfer:
+      return "transfer";
+  }
+  return "?";
+}
+
+std::string Stream::name() const {
+  switch (role) {
+    case StreamRole::compute:
+      return "compute";
+    case StreamRole::send:
+      return "send>" + std::to_string(peer);
+    case StreamRole::recv:
+      return "recv<" + std::to_string(peer);
+    case StreamRole::transfer:
+      return "transfer:" + std::to_string(peer);
+  }
+  return "?";
+}
+
+int TaskGraph::stream(int device, StreamRole role, int peer) {
+  const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32) |
+                            (static_cast<std::uint64_t>(role) << 24) |
+                            static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer + 1));
+  const auto [it, inserted] = stream_index_.try_emplace(key, static_cast<int>(streams_.size()));
+  if (inserted) {
+    streams_.push_back(Stream{device, role, peer});
+    stream_order_.emplace_back();
+  }
+  return it->second;
+}
+
+int TaskGraph::add_node(const Node& node) {
+  return add_node(Node(node));
+}
+
+int TaskGraph::add_node(Node&& node) {
+  const auto stream_index = static_cast<std::size_t>(node.stream);
+  const int id = add_node_unordered(std::move(node));
+  auto& order = stream_order_[stream_index];
+  if (!order.empty()) add_edge(order.back(), id, EdgeKind::order);
+  order.push_back(id);
+  return id;
+}
+
+void TaskGraph::add_data_edge(int from, int to) {
+  add_edge(from, to, EdgeKind::data);
+}
+
+std::pair<int, int> TaskGraph::add_message(Node&& send, Node&& recv) {
+  const int s = add_node(std::move(send));
+  const int r = add_node(std::move(recv));
+  nodes_[static_cast<std::size_t>(s)].match = r;
+  nodes_[static_cast<std::size_t>(r)].match = s;
+  add_edge(s, r, EdgeKind::data);
+  return {s, r};
+}
+
+void TaskGraph::add_edge(int from, int to, EdgeKind kind) {
+  if (from < 0 || to < 0 || from >= node_count() || to >= node_count()) {
+    throw Error("task graph: edge " + std::to_string(from) + " -> " + std::to_string(to) +
+                " names an unknown node");
+  }
+  edges_.push_back({from, to, kind});
+  changed();
+}
+
+void TaskGraph::reserve(std::size_t nodes, std::size_t edges) {
+  nodes_.reserve(nodes);
+  edges_.reserve(edges);
+}
+
+int TaskGraph::add_node_unordered(const Node& node) {
+  return add_node_unordered(Node(node));
+}
+
+int TaskGraph::add_node_unordered(Node&& node) {
+  if (node.stream < 0 || node.stream >= static_cast<int>(streams_.size())) {
+    throw Error("task graph: node '" + node.label + "' refers to unknown stream " +
+                std::to_string(node.stream));
+  }
+  nodes_.push_back(std::move(node));
+  changed();
+  return static_cast<int>(nodes_.size() - 1);
+}
+
+void TaskGraph::set_stream_order(int stream_index, std::vector<int> order) {
+  auto& current = stream_order_.at(static_cast<std::size_t>(stream_index));
+  if (!current.empty()) {
+    // Order edges join consecutive nodes of one stream, and a node sits in one stream.
+    std::vector<char> in_stream(nodes_.size(), 0);
+    for (const int id : current)
+      in_stream[static_cast<std::size_t>(id)] = 1;
+    std::erase_if(edges_, [&](const EdgeRecord& e) {
+      return e.kind == EdgeKind::order && in_stream[static_cast<std::size_t>(e.from)] &&
+             in_stream[static_cast<std::size_t>(e.to)];
+    });
+  }
+  current = std::move(order);
+  for (std::size_t i = 1; i < current.size(); ++i) {
+    add_edge(current[i - 1], current[i], EdgeKind::order);
+  }
+  changed();
+}
+
+const TaskGraph::Graph& TaskGraph::graph() const {
+  const std::lock_guard<std::mutex> guard(*cache_.lock);
+  if (!cache_.graph) {
+    // Read straight from the edge records (no temporary pair and kind arrays: on a 48k-node plan
+    // they were 2 MB allocated, first-touched and freed per build).
+    const auto endpoints = [](const EdgeRecord& e) {
+      return std::pair<std::size_t, std::size_t>(static_cast<std::size_t>(e.from),
+                                                 static_cast<std::size_t>(e.to));
+    };
+    const auto kind = [](const EdgeRecord& e) { return e.kind; };
+    cache_.graph = std::make_shared<const Graph>(
+        boost::edges_are_unsorted_multi_pass,
+        boost::make_transform_iterator(edges_.begin(), endpoints),
+        boost::make_transform_iterator(edges_.end(), endpoints),
+        boost::make_transform_iterator(edges_.begin(), kind), nodes_.size());
+  }
+  return *cache_.graph;
+}
+
+std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph) {
+  std::vector<std::vector<std::pair<int, EdgeKind>>> preds(
+      static_cast<std::size_t>(graph.node_count()));
+  const auto& g = graph.graph();
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    preds[boost::target(*it, g)].emplace_back(static_cast<int>(boost::source(*it, g)), g[*it]);
+  }
+  return preds;
+}
+
+std::string TaskGraph::node_name(int id) const {
+  const Node& n = node(id);
+  std::string where = "device " + std::to_string(n.device);
+  if (n.stream >= 0 && n.stream < static_cast<int>(streams_.size())) {
+    where += " " + streams_[static_cast<std::size_t>(n.stream)].name();
+  }
+  std::string what = n.label;
+  if (n.kind != NodeKind::compute) what = std::string(to_string(n.kind)) + " " + n.label;
+  return "node " + std::to_string(id) + " (" + what + " on " + where + ")";
+}
+
+namespace {
+
+// Node ids of the compute ops, by (stage, micro-batch).
+struct ComputeIndex {
+  std::vector<std::vector<int>> forward;   // [stage][mb]
+  std::vector<std::vector<int>> backward;  // B or P1
+  std::vector<std::vector<int>> p2;
+  ComputeIndex(int stages, int microbatches)
+      : forward(static_cast<std::size_t>(stages),
+                std::vector<int>(static_cast<std::size_t>(microbatches), -1)),
+        backward(forward),
+        p2(forward) {}
+  static int& at(std::vector<std::vector<int>>& table, int stage, int mb) {
+    return table[static_cast<std::size_t>(stage)][static_cast<std::size_t>(mb)];
+  }
+};
+
+Node compute_node(const Action& action, const StageCost& cost, int device, int stream) {
+  Node n;
+  n.kind = NodeKind::compute;
+  n.op = action.op;
+  n.device = device;
+  n.stream = stream;
+  n.stage = action.stage;
+  n.microbatches = action.microbatches;
+  n.label = format_action(action);
+  const auto k = static_cast<std::int64_t>(action.microbatches.size());
+  switch (action.op) {
+    case OpType::F:
+      n.duration_us = cost.forward_us;
+      n.alloc_bytes = cost.stash_bytes;
+      break;
+    case OpType::B:
+      n.duration_us = cost.p1_us + cost.p2_us;
+      n.free_bytes = cost.stash_bytes;
+      break;
+    case OpType::P1:
+      // Layer by layer, p1 turns each layer's stash into its retained X/dY, so memory moves
+      // from the stashed to the retained state without holding both in full (Zero Bubble's
+      // M_B / M_W accounting): the net change is charged at the start if it grows, at the end
+      // if it shrinks.
+      n.duration_us = cost.p1_us;
+      n.alloc_bytes = std::max<std::int64_t>(cost.retained_bytes - cost.stash_bytes, 0);
+      n.free_bytes = std::max<std::int64_t>(cost.stash_bytes - cost.retained_bytes, 0);
+      break;
+    case OpType::P2:
+      n.duration_us = cost.p2_time_us(static_cast<int>(k));
+      n.free_bytes = k * cost.retained_bytes;
+      break;
+  }
+  return n;
+}
+
+void check_bounds(const Schedule& schedule) {
+  const int stages = schedule.stage_count();
+  if (static_cast<int>(schedule.per_device.size()) != schedule.devices) {
+    throw Error("lower: schedule lists " + std::to_string(schedule.per_device.size()) +
+                " devices, expected " + std::to_string(schedule.devices));
+  }
+  for (const int d : schedule.stage_device) {
+    if (d < 0 || d >= schedule.devices) throw Error("lower: stage mapped to unknown device");
+  }
+  for (int d = 0; d < schedule.devices; ++d) {
+    for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
+      const bool ok = a.stage >= 0 && a.stage < stages && !a.microbatches.empty() &&
+                      schedule.stage_device[static_cast<std::size_t>(a.stage)] == d;
+      if (!ok)
+        throw Error("lower: action " + format_action(a) + " out of place on device " +
+                    std::to_string(d));
+      for (const int mb : a.microbatches) {
+        if (mb < 0 || mb >= schedule.microbatches) {
+          throw Error("lower: action " + format_action(a) + " names an unknown micro-batch");
+        }
+      }
+    }
+  }
+}
+
+double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
+  double t = link.latency_us;
+  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
+  return t;
+}
+
+}  // namespace
+
+TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
+  // Bounds only: lowering must not index out of range. Structural rules (coverage, order) are
+  // the validator's, on the graph itself; make_plan and the importers also run check_schedule.
+  check_bounds(schedule);
+  const int stages = schedule.stage_count();
+  if (static_cast<int>(costs.size()) != stages) {
+    throw Error("lower: " + std::to_string(costs.size()) + " stage costs for " +
+                std::to_string(stages) + " stages");
+  }
+  TaskGraph g;
+  g.meta = std::move(meta);
+  g.schedule = schedule;
+  ComputeIndex index(stages, schedule.microbatches);
+  std::size_t actions = 0;
+  for (const auto& list : schedule.per_device)
+    actions += list.size();
+  // At most one message per action (its output crossing a device), two nodes each; edges:
+  // stream order, data in and out.
+  g.reserve(3 * actions, 8 * actions);
+
+  for (int d = 0; d < schedule.devices; ++d) {
+    const int cs = g.stream(d, StreamRole::compute);
+    for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
+      const int id = g.add_node(compute_node(a, costs[static_cast<std::size_t>(a.stage)], d, cs));
+      for (const int mb : a.microbatches) {
+        auto& table = a.op == OpType::F    ? index.forward
+                      : a.op == OpType::P2 ? index.p2
+                                           : index.backward;
+        ComputeIndex::at(table, a.stage, mb) = id;
+      }
+    }
+  }
+
+  // Messages in the producer's device order, so each peer pair's sends and receives share one
+  // order (what NCCL point-to-point needs to be deadlock-free). Streams are created on first use
+  // and remembered per (src, dst) to skip the stream map's lookup per message.
+  const auto pair_index = [&](int src, int dst) {
+    return static_cast<std::size_t>(src) * static_cast<std::size_t>(schedule.devices) +
+           static_cast<std::size_t>(dst);
+  };
+  const std::size_t pairs =
+      static_cast<std::size_t>(schedule.devices) * static_cast<std::size_t>(schedule.devices);
+  std::vector<int> send_streams(pairs, -1);
+  std::vector<int> recv_streams(pairs, -1);
+  auto connect = [&](int producer, int consumer, std::int64_t bytes) {
+    if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
+    const Node& p = g.node(producer);
+    const int src = p.device;
+    const int dst = g.node(consumer).device;
+    if (src == dst) {
+      g.add_data_edge(producer, consumer);
+      return;
+    }
+    Node send;
+    send.kind = NodeKind::send;
+    send.op = p.op;
+    send.device = src;
+    int& send_stream = send_streams[pair_index(src, dst)];
+    if (send_stream < 0) send_stream = g.stream(src, StreamRole::send, dst);
+    int& recv_stream = recv_streams[pair_index(src, dst)];
+    if (recv_stream < 0) recv_stream = g.stream(dst, StreamRole::recv, src);
+    send.stream = send_stream;
+    send.stage = p.stage;
+    send.microbatches = p.microbatches;
+    send.duration_us = transfer_time_us(g.meta.link, bytes);
+    send.bytes = bytes;
+    send.peer = dst;
+    send.label = p.label;
+    Node recv = send;
+    recv.kind = NodeKind::recv;
+    recv.device = dst;
+    recv.stream = recv_stream;
+    recv.peer = src;
+    const auto [s, r] = g.add_message(std::move(send), std::move(recv));
+    g.add_data_edge(producer, s);
+    g.add_data_edge(r, consumer);
+  };
+
+  for (int d = 0; d < schedule.devices; ++d) {
+    for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
+      const int s = a.stage;
+      const int mb = a.microbatches.front();
+      const StageCost& cost = costs[static_cast<std::size_t>(s)];
+      if (a.op == OpType::F && s + 1 < stages) {
+        connect(ComputeIndex::at(index.forward, s, mb), ComputeIndex::at(index.forward, s + 1, mb),
+                cost.send_bytes);
+      } else if ((a.op == OpType::B || a.op == OpType::P1) && s > 0) {
+        // The gradient w.r.t. this stage's input has the size of the previous stage's output.
+        connect(ComputeIndex::at(index.backward, s, mb),
+                ComputeIndex::at(index.backward, s - 1, mb),
+                costs[static_cast<std::size_t>(s - 1)].send_bytes);
+      }
+    }
+  }
+
+  // Local dependencies: backward after forward, p2 after p1 (also implied by stream order, but
+  // explicit edges let the validator and the runtime check inputs without knowing the schedule).
+  for (int s = 0; s < stages; ++s) {
+    for (int mb = 0; mb < schedule.microbatches; ++mb) {
+      const int f = ComputeIndex::at(index.forward, s, mb);
+      const int b = ComputeIndex::at(index.backward, s, mb);
+      const int w = ComputeIndex::at(index.p2, s, mb);
+      if (f >= 0 && b >= 0) g.add_data_edge(f, b);
+      if (b >= 0 && w >= 0) g.add_data_edge(b, w);
+    }
+  }
+  return g;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,166 @@
+// The task graph: the one lowered form of a plan that the validator, the simulator, the
+// visualisers and the runtime all consume. Nodes are compute ops and point-to-point
+// send/recv halves; each node runs on one stream of one device, streams execute in order, and
+// edges carry data dependencies (stream order is implied by each stream's node list).
+// Saved as versioned JSON (docs/plan-format.md) and exported to Graphviz DOT.
+//
+// BPipe activation transfers are send/recv pairs on `transfer` streams (one per device and
+// peer, carrying both directions in one order that the peer's transfer stream mirrors). Their
+// label is "evict <action>" (evictor -> acceptor, right after the forward <action>) or
+// "load <action>" (acceptor -> evictor, before the backward that needs the stash); op, stage and
+// microbatches are those of the forward whose stash moves, and alloc/free bytes record the
+// memory that leaves one device and arrives on the other.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <boost/graph/compressed_sparse_row_graph.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "profiles/model.h"
+#include "profiles/partition.h"
+#include "profiles/profile.h"
+#include "schedules/schedule.h"
+
+namespace pipeplan {
+
+enum class NodeKind : std::uint8_t { compute, send, recv };
+enum class StreamRole : std::uint8_t { compute, send, recv, transfer };
+enum class EdgeKind : std::uint8_t { data, order };
+std::string_view to_string(NodeKind kind);
+std::string_view to_string(StreamRole role);
+
+struct Stream {
+  int device = 0;
+  StreamRole role = StreamRole::compute;
+  int peer = -1;             // send/recv: the other device
+  std::string name() const;  // "compute", "send>1", "recv<0", "transfer:3"
+};
+
+struct Node {
+  NodeKind kind = NodeKind::compute;
+  OpType op = OpType::F;  // compute nodes; for send/recv, the op that produced the payload
+  int device = 0;
+  int stream = 0;                // index into TaskGraph::streams()
+  int stage = 0;                 // virtual stage of the op (for send/recv: of the producer)
+  MicroBatches microbatches;     // one, except a concatenated P2
+  double duration_us = 0;        // compute time; for send/recv, latency + bytes / bandwidth
+  std::int64_t alloc_bytes = 0;  // allocated when the node starts
+  std::int64_t free_bytes = 0;   // released when the node ends
+  std::int64_t bytes = 0;        // send/recv payload
+  int peer = -1;                 // send/recv: the other device
+  int match = -1;                // send/recv: id of the matching recv/send
+  // Compute: the action ("0F3"). Send/recv: the payload tag, i.e. the producing action.
+  std::string label;
+};
+
+struct PlanMeta {
+  ModelConfig model;
+  std::string gpu;  // gpus.json key
+  int devices = 0;
+  int chunks = 1;
+  int microbatches = 0;
+  int mbs = 1;
+  int seq = 0;
+  std::string schedule;  // family name
+  BackwardMode backward = BackwardMode::fused;
+  int p2_concat = 1;
+  Attention attention = Attention::flash;
+  std::vector<StageLayers> stage_layers;   // per virtual stage
+  std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
+  std::vector<std::int64_t> static_bytes;  // per device: params, grads, optimizer
+  double flops_per_token = 0;              // PaLM model FLOPs; 0 when unknown
+  double peak_flops_per_device = 0;        // dense bf16 FLOP/s
+  P2pLink link;                            // every device pair
+  std::string profile_source;              // provenance summary of the profile used
+};
+
+class TaskGraph {
+ public:
+  // Boost.Graph view of the DAG (every data and stream-order edge; vertex v is node v). A
+  // compressed-sparse-row graph, built on first use after a change: building the plan appends to
+  // plain vectors, which keeps lowering a 48k-node plan allocation-light. Out-edges only (every
+  // hot walk follows edges forward; a bidirectional view took twice as long to build): the rare
+  // walks against edge direction use predecessors() below.
+  using Graph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, EdgeKind>;
+
+  PlanMeta meta;
+  Schedule schedule;
+
+  // Streams are unique per (device, role, peer); returns the existing index if present.
+  int stream(int device, StreamRole role, int peer = -1);
+  // Appends the node to the end of its stream (an order edge from the stream's previous node).
+  int add_node(const Node& node);
+  int add_node(Node&& node);
+  void add_data_edge(int from, int to);
+  // A point-to-point message: appends `send` and `recv` to their streams, makes each the other's
+  // match and joins them with a data edge. Returns {send id, recv id}.
+  std::pair<int, int> add_message(Node&& send, Node&& recv);
+  void reserve(std::size_t nodes, std::size_t edges);  // capacity hint
+  // Adds the node without placing it in its stream's order: for loaders, which then give each
+  // stream its order with set_stream_order.
+  int add_node_unordered(const Node& node);
+  int add_node_unordered(Node&& node);
+  // Replaces a stream's order (used by loaders and by tests that plant faults).
+  void set_stream_order(int stream, std::vector<int> order);
+
+  const Graph& graph() const;  // invalidated by any change to the graph
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  const Node& node(int id) const { return nodes_[static_cast<std::size_t>(id)]; }
+  Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
+  const std::vector<Stream>& streams() const { return streams_; }
+  const std::vector<int>& stream_order(int stream) const {
+    return stream_order_[static_cast<std::size_t>(stream)];
+  }
+  std::string node_name(int id) const;  // "node 12 (0F3 on device 0 compute)"
+
+ private:
+  struct EdgeRecord {
+    int from;
+    int to;
+    EdgeKind kind;
+  };
+  // The built view; shared (and immutable) between copies, dropped on every change.
+  struct GraphCache {
+    std::shared_ptr<const Graph> graph;
+    std::shared_ptr<std::mutex> lock = std::make_shared<std::mutex>();
+  };
+  void add_edge(int from, int to, EdgeKind kind);
+  void changed() { cache_.graph.reset(); }
+
+  std::vector<Node> nodes_;
+  std::vector<EdgeRecord> edges_;
+  mutable GraphCache cache_;
+  std::unordered_map<std::uint64_t, int> stream_index_;  // (device, role, peer) -> stream
+  std::vector<Stream> streams_;
+  std::vector<std::vector<int>> stream_order_;
+};
+
+// Lowers a checked schedule: compute nodes with the stage costs, a send/recv pair for every
+// activation and gradient that crosses devices (sends in the producer's order, receives in the
+// same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
+// retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
+// P2 frees the retained bytes; a fused B frees the stash).
+// Per node, its predecessors and the kind of each edge from them, in edge order: for walks against
+// edge direction (a cycle's report, BPipe's transfer checks), which are rare enough to build this
+// when needed.
+std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph);
+
+TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
+
+nlohmann::json plan_to_json(const TaskGraph& graph);
+TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);
+TaskGraph load_plan(const std::filesystem::path& path);
+void save_plan(const TaskGraph& graph, const std::filesystem::path& path);  // atomic
+void write_dot(const TaskGraph& graph, std::ostream& out);
+
+}  // namespace pipeplan

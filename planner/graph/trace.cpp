@@ -1,0 +1,238 @@
+#include "planner/graph/trace.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+namespace pipeplan {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+// pid/tid 0 are the idle process/thread in Perfetto's model, so both are offset by one; the
+// process name carries the real device number.
+int pid_of(int device) {
+  return device + 1;
+}
+int tid_of(int stream) {
+  return stream + 1;
+}
+
+int device_count(const TaskGraph& graph, const SimResult& sim) {
+  int count = std::max(graph.meta.devices, static_cast<int>(sim.devices.size()));
+  for (const Stream& stream : graph.streams())
+    count = std::max(count, stream.device + 1);
+  return count;
+}
+
+// Compute first, then sends, then receives, each by peer: the same track order on every device.
+int thread_sort_index(const Stream& stream, int devices) {
+  const int peer = std::max(stream.peer, 0);
+  switch (stream.role) {
+    case StreamRole::compute:
+      return 0;
+    case StreamRole::send:
+      return 1 + peer;
+    case StreamRole::recv:
+      return 1 + devices + peer;
+    case StreamRole::transfer:
+      return 1 + 2 * devices + peer;
+  }
+  return 0;
+}
+
+std::string slice_name(const Node& node) {
+  switch (node.kind) {
+    case NodeKind::compute:
+      return node.label;
+    case NodeKind::send:
+      return "send " + node.label + "\u2192" + std::to_string(node.peer);
+    case NodeKind::recv:
+      return "recv " + node.label + "\u2190" + std::to_string(node.peer);
+  }
+  return node.label;
+}
+
+std::string slice_category(const Node& node) {
+  if (node.kind == NodeKind::compute) return std::string(to_string(node.op));
+  return std::string(to_string(node.kind));
+}
+
+void add_metadata_events(const TaskGraph& graph, int devices, json& events) {
+  for (int device = 0; device < devices; ++device) {
+    events.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", pid_of(device)},
+                      {"args", {{"name", "device " + std::to_string(device)}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "process_sort_index"},
+                      {"pid", pid_of(device)},
+                      {"args", {{"sort_index", device}}}});
+  }
+  const auto& streams = graph.streams();
+  for (int index = 0; index < static_cast<int>(streams.size()); ++index) {
+    const Stream& stream = streams[static_cast<std::size_t>(index)];
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid_of(stream.device)},
+                      {"tid", tid_of(index)},
+                      {"args", {{"name", stream.name()}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_sort_index"},
+                      {"pid", pid_of(stream.device)},
+                      {"tid", tid_of(index)},
+                      {"args", {{"sort_index", thread_sort_index(stream, devices)}}}});
+  }
+}
+
+void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    const NodeTime& time = sim.times[static_cast<std::size_t>(id)];
+    json args = {{"node", id},
+                 {"stage", node.stage},
+                 {"microbatches", node.microbatches},
+                 {"alloc_bytes", node.alloc_bytes},
+                 {"free_bytes", node.free_bytes}};
+    if (node.kind != NodeKind::compute) {
+      args["op"] = to_string(node.op);
+      args["bytes"] = node.bytes;
+      args["peer"] = node.peer;
+      args["match"] = node.match;
+    }
+    events.push_back({{"ph", "X"},
+                      {"name", slice_name(node)},
+                      {"cat", slice_category(node)},
+                      {"pid", pid_of(node.device)},
+                      {"tid", tid_of(node.stream)},
+                      {"ts", time.start_us},
+                      {"dur", std::max(0.0, time.end_us - time.start_us)},
+                      {"args", std::move(args)}});
+  }
+}
+
+void add_memory_counters(const SimResult& sim, json& events) {
+  for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
+    for (const auto& [time_us, bytes] :
+         sim.devices[static_cast<std::size_t>(device)].memory_timeline) {
+      events.push_back({{"ph", "C"},
+                        {"name", "memory (GiB)"},
+                        {"pid", pid_of(device)},
+                        {"ts", time_us},
+                        {"args", {{"GiB", static_cast<double>(bytes) / kBytesPerGiB}}}});
+    }
+  }
+}
+
+// Flow events bind to the slice enclosing their timestamp; the midpoint of a slice never
+// touches a neighbour that starts exactly where it ends.
+double binding_ts(const NodeTime& time) {
+  return time.start_us + (time.end_us - time.start_us) / 2;
+}
+
+class FlowWriter {
+ public:
+  FlowWriter(const TaskGraph& graph, const SimResult& sim, json& events)
+      : graph_(graph), sim_(sim), events_(events) {}
+
+  void add(int from, int to, std::string_view category) {
+    const Node& source = graph_.node(from);
+    const Node& target = graph_.node(to);
+    const std::string name = source.label;
+    events_.push_back({{"ph", "s"},
+                       {"id", next_id_},
+                       {"cat", category},
+                       {"name", name},
+                       {"pid", pid_of(source.device)},
+                       {"tid", tid_of(source.stream)},
+                       {"ts", binding_ts(sim_.times[static_cast<std::size_t>(from)])}});
+    events_.push_back({{"ph", "f"},
+                       {"bp", "e"},
+                       {"id", next_id_},
+                       {"cat", category},
+                       {"name", name},
+                       {"pid", pid_of(target.device)},
+                       {"tid", tid_of(target.stream)},
+                       {"ts", binding_ts(sim_.times[static_cast<std::size_t>(to)])}});
+    ++next_id_;
+  }
+
+ private:
+  const TaskGraph& graph_;
+  const SimResult& sim_;
+  json& events_;
+  int next_id_ = 1;
+};
+
+void add_flows(const TaskGraph& graph, const SimResult& sim, json& events) {
+  FlowWriter flows(graph, sim, events);
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != NodeKind::send || node.match < 0 || node.match >= graph.node_count()) {
+      continue;
+    }
+    flows.add(id, node.match, "transfer");
+  }
+  const auto& g = graph.graph();
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    if (g[*it] != EdgeKind::data) continue;
+    const int from = static_cast<int>(boost::source(*it, g));
+    const int to = static_cast<int>(boost::target(*it, g));
+    const Node& source = graph.node(from);
+    if (source.device == graph.node(to).device) continue;
+    // Already drawn as the transfer's own arrow.
+    if (source.kind == NodeKind::send && source.match == to) continue;
+    flows.add(from, to, "data");
+  }
+}
+
+json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view title) {
+  const PlanMeta& meta = graph.meta;
+  return {{"title", title},
+          {"model", meta.model.name},
+          {"gpu", meta.gpu},
+          {"schedule", meta.schedule.empty() ? graph.schedule.family : meta.schedule},
+          {"backward", to_string(meta.backward)},
+          {"devices", meta.devices},
+          {"chunks", meta.chunks},
+          {"microbatches", meta.microbatches},
+          {"mbs", meta.mbs},
+          {"seq", meta.seq},
+          {"makespan_us", sim.makespan_us},
+          {"max_stage_span_us", sim.max_stage_span_us},
+          {"bubble_ratio", sim.bubble_ratio},
+          {"span_bubble_ratio", sim.span_bubble_ratio},
+          {"tokens_per_s", sim.tokens_per_s},
+          {"mfu_palm", sim.mfu},
+          {"peak_memory_bytes", sim.peak_memory_bytes()}};
+}
+
+}  // namespace
+
+json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title) {
+  if (sim.times.size() != static_cast<std::size_t>(graph.node_count())) {
+    throw Error("trace: simulation has " + std::to_string(sim.times.size()) +
+                " node times but the task graph has " + std::to_string(graph.node_count()) +
+                " nodes");
+  }
+  json events = json::array();
+  add_metadata_events(graph, device_count(graph, sim), events);
+  add_slices(graph, sim, events);
+  add_memory_counters(sim, events);
+  add_flows(graph, sim, events);
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ms"},
+          {"metadata", plan_summary(graph, sim, title)}};
+}
+
+void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim,
+                          const std::filesystem::path& path, std::string_view title) {
+  write_file_atomic(path, perfetto_trace(graph, sim, title).dump() + "\n");
+}
+
+}  // namespace pipeplan

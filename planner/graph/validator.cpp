@@ -1,0 +1,441 @@
+#include "planner/graph/validator.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "planner/base/error.h"
+#include "planner/graph/bpipe_check.h"
+
+namespace pipeplan {
+
+namespace {
+
+using Result = std::optional<Violation>;
+
+// What the structural checks read of each node, packed (24 bytes) so that the graph walks touch
+// one small record per node instead of the whole Node (~110 bytes with its label).
+struct PackedNode {
+  int match;
+  int device;
+  int stream;
+  int peer;
+  int stage;
+  NodeKind kind;
+  OpType op;
+};
+
+// Shared by the checks of one validation: the packed nodes, built in one sequential pass.
+struct Context {
+  explicit Context(const TaskGraph& graph) : g(graph), nodes(graph_nodes(graph)) {}
+  const TaskGraph& g;
+  std::vector<PackedNode> nodes;
+  const PackedNode& node(std::size_t id) const { return nodes[id]; }
+  bool paired(std::size_t id) const {
+    const PackedNode& n = nodes[id];
+    return n.kind != NodeKind::compute && n.match >= 0;
+  }
+
+ private:
+  static std::vector<PackedNode> graph_nodes(const TaskGraph& graph) {
+    std::vector<PackedNode> out(static_cast<std::size_t>(graph.node_count()));
+    for (int id = 0; id < graph.node_count(); ++id) {
+      const Node& n = graph.node(id);
+      out[static_cast<std::size_t>(id)] = {n.match, n.device, n.stream, n.peer,
+                                           n.stage, n.kind,   n.op};
+    }
+    return out;
+  }
+};
+
+// Every node sits in exactly one stream, its own, and the stream's role fits the node's kind.
+Result check_streams(const Context& c) {
+  const TaskGraph& g = c.g;
+  std::vector<int> seen(static_cast<std::size_t>(g.node_count()), 0);
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const Stream& stream = g.streams()[s];
+    for (const int id : g.stream_order(static_cast<int>(s))) {
+      if (id < 0 || id >= g.node_count()) {
+        return make_violation(g, -1, "stream",
+                              "stream " + stream.name() + " on device " +
+                                  std::to_string(stream.device) + " lists unknown node " +
+                                  std::to_string(id));
+      }
+      const PackedNode& n = c.node(static_cast<std::size_t>(id));
+      if (++seen[static_cast<std::size_t>(id)] > 1) {
+        return make_violation(g, id, "stream", "appears twice in stream orders");
+      }
+      if (n.stream != static_cast<int>(s) || n.device != stream.device) {
+        return make_violation(g, id, "stream", "is listed in the order of another stream");
+      }
+      const bool role_ok =
+          (n.kind == NodeKind::compute && stream.role == StreamRole::compute) ||
+          (n.kind == NodeKind::send && stream.role == StreamRole::send && n.peer == stream.peer) ||
+          (n.kind == NodeKind::recv && stream.role == StreamRole::recv && n.peer == stream.peer) ||
+          (n.kind != NodeKind::compute && stream.role == StreamRole::transfer &&
+           n.peer == stream.peer);  // BPipe: both directions on one stream per peer
+      if (!role_ok) return make_violation(g, id, "stream", "runs on a stream of the wrong role");
+    }
+  }
+  for (int id = 0; id < g.node_count(); ++id) {
+    if (seen[static_cast<std::size_t>(id)] == 0) {
+      return make_violation(g, id, "stream", "is in no stream order");
+    }
+  }
+  return std::nullopt;
+}
+
+Result check_matches(const Context& c) {
+  const TaskGraph& g = c.g;
+  for (int id = 0; id < g.node_count(); ++id) {
+    if (c.node(static_cast<std::size_t>(id)).kind == NodeKind::compute) continue;
+    const Node& n = g.node(id);
+    const char* other_kind = n.kind == NodeKind::send ? "recv" : "send";
+    if (n.match < 0 || n.match >= g.node_count()) {
+      return make_violation(g, id, "send-recv-match", std::string("has no matching ") + other_kind);
+    }
+    const Node& m = g.node(n.match);
+    if (m.kind == n.kind || m.kind == NodeKind::compute || m.match != id) {
+      return make_violation(
+          g, id, "send-recv-match",
+          std::string("is not paired with a ") + other_kind + " that names it back");
+    }
+    if (m.device != n.peer || m.peer != n.device) {
+      return make_violation(g, id, "send-recv-match", "its peer and its match's device disagree");
+    }
+    if (m.bytes != n.bytes || m.label != n.label) {
+      return make_violation(g, id, "send-recv-match",
+                            "size or tag differs from its match (" + std::to_string(n.bytes) +
+                                " vs " + std::to_string(m.bytes) + " bytes)");
+    }
+  }
+  return std::nullopt;
+}
+
+// Per peer pair, the k-th send must meet the k-th receive, or point-to-point deadlocks.
+Result check_pair_order(const Context& c) {
+  const TaskGraph& g = c.g;
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const Stream& stream = g.streams()[s];
+    if (stream.role != StreamRole::send) continue;
+    const auto& sends = g.stream_order(static_cast<int>(s));
+    int recv_stream = -1;
+    for (std::size_t r = 0; r < g.streams().size(); ++r) {
+      const Stream& other = g.streams()[r];
+      if (other.role == StreamRole::recv && other.device == stream.peer &&
+          other.peer == stream.device) {
+        recv_stream = static_cast<int>(r);
+      }
+    }
+    if (recv_stream < 0) {
+      return make_violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
+                            "no receive stream on device " + std::to_string(stream.peer));
+    }
+    const auto& recvs = g.stream_order(recv_stream);
+    for (std::size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
+      if (c.node(static_cast<std::size_t>(sends[k])).match != recvs[k]) {
+        return make_violation(g, sends[k], "send-recv-order",
+                              "is send #" + std::to_string(k) + " to device " +
+                                  std::to_string(stream.peer) + " but receive #" +
+                                  std::to_string(k) + " there is " + g.node_name(recvs[k]));
+      }
+    }
+    if (sends.size() != recvs.size()) {
+      return make_violation(g, sends.empty() ? -1 : sends.front(), "send-recv-order",
+                            std::to_string(sends.size()) + " sends but " +
+                                std::to_string(recvs.size()) + " receives on the pair");
+    }
+  }
+  return std::nullopt;
+}
+
+// Acyclic once each send/recv pair is one event (a rendezvous waits on both sides' inputs).
+Result check_acyclic(const Context& c) {
+  const TaskGraph& g = c.g;
+  const auto& graph = g.graph();
+  const auto n = static_cast<std::size_t>(g.node_count());
+  std::vector<std::size_t> rep(n);
+  for (std::size_t v = 0; v < n; ++v) {
+    rep[v] = c.paired(v) ? std::min(v, static_cast<std::size_t>(c.node(v).match)) : v;
+  }
+  std::vector<int> indegree(n, 0);
+  for (auto [it, end] = boost::edges(graph); it != end; ++it) {
+    const auto a = rep[boost::source(*it, graph)];
+    const auto b = rep[boost::target(*it, graph)];
+    if (a != b) ++indegree[b];
+  }
+  std::vector<std::size_t> stack;
+  for (std::size_t v = 0; v < n; ++v) {
+    if (rep[v] == v && indegree[v] == 0) stack.push_back(v);
+  }
+  // The members of an event: the node, and for a send/recv its other half.
+  auto members = [&](std::size_t v) {
+    const bool paired = c.paired(v);
+    return std::pair<std::array<std::size_t, 2>, int>{
+        {v, paired ? static_cast<std::size_t>(c.node(v).match) : v}, paired ? 2 : 1};
+  };
+  std::vector<char> done(n, 0);
+  while (!stack.empty()) {
+    const auto v = stack.back();
+    stack.pop_back();
+    done[v] = 1;
+    const auto [list, count] = members(v);
+    for (int k = 0; k < count; ++k) {
+      const auto member = list[static_cast<std::size_t>(k)];
+      for (auto [it, end] = boost::out_edges(member, graph); it != end; ++it) {
+        const auto b = rep[boost::target(*it, graph)];
+        if (b != v && --indegree[b] == 0) stack.push_back(b);
+      }
+    }
+  }
+  for (std::size_t v = 0; v < n; ++v) {
+    if (rep[v] != v || done[v]) continue;
+    // Walk back along unfinished predecessors until an event repeats: it lies on a cycle.
+    const auto preds = predecessors(g);
+    std::vector<char> visited(n, 0);
+    std::size_t cur = v;
+    while (!visited[cur]) {
+      visited[cur] = 1;
+      std::size_t next = cur;
+      const auto [list, count] = members(cur);
+      for (int k = 0; k < count && next == cur; ++k) {
+        const auto member = list[static_cast<std::size_t>(k)];
+        for (const auto& [from, kind] : preds[member]) {
+          const auto p = rep[static_cast<std::size_t>(from)];
+          if (p != cur && !done[p]) {
+            next = p;
+            break;
+          }
+        }
+      }
+      if (next == cur) break;
+      cur = next;
+    }
+    return make_violation(g, static_cast<int>(cur), "acyclic", "lies on a dependency cycle");
+  }
+  return std::nullopt;
+}
+
+// Compute nodes by (op, stage, micro-batch) in a flat table; -1 where absent.
+class ComputeTable {
+ public:
+  ComputeTable(int stages, int microbatches)
+      : stages_(stages),
+        microbatches_(microbatches),
+        ids_(4 * static_cast<std::size_t>(stages) * static_cast<std::size_t>(microbatches), -1) {}
+  int& at(OpType op, int stage, int mb) { return ids_[index(op, stage, mb)]; }
+  int find(OpType op, int stage, int mb) const { return ids_[index(op, stage, mb)]; }
+  // P1 and fused B both answer for "the backward".
+  int backward(int stage, int mb) const {
+    const int b = find(OpType::B, stage, mb);
+    return b >= 0 ? b : find(OpType::P1, stage, mb);
+  }
+
+ private:
+  std::size_t index(OpType op, int stage, int mb) const {
+    return (static_cast<std::size_t>(op) * static_cast<std::size_t>(stages_) +
+            static_cast<std::size_t>(stage)) *
+               static_cast<std::size_t>(microbatches_) +
+           static_cast<std::size_t>(mb);
+  }
+  int stages_;
+  int microbatches_;
+  std::vector<int> ids_;
+};
+
+// Fills the table; the first node that is out of range or repeats an op is a violation.
+Result index_compute(const Context& c, ComputeTable& table) {
+  const TaskGraph& g = c.g;
+  const int stages = g.schedule.stage_count();
+  for (int id = 0; id < g.node_count(); ++id) {
+    if (c.node(static_cast<std::size_t>(id)).kind != NodeKind::compute) continue;
+    const Node& n = g.node(id);
+    if (n.stage < 0 || n.stage >= stages) {
+      return make_violation(g, id, "coverage",
+                            "belongs to unknown stage " + std::to_string(n.stage));
+    }
+    if (g.schedule.stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
+      return make_violation(g, id, "coverage", "runs on a device that does not hold its stage");
+    }
+    for (const int mb : n.microbatches) {
+      if (mb < 0 || mb >= g.meta.microbatches) {
+        return make_violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
+      }
+      const bool backward = n.op == OpType::B || n.op == OpType::P1;
+      const bool repeated =
+          backward ? table.backward(n.stage, mb) >= 0 : table.find(n.op, n.stage, mb) >= 0;
+      if (repeated) {
+        return make_violation(
+            g, id, "coverage",
+            "repeats micro-batch " + std::to_string(mb) + " of stage " + std::to_string(n.stage));
+      }
+      table.at(n.op, n.stage, mb) = id;
+    }
+  }
+  return std::nullopt;
+}
+
+// Runs after check_streams (every stream order names real nodes) and index_compute.
+Result check_coverage(const Context& c, const ComputeTable& table) {
+  const TaskGraph& g = c.g;
+  const int stages = g.schedule.stage_count();
+  std::vector<int> position(static_cast<std::size_t>(g.node_count()), -1);
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const auto& order = g.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    }
+  }
+  const auto pos = [&](int id) { return position[static_cast<std::size_t>(id)]; };
+  for (int s = 0; s < stages; ++s) {
+    for (int mb = 0; mb < g.meta.microbatches; ++mb) {
+      const auto what = [&] {
+        return "stage " + std::to_string(s) + " micro-batch " + std::to_string(mb);
+      };
+      const int f = table.find(OpType::F, s, mb);
+      const int b = table.find(OpType::B, s, mb);
+      const int p1 = table.find(OpType::P1, s, mb);
+      const int p2 = table.find(OpType::P2, s, mb);
+      if (f < 0) return make_violation(g, -1, "coverage", what() + " has no forward");
+      const bool fused = b >= 0;
+      if (!fused && (p1 < 0 || p2 < 0)) {
+        return make_violation(g, f, "coverage", what() + " lacks its p1 or p2");
+      }
+      const int back = fused ? b : p1;
+      if (pos(back) < pos(f)) {
+        return make_violation(g, back, "f-before-p1", "runs before the forward of " + what());
+      }
+      if (!fused && pos(p2) < pos(p1)) {
+        return make_violation(g, p2, "p1-before-p2", "runs before the p1 of " + what());
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv
+// (producer -> send, matched to a recv -> consumer).
+bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int consumer) {
+  for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(producer), graph); it != end;
+       ++it) {
+    if (graph[*it] != EdgeKind::data) continue;
+    const int to = static_cast<int>(boost::target(*it, graph));
+    if (to == consumer) return true;
+    const PackedNode& s = c.node(static_cast<std::size_t>(to));
+    if (s.kind != NodeKind::send || s.match < 0) continue;
+    for (auto [jt, jend] = boost::out_edges(static_cast<std::size_t>(s.match), graph); jt != jend;
+         ++jt) {
+      if (graph[*jt] == EdgeKind::data && static_cast<int>(boost::target(*jt, graph)) == consumer) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Runs after check_coverage: every (op, stage, micro-batch) the rules need exists.
+Result check_inputs(const Context& c, const ComputeTable& table) {
+  const TaskGraph& g = c.g;
+  const auto& graph = g.graph();
+  const int stages = g.schedule.stage_count();
+  const auto need = [&](int producer, int consumer, const char* what) -> Result {
+    if (feeds(c, graph, producer, consumer)) return std::nullopt;
+    return make_violation(g, consumer, "inputs",
+                          std::string("does not wait for ") + what + " " + g.node(producer).label);
+  };
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
+    for (int s = 0; s < stages; ++s) {
+      for (int mb = 0; mb < g.meta.microbatches; ++mb) {
+        const int id = table.find(op, s, mb);
+        if (id < 0) continue;
+        Result r;
+        if (op == OpType::F && s > 0) {
+          r = need(table.find(OpType::F, s - 1, mb), id, "the activation from");
+        } else if (op == OpType::B || op == OpType::P1) {
+          r = need(table.find(OpType::F, s, mb), id, "its forward");
+          if (!r && s + 1 < stages) r = need(table.backward(s + 1, mb), id, "the gradient from");
+        } else if (op == OpType::P2) {
+          r = need(table.find(OpType::P1, s, mb), id, "its p1");
+        }
+        if (r) return r;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Without BPipe transfers: with them, memory moves between devices at times that the stream
+// orders do not fix, and check_transfer_memory (planner/graph/bpipe_check.cpp) checks the simulated
+// timeline instead.
+Result check_memory(const TaskGraph& g) {
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const Stream& stream = g.streams()[s];
+    if (stream.role != StreamRole::compute) continue;
+    const auto d = static_cast<std::size_t>(stream.device);
+    const double limit = d < g.meta.memory_limit_bytes.size() ? g.meta.memory_limit_bytes[d] : 0;
+    if (limit <= 0) continue;
+    std::int64_t current = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
+    if (static_cast<double>(current) > limit) {
+      return make_violation(
+          g, -1, "memory-limit",
+          "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(current)) +
+              " for parameters, gradients and optimizer state, above its limit " + gib_text(limit));
+    }
+    for (const int id : g.stream_order(static_cast<int>(s))) {
+      const Node& n = g.node(id);
+      current += n.alloc_bytes;
+      if (static_cast<double>(current) > limit) {
+        return make_violation(g, id, "memory-limit",
+                              "device " + std::to_string(d) + " reaches " +
+                                  gib_text(static_cast<double>(current)) + ", above its limit " +
+                                  gib_text(limit));
+      }
+      current -= n.free_bytes;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
+                         const std::string& what) {
+  std::string where = node >= 0 ? graph.node_name(node) + ": " : std::string();
+  return Violation{node, rule, where + what + " (rule " + rule + ")"};
+}
+
+std::string gib_text(double bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buffer;
+}
+
+std::optional<Violation> find_violation(const TaskGraph& graph) {
+  const Context c(graph);
+  const bool transfers = has_transfers(graph);
+  for (const auto check : {check_streams, check_matches, check_pair_order}) {
+    if (auto v = check(c)) return v;
+  }
+  if (transfers) {
+    if (auto v = check_transfer_order(graph)) return v;
+  }
+  if (auto v = check_acyclic(c)) return v;
+  ComputeTable table(graph.schedule.stage_count(), graph.meta.microbatches);
+  if (auto v = index_compute(c, table)) return v;
+  if (auto v = check_coverage(c, table)) return v;
+  if (auto v = check_inputs(c, table)) return v;
+  if (!transfers) return check_memory(graph);
+  for (const auto check : {check_transfer_use, check_transfer_memory}) {
+    if (auto v = check(graph)) return v;
+  }
+  return std::nullopt;
+}
+
+void validate(const TaskGraph& graph) {
+  if (const auto v = find_violation(graph)) throw Error("invalid plan: " + v->message);
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,27 @@
+// Plan validation: the first broken rule, with the node where it broke.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "planner/graph/taskgraph.h"
+
+namespace pipeplan {
+
+struct Violation {
+  int node = -1;
+  std::string rule;     // "acyclic", "send-recv-match", "send-recv-order", "f-before-p1",
+                        // "p1-before-p2", "coverage", "memory-limit", "stream"
+  std::string message;  // one line, names the node
+};
+
+std::optional<Violation> find_violation(const TaskGraph& graph);
+
+// For the checks (here and planner/graph/bpipe_check.cpp): the violation of `rule` at `node` (-1
+// for none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB".
+Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
+                         const std::string& what);
+std::string gib_text(double bytes);
+void validate(const TaskGraph& graph);  // throws Error with the violation's message
+
+}  // namespace pipeplan

@@ -1,0 +1,276 @@
+#include "planner/plan/bpipe.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::string_view to_string(BpipeMode mode) {
+  switch (mode) {
+    case BpipeMode::off:
+      return "off";
+    case BpipeMode::on:
+      return "on";
+    case BpipeMode::automatic:
+      return "auto";
+  }
+  return "?";
+}
+
+BpipeMode bpipe_mode_from_string(std::string_view text) {
+  if (text == "off") return BpipeMode::off;
+  if (text == "on") return BpipeMode::on;
+  if (text == "auto") return BpipeMode::automatic;
+  throw Error("--bpipe: must be off, on or auto, got '" + std::string(text) + "'");
+}
+
+std::int64_t BpipePlan::bytes_per_step() const {
+  std::int64_t total = 0;
+  for (const BpipePair& pair : pairs) {
+    for (const BpipeMove& move : pair.moves)
+      total += 2 * move.bytes;
+  }
+  return total;
+}
+
+bool is_transfer(const TaskGraph& graph, int node) {
+  const int stream = graph.node(node).stream;
+  return stream >= 0 && stream < static_cast<int>(graph.streams().size()) &&
+         graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
+}
+
+namespace {
+
+// What one device's action order does to its memory when it keeps at most `cap` stashes.
+struct Replay {
+  std::vector<BpipeMove> moves;
+  int max_evicted = 0;
+  std::int64_t peak_bytes = 0;  // order-based estimate: static + stashes + retained X/dY
+};
+
+bool is_backward(OpType op) {
+  return op == OpType::B || op == OpType::P1;
+}
+
+// Evict the resident stash needed latest once more than `cap` are held; load the evicted stash
+// needed soonest as soon as a backward frees a slot. Empty when the cap cannot work (a backward
+// whose stash is still away).
+std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& cost,
+                             std::int64_t static_bytes, int cap) {
+  std::map<int, int> needed_at;  // mb -> position of its backward
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (is_backward(order[i].op)) needed_at[order[i].microbatches.front()] = static_cast<int>(i);
+  }
+  Replay r;
+  std::vector<int> resident;
+  std::vector<int> away;  // indices into r.moves
+  std::int64_t current = static_bytes;
+  r.peak_bytes = current;
+  auto note = [&] { r.peak_bytes = std::max(r.peak_bytes, current); };
+  // An evicted stash leaves only when its send ends, after the next op has started: count it
+  // until that op's allocation has been noted (the evictor's transient peak is cap + 1).
+  std::int64_t in_flight = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Action& a = order[i];
+    const int pos = static_cast<int>(i);
+    const int mb = a.microbatches.front();
+    if (a.op == OpType::F) {
+      current += cost.stash_bytes;
+      note();
+      current -= in_flight;
+      in_flight = 0;
+      resident.push_back(mb);
+      if (static_cast<int>(resident.size()) <= cap) continue;
+      // Only stashes that have not moved yet: a loaded one is needed sooner than any newer one.
+      auto latest = resident.end();
+      for (auto it = resident.begin(); it != resident.end(); ++it) {
+        const bool moved = std::any_of(r.moves.begin(), r.moves.end(),
+                                       [&](const BpipeMove& m) { return m.mb == *it; });
+        if (!moved && (latest == resident.end() || needed_at[*it] > needed_at[*latest]))
+          latest = it;
+      }
+      if (latest == resident.end()) continue;
+      r.moves.push_back(BpipeMove{a.stage, *latest, cost.stash_bytes, pos, -1, needed_at[*latest]});
+      away.push_back(static_cast<int>(r.moves.size() - 1));
+      r.max_evicted = std::max(r.max_evicted, static_cast<int>(away.size()));
+      resident.erase(latest);
+      in_flight = cost.stash_bytes;
+    } else if (is_backward(a.op)) {
+      const auto it = std::find(resident.begin(), resident.end(), mb);
+      if (it == resident.end()) return std::nullopt;
+      if (a.op == OpType::P1) {
+        current += cost.retained_bytes;
+        note();
+      }
+      current -= in_flight;
+      in_flight = 0;
+      resident.erase(it);
+      current -= cost.stash_bytes;
+      std::sort(away.begin(), away.end(), [&](int x, int y) {
+        return r.moves[static_cast<std::size_t>(x)].needed_by <
+               r.moves[static_cast<std::size_t>(y)].needed_by;
+      });
+      while (static_cast<int>(resident.size()) < cap && !away.empty()) {
+        BpipeMove& move = r.moves[static_cast<std::size_t>(away.front())];
+        move.load_after = pos;
+        resident.push_back(move.mb);
+        away.erase(away.begin());
+        current += cost.stash_bytes;
+        note();
+      }
+    } else {  // P2 releases the retained X/dY of its micro-batches
+      current -= static_cast<std::int64_t>(a.microbatches.size()) * cost.retained_bytes;
+    }
+  }
+  return r;
+}
+
+int compute_stream(const TaskGraph& graph, int device) {
+  for (std::size_t s = 0; s < graph.streams().size(); ++s) {
+    const Stream& stream = graph.streams()[s];
+    if (stream.device == device && stream.role == StreamRole::compute) return static_cast<int>(s);
+  }
+  throw Error("bpipe: device " + std::to_string(device) + " has no compute stream");
+}
+
+double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
+  double t = link.latency_us;
+  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
+  return t;
+}
+
+// The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
+// a conservative bound for the acceptor (its own peak plus everything it may hold for the pair).
+// Among caps within kSamePeak of that minimum (peaks move in whole stashes, so this only absorbs
+// rounding), the largest (fewest transfers) that leaves the two ends within kBalanced of each
+// other, else the best balanced. Balance needs the second step where the newest evicted stash,
+// still in flight while the next forward allocates, makes one more eviction no lower for the
+// evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
+BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs, int evictor,
+                    int acceptor) {
+  constexpr double kSamePeak = 0.005;
+  constexpr double kBalanced = 0.10;
+  const auto& order = graph.schedule.per_device[static_cast<std::size_t>(evictor)];
+  const auto& acceptor_order = graph.schedule.per_device[static_cast<std::size_t>(acceptor)];
+  const StageCost& cost = costs[static_cast<std::size_t>(order.front().stage)];
+  const StageCost& acceptor_cost = costs[static_cast<std::size_t>(acceptor_order.front().stage)];
+  auto static_of = [&](int d) {
+    const auto& s = graph.meta.static_bytes;
+    return static_cast<std::size_t>(d) < s.size() ? s[static_cast<std::size_t>(d)] : 0;
+  };
+  const int natural = static_cast<int>(order.size());
+  const auto own =
+      replay(acceptor_order, acceptor_cost, static_of(acceptor), std::numeric_limits<int>::max());
+  const std::int64_t acceptor_own = own ? own->peak_bytes : static_of(acceptor);
+  struct Option {
+    BpipePair pair;
+    std::int64_t peak = 0, imbalance = 0;
+  };
+  std::vector<Option> options;  // by falling cap
+  for (int cap = natural; cap >= 1; --cap) {
+    auto r = replay(order, cost, static_of(evictor), cap);
+    if (!r) continue;
+    const std::int64_t acceptor_bound = acceptor_own + r->max_evicted * cost.stash_bytes;
+    options.push_back({BpipePair{evictor, acceptor, cap, r->max_evicted, std::move(r->moves)},
+                       std::max(r->peak_bytes, acceptor_bound),
+                       std::abs(r->peak_bytes - acceptor_bound)});
+  }
+  if (options.empty()) return BpipePair{evictor, acceptor, natural, 0, {}};
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  for (const Option& o : options)
+    lowest = std::min(lowest, o.peak);
+  const Option* best = nullptr;
+  for (const Option& o : options) {  // by falling cap: the first balanced one has fewest moves
+    if (static_cast<double>(o.peak) > static_cast<double>(lowest) * (1 + kSamePeak)) continue;
+    if (static_cast<double>(o.imbalance) <= kBalanced * static_cast<double>(o.peak)) return o.pair;
+    if (best == nullptr || o.imbalance < best->imbalance) best = &o;
+  }
+  return best != nullptr ? best->pair : options.front().pair;
+}
+
+Node transfer_node(NodeKind kind, const BpipeMove& move, int device, int stream, int peer,
+                   const std::string& label, const P2pLink& link) {
+  Node n;
+  n.kind = kind;
+  n.op = OpType::F;
+  n.device = device;
+  n.stream = stream;
+  n.stage = move.stage;
+  n.microbatches = {move.mb};
+  n.duration_us = transfer_time_us(link, move.bytes);
+  n.bytes = move.bytes;
+  n.peer = peer;
+  n.label = label;
+  return n;
+}
+
+}  // namespace
+
+BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs) {
+  const Schedule& s = graph.schedule;
+  const std::string& family = graph.meta.schedule.empty() ? s.family : graph.meta.schedule;
+  if (family != "1f1b") {
+    throw Error("--bpipe: schedule '" + family +
+                "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
+                "(docs/bpipe.md)");
+  }
+  if (s.stage_count() != s.devices) {
+    throw Error("--bpipe: needs one stage per device (got " + std::to_string(s.stage_count()) +
+                " stages on " + std::to_string(s.devices) + " devices)");
+  }
+  BpipePlan plan;
+  for (int x = 0; x < s.devices / 2; ++x) {
+    plan.pairs.push_back(plan_pair(graph, costs, x, s.devices - 1 - x));
+  }
+  return plan;
+}
+
+void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
+  for (const BpipePair& pair : plan.pairs) {
+    if (pair.moves.empty()) continue;
+    const int ev = pair.evictor, ac = pair.acceptor;
+    const std::vector<int> compute = graph.stream_order(compute_stream(graph, ev));
+    const int ev_stream = graph.stream(ev, StreamRole::transfer, ac);
+    const int ac_stream = graph.stream(ac, StreamRole::transfer, ev);
+    // (trigger position, 0 = evict / 1 = load, move): one order for both ends of the pair.
+    std::vector<std::tuple<int, int, std::size_t>> events;
+    for (std::size_t i = 0; i < pair.moves.size(); ++i) {
+      events.emplace_back(pair.moves[i].evict_after, 0, i);
+      events.emplace_back(pair.moves[i].load_after, 1, i);
+    }
+    std::sort(events.begin(), events.end());
+    std::vector<int> evict_recv(pair.moves.size(), -1);
+    const P2pLink& link = graph.meta.link;
+    for (const auto& [position, kind, i] : events) {
+      const BpipeMove& move = pair.moves[i];
+      const int forward = compute[static_cast<std::size_t>(move.evict_after)];
+      const std::string tag = graph.node(forward).label;
+      if (kind == 0) {
+        Node send = transfer_node(NodeKind::send, move, ev, ev_stream, ac, "evict " + tag, link);
+        send.free_bytes = move.bytes;
+        Node recv = transfer_node(NodeKind::recv, move, ac, ac_stream, ev, "evict " + tag, link);
+        recv.alloc_bytes = move.bytes;
+        const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
+        graph.add_data_edge(forward, s);
+        evict_recv[i] = r;
+      } else {
+        Node send = transfer_node(NodeKind::send, move, ac, ac_stream, ev, "load " + tag, link);
+        send.free_bytes = move.bytes;
+        Node recv = transfer_node(NodeKind::recv, move, ev, ev_stream, ac, "load " + tag, link);
+        recv.alloc_bytes = move.bytes;
+        const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
+        graph.add_data_edge(evict_recv[i], s);
+        graph.add_data_edge(compute[static_cast<std::size_t>(position)], r);
+        graph.add_data_edge(r, compute[static_cast<std::size_t>(move.needed_by)]);
+      }
+    }
+  }
+}
+
+}  // namespace pipeplan

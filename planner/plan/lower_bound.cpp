@@ -1,0 +1,102 @@
+#include "planner/plan/lower_bound.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+// Cheapest p2 time per micro-batch over every group size the profile knows (beyond the table the
+// time is linear in k, so the ratio does not improve). A p2 group over k micro-batches lasts
+// p2(k) >= k * min_j p2(j) / j, so m of them take at least m times this.
+double p2_per_microbatch_us(const StageCost& c) {
+  double best = c.p2_us;
+  for (std::size_t k = 1; k <= c.p2_concat_us.size(); ++k) {
+    best = std::min(best, c.p2_concat_us[k - 1] / static_cast<double>(k));
+  }
+  return std::max(0.0, best);
+}
+
+}  // namespace
+
+LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
+                                 const std::vector<int>& stage_device, const P2pLink& link,
+                                 int microbatches) {
+  if (costs.size() != stage_device.size() || costs.empty()) {
+    throw Error("lower bound: " + std::to_string(costs.size()) + " stage costs for " +
+                std::to_string(stage_device.size()) + " stages");
+  }
+  const std::size_t stages = costs.size();
+  const double m = static_cast<double>(microbatches);
+  int devices = 0;
+  for (const int d : stage_device)
+    devices = std::max(devices, d + 1);
+
+  // comm[j]: transfer across boundary j -> j+1 (0 inside one device).
+  std::vector<double> comm(stages, 0.0);
+  for (std::size_t j = 0; j + 1 < stages; ++j) {
+    if (stage_device[j] == stage_device[j + 1]) continue;
+    comm[j] = link.latency_us;
+    if (link.bandwidth_GBps > 0)
+      comm[j] += static_cast<double>(costs[j].send_bytes) / (link.bandwidth_GBps * 1e3);
+  }
+  std::vector<double> w(stages), head(stages, 0.0), down(stages, 0.0), up(stages, 0.0);
+  for (std::size_t s = 0; s < stages; ++s)
+    w[s] = p2_per_microbatch_us(costs[s]);
+  // head[s]: earliest start of any F on stage s; up[s]: gradient path from stage s's P1 end to
+  // the end of one p2 on stage 0.
+  for (std::size_t s = 1; s < stages; ++s) {
+    head[s] = head[s - 1] + costs[s - 1].forward_us + comm[s - 1];
+    up[s] = up[s - 1] + comm[s - 1] + costs[s - 1].p1_us;
+  }
+  for (std::size_t s = 0; s < stages; ++s)
+    up[s] += w[0];
+  // down[s]: from the end of F_s of one micro-batch to the start of its P1_s.
+  for (std::size_t s = stages - 1; s-- > 0;) {
+    down[s] = down[s + 1] + comm[s] + costs[s + 1].forward_us + costs[s + 1].p1_us + comm[s];
+  }
+
+  LowerBound bound;
+  // One micro-batch's path: every F, every P1 and both transfers of each boundary, one p2.
+  const double chain =
+      head[stages - 1] + costs[stages - 1].forward_us + costs[stages - 1].p1_us + up[stages - 1];
+  bound.makespan_us = chain;
+
+  for (int d = 0; d < devices; ++d) {
+    double first = std::numeric_limits<double>::infinity();
+    double non_p2 = 0, p2 = 0;
+    int count = 0;
+    std::size_t only = 0;
+    for (std::size_t s = 0; s < stages; ++s) {
+      if (stage_device[s] != d) continue;
+      first = std::min(first, head[s]);
+      non_p2 += m * (costs[s].forward_us + costs[s].p1_us);
+      p2 += m * w[s];
+      ++count;
+      only = s;
+    }
+    if (count == 0) continue;
+    double ramp_up = 0, tail = p2;
+    if (count == 1) {
+      const StageCost& c = costs[only];
+      ramp_up = std::max(0.0, c.forward_us + down[only] - m * c.forward_us);
+      tail = std::max(p2, up[only]);
+    }
+    const double device_bound = first + non_p2 + tail + ramp_up;
+    if (device_bound > bound.makespan_us) {
+      bound.makespan_us = device_bound;
+      bound.binding_device = d;
+    }
+    bound.stage_span_us = std::max(bound.stage_span_us, non_p2 + p2 + ramp_up);
+  }
+  return bound;
+}
+
+double gap_to_bound(double value_us, double bound_us) {
+  return bound_us > 0 ? (value_us - bound_us) / bound_us : 0.0;
+}
+
+}  // namespace pipeplan

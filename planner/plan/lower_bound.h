@@ -1,0 +1,39 @@
+// A provable lower bound on a plan's step time from its inputs alone (stage costs, stage ->
+// device map, link, micro-batch count), valid for every schedule, backward mode and memory limit
+// (docs/auto-schedule.md derives it). For device d holding stages S_d:
+//
+//   head_d  = min over s in S_d of  sum_{j<s} (F_j + c_j)          earliest first op on d
+//   work_d  = sum over s in S_d of  m (F_s + P1_s) + m * w_s        w_s = min_k p2_s(k) / k
+//   bound_d = head_d + work_d (+ ramp terms below when d holds a single stage s)
+//     ramp-up:   its first P1 waits for the round trip r_s = sum_{j>s} (F_j + P1_j) + 2 sum_{j>=s}
+//                c_j after its first F, and before it only F's run: + max(0, F_s + r_s - m F_s)
+//     ramp-down: after its last P1 the gradient still crosses every upstream stage and stage 0
+//                runs at least one p2: t_s = sum_{j<s} (c_j + P1_j) + w_0; only P2s run on d in
+//                that time, so the P2 term m w_s becomes max(m w_s, t_s)
+//   chain   = sum_s (F_s + P1_s) + 2 sum_j c_j + w_0                  one micro-batch's path
+//   step time >= max(chain, max_d bound_d)
+// c_j = latency + send_bytes_j / bandwidth when stages j and j+1 sit on different devices, else 0.
+// Largest stage span >= max_d (work_d + ramp-up_d).
+#pragma once
+
+#include <vector>
+
+#include "profiles/partition.h"
+#include "profiles/profile.h"
+
+namespace pipeplan {
+
+struct LowerBound {
+  double makespan_us = 0;    // global step time
+  double stage_span_us = 0;  // largest per-device span
+  int binding_device = -1;   // device whose bound is the largest (-1: the one-micro-batch chain)
+};
+
+LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
+                                 const std::vector<int>& stage_device, const P2pLink& link,
+                                 int microbatches);
+
+// (value - bound) / bound; 0 when bound <= 0.
+double gap_to_bound(double value_us, double bound_us);
+
+}  // namespace pipeplan

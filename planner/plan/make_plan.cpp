@@ -1,0 +1,154 @@
+#include "planner/plan/make_plan.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/graph/evaluate.h"
+#include "planner/plan/backward_fill.h"
+#include "planner/search/auto_schedule.h"
+#include "profiles/partition.h"
+#include "schedules/backward.h"
+#include "schedules/registry.h"
+
+namespace pipeplan {
+
+namespace {
+
+void check_request(const PlanRequest& r) {
+  if (r.devices < 1) throw Error("--stages: must be at least 1");
+  if (r.chunks < 1) throw Error("--chunks: must be at least 1");
+  if (r.microbatches < 1) throw Error("--microbatches: must be at least 1");
+  if (r.mbs < 1) throw Error("--mbs: must be at least 1");
+  if (r.p2_concat < 0) throw Error("--p2-concat: must be 0 (all) or a positive count");
+  if (r.memory_limit_bytes < 0) throw Error("--memory: must not be negative");
+}
+
+PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
+                   const std::vector<StageCost>& costs, const Schedule& schedule) {
+  PlanMeta m;
+  m.model = r.profile.model;
+  m.gpu = r.gpu.empty() ? r.profile.gpu : r.gpu;
+  m.devices = r.devices;
+  m.chunks = r.chunks;
+  m.microbatches = r.microbatches;
+  m.mbs = r.mbs;
+  m.seq = r.profile.seq;
+  m.schedule = r.schedule;
+  m.backward = r.backward;
+  m.p2_concat = r.p2_concat;
+  m.attention = r.profile.attention;
+  m.stage_layers = partition.stages;
+  m.memory_limit_bytes.assign(static_cast<std::size_t>(r.devices), r.memory_limit_bytes);
+  m.static_bytes.assign(static_cast<std::size_t>(r.devices), 0);
+  for (int s = 0; s < schedule.stage_count(); ++s) {
+    const auto d = static_cast<std::size_t>(schedule.stage_device[static_cast<std::size_t>(s)]);
+    m.static_bytes[d] += costs[static_cast<std::size_t>(s)].static_bytes;
+  }
+  m.flops_per_token = r.profile.model.flops_per_token(r.profile.seq);
+  m.peak_flops_per_device = r.peak_flops_per_device;
+  m.link = r.profile.p2p;
+  const Provenance& p = r.profile.provenance;
+  m.profile_source =
+      p.source + (p.gpu.empty() ? "" : " on " + p.gpu) + (p.date.empty() ? "" : " " + p.date);
+  return m;
+}
+
+struct StageInputs {
+  Partition partition;
+  std::vector<StageCost> costs;
+};
+
+StageInputs stage_inputs(const PlanRequest& request) {
+  const int stage_count = request.devices * request.chunks;
+  const ModelConfig& model = request.profile.model;
+  Partition partition;
+  if (request.layers_per_stage.empty()) {
+    partition = partition_balanced(model, request.profile, request.mbs, stage_count);
+  } else {
+    if (static_cast<int>(request.layers_per_stage.size()) != stage_count) {
+      throw Error("--layers-per-stage: " + std::to_string(request.layers_per_stage.size()) +
+                  " counts for " + std::to_string(stage_count) + " stages");
+    }
+    partition = partition_fixed(model, request.layers_per_stage);
+  }
+  const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
+  auto costs = stage_costs(model, request.profile, request.mbs, partition,
+                           std::min(max_concat, request.microbatches));
+  return {std::move(partition), std::move(costs)};
+}
+
+Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& costs,
+                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off) {
+  Plan plan{lower(schedule, costs, std::move(meta)), {}, {}};
+  if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
+  plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
+                                     schedule.microbatches);
+  CheckedSimulation checked = validate_and_simulate(plan.graph);
+  if (const auto& v = checked.violation) {
+    if (v->rule == "memory-limit") throw Error("--memory: " + v->message);
+    throw Error("internal: generated plan is invalid: " + v->message);
+  }
+  plan.sim = std::move(checked.sim);
+  return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& request) {
+  check_request(request);
+  const ScheduleFamily& family = find_schedule_family(request.schedule);
+  if (request.chunks > 1 && !family.uses_chunks) {
+    throw Error("--chunks: schedule '" + family.name + "' runs one chunk per device");
+  }
+  // Families that place p2 themselves (Zero Bubble) have no fused form to split.
+  if (family.places_p2 && request.backward != BackwardMode::twobp) {
+    throw Error("--backward: schedule '" + family.name +
+                "' places p1 and p2 itself; use --backward 2bp, got " +
+                std::string(to_string(request.backward)));
+  }
+  if (request.bpipe == BpipeMode::automatic) {
+    throw Error("--bpipe: auto searches micro-batch sizes and needs --global-batch");
+  }
+  if (request.bpipe == BpipeMode::on && (family.name == kAutoScheduleName || family.places_p2)) {
+    throw Error("--bpipe: schedule '" + family.name +
+                "' is not supported; BPipe pairs the stages of 1f1b (one stage per device)");
+  }
+  const StageInputs inputs = stage_inputs(request);
+  if (family.name == kAutoScheduleName) {  // built from the costs and the memory limits
+    const Schedule skeleton = schedule_skeleton(
+        ScheduleRequest{request.devices, request.chunks, request.microbatches}, family.name);
+    PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, skeleton);
+    const AutoResult automatic =
+        make_auto_schedule(inputs.costs, meta, request.backward, request.p2_concat);
+    return lower_and_simulate(automatic.schedule, inputs.costs, std::move(meta));
+  }
+  const Schedule generated =
+      family.generate(ScheduleRequest{request.devices, request.chunks, request.microbatches});
+  check_schedule(generated);
+  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, generated);
+  if (family.places_p2) return lower_and_simulate(generated, inputs.costs, std::move(meta));
+  const Schedule schedule =
+      request.backward == BackwardMode::twobp_fill
+          ? fill_p2_into_gaps(generated, inputs.costs, meta, request.p2_concat)
+          : apply_backward_mode(generated, request.backward, request.p2_concat);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), request.bpipe);
+}
+
+Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
+  check_request(request);
+  check_schedule(schedule);
+  if (schedule.devices != request.devices || schedule.microbatches != request.microbatches ||
+      schedule.stage_count() != request.devices * request.chunks) {
+    throw Error("schedule: " + std::to_string(schedule.devices) + " devices, " +
+                std::to_string(schedule.stage_count()) + " stages, " +
+                std::to_string(schedule.microbatches) + " micro-batches do not match --stages " +
+                std::to_string(request.devices) + " --chunks " + std::to_string(request.chunks) +
+                " --microbatches " + std::to_string(request.microbatches));
+  }
+  const StageInputs inputs = stage_inputs(request);
+  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta));
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,46 @@
+// profile + model + request -> validated, simulated task graph.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
+#include "planner/plan/bpipe.h"
+#include "planner/plan/lower_bound.h"
+#include "profiles/profile.h"
+
+namespace pipeplan {
+
+struct PlanRequest {
+  Profile profile;  // carries the model
+  std::string gpu;  // gpus.json key (for the peak FLOP/s)
+  double peak_flops_per_device = 0;
+  int devices = 0;
+  int chunks = 1;
+  int microbatches = 0;
+  int mbs = 1;
+  std::string schedule = "1f1b";
+  BackwardMode backward = BackwardMode::fused;
+  int p2_concat = 1;                  // 0: all micro-batches of a stage in one call
+  double memory_limit_bytes = 0;      // per device; 0 = unlimited
+  std::vector<int> layers_per_stage;  // blocks per virtual stage; empty = balanced
+  // BPipe activation transfers (planner/plan/bpipe.h): on adds them to a 1f1b plan; auto is a
+  // search over micro-batch size and needs a global batch (planner/search/bpipe_estimate.h),
+  // make_plan refuses.
+  BpipeMode bpipe = BpipeMode::off;
+};
+
+struct Plan {
+  TaskGraph graph;
+  SimResult sim;
+  LowerBound bound;  // on step time for these inputs (planner/plan/lower_bound.h)
+};
+
+// Throws Error naming the field on bad requests, and on a memory limit the plan exceeds.
+Plan make_plan(const PlanRequest& request);
+// The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
+// request.backward only label the plan; devices, chunks and micro-batches must match the schedule.
+Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule);
+
+}  // namespace pipeplan

@@ -1,0 +1,259 @@
+#include "planner/search/bpipe_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/graph/bpipe_check.h"
+
+namespace pipeplan {
+
+namespace {
+
+constexpr BackwardMode kBackwards[] = {BackwardMode::fused, BackwardMode::twobp,
+                                       BackwardMode::twobp_fill};
+
+std::string fmt(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+BpipeConfig describe(const Plan& plan, bool bpipe) {
+  const TaskGraph& g = plan.graph;
+  BpipeConfig c;
+  c.mbs = g.meta.mbs;
+  c.microbatches = g.meta.microbatches;
+  c.backward = g.meta.backward;
+  c.bpipe = bpipe;
+  c.step_time_us = plan.sim.makespan_us;
+  c.mfu = plan.sim.mfu;
+  for (const DeviceMetrics& d : plan.sim.devices) {
+    c.stage_time_us = std::max(c.stage_time_us, d.busy_us / std::max(1, c.microbatches));
+    c.peak_memory_bytes = std::max(c.peak_memory_bytes, d.peak_memory_bytes);
+  }
+  const double stage_flops =
+      g.meta.flops_per_token * c.mbs * g.meta.seq / std::max(1, g.meta.devices);
+  if (c.stage_time_us > 0 && g.meta.peak_flops_per_device > 0) {
+    c.stage_mfu = stage_flops / (c.stage_time_us * 1e-6 * g.meta.peak_flops_per_device);
+  }
+  return c;
+}
+
+struct Candidate {
+  BpipeConfig config;
+  Plan plan;
+};
+
+// Every candidate that fits; failures go to `infeasible`.
+std::vector<Candidate> evaluate(const SearchRequest& request,
+                                std::vector<std::string>& infeasible) {
+  if (request.global_batch < 1) throw Error("--global-batch: required (samples per step)");
+  std::vector<Candidate> out;
+  for (const int mbs : request.mbs_candidates) {
+    if (request.global_batch % mbs != 0) continue;
+    PlanRequest r = request.base;
+    r.profile = request.profile_for ? request.profile_for(mbs) : request.base.profile;
+    r.mbs = mbs;
+    r.microbatches = request.global_batch / mbs;
+    r.schedule = "1f1b";
+    r.chunks = 1;
+    r.layers_per_stage.clear();
+    for (const BackwardMode backward : kBackwards) {
+      for (const bool bpipe : {false, true}) {
+        r.backward = backward;
+        r.bpipe = bpipe ? BpipeMode::on : BpipeMode::off;
+        try {
+          Plan plan = make_plan(r);
+          out.push_back({describe(plan, bpipe), std::move(plan)});
+        } catch (const Error& e) {
+          infeasible.push_back("mbs " + std::to_string(mbs) + " " +
+                               std::string(to_string(backward)) + " bpipe " +
+                               (bpipe ? "on" : "off") + ": " + e.what());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+bool fits_without(const std::vector<Candidate>& all, const BpipeConfig& c) {
+  return std::any_of(all.begin(), all.end(), [&](const Candidate& o) {
+    return !o.config.bpipe && o.config.mbs == c.mbs && o.config.backward == c.backward;
+  });
+}
+
+// Step time the transfers add: the same graph with free transfers, simulated again.
+double exposed_transfer_us(const Plan& plan, double& transfer_us) {
+  TaskGraph free = plan.graph;
+  transfer_us = 0;
+  for (int id = 0; id < free.node_count(); ++id) {
+    if (!is_transfer(free, id)) continue;
+    if (free.node(id).kind == NodeKind::send) transfer_us += free.node(id).duration_us;
+    free.node(id).duration_us = 0;
+    free.node(id).bytes = 0;
+  }
+  return std::max(0.0, plan.sim.makespan_us - simulate(free).makespan_us);
+}
+
+std::string config_text(const BpipeConfig& c) {
+  return "mbs " + std::to_string(c.mbs) + ", m " + std::to_string(c.microbatches) + ", 1f1b " +
+         std::string(to_string(c.backward)) + (c.bpipe ? ", BPipe on" : ", BPipe off");
+}
+
+void judge(BpipeEstimate& e) {
+  const BpipeConfig& a = *e.without;
+  if (!e.with) {
+    e.verdict = "no benefit: every configuration that fits with BPipe already fits without it (" +
+                config_text(a) + " is best); BPipe would only add transfers";
+    e.second_opinion = "not applicable: BPipe buys no larger micro-batch";
+    return;
+  }
+  const BpipeConfig& b = *e.with;
+  const double p = e.devices;
+  e.gain = a.step_time_us / b.step_time_us - 1;
+  e.simple_gain =
+      (a.microbatches + p - 1) * a.stage_time_us / ((b.microbatches + p - 1) * b.stage_time_us) - 1;
+  const double bubble_a = (p - 1) / (a.microbatches + p - 1);
+  const double bubble_b = (p - 1) / (b.microbatches + p - 1);
+  std::string why = "mbs " + std::to_string(a.mbs) + " -> " + std::to_string(b.mbs) +
+                    " raises stage MFU " + fmt("%.1f", 100 * a.stage_mfu) + " -> " +
+                    fmt("%.1f %%", 100 * b.stage_mfu) + ", 1F1B bubble " +
+                    fmt("%.1f", 100 * bubble_a) + " -> " + fmt("%.1f %%", 100 * bubble_b) + " (m " +
+                    std::to_string(a.microbatches) + " -> " + std::to_string(b.microbatches) +
+                    "), transfers " +
+                    (e.exposed_us <= 0.005 * b.step_time_us
+                         ? std::string("fully hidden")
+                         : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
+                               fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
+  e.verdict = std::string(e.gain > 0.005 ? "benefit" : "no benefit") + ": " + why + ": " +
+              fmt("%+.1f %%", 100 * e.gain);
+  e.second_opinion =
+      "per-stage estimate (m + P - 1)·t_stage: " + fmt("%+.1f %%", 100 * e.simple_gain);
+  const double disagreement = e.gain - e.simple_gain;
+  if (std::abs(disagreement) > 0.01) {
+    e.second_opinion += "; the simulation differs by " + fmt("%+.1f", 100 * disagreement) +
+                        " points: it also counts exposed transfers (" +
+                        fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us) +
+                        " of the step), p2p latency and stage imbalance (first/last stage carry "
+                        "embedding and head), and the backward mode's own bubble filling";
+  } else {
+    e.second_opinion += " (agrees with the simulation within 1 point)";
+  }
+}
+
+}  // namespace
+
+BpipeEstimate estimate_bpipe(const SearchRequest& request) {
+  BpipeEstimate e;
+  e.devices = request.base.devices;
+  e.global_batch = request.global_batch;
+  e.memory_limit_bytes = request.base.memory_limit_bytes;
+  std::vector<Candidate> all = evaluate(request, e.infeasible);
+  const Candidate* without = nullptr;
+  const Candidate* with = nullptr;
+  for (const Candidate& c : all) {
+    const Candidate*& best = !c.config.bpipe ? without : with;
+    if (c.config.bpipe && fits_without(all, c.config)) continue;  // BPipe buys nothing there
+    if (!best || c.config.step_time_us < best->config.step_time_us) best = &c;
+  }
+  if (!without) {
+    throw NoBaselineError(
+        "--global-batch: no configuration fits without BPipe (" +
+        (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
+  }
+  e.without = without->config;
+  if (with) {
+    e.with = with->config;
+    e.with_plan = with->plan;
+    e.exposed_us = exposed_transfer_us(with->plan, e.transfer_us);
+    e.hidden_fraction =
+        e.transfer_us > 0 ? std::clamp(1 - e.exposed_us / e.transfer_us, 0.0, 1.0) : 1;
+    for (int id = 0; id < with->plan.graph.node_count(); ++id) {
+      const Node& n = with->plan.graph.node(id);
+      if (n.kind == NodeKind::send && is_transfer(with->plan.graph, id))
+        e.transfer_bytes += n.bytes;
+    }
+  }
+  judge(e);
+  return e;
+}
+
+Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
+  std::vector<std::string> infeasible;
+  std::vector<Candidate> all = evaluate(request, infeasible);
+  if (all.empty()) {
+    throw Error("--global-batch: no configuration fits (" +
+                (infeasible.empty() ? std::string("no candidates") : infeasible.front()) + ")");
+  }
+  auto best = std::min_element(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) {
+    return x.config.step_time_us < y.config.step_time_us;
+  });
+  if (chosen) *chosen = best->config;
+  return std::move(best->plan);
+}
+
+std::string format_estimate(const BpipeEstimate& e) {
+  auto row = [](const char* name, const BpipeConfig& c) {
+    return std::string(name) + config_text(c) + "\n    step " +
+           fmt("%.1f ms", c.step_time_us / 1e3) + ", MFU " + fmt("%.1f %%", 100 * c.mfu) +
+           ", stage MFU " + fmt("%.1f %%", 100 * c.stage_mfu) + ", peak " +
+           fmt("%.2f GiB", static_cast<double>(c.peak_memory_bytes) / (1 << 30)) + "\n";
+  };
+  std::string out = "BPipe estimate: " + std::to_string(e.devices) + " stages";
+  if (e.tensor_parallel > 1 || !e.tensor_parallel_note.empty()) {
+    out += " x TP " + std::to_string(e.tensor_parallel) +
+           (e.tensor_parallel_note.empty() ? "" : " (" + e.tensor_parallel_note + ")");
+  }
+  out += ", global batch " + std::to_string(e.global_batch) + " (MFU = PaLM model FLOPs)\n";
+  if (!e.memory_note.empty()) out += "memory: " + e.memory_note + "\n";
+  out += row("without BPipe: ", *e.without);
+  if (e.with) {
+    out += row("with BPipe:    ", *e.with);
+    out += "transfers: " + fmt("%.2f GiB", static_cast<double>(e.transfer_bytes) / (1 << 30)) +
+           " per step, link time " + fmt("%.1f ms", e.transfer_us / 1e3) + ", exposed " +
+           fmt("%.2f ms", e.exposed_us / 1e3) + " (" +
+           fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ")\n";
+  } else {
+    out += "with BPipe:    no configuration needs it\n";
+  }
+  out += "verdict: " + e.verdict + "\n";
+  out += "second opinion: " + e.second_opinion + "\n";
+  return out;
+}
+
+nlohmann::json estimate_to_json(const BpipeEstimate& e) {
+  auto config = [](const std::optional<BpipeConfig>& c) -> nlohmann::json {
+    if (!c) return nullptr;
+    return {{"mbs", c->mbs},
+            {"microbatches", c->microbatches},
+            {"schedule", "1f1b"},
+            {"backward", std::string(to_string(c->backward))},
+            {"bpipe", c->bpipe},
+            {"step_time_ms", c->step_time_us / 1e3},
+            {"mfu", c->mfu},
+            {"stage_mfu", c->stage_mfu},
+            {"stage_time_ms", c->stage_time_us / 1e3},
+            {"peak_memory_bytes", c->peak_memory_bytes}};
+  };
+  return {{"stages", e.devices},
+          {"tensor_parallel", e.tensor_parallel},
+          {"global_batch", e.global_batch},
+          {"memory_limit_bytes", e.memory_limit_bytes},
+          {"without", config(e.without)},
+          {"with", config(e.with)},
+          {"transfer_bytes_per_step", e.transfer_bytes},
+          {"transfer_ms", e.transfer_us / 1e3},
+          {"exposed_transfer_ms", e.exposed_us / 1e3},
+          {"hidden_fraction", e.hidden_fraction},
+          {"gain", e.gain},
+          {"simple_gain", e.simple_gain},
+          {"verdict", e.verdict},
+          {"second_opinion", e.second_opinion},
+          {"infeasible", e.infeasible}};
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,68 @@
+// Whether BPipe pays before training (arXiv 2401.02088 §5): the best 1f1b configuration without
+// BPipe and the best one that only BPipe makes fit, both simulated, with the transfer volume and
+// how much of it the simulation hides behind compute; plus the paper's simpler per-stage-MFU
+// estimate, iteration ≈ (m + P − 1)·t_stage(b), as a second opinion. docs/bpipe.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/base/error.h"
+#include "planner/plan/make_plan.h"
+#include "planner/search/search.h"
+
+namespace pipeplan {
+
+struct BpipeConfig {
+  int mbs = 1, microbatches = 0;
+  BackwardMode backward = BackwardMode::fused;
+  bool bpipe = false;
+  double step_time_us = 0;             // simulated makespan
+  double mfu = 0;                      // PaLM model FLOPs
+  double stage_mfu = 0;                // model FLOPs of one stage's micro-batch / its busy time
+  double stage_time_us = 0;            // busiest device's busy time per micro-batch
+  std::int64_t peak_memory_bytes = 0;  // largest device
+};
+
+struct BpipeEstimate {
+  int devices = 0, global_batch = 0;
+  double memory_limit_bytes = 0;  // per pipeline device, what plans must fit (0 = unlimited)
+  // Set by the caller for the report: GPUs per pipeline device and why, and the memory budget.
+  int tensor_parallel = 1;
+  std::string tensor_parallel_note;    // e.g. "auto: smallest of 1, 2, 4, 8 that fits"
+  std::string memory_note;             // e.g. "--memory 80.00 GiB - reserve 4.20 GiB = ..."
+  std::optional<BpipeConfig> without;  // best with BPipe off
+  std::optional<BpipeConfig> with;     // best among configurations that only fit with BPipe
+  std::optional<Plan> with_plan;
+  std::int64_t transfer_bytes = 0;  // per step, evict + load
+  double transfer_us = 0;           // link time of all transfers
+  double exposed_us = 0;            // step time they add (vs. the same plan with free transfers)
+  double hidden_fraction = 1;
+  double gain = 0;         // simulated: step time without / with − 1
+  double simple_gain = 0;  // (m0 + P − 1)·t(b0) / ((m1 + P − 1)·t(b1)) − 1
+  std::string verdict;     // one line with its reason
+  std::string second_opinion;
+  std::vector<std::string> infeasible;  // "mbs 4 fused bpipe on: --memory: ..."
+};
+
+// No candidate fits without BPipe, so there is no baseline to compare against. The message names
+// --global-batch and the first rejection.
+class NoBaselineError : public Error {
+ public:
+  using Error::Error;
+};
+
+// 1f1b over every micro-batch size of `request` (global batch fixed) and backward fused, 2bp,
+// 2bp-fill, with BPipe off and on. Throws NoBaselineError when nothing fits without BPipe.
+BpipeEstimate estimate_bpipe(const SearchRequest& request);
+// `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower
+// than the best plan without BPipe).
+Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen = nullptr);
+
+std::string format_estimate(const BpipeEstimate& estimate);
+nlohmann::json estimate_to_json(const BpipeEstimate& estimate);
+
+}  // namespace pipeplan

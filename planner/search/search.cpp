@@ -1,0 +1,175 @@
+#include "planner/search/search.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "planner/base/error.h"
+#include "profiles/partition.h"
+#include "schedules/registry.h"
+
+namespace pipeplan {
+
+namespace {
+
+// Transformer blocks per stage of the balanced partition (the form --layers-per-stage takes).
+std::vector<int> balanced_blocks(const PlanRequest& r, int stages) {
+  const Partition p = partition_balanced(r.profile.model, r.profile, r.mbs, stages);
+  const std::vector<LayerKind> layers = r.profile.model.layer_list();
+  std::vector<int> blocks;
+  for (const StageLayers& s : p.stages) {
+    int count = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
+      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    blocks.push_back(count);
+  }
+  return blocks;
+}
+
+// Balanced, then one block moved across the first and across the last boundary, both ways.
+std::vector<std::vector<int>> partitions(const PlanRequest& r, int stages, bool shift) {
+  std::vector<std::vector<int>> out = {{}};
+  if (!shift || stages < 2) return out;
+  const std::vector<int> base = balanced_blocks(r, stages);
+  const auto last = base.size() - 1;
+  const std::pair<std::size_t, std::size_t> moves[] = {
+      {0, 1}, {1, 0}, {last, last - 1}, {last - 1, last}};
+  for (const auto& [from, to] : moves) {
+    if (base[from] < 2) continue;
+    std::vector<int> p = base;
+    --p[from];
+    ++p[to];
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+bool dominates(const SearchPoint& a, const SearchPoint& b) {
+  return a.step_time_us <= b.step_time_us && a.peak_memory_bytes <= b.peak_memory_bytes &&
+         (a.step_time_us < b.step_time_us || a.peak_memory_bytes < b.peak_memory_bytes);
+}
+
+}  // namespace
+
+SearchResult search_plans(const SearchRequest& request) {
+  std::vector<std::pair<int, int>> sizes;  // (mbs, m)
+  if (request.global_batch > 0) {
+    for (const int mbs : request.mbs_candidates) {
+      if (mbs >= 1 && request.global_batch % mbs == 0)
+        sizes.emplace_back(mbs, request.global_batch / mbs);
+    }
+    if (sizes.empty())
+      throw Error("--global-batch: " + std::to_string(request.global_batch) +
+                  " is divisible by no candidate micro-batch size");
+  } else {
+    sizes.emplace_back(request.base.mbs, request.base.microbatches);
+  }
+  SearchResult result;
+  std::vector<SearchPoint> points;
+  std::string first_error;
+  bool have_best = false;
+  for (const auto& [mbs, m] : sizes) {
+    PlanRequest r = request.base;
+    r.mbs = mbs;
+    r.microbatches = m;
+    if (request.profile_for) r.profile = request.profile_for(mbs);
+    for (const ScheduleFamily& family : schedule_families()) {
+      for (const int chunks : {1, 2}) {
+        if (chunks > 1 && !family.uses_chunks) continue;
+        if (chunks == 1 && family.uses_chunks) continue;  // equals its one-chunk sibling
+        std::vector<std::vector<int>> parts;
+        try {
+          parts = partitions(r, r.devices * chunks, request.shift_partition);
+        } catch (const Error& e) {
+          if (first_error.empty()) first_error = e.what();
+          ++result.infeasible;
+          continue;
+        }
+        for (const BackwardMode mode :
+             {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+          if (family.places_p2 && mode != BackwardMode::twobp) continue;
+          for (const std::vector<int>& layers : parts) {
+            PlanRequest c = r;
+            c.schedule = family.name;
+            c.backward = mode;
+            c.chunks = chunks;
+            c.layers_per_stage = layers;
+            ++result.evaluated;
+            Plan plan;
+            try {
+              plan = make_plan(c);
+            } catch (const Error& e) {
+              if (first_error.empty()) first_error = e.what();
+              ++result.infeasible;
+              continue;
+            }
+            const auto peaks = plan.sim.peak_memory_bytes();
+            SearchPoint p{mbs,
+                          m,
+                          chunks,
+                          family.name,
+                          mode,
+                          layers,
+                          plan.sim.makespan_us,
+                          plan.bound.makespan_us,
+                          peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end())};
+            const bool better = !have_best ||
+                                p.step_time_us < result.best_point.step_time_us - 1e-9 ||
+                                (p.step_time_us <= result.best_point.step_time_us + 1e-9 &&
+                                 p.peak_memory_bytes < result.best_point.peak_memory_bytes);
+            if (better) {
+              result.best = std::move(plan);
+              result.best_point = p;
+              have_best = true;
+            }
+            points.push_back(std::move(p));
+          }
+        }
+      }
+    }
+  }
+  if (!have_best) throw Error(first_error.empty() ? "--search: no candidate plan" : first_error);
+  for (const SearchPoint& p : points) {
+    const bool dominated = std::any_of(points.begin(), points.end(),
+                                       [&](const SearchPoint& q) { return dominates(q, p); });
+    const bool duplicate =
+        std::any_of(result.pareto.begin(), result.pareto.end(), [&](const SearchPoint& q) {
+          return q.step_time_us == p.step_time_us && q.peak_memory_bytes == p.peak_memory_bytes;
+        });
+    if (!dominated && !duplicate) result.pareto.push_back(p);
+  }
+  std::sort(
+      result.pareto.begin(), result.pareto.end(),
+      [](const SearchPoint& a, const SearchPoint& b) { return a.step_time_us < b.step_time_us; });
+  return result;
+}
+
+std::string format_pareto(const SearchResult& result) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "Pareto front (step time vs peak memory), %d plans built, %d infeasible:\n",
+                result.evaluated, result.infeasible);
+  out += line;
+  std::snprintf(line, sizeof line, "%11s %10s %8s %4s %5s %-12s %-9s %s\n", "step ms", "peak GiB",
+                "gap", "mbs", "m", "schedule", "backward", "blocks/stage");
+  out += line;
+  for (const SearchPoint& p : result.pareto) {
+    std::string blocks = "balanced";
+    if (!p.layers_per_stage.empty()) {
+      blocks.clear();
+      for (const int b : p.layers_per_stage)
+        blocks += (blocks.empty() ? "" : ",") + std::to_string(b);
+    }
+    const std::string name =
+        p.chunks > 1 ? p.schedule + " V=" + std::to_string(p.chunks) : p.schedule;
+    std::snprintf(line, sizeof line, "%11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s\n",
+                  p.step_time_us / 1e3, static_cast<double>(p.peak_memory_bytes) / (1 << 30),
+                  p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
+                  p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(),
+                  blocks.c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace pipeplan

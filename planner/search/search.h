@@ -1,0 +1,47 @@
+// `pipeplan plan --search`: the best plan over micro-batch size (global batch fixed), schedule
+// family (auto included), backward mode, chunks and partition (balanced, and one block moved at
+// either end), with the Pareto front of step time against peak memory (docs/auto-schedule.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/plan/make_plan.h"
+
+namespace pipeplan {
+
+struct SearchRequest {
+  PlanRequest base;      // devices, gpu, memory limit, p2_concat; schedule/backward/chunks ignored
+  int global_batch = 0;  // samples per step; 0: keep base.mbs and base.microbatches
+  std::vector<int> mbs_candidates;  // used with global_batch; each must divide it
+  // The profile holding micro-batch size `mbs` (analytic or measured); unset: base.profile.
+  std::function<Profile(int mbs)> profile_for;
+  bool shift_partition = true;  // also try one block moved at the first and last boundary
+};
+
+struct SearchPoint {
+  int mbs = 1, microbatches = 0, chunks = 1;
+  std::string schedule;
+  BackwardMode backward = BackwardMode::fused;
+  std::vector<int> layers_per_stage;  // empty: balanced
+  double step_time_us = 0, bound_us = 0;
+  std::int64_t peak_memory_bytes = 0;  // largest device
+};
+
+struct SearchResult {
+  Plan best;
+  SearchPoint best_point;
+  std::vector<SearchPoint> pareto;  // non-dominated (step time, peak memory), by step time
+  int evaluated = 0;                // plans built
+  int infeasible = 0;               // rejected (memory limit, divisibility, ...)
+};
+
+// Throws Error naming --global-batch when no candidate is feasible or the batch does not
+// divide, and the first plan's error when every candidate fails.
+SearchResult search_plans(const SearchRequest& request);
+
+std::string format_pareto(const SearchResult& result);  // the table the CLI prints
+
+}  // namespace pipeplan

@@ -1,0 +1,478 @@
+// Analytic profile: per-layer FLOPs, HBM traffic and memory from the model shape, turned into
+// times with the efficiency factors below. See docs/analytic-model.md for the derivation.
+#include "profiles/analytic.h"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <string>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+// ---- Efficiency factors (fractions of the datasheet peak) -------------------------------------
+// Large bf16 GEMMs reach ~75-80 % of the dense peak on A100/H100 with cuBLAS; MFU reports of
+// 45-50 % for whole training steps (Megatron-LM, llm.c; BRIEF.md §2) are consistent with that
+// once attention, elementwise ops and bubbles are added.
+constexpr double kGemmEfficiencyMax = 0.80;
+// GEMM efficiency saturates with the token count M (rows of X): eff(M) = max · M / (M + M_half).
+// Small M leaves SMs idle and makes the GEMM memory-bound on the weights; at M_half = 256 tokens a
+// GEMM runs at half its large-M efficiency (a 4096×4096 weight read at 3.35 TB/s costs as much as
+// ~256 tokens of compute on an H100). This is what makes concatenating p2 calls pay off.
+constexpr double kGemmHalfTokens = 256.0;
+// Materialized attention: batched QK^T and PV GEMMs with K = head_dim (64-128) reach about half of
+// peak; the s×s score traffic is charged separately as HBM time.
+constexpr double kMaterializedAttentionEfficiency = 0.50;
+// FlashAttention-2 (Dao 2023): 50-73 % of peak on A100, ~35-50 % on H100 forward+backward;
+// softmax and masking run inside the kernel, so no s×s HBM traffic.
+constexpr double kFlashAttentionEfficiency = 0.45;
+// Elementwise kernels (norms, activations, residual adds, softmax) stream through HBM at ~80 %
+// of its peak bandwidth.
+constexpr double kHbmEfficiency = 0.80;
+// Fixed cost per kernel: launch plus the tail of a dependent kernel in eager PyTorch-style code.
+constexpr double kKernelOverheadUs = 4.0;
+// Backward of an elementwise op reads the saved input and the incoming gradient and writes the
+// input gradient (norms re-read their input): about twice the forward's traffic.
+constexpr double kBackwardTrafficFactor = 2.0;
+
+// ---- Memory per parameter (mixed-precision AdamW, Rajbhandari et al. 2020 "ZeRO" §3.1) --------
+constexpr std::int64_t kWeightBytes = 2;      // bf16 weights used by F/p1/p2
+constexpr std::int64_t kGradBytes = 4;        // fp32 gradient accumulators
+constexpr std::int64_t kOptimizerBytes = 12;  // fp32 master weights + Adam m and v
+constexpr std::int64_t kAct = 2;              // bf16 activation element
+constexpr std::int64_t kFp32 = 4;
+
+// Work of one pass, split by the rate it runs at.
+struct PassWork {
+  double gemm_flops = 0;       // linear-layer GEMMs: efficiency eff(tokens)
+  double attention_flops = 0;  // attention core: efficiency per attention kind
+  double hbm_bytes = 0;        // memory-bound elementwise traffic
+  int kernels = 0;
+  int elementwise_kernels = 0;
+
+  void gemm(double flops) {
+    gemm_flops += flops;
+    ++kernels;
+  }
+  void attention(double flops, int kernel_count) {
+    attention_flops += flops;
+    kernels += kernel_count;
+  }
+  void elementwise(double bytes) {
+    hbm_bytes += bytes;
+    ++kernels;
+    ++elementwise_kernels;
+  }
+  double flops() const { return gemm_flops + attention_flops; }
+};
+
+struct LayerWork {
+  PassWork forward, p1, p2;
+};
+
+double gemm_efficiency(double tokens) {
+  return kGemmEfficiencyMax * tokens / (tokens + kGemmHalfTokens);
+}
+
+// Time of one call running `k` concatenated micro-batches of `tokens` tokens each (k = 1 for F and
+// p1): the GEMMs see k·tokens rows, everything else scales linearly, kernels launch once.
+double pass_time_us(const PassWork& w, double tokens, int k, Attention attention,
+                    const GpuSpec& gpu) {
+  const double peak_flops_per_us = gpu.peak_bf16_tflops * 1e6;   // TFLOP/s -> FLOP/us
+  const double hbm_bytes_per_us = gpu.hbm_bandwidth_GBps * 1e3;  // GB/s -> B/us
+  const double attention_efficiency =
+      attention == Attention::flash ? kFlashAttentionEfficiency : kMaterializedAttentionEfficiency;
+  double us = 0;
+  if (w.gemm_flops > 0) us += k * w.gemm_flops / (peak_flops_per_us * gemm_efficiency(k * tokens));
+  us += k * w.attention_flops / (peak_flops_per_us * attention_efficiency);
+  us += k * w.hbm_bytes / (hbm_bytes_per_us * kHbmEfficiency);
+  return us + w.kernels * kKernelOverheadUs;
+}
+
+// Shape of one layer call.
+struct Shape {
+  std::int64_t b, s, t, h, kvd, f, a, v;
+  bool swiglu, dropout, rope, bert;
+};
+
+Shape shape_of(const ModelConfig& m, int mbs, int seq) {
+  Shape x{};
+  x.b = mbs;
+  x.s = seq;
+  x.t = x.b * x.s;
+  x.h = m.hidden;
+  x.kvd = static_cast<std::int64_t>(m.kv_heads) * m.head_dim();
+  x.f = m.ffn_hidden;
+  x.a = m.heads;
+  x.v = m.vocab;
+  x.swiglu = m.mlp == MlpKind::swiglu;
+  // GPT-3/BERT recipes (Korthikanti et al.) train with dropout; LLaMA does not.
+  x.dropout = m.norm == NormKind::layernorm;
+  x.rope = m.learned_positions == 0;
+  x.bert = m.family == "bert";
+  return x;
+}
+
+// Transformer block, tensor by tensor. Linear FLOPs = 2 · tokens · parameters per pass (F: Y = XW,
+// p1: dX = dY·W^T, p2: dW = X^T·dY). Attention core forward QK^T + PV = 4·b·s²·h (independent
+// of grouped-query K/V: every query head does its own products). Zero Bubble §2 / Table 1.
+LayerWork block_work(const Shape& x, Attention attention) {
+  const double t = static_cast<double>(x.t), h = static_cast<double>(x.h);
+  const double kvd = static_cast<double>(x.kvd), f = static_cast<double>(x.f);
+  const double f_out = x.swiglu ? 2 * f : f;                         // up (+ gate) output width
+  const double scores = static_cast<double>(x.b * x.a * x.s * x.s);  // elements of b·a·s×s
+  const double core_forward = 4.0 * static_cast<double>(x.b * x.s * x.s) * h;
+
+  LayerWork w;
+  PassWork& F = w.forward;
+  F.elementwise(kAct * t * 2 * h);                      // norm 1: read x, write x̂
+  F.gemm(2 * t * h * (h + 2 * kvd));                    // fused QKV projection
+  if (x.rope) F.elementwise(kAct * t * 2 * (h + kvd));  // rotary on Q and K
+  if (attention == Attention::flash) {
+    F.attention(core_forward, 1);  // one fused kernel, scores stay in SRAM
+  } else {
+    F.attention(core_forward, 2);              // QK^T and PV batched GEMMs
+    F.elementwise(kAct * scores * 4);          // write S, softmax read S / write P, PV reads P
+    if (x.dropout) F.elementwise(scores * 5);  // read P, write P' (bf16) and a 1-byte mask
+  }
+  F.gemm(2 * t * h * h);  // output projection
+  // Residual add (read 2, write 1), with dropout fused in GPT recipes (+ 1-byte mask).
+  const double residual_bytes = kAct * t * 3 * h + (x.dropout ? t * h : 0);
+  F.elementwise(residual_bytes);
+  F.elementwise(kAct * t * 2 * h);                       // norm 2
+  F.gemm(2 * t * h * f_out);                             // up (+ gate)
+  F.elementwise(kAct * t * (x.swiglu ? 3 * f : 2 * f));  // GeLU, or SiLU(gate)·up
+  F.gemm(2 * t * f * h);                                 // down
+  F.elementwise(residual_bytes);
+
+  PassWork& P1 = w.p1;
+  P1.gemm(F.gemm_flops);  // dX of the four linear ops: same FLOPs as their forward
+  P1.kernels += 3;        // one GEMM kernel each; gemm() counted one
+  // Attention backward: dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q: 8·b·s²·h.
+  double core_backward = 2 * core_forward;
+  if (attention == Attention::recompute) core_backward += core_forward;  // forward run again
+  // FlashAttention-2 backward recomputes S = QK^T (2·b·s²·h), not PV: 10·b·s²·h = 2.5× forward.
+  if (attention == Attention::flash) core_backward += core_forward / 2;
+  P1.attention(core_backward, attention == Attention::flash ? 2 : 4);
+  const double forward_elementwise = F.hbm_bytes;
+  double recomputed = 0;  // recompute attention re-creates the s×s scores before the backward
+  if (attention == Attention::recompute)
+    recomputed = kAct * scores * 4 + (x.dropout ? scores * 5 : 0);
+  P1.hbm_bytes += kBackwardTrafficFactor * forward_elementwise + recomputed;
+  P1.kernels += F.elementwise_kernels;  // one backward kernel per forward elementwise op
+
+  // p2: dW = X^T·dY for the four linear ops; bias gradients Σ dY fuse into the GEMM epilogue and
+  // norm gains finish in p1 (they are O(h) and need the normalised input p1 has at hand).
+  PassWork& P2 = w.p2;
+  P2.gemm(F.gemm_flops);
+  P2.kernels += 3;
+  return w;
+}
+
+// Head: final norm (BERT: dense + GeLU + LayerNorm transform), LM-head GEMM 2·t·h·V in each of F,
+// p1 and p2, and the cross-entropy on fp32 logits.
+LayerWork head_work(const Shape& x) {
+  const double t = static_cast<double>(x.t), h = static_cast<double>(x.h);
+  const double v = static_cast<double>(x.v);
+  LayerWork w;
+  PassWork& F = w.forward;
+  if (x.bert) {
+    F.gemm(2 * t * h * h);            // MLM transform dense
+    F.elementwise(kAct * t * 2 * h);  // GeLU
+  }
+  F.elementwise(kAct * t * 2 * h);  // final norm
+  F.gemm(2 * t * h * v);            // LM head
+  // Loss: upcast logits to fp32 (read 2, write 4 bytes), log-softmax + NLL read them again.
+  F.elementwise(t * v * (2.0 + 4.0));
+  F.elementwise(t * v * 4.0);
+
+  PassWork& P1 = w.p1;
+  P1.elementwise(t * v * (4.0 + 2.0));  // dlogits = softmax − onehot: read fp32, write bf16
+  P1.gemm(2 * t * h * v);               // dX = dlogits · W
+  P1.elementwise(kBackwardTrafficFactor * kAct * t * 2 * h);  // norm backward
+  if (x.bert) {
+    P1.elementwise(kBackwardTrafficFactor * kAct * t * 2 * h);  // GeLU backward
+    P1.gemm(2 * t * h * h);
+  }
+
+  PassWork& P2 = w.p2;
+  P2.gemm(2 * t * h * v);  // dW of the LM head (the tied copy too)
+  if (x.bert) P2.gemm(2 * t * h * h);
+  return w;
+}
+
+LayerWork embedding_work(const Shape& x) {
+  const double t = static_cast<double>(x.t), h = static_cast<double>(x.h);
+  LayerWork w;
+  PassWork& F = w.forward;
+  F.elementwise(kAct * t * 2 * h);                                 // gather rows: read, write
+  if (!x.rope) F.elementwise(kAct * t * 3 * h);                    // + learned positions
+  if (x.bert) F.elementwise(kAct * t * 3 * h + kAct * t * 2 * h);  // + token type, LayerNorm
+  // p1 of the first layer has no work (token ids have no gradient); the pass still costs one
+  // kernel's worth of synchronisation with the incoming gradient.
+  w.p1.kernels = 1;
+  // p2: scatter-add dY into the fp32 table gradient (read dY, read-modify-write fp32 rows).
+  PassWork& P2 = w.p2;
+  P2.elementwise(kAct * t * h + 2 * kFp32 * t * h);
+  if (!x.rope) P2.elementwise(kAct * t * h + 2 * kFp32 * static_cast<double>(x.s) * h);
+  return w;
+}
+
+LayerWork layer_work(LayerKind kind, const Shape& x, Attention attention) {
+  switch (kind) {
+    case LayerKind::embedding:
+      return embedding_work(x);
+    case LayerKind::block:
+      return block_work(x, attention);
+    case LayerKind::head:
+      return head_work(x);
+  }
+  return {};
+}
+
+// Activations allocated by F and held until p1 (bytes).
+std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
+  // Korthikanti et al. 2022 ("Reducing Activation Recomputation", §4.1), tensor by tensor, bf16:
+  //   norm-1 input 2h, QKV input (norm-1 output) 2h, Q 2h, K 2·kvd, V 2·kvd, attention output
+  //   (= output-projection input) 2h, norm-2 input 2h, MLP input (norm-2 output) 2h   = 12h + 4kvd
+  //   GeLU MLP: GeLU input 2f, down input (GeLU output) 2f                            = 4f
+  //   SwiGLU MLP (LLaMA): gate output 2f, up output 2f, down input SiLU(gate)·up 2f   = 6f
+  //   dropout masks after the output projection and after the MLP (1 byte each)       = 2h
+  // per token. With h = kvd, f = 4h and dropout: 34h — Korthikanti's 34sbh.
+  // Norm statistics (mean/rstd, O(sb)) are not counted, as in Korthikanti.
+  const std::int64_t per_token =
+      12 * x.h + 4 * x.kvd + (x.swiglu ? 6 : 4) * x.f + (x.dropout ? 2 * x.h : 0);
+  std::int64_t bytes = x.t * per_token;
+  const std::int64_t scores = x.b * x.a * x.s * x.s;
+  switch (attention) {
+    case Attention::materialized:
+      // softmax output 2as²b; with dropout also its 1-byte mask and the dropout output 2as²b:
+      // Korthikanti's 5as²b.
+      bytes += 2 * scores + (x.dropout ? 3 * scores : 0);
+      break;
+    case Attention::recompute:
+      break;  // scores are recomputed in p1 (Korthikanti's selective recomputation)
+    case Attention::flash:
+      bytes += kFp32 * x.b * x.a * x.s;  // logsumexp per row and head; O is counted above
+      break;
+  }
+  return bytes;
+}
+
+// X and dY of every linear op, held from p1 until p2 (2BP §3; Zero Bubble Table 1: 32sbh):
+//   inputs X: QKV input h, output-projection input h, MLP input h (shared by gate and up),
+//             down input f;
+//   output gradients dY: QKV h + 2kvd, output projection h, up (+ gate) f (2f), down h.
+std::int64_t block_retained_bytes(const Shape& x) {
+  const std::int64_t inputs = 3 * x.h + x.f;
+  const std::int64_t output_grads = (x.h + 2 * x.kvd) + x.h + (x.swiglu ? 2 : 1) * x.f + x.h;
+  return kAct * x.t * (inputs + output_grads);
+}
+
+std::string utc_now_iso() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string efficiency_notes() {
+  auto fmt = [](double value) {
+    std::string s = std::to_string(value);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  return "GEMM eff(M) = " + fmt(kGemmEfficiencyMax) + "*M/(M+" + fmt(kGemmHalfTokens) +
+         ") of peak; attention core " + fmt(kMaterializedAttentionEfficiency) +
+         " (materialized/recompute) or " + fmt(kFlashAttentionEfficiency) +
+         " (flash); elementwise at " + fmt(kHbmEfficiency) + " of HBM bandwidth; " +
+         fmt(kKernelOverheadUs) +
+         " us per kernel; weights bf16, grads fp32, AdamW fp32 master+m+v (2/4/12 bytes per "
+         "parameter). See docs/analytic-model.md.";
+}
+
+LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
+                     const AnalyticOptions& options, const GpuSpec& gpu) {
+  const LayerWork w = layer_work(kind, x, options.attention);
+  const double tokens = static_cast<double>(x.t);
+  LayerCost c;
+  c.forward_us = pass_time_us(w.forward, tokens, 1, options.attention, gpu);
+  c.p1_us = pass_time_us(w.p1, tokens, 1, options.attention, gpu);
+  c.p2_us = pass_time_us(w.p2, tokens, 1, options.attention, gpu);
+  for (int k = 1; k <= options.max_p2_concat; ++k) {
+    c.p2_concat_us[k] = pass_time_us(w.p2, tokens, k, options.attention, gpu);
+  }
+
+  std::int64_t params = 0;
+  switch (kind) {
+    case LayerKind::block:
+      params = m.block_parameters();
+      c.stash_bytes = block_stash_bytes(x, options.attention);
+      c.retained_bytes = block_retained_bytes(x);
+      c.send_bytes = kAct * x.t * x.h;
+      break;
+    case LayerKind::embedding:
+      params = m.embedding_parameters();
+      // Token ids (int64) live from F to p2; p2 also needs dY of the output.
+      c.stash_bytes = 8 * x.t;
+      c.retained_bytes = 8 * x.t + kAct * x.t * x.h;
+      c.send_bytes = kAct * x.t * x.h;
+      break;
+    case LayerKind::head: {
+      // A tied LM head still keeps its own copy (weights, grads, optimizer state) on the last
+      // stage, as Megatron-LM does; the parameter count does not count it twice.
+      params = m.head_parameters() + (m.tied_embeddings ? x.v * x.h : 0);
+      // Stash: norm input 2h, LM-head input 2h per token, fp32 logits 4V per token for the loss
+      // backward (BERT: + dense input 2h and GeLU input 2h).
+      c.stash_bytes = x.t * (kAct * 2 * x.h + kFp32 * x.v + (x.bert ? kAct * 2 * x.h : 0));
+      // Retained: LM-head X (2h) and dlogits (2V) per token (BERT: + dense X and dY, 4h).
+      c.retained_bytes = x.t * (kAct * x.h + kAct * x.v + (x.bert ? kAct * 2 * x.h : 0));
+      c.send_bytes = 0;  // the last layer sends nothing onward
+      break;
+    }
+  }
+  c.param_bytes = kWeightBytes * params;
+  c.grad_bytes = kGradBytes * params;
+  c.optimizer_bytes = kOptimizerBytes * params;
+  return c;
+}
+
+[[noreturn]] void fail_option(std::string_view option, std::string_view what) {
+  throw Error(std::string(option) + ": " + std::string(what));
+}
+
+// Splits "a:b:c" and parses every part as a finite number; errors name `option`.
+std::vector<double> parse_numbers(std::string_view text, std::size_t expected,
+                                  std::string_view option, std::string_view form) {
+  std::vector<double> values;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t colon = text.find(':', start);
+    const std::string_view part = text.substr(
+        start, colon == std::string_view::npos ? std::string_view::npos : colon - start);
+    double value = 0;
+    const char* end = part.data() + part.size();
+    auto [ptr, ec] = std::from_chars(part.data(), end, value);
+    if (part.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+      fail_option(option, "'" + std::string(part) + "' is not a number (expected " +
+                              std::string(form) + ")");
+    }
+    values.push_back(value);
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  if (values.size() != expected) {
+    fail_option(option, "expected " + std::to_string(expected) + " values " + std::string(form) +
+                            ", got " + std::to_string(values.size()));
+  }
+  return values;
+}
+
+}  // namespace
+
+PassFlops analytic_flops(const ModelConfig& model, LayerKind kind, int mbs, int seq,
+                         Attention attention) {
+  const LayerWork w = layer_work(kind, shape_of(model, mbs, seq), attention);
+  return PassFlops{w.forward.flops(), w.p1.flops(), w.p2.flops()};
+}
+
+Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
+                         const AnalyticOptions& options) {
+  if (model.family == "uniform") {
+    throw Error("analytic profile: model '" + model.name + "' is synthetic (family uniform)");
+  }
+  const int seq = options.seq == 0 ? model.seq : options.seq;
+  if (seq < 1) fail_option("--seq", "must be a positive integer");
+  if (options.micro_batch_sizes.empty()) fail_option("--mbs", "needs at least one size");
+  for (int mbs : options.micro_batch_sizes) {
+    if (mbs < 1) fail_option("--mbs", "micro-batch size " + std::to_string(mbs) + " must be >= 1");
+  }
+  if (options.max_p2_concat < 1) fail_option("--max-p2-concat", "must be >= 1");
+  if (gpu.peak_bf16_tflops <= 0 || gpu.hbm_bandwidth_GBps <= 0) {
+    throw Error("analytic profile: GPU '" + gpu.name + "' needs a peak and an HBM bandwidth");
+  }
+
+  Profile p;
+  p.model = model;
+  p.gpu = gpu.name;
+  p.seq = seq;
+  p.attention = options.attention;
+  p.provenance = Provenance{"analytic", gpu.name, utc_now_iso(), "", efficiency_notes()};
+  p.p2p.latency_us = gpu.p2p_latency_us;
+  // NVLink where the GPU has it, else PCIe (e.g. H100 PCIe without bridges).
+  p.p2p.bandwidth_GBps =
+      gpu.nvlink_bandwidth_GBps > 0 ? gpu.nvlink_bandwidth_GBps : gpu.pcie_bandwidth_GBps;
+  for (LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+    for (int mbs : options.micro_batch_sizes) {
+      p.layers[std::string(to_string(kind))][mbs] =
+          layer_cost(model, kind, shape_of(model, mbs, seq), options, gpu);
+    }
+  }
+  return p;
+}
+
+UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
+  const auto t = parse_numbers(times, 4, "--uniform", "F:B:W:COMM in ms");
+  UniformCosts c;
+  c.forward_ms = t[0];
+  c.p1_ms = t[1];
+  c.p2_ms = t[2];
+  c.comm_ms = t[3];
+  if (c.forward_ms <= 0) fail_option("--uniform", "F must be positive");
+  if (c.p1_ms <= 0) fail_option("--uniform", "B must be positive");
+  if (c.p2_ms < 0) fail_option("--uniform", "W must not be negative");
+  if (c.comm_ms < 0) fail_option("--uniform", "COMM must not be negative");
+  if (memory.empty()) return c;  // no memory model: every pass allocates nothing
+  const auto m = parse_numbers(memory, 3, "--uniform-mem", "F:P1:P2 in GiB");
+  c.mem_f_gib = m[0];
+  c.mem_p1_gib = m[1];
+  c.mem_p2_gib = m[2];
+  if (c.mem_f_gib < 0) fail_option("--uniform-mem", "F memory must not be negative");
+  if (c.mem_p1_gib > 0 || c.mem_p2_gib > 0) {
+    fail_option("--uniform-mem", "P1 and P2 release memory and must be <= 0");
+  }
+  if (std::abs(c.mem_f_gib + c.mem_p1_gib + c.mem_p2_gib) > 1e-9) {
+    fail_option("--uniform-mem", "F + P1 + P2 must sum to 0 (what F allocates is released)");
+  }
+  return c;
+}
+
+Profile uniform_profile(const UniformCosts& costs, int layers, int layers_per_stage) {
+  if (layers < 1) fail_option("uniform profile", "needs at least one layer");
+  if (layers_per_stage < 1) fail_option("--layers-per-stage", "must be >= 1");
+  constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+  const double per = static_cast<double>(layers_per_stage);
+
+  Profile p;
+  p.model.name = "uniform";
+  p.model.family = "uniform";
+  p.model.layers = layers;
+  p.model.seq = 1;
+  p.gpu = "";
+  p.seq = 1;
+  p.attention = Attention::flash;
+  p.provenance =
+      Provenance{"uniform", "", utc_now_iso(), "", "identical stages: F, B, W per stage"};
+  // Zero Bubble's T_comm: a pure latency per cross-stage edge (bandwidth 0 = infinite).
+  p.p2p = P2pLink{costs.comm_ms * 1000.0, 0.0};
+
+  LayerCost c;
+  c.forward_us = costs.forward_ms * 1000.0 / per;
+  c.p1_us = costs.p1_ms * 1000.0 / per;
+  c.p2_us = costs.p2_ms * 1000.0 / per;
+  for (int k = 1; k <= AnalyticOptions{}.max_p2_concat; ++k)
+    c.p2_concat_us[k] = k * c.p2_us;
+  c.stash_bytes = std::llround(costs.mem_f_gib * kBytesPerGiB / per);
+  c.retained_bytes = std::llround(-costs.mem_p2_gib * kBytesPerGiB / per);
+  p.layers["block"][1] = c;
+  return p;
+}
+
+}  // namespace pipeplan

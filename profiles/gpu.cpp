@@ -1,0 +1,130 @@
+#include "profiles/gpu.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+#ifndef PIPEPLAN_DEFAULT_DATA_DIR
+#define PIPEPLAN_DEFAULT_DATA_DIR "profiles"
+#endif
+
+namespace pipeplan {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// Errors read "<file>: field 'gpus[2].peak_bf16_tflops' must be ...".
+struct GpuReader {
+  const json& object;
+  const std::string& source;
+  std::string prefix;
+
+  [[noreturn]] void fail(std::string_view field, std::string_view what) const {
+    throw Error(source + ": field '" + prefix + "." + std::string(field) + "' " +
+                std::string(what));
+  }
+  const json& get(std::string_view field) const {
+    auto it = object.find(field);
+    if (it == object.end()) fail(field, "is missing");
+    return *it;
+  }
+  std::string string(std::string_view field) const {
+    const json& v = get(field);
+    if (!v.is_string()) fail(field, "must be a string");
+    return v.get<std::string>();
+  }
+  double number(std::string_view field, bool positive) const {
+    const json& v = get(field);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) fail(field, "must be a number");
+    const double x = v.get<double>();
+    if (positive && x <= 0) fail(field, "must be positive");
+    if (x < 0) fail(field, "must not be negative");
+    return x;
+  }
+};
+
+GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t index) {
+  const GpuReader r{j, source, "gpus[" + std::to_string(index) + "]"};
+  if (!j.is_object()) throw Error(source + ": field '" + r.prefix + "' must be an object");
+  GpuSpec g;
+  g.name = lower(r.string("name"));
+  if (g.name.empty()) r.fail("name", "must not be empty");
+  g.description = r.string("description");
+  const json& aliases = r.get("aliases");
+  if (!aliases.is_array()) r.fail("aliases", "must be an array of strings");
+  for (const auto& a : aliases) {
+    if (!a.is_string()) r.fail("aliases", "must be an array of strings");
+    g.aliases.push_back(lower(a.get<std::string>()));
+  }
+  g.peak_bf16_tflops = r.number("peak_bf16_tflops", true);
+  g.hbm_bytes = r.number("hbm_gib", true) * kBytesPerGiB;
+  g.hbm_bandwidth_GBps = r.number("hbm_bandwidth_GBps", true);
+  g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false);  // 0: no NVLink
+  g.pcie_bandwidth_GBps = r.number("pcie_bandwidth_GBps", true);
+  g.p2p_latency_us = r.number("p2p_latency_us", false);
+  return g;
+}
+
+}  // namespace
+
+std::filesystem::path data_dir() {
+  if (const char* env = std::getenv("PIPEPLAN_DATA_DIR"); env != nullptr && *env != '\0') {
+    return std::filesystem::path(env);
+  }
+  return std::filesystem::path(PIPEPLAN_DEFAULT_DATA_DIR);
+}
+
+std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json) {
+  const json j = read_json_file(gpus_json);
+  const std::string source = gpus_json.string();
+  require_format(j, "pipeplan-gpus", 1, source);
+  const json& list = require_field(j, "gpus", source);
+  if (!list.is_array()) throw Error(source + ": field 'gpus' must be an array");
+  std::vector<GpuSpec> gpus;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    GpuSpec g = gpu_from_json(list[i], source, i);
+    for (const auto& other : gpus) {
+      auto clash = [&](const std::string& n) {
+        return n == other.name || std::count(other.aliases.begin(), other.aliases.end(), n) > 0;
+      };
+      if (clash(g.name) || std::any_of(g.aliases.begin(), g.aliases.end(), clash)) {
+        throw Error(source + ": field 'gpus[" + std::to_string(i) + "].name' repeats a name of '" +
+                    other.name + "'");
+      }
+    }
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
+GpuSpec find_gpu(std::string_view name_or_alias) {
+  const auto gpus = load_gpus(data_dir() / "gpus.json");
+  const std::string key = lower(name_or_alias);
+  std::string known;
+  for (const auto& g : gpus) {
+    if (g.name == key || std::count(g.aliases.begin(), g.aliases.end(), key) > 0) return g;
+    known += (known.empty() ? "" : ", ") + g.name;
+    for (const auto& a : g.aliases)
+      known += "|" + a;
+  }
+  throw Error("unknown GPU '" + std::string(name_or_alias) + "'; known: " + known);
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,403 @@
+#include "profiles/model.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+namespace pipeplan {
+
+namespace {
+
+using nlohmann::json;
+
+// Linear layers carry biases and dropout exactly in the LayerNorm recipes we model (GPT-2,
+// GPT-3/Megatron, GPT-NeoX, BERT); the RMSNorm recipes (LLaMA, Mistral) have neither.
+bool has_bias(const ModelConfig& m) {
+  return m.norm == NormKind::layernorm;
+}
+
+std::int64_t norm_parameters(const ModelConfig& m) {
+  const std::int64_t h = m.hidden;
+  return m.norm == NormKind::layernorm ? 2 * h : h;  // LayerNorm: gain + bias; RMSNorm: gain
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names)
+    out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string field_path(std::string_view prefix, std::string_view field) {
+  return prefix.empty() ? std::string(field) : std::string(prefix) + "." + std::string(field);
+}
+
+// Reads fields of one JSON object; errors read "<source>: field '<path>' must be ...".
+struct FieldReader {
+  const json& object;
+  std::string_view source;
+  std::string_view prefix;
+
+  [[noreturn]] void fail(std::string_view field, std::string_view what) const {
+    throw Error(std::string(source) + ": field '" + field_path(prefix, field) + "' " +
+                std::string(what));
+  }
+  const json* find(std::string_view field) const {
+    auto it = object.find(field);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+  }
+  const json& get(std::string_view field) const {
+    const json* value = find(field);
+    if (value == nullptr) fail(field, "is missing");
+    return *value;
+  }
+  int positive_int(std::string_view field) const { return positive_int(field, get(field)); }
+  int positive_int(std::string_view field, const json& value) const {
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1 ||
+        value.get<std::int64_t>() > 1'000'000'000) {
+      fail(field, "must be a positive integer");
+    }
+    return value.get<int>();
+  }
+  int nonnegative_int(std::string_view field) const {
+    const json& value = get(field);
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+        value.get<std::int64_t>() > 1'000'000'000) {
+      fail(field, "must be a non-negative integer");
+    }
+    return value.get<int>();
+  }
+  std::string string(std::string_view field) const {
+    const json& value = get(field);
+    if (!value.is_string()) fail(field, "must be a string");
+    return value.get<std::string>();
+  }
+  bool boolean(std::string_view field) const {
+    const json& value = get(field);
+    if (!value.is_boolean()) fail(field, "must be true or false");
+    return value.get<bool>();
+  }
+  bool boolean_or(std::string_view field, bool fallback) const {
+    return find(field) == nullptr ? fallback : boolean(field);
+  }
+};
+
+// Shape checks shared by every way a model comes in. `fail` names the field.
+void check_shape(const ModelConfig& m, const FieldReader& r) {
+  if (m.family == "uniform") return;  // synthetic: only `layers` is meaningful
+  if (m.hidden % m.heads != 0) r.fail("hidden", "must be a multiple of heads");
+  if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
+    r.fail("kv_heads", "must divide heads");
+  }
+}
+
+ModelConfig llama_like(std::string name, int layers, int hidden, int heads, int ffn) {
+  ModelConfig m;
+  m.name = std::move(name);
+  m.family = "llama";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.ffn_hidden = ffn;
+  m.vocab = 32000;
+  m.seq = 2048;
+  m.mlp = MlpKind::swiglu;
+  m.norm = NormKind::rmsnorm;
+  m.tied_embeddings = false;
+  return m;
+}
+
+// GPT-2/GPT-3 (Megatron) layout: GeLU MLP of 4h, LayerNorm, learned positions, tied LM head.
+ModelConfig gpt_like(std::string name, int layers, int hidden, int heads, int vocab, int seq) {
+  ModelConfig m;
+  m.name = std::move(name);
+  m.family = "gpt";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.ffn_hidden = 4 * hidden;
+  m.vocab = vocab;
+  m.seq = seq;
+  m.mlp = MlpKind::gelu;
+  m.norm = NormKind::layernorm;
+  m.tied_embeddings = true;
+  m.learned_positions = seq;
+  return m;
+}
+
+std::vector<ModelConfig> presets() {
+  std::vector<ModelConfig> all;
+  // LLaMA (Touvron et al. 2023, Table 2); intermediate sizes from the released configs.
+  all.push_back(llama_like("llama-7b", 32, 4096, 32, 11008));
+  all.push_back(llama_like("llama-13b", 40, 5120, 40, 13824));
+  all.push_back(llama_like("llama-65b", 80, 8192, 64, 22016));
+  // GPT-3 96B as evaluated by BPipe (Kim et al. 2023; arXiv 2401.02088).
+  all.push_back(gpt_like("gpt3-96b", 80, 9984, 104, 51200, 2048));
+  // Zero Bubble (Qi et al. 2024) Table 3. The paper gives no vocabulary; we assume the GPT-2
+  // tokenizer's 50257 (Megatron would pad to a multiple of 128: 50304, +0.1 % parameters).
+  all.push_back(gpt_like("gpt-1.5b", 22, 2304, 24, 50257, 1024));
+  all.push_back(gpt_like("gpt-6.2b", 30, 4096, 32, 50257, 1024));
+  all.push_back(gpt_like("gpt-14.6b", 46, 5120, 40, 50257, 1024));
+  all.push_back(gpt_like("gpt-28.3b", 62, 6144, 48, 50257, 1024));
+  // BERT-Large (Devlin et al. 2019): post-LN encoder, MLM head tied to the word embeddings.
+  ModelConfig bert = gpt_like("bert-large", 24, 1024, 16, 30522, 512);
+  bert.family = "bert";
+  all.push_back(bert);
+  // A LLaMA-shaped toy for CPU runs and tests.
+  ModelConfig tiny = llama_like("tiny", 4, 64, 4, 172);
+  tiny.vocab = 256;
+  tiny.seq = 32;
+  all.push_back(tiny);
+  return all;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::string_view to_string(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::embedding:
+      return "embedding";
+    case LayerKind::block:
+      return "block";
+    case LayerKind::head:
+      return "head";
+  }
+  return "block";
+}
+
+LayerKind layer_kind_from_string(std::string_view text) {
+  if (text == "embedding") return LayerKind::embedding;
+  if (text == "block") return LayerKind::block;
+  if (text == "head") return LayerKind::head;
+  throw Error("unknown layer kind '" + std::string(text) + "' (expected embedding, block, head)");
+}
+
+std::int64_t ModelConfig::block_parameters() const {
+  if (family == "uniform") return 0;
+  const std::int64_t h = hidden, f = ffn_hidden;
+  const std::int64_t kv = static_cast<std::int64_t>(kv_heads) * head_dim();
+  const bool bias = has_bias(*this);
+  // Attention: Q (h×h), K and V (h×kv each, grouped-query when kv < h), output projection (h×h).
+  std::int64_t n = h * h + 2 * h * kv + h * h;
+  if (bias) n += h + 2 * kv + h;
+  // MLP: SwiGLU has gate and up (h×f) and down (f×h); GeLU has up (h×f) and down (f×h).
+  n += mlp == MlpKind::swiglu ? 3 * h * f : 2 * h * f;
+  if (bias) n += (mlp == MlpKind::swiglu ? 2 * f : f) + h;
+  return n + 2 * norm_parameters(*this);  // pre-attention and pre-MLP norms
+}
+
+std::int64_t ModelConfig::embedding_parameters() const {
+  if (family == "uniform") return 0;
+  const std::int64_t h = hidden;
+  std::int64_t n = static_cast<std::int64_t>(vocab) * h + learned_positions * h;
+  if (family == "bert") n += 2 * h + 2 * h;  // token-type table (2 rows) + embedding LayerNorm
+  return n;
+}
+
+std::int64_t ModelConfig::head_parameters() const {
+  if (family == "uniform") return 0;
+  const std::int64_t h = hidden, v = vocab;
+  const std::int64_t lm_head = tied_embeddings ? 0 : v * h;
+  if (family == "bert") {
+    // MLM head: dense h×h + bias, LayerNorm, decoder (tied) + its output bias. The pooler and
+    // next-sentence head of BertForPreTraining are not modelled.
+    return h * h + h + 2 * h + lm_head + v;
+  }
+  return norm_parameters(*this) + lm_head;  // final norm + LM head (no bias in GPT or LLaMA)
+}
+
+std::int64_t ModelConfig::parameter_count() const {
+  return layers * block_parameters() + embedding_parameters() + head_parameters();
+}
+
+double ModelConfig::flops_per_token(int seq_len) const {
+  if (family == "uniform") return 0;
+  // PaLM (Chowdhery et al. 2022, appendix B): 6N for the matmuls of forward + backward, plus
+  // 12·L·H·Q·T for attention scores and values. N counts every parameter, embeddings included.
+  const double n = static_cast<double>(parameter_count());
+  return 6.0 * n + 12.0 * layers * heads * head_dim() * static_cast<double>(seq_len);
+}
+
+std::vector<LayerKind> ModelConfig::layer_list() const {
+  std::vector<LayerKind> list;
+  if (family != "uniform") list.push_back(LayerKind::embedding);
+  list.insert(list.end(), static_cast<std::size_t>(std::max(layers, 0)), LayerKind::block);
+  if (family != "uniform") list.push_back(LayerKind::head);
+  return list;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& m : presets())
+    names.push_back(m.name);
+  return names;
+}
+
+ModelConfig model_preset(std::string_view name) {
+  for (auto& m : presets()) {
+    if (m.name == name) return m;
+  }
+  throw Error("unknown model '" + std::string(name) +
+              "'; known presets: " + join_names(model_preset_names()));
+}
+
+ModelConfig load_hf_config(const std::filesystem::path& path) {
+  const json config = read_json_file(path);
+  const std::string source = path.string();
+  if (!config.is_object()) throw Error(source + ": expected a JSON object");
+  const FieldReader r{config, source, ""};
+  const std::string model_type = r.find("model_type") != nullptr ? r.string("model_type") : "";
+
+  ModelConfig m;
+  const std::string parent = path.parent_path().filename().string();
+  m.name = parent.empty() || parent == "." || parent == ".." ? "hf:" + source : parent;
+
+  if (model_type == "gpt2" || (model_type.empty() && r.find("n_embd") != nullptr)) {
+    // GPT-2 names (transformers GPT2Config).
+    m.family = "gpt";
+    m.layers = r.positive_int("n_layer");
+    m.hidden = r.positive_int("n_embd");
+    m.heads = r.positive_int("n_head");
+    m.kv_heads = m.heads;
+    m.ffn_hidden = r.find("n_inner") != nullptr ? r.positive_int("n_inner") : 4 * m.hidden;
+    m.vocab = r.positive_int("vocab_size");
+    const char* seq_field = r.find("n_positions") != nullptr ? "n_positions" : "n_ctx";
+    m.seq = r.positive_int(seq_field);
+    m.learned_positions = m.seq;
+    m.mlp = MlpKind::gelu;
+    m.norm = NormKind::layernorm;
+    m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  } else if (model_type == "gpt_neox") {
+    // GPT-NeoX names (Pythia): rotary positions, GeLU MLP, LayerNorm, untied output.
+    m.family = "gpt";
+    m.layers = r.positive_int("num_hidden_layers");
+    m.hidden = r.positive_int("hidden_size");
+    m.heads = r.positive_int("num_attention_heads");
+    m.kv_heads = m.heads;
+    m.ffn_hidden = r.positive_int("intermediate_size");
+    m.vocab = r.positive_int("vocab_size");
+    m.seq = r.positive_int("max_position_embeddings");
+    m.mlp = MlpKind::gelu;
+    m.norm = NormKind::layernorm;
+    m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  } else if (model_type.empty() || model_type == "llama" || model_type == "mistral") {
+    // LLaMA names (transformers LlamaConfig / MistralConfig): SwiGLU, RMSNorm, rotary.
+    m.family = "llama";
+    m.layers = r.positive_int("num_hidden_layers");
+    m.hidden = r.positive_int("hidden_size");
+    m.heads = r.positive_int("num_attention_heads");
+    m.kv_heads =
+        r.find("num_key_value_heads") != nullptr ? r.positive_int("num_key_value_heads") : m.heads;
+    m.ffn_hidden = r.positive_int("intermediate_size");
+    m.vocab = r.positive_int("vocab_size");
+    m.seq = r.positive_int("max_position_embeddings");
+    m.mlp = MlpKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  } else {
+    r.fail("model_type", "is '" + model_type + "'; supported: llama, mistral, gpt2, gpt_neox");
+  }
+  const bool gpt2_names = r.find("n_embd") != nullptr;
+  if (m.hidden % m.heads != 0) {
+    r.fail(gpt2_names ? "n_embd" : "hidden_size", "must be a multiple of the head count");
+  }
+  if (m.heads % m.kv_heads != 0) r.fail("num_key_value_heads", "must divide the head count");
+  return m;
+}
+
+json model_to_json(const ModelConfig& m) {
+  return json{{"name", m.name},
+              {"family", m.family},
+              {"layers", m.layers},
+              {"hidden", m.hidden},
+              {"heads", m.heads},
+              {"kv_heads", m.kv_heads},
+              {"ffn_hidden", m.ffn_hidden},
+              {"vocab", m.vocab},
+              {"seq", m.seq},
+              {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
+              {"norm", m.norm == NormKind::rmsnorm ? "rmsnorm" : "layernorm"},
+              {"tied_embeddings", m.tied_embeddings},
+              {"learned_positions", m.learned_positions}};
+}
+
+ModelConfig model_from_json(const json& j, std::string_view source) {
+  return model_from_json(j, source, "");
+}
+
+ModelConfig model_from_json(const json& j, std::string_view source, std::string_view path_prefix) {
+  if (!j.is_object()) {
+    throw Error(std::string(source) + ": field '" +
+                (path_prefix.empty() ? std::string("model") : std::string(path_prefix)) +
+                "' must be an object");
+  }
+  const FieldReader r{j, source, path_prefix};
+  ModelConfig m;
+  m.name = r.string("name");
+  m.family = r.string("family");
+  static constexpr std::array<std::string_view, 4> kFamilies{"llama", "gpt", "bert", "uniform"};
+  if (std::find(kFamilies.begin(), kFamilies.end(), m.family) == kFamilies.end()) {
+    r.fail("family", "must be one of llama, gpt, bert, uniform");
+  }
+  m.layers = r.positive_int("layers");
+  const bool synthetic = m.family == "uniform";
+  auto dim = [&](std::string_view field) {
+    return synthetic ? r.nonnegative_int(field) : r.positive_int(field);
+  };
+  m.hidden = dim("hidden");
+  m.heads = dim("heads");
+  m.kv_heads = dim("kv_heads");
+  m.ffn_hidden = dim("ffn_hidden");
+  m.vocab = dim("vocab");
+  m.seq = dim("seq");
+  const std::string mlp = r.string("mlp");
+  if (mlp == "swiglu") {
+    m.mlp = MlpKind::swiglu;
+  } else if (mlp == "gelu") {
+    m.mlp = MlpKind::gelu;
+  } else {
+    r.fail("mlp", "must be 'swiglu' or 'gelu'");
+  }
+  const std::string norm = r.string("norm");
+  if (norm == "rmsnorm") {
+    m.norm = NormKind::rmsnorm;
+  } else if (norm == "layernorm") {
+    m.norm = NormKind::layernorm;
+  } else {
+    r.fail("norm", "must be 'rmsnorm' or 'layernorm'");
+  }
+  m.tied_embeddings = r.boolean("tied_embeddings");
+  m.learned_positions = r.nonnegative_int("learned_positions");
+  check_shape(m, r);
+  return m;
+}
+
+ModelConfig resolve_model(std::string_view name_or_path) {
+  const auto names = model_preset_names();
+  if (std::find(names.begin(), names.end(), name_or_path) != names.end()) {
+    return model_preset(name_or_path);
+  }
+  const std::filesystem::path path{std::string(name_or_path)};
+  std::error_code ec;
+  if (ends_with(name_or_path, ".json") || std::filesystem::is_regular_file(path, ec)) {
+    // Our own model JSON (model_to_json) carries "family"; anything else is a HF config.json.
+    const json j = read_json_file(path);
+    if (j.is_object() && j.contains("family")) return model_from_json(j, path.string());
+    return load_hf_config(path);
+  }
+  throw Error("unknown model '" + std::string(name_or_path) +
+              "' (neither a preset nor a .json file); known presets: " + join_names(names));
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,206 @@
+#include "profiles/partition.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+// Where the transformer blocks sit in ModelConfig::layer_list(), and what rides along with them.
+struct BlockSpan {
+  int first_block = 0;  // index of the first block in layer_list()
+  int block_count = 0;
+  bool has_embedding = false;  // layer_list()[0] is the embedding
+  bool has_head = false;       // layer_list().back() is the head
+};
+
+BlockSpan block_span(const ModelConfig& model) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  BlockSpan span;
+  span.has_embedding = !layers.empty() && layers.front() == LayerKind::embedding;
+  span.has_head = !layers.empty() && layers.back() == LayerKind::head;
+  span.first_block = span.has_embedding ? 1 : 0;
+  span.block_count = static_cast<int>(std::count(layers.begin(), layers.end(), LayerKind::block));
+  return span;
+}
+
+std::string model_label(const ModelConfig& model) {
+  return model.name.empty() ? std::string("the model") : model.name;
+}
+
+// Turns per-part block counts into layer ranges: the embedding joins the first part, the head the
+// last.
+Partition partition_from_counts(const BlockSpan& span, const std::vector<int>& blocks_per_stage) {
+  Partition partition;
+  int next_block = span.first_block;
+  const int parts = static_cast<int>(blocks_per_stage.size());
+  for (int p = 0; p < parts; ++p) {
+    StageLayers stage{next_block, blocks_per_stage[static_cast<std::size_t>(p)]};
+    if (p == 0 && span.has_embedding) {
+      stage.first_layer -= 1;
+      stage.layer_count += 1;
+    }
+    if (p == parts - 1 && span.has_head) stage.layer_count += 1;
+    next_block += blocks_per_stage[static_cast<std::size_t>(p)];
+    partition.stages.push_back(stage);
+  }
+  return partition;
+}
+
+double compute_us(const LayerCost& cost) {
+  return cost.forward_us + cost.p1_us + cost.p2_us;
+}
+
+// F + p1 + p2 time of contiguous block ranges, with the embedding/head extras on the ends.
+class RangeCost {
+ public:
+  RangeCost(const BlockSpan& span, const Profile& profile, int mbs) {
+    const double block_us = compute_us(profile.cost(LayerKind::block, mbs));
+    prefix_us_.assign(static_cast<std::size_t>(span.block_count) + 1, 0.0);
+    for (int b = 0; b < span.block_count; ++b)
+      prefix_us_[static_cast<std::size_t>(b) + 1] =
+          prefix_us_[static_cast<std::size_t>(b)] + block_us;
+    if (span.has_embedding) embedding_us_ = compute_us(profile.cost(LayerKind::embedding, mbs));
+    if (span.has_head) head_us_ = compute_us(profile.cost(LayerKind::head, mbs));
+  }
+  int blocks() const { return static_cast<int>(prefix_us_.size()) - 1; }
+  // Blocks [begin, end).
+  double operator()(int begin, int end) const {
+    double us =
+        prefix_us_[static_cast<std::size_t>(end)] - prefix_us_[static_cast<std::size_t>(begin)];
+    if (begin == 0) us += embedding_us_;
+    if (end == blocks()) us += head_us_;
+    return us;
+  }
+
+ private:
+  std::vector<double> prefix_us_;
+  double embedding_us_ = 0, head_us_ = 0;
+};
+
+// suffix[j][a]: the smallest achievable maximum part time when blocks [a, L) form j parts.
+std::vector<std::vector<double>> suffix_bottlenecks(const RangeCost& cost, int parts) {
+  const int blocks = cost.blocks();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> suffix(
+      static_cast<std::size_t>(parts) + 1,
+      std::vector<double>(static_cast<std::size_t>(blocks) + 1, kInf));
+  for (int a = 0; a < blocks; ++a)
+    suffix[1][static_cast<std::size_t>(a)] = cost(a, blocks);
+  for (int j = 2; j <= parts; ++j) {
+    for (int a = 0; a + j <= blocks; ++a) {
+      double best = kInf;
+      for (int b = a + 1; b + j - 1 <= blocks; ++b) {
+        best = std::min(
+            best, std::max(cost(a, b),
+                           suffix[static_cast<std::size_t>(j) - 1][static_cast<std::size_t>(b)]));
+      }
+      suffix[static_cast<std::size_t>(j)][static_cast<std::size_t>(a)] = best;
+    }
+  }
+  return suffix;
+}
+
+// Among the partitions reaching the optimal bottleneck, the one whose boundaries come earliest
+// (lexicographically smallest), so ties resolve the same way everywhere.
+std::vector<int> earliest_optimal_counts(const RangeCost& cost, int parts) {
+  const std::vector<std::vector<double>> suffix = suffix_bottlenecks(cost, parts);
+  const double optimum = suffix[static_cast<std::size_t>(parts)][0];
+  const double limit = optimum + 1e-9 * std::max(1.0, optimum);  // absorb prefix-sum rounding
+  std::vector<int> counts;
+  int begin = 0;
+  for (int remaining = parts; remaining > 1; --remaining) {
+    int end = begin + 1;
+    while (cost(begin, end) > limit ||
+           suffix[static_cast<std::size_t>(remaining) - 1][static_cast<std::size_t>(end)] > limit)
+      ++end;
+    counts.push_back(end - begin);
+    begin = end;
+  }
+  counts.push_back(cost.blocks() - begin);
+  return counts;
+}
+
+}  // namespace
+
+Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
+                             int stage_count) {
+  const BlockSpan span = block_span(model);
+  if (stage_count < 1)
+    throw Error("--stages: need at least 1 stage, got " + std::to_string(stage_count));
+  if (stage_count > span.block_count)
+    throw Error("--stages: " + std::to_string(stage_count) + " stages but " + model_label(model) +
+                " has " + std::to_string(span.block_count) + " blocks");
+  const RangeCost cost(span, profile, mbs);
+  return partition_from_counts(span, earliest_optimal_counts(cost, stage_count));
+}
+
+Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage) {
+  const BlockSpan span = block_span(model);
+  if (blocks_per_stage.empty()) throw Error("--layers-per-stage: no block counts given");
+  int sum = 0;
+  for (std::size_t p = 0; p < blocks_per_stage.size(); ++p) {
+    if (blocks_per_stage[p] < 1)
+      throw Error("--layers-per-stage: stage " + std::to_string(p) + " has " +
+                  std::to_string(blocks_per_stage[p]) + " blocks; every stage needs at least 1");
+    sum += blocks_per_stage[p];
+  }
+  if (sum != span.block_count)
+    throw Error("--layers-per-stage: counts sum to " + std::to_string(sum) + " but " +
+                model_label(model) + " has " + std::to_string(span.block_count) + " blocks");
+  return partition_from_counts(span, blocks_per_stage);
+}
+
+double StageCost::p2_time_us(int k) const {
+  if (k < 1) return 0;
+  if (p2_concat_us.empty()) return p2_us * k;
+  const int known = static_cast<int>(p2_concat_us.size());
+  if (k <= known) return p2_concat_us[static_cast<std::size_t>(k) - 1];
+  // Beyond the table, linear in k from the largest entry (as LayerCost::p2_time_us).
+  return p2_concat_us.back() * k / known;
+}
+
+namespace {
+
+void add_layer(StageCost& stage, const LayerCost& layer, int max_concat) {
+  stage.forward_us += layer.forward_us;
+  stage.p1_us += layer.p1_us;
+  stage.p2_us += layer.p2_us;
+  for (int k = 1; k <= max_concat; ++k)
+    stage.p2_concat_us[static_cast<std::size_t>(k) - 1] += layer.p2_time_us(k);
+  stage.stash_bytes += layer.stash_bytes;
+  stage.retained_bytes += layer.retained_bytes;
+  stage.static_bytes += layer.param_bytes + layer.grad_bytes + layer.optimizer_bytes;
+  stage.send_bytes = layer.send_bytes;  // the last layer's output crosses to the next stage
+}
+
+}  // namespace
+
+// `max_concat` < 1 is read as 1: every stage gets at least the single-micro-batch p2 entry.
+std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,
+                                   const Partition& partition, int max_concat) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  const int concat = std::max(1, max_concat);
+  std::vector<StageCost> costs;
+  for (std::size_t s = 0; s < partition.stages.size(); ++s) {
+    const StageLayers& range = partition.stages[s];
+    const int end = range.first_layer + range.layer_count;
+    if (range.first_layer < 0 || range.layer_count < 1 || end > static_cast<int>(layers.size()))
+      throw Error("partition: stage " + std::to_string(s) + " covers layers " +
+                  std::to_string(range.first_layer) + ".." + std::to_string(end - 1) +
+                  " but the model has " + std::to_string(layers.size()) + " layers");
+    StageCost stage;
+    stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
+    for (int l = range.first_layer; l < end; ++l)
+      add_layer(stage, profile.cost(layers[static_cast<std::size_t>(l)], mbs), concat);
+    costs.push_back(std::move(stage));
+  }
+  return costs;
+}
+
+}  // namespace pipeplan

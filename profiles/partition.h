@@ -1,0 +1,45 @@
+// Assignment of the model's layers to virtual stages (P devices × V chunks), and the per-stage
+// costs that the schedules and the task graph use.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "profiles/model.h"
+#include "profiles/profile.h"
+
+namespace pipeplan {
+
+struct StageLayers {
+  int first_layer = 0;  // index into ModelConfig::layer_list()
+  int layer_count = 0;
+};
+
+// Virtual stage v holds layers [first_layer, first_layer + layer_count). Virtual stages are in
+// model order; which device runs each is the schedule family's choice.
+struct Partition {
+  std::vector<StageLayers> stages;
+};
+
+// Contiguous partition of the blocks into `stage_count` parts minimising the largest part's
+// F + p1 + p2 time at micro-batch size `mbs`; the embedding joins the first part and the head the
+// last. Throws Error when there are more stages than blocks.
+Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
+                             int stage_count);
+// `blocks_per_stage` counts transformer blocks (embedding and head ride along with the first and
+// last stage). Throws Error naming --layers-per-stage on a bad count or sum.
+Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage);
+
+struct StageCost {
+  double forward_us = 0, p1_us = 0, p2_us = 0;
+  std::vector<double> p2_concat_us;  // index k-1: one p2 call over k micro-batches
+  std::int64_t stash_bytes = 0, retained_bytes = 0;
+  std::int64_t static_bytes = 0;  // parameters + gradients + optimizer state
+  std::int64_t send_bytes = 0;    // activation crossing to the next virtual stage
+  double p2_time_us(int k) const;
+};
+
+std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,
+                                   const Partition& partition, int max_concat);
+
+}  // namespace pipeplan

@@ -1,0 +1,302 @@
+#include "profiles/profile.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+namespace pipeplan {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "pipeplan-profile";
+
+// Reads one JSON object whose place in the document is `path` ("" for the root). Errors read
+// "<source>: field '<path>.<field>' must ...", so a user can find the value in the file.
+class Reader {
+ public:
+  Reader(const json& object, std::string_view source, std::string path)
+      : object_(object), source_(source), path_(std::move(path)) {
+    if (!object_.is_object()) {
+      throw Error(std::string(source_) + ": field '" + path_ + "' must be an object");
+    }
+  }
+
+  std::string path_of(std::string_view field) const {
+    return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
+  }
+  [[noreturn]] void fail(std::string_view field, std::string_view what) const {
+    throw Error(std::string(source_) + ": field '" + path_of(field) + "' " + std::string(what));
+  }
+  const json& get(std::string_view field) const {
+    auto it = object_.find(field);
+    if (it == object_.end()) fail(field, "is missing");
+    return *it;
+  }
+  Reader object(std::string_view field) const {
+    return Reader(get(field), source_, path_of(field));
+  }
+  std::string string(std::string_view field) const {
+    const json& v = get(field);
+    if (!v.is_string()) fail(field, "must be a string");
+    return v.get<std::string>();
+  }
+  double number(std::string_view field) const {
+    const json& v = get(field);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) fail(field, "must be a finite number");
+    return v.get<double>();
+  }
+  double nonnegative(std::string_view field) const {
+    const double x = number(field);
+    if (x < 0) fail(field, "must not be negative");
+    return x;
+  }
+  double positive(std::string_view field) const {
+    const double x = nonnegative(field);
+    if (x == 0) fail(field, "must be positive");
+    return x;
+  }
+  std::int64_t bytes(std::string_view field) const {
+    const json& v = get(field);
+    if (!v.is_number_integer()) fail(field, "must be an integer number of bytes");
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      fail(field, "is too large");
+    }
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < 0) fail(field, "must not be negative");
+    return x;
+  }
+  // A key that must be a positive decimal integer ("1", "16").
+  int positive_key(const std::string& key) const {
+    int value = 0;
+    const char* end = key.data() + key.size();
+    auto [ptr, ec] = std::from_chars(key.data(), end, value);
+    if (ec != std::errc() || ptr != end || value < 1 || key[0] == '0') {
+      fail(key, "has a key that is not a positive integer");
+    }
+    return value;
+  }
+  const json& raw() const { return object_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& object_;
+  std::string_view source_;
+  std::string path_;
+};
+
+LayerCost cost_from_json(const Reader& r) {
+  LayerCost c;
+  c.forward_us = r.positive("forward_us");
+  c.p1_us = r.positive("p1_us");
+  // 0 is allowed: a parameter-free layer kind has no weight gradient.
+  c.p2_us = r.nonnegative("p2_us");
+  const Reader concat = r.object("p2_concat_us");
+  for (const auto& [key, value] : concat.raw().items()) {
+    const int k = concat.positive_key(key);
+    c.p2_concat_us[k] = concat.nonnegative(key);
+  }
+  c.stash_bytes = r.bytes("stash_bytes");
+  c.retained_bytes = r.bytes("retained_bytes");
+  c.param_bytes = r.bytes("param_bytes");
+  c.grad_bytes = r.bytes("grad_bytes");
+  c.optimizer_bytes = r.bytes("optimizer_bytes");
+  c.send_bytes = r.bytes("send_bytes");
+  for (const auto& [key, value] : r.raw().items()) {
+    static const std::set<std::string> kKnown{
+        "forward_us",     "p1_us",       "p2_us",      "p2_concat_us",    "stash_bytes",
+        "retained_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "send_bytes"};
+    if (kKnown.count(key) == 0) r.fail(key, "is not a field of a layer cost");
+  }
+  return c;
+}
+
+json cost_to_json(const LayerCost& c) {
+  json concat = json::object();
+  for (const auto& [k, us] : c.p2_concat_us)
+    concat[std::to_string(k)] = us;
+  return json{{"forward_us", c.forward_us},
+              {"p1_us", c.p1_us},
+              {"p2_us", c.p2_us},
+              {"p2_concat_us", concat},
+              {"stash_bytes", c.stash_bytes},
+              {"retained_bytes", c.retained_bytes},
+              {"param_bytes", c.param_bytes},
+              {"grad_bytes", c.grad_bytes},
+              {"optimizer_bytes", c.optimizer_bytes},
+              {"send_bytes", c.send_bytes}};
+}
+
+std::set<std::string> kinds_needed(const ModelConfig& model) {
+  std::set<std::string> kinds;
+  for (LayerKind k : model.layer_list())
+    kinds.insert(std::string(to_string(k)));
+  return kinds;
+}
+
+}  // namespace
+
+std::string_view to_string(Attention attention) {
+  switch (attention) {
+    case Attention::materialized:
+      return "materialized";
+    case Attention::recompute:
+      return "recompute";
+    case Attention::flash:
+      return "flash";
+  }
+  return "flash";
+}
+
+Attention attention_from_string(std::string_view text) {
+  if (text == "materialized") return Attention::materialized;
+  if (text == "recompute") return Attention::recompute;
+  if (text == "flash") return Attention::flash;
+  throw Error("unknown attention '" + std::string(text) +
+              "' (expected materialized, recompute, flash)");
+}
+
+double LayerCost::p2_time_us(int k) const {
+  if (k < 1) throw Error("p2 over " + std::to_string(k) + " micro-batches: need at least 1");
+  if (auto it = p2_concat_us.find(k); it != p2_concat_us.end()) return it->second;
+  if (k == 1) return p2_us;
+  // Linear in k from the largest entry below k: its per-micro-batch time, k times.
+  auto below = p2_concat_us.lower_bound(k);
+  if (below == p2_concat_us.begin()) return p2_us * k;
+  --below;
+  return below->second / below->first * k;
+}
+
+const LayerCost& Profile::cost(LayerKind kind, int mbs) const {
+  const std::string name(to_string(kind));
+  auto kind_it = layers.find(name);
+  if (kind_it == layers.end()) {
+    throw Error("profile has no costs for layer kind '" + name + "'");
+  }
+  auto it = kind_it->second.find(mbs);
+  if (it == kind_it->second.end()) {
+    std::string present;
+    for (const auto& [size, c] : kind_it->second) {
+      present += (present.empty() ? "" : ", ") + std::to_string(size);
+    }
+    throw Error("profile has no cost for layer kind '" + name + "' at micro-batch size " +
+                std::to_string(mbs) + " (sizes present: " + present + ")");
+  }
+  return it->second;
+}
+
+std::vector<int> Profile::micro_batch_sizes() const {
+  std::vector<int> sizes;
+  const auto kinds = kinds_needed(model);
+  if (kinds.empty()) return sizes;
+  auto first = layers.find(*kinds.begin());
+  if (first == layers.end()) return sizes;
+  for (const auto& [mbs, c] : first->second) {
+    bool everywhere = true;
+    for (const auto& kind : kinds) {
+      auto it = layers.find(kind);
+      everywhere = everywhere && it != layers.end() && it->second.count(mbs) > 0;
+    }
+    if (everywhere) sizes.push_back(mbs);
+  }
+  return sizes;
+}
+
+json profile_to_json(const Profile& p) {
+  json layers = json::object();
+  for (const auto& [kind, by_mbs] : p.layers) {
+    json entries = json::object();
+    for (const auto& [mbs, c] : by_mbs)
+      entries[std::to_string(mbs)] = cost_to_json(c);
+    layers[kind] = entries;
+  }
+  return json{{"format", kFormat},
+              {"version", Profile::kVersion},
+              {"provenance",
+               {{"source", p.provenance.source},
+                {"gpu", p.provenance.gpu},
+                {"date", p.provenance.date},
+                {"command", p.provenance.command},
+                {"notes", p.provenance.notes}}},
+              {"model", model_to_json(p.model)},
+              {"gpu", p.gpu},
+              {"seq", p.seq},
+              {"attention", to_string(p.attention)},
+              {"p2p", {{"latency_us", p.p2p.latency_us}, {"bandwidth_GBps", p.p2p.bandwidth_GBps}}},
+              {"layers", layers}};
+}
+
+Profile profile_from_json(const json& j, std::string_view source) {
+  if (!j.is_object()) throw Error(std::string(source) + ": expected a JSON object");
+  require_format(j, kFormat, Profile::kVersion, source);
+  const Reader root(j, source, "");
+  Profile p;
+
+  const Reader prov = root.object("provenance");
+  p.provenance.source = prov.string("source");
+  if (p.provenance.source != "analytic" && p.provenance.source != "measured" &&
+      p.provenance.source != "uniform") {
+    prov.fail("source", "must be 'analytic', 'measured' or 'uniform'");
+  }
+  p.provenance.gpu = prov.string("gpu");
+  p.provenance.date = prov.string("date");
+  p.provenance.command = prov.string("command");
+  p.provenance.notes = prov.string("notes");
+
+  p.model = model_from_json(root.get("model"), source, "model");
+  p.gpu = root.string("gpu");
+  const json& seq = root.get("seq");
+  if (!seq.is_number_integer() || seq.get<std::int64_t>() < 1 ||
+      seq.get<std::int64_t>() > std::numeric_limits<int>::max()) {
+    root.fail("seq", "must be a positive integer");
+  }
+  p.seq = seq.get<int>();
+  try {
+    p.attention = attention_from_string(root.string("attention"));
+  } catch (const Error&) {
+    root.fail("attention", "must be 'materialized', 'recompute' or 'flash'");
+  }
+  const Reader p2p = root.object("p2p");
+  p.p2p.latency_us = p2p.nonnegative("latency_us");
+  p.p2p.bandwidth_GBps = p2p.nonnegative("bandwidth_GBps");
+
+  const Reader layers = root.object("layers");
+  const auto needed = kinds_needed(p.model);
+  for (const auto& [kind, entries] : layers.raw().items()) {
+    if (needed.count(kind) == 0) {
+      layers.fail(kind, p.model.family == "uniform"
+                            ? "is not a layer kind of a uniform model (only 'block')"
+                            : "is not a layer kind (embedding, block, head)");
+    }
+    const Reader by_mbs = layers.object(kind);
+    if (by_mbs.raw().empty()) layers.fail(kind, "has no micro-batch sizes");
+    for (const auto& [key, value] : by_mbs.raw().items()) {
+      const int mbs = by_mbs.positive_key(key);
+      p.layers[kind][mbs] = cost_from_json(by_mbs.object(key));
+    }
+  }
+  for (const auto& kind : needed) {
+    if (p.layers.count(kind) == 0) layers.fail(kind, "is missing");
+  }
+  return p;
+}
+
+Profile load_profile(const std::filesystem::path& path) {
+  return profile_from_json(read_json_file(path), path.string());
+}
+
+void save_profile(const Profile& profile, const std::filesystem::path& path) {
+  write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+}
+
+}  // namespace pipeplan

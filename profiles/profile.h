@@ -1,0 +1,75 @@
+// Per-layer cost profile: time and memory of forward, p1 (input gradient) and p2 (weight
+// gradient) per layer kind and micro-batch size. Versioned JSON; see docs/formats.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "profiles/model.h"
+
+namespace pipeplan {
+
+enum class Attention { materialized, recompute, flash };
+std::string_view to_string(Attention attention);
+Attention attention_from_string(std::string_view text);  // throws Error
+
+struct LayerCost {
+  double forward_us = 0;
+  double p1_us = 0;  // input gradient (dX)
+  double p2_us = 0;  // weight gradient (dW) of one micro-batch
+  // Time of one p2 call over k concatenated micro-batches; k = 1 is p2_us.
+  std::map<int, double> p2_concat_us;
+  std::int64_t stash_bytes = 0;      // allocated by F, held until p1
+  std::int64_t retained_bytes = 0;   // X and dY of the linear ops, held from p1 until p2
+  std::int64_t param_bytes = 0;      // bf16 weights
+  std::int64_t grad_bytes = 0;       // fp32 gradient accumulators
+  std::int64_t optimizer_bytes = 0;  // fp32 master weights + AdamW moments
+  std::int64_t send_bytes = 0;       // activation sent to the next stage (= gradient sent back)
+  // Time of one p2 over k micro-batches: the measured/estimated entry for k, else linear in k
+  // from the nearest smaller entry.
+  double p2_time_us(int k) const;
+};
+
+struct Provenance {
+  std::string source;  // "analytic", "measured" or "uniform"
+  std::string gpu;     // e.g. "NVIDIA H100 80GB HBM3" or the gpus.json key for analytic
+  std::string date;    // ISO 8601
+  std::string command;
+  std::string notes;
+};
+
+struct P2pLink {
+  double latency_us = 0;
+  double bandwidth_GBps = 0;  // 0 means infinite (pure latency, as in Zero Bubble's T_comm)
+};
+
+struct Profile {
+  static constexpr int kVersion = 1;
+  ModelConfig model;
+  std::string gpu;  // gpus.json key
+  int seq = 0;
+  Attention attention = Attention::flash;
+  Provenance provenance;
+  P2pLink p2p;
+  // layer kind ("embedding", "block", "head") -> micro-batch size -> cost
+  std::map<std::string, std::map<int, LayerCost>> layers;
+
+  // Throws Error naming the kind and micro-batch size when absent.
+  const LayerCost& cost(LayerKind kind, int mbs) const;
+  std::vector<int> micro_batch_sizes() const;  // sizes present for every layer kind
+};
+
+nlohmann::json profile_to_json(const Profile& profile);
+// Throws Error naming the field (and `source`, e.g. a file name) on malformed input or a wrong
+// format/version.
+Profile profile_from_json(const nlohmann::json& json, std::string_view source);
+Profile load_profile(const std::filesystem::path& path);
+void save_profile(const Profile& profile, const std::filesystem::path& path);  // atomic
+
+}  // namespace pipeplan

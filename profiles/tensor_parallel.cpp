@@ -1,0 +1,34 @@
+#include "profiles/tensor_parallel.h"
+
+#include <string>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+Profile tensor_parallel_profile(Profile profile, int t) {
+  if (t < 1) throw Error("--tensor-parallel: must be at least 1, got " + std::to_string(t));
+  if (t == 1) return profile;
+  const double td = static_cast<double>(t);
+  for (auto& [kind, by_mbs] : profile.layers) {
+    for (auto& [mbs, c] : by_mbs) {
+      c.forward_us /= td;
+      c.p1_us /= td;
+      c.p2_us /= td;
+      for (auto& [k, us] : c.p2_concat_us)
+        us /= td;
+      c.stash_bytes /= t;
+      c.retained_bytes /= t;
+      c.param_bytes /= t;
+      c.grad_bytes /= t;
+      c.optimizer_bytes /= t;
+      c.send_bytes /= t;
+    }
+  }
+  profile.provenance.notes += " Tensor parallel " + std::to_string(t) +
+                              " applied analytically (profiles/tensor_parallel.h): per-stage "
+                              "times and bytes divided by T, TP communication not modelled.";
+  return profile;
+}
+
+}  // namespace pipeplan

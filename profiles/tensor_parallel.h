@@ -1,0 +1,18 @@
+// Megatron-style tensor parallelism applied analytically to a profile: each pipeline "device"
+// becomes a group of T GPUs that split every layer's GEMMs, attention heads and vocabulary
+// (Shoeybi et al. 2019) with sequence parallelism for the rest (Korthikanti et al. 2022), so
+// time, stash, retained X/dY, parameters, gradients, optimizer state and the activation sent to
+// the next stage all divide by T. GEMM efficiency is kept at its value for the same token count
+// (TP shrinks the N/K dimensions, not M). TP's own all-gather/reduce-scatter traffic is NOT
+// modelled (assumed overlapped on NVLink inside one node): absolute MFU is optimistic by that
+// amount, the same fraction for every micro-batch size, so BPipe comparisons are unaffected.
+#pragma once
+
+#include "profiles/profile.h"
+
+namespace pipeplan {
+
+// Throws Error naming --tensor-parallel when t < 1.
+Profile tensor_parallel_profile(Profile profile, int t);
+
+}  // namespace pipeplan

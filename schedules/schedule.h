@@ -1,0 +1,58 @@
+// A schedule is data: per device, the ordered list of actions it executes. Text notation
+// (round-trips): `<stage><op><microbatch>` with op F (forward), B (fused backward: p1 then p2),
+// P1_ (input gradient), P2_ (weight gradient, possibly over several micro-batches joined by '+'):
+//   0F3   0B3   0P1_3   0P2_3   0P2_4+5+6+7
+// Stages are virtual stages (model order); Schedule::stage_device maps them to devices.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedules/microbatches.h"
+
+namespace pipeplan {
+
+enum class OpType : std::uint8_t { F, B, P1, P2 };
+std::string_view to_string(OpType op);
+
+enum class BackwardMode { fused, twobp, twobp_fill };
+std::string_view to_string(BackwardMode mode);                  // "fused", "2bp", "2bp-fill"
+BackwardMode backward_mode_from_string(std::string_view text);  // throws Error
+
+struct Action {
+  OpType op = OpType::F;
+  int stage = 0;              // virtual stage
+  MicroBatches microbatches;  // one, except a concatenated P2
+  bool operator==(const Action&) const = default;
+};
+
+std::string format_action(const Action& action);
+Action parse_action(std::string_view text);  // throws Error quoting the text
+
+struct Schedule {
+  std::string family;  // generator name, e.g. "1f1b"
+  BackwardMode backward = BackwardMode::fused;
+  int devices = 0;
+  int microbatches = 0;
+  std::vector<int> stage_device;  // virtual stage -> device
+  std::vector<std::vector<Action>> per_device;
+
+  int stage_count() const { return static_cast<int>(stage_device.size()); }
+  bool operator==(const Schedule&) const = default;
+};
+
+// Text form:
+//   schedule v1 family=1f1b backward=2bp devices=4 microbatches=8 stages=0,1,2,3
+//   0: 0F0 0F1 ...
+//   1: ...
+std::string schedule_to_text(const Schedule& schedule);
+Schedule schedule_from_text(std::string_view text);  // throws Error naming line and token
+
+// Structural check: every (stage, micro-batch) has exactly one F and either one B or one P1 and
+// one P2, each on the stage's device, F before P1/B before P2 in the device's order. Throws Error
+// naming the first offending action and rule.
+void check_schedule(const Schedule& schedule);
+
+}  // namespace pipeplan

@@ -1,0 +1,229 @@
+// The simulator against the closed forms of BRIEF.md (uniform stages, comm = 0) and basic
+// communication behaviour.
+#include "planner/graph/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::kGiB;
+using testing::uniform_plan;
+using testing::UniformPlan;
+
+struct Shape {
+  int p;
+  int m;
+  double f, b, w;
+};
+
+class ClosedForms : public ::testing::TestWithParam<Shape> {};
+
+// GPipe and 1F1B with fused backward: step = (m + P − 1)(T_F + T_B + T_W), so each stage idles
+// (P − 1)(T_F + T_B + T_W).
+TEST_P(ClosedForms, FusedBackward) {
+  const Shape s = GetParam();
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    UniformPlan u{.devices = s.p,
+                  .microbatches = s.m,
+                  .schedule = schedule,
+                  .backward = BackwardMode::fused,
+                  .f = s.f,
+                  .b = s.b,
+                  .w = s.w};
+    const Plan plan = uniform_plan(u);
+    const double per_mb = s.f + s.b + s.w;
+    EXPECT_NEAR(plan.sim.makespan_us, (s.m + s.p - 1) * per_mb * 1e3, 1e-6) << schedule;
+    for (const DeviceMetrics& d : plan.sim.devices) {
+      EXPECT_NEAR(plan.sim.makespan_us - d.busy_us, (s.p - 1) * per_mb * 1e3, 1e-6) << schedule;
+      EXPECT_NEAR(d.bubble_ratio, (s.p - 1) * per_mb / ((s.m + s.p - 1) * per_mb), 1e-12);
+    }
+  }
+}
+
+// 2BP with every p2 at the end: the p1 chain runs like a fused pipeline of T_F + T_B, then the
+// first stage (the last to finish its p1s) runs its m weight gradients:
+// step = (m + P − 1)(T_F + T_B) + m·T_W.
+TEST_P(ClosedForms, TwoStageBackward) {
+  const Shape s = GetParam();
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    UniformPlan u{.devices = s.p,
+                  .microbatches = s.m,
+                  .schedule = schedule,
+                  .backward = BackwardMode::twobp,
+                  .f = s.f,
+                  .b = s.b,
+                  .w = s.w};
+    const Plan plan = uniform_plan(u);
+    EXPECT_NEAR(plan.sim.makespan_us, ((s.m + s.p - 1) * (s.f + s.b) + s.m * s.w) * 1e3, 1e-6)
+        << schedule;
+    // Stage 0 idles (P − 1)(T_F + T_B): the p2 no longer sits in the ramp.
+    EXPECT_NEAR(plan.sim.makespan_us - plan.sim.devices[0].busy_us, (s.p - 1) * (s.f + s.b) * 1e3,
+                1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Uniform, ClosedForms,
+                         ::testing::Values(Shape{4, 4, 1, 1, 1}, Shape{4, 8, 1, 1, 1},
+                                           Shape{8, 16, 1, 2, 1}, Shape{2, 6, 1.5, 1, 0.5},
+                                           Shape{6, 12, 1, 1.3, 0.7}));
+
+// Peak activation memory on stage 0: 1F1B fused holds P stashes (P·M_B); GPipe holds m.
+TEST(SimulatorMemory, FusedPeaksMatchClosedForms) {
+  for (const int p : {2, 4, 8}) {
+    const int m = 2 * p;
+    const Plan one_f_one_b = uniform_plan({.devices = p, .microbatches = m, .schedule = "1f1b"});
+    EXPECT_NEAR(static_cast<double>(one_f_one_b.sim.devices[0].peak_memory_bytes), p * kGiB, 1);
+    // Stage i holds min(P − i, m) micro-batches.
+    for (int i = 0; i < p; ++i) {
+      EXPECT_NEAR(static_cast<double>(
+                      one_f_one_b.sim.devices[static_cast<std::size_t>(i)].peak_memory_bytes),
+                  (p - i) * kGiB, 1);
+    }
+    const Plan gpipe = uniform_plan({.devices = p, .microbatches = m, .schedule = "gpipe"});
+    EXPECT_NEAR(static_cast<double>(gpipe.sim.devices[0].peak_memory_bytes), m * kGiB, 1);
+  }
+}
+
+// 2BP keeps X and dY of every micro-batch until the end. A p1 turns a micro-batch's stash (M_F)
+// into its retained X/dY (M_R < M_F here), so stage 0 of 1F1B peaks at
+// max over k of (min(P, m − k)·M_F + k·M_R) after its k-th p1: P·M_F + (m − P)·M_R.
+TEST(SimulatorMemory, TwoStageBackwardRetainsUntilTheEnd) {
+  const int p = 4;
+  for (const int m : {4, 8, 16}) {
+    const Plan plan = uniform_plan(
+        {.devices = p, .microbatches = m, .schedule = "1f1b", .backward = BackwardMode::twobp});
+    const double stash = 1.0, retained = 0.5;
+    double expected = 0;
+    for (int done = 0; done <= m; ++done) {
+      expected = std::max(expected, std::min(p, m - done) * stash + done * retained);
+    }
+    EXPECT_NEAR(static_cast<double>(plan.sim.devices[0].peak_memory_bytes), expected * kGiB, 1)
+        << "m=" << m;
+    EXPECT_NEAR(expected, p * stash + (m - p) * retained, 1e-12);
+    const Plan fused = uniform_plan({.devices = p, .microbatches = m, .schedule = "1f1b"});
+    if (m > p) {
+      EXPECT_GT(plan.sim.devices[0].peak_memory_bytes, fused.sim.devices[0].peak_memory_bytes);
+    }
+  }
+}
+
+// With a pure latency per boundary, 1F1B fused pays 2(P − 1) latencies on the critical path.
+TEST(SimulatorComm, LatencyOnEveryBoundary) {
+  const int p = 4, m = 8;
+  const Plan plan = uniform_plan({.devices = p, .microbatches = m, .comm = 0.25});
+  const Plan free = uniform_plan({.devices = p, .microbatches = m});
+  EXPECT_GT(plan.sim.makespan_us, free.sim.makespan_us);
+  EXPECT_GE(plan.sim.makespan_us, free.sim.makespan_us + 2 * (p - 1) * 0.25e3 - 1e-6);
+  // Sends and receives of a pair start and end together.
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& n = plan.graph.node(id);
+    if (n.kind != NodeKind::send) continue;
+    EXPECT_DOUBLE_EQ(plan.sim.times[static_cast<std::size_t>(id)].start_us,
+                     plan.sim.times[static_cast<std::size_t>(n.match)].start_us);
+    EXPECT_NEAR(plan.sim.times[static_cast<std::size_t>(id)].end_us -
+                    plan.sim.times[static_cast<std::size_t>(id)].start_us,
+                250.0, 1e-9);
+  }
+}
+
+// Transfers that share a directed link are serialised by bandwidth.
+TEST(SimulatorComm, BandwidthSerialisesALink) {
+  PlanRequest r = testing::uniform_request(
+      {.devices = 2, .microbatches = 4, .schedule = "gpipe", .f = 0.001, .b = 1, .w = 1});
+  r.profile.p2p = {0.0, 1.0};  // 1 GB/s
+  for (auto& [mbs, cost] : r.profile.layers["block"])
+    cost.send_bytes = 1'000'000;  // 1 ms each
+  const Plan plan = make_plan(r);
+  std::vector<NodeTime> sends;
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& n = plan.graph.node(id);
+    if (n.kind == NodeKind::send && n.device == 0) {
+      sends.push_back(plan.sim.times[static_cast<std::size_t>(id)]);
+    }
+  }
+  ASSERT_EQ(sends.size(), 4u);
+  for (std::size_t i = 1; i < sends.size(); ++i) {
+    EXPECT_GE(sends[i].start_us, sends[i - 1].start_us + 1000.0 - 1e-6);
+  }
+}
+
+// A link slower than a transfer's duration says (a hand-edited plan): the next transfer on the
+// link waits for it, whichever order the event loop takes ready nodes in.
+TEST(SimulatorComm, LinkOccupancyBeyondDurationHoldsTheNextTransfer) {
+  PlanRequest r = testing::uniform_request(
+      {.devices = 2, .microbatches = 4, .schedule = "gpipe", .f = 0.001, .b = 1, .w = 1});
+  r.profile.p2p = {0.0, 1.0};  // 1 GB/s
+  for (auto& [mbs, cost] : r.profile.layers["block"])
+    cost.send_bytes = 1'000'000;  // 1 ms on the link
+  Plan plan = make_plan(r);
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    Node& n = plan.graph.node(id);
+    if (n.kind != NodeKind::compute) n.duration_us = 10.0;  // but 10 us by the node
+  }
+  for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+    const SimResult sim = simulate(plan.graph, order);
+    std::vector<double> starts;
+    for (int id = 0; id < plan.graph.node_count(); ++id) {
+      const Node& n = plan.graph.node(id);
+      if (n.kind == NodeKind::send && n.device == 0)
+        starts.push_back(sim.times[static_cast<std::size_t>(id)].start_us);
+    }
+    ASSERT_EQ(starts.size(), 4u);
+    for (std::size_t i = 1; i < starts.size(); ++i)
+      EXPECT_GE(starts[i], starts[i - 1] + 1000.0 - 1e-6);
+  }
+}
+
+// A transfer starts when the later of its two halves is ready, whichever half the event loop
+// takes last: here the receive waits on a long compute op of its own device (a hand-made graph;
+// lowering never gives a receive an input other than its send).
+TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
+  TaskGraph g;
+  g.meta.devices = 2;
+  const auto compute = [&](int device, double us) {
+    Node n;
+    n.device = device;
+    n.stream = g.stream(device, StreamRole::compute);
+    n.duration_us = us;
+    n.label = "0F0";
+    return g.add_node(std::move(n));
+  };
+  const int early = compute(0, 1000.0);
+  const int late = compute(1, 5000.0);
+  Node send;
+  send.kind = NodeKind::send;
+  send.device = 0;
+  send.peer = 1;
+  send.stream = g.stream(0, StreamRole::send, 1);
+  send.duration_us = 10.0;
+  send.label = "0F0";
+  Node recv = send;
+  recv.kind = NodeKind::recv;
+  recv.device = 1;
+  recv.peer = 0;
+  recv.stream = g.stream(1, StreamRole::recv, 0);
+  const auto [s, r] = g.add_message(std::move(send), std::move(recv));
+  g.add_data_edge(early, s);
+  g.add_data_edge(late, r);
+  for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+    const SimResult sim = simulate(g, order);
+    EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(s)].start_us, 5000.0);
+    EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(r)].end_us, 5010.0);
+  }
+}
+
+TEST(SimulatorMetrics, TokensAndStageSpan) {
+  const Plan plan = uniform_plan({.devices = 4, .microbatches = 8});
+  // The last stage starts after (P − 1) forwards; its span is shorter than the makespan.
+  EXPECT_NEAR(plan.sim.devices[3].first_start_us, 3e3, 1e-6);
+  EXPECT_LE(plan.sim.max_stage_span_us, plan.sim.makespan_us);
+  const double tokens = 8.0 * plan.graph.meta.mbs * plan.graph.meta.seq;
+  EXPECT_NEAR(plan.sim.tokens_per_s, tokens / (plan.sim.makespan_us * 1e-6), 1e-6);
+  EXPECT_EQ(plan.sim.mfu, 0.0);  // a uniform model has no FLOP count
+}
+
+}  // namespace
+}  // namespace pipeplan

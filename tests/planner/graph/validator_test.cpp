@@ -1,0 +1,181 @@
+// The validator catches planted faults and names the node and the rule.
+#include "planner/graph/validator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::uniform_plan;
+using testing::UniformPlan;
+
+Plan sample(BackwardMode mode = BackwardMode::twobp) {
+  return uniform_plan({.devices = 4, .microbatches = 8, .backward = mode, .comm = 0.1});
+}
+
+int find_node(const TaskGraph& g, NodeKind kind, const std::string& label, int device = -1) {
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.kind == kind && n.label == label && (device < 0 || n.device == device)) return id;
+  }
+  ADD_FAILURE() << "no node " << label;
+  return -1;
+}
+
+int compute_stream(const TaskGraph& g, int device) {
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    if (g.streams()[s].device == device && g.streams()[s].role == StreamRole::compute) {
+      return static_cast<int>(s);
+    }
+  }
+  return -1;
+}
+
+Violation expect_violation(const TaskGraph& g, const std::string& rule) {
+  const auto v = find_violation(g);
+  EXPECT_TRUE(v.has_value());
+  if (!v) return {};
+  EXPECT_EQ(v->rule, rule) << v->message;
+  EXPECT_NE(v->message.find("rule " + rule), std::string::npos);
+  return *v;
+}
+
+TEST(Validator, GeneratedPlansAreValid) {
+  for (const auto mode : {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+    EXPECT_FALSE(find_violation(sample(mode).graph).has_value());
+  }
+}
+
+TEST(Validator, CatchesACycle) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  // Device 1's forward of micro-batch 0 made to wait for its own backward.
+  const int f = find_node(g, NodeKind::compute, "1F0");
+  const int b = find_node(g, NodeKind::compute, "1P1_0");
+  g.add_data_edge(b, f);
+  const Violation v = expect_violation(g, "acyclic");
+  EXPECT_NE(v.message.find("cycle"), std::string::npos);
+}
+
+TEST(Validator, CatchesAnUnmatchedSend) {
+  Plan plan = sample();
+  const int send = find_node(plan.graph, NodeKind::send, "0F3");
+  plan.graph.node(send).match = -1;
+  const Violation v = expect_violation(plan.graph, "send-recv-match");
+  EXPECT_EQ(v.node, send);
+  EXPECT_NE(v.message.find("0F3"), std::string::npos);
+}
+
+TEST(Validator, CatchesASizeMismatch) {
+  Plan plan = sample();
+  const int send = find_node(plan.graph, NodeKind::send, "1F2");
+  plan.graph.node(send).bytes += 1;
+  expect_violation(plan.graph, "send-recv-match");
+}
+
+TEST(Validator, CatchesTwoSendsSwapped) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  const int send_stream = g.node(find_node(g, NodeKind::send, "0F0")).stream;
+  std::vector<int> order = g.stream_order(send_stream);
+  std::swap(order[1], order[2]);
+  g.set_stream_order(send_stream, order);
+  const Violation v = expect_violation(g, "send-recv-order");
+  EXPECT_EQ(v.node, order[1]);
+}
+
+TEST(Validator, CatchesP2BeforeP1) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  const int stream = compute_stream(g, 2);
+  std::vector<int> order = g.stream_order(stream);
+  // Move the p2 holding micro-batch 0 on device 2 to the front of the stream.
+  int p2 = -1;
+  for (const int id : order) {
+    const Node& n = g.node(id);
+    if (n.op == OpType::P2 && n.microbatches.front() == 0) p2 = id;
+  }
+  ASSERT_GE(p2, 0);
+  order.erase(std::find(order.begin(), order.end(), p2));
+  order.insert(order.begin() + 1, p2);
+  g.set_stream_order(stream, order);
+  const auto v = find_violation(g);
+  ASSERT_TRUE(v.has_value());
+  // Moving it first also closes a cycle through its data edge from p1; either rule names it.
+  EXPECT_TRUE(v->rule == "p1-before-p2" || v->rule == "acyclic") << v->message;
+}
+
+TEST(Validator, CatchesP2BeforeP1InOrderWithoutDataEdge) {
+  // Same fault, with the data edge removed so only the order rule can see it.
+  Plan plan = sample();
+  nlohmann::json j = plan_to_json(plan.graph);
+  const int p2 = find_node(plan.graph, NodeKind::compute, "2P2_0+1+2+3+4+5+6+7");
+  nlohmann::json edges = nlohmann::json::array();
+  for (const auto& e : j["edges"]) {
+    if (e[1].get<int>() != p2) edges.push_back(e);
+  }
+  j["edges"] = edges;
+  for (auto& s : j["streams"]) {
+    auto order = s["order"].get<std::vector<int>>();
+    const auto it = std::find(order.begin(), order.end(), p2);
+    if (it == order.end()) continue;
+    order.erase(it);
+    order.insert(order.begin(), p2);
+    s["order"] = order;
+  }
+  const TaskGraph g = plan_from_json(j, "edited.json");
+  const Violation v = expect_violation(g, "p1-before-p2");
+  EXPECT_EQ(v.node, p2);
+}
+
+TEST(Validator, CatchesAMissingInputEdge) {
+  Plan plan = sample();
+  nlohmann::json j = plan_to_json(plan.graph);
+  const int consumer = find_node(plan.graph, NodeKind::compute, "2F5");
+  nlohmann::json edges = nlohmann::json::array();
+  for (const auto& e : j["edges"]) {
+    const Node& from = plan.graph.node(e[0].get<int>());
+    if (e[1].get<int>() == consumer && from.kind == NodeKind::recv) continue;
+    edges.push_back(e);
+  }
+  j["edges"] = edges;
+  const Violation v = expect_violation(plan_from_json(j, "edited.json"), "inputs");
+  EXPECT_EQ(v.node, consumer);
+}
+
+TEST(Validator, CatchesMemoryOverLimit) {
+  Plan plan = sample(BackwardMode::fused);
+  // 1F1B fused on 4 stages peaks at 4 GiB of stash on device 0.
+  plan.graph.meta.memory_limit_bytes.assign(4, 3.5 * testing::kGiB);
+  const Violation v = expect_violation(plan.graph, "memory-limit");
+  EXPECT_EQ(plan.graph.node(v.node).device, 0);
+  EXPECT_NE(v.message.find("above its limit"), std::string::npos);
+}
+
+TEST(Validator, CatchesAMissingMicroBatch) {
+  Plan plan = sample(BackwardMode::fused);
+  plan.graph.meta.microbatches = 9;
+  expect_violation(plan.graph, "coverage");
+}
+
+TEST(Validator, ThrowsWithTheMessage) {
+  Plan plan = sample();
+  const int send = find_node(plan.graph, NodeKind::send, "0F3");
+  plan.graph.node(send).match = -1;
+  try {
+    validate(plan.graph);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("send-recv-match"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan

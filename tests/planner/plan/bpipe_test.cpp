@@ -1,0 +1,260 @@
+// BPipe: transfer plans, their validation rules (planted faults), memory balance, and the
+// benefit estimate's sign on synthetic MFU curves.
+#include "planner/plan/bpipe.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/graph/bpipe_check.h"
+#include "planner/graph/validator.h"
+#include "planner/search/bpipe_estimate.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
+#include "profiles/tensor_parallel.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::kGiB;
+using testing::UniformPlan;
+
+UniformPlan seven_stages(BackwardMode backward = BackwardMode::fused) {
+  UniformPlan u;
+  u.devices = 7;
+  u.microbatches = 14;
+  u.backward = backward;
+  u.mem_f = 1;
+  u.mem_p1 = -0.5;
+  u.mem_p2 = -0.5;
+  return u;
+}
+
+Plan bpipe_plan(const UniformPlan& u) {
+  PlanRequest r = testing::uniform_request(u);
+  r.profile.p2p = P2pLink{10, 5000};  // 1 GiB in 0.2 ms: transfers take time, share the link
+  // Parameters and optimizer state, as in real models (GPT-3 96B at TP 4: ~52 GiB static vs
+  // ~3 GiB per stash): a pair balances only to within one or two stashes (the evictor's newest is
+  // in flight while the next forward allocates), so the 10 % criterion needs a real static share.
+  r.profile.layers["block"][1].param_bytes = std::llround(24 * kGiB);
+  r.bpipe = BpipeMode::on;
+  return make_plan(r);
+}
+
+int find_node(const TaskGraph& g, NodeKind kind, const std::string& prefix) {
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.kind == kind && n.label.rfind(prefix, 0) == 0 && is_transfer(g, id)) return id;
+  }
+  return -1;
+}
+
+TEST(Bpipe, BalancesEveryPairWithinTenPercent) {
+  for (const BackwardMode mode : {BackwardMode::fused, BackwardMode::twobp}) {
+    const Plan plan = bpipe_plan(seven_stages(mode));
+    const auto peaks = plan.sim.peak_memory_bytes();
+    for (int x = 0; x < 3; ++x) {
+      const double a = static_cast<double>(peaks[static_cast<std::size_t>(x)]);
+      const double b = static_cast<double>(peaks[static_cast<std::size_t>(6 - x)]);
+      EXPECT_LE(std::abs(a - b), 0.10 * std::max(a, b)) << "pair " << x << " mode " << int(mode);
+    }
+    EXPECT_FALSE(find_violation(plan.graph).has_value());
+  }
+}
+
+TEST(Bpipe, FitsALimitThatOneFOneBAloneExceeds) {
+  UniformPlan u = seven_stages();
+  u.memory_limit_bytes = 29 * kGiB;  // 24 GiB static; 1F1B's stage 0 adds 7 GiB of stashes
+  PlanRequest off = testing::uniform_request(u);
+  off.profile.layers["block"][1].param_bytes = std::llround(24 * kGiB);
+  EXPECT_THROW(make_plan(off), Error);
+  const Plan plan = bpipe_plan(u);
+  for (const auto peak : plan.sim.peak_memory_bytes())
+    EXPECT_LE(peak, 29 * kGiB);
+}
+
+TEST(Bpipe, EveryLoadCompletesBeforeItsBackward) {
+  const Plan plan = bpipe_plan(seven_stages());
+  const TaskGraph& g = plan.graph;
+  int loads = 0;
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.kind != NodeKind::recv || n.label.rfind("load ", 0) != 0) continue;
+    ++loads;
+    for (int c = 0; c < g.node_count(); ++c) {
+      const Node& b = g.node(c);
+      if (b.kind == NodeKind::compute && b.op == OpType::B && b.stage == n.stage &&
+          b.microbatches == n.microbatches) {
+        EXPECT_LE(plan.sim.times[static_cast<std::size_t>(id)].end_us,
+                  plan.sim.times[static_cast<std::size_t>(c)].start_us);
+      }
+    }
+  }
+  EXPECT_GT(loads, 0);
+}
+
+TEST(Bpipe, PlantedFaultsBreakTheirRules) {
+  {  // swap two transfers on one end: the pair's orders no longer meet element-wise
+    Plan plan = bpipe_plan(seven_stages());
+    TaskGraph& g = plan.graph;
+    const int s = g.node(find_node(g, NodeKind::send, "evict ")).stream;
+    auto order = g.stream_order(s);
+    std::swap(order[0], order[1]);
+    g.set_stream_order(s, order);
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "transfer-order");
+  }
+  {  // a load that feeds no backward of its micro-batch: use before load
+    Plan plan = bpipe_plan(seven_stages());
+    TaskGraph& g = plan.graph;
+    const int r = find_node(g, NodeKind::recv, "load ");
+    g.node(r).microbatches = {g.node(r).microbatches.front() + 1};
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "transfer-use");
+  }
+  {  // the acceptor's limit below what it holds for its evictor: caught on the timeline
+    Plan plan = bpipe_plan(seven_stages());
+    TaskGraph& g = plan.graph;
+    g.meta.memory_limit_bytes.assign(7, 0);
+    g.meta.memory_limit_bytes[6] = 2 * kGiB;
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "memory-limit");
+    EXPECT_NE(v->message.find("device 6"), std::string::npos);
+    EXPECT_NE(v->message.find("simulated"), std::string::npos);
+  }
+}
+
+TEST(Bpipe, RefusesOtherScheduleFamilies) {
+  for (const auto& [family, chunks] : {std::pair{"gpipe", 1}, std::pair{"interleaved", 2}}) {
+    UniformPlan u = seven_stages();
+    u.schedule = family;
+    u.chunks = chunks;
+    PlanRequest r = testing::uniform_request(u);
+    r.bpipe = BpipeMode::on;
+    try {
+      make_plan(r);
+      FAIL() << family << " + BPipe accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("--bpipe: schedule '" + std::string(family) + "'", 0), 0u) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+// GPT-3 96B on 8 stages x TP 4 A100s, recompute attention, the analytic model, with the usable
+// memory of `pipeplan bpipe --memory 80GiB` (less the default reserve of 1 GiB + 4 %).
+SearchRequest gpt3_recompute() {
+  AnalyticOptions analytic;
+  analytic.seq = 2048;
+  analytic.attention = Attention::recompute;
+  analytic.micro_batch_sizes = {1, 2};
+  const GpuSpec a100 = find_gpu("a100");
+  SearchRequest s;
+  s.base.profile =
+      tensor_parallel_profile(analytic_profile(resolve_model("gpt3-96b"), a100, analytic), 4);
+  s.base.gpu = a100.name;
+  s.base.peak_flops_per_device = 4 * a100.peak_bf16_tflops * 1e12;
+  s.base.devices = 8;
+  s.base.memory_limit_bytes = 80 * kGiB - (1 * kGiB + 0.04 * 80 * kGiB);
+  s.global_batch = 64;
+  s.mbs_candidates = {1, 2};
+  return s;
+}
+
+TEST(Bpipe, Gpt3MicroBatchTwoBalancesPairsUnderTheLimit) {
+  PlanRequest r = gpt3_recompute().base;
+  r.mbs = 2;
+  r.microbatches = 32;
+  EXPECT_THROW(make_plan(r), Error);  // 1F1B's stage 0 holds 8 stashes of 3.2 GiB
+  r.bpipe = BpipeMode::on;
+  const Plan plan = make_plan(r);
+  EXPECT_FALSE(find_violation(plan.graph).has_value());
+  const auto peaks = plan.sim.peak_memory_bytes();
+  for (int x = 0; x < 4; ++x) {
+    const double a = static_cast<double>(peaks[static_cast<std::size_t>(x)]);
+    const double b = static_cast<double>(peaks[static_cast<std::size_t>(7 - x)]);
+    EXPECT_LE(std::abs(a - b), 0.10 * std::max(a, b)) << "pair " << x;
+  }
+  for (const auto peak : peaks)
+    EXPECT_LE(static_cast<double>(peak), r.memory_limit_bytes);
+}
+
+TEST(BpipeEstimate, AutoIsNeverSlowerThanWithoutOnGpt3) {
+  const SearchRequest s = gpt3_recompute();
+  const BpipeEstimate e = estimate_bpipe(s);
+  ASSERT_TRUE(e.with.has_value());
+  EXPECT_EQ(e.without->mbs, 1);
+  EXPECT_EQ(e.with->mbs, 2);
+  BpipeConfig chosen;
+  const Plan best = best_bpipe_plan(s, &chosen);
+  EXPECT_LE(best.sim.makespan_us, e.without->step_time_us + 1e-6);
+  EXPECT_LE(best.sim.makespan_us, e.with->step_time_us + 1e-6);
+  EXPECT_FALSE(find_violation(best.graph).has_value());
+}
+
+// Eight stages of one block; micro-batch 2 costs `scale`× micro-batch 1's time and twice its
+// memory, and only fits under the limit with BPipe.
+SearchRequest synthetic(double scale) {
+  UniformPlan u;
+  u.devices = 8;
+  u.microbatches = 64;
+  u.mem_f = 1;
+  u.mem_p1 = -0.5;
+  u.mem_p2 = -0.5;
+  // Stage 0 holds 8 stashes of 2 GiB at mbs 2 without BPipe; with it 4 resident, the newest in
+  // flight and the next forward's: 12 GiB.
+  u.memory_limit_bytes = 13 * kGiB;
+  SearchRequest s;
+  s.base = testing::uniform_request(u);
+  s.base.profile.p2p = P2pLink{10, 20000};  // 2 GiB in 0.1 ms against 1 ms forwards
+  LayerCost two = s.base.profile.layers["block"][1];
+  two.forward_us *= scale;
+  two.p1_us *= scale;
+  two.p2_us *= scale;
+  for (auto& [k, us] : two.p2_concat_us)
+    us *= scale;
+  two.stash_bytes *= 2;
+  two.retained_bytes *= 2;
+  s.base.profile.layers["block"][2] = two;
+  s.global_batch = 64;
+  s.mbs_candidates = {1, 2};
+  return s;
+}
+
+TEST(BpipeEstimate, SignFollowsTheMfuCurve) {
+  const BpipeEstimate rising = estimate_bpipe(synthetic(1.5));  // per-sample time falls by 25 %
+  ASSERT_TRUE(rising.with.has_value()) << rising.infeasible.front() << rising.infeasible.back();
+  EXPECT_EQ(rising.with->mbs, 2);
+  EXPECT_GT(rising.gain, 0.05);
+  EXPECT_GT(rising.simple_gain, 0.05);
+  EXPECT_EQ(rising.verdict.rfind("benefit", 0), 0u) << rising.verdict;
+
+  const BpipeEstimate flat = estimate_bpipe(synthetic(2.0));  // no per-sample gain
+  ASSERT_TRUE(flat.with.has_value());
+  EXPECT_LT(flat.gain, 0);
+  EXPECT_LT(flat.simple_gain, 0);
+  EXPECT_EQ(flat.verdict.rfind("no benefit", 0), 0u) << flat.verdict;
+}
+
+TEST(BpipeEstimate, AutoIsNeverSlowerThanWithout) {
+  for (const double scale : {1.5, 2.0}) {
+    const SearchRequest s = synthetic(scale);
+    const BpipeEstimate e = estimate_bpipe(s);
+    BpipeConfig chosen;
+    const Plan best = best_bpipe_plan(s, &chosen);
+    EXPECT_LE(best.sim.makespan_us, e.without->step_time_us + 1e-6);
+    EXPECT_FALSE(find_violation(best.graph).has_value());
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,133 @@
+// The step-time lower bound: closed forms, validity against every plan (random instances), and
+// the exact branch and bound against auto on small instances.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "planner/plan/lower_bound.h"
+#include "planner/search/exact_schedule.h"
+#include "tests/planner/plan_fixtures.h"
+#include "tests/planner/search/auto_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+std::vector<int> identity(int p) {
+  std::vector<int> d(static_cast<std::size_t>(p));
+  for (int i = 0; i < p; ++i)
+    d[static_cast<std::size_t>(i)] = i;
+  return d;
+}
+
+TEST(LowerBound, UniformClosedForm) {
+  // F=B=W=1, comm c: the last device starts after (P-1)(1+c) and works 3m.
+  for (const double c : {0.0, 0.25}) {
+    const std::vector<StageCost> costs(4, testing::stage(1, 1, 1));
+    const LowerBound b = step_time_lower_bound(costs, identity(4), P2pLink{c, 0}, 12);
+    EXPECT_NEAR(b.makespan_us, 3 * 12 + 3 * (1 + c), 1e-9);
+    EXPECT_NEAR(b.stage_span_us, 36, 1e-9);
+  }
+  // One micro-batch: the chain F0..F3, P1 3..0, one p2, 2(P-1) transfers.
+  const std::vector<StageCost> costs(4, testing::stage(1, 1, 1));
+  EXPECT_NEAR(step_time_lower_bound(costs, identity(4), P2pLink{0.5, 0}, 1).makespan_us,
+              4 + 4 + 1 + 6 * 0.5, 1e-9);
+}
+
+TEST(LowerBound, UsesTheCheapestConcatenatedP2) {
+  // p2(4) = 1.75: a p2 costs at least 0.4375 per micro-batch.
+  const std::vector<StageCost> costs(2, testing::stage(1, 1, 1, 1, 0.5, 0, 4, 0.25));
+  EXPECT_NEAR(step_time_lower_bound(costs, identity(2), P2pLink{}, 8).makespan_us,
+              1 + 16 + 8 * 0.4375, 1e-9);
+}
+
+// Property: the bound never exceeds the simulated step time of any plan, for random stage
+// costs, comm latencies and micro-batch counts, over every one-chunk family and backward mode
+// and auto.
+TEST(LowerBound, NeverAboveAnyPlan) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> time(0.3, 2.0), lat(0.0, 0.3);
+  int checked = 0;
+  for (int trial = 0; trial < 25; ++trial) {
+    const int p = 2 + trial % 4;
+    const int m = p + trial % 5;
+    std::vector<StageCost> costs;
+    costs.reserve(static_cast<std::size_t>(p));
+    for (int s = 0; s < p; ++s) {
+      const double f = time(rng), p1 = time(rng), p2 = time(rng);  // fixed evaluation order
+      costs.push_back(testing::stage(f, p1, p2, 1, 0.5, 0, 16, trial % 2 ? 1.0 : 0.5));
+    }
+    const PlanMeta meta = testing::meta_for(costs, m, {}, lat(rng));
+    const LowerBound b = step_time_lower_bound(costs, identity(p), meta.link, m);
+    for (const ScheduleFamily& family : schedule_families()) {
+      if (family.uses_chunks || family.name == kAutoScheduleName) continue;
+      for (const BackwardMode mode :
+           {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+        if (family.places_p2 && mode != BackwardMode::twobp) continue;
+        const double t = testing::run_family(family, mode, costs, meta).sim.makespan_us;
+        EXPECT_LE(b.makespan_us, t + 1e-9) << family.name << " trial " << trial;
+        ++checked;
+      }
+    }
+    const testing::Simulated a = testing::run_auto(costs, meta);
+    EXPECT_LE(b.makespan_us, a.sim.makespan_us + 1e-9) << "auto trial " << trial;
+    EXPECT_LE(b.stage_span_us, a.sim.max_stage_span_us + 1e-9) << "auto trial " << trial;
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(LowerBound, MakePlanReportsItForInterleavedToo) {
+  testing::UniformPlan u;
+  u.schedule = "interleaved";
+  u.chunks = 2;
+  const Plan plan = testing::uniform_plan(u);
+  EXPECT_GT(plan.bound.makespan_us, 0);
+  EXPECT_LE(plan.bound.makespan_us, plan.sim.makespan_us + 1e-6);
+}
+
+// Exact search (planner/search/exact_schedule.h): on small instances auto is within 5 % of the
+// proven optimum (auto with unconcatenated p2, comm = 0, where both models agree).
+TEST(ExactSchedule, AutoWithinFivePercentOfTheOptimum) {
+  struct Case {
+    std::vector<StageCost> costs;
+    int m;
+    std::vector<double> limits_gib;
+  };
+  const std::vector<Case> cases = {
+      {std::vector<StageCost>(4, testing::stage(1, 1, 1)), 8, {}},
+      {std::vector<StageCost>(3, testing::stage(1, 1, 1)), 4, {3, 3, 3}},
+      {{testing::stage(1, 1, 1), testing::stage(1, 1, 1), testing::stage(1.5, 1.5, 1.5)}, 4, {}},
+      {{testing::stage(1.2, 1, 0.8), testing::stage(0.8, 1.3, 1)}, 6, {2, 2}},
+      {{testing::stage(1, 2, 1), testing::stage(1, 1, 0.5), testing::stage(2, 1, 1)}, 3, {}},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::vector<double> limits;
+    for (const double g : c.limits_gib)
+      limits.push_back(g * testing::kGiBBytes);
+    const PlanMeta meta = testing::meta_for(c.costs, c.m, limits);
+    const testing::Simulated a = testing::run_auto(c.costs, meta, 1);
+    const ExactResult exact = exact_schedule(c.costs, meta, a.sim.makespan_us + 1e-6);
+    EXPECT_TRUE(exact.proven) << "case " << i << " nodes " << exact.nodes;
+    EXPECT_LE(exact.makespan_us, a.sim.makespan_us + 1e-6) << "case " << i;
+    EXPECT_LE(a.sim.makespan_us, 1.05 * exact.makespan_us) << "case " << i;
+    const LowerBound b = step_time_lower_bound(c.costs, identity(meta.devices), meta.link, c.m);
+    EXPECT_LE(b.makespan_us, exact.makespan_us + 1e-9) << "case " << i;
+    if (!exact.schedule.per_device.empty()) {  // a better schedule found: it must be valid
+      const testing::Simulated e = testing::run_schedule(exact.schedule, c.costs, meta);
+      EXPECT_NEAR(e.sim.makespan_us, exact.makespan_us, 1e-6) << "case " << i;
+    }
+  }
+}
+
+TEST(ExactSchedule, FindsTheOptimumFromAPoorIncumbent) {
+  const std::vector<StageCost> costs(2, testing::stage(1, 1, 1));
+  const PlanMeta meta = testing::meta_for(costs, 3);
+  const ExactResult r = exact_schedule(costs, meta, 1e9);
+  ASSERT_TRUE(r.proven);
+  EXPECT_NEAR(r.makespan_us, 10, 1e-9);  // the bound: 1 + 3 * 3
+  const testing::Simulated e = testing::run_schedule(r.schedule, costs, meta);
+  EXPECT_NEAR(e.sim.makespan_us, 10, 1e-9);
+}
+
+}  // namespace
+}  // namespace pipeplan

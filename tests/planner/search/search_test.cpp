@@ -1,0 +1,81 @@
+// `plan --search`: the best plan over mbs / schedule / backward / chunks / partition and the
+// Pareto front of step time against peak memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "planner/base/error.h"
+#include "planner/search/search.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+SearchRequest uniform_search(int devices, int microbatches, double limit_gib) {
+  testing::UniformPlan u;
+  u.devices = devices;
+  u.microbatches = microbatches;
+  u.memory_limit_bytes = limit_gib * testing::kGiB;
+  SearchRequest s;
+  s.base = testing::uniform_request(u);
+  return s;
+}
+
+TEST(Search, BestIsNoWorseThanEveryFixedPlanAndFrontIsNonDominated) {
+  const SearchRequest s = uniform_search(4, 12, 0);
+  const SearchResult r = search_plans(s);
+  EXPECT_GE(r.evaluated, 9);  // gpipe, 1f1b x 3 modes; zb-h1, zb-h2, auto (4 blocks: no shifts)
+  for (const char* family : {"1f1b", "gpipe", "zb-h1", "zb-h2"}) {
+    PlanRequest req = s.base;
+    req.schedule = family;
+    req.backward =
+        std::string(family).starts_with("zb") ? BackwardMode::twobp : BackwardMode::fused;
+    EXPECT_LE(r.best.sim.makespan_us, make_plan(req).sim.makespan_us + 1e-6) << family;
+  }
+  ASSERT_FALSE(r.pareto.empty());
+  EXPECT_DOUBLE_EQ(r.pareto.front().step_time_us, r.best_point.step_time_us);
+  for (std::size_t i = 1; i < r.pareto.size(); ++i) {
+    EXPECT_GT(r.pareto[i].step_time_us, r.pareto[i - 1].step_time_us);
+    EXPECT_LT(r.pareto[i].peak_memory_bytes, r.pareto[i - 1].peak_memory_bytes);
+  }
+  for (const SearchPoint& p : r.pareto)
+    EXPECT_LE(p.bound_us, p.step_time_us + 1e-6);
+  EXPECT_NE(format_pareto(r).find("Pareto front"), std::string::npos);
+}
+
+TEST(Search, MemoryLimitTrimsTheCandidates) {
+  const SearchResult loose = search_plans(uniform_search(4, 8, 0));
+  const SearchResult tight = search_plans(uniform_search(4, 8, 4.5));
+  EXPECT_GT(tight.infeasible, loose.infeasible);
+  EXPECT_LE(static_cast<double>(tight.best_point.peak_memory_bytes), 4.5 * testing::kGiB);
+}
+
+TEST(Search, GlobalBatchSetsMicroBatchesPerSize) {
+  const ModelConfig model = resolve_model("gpt-1.5b");
+  const GpuSpec gpu = find_gpu("h100");
+  SearchRequest s;
+  s.base.profile = analytic_profile(model, gpu, AnalyticOptions{});
+  s.base.gpu = gpu.name;
+  s.base.devices = 4;
+  s.base.memory_limit_bytes = gpu.hbm_bytes;
+  s.global_batch = 16;
+  s.mbs_candidates = {1, 2, 3, 4};
+  s.shift_partition = false;
+  s.profile_for = [&](int mbs) {
+    AnalyticOptions a;
+    a.micro_batch_sizes = {mbs};
+    a.max_p2_concat = 16;
+    return analytic_profile(model, gpu, a);
+  };
+  const SearchResult r = search_plans(s);
+  EXPECT_EQ(r.best_point.mbs * r.best_point.microbatches, 16);
+  for (const SearchPoint& p : r.pareto)
+    EXPECT_EQ(p.mbs * p.microbatches, 16);
+  s.mbs_candidates = {3};
+  EXPECT_THROW(search_plans(s), Error);
+}
+
+}  // namespace
+}  // namespace pipeplan

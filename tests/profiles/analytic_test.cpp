@@ -1,0 +1,225 @@
+#include "profiles/analytic.h"
+
+#include <cmath>
+#include <functional>
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+Profile profile_for(const ModelConfig& m, Attention attention, std::vector<int> mbs = {2}) {
+  AnalyticOptions options;
+  options.micro_batch_sizes = std::move(mbs);
+  options.attention = attention;
+  return analytic_profile(m, find_gpu("h100-sxm"), options);
+}
+
+// Zero Bubble Table 1 for a GPT layer (ffn 4h), b = 2, s = 1024, h = 2304, a = 24.
+TEST(Analytic, GptBlockFlopsMatchZeroBubbleTable) {
+  const ModelConfig m = model_preset("gpt-1.5b");
+  const double b = 2, s = 1024, h = 2304;
+  const PassFlops f = analytic_flops(m, LayerKind::block, 2, 1024, Attention::materialized);
+  EXPECT_DOUBLE_EQ(f.forward, s * b * h * (24 * h + 4 * s));
+  EXPECT_DOUBLE_EQ(f.p1, s * b * h * (24 * h + 8 * s));
+  EXPECT_DOUBLE_EQ(f.p2, s * b * h * 24 * h);
+  // Recompute runs the attention core forward (4bs²h) again in p1; FlashAttention-2's backward
+  // recomputes QK^T only (2bs²h).
+  const double core = 4 * b * s * s * h;
+  EXPECT_DOUBLE_EQ(analytic_flops(m, LayerKind::block, 2, 1024, Attention::recompute).p1,
+                   f.p1 + core);
+  EXPECT_DOUBLE_EQ(analytic_flops(m, LayerKind::block, 2, 1024, Attention::flash).p1,
+                   f.p1 + core / 2);
+  // The whole model's F + p1 + p2 equals PaLM's model FLOPs (6N + 12LHQT per token) up to the
+  // embedding lookup (no matmul) and the causal-mask-free attention count: within 1 %.
+  const double tokens = b * s;
+  double total = 0;
+  for (LayerKind k : m.layer_list()) {
+    const PassFlops x = analytic_flops(m, k, 2, 1024, Attention::materialized);
+    total += x.forward + x.p1 + x.p2;
+  }
+  EXPECT_NEAR(total / (tokens * m.flops_per_token(1024)), 1.0, 0.01);
+}
+
+TEST(Analytic, GptBlockMemoryMatchesKorthikanti) {
+  const ModelConfig m = model_preset("gpt-1.5b");
+  const std::int64_t b = 2, s = 1024, h = 2304, a = 24;
+  const LayerCost& mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
+  EXPECT_EQ(mat.stash_bytes, s * b * (34 * h + 5 * a * s));  // sb(34h + 5as)
+  EXPECT_EQ(mat.retained_bytes, 32 * s * b * h);             // X and dY of the 4 linear ops
+  EXPECT_EQ(mat.send_bytes, 2 * s * b * h);
+  const LayerCost& rec = profile_for(m, Attention::recompute).cost(LayerKind::block, 2);
+  EXPECT_EQ(rec.stash_bytes, 34 * s * b * h);
+  const LayerCost& fla = profile_for(m, Attention::flash).cost(LayerKind::block, 2);
+  EXPECT_EQ(fla.stash_bytes, 34 * s * b * h + 4 * a * s * b);  // + fp32 logsumexp
+  EXPECT_EQ(fla.retained_bytes, mat.retained_bytes);
+  // bf16 weights, fp32 gradients, fp32 master + Adam m, v.
+  const std::int64_t n = m.block_parameters();
+  EXPECT_EQ(mat.param_bytes, 2 * n);
+  EXPECT_EQ(mat.grad_bytes, 4 * n);
+  EXPECT_EQ(mat.optimizer_bytes, 12 * n);
+}
+
+TEST(Analytic, LlamaBlockMemoryListsItsTensors) {
+  ModelConfig m = model_preset("llama-7b");
+  m.kv_heads = 8;  // grouped-query: K and V are 1024 wide
+  const std::int64_t b = 2, s = 2048, h = 4096, kvd = 1024, f = 11008, a = 32;
+  const LayerCost& c = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
+  // norm inputs 2·2h, QKV input 2h, Q 2h, K, V 2·2kvd, attention output 2h, MLP input 2h,
+  // gate, up, down input 3·2f; softmax output 2as²b (no dropout in LLaMA).
+  EXPECT_EQ(c.stash_bytes, s * b * (12 * h + 4 * kvd + 6 * f) + 2 * a * s * s * b);
+  // X: QKV in, O in, MLP in (h each), down in (f); dY: QKV (h + 2kvd), O (h), gate + up (2f),
+  // down (h); 2 bytes each.
+  EXPECT_EQ(c.retained_bytes, 2 * s * b * (3 * h + f + h + 2 * kvd + h + 2 * f + h));
+  const PassFlops x = analytic_flops(m, LayerKind::block, 2, 2048, Attention::materialized);
+  const double linear = static_cast<double>(h * (h + 2 * kvd) + h * h + 3 * h * f);
+  EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
+}
+
+TEST(Analytic, HeadAndEmbedding) {
+  const ModelConfig m = model_preset("llama-7b");
+  const std::int64_t t = 2 * 2048, h = 4096, v = 32000;
+  const PassFlops f = analytic_flops(m, LayerKind::head, 2, 2048, Attention::flash);
+  const double lm = 2.0 * static_cast<double>(t * h * v);
+  EXPECT_DOUBLE_EQ(f.forward, lm);
+  EXPECT_DOUBLE_EQ(f.p1, lm);
+  EXPECT_DOUBLE_EQ(f.p2, lm);
+  const Profile p = profile_for(m, Attention::flash);
+  const LayerCost& head = p.cost(LayerKind::head, 2);
+  EXPECT_EQ(head.stash_bytes, t * (4 * h + 4 * v));  // norm and LM-head inputs, fp32 logits
+  EXPECT_EQ(head.param_bytes, 2 * m.head_parameters());
+  EXPECT_EQ(head.send_bytes, 0);
+  const LayerCost& emb = p.cost(LayerKind::embedding, 2);
+  EXPECT_EQ(emb.param_bytes, 2 * m.embedding_parameters());
+  EXPECT_EQ(emb.send_bytes, 2 * t * h);
+  EXPECT_GT(emb.p1_us, 0);
+  EXPECT_LT(emb.p1_us, 0.01 * p.cost(LayerKind::block, 2).p1_us);  // nothing to compute
+}
+
+TEST(Analytic, TimesArePhysical) {
+  const ModelConfig m = model_preset("llama-7b");
+  const GpuSpec gpu = find_gpu("h100-sxm");
+  const Profile p = profile_for(m, Attention::flash, {1, 2, 4});
+  for (int mbs : {1, 2, 4}) {
+    const LayerCost& c = p.cost(LayerKind::block, mbs);
+    const PassFlops f = analytic_flops(m, LayerKind::block, mbs, 2048, Attention::flash);
+    const double peak_per_us = gpu.peak_bf16_tflops * 1e6;
+    // No pass beats the peak, and none is slower than 25 % of it for a 7B block.
+    for (auto [us, flops] :
+         {std::pair{c.forward_us, f.forward}, std::pair{c.p1_us, f.p1}, std::pair{c.p2_us, f.p2}}) {
+      EXPECT_GT(us, flops / peak_per_us);
+      EXPECT_LT(us, flops / (0.25 * peak_per_us));
+    }
+    EXPECT_GT(c.p1_us, c.forward_us);  // backward does more than forward
+  }
+  EXPECT_GT(p.cost(LayerKind::block, 4).forward_us, 1.9 * p.cost(LayerKind::block, 2).forward_us);
+  EXPECT_EQ(p.micro_batch_sizes(), (std::vector<int>{1, 2, 4}));
+  EXPECT_DOUBLE_EQ(p.p2p.bandwidth_GBps, 450);
+  EXPECT_DOUBLE_EQ(p.p2p.latency_us, gpu.p2p_latency_us);
+  EXPECT_EQ(p.provenance.source, "analytic");
+  EXPECT_EQ(p.provenance.gpu, "h100-sxm");
+  EXPECT_TRUE(
+      std::regex_match(p.provenance.date, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
+  EXPECT_NE(p.provenance.notes.find("GEMM"), std::string::npos);
+  // The profile passes the strict reader.
+  EXPECT_NO_THROW(profile_from_json(profile_to_json(p), "analytic"));
+}
+
+TEST(Analytic, P2ConcatenationHelpsSmallTokenCountsOnly) {
+  const Profile small = profile_for(model_preset("tiny"), Attention::flash, {1});
+  const Profile large = profile_for(model_preset("llama-7b"), Attention::flash, {4});
+  for (const auto* p : {&small, &large}) {
+    const LayerCost& c = p->cost(LayerKind::block, p->micro_batch_sizes().front());
+    ASSERT_EQ(c.p2_concat_us.size(), 8u);
+    EXPECT_DOUBLE_EQ(c.p2_concat_us.at(1), c.p2_us);
+    for (int k = 2; k <= 8; ++k) {
+      EXPECT_LE(c.p2_concat_us.at(k) / k, c.p2_concat_us.at(k - 1) / (k - 1)) << k;
+      EXPECT_GT(c.p2_concat_us.at(k), c.p2_concat_us.at(k - 1)) << k;
+    }
+  }
+  const auto gain = [](const Profile& p) {
+    const LayerCost& c = p.cost(LayerKind::block, p.micro_batch_sizes().front());
+    return 8 * c.p2_us / c.p2_concat_us.at(8);
+  };
+  EXPECT_GT(gain(small), 2.0);   // 32 tokens: the GEMMs were far from saturated
+  EXPECT_LT(gain(large), 1.05);  // 8192 tokens: already saturated
+}
+
+TEST(Analytic, RejectsBadOptions) {
+  AnalyticOptions options;
+  options.micro_batch_sizes = {0};
+  EXPECT_NE(error_of([&] {
+              analytic_profile(model_preset("tiny"), find_gpu("h100"), options);
+            }).find("--mbs"),
+            std::string::npos);
+}
+
+TEST(Analytic, ParseUniform) {
+  const UniformCosts c = parse_uniform("1:2:1.5:0.25", "3:-1:-2");
+  EXPECT_EQ(c.forward_ms, 1);
+  EXPECT_EQ(c.p1_ms, 2);
+  EXPECT_EQ(c.p2_ms, 1.5);
+  EXPECT_EQ(c.comm_ms, 0.25);
+  EXPECT_EQ(c.mem_f_gib, 3);
+  EXPECT_EQ(c.mem_p1_gib, -1);
+  EXPECT_EQ(c.mem_p2_gib, -2);
+  EXPECT_NO_THROW(parse_uniform("1:1:0:0", "0.1:-0.05:-0.05"));  // W and COMM may be 0
+}
+
+TEST(Analytic, ParseUniformErrorsNameTheOption) {
+  const auto starts = [](const std::string& message, const std::string& prefix) {
+    return message.rfind(prefix, 0) == 0;
+  };
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:3", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:x:0", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("0:2:1:0", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:-2:1:0", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:-1:0", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:-0.5", "1:-1:0"); }), "--uniform:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1"); }), "--uniform-mem:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:x"); }), "--uniform-mem:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:-0.5"); }), "--uniform-mem:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "-1:1:0"); }), "--uniform-mem:"));
+}
+
+TEST(Analytic, UniformProfileStageCostsAreExact) {
+  const UniformCosts c = parse_uniform("1.2:2.4:0.9:0.05", "3:-1:-2");
+  const Profile p = uniform_profile(c, 8, 2);
+  EXPECT_EQ(p.model.family, "uniform");
+  EXPECT_EQ(p.model.name, "uniform");
+  EXPECT_EQ(p.model.layer_list(), std::vector<LayerKind>(8, LayerKind::block));
+  EXPECT_EQ(p.model.flops_per_token(1024), 0.0);
+  EXPECT_EQ(p.provenance.source, "uniform");
+  const LayerCost& b = p.cost(LayerKind::block, 1);
+  EXPECT_DOUBLE_EQ(2 * b.forward_us, 1200);
+  EXPECT_DOUBLE_EQ(2 * b.p1_us, 2400);
+  EXPECT_DOUBLE_EQ(2 * b.p2_us, 900);
+  EXPECT_DOUBLE_EQ(b.p2_time_us(3), 3 * b.p2_us);
+  EXPECT_EQ(b.stash_bytes, static_cast<std::int64_t>(1.5 * kGiB));
+  EXPECT_EQ(b.retained_bytes, static_cast<std::int64_t>(1.0 * kGiB));
+  EXPECT_EQ(b.param_bytes + b.grad_bytes + b.optimizer_bytes + b.send_bytes, 0);
+  EXPECT_DOUBLE_EQ(p.p2p.latency_us, 50);
+  EXPECT_EQ(p.p2p.bandwidth_GBps, 0);
+  const Profile back = profile_from_json(profile_to_json(p), "uniform");
+  EXPECT_EQ(back.cost(LayerKind::block, 1).forward_us, b.forward_us);
+  EXPECT_EQ(back.model.layers, 8);
+}
+
+}  // namespace
+}  // namespace pipeplan

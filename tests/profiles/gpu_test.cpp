@@ -1,0 +1,106 @@
+#include "profiles/gpu.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+fs::path write_temp(const std::string& name, const std::string& text) {
+  const fs::path path =
+      fs::temp_directory_path() / ("pipeplan_gpu_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Gpu, ShippedSpecsUseDenseBf16Peaks) {
+  const GpuSpec h100 = find_gpu("h100");
+  EXPECT_EQ(h100.name, "h100-sxm");
+  EXPECT_DOUBLE_EQ(h100.peak_bf16_tflops, 989.4);  // not the 1979 sparsity figure
+  EXPECT_DOUBLE_EQ(h100.hbm_bytes, 80 * kGiB);
+  EXPECT_DOUBLE_EQ(h100.hbm_bandwidth_GBps, 3350);
+  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth_GBps, 450);
+  EXPECT_DOUBLE_EQ(h100.pcie_bandwidth_GBps, 64);
+  EXPECT_GT(h100.p2p_latency_us, 0);
+  EXPECT_EQ(find_gpu("H100-SXM5").name, "h100-sxm");  // alias, any case
+
+  const GpuSpec a100 = find_gpu("a100");
+  EXPECT_EQ(a100.name, "a100-80g");
+  EXPECT_DOUBLE_EQ(a100.peak_bf16_tflops, 312);
+  EXPECT_DOUBLE_EQ(a100.hbm_bandwidth_GBps, 2039);
+  EXPECT_DOUBLE_EQ(a100.nvlink_bandwidth_GBps, 300);
+  EXPECT_DOUBLE_EQ(a100.pcie_bandwidth_GBps, 32);
+
+  const GpuSpec h200 = find_gpu("h200");
+  EXPECT_DOUBLE_EQ(h200.peak_bf16_tflops, 989);
+  EXPECT_DOUBLE_EQ(h200.hbm_bytes, 141 * kGiB);
+  EXPECT_DOUBLE_EQ(h200.hbm_bandwidth_GBps, 4800);
+  EXPECT_DOUBLE_EQ(find_gpu("h100-pcie").peak_bf16_tflops, 756);
+}
+
+TEST(Gpu, UnknownGpuListsKnownNames) {
+  const std::string message = error_of([] { find_gpu("b200"); });
+  EXPECT_NE(message.find("'b200'"), std::string::npos) << message;
+  for (const char* name : {"h100-sxm", "h200", "a100-80g", "h100-pcie"}) {
+    EXPECT_NE(message.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(Gpu, DataDirFollowsEnvironment) {
+  const char* original = std::getenv("PIPEPLAN_DATA_DIR");
+  const std::string saved = original != nullptr ? original : "";
+  const fs::path shipped = data_dir();
+  EXPECT_TRUE(fs::exists(shipped / "gpus.json")) << shipped;
+  ::setenv("PIPEPLAN_DATA_DIR", "/nonexistent/pipeplan", 1);
+  EXPECT_EQ(data_dir(), fs::path("/nonexistent/pipeplan"));
+  EXPECT_NE(error_of([] { find_gpu("h100"); }).find("/nonexistent/pipeplan/gpus.json"),
+            std::string::npos);
+  if (original != nullptr) {
+    ::setenv("PIPEPLAN_DATA_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("PIPEPLAN_DATA_DIR");
+  }
+  EXPECT_EQ(data_dir(), shipped);
+}
+
+TEST(Gpu, LoadRejectsWrongVersionAndBadFields) {
+  const auto v2 = write_temp("v2.json", R"({"format":"pipeplan-gpus","version":2,"gpus":[]})");
+  EXPECT_NE(error_of([&] { load_gpus(v2); }).find("'version'"), std::string::npos);
+  const auto neg = write_temp("neg.json", R"({"format":"pipeplan-gpus","version":1,"gpus":[
+    {"name":"x","aliases":[],"description":"","peak_bf16_tflops":-1,"hbm_gib":1,
+     "hbm_bandwidth_GBps":1,"nvlink_bandwidth_GBps":0,"pcie_bandwidth_GBps":1,
+     "p2p_latency_us":1}]})");
+  EXPECT_EQ(error_of([&] { load_gpus(neg); }),
+            neg.string() + ": field 'gpus[0].peak_bf16_tflops' must be positive");
+  const auto missing = write_temp("missing.json", R"({"format":"pipeplan-gpus","version":1,
+    "gpus":[{"name":"x","aliases":[],"description":""}]})");
+  EXPECT_EQ(error_of([&] { load_gpus(missing); }),
+            missing.string() + ": field 'gpus[0].peak_bf16_tflops' is missing");
+  fs::remove(v2);
+  fs::remove(neg);
+  fs::remove(missing);
+}
+
+}  // namespace
+}  // namespace pipeplan

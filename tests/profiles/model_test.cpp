@@ -1,0 +1,242 @@
+#include "profiles/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("pipeplan_model_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  fs::path write(const std::string& relative, const std::string& text) const {
+    const fs::path file = path_ / relative;
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file;
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.family, b.family);
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.hidden, b.hidden);
+  EXPECT_EQ(a.heads, b.heads);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.ffn_hidden, b.ffn_hidden);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.mlp, b.mlp);
+  EXPECT_EQ(a.norm, b.norm);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.learned_positions, b.learned_positions);
+}
+
+TEST(Model, Llama7bParameterCountIsExact) {
+  const ModelConfig m = model_preset("llama-7b");
+  // Block: Q, K, V, O 4·4096² = 67,108,864; gate, up, down 3·4096·11008 = 135,266,304;
+  // two RMSNorm gains 2·4096 = 8,192 -> 202,383,360.
+  EXPECT_EQ(m.block_parameters(), 202'383'360);
+  EXPECT_EQ(m.embedding_parameters(), 32000LL * 4096);    // 131,072,000
+  EXPECT_EQ(m.head_parameters(), 4096 + 32000LL * 4096);  // final norm + untied LM head
+  // 32 · 202,383,360 + 131,072,000 + 131,076,096 = 6,738,415,616 (Meta's "6.7B").
+  EXPECT_EQ(m.parameter_count(), 6'738'415'616);
+}
+
+TEST(Model, Gpt3_96bAndBertLargeParameterCounts) {
+  // GPT block with biases: 12h² + 13h. h = 9984: 1,196,292,864 per block, × 80.
+  // Embeddings 51200·9984 + 2048·9984 (learned positions); head: final LayerNorm 2h, LM head tied.
+  const ModelConfig gpt3 = model_preset("gpt3-96b");
+  EXPECT_EQ(gpt3.block_parameters(), 1'196'292'864);
+  EXPECT_EQ(gpt3.parameter_count(), 96'235'077'120);
+  EXPECT_NEAR(static_cast<double>(gpt3.parameter_count()), 96e9, 0.01 * 96e9);
+  // BERT-Large: 24 × 12,596,224 + embeddings 31,782,912 (word, position, token type, LayerNorm)
+  // + MLM head 1,082,170 (dense, LayerNorm, output bias; decoder tied) = 335,174,458
+  // (HF's 336.2M adds the pooler and next-sentence head).
+  EXPECT_EQ(model_preset("bert-large").parameter_count(), 335'174'458);
+}
+
+TEST(Model, ZeroBubbleModelsMatchTheirNames) {
+  for (const auto& [name, billions] : std::vector<std::pair<std::string, double>>{
+           {"gpt-1.5b", 1.5}, {"gpt-6.2b", 6.2}, {"gpt-14.6b", 14.6}, {"gpt-28.3b", 28.3}}) {
+    const ModelConfig m = model_preset(name);
+    EXPECT_NEAR(static_cast<double>(m.parameter_count()) / 1e9, billions, 0.05 * billions) << name;
+    EXPECT_EQ(m.seq, 1024) << name;
+    EXPECT_EQ(m.ffn_hidden, 4 * m.hidden) << name;
+  }
+}
+
+TEST(Model, PalmFlopsPerToken) {
+  const ModelConfig m = model_preset("llama-7b");
+  // 6 · 6,738,415,616 + 12 · 32 layers · 32 heads · 128 head dim · 2048 tokens
+  // = 40,430,493,696 + 3,221,225,472.
+  EXPECT_DOUBLE_EQ(m.flops_per_token(2048), 43'651'719'168.0);
+  // The attention term is linear in the sequence length.
+  EXPECT_DOUBLE_EQ(m.flops_per_token(4096) - m.flops_per_token(2048), 3'221'225'472.0);
+}
+
+TEST(Model, GroupedQueryAttentionShrinksKAndV) {
+  ModelConfig m = model_preset("llama-7b");
+  const auto full = m.block_parameters();
+  m.kv_heads = 8;  // K and V become 4096 × 1024 each
+  EXPECT_EQ(full - m.block_parameters(), 2LL * 4096 * (4096 - 1024));
+}
+
+TEST(Model, LayerListAndKindNames) {
+  const auto list = model_preset("tiny").layer_list();
+  ASSERT_EQ(list.size(), 6u);
+  EXPECT_EQ(list.front(), LayerKind::embedding);
+  EXPECT_EQ(list[1], LayerKind::block);
+  EXPECT_EQ(list.back(), LayerKind::head);
+  for (LayerKind k : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+    EXPECT_EQ(layer_kind_from_string(to_string(k)), k);
+  }
+  EXPECT_NE(error_of([] { layer_kind_from_string("mlp"); }).find("'mlp'"), std::string::npos);
+}
+
+TEST(Model, UnknownPresetListsKnownOnes) {
+  const std::string message = error_of([] { model_preset("llama-8b"); });
+  EXPECT_NE(message.find("'llama-8b'"), std::string::npos) << message;
+  for (const auto& name : model_preset_names()) {
+    EXPECT_NE(message.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(Model, JsonRoundTripOfEveryPreset) {
+  for (const auto& name : model_preset_names()) {
+    const ModelConfig m = model_preset(name);
+    expect_same_model(model_from_json(model_to_json(m), "test"), m);
+  }
+}
+
+TEST(Model, JsonErrorsNameTheField) {
+  nlohmann::json j = model_to_json(model_preset("tiny"));
+  j.erase("hidden");
+  EXPECT_EQ(error_of([&] { model_from_json(j, "m.json"); }), "m.json: field 'hidden' is missing");
+  j = model_to_json(model_preset("tiny"));
+  j["kv_heads"] = 3;
+  EXPECT_EQ(error_of([&] { model_from_json(j, "p.json", "model"); }),
+            "p.json: field 'model.kv_heads' must divide heads");
+  j = model_to_json(model_preset("tiny"));
+  j["mlp"] = "relu";
+  EXPECT_NE(error_of([&] { model_from_json(j, "m.json"); }).find("'mlp'"), std::string::npos);
+  j = model_to_json(model_preset("tiny"));
+  j["layers"] = 2.5;
+  EXPECT_EQ(error_of([&] { model_from_json(j, "m.json"); }),
+            "m.json: field 'layers' must be a positive integer");
+}
+
+TEST(Model, HfLlamaConfigWithGroupedQueryAttention) {
+  TempDir dir;
+  const auto path = dir.write("mistral-7b/config.json", R"({
+    "model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.name, "mistral-7b");
+  EXPECT_EQ(m.family, "llama");
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.seq, 32768);
+  EXPECT_EQ(m.mlp, MlpKind::swiglu);
+  EXPECT_EQ(m.norm, NormKind::rmsnorm);
+  // Mistral 7B: 7,241,732,096 parameters.
+  EXPECT_EQ(m.parameter_count(), 7'241'732'096);
+}
+
+TEST(Model, HfGpt2ConfigWithNullInner) {
+  TempDir dir;
+  const auto path = dir.write("gpt2-xl/config.json", R"({
+    "model_type": "gpt2", "n_layer": 48, "n_embd": 1600, "n_head": 25, "n_inner": null,
+    "vocab_size": 50257, "n_positions": 1024, "n_ctx": 1024})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.family, "gpt");
+  EXPECT_EQ(m.ffn_hidden, 6400);
+  EXPECT_EQ(m.learned_positions, 1024);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.mlp, MlpKind::gelu);
+  // GPT-2 XL: 1,557,611,200 parameters (tied LM head).
+  EXPECT_EQ(m.parameter_count(), 1'557'611'200);
+}
+
+TEST(Model, HfNeoxConfig) {
+  TempDir dir;
+  const auto path = dir.write("pythia-1b/config.json", R"({
+    "model_type": "gpt_neox", "num_hidden_layers": 16, "hidden_size": 2048,
+    "num_attention_heads": 8, "intermediate_size": 8192, "vocab_size": 50304,
+    "max_position_embeddings": 2048, "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.family, "gpt");
+  EXPECT_EQ(m.norm, NormKind::layernorm);
+  EXPECT_EQ(m.learned_positions, 0);  // rotary
+  // Pythia-1B: 1,011,781,632 parameters.
+  EXPECT_EQ(m.parameter_count(), 1'011'781'632);
+}
+
+TEST(Model, HfConfigErrorsNameFileAndField) {
+  TempDir dir;
+  const auto path = dir.write("broken/config.json", R"({"model_type": "llama",
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 8,
+    "vocab_size": 16, "max_position_embeddings": 8})");
+  EXPECT_EQ(error_of([&] { load_hf_config(path); }),
+            path.string() + ": field 'hidden_size' is missing");
+  const auto bad = dir.write("bad/config.json", R"({"n_layer": -1, "n_embd": 8, "n_head": 2,
+    "vocab_size": 16, "n_positions": 8})");
+  EXPECT_EQ(error_of([&] { load_hf_config(bad); }),
+            bad.string() + ": field 'n_layer' must be a positive integer");
+  const auto other = dir.write("t5/config.json", R"({"model_type": "t5"})");
+  EXPECT_NE(error_of([&] { load_hf_config(other); }).find("'model_type'"), std::string::npos);
+}
+
+TEST(Model, ResolvePresetOrPath) {
+  EXPECT_EQ(resolve_model("llama-13b").layers, 40);
+  TempDir dir;
+  const auto own = dir.write("mine.json", model_to_json(model_preset("tiny")).dump());
+  expect_same_model(resolve_model(own.string()), model_preset("tiny"));
+  const std::string message = error_of([] { resolve_model("no-such-model"); });
+  EXPECT_NE(message.find("llama-7b"), std::string::npos) << message;
+  EXPECT_NE(
+      error_of([&] { resolve_model((dir.path() / "missing.json").string()); }).find("missing.json"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,205 @@
+// Partitioning: balanced partitions with known optima, fixed partitions and their errors, and the
+// per-stage cost sums. Profiles are built by hand so the numbers are exact.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/base/error.h"
+#include "profiles/partition.h"
+
+namespace pipeplan {
+namespace {
+
+ModelConfig model_of(const std::string& name, const std::string& family, int blocks) {
+  ModelConfig model;
+  model.name = name;
+  model.family = family;
+  model.layers = blocks;
+  model.hidden = 64;
+  model.heads = 4;
+  model.kv_heads = 4;
+  model.ffn_hidden = 256;
+  model.vocab = 1000;
+  model.seq = 128;
+  return model;
+}
+
+LayerCost cost_of(double forward_us, double p1_us, double p2_us) {
+  LayerCost cost;
+  cost.forward_us = forward_us;
+  cost.p1_us = p1_us;
+  cost.p2_us = p2_us;
+  cost.p2_concat_us = {{1, p2_us}};
+  return cost;
+}
+
+Profile profile_of(const ModelConfig& model, LayerCost block, LayerCost embedding = {},
+                   LayerCost head = {}) {
+  Profile profile;
+  profile.model = model;
+  profile.seq = model.seq;
+  profile.layers["block"][1] = block;
+  if (model.family != "uniform") {
+    profile.layers["embedding"][1] = embedding;
+    profile.layers["head"][1] = head;
+  }
+  return profile;
+}
+
+std::vector<int> layer_counts(const Partition& partition) {
+  std::vector<int> counts;
+  for (const StageLayers& stage : partition.stages)
+    counts.push_back(stage.layer_count);
+  return counts;
+}
+
+std::vector<int> first_layers(const Partition& partition) {
+  std::vector<int> firsts;
+  for (const StageLayers& stage : partition.stages)
+    firsts.push_back(stage.first_layer);
+  return firsts;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Partition, UniformBlocksSplitEvenlyWithEarlierBoundariesOnTies) {
+  const ModelConfig model = model_of("u8", "uniform", 8);
+  const Profile profile = profile_of(model, cost_of(1, 1, 1));
+  // Optimum 3 blocks (9 us) per part; [2,3,3] is the tie with the earliest boundaries.
+  const Partition three = partition_balanced(model, profile, 1, 3);
+  EXPECT_EQ(layer_counts(three), (std::vector<int>{2, 3, 3}));
+  EXPECT_EQ(first_layers(three), (std::vector<int>{0, 2, 5}));
+  EXPECT_EQ(layer_counts(partition_balanced(model, profile, 1, 4)), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(layer_counts(partition_balanced(model, profile, 1, 8)), std::vector<int>(8, 1));
+  EXPECT_EQ(layer_counts(partition_balanced(model, profile, 1, 1)), (std::vector<int>{8}));
+}
+
+TEST(Partition, HeavyEmbeddingShrinksTheFirstStage) {
+  const ModelConfig model = model_of("tiny", "llama", 4);
+  // Blocks 3 us each, embedding 6 us, head 0.3 us: [1,3] gives max(9, 9.3) against [2,2]'s 12.
+  const Profile profile =
+      profile_of(model, cost_of(1, 1, 1), cost_of(2, 2, 2), cost_of(0.1, 0.1, 0.1));
+  const Partition two = partition_balanced(model, profile, 1, 2);
+  EXPECT_EQ(first_layers(two), (std::vector<int>{0, 2}));
+  EXPECT_EQ(layer_counts(two), (std::vector<int>{2, 4}));  // embedding+1 block, 3 blocks+head
+}
+
+TEST(Partition, LlamaSevenBLikeHeadMakesTheLastStageLighter) {
+  const ModelConfig model = model_of("llama-7b", "llama", 32);
+  // Blocks 3 us, head 6 us (two blocks' worth: LM head and loss), embedding 0.1 us. The optimum
+  // bottleneck is 27 us: at most 8 blocks with the embedding, 9 in the middle, 7 with the head.
+  const Profile profile =
+      profile_of(model, cost_of(1, 1, 1), cost_of(0.05, 0.05, 0), cost_of(2, 2, 2));
+  const Partition four = partition_balanced(model, profile, 1, 4);
+  ASSERT_EQ(four.stages.size(), 4u);
+  // Blocks per stage: layer counts less the embedding (first) and the head (last).
+  const std::vector<int> blocks = {four.stages[0].layer_count - 1, four.stages[1].layer_count,
+                                   four.stages[2].layer_count, four.stages[3].layer_count - 1};
+  EXPECT_EQ(blocks[0] + blocks[1] + blocks[2] + blocks[3], 32);
+  EXPECT_EQ(blocks, (std::vector<int>{7, 9, 9, 7}));
+  EXPECT_LT(blocks[3], blocks[1]);
+  EXPECT_EQ(first_layers(four), (std::vector<int>{0, 8, 17, 26}));
+  double worst_us = 0;
+  for (const StageCost& stage : stage_costs(model, profile, 1, four, 1))
+    worst_us = std::max(worst_us, stage.forward_us + stage.p1_us + stage.p2_us);
+  EXPECT_NEAR(worst_us, 27.0, 1e-9);
+}
+
+TEST(Partition, MoreStagesThanBlocksNamesTheOption) {
+  const ModelConfig model = model_of("llama-7b", "llama", 32);
+  const Profile profile = profile_of(model, cost_of(1, 1, 1));
+  EXPECT_EQ(error_of([&] { partition_balanced(model, profile, 1, 40); }),
+            "--stages: 40 stages but llama-7b has 32 blocks");
+  EXPECT_EQ(error_of([&] { partition_balanced(model, profile, 1, 0); }),
+            "--stages: need at least 1 stage, got 0");
+}
+
+TEST(Partition, FixedPartitionPlacesEmbeddingAndHead) {
+  const ModelConfig model = model_of("llama-7b", "llama", 32);
+  const Partition fixed = partition_fixed(model, {10, 10, 12});
+  EXPECT_EQ(first_layers(fixed), (std::vector<int>{0, 11, 21}));
+  EXPECT_EQ(layer_counts(fixed), (std::vector<int>{11, 10, 13}));
+  const Partition uniform = partition_fixed(model_of("u", "uniform", 4), {1, 3});
+  EXPECT_EQ(first_layers(uniform), (std::vector<int>{0, 1}));
+  EXPECT_EQ(layer_counts(uniform), (std::vector<int>{1, 3}));
+}
+
+TEST(Partition, FixedPartitionErrorsNameTheOption) {
+  const ModelConfig model = model_of("llama-7b", "llama", 32);
+  EXPECT_EQ(error_of([&] {
+              partition_fixed(model, {8, 8, 8});
+            }),
+            "--layers-per-stage: counts sum to 24 but llama-7b has 32 blocks");
+  EXPECT_EQ(error_of([&] {
+              partition_fixed(model, {0, 32});
+            }),
+            "--layers-per-stage: stage 0 has 0 blocks; every stage needs at least 1");
+  EXPECT_EQ(error_of([&] { partition_fixed(model, {}); }),
+            "--layers-per-stage: no block counts given");
+}
+
+TEST(Partition, StageCostsSumTheirLayers) {
+  const ModelConfig model = model_of("tiny", "llama", 3);
+  LayerCost block = cost_of(10, 20, 30);
+  block.p2_concat_us = {{1, 30}, {2, 50}, {3, 70}};
+  block.stash_bytes = 100;
+  block.retained_bytes = 40;
+  block.param_bytes = 2;
+  block.grad_bytes = 4;
+  block.optimizer_bytes = 12;
+  block.send_bytes = 64;
+  LayerCost embedding = cost_of(1, 2, 3);
+  embedding.p2_concat_us = {{1, 3}, {2, 5}, {3, 7}};
+  embedding.param_bytes = 1000;
+  embedding.send_bytes = 64;
+  LayerCost head = cost_of(5, 6, 7);
+  head.p2_concat_us = {{1, 7}, {2, 13}, {3, 19}};
+  head.stash_bytes = 500;
+  head.send_bytes = 0;
+  const Profile profile = profile_of(model, block, embedding, head);
+
+  const std::vector<StageCost> costs =
+      stage_costs(model, profile, 1, partition_fixed(model, {1, 2}), 3);
+  ASSERT_EQ(costs.size(), 2u);
+  const StageCost& first = costs[0];  // embedding + block
+  EXPECT_DOUBLE_EQ(first.forward_us, 11);
+  EXPECT_DOUBLE_EQ(first.p1_us, 22);
+  EXPECT_DOUBLE_EQ(first.p2_us, 33);
+  EXPECT_EQ(first.p2_concat_us, (std::vector<double>{33, 55, 77}));
+  EXPECT_EQ(first.stash_bytes, 100);
+  EXPECT_EQ(first.retained_bytes, 40);
+  EXPECT_EQ(first.static_bytes, 1000 + 18);
+  EXPECT_EQ(first.send_bytes, 64);
+  const StageCost& last = costs[1];  // block, block, head
+  EXPECT_DOUBLE_EQ(last.forward_us, 25);
+  EXPECT_EQ(last.p2_concat_us, (std::vector<double>{67, 113, 159}));
+  EXPECT_EQ(last.stash_bytes, 700);
+  EXPECT_EQ(last.retained_bytes, 80);
+  EXPECT_EQ(last.static_bytes, 36);
+  EXPECT_EQ(last.send_bytes, 0);  // the head sends nothing onward
+
+  EXPECT_DOUBLE_EQ(last.p2_time_us(2), 113);
+  EXPECT_DOUBLE_EQ(last.p2_time_us(6), 318);  // linear beyond the table: 159 · 6 / 3
+}
+
+TEST(Partition, StageCostsRejectRangesOutsideTheModel) {
+  const ModelConfig model = model_of("tiny", "llama", 3);
+  const Profile profile = profile_of(model, cost_of(1, 1, 1));
+  Partition bad;
+  bad.stages = {{0, 3}, {3, 3}};
+  EXPECT_EQ(error_of([&] { stage_costs(model, profile, 1, bad, 1); }),
+            "partition: stage 1 covers layers 3..5 but the model has 5 layers");
+}
+
+}  // namespace
+}  // namespace pipeplan

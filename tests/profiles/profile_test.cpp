@@ -1,0 +1,204 @@
+#include "profiles/profile.h"
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+LayerCost sample_cost(double scale) {
+  LayerCost c;
+  c.forward_us = 101.25 * scale;
+  c.p1_us = 202.5 * scale;
+  c.p2_us = 150.125 * scale;
+  c.p2_concat_us = {{1, 150.125 * scale}, {2, 280.0 * scale}, {4, 530.5 * scale}};
+  c.stash_bytes = 123'456'789'012;
+  c.retained_bytes = 98'765'432;
+  c.param_bytes = 404'750'720;
+  c.grad_bytes = 809'501'440;
+  c.optimizer_bytes = 2'428'504'320;
+  c.send_bytes = 16'777'216;
+  return c;
+}
+
+Profile sample_profile() {
+  Profile p;
+  p.model = model_preset("tiny");
+  p.gpu = "h100-sxm";
+  p.seq = 32;
+  p.attention = Attention::materialized;
+  p.provenance = {"measured", "NVIDIA H100 80GB HBM3", "2025-01-02T03:04:05Z",
+                  "pipeplan profile --model tiny", "test profile"};
+  p.p2p = {9.5, 412.75};
+  p.layers["embedding"][1] = sample_cost(0.1);
+  p.layers["block"][1] = sample_cost(1.0);
+  p.layers["block"][2] = sample_cost(1.9);
+  p.layers["head"][1] = sample_cost(0.7);
+  p.layers["head"][2] = sample_cost(1.3);
+  p.layers["embedding"][2] = sample_cost(0.2);
+  p.layers["embedding"][4] = sample_cost(0.3);  // not present for every kind
+  return p;
+}
+
+void expect_same_cost(const LayerCost& a, const LayerCost& b) {
+  EXPECT_EQ(a.forward_us, b.forward_us);
+  EXPECT_EQ(a.p1_us, b.p1_us);
+  EXPECT_EQ(a.p2_us, b.p2_us);
+  EXPECT_EQ(a.p2_concat_us, b.p2_concat_us);
+  EXPECT_EQ(a.stash_bytes, b.stash_bytes);
+  EXPECT_EQ(a.retained_bytes, b.retained_bytes);
+  EXPECT_EQ(a.param_bytes, b.param_bytes);
+  EXPECT_EQ(a.grad_bytes, b.grad_bytes);
+  EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes);
+  EXPECT_EQ(a.send_bytes, b.send_bytes);
+}
+
+void expect_same_profile(const Profile& a, const Profile& b) {
+  EXPECT_EQ(model_to_json(a.model), model_to_json(b.model));
+  EXPECT_EQ(a.gpu, b.gpu);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.attention, b.attention);
+  EXPECT_EQ(a.provenance.source, b.provenance.source);
+  EXPECT_EQ(a.provenance.gpu, b.provenance.gpu);
+  EXPECT_EQ(a.provenance.date, b.provenance.date);
+  EXPECT_EQ(a.provenance.command, b.provenance.command);
+  EXPECT_EQ(a.provenance.notes, b.provenance.notes);
+  EXPECT_EQ(a.p2p.latency_us, b.p2p.latency_us);
+  EXPECT_EQ(a.p2p.bandwidth_GBps, b.p2p.bandwidth_GBps);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (const auto& [kind, by_mbs] : a.layers) {
+    ASSERT_EQ(b.layers.count(kind), 1u) << kind;
+    ASSERT_EQ(by_mbs.size(), b.layers.at(kind).size()) << kind;
+    for (const auto& [mbs, cost] : by_mbs) {
+      SCOPED_TRACE(kind + " mbs " + std::to_string(mbs));
+      expect_same_cost(cost, b.layers.at(kind).at(mbs));
+    }
+  }
+}
+
+TEST(Profile, SaveLoadRoundTripKeepsEveryField) {
+  const Profile p = sample_profile();
+  const fs::path path =
+      fs::temp_directory_path() / ("pipeplan_profile_" + std::to_string(::getpid()) + ".json");
+  save_profile(p, path);
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));  // atomic write leaves no temporary
+  const std::string text = read_text_file(path);
+  EXPECT_NE(text.find("\n  \"attention\": \"materialized\""), std::string::npos);  // 2 spaces
+  expect_same_profile(load_profile(path), p);
+  fs::remove(path);
+}
+
+TEST(Profile, WrongFormatOrVersionIsRejected) {
+  json j = profile_to_json(sample_profile());
+  j["version"] = 2;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'version' is 2, this pipeplan reads version 1");
+  j["version"] = 1;
+  j["format"] = "pipeplan-plan";
+  EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'format'"), std::string::npos);
+}
+
+TEST(Profile, InvalidTimesNameTheJsonPath) {
+  json j = profile_to_json(sample_profile());
+  j["layers"]["block"]["1"]["forward_us"] = -3.0;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.forward_us' must not be negative");
+  j = profile_to_json(sample_profile());
+  j["layers"]["head"]["2"]["p1_us"] = 0.0;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.head.2.p1_us' must be positive");
+  j = profile_to_json(sample_profile());
+  j["layers"]["block"]["1"]["p2_concat_us"]["2"] = "fast";
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.p2_concat_us.2' must be a finite number");
+  j = profile_to_json(sample_profile());
+  j["layers"]["embedding"]["1"]["p2_us"] = 0.0;  // parameter-free kinds may have no p2
+  EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::embedding, 1).p2_us, 0.0);
+}
+
+TEST(Profile, InvalidStructureNamesTheJsonPath) {
+  json j = profile_to_json(sample_profile());
+  j["layers"]["block"]["1"].erase("stash_bytes");
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.stash_bytes' is missing");
+  j = profile_to_json(sample_profile());
+  j["layers"]["block"]["1"]["send_bytes"] = 1.5;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.send_bytes' must be an integer number of bytes");
+  j = profile_to_json(sample_profile());
+  j["layers"]["block"]["x"] = j["layers"]["block"]["1"];
+  EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'layers.block.x'"),
+            std::string::npos);
+  j = profile_to_json(sample_profile());
+  j["layers"]["mlp"] = j["layers"]["block"];
+  EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'layers.mlp'"),
+            std::string::npos);
+  j = profile_to_json(sample_profile());
+  j["layers"].erase("head");
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.head' is missing");
+  j = profile_to_json(sample_profile());
+  j["model"]["hidden"] = 0;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'model.hidden' must be a positive integer");
+  j = profile_to_json(sample_profile());
+  j["p2p"]["latency_us"] = -1;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'p2p.latency_us' must not be negative");
+  j = profile_to_json(sample_profile());
+  j["attention"] = "sparse";
+  EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'attention'"),
+            std::string::npos);
+}
+
+TEST(Profile, P2TimeUsesEntriesThenLinearExtension) {
+  const LayerCost c = sample_cost(1.0);  // entries k = 1, 2, 4
+  EXPECT_EQ(c.p2_time_us(1), 150.125);
+  EXPECT_EQ(c.p2_time_us(2), 280.0);
+  EXPECT_DOUBLE_EQ(c.p2_time_us(3), 280.0 / 2 * 3);  // from k = 2's per-micro-batch time
+  EXPECT_DOUBLE_EQ(c.p2_time_us(8), 530.5 / 4 * 8);
+  LayerCost bare;
+  bare.p2_us = 10;
+  EXPECT_DOUBLE_EQ(bare.p2_time_us(1), 10);
+  EXPECT_DOUBLE_EQ(bare.p2_time_us(5), 50);
+  EXPECT_THROW(bare.p2_time_us(0), Error);
+}
+
+TEST(Profile, CostLookupAndMicroBatchSizes) {
+  const Profile p = sample_profile();
+  EXPECT_EQ(p.cost(LayerKind::block, 2).forward_us, 101.25 * 1.9);
+  EXPECT_EQ(p.micro_batch_sizes(), (std::vector<int>{1, 2}));  // 4 only for the embedding
+  const std::string message = error_of([&] { p.cost(LayerKind::head, 4); });
+  EXPECT_NE(message.find("'head'"), std::string::npos) << message;
+  EXPECT_NE(message.find("size 4"), std::string::npos) << message;
+}
+
+TEST(Profile, AttentionNames) {
+  for (Attention a : {Attention::materialized, Attention::recompute, Attention::flash}) {
+    EXPECT_EQ(attention_from_string(to_string(a)), a);
+  }
+  EXPECT_THROW(attention_from_string("sdpa"), Error);
+}
+
+}  // namespace
+}  // namespace pipeplan

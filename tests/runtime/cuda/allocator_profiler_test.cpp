@@ -1,0 +1,103 @@
+// The caching allocator's byte accounting, the stash bytes it measures, and the profiler's
+// output going through the planner's profile loader.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/cpu/random.h"
+#include "runtime/cuda/allocator.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/profiler.h"
+#include "tests/runtime/cuda/gpu_test_support.h"
+#include "tests/runtime/models.h"
+
+namespace pipeplan {
+namespace {
+
+TEST(CudaAllocator, CountsRequestedBytesAndReusesBlocks) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::DeviceAllocator allocator;
+  {
+    const auto a = allocator.allocate(1000);  // rounded to 1024 in the cache, counted as 1000
+    const auto b = allocator.allocate(4096);
+    EXPECT_EQ(allocator.stats().current_bytes, 5096);
+    EXPECT_EQ(allocator.stats().reserved_bytes, 1024 + 4096);
+  }
+  EXPECT_EQ(allocator.stats().current_bytes, 0);
+  EXPECT_EQ(allocator.stats().peak_bytes, 5096);
+  const std::int64_t mallocs = allocator.stats().malloc_calls;
+  const auto again = allocator.allocate(1000);  // served from the cache
+  EXPECT_EQ(allocator.stats().malloc_calls, mallocs);
+  EXPECT_EQ(allocator.stats().current_bytes, 1000);
+  allocator.reset_peak();
+  EXPECT_EQ(allocator.stats().peak_bytes, 1000);
+}
+
+// Block stash in bf16 (2 bytes) with fp32 rstd, N = B·T: 2N(5C + W + 3F) + 2·4N, plus the
+// probabilities 2·B·H·T² in materialized mode only. The allocator's count must equal it.
+TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
+  PIPEPLAN_REQUIRE_GPU();
+  const ModelConfig m = pipeplan::testing::tiny_model();
+  const std::int64_t b = 2, n = b * m.seq, c = m.hidden, f = m.ffn_hidden;
+  const std::int64_t w = (m.heads + 2 * m.kv_heads) * (m.hidden / m.heads);
+  for (const Attention mode : {Attention::materialized, Attention::recompute}) {
+    cuda::CudaBackend backend({mode, nullptr});
+    const LayerParams layer = backend.init_layer(m, LayerKind::block, 1, 1);
+    std::vector<double> values(static_cast<std::size_t>(n * c));
+    cpu::fill_normal(values, 1.0, 3);
+    const Tensor x = backend.upload(values, {b, m.seq, c});
+    backend.synchronize();
+    const std::int64_t before = backend.context().allocator().stats().current_bytes;
+    ForwardResult fwd = backend.forward(layer, x, {});
+    backend.synchronize();
+    const std::int64_t probs =
+        mode == Attention::materialized ? 2 * b * m.heads * std::int64_t{m.seq} * m.seq : 0;
+    const std::int64_t expected = 2 * n * (5 * c + w + 3 * f) + 2 * 4 * n + probs;
+    EXPECT_EQ(fwd.stash.bytes(), expected) << to_string(mode);
+    EXPECT_EQ(backend.context().allocator().stats().current_bytes - before,
+              expected + fwd.output.bytes())
+        << to_string(mode);
+    // Weights bf16, grads fp32, optimizer = fp32 master + two fp32 moments.
+    const std::int64_t count = 2 * c + w * c + c * c + 3 * c * f;
+    EXPECT_EQ(layer.param_bytes(), 2 * count);
+    EXPECT_EQ(layer.grad_bytes(), 4 * count);
+    EXPECT_EQ(backend.optimizer_bytes(layer), 12 * count);
+  }
+}
+
+TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaProfileOptions options;
+  options.model = pipeplan::testing::tiny_model();
+  options.micro_batch_sizes = {1, 2};
+  options.attention = Attention::recompute;
+  options.max_concat = 2;
+  options.warmup = 1;
+  options.repetitions = 3;
+  options.command = "tests/cuda";
+  const Profile profile = cuda::measure_profile(options);
+  const auto path = std::filesystem::temp_directory_path() / "pipeplan-cuda-profile-test.json";
+  save_profile(profile, path);
+  const Profile loaded = load_profile(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(loaded.provenance.source, "measured");
+  EXPECT_FALSE(loaded.provenance.gpu.empty());
+  EXPECT_EQ(loaded.micro_batch_sizes(), (std::vector<int>{1, 2}));
+  for (const LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+    for (const int mbs : {1, 2}) {
+      const LayerCost& cost = loaded.cost(kind, mbs);
+      EXPECT_GT(cost.forward_us, 0) << to_string(kind);
+      EXPECT_GT(cost.p2_us, 0) << to_string(kind);
+      EXPECT_EQ(cost.p2_concat_us.size(), 2u) << to_string(kind);
+      EXPECT_GT(cost.stash_bytes, 0) << to_string(kind);
+      EXPECT_GT(cost.retained_bytes, 0) << to_string(kind);
+      EXPECT_GT(cost.param_bytes, 0) << to_string(kind);
+    }
+  }
+  EXPECT_GT(loaded.p2p.bandwidth_GBps, 0);
+  EXPECT_GT(loaded.p2p.latency_us, 0);
+}
+
+}  // namespace
+}  // namespace pipeplan

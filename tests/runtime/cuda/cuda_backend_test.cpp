@@ -1,0 +1,177 @@
+// The CUDA backend against the CPU reference on the tiny model (tests/runtime/models.h): same
+// weights (both draw them from runtime/cpu/random.h), same inputs, bf16 on the GPU vs fp32 on
+// the CPU.
+//
+// Tolerances, as ‖cuda − cpu‖ / ‖cpu‖: bf16 rounds to 2⁻⁹ ≈ 2e-3 relative; a pass stores its
+// operands in bf16 several times in series (input, normalised input, GEMM outputs, attention
+// probabilities), and METHOD.md puts bf16-operand results between 1e-3 and 1e-2. Forward
+// outputs: 2e-2. Gradients go through about twice as many bf16 roundings, and dlogits are
+// small differences (p − onehot): 4e-2. The loss itself: 2e-2 absolute at ln 256 ≈ 5.5.
+// After one AdamW step the update is lr · m̂/(√v̂ + ε) ≈ ±lr per element, so elements whose
+// gradient is within bf16 noise of zero may flip sign: the update's relative error may reach
+// 2·sqrt(fraction of such elements); 0.25 allows 1.5 % of them.
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/random.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "tests/runtime/cuda/gpu_test_support.h"
+#include "tests/runtime/models.h"
+
+namespace pipeplan {
+namespace {
+
+using Vec = std::vector<double>;
+using testing::relative_error;
+
+constexpr double kForwardTolerance = 2e-2;
+constexpr double kGradientTolerance = 4e-2;
+constexpr double kLossTolerance = 2e-2;
+constexpr double kUpdateTolerance = 0.25;
+
+Vec random_values(std::int64_t count, std::uint64_t seed) {
+  Vec values(static_cast<std::size_t>(count));
+  cpu::fill_normal(values, 1.0, seed);
+  return values;
+}
+
+struct PassOutputs {
+  Vec output, input_grad;
+  std::vector<Vec> grads, updates;  // per parameter
+};
+
+// Forward, p1 on two micro-batches, one p2 over both, one AdamW step: what each backend gives.
+template <typename MasterFn>
+PassOutputs run_layer(Backend& backend, LayerKind kind, Attention attention, MasterFn master) {
+  (void)attention;
+  const ModelConfig m = pipeplan::testing::tiny_model();
+  const int b = 2;
+  const std::int64_t n = std::int64_t{b} * m.seq * m.hidden;
+  LayerParams layer = backend.init_layer(m, kind, 1, 5);
+  std::vector<Vec> before;
+  for (const Parameter& p : layer.params)
+    before.push_back(master(p));
+  PassOutputs out;
+  std::vector<BackwardP1Result> sets;
+  for (int micro = 0; micro < 2; ++micro) {
+    const TokenBatch batch = backend.synthetic_batch(b, m.seq, m.vocab, 20 + micro);
+    const Tensor x = backend.upload(random_values(n, 30 + micro), {b, m.seq, m.hidden});
+    const Tensor input = kind == LayerKind::embedding ? batch.inputs : x;
+    ForwardResult fwd = backend.forward(layer, input, batch.targets);
+    const Tensor dy = kind == LayerKind::head
+                          ? backend.upload(Vec{0.5}, {1})
+                          : backend.upload(random_values(n, 40 + micro), {b, m.seq, m.hidden});
+    if (micro == 0) out.output = backend.download(fwd.output);
+    sets.push_back(backend.backward_p1(layer, std::move(fwd.stash), dy));
+    if (micro == 0 && sets.back().input_grad.defined()) {
+      out.input_grad = backend.download(sets.back().input_grad);
+    }
+  }
+  const std::vector<const Retained*> view = {&sets[0].retained, &sets[1].retained};
+  backend.backward_p2(layer, view);
+  for (const Parameter& p : layer.params)
+    out.grads.push_back(backend.download(p.grad));
+  backend.adamw_step(layer, AdamWConfig{}, 1);
+  for (std::size_t i = 0; i < layer.params.size(); ++i) {
+    Vec after = master(layer.params[i]);
+    for (std::size_t e = 0; e < after.size(); ++e)
+      after[e] -= before[i][e];
+    out.updates.push_back(after);
+  }
+  return out;
+}
+
+void compare_layer(LayerKind kind, Attention attention) {
+  cpu::CpuBackend cpu_backend;
+  cuda::CudaBackend gpu_backend({attention, nullptr});
+  const PassOutputs ref = run_layer(cpu_backend, kind, attention, [&](const Parameter& p) {
+    return cpu_backend.download(p.weight);
+  });
+  const PassOutputs got = run_layer(gpu_backend, kind, attention, [&](const Parameter& p) {
+    return gpu_backend.download(gpu_backend.master(p));
+  });
+  const std::string where =
+      std::string(to_string(kind)) + " / " + std::string(to_string(attention));
+  if (kind == LayerKind::head) {
+    ASSERT_EQ(got.output.size(), 1u);
+    EXPECT_NEAR(got.output[0], ref.output[0], kLossTolerance) << where;
+  } else {
+    EXPECT_LT(relative_error(got.output, ref.output), kForwardTolerance) << where;
+  }
+  if (kind != LayerKind::embedding) {
+    EXPECT_LT(relative_error(got.input_grad, ref.input_grad), kGradientTolerance) << where;
+  }
+  const std::vector<std::string> names = [&] {
+    std::vector<std::string> list;
+    cpu::CpuBackend names_backend;
+    for (const Parameter& p :
+         names_backend.init_layer(pipeplan::testing::tiny_model(), kind, 1, 5).params)
+      list.push_back(p.name);
+    return list;
+  }();
+  ASSERT_EQ(got.grads.size(), ref.grads.size());
+  for (std::size_t i = 0; i < ref.grads.size(); ++i) {
+    EXPECT_LT(relative_error(got.grads[i], ref.grads[i]), kGradientTolerance)
+        << where << " grad " << names[i];
+    EXPECT_LT(relative_error(got.updates[i], ref.updates[i]), kUpdateTolerance)
+        << where << " AdamW update " << names[i];
+  }
+}
+
+TEST(CudaBackend, EmbeddingMatchesCpu) {
+  PIPEPLAN_REQUIRE_GPU();
+  compare_layer(LayerKind::embedding, Attention::materialized);
+}
+
+TEST(CudaBackend, BlockMatchesCpuMaterialized) {
+  PIPEPLAN_REQUIRE_GPU();
+  compare_layer(LayerKind::block, Attention::materialized);
+}
+
+TEST(CudaBackend, BlockMatchesCpuRecompute) {
+  PIPEPLAN_REQUIRE_GPU();
+  compare_layer(LayerKind::block, Attention::recompute);
+}
+
+TEST(CudaBackend, BlockMatchesCpuGroupedQuery) {
+  PIPEPLAN_REQUIRE_GPU();
+  // Same comparison on the grouped-query gradcheck shapes (4 heads, 2 kv heads).
+  cpu::CpuBackend cpu_backend;
+  cuda::CudaBackend gpu_backend({Attention::materialized, nullptr});
+  const ModelConfig m = pipeplan::testing::gradcheck_model();
+  const std::int64_t n = 2 * std::int64_t{m.seq} * m.hidden;
+  const Vec x = random_values(n, 3), dy = random_values(n, 4);
+  const auto run = [&](Backend& backend) {
+    const LayerParams layer = backend.init_layer(m, LayerKind::block, 1, 2);
+    ForwardResult fwd = backend.forward(layer, backend.upload(x, {2, m.seq, m.hidden}), {});
+    const Vec y = backend.download(fwd.output);
+    const BackwardP1Result p1 =
+        backend.backward_p1(layer, std::move(fwd.stash), backend.upload(dy, {2, m.seq, m.hidden}));
+    return std::pair{y, backend.download(p1.input_grad)};
+  };
+  const auto ref = run(cpu_backend);
+  const auto got = run(gpu_backend);
+  EXPECT_LT(relative_error(got.first, ref.first), kForwardTolerance);
+  EXPECT_LT(relative_error(got.second, ref.second), kGradientTolerance);
+}
+
+TEST(CudaBackend, HeadMatchesCpu) {
+  PIPEPLAN_REQUIRE_GPU();
+  compare_layer(LayerKind::head, Attention::materialized);
+}
+
+TEST(CudaBackend, ConstructionWithoutGpuSaysSo) {
+  if (cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    cuda::CudaBackend backend;
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "no CUDA device found");
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,236 @@
+// The CUDA transports: device-local copies (plain streams and green contexts) and NCCL between
+// as many GPUs as there are (skipped below 2). Each delivers the tensors bit for bit, in per-link
+// FIFO order, into the receiver's allocator, and reports a missing message as an Error naming
+// the link and the tag instead of hanging.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/device_local_transport.h"
+#include "runtime/cuda/green_context.h"
+#include "runtime/emulate.h"
+#include "tests/runtime/cuda/gpu_test_support.h"
+#ifdef PIPEPLAN_HAVE_NCCL
+#include "runtime/cuda/nccl_transport.h"
+#endif
+
+namespace pipeplan {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<double> ramp(int n, double offset) {
+  std::vector<double> values(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    values[static_cast<std::size_t>(i)] = offset + 0.25 * (i % 97) - 8;  // exact in bf16
+  return values;
+}
+
+Message message_of(cuda::CudaBackend& backend, const std::string& tag, double offset) {
+  Message m;
+  m.tag = tag;
+  m.tensors.emplace_back("a", backend.upload(ramp(4096, offset), {64, 64}));
+  m.tensors.emplace_back("b", backend.upload(ramp(96, offset + 1), {3, 32}));
+  m.bytes = m.payload_bytes();
+  return m;
+}
+
+void expect_message(cuda::CudaBackend& receiver, const Message& m, const std::string& tag,
+                    double offset) {
+  ASSERT_EQ(m.tag, tag);
+  ASSERT_EQ(m.tensors.size(), 2U);
+  EXPECT_EQ(m.tensors[0].second.shape(), (Shape{64, 64}));
+  EXPECT_EQ(receiver.download(m.tensors[0].second), ramp(4096, offset));
+  EXPECT_EQ(receiver.download(m.tensors[1].second), ramp(96, offset + 1));
+}
+
+cuda::StageEndpoint endpoint_of(cuda::CudaBackend& backend, int gpu,
+                                cuda::GreenContext* green = nullptr) {
+  return {gpu, backend.context().stream(), &backend.context().allocator(), green};
+}
+
+void exercise(Transport& transport, cuda::CudaBackend& sender, cuda::CudaBackend& receiver) {
+  const std::int64_t before = receiver.context().allocator().stats().current_bytes;
+  for (int i = 0; i < 3; ++i) {
+    transport.send(0, 1, Channel::pipeline, message_of(sender, "0F" + std::to_string(i), i));
+  }
+  transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F0", 10));
+  // Channels are independent links: the transfer message is not behind the pipeline ones.
+  expect_message(receiver, transport.recv(1, 0, Channel::transfer, "evict 0F0", 5s), "evict 0F0",
+                 10);
+  for (int i = 0; i < 3; ++i) {
+    const Message m = transport.recv(1, 0, Channel::pipeline, "0F" + std::to_string(i), 5s);
+    expect_message(receiver, m, "0F" + std::to_string(i), i);
+    // The copy lives in the receiver's memory: its allocator counts it.
+    EXPECT_GE(receiver.context().allocator().stats().current_bytes - before, m.payload_bytes());
+  }
+}
+
+TEST(DeviceLocalTransport, CopiesIntoTheReceiversMemoryInFifoOrder) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)});
+  exercise(transport, sender, receiver);
+}
+
+TEST(DeviceLocalTransport, AMissingMessageTimesOutNamingTheLinkAndCancelWakesWaiters) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)});
+  try {
+    transport.recv(1, 0, Channel::pipeline, "0F7", 100ms);
+    FAIL() << "recv of a message never sent returned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'0F7'"), std::string::npos) << what;
+    EXPECT_NE(what.find("pipeline link 0->1"), std::string::npos) << what;
+  }
+  std::jthread canceller([&] {
+    std::this_thread::sleep_for(50ms);
+    transport.cancel();
+  });
+  EXPECT_THROW(transport.recv(1, 0, Channel::pipeline, "0F8", 10s), Error);
+}
+
+TEST(DeviceLocalTransport, CopiesBetweenGreenContextStagesOfOneGpu) {
+  PIPEPLAN_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const int share = emulated_sm_share(prop.multiProcessorCount, 2);
+  auto green = cuda::GreenContext::partition(0, 2, share);
+  ASSERT_EQ(green.size(), 2U);
+  EXPECT_EQ(green[0]->sm_count(), share);
+  EXPECT_EQ(green[1]->sm_count(), share);
+  std::unique_ptr<cuda::CudaBackend> stages[2];
+  for (int s = 0; s < 2; ++s) {
+    const cuda::ScopedContext current(green[static_cast<std::size_t>(s)]->context());
+    stages[s] = std::make_unique<cuda::CudaBackend>(cuda::CudaBackendOptions{
+        Attention::materialized, green[static_cast<std::size_t>(s)]->stream()});
+  }
+  cuda::DeviceLocalTransport transport(
+      {endpoint_of(*stages[0], 0, green[0].get()), endpoint_of(*stages[1], 0, green[1].get())});
+  exercise(transport, *stages[0], *stages[1]);
+}
+
+#ifdef PIPEPLAN_HAVE_NCCL
+
+int gpus_or_skip() {
+  const int gpus = cuda::cuda_device_count();
+  return gpus;
+}
+
+TEST(NcclTransport, SingleProcessChainOverEveryGpu) {
+  PIPEPLAN_REQUIRE_GPU();
+  const int gpus = gpus_or_skip();
+  if (gpus < 2) GTEST_SKIP() << "NCCL transport needs 2 GPUs, found " << gpus;
+  std::vector<std::unique_ptr<cuda::CudaBackend>> backends;
+  std::vector<cuda::StageEndpoint> endpoints;
+  std::vector<cuda::TransportLink> links;
+  for (int g = 0; g < gpus; ++g) {
+    ASSERT_EQ(cudaSetDevice(g), cudaSuccess);
+    backends.push_back(std::make_unique<cuda::CudaBackend>());
+    endpoints.push_back(endpoint_of(*backends.back(), g));
+    if (g + 1 < gpus) {
+      links.push_back({g, g + 1, Channel::pipeline});
+      links.push_back({g + 1, g, Channel::pipeline});
+    }
+  }
+  links.push_back({0, gpus - 1, Channel::transfer});
+  auto transport = cuda::NcclTransport::single_process(endpoints, links);
+  // Activations down the chain and gradients back up, each on its own link and thread, as the
+  // executor drives them: both directions progress at once.
+  std::vector<std::jthread> threads;
+  for (int g = 0; g + 1 < gpus; ++g) {
+    threads.emplace_back([&, g] {
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(cudaSetDevice(g), cudaSuccess);
+        transport->send(g, g + 1, Channel::pipeline,
+                        message_of(*backends[static_cast<std::size_t>(g)],
+                                   std::to_string(g) + "F" + std::to_string(i), g + i));
+      }
+    });
+    threads.emplace_back([&, g] {
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(cudaSetDevice(g + 1), cudaSuccess);
+        transport->send(g + 1, g, Channel::pipeline,
+                        message_of(*backends[static_cast<std::size_t>(g + 1)],
+                                   std::to_string(g + 1) + "B" + std::to_string(i), -g - i));
+      }
+    });
+  }
+  for (int g = 0; g + 1 < gpus; ++g) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string down = std::to_string(g) + "F" + std::to_string(i);
+      expect_message(*backends[static_cast<std::size_t>(g + 1)],
+                     transport->recv(g + 1, g, Channel::pipeline, down, 20s), down, g + i);
+      const std::string up = std::to_string(g + 1) + "B" + std::to_string(i);
+      expect_message(*backends[static_cast<std::size_t>(g)],
+                     transport->recv(g, g + 1, Channel::pipeline, up, 20s), up, -g - i);
+    }
+  }
+  threads.clear();
+  // A message that never comes is a timeout naming the link and tag; the transport aborts.
+  try {
+    transport->recv(gpus - 1, 0, Channel::transfer, "evict 0F9", 300ms);
+    FAIL() << "recv of a message never sent returned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'evict 0F9'"), std::string::npos) << what;
+    EXPECT_NE(what.find("transfer link 0->" + std::to_string(gpus - 1)), std::string::npos) << what;
+    EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+  }
+  EXPECT_THROW(transport->reset(), Error);
+}
+
+TEST(NcclTransport, OneRankPerThreadThroughInitRankAndSplit) {
+  PIPEPLAN_REQUIRE_GPU();
+  const int gpus = gpus_or_skip();
+  if (gpus < 2) GTEST_SKIP() << "NCCL transport needs 2 GPUs, found " << gpus;
+  // Threads stand in for processes: the same ncclCommInitRank + ncclCommSplit path.
+  ncclUniqueId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(cuda::unique_id_hex(cuda::unique_id_from_hex(cuda::unique_id_hex(id))),
+            cuda::unique_id_hex(id));
+  const std::vector<cuda::TransportLink> links = {{0, 1, Channel::pipeline},
+                                                  {1, 0, Channel::pipeline}};
+  std::vector<std::string> errors(2);
+  std::vector<std::jthread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+        cuda::CudaBackend backend;
+        auto transport =
+            cuda::NcclTransport::multi_process(rank, 2, id, endpoint_of(backend, rank), links);
+        const int peer = 1 - rank;
+        transport->send(rank, peer, Channel::pipeline,
+                        message_of(backend, "from " + std::to_string(rank), rank));
+        expect_message(
+            backend,
+            transport->recv(rank, peer, Channel::pipeline, "from " + std::to_string(peer), 20s),
+            "from " + std::to_string(peer), peer);
+      } catch (const Error& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+  }
+  ranks.clear();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+#else
+
+TEST(NcclTransport, NotBuilt) {
+  GTEST_SKIP() << "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)";
+}
+
+#endif
+
+}  // namespace
+}  // namespace pipeplan

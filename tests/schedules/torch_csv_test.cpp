@@ -1,0 +1,162 @@
+// PyTorch schedule CSV: export → import round trips for every family, exported files pass an
+// independent re-implementation of torch.distributed.pipelining's validity rules, and bad files
+// fail with one line naming file, row and cell.
+#include "schedules/torch_csv.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "planner/base/error.h"
+#include "schedules/registry.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+std::string error_of(std::string_view csv) {
+  try {
+    schedule_from_torch_csv(csv, "s.csv");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// PyTorch's rules, written again from their statement (not from torch_csv.cpp): per (stage,
+// micro-batch) F before I/B and I before W, each action once, and per stage m F, m I-or-B and
+// one W per I. Returns "" when the CSV is valid.
+std::string pytorch_rules(const std::string& csv) {
+  std::map<std::tuple<int, int, char>, int> count;  // (stage, mb, type) -> occurrences
+  std::map<int, int> stage_rank;
+  int m = 0;
+  std::istringstream rows(csv);
+  std::string row;
+  for (int rank = 0; std::getline(rows, row); ++rank) {
+    std::istringstream cells(row);
+    std::string cell;
+    while (std::getline(cells, cell, ',')) {
+      std::size_t i = 0;
+      while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i])))
+        ++i;
+      const int stage = std::stoi(cell.substr(0, i));
+      const char type = cell[i];
+      const int mb = std::stoi(cell.substr(i + 1));
+      m = std::max(m, mb + 1);
+      if (stage_rank.emplace(stage, rank).first->second != rank) return "stage on two ranks";
+      auto seen = [&](char t) { return count[{stage, mb, t}] > 0; };
+      if ((type == 'I' || type == 'B') && !seen('F')) return cell + ": backward before F";
+      if (type == 'W' && !seen('I')) return cell + ": W before I";
+      if (++count[{stage, mb, type}] > 1) return cell + ": twice";
+    }
+  }
+  for (const auto& [stage, rank] : stage_rank) {
+    for (int mb = 0; mb < m; ++mb) {
+      if (count[{stage, mb, 'F'}] != 1) return "missing F";
+      if (count[{stage, mb, 'I'}] + count[{stage, mb, 'B'}] != 1) return "missing backward";
+      if (count[{stage, mb, 'W'}] != count[{stage, mb, 'I'}]) return "missing W";
+    }
+  }
+  return "";
+}
+
+TEST(TorchCsv, ExportOfEveryFamilyRoundTripsAndPassesPyTorchRules) {
+  for (const ScheduleFamily& family : schedule_families()) {
+    for (const BackwardMode mode :
+         {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+      if (family.places_p2 && mode != BackwardMode::twobp) continue;
+      for (const int p2_concat : {1, 0}) {
+        const int chunks = family.uses_chunks ? 2 : 1;
+        const Plan plan = testing::uniform_plan({.devices = 4,
+                                                 .microbatches = 8,
+                                                 .chunks = chunks,
+                                                 .schedule = family.name,
+                                                 .backward = mode,
+                                                 .p2_concat = p2_concat});
+        const Schedule& original = plan.graph.schedule;
+        const std::string csv = schedule_to_torch_csv(original);
+        const std::string where = family.name + " " + std::string(to_string(mode));
+        EXPECT_EQ(pytorch_rules(csv), "") << where;
+        // The CSV has one W cell per micro-batch: two p2 calls of one stage back to back cannot be
+        // told apart from one concatenated call, so only schedules without such neighbours can
+        // come back exactly (joined when concatenated, one call per cell otherwise).
+        const bool join = p2_concat != 1;
+        bool ambiguous = false;
+        for (const auto& actions : original.per_device) {
+          for (std::size_t i = 0; i < actions.size(); ++i) {
+            const Action& a = actions[i];
+            if (a.op != OpType::P2) continue;
+            if (!join && a.microbatches.size() > 1) ambiguous = true;
+            if (join && i + 1 < actions.size() && actions[i + 1].op == OpType::P2 &&
+                actions[i + 1].stage == a.stage) {
+              ambiguous = true;
+            }
+          }
+        }
+        if (ambiguous) continue;
+        const Schedule back = schedule_from_torch_csv(csv, "x.csv", {.join_consecutive_w = join});
+        EXPECT_EQ(back.per_device, original.per_device) << where;
+        EXPECT_EQ(back.stage_device, original.stage_device) << where;
+        EXPECT_EQ(back.microbatches, original.microbatches);
+        EXPECT_EQ(back.family, "torch-csv");
+        EXPECT_EQ(back.backward == BackwardMode::fused, mode == BackwardMode::fused) << where;
+        // Imported, it lowers and simulates to the same step time.
+        PlanRequest r = testing::uniform_request(
+            {.devices = 4, .microbatches = 8, .chunks = chunks, .p2_concat = p2_concat});
+        r.schedule = back.family;
+        r.backward = back.backward;
+        const Plan imported = make_plan_for_schedule(r, back);
+        EXPECT_NEAR(imported.sim.makespan_us, plan.sim.makespan_us, 1e-6) << where;
+      }
+    }
+  }
+}
+
+TEST(TorchCsv, ConcatenatedP2BecomesConsecutiveWCells) {
+  Schedule s = make_gpipe({1, 1, 2});
+  s.per_device[0] = {{OpType::F, 0, {0}},
+                     {OpType::F, 0, {1}},
+                     {OpType::P1, 0, {0}},
+                     {OpType::P1, 0, {1}},
+                     {OpType::P2, 0, {0, 1}}};
+  EXPECT_EQ(schedule_to_torch_csv(s), "0F0,0F1,0I0,0I1,0W0,0W1\n");
+  EXPECT_EQ(schedule_from_torch_csv("0F0,0F1,0I0,0I1,0W0,0W1\n", "a").per_device[0].size(), 6u);
+  EXPECT_EQ(schedule_from_torch_csv("0F0,0F1,0I0,0I1,0W0,0W1\n", "a", {true}).per_device,
+            s.per_device);
+}
+
+TEST(TorchCsv, CommunicationAndEmptyCellsAreSkipped) {
+  const Schedule s =
+      schedule_from_torch_csv("0F0,0SEND_F0,,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "c.csv");
+  EXPECT_EQ(s.devices, 2);
+  EXPECT_EQ(s.per_device[0], (std::vector<Action>{{OpType::F, 0, {0}}, {OpType::B, 0, {0}}}));
+  EXPECT_EQ(s.backward, BackwardMode::fused);
+}
+
+TEST(TorchCsv, BadFilesNameFileRowAndCell) {
+  EXPECT_EQ(error_of("0F0,0X0\n"),
+            "s.csv row 1 cell 2 ('0X0'): unknown action type 'X' (expected F, I, W or B)");
+  EXPECT_EQ(error_of("0F0,0I0\n1F0,F1\n"),
+            "s.csv row 2 cell 2 ('F1'): expected a stage number first");
+  EXPECT_EQ(error_of("0I0,0F0,0W0\n"),
+            "s.csv row 1 cell 1 ('0I0'): I before F of stage 0 micro-batch 0");
+  EXPECT_EQ(error_of("0F0,0W0,0I0\n"),
+            "s.csv row 1 cell 2 ('0W0'): W before I of stage 0 micro-batch 0");
+  EXPECT_EQ(error_of("0F0,0F0,0B0\n"),
+            "s.csv row 1 cell 2 ('0F0'): second F of stage 0 micro-batch 0");
+  EXPECT_EQ(error_of("0F0,0B0\n0F1\n"),
+            "s.csv row 2 cell 1 ('0F1'): stage 0 already runs on rank 0 (row 1)");
+  EXPECT_EQ(error_of("0F0,0F1,0B0\n"),
+            "s.csv row 1 cell 1 ('0F0'): stage 0 has no I or B for micro-batch 1 of 0..1");
+  EXPECT_EQ(error_of("0F0,0I0\n"),
+            "s.csv row 1 cell 1 ('0F0'): stage 0 has no W for micro-batch 0 of 0..0");
+  EXPECT_EQ(error_of("0F0,0B0\n2F0,2B0\n"), "s.csv: stage 1 has no actions (stages 0..2 appear)");
+  EXPECT_EQ(error_of("\n"), "s.csv: no rows (expected one row per rank)");
+}
+
+}  // namespace
+}  // namespace pipeplan
