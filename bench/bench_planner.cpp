@@ -11,7 +11,7 @@
 #include "profiles/analytic.h"
 #include "profiles/partition.h"
 #include "schedules/backward.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 namespace {
@@ -28,7 +28,7 @@ Inputs make_inputs(int devices, int microbatches) {
   const Partition partition = partition_balanced(profile.model, profile, 1, devices);
   Inputs in;
   in.costs = stage_costs(profile.model, profile, 1, partition, microbatches);
-  const Schedule fused = make_1f1b({devices, 1, microbatches});
+  const Schedule fused = generate_schedule("1f1b", {devices, 1, microbatches});
   in.schedule = apply_backward_mode(fused, BackwardMode::twobp, 0);
   in.meta.model = profile.model;
   in.meta.devices = devices;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -31,14 +32,15 @@ inline CliResult run_pipeplan(const std::string& args) {
   return r;
 }
 
-// A fresh temporary folder per test, named after its suite and test (ctest runs tests in
-// parallel), removed afterwards.
+// A fresh temporary folder per test, named after its suite, test and process (ctest runs tests
+// in parallel, and two builds' suites may run at once on one machine), removed afterwards.
 class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() /
-           ("pipeplan_" + std::string(info->test_suite_name()) + "_" + info->name());
+           ("pipeplan_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+            std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

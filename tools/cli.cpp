@@ -6,10 +6,28 @@
 
 #include "planner/base/error.h"
 #include "tools/commands.h"
+#include "tools/fields.h"
 
 namespace pipeplan {
 
+namespace {
+
+// The core's messages name request fields; here they name the flags that set them.
+class FlagNames {
+ public:
+  FlagNames() : previous_(set_field_namer(flag_for_field)) {}
+  ~FlagNames() { set_field_namer(previous_); }
+  FlagNames(const FlagNames&) = delete;
+  FlagNames& operator=(const FlagNames&) = delete;
+
+ private:
+  FieldNamer previous_;
+};
+
+}  // namespace
+
 int run_cli(int argc, char** argv) {
+  const FlagNames flag_names;
   CLI::App app{"pipeplan: plan, simulate and inspect pipeline-parallel schedules (2BP, BPipe)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pipeplan 0.1.0");

@@ -7,7 +7,7 @@
 
 #include "planner/base/error.h"
 #include "planner/plan/make_plan.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
 #include "tools/units.h"
@@ -28,18 +28,20 @@ struct CompareCommand {
 
   std::vector<Row> rows() const {
     std::vector<Row> out;
-    for (const ScheduleFamily& family : schedule_families()) {
-      for (const BackwardMode mode :
-           {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
-        // Families that place p2 themselves have one row, their own placement (2bp).
-        if (family.places_p2 && mode != BackwardMode::twobp) continue;
+    for (const ScheduleFamily* family : schedule_families()) {
+      // One row per backward mode the family accepts (its own placement only, for those that
+      // place p2 themselves); --chunks where the family takes it, else its preferred count.
+      const ChunkRule& chunks = family->traits().chunks;
+      for (const BackwardMode mode : family->backward_modes()) {
         Row row;
-        row.schedule = family.name;
+        row.schedule = family->name();
         row.backward = std::string(to_string(mode));
         PlanOptions o = options;
-        o.schedule = family.name;
+        o.schedule = family->name();
         o.backward = row.backward;
-        o.chunks = family.uses_chunks ? std::max(options.chunks, 2) : 1;
+        o.chunks = chunks.max > 1 ? std::clamp(std::max(options.chunks, chunks.preferred),
+                                               chunks.min, chunks.max)
+                                  : 1;
         row.chunks = o.chunks;
         try {
           row.plan = make_plan(make_request(o));

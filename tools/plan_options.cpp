@@ -6,7 +6,7 @@
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "profiles/tensor_parallel.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "tools/units.h"
 
 namespace pipeplan {
@@ -23,7 +23,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
       ->capture_default_str();
   if (with_schedule) {
-    app.add_option("--schedule", o.schedule, "gpipe, 1f1b, interleaved")->capture_default_str();
+    std::string families;
+    for (const ScheduleFamily* family : schedule_families())
+      families += (families.empty() ? "" : ", ") + family->name();
+    app.add_option("--schedule", o.schedule, "schedule family: " + families)->capture_default_str();
     app.add_option("--backward", o.backward,
                    "fused, 2bp, 2bp-fill (default: fused; 2bp for families that place p2)");
   }
@@ -179,11 +182,8 @@ PlanRequest make_request(const PlanOptions& o) {
   r.microbatches = o.microbatches;
   r.mbs = o.mbs;
   r.schedule = o.schedule;
-  // Families that place p2 themselves run their own placement (2bp) unless told otherwise.
-  r.backward =
-      o.backward.empty()
-          ? (find_schedule_family(o.schedule).places_p2 ? BackwardMode::twobp : BackwardMode::fused)
-          : backward_mode_from_string(o.backward);
+  r.backward = o.backward.empty() ? find_schedule_family(o.schedule).default_backward()
+                                  : backward_mode_from_string(o.backward);
   r.p2_concat = o.p2_concat;
   r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
   if (!o.layers_per_stage.empty()) {

@@ -1,15 +1,42 @@
-// One typed error for everything the planner rejects. Its message is a single line that names
-// the offending field, file or node, so the CLI can print it as-is and exit non-zero.
+// The typed errors for everything pipeplan rejects. A message is a single line that names the
+// offending field, file or node, so the CLI can print it as-is and exit non-zero.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace pipeplan {
 
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// How a field appears in messages. The core names a field as its request struct does
+// (`microbatches`, `devices`, `memory_limit_bytes`); a front end that sets fields some other way
+// (the CLI: tools/fields.h maps `devices` to `--stages`) installs its own namer, so that messages
+// the core composes from several errors (a search's infeasible candidates) read in its terms.
+using FieldNamer = std::string (*)(std::string_view field);
+// Installs `namer` (nullptr: the field as it is) and returns the previous one. Not synchronised:
+// install before planning starts.
+FieldNamer set_field_namer(FieldNamer namer);
+std::string field_name(std::string_view field);
+
+// A bad value of one request field: what() is "<field_name(field)>: <detail>".
+class FieldError : public Error {
+ public:
+  FieldError(std::string field, std::string detail)
+      : Error(field_name(field) + ": " + detail),
+        field_(std::move(field)),
+        detail_(std::move(detail)) {}
+  const std::string& field() const { return field_; }
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string field_;
+  std::string detail_;
 };
 
 }  // namespace pipeplan

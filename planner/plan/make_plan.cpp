@@ -6,22 +6,20 @@
 #include "planner/base/error.h"
 #include "planner/graph/evaluate.h"
 #include "planner/plan/backward_fill.h"
-#include "planner/search/auto_schedule.h"
 #include "profiles/partition.h"
 #include "schedules/backward.h"
-#include "schedules/registry.h"
 
 namespace pipeplan {
 
 namespace {
 
 void check_request(const PlanRequest& r) {
-  if (r.devices < 1) throw Error("--stages: must be at least 1");
-  if (r.chunks < 1) throw Error("--chunks: must be at least 1");
-  if (r.microbatches < 1) throw Error("--microbatches: must be at least 1");
-  if (r.mbs < 1) throw Error("--mbs: must be at least 1");
-  if (r.p2_concat < 0) throw Error("--p2-concat: must be 0 (all) or a positive count");
-  if (r.memory_limit_bytes < 0) throw Error("--memory: must not be negative");
+  if (r.devices < 1) throw FieldError("devices", "must be at least 1");
+  if (r.chunks < 1) throw FieldError("chunks", "must be at least 1");
+  if (r.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
+  if (r.mbs < 1) throw FieldError("mbs", "must be at least 1");
+  if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
+  if (r.memory_limit_bytes < 0) throw FieldError("memory_limit_bytes", "must not be negative");
 }
 
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
@@ -86,7 +84,7 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
                                      schedule.microbatches);
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
-    if (v->rule == "memory-limit") throw Error("--memory: " + v->message);
+    if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
     throw Error("internal: generated plan is invalid: " + v->message);
   }
   plan.sim = std::move(checked.sim);
@@ -95,43 +93,41 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
 
 }  // namespace
 
+Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
+                            const ScheduleRequest& request, const std::vector<StageCost>& costs,
+                            const PlanMeta& meta) {
+  if (family.places_p2()) return generated;
+  const BackwardMode mode = request.backward.value_or(family.default_backward());
+  if (mode == BackwardMode::twobp_fill)
+    return fill_p2_into_gaps(generated, costs, meta, request.p2_concat);
+  return apply_backward_mode(generated, mode, request.p2_concat);
+}
+
 Plan make_plan(const PlanRequest& request) {
   check_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
-  if (request.chunks > 1 && !family.uses_chunks) {
-    throw Error("--chunks: schedule '" + family.name + "' runs one chunk per device");
-  }
-  // Families that place p2 themselves (Zero Bubble) have no fused form to split.
-  if (family.places_p2 && request.backward != BackwardMode::twobp) {
-    throw Error("--backward: schedule '" + family.name +
-                "' places p1 and p2 itself; use --backward 2bp, got " +
-                std::string(to_string(request.backward)));
-  }
-  if (request.bpipe == BpipeMode::automatic) {
-    throw Error("--bpipe: auto searches micro-batch sizes and needs --global-batch");
-  }
-  if (request.bpipe == BpipeMode::on && (family.name == kAutoScheduleName || family.places_p2)) {
-    throw Error("--bpipe: schedule '" + family.name +
-                "' is not supported; BPipe pairs the stages of 1f1b (one stage per device)");
+  ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
+                                   request.backward, request.p2_concat, nullptr};
+  family.check(schedule_request);
+  if (request.bpipe == BpipeMode::automatic)
+    throw FieldError("bpipe", "auto searches micro-batch sizes and needs a global batch");
+  if (request.bpipe == BpipeMode::on && !family.traits().bpipe) {
+    throw FieldError("bpipe", "schedule '" + family.name() +
+                                  "' is not supported; BPipe pairs the stages of 1f1b (one "
+                                  "stage per device)");
   }
   const StageInputs inputs = stage_inputs(request);
-  if (family.name == kAutoScheduleName) {  // built from the costs and the memory limits
-    const Schedule skeleton = schedule_skeleton(
-        ScheduleRequest{request.devices, request.chunks, request.microbatches}, family.name);
-    PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, skeleton);
-    const AutoResult automatic =
-        make_auto_schedule(inputs.costs, meta, request.backward, request.p2_concat);
-    return lower_and_simulate(automatic.schedule, inputs.costs, std::move(meta));
-  }
-  const Schedule generated =
-      family.generate(ScheduleRequest{request.devices, request.chunks, request.microbatches});
+  const StageCostContext context{
+      inputs.costs,
+      std::vector<double>(static_cast<std::size_t>(request.devices), request.memory_limit_bytes),
+      request.profile.p2p};
+  schedule_request.costs = &context;
+  Schedule generated = family.generate(schedule_request);
   check_schedule(generated);
+  // The metadata needs the family's stage-to-device map (V shapes differ from v mod P).
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, generated);
-  if (family.places_p2) return lower_and_simulate(generated, inputs.costs, std::move(meta));
   const Schedule schedule =
-      request.backward == BackwardMode::twobp_fill
-          ? fill_p2_into_gaps(generated, inputs.costs, meta, request.p2_concat)
-          : apply_backward_mode(generated, request.backward, request.p2_concat);
+      with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, meta);
   return lower_and_simulate(schedule, inputs.costs, std::move(meta), request.bpipe);
 }
 

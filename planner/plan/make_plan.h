@@ -9,6 +9,7 @@
 #include "planner/plan/bpipe.h"
 #include "planner/plan/lower_bound.h"
 #include "profiles/profile.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
@@ -37,7 +38,15 @@ struct Plan {
   LowerBound bound;  // on step time for these inputs (planner/plan/lower_bound.h)
 };
 
-// Throws Error naming the field on bad requests, and on a memory limit the plan exceeds.
+// A family's generated order with the request's backward mode applied: as generated for a
+// family that places p2 itself; split into p1/p2 by schedules/backward.h (fused, 2bp) or
+// planner/plan/backward_fill.h (2bp-fill, which simulates `meta` to find the gaps) otherwise. The
+// one place where the family × backward-mode rule turns into a schedule.
+Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
+                            const ScheduleRequest& request, const std::vector<StageCost>& costs,
+                            const PlanMeta& meta);
+
+// Throws FieldError naming the field on bad requests, and on a memory limit the plan exceeds.
 Plan make_plan(const PlanRequest& request);
 // The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
 // request.backward only label the plan; devices, chunks and micro-batches must match the schedule.

@@ -12,10 +12,9 @@
 #include "planner/graph/evaluate.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/validator.h"
-#include "planner/plan/backward_fill.h"
 #include "planner/plan/lower_bound.h"
-#include "schedules/backward.h"
-#include "schedules/registry.h"
+#include "planner/plan/make_plan.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
@@ -393,32 +392,37 @@ std::optional<Evaluation> evaluate(const Schedule& schedule, const std::vector<S
   return e;
 }
 
-// The one-chunk fixed families in the requested backward mode, as starting orders: the search
-// then never returns anything slower than a hand-made schedule that fits the same memory.
+// The one-chunk fixed families in every backward mode they accept (fused only when the request
+// keeps B whole), as starting orders: the search then never returns anything slower than a
+// hand-made schedule that fits the same memory.
 std::vector<std::pair<std::string, Schedule>> family_seeds(const PlanMeta& meta,
                                                            const std::vector<StageCost>& costs,
                                                            BackwardMode mode, int p2_concat) {
   std::vector<std::pair<std::string, Schedule>> out;
   const bool split = mode != BackwardMode::fused;
-  for (const ScheduleFamily& family : schedule_families()) {
-    if (family.name == kAutoScheduleName) continue;
+  for (const ScheduleFamily* family : schedule_families()) {
+    if (family->traits().needs_costs || !family->traits().chunks.accepts(1)) continue;
+    ScheduleRequest request{meta.devices, 1, meta.microbatches, std::nullopt, p2_concat, nullptr};
     Schedule generated;
     try {
-      generated = family.generate(ScheduleRequest{meta.devices, 1, meta.microbatches});
+      generated = family->generate(request);
     } catch (const Error&) {
       continue;  // the family does not suit this shape (e.g. micro-batches vs devices)
     }
-    if (family.places_p2) {
-      if (split) out.emplace_back(family.name, std::move(generated));
-      continue;
+    // The modes the family accepts, only fused when the request keeps B whole; fused last, so
+    // that on equal scores (a stable sort) the split orders win.
+    std::vector<BackwardMode> modes;
+    for (const BackwardMode m : family->backward_modes()) {
+      if (split || m == BackwardMode::fused) modes.push_back(m);
     }
-    std::vector<BackwardMode> modes = {BackwardMode::fused};
-    if (split) modes = {BackwardMode::twobp, BackwardMode::twobp_fill, BackwardMode::fused};
+    std::stable_partition(modes.begin(), modes.end(),
+                          [](BackwardMode m) { return m != BackwardMode::fused; });
     for (const BackwardMode m : modes) {
-      Schedule s = m == BackwardMode::twobp_fill
-                       ? fill_p2_into_gaps(generated, costs, meta, p2_concat)
-                       : apply_backward_mode(generated, m, p2_concat);
-      out.emplace_back(family.name + " " + std::string(to_string(m)), std::move(s));
+      request.backward = m;
+      Schedule s = with_backward_mode(*family, generated, request, costs, meta);
+      out.emplace_back(
+          family->places_p2() ? family->name() : family->name() + " " + std::string(to_string(m)),
+          std::move(s));
     }
   }
   return out;

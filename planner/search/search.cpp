@@ -5,7 +5,7 @@
 
 #include "planner/base/error.h"
 #include "profiles/partition.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
@@ -72,57 +72,53 @@ SearchResult search_plans(const SearchRequest& request) {
     r.mbs = mbs;
     r.microbatches = m;
     if (request.profile_for) r.profile = request.profile_for(mbs);
-    for (const ScheduleFamily& family : schedule_families()) {
-      for (const int chunks : {1, 2}) {
-        if (chunks > 1 && !family.uses_chunks) continue;
-        if (chunks == 1 && family.uses_chunks) continue;  // equals its one-chunk sibling
-        std::vector<std::vector<int>> parts;
-        try {
-          parts = partitions(r, r.devices * chunks, request.shift_partition);
-        } catch (const Error& e) {
-          if (first_error.empty()) first_error = e.what();
-          ++result.infeasible;
-          continue;
-        }
-        for (const BackwardMode mode :
-             {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
-          if (family.places_p2 && mode != BackwardMode::twobp) continue;
-          for (const std::vector<int>& layers : parts) {
-            PlanRequest c = r;
-            c.schedule = family.name;
-            c.backward = mode;
-            c.chunks = chunks;
-            c.layers_per_stage = layers;
-            ++result.evaluated;
-            Plan plan;
-            try {
-              plan = make_plan(c);
-            } catch (const Error& e) {
-              if (first_error.empty()) first_error = e.what();
-              ++result.infeasible;
-              continue;
-            }
-            const auto peaks = plan.sim.peak_memory_bytes();
-            SearchPoint p{mbs,
-                          m,
-                          chunks,
-                          family.name,
-                          mode,
-                          layers,
-                          plan.sim.makespan_us,
-                          plan.bound.makespan_us,
-                          peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end())};
-            const bool better = !have_best ||
-                                p.step_time_us < result.best_point.step_time_us - 1e-9 ||
-                                (p.step_time_us <= result.best_point.step_time_us + 1e-9 &&
-                                 p.peak_memory_bytes < result.best_point.peak_memory_bytes);
-            if (better) {
-              result.best = std::move(plan);
-              result.best_point = p;
-              have_best = true;
-            }
-            points.push_back(std::move(p));
+    for (const ScheduleFamily* family : schedule_families()) {
+      // Its preferred count only: interleaved with one chunk is 1f1b.
+      const int chunks = family->traits().chunks.preferred;
+      std::vector<std::vector<int>> parts;
+      try {
+        parts = partitions(r, r.devices * chunks, request.shift_partition);
+      } catch (const Error& e) {
+        if (first_error.empty()) first_error = e.what();
+        ++result.infeasible;
+        continue;
+      }
+      for (const BackwardMode mode : family->backward_modes()) {
+        for (const std::vector<int>& layers : parts) {
+          PlanRequest c = r;
+          c.schedule = family->name();
+          c.backward = mode;
+          c.chunks = chunks;
+          c.layers_per_stage = layers;
+          ++result.evaluated;
+          Plan plan;
+          try {
+            plan = make_plan(c);
+          } catch (const Error& e) {
+            if (first_error.empty()) first_error = e.what();
+            ++result.infeasible;
+            continue;
           }
+          const auto peaks = plan.sim.peak_memory_bytes();
+          SearchPoint p{mbs,
+                        m,
+                        chunks,
+                        family->name(),
+                        mode,
+                        layers,
+                        plan.sim.makespan_us,
+                        plan.bound.makespan_us,
+                        peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end())};
+          const bool better = !have_best ||
+                              p.step_time_us < result.best_point.step_time_us - 1e-9 ||
+                              (p.step_time_us <= result.best_point.step_time_us + 1e-9 &&
+                               p.peak_memory_bytes < result.best_point.peak_memory_bytes);
+          if (better) {
+            result.best = std::move(plan);
+            result.best_point = p;
+            have_best = true;
+          }
+          points.push_back(std::move(p));
         }
       }
     }

@@ -1,11 +1,12 @@
 // GPipe (Huang et al., 2019): each device runs every forward, then every backward, both in
 // micro-batch order. Peak activation memory is m micro-batches on every stage.
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
+namespace {
+
 Schedule make_gpipe(const ScheduleRequest& request) {
-  check_schedule_request(request, "gpipe", false);
   Schedule schedule = schedule_skeleton(request, "gpipe");
   for (int d = 0; d < request.devices; ++d) {
     std::vector<Action>& actions = schedule.per_device[static_cast<std::size_t>(d)];
@@ -16,5 +17,16 @@ Schedule make_gpipe(const ScheduleRequest& request) {
   }
   return schedule;
 }
+
+const ScheduleFamilyRegistration kGpipe(
+    {.name = "gpipe",
+     .description = "GPipe (Huang et al. 2019): every forward, then every backward; holds m "
+                    "micro-batches of activations per stage",
+     .listing_order = 10,
+     .memory = {"m", [](int, int, int m) { return double(m); }},
+     .bpipe = true},
+    make_gpipe);
+
+}  // namespace
 
 }  // namespace pipeplan

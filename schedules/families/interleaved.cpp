@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
@@ -39,14 +39,11 @@ int warmup_count(const Shape& shape, int device) {
   return std::min((shape.devices - device - 1) * 2 + (shape.chunks - 1) * shape.devices, total);
 }
 
-}  // namespace
-
 Schedule make_interleaved(const ScheduleRequest& request) {
-  check_schedule_request(request, "interleaved", true);
   if (request.microbatches % request.devices != 0)
-    throw Error("--microbatches: interleaved needs a multiple of the " +
-                std::to_string(request.devices) + " devices, got " +
-                std::to_string(request.microbatches));
+    throw FieldError("microbatches", "interleaved needs a multiple of the " +
+                                         std::to_string(request.devices) + " devices, got " +
+                                         std::to_string(request.microbatches));
   Schedule schedule = schedule_skeleton(request, "interleaved");
   const Shape shape{request.devices, request.chunks, request.microbatches};
   const int total = shape.microbatches * shape.chunks;
@@ -64,5 +61,23 @@ Schedule make_interleaved(const ScheduleRequest& request) {
   }
   return schedule;
 }
+
+// Device 0 runs warmup_count + 1 chunk forwards before its first backward frees one.
+double interleaved_peak(int p, int v, int m) {
+  return static_cast<double>(std::min(warmup_count({p, v, m}, 0) + 1, m * v)) / v;
+}
+
+const ScheduleFamilyRegistration kInterleaved(
+    {.name = "interleaved",
+     .description = "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): --chunks virtual "
+                    "stages per device, virtual stage v on device v mod P; bubble shrinks by the "
+                    "chunk count; needs micro-batches divisible by devices",
+     .listing_order = 30,
+     .chunks = {.min = 1, .max = 64, .preferred = 2},
+     .memory = {"min(2(P-1) + (V-1)P + 1, mV) / V (V = 1: min(P, m))", interleaved_peak},
+     .bpipe = true},
+    make_interleaved);
+
+}  // namespace
 
 }  // namespace pipeplan

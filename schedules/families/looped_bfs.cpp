@@ -4,12 +4,13 @@
 // chunk down to chunk 0. With m >= P no device waits between chunks, so the step is
 // m(T_F + T_B + T_W) + (P - 1)(T_F + T_B + T_W)/V (fused, uniform, comm = 0) and stage 0 holds
 // the activations of all m micro-batches, like GPipe.
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
+namespace {
+
 Schedule make_looped_bfs(const ScheduleRequest& request) {
-  check_schedule_request(request, "looped-bfs", true);
   Schedule schedule = schedule_skeleton(request, "looped-bfs");
   for (int d = 0; d < request.devices; ++d) {
     std::vector<Action>& actions = schedule.per_device[static_cast<std::size_t>(d)];
@@ -24,5 +25,18 @@ Schedule make_looped_bfs(const ScheduleRequest& request) {
   }
   return schedule;
 }
+
+const ScheduleFamilyRegistration kLoopedBfs(
+    {.name = "looped-bfs",
+     .description = "Breadth-first looping (Lamy-Poirier 2023): --chunks virtual stages per "
+                    "device, v on device v mod P; every micro-batch through chunk 0, then chunk "
+                    "1, ...; backwards in reverse; holds m micro-batches like GPipe",
+     .listing_order = 40,
+     .chunks = {.min = 1, .max = 64, .preferred = 2},
+     .memory = {"m", [](int, int, int m) { return double(m); }},
+     .bpipe = true},
+    make_looped_bfs);
+
+}  // namespace
 
 }  // namespace pipeplan

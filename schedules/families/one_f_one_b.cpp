@@ -3,12 +3,13 @@
 // Stage i holds at most min(P - i, m) micro-batches of activations (BPipe, Kim et al. 2023).
 #include <algorithm>
 
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 
+namespace {
+
 Schedule make_1f1b(const ScheduleRequest& request) {
-  check_schedule_request(request, "1f1b", false);
   Schedule schedule = schedule_skeleton(request, "1f1b");
   const int m = request.microbatches;
   for (int d = 0; d < request.devices; ++d) {
@@ -25,5 +26,16 @@ Schedule make_1f1b(const ScheduleRequest& request) {
   }
   return schedule;
 }
+
+const ScheduleFamilyRegistration k1f1b(
+    {.name = "1f1b",
+     .description = "1F1B (PipeDream-Flush): P-i-1 warm-up forwards on device i, then one "
+                    "forward one backward; holds min(P-i, m) micro-batches",
+     .listing_order = 20,
+     .memory = {"min(P, m)", [](int p, int, int m) { return double(std::min(p, m)); }},
+     .bpipe = true},
+    make_1f1b);
+
+}  // namespace
 
 }  // namespace pipeplan

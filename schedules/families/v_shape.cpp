@@ -31,7 +31,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/families/v_shape.h"
 
 namespace pipeplan {
 
@@ -469,11 +469,6 @@ void repeat_building_block(const std::vector<std::array<int, kPasses>>& block, S
 }
 
 Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
-  check_schedule_request(request, family, true);
-  if (request.chunks != 2)
-    throw Error("--chunks: schedule '" + std::string(family) +
-                "' runs exactly 2 chunks per device (V shape), got " +
-                std::to_string(request.chunks));
   Schedule schedule = schedule_skeleton(request, family);
   schedule.backward = BackwardMode::twobp;
   const int p = request.devices;
@@ -482,36 +477,32 @@ Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
   return schedule;
 }
 
+}  // namespace
+
 Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family, int cap) {
   Schedule schedule = v_skeleton(request, family);
   VScheduler(request, cap).run(schedule);
   return schedule;
 }
 
-}  // namespace
-
-int v_shape_cap(std::string_view family, int devices) {
-  int cap = 2 * devices;                                 // zb-v
-  if (family == "v-half") cap = devices + 2;             // about half of 1F1B's
-  if (family == "v-min") cap = 2 * ((devices + 4) / 3);  // the building block's own peak
+int v_chunk_stash_cap(VFamily family, int devices) {
+  int cap = 2 * devices;                                        // zb-v
+  if (family == VFamily::v_half) cap = devices + 2;             // about half of 1F1B's
+  if (family == VFamily::v_min) cap = 2 * ((devices + 4) / 3);  // the block's own peak
   return std::clamp(cap, 2, 2 * devices);
 }
 
 // The published construction with m >= P; with fewer micro-batches (its warm-up and catch-up
 // phases assume at least P) the memory-capped greedy at 2P chunk stashes.
-Schedule make_zb_v(const ScheduleRequest& request) {
+Schedule make_published_zb_v(const ScheduleRequest& request) {
   if (request.microbatches < request.devices)
-    return make_v_schedule(request, "zb-v", v_shape_cap("zb-v", request.devices));
+    return make_v_schedule(request, "zb-v", v_chunk_stash_cap(VFamily::zb_v, request.devices));
   Schedule schedule = v_skeleton(request, "zb-v");
   schedule.per_device = PublishedZbv(request.devices, request.microbatches).build();
   return schedule;
 }
 
-Schedule make_v_half(const ScheduleRequest& request) {
-  return make_v_schedule(request, "v-half", v_shape_cap("v-half", request.devices));
-}
-
-Schedule make_v_min(const ScheduleRequest& request) {
+Schedule make_v_min_building_block(const ScheduleRequest& request) {
   Schedule schedule = v_skeleton(request, "v-min");
   repeat_building_block(make_building_block(request.devices), schedule);
   return schedule;

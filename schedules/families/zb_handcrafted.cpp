@@ -6,7 +6,6 @@ namespace pipeplan {
 
 Schedule make_handcrafted_zero_bubble(const ScheduleRequest& request, std::string_view family,
                                       const HandcraftedShape& shape) {
-  check_schedule_request(request, family, false);
   Schedule schedule = schedule_skeleton(request, family);
   schedule.backward = BackwardMode::twobp;
   const int m = request.microbatches;

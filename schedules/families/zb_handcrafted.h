@@ -8,7 +8,7 @@
 #include <functional>
 #include <string_view>
 
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 

@@ -16,7 +16,7 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/device_worker.h"
 #include "runtime/executor.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan::testing {
 
@@ -28,7 +28,7 @@ constexpr int kSeq = 16;  // half the preset's 32: the same code paths at half t
 // virtual stage holds one.
 inline ModelConfig tiny_for(const ScheduleFamily& family) {
   ModelConfig model = model_preset("tiny");
-  if (family.uses_chunks) model.layers = 2 * kDevices;
+  if (family.traits().chunks.preferred > 1) model.layers = 2 * kDevices;
   return model;
 }
 
@@ -48,9 +48,9 @@ inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, Backward
   request.profile = analytic_profile(model, find_gpu("h100"), analytic);
   request.gpu = "h100";
   request.devices = kDevices;
-  request.chunks = family.uses_chunks ? 2 : 1;
+  request.chunks = family.traits().chunks.preferred;
   request.microbatches = kMicrobatches;
-  request.schedule = family.name;
+  request.schedule = family.name();
   request.backward = mode;
   request.p2_concat = 0;  // all of a stage's micro-batches in one p2 call where the mode defers
   try {

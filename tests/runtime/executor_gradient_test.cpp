@@ -34,11 +34,10 @@ struct Case {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const ScheduleFamily& family : schedule_families()) {
-    for (const BackwardMode mode :
-         {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
+  for (const ScheduleFamily* family : schedule_families()) {
+    for (const BackwardMode mode : family->backward_modes()) {
       for (const bool bpipe : {false, true})
-        cases.push_back({family.name, mode, bpipe});
+        cases.push_back({family->name(), mode, bpipe});
     }
   }
   return cases;

@@ -4,19 +4,19 @@
 #include <gtest/gtest.h>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan {
 namespace {
 
 TEST(BackwardModes, FusedKeepsTheSchedule) {
-  const Schedule fused = make_1f1b({.devices = 3, .chunks = 1, .microbatches = 5});
+  const Schedule fused = generate_schedule("1f1b", {.devices = 3, .chunks = 1, .microbatches = 5});
   const Schedule out = apply_backward_mode(fused, BackwardMode::fused, 1);
   EXPECT_EQ(out.per_device, fused.per_device);
 }
 
 TEST(BackwardModes, TwoBpDefersAndConcatenates) {
-  const Schedule fused = make_1f1b({.devices = 2, .chunks = 1, .microbatches = 8});
+  const Schedule fused = generate_schedule("1f1b", {.devices = 2, .chunks = 1, .microbatches = 8});
   const Schedule out = apply_backward_mode(fused, BackwardMode::twobp, 3);
   check_schedule(out);
   for (const auto& actions : out.per_device) {

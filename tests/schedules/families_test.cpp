@@ -2,6 +2,7 @@
 // grid of shapes, deadlock freedom, text round trips, and check_schedule's planted faults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "schedules/schedule.h"
 
 namespace pipeplan {
@@ -64,24 +65,24 @@ bool runs_to_completion(const Schedule& schedule) {
 
 TEST(Families, RegistryListsEveryFamily) {
   std::vector<std::string> names;
-  for (const ScheduleFamily& family : schedule_families()) {
-    names.push_back(family.name);
-    EXPECT_FALSE(family.description.empty());
+  for (const ScheduleFamily* family : schedule_families()) {
+    names.push_back(family->name());
+    EXPECT_FALSE(family->traits().description.empty());
   }
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 9),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1",
                                       "zb-h2", "zb-v", "v-half", "v-min"}));
-  EXPECT_TRUE(find_schedule_family("interleaved").uses_chunks);
-  EXPECT_FALSE(find_schedule_family("1f1b").uses_chunks);
+  EXPECT_TRUE(find_schedule_family("interleaved").traits().chunks.accepts(3));
+  EXPECT_FALSE(find_schedule_family("1f1b").traits().chunks.accepts(2));
   EXPECT_EQ(error_of([] { find_schedule_family("zb-h3"); })
-                .rfind("--schedule: unknown schedule family 'zb-h3' (valid: gpipe, 1f1b, "
+                .rfind("schedule: unknown schedule family 'zb-h3' (valid: gpipe, 1f1b, "
                        "interleaved, looped-bfs, zb-h1, zb-h2, zb-v, v-half, v-min",
                        0),
             0u);
 }
 
 TEST(Families, GpipeRunsAllForwardsThenAllBackwards) {
-  const Schedule s = make_gpipe({2, 1, 3});
+  const Schedule s = generate_schedule("gpipe", {2, 1, 3});
   EXPECT_EQ(s.family, "gpipe");
   EXPECT_EQ(s.backward, BackwardMode::fused);
   EXPECT_EQ(s.devices, 2);
@@ -92,7 +93,7 @@ TEST(Families, GpipeRunsAllForwardsThenAllBackwards) {
 }
 
 TEST(Families, OneFOneBFourDevicesEightMicrobatches) {
-  const Schedule s = make_1f1b({4, 1, 8});
+  const Schedule s = generate_schedule("1f1b", {4, 1, 8});
   EXPECT_EQ(s.family, "1f1b");
   EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(device_order(s, 0), "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 0B5 0B6 0B7");
@@ -101,14 +102,14 @@ TEST(Families, OneFOneBFourDevicesEightMicrobatches) {
 }
 
 TEST(Families, OneFOneBWithFewerMicrobatchesThanDevices) {
-  const Schedule s = make_1f1b({4, 1, 2});
+  const Schedule s = generate_schedule("1f1b", {4, 1, 2});
   EXPECT_EQ(device_order(s, 0), "0F0 0F1 0B0 0B1");  // warm-up capped at m
   EXPECT_EQ(device_order(s, 2), "2F0 2F1 2B0 2B1");
   EXPECT_EQ(device_order(s, 3), "3F0 3B0 3F1 3B1");
 }
 
 TEST(Families, InterleavedTwoChunksTwoDevicesFourMicrobatches) {
-  const Schedule s = make_interleaved({2, 2, 4});
+  const Schedule s = generate_schedule("interleaved", {2, 2, 4});
   EXPECT_EQ(s.family, "interleaved");
   EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 0, 1}));
   // Device 0: warm-up (2-0-1)·2 + (2-1)·2 = 4.
@@ -120,8 +121,8 @@ TEST(Families, InterleavedTwoChunksTwoDevicesFourMicrobatches) {
 TEST(Families, InterleavedWithOneChunkIsOneFOneB) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = p; m <= 16; m += p) {
-      Schedule interleaved = make_interleaved({p, 1, m});
-      Schedule one_f_one_b = make_1f1b({p, 1, m});
+      Schedule interleaved = generate_schedule("interleaved", {p, 1, m});
+      Schedule one_f_one_b = generate_schedule("1f1b", {p, 1, m});
       EXPECT_EQ(interleaved.per_device, one_f_one_b.per_device) << "P=" << p << " m=" << m;
       EXPECT_EQ(interleaved.stage_device, one_f_one_b.stage_device);
     }
@@ -129,16 +130,15 @@ TEST(Families, InterleavedWithOneChunkIsOneFOneB) {
 }
 
 TEST(Families, EveryGeneratedScheduleIsValidRunsAndRoundTrips) {
-  for (const ScheduleFamily& family : schedule_families()) {
-    if (family.name == "auto") continue;  // built from stage costs (tests/planner/auto_*)
+  for (const ScheduleFamily* family : schedule_families()) {
+    if (family->traits().needs_costs) continue;  // built from stage costs (tests/planner/search)
+    const ChunkRule& chunks = family->traits().chunks;
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 16; ++m) {
-        for (int v = 1; v <= (family.uses_chunks ? 3 : 1); ++v) {
-          if (family.name == "interleaved" && m % p != 0) continue;
-          const bool v_shape = family.name == "zb-v" || family.name.starts_with("v-");
-          if (v_shape && v != 2) continue;
-          const Schedule s = family.generate({p, v, m});
-          const std::string where = family.name + " P=" + std::to_string(p) +
+        for (int v = chunks.min; v <= std::min(chunks.max, 3); ++v) {
+          if (family->name() == "interleaved" && m % p != 0) continue;
+          const Schedule s = family->generate({p, v, m});
+          const std::string where = family->name() + " P=" + std::to_string(p) +
                                     " m=" + std::to_string(m) + " V=" + std::to_string(v);
           EXPECT_EQ(s.stage_count(), p * v) << where;
           EXPECT_EQ(error_of([&] { check_schedule(s); }), "no error") << where;
@@ -150,31 +150,35 @@ TEST(Families, EveryGeneratedScheduleIsValidRunsAndRoundTrips) {
   }
 }
 
-TEST(Families, RequestErrorsNameTheOption) {
-  EXPECT_EQ(error_of([] { make_1f1b({0, 1, 4}); }), "--stages: need at least 1 device, got 0");
+TEST(Families, RequestErrorsNameTheField) {
   EXPECT_EQ(error_of([] {
-              make_gpipe({2, 1, 0});
+              generate_schedule("1f1b", {0, 1, 4});
             }),
-            "--microbatches: need at least 1 micro-batch, got 0");
+            "devices: need at least 1 device, got 0");
   EXPECT_EQ(error_of([] {
-              make_interleaved({2, 0, 4});
+              generate_schedule("gpipe", {2, 1, 0});
             }),
-            "--chunks: need at least 1 chunk per device, got 0");
+            "microbatches: need at least 1 micro-batch, got 0");
   EXPECT_EQ(error_of([] {
-              make_1f1b({2, 2, 4});
+              generate_schedule("interleaved", {2, 0, 4});
             }),
-            "--chunks: schedule '1f1b' runs one chunk per device, got 2 (use --schedule "
-            "interleaved)");
+            "chunks: need at least 1 chunk per device, got 0");
   EXPECT_EQ(error_of([] {
-              make_interleaved({4, 2, 6});
+              generate_schedule("1f1b", {2, 2, 4});
             }),
-            "--microbatches: interleaved needs a multiple of the 4 devices, got 6");
+            "chunks: schedule '1f1b' runs one chunk per device, got 2 (interleaved, looped-bfs "
+            "take more)");
+  EXPECT_EQ(error_of([] {
+              generate_schedule("interleaved", {4, 2, 6});
+            }),
+            "microbatches: interleaved needs a multiple of the 4 devices, got 6");
 }
 
 // Planted faults: each names the first offending action and the rule.
 class FamiliesCheck : public ::testing::Test {
  protected:
-  Schedule schedule = make_1f1b({2, 1, 2});  // 0: 0F0 0F1 0B0 0B1   1: 1F0 1B0 1F1 1B1
+  Schedule schedule =
+      generate_schedule("1f1b", {2, 1, 2});  // 0: 0F0 0F1 0B0 0B1   1: 1F0 1B0 1F1 1B1
   std::string check() {
     return error_of([&] { check_schedule(schedule); });
   }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -65,21 +65,19 @@ std::string pytorch_rules(const std::string& csv) {
 }
 
 TEST(TorchCsv, ExportOfEveryFamilyRoundTripsAndPassesPyTorchRules) {
-  for (const ScheduleFamily& family : schedule_families()) {
-    for (const BackwardMode mode :
-         {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
-      if (family.places_p2 && mode != BackwardMode::twobp) continue;
+  for (const ScheduleFamily* family : schedule_families()) {
+    for (const BackwardMode mode : family->backward_modes()) {
       for (const int p2_concat : {1, 0}) {
-        const int chunks = family.uses_chunks ? 2 : 1;
+        const int chunks = family->traits().chunks.preferred;
         const Plan plan = testing::uniform_plan({.devices = 4,
                                                  .microbatches = 8,
                                                  .chunks = chunks,
-                                                 .schedule = family.name,
+                                                 .schedule = family->name(),
                                                  .backward = mode,
                                                  .p2_concat = p2_concat});
         const Schedule& original = plan.graph.schedule;
         const std::string csv = schedule_to_torch_csv(original);
-        const std::string where = family.name + " " + std::string(to_string(mode));
+        const std::string where = family->name() + " " + std::string(to_string(mode));
         EXPECT_EQ(pytorch_rules(csv), "") << where;
         // The CSV has one W cell per micro-batch: two p2 calls of one stage back to back cannot be
         // told apart from one concatenated call, so only schedules without such neighbours can
@@ -117,7 +115,7 @@ TEST(TorchCsv, ExportOfEveryFamilyRoundTripsAndPassesPyTorchRules) {
 }
 
 TEST(TorchCsv, ConcatenatedP2BecomesConsecutiveWCells) {
-  Schedule s = make_gpipe({1, 1, 2});
+  Schedule s = generate_schedule("gpipe", {1, 1, 2});
   s.per_device[0] = {{OpType::F, 0, {0}},
                      {OpType::F, 0, {1}},
                      {OpType::P1, 0, {0}},

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -114,6 +114,13 @@ int peak_live_chunk_stashes(const Plan& plan, int device) {
   return peak;
 }
 
+// A V family's declared peak (schedules/family.h's MemoryModel) in chunk stashes (M_B / 2), with
+// micro-batches enough not to bound it.
+int chunk_stash_cap(const char* family, int devices) {
+  return static_cast<int>(2 *
+                          find_schedule_family(family).traits().memory.peak(devices, 2, 1 << 20));
+}
+
 // V-Min (arXiv 2405.15362) against the paper's figures with T_F = T_B = T_W, comm = 0: peak
 // activations floor((P + 4) / 3)·M_B, i.e. 2·floor((P + 4) / 3) chunk stashes on the fullest
 // device (about a third of 1F1B's P·M_B), and a stage-span bubble of at most (2P/3)(T_F + T_B +
@@ -127,7 +134,7 @@ TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
         peak = std::max(peak, peak_live_chunk_stashes(plan, d));
       const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
       EXPECT_EQ(peak, 2 * ((p + 4) / 3)) << label;
-      EXPECT_EQ(peak, v_shape_cap("v-min", p)) << label;
+      EXPECT_EQ(peak, chunk_stash_cap("v-min", p)) << label;
       const int v_min_microbatches = (p + 4) / 3;
       for (const DeviceMetrics& d : plan.sim.devices)
         EXPECT_LE(static_cast<double>(d.peak_memory_bytes), v_min_microbatches * kGiB + 1) << label;
@@ -149,7 +156,7 @@ TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
 TEST(ZeroBubble, VMinSteadyStateRepeatsTheBlock) {
   for (const int p : {3, 4, 8}) {
     const int m = 6 * p;
-    const Schedule s = make_v_min({p, 2, m});
+    const Schedule s = generate_schedule("v-min", {p, 2, m});
     check_schedule(s);
     for (const auto& actions : s.per_device) {
       ASSERT_EQ(actions.size(), static_cast<std::size_t>(6 * m));
@@ -204,7 +211,7 @@ TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
     for (const int m : {p, 2 * p, 4 * p}) {
       for (const char* family : {"zb-v", "v-half", "v-min"}) {
         const Plan plan = uniform_plan(zb(family, p, m, {1, 1, 1}, 2));
-        const int cap = v_shape_cap(family, p);
+        const int cap = chunk_stash_cap(family, p);
         for (int d = 0; d < p; ++d)
           EXPECT_LE(peak_live_chunk_stashes(plan, d), cap) << family << " P=" << p << " m=" << m;
         for (const DeviceMetrics& d : plan.sim.devices)
@@ -219,10 +226,10 @@ TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
       EXPECT_LE(v.sim.makespan_us - 3.0 * m * 1e3, (p - 1) * 1e3 + 1e-6) << "P=" << p << " m=" << m;
     }
   }
-  EXPECT_EQ(v_shape_cap("zb-v", 6), 12);
-  EXPECT_EQ(v_shape_cap("v-half", 6), 8);
-  EXPECT_EQ(v_shape_cap("v-min", 6), 6);
-  EXPECT_EQ(v_shape_cap("v-min", 8), 8);
+  EXPECT_EQ(chunk_stash_cap("zb-v", 6), 12);
+  EXPECT_EQ(chunk_stash_cap("v-half", 6), 8);
+  EXPECT_EQ(chunk_stash_cap("v-min", 6), 6);
+  EXPECT_EQ(chunk_stash_cap("v-min", 8), 8);
 }
 
 TEST(ZeroBubble, FamiliesThatPlaceP2RefuseFusedBackward) {
@@ -233,9 +240,8 @@ TEST(ZeroBubble, FamiliesThatPlaceP2RefuseFusedBackward) {
       uniform_plan(u);
       FAIL() << family;
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), "--backward: schedule '" + std::string(family) +
-                                           "' places p1 and p2 itself; use --backward 2bp, got "
-                                           "fused");
+      EXPECT_EQ(std::string(e.what()), "backward: schedule '" + std::string(family) +
+                                           "' places p1 and p2 itself; use 2bp, got fused");
     }
   }
   try {
@@ -243,7 +249,7 @@ TEST(ZeroBubble, FamiliesThatPlaceP2RefuseFusedBackward) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--chunks: schedule 'zb-v' runs exactly 2 chunks per device (V shape), got 3");
+              "chunks: schedule 'zb-v' runs exactly 2 chunks per device, got 3");
   }
 }
 

@@ -1,6 +1,8 @@
 // Lowering a schedule to a task graph, and the plan file's JSON and DOT forms.
 #include "planner/graph/taskgraph.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -87,7 +89,8 @@ TEST(PlanJson, RoundTripsExactly) {
 }
 
 TEST(PlanJson, SaveIsAtomicAndLoads) {
-  const auto dir = std::filesystem::temp_directory_path() / "pipeplan_taskgraph_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("pipeplan_taskgraph_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto path = dir / "plan.json";
   const Plan plan = uniform_plan({});

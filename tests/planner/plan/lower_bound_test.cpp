@@ -58,13 +58,11 @@ TEST(LowerBound, NeverAboveAnyPlan) {
     }
     const PlanMeta meta = testing::meta_for(costs, m, {}, lat(rng));
     const LowerBound b = step_time_lower_bound(costs, identity(p), meta.link, m);
-    for (const ScheduleFamily& family : schedule_families()) {
-      if (family.uses_chunks || family.name == kAutoScheduleName) continue;
-      for (const BackwardMode mode :
-           {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
-        if (family.places_p2 && mode != BackwardMode::twobp) continue;
-        const double t = testing::run_family(family, mode, costs, meta).sim.makespan_us;
-        EXPECT_LE(b.makespan_us, t + 1e-9) << family.name << " trial " << trial;
+    for (const ScheduleFamily* family : schedule_families()) {
+      if (family->traits().chunks.preferred > 1 || family->traits().needs_costs) continue;
+      for (const BackwardMode mode : family->backward_modes()) {
+        const double t = testing::run_family(*family, mode, costs, meta).sim.makespan_us;
+        EXPECT_LE(b.makespan_us, t + 1e-9) << family->name() << " trial " << trial;
         ++checked;
       }
     }

@@ -8,7 +8,7 @@
 
 #include "planner/graph/simulator.h"
 #include "planner/graph/validator.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -51,42 +51,39 @@ void check_random_pipelines(bool uneven) {
   int checked = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int devices = devices_dist(rng);
-    for (const ScheduleFamily& family : schedule_families()) {
-      const int chunks = family.uses_chunks ? 2 : 1;
+    for (const ScheduleFamily* family : schedule_families()) {
+      const int chunks = family->traits().chunks.preferred;
       int microbatches = mb_dist(rng);
-      if (family.uses_chunks) microbatches = devices * std::max(1, microbatches / devices);
+      if (chunks > 1) microbatches = devices * std::max(1, microbatches / devices);
       const PlanRequest base = random_request(rng, devices, chunks, microbatches, uneven);
       double fused_ms = 0, twobp_ms = 0;
-      for (const auto mode : {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
-        // Families that place p2 themselves run only as 2bp (make_plan refuses the others).
-        if (family.places_p2 && mode != BackwardMode::twobp) {
-          ++checked;
-          continue;
-        }
+      // Families that place p2 themselves run only as 2bp (make_plan refuses the others).
+      for (const BackwardMode mode : family->backward_modes()) {
         PlanRequest r = base;
-        r.schedule = family.name;
+        r.schedule = family->name();
         r.backward = mode;
         r.p2_concat = 1;
         const Plan plan = make_plan(r);
         const auto v = find_violation(plan.graph);
-        ASSERT_FALSE(v.has_value()) << family.name << " " << to_string(mode) << ": " << v->message;
+        ASSERT_FALSE(v.has_value())
+            << family->name() << " " << to_string(mode) << ": " << v->message;
         // Deterministic: the same request gives the same plan, byte for byte.
         EXPECT_EQ(plan_to_json(make_plan(r).graph), plan_to_json(plan.graph));
         // Taking ready nodes by time (the heap) gives the same times as the default stack.
         const SimResult by_time = simulate(plan.graph, SimOrder::by_ready_time);
         ASSERT_EQ(by_time.times.size(), plan.sim.times.size());
         for (std::size_t id = 0; id < by_time.times.size(); ++id) {
-          ASSERT_EQ(by_time.times[id].start_us, plan.sim.times[id].start_us) << family.name;
-          ASSERT_EQ(by_time.times[id].end_us, plan.sim.times[id].end_us) << family.name;
+          ASSERT_EQ(by_time.times[id].start_us, plan.sim.times[id].start_us) << family->name();
+          ASSERT_EQ(by_time.times[id].end_us, plan.sim.times[id].end_us) << family->name();
         }
         const double ms = plan.sim.makespan_us;
-        const std::string where = family.name + " " + std::string(to_string(mode)) +
+        const std::string where = family->name() + " " + std::string(to_string(mode)) +
                                   " P=" + std::to_string(devices) +
                                   " m=" + std::to_string(microbatches);
         if (mode == BackwardMode::fused) fused_ms = ms;
         if (mode == BackwardMode::twobp) {
           twobp_ms = ms;
-          if (!uneven && !family.places_p2) {
+          if (!uneven && !family->places_p2()) {
             EXPECT_LE(ms, fused_ms + 1e-6) << where;
           }
         }
@@ -97,7 +94,10 @@ void check_random_pipelines(bool uneven) {
       }
     }
   }
-  EXPECT_EQ(checked, 40 * 3 * static_cast<int>(schedule_families().size()));
+  int pairs = 0;
+  for (const ScheduleFamily* family : schedule_families())
+    pairs += static_cast<int>(family->backward_modes().size());
+  EXPECT_EQ(checked, 40 * pairs);
 }
 
 TEST(PlanProperties, RandomIdenticalStages) {

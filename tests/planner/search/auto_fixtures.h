@@ -7,10 +7,9 @@
 
 #include "planner/graph/simulator.h"
 #include "planner/graph/validator.h"
-#include "planner/plan/backward_fill.h"
+#include "planner/plan/make_plan.h"
 #include "planner/search/auto_schedule.h"
-#include "schedules/backward.h"
-#include "schedules/registry.h"
+#include "schedules/family.h"
 
 namespace pipeplan::testing {
 
@@ -71,13 +70,9 @@ inline Simulated run_auto(const std::vector<StageCost>& costs, const PlanMeta& m
 // A fixed family (one chunk per device) in one backward mode, with unlimited memory.
 inline Simulated run_family(const ScheduleFamily& family, BackwardMode mode,
                             const std::vector<StageCost>& costs, const PlanMeta& meta) {
-  const Schedule generated = family.generate(ScheduleRequest{meta.devices, 1, meta.microbatches});
-  Schedule schedule = generated;
-  if (!family.places_p2) {
-    schedule = mode == BackwardMode::twobp_fill ? fill_p2_into_gaps(generated, costs, meta, 1)
-                                                : apply_backward_mode(generated, mode, 1);
-  }
-  return run_schedule(schedule, costs, meta);
+  const ScheduleRequest request{meta.devices, 1, meta.microbatches, mode, 1, nullptr};
+  return run_schedule(with_backward_mode(family, family.generate(request), request, costs, meta),
+                      costs, meta);
 }
 
 }  // namespace pipeplan::testing

@@ -1,0 +1,138 @@
+// Schedule families: each one a file in schedules/families/ (or, for a family built from the
+// costs, in the layer that can evaluate them, like `auto` in planner/search/) that declares what
+// it accepts and registers itself by name. Nothing else in the tree lists families: the planner,
+// the search, `compare` and the tests ask the registry and the family's declared traits.
+//
+// A family produces the per-device order of a step. Families that leave the backward to the
+// backward mode emit forwards (F) and fused backwards (B), which schedules/backward.h (fused,
+// 2bp) or planner/plan/backward_fill.h (2bp-fill) split into p1/p2; families that place p2
+// themselves (Zero Bubble style) emit P1 and P2 and accept --backward 2bp only.
+//
+// Adding a family (docs/architecture.md has a complete example):
+//   namespace {
+//   Schedule make_reverse(const ScheduleRequest& request) { ... }
+//   const ScheduleFamilyRegistration kReverse({.name = "reverse", .description = "...",
+//                                              .memory = {"m", [](int, int, int m) { ... }}},
+//                                             make_reverse);
+//   }
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "profiles/partition.h"
+#include "profiles/profile.h"
+#include "schedules/schedule.h"
+
+namespace pipeplan {
+
+// What a family built from the costs (`auto`) needs beyond the shape; absent for the others.
+struct StageCostContext {
+  std::vector<StageCost> costs;            // per virtual stage, in model order
+  std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
+  P2pLink link;                            // every device pair
+};
+
+struct ScheduleRequest {
+  int devices = 0;
+  int chunks = 1;  // virtual stages per device
+  int microbatches = 0;
+  // Read by families that place p2 themselves (and `auto`); empty: the family's default.
+  std::optional<BackwardMode> backward{};
+  int p2_concat = 1;                        // 0: all micro-batches of a stage in one call
+  const StageCostContext* costs = nullptr;  // set by make_plan for families that need it
+};
+
+// Who turns a backward into p1 and p2.
+enum class P2Placement : std::uint8_t {
+  by_backward_mode,  // the family emits fused B; --backward fused, 2bp or 2bp-fill splits it
+  by_family,         // the family emits P1 and P2 itself; --backward 2bp only
+};
+
+// Accepted --chunks (virtual stages per device) and the count that `compare` and the search
+// try: a family whose one-chunk form is another family's (interleaved with V = 1 is 1F1B) is
+// tried only at its preferred count.
+struct ChunkRule {
+  int min = 1;
+  int max = 1;
+  int preferred = 1;
+  bool accepts(int chunks) const { return chunks >= min && chunks <= max; }
+};
+
+// Peak activation memory of the family's order on its busiest device, in micro-batch stashes of
+// one device's layers (M_B), with uniform stages: every micro-batch counts from its forward until
+// its backward has finished (p2 included). `peak` takes (devices P, chunks V, micro-batches m);
+// `formula` says the same for people. tests/schedules/families_test.cpp holds every family to
+// its declaration against the simulator. Families built from the costs fit the memory limit
+// instead (`peak` is empty).
+struct MemoryModel {
+  std::string_view formula;
+  std::function<double(int devices, int chunks, int microbatches)> peak;
+};
+
+struct ScheduleFamilyTraits {
+  std::string_view name;
+  std::string_view description;
+  // Position in listings (`compare`, --help); ties by name.
+  int listing_order = 100;
+  P2Placement p2 = P2Placement::by_backward_mode;
+  ChunkRule chunks{};
+  MemoryModel memory{};
+  // Built from the stage costs and memory limits (ScheduleRequest::costs).
+  bool needs_costs = false;
+  // BPipe activation transfers can be added to its plans (planner/plan/bpipe.h).
+  bool bpipe = false;
+};
+
+class ScheduleFamily {
+ public:
+  using Generate = std::function<Schedule(const ScheduleRequest&)>;
+  ScheduleFamily(const ScheduleFamilyTraits& traits, Generate generate);
+
+  const ScheduleFamilyTraits& traits() const { return traits_; }
+  const std::string& name() const { return name_; }
+
+  // fused, 2bp, 2bp-fill for families that leave p2 to the backward mode; 2bp for the others.
+  std::vector<BackwardMode> backward_modes() const;
+  bool accepts(BackwardMode mode) const;
+  BackwardMode default_backward() const { return backward_modes().front(); }
+  bool places_p2() const { return traits_.p2 == P2Placement::by_family; }
+
+  // Throws FieldError naming the field (devices, microbatches, chunks, backward, p2_concat) when
+  // the request's shape does not suit the family.
+  void check(const ScheduleRequest& request) const;
+  // check(), then (FieldError "schedule" for a family that needs the costs and got none) the
+  // family's order, labelled with the family's name and, when the family
+  // places p2 itself, the request's backward mode (fused otherwise: the mode is applied after).
+  Schedule generate(const ScheduleRequest& request) const;
+
+ private:
+  ScheduleFamilyTraits traits_;
+  std::string name_;
+  Generate generate_;
+};
+
+// Every registered family, in listing order. Stable for the life of the process.
+const std::vector<const ScheduleFamily*>& schedule_families();
+// Throws FieldError("schedule") listing the valid names.
+const ScheduleFamily& find_schedule_family(std::string_view name);
+
+// find_schedule_family(family).generate(request).
+Schedule generate_schedule(std::string_view family, const ScheduleRequest& request);
+
+// A static object of this type in a family's file adds the family at start-up. Throws
+// (terminating the program: a programming error) on a duplicate name.
+class ScheduleFamilyRegistration {
+ public:
+  ScheduleFamilyRegistration(const ScheduleFamilyTraits& traits, ScheduleFamily::Generate generate);
+};
+
+// A fused schedule with no actions yet: devices × chunks virtual stages, v on device v mod P.
+Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family);
+
+}  // namespace pipeplan

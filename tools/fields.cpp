@@ -1,0 +1,27 @@
+#include "tools/fields.h"
+
+#include <array>
+#include <utility>
+
+namespace pipeplan {
+
+std::string flag_for_field(std::string_view field) {
+  // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kFlags{{
+      {"devices", "--stages"},
+      {"chunks", "--chunks"},
+      {"microbatches", "--microbatches"},
+      {"mbs", "--mbs"},
+      {"p2_concat", "--p2-concat"},
+      {"memory_limit_bytes", "--memory"},
+      {"schedule", "--schedule"},
+      {"backward", "--backward"},
+      {"bpipe", "--bpipe"},
+  }};
+  for (const auto& [name, flag] : kFlags) {
+    if (name == field) return std::string(flag);
+  }
+  return std::string(field);
+}
+
+}  // namespace pipeplan
