@@ -344,13 +344,13 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
   return c;
 }
 
-[[noreturn]] void fail_option(std::string_view option, std::string_view what) {
-  throw Error(std::string(option) + ": " + std::string(what));
+[[noreturn]] void fail_option(std::string_view field, std::string_view what) {
+  throw FieldError(std::string(field), std::string(what));
 }
 
 // Splits "a:b:c" and parses every part as a finite number; errors name `option`.
 std::vector<double> parse_numbers(std::string_view text, std::size_t expected,
-                                  std::string_view option, std::string_view form) {
+                                  std::string_view field, std::string_view form) {
   std::vector<double> values;
   std::size_t start = 0;
   while (true) {
@@ -361,16 +361,16 @@ std::vector<double> parse_numbers(std::string_view text, std::size_t expected,
     const char* end = part.data() + part.size();
     auto [ptr, ec] = std::from_chars(part.data(), end, value);
     if (part.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
-      fail_option(option, "'" + std::string(part) + "' is not a number (expected " +
-                              std::string(form) + ")");
+      fail_option(field, "'" + std::string(part) + "' is not a number (expected " +
+                             std::string(form) + ")");
     }
     values.push_back(value);
     if (colon == std::string_view::npos) break;
     start = colon + 1;
   }
   if (values.size() != expected) {
-    fail_option(option, "expected " + std::to_string(expected) + " values " + std::string(form) +
-                            ", got " + std::to_string(values.size()));
+    fail_option(field, "expected " + std::to_string(expected) + " values " + std::string(form) +
+                           ", got " + std::to_string(values.size()));
   }
   return values;
 }
@@ -389,12 +389,14 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
     throw Error("analytic profile: model '" + model.name + "' is synthetic (family uniform)");
   }
   const int seq = options.seq == 0 ? model.seq : options.seq;
-  if (seq < 1) fail_option("--seq", "must be a positive integer");
-  if (options.micro_batch_sizes.empty()) fail_option("--mbs", "needs at least one size");
+  if (seq < 1) fail_option("seq", "must be a positive integer");
+  if (options.micro_batch_sizes.empty())
+    fail_option("micro_batch_sizes", "needs at least one size");
   for (int mbs : options.micro_batch_sizes) {
-    if (mbs < 1) fail_option("--mbs", "micro-batch size " + std::to_string(mbs) + " must be >= 1");
+    if (mbs < 1)
+      fail_option("micro_batch_sizes", "micro-batch size " + std::to_string(mbs) + " must be >= 1");
   }
-  if (options.max_p2_concat < 1) fail_option("--max-p2-concat", "must be >= 1");
+  if (options.max_p2_concat < 1) fail_option("max_p2_concat", "must be >= 1");
   if (gpu.peak_bf16_tflops <= 0 || gpu.hbm_bandwidth_GBps <= 0) {
     throw Error("analytic profile: GPU '" + gpu.name + "' needs a peak and an HBM bandwidth");
   }
@@ -419,34 +421,34 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
 }
 
 UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
-  const auto t = parse_numbers(times, 4, "--uniform", "F:B:W:COMM in ms");
+  const auto t = parse_numbers(times, 4, "uniform_times", "F:B:W:COMM in ms");
   UniformCosts c;
   c.forward_ms = t[0];
   c.p1_ms = t[1];
   c.p2_ms = t[2];
   c.comm_ms = t[3];
-  if (c.forward_ms <= 0) fail_option("--uniform", "F must be positive");
-  if (c.p1_ms <= 0) fail_option("--uniform", "B must be positive");
-  if (c.p2_ms < 0) fail_option("--uniform", "W must not be negative");
-  if (c.comm_ms < 0) fail_option("--uniform", "COMM must not be negative");
+  if (c.forward_ms <= 0) fail_option("uniform_times", "F must be positive");
+  if (c.p1_ms <= 0) fail_option("uniform_times", "B must be positive");
+  if (c.p2_ms < 0) fail_option("uniform_times", "W must not be negative");
+  if (c.comm_ms < 0) fail_option("uniform_times", "COMM must not be negative");
   if (memory.empty()) return c;  // no memory model: every pass allocates nothing
-  const auto m = parse_numbers(memory, 3, "--uniform-mem", "F:P1:P2 in GiB");
+  const auto m = parse_numbers(memory, 3, "uniform_memory", "F:P1:P2 in GiB");
   c.mem_f_gib = m[0];
   c.mem_p1_gib = m[1];
   c.mem_p2_gib = m[2];
-  if (c.mem_f_gib < 0) fail_option("--uniform-mem", "F memory must not be negative");
+  if (c.mem_f_gib < 0) fail_option("uniform_memory", "F memory must not be negative");
   if (c.mem_p1_gib > 0 || c.mem_p2_gib > 0) {
-    fail_option("--uniform-mem", "P1 and P2 release memory and must be <= 0");
+    fail_option("uniform_memory", "P1 and P2 release memory and must be <= 0");
   }
   if (std::abs(c.mem_f_gib + c.mem_p1_gib + c.mem_p2_gib) > 1e-9) {
-    fail_option("--uniform-mem", "F + P1 + P2 must sum to 0 (what F allocates is released)");
+    fail_option("uniform_memory", "F + P1 + P2 must sum to 0 (what F allocates is released)");
   }
   return c;
 }
 
 Profile uniform_profile(const UniformCosts& costs, int layers, int layers_per_stage) {
   if (layers < 1) fail_option("uniform profile", "needs at least one layer");
-  if (layers_per_stage < 1) fail_option("--layers-per-stage", "must be >= 1");
+  if (layers_per_stage < 1) fail_option("layers_per_stage", "must be >= 1");
   constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
   const double per = static_cast<double>(layers_per_stage);
 

@@ -124,7 +124,7 @@ GpuSpec find_gpu(std::string_view name_or_alias) {
     for (const auto& a : g.aliases)
       known += "|" + a;
   }
-  throw Error("unknown GPU '" + std::string(name_or_alias) + "'; known: " + known);
+  throw FieldError("gpu", "unknown GPU '" + std::string(name_or_alias) + "'; known: " + known);
 }
 
 }  // namespace pipeplan

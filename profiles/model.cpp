@@ -248,8 +248,8 @@ ModelConfig model_preset(std::string_view name) {
   for (auto& m : presets()) {
     if (m.name == name) return m;
   }
-  throw Error("unknown model '" + std::string(name) +
-              "'; known presets: " + join_names(model_preset_names()));
+  throw FieldError("model", "unknown model '" + std::string(name) +
+                                "'; known presets: " + join_names(model_preset_names()));
 }
 
 ModelConfig load_hf_config(const std::filesystem::path& path) {
@@ -396,8 +396,9 @@ ModelConfig resolve_model(std::string_view name_or_path) {
     if (j.is_object() && j.contains("family")) return model_from_json(j, path.string());
     return load_hf_config(path);
   }
-  throw Error("unknown model '" + std::string(name_or_path) +
-              "' (neither a preset nor a .json file); known presets: " + join_names(names));
+  throw FieldError(
+      "model", "unknown model '" + std::string(name_or_path) +
+                   "' (neither a preset nor a .json file); known presets: " + join_names(names));
 }
 
 }  // namespace pipeplan

@@ -132,27 +132,29 @@ Partition partition_balanced(const ModelConfig& model, const Profile& profile, i
                              int stage_count) {
   const BlockSpan span = block_span(model);
   if (stage_count < 1)
-    throw Error("--stages: need at least 1 stage, got " + std::to_string(stage_count));
+    throw FieldError("devices", "need at least 1 stage, got " + std::to_string(stage_count));
   if (stage_count > span.block_count)
-    throw Error("--stages: " + std::to_string(stage_count) + " stages but " + model_label(model) +
-                " has " + std::to_string(span.block_count) + " blocks");
+    throw FieldError("devices", std::to_string(stage_count) + " stages but " + model_label(model) +
+                                    " has " + std::to_string(span.block_count) + " blocks");
   const RangeCost cost(span, profile, mbs);
   return partition_from_counts(span, earliest_optimal_counts(cost, stage_count));
 }
 
 Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage) {
   const BlockSpan span = block_span(model);
-  if (blocks_per_stage.empty()) throw Error("--layers-per-stage: no block counts given");
+  if (blocks_per_stage.empty()) throw FieldError("layers_per_stage", "no block counts given");
   int sum = 0;
   for (std::size_t p = 0; p < blocks_per_stage.size(); ++p) {
     if (blocks_per_stage[p] < 1)
-      throw Error("--layers-per-stage: stage " + std::to_string(p) + " has " +
-                  std::to_string(blocks_per_stage[p]) + " blocks; every stage needs at least 1");
+      throw FieldError("layers_per_stage", "stage " + std::to_string(p) + " has " +
+                                               std::to_string(blocks_per_stage[p]) +
+                                               " blocks; every stage needs at least 1");
     sum += blocks_per_stage[p];
   }
   if (sum != span.block_count)
-    throw Error("--layers-per-stage: counts sum to " + std::to_string(sum) + " but " +
-                model_label(model) + " has " + std::to_string(span.block_count) + " blocks");
+    throw FieldError("layers_per_stage", "counts sum to " + std::to_string(sum) + " but " +
+                                             model_label(model) + " has " +
+                                             std::to_string(span.block_count) + " blocks");
   return partition_from_counts(span, blocks_per_stage);
 }
 

@@ -7,7 +7,7 @@
 namespace pipeplan {
 
 Profile tensor_parallel_profile(Profile profile, int t) {
-  if (t < 1) throw Error("--tensor-parallel: must be at least 1, got " + std::to_string(t));
+  if (t < 1) throw FieldError("tensor_parallel", "must be at least 1, got " + std::to_string(t));
   if (t == 1) return profile;
   const double td = static_cast<double>(t);
   for (auto& [kind, by_mbs] : profile.layers) {

@@ -30,7 +30,7 @@ void append_deferred_p2(std::vector<Action>& actions, const std::vector<Action>&
 }
 
 void check_p2_concat(int p2_concat) {
-  if (p2_concat < 0) throw Error("--p2-concat: must be 0 (all) or a positive count");
+  if (p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
 }
 
 Schedule apply_backward_mode(const Schedule& fused_schedule, BackwardMode mode, int p2_concat) {

@@ -45,8 +45,8 @@ BackwardMode backward_mode_from_string(std::string_view text) {
   for (const auto& [value, name] : kBackwardModes) {
     if (name == text) return value;
   }
-  throw Error("--backward: unknown backward mode '" + std::string(text) +
-              "' (valid: fused, 2bp, 2bp-fill)");
+  throw FieldError("backward", "unknown backward mode '" + std::string(text) +
+                                   "' (valid: fused, 2bp, 2bp-fill)");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -17,6 +17,16 @@ std::string flag_for_field(std::string_view field) {
       {"schedule", "--schedule"},
       {"backward", "--backward"},
       {"bpipe", "--bpipe"},
+      {"layers_per_stage", "--layers-per-stage"},
+      {"global_batch", "--global-batch"},
+      {"tensor_parallel", "--tensor-parallel"},
+      {"seq", "--seq"},
+      {"micro_batch_sizes", "--mbs"},
+      {"max_p2_concat", "--max-concat"},
+      {"uniform_times", "--uniform"},
+      {"uniform_memory", "--uniform-mem"},
+      {"gpu", "--gpu"},
+      {"model", "--model"},
   }};
   for (const auto& [name, flag] : kFlags) {
     if (name == field) return std::string(flag);

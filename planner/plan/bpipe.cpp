@@ -27,7 +27,7 @@ BpipeMode bpipe_mode_from_string(std::string_view text) {
   if (text == "off") return BpipeMode::off;
   if (text == "on") return BpipeMode::on;
   if (text == "auto") return BpipeMode::automatic;
-  throw Error("--bpipe: must be off, on or auto, got '" + std::string(text) + "'");
+  throw FieldError("bpipe", "must be off, on or auto, got '" + std::string(text) + "'");
 }
 
 std::int64_t BpipePlan::bytes_per_step() const {
@@ -216,13 +216,14 @@ BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs
   const Schedule& s = graph.schedule;
   const std::string& family = graph.meta.schedule.empty() ? s.family : graph.meta.schedule;
   if (family != "1f1b") {
-    throw Error("--bpipe: schedule '" + family +
-                "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
-                "(docs/bpipe.md)");
+    throw FieldError("bpipe",
+                     "schedule '" + family +
+                         "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
+                         "(docs/bpipe.md)");
   }
   if (s.stage_count() != s.devices) {
-    throw Error("--bpipe: needs one stage per device (got " + std::to_string(s.stage_count()) +
-                " stages on " + std::to_string(s.devices) + " devices)");
+    throw FieldError("bpipe", "needs one stage per device (got " + std::to_string(s.stage_count()) +
+                                  " stages on " + std::to_string(s.devices) + " devices)");
   }
   BpipePlan plan;
   for (int x = 0; x < s.devices / 2; ++x) {

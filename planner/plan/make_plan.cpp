@@ -65,8 +65,9 @@ StageInputs stage_inputs(const PlanRequest& request) {
     partition = partition_balanced(model, request.profile, request.mbs, stage_count);
   } else {
     if (static_cast<int>(request.layers_per_stage.size()) != stage_count) {
-      throw Error("--layers-per-stage: " + std::to_string(request.layers_per_stage.size()) +
-                  " counts for " + std::to_string(stage_count) + " stages");
+      throw FieldError("layers_per_stage", std::to_string(request.layers_per_stage.size()) +
+                                               " counts for " + std::to_string(stage_count) +
+                                               " stages");
     }
     partition = partition_fixed(model, request.layers_per_stage);
   }
@@ -138,9 +139,10 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
       schedule.stage_count() != request.devices * request.chunks) {
     throw Error("schedule: " + std::to_string(schedule.devices) + " devices, " +
                 std::to_string(schedule.stage_count()) + " stages, " +
-                std::to_string(schedule.microbatches) + " micro-batches do not match --stages " +
-                std::to_string(request.devices) + " --chunks " + std::to_string(request.chunks) +
-                " --microbatches " + std::to_string(request.microbatches));
+                std::to_string(schedule.microbatches) + " micro-batches do not match " +
+                field_name("devices") + " " + std::to_string(request.devices) + ", " +
+                field_name("chunks") + " " + std::to_string(request.chunks) + ", " +
+                field_name("microbatches") + " " + std::to_string(request.microbatches));
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);

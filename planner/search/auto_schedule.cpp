@@ -221,8 +221,8 @@ class ListScheduler {
     if (gradient_at <= now) {
       if (!split_ || fits(d, p1_growth(d))) return {now, Kind::p1, 1};
       if (!s.pending_p2.empty()) return {now, Kind::p2, 1};  // memory forces it
-      throw Error("--memory: device " + std::to_string(d) +
-                  " cannot hold the retained bytes of one more p1");
+      throw FieldError("memory_limit_bytes", "device " + std::to_string(d) +
+                                                 " cannot hold the retained bytes of one more p1");
     }
     if (forward_allowed && forward_at <= now) return {now, Kind::forward, 1};
     if (split_ && !s.pending_p2.empty()) {
@@ -238,8 +238,9 @@ class ListScheduler {
     double wake = gradient_at;
     if (forward_allowed) wake = std::min(wake, forward_at);
     if (more_forwards && !forward_memory && s.inflight == 0 && s.pending_p2.empty()) {
-      throw Error("--memory: device " + std::to_string(d) +
-                  " cannot hold the activations of one micro-batch within its limit");
+      throw FieldError("memory_limit_bytes",
+                       "device " + std::to_string(d) +
+                           " cannot hold the activations of one micro-batch within its limit");
     }
     return {std::max(wake, now), Kind::wait, 1};
   }
@@ -374,7 +375,8 @@ std::optional<Evaluation> evaluate(const Schedule& schedule, const std::vector<S
   const TaskGraph graph = lower(schedule, costs, meta);
   const CheckedSimulation checked = validate_and_simulate(graph);
   if (const auto& violation = checked.violation) {
-    if (first_error.empty()) first_error = "--memory: " + violation->message;
+    if (first_error.empty())
+      first_error = field_name("memory_limit_bytes") + ": " + violation->message;
     return std::nullopt;
   }
   const SimResult& sim = checked.sim;
@@ -595,14 +597,14 @@ int improve_by_moves(Schedule& schedule, Evaluation& current, const std::vector<
 
 AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMeta& meta,
                               BackwardMode mode, int p2_concat) {
-  if (meta.chunks != 1) throw Error("--chunks: schedule 'auto' runs one chunk per device");
+  if (meta.chunks != 1) throw FieldError("chunks", "schedule 'auto' runs one chunk per device");
   if (static_cast<int>(costs.size()) != meta.devices) {
-    throw Error("--chunks: schedule 'auto' needs one stage per device, got " +
-                std::to_string(costs.size()) + " stages for " + std::to_string(meta.devices) +
-                " devices");
+    throw FieldError("chunks", "schedule 'auto' needs one stage per device, got " +
+                                   std::to_string(costs.size()) + " stages for " +
+                                   std::to_string(meta.devices) + " devices");
   }
-  if (meta.microbatches < 1) throw Error("--microbatches: must be at least 1");
-  if (p2_concat < 0) throw Error("--p2-concat: must be 0 (all) or a positive count");
+  if (meta.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
+  if (p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
   const bool split = mode != BackwardMode::fused;
   const int max_group = p2_concat == 0 ? meta.microbatches : p2_concat;
 

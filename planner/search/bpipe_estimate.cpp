@@ -51,7 +51,7 @@ struct Candidate {
 // Every candidate that fits; failures go to `infeasible`.
 std::vector<Candidate> evaluate(const SearchRequest& request,
                                 std::vector<std::string>& infeasible) {
-  if (request.global_batch < 1) throw Error("--global-batch: required (samples per step)");
+  if (request.global_batch < 1) throw FieldError("global_batch", "required (samples per step)");
   std::vector<Candidate> out;
   for (const int mbs : request.mbs_candidates) {
     if (request.global_batch % mbs != 0) continue;
@@ -162,7 +162,7 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request) {
   }
   if (!without) {
     throw NoBaselineError(
-        "--global-batch: no configuration fits without BPipe (" +
+        field_name("global_batch") + ": no configuration fits without BPipe (" +
         (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
   }
   e.without = without->config;
@@ -186,8 +186,10 @@ Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
   std::vector<std::string> infeasible;
   std::vector<Candidate> all = evaluate(request, infeasible);
   if (all.empty()) {
-    throw Error("--global-batch: no configuration fits (" +
-                (infeasible.empty() ? std::string("no candidates") : infeasible.front()) + ")");
+    throw FieldError("global_batch",
+                     "no configuration fits (" +
+                         (infeasible.empty() ? std::string("no candidates") : infeasible.front()) +
+                         ")");
   }
   auto best = std::min_element(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) {
     return x.config.step_time_us < y.config.step_time_us;

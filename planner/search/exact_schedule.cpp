@@ -268,11 +268,11 @@ class BranchAndBound {
 ExactResult exact_schedule(const std::vector<StageCost>& costs, const PlanMeta& meta,
                            double incumbent_us, std::int64_t node_limit) {
   if (meta.devices < 1 || meta.devices > 6 || static_cast<int>(costs.size()) != meta.devices)
-    throw Error("--stages: exact search takes 1 to 6 devices with one stage each, got " +
-                std::to_string(meta.devices));
+    throw FieldError("devices", "exact search takes 1 to 6 devices with one stage each, got " +
+                                    std::to_string(meta.devices));
   if (meta.microbatches < 1 || meta.microbatches > 12)
-    throw Error("--microbatches: exact search takes 1 to 12 micro-batches, got " +
-                std::to_string(meta.microbatches));
+    throw FieldError("microbatches", "exact search takes 1 to 12 micro-batches, got " +
+                                         std::to_string(meta.microbatches));
   return BranchAndBound(costs, meta, incumbent_us, node_limit).run();
 }
 

@@ -58,8 +58,8 @@ SearchResult search_plans(const SearchRequest& request) {
         sizes.emplace_back(mbs, request.global_batch / mbs);
     }
     if (sizes.empty())
-      throw Error("--global-batch: " + std::to_string(request.global_batch) +
-                  " is divisible by no candidate micro-batch size");
+      throw FieldError("global_batch", std::to_string(request.global_batch) +
+                                           " is divisible by no candidate micro-batch size");
   } else {
     sizes.emplace_back(request.base.mbs, request.base.microbatches);
   }
@@ -123,7 +123,7 @@ SearchResult search_plans(const SearchRequest& request) {
       }
     }
   }
-  if (!have_best) throw Error(first_error.empty() ? "--search: no candidate plan" : first_error);
+  if (!have_best) throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
   for (const SearchPoint& p : points) {
     const bool dominated = std::any_of(points.begin(), points.end(),
                                        [&](const SearchPoint& q) { return dominates(q, p); });

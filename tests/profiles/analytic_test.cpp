@@ -166,7 +166,7 @@ TEST(Analytic, RejectsBadOptions) {
   options.micro_batch_sizes = {0};
   EXPECT_NE(error_of([&] {
               analytic_profile(model_preset("tiny"), find_gpu("h100"), options);
-            }).find("--mbs"),
+            }).find("micro_batch_sizes"),
             std::string::npos);
 }
 
@@ -186,16 +186,16 @@ TEST(Analytic, ParseUniformErrorsNameTheOption) {
   const auto starts = [](const std::string& message, const std::string& prefix) {
     return message.rfind(prefix, 0) == 0;
   };
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:3", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:x:0", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("0:2:1:0", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:-2:1:0", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:-1:0", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:-0.5", "1:-1:0"); }), "--uniform:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1"); }), "--uniform-mem:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:x"); }), "--uniform-mem:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:-0.5"); }), "--uniform-mem:"));
-  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "-1:1:0"); }), "--uniform-mem:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:3", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:x:0", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("0:2:1:0", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:-2:1:0", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:-1:0", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:-0.5", "1:-1:0"); }), "uniform_times:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1"); }), "uniform_memory:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:x"); }), "uniform_memory:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "1:-1:-0.5"); }), "uniform_memory:"));
+  EXPECT_TRUE(starts(error_of([] { parse_uniform("1:2:1:0", "-1:1:0"); }), "uniform_memory:"));
 }
 
 TEST(Analytic, UniformProfileStageCostsAreExact) {

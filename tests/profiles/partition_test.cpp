@@ -115,13 +115,13 @@ TEST(Partition, LlamaSevenBLikeHeadMakesTheLastStageLighter) {
   EXPECT_NEAR(worst_us, 27.0, 1e-9);
 }
 
-TEST(Partition, MoreStagesThanBlocksNamesTheOption) {
+TEST(Partition, MoreStagesThanBlocksNamesTheField) {
   const ModelConfig model = model_of("llama-7b", "llama", 32);
   const Profile profile = profile_of(model, cost_of(1, 1, 1));
   EXPECT_EQ(error_of([&] { partition_balanced(model, profile, 1, 40); }),
-            "--stages: 40 stages but llama-7b has 32 blocks");
+            "devices: 40 stages but llama-7b has 32 blocks");
   EXPECT_EQ(error_of([&] { partition_balanced(model, profile, 1, 0); }),
-            "--stages: need at least 1 stage, got 0");
+            "devices: need at least 1 stage, got 0");
 }
 
 TEST(Partition, FixedPartitionPlacesEmbeddingAndHead) {
@@ -139,13 +139,13 @@ TEST(Partition, FixedPartitionErrorsNameTheOption) {
   EXPECT_EQ(error_of([&] {
               partition_fixed(model, {8, 8, 8});
             }),
-            "--layers-per-stage: counts sum to 24 but llama-7b has 32 blocks");
+            "layers_per_stage: counts sum to 24 but llama-7b has 32 blocks");
   EXPECT_EQ(error_of([&] {
               partition_fixed(model, {0, 32});
             }),
-            "--layers-per-stage: stage 0 has 0 blocks; every stage needs at least 1");
+            "layers_per_stage: stage 0 has 0 blocks; every stage needs at least 1");
   EXPECT_EQ(error_of([&] { partition_fixed(model, {}); }),
-            "--layers-per-stage: no block counts given");
+            "layers_per_stage: no block counts given");
 }
 
 TEST(Partition, StageCostsSumTheirLayers) {

@@ -37,13 +37,12 @@ TEST(ScheduleNotation, OpAndModeNames) {
     EXPECT_EQ(backward_mode_from_string(to_string(mode)), mode);
 }
 
-TEST(ScheduleNotation, UnknownBackwardModeNamesTheOptionAndTheChoices) {
+TEST(ScheduleNotation, UnknownBackwardModeNamesTheFieldAndTheChoices) {
   try {
     backward_mode_from_string("twobp");
     FAIL() << "accepted 'twobp'";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "--backward: unknown backward mode 'twobp' (valid: fused, 2bp, 2bp-fill)");
+    EXPECT_STREQ(e.what(), "backward: unknown backward mode 'twobp' (valid: fused, 2bp, 2bp-fill)");
   }
 }
 

@@ -144,7 +144,7 @@ TEST(Bpipe, RefusesOtherScheduleFamilies) {
       FAIL() << family << " + BPipe accepted";
     } catch (const Error& e) {
       const std::string message = e.what();
-      EXPECT_EQ(message.rfind("--bpipe: schedule '" + std::string(family) + "'", 0), 0u) << message;
+      EXPECT_EQ(message.rfind("bpipe: schedule '" + std::string(family) + "'", 0), 0u) << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }
