@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The layering rules of docs/architecture.md, checked on the sources (not tests or benchmarks):
+#  1. an #include points to the file's own layer or one below it; runtime/cpu and runtime/cuda
+#     are siblings (neither includes the other) and tools/ includes nothing of runtime/cuda (a
+#     plugin loaded on demand);
+#  2. the core (everything but tools/) raises errors that name fields, never CLI flags.
+# Usage: bash tools/check_layers.sh   (prints every violation, exits 1 if any)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Layer of a path: its rank, or nothing for files outside the layered tree.
+rank() {
+  case "$1" in
+    planner/base/*) echo 0 ;;
+    profiles/*) echo 1 ;;
+    schedules/families/*) echo 3 ;;
+    schedules/*) echo 2 ;;
+    planner/graph/*) echo 4 ;;
+    planner/plan/*) echo 5 ;;
+    planner/search/*) echo 6 ;;
+    runtime/cpu/*) echo 8 ;;
+    runtime/cuda/*) echo 8 ;;
+    runtime/*) echo 7 ;;
+    tools/*) echo 9 ;;
+  esac
+}
+sibling() {  # the backend folder, for the sibling rule
+  case "$1" in runtime/cpu/*) echo cpu ;; runtime/cuda/*) echo cuda ;; esac
+}
+
+violations=0
+while IFS= read -r file; do
+  from=$(rank "$file")
+  [ -n "$from" ] || continue
+  while IFS= read -r target; do
+    to=$(rank "$target")
+    [ -n "$to" ] || continue
+    bad=""
+    if [ "$to" -gt "$from" ]; then bad="points up"; fi
+    a=$(sibling "$file"); b=$(sibling "$target")
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then bad="crosses backends"; fi
+    if [ "$(rank "$file")" = 9 ] && [ "$b" = cuda ]; then bad="links the CUDA plugin into the CLI"; fi
+    if [ -n "$bad" ]; then
+      echo "layers: $file includes $target: $bad"
+      violations=$((violations + 1))
+    fi
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$file")
+done < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | grep -E '^(planner|profiles|schedules|runtime|tools)/')
+
+# Errors of the core that name a flag: Error("--…"), FieldError(…, "--…").
+while IFS= read -r hit; do
+  echo "layers: core error names a CLI flag: $hit"
+  violations=$((violations + 1))
+done < <(git grep -n -E 'Error\("--|Error\([^,]*, *"--' -- planner profiles schedules runtime || true)
+
+if [ "$violations" -gt 0 ]; then
+  echo "layers: $violations violation(s) (docs/architecture.md)"
+  exit 1
+fi
+echo "layers: clean"
