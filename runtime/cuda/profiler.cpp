@@ -10,11 +10,11 @@
 #include <optional>
 #include <sstream>
 
-#include "runtime/cpu/random.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
+#include "runtime/random.h"
 
 namespace pipeplan::cuda {
 
@@ -127,7 +127,7 @@ KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& m
   const TokenBatch batch = backend.synthetic_batch(mbs, seq, model.vocab, 7);
   const std::int64_t n = std::int64_t{mbs} * seq * model.hidden;
   std::vector<double> values(static_cast<std::size_t>(n));
-  cpu::fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
+  fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
   const Tensor activation = backend.upload(values, {mbs, seq, model.hidden});
   switch (kind) {
     case LayerKind::embedding:
