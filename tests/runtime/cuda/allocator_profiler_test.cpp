@@ -68,7 +68,7 @@ TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
 
 TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
   PIPEPLAN_REQUIRE_GPU();
-  cuda::CudaProfileOptions options;
+  GpuProfileOptions options;
   options.model = pipeplan::testing::tiny_model();
   options.micro_batch_sizes = {1, 2};
   options.attention = Attention::recompute;
