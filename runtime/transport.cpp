@@ -1,7 +1,7 @@
 #include "runtime/transport.h"
 
 #include "planner/base/error.h"
-#include "runtime/cpu/host_tensor.h"
+#include "runtime/host_tensor.h"
 
 namespace pipeplan {
 
@@ -42,7 +42,7 @@ void check_message(const Message& message, std::string_view expected_tag,
 
 void InProcessTransport::send(int from, int to, Channel channel, Message message) {
   for (auto& entry : message.tensors)
-    entry.second = cpu::host_copy(entry.second);
+    entry.second = host_copy(entry.second);
   {
     const std::lock_guard lock(mutex_);
     queues_[Link{from, to, channel}].push_back(std::move(message));

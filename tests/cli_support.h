@@ -18,9 +18,10 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-// `pipeplan <args>` through the shell; status is the exit code, -1 if it did not exit normally.
-inline CliResult run_pipeplan(const std::string& args) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+// `command` through the shell, stderr with stdout; status is the exit code, -1 if it did not
+// exit normally.
+inline CliResult run_shell(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   CliResult r;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -30,6 +31,11 @@ inline CliResult run_pipeplan(const std::string& args) {
   const int raw = pclose(pipe);
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return r;
+}
+
+// `pipeplan <args>`; `env` (e.g. "PIPEPLAN_CUDA_PLUGIN=/x.so") prefixes the command line.
+inline CliResult run_pipeplan(const std::string& args, const std::string& env = "") {
+  return run_shell(env + (env.empty() ? "" : " ") + std::string(PIPEPLAN_BINARY) + " " + args);
 }
 
 // A fresh temporary folder per test, named after its suite, test and process (ctest runs tests
@@ -48,6 +54,19 @@ class TempDirTest : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   std::filesystem::path dir_;
+};
+
+// A temporary folder holding plan_: the tiny model on 4 stages, 1F1B with 2BP.
+class TinyPlanTest : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    plan_ = path("p.json");
+    const CliResult r = run_pipeplan(
+        "plan --model tiny --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp -o " + plan_);
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  std::string plan_;
 };
 
 }  // namespace pipeplan::testing

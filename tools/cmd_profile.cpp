@@ -1,5 +1,7 @@
 #include "tools/commands.h"
 
+#include <unistd.h>
+
 #include <iostream>
 #include <memory>
 
@@ -8,12 +10,8 @@
 #include "planner/base/error.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
+#include "runtime/gpu_plugin.h"
 #include "tools/units.h"
-#ifdef PIPEPLAN_HAVE_CUDA
-#include <unistd.h>
-
-#include "runtime/cuda/profiler.h"
-#endif
 
 namespace pipeplan {
 
@@ -27,15 +25,13 @@ struct ProfileCommand {
   std::string attention = "flash";
   int max_concat = 8;
   bool analytic = false;
-  std::string backend;  // "cuda": measure on the GPU (runtime/cuda/profiler.h)
+  std::string backend;  // "cuda": measure on the GPU (the CUDA plugin, runtime/gpu_plugin.h)
   int sm_partition = 0;
   int repetitions = 20;
   std::string output;
   int run() const {
     if (!analytic && backend == "cuda") return run_cuda();
-    if (!analytic) {
-      throw Error("profile: measuring needs the CUDA backend, not built yet; use --analytic");
-    }
+    if (!analytic) throw Error("profile: give --analytic, or --backend cuda to measure on a GPU");
     if (model.empty()) throw Error("--model: required");
     if (max_concat < 1) throw Error("--max-concat: must be at least 1");
     AnalyticOptions options;
@@ -57,8 +53,7 @@ struct ProfileCommand {
     return 0;
   }
   int run_cuda() const {
-#ifdef PIPEPLAN_HAVE_CUDA
-    cuda::CudaProfileOptions options;
+    GpuProfileOptions options;
     options.model = resolve_model(model);
     options.seq = seq;
     options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
@@ -71,7 +66,7 @@ struct ProfileCommand {
                       " --attention " + attention + " --max-concat " + std::to_string(max_concat);
     if (seq > 0) options.command += " --seq " + std::to_string(seq);
     if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
-    const Profile profile = cuda::measure_profile(options);
+    const Profile profile = load_gpu_plugin().measure_profile(options);
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";
     } else {
@@ -79,9 +74,6 @@ struct ProfileCommand {
       std::cout << "wrote " << output << "\n";
     }
     return 0;
-#else
-    throw Error("profile: measuring needs the CUDA backend, not built yet; use --analytic");
-#endif
   }
 };
 

@@ -12,12 +12,10 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/emulate.h"
 #include "runtime/executor.h"
+#include "runtime/gpu_plugin.h"
 #include "tools/commands.h"
 #include "tools/run_report.h"
 #include "tools/units.h"
-#ifdef PIPEPLAN_HAVE_CUDA
-#include "runtime/cuda/cuda_run.h"
-#endif
 
 namespace pipeplan {
 
@@ -69,11 +67,6 @@ struct RunCommand {
     }
     check_emulate(emulate, plan, backend);
     if (!gpu.empty() && backend != "cuda") throw Error("--gpu: only with --backend cuda");
-#ifndef PIPEPLAN_HAVE_CUDA
-    if (backend == "cuda") {
-      throw Error("--backend cuda: the CUDA backend is not built into this binary");
-    }
-#endif
   }
 
   int run() const {
@@ -113,27 +106,27 @@ struct RunCommand {
     return 0;
   }
 
-  int run_cuda([[maybe_unused]] TaskGraph plan) const {
-#ifdef PIPEPLAN_HAVE_CUDA
+  int run_cuda(TaskGraph plan) const {
+    GpuPlugin& plugin = load_gpu_plugin();
     const SimResult predicted = simulate(plan);
-    cuda::CudaRun cuda_run(plan, {emulate, gpu});
+    const std::unique_ptr<GpuRun> gpu_run = plugin.prepare_run(plan, {emulate, gpu});
     ExecutorOptions options = executor_options();
-    options.node_timer = cuda_run.timer();
-    const std::string transport_name = cuda_run.transport_name();
-    Executor executor(std::move(plan), cuda_run.backend_factory(), options,
-                      cuda_run.take_transport());
-    const MeasuredHardware& hw = cuda_run.hardware();
-    const std::string backend_name = cuda_run.backend(0).name() + " on " + hw.device_name;
+    options.node_timer = gpu_run->node_timer();
+    const std::string transport_name = gpu_run->transport_name();
+    Executor executor(std::move(plan), gpu_run->backend_factory(), options,
+                      gpu_run->take_transport());
+    const MeasuredHardware& hw = gpu_run->hardware();
+    const std::string backend_name = gpu_run->backend_name() + " on " + hw.device_name;
     if (!json) {
       std::cout << header(executor.plan(), backend_name, transport_name);
       if (hw.emulated()) std::cout << emulation_line(hw) << "\n";
       std::cout << std::flush;
     }
     nlohmann::json rows = nlohmann::json::array();
-    const StepResult last = run_steps(executor, rows, [&] { cuda_run.reset_peaks(); });
+    const StepResult last = run_steps(executor, rows, [&] { gpu_run->reset_peaks(); });
     const RunComparison comparison =
         compare_with_prediction(executor.plan(), predicted, last.measured, last.step_time_us,
-                                cuda_run.allocator_peak_bytes(), hw);
+                                gpu_run->allocator_peak_bytes(), hw);
     write_trace(executor.plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
     if (json) {
       nlohmann::json report = run_report_json(comparison, hw);
@@ -150,9 +143,6 @@ struct RunCommand {
       if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
     }
     return 0;
-#else
-    throw Error("--backend cuda: the CUDA backend is not built into this binary");
-#endif
   }
 
   ExecutorOptions executor_options() const {

@@ -7,22 +7,9 @@
 #include <cstdint>
 #include <span>
 
+#include "runtime/layer_spec.h"  // AttentionDims, kRopeBase
+
 namespace pipeplan::cpu {
-
-inline constexpr double kRopeBase = 10000.0;
-
-struct AttentionDims {
-  std::int64_t batch = 0;     // B
-  std::int64_t seq = 0;       // T
-  std::int64_t channels = 0;  // C = H · D
-  std::int64_t heads = 0;     // H
-  std::int64_t kv_heads = 0;  // KV, divides H
-
-  std::int64_t tokens() const { return batch * seq; }
-  std::int64_t head_dim() const { return channels / heads; }  // D, even (RoPE pairs)
-  // Row width of qkv: [q (H·D) | k (KV·D) | v (KV·D)].
-  std::int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim(); }
-};
 
 template <typename T>
 struct AttentionWeights {

@@ -3,9 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu/host_tensor.h"
 #include "runtime/cpu/rmsnorm.h"
 #include "runtime/cpu/swiglu_mlp.h"
+#include "runtime/host_tensor.h"
+#include "runtime/layer_spec.h"
 
 namespace pipeplan::cpu {
 
@@ -57,15 +58,6 @@ SwigluWeights<T> mlp_weights(const LayerParams& layer) {
 
 }  // namespace
 
-AttentionDims block_dims(const ModelConfig& model, const Tensor& x) {
-  if (x.shape().size() != 3 || x.shape()[2] != model.hidden) {
-    throw Error("block input is " + shape_string(x.shape()) + ", expected (B, T, " +
-                std::to_string(model.hidden) + ")");
-  }
-  const int kv_heads = model.kv_heads > 0 ? model.kv_heads : model.heads;
-  return {x.shape()[0], x.shape()[1], model.hidden, model.heads, kv_heads};
-}
-
 template <typename T>
 Tensor block_forward(const LayerParams& layer, const Tensor& x, Stash& stash) {
   const AttentionDims dims = block_dims(layer.model, x);
@@ -73,17 +65,8 @@ Tensor block_forward(const LayerParams& layer, const Tensor& x, Stash& stash) {
   const std::int64_t b = dims.batch, s = dims.seq, c = dims.channels, n = dims.tokens();
   const std::int64_t f = layer.model.ffn_hidden;
   const DType dtype = dtype_of<T>();
-  for (const char* name : {"attn_norm.xhat", "attn.x", "mlp_norm.xhat", "mlp.x", "attn.out"}) {
-    stash.put(name, host_zeros({b, s, c}, dtype));
-  }
-  for (const char* name : {"attn_norm.rstd", "mlp_norm.rstd"}) {
-    stash.put(name, host_zeros({b, s}, dtype));
-  }
-  stash.put("attn.qkv", host_zeros({b, s, dims.qkv_width()}, dtype));
-  stash.put("attn.probs", host_zeros({b, dims.heads, s, s}, dtype));
-  for (const char* name : {"mlp.gate", "mlp.up", "mlp.h"}) {
-    stash.put(name, host_zeros({b, s, f}, dtype));
-  }
+  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::block, b, s))
+    stash.put(spec.name, host_zeros(spec.shape, dtype));  // rstd too: the reference's dtype
 
   rmsnorm_forward(ptr<T>(stash.at("attn.x")), ptr<T>(stash.at("attn_norm.xhat")),
                   ptr<T>(stash.at("attn_norm.rstd")), ptr<T>(x), weight<T>(layer, "attn_norm"), n,
@@ -113,35 +96,30 @@ Tensor block_backward_p1(const LayerParams& layer, Stash& stash, const Tensor& d
   const std::int64_t f = layer.model.ffn_hidden;
   const DType dtype = dtype_of<T>();
 
+  BlockGradients made;  // dY of every weight, retained for p2
+  made.mlp_dy = dy;
+
   // MLP branch: y = x1 + mlp(rmsnorm(x1)), so dx1 = dy + rmsnorm_p1(mlp_p1(dy)).
-  const Tensor dxn2 = host_zeros(shape, dtype);
-  const Tensor dgate = host_zeros({b, s, f}, dtype), dup = host_zeros({b, s, f}, dtype);
-  swiglu_mlp_backward_p1(ptr<T>(dxn2), ptr<T>(dgate), ptr<T>(dup), ptr<T>(dy), mlp_stash<T>(stash),
-                         mlp_weights<T>(layer), n, c, f);
-  const Tensor dx1 = host_copy(dy);
-  rmsnorm_backward_p1(ptr<T>(dx1), ptr<T>(dxn2), ptr<T>(stash.at("mlp_norm.xhat")),
-                      ptr<T>(stash.at("mlp_norm.rstd")), weight<T>(layer, "mlp_norm"), n, c);
+  made.mlp_norm_dy = host_zeros(shape, dtype);
+  made.mlp_dgate = host_zeros({b, s, f}, dtype);
+  made.mlp_dup = host_zeros({b, s, f}, dtype);
+  swiglu_mlp_backward_p1(ptr<T>(made.mlp_norm_dy), ptr<T>(made.mlp_dgate), ptr<T>(made.mlp_dup),
+                         ptr<T>(dy), mlp_stash<T>(stash), mlp_weights<T>(layer), n, c, f);
+  made.attn_dy = host_copy(dy);  // dx1, also dY of Wo
+  rmsnorm_backward_p1(ptr<T>(made.attn_dy), ptr<T>(made.mlp_norm_dy),
+                      ptr<T>(stash.at("mlp_norm.xhat")), ptr<T>(stash.at("mlp_norm.rstd")),
+                      weight<T>(layer, "mlp_norm"), n, c);
 
   // Attention branch: x1 = x + attn(rmsnorm(x)).
-  const Tensor dxn1 = host_zeros(shape, dtype);
-  const Tensor dqkv = host_zeros({b, s, dims.qkv_width()}, dtype);
-  attention_backward_p1(ptr<T>(dxn1), ptr<T>(dqkv), ptr<T>(dx1), attention_stash<T>(stash),
-                        attention_weights<T>(layer), dims);
-  Tensor dx = host_copy(dx1);
-  rmsnorm_backward_p1(ptr<T>(dx), ptr<T>(dxn1), ptr<T>(stash.at("attn_norm.xhat")),
+  made.attn_norm_dy = host_zeros(shape, dtype);
+  made.attn_dqkv = host_zeros({b, s, dims.qkv_width()}, dtype);
+  attention_backward_p1(ptr<T>(made.attn_norm_dy), ptr<T>(made.attn_dqkv), ptr<T>(made.attn_dy),
+                        attention_stash<T>(stash), attention_weights<T>(layer), dims);
+  Tensor dx = host_copy(made.attn_dy);
+  rmsnorm_backward_p1(ptr<T>(dx), ptr<T>(made.attn_norm_dy), ptr<T>(stash.at("attn_norm.xhat")),
                       ptr<T>(stash.at("attn_norm.rstd")), weight<T>(layer, "attn_norm"), n, c);
 
-  for (const char* name :
-       {"attn_norm.xhat", "attn.x", "attn.out", "mlp_norm.xhat", "mlp.x", "mlp.h"}) {
-    retained.put(name, stash.take(name));
-  }
-  retained.put("attn_norm.dy", dxn1);
-  retained.put("attn.dqkv", dqkv);
-  retained.put("attn.dy", dx1);
-  retained.put("mlp_norm.dy", dxn2);
-  retained.put("mlp.dgate", dgate);
-  retained.put("mlp.dup", dup);
-  retained.put("mlp.dy", dy);
+  fill_block_retained(layer.model, b, s, stash, made, retained);
   return dx;
 }
 

@@ -11,9 +11,6 @@
 
 namespace pipeplan::cpu {
 
-// Dims of a block on input x (B, T, C); throws Error unless x matches the model.
-AttentionDims block_dims(const ModelConfig& model, const Tensor& x);
-
 template <typename T>
 Tensor block_forward(const LayerParams& layer,
                      const Tensor& x,  // (B, T, C)

@@ -5,7 +5,8 @@
 
 #include "runtime/cpu/embedding.h"
 #include "runtime/cpu/head.h"
-#include "runtime/cpu/host_tensor.h"
+#include "runtime/host_tensor.h"
+#include "runtime/layer_spec.h"
 
 namespace pipeplan::cpu {
 
@@ -55,8 +56,8 @@ Tensor embedding_layer_backward_p1(const LayerParams& layer, Stash& stash, const
   const Shape shape = stash.at("tokens").shape();
   check_tensor(dy, {shape[0], shape[1], layer.model.hidden}, dtype_of<T>(),
                "embedding output gradient");
-  retained.put("tokens", stash.take("tokens"));
-  retained.put("dy", dy);
+  fill_retained(retained_specs(layer.model, LayerKind::embedding, shape[0], shape[1]), stash,
+                {{"dy", dy}}, retained);
   return Tensor{};
 }
 
@@ -77,10 +78,8 @@ Tensor head_layer_forward(const LayerParams& layer, const Tensor& x, const Tenso
   const std::int64_t b = shape[0], s = shape[1], c = layer.model.hidden, v = layer.model.vocab;
   check_tensor(x, {b, s, c}, dtype_of<T>(), "head input");
   const DType dtype = dtype_of<T>();
-  stash.put("norm.xhat", host_zeros({b, s, c}, dtype));
-  stash.put("norm.rstd", host_zeros({b, s}, dtype));
-  stash.put("lm_head.x", host_zeros({b, s, c}, dtype));
-  stash.put("lm_head.probs", host_zeros({b, s, v}, dtype));
+  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::head, b, s))
+    stash.put(spec.name, host_zeros(spec.shape, dtype));
   stash.put("targets", targets);
   Tensor loss = host_zeros({1}, dtype);
   head_forward(ptr<T>(loss), head_stash<T>(stash), ptr<T>(x), ptr<std::int32_t>(targets),
@@ -100,10 +99,8 @@ Tensor head_layer_backward_p1(const LayerParams& layer, Stash& stash, const Tens
   const Tensor dlogits = stash.at("lm_head.probs");
   head_backward_p1(ptr<T>(dx), ptr<T>(dlogits), ptr<T>(dxn), ptr<T>(dloss)[0], head_stash<T>(stash),
                    ptr<std::int32_t>(stash.at("targets")), head_weights<T>(layer), n, c, v);
-  retained.put("norm.xhat", stash.take("norm.xhat"));
-  retained.put("norm.dy", dxn);
-  retained.put("lm_head.x", stash.take("lm_head.x"));
-  retained.put("lm_head.dy", stash.take("lm_head.probs"));
+  fill_retained(retained_specs(layer.model, LayerKind::head, shape[0], shape[1]), stash,
+                {{"norm.dy", dxn}}, retained);
   return dx;
 }
 

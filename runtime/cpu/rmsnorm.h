@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <span>
 
-namespace pipeplan::cpu {
+#include "runtime/layer_spec.h"  // kRmsNormEps
 
-inline constexpr double kRmsNormEps = 1e-5;
+namespace pipeplan::cpu {
 
 // One micro-batch's rows, as retained from p1 for p2.
 template <typename T>

@@ -12,13 +12,11 @@
 #pragma once
 
 #include "profiles/profile.h"
-#include "runtime/cpu/attention.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/layer_spec.h"
 
 namespace pipeplan::cuda {
-
-using cpu::AttentionDims;
 
 // out = softmax(scale·Q·Kᵀ, causal)·V per head; `probs` (materialized mode) receives the
 // probabilities of all B sequences, or is null (then a per-sequence scratch is used).

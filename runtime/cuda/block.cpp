@@ -20,42 +20,24 @@ float* grad(LayerParams& layer, std::string_view name) {
   return f32_ptr(layer.at(name).grad);
 }
 
-AttentionDims dims_of(const ModelConfig& model, const Tensor& x) {
-  if (x.shape().size() != 3 || x.shape()[2] != model.hidden) {
-    throw Error("block input is " + shape_string(x.shape()) + ", expected (B, T, " +
-                std::to_string(model.hidden) + ")");
-  }
-  const int kv_heads = model.kv_heads > 0 ? model.kv_heads : model.heads;
-  return {x.shape()[0], x.shape()[1], model.hidden, model.heads, kv_heads};
-}
-
 }  // namespace
 
 Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor& x,
                      Attention attention, Stash& stash) {
-  const AttentionDims dims = dims_of(layer.model, x);
+  const AttentionDims dims = block_dims(layer.model, x);
   const std::int64_t b = dims.batch, s = dims.seq, c = dims.channels, n = dims.tokens();
   const std::int64_t f = layer.model.ffn_hidden, w = dims.qkv_width();
   cudaStream_t stream = ctx.stream();
-  for (const char* name : {"attn_norm.xhat", "attn.x", "mlp_norm.xhat", "mlp.x", "attn.out"}) {
-    stash.put(name, ctx.empty({b, s, c}, DType::bf16));
-  }
-  for (const char* name : {"attn_norm.rstd", "mlp_norm.rstd"}) {
-    stash.put(name, ctx.empty({b, s}, DType::f32));
-  }
-  stash.put("attn.qkv", ctx.empty({b, s, w}, DType::bf16));
-  if (attention == Attention::materialized) {
-    stash.put("attn.probs", ctx.empty({b, dims.heads, s, s}, DType::bf16));
-  }
-  for (const char* name : {"mlp.gate", "mlp.up", "mlp.h"}) {
-    stash.put(name, ctx.empty({b, s, f}, DType::bf16));
-  }
+  const bool keep_probs = attention == Attention::materialized;
+  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::block, b, s, keep_probs))
+    stash.put(spec.name, ctx.empty(spec.shape, stash_dtype(spec.role)));
   const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
 
   rmsnorm_forward(at("attn.x"), at("attn_norm.xhat"), f32_ptr(stash.at("attn_norm.rstd")),
-                  bf16_ptr(x), weight(layer, "attn_norm"), n, c, stream);
+                  bf16_ptr(x), weight(layer, "attn_norm"), n, c, kRmsNormEps, stream);
   matmul_forward(ctx, at("attn.qkv"), at("attn.x"), weight(layer, "attn.wqkv"), nullptr, n, c, w);
-  rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), 1.0f, stream);
+  rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, 1.0f,
+              stream);
   attention_core_forward(ctx, at("attn.out"),
                          stash.contains("attn.probs") ? at("attn.probs") : nullptr, at("attn.qkv"),
                          dims);
@@ -63,7 +45,7 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
   matmul_forward(ctx, bf16_ptr(x1), at("attn.out"), weight(layer, "attn.wo"), bf16_ptr(x), n, c, c);
 
   rmsnorm_forward(at("mlp.x"), at("mlp_norm.xhat"), f32_ptr(stash.at("mlp_norm.rstd")),
-                  bf16_ptr(x1), weight(layer, "mlp_norm"), n, c, stream);
+                  bf16_ptr(x1), weight(layer, "mlp_norm"), n, c, kRmsNormEps, stream);
   matmul_forward(ctx, at("mlp.gate"), at("mlp.x"), weight(layer, "mlp.w_gate"), nullptr, n, c, f);
   matmul_forward(ctx, at("mlp.up"), at("mlp.x"), weight(layer, "mlp.w_up"), nullptr, n, c, f);
   swiglu_forward(at("mlp.h"), at("mlp.gate"), at("mlp.up"), n * f, stream);
@@ -74,7 +56,7 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
 
 Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& stash,
                          const Tensor& dy, Retained& retained) {
-  const AttentionDims dims = dims_of(layer.model, dy);
+  const AttentionDims dims = block_dims(layer.model, dy);
   const Shape shape = stash.at("attn.x").shape();
   if (dy.shape() != shape) {
     throw Error("block output gradient is " + shape_string(dy.shape()) + ", expected " +
@@ -85,52 +67,49 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
   cudaStream_t stream = ctx.stream();
   const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
 
+  BlockGradients made;  // dY of every weight, retained for p2
+  made.mlp_dy = dy;
+
   // MLP branch: dx1 = dy + rmsnorm_p1(W_gateᵀ-path + W_upᵀ-path of swiglu_p1(dy·W_down)).
-  const Tensor dgate = ctx.empty({b, s, f}, DType::bf16), dup = ctx.empty({b, s, f}, DType::bf16);
+  made.mlp_dgate = ctx.empty({b, s, f}, DType::bf16);
+  made.mlp_dup = ctx.empty({b, s, f}, DType::bf16);
+  const bf16* dgate = bf16_ptr(made.mlp_dgate);
+  const bf16* dup = bf16_ptr(made.mlp_dup);
   {
     const Tensor dh = ctx.empty({b, s, f}, DType::bf16);  // freed at the end of this scope
     matmul_backward_p1(ctx, bf16_ptr(dh), bf16_ptr(dy), weight(layer, "mlp.w_down"), n, f, c,
                        false);
-    swiglu_backward_p1(bf16_ptr(dgate), bf16_ptr(dup), bf16_ptr(dh), at("mlp.gate"), at("mlp.up"),
-                       n * f, stream);
+    swiglu_backward_p1(bf16_ptr(made.mlp_dgate), bf16_ptr(made.mlp_dup), bf16_ptr(dh),
+                       at("mlp.gate"), at("mlp.up"), n * f, stream);
   }
-  const Tensor dxn2 = ctx.empty(shape, DType::bf16);
-  matmul_backward_p1(ctx, bf16_ptr(dxn2), bf16_ptr(dgate), weight(layer, "mlp.w_gate"), n, c, f,
-                     false);
-  matmul_backward_p1(ctx, bf16_ptr(dxn2), bf16_ptr(dup), weight(layer, "mlp.w_up"), n, c, f, true);
-  const Tensor dx1 = ctx.empty(shape, DType::bf16);
-  rmsnorm_backward_p1(bf16_ptr(dx1), bf16_ptr(dy), bf16_ptr(dxn2), at("mlp_norm.xhat"),
+  made.mlp_norm_dy = ctx.empty(shape, DType::bf16);
+  bf16* dxn2 = bf16_ptr(made.mlp_norm_dy);
+  matmul_backward_p1(ctx, dxn2, dgate, weight(layer, "mlp.w_gate"), n, c, f, false);
+  matmul_backward_p1(ctx, dxn2, dup, weight(layer, "mlp.w_up"), n, c, f, true);
+  made.attn_dy = ctx.empty(shape, DType::bf16);  // dx1, also dY of Wo
+  bf16* dx1 = bf16_ptr(made.attn_dy);
+  rmsnorm_backward_p1(dx1, bf16_ptr(dy), dxn2, at("mlp_norm.xhat"),
                       f32_ptr(stash.at("mlp_norm.rstd")), weight(layer, "mlp_norm"), n, c, stream);
 
   // Attention branch: dx = dx1 + rmsnorm_p1(Wqkv-path of rope⁻¹(core_p1(dx1·Wo))).
-  const Tensor dqkv = ctx.empty({b, s, w}, DType::bf16);
+  made.attn_dqkv = ctx.empty({b, s, w}, DType::bf16);
+  bf16* dqkv = bf16_ptr(made.attn_dqkv);
   {
     const Tensor dout = ctx.empty(shape, DType::bf16);
-    matmul_backward_p1(ctx, bf16_ptr(dout), bf16_ptr(dx1), weight(layer, "attn.wo"), n, c, c,
-                       false);
+    matmul_backward_p1(ctx, bf16_ptr(dout), dx1, weight(layer, "attn.wo"), n, c, c, false);
     const bf16* probs = stash.contains("attn.probs") ? at("attn.probs") : nullptr;
-    attention_core_backward_p1(ctx, bf16_ptr(dqkv), bf16_ptr(dout), at("attn.qkv"), probs, dims);
+    attention_core_backward_p1(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), probs, dims);
   }
-  rope_rotate(bf16_ptr(dqkv), b, s, dims.heads, dims.kv_heads, dims.head_dim(), -1.0f, stream);
-  const Tensor dxn1 = ctx.empty(shape, DType::bf16);
-  matmul_backward_p1(ctx, bf16_ptr(dxn1), bf16_ptr(dqkv), weight(layer, "attn.wqkv"), n, c, w,
-                     false);
+  rope_rotate(dqkv, b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, -1.0f, stream);
+  made.attn_norm_dy = ctx.empty(shape, DType::bf16);
+  bf16* dxn1 = bf16_ptr(made.attn_norm_dy);
+  matmul_backward_p1(ctx, dxn1, dqkv, weight(layer, "attn.wqkv"), n, c, w, false);
   Tensor dx = ctx.empty(shape, DType::bf16);
-  rmsnorm_backward_p1(bf16_ptr(dx), bf16_ptr(dx1), bf16_ptr(dxn1), at("attn_norm.xhat"),
+  rmsnorm_backward_p1(bf16_ptr(dx), dx1, dxn1, at("attn_norm.xhat"),
                       f32_ptr(stash.at("attn_norm.rstd")), weight(layer, "attn_norm"), n, c,
                       stream);
 
-  for (const char* name :
-       {"attn_norm.xhat", "attn.x", "attn.out", "mlp_norm.xhat", "mlp.x", "mlp.h"}) {
-    retained.put(name, stash.take(name));
-  }
-  retained.put("attn_norm.dy", dxn1);
-  retained.put("attn.dqkv", dqkv);
-  retained.put("attn.dy", dx1);
-  retained.put("mlp_norm.dy", dxn2);
-  retained.put("mlp.dgate", dgate);
-  retained.put("mlp.dup", dup);
-  retained.put("mlp.dy", dy);
+  fill_block_retained(layer.model, b, s, stash, made, retained);
   return dx;
 }
 
@@ -141,7 +120,7 @@ void block_backward_p2(DeviceContext& ctx, LayerParams& layer,
   std::vector<MatmulRows> qkv_rows, o_rows, gate_rows, up_rows, down_rows;
   std::int64_t width = 0;
   for (const Retained* set : retained) {
-    const AttentionDims dims = dims_of(layer.model, set->at("attn.x"));
+    const AttentionDims dims = block_dims(layer.model, set->at("attn.x"));
     width = dims.qkv_width();
     const std::int64_t rows = dims.tokens();
     const auto at = [&](const char* name) -> const bf16* { return bf16_ptr(set->at(name)); };

@@ -11,8 +11,8 @@
 #include <cuda_runtime.h>
 
 #include "profiles/profile.h"
-#include "runtime/backend.h"
 #include "runtime/cuda/context.h"
+#include "runtime/layer_backend.h"
 
 namespace pipeplan::cuda {
 
@@ -21,26 +21,12 @@ struct CudaBackendOptions {
   cudaStream_t stream = nullptr;  // null: the backend creates its own (e.g. in a green context)
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public LayerBackend {
  public:
   explicit CudaBackend(CudaBackendOptions options = {});  // throws "no CUDA device found"
 
   std::string name() const override { return "cuda-bf16"; }
   DType compute_dtype() const override { return DType::bf16; }
-
-  Tensor upload(std::span<const double> values, const Shape& shape) override;
-  Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override;
-  std::vector<double> download(const Tensor& tensor) override;
-  std::vector<std::int32_t> download_tokens(const Tensor& tensor) override;
-
-  LayerParams init_layer(const ModelConfig& model, LayerKind kind, int layer_index,
-                         std::uint64_t seed) override;
-  TokenBatch synthetic_batch(int batch, int seq, int vocab, std::uint64_t seed) override;
-
-  ForwardResult forward(const LayerParams& layer, const Tensor& input,
-                        const Tensor& targets) override;
-  BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override;
-  void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override;
   void zero_grads(LayerParams& layer) override;
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override;
   void synchronize() override;
@@ -52,13 +38,18 @@ class CudaBackend final : public Backend {
   Attention attention() const { return attention_; }
   DeviceContext& context() { return *ctx_; }
 
+ protected:
+  Tensor from_host(const void* bytes, const Shape& shape, DType dtype) override;
+  void to_host(const Tensor& tensor, void* out) override;
+  // A bf16 weight with an fp32 master of the same values, fp32 gradient and moments.
+  Parameter make_parameter(const ParamSpec& spec, std::span<const double> values) override;
+
  private:
   // Master weights keyed by the bf16 weight's address; an entry goes with its weight's storage.
   struct Masters {
     std::mutex mutex;
     std::map<const void*, Tensor> by_weight;
   };
-  Tensor upload_f32(std::span<const double> values, const Shape& shape);
 
   std::unique_ptr<DeviceContext> ctx_;
   Attention attention_;

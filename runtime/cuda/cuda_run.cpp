@@ -82,7 +82,7 @@ class GreenBackend final : public Backend {
   CUcontext context_;
 };
 
-MeasuredHardware describe_hardware(const CudaRunOptions& options, int plan_devices) {
+MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_devices) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   MeasuredHardware hw;
@@ -107,7 +107,7 @@ MeasuredHardware describe_hardware(const CudaRunOptions& options, int plan_devic
 
 }  // namespace
 
-CudaRun::CudaRun(const TaskGraph& plan, const CudaRunOptions& options) {
+CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   const int devices = plan.meta.devices;
   const int gpus = cuda_device_count();
   if (gpus == 0) throw Error("no CUDA device found");

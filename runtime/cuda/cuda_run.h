@@ -1,7 +1,7 @@
 // Everything `pipeplan run --backend cuda` sets up around the executor: one CudaBackend per
 // plan device, each on a stream made here (so the device-side node timer and the transport exist
 // before the executor does), the transport between them, and the hardware the MFU is held
-// against.
+// against. The CLI reaches it through the plugin boundary (runtime/gpu_plugin.h).
 //
 // - `emulate == 0`: plan device d runs on GPU d; stages on distinct GPUs talk over NCCL (when
 //   built with it), a plan that fits on one GPU uses the device-local transport.
@@ -20,36 +20,28 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/green_context.h"
 #include "runtime/cuda/step_events.h"
-#include "runtime/executor.h"
-#include "runtime/measured.h"
+#include "runtime/gpu_plugin.h"
 
 namespace pipeplan::cuda {
 
-struct CudaRunOptions {
-  int emulate = 0;  // > 0: emulate that many stages on GPU 0
-  std::string gpu;  // gpus.json entry for the peak; empty: from the device name
-};
-
-class CudaRun {
+class CudaRun final : public GpuRun {
  public:
   // Throws Error("no CUDA device found") without a GPU, and names --emulate or the plan when
   // the GPUs cannot hold it.
-  CudaRun(const TaskGraph& plan, const CudaRunOptions& options);
-  ~CudaRun();
+  CudaRun(const TaskGraph& plan, const GpuRunOptions& options);
+  ~CudaRun() override;
   CudaRun(const CudaRun&) = delete;
   CudaRun& operator=(const CudaRun&) = delete;
 
-  // Hands the prepared backends to the executor, one per plan device (callable once each).
-  BackendFactory backend_factory();
-  // The transport the executor takes ownership of (call once).
-  std::unique_ptr<Transport> take_transport();
-  std::shared_ptr<StepEvents> timer() const { return events_; }
-  std::string transport_name() const { return transport_name_; }
-  const MeasuredHardware& hardware() const { return hardware_; }
+  BackendFactory backend_factory() override;
+  std::unique_ptr<Transport> take_transport() override;
+  std::shared_ptr<NodeTimer> node_timer() const override { return events_; }
+  std::string transport_name() const override { return transport_name_; }
+  std::string backend_name() const override { return backend(0).name(); }
+  const MeasuredHardware& hardware() const override { return hardware_; }
+  std::vector<std::int64_t> allocator_peak_bytes() const override;
+  void reset_peaks() override;
 
-  // The allocators' peaks (requested bytes) since reset_peaks(), by plan device.
-  std::vector<std::int64_t> allocator_peak_bytes() const;
-  void reset_peaks();
   // Backend of plan device d (valid while the executor lives).
   CudaBackend& backend(int device) const;
 

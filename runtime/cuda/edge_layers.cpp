@@ -40,6 +40,18 @@ std::int32_t* i32_ptr(const Tensor& tensor) {
   return typed<std::int32_t>(tensor, DType::i32);
 }
 
+DType stash_dtype(TensorRole role) {
+  switch (role) {
+    case TensorRole::activation:
+      return DType::bf16;
+    case TensorRole::statistic:
+      return DType::f32;
+    case TensorRole::tokens:
+      return DType::i32;
+  }
+  return DType::bf16;
+}
+
 Tensor embedding_layer_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor& tokens,
                                Stash& stash) {
   const Shape shape = token_shape(tokens, "embedding input");
@@ -58,8 +70,8 @@ Tensor embedding_layer_backward_p1(const LayerParams& layer, Stash& stash, const
     throw Error("embedding output gradient is " + shape_string(dy.shape()));
   }
   bf16_ptr(dy);  // checks dtype and device
-  retained.put("tokens", stash.take("tokens"));
-  retained.put("dy", dy);
+  fill_retained(retained_specs(layer.model, LayerKind::embedding, shape[0], shape[1]), stash,
+                {{"dy", dy}}, retained);
   return Tensor{};
 }
 
@@ -78,15 +90,13 @@ Tensor head_layer_forward(DeviceContext& ctx, const LayerParams& layer, const Te
   const std::int64_t b = shape[0], s = shape[1], c = layer.model.hidden, v = layer.model.vocab;
   const std::int64_t n = b * s;
   if (x.shape() != Shape{b, s, c}) throw Error("head input is " + shape_string(x.shape()));
-  stash.put("norm.xhat", ctx.empty({b, s, c}, DType::bf16));
-  stash.put("norm.rstd", ctx.empty({b, s}, DType::f32));
-  stash.put("lm_head.x", ctx.empty({b, s, c}, DType::bf16));
-  stash.put("lm_head.probs", ctx.empty({b, s, v}, DType::bf16));
+  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::head, b, s))
+    stash.put(spec.name, ctx.empty(spec.shape, stash_dtype(spec.role)));
   stash.put("targets", targets);
   bf16* probs = bf16_ptr(stash.at("lm_head.probs"));
   rmsnorm_forward(bf16_ptr(stash.at("lm_head.x")), bf16_ptr(stash.at("norm.xhat")),
                   f32_ptr(stash.at("norm.rstd")), bf16_ptr(x),
-                  bf16_ptr(layer.at("final_norm").weight), n, c, ctx.stream());
+                  bf16_ptr(layer.at("final_norm").weight), n, c, kRmsNormEps, ctx.stream());
   matmul_forward(ctx, probs, bf16_ptr(stash.at("lm_head.x")), bf16_ptr(layer.at("lm_head").weight),
                  nullptr, n, c, v);
   Tensor loss = ctx.empty({1}, DType::f32);
@@ -117,10 +127,8 @@ Tensor head_layer_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stas
   rmsnorm_backward_p1(bf16_ptr(dx), nullptr, bf16_ptr(dxn), bf16_ptr(stash.at("norm.xhat")),
                       f32_ptr(stash.at("norm.rstd")), bf16_ptr(layer.at("final_norm").weight), n, c,
                       ctx.stream());
-  retained.put("norm.xhat", stash.take("norm.xhat"));
-  retained.put("norm.dy", dxn);
-  retained.put("lm_head.x", stash.take("lm_head.x"));
-  retained.put("lm_head.dy", stash.take("lm_head.probs"));
+  fill_retained(retained_specs(layer.model, LayerKind::head, shape[0], shape[1]), stash,
+                {{"norm.dy", dxn}}, retained);
   return dx;
 }
 

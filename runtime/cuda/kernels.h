@@ -22,7 +22,7 @@ void rmsnorm_forward(bf16* y,        // (N, C)
                      float* rstd,    // (N)
                      const bf16* x,  // (N, C)
                      const bf16* g,  // (C)
-                     std::int64_t n, std::int64_t c, cudaStream_t stream);
+                     std::int64_t n, std::int64_t c, double eps, cudaStream_t stream);
 // p1: dx = residual + rstd ⊙ (dy⊙g − x̂ · mean(dy⊙g⊙x̂)); residual may be null (then 0).
 void rmsnorm_backward_p1(bf16* dx,              // (N, C) overwritten
                          const bf16* residual,  // (N, C) or null
@@ -40,7 +40,7 @@ void rmsnorm_backward_p2(float* dg,         // (C) accumulated
 // ---- rope.cu: rotate pairs (2i, 2i+1) of the q and k heads by sign · t · base^(−2i/D).
 void rope_rotate(bf16* qkv,  // (B, T, (H + 2·KV)·D) in place
                  std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t kv_heads,
-                 std::int64_t head_dim, float sign, cudaStream_t stream);
+                 std::int64_t head_dim, double base, float sign, cudaStream_t stream);
 
 // ---- softmax.cu: causal softmax over rows of a (rows, T) score matrix; row r is query
 // position r mod T, so entries j > r mod T are masked (written 0).

@@ -1,15 +1,15 @@
 // The pipeline layers on the GPU, composed from the GEMMs (matmul.h), the attention core
-// (attention.h) and the kernels (kernels.h). Same stash / retained names as the CPU reference
-// (docs/runtime-layers.md) with two differences: RMSNorm's rstd is fp32, and `attn.probs` is
+// (attention.h) and the kernels (kernels.h). Stash and retained sets follow the layer spec
+// (runtime/layer_spec.h) as the CPU reference does, with RMSNorm's rstd in fp32 and `attn.probs`
 // stashed only in materialized attention. Everything else is bf16; gradients are fp32.
 #pragma once
 
 #include <span>
 
 #include "profiles/profile.h"
-#include "runtime/backend.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/layer_spec.h"
 
 namespace pipeplan::cuda {
 
@@ -17,6 +17,8 @@ namespace pipeplan::cuda {
 bf16* bf16_ptr(const Tensor& tensor);
 float* f32_ptr(const Tensor& tensor);
 std::int32_t* i32_ptr(const Tensor& tensor);
+// The dtype of a stashed tensor of this role (runtime/layer_spec.h): bf16, rstd in fp32.
+DType stash_dtype(TensorRole role);
 
 Tensor block_forward(DeviceContext& ctx, const LayerParams& layer,
                      const Tensor& x,  // (B, T, C) bf16

@@ -10,11 +10,11 @@
 #include <optional>
 #include <sstream>
 
-#include "runtime/cpu/random.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
+#include "runtime/random.h"
 
 namespace pipeplan::cuda {
 
@@ -91,7 +91,7 @@ std::string iso_now() {
 
 // p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when there are two): bandwidth from
 // 256 MiB, latency from 4-byte copies.
-P2pLink measure_p2p(DeviceContext& ctx, int devices, const CudaProfileOptions& options) {
+P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& options) {
   const std::int64_t big = std::int64_t{256} << 20;
   const Tensor src = ctx.zeros({big}, DType::i32), dst = ctx.zeros({big}, DType::i32);
   void* peer = nullptr;
@@ -127,7 +127,7 @@ KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& m
   const TokenBatch batch = backend.synthetic_batch(mbs, seq, model.vocab, 7);
   const std::int64_t n = std::int64_t{mbs} * seq * model.hidden;
   std::vector<double> values(static_cast<std::size_t>(n));
-  cpu::fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
+  fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
   const Tensor activation = backend.upload(values, {mbs, seq, model.hidden});
   switch (kind) {
     case LayerKind::embedding:
@@ -141,7 +141,7 @@ KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& m
 }
 
 LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
-                       const CudaProfileOptions& options, std::ostringstream& notes) {
+                       const GpuProfileOptions& options, std::ostringstream& notes) {
   const ModelConfig& model = options.model;
   DeviceAllocator& allocator = backend.context().allocator();
   cudaStream_t stream = backend.context().stream();
@@ -202,7 +202,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
 
 }  // namespace
 
-Profile measure_profile(const CudaProfileOptions& options) {
+Profile measure_profile(const GpuProfileOptions& options) {
   const int devices = cuda_device_count();
   if (devices == 0) throw Error("no CUDA device found");
   if (options.max_concat < 1) throw Error("--max-concat: must be at least 1");

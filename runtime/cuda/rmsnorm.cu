@@ -7,11 +7,10 @@ namespace pipeplan::cuda {
 
 namespace {
 
-constexpr float kEps = 1e-5f;  // matches runtime/cpu/rmsnorm.h kRmsNormEps
 constexpr int kThreads = 256;
 
 __global__ void rmsnorm_forward_kernel(bf16* y, bf16* xhat, float* rstd, const bf16* x,
-                                       const bf16* g, int c) {
+                                       const bf16* g, int c, float eps) {
   __shared__ float scratch[32];
   const std::int64_t row = blockIdx.x;
   const bf16* x_row = x + row * c;
@@ -20,7 +19,7 @@ __global__ void rmsnorm_forward_kernel(bf16* y, bf16* xhat, float* rstd, const b
     const float value = __bfloat162float(x_row[i]);
     sum_squares += value * value;
   }
-  const float s = rsqrtf(block_sum(sum_squares, scratch) / float(c) + kEps);
+  const float s = rsqrtf(block_sum(sum_squares, scratch) / float(c) + eps);
   if (threadIdx.x == 0) rstd[row] = s;
   for (int i = threadIdx.x; i < c; i += blockDim.x) {
     const float normalised = __bfloat162float(x_row[i]) * s;
@@ -69,10 +68,10 @@ __global__ void rmsnorm_backward_p2_kernel(float* dg, const bf16* xhat, const bf
 }  // namespace
 
 void rmsnorm_forward(bf16* y, bf16* xhat, float* rstd, const bf16* x, const bf16* g, std::int64_t n,
-                     std::int64_t c, cudaStream_t stream) {
+                     std::int64_t c, double eps, cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(y, xhat, rstd, x, g,
-                                                                            static_cast<int>(c));
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      y, xhat, rstd, x, g, static_cast<int>(c), static_cast<float>(eps));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -9,8 +9,6 @@ namespace pipeplan::cuda {
 
 namespace {
 
-constexpr double kRopeBase = 10000.0;  // matches runtime/cpu/attention.h
-
 __global__ void rope_kernel(bf16* qkv, std::int64_t tokens, int seq, int rotated_heads,
                             int head_dim, int width, float log2_base, float sign) {
   const int pairs = head_dim / 2;
@@ -34,7 +32,8 @@ __global__ void rope_kernel(bf16* qkv, std::int64_t tokens, int seq, int rotated
 }  // namespace
 
 void rope_rotate(bf16* qkv, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                 std::int64_t kv_heads, std::int64_t head_dim, float sign, cudaStream_t stream) {
+                 std::int64_t kv_heads, std::int64_t head_dim, double base, float sign,
+                 cudaStream_t stream) {
   const std::int64_t tokens = batch * seq;
   const std::int64_t rotated = heads + kv_heads;  // q then k heads, contiguous in a row
   const std::int64_t total = tokens * rotated * (head_dim / 2);
@@ -42,7 +41,7 @@ void rope_rotate(bf16* qkv, std::int64_t batch, std::int64_t seq, std::int64_t h
   const int width = static_cast<int>((heads + 2 * kv_heads) * head_dim);
   rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(
       qkv, tokens, static_cast<int>(seq), static_cast<int>(rotated), static_cast<int>(head_dim),
-      width, static_cast<float>(std::log2(kRopeBase)), sign);
+      width, static_cast<float>(std::log2(base)), sign);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -20,23 +20,13 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
-class EmulateCli : public pipeplan::testing::TempDirTest {
+class EmulateCli : public pipeplan::testing::TinyPlanTest {
  protected:
-  void SetUp() override {
-    TempDirTest::SetUp();
-    plan_ = (dir_ / "p.json").string();
-    ASSERT_EQ(run("plan --model tiny --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp "
-                  "-o " +
-                  plan_)
-                  .status,
-              0);
-  }
   static void expect_one_line_naming(const Result& r, const std::string& what) {
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
-  std::string plan_;
 };
 
 TEST_F(EmulateCli, CountMustEqualThePlansDevices) {

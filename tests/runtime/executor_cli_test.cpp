@@ -115,11 +115,12 @@ TEST_F(RunCli, MeasuredTraceFeedsDiff) {
 TEST_F(RunCli, RefusesWhatItCannotRun) {
   const std::string p = plan("--schedule 1f1b --backward 2bp", "p.json");
   ASSERT_FALSE(p.empty());
-  // Without the CUDA backend: "not built"; with it but no GPU: "no CUDA device found"; with one
-  // GPU: the 4-device plan needs --emulate 4.
+  // Without the CUDA module: "not installed"; with it but no GPU: "no CUDA device found"; with
+  // one GPU: the 4-device plan needs --emulate 4 (tests/runtime/cuda/plugin_test.cpp is exact).
   const Result cuda = run("run " + p + " --backend cuda");
   EXPECT_NE(cuda.status, 0);
-  EXPECT_TRUE(cuda.out.find("not built") != std::string::npos ||
+  EXPECT_EQ(std::count(cuda.out.begin(), cuda.out.end(), '\n'), 1) << cuda.out;
+  EXPECT_TRUE(cuda.out.find("not installed") != std::string::npos ||
               cuda.out.find("no CUDA device") != std::string::npos ||
               cuda.out.find("--emulate 4") != std::string::npos)
       << cuda.out;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu/random.h"
+#include "runtime/random.h"
 
 namespace pipeplan::testing {
 
@@ -25,7 +25,7 @@ inline constexpr double kFdTolerance = 1e-6;
 inline std::vector<double> random_values(std::size_t count, std::uint64_t seed,
                                          double stddev = 1.0) {
   std::vector<double> values(count);
-  cpu::fill_normal(values, stddev, seed);
+  fill_normal(values, stddev, seed);
   return values;
 }
 

@@ -52,7 +52,7 @@ TEST(RmsnormGradcheck, P1AndP2MatchFiniteDifferences) {
 class AttentionGradcheck : public ::testing::TestWithParam<std::int64_t> {};
 
 TEST_P(AttentionGradcheck, P1AndP2MatchFiniteDifferences) {
-  const cpu::AttentionDims dims{2, 5, 16, 4, GetParam()};
+  const AttentionDims dims{2, 5, 16, 4, GetParam()};
   const std::int64_t n = dims.tokens(), c = dims.channels, width = dims.qkv_width();
   // Weights large enough that the softmax is far from uniform.
   Vec x = random_values(n * c, 1), wqkv = random_values(width * c, 2, 0.5);

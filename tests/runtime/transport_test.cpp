@@ -6,8 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "runtime/cpu/host_tensor.h"
 #include "runtime/faulty_transport.h"
+#include "runtime/host_tensor.h"
 #include "runtime/transport.h"
 
 namespace pipeplan {
@@ -18,7 +18,7 @@ using std::chrono::milliseconds;
 Message message(const std::string& tag, std::int64_t floats) {
   Message m;
   m.tag = tag;
-  m.tensors.emplace_back("x", cpu::host_zeros({floats}, DType::f32));
+  m.tensors.emplace_back("x", host_zeros({floats}, DType::f32));
   m.bytes = m.payload_bytes();
   return m;
 }

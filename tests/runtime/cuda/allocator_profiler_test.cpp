@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/cpu/random.h"
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/profiler.h"
+#include "runtime/random.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 #include "tests/runtime/models.h"
 
@@ -45,7 +45,7 @@ TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
     cuda::CudaBackend backend({mode, nullptr});
     const LayerParams layer = backend.init_layer(m, LayerKind::block, 1, 1);
     std::vector<double> values(static_cast<std::size_t>(n * c));
-    cpu::fill_normal(values, 1.0, 3);
+    fill_normal(values, 1.0, 3);
     const Tensor x = backend.upload(values, {b, m.seq, c});
     backend.synchronize();
     const std::int64_t before = backend.context().allocator().stats().current_bytes;
@@ -68,7 +68,7 @@ TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
 
 TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
   PIPEPLAN_REQUIRE_GPU();
-  cuda::CudaProfileOptions options;
+  GpuProfileOptions options;
   options.model = pipeplan::testing::tiny_model();
   options.micro_batch_sizes = {1, 2};
   options.attention = Attention::recompute;

@@ -1,5 +1,5 @@
 // The CUDA backend against the CPU reference on the tiny model (tests/runtime/models.h): same
-// weights (both draw them from runtime/cpu/random.h), same inputs, bf16 on the GPU vs fp32 on
+// weights (both draw them from runtime/random.h), same inputs, bf16 on the GPU vs fp32 on
 // the CPU.
 //
 // Tolerances, as ‖cuda − cpu‖ / ‖cpu‖: bf16 rounds to 2⁻⁹ ≈ 2e-3 relative; a pass stores its
@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/cpu/random.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/random.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 #include "tests/runtime/models.h"
 
@@ -34,7 +34,7 @@ constexpr double kUpdateTolerance = 0.25;
 
 Vec random_values(std::int64_t count, std::uint64_t seed) {
   Vec values(static_cast<std::size_t>(count));
-  cpu::fill_normal(values, 1.0, seed);
+  fill_normal(values, 1.0, seed);
   return values;
 }
 

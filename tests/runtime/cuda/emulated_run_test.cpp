@@ -55,7 +55,7 @@ Run run_on_gpu(const TaskGraph& plan, int emulate) {
   cuda::CudaRun cuda_run(plan, {emulate, ""});
   ExecutorOptions options;
   options.seed = kSeed;
-  options.node_timer = cuda_run.timer();
+  options.node_timer = cuda_run.node_timer();
   Executor executor(plan, cuda_run.backend_factory(), options, cuda_run.take_transport());
   cuda_run.reset_peaks();
   const StepResult step = executor.step(StepMode::gradients_only);

@@ -1,10 +1,10 @@
-#include "runtime/cpu/host_tensor.h"
+#include "runtime/host_tensor.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-namespace pipeplan::cpu {
+namespace pipeplan {
 
 namespace {
 constexpr std::size_t kAlignment = 64;  // one cache line; also the widest SIMD register
@@ -40,4 +40,4 @@ void check_tensor(const Tensor& tensor, const Shape& shape, DType dtype, std::st
   }
 }
 
-}  // namespace pipeplan::cpu
+}  // namespace pipeplan

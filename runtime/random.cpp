@@ -1,9 +1,9 @@
-#include "runtime/cpu/random.h"
+#include "runtime/random.h"
 
 #include <cmath>
 #include <numbers>
 
-namespace pipeplan::cpu {
+namespace pipeplan {
 
 std::uint64_t SplitMix64::next() {
   std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
@@ -45,4 +45,4 @@ std::vector<std::int32_t> random_tokens(std::int64_t count, int vocab, std::uint
   return tokens;
 }
 
-}  // namespace pipeplan::cpu
+}  // namespace pipeplan

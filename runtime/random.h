@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-namespace pipeplan::cpu {
+namespace pipeplan {
 
 // splitmix64 (Steele, Lea, Flood, OOPSLA 2014): each output is a strong hash of a counter, so
 // streams from well-mixed seeds do not overlap in practice and cost nothing to create.
@@ -27,4 +27,4 @@ void fill_normal(std::span<double> out, double stddev, std::uint64_t seed);
 // `count` tokens uniform in [0, vocab).
 std::vector<std::int32_t> random_tokens(std::int64_t count, int vocab, std::uint64_t seed);
 
-}  // namespace pipeplan::cpu
+}  // namespace pipeplan

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Whole-process start-up cost of pipeplan binaries: median wall time (hyperfine, no shell,
+# 3 warm-ups, 30 runs) and median peak RSS (/usr/bin/time -f %M over RSS_RUNS runs) of
+# `pipeplan --version` and of a small plan, for every binary given. docs/cuda-backend.md
+# ("Plugin") quotes its output for the binary before and after the CUDA backend became a module.
+#
+# Usage: bench/startup.sh BINARY [BINARY...]     (e.g. /tmp/pipeplan.before build/tools/pipeplan)
+# Environment: RUNS (hyperfine runs, 30), RSS_RUNS (11), OUT (folder for hyperfine's JSON; a
+# temporary one by default).
+set -euo pipefail
+if [ "$#" -eq 0 ]; then
+  echo "usage: bench/startup.sh BINARY [BINARY...]" >&2
+  exit 2
+fi
+for tool in hyperfine jq /usr/bin/time; do
+  command -v "$tool" >/dev/null || { echo "bench/startup.sh: needs $tool" >&2; exit 2; }
+done
+runs=${RUNS:-30}
+rss_runs=${RSS_RUNS:-11}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+
+plan_args=(plan --model llama-7b --gpu h100 --stages 4 --microbatches 8 --seq 2048
+  --schedule 1f1b --backward 2bp)
+
+# Median of the numbers on stdin.
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# measure LABEL BINARY ARGS...: one table row.
+measure() {
+  local label=$1 binary=$2
+  shift 2
+  local json="$out/$(basename "$binary")-$label.json"
+  hyperfine -N --warmup 3 -r "$runs" --export-json "$json" -- "$binary $*" >"$json.log" 2>&1 ||
+    { cat "$json.log" >&2; exit 1; }
+  local wall_ms
+  wall_ms=$(jq '.results[0].median * 1000' "$json")
+  local rss_kib
+  rss_kib=$(for _ in $(seq "$rss_runs"); do
+    /usr/bin/time -f %M "$binary" "$@" 2>&1 >/dev/null | tail -n 1
+  done | median)
+  printf '%-40s %-10s %10.1f %12.1f\n' "$binary" "$label" "$wall_ms" "$(awk -v k="$rss_kib" 'BEGIN { print k / 1024 }')"
+}
+
+printf '%-40s %-10s %10s %12s\n' "binary" "command" "wall (ms)" "peak RSS (MiB)"
+for binary in "$@"; do
+  [ -x "$binary" ] || { echo "bench/startup.sh: $binary is not an executable" >&2; exit 2; }
+  measure version "$binary" --version
+  measure plan "$binary" "${plan_args[@]}"
+done
+echo "(median of $runs runs after 3 warm-ups; peak RSS: median of $rss_runs runs; plan: pipeplan ${plan_args[*]}; hyperfine JSON in $out)"

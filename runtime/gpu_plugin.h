@@ -1,0 +1,95 @@
+// The boundary between `pipeplan` and the CUDA backend, which is built as a module
+// (libpipeplan_cuda.so) and loaded only when a command asks for `--backend cuda`, so every other
+// command starts without cudart, cuBLAS, cuBLASLt and NCCL (docs/cuda-backend.md, "Plugin").
+// Nothing here names a CUDA type: the CLI compiles and links without CUDA.
+//
+// The module exports one extern "C" function, kGpuPluginEntry, of type GpuPluginEntry. Its C++
+// interface below is only valid between a `pipeplan` and a module built from the same tree: the
+// module binds to the executable's copies of the planner and runtime (the executable exports
+// them), so both must agree on every type that crosses. kGpuPluginVersion guards the interface
+// itself; bump it whenever a declaration in this file changes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/graph/taskgraph.h"
+#include "profiles/profile.h"
+#include "runtime/executor.h"
+#include "runtime/measured.h"
+#include "runtime/node_timer.h"
+#include "runtime/transport.h"
+
+namespace pipeplan {
+
+inline constexpr int kGpuPluginVersion = 1;
+inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
+inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
+inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
+
+// `pipeplan profile --backend cuda`: each layer kind at each micro-batch size, timed on the GPU.
+struct GpuProfileOptions {
+  ModelConfig model;
+  int seq = 0;  // 0: the model's
+  std::vector<int> micro_batch_sizes = {1};
+  Attention attention = Attention::flash;
+  int max_concat = 8;     // p2 over k = 1..max_concat concatenated micro-batches
+  int warmup = 3;         // untimed runs before each measurement
+  int repetitions = 20;   // timed runs; the profile keeps the median
+  int sm_partition = 0;   // > 0: run inside a green context of this many SMs
+  std::string command;    // for the provenance
+  bool progress = false;  // a progress bar on stderr
+};
+
+// `pipeplan run --backend cuda`.
+struct GpuRunOptions {
+  int emulate = 0;  // > 0: emulate that many stages on GPU 0 (docs/runtime.md, "On GPUs")
+  std::string gpu;  // gpus.json entry for the MFU peak; empty: from the device name
+};
+
+// What the executor needs for one run on GPUs, prepared before it starts: one backend per plan
+// device, the transport between them and the device-side node timer.
+class GpuRun {
+ public:
+  virtual ~GpuRun() = default;
+  // Hands the prepared backends to the executor, one per plan device (callable once each).
+  virtual BackendFactory backend_factory() = 0;
+  // The transport the executor takes ownership of (call once).
+  virtual std::unique_ptr<Transport> take_transport() = 0;
+  virtual std::shared_ptr<NodeTimer> node_timer() const = 0;
+  virtual std::string transport_name() const = 0;
+  virtual std::string backend_name() const = 0;  // e.g. "cuda-bf16"
+  virtual const MeasuredHardware& hardware() const = 0;
+  // The allocators' peaks (requested bytes) since reset_peaks(), by plan device.
+  virtual std::vector<std::int64_t> allocator_peak_bytes() const = 0;
+  virtual void reset_peaks() = 0;
+};
+
+class GpuPlugin {
+ public:
+  virtual ~GpuPlugin() = default;
+  // Both throw Error("no CUDA device found") without a GPU.
+  virtual Profile measure_profile(const GpuProfileOptions& options) = 0;
+  // Also throws Error naming --emulate or the plan when the GPUs cannot hold it.
+  virtual std::unique_ptr<GpuRun> prepare_run(const TaskGraph& plan,
+                                              const GpuRunOptions& options) = 0;
+};
+
+// The module's entry point: sets *module_version to the kGpuPluginVersion it was built with and
+// returns its plugin (alive until the process exits) when that equals host_version, else null.
+using GpuPluginEntry = GpuPlugin* (*)(int host_version, int* module_version);
+
+// Where the module is looked for: $PIPEPLAN_CUDA_PLUGIN when set, else libpipeplan_cuda.so in
+// the folder of the running executable (/proc/self/exe).
+std::filesystem::path gpu_plugin_path();
+
+// Loads the module once per process (later calls return the same plugin) and checks its
+// version. Throws a one-line Error: "--backend cuda: the CUDA backend is not installed ..."
+// (naming the path and PIPEPLAN_CUDA_PLUGIN) when the file is missing, or naming the file and
+// dlerror() when it does not load, lacks the entry point or has another interface version.
+GpuPlugin& load_gpu_plugin();
+
+}  // namespace pipeplan

@@ -1,0 +1,73 @@
+// The real CUDA module as `pipeplan` loads it (dlopen with every symbol bound at once, so a
+// symbol the executable does not export fails here): without a GPU, --backend cuda fails in one
+// line from inside the module; with one, a tiny plan runs emulated on it; a module whose CUDA
+// runtime is missing fails to load in one line with dlerror().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/cuda/context.h"
+#include "tests/cli_support.h"
+
+namespace pipeplan {
+namespace {
+
+using Result = pipeplan::testing::CliResult;
+
+const std::string kModuleEnv = std::string("PIPEPLAN_CUDA_PLUGIN=") + PIPEPLAN_CUDA_MODULE;
+
+class CudaPluginCli : public pipeplan::testing::TinyPlanTest {};
+
+TEST_F(CudaPluginCli, WithoutAGpuRunAndProfileFailInOneLine) {
+  if (cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  for (const std::string& args :
+       {"run " + plan_ + " --backend cuda", "run " + plan_ + " --backend cuda --emulate 4",
+        std::string("profile --backend cuda --model tiny")}) {
+    const Result r = pipeplan::testing::run_pipeplan(args, kModuleEnv);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.out, "pipeplan: error: no CUDA device found\n") << args;
+  }
+}
+
+TEST_F(CudaPluginCli, WithAGpuATinyPlanRunsEmulated) {
+  if (cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Result r = pipeplan::testing::run_pipeplan(
+      "run " + plan_ + " --backend cuda --emulate 4 --steps 2 --json", kModuleEnv);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report.at("backend").get<std::string>().rfind("cuda-bf16", 0), 0U) << r.out;
+  EXPECT_EQ(report.at("steps").size(), 2U);
+}
+
+TEST_F(CudaPluginCli, AModuleWhoseCudaRuntimeIsMissingFailsToLoadInOneLine) {
+  // A copy of the module that needs "libcudaXX" wherever it needs "libcudart" (same length, so
+  // the ELF stays valid): what a machine without the CUDA runtime looks like to dlopen.
+  std::ifstream in(PIPEPLAN_CUDA_MODULE, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int renamed = 0;
+  for (std::size_t at = bytes.find("libcudart.so."); at != std::string::npos;
+       at = bytes.find("libcudart.so.", at)) {
+    bytes.replace(at, 9, "libcudaXX");
+    ++renamed;
+  }
+  ASSERT_GT(renamed, 0) << "the module does not name libcudart";
+  const std::string module = path("libpipeplan_cuda.so");
+  std::ofstream(module, std::ios::binary) << bytes;
+  const Result r = pipeplan::testing::run_pipeplan("run " + plan_ + " --backend cuda",
+                                                   "PIPEPLAN_CUDA_PLUGIN=" + module);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(
+      r.out.find("pipeplan: error: --backend cuda: cannot load " + module + ": libcudaXX.so."),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cannot open shared object file"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace pipeplan

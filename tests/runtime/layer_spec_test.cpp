@@ -1,0 +1,172 @@
+// The layer spec (runtime/layer_spec.h) is what both backends build from: the CPU reference's
+// parameters, stash and retained sets must be exactly the spec's (names, order, shapes, bytes),
+// its initial weights the spec's values, and fill_retained must refuse a p1 that strays from it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/host_tensor.h"
+#include "runtime/layer_spec.h"
+#include "tests/runtime/gradcheck.h"
+#include "tests/runtime/models.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::random_values;
+
+const std::vector<LayerKind> kKinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
+
+std::vector<std::string> names_of(const TensorSet& set) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : set.entries())
+    names.push_back(name);
+  return names;
+}
+
+// Runs F and p1 of one layer on the f32 CPU backend (B = 2) and checks both sets against the
+// spec.
+void expect_sets_follow_the_spec(const ModelConfig& m, LayerKind kind) {
+  cpu::CpuBackend backend;
+  const std::int64_t b = 2, n = b * m.seq * m.hidden;
+  const LayerParams layer = backend.init_layer(m, kind, 1, 3);
+  const TokenBatch batch = backend.synthetic_batch(2, m.seq, m.vocab, 4);
+  const Tensor x = backend.upload(random_values(n, 5), {b, m.seq, m.hidden});
+  const Tensor input = kind == LayerKind::embedding ? batch.inputs : x;
+  const Tensor dy = kind == LayerKind::head ? backend.upload(std::vector<double>{1.0}, {1}) : x;
+  ForwardResult forward = backend.forward(layer, input, batch.targets);
+  const std::string where(to_string(kind));
+
+  std::vector<std::string> stash_names;
+  for (const TensorSpec& spec : stash_specs(m, kind, b, m.seq)) {
+    stash_names.push_back(spec.name);
+    EXPECT_EQ(forward.stash.at(spec.name).shape(), spec.shape) << where << " " << spec.name;
+  }
+  if (kind == LayerKind::embedding) stash_names.emplace_back("tokens");  // its input, kept
+  if (kind == LayerKind::head) stash_names.emplace_back("targets");
+  EXPECT_EQ(names_of(forward.stash), stash_names) << where;
+
+  const Retained retained = backend.backward_p1(layer, std::move(forward.stash), dy).retained;
+  std::vector<std::string> retained_names;
+  std::int64_t spec_bytes = 0;
+  for (const TensorSpec& spec : retained_specs(m, kind, b, m.seq)) {
+    retained_names.push_back(spec.name);
+    const Tensor& tensor = retained.at(spec.name);
+    EXPECT_EQ(tensor.shape(), spec.shape) << where << " " << spec.name;
+    EXPECT_EQ(tensor.dtype(), spec.role == TensorRole::tokens ? DType::i32 : DType::f32)
+        << where << " " << spec.name;
+    spec_bytes += shape_numel(spec.shape) * 4;  // f32 and i32 alike
+  }
+  EXPECT_EQ(names_of(retained), retained_names) << where;
+  EXPECT_EQ(retained.bytes(), spec_bytes) << where << ": no retained tensor aliases another";
+}
+
+TEST(LayerSpec, CpuStashAndRetainedSetsAreTheSpecs) {
+  for (const LayerKind kind : kKinds) {
+    expect_sets_follow_the_spec(testing::tiny_model(), kind);
+    expect_sets_follow_the_spec(testing::gradcheck_model(), kind);  // grouped-query widths
+  }
+}
+
+TEST(LayerSpec, MaterializedProbabilitiesAreTheOnlyOptionalStashEntry) {
+  const ModelConfig m = testing::tiny_model();
+  std::vector<TensorSpec> with = stash_specs(m, LayerKind::block, 2, m.seq, true);
+  const std::vector<TensorSpec> without = stash_specs(m, LayerKind::block, 2, m.seq, false);
+  ASSERT_EQ(with.size(), without.size() + 1);
+  const auto probs = std::find_if(with.begin(), with.end(),
+                                  [](const TensorSpec& spec) { return spec.name == "attn.probs"; });
+  ASSERT_NE(probs, with.end());
+  EXPECT_EQ(probs->shape, (Shape{2, m.heads, m.seq, m.seq}));
+  with.erase(probs);
+  for (std::size_t i = 0; i < without.size(); ++i)
+    EXPECT_EQ(with[i].name, without[i].name);
+}
+
+TEST(LayerSpec, CpuWeightsAreTheSpecsInitialValuesInOrder) {
+  cpu::CpuBackend backend(DType::f64);  // f64: the values arrive unrounded
+  const ModelConfig m = testing::gradcheck_model();
+  for (const LayerKind kind : kKinds) {
+    const LayerParams layer = backend.init_layer(m, kind, 2, 11);
+    const std::vector<ParamSpec> specs = param_specs(m, kind);
+    ASSERT_EQ(layer.params.size(), specs.size());
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const Parameter& param = layer.params[p];
+      EXPECT_EQ(param.name, specs[p].name);
+      EXPECT_EQ(param.weight.shape(), specs[p].shape);
+      EXPECT_EQ(param.weight_decay, !specs[p].is_gain);
+      EXPECT_EQ(backend.download(param.weight), initial_values(specs[p], 11, 2, p)) << param.name;
+    }
+  }
+  // Position and layer index key the streams: no two matrices start alike.
+  const ParamSpec wo = param_specs(m, LayerKind::block)[2];
+  EXPECT_NE(initial_values(wo, 11, 2, 2), initial_values(wo, 11, 3, 2));
+  EXPECT_NE(initial_values(wo, 11, 2, 2), initial_values(wo, 11, 2, 4));
+  EXPECT_EQ(initial_values(param_specs(m, LayerKind::block)[0], 11, 2, 0),
+            std::vector<double>(static_cast<std::size_t>(m.hidden), 1.0));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LayerSpec, FillRetainedRefusesWhatStraysFromTheSpec) {
+  const ModelConfig m = testing::tiny_model();
+  const std::vector<TensorSpec> specs = retained_specs(m, LayerKind::head, 1, 4);
+  const auto stash = [&] {
+    Stash set;
+    for (const TensorSpec& spec : stash_specs(m, LayerKind::head, 1, 4))
+      set.put(spec.name, host_zeros(spec.shape, DType::f32));
+    return set;
+  };
+  const Tensor dxn = host_zeros({1, 4, m.hidden}, DType::f32);
+  Stash ok = stash();
+  Retained retained;
+  fill_retained(specs, ok, {{"norm.dy", dxn}}, retained);
+  EXPECT_EQ(names_of(retained),
+            (std::vector<std::string>{"norm.xhat", "norm.dy", "lm_head.x", "lm_head.dy"}));
+  EXPECT_TRUE(ok.contains("norm.rstd"));  // what p2 does not need stays behind
+  EXPECT_FALSE(ok.contains("lm_head.probs"));
+
+  EXPECT_NE(error_of([&] {
+              Stash s = stash();
+              Retained r;
+              fill_retained(specs, s, {}, r);
+            }).find("'norm.dy'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Stash s = stash();
+              Retained r;
+              fill_retained(specs, s, {{"norm.dy", dxn}, {"extra", dxn}}, r);
+            }).find("2 retained tensors"),
+            std::string::npos);
+  const std::string shape = error_of([&] {
+    Stash s = stash();
+    Retained r;
+    fill_retained(specs, s, {{"norm.dy", host_zeros({1, 3, m.hidden}, DType::f32)}}, r);
+  });
+  EXPECT_NE(shape.find("retained 'norm.dy' is (1, 3, 64)"), std::string::npos) << shape;
+}
+
+TEST(LayerSpec, UnsupportedModelsAreRefusedNamingTheField) {
+  ModelConfig gelu = testing::tiny_model();
+  gelu.mlp = MlpKind::gelu;
+  EXPECT_EQ(error_of([&] { check_model_supported(gelu, "backend x"); }),
+            "model 'tiny': backend x needs mlp = swiglu");
+  ModelConfig odd = testing::tiny_model();
+  odd.kv_heads = 3;
+  EXPECT_NE(error_of([&] { check_model_supported(odd, "backend x"); }).find("kv_heads"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { check_model_supported(testing::tiny_model(), "backend x"); }), "");
+}
+
+}  // namespace
+}  // namespace pipeplan
