@@ -9,28 +9,29 @@
 namespace pipeplan {
 
 int emulated_sm_share(int total_sms, int stages) {
-  if (stages <= 0) throw Error("--emulate: must be a positive stage count");
-  if (total_sms <= 0) throw Error("--emulate: the GPU reports no SMs");
+  if (stages <= 0) throw FieldError("emulate", "must be a positive stage count");
+  if (total_sms <= 0) throw FieldError("emulate", "the GPU reports no SMs");
   const int share = total_sms / stages / kGreenContextSmGranularity * kGreenContextSmGranularity;
   if (share < kGreenContextSmGranularity) {
-    throw Error("--emulate " + std::to_string(stages) + ": " + std::to_string(total_sms) +
-                " SMs give each stage " + std::to_string(total_sms / stages) +
-                ", below the green-context minimum of " +
-                std::to_string(kGreenContextSmGranularity));
+    throw FieldError("emulate", std::to_string(stages) + " stages on " + std::to_string(total_sms) +
+                                    " SMs give each stage " + std::to_string(total_sms / stages) +
+                                    ", below the green-context minimum of " +
+                                    std::to_string(kGreenContextSmGranularity));
   }
   return share;
 }
 
 void check_emulate(int emulate, const TaskGraph& plan, std::string_view backend) {
   if (emulate == 0) return;
-  if (emulate < 0) throw Error("--emulate: must be a positive stage count");
+  if (emulate < 0) throw FieldError("emulate", "must be a positive stage count");
   if (backend != "cuda") {
-    throw Error("--emulate: needs --backend cuda (got '" + std::string(backend) + "')");
+    throw FieldError(
+        "emulate", "needs " + field_name("backend") + " cuda (got '" + std::string(backend) + "')");
   }
   if (emulate != plan.meta.devices) {
-    throw Error("--emulate " + std::to_string(emulate) + ": the plan has " +
-                std::to_string(plan.meta.devices) +
-                " devices; emulate exactly that many stages on one GPU");
+    throw FieldError("emulate", std::to_string(emulate) + " stages, but the plan has " +
+                                    std::to_string(plan.meta.devices) +
+                                    " devices; emulate exactly that many stages on one GPU");
   }
 }
 
@@ -43,8 +44,8 @@ GpuSpec gpu_for_device_name(std::string_view device_name) {
   if (has("h100") && has("pcie")) return find_gpu("h100-pcie");
   if (has("h100")) return find_gpu("h100-sxm");
   if (has("a100")) return find_gpu("a100-80g");
-  throw Error("no gpus.json entry for CUDA device '" + std::string(device_name) +
-              "' (pass --gpu with a gpus.json name for its peak FLOP/s)");
+  throw Error("no gpus.json entry for CUDA device '" + std::string(device_name) + "' (pass " +
+              field_name("gpu") + " with a gpus.json name for its peak FLOP/s)");
 }
 
 }  // namespace pipeplan

@@ -13,7 +13,10 @@ namespace pipeplan {
 
 namespace {
 
-const std::string kWhat = "--backend cuda: ";
+// "--backend cuda: " from the CLI.
+std::string what() {
+  return field_name("backend") + " cuda: ";
+}
 
 // dlerror() text on one line (it names the missing library or symbol).
 std::string last_dl_error() {
@@ -29,28 +32,28 @@ GpuPlugin& load(const std::filesystem::path& path, bool from_env) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     if (from_env) {
-      throw Error(kWhat + "the CUDA backend is not installed (" + kGpuPluginEnv + "=" +
+      throw Error(what() + "the CUDA backend is not installed (" + kGpuPluginEnv + "=" +
                   path.string() + " names no file)");
     }
-    throw Error(kWhat + "the CUDA backend is not installed (looked for " + path.string() +
+    throw Error(what() + "the CUDA backend is not installed (looked for " + path.string() +
                 " next to the executable; set " + kGpuPluginEnv + " to the module's path)");
   }
   // RTLD_NOW: a symbol the module cannot resolve is reported here, in one line, not as a crash
   // in the middle of a run. The module is never unloaded: its code backs every object it makes.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    throw Error(kWhat + "cannot load " + path.string() + ": " + last_dl_error());
+    throw Error(what() + "cannot load " + path.string() + ": " + last_dl_error());
   }
   void* symbol = dlsym(handle, kGpuPluginEntry);
   if (symbol == nullptr) {
-    throw Error(kWhat + path.string() + " is not a pipeplan CUDA plugin (no " + kGpuPluginEntry +
+    throw Error(what() + path.string() + " is not a pipeplan CUDA plugin (no " + kGpuPluginEntry +
                 ": " + last_dl_error() + ")");
   }
   const auto entry = reinterpret_cast<GpuPluginEntry>(symbol);
   int module_version = -1;
   GpuPlugin* plugin = entry(kGpuPluginVersion, &module_version);
   if (plugin == nullptr || module_version != kGpuPluginVersion) {
-    throw Error(kWhat + path.string() + " has plugin interface version " +
+    throw Error(what() + path.string() + " has plugin interface version " +
                 std::to_string(module_version) + ", this pipeplan needs " +
                 std::to_string(kGpuPluginVersion) + " (install the module built with it)");
   }

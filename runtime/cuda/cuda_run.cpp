@@ -136,7 +136,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
     const bool one_gpu = devices > gpus;
     if (one_gpu && devices > 1) {
       throw Error("plan: " + std::to_string(devices) + " devices but " + std::to_string(gpus) +
-                  " GPU(s) visible; run it on one GPU with --emulate " + std::to_string(devices));
+                  " GPU(s) visible; run it on one GPU with " + field_name("emulate") + " " +
+                  std::to_string(devices));
     }
     for (int d = 0; d < devices; ++d) {
       CUDA_CHECK(cudaSetDevice(d));
@@ -161,9 +162,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
         NcclTransport::single_process(std::move(endpoints), transport_links(plan), events_.get());
 #else
     throw Error("plan: " + std::to_string(devices) +
-                " GPUs need the NCCL transport, and this binary was built without NCCL (use "
-                "--emulate " +
-                std::to_string(devices) + " on one GPU)");
+                " GPUs need the NCCL transport, and this binary was built without NCCL (use " +
+                field_name("emulate") + " " + std::to_string(devices) + " on one GPU)");
 #endif
   }
   transport_name_ = transport_->name();

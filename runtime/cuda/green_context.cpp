@@ -37,7 +37,7 @@ const char* driver_error_string(CUresult status) {
 }
 
 GreenContext::GreenContext(int device, int sm_count) {
-  if (sm_count <= 0) throw Error("--sm-partition: must be a positive SM count");
+  if (sm_count <= 0) throw FieldError("sm_partition", "must be a positive SM count");
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaFree(nullptr));  // initialises the runtime and the driver
   CUdevice dev = 0;
@@ -45,14 +45,14 @@ GreenContext::GreenContext(int device, int sm_count) {
   CUdevResource all{};
   CU_CHECK(PIPEPLAN_DRIVER(cuDeviceGetDevResource)(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
   if (static_cast<unsigned>(sm_count) > all.sm.smCount) {
-    throw Error("--sm-partition " + std::to_string(sm_count) + ": the device has only " +
-                std::to_string(all.sm.smCount) + " SMs");
+    throw FieldError("sm_partition", std::to_string(sm_count) + " SMs, but the device has only " +
+                                         std::to_string(all.sm.smCount) + " SMs");
   }
   CUdevResource part{}, remaining{};
   unsigned int groups = 1;
   CU_CHECK(PIPEPLAN_DRIVER(cuDevSmResourceSplitByCount)(&part, &groups, &all, &remaining, 0,
                                                         static_cast<unsigned>(sm_count)));
-  if (groups != 1) throw Error("--sm-partition: the driver made no SM partition");
+  if (groups != 1) throw FieldError("sm_partition", "the driver made no SM partition");
   create(dev, part);
   // Runtime-API calls (cuBLAS, kernel launches) use the current context: make it this one.
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxSetCurrent)(context_));
@@ -72,7 +72,7 @@ void GreenContext::create(CUdevice dev, CUdevResource part) {
 std::vector<std::unique_ptr<GreenContext>> GreenContext::partition(int device, int parts,
                                                                    int sm_per_part) {
   if (parts <= 0 || sm_per_part <= 0) {
-    throw Error("--emulate: needs a positive stage count and SM share");
+    throw FieldError("emulate", "needs a positive stage count and SM share");
   }
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaFree(nullptr));  // initialises the runtime and the primary context
@@ -86,9 +86,10 @@ std::vector<std::unique_ptr<GreenContext>> GreenContext::partition(int device, i
   CU_CHECK(PIPEPLAN_DRIVER(cuDevSmResourceSplitByCount)(groups.data(), &made, &all, &remaining, 0,
                                                         static_cast<unsigned>(sm_per_part)));
   if (made != static_cast<unsigned int>(parts)) {
-    throw Error("--emulate " + std::to_string(parts) + ": the driver split the device's " +
-                std::to_string(all.sm.smCount) + " SMs into only " + std::to_string(made) +
-                " partitions of " + std::to_string(sm_per_part));
+    throw FieldError("emulate", std::to_string(parts) + " stages: the driver split the device's " +
+                                    std::to_string(all.sm.smCount) + " SMs into only " +
+                                    std::to_string(made) + " partitions of " +
+                                    std::to_string(sm_per_part));
   }
   std::vector<std::unique_ptr<GreenContext>> contexts;
   for (const CUdevResource& group : groups) {

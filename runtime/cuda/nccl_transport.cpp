@@ -185,7 +185,7 @@ std::unique_ptr<NcclTransport> NcclTransport::single_process(
       throw Error("NCCL transport: plan devices " + std::to_string(it->second) + " and " +
                   std::to_string(d) + " are both on GPU " + std::to_string(it->first) + " (NCCL " +
                   std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) +
-                  " refuses two ranks on one GPU; use --emulate for one GPU)");
+                  " refuses two ranks on one GPU; use " + field_name("emulate") + " for one GPU)");
     }
   }
   std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));

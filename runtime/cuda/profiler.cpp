@@ -205,7 +205,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
 Profile measure_profile(const GpuProfileOptions& options) {
   const int devices = cuda_device_count();
   if (devices == 0) throw Error("no CUDA device found");
-  if (options.max_concat < 1) throw Error("--max-concat: must be at least 1");
+  if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
   CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};

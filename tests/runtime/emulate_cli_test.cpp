@@ -31,7 +31,7 @@ class EmulateCli : public pipeplan::testing::TinyPlanTest {
 
 TEST_F(EmulateCli, CountMustEqualThePlansDevices) {
   const Result wrong = run("run " + plan_ + " --backend cuda --emulate 3");
-  expect_one_line_naming(wrong, "--emulate 3");
+  expect_one_line_naming(wrong, "--emulate: 3 stages");
   EXPECT_NE(wrong.out.find("4 devices"), std::string::npos) << wrong.out;
   expect_one_line_naming(run("run " + plan_ + " --backend cuda --emulate -1"), "--emulate");
 }

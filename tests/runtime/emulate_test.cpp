@@ -32,9 +32,9 @@ TEST(EmulatedSmShare, RoundsAnEqualShareDownToMultiplesOfEight) {
 
 TEST(EmulatedSmShare, RefusesSharesBelowTheMinimum) {
   const std::string tiny = error_of([] { emulated_sm_share(132, 17); });
-  EXPECT_NE(tiny.find("--emulate 17"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("emulate: 17 stages"), std::string::npos) << tiny;
   EXPECT_NE(tiny.find("7"), std::string::npos) << tiny;  // 132 / 17 = 7 SMs
-  EXPECT_NE(error_of([] { emulated_sm_share(132, 0); }).find("--emulate"), std::string::npos);
+  EXPECT_NE(error_of([] { emulated_sm_share(132, 0); }).find("emulate: "), std::string::npos);
   EXPECT_NE(error_of([] { emulated_sm_share(0, 4); }).find("no SMs"), std::string::npos);
 }
 
@@ -44,11 +44,11 @@ TEST(CheckEmulate, MustNameThePlansDeviceCountOnTheCudaBackend) {
   EXPECT_EQ(error_of([&] { check_emulate(0, plan, "cpu"); }), "");
   EXPECT_EQ(error_of([&] { check_emulate(4, plan, "cuda"); }), "");
   const std::string wrong = error_of([&] { check_emulate(3, plan, "cuda"); });
-  EXPECT_NE(wrong.find("--emulate 3"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("emulate: 3 stages"), std::string::npos) << wrong;
   EXPECT_NE(wrong.find("4 devices"), std::string::npos) << wrong;
   const std::string cpu = error_of([&] { check_emulate(4, plan, "cpu"); });
-  EXPECT_NE(cpu.find("--backend cuda"), std::string::npos) << cpu;
-  EXPECT_NE(error_of([&] { check_emulate(-2, plan, "cuda"); }).find("--emulate"),
+  EXPECT_NE(cpu.find("backend cuda"), std::string::npos) << cpu;
+  EXPECT_NE(error_of([&] { check_emulate(-2, plan, "cuda"); }).find("emulate: "),
             std::string::npos);
 }
 
@@ -60,7 +60,7 @@ TEST(GpuForDeviceName, MapsCudaDeviceNamesToGpusJsonPeaks) {
   EXPECT_EQ(gpu_for_device_name("NVIDIA A100-SXM4-80GB").name, "a100-80g");
   const std::string unknown = error_of([] { gpu_for_device_name("Tesla T4"); });
   EXPECT_NE(unknown.find("Tesla T4"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("--gpu"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("pass gpu with"), std::string::npos) << unknown;
 }
 
 // A fake measurement: 4 emulated stages x 32 of 132 SMs on an H100, 5 % slower than predicted.
