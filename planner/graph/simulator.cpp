@@ -6,6 +6,7 @@
 #include <map>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -218,7 +219,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     }
   };
 
-  const double bandwidth_GBps = graph.meta.link.bandwidth_GBps;
+  const P2pLink link = graph.meta.link;
   while (!queue.empty()) {
     const auto [time, id] = queue.pop();
     const HotNode& n = hot[static_cast<std::size_t>(id)];
@@ -239,11 +240,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     // The later half's ready time: under a stack the half taken second may be the earlier one.
     const double start =
         std::max({time, state[static_cast<std::size_t>(n.match)].ready_at, link_free});
-    const double occupancy =
-        bandwidth_GBps > 0 ? static_cast<double>(payload_bytes[static_cast<std::size_t>(id)]) /
-                                 (bandwidth_GBps * 1e3)
-                           : 0.0;
-    link_free = start + occupancy;
+    link_free = start + link_occupancy_us(link, payload_bytes[static_cast<std::size_t>(id)]);
     const double end = start + n.duration_us;
     finish(id, start, end);
     finish(n.match, start, end);

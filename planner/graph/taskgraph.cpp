@@ -7,6 +7,7 @@
 #include <boost/iterator/transform_iterator.hpp>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -251,12 +252,6 @@ void check_bounds(const Schedule& schedule) {
       }
     }
   }
-}
-
-double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
-  double t = link.latency_us;
-  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
-  return t;
 }
 
 }  // namespace

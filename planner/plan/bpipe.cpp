@@ -8,6 +8,7 @@
 #include <string>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -137,12 +138,6 @@ int compute_stream(const TaskGraph& graph, int device) {
     if (stream.device == device && stream.role == StreamRole::compute) return static_cast<int>(s);
   }
   throw Error("bpipe: device " + std::to_string(device) + " has no compute stream");
-}
-
-double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
-  double t = link.latency_us;
-  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
-  return t;
 }
 
 // The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
