@@ -41,9 +41,7 @@ std::int64_t BpipePlan::bytes_per_step() const {
 }
 
 bool is_transfer(const TaskGraph& graph, int node) {
-  const int stream = graph.node(node).stream;
-  return stream >= 0 && stream < static_cast<int>(graph.streams().size()) &&
-         graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
+  return is_stash_move(graph.node(node).transfer);
 }
 
 namespace {

@@ -59,7 +59,7 @@ struct BpipePlan {
 BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs);
 // Adds the transfer nodes, streams and edges of `plan` to `graph`.
 void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan);
-// True when a node is a BPipe transfer (runs on a transfer stream).
+// True when a node is a BPipe transfer (an evict or a load).
 bool is_transfer(const TaskGraph& graph, int node);
 
 }  // namespace pipeplan

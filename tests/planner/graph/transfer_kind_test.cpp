@@ -1,13 +1,16 @@
 // Send/recv kinds (Node::transfer): set where the pairs are made, stored in the plan file
-// (version 2) and derived for version 1 files.
+// (version 2), derived for version 1 files, and what the validator goes by (never the label).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
 #include "tests/planner/plan_fixtures.h"
@@ -144,6 +147,77 @@ TEST(PlanJson, RefusesUnknownVersionsAndTransferKinds) {
   j = good;
   j["nodes"][at(compute)]["transfer"] = "activation";
   expect_error(j, "nodes[" + std::to_string(compute) + "]: field 'transfer' is for send/recv");
+}
+
+// Every send/recv pair gets a label that says nothing ("m<id>"), the same on both halves.
+TaskGraph with_meaningless_labels(TaskGraph g) {
+  for (int id = 0; id < g.node_count(); ++id) {
+    Node& n = g.node(id);
+    if (n.kind != NodeKind::compute) n.label = "m" + std::to_string(std::min(id, n.match));
+  }
+  return g;
+}
+
+// Ids of one evict pair (send, recv), the first in node order.
+std::pair<int, int> first_evict(const TaskGraph& g) {
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.kind == NodeKind::send && n.transfer == Transfer::evict) return {id, n.match};
+  }
+  ADD_FAILURE() << "no evict";
+  return {0, 0};
+}
+
+TEST(TransferKind, RenamingLabelsChangesNothing) {
+  const Plan plan = bpipe_plan();
+  const TaskGraph renamed = with_meaningless_labels(plan.graph);
+  EXPECT_FALSE(find_violation(renamed).has_value());
+  const SimResult sim = simulate(renamed);
+  EXPECT_EQ(sim.makespan_us, plan.sim.makespan_us);
+  EXPECT_EQ(sim.peak_memory_bytes(), plan.sim.peak_memory_bytes());
+}
+
+TEST(TransferKind, TheValidatorGoesByTheKind) {
+  const Plan plan = bpipe_plan();
+  const TaskGraph renamed = with_meaningless_labels(plan.graph);
+  {  // an evict turned into a load, labels untouched: its stash was never evicted
+    TaskGraph g = renamed;
+    const auto [send, recv] = first_evict(g);
+    g.node(send).transfer = g.node(recv).transfer = Transfer::load;
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "transfer-use") << v->message;
+  }
+  {  // the halves disagree
+    TaskGraph g = renamed;
+    g.node(first_evict(g).second).transfer = Transfer::load;
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "send-recv-match") << v->message;
+    EXPECT_NE(v->message.find("transfer kind 'evict' differs from its match's 'load'"),
+              std::string::npos)
+        << v->message;
+  }
+  {  // a kind that does not fit the stream, and one that does not fit the op
+    TaskGraph g = renamed;
+    g.node(first_evict(g).first).transfer = Transfer::activation;
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "stream") << v->message;
+    EXPECT_NE(v->message.find("'activation', which does not fit a transfer stream"),
+              std::string::npos)
+        << v->message;
+  }
+  for (int id = 0; id < renamed.node_count(); ++id) {
+    if (renamed.node(id).transfer != Transfer::activation) continue;
+    TaskGraph g = renamed;
+    g.node(id).transfer = g.node(g.node(id).match).transfer = Transfer::gradient;
+    const auto v = find_violation(g);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->rule, "stream") << v->message;
+    EXPECT_NE(v->message.find("op F"), std::string::npos) << v->message;
+    break;
+  }
 }
 
 }  // namespace
