@@ -177,6 +177,14 @@ TEST(TransferKind, RenamingLabelsChangesNothing) {
   EXPECT_EQ(sim.peak_memory_bytes(), plan.sim.peak_memory_bytes());
 }
 
+// The first violation is of `rule` and its message holds `needle`.
+void expect_violation(const TaskGraph& g, const std::string& rule, const std::string& needle) {
+  const auto v = find_violation(g);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rule, rule) << v->message;
+  EXPECT_NE(v->message.find(needle), std::string::npos) << v->message;
+}
+
 TEST(TransferKind, TheValidatorGoesByTheKind) {
   const Plan plan = bpipe_plan();
   const TaskGraph renamed = with_meaningless_labels(plan.graph);
@@ -184,38 +192,23 @@ TEST(TransferKind, TheValidatorGoesByTheKind) {
     TaskGraph g = renamed;
     const auto [send, recv] = first_evict(g);
     g.node(send).transfer = g.node(recv).transfer = Transfer::load;
-    const auto v = find_violation(g);
-    ASSERT_TRUE(v.has_value());
-    EXPECT_EQ(v->rule, "transfer-use") << v->message;
+    expect_violation(g, "transfer-use", "evict");
   }
   {  // the halves disagree
     TaskGraph g = renamed;
     g.node(first_evict(g).second).transfer = Transfer::load;
-    const auto v = find_violation(g);
-    ASSERT_TRUE(v.has_value());
-    EXPECT_EQ(v->rule, "send-recv-match") << v->message;
-    EXPECT_NE(v->message.find("transfer kind 'evict' differs from its match's 'load'"),
-              std::string::npos)
-        << v->message;
+    expect_violation(g, "send-recv-match", "transfer kind 'evict' differs from its match's 'load'");
   }
-  {  // a kind that does not fit the stream, and one that does not fit the op
+  {  // a kind that does not fit the stream
     TaskGraph g = renamed;
     g.node(first_evict(g).first).transfer = Transfer::activation;
-    const auto v = find_violation(g);
-    ASSERT_TRUE(v.has_value());
-    EXPECT_EQ(v->rule, "stream") << v->message;
-    EXPECT_NE(v->message.find("'activation', which does not fit a transfer stream"),
-              std::string::npos)
-        << v->message;
+    expect_violation(g, "stream", "'activation', which does not fit a transfer stream");
   }
-  for (int id = 0; id < renamed.node_count(); ++id) {
+  for (int id = 0; id < renamed.node_count(); ++id) {  // one that does not fit the op
     if (renamed.node(id).transfer != Transfer::activation) continue;
     TaskGraph g = renamed;
     g.node(id).transfer = g.node(g.node(id).match).transfer = Transfer::gradient;
-    const auto v = find_violation(g);
-    ASSERT_TRUE(v.has_value());
-    EXPECT_EQ(v->rule, "stream") << v->message;
-    EXPECT_NE(v->message.find("op F"), std::string::npos) << v->message;
+    expect_violation(g, "stream", "op F");
     break;
   }
 }
