@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "profiles/link.h"
 #include "profiles/model.h"
 
 namespace pipeplan {
@@ -42,11 +43,6 @@ struct Provenance {
   std::string date;    // ISO 8601
   std::string command;
   std::string notes;
-};
-
-struct P2pLink {
-  double latency_us = 0;
-  double bandwidth_GBps = 0;  // 0 means infinite (pure latency, as in Zero Bubble's T_comm)
 };
 
 struct Profile {

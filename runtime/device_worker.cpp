@@ -16,10 +16,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31U);
 }
 
-bool starts_with(const std::string& text, std::string_view prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::string key_name(StageMb key) {
   return "stage " + std::to_string(key.first) + " micro-batch " + std::to_string(key.second);
 }
@@ -67,6 +63,19 @@ std::vector<Stash> unpack_stash(const Message& message, const std::vector<int>& 
                                                                       tensor);
   }
   return stashes;
+}
+
+// A send/recv without a kind (a plan the validator refuses, run with validation off) is an
+// error, not a guess from its op or label.
+[[noreturn]] void no_payload_kind(const Node& node) {
+  throw Error("send/recv '" + node.label + "' on device " + std::to_string(node.device) +
+              " has no transfer kind (field 'transfer' is none)");
+}
+
+// Activation or input gradient: the payloads of the pipeline's send/recv streams.
+bool carries_activation(const Node& node) {
+  if (node.transfer == Transfer::none) no_payload_kind(node);
+  return node.transfer == Transfer::activation;
 }
 
 }  // namespace
@@ -259,7 +268,7 @@ void DeviceWorker::backward_p2(int stage, const std::vector<int>& microbatches) 
 
 Message DeviceWorker::take_payload(const Node& node) {
   const StageMb key{node.stage, node.microbatches.front()};
-  if (starts_with(node.label, "evict ")) {
+  if (node.transfer == Transfer::evict) {
     const std::lock_guard lock(mutex_);
     const auto it = stashes_.find(key);
     if (it == stashes_.end()) {
@@ -273,7 +282,7 @@ Message DeviceWorker::take_payload(const Node& node) {
     account(-message.bytes);
     return message;
   }
-  if (starts_with(node.label, "load ")) {
+  if (node.transfer == Transfer::load) {
     const std::lock_guard lock(mutex_);
     const auto it = held_.find(key);
     if (it == held_.end()) {
@@ -289,7 +298,7 @@ Message DeviceWorker::take_payload(const Node& node) {
   }
   Message message;
   message.tag = node.label;
-  const bool activation = node.op == OpType::F;
+  const bool activation = carries_activation(node);
   message.tensors.emplace_back(activation ? "activation" : "input_grad",
                                take_tensor(activation ? activations_ : input_grads_, key,
                                            activation ? "activation" : "input gradient"));
@@ -299,12 +308,13 @@ Message DeviceWorker::take_payload(const Node& node) {
 
 std::int64_t DeviceWorker::expected_bytes(const Node& node) const {
   const StageMb key{node.stage, node.microbatches.front()};
-  if (starts_with(node.label, "evict ")) return -1;
-  if (starts_with(node.label, "load ")) {
+  if (node.transfer == Transfer::evict) return -1;
+  if (node.transfer == Transfer::load) {
     const std::lock_guard lock(mutex_);
     const auto it = evicted_bytes_.find(key);
     return it == evicted_bytes_.end() ? -1 : it->second;
   }
+  if (node.transfer == Transfer::none) no_payload_kind(node);
   const PlanMeta& meta = plan_.meta;
   return std::int64_t{meta.mbs} * meta.seq * meta.model.hidden *
          dtype_bytes(backend_->compute_dtype());
@@ -312,14 +322,14 @@ std::int64_t DeviceWorker::expected_bytes(const Node& node) const {
 
 void DeviceWorker::store_payload(const Node& node, Message message) {
   const StageMb key{node.stage, node.microbatches.front()};
-  if (starts_with(node.label, "evict ")) {
+  if (node.transfer == Transfer::evict) {
     const std::lock_guard lock(mutex_);
     account(message.bytes);
     bpipe_.accepted += message.bytes;
     held_[key] = std::move(message);
     return;
   }
-  if (starts_with(node.label, "load ")) {
+  if (node.transfer == Transfer::load) {
     const std::int64_t bytes = message.bytes;
     std::vector<Stash> stashes = unpack_stash(message, stage_layers(node.stage));
     const std::lock_guard lock(mutex_);
@@ -332,8 +342,9 @@ void DeviceWorker::store_payload(const Node& node, Message message) {
     throw Error("message '" + message.tag + "' holds " + std::to_string(message.tensors.size()) +
                 " tensors, expected 1");
   }
+  const bool activation = carries_activation(node);
   const std::lock_guard lock(mutex_);
-  auto& table = node.op == OpType::F ? activations_ : input_grads_;
+  auto& table = activation ? activations_ : input_grads_;
   table[key] = std::move(message.tensors.front().second);
 }
 

@@ -1,5 +1,6 @@
-// A measured step in the simulator's result structure (planner/graph/simulator.h), so the one trace
-// writer (planner/graph/trace.h) draws it and `pipeplan diff` can set it beside the prediction.
+// A measured step in the simulator's result structure (planner/graph/simulator.h), its metrics
+// computed by the same function (planner/graph/metrics.h), so the one trace writer
+// (planner/graph/trace.h) draws it and `pipeplan diff` sets it beside the prediction.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +18,10 @@ struct MeasuredDevice {
   std::vector<std::pair<double, std::int64_t>> memory_timeline;  // (µs since step start, bytes)
 };
 
-// Metrics as simulate() defines them, from measured node times: makespan, per-device busy
-// (compute-stream) time, span and bubble, tokens/s over the makespan. MFU stays 0 (no peak
-// FLOP/s is known for the host).
+// step_metrics() of the measured node times: every field as simulate() fills it, MFU against
+// the plan's GPU (meta.peak_flops_per_device; RunComparison::measured_mfu is against the GPUs it
+// ran on). `devices`: empty, or one per plan device; a device with a memory timeline replaces
+// the plan's allocations replayed at the measured times with what it counted itself.
 SimResult measured_result(const TaskGraph& plan, std::vector<NodeTime> times,
                           std::vector<MeasuredDevice> devices);
 

@@ -23,11 +23,8 @@ struct DiffCommand {
     const SimResult predicted = simulate(plan);
     std::vector<NodeTime> times =
         node_times_from_trace(plan, read_json_file(measured_path), measured_path);
-    int devices = plan.meta.devices;
-    for (const Stream& stream : plan.streams())
-      devices = std::max(devices, stream.device + 1);
-    const SimResult measured = measured_result(
-        plan, std::move(times), std::vector<MeasuredDevice>(static_cast<std::size_t>(devices)));
+    // The trace holds node times only: memory is the plan's, replayed at the measured times.
+    const SimResult measured = measured_result(plan, std::move(times), {});
     const TraceDiff diff = diff_trace(plan, predicted, measured);
     const int shown = all ? -1 : top;
     if (json) {

@@ -68,13 +68,13 @@ std::string op_color(OpType op) {
   return "";
 }
 
-// BPipe transfers (planner/plan/bpipe.h) are labelled "evict <F action>" / "load <F action>".
+// BPipe transfers (planner/plan/bpipe.h): send/recv nodes of kind evict or load.
 bool is_transfer_stream(const TaskGraph& graph, int stream) {
   return graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
 }
 
 char transfer_letter(const Node& node) {
-  return node.label.rfind("load", 0) == 0 ? 'l' : 'e';
+  return node.transfer == Transfer::load ? 'l' : 'e';
 }
 
 // Evict violet, load teal.
@@ -329,7 +329,7 @@ std::string transfer_summary(const TaskGraph& graph) {
     const Node& node = graph.node(id);
     if (node.kind != NodeKind::send || !is_transfer_stream(graph, node.stream)) continue;
     PairTraffic& pair = pairs[std::minmax(node.device, node.peer)];
-    if (transfer_letter(node) == 'e') {
+    if (node.transfer == Transfer::evict) {
       pair.evictor = node.device;
       ++pair.evictions;
     }

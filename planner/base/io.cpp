@@ -96,16 +96,26 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source) {
+  require_format(json, expected_format, expected_version, expected_version, source);
+}
+
+int require_format(const nlohmann::json& json, std::string_view expected_format, int oldest_version,
+                   int newest_version, std::string_view source) {
   const std::string format = require_string(json, "format", source);
   if (format != expected_format) {
     throw Error(std::string(source) + ": field 'format' is '" + format + "', expected '" +
                 std::string(expected_format) + "'");
   }
   const std::int64_t version = require_integer(json, "version", source);
-  if (version != expected_version) {
+  if (version < oldest_version || version > newest_version) {
+    const std::string readable = oldest_version == newest_version
+                                     ? "version " + std::to_string(newest_version)
+                                     : "versions " + std::to_string(oldest_version) + " to " +
+                                           std::to_string(newest_version);
     throw Error(std::string(source) + ": field 'version' is " + std::to_string(version) +
-                ", this pipeplan reads version " + std::to_string(expected_version));
+                ", this pipeplan reads " + readable);
   }
+  return static_cast<int>(version);
 }
 
 }  // namespace pipeplan

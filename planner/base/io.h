@@ -30,5 +30,8 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 // Checks {"format": expected_format, "version": expected_version}.
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source);
+// The same for a reader of versions oldest..newest; returns the file's version.
+int require_format(const nlohmann::json& json, std::string_view expected_format, int oldest_version,
+                   int newest_version, std::string_view source);
 
 }  // namespace pipeplan

@@ -19,10 +19,6 @@ bool on_transfer_stream(const TaskGraph& g, int id) {
          g.streams()[static_cast<std::size_t>(s)].role == StreamRole::transfer;
 }
 
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
 // The data-edge predecessor of `id` that satisfies `pred`, or -1 (`preds` from predecessors()).
 template <typename Pred>
 int data_predecessor(const TaskGraph& g,
@@ -102,10 +98,12 @@ Result check_transfer_use(const TaskGraph& g) {
       return other.kind == NodeKind::compute && op_ok && other.stage == n.stage &&
              !other.microbatches.empty() && other.microbatches.front() == mb;
     };
-    const bool evict = starts_with(n.label, "evict ");
-    if (!evict && !starts_with(n.label, "load ")) {
-      return make_violation(g, id, "transfer-use", "is labelled neither 'evict' nor 'load'");
+    if (!is_stash_move(n.transfer)) {
+      return make_violation(
+          g, id, "transfer-use",
+          "is a " + std::string(to_string(n.transfer)) + " transfer, neither an evict nor a load");
     }
+    const bool evict = n.transfer == Transfer::evict;
     if (n.kind == NodeKind::send && evict &&
         data_predecessor(g, preds, id, [&](const Node& o) { return same_op(o, false); }) < 0) {
       return make_violation(g, id, "transfer-use",
@@ -113,7 +111,7 @@ Result check_transfer_use(const TaskGraph& g) {
     }
     if (n.kind == NodeKind::send && !evict) {
       const int from = data_predecessor(g, preds, id, [&](const Node& o) {
-        return o.kind == NodeKind::recv && starts_with(o.label, "evict ") && o.stage == n.stage &&
+        return o.kind == NodeKind::recv && o.transfer == Transfer::evict && o.stage == n.stage &&
                !o.microbatches.empty() && o.microbatches.front() == mb;
       });
       if (from < 0) {

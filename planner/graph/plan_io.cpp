@@ -14,7 +14,10 @@ namespace pipeplan {
 namespace {
 
 constexpr std::string_view kPlanFormat = "pipeplan-plan";
-constexpr int kPlanVersion = 1;
+// Version 2 stores each send/recv's `transfer` kind; version 1 plans are still read (see
+// transfer_of_v1).
+constexpr int kPlanVersion = 2;
+constexpr int kOldestPlanVersion = 1;
 
 NodeKind node_kind_from_string(std::string_view text, const std::string& context) {
   if (text == "compute") return NodeKind::compute;
@@ -29,6 +32,27 @@ StreamRole stream_role_from_string(std::string_view text, const std::string& con
   if (text == "recv") return StreamRole::recv;
   if (text == "transfer") return StreamRole::transfer;
   throw Error(context + ": field 'role' must be compute, send, recv or transfer");
+}
+
+Transfer transfer_from_string(std::string_view text, const std::string& context) {
+  for (const Transfer t :
+       {Transfer::activation, Transfer::gradient, Transfer::evict, Transfer::load}) {
+    if (text == to_string(t)) return t;
+  }
+  throw Error(context + ": field 'transfer' must be activation, gradient, evict or load");
+}
+
+// Version 1 had no transfer kind: BPipe moves were told apart by their label alone. This is
+// the one place that still reads a label for meaning, and only for files of that version.
+Transfer transfer_of_v1(const Node& n, StreamRole role, const std::string& context) {
+  if (role != StreamRole::transfer) {
+    return n.op == OpType::F ? Transfer::activation : Transfer::gradient;
+  }
+  if (n.label.starts_with("evict ")) return Transfer::evict;
+  if (n.label.starts_with("load ")) return Transfer::load;
+  throw Error(context +
+              ": field 'label' of a version 1 transfer-stream node must start with "
+              "'evict ' or 'load '");
 }
 
 OpType op_from_string(std::string_view text, const std::string& context) {
@@ -129,6 +153,7 @@ nlohmann::json node_to_json(int id, const Node& n) {
                       {"alloc_bytes", n.alloc_bytes},
                       {"free_bytes", n.free_bytes}};
   if (n.kind != NodeKind::compute) {
+    j["transfer"] = std::string(to_string(n.transfer));
     j["bytes"] = n.bytes;
     j["peer"] = n.peer;
     j["match"] = n.match;
@@ -136,8 +161,10 @@ nlohmann::json node_to_json(int id, const Node& n) {
   return j;
 }
 
-Node node_from_json(const nlohmann::json& j, const std::string& ctx, int devices, int streams,
-                    int nodes) {
+Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskGraph& g, int nodes,
+                    int version) {
+  const int devices = g.meta.devices;
+  const int streams = static_cast<int>(g.streams().size());
   Node n;
   n.kind = node_kind_from_string(require_string(j, "kind", ctx), ctx);
   n.op = op_from_string(require_string(j, "op", ctx), ctx);
@@ -161,12 +188,17 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, int devices
   if (n.alloc_bytes < 0 || n.free_bytes < 0) {
     throw Error(ctx + ": fields 'alloc_bytes' and 'free_bytes' must not be negative");
   }
-  if (n.kind != NodeKind::compute) {
-    n.bytes = require_integer(j, "bytes", ctx);
-    if (n.bytes < 0) throw Error(ctx + ": field 'bytes' must not be negative");
-    n.peer = require_int(j, "peer", ctx, 0, devices - 1);
-    n.match = require_int(j, "match", ctx, -1, nodes - 1);
+  if (n.kind == NodeKind::compute) {
+    if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
+    return n;
   }
+  n.bytes = require_integer(j, "bytes", ctx);
+  if (n.bytes < 0) throw Error(ctx + ": field 'bytes' must not be negative");
+  n.peer = require_int(j, "peer", ctx, 0, devices - 1);
+  n.match = require_int(j, "match", ctx, -1, nodes - 1);
+  n.transfer = version == 1
+                   ? transfer_of_v1(n, g.streams()[static_cast<std::size_t>(n.stream)].role, ctx)
+                   : transfer_from_string(require_string(j, "transfer", ctx), ctx);
   return n;
 }
 
@@ -200,7 +232,7 @@ nlohmann::json plan_to_json(const TaskGraph& graph) {
 
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_view) {
   const std::string source(source_view);
-  require_format(json, kPlanFormat, kPlanVersion, source);
+  const int version = require_format(json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
   TaskGraph g;
   g.meta = meta_from_json(require_field(json, "meta", source), source);
   g.schedule = schedule_from_text(require_string(json, "schedule", source));
@@ -236,7 +268,7 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     const auto& j = nodes[static_cast<std::size_t>(i)];
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
-    g.add_node_unordered(node_from_json(j, ctx, g.meta.devices, stream_total, node_total));
+    g.add_node_unordered(node_from_json(j, ctx, g, node_total, version));
   }
   for (int s = 0; s < stream_total; ++s)
     g.set_stream_order(s, orders[static_cast<std::size_t>(s)]);

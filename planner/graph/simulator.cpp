@@ -6,16 +6,9 @@
 #include <map>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
-
-std::vector<std::int64_t> SimResult::peak_memory_bytes() const {
-  std::vector<std::int64_t> peaks;
-  peaks.reserve(devices.size());
-  for (const DeviceMetrics& d : devices)
-    peaks.push_back(d.peak_memory_bytes);
-  return peaks;
-}
 
 namespace {
 
@@ -36,45 +29,6 @@ class Links {
   int devices_;
   std::vector<double> free_at_;
 };
-
-// A node that allocates or frees memory (most send/recv nodes do neither).
-struct MemoryEffect {
-  int node;
-  int device;
-  std::int64_t alloc_bytes;
-  std::int64_t free_bytes;
-};
-
-void memory_metrics(const TaskGraph& graph, const std::vector<MemoryEffect>& effects,
-                    const std::vector<NodeTime>& times, std::vector<DeviceMetrics>& devices) {
-  std::vector<std::vector<std::pair<double, std::int64_t>>> events(devices.size());
-  for (const MemoryEffect& m : effects) {
-    auto& e = events[static_cast<std::size_t>(m.device)];
-    const NodeTime& t = times[static_cast<std::size_t>(m.node)];
-    if (m.alloc_bytes != 0) e.emplace_back(t.start_us, m.alloc_bytes);
-    if (m.free_bytes != 0) e.emplace_back(t.end_us, -m.free_bytes);
-  }
-  for (std::size_t d = 0; d < devices.size(); ++d) {
-    auto& e = events[d];
-    // At equal times releases come first: an op that starts when another ends reuses its memory.
-    std::sort(e.begin(), e.end());
-    const std::int64_t base = d < graph.meta.static_bytes.size() ? graph.meta.static_bytes[d] : 0;
-    std::int64_t current = base;
-    DeviceMetrics& m = devices[d];
-    m.peak_memory_bytes = base;
-    m.memory_timeline.clear();
-    m.memory_timeline.emplace_back(0.0, base);
-    for (const auto& [time, delta] : e) {
-      current += delta;
-      m.peak_memory_bytes = std::max(m.peak_memory_bytes, current);
-      if (!m.memory_timeline.empty() && m.memory_timeline.back().first == time) {
-        m.memory_timeline.back().second = current;
-      } else {
-        m.memory_timeline.emplace_back(time, current);
-      }
-    }
-  }
-}
 
 [[noreturn]] void report_stuck(const TaskGraph& graph, const std::vector<int>& pending) {
   for (int id = 0; id < graph.node_count(); ++id) {
@@ -153,7 +107,6 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   }
   std::vector<HotNode> hot(static_cast<std::size_t>(n_nodes));
   std::vector<std::int64_t> payload_bytes(static_cast<std::size_t>(n_nodes), 0);
-  std::vector<MemoryEffect> effects;
   // Per directed link, the stream whose sends use it (-1: none yet); a second one sets shared_link.
   const auto link_count = static_cast<std::size_t>(n_devices) * static_cast<std::size_t>(n_devices);
   std::vector<int> link_stream(link_count, -1);
@@ -167,8 +120,6 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     hot[static_cast<std::size_t>(id)] = {n.duration_us, n.match,
                                          static_cast<std::int16_t>(n.device), n.kind};
     payload_bytes[static_cast<std::size_t>(id)] = n.bytes;
-    if (n.alloc_bytes != 0 || n.free_bytes != 0)
-      effects.push_back({id, n.device, n.alloc_bytes, n.free_bytes});
     if (n.kind == NodeKind::send && !shared_link) {
       if (n.peer < 0 || n.peer >= n_devices) {
         shared_link = true;  // a broken pair: keep the general order for the error path
@@ -218,7 +169,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     }
   };
 
-  const double bandwidth_GBps = graph.meta.link.bandwidth_GBps;
+  const P2pLink link = graph.meta.link;
   while (!queue.empty()) {
     const auto [time, id] = queue.pop();
     const HotNode& n = hot[static_cast<std::size_t>(id)];
@@ -239,11 +190,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     // The later half's ready time: under a stack the half taken second may be the earlier one.
     const double start =
         std::max({time, state[static_cast<std::size_t>(n.match)].ready_at, link_free});
-    const double occupancy =
-        bandwidth_GBps > 0 ? static_cast<double>(payload_bytes[static_cast<std::size_t>(id)]) /
-                                 (bandwidth_GBps * 1e3)
-                           : 0.0;
-    link_free = start + occupancy;
+    link_free = start + link_occupancy_us(link, payload_bytes[static_cast<std::size_t>(id)]);
     const double end = start + n.duration_us;
     finish(id, start, end);
     finish(n.match, start, end);
@@ -256,52 +203,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     report_stuck(graph, pending);
   }
 
-  // Metrics.
-  result.devices.assign(static_cast<std::size_t>(n_devices), DeviceMetrics{});
-  std::vector<char> seen(static_cast<std::size_t>(n_devices), 0);
-  double first = std::numeric_limits<double>::max();
-  double last = 0;
-  for (int id = 0; id < n_nodes; ++id) {
-    const HotNode& n = hot[static_cast<std::size_t>(id)];
-    const NodeTime& t = result.times[static_cast<std::size_t>(id)];
-    first = std::min(first, t.start_us);
-    last = std::max(last, t.end_us);
-    if (n.kind != NodeKind::compute) continue;
-    DeviceMetrics& d = result.devices[static_cast<std::size_t>(n.device)];
-    d.busy_us += n.duration_us;
-    if (!seen[static_cast<std::size_t>(n.device)]) {
-      d.first_start_us = t.start_us;
-      d.last_end_us = t.end_us;
-      seen[static_cast<std::size_t>(n.device)] = 1;
-    }
-    d.first_start_us = std::min(d.first_start_us, t.start_us);
-    d.last_end_us = std::max(d.last_end_us, t.end_us);
-  }
-  if (n_nodes == 0) first = 0;
-  result.makespan_us = last - first;
-  double busy_total = 0;
-  for (DeviceMetrics& d : result.devices) {
-    d.span_us = d.last_end_us - d.first_start_us;
-    d.bubble_ratio =
-        result.makespan_us > 0 ? (result.makespan_us - d.busy_us) / result.makespan_us : 0.0;
-    result.max_stage_span_us = std::max(result.max_stage_span_us, d.span_us);
-    busy_total += d.busy_us;
-  }
-  const double devices = static_cast<double>(n_devices);
-  if (result.makespan_us > 0) {
-    result.bubble_ratio = 1.0 - busy_total / (devices * result.makespan_us);
-    const double tokens =
-        static_cast<double>(graph.meta.microbatches) * graph.meta.mbs * graph.meta.seq;
-    result.tokens_per_s = tokens / (result.makespan_us * 1e-6);
-    if (graph.meta.flops_per_token > 0 && graph.meta.peak_flops_per_device > 0) {
-      result.mfu = result.tokens_per_s * graph.meta.flops_per_token /
-                   (devices * graph.meta.peak_flops_per_device);
-    }
-  }
-  if (result.max_stage_span_us > 0) {
-    result.span_bubble_ratio = 1.0 - busy_total / (devices * result.max_stage_span_us);
-  }
-  memory_metrics(graph, effects, result.times, result.devices);
+  static_cast<StepMetrics&>(result) = step_metrics(graph, result.times);
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include <boost/iterator/transform_iterator.hpp>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -32,6 +33,22 @@ std::string_view to_string(StreamRole role) {
       return "recv";
     case StreamRole::transfer:
       return "transfer";
+  }
+  return "?";
+}
+
+std::string_view to_string(Transfer transfer) {
+  switch (transfer) {
+    case Transfer::none:
+      return "none";
+    case Transfer::activation:
+      return "activation";
+    case Transfer::gradient:
+      return "gradient";
+    case Transfer::evict:
+      return "evict";
+    case Transfer::load:
+      return "load";
   }
   return "?";
 }
@@ -253,12 +270,6 @@ void check_bounds(const Schedule& schedule) {
   }
 }
 
-double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
-  double t = link.latency_us;
-  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
-  return t;
-}
-
 }  // namespace
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
@@ -305,7 +316,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       static_cast<std::size_t>(schedule.devices) * static_cast<std::size_t>(schedule.devices);
   std::vector<int> send_streams(pairs, -1);
   std::vector<int> recv_streams(pairs, -1);
-  auto connect = [&](int producer, int consumer, std::int64_t bytes) {
+  auto connect = [&](int producer, int consumer, std::int64_t bytes, Transfer what) {
     if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
     const Node& p = g.node(producer);
     const int src = p.device;
@@ -317,6 +328,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     Node send;
     send.kind = NodeKind::send;
     send.op = p.op;
+    send.transfer = what;
     send.device = src;
     int& send_stream = send_streams[pair_index(src, dst)];
     if (send_stream < 0) send_stream = g.stream(src, StreamRole::send, dst);
@@ -346,12 +358,12 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       const StageCost& cost = costs[static_cast<std::size_t>(s)];
       if (a.op == OpType::F && s + 1 < stages) {
         connect(ComputeIndex::at(index.forward, s, mb), ComputeIndex::at(index.forward, s + 1, mb),
-                cost.send_bytes);
+                cost.send_bytes, Transfer::activation);
       } else if ((a.op == OpType::B || a.op == OpType::P1) && s > 0) {
         // The gradient w.r.t. this stage's input has the size of the previous stage's output.
         connect(ComputeIndex::at(index.backward, s, mb),
                 ComputeIndex::at(index.backward, s - 1, mb),
-                costs[static_cast<std::size_t>(s - 1)].send_bytes);
+                costs[static_cast<std::size_t>(s - 1)].send_bytes, Transfer::gradient);
       }
     }
   }

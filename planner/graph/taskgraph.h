@@ -4,12 +4,14 @@
 // edges carry data dependencies (stream order is implied by each stream's node list).
 // Saved as versioned JSON (docs/plan-format.md) and exported to Graphviz DOT.
 //
-// BPipe activation transfers are send/recv pairs on `transfer` streams (one per device and
-// peer, carrying both directions in one order that the peer's transfer stream mirrors). Their
-// label is "evict <action>" (evictor -> acceptor, right after the forward <action>) or
-// "load <action>" (acceptor -> evictor, before the backward that needs the stash); op, stage and
-// microbatches are those of the forward whose stash moves, and alloc/free bytes record the
-// memory that leaves one device and arrives on the other.
+// Every send/recv says what it carries in `transfer`, never in its label: a forward's output
+// (activation) or a backward's input gradient (gradient) on the send/recv streams, or a BPipe
+// stash on `transfer` streams (one per device and peer, carrying both directions in one order
+// that the peer's transfer stream mirrors): evict (evictor -> acceptor, right after the forward)
+// or load (acceptor -> evictor, before the backward that needs the stash). For a stash move, op,
+// stage and microbatches are those of the forward whose stash moves, and alloc/free bytes record
+// the memory that leaves one device and arrives on the other. Labels are for people (and the
+// transport's tag check); nothing reads meaning from them.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,14 @@ namespace pipeplan {
 enum class NodeKind : std::uint8_t { compute, send, recv };
 enum class StreamRole : std::uint8_t { compute, send, recv, transfer };
 enum class EdgeKind : std::uint8_t { data, order };
+// What a send/recv pair moves; none for compute nodes.
+enum class Transfer : std::uint8_t { none, activation, gradient, evict, load };
 std::string_view to_string(NodeKind kind);
 std::string_view to_string(StreamRole role);
+std::string_view to_string(Transfer transfer);
+inline bool is_stash_move(Transfer t) {
+  return t == Transfer::evict || t == Transfer::load;
+}
 
 struct Stream {
   int device = 0;
@@ -49,6 +57,7 @@ struct Stream {
 struct Node {
   NodeKind kind = NodeKind::compute;
   OpType op = OpType::F;  // compute nodes; for send/recv, the op that produced the payload
+  Transfer transfer = Transfer::none;  // send/recv: what the payload is
   int device = 0;
   int stream = 0;                // index into TaskGraph::streams()
   int stage = 0;                 // virtual stage of the op (for send/recv: of the producer)
@@ -59,7 +68,8 @@ struct Node {
   std::int64_t bytes = 0;        // send/recv payload
   int peer = -1;                 // send/recv: the other device
   int match = -1;                // send/recv: id of the matching recv/send
-  // Compute: the action ("0F3"). Send/recv: the payload tag, i.e. the producing action.
+  // Compute: the action ("0F3"). Send/recv: the payload tag, equal on both halves ("0F3",
+  // "evict 0F3"); the transport checks it, nothing parses it.
   std::string label;
 };
 

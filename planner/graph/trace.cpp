@@ -101,6 +101,7 @@ void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
                  {"free_bytes", node.free_bytes}};
     if (node.kind != NodeKind::compute) {
       args["op"] = to_string(node.op);
+      args["transfer"] = to_string(node.transfer);
       args["bytes"] = node.bytes;
       args["peer"] = node.peer;
       args["match"] = node.match;

@@ -26,6 +26,7 @@ struct PackedNode {
   int stage;
   NodeKind kind;
   OpType op;
+  Transfer transfer;
 };
 
 // Shared by the checks of one validation: the packed nodes, built in one sequential pass.
@@ -45,13 +46,31 @@ struct Context {
     for (int id = 0; id < graph.node_count(); ++id) {
       const Node& n = graph.node(id);
       out[static_cast<std::size_t>(id)] = {n.match, n.device, n.stream, n.peer,
-                                           n.stage, n.kind,   n.op};
+                                           n.stage, n.kind,   n.op,     n.transfer};
     }
     return out;
   }
 };
 
-// Every node sits in exactly one stream, its own, and the stream's role fits the node's kind.
+// The stream role a transfer kind belongs on, and the ops that make its payload.
+bool transfer_fits(const PackedNode& n, StreamRole role) {
+  switch (n.transfer) {
+    case Transfer::none:
+      return role == StreamRole::compute;
+    case Transfer::activation:
+      return (role == StreamRole::send || role == StreamRole::recv) && n.op == OpType::F;
+    case Transfer::gradient:
+      return (role == StreamRole::send || role == StreamRole::recv) &&
+             (n.op == OpType::B || n.op == OpType::P1);
+    case Transfer::evict:
+    case Transfer::load:
+      return role == StreamRole::transfer && n.op == OpType::F;
+  }
+  return false;
+}
+
+// Every node sits in exactly one stream, its own; the stream's role fits the node's kind and
+// transfer kind, and the transfer kind fits the op that made the payload.
 Result check_streams(const Context& c) {
   const TaskGraph& g = c.g;
   std::vector<int> seen(static_cast<std::size_t>(g.node_count()), 0);
@@ -78,6 +97,12 @@ Result check_streams(const Context& c) {
           (n.kind != NodeKind::compute && stream.role == StreamRole::transfer &&
            n.peer == stream.peer);  // BPipe: both directions on one stream per peer
       if (!role_ok) return make_violation(g, id, "stream", "runs on a stream of the wrong role");
+      if (!transfer_fits(n, stream.role)) {
+        return make_violation(g, id, "stream",
+                              "carries transfer kind '" + std::string(to_string(n.transfer)) +
+                                  "', which does not fit a " + std::string(to_string(stream.role)) +
+                                  " stream and op " + std::string(to_string(n.op)));
+      }
     }
   }
   for (int id = 0; id < g.node_count(); ++id) {
@@ -105,6 +130,12 @@ Result check_matches(const Context& c) {
     }
     if (m.device != n.peer || m.peer != n.device) {
       return make_violation(g, id, "send-recv-match", "its peer and its match's device disagree");
+    }
+    if (m.transfer != n.transfer) {
+      return make_violation(g, id, "send-recv-match",
+                            "its transfer kind '" + std::string(to_string(n.transfer)) +
+                                "' differs from its match's '" +
+                                std::string(to_string(m.transfer)) + "'");
     }
     if (m.bytes != n.bytes || m.label != n.label) {
       return make_violation(g, id, "send-recv-match",

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -40,9 +41,7 @@ std::int64_t BpipePlan::bytes_per_step() const {
 }
 
 bool is_transfer(const TaskGraph& graph, int node) {
-  const int stream = graph.node(node).stream;
-  return stream >= 0 && stream < static_cast<int>(graph.streams().size()) &&
-         graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
+  return is_stash_move(graph.node(node).transfer);
 }
 
 namespace {
@@ -139,12 +138,6 @@ int compute_stream(const TaskGraph& graph, int device) {
   throw Error("bpipe: device " + std::to_string(device) + " has no compute stream");
 }
 
-double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
-  double t = link.latency_us;
-  if (link.bandwidth_GBps > 0) t += static_cast<double>(bytes) / (link.bandwidth_GBps * 1e3);
-  return t;
-}
-
 // The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
 // a conservative bound for the acceptor (its own peak plus everything it may hold for the pair).
 // Among caps within kSamePeak of that minimum (peaks move in whole stashes, so this only absorbs
@@ -194,11 +187,12 @@ BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
   return best != nullptr ? best->pair : options.front().pair;
 }
 
-Node transfer_node(NodeKind kind, const BpipeMove& move, int device, int stream, int peer,
-                   const std::string& label, const P2pLink& link) {
+Node transfer_node(NodeKind kind, Transfer what, const BpipeMove& move, int device, int stream,
+                   int peer, const std::string& tag, const P2pLink& link) {
   Node n;
   n.kind = kind;
   n.op = OpType::F;
+  n.transfer = what;
   n.device = device;
   n.stream = stream;
   n.stage = move.stage;
@@ -206,7 +200,7 @@ Node transfer_node(NodeKind kind, const BpipeMove& move, int device, int stream,
   n.duration_us = transfer_time_us(link, move.bytes);
   n.bytes = move.bytes;
   n.peer = peer;
-  n.label = label;
+  n.label = std::string(to_string(what)) + " " + tag;
   return n;
 }
 
@@ -253,17 +247,21 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
       const int forward = compute[static_cast<std::size_t>(move.evict_after)];
       const std::string tag = graph.node(forward).label;
       if (kind == 0) {
-        Node send = transfer_node(NodeKind::send, move, ev, ev_stream, ac, "evict " + tag, link);
+        Node send =
+            transfer_node(NodeKind::send, Transfer::evict, move, ev, ev_stream, ac, tag, link);
         send.free_bytes = move.bytes;
-        Node recv = transfer_node(NodeKind::recv, move, ac, ac_stream, ev, "evict " + tag, link);
+        Node recv =
+            transfer_node(NodeKind::recv, Transfer::evict, move, ac, ac_stream, ev, tag, link);
         recv.alloc_bytes = move.bytes;
         const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
         graph.add_data_edge(forward, s);
         evict_recv[i] = r;
       } else {
-        Node send = transfer_node(NodeKind::send, move, ac, ac_stream, ev, "load " + tag, link);
+        Node send =
+            transfer_node(NodeKind::send, Transfer::load, move, ac, ac_stream, ev, tag, link);
         send.free_bytes = move.bytes;
-        Node recv = transfer_node(NodeKind::recv, move, ev, ev_stream, ac, "load " + tag, link);
+        Node recv =
+            transfer_node(NodeKind::recv, Transfer::load, move, ev, ev_stream, ac, tag, link);
         recv.alloc_bytes = move.bytes;
         const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
         graph.add_data_edge(evict_recv[i], s);

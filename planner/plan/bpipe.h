@@ -5,8 +5,10 @@
 // frees a slot, it loads back the evicted stash it needs next, so the load overlaps the compute
 // before the backward that uses it.
 //
-// In the task graph (planner/graph/taskgraph.h) every move is a send/recv pair on the devices'
-// `transfer` streams, in one order per pair (the evictor's compute order of the triggers):
+// In the task graph (planner/graph/taskgraph.h) every move is a send/recv pair of kind
+// Transfer::evict or Transfer::load (labelled "evict 0F3" / "load 0F3" for people) on the
+// devices' `transfer` streams, in one order per pair (the evictor's compute order of the
+// triggers):
 //   evict: send on the evictor (data edge from the forward; frees the stash when it ends),
 //          recv on the acceptor (allocates it when it starts);
 //   load:  send on the acceptor (data edge from the evict recv; frees the stash when it ends),
@@ -57,7 +59,7 @@ struct BpipePlan {
 BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs);
 // Adds the transfer nodes, streams and edges of `plan` to `graph`.
 void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan);
-// True when a node is a BPipe transfer (runs on a transfer stream).
+// True when a node is a BPipe transfer (an evict or a load).
 bool is_transfer(const TaskGraph& graph, int node);
 
 }  // namespace pipeplan

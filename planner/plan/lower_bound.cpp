@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "planner/base/error.h"
+#include "profiles/link.h"
 
 namespace pipeplan {
 
@@ -39,9 +40,7 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
   std::vector<double> comm(stages, 0.0);
   for (std::size_t j = 0; j + 1 < stages; ++j) {
     if (stage_device[j] == stage_device[j + 1]) continue;
-    comm[j] = link.latency_us;
-    if (link.bandwidth_GBps > 0)
-      comm[j] += static_cast<double>(costs[j].send_bytes) / (link.bandwidth_GBps * 1e3);
+    comm[j] = transfer_time_us(link, costs[j].send_bytes);
   }
   std::vector<double> w(stages), head(stages, 0.0), down(stages, 0.0), up(stages, 0.0);
   for (std::size_t s = 0; s < stages; ++s)

@@ -19,10 +19,7 @@
 namespace pipeplan {
 
 double boundary_transfer_us(const P2pLink& link, const StageCost& sender) {
-  double t = link.latency_us;
-  if (link.bandwidth_GBps > 0)
-    t += static_cast<double>(sender.send_bytes) / (link.bandwidth_GBps * 1e3);
-  return t;
+  return transfer_time_us(link, sender.send_bytes);
 }
 
 namespace {

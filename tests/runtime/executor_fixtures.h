@@ -63,7 +63,7 @@ inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, Backward
 
 // BPipe by hand (the planner's BPipe pass is not needed to test the runtime side): every even
 // micro-batch's stash of every stage on `evictor` goes to `acceptor` right after its forward
-// and comes back before its backward, on the pair's transfer streams (taskgraph.h convention).
+// and comes back before its backward: evict and load pairs on the pair's transfer streams.
 // The load waits for the compute op before that backward, so the stash is away meanwhile.
 inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
   const int ev_stream = g.stream(evictor, StreamRole::transfer, acceptor);
@@ -74,6 +74,7 @@ inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
     Node send;
     send.kind = NodeKind::send;
     send.op = OpType::F;
+    send.transfer = evict ? Transfer::evict : Transfer::load;
     send.stage = f.stage;
     send.microbatches = f.microbatches;
     send.bytes = f.alloc_bytes;

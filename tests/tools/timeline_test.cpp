@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,11 +29,12 @@ struct Plan {
     graph.add_node(std::move(node));
     sim.times.push_back({start_us, end_us});
   }
-  // One end of a BPipe move on `device`'s transfer stream to `peer` ("evict 0F0" / "load 0F0").
-  int transfer(int device, int peer, NodeKind kind, const std::string& label, int mb,
+  // One end of a BPipe move on `device`'s transfer stream to `peer`.
+  int transfer(int device, int peer, NodeKind kind, Transfer what, const std::string& label, int mb,
                double start_us, double end_us) {
     Node node;
     node.kind = kind;
+    node.transfer = what;
     node.device = device;
     node.stage = 0;
     node.peer = peer;
@@ -182,11 +185,12 @@ TEST(Timeline, RejectsTooNarrowWidth) {
 // and loading it back before its p1.
 Plan bpipe_plan() {
   Plan p = two_device_plan();
-  for (const auto& [label, first] : {std::pair{"evict 0F0", 0}, std::pair{"load 0F0", 1}}) {
+  for (const auto& [what, label, first] :
+       {std::tuple{Transfer::evict, "evict 0F0", 0}, std::tuple{Transfer::load, "load 0F0", 1}}) {
     const double start = first == 0 ? 1000 : 2200;
     const int from = first, to = 1 - first;
-    const int send = p.transfer(from, to, NodeKind::send, label, 0, start, start + 800);
-    const int recv = p.transfer(to, from, NodeKind::recv, label, 0, start, start + 800);
+    const int send = p.transfer(from, to, NodeKind::send, what, label, 0, start, start + 800);
+    const int recv = p.transfer(to, from, NodeKind::recv, what, label, 0, start, start + 800);
     p.graph.node(send).match = recv;
     p.graph.node(recv).match = send;
   }
@@ -231,6 +235,22 @@ TEST(Timeline, DrawsBpipeTransferRowsUnderBothEnds) {
       render_timeline(two_device_plan().graph, two_device_plan().sim, 80, false);
   EXPECT_EQ(plain.find("\u2194"), std::string::npos);
   EXPECT_EQ(plain.find("evict"), std::string::npos);
+}
+
+// The rows, legend and summary come from the transfer kind: labels that say nothing (the
+// same on both halves) draw the same picture.
+TEST(Timeline, BpipeRowsFollowTheTransferKindNotTheLabel) {
+  const Plan p = bpipe_plan();
+  Plan renamed = p;
+  for (int id = 0; id < renamed.graph.node_count(); ++id) {
+    Node& n = renamed.graph.node(id);
+    if (n.kind != NodeKind::compute) n.label = "m" + std::to_string(std::min(id, n.match));
+  }
+  for (const bool color : {false, true}) {
+    EXPECT_EQ(render_timeline(renamed.graph, renamed.sim, 80, color),
+              render_timeline(p.graph, p.sim, 80, color));
+  }
+  EXPECT_EQ(render_summary(renamed.graph, renamed.sim), render_summary(p.graph, p.sim));
 }
 
 TEST(Timeline, SummaryListsBpipePairs) {

@@ -195,6 +195,7 @@ TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
   const int late = compute(1, 5000.0);
   Node send;
   send.kind = NodeKind::send;
+  send.transfer = Transfer::activation;
   send.device = 0;
   send.peer = 1;
   send.stream = g.stream(0, StreamRole::send, 1);

@@ -112,7 +112,7 @@ TEST(PlanJson, RejectsWrongVersionAndBadFields) {
     }
   };
   nlohmann::json j = good;
-  j["version"] = 2;
+  j["version"] = 3;
   expect_error(j, "'version'");
   j = good;
   j["format"] = "something-else";

@@ -52,6 +52,7 @@ struct HandBuilt {
     Node send;
     send.kind = NodeKind::send;
     send.op = p.op;
+    send.transfer = p.op == OpType::F ? Transfer::activation : Transfer::gradient;
     send.device = p.device;
     send.stage = p.stage;
     send.microbatches = p.microbatches;
@@ -189,6 +190,8 @@ TEST(Trace, SlicesCarryNamesCategoriesAndArgs) {
   EXPECT_EQ(by_name["recv 1P1_0\u21901"]["cat"], "recv");
   EXPECT_EQ(by_name["recv 1P1_0\u21901"]["args"]["bytes"], 4096);
   EXPECT_EQ(by_name["recv 1P1_0\u21901"]["args"]["stage"], 1);
+  EXPECT_EQ(by_name["recv 1P1_0\u21901"]["args"]["transfer"], "gradient");
+  EXPECT_EQ(by_name["send 0F1\u21921"]["args"]["transfer"], "activation");
 }
 
 TEST(Trace, NoOverlappingSlicesOnOneThread) {

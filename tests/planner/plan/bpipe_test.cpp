@@ -46,10 +46,10 @@ Plan bpipe_plan(const UniformPlan& u) {
   return make_plan(r);
 }
 
-int find_node(const TaskGraph& g, NodeKind kind, const std::string& prefix) {
+int find_node(const TaskGraph& g, NodeKind kind, Transfer what) {
   for (int id = 0; id < g.node_count(); ++id) {
     const Node& n = g.node(id);
-    if (n.kind == kind && n.label.rfind(prefix, 0) == 0 && is_transfer(g, id)) return id;
+    if (n.kind == kind && n.transfer == what && is_transfer(g, id)) return id;
   }
   return -1;
 }
@@ -84,7 +84,7 @@ TEST(Bpipe, EveryLoadCompletesBeforeItsBackward) {
   int loads = 0;
   for (int id = 0; id < g.node_count(); ++id) {
     const Node& n = g.node(id);
-    if (n.kind != NodeKind::recv || n.label.rfind("load ", 0) != 0) continue;
+    if (n.kind != NodeKind::recv || n.transfer != Transfer::load) continue;
     ++loads;
     for (int c = 0; c < g.node_count(); ++c) {
       const Node& b = g.node(c);
@@ -102,7 +102,7 @@ TEST(Bpipe, PlantedFaultsBreakTheirRules) {
   {  // swap two transfers on one end: the pair's orders no longer meet element-wise
     Plan plan = bpipe_plan(seven_stages());
     TaskGraph& g = plan.graph;
-    const int s = g.node(find_node(g, NodeKind::send, "evict ")).stream;
+    const int s = g.node(find_node(g, NodeKind::send, Transfer::evict)).stream;
     auto order = g.stream_order(s);
     std::swap(order[0], order[1]);
     g.set_stream_order(s, order);
@@ -113,7 +113,7 @@ TEST(Bpipe, PlantedFaultsBreakTheirRules) {
   {  // a load that feeds no backward of its micro-batch: use before load
     Plan plan = bpipe_plan(seven_stages());
     TaskGraph& g = plan.graph;
-    const int r = find_node(g, NodeKind::recv, "load ");
+    const int r = find_node(g, NodeKind::recv, Transfer::load);
     g.node(r).microbatches = {g.node(r).microbatches.front() + 1};
     const auto v = find_violation(g);
     ASSERT_TRUE(v.has_value());

@@ -1,0 +1,111 @@
+#include "planner/graph/metrics.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::vector<std::int64_t> StepMetrics::peak_memory_bytes() const {
+  std::vector<std::int64_t> peaks;
+  peaks.reserve(devices.size());
+  for (const DeviceMetrics& d : devices)
+    peaks.push_back(d.peak_memory_bytes);
+  return peaks;
+}
+
+namespace {
+
+using MemoryEvents = std::vector<std::pair<double, std::int64_t>>;  // (time, +alloc / -free)
+
+void memory_metrics(const TaskGraph& graph, std::vector<MemoryEvents>& events,
+                    std::vector<DeviceMetrics>& devices) {
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    auto& e = events[d];
+    // Releases (negative) sort first at equal times.
+    std::sort(e.begin(), e.end());
+    const std::int64_t base = d < graph.meta.static_bytes.size() ? graph.meta.static_bytes[d] : 0;
+    std::int64_t current = base;
+    DeviceMetrics& m = devices[d];
+    m.peak_memory_bytes = base;
+    m.memory_timeline.clear();
+    m.memory_timeline.reserve(e.size() + 1);
+    m.memory_timeline.emplace_back(0.0, base);
+    for (const auto& [time, delta] : e) {
+      current += delta;
+      m.peak_memory_bytes = std::max(m.peak_memory_bytes, current);
+      if (m.memory_timeline.back().first == time) {
+        m.memory_timeline.back().second = current;
+      } else {
+        m.memory_timeline.emplace_back(time, current);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times) {
+  const int n_nodes = graph.node_count();
+  if (times.size() != static_cast<std::size_t>(n_nodes)) {
+    throw Error("step metrics: " + std::to_string(times.size()) +
+                " node times for a task graph of " + std::to_string(n_nodes) + " nodes");
+  }
+  const auto n_devices = static_cast<std::size_t>(std::max(graph.meta.devices, 0));
+  StepMetrics result;
+  result.devices.assign(n_devices, DeviceMetrics{});
+  std::vector<char> seen(n_devices, 0);
+  std::vector<MemoryEvents> events(n_devices);
+  double first = std::numeric_limits<double>::max();
+  double last = 0;
+  // One pass over the nodes: times, compute-stream spans and memory events together.
+  for (int id = 0; id < n_nodes; ++id) {
+    const Node& n = graph.node(id);
+    const NodeTime& t = times[static_cast<std::size_t>(id)];
+    first = std::min(first, t.start_us);
+    last = std::max(last, t.end_us);
+    const auto d = static_cast<std::size_t>(n.device);
+    if (n.device < 0 || d >= n_devices) {
+      throw Error("step metrics: " + graph.node_name(id) + " runs on unknown device " +
+                  std::to_string(n.device));
+    }
+    if (n.alloc_bytes != 0) events[d].emplace_back(t.start_us, n.alloc_bytes);
+    if (n.free_bytes != 0) events[d].emplace_back(t.end_us, -n.free_bytes);
+    if (n.kind != NodeKind::compute) continue;
+    DeviceMetrics& m = result.devices[d];
+    m.busy_us += t.end_us - t.start_us;
+    m.first_start_us = seen[d] ? std::min(m.first_start_us, t.start_us) : t.start_us;
+    m.last_end_us = seen[d] ? std::max(m.last_end_us, t.end_us) : t.end_us;
+    seen[d] = 1;
+  }
+  if (n_nodes == 0) first = 0;
+  result.makespan_us = last - first;
+  double busy_total = 0;
+  for (DeviceMetrics& m : result.devices) {
+    m.span_us = m.last_end_us - m.first_start_us;
+    m.bubble_ratio =
+        result.makespan_us > 0 ? (result.makespan_us - m.busy_us) / result.makespan_us : 0.0;
+    result.max_stage_span_us = std::max(result.max_stage_span_us, m.span_us);
+    busy_total += m.busy_us;
+  }
+  const auto devices = static_cast<double>(n_devices);
+  if (result.makespan_us > 0 && n_devices > 0) {
+    result.bubble_ratio = 1.0 - busy_total / (devices * result.makespan_us);
+    const PlanMeta& meta = graph.meta;
+    const double tokens = static_cast<double>(meta.microbatches) * meta.mbs * meta.seq;
+    result.tokens_per_s = tokens / (result.makespan_us * 1e-6);
+    if (meta.flops_per_token > 0 && meta.peak_flops_per_device > 0) {
+      result.mfu =
+          result.tokens_per_s * meta.flops_per_token / (devices * meta.peak_flops_per_device);
+    }
+  }
+  if (result.max_stage_span_us > 0 && n_devices > 0) {
+    result.span_bubble_ratio = 1.0 - busy_total / (devices * result.max_stage_span_us);
+  }
+  memory_metrics(graph, events, result.devices);
+  return result;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,49 @@
+// Step metrics from node times: the one definition of makespan, busy time, spans, bubbles,
+// tokens/s, MFU and memory timelines, shared by the simulator's prediction (simulator.h) and the
+// runtime's measurement (runtime/measured.h), so that a predicted and a measured step are
+// compared on exactly the same terms.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "planner/graph/taskgraph.h"
+
+namespace pipeplan {
+
+struct NodeTime {
+  double start_us = 0;
+  double end_us = 0;
+};
+
+struct DeviceMetrics {
+  double busy_us = 0;  // compute-stream time
+  double first_start_us = 0;
+  double last_end_us = 0;                                        // of the compute stream
+  double span_us = 0;                                            // last_end - first_start
+  double bubble_ratio = 0;                                       // (makespan - busy) / makespan
+  std::int64_t peak_memory_bytes = 0;                            // static + activations
+  std::vector<std::pair<double, std::int64_t>> memory_timeline;  // (time, bytes) after each change
+};
+
+struct StepMetrics {
+  double makespan_us = 0;        // first op anywhere to last op anywhere
+  double max_stage_span_us = 0;  // largest per-device span (steady-state iteration time)
+  std::vector<DeviceMetrics> devices;
+  double bubble_ratio = 0;       // 1 - Σ busy / (devices · makespan)
+  double span_bubble_ratio = 0;  // 1 - Σ busy / (devices · max_stage_span)
+  double tokens_per_s = 0;       // tokens per step / makespan
+  // PaLM model FLOPs against meta.peak_flops_per_device; 0 when either is unknown.
+  double mfu = 0;
+  std::vector<std::int64_t> peak_memory_bytes() const;
+};
+
+// `times` by node id. Busy time is Σ (end − start) over each device's compute nodes; memory is
+// meta.static_bytes plus every node's alloc_bytes from its start and less its free_bytes from its
+// end (releases first at equal times: an op that starts when another ends reuses its memory).
+// Throws Error when the times do not cover the graph or a node names an unknown device.
+StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times);
+
+}  // namespace pipeplan
