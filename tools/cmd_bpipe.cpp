@@ -35,7 +35,7 @@ struct BpipeCommand {
     PlanOptions o = options;
     o.tensor_parallel = t;
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
-    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list));
+    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list, "--mbs-list"));
     e.tensor_parallel = t;
     e.memory_note = memory_budget_text(o, find_gpu(o.gpu).hbm_bytes);
     return e;

@@ -48,8 +48,9 @@ inline constexpr std::int64_t kMaxPlanBytes = 1LL << 60;
 inline constexpr int kMaxWidth = 10000;     // show --width (terminal columns)
 inline constexpr int kMaxRunSteps = 10000;  // run --steps
 
-// "<what> is above the limit of <limit> (docs/limits.md)", the text every limit error carries.
-std::string above_limit(std::string_view what, double limit);
+// "<what> is above the limit of <limit>[ <unit>] (docs/limits.md)", the text every limit error
+// carries.
+std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
 
 // Throws FieldError(field, "<value> is above the limit of <limit> (docs/limits.md)") when
 // value > limit.

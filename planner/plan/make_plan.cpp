@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/graph/evaluate.h"
 #include "planner/plan/backward_fill.h"
 #include "profiles/partition.h"
@@ -13,13 +14,22 @@ namespace pipeplan {
 
 namespace {
 
-void check_request(const PlanRequest& r) {
-  if (r.devices < 1) throw FieldError("devices", "must be at least 1");
-  if (r.chunks < 1) throw FieldError("chunks", "must be at least 1");
-  if (r.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
-  if (r.mbs < 1) throw FieldError("mbs", "must be at least 1");
-  if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
-  if (r.memory_limit_bytes < 0) throw FieldError("memory_limit_bytes", "must not be negative");
+// Everything the plan could hold at once, summed without overflow: every stage's stash and
+// retained bytes for every micro-batch, plus every stage's static bytes. Beyond
+// limits::kMaxPlanBytes running memory totals could leave int64; no real profile comes near.
+void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
+  double total = 0;
+  for (const StageCost& c : costs) {
+    total += static_cast<double>(c.static_bytes) +
+             static_cast<double>(c.stash_bytes + c.retained_bytes) * microbatches;
+  }
+  if (total > static_cast<double>(limits::kMaxPlanBytes)) {
+    throw FieldError(
+        "microbatches",
+        limits::above_limit("the profile's memory for " + std::to_string(microbatches) +
+                                " micro-batches (" + std::to_string(total) + " bytes)",
+                            static_cast<double>(limits::kMaxPlanBytes)));
+  }
 }
 
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
@@ -74,6 +84,7 @@ StageInputs stage_inputs(const PlanRequest& request) {
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
   auto costs = stage_costs(model, request.profile, request.mbs, partition,
                            std::min(max_concat, request.microbatches));
+  check_plan_bytes(costs, request.microbatches);
   return {std::move(partition), std::move(costs)};
 }
 
@@ -94,6 +105,43 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
 
 }  // namespace
 
+void check_plan_request(const PlanRequest& r) {
+  using limits::check_limit;
+  if (r.devices < 1) throw FieldError("devices", "must be at least 1");
+  check_limit("devices", r.devices, limits::kMaxDevices);
+  if (r.chunks < 1) throw FieldError("chunks", "must be at least 1");
+  check_limit("chunks", r.chunks, limits::kMaxChunks);
+  const std::int64_t stages = std::int64_t{r.devices} * r.chunks;
+  if (stages > limits::kMaxStages) {
+    throw FieldError("chunks", limits::above_limit(std::to_string(r.devices) + " devices x " +
+                                                       std::to_string(r.chunks) + " chunks = " +
+                                                       std::to_string(stages) + " stages",
+                                                   limits::kMaxStages));
+  }
+  if (r.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
+  check_limit("microbatches", r.microbatches, limits::kMaxMicrobatches);
+  const std::int64_t pairs = stages * r.microbatches;
+  if (pairs > limits::kMaxStageMicrobatches) {
+    throw FieldError("microbatches",
+                     limits::above_limit(
+                         std::to_string(stages) + " stages x " + std::to_string(r.microbatches) +
+                             " micro-batches = " + std::to_string(pairs) + " stage micro-batches",
+                         static_cast<double>(limits::kMaxStageMicrobatches)));
+  }
+  if (r.mbs < 1) throw FieldError("mbs", "must be at least 1");
+  check_limit("mbs", r.mbs, limits::kMaxMicroBatchSize);
+  if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
+  check_limit("p2_concat", r.p2_concat, limits::kMaxMicrobatches);
+  if (!(r.memory_limit_bytes >= 0)) throw FieldError("memory_limit_bytes", "must not be negative");
+  if (r.memory_limit_bytes > limits::kMaxMemoryBytes) {
+    throw FieldError("memory_limit_bytes",
+                     limits::above_limit(std::to_string(r.memory_limit_bytes) + " bytes",
+                                         limits::kMaxMemoryBytes));
+  }
+  check_limit("layers_per_stage", static_cast<std::int64_t>(r.layers_per_stage.size()),
+              limits::kMaxStages);
+}
+
 Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta) {
@@ -105,7 +153,7 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
 }
 
 Plan make_plan(const PlanRequest& request) {
-  check_request(request);
+  check_plan_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
                                    request.backward, request.p2_concat, nullptr};
@@ -133,7 +181,7 @@ Plan make_plan(const PlanRequest& request) {
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
-  check_request(request);
+  check_plan_request(request);
   check_schedule(schedule);
   if (schedule.devices != request.devices || schedule.microbatches != request.microbatches ||
       schedule.stage_count() != request.devices * request.chunks) {

@@ -46,6 +46,12 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta);
 
+// The checks of every request field that need no profile: counts at least 1 and within
+// planner/base/limits.h (devices, chunks, P·V stages, micro-batches, P·V·m, mbs, p2_concat,
+// memory limit). Throws FieldError naming the field. make_plan runs it first; a front end runs
+// it before building a profile for the request.
+void check_plan_request(const PlanRequest& request);
+
 // Throws FieldError naming the field on bad requests, and on a memory limit the plan exceeds.
 Plan make_plan(const PlanRequest& request);
 // The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
