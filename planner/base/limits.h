@@ -43,6 +43,8 @@ inline constexpr int kMaxCsvCells = 1 << 22;              // cells of a PyTorch 
 // Everything a plan allocates, summed over its nodes and devices: keeps running memory totals
 // (simulator, validator) far from int64 overflow.
 inline constexpr std::int64_t kMaxPlanBytes = 1LL << 60;
+// One task-graph node's duration in a plan file (31,700 years): sums over every node stay finite.
+inline constexpr double kMaxNodeTimeUs = 1e18;
 
 // The CLI.
 inline constexpr int kMaxWidth = 10000;     // show --width (terminal columns)
