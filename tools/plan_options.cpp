@@ -8,6 +8,7 @@
 #include "profiles/gpu.h"
 #include "profiles/tensor_parallel.h"
 #include "schedules/family.h"
+#include "tools/cli_checks.h"
 #include "tools/units.h"
 
 namespace pipeplan {
@@ -20,7 +21,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
   app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
-  app.add_option("--seq", o.seq, "sequence length (default: the model's)");
+  app.add_option("--seq", o.seq, "sequence length (default: the model's)")
+      ->check(int_range(1, limits::kMaxSeq));
   app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
       ->capture_default_str();
   if (with_schedule) {
