@@ -89,7 +89,7 @@ StageInputs stage_inputs(const PlanRequest& request) {
 }
 
 Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& costs,
-                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off) {
+                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off, bool given = false) {
   Plan plan{lower(schedule, costs, std::move(meta)), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
@@ -97,6 +97,8 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
+    // A schedule given as data (an imported CSV) is input: its faults are the input's.
+    if (given) throw Error("schedule: the plan it lowers to is invalid: " + v->message);
     throw Error("internal: generated plan is invalid: " + v->message);
   }
   plan.sim = std::move(checked.sim);
@@ -194,7 +196,7 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta));
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), BpipeMode::off, true);
 }
 
 }  // namespace pipeplan
