@@ -39,4 +39,12 @@ class FieldError : public Error {
   std::string detail_;
 };
 
+// A broken invariant of pipeplan's own (a generated schedule that stalls, a generated plan that
+// fails validation): never the input's fault. what() starts with "internal: ", which the CLI
+// prints as is; the fuzz targets (tests/fuzz) treat one as a finding.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error("internal: " + message) {}
+};
+
 }  // namespace pipeplan

@@ -99,7 +99,7 @@ Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& 
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
     // A schedule given as data (an imported CSV) is input: its faults are the input's.
     if (given) throw Error("schedule: the plan it lowers to is invalid: " + v->message);
-    throw Error("internal: generated plan is invalid: " + v->message);
+    throw InternalError("generated plan is invalid: " + v->message);
   }
   plan.sim = std::move(checked.sim);
   return plan;
