@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# clang, libclang-rt-dev (libclang_rt.asan, .ubsan_standalone, .fuzzer) and llvm
+# (llvm-symbolizer, for readable reports): the sanitizer build and fuzz targets, tools/sanitize.sh.
 packages=(cmake ninja-build g++ make nlohmann-json3-dev libcli11-dev libboost-graph-dev
-          libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy)
+          libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
+          clang libclang-rt-dev llvm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
