@@ -9,9 +9,13 @@
 
 namespace pipeplan {
 
+// `message` with its control characters written as escapes (`\n`, `\r`, `\t`, `\x01`): an
+// error that quotes its input (a JSON string "a\nb", a CSV cell) stays one line.
+std::string one_line(std::string_view message);
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}
 };
 
 // How a field appears in messages. The core names a field as its request struct does

@@ -17,8 +17,21 @@ bool is_number_char(char c) {
   return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
 }
 
+// Whether JSON's number grammar lets `token` go on with `c`: the lexer would then have read a
+// longer number (or failed), so `token` does not end before `c`. What ends it may still be
+// malformed ("1e999.5"): the parser converts the number before it sees the next token.
+bool continues_number(std::string_view token, char c) {
+  const bool exponent = token.find_first_of("eE") != std::string_view::npos;
+  const bool fraction = token.find('.') != std::string_view::npos;
+  if (c >= '0' && c <= '9') return true;
+  if (c == 'e' || c == 'E') return !exponent;
+  if (c == '.') return !exponent && !fraction;
+  return false;
+}
+
 // Where `token` first stands as a number in `text` (outside strings, not part of a longer
-// number); npos when it does not.
+// number); npos when it does not. The text before the number that overflowed is valid JSON
+// (nlohmann stops at the first error), so the first such place is the one.
 std::size_t find_number(std::string_view text, std::string_view token) {
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -35,7 +48,8 @@ std::size_t find_number(std::string_view text, std::string_view token) {
       in_string = true;
     } else if (text.compare(i, token.size(), token) == 0 &&
                (i == 0 || !is_number_char(text[i - 1])) &&
-               (i + token.size() == text.size() || !is_number_char(text[i + token.size()]))) {
+               (i + token.size() == text.size() ||
+                !continues_number(token, text[i + token.size()]))) {
       return i;
     }
   }
@@ -56,7 +70,8 @@ std::string key_before(std::string_view text, std::size_t at) {
   if (i < 2 || text[i - 1] != '"') return "";
   const std::size_t end = i - 1;
   const std::size_t open = text.rfind('"', end - 1);
-  if (open == std::string_view::npos) return "";
+  // An escaped quote inside the key: where the key starts is not worth a parser here.
+  if (open == std::string_view::npos || (open > 0 && text[open - 1] == '\\')) return "";
   return std::string(text.substr(open + 1, end - open - 1));
 }
 
@@ -70,11 +85,11 @@ std::string key_before(std::string_view text, std::size_t at) {
   if (quote != std::string::npos && what.size() > quote + 1 && what.back() == '\'') {
     token = what.substr(quote + 1, what.size() - quote - 2);
   }
-  if (token.size() > 40) token = token.substr(0, 40) + "...";
   std::string message = std::string(source) + ": ";
   const std::size_t at = token.empty() ? std::string_view::npos : find_number(text, token);
   const std::string key = at == std::string_view::npos ? "" : key_before(text, at);
   if (!key.empty()) message += "field '" + key.substr(0, 80) + "' ";
+  if (token.size() > 40) token = token.substr(0, 40) + "...";
   message += "number " + (token.empty() ? std::string("") : "'" + token + "' ") +
              "is outside the range of a double";
   if (at != std::string_view::npos) {

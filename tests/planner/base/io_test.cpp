@@ -36,6 +36,24 @@ TEST(ParseJson, NumberBeyondADoubleInAnArrayAndNegative) {
             "p.json: number '-1e999' is outside the range of a double (line 1, byte 14)");
 }
 
+// Found by fuzz_profile: "1e999.5" overflows before the parser meets the '.', and the search
+// for where it stands went past it into the malformed rest, naming a "field" that held a newline.
+TEST(ParseJson, NumberBeyondADoubleFollowedByGarbageIsFoundWhereItStands) {
+  EXPECT_EQ(parse_error("{\"a\": 1e999.5,\n\"b,\nc\": 1e999 }"),
+            "p.json: field 'a' number '1e999' is outside the range of a double (line 1, byte 7)");
+  EXPECT_EQ(parse_error("[123456789012345678901234567890123456789012345678901234567890e999]"),
+            "p.json: number '1234567890123456789012345678901234567890...' is outside the range "
+            "of a double (line 1, byte 2)");
+  EXPECT_EQ(parse_error("{\"a\\\"b\": 1e999}"),
+            "p.json: number '1e999' is outside the range of a double (line 1, byte 10)");
+}
+
+TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
+  EXPECT_STREQ(Error("unknown GPU 'h100\nx\r\ty\x01'").what(),
+               "unknown GPU 'h100\\nx\\r\\ty\\x01'");
+  EXPECT_STREQ(FieldError("gpu", "'a\nb'").what(), "gpu: 'a\\nb'");
+}
+
 TEST(ParseJson, MalformedJsonNamesTheByte) {
   EXPECT_EQ(parse_error("{\"a\": }"), "p.json: malformed JSON at byte 7");
   EXPECT_EQ(parse_error(""), "p.json: malformed JSON at byte 1");
