@@ -31,8 +31,7 @@ PlanMeta candidate_meta(const ScheduleRequest& request) {
 
 Schedule make_auto(const ScheduleRequest& request) {
   const PlanMeta meta = candidate_meta(request);
-  return make_auto_schedule(request.costs->costs, meta, meta.backward, request.p2_concat)
-      .schedule;
+  return make_auto_schedule(request.costs->costs, meta, meta.backward, request.p2_concat).schedule;
 }
 
 const ScheduleFamilyRegistration kAuto(
