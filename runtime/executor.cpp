@@ -80,7 +80,8 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
     if (options_.group->size() != devices) {
       throw Error("plan: " + std::to_string(devices) + " devices, but " +
                   std::to_string(options_.group->size()) +
-                  " ranks were started (one rank per plan device)");
+                  (options_.group->size() == 1 ? " rank was" : " ranks were") +
+                  " started (one rank per plan device)");
     }
     local_device_ = options_.group->rank();
   }
@@ -201,7 +202,15 @@ void Executor::run_stream(int stream) {
 
 StepResult Executor::step(StepMode mode) {
   const int step_number = steps_ + 1;
-  transport_->reset();
+  // Under MPI a rank whose transport cannot start the step still takes part in it, failed, so
+  // that every rank hears why (runtime/step_exchange.h).
+  std::optional<std::string> reset_error;
+  try {
+    transport_->reset();
+  } catch (const Error& e) {
+    if (!options_.group) throw;
+    reset_error = e.what();
+  }
   sync_->done.assign(static_cast<std::size_t>(plan_.node_count()), 0);
   sync_->failed = false;
   sync_->first_error.reset();
@@ -218,6 +227,7 @@ StepResult Executor::step(StepMode mode) {
     if (worker) worker->begin_step(start_);
   }
   if (options_.node_timer) options_.node_timer->begin_step(plan_);
+  if (reset_error) fail(Error("transport: " + *reset_error));
   {
     std::vector<std::jthread> threads;
     threads.reserve(plan_.streams().size());
