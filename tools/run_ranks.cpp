@@ -69,7 +69,8 @@ TaskGraph set_up(const RunCommand& command, const LaunchEnvironment& environment
       throw Error("the launcher started " + std::to_string(environment.ranks) + " ranks (" +
                   environment.variable + "), but MPI sees a world of " +
                   std::to_string(group.size()) +
-                  " (is this pipeplan's MPI the launcher's? with Slurm: srun --mpi=pmix)");
+                  " (is this pipeplan's MPI the launcher's? with Slurm: srun --mpi=pmix; "
+                  "--launcher none runs one process)");
     }
     if (devices != group.size()) {
       throw Error("plan: " + std::to_string(devices) + " devices, but " +
