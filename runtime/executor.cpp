@@ -53,6 +53,15 @@ void check_stage_layers(const TaskGraph& plan) {
   }
 }
 
+// The in-process transport unless one was given; a multi-process run must give its own.
+std::unique_ptr<Transport> own_transport(std::unique_ptr<Transport> transport, bool ranked) {
+  if (transport) return transport;
+  if (ranked) {
+    throw Error("executor: one process per plan device needs a transport between the processes");
+  }
+  return std::make_unique<InProcessTransport>();
+}
+
 }  // namespace
 
 // Completion flags of the step's nodes and the first failure, shared by all stream threads.
@@ -69,7 +78,7 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
                    std::unique_ptr<Transport> transport)
     : plan_(std::move(plan)),
       options_(std::move(options)),
-      transport_(transport ? std::move(transport) : std::make_unique<InProcessTransport>()),
+      transport_(own_transport(std::move(transport), options_.group != nullptr)),
       sync_(std::make_unique<Sync>()) {
   if (options_.validate) validate(plan_);
   check_stage_layers(plan_);

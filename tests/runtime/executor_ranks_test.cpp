@@ -204,5 +204,27 @@ TEST(ExecutorRanksFaults, AHungRankIsNamedWithinTheTimeout) {
       << *errors[1];
 }
 
+TEST(ExecutorRanksSetUp, NeedsATransportAndOneRankPerDevice) {
+  const TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::twobp);
+  auto boxes = std::make_shared<testing::Mailboxes>();
+  ExecutorOptions options;
+  options.group = std::make_shared<testing::ThreadGroup>(boxes, 0, kDevices);
+  try {
+    Executor executor(plan, testing::cpu_backends(), options);
+    FAIL() << "ran ranks without a transport between them";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a transport"), std::string::npos) << e.what();
+  }
+  options.group = std::make_shared<testing::ThreadGroup>(boxes, 0, 3);
+  try {
+    Executor executor(plan, testing::cpu_backends(), options,
+                      std::make_unique<InProcessTransport>());
+    FAIL() << "ran 4 devices on 3 ranks";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "plan: 4 devices, but 3 ranks were started (one rank per plan device)");
+  }
+}
+
 }  // namespace
 }  // namespace pipeplan
