@@ -30,12 +30,17 @@ struct PlanRequest {
   // search over micro-batch size and needs a global batch (planner/search/bpipe_estimate.h),
   // make_plan refuses.
   BpipeMode bpipe = BpipeMode::off;
+  // What `auto` minimises first: the step time (a synchronising optimizer step) or the largest
+  // stage span (overlapping iterations); the other breaks ties. Fixed families ignore it.
+  Objective objective = Objective::step;
 };
 
 struct Plan {
   TaskGraph graph;
   SimResult sim;
-  LowerBound bound;  // on step time for these inputs (planner/plan/lower_bound.h)
+  // On step time for these inputs (planner/plan/lower_bound.h); for a family that chooses the
+  // layout (auto), the smallest over every layout it considered.
+  LowerBound bound;
 };
 
 // A family's generated order with the request's backward mode applied: as generated for a

@@ -1,0 +1,407 @@
+#include "planner/search/auto_list.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <ranges>
+#include <utility>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::string ListVariant::name() const {
+  std::string depth = "memory";
+  if (depth_factor > 0) {
+    depth = std::to_string(depth_factor);
+    depth = depth.substr(0, depth.find('.') + 2) + "x";
+  }
+  if (!split) return "depth=" + depth + " fused";
+  return "depth=" + depth + " fill=" + (fill == P2Fill::fit ? "fit" : "always");
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::size_t at(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+enum class Kind { wait, forward, p1, p2 };
+
+struct Decision {
+  double start = kInf;
+  Kind kind = Kind::wait;
+  int stage = 0;
+  int group = 1;  // P2 group size
+};
+
+struct Device {
+  std::vector<int> stages;  // ascending; the first is where a micro-batch enters the device
+  int first = 0;
+  double free_at = 0;
+  std::int64_t memory = 0;       // static + activations, in the validator's order semantics
+  std::int64_t reserved = 0;     // stashes of later stages held for admitted micro-batches
+  std::int64_t later_stash = 0;  // Σ stash of the stages after `first` (one micro-batch)
+  std::int64_t max_growth = 0;   // the largest P1 growth of its stages
+  int inflight = 0;              // micro-batches entered and not yet through the first P1
+  int backward_done = 0, backward_total = 0;
+  int depth_cap = 0;
+  std::int64_t pending_retained = 0;
+  std::deque<std::pair<int, int>> pending_p2;  // (stage, micro-batch), oldest first
+  std::vector<int> neighbours;                 // devices whose decisions its actions change
+  std::vector<Action> actions;
+};
+
+class ListScheduler {
+ public:
+  ListScheduler(const ListInputs& in, const ListVariant& variant, int max_group)
+      : in_(in),
+        costs_(*in.costs),
+        split_(variant.split),
+        fill_(variant.fill),
+        max_group_(max_group),
+        p_(in.devices),
+        m_(in.microbatches),
+        s_(static_cast<int>(in.stage_device.size())),
+        device_(at(p_)),
+        next_f_(at(s_), 0),
+        f_done_(at(s_), 0),
+        p1_done_(at(s_), 0),
+        gradients_(at(s_)),
+        forward_at_(at(s_) * at(m_), kInf),
+        comm_(at(s_), 0.0),
+        link_free_(at(p_) * at(p_), 0.0) {
+    for (int s = 0; s < s_; ++s) {
+      device(in.stage_device[at(s)]).stages.push_back(s);
+      if (s + 1 < s_ && in.stage_device[at(s)] != in.stage_device[at(s + 1)])
+        comm_[at(s)] = transfer_time_us(in.link, costs_[at(s)].send_bytes);
+    }
+    for (int mb = 0; mb < m_; ++mb)
+      forward_at_[at(mb)] = 0.0;  // stage 0's input is there at the start
+    for (int d = 0; d < p_; ++d) {
+      Device& dev = device(d);
+      dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
+      dev.first = dev.stages.empty() ? 0 : dev.stages.front();
+      for (const int s : dev.stages) {
+        if (s != dev.first) dev.later_stash += cost(s).stash_bytes;
+        dev.max_growth = std::max(dev.max_growth, p1_growth(s));
+        for (const int t : {s - 1, s + 1}) {
+          if (t < 0 || t >= s_) continue;
+          const int e = in.stage_device[at(t)];
+          if (e != d &&
+              std::find(dev.neighbours.begin(), dev.neighbours.end(), e) == dev.neighbours.end())
+            dev.neighbours.push_back(e);
+        }
+      }
+      dev.backward_total = static_cast<int>(dev.stages.size()) * m_;
+      const int k = std::max(1, static_cast<int>(dev.stages.size()));
+      const double cap = variant.depth_factor > 0
+                             ? std::ceil(variant.depth_factor * (s_ - dev.first) / k - 1e-9)
+                             : static_cast<double>(m_);
+      dev.depth_cap = std::max(1, static_cast<int>(cap));
+    }
+  }
+
+  Schedule run() {
+    std::vector<std::pair<double, int>> heap;  // (start, device), lazily invalidated
+    std::vector<Decision> decision(at(p_));
+    std::vector<double> keyed(at(p_), kInf);
+    int unfinished = 0;
+    const auto refresh = [&](int d) {
+      if (finished(d)) return;
+      decision[at(d)] = decide(d);
+      keyed[at(d)] = decision[at(d)].start;
+      heap.emplace_back(keyed[at(d)], d);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    };
+    for (int d = 0; d < p_; ++d) {
+      if (!finished(d)) ++unfinished;
+      refresh(d);
+    }
+    while (unfinished > 0) {
+      int d = -1;
+      while (!heap.empty()) {
+        const auto [start, who] = heap.front();
+        std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+        heap.pop_back();
+        if (!finished(who) && start == keyed[at(who)]) {
+          d = who;
+          break;
+        }
+      }
+      if (d < 0 || decision[at(d)].start == kInf) {
+        // Every device waits on an input nobody has produced yet: run a pending P2 anywhere.
+        if (d >= 0) heap.emplace_back(keyed[at(d)], d);
+        std::make_heap(heap.begin(), heap.end(), std::greater<>{});
+        d = -1;
+        for (int e = 0; e < p_ && d < 0; ++e) {
+          if (!device(e).pending_p2.empty()) d = e;
+        }
+        if (d < 0) throw Error("auto schedule: internal deadlock");
+        decision[at(d)] =
+            Decision{device(d).free_at, Kind::p2, device(d).pending_p2.front().first, 1};
+      }
+      apply(d, decision[at(d)]);
+      if (finished(d)) --unfinished;
+      refresh(d);
+      for (const int e : device(d).neighbours)
+        refresh(e);
+    }
+    Schedule out;
+    out.devices = p_;
+    out.microbatches = m_;
+    out.stage_device = in_.stage_device;
+    for (int d = 0; d < p_; ++d)
+      out.per_device.push_back(std::move(device(d).actions));
+    return out;
+  }
+
+ private:
+  Device& device(int d) { return device_[at(d)]; }
+  const StageCost& cost(int s) const { return costs_[at(s)]; }
+  double& forward_at(int s, int mb) { return forward_at_[at(s) * at(m_) + at(mb)]; }
+  bool finished(int d) {
+    const Device& dev = device(d);
+    if (dev.backward_done < dev.backward_total || !dev.pending_p2.empty()) return false;
+    return std::all_of(dev.stages.begin(), dev.stages.end(),
+                       [&](int s) { return next_f_[at(s)] == m_; });
+  }
+  bool fits(int d, std::int64_t bytes) const {
+    const double limit =
+        d < static_cast<int>(in_.memory_limit_bytes.size()) ? in_.memory_limit_bytes[at(d)] : 0;
+    return limit <= 0 || static_cast<double>(bytes) <= limit;
+  }
+  // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
+  // the net growth charged up front, a net shrink released at the end).
+  std::int64_t p1_growth(int s) const {
+    const StageCost& c = cost(s);
+    return std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
+  }
+  // Admit a micro-batch into the device (its first stage's F) only when its stashes on every
+  // stage of the device fit, and a P1 will fit too once the pending P2s have run, so a device
+  // full of stashes can always run a backward.
+  bool entry_fits(int d) {
+    Device& dev = device(d);
+    const std::int64_t held =
+        dev.memory + dev.reserved + cost(dev.first).stash_bytes + dev.later_stash;
+    if (!fits(d, held)) return false;
+    if (!split_) return true;
+    return fits(d, held + dev.max_growth - dev.pending_retained);
+  }
+  double p2_time(int s, int k) const { return cost(s).p2_time_us(k); }
+
+  // The P2 group for a gap of `gap` us (kInf: no deadline), of the oldest pending P2's stage: the
+  // most efficient size that fits, larger on ties; 0 when none fits.
+  int group_for_gap(int d, double gap) {
+    const Device& dev = device(d);
+    const int s = dev.pending_p2.front().first;
+    int same = 0;
+    for (const auto& [stage, mb] : dev.pending_p2)
+      same += stage == s ? 1 : 0;
+    const int limit = std::min(same, max_group_);
+    int best = 0;
+    double best_rate = kInf;
+    for (int k = 1; k <= limit; ++k) {
+      const double t = p2_time(s, k);
+      if (t > gap + 1e-9) break;
+      const double rate = t / k;
+      if (rate <= best_rate * (1 + 1e-12)) {
+        best_rate = std::min(best_rate, rate);
+        best = k;
+      }
+    }
+    return best;
+  }
+
+  // Earliest time an input could still reach device d: known arrivals, else an estimate from the
+  // producing device's next free time (it cannot produce the input sooner).
+  double next_input(int d, double now, bool entry_allowed) {
+    Device& dev = device(d);
+    double next = kInf;
+    for (const int s : dev.stages) {
+      if (!gradients_[at(s)].empty()) next = std::min(next, gradients_[at(s)].front().first);
+      const int mb = next_f_[at(s)];
+      if (mb < m_ && (s != dev.first || entry_allowed)) {
+        const double f = forward_at(s, mb);
+        if (f < kInf) {
+          next = std::min(next, f);
+        } else if (s > 0 && in_.stage_device[at(s - 1)] != d) {
+          const Device& from = device(in_.stage_device[at(s - 1)]);
+          next = std::min(next,
+                          std::max(from.free_at, now) + cost(s - 1).forward_us + comm_[at(s - 1)]);
+        }
+      }
+      const int expected = f_done_[at(s)] - p1_done_[at(s)];
+      if (s + 1 < s_ && expected > static_cast<int>(gradients_[at(s)].size()) &&
+          in_.stage_device[at(s + 1)] != d) {
+        const Device& from = device(in_.stage_device[at(s + 1)]);
+        next = std::min(next, std::max(from.free_at, now) + cost(s + 1).p1_us + comm_[at(s)]);
+      }
+    }
+    return next;
+  }
+
+  Decision decide(int d) {
+    Device& dev = device(d);
+    const double now = dev.free_at;
+    // P1: the stage furthest down the model among the arrived gradients.
+    double gradient_at = kInf;
+    int p1_stage = -1;
+    for (const int s : std::ranges::reverse_view(dev.stages)) {
+      if (gradients_[at(s)].empty()) continue;
+      const double arrival = gradients_[at(s)].front().first;
+      gradient_at = std::min(gradient_at, arrival);
+      if (arrival <= now && p1_stage < 0) p1_stage = s;
+    }
+    if (p1_stage >= 0) {
+      if (!split_ || fits(d, dev.memory + dev.reserved + p1_growth(p1_stage)))
+        return {now, Kind::p1, p1_stage, 1};
+      if (!dev.pending_p2.empty())
+        return {now, Kind::p2, dev.pending_p2.front().first, 1};  // memory forces it
+      throw FieldError("memory_limit_bytes", "device " + std::to_string(d) +
+                                                 " cannot hold the retained bytes of one more p1");
+    }
+    // F: the stage furthest down the model among the arrived inputs, a new micro-batch entering
+    // the device only within its depth cap and memory.
+    const bool more_entries = next_f_[at(dev.first)] < m_;
+    const bool entry_memory = more_entries && entry_fits(d);
+    const bool entry_allowed = entry_memory && dev.inflight < dev.depth_cap;
+    double forward_at_min = kInf;
+    for (const int s : std::ranges::reverse_view(dev.stages)) {
+      const int mb = next_f_[at(s)];
+      if (mb >= m_ || (s == dev.first && !entry_allowed)) continue;
+      const double arrival = forward_at(s, mb);
+      if (arrival <= now) return {now, Kind::forward, s, 1};
+      forward_at_min = std::min(forward_at_min, arrival);
+    }
+    if (split_ && !dev.pending_p2.empty()) {
+      const int s = dev.pending_p2.front().first;
+      if (dev.backward_done == dev.backward_total)
+        return {now, Kind::p2, s, group_for_gap(d, kInf)};
+      if (more_entries && !entry_memory && dev.inflight < dev.depth_cap)
+        return {now, Kind::p2, s, 1};  // memory blocks the next micro-batch: free some
+      const double next = next_input(d, now, entry_allowed);
+      const int k = group_for_gap(d, next - now);
+      if (k > 0) return {now, Kind::p2, s, k};
+      if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
+    }
+    if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2.empty()) {
+      throw FieldError("memory_limit_bytes",
+                       "device " + std::to_string(d) +
+                           " cannot hold the activations of one micro-batch within its limit");
+    }
+    return {std::max(std::min(gradient_at, forward_at_min), now), Kind::wait, 0, 1};
+  }
+
+  // An output of device d, ready at `ready`, to stage `to`: a message waits for the pair's
+  // previous one (the simulator's model).
+  void send(int d, int to, int mb, double ready, bool forward) {
+    const int dst = in_.stage_device[at(to)];
+    double arrival = ready;
+    if (dst != d) {
+      double& free = link_free_[at(d) * at(p_) + at(dst)];
+      arrival = std::max(ready, free) + comm_[at(forward ? to - 1 : to)];
+      free = arrival;
+    }
+    if (forward) {
+      forward_at(to, mb) = arrival;
+    } else {
+      gradients_[at(to)].emplace_back(arrival, mb);
+    }
+  }
+
+  void apply(int d, const Decision& dec) {
+    Device& dev = device(d);
+    const int s = dec.stage;
+    const StageCost& c = cost(s);
+    const double start = dec.start;
+    switch (dec.kind) {
+      case Kind::wait:
+        dev.free_at = start;
+        return;
+      case Kind::forward: {
+        const int mb = next_f_[at(s)]++;
+        ++f_done_[at(s)];
+        dev.free_at = start + c.forward_us;
+        dev.memory += c.stash_bytes;
+        if (s == dev.first) {
+          ++dev.inflight;
+          dev.reserved += dev.later_stash;
+        } else {
+          dev.reserved -= c.stash_bytes;
+        }
+        dev.actions.push_back(Action{OpType::F, s, {mb}});
+        if (s + 1 < s_) {
+          send(d, s + 1, mb, dev.free_at, true);
+        } else {
+          gradients_[at(s)].emplace_back(dev.free_at, mb);
+        }
+        return;
+      }
+      case Kind::p1: {
+        const int mb = gradients_[at(s)].front().second;
+        gradients_[at(s)].pop_front();
+        ++p1_done_[at(s)];
+        if (s == dev.first) --dev.inflight;
+        ++dev.backward_done;
+        if (split_) {
+          dev.free_at = start + c.p1_us;
+          dev.memory += c.retained_bytes - c.stash_bytes;
+          dev.pending_p2.emplace_back(s, mb);
+          dev.pending_retained += c.retained_bytes;
+          dev.actions.push_back(Action{OpType::P1, s, {mb}});
+        } else {
+          dev.free_at = start + c.p1_us + c.p2_us;
+          dev.memory -= c.stash_bytes;
+          dev.actions.push_back(Action{OpType::B, s, {mb}});
+        }
+        if (s > 0) send(d, s - 1, mb, dev.free_at, false);
+        return;
+      }
+      case Kind::p2: {
+        const int k = std::max(1, dec.group);
+        Action a{OpType::P2, s, {}};
+        for (auto it = dev.pending_p2.begin();
+             it != dev.pending_p2.end() && static_cast<int>(a.microbatches.size()) < k;) {
+          if (it->first == s) {
+            a.microbatches.push_back(it->second);
+            it = dev.pending_p2.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        const auto taken = static_cast<std::int64_t>(a.microbatches.size());
+        dev.free_at = start + p2_time(s, static_cast<int>(taken));
+        dev.memory -= taken * c.retained_bytes;
+        dev.pending_retained -= taken * c.retained_bytes;
+        dev.actions.push_back(std::move(a));
+        return;
+      }
+    }
+  }
+
+  const ListInputs& in_;
+  const std::vector<StageCost>& costs_;
+  bool split_;
+  P2Fill fill_;
+  int max_group_;
+  int p_, m_, s_;
+  std::vector<Device> device_;
+  std::vector<int> next_f_, f_done_, p1_done_;                 // per stage
+  std::vector<std::deque<std::pair<double, int>>> gradients_;  // per stage: (arrival, mb)
+  std::vector<double> forward_at_;                             // [stage][mb]: input arrival
+  std::vector<double> comm_;                                   // per boundary s -> s + 1
+  std::vector<double> link_free_;                              // per directed device pair
+};
+
+}  // namespace
+
+Schedule list_schedule(const ListInputs& inputs, const ListVariant& variant, int max_group) {
+  return ListScheduler(inputs, variant, max_group).run();
+}
+
+}  // namespace pipeplan
