@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <functional>
 #include <limits>
-#include <ranges>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -19,7 +17,14 @@ std::string ListVariant::name() const {
     depth = depth.substr(0, depth.find('.') + 2) + "x";
   }
   if (!split) return "depth=" + depth + " fused";
-  return "depth=" + depth + " fill=" + (fill == P2Fill::fit ? "fit" : "always");
+  std::string lag;
+  if (p2_lag > 0) {
+    lag = std::to_string(p2_lag);
+    lag = " lag=" + lag.substr(0, lag.find('.') + 2) + "x";
+  }
+  const char* fills[] = {"fit", "always", "half"};
+  return "depth=" + depth + " fill=" + fills[static_cast<int>(fill)] + lag +
+         (alternate ? " alternate" : "");
 }
 
 namespace {
@@ -39,17 +44,50 @@ struct Decision {
   int group = 1;  // P2 group size
 };
 
+// The device with the smallest key (ties: the lower device) over a fixed set of devices.
+class Tournament {
+ public:
+  explicit Tournament(int n) : n_(n), key_(at(n), kInf) {
+    size_ = 1;
+    while (size_ < n)
+      size_ *= 2;
+    tree_.assign(at(2 * size_), -1);
+    for (int d = 0; d < n; ++d)
+      tree_[at(size_ + d)] = d;
+    for (int i = size_ - 1; i >= 1; --i)
+      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+  }
+  void set(int d, double key) {
+    key_[at(d)] = key;
+    for (int i = (size_ + d) / 2; i >= 1; i /= 2)
+      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+  }
+  int winner() const { return size_ == 1 ? 0 : tree_[1]; }
+  double key(int d) const { return key_[at(d)]; }
+
+ private:
+  int pick(int a, int b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return key_[at(b)] < key_[at(a)] ? b : a;  // a is the lower device
+  }
+  int n_, size_ = 1;
+  std::vector<double> key_;
+  std::vector<int> tree_;
+};
+
 struct Device {
   std::vector<int> stages;  // ascending; the first is where a micro-batch enters the device
   int first = 0;
   double free_at = 0;
   std::int64_t memory = 0;       // static + activations, in the validator's order semantics
-  std::int64_t reserved = 0;     // stashes of later stages held for admitted micro-batches
-  std::int64_t later_stash = 0;  // Σ stash of the stages after `first` (one micro-batch)
+  std::int64_t later_stash = 0;  // the largest stash of a stage after `first`
   std::int64_t max_growth = 0;   // the largest P1 growth of its stages
   int inflight = 0;              // micro-batches entered and not yet through the first P1
   int backward_done = 0, backward_total = 0;
   int depth_cap = 0;
+  int p2_lag = 0;        // P2s kept back for the end
+  bool last_p1 = false;  // its last action was a P1
   std::int64_t pending_retained = 0;
   std::deque<std::pair<int, int>> pending_p2;  // (stage, micro-batch), oldest first
   std::vector<int> neighbours;                 // devices whose decisions its actions change
@@ -63,6 +101,7 @@ class ListScheduler {
         costs_(*in.costs),
         split_(variant.split),
         fill_(variant.fill),
+        alternate_(variant.alternate),
         max_group_(max_group),
         p_(in.devices),
         m_(in.microbatches),
@@ -71,6 +110,7 @@ class ListScheduler {
         next_f_(at(s_), 0),
         f_done_(at(s_), 0),
         p1_done_(at(s_), 0),
+        pending_of_(at(s_), 0),
         gradients_(at(s_)),
         forward_at_(at(s_) * at(m_), kInf),
         comm_(at(s_), 0.0),
@@ -87,7 +127,7 @@ class ListScheduler {
       dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
       dev.first = dev.stages.empty() ? 0 : dev.stages.front();
       for (const int s : dev.stages) {
-        if (s != dev.first) dev.later_stash += cost(s).stash_bytes;
+        if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
         dev.max_growth = std::max(dev.max_growth, p1_growth(s));
         for (const int t : {s - 1, s + 1}) {
           if (t < 0 || t >= s_) continue;
@@ -98,45 +138,39 @@ class ListScheduler {
         }
       }
       dev.backward_total = static_cast<int>(dev.stages.size()) * m_;
+      dev.actions.reserve(dev.stages.size() * at(m_) * 3);
       const int k = std::max(1, static_cast<int>(dev.stages.size()));
       const double cap = variant.depth_factor > 0
                              ? std::ceil(variant.depth_factor * (s_ - dev.first) / k - 1e-9)
                              : static_cast<double>(m_);
       dev.depth_cap = std::max(1, static_cast<int>(cap));
     }
+    if (variant.p2_lag > 0 && split_) set_p2_lags(variant.p2_lag);
+    max_group_ = std::max(1, std::min(max_group_, m_));
+    if (split_) build_group_tables();
   }
 
   Schedule run() {
-    std::vector<std::pair<double, int>> heap;  // (start, device), lazily invalidated
+    // Each device's decision, recomputed only when an action can have changed it; the next to
+    // act is the earliest (ties: the lower device), kept at the root of a tournament tree.
     std::vector<Decision> decision(at(p_));
-    std::vector<double> keyed(at(p_), kInf);
+    std::vector<char> done(at(p_), 0);
+    Tournament earliest(p_);
     int unfinished = 0;
     const auto refresh = [&](int d) {
-      if (finished(d)) return;
+      if (done[at(d)]) return;
       decision[at(d)] = decide(d);
-      keyed[at(d)] = decision[at(d)].start;
-      heap.emplace_back(keyed[at(d)], d);
-      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+      earliest.set(d, decision[at(d)].start);
     };
     for (int d = 0; d < p_; ++d) {
-      if (!finished(d)) ++unfinished;
+      done[at(d)] = finished(d) ? 1 : 0;
+      if (!done[at(d)]) ++unfinished;
       refresh(d);
     }
     while (unfinished > 0) {
-      int d = -1;
-      while (!heap.empty()) {
-        const auto [start, who] = heap.front();
-        std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
-        heap.pop_back();
-        if (!finished(who) && start == keyed[at(who)]) {
-          d = who;
-          break;
-        }
-      }
-      if (d < 0 || decision[at(d)].start == kInf) {
+      int d = earliest.winner();
+      if (earliest.key(d) == kInf) {
         // Every device waits on an input nobody has produced yet: run a pending P2 anywhere.
-        if (d >= 0) heap.emplace_back(keyed[at(d)], d);
-        std::make_heap(heap.begin(), heap.end(), std::greater<>{});
         d = -1;
         for (int e = 0; e < p_ && d < 0; ++e) {
           if (!device(e).pending_p2.empty()) d = e;
@@ -146,7 +180,11 @@ class ListScheduler {
             Decision{device(d).free_at, Kind::p2, device(d).pending_p2.front().first, 1};
       }
       apply(d, decision[at(d)]);
-      if (finished(d)) --unfinished;
+      if (finished(d)) {
+        done[at(d)] = 1;
+        earliest.set(d, kInf);
+        --unfinished;
+      }
       refresh(d);
       for (const int e : device(d).neighbours)
         refresh(e);
@@ -186,35 +224,77 @@ class ListScheduler {
   // full of stashes can always run a backward.
   bool entry_fits(int d) {
     Device& dev = device(d);
-    const std::int64_t held =
-        dev.memory + dev.reserved + cost(dev.first).stash_bytes + dev.later_stash;
+    const std::int64_t held = dev.memory + cost(dev.first).stash_bytes + dev.later_stash;
     if (!fits(d, held)) return false;
     if (!split_) return true;
     return fits(d, held + dev.max_growth - dev.pending_retained);
   }
+  // A forward of a later stage of the device (a micro-batch already in it) when its stash fits,
+  // and its P1's growth once the pending P2s have run; the entry's reserve keeps room for one.
+  bool later_fits(int d, int s) {
+    const Device& dev = device(d);
+    const std::int64_t held = dev.memory + cost(s).stash_bytes;
+    if (!fits(d, held)) return false;
+    return !split_ || fits(d, held + p1_growth(s) - dev.pending_retained);
+  }
   double p2_time(int s, int k) const { return cost(s).p2_time_us(k); }
+
+  void set_p2_lags(double factor) {
+    std::vector<double> head(at(s_), 0.0), tail(at(s_), 0.0);
+    for (int s = 1; s < s_; ++s) {
+      head[at(s)] = head[at(s - 1)] + cost(s - 1).forward_us + comm_[at(s - 1)];
+      tail[at(s)] = tail[at(s - 1)] + cost(s - 1).p1_us + comm_[at(s - 1)];
+    }
+    for (int d = 0; d < p_; ++d) {
+      Device& dev = device(d);
+      if (dev.stages.empty()) continue;
+      double w = kInf;
+      for (const int s : dev.stages)
+        w = std::min(w, cost(s).p2_us);
+      if (w <= 0) continue;
+      const double lag = factor * (head[at(dev.first)] + tail[at(dev.first)]) / w;
+      dev.p2_lag = static_cast<int>(std::min(std::ceil(lag - 1e-9), static_cast<double>(m_)));
+    }
+  }
 
   // The P2 group for a gap of `gap` us (kInf: no deadline), of the oldest pending P2's stage: the
   // most efficient size that fits, larger on ties; 0 when none fits.
   int group_for_gap(int d, double gap) {
     const Device& dev = device(d);
     const int s = dev.pending_p2.front().first;
-    int same = 0;
-    for (const auto& [stage, mb] : dev.pending_p2)
-      same += stage == s ? 1 : 0;
-    const int limit = std::min(same, max_group_);
-    int best = 0;
-    double best_rate = kInf;
-    for (int k = 1; k <= limit; ++k) {
-      const double t = p2_time(s, k);
-      if (t > gap + 1e-9) break;
-      const double rate = t / k;
-      if (rate <= best_rate * (1 + 1e-12)) {
-        best_rate = std::min(best_rate, rate);
-        best = k;
+    const int limit = std::min(pending_of_[at(s)], max_group_);
+    const GroupTable& table = groups_[at(s)];
+    // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit.
+    const auto fitting = std::upper_bound(table.prefix_max_us.begin(),
+                                          table.prefix_max_us.begin() + limit, gap + 1e-9);
+    const auto k = static_cast<int>(fitting - table.prefix_max_us.begin());
+    return k == 0 ? 0 : table.best_upto[at(k - 1)];
+  }
+
+  // Per stage, for the P2 group choice: the running maximum of p2(k) over k, and the most
+  // efficient size (the smallest p2(k)/k, larger on ties) among 1..k.
+  struct GroupTable {
+    std::vector<double> prefix_max_us;
+    std::vector<int> best_upto;
+  };
+  void build_group_tables() {
+    groups_.resize(at(s_));
+    for (int s = 0; s < s_; ++s) {
+      GroupTable& table = groups_[at(s)];
+      double best_rate = kInf, prefix = 0;
+      int best = 0;
+      for (int k = 1; k <= std::max(1, max_group_); ++k) {
+        const double t = p2_time(s, k);
+        prefix = std::max(prefix, t);
+        const double rate = t / k;
+        if (rate <= best_rate * (1 + 1e-12)) {
+          best_rate = std::min(best_rate, rate);
+          best = k;
+        }
+        table.prefix_max_us.push_back(prefix);
+        table.best_upto.push_back(best);
       }
     }
-    return best;
   }
 
   // Earliest time an input could still reach device d: known arrivals, else an estimate from the
@@ -245,21 +325,39 @@ class ListScheduler {
     return next;
   }
 
+  // The forward device d would run now (Kind::forward), if any is ready and admitted.
+  Decision ready_forward(int d, double now) {
+    Device& dev = device(d);
+    const bool entry = next_f_[at(dev.first)] < m_ && entry_fits(d) && dev.inflight < dev.depth_cap;
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
+      const int mb = next_f_[at(s)];
+      if (mb >= m_ || (s == dev.first && !entry) || (s != dev.first && !later_fits(d, s))) continue;
+      if (forward_at(s, mb) <= now) return {now, Kind::forward, s, 1};
+    }
+    return {};
+  }
+
   Decision decide(int d) {
     Device& dev = device(d);
     const double now = dev.free_at;
     // P1: the stage furthest down the model among the arrived gradients.
     double gradient_at = kInf;
     int p1_stage = -1;
-    for (const int s : std::ranges::reverse_view(dev.stages)) {
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
       if (gradients_[at(s)].empty()) continue;
       const double arrival = gradients_[at(s)].front().first;
       gradient_at = std::min(gradient_at, arrival);
       if (arrival <= now && p1_stage < 0) p1_stage = s;
     }
+    if (p1_stage >= 0 && alternate_ && dev.last_p1) {
+      // Alternating: after a P1, a forward whose input is there goes first (1B1F rounds).
+      const Decision f = ready_forward(d, now);
+      if (f.kind == Kind::forward) return f;
+    }
     if (p1_stage >= 0) {
-      if (!split_ || fits(d, dev.memory + dev.reserved + p1_growth(p1_stage)))
-        return {now, Kind::p1, p1_stage, 1};
+      if (!split_ || fits(d, dev.memory + p1_growth(p1_stage))) return {now, Kind::p1, p1_stage, 1};
       if (!dev.pending_p2.empty())
         return {now, Kind::p2, dev.pending_p2.front().first, 1};  // memory forces it
       throw FieldError("memory_limit_bytes", "device " + std::to_string(d) +
@@ -271,10 +369,16 @@ class ListScheduler {
     const bool entry_memory = more_entries && entry_fits(d);
     const bool entry_allowed = entry_memory && dev.inflight < dev.depth_cap;
     double forward_at_min = kInf;
-    for (const int s : std::ranges::reverse_view(dev.stages)) {
+    bool later_blocked = false;  // a later stage's input is there but its stash does not fit
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
       const int mb = next_f_[at(s)];
       if (mb >= m_ || (s == dev.first && !entry_allowed)) continue;
       const double arrival = forward_at(s, mb);
+      if (s != dev.first && !later_fits(d, s)) {
+        later_blocked = later_blocked || arrival <= now;
+        continue;
+      }
       if (arrival <= now) return {now, Kind::forward, s, 1};
       forward_at_min = std::min(forward_at_min, arrival);
     }
@@ -282,12 +386,17 @@ class ListScheduler {
       const int s = dev.pending_p2.front().first;
       if (dev.backward_done == dev.backward_total)
         return {now, Kind::p2, s, group_for_gap(d, kInf)};
-      if (more_entries && !entry_memory && dev.inflight < dev.depth_cap)
-        return {now, Kind::p2, s, 1};  // memory blocks the next micro-batch: free some
+      if (later_blocked || (more_entries && !entry_memory && dev.inflight < dev.depth_cap))
+        return {now, Kind::p2, s, 1};  // memory blocks the next forward: free some
+    }
+    if (split_ && static_cast<int>(dev.pending_p2.size()) > dev.p2_lag) {
+      const int s = dev.pending_p2.front().first;
       const double next = next_input(d, now, entry_allowed);
       const int k = group_for_gap(d, next - now);
       if (k > 0) return {now, Kind::p2, s, k};
       if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
+      if (fill_ == P2Fill::overshoot && p2_time(s, 1) <= 2 * (next - now))
+        return {now, Kind::p2, s, 1};
     }
     if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2.empty()) {
       throw FieldError("memory_limit_bytes",
@@ -319,6 +428,7 @@ class ListScheduler {
     const int s = dec.stage;
     const StageCost& c = cost(s);
     const double start = dec.start;
+    if (dec.kind != Kind::wait) dev.last_p1 = dec.kind == Kind::p1;
     switch (dec.kind) {
       case Kind::wait:
         dev.free_at = start;
@@ -330,9 +440,6 @@ class ListScheduler {
         dev.memory += c.stash_bytes;
         if (s == dev.first) {
           ++dev.inflight;
-          dev.reserved += dev.later_stash;
-        } else {
-          dev.reserved -= c.stash_bytes;
         }
         dev.actions.push_back(Action{OpType::F, s, {mb}});
         if (s + 1 < s_) {
@@ -352,6 +459,7 @@ class ListScheduler {
           dev.free_at = start + c.p1_us;
           dev.memory += c.retained_bytes - c.stash_bytes;
           dev.pending_p2.emplace_back(s, mb);
+          ++pending_of_[at(s)];
           dev.pending_retained += c.retained_bytes;
           dev.actions.push_back(Action{OpType::P1, s, {mb}});
         } else {
@@ -375,6 +483,7 @@ class ListScheduler {
           }
         }
         const auto taken = static_cast<std::int64_t>(a.microbatches.size());
+        pending_of_[at(s)] -= static_cast<int>(taken);
         dev.free_at = start + p2_time(s, static_cast<int>(taken));
         dev.memory -= taken * c.retained_bytes;
         dev.pending_retained -= taken * c.retained_bytes;
@@ -388,14 +497,16 @@ class ListScheduler {
   const std::vector<StageCost>& costs_;
   bool split_;
   P2Fill fill_;
+  bool alternate_ = false;
   int max_group_;
   int p_, m_, s_;
   std::vector<Device> device_;
-  std::vector<int> next_f_, f_done_, p1_done_;                 // per stage
+  std::vector<int> next_f_, f_done_, p1_done_, pending_of_;    // per stage
   std::vector<std::deque<std::pair<double, int>>> gradients_;  // per stage: (arrival, mb)
   std::vector<double> forward_at_;                             // [stage][mb]: input arrival
   std::vector<double> comm_;                                   // per boundary s -> s + 1
   std::vector<double> link_free_;                              // per directed device pair
+  std::vector<GroupTable> groups_;                             // per stage
 };
 
 }  // namespace

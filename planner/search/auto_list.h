@@ -26,7 +26,9 @@
 
 namespace pipeplan {
 
-enum class P2Fill : std::uint8_t { fit, always };
+// When a P2 may fill an idle gap before the next input: only when it fits (`fit`), always
+// (delaying the next op), or when at least half of it fits (`overshoot`).
+enum class P2Fill : std::uint8_t { fit, always, overshoot };
 
 // One heuristic variant: the warm-up depth cap of device d is ceil(depth_factor · (S − s_d) / k_d)
 // micro-batches in flight, where s_d is d's first virtual stage, k_d its stage count and S the
@@ -36,6 +38,14 @@ struct ListVariant {
   double depth_factor = 0;
   P2Fill fill = P2Fill::fit;
   bool split = true;
+  // Keep P2s back for the end of the step (the steady objective's ramp-down): device d runs a
+  // P2 early only while more than ceil(p2_lag · (h_d + t_d) / w_d) are pending, where h_d is when
+  // its first stage can start at the earliest, t_d how long a gradient from there takes to finish
+  // on stage 0 and w_d its cheapest P2; memory and the final drain still run them. 0: no lag.
+  double p2_lag = 0;
+  // After a P1, a ready forward goes before the next P1 (rounds of one P1 and one F, as ZB-V's
+  // steady state); otherwise a waiting gradient always goes first.
+  bool alternate = false;
   std::string name() const;  // e.g. "depth=2.0x fill=fit"
 };
 

@@ -91,14 +91,35 @@ std::vector<Layout> layouts(const AutoRequest& r) {
   return out;
 }
 
-std::vector<ListVariant> list_variants(bool split) {
+// The list scheduler's variants, most often best first (measured over uniform, 2:2:1 and LLaMA
+// / GPT inputs at P = 4 to 32 and memory from P to 2P micro-batches: the first tier covers nearly
+// all winners); the second tier, run while the search budget lasts, holds the rest of the grid
+// (warm-up depth × P2 fill × alternation, P2 lag, fused B).
+std::vector<ListVariant> core_variants(bool split) {
+  if (!split) return {{0, P2Fill::fit, false}, {1, P2Fill::fit, false}};
+  return {{0, P2Fill::always, true},          {0, P2Fill::fit, true},
+          {0, P2Fill::always, true, 0, true}, {0, P2Fill::fit, true, 0, true},
+          {2, P2Fill::always, true},          {1, P2Fill::fit, true}};
+}
+
+std::vector<ListVariant> more_variants(bool split) {
   std::vector<ListVariant> out;
-  for (const double depth : {0.0, 1.0, 1.5, 2.0, 3.0}) {
+  const std::vector<ListVariant> core = core_variants(split);
+  const auto add = [&](const ListVariant& v) {
+    const bool known = std::any_of(core.begin(), core.end(),
+                                   [&](const ListVariant& c) { return c.name() == v.name(); });
+    if (!known) out.push_back(v);
+  };
+  for (const double depth : {0.0, 3.0, 2.0, 2.5, 1.5, 4.0, 1.0, 5.0}) {
     if (split) {
-      out.push_back({depth, P2Fill::fit, true});
-      out.push_back({depth, P2Fill::always, true});
+      for (const bool alternate : {true, false}) {
+        for (const P2Fill fill : {P2Fill::always, P2Fill::fit, P2Fill::overshoot})
+          add({depth, fill, true, 0, alternate});
+      }
+      for (const double lag : {0.5, 1.0})
+        add({depth, P2Fill::fit, true, lag});
     }
-    out.push_back({depth, P2Fill::fit, false});  // fused B: least memory, the 1F1B family
+    add({depth, P2Fill::fit, false});  // fused B: least memory, the 1F1B family
   }
   return out;
 }
@@ -141,17 +162,19 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
   return out;
 }
 
-// Evaluations the local search may spend, shared by its starts: a fixed budget of simulated
-// actions, at least kMinEvaluations and at most kMaxEvaluations. Deterministic, unlike a
-// wall-clock limit.
-int local_search_budget(const Schedule& schedule) {
-  constexpr double kActionBudget = 3e5;
-  constexpr double kMinEvaluations = 8, kMaxEvaluations = 600;
+// The search's budget beyond the first tier of candidates and the seeds, in simulated actions
+// (one compact evaluation of a schedule costs its action count; a list-scheduler run about
+// kListCost times that): the second tier of variants takes what it needs, the local search the
+// rest, at least kMinEvaluations evaluations. Deterministic, unlike a wall-clock limit.
+constexpr double kBudgetActions = 2e5;
+constexpr double kListCost = 12;
+constexpr int kMinEvaluations = 4;
+
+std::size_t action_count(const Schedule& schedule) {
   std::size_t actions = 0;
   for (const auto& device : schedule.per_device)
     actions += device.size();
-  const double evaluations = kActionBudget / static_cast<double>(actions + 1);
-  return static_cast<int>(std::clamp(evaluations, kMinEvaluations, kMaxEvaluations));
+  return actions;
 }
 
 struct Candidate {
@@ -159,6 +182,28 @@ struct Candidate {
   Schedule schedule;
   std::string name;
   AutoEval eval;
+};
+
+// The best few candidates so far (the local search's starts), best first; ties keep the earlier.
+class Leaders {
+ public:
+  Leaders(std::size_t keep, Objective objective) : keep_(keep), objective_(objective) {}
+  void offer(Candidate c) {
+    auto it = std::find_if(list_.begin(), list_.end(), [&](const Candidate& x) {
+      return better(c.eval.score, x.eval.score, objective_);
+    });
+    if (it == list_.end() && list_.size() >= keep_) return;
+    list_.insert(it, std::move(c));
+    if (list_.size() > keep_) list_.pop_back();
+  }
+  bool empty() const { return list_.empty(); }
+  const AutoScore& best() const { return list_.front().eval.score; }
+  std::vector<Candidate>& all() { return list_; }
+
+ private:
+  std::size_t keep_;
+  Objective objective_;
+  std::vector<Candidate> list_;
 };
 
 }  // namespace
@@ -173,89 +218,116 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
   const bool split = r.mode != BackwardMode::fused;
   const int max_group = r.p2_concat == 0 ? r.microbatches : r.p2_concat;
-  const std::vector<Layout> all = layouts(r);
-
+  const bool steady = r.objective == Objective::steady;
+  std::vector<Layout> all = layouts(r);
+  // Layouts by their bounds (the objective's first): the one that can go lowest is tried first.
+  const auto primary = [&](const Layout& l) { return steady ? l.bound_span_us : l.bound_step_us; };
+  const auto secondary = [&](const Layout& l) {
+    return steady ? l.bound_step_us : l.bound_span_us;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](const Layout& a, const Layout& b) {
+    return primary(a) < primary(b) || (primary(a) == primary(b) && secondary(a) < secondary(b));
+  });
   double bound_step = std::numeric_limits<double>::infinity(), bound_span = bound_step;
   for (const Layout& l : all) {
     bound_step = std::min(bound_step, l.bound_step_us);
     bound_span = std::min(bound_span, l.bound_span_us);
   }
+  const auto meets = [](double value, double bound) { return value <= bound * (1 + 1e-9) + 1e-9; };
   const auto at_bounds = [&](const AutoScore& s) {
-    return s.makespan_us <= bound_step * (1 + 1e-9) + 1e-9 &&
-           s.span_us <= bound_span * (1 + 1e-9) + 1e-9;
+    return meets(s.makespan_us, bound_step) && meets(s.span_us, bound_span);
+  };
+  // A layout whose bounds cannot beat the best so far (first figure, then second) is skipped.
+  const auto hopeless = [&](const Layout& l, const AutoScore& best) {
+    const double first = steady ? best.span_us : best.makespan_us;
+    const double second = steady ? best.makespan_us : best.span_us;
+    if (!meets(primary(l), first)) return true;
+    return meets(first, primary(l)) && secondary(l) >= second * (1 - 1e-9);
   };
 
-  std::vector<Candidate> feasible;
+  Leaders leaders(3, r.objective);
   int tried = 0;
   std::string first_error;
+  double budget = kBudgetActions;
   bool done = false;
-  for (std::size_t li = 0; li < all.size() && !done; ++li) {
+  const auto consider = [&](std::size_t li, Schedule schedule, const std::string& name) {
     const Layout& layout = all[li];
-    const std::vector<int>& stage_device = layout.stage_device;
+    ++tried;
+    schedule.family = kAutoScheduleName;
+    schedule.backward = r.mode;
     const EvalContext context{&layout.costs, &layout.meta, r.objective};
-    const auto consider = [&](Schedule schedule, const std::string& name) {
+    if (std::optional<AutoEval> e = evaluate_order(schedule, context, false, first_error)) {
+      done = done || at_bounds(e->score);
+      leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e)});
+    }
+  };
+  const auto run_list = [&](std::size_t li, const ListVariant& v) {
+    const Layout& layout = all[li];
+    const ListInputs inputs{
+        r.devices, r.microbatches,           layout.stage_device,           &layout.costs,
+        r.link,    layout.meta.static_bytes, layout.meta.memory_limit_bytes};
+    try {
+      consider(li, list_schedule(inputs, v, max_group), v.name());
+    } catch (const Error& e) {
       ++tried;
-      schedule.family = kAutoScheduleName;
-      schedule.backward = r.mode;
-      if (std::optional<AutoEval> e = evaluate_order(schedule, context, true, first_error)) {
-        done = done || at_bounds(e->score);
-        feasible.push_back({li, std::move(schedule), layout.name + " " + name, std::move(*e)});
-      }
-    };
-    ListInputs inputs{r.devices,
-                      r.microbatches,
-                      stage_device,
-                      &layout.costs,
-                      r.link,
-                      layout.meta.static_bytes,
-                      layout.meta.memory_limit_bytes};
-    for (const ListVariant& v : list_variants(split)) {
-      if (done) break;
-      try {
-        consider(list_schedule(inputs, v, max_group), v.name());
-      } catch (const Error& e) {
-        ++tried;
-        if (first_error.empty()) first_error = e.what();
-      }
+      if (first_error.empty()) first_error = e.what();
+    }
+  };
+  const auto layout_actions = [&](const Layout& l) {
+    return static_cast<double>(l.costs.size()) * r.microbatches * (split ? 3 : 2);
+  };
+  // First tier and seeds, layout by layout; then the second tier while the budget lasts.
+  for (std::size_t li = 0; li < all.size() && !done; ++li) {
+    if (!leaders.empty() && hopeless(all[li], leaders.best())) continue;
+    for (const ListVariant& v : core_variants(split)) {
+      if (!done) run_list(li, v);
     }
     if (done) break;
-    for (auto& [name, schedule] : family_seeds(layout, stage_device, r.mode, r.p2_concat)) {
-      consider(std::move(schedule), "seed=" + name);
+    for (auto& [name, schedule] :
+         family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat)) {
+      consider(li, std::move(schedule), "seed=" + name);
       if (done) break;
     }
   }
-  if (feasible.empty()) throw Error(first_error);
-  // Stable: equal scores keep candidate order, so the result is deterministic.
-  std::stable_sort(feasible.begin(), feasible.end(), [&](const Candidate& a, const Candidate& b) {
-    return better(a.eval.score, b.eval.score, r.objective);
-  });
+  for (std::size_t li = 0; li < all.size() && !done; ++li) {
+    if (!leaders.empty() && hopeless(all[li], leaders.best())) continue;
+    const double cost = (kListCost + 1) * layout_actions(all[li]);
+    for (const ListVariant& v : more_variants(split)) {
+      if (done || budget < cost) break;
+      budget -= cost;
+      run_list(li, v);
+    }
+  }
+  if (leaders.empty()) throw Error(first_error);
 
-  constexpr std::size_t kStarts = 3;
-  const std::size_t starts =
-      at_bounds(feasible.front().eval.score) ? 0 : std::min(kStarts, feasible.size());
-  int budget = starts > 0 ? local_search_budget(feasible.front().schedule) : 0;
-  std::size_t best = 0;
+  // The local search on the best few, unless the best already meets both bounds.
+  std::vector<Candidate>& best = leaders.all();
+  const std::size_t starts = done || at_bounds(best.front().eval.score) ? 0 : best.size();
+  std::size_t winner = 0;
   std::string suffix;
   for (std::size_t i = 0; i < starts; ++i) {
-    Candidate& c = feasible[i];
+    Candidate& c = best[i];
     const Layout& layout = all[c.layout];
     const EvalContext context{&layout.costs, &layout.meta, r.objective};
-    int share = budget / static_cast<int>(starts - i);
-    budget -= share;
-    const int moves = improve_by_moves(c.schedule, c.eval, context, first_error, share);
-    budget += share;  // what this start left unspent goes to the next
-    if (i == 0 || better(c.eval.score, feasible[best].eval.score, r.objective)) {
-      best = i;
+    const double per_evaluation = static_cast<double>(action_count(c.schedule) + 1);
+    int evaluations = std::max(kMinEvaluations, static_cast<int>(budget / per_evaluation /
+                                                                 static_cast<double>(starts - i)));
+    const int granted = evaluations;
+    c.eval = *evaluate_order(c.schedule, context, true, first_error);  // with its times
+    const int moves = improve_by_moves(c.schedule, c.eval, context, first_error, evaluations);
+    budget -= (granted - evaluations) * per_evaluation;
+    if (i == 0 || better(c.eval.score, best[winner].eval.score, r.objective)) {
+      winner = i;
       suffix = moves > 0 ? " +" + std::to_string(moves) + " moves" : "";
     }
   }
-  Candidate& winner = feasible[best];
-  const Layout& layout = all[winner.layout];
+  Candidate& chosen = best[winner];
+  const Layout& layout = all[chosen.layout];
   AutoResult out;
-  out.schedule = std::move(winner.schedule);
-  out.variant = winner.name + suffix;
-  out.makespan_us = winner.eval.score.makespan_us;
-  out.max_stage_span_us = winner.eval.score.span_us;
+  out.schedule = std::move(chosen.schedule);
+  out.variant = chosen.name + suffix;
+  out.makespan_us = chosen.eval.score.makespan_us;
+  out.max_stage_span_us = chosen.eval.score.span_us;
   out.variants_tried = tried;
   out.chunks = layout.chunks;
   out.blocks = layout.blocks;
