@@ -95,12 +95,12 @@ StageInputs stage_inputs(const PlanRequest& request) {
   return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage);
 }
 
-Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& costs,
-                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off) {
-  Plan plan{lower(schedule, costs, std::move(meta)), {}, {}};
+Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
+                        BpipeMode bpipe = BpipeMode::off) {
+  Plan plan{lower(std::move(schedule), costs, std::move(meta)), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
-  plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
-                                     schedule.microbatches);
+  plan.bound = step_time_lower_bound(costs, plan.graph.schedule.stage_device, plan.graph.meta.link,
+                                     plan.graph.schedule.microbatches);
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
@@ -122,7 +122,7 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
   return apply_backward_mode(generated, mode, request.p2_concat);
 }
 
-Plan make_plan(const PlanRequest& request) {
+PlannedSchedule plan_schedule(const PlanRequest& request) {
   check_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
@@ -155,17 +155,28 @@ Plan make_plan(const PlanRequest& request) {
   check_schedule(generated);
   if (!context.chosen_blocks.empty())
     inputs = stage_inputs(request, generated.stage_count(), context.chosen_blocks);
+  PlannedSchedule out;
   // The metadata needs the family's stage-to-device map (V shapes differ from v mod P).
-  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, generated);
-  const Schedule schedule =
-      with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, meta);
-  Plan plan = lower_and_simulate(schedule, inputs.costs, std::move(meta), request.bpipe);
-  if (context.bound_step_us > 0 && context.bound_step_us < plan.bound.makespan_us) {
-    plan.bound.makespan_us = context.bound_step_us;
-    plan.bound.binding_device = -1;
+  out.meta = make_meta(request, inputs.partition, inputs.costs, generated);
+  out.schedule =
+      with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, out.meta);
+  out.bound = step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
+                                    out.schedule.microbatches);
+  if (context.bound_step_us > 0 && context.bound_step_us < out.bound.makespan_us) {
+    out.bound.makespan_us = context.bound_step_us;
+    out.bound.binding_device = -1;
   }
   if (context.bound_span_us > 0)
-    plan.bound.stage_span_us = std::min(plan.bound.stage_span_us, context.bound_span_us);
+    out.bound.stage_span_us = std::min(out.bound.stage_span_us, context.bound_span_us);
+  out.costs = std::move(inputs.costs);
+  return out;
+}
+
+Plan make_plan(const PlanRequest& request) {
+  PlannedSchedule planned = plan_schedule(request);
+  Plan plan = lower_and_simulate(std::move(planned.schedule), planned.costs,
+                                 std::move(planned.meta), request.bpipe);
+  plan.bound = planned.bound;
   return plan;
 }
 

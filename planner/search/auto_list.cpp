@@ -58,6 +58,7 @@ class Tournament {
       tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
   }
   void set(int d, double key) {
+    if (key_[at(d)] == key) return;  // its place in every match is unchanged
     key_[at(d)] = key;
     for (int i = (size_ + d) / 2; i >= 1; i /= 2)
       tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
@@ -186,8 +187,12 @@ class ListScheduler {
         --unfinished;
       }
       refresh(d);
-      for (const int e : device(d).neighbours)
-        refresh(e);
+      // A neighbour's P1 or F decision stands unless something reached it; a wait or a P2 fill
+      // reads this device's next free time, so it is taken again.
+      for (const int e : device(d).neighbours) {
+        const Kind k = decision[at(e)].kind;
+        if (delivered_to_ == e || k == Kind::wait || k == Kind::p2) refresh(e);
+      }
     }
     Schedule out;
     out.devices = p_;
@@ -410,6 +415,7 @@ class ListScheduler {
   // previous one (the simulator's model).
   void send(int d, int to, int mb, double ready, bool forward) {
     const int dst = in_.stage_device[at(to)];
+    delivered_to_ = dst;
     double arrival = ready;
     if (dst != d) {
       double& free = link_free_[at(d) * at(p_) + at(dst)];
@@ -425,6 +431,7 @@ class ListScheduler {
 
   void apply(int d, const Decision& dec) {
     Device& dev = device(d);
+    delivered_to_ = -1;
     const int s = dec.stage;
     const StageCost& c = cost(s);
     const double start = dec.start;
@@ -507,6 +514,7 @@ class ListScheduler {
   std::vector<double> comm_;                                   // per boundary s -> s + 1
   std::vector<double> link_free_;                              // per directed device pair
   std::vector<GroupTable> groups_;                             // per stage
+  int delivered_to_ = -1;  // the device the last applied action sent its output to
 };
 
 }  // namespace
