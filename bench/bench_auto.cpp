@@ -173,6 +173,34 @@ BENCHMARK(BM_ListSchedule)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// One fixed family's order (generated, backward mode applied), as auto's seeds are made.
+void BM_Seed(benchmark::State& state) {
+  const ScheduleFamily& family = *schedule_families()[static_cast<std::size_t>(state.range(0))];
+  const int p = 32, m = 96;
+  const int chunks = family.traits().chunks.preferred;
+  const AutoInputs in = auto_inputs(p, m, 2 * p);
+  const StageCut cut = in.request.cut(p * chunks, {});
+  PlanMeta meta;
+  meta.devices = p;
+  meta.microbatches = m;
+  meta.link = in.request.link;
+  meta.static_bytes.assign(static_cast<std::size_t>(p), 0);
+  meta.memory_limit_bytes.assign(static_cast<std::size_t>(p), 0.0);
+  state.SetLabel(family.name());
+  if (family.traits().needs_costs) {
+    state.SkipWithError("built from costs");
+    return;
+  }
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
+    ScheduleRequest request{p, chunks, m, family.backward_modes().back(), 0, nullptr};
+    const Schedule s =
+        with_backward_mode(family, family.generate(request), request, cut.costs, meta);
+    benchmark::DoNotOptimize(s.per_device.size());
+  }
+}
+
+BENCHMARK(BM_Seed)->DenseRange(0, 11)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // pipeplan plan --search --model llama-7b --gpu h100 --stages 8 --global-batch 64
 void BM_SearchLlama7b(benchmark::State& state) {
   const ModelConfig model = resolve_model("llama-7b");

@@ -1,6 +1,7 @@
 #include "planner/plan/backward_fill.h"
 
 #include <deque>
+#include <map>
 
 #include "planner/base/error.h"
 #include "planner/graph/schedule_sim.h"
@@ -27,25 +28,32 @@ Schedule fill_p2_into_gaps(const Schedule& fused_schedule, const std::vector<Sta
     std::vector<Action> actions;
     actions.reserve(order.size());
     std::deque<Action> pending;
+    std::map<double, int> pending_times;  // p2 time -> how many pending p2 take it
     double now = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const Action& a = order[i];
       if (a.op == OpType::P2) continue;
       const double start = sim.times[dd][i].start_us;
-      // First fit, oldest first, into the gap before this op.
-      for (auto it = pending.begin(); it != pending.end();) {
+      // First fit, oldest first, into the gap before this op (none fits when the shortest
+      // pending p2 does not).
+      for (auto it = pending.begin(); it != pending.end() && !pending_times.empty() &&
+                                      now + pending_times.begin()->first <= start + 1e-9;) {
         const double t = costs[static_cast<std::size_t>(it->stage)].p2_time_us(1);
         if (now + t <= start + 1e-9) {
           actions.push_back(*it);
           now += t;
           it = pending.erase(it);
+          if (--pending_times[t] == 0) pending_times.erase(t);
         } else {
           ++it;
         }
       }
       actions.push_back(a);
       now = sim.times[dd][i].end_us;
-      if (a.op == OpType::P1) pending.push_back(Action{OpType::P2, a.stage, a.microbatches});
+      if (a.op == OpType::P1) {
+        pending.push_back(Action{OpType::P2, a.stage, a.microbatches});
+        ++pending_times[costs[static_cast<std::size_t>(a.stage)].p2_time_us(1)];
+      }
     }
     append_deferred_p2(actions, {pending.begin(), pending.end()}, p2_concat);
     out.per_device[static_cast<std::size_t>(d)] = std::move(actions);

@@ -97,9 +97,9 @@ std::vector<Layout> layouts(const AutoRequest& r) {
 // (warm-up depth × P2 fill × alternation, P2 lag, fused B).
 std::vector<ListVariant> core_variants(bool split) {
   if (!split) return {{0, P2Fill::fit, false}, {1, P2Fill::fit, false}};
-  return {{0, P2Fill::always, true},          {0, P2Fill::fit, true},
-          {0, P2Fill::always, true, 0, true}, {0, P2Fill::fit, true, 0, true},
-          {2, P2Fill::always, true},          {1, P2Fill::fit, true}};
+  return {{0, P2Fill::always, true}, {0, P2Fill::always, true, 0, true},
+          {0, P2Fill::fit, true},    {0, P2Fill::fit, true, 0, true},
+          {2, P2Fill::always, true}, {1, P2Fill::fit, true}};
 }
 
 std::vector<ListVariant> more_variants(bool split) {
@@ -164,11 +164,13 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
 
 // The search's budget beyond the first tier of candidates and the seeds, in simulated actions
 // (one compact evaluation of a schedule costs its action count; a list-scheduler run about
-// kListCost times that): the second tier of variants takes what it needs, the local search the
-// rest, at least kMinEvaluations evaluations. Deterministic, unlike a wall-clock limit.
-constexpr double kBudgetActions = 2e5;
+// kListCost times that): the second tier of variants takes up to kSecondTierActions, the local
+// search the rest, between kMinEvaluations and kMaxEvaluations evaluations in all. Deterministic,
+// unlike a wall-clock limit.
+constexpr double kBudgetActions = 2e5, kSecondTierActions = 5e4, kFirstTierActions = 3e5;
+constexpr std::size_t kMinFirstTier = 2;
 constexpr double kListCost = 12;
-constexpr int kMinEvaluations = 4;
+constexpr int kMinEvaluations = 4, kMaxEvaluations = 400;
 
 std::size_t action_count(const Schedule& schedule) {
   std::size_t actions = 0;
@@ -279,9 +281,13 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   // First tier and seeds, layout by layout; then the second tier while the budget lasts.
   for (std::size_t li = 0; li < all.size() && !done; ++li) {
     if (!leaders.empty() && hopeless(all[li], leaders.best())) continue;
-    for (const ListVariant& v : core_variants(split)) {
-      if (!done) run_list(li, v);
-    }
+    // On large layouts only the first few (at least kMinFirstTier): each run costs O(actions).
+    const std::vector<ListVariant> core = core_variants(split);
+    const double runs = kFirstTierActions / ((kListCost + 1) * layout_actions(all[li]));
+    const auto count =
+        std::clamp<std::size_t>(static_cast<std::size_t>(runs), kMinFirstTier, core.size());
+    for (std::size_t k = 0; k < count && !done; ++k)
+      run_list(li, core[k]);
     if (done) break;
     for (auto& [name, schedule] :
          family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat)) {
@@ -289,11 +295,13 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
       if (done) break;
     }
   }
+  double second_tier = kSecondTierActions;
   for (std::size_t li = 0; li < all.size() && !done; ++li) {
     if (!leaders.empty() && hopeless(all[li], leaders.best())) continue;
     const double cost = (kListCost + 1) * layout_actions(all[li]);
     for (const ListVariant& v : more_variants(split)) {
-      if (done || budget < cost) break;
+      if (done || second_tier < cost) break;
+      second_tier -= cost;
       budget -= cost;
       run_list(li, v);
     }
@@ -305,17 +313,21 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   const std::size_t starts = done || at_bounds(best.front().eval.score) ? 0 : best.size();
   std::size_t winner = 0;
   std::string suffix;
+  int evaluations_left = kMaxEvaluations;
   for (std::size_t i = 0; i < starts; ++i) {
     Candidate& c = best[i];
     const Layout& layout = all[c.layout];
     const EvalContext context{&layout.costs, &layout.meta, r.objective};
     const double per_evaluation = static_cast<double>(action_count(c.schedule) + 1);
-    int evaluations = std::max(kMinEvaluations, static_cast<int>(budget / per_evaluation /
-                                                                 static_cast<double>(starts - i)));
+    const auto share = static_cast<double>(starts - i);
+    int evaluations = std::max(
+        kMinEvaluations, static_cast<int>(std::min(budget / per_evaluation / share,
+                                                   static_cast<double>(evaluations_left) / share)));
     const int granted = evaluations;
     c.eval = *evaluate_order(c.schedule, context, true, first_error);  // with its times
     const int moves = improve_by_moves(c.schedule, c.eval, context, first_error, evaluations);
     budget -= (granted - evaluations) * per_evaluation;
+    evaluations_left -= granted - evaluations;
     if (i == 0 || better(c.eval.score, best[winner].eval.score, r.objective)) {
       winner = i;
       suffix = moves > 0 ? " +" + std::to_string(moves) + " moves" : "";
