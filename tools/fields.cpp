@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 23> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -31,6 +31,7 @@ std::string flag_for_field(std::string_view field) {
       {"sm_partition", "--sm-partition"},
       {"backend", "--backend"},
       {"launcher", "--launcher"},
+      {"objective", "--objective"},
   }};
   for (const auto& [name, flag] : kFlags) {
     if (name == field) return std::string(flag);

@@ -273,6 +273,13 @@ void check_bounds(const Schedule& schedule) {
 }  // namespace
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
+  return lower(Schedule(schedule), costs, std::move(meta));
+}
+
+TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
+  TaskGraph g;
+  g.schedule = std::move(taken);
+  const Schedule& schedule = g.schedule;
   // Bounds only: lowering must not index out of range. Structural rules (coverage, order) are
   // the validator's, on the graph itself; make_plan and the importers also run check_schedule.
   check_bounds(schedule);
@@ -281,9 +288,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     throw Error("lower: " + std::to_string(costs.size()) + " stage costs for " +
                 std::to_string(stages) + " stages");
   }
-  TaskGraph g;
   g.meta = std::move(meta);
-  g.schedule = schedule;
   ComputeIndex index(stages, schedule.microbatches);
   std::size_t actions = 0;
   for (const auto& list : schedule.per_device)

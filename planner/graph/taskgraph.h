@@ -166,6 +166,8 @@ class TaskGraph {
 std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph);
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
+// The same, keeping the schedule in the graph without copying it.
+TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
 
 nlohmann::json plan_to_json(const TaskGraph& graph);
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);
