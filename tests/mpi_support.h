@@ -9,6 +9,14 @@
 
 namespace pipeplan::testing {
 
+// How many times `needle` occurs in `text` (the lines every rank prints, counted).
+inline int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
 inline bool mpirun_found() {
   return run_shell("command -v mpirun").status == 0;
 }

@@ -20,13 +20,7 @@ namespace pipeplan {
 namespace {
 
 using testing::CliResult;
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
-    ++n;
-  return n;
-}
+using testing::count;
 
 class MpiRunCli : public testing::TinyPlanTest {
  protected:
