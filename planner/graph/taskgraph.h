@@ -94,6 +94,8 @@ struct PlanMeta {
   std::string profile_source;              // provenance summary of the profile used
 };
 
+class GraphBuilder;
+
 class TaskGraph {
  public:
   // Boost.Graph view of the DAG (every data and stream-order edge; vertex v is node v). A
@@ -134,6 +136,7 @@ class TaskGraph {
   std::string node_name(int id) const;  // "node 12 (0F3 on device 0 compute)"
 
  private:
+  friend class GraphBuilder;  // lowering (taskgraph.cpp) builds nodes in place
   struct EdgeRecord {
     int from;
     int to;
