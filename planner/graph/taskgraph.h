@@ -19,6 +19,7 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -129,6 +130,7 @@ class TaskGraph {
   int node_count() const { return static_cast<int>(nodes_.size()); }
   const Node& node(int id) const { return nodes_[static_cast<std::size_t>(id)]; }
   Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
+  std::span<const Node> nodes() const { return nodes_; }  // by id, for one pass over them all
   const std::vector<Stream>& streams() const { return streams_; }
   const std::vector<int>& stream_order(int stream) const {
     return stream_order_[static_cast<std::size_t>(stream)];
