@@ -252,7 +252,7 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
   n.device = device;
   n.stage = action.stage;
   n.microbatches = action.microbatches;
-  n.label = format_action(action);
+  append_action(n.label, action);  // the node is new: its label is empty
   const auto k = static_cast<std::int64_t>(action.microbatches.size());
   switch (action.op) {
     case OpType::F:
@@ -360,11 +360,14 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
   std::vector<int> send_streams(pairs, -1);
   std::vector<int> recv_streams(pairs, -1);
   // The edges in add_message's order: send and recv each after their stream's last node, the
-  // pair's data edge, then producer -> send and recv -> consumer.
-  auto connect = [&](int producer, int consumer, std::int64_t bytes, Transfer what) {
+  // pair's data edge, then producer -> send and recv -> consumer. The devices are those of the
+  // two stages (where check_bounds put every node), not read from the consumer's node: it lies
+  // anywhere in the graph, and reading it was a cache miss per message.
+  auto connect = [&](int producer, int consumer, int from_stage, int to_stage, std::int64_t bytes,
+                     Transfer what) {
     if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
-    const int src = build.node(producer).device;
-    const int dst = build.node(consumer).device;
+    const int src = schedule.stage_device[static_cast<std::size_t>(from_stage)];
+    const int dst = schedule.stage_device[static_cast<std::size_t>(to_stage)];
     if (src == dst) {
       build.edge(producer, consumer, EdgeKind::data);
       return;
@@ -407,11 +410,11 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
       const StageCost& cost = costs[static_cast<std::size_t>(s)];
       if (a.op == OpType::F && s + 1 < stages) {
         connect(ComputeIndex::at(index.forward, s, mb), ComputeIndex::at(index.forward, s + 1, mb),
-                cost.send_bytes, Transfer::activation);
+                s, s + 1, cost.send_bytes, Transfer::activation);
       } else if ((a.op == OpType::B || a.op == OpType::P1) && s > 0) {
         // The gradient w.r.t. this stage's input has the size of the previous stage's output.
         connect(ComputeIndex::at(index.backward, s, mb),
-                ComputeIndex::at(index.backward, s - 1, mb),
+                ComputeIndex::at(index.backward, s - 1, mb), s, s - 1,
                 costs[static_cast<std::size_t>(s - 1)].send_bytes, Transfer::gradient);
       }
     }
