@@ -1,6 +1,7 @@
 #include "planner/plan/make_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -95,12 +96,16 @@ StageInputs stage_inputs(const PlanRequest& request) {
   return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage);
 }
 
+// `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
+// with the search's own bounds folded in); otherwise it is computed here.
 Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
-                        BpipeMode bpipe = BpipeMode::off) {
+                        const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off) {
   Plan plan{lower(std::move(schedule), costs, std::move(meta)), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
-  plan.bound = step_time_lower_bound(costs, plan.graph.schedule.stage_device, plan.graph.meta.link,
-                                     plan.graph.schedule.microbatches);
+  plan.bound = known
+                   ? *known
+                   : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
+                                           plan.graph.meta.link, plan.graph.schedule.microbatches);
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
@@ -174,10 +179,8 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
 
 Plan make_plan(const PlanRequest& request) {
   PlannedSchedule planned = plan_schedule(request);
-  Plan plan = lower_and_simulate(std::move(planned.schedule), planned.costs,
-                                 std::move(planned.meta), request.bpipe);
-  plan.bound = planned.bound;
-  return plan;
+  return lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
+                            planned.bound, request.bpipe);
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
@@ -194,7 +197,7 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta));
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt);
 }
 
 }  // namespace pipeplan
