@@ -6,6 +6,7 @@
 
 #include "bench/bench_main.h"
 #include "planner/graph/evaluate.h"
+#include "planner/graph/schedule_sim.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/validator.h"
 #include "profiles/analytic.h"
@@ -102,7 +103,25 @@ void BM_Simulate(benchmark::State& state) {
   }
 }
 
+// The compact schedule simulation the planner's searches evaluate candidates with
+// (planner/graph/schedule_sim.h): the same times without a task graph.
+void BM_ScheduleSim(benchmark::State& state) {
+  const Inputs in = make_inputs(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  for (auto _ : state) {
+    const ScheduleSim sim = simulate_schedule(in.schedule, in.costs, in.meta);
+    benchmark::DoNotOptimize(sim.makespan_us);
+  }
+}
+
+BENCHMARK(BM_ScheduleSim)
+    ->Args({8, 24})
+    ->Args({32, 96})
+    ->Args({32, 256})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_LowerValidateSimulate)
+    ->Args({8, 24})
+    ->Args({32, 96})
     ->Args({8, 32})
     ->Args({32, 256})
     ->Unit(benchmark::kMillisecond)

@@ -53,6 +53,15 @@ void check_stage_layers(const TaskGraph& plan) {
   }
 }
 
+// The in-process transport unless one was given; a multi-process run must give its own.
+std::unique_ptr<Transport> own_transport(std::unique_ptr<Transport> transport, bool ranked) {
+  if (transport) return transport;
+  if (ranked) {
+    throw Error("executor: one process per plan device needs a transport between the processes");
+  }
+  return std::make_unique<InProcessTransport>();
+}
+
 }  // namespace
 
 // Completion flags of the step's nodes and the first failure, shared by all stream threads.
@@ -62,21 +71,34 @@ struct Executor::Sync {
   std::vector<char> done;
   std::atomic<bool> failed{false};
   std::optional<std::string> first_error;
+  bool first_error_is_consequence = false;  // a Cancelled: another failure ended it
 };
 
 Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorOptions options,
                    std::unique_ptr<Transport> transport)
     : plan_(std::move(plan)),
       options_(std::move(options)),
-      transport_(transport ? std::move(transport) : std::make_unique<InProcessTransport>()),
+      transport_(own_transport(std::move(transport), options_.group != nullptr)),
       sync_(std::make_unique<Sync>()) {
   if (options_.validate) validate(plan_);
   check_stage_layers(plan_);
   int devices = plan_.meta.devices;
   for (const Stream& stream : plan_.streams())
     devices = std::max(devices, stream.device + 1);
+  if (options_.group) {
+    if (options_.group->size() != devices) {
+      throw Error("plan: " + std::to_string(devices) + " devices, but " +
+                  std::to_string(options_.group->size()) +
+                  (options_.group->size() == 1 ? " rank was" : " ranks were") +
+                  " started (one rank per plan device)");
+    }
+    local_device_ = options_.group->rank();
+  }
+  workers_.resize(static_cast<std::size_t>(devices));  // null: another rank's device
   for (int d = 0; d < devices; ++d) {
-    workers_.push_back(std::make_unique<DeviceWorker>(plan_, d, make_backend(d), options_.seed));
+    if (!runs(d)) continue;
+    workers_[static_cast<std::size_t>(d)] =
+        std::make_unique<DeviceWorker>(plan_, d, make_backend(d), options_.seed);
   }
   const auto& g = plan_.graph();
   local_inputs_.resize(static_cast<std::size_t>(plan_.node_count()));
@@ -94,16 +116,23 @@ Executor::~Executor() = default;
 
 const LayerParams& Executor::layer(int layer_index) const {
   for (const auto& worker : workers_) {
+    if (!worker) continue;
     const auto it = worker->layers().find(layer_index);
     if (it != worker->layers().end()) return it->second;
   }
-  throw Error("executor: no device holds layer " + std::to_string(layer_index));
+  throw Error("executor: no device holds layer " + std::to_string(layer_index) +
+              (local_device_ >= 0
+                   ? " in this process (device " + std::to_string(local_device_) + ")"
+                   : std::string()));
 }
 
-void Executor::fail(const std::exception& error) {
+void Executor::fail(const std::exception& error, bool consequence) {
   {
     const std::lock_guard lock(sync_->mutex);
-    if (!sync_->first_error) sync_->first_error = error.what();
+    if (!sync_->first_error) {
+      sync_->first_error = error.what();
+      sync_->first_error_is_consequence = consequence;
+    }
     sync_->failed = true;
   }
   sync_->changed.notify_all();
@@ -124,7 +153,7 @@ void Executor::wait_for_inputs(int node) {
     const bool ready = sync_->changed.wait_for(lock, options_.timeout, [&] {
       return sync_->failed || sync_->done[static_cast<std::size_t>(input)] != 0;
     });
-    if (sync_->failed) throw Error("cancelled");
+    if (sync_->failed) throw Cancelled("cancelled");
     if (!ready) {
       throw Error(plan_.node_name(node) + " (stage " + std::to_string(plan_.node(node).stage) +
                   ") timed out after " + std::to_string(options_.timeout.count()) +
@@ -166,6 +195,9 @@ void Executor::run_stream(int stream) {
       wait_for_inputs(id);
       if (options_.before_node) options_.before_node(id);
       run_node(worker, id);
+    } catch (const Cancelled& e) {
+      fail(Error(plan_.node_name(id) + ": " + e.what()), true);
+      return;
     } catch (const Error& e) {
       fail(Error(plan_.node_name(id) + ": " + e.what()));
       return;
@@ -179,38 +211,62 @@ void Executor::run_stream(int stream) {
 
 StepResult Executor::step(StepMode mode) {
   const int step_number = steps_ + 1;
-  transport_->reset();
+  // Under MPI a rank whose transport cannot start the step still takes part in it, failed, so
+  // that every rank hears why (runtime/step_exchange.h).
+  std::optional<std::string> reset_error;
+  try {
+    transport_->reset();
+  } catch (const Error& e) {
+    if (!options_.group) throw;
+    reset_error = e.what();
+  }
   sync_->done.assign(static_cast<std::size_t>(plan_.node_count()), 0);
   sync_->failed = false;
   sync_->first_error.reset();
+  sync_->first_error_is_consequence = false;
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
-  for (auto& worker : workers_)
-    worker->backend().synchronize();  // the clock starts on idle devices
+  for (auto& worker : workers_) {
+    if (worker) worker->backend().synchronize();  // the clock starts on idle devices
+  }
+  if (options_.group) {
+    options_.group->barrier("the start of step " + std::to_string(step_number), options_.timeout);
+  }
   start_ = Clock::now();
-  for (auto& worker : workers_)
-    worker->begin_step(start_);
+  for (auto& worker : workers_) {
+    if (worker) worker->begin_step(start_);
+  }
   if (options_.node_timer) options_.node_timer->begin_step(plan_);
+  if (reset_error) fail(Error("transport: " + *reset_error));
   {
     std::vector<std::jthread> threads;
     threads.reserve(plan_.streams().size());
     for (int s = 0; s < static_cast<int>(plan_.streams().size()); ++s) {
-      threads.emplace_back([this, s] { run_stream(s); });
+      if (runs(plan_.streams()[static_cast<std::size_t>(s)].device)) {
+        threads.emplace_back([this, s] { run_stream(s); });
+      }
     }
   }
-  if (sync_->first_error)
+  const bool failed = sync_->first_error.has_value();
+  if (failed && !options_.group)
     throw Error("step " + std::to_string(step_number) + ": " + *sync_->first_error);
-  if (mode == StepMode::train) {
+  if (!failed && mode == StepMode::train) {
     std::vector<std::jthread> threads;
     for (auto& worker : workers_) {
+      if (!worker) continue;
       threads.emplace_back(
           [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
     }
   }
   // An asynchronous backend has only queued the step: it ends when the devices are idle.
-  for (auto& worker : workers_)
-    worker->backend().synchronize();
+  for (auto& worker : workers_) {
+    if (worker) worker->backend().synchronize();
+  }
   const double step_time_us = micros_since(start_);
-  if (options_.node_timer) options_.node_timer->end_step(plan_, times_);
+  if (!failed && options_.node_timer) options_.node_timer->end_step(plan_, times_);
+  if (options_.group) {
+    return finish_ranked_step(step_number, step_time_us, sync_->first_error,
+                              sync_->first_error_is_consequence);
+  }
   steps_ = step_number;
 
   StepResult result;
@@ -227,7 +283,7 @@ StepResult Executor::step(StepMode mode) {
   const double tokens =
       static_cast<double>(plan_.meta.microbatches) * plan_.meta.mbs * plan_.meta.seq;
   result.tokens_per_s = step_time_us > 0 ? tokens / (step_time_us * 1e-6) : 0.0;
-  result.measured = measure();
+  result.measured = measure(times_, local_memory());
   for (const auto& worker : workers_)
     result.bpipe.push_back(worker->bpipe_bytes());
   return result;
@@ -237,20 +293,25 @@ StepResult Executor::step(StepMode mode) {
 
 namespace pipeplan {
 
-SimResult Executor::measure() const {
-  std::vector<MeasuredDevice> devices;
-  for (const auto& worker : workers_) {
-    devices.push_back({worker->peak_bytes(), worker->memory_timeline()});
+std::vector<MeasuredDevice> Executor::local_memory() const {
+  std::vector<MeasuredDevice> devices(workers_.size());
+  for (std::size_t d = 0; d < workers_.size(); ++d) {
+    if (workers_[d]) devices[d] = {workers_[d]->peak_bytes(), workers_[d]->memory_timeline()};
   }
+  return devices;
+}
+
+SimResult Executor::measure(std::vector<NodeTime> times,
+                            std::vector<MeasuredDevice> devices) const {
   // A recv thread posts its receive early and blocks; like the simulator's rendezvous, its
   // measured transfer starts once both halves were ready (the send is a non-blocking enqueue).
-  std::vector<NodeTime> times = times_;
+  const std::vector<NodeTime> raw = times;
   for (int id = 0; id < plan_.node_count(); ++id) {
     const Node& node = plan_.node(id);
     if (node.kind != NodeKind::recv || node.match < 0) continue;
     NodeTime& t = times[static_cast<std::size_t>(id)];
-    t.start_us = std::min(
-        t.end_us, std::max(t.start_us, times_[static_cast<std::size_t>(node.match)].start_us));
+    t.start_us = std::min(t.end_us,
+                          std::max(t.start_us, raw[static_cast<std::size_t>(node.match)].start_us));
   }
   return measured_result(plan_, std::move(times), std::move(devices));
 }

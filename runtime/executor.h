@@ -5,19 +5,29 @@
 // cross-device edges are the Transport's send/recv, matched per link in planned order. Every
 // wait has a timeout, and the first failure cancels the step and is what step() throws.
 // docs/runtime.md describes the mapping, the transport contract and the measured trace.
+//
+// In a multi-process run (ExecutorOptions::group, one rank per plan device) the executor of rank
+// r runs only plan device r's worker and streams; the transport reaches the other ranks. A step
+// starts with a barrier (the ranks' clocks start together) and ends with runtime/step_exchange.h:
+// rank 0 gets every rank's times, memory and losses and returns the whole step, as one process
+// would; a failure anywhere ends the step on every rank with the same AgreedError.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
 #include "runtime/backend.h"
 #include "runtime/device_worker.h"
+#include "runtime/measured.h"
 #include "runtime/node_timer.h"
+#include "runtime/process_group.h"
 #include "runtime/transport.h"
 
 namespace pipeplan {
@@ -34,8 +44,14 @@ struct ExecutorOptions {
   bool validate = true;
   // Device-side node times (CUDA events) for asynchronous backends; null: the host clock.
   std::shared_ptr<NodeTimer> node_timer;
+  // One process per plan device: this one runs plan device group->rank() (the plan's device
+  // count must equal group->size()). Null: this process runs every device.
+  std::shared_ptr<ProcessGroup> group;
 };
 
+// With ExecutorOptions::group, rank 0 gets the whole step; the other ranks get the loss, the
+// micro-batch losses and the step time (the slowest rank's), and `measured` and `bpipe` of their
+// own device only.
 struct StepResult {
   int step = 0;
   double loss = 0;                        // mean over the micro-batches
@@ -65,8 +81,11 @@ class Executor {
 
   const TaskGraph& plan() const { return plan_; }
   int steps_done() const { return steps_; }
-  // The device holding `layer_index` (ModelConfig::layer_list() position) and its weights.
+  // The device holding `layer_index` (ModelConfig::layer_list() position) and its weights (in a
+  // multi-process run: only layers of this rank's device).
   const LayerParams& layer(int layer_index) const;
+  // This process's plan device in a multi-process run; -1 when it runs every device.
+  int local_device() const { return local_device_; }
   Transport& transport() { return *transport_; }
 
  private:
@@ -74,8 +93,15 @@ class Executor {
   void run_node(DeviceWorker& worker, int id);
   void wait_for_inputs(int node);
   void mark_done(int node);
-  void fail(const std::exception& error);
-  SimResult measure() const;
+  void fail(const std::exception& error, bool consequence = false);
+  bool runs(int device) const { return local_device_ < 0 || device == local_device_; }
+  // The measured step from every node's times and every device's memory (by device).
+  SimResult measure(std::vector<NodeTime> times, std::vector<MeasuredDevice> devices) const;
+  std::vector<MeasuredDevice> local_memory() const;
+  // A multi-process step's end (runtime/executor_ranks.cpp): the exchange with the other ranks.
+  // `error`: this rank's first failure in the step, if any (`consequence`: a Cancelled).
+  StepResult finish_ranked_step(int step_number, double step_time_us,
+                                const std::optional<std::string>& error, bool consequence);
 
   struct Sync;
   TaskGraph plan_;
@@ -87,6 +113,7 @@ class Executor {
   std::vector<NodeTime> times_;
   DeviceWorker::Clock::time_point start_;
   int steps_ = 0;
+  int local_device_ = -1;
 };
 
 // An upper-bound estimate of the host memory a CPU run of the plan needs: fp32 weights,

@@ -10,6 +10,7 @@
 // itself; bump it whenever a declaration in this file changes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -21,11 +22,13 @@
 #include "runtime/executor.h"
 #include "runtime/measured.h"
 #include "runtime/node_timer.h"
+#include "runtime/process_group.h"
 #include "runtime/transport.h"
 
 namespace pipeplan {
 
-inline constexpr int kGpuPluginVersion = 1;
+// 2: GpuRunOptions::group and ::timeout (one process per GPU under MPI).
+inline constexpr int kGpuPluginVersion = 2;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
@@ -48,6 +51,13 @@ struct GpuProfileOptions {
 struct GpuRunOptions {
   int emulate = 0;  // > 0: emulate that many stages on GPU 0 (docs/runtime.md, "On GPUs")
   std::string gpu;  // gpus.json entry for the MFU peak; empty: from the device name
+  // One process per GPU (docs/runtime.md, "Multi-process runs"): this process runs plan device
+  // group->rank() on visible GPU group->local_rank() % (GPUs visible), and talks to the other
+  // ranks over NCCL, one communicator per directed link, made from a unique id that rank 0
+  // sends the others through the group (so the module itself needs no MPI). The run's setup is
+  // collective: every rank calls prepare_run. Null: this process drives every plan device.
+  ProcessGroup* group = nullptr;
+  std::chrono::milliseconds timeout{60000};  // the group's waits during setup
 };
 
 // What the executor needs for one run on GPUs, prepared before it starts: one backend per plan
@@ -63,7 +73,8 @@ class GpuRun {
   virtual std::string transport_name() const = 0;
   virtual std::string backend_name() const = 0;  // e.g. "cuda-bf16"
   virtual const MeasuredHardware& hardware() const = 0;
-  // The allocators' peaks (requested bytes) since reset_peaks(), by plan device.
+  // The allocators' peaks (requested bytes) since reset_peaks(), by plan device (0 for the
+  // devices of other ranks).
   virtual std::vector<std::int64_t> allocator_peak_bytes() const = 0;
   virtual void reset_peaks() = 0;
 };

@@ -57,7 +57,8 @@ Message InProcessTransport::recv(int to, int from, Channel channel, std::string_
   const bool ready = arrived_.wait_for(lock, timeout, [&] { return cancelled_ || !queue.empty(); });
   const std::string link =
       std::string(to_string(channel)) + " link " + std::to_string(from) + "->" + std::to_string(to);
-  if (cancelled_) throw Error("cancelled while waiting for '" + std::string(expected_tag) + "'");
+  if (cancelled_)
+    throw Cancelled("cancelled while waiting for '" + std::string(expected_tag) + "'");
   if (!ready) {
     throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for '" +
                 std::string(expected_tag) + "' on the " + link);

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/base/error.h"
 #include "runtime/backend.h"
 
 namespace pipeplan {
@@ -26,6 +27,13 @@ namespace pipeplan {
 // stashes (transfer streams) are ordered independently, as they are in the plan.
 enum class Channel : std::uint8_t { pipeline, transfer };
 std::string_view to_string(Channel channel);
+
+// Thrown by a wait that another failure ended (a cancel(), or in a multi-process run a peer's
+// notice that it failed): a consequence, not a cause, so reports lead with the cause.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
 
 struct Message {
   std::string tag;
@@ -41,10 +49,11 @@ class Transport {
   // Never blocks for the receiver (buffered, like a small NCCL send).
   virtual void send(int from, int to, Channel channel, Message message) = 0;
   // The next message on the link from `from` to `to`. Throws Error after `timeout` naming the
-  // link and `expected_tag`, or at once after cancel().
+  // link and `expected_tag`, or Cancelled at once after cancel().
   virtual Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                        std::chrono::milliseconds timeout) = 0;
-  // Wakes every waiting recv with an Error (a worker failed; the step is over).
+  // Wakes every waiting recv with Cancelled (a worker failed; the step is over). A transport
+  // between processes also tells the peers, whose waits then end with Cancelled too.
   virtual void cancel() = 0;
   // Forgets undelivered messages and a cancel; called before every step.
   virtual void reset() = 0;

@@ -37,6 +37,16 @@ std::string chunked_families() {
 
 }  // namespace
 
+std::string_view to_string(Objective objective) {
+  return objective == Objective::steady ? "steady" : "step";
+}
+
+Objective objective_from_string(std::string_view text) {
+  if (text == "step") return Objective::step;
+  if (text == "steady") return Objective::steady;
+  throw FieldError("objective", "'" + std::string(text) + "' is not step or steady");
+}
+
 ScheduleFamily::ScheduleFamily(const ScheduleFamilyTraits& traits, Generate generate)
     : traits_(traits), name_(traits.name), generate_(std::move(generate)) {}
 

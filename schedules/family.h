@@ -31,12 +31,37 @@
 
 namespace pipeplan {
 
+// One cut of the model into virtual stages: transformer blocks per stage (the embedding rides
+// with the first stage, the head with the last) and each stage's costs.
+struct StageCut {
+  std::vector<int> blocks;
+  std::vector<StageCost> costs;
+};
+
 // What a family built from the costs (`auto`) needs beyond the shape; absent for the others.
 struct StageCostContext {
-  std::vector<StageCost> costs;            // per virtual stage, in model order
+  std::vector<StageCost> costs;            // per virtual stage of the request's cut, model order
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   P2pLink link;                            // every device pair
+  // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
+  // cut into `stage_count` virtual stages when `blocks` is empty, else those blocks per stage.
+  // Throws Error when the model cannot be cut so. Unset: only `costs` is known.
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
+  // Set by a family that chooses the layout: the blocks per stage of the schedule it returned
+  // (empty: the request's own cut), and the smallest lower bounds on the step time and on the
+  // largest stage span over every layout it considered (0: none); make_plan builds the plan's
+  // stages from the first and reports the second.
+  std::vector<int> chosen_blocks;
+  double bound_step_us = 0, bound_span_us = 0;
 };
+
+// What `auto` minimises first, the other breaking ties: the global step time with a
+// synchronising optimizer step (`step`), or the iteration time when successive iterations
+// overlap, bounded by the largest single-device span (`steady`: the figure Zero Bubble's bubble
+// rates use).
+enum class Objective : std::uint8_t { step, steady };
+std::string_view to_string(Objective objective);
+Objective objective_from_string(std::string_view text);  // throws FieldError("objective")
 
 struct ScheduleRequest {
   int devices = 0;
@@ -44,8 +69,9 @@ struct ScheduleRequest {
   int microbatches = 0;
   // Read by families that place p2 themselves (and `auto`); empty: the family's default.
   std::optional<BackwardMode> backward{};
-  int p2_concat = 1;                        // 0: all micro-batches of a stage in one call
-  const StageCostContext* costs = nullptr;  // set by make_plan for families that need it
+  int p2_concat = 1;                      // 0: all micro-batches of a stage in one call
+  StageCostContext* costs = nullptr;      // set by make_plan for families that need it (in and out)
+  Objective objective = Objective::step;  // read by families built from the costs
 };
 
 // Who turns a backward into p1 and p2.

@@ -29,6 +29,8 @@ struct Action {
 };
 
 std::string format_action(const Action& action);
+// Appends format_action(action) to `out`: lowering writes each node's label in place this way.
+void append_action(std::string& out, const Action& action);
 Action parse_action(std::string_view text);  // throws Error quoting the text
 
 struct Schedule {

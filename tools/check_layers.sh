@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The layering rules of docs/architecture.md, checked on the sources (not tests or benchmarks):
 #  1. an #include points to the file's own layer or one below it; runtime/cpu and runtime/cuda
-#     are siblings (neither includes the other) and tools/ includes nothing of runtime/cuda (a
-#     plugin loaded on demand);
+#     and runtime/mpi are siblings (none includes another) and tools/ includes nothing of
+#     runtime/cuda (a plugin loaded on demand);
 #  2. the core (everything but tools/) raises errors that name fields, never CLI flags.
 # Usage: bash tools/check_layers.sh   (prints every violation, exits 1 if any)
 set -euo pipefail
@@ -20,12 +20,13 @@ rank() {
     planner/search/*) echo 6 ;;
     runtime/cpu/*) echo 8 ;;
     runtime/cuda/*) echo 8 ;;
+    runtime/mpi/*) echo 8 ;;
     runtime/*) echo 7 ;;
     tools/*) echo 9 ;;
   esac
 }
 sibling() {  # the backend folder, for the sibling rule
-  case "$1" in runtime/cpu/*) echo cpu ;; runtime/cuda/*) echo cuda ;; esac
+  case "$1" in runtime/cpu/*) echo cpu ;; runtime/cuda/*) echo cuda ;; runtime/mpi/*) echo mpi ;; esac
 }
 
 violations=0

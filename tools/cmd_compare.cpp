@@ -85,14 +85,19 @@ struct CompareCommand {
           j["gap_to_bound"] = gap_to_bound(r.plan.sim.makespan_us, r.plan.bound.makespan_us);
           j["speedup_vs_1f1b_fused"] =
               baseline > 0 ? nlohmann::json(baseline / r.plan.sim.makespan_us) : nullptr;
+          j["objective"] = options.objective;
         }
         out.push_back(j);
       }
       std::cout << out.dump(2) << "\n";
       return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
     }
-    std::printf("%-16s %-9s %11s %8s %14s %7s %8s %7s\n", "schedule", "backward", "step ms",
-                "bubble", "peak mem max", "MFU", "speedup", "gap");
+    std::printf("objective: %s (auto minimises the %s, the %s breaks ties)\n",
+                options.objective.c_str(),
+                options.objective == "steady" ? "largest stage span" : "step time",
+                options.objective == "steady" ? "step time" : "largest stage span");
+    std::printf("%-16s %-9s %11s %8s %8s %14s %7s %8s %7s\n", "schedule", "backward", "step ms",
+                "bubble", "span bbl", "peak mem max", "MFU", "speedup", "gap");
     for (const Row& r : table) {
       const std::string name =
           r.chunks > 1 ? r.schedule + " V=" + std::to_string(r.chunks) : r.schedule;
@@ -105,14 +110,16 @@ struct CompareCommand {
       const double peak = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
       char mfu[16] = "n/a";
       if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
-      std::printf("%-16s %-9s %11.3f %7.1f%% %14s %7s %7.3fx %6.1f%%\n", name.c_str(),
+      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %7.3fx %6.1f%%\n", name.c_str(),
                   r.backward.c_str(), s.makespan_us / 1e3, s.bubble_ratio * 100,
-                  format_gib(peak).c_str(), mfu, baseline > 0 ? baseline / s.makespan_us : 0.0,
+                  s.span_bubble_ratio * 100, format_gib(peak).c_str(), mfu,
+                  baseline > 0 ? baseline / s.makespan_us : 0.0,
                   100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us));
     }
     std::printf(
-        "speedup: step time of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step "
-        "time above the lower bound (docs/auto-schedule.md).\n");
+        "span bbl: bubble of the largest stage span (overlapping iterations). speedup: step time "
+        "of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step time above the lower bound "
+        "(docs/auto-schedule.md).\n");
     // Not one schedule plans these inputs: a failure, although each row said why.
     return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
   }

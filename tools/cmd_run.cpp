@@ -16,6 +16,7 @@
 #include "runtime/gpu_plugin.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/run_command.h"
 #include "tools/run_report.h"
 #include "tools/units.h"
 
@@ -26,164 +27,233 @@ namespace {
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;  // one day per wait
 
-struct RunCommand {
-  std::string plan_path;
-  std::string backend = "cpu";
-  int steps = 1;
-  std::uint64_t seed = 1;
-  bool json = false;
-  std::string trace;
-  int timeout_ms = 60000;
-  double max_host_gib = 8;
-  int emulate = 0;
-  std::string gpu;
+void print_step(const StepResult& r) {
+  std::printf("step %4d  loss %.6f  step %9.3f ms  makespan %9.3f ms  %10.0f tokens/s\n", r.step,
+              r.loss, r.step_time_us / 1e3, r.measured.makespan_us / 1e3, r.tokens_per_s);
+}
 
-  void check_host_memory(const TaskGraph& plan) const {
-    const auto need = static_cast<double>(estimate_cpu_host_bytes(plan));
-    if (need > max_host_gib * kBytesPerGiB) {
-      throw Error(plan_path + ": a CPU run of model '" + plan.meta.model.name + "' needs about " +
-                  format_gib(need) + " of host memory, above --max-host-gib " +
-                  format_gib(max_host_gib * kBytesPerGiB) +
-                  " (plan the 'tiny' model for CPU runs)");
-    }
-  }
-
-  std::string header(const TaskGraph& plan, const std::string& backend_name,
-                     const std::string& transport_name) const {
-    const PlanMeta& m = plan.meta;
-    return plan_path + ": " + m.model.name + ", " + m.schedule + " " +
-           std::string(to_string(m.backward)) + ", " + std::to_string(m.devices) + " devices, " +
-           std::to_string(m.microbatches) + " micro-batches x " + std::to_string(m.mbs) + " x " +
-           std::to_string(m.seq) + " tokens, backend " + backend_name + ", transport " +
-           transport_name + ", seed " + std::to_string(seed) + "\n";
-  }
-
-  static void print_step(const StepResult& r) {
-    std::printf("step %4d  loss %.6f  step %9.3f ms  makespan %9.3f ms  %10.0f tokens/s\n", r.step,
-                r.loss, r.step_time_us / 1e3, r.measured.makespan_us / 1e3, r.tokens_per_s);
-  }
-
-  void check_options(const TaskGraph& plan) const {
-    if (steps < 1) throw Error("--steps must be at least 1");
-    if (backend != "cpu" && backend != "cuda") {
-      throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");
-    }
-    check_emulate(emulate, plan, backend);
-    if (!gpu.empty() && backend != "cuda") throw Error("--gpu: only with --backend cuda");
-  }
-
-  int run() const {
-    TaskGraph plan = load_plan(plan_path);
-    validate(plan);
-    check_options(plan);
-    if (backend == "cpu") return run_cpu(std::move(plan));
-    return run_cuda(std::move(plan));
-  }
-
-  int run_cpu(TaskGraph plan) const {
-    check_host_memory(plan);
-    Executor executor(
-        std::move(plan), [](int) { return std::make_unique<cpu::CpuBackend>(); },
-        executor_options());
-    const std::string backend_name = cpu::CpuBackend().name();
-    if (!json) std::cout << header(executor.plan(), backend_name, "in-process") << std::flush;
-    nlohmann::json rows = nlohmann::json::array();
-    const StepResult last = run_steps(executor, rows, [] {});
-    write_trace(executor.plan(), last, "");
-    if (json) {
-      std::cout << nlohmann::json{{"plan", plan_path},
-                                  {"backend", backend_name},
-                                  {"seed", seed},
-                                  {"steps", std::move(rows)},
-                                  {"peak_memory_bytes", last.measured.peak_memory_bytes()},
-                                  {"trace", trace}}
-                       .dump(2)
-                << "\n";
-    } else {
-      std::cout << "peak memory per device (measured, last step):";
-      for (const std::int64_t bytes : last.measured.peak_memory_bytes())
-        std::printf(" %.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-      std::cout << "\n";
-      if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
-    }
-    return 0;
-  }
-
-  int run_cuda(TaskGraph plan) const {
-    GpuPlugin& plugin = load_gpu_plugin();
-    const SimResult predicted = simulate(plan);
-    const std::unique_ptr<GpuRun> gpu_run = plugin.prepare_run(plan, {emulate, gpu});
-    ExecutorOptions options = executor_options();
-    options.node_timer = gpu_run->node_timer();
-    const std::string transport_name = gpu_run->transport_name();
-    Executor executor(std::move(plan), gpu_run->backend_factory(), options,
-                      gpu_run->take_transport());
-    const MeasuredHardware& hw = gpu_run->hardware();
-    const std::string backend_name = gpu_run->backend_name() + " on " + hw.device_name;
-    if (!json) {
-      std::cout << header(executor.plan(), backend_name, transport_name);
-      if (hw.emulated()) std::cout << emulation_line(hw) << "\n";
-      std::cout << std::flush;
-    }
-    nlohmann::json rows = nlohmann::json::array();
-    const StepResult last = run_steps(executor, rows, [&] { gpu_run->reset_peaks(); });
-    const RunComparison comparison =
-        compare_with_prediction(executor.plan(), predicted, last.measured, last.step_time_us,
-                                gpu_run->allocator_peak_bytes(), hw);
-    write_trace(executor.plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
-    if (json) {
-      nlohmann::json report = run_report_json(comparison, hw);
-      report["plan"] = plan_path;
-      report["backend"] = backend_name;
-      report["transport"] = transport_name;
-      report["seed"] = seed;
-      report["steps"] = std::move(rows);
-      report["trace"] = trace;
-      std::cout << report.dump(2) << "\n";
-    } else {
-      std::cout << "last step against the plan's prediction:\n"
-                << format_run_report(comparison, hw);
-      if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
-    }
-    return 0;
-  }
-
-  ExecutorOptions executor_options() const {
-    ExecutorOptions options;
-    options.seed = seed;
-    options.timeout = std::chrono::milliseconds(timeout_ms);
-    return options;
-  }
-
-  // Runs every step (before_step first: e.g. resetting the allocators' peaks) and returns the
-  // last one; one JSON row per step, or one printed line.
-  StepResult run_steps(Executor& executor, nlohmann::json& rows, const auto& before_step) const {
-    StepResult last;
-    for (int s = 0; s < steps; ++s) {
-      before_step();
-      last = executor.step();
-      if (json) {
-        rows.push_back({{"step", last.step},
-                        {"loss", last.loss},
-                        {"step_time_us", last.step_time_us},
-                        {"makespan_us", last.measured.makespan_us},
-                        {"tokens_per_s", last.tokens_per_s}});
-      } else {
-        print_step(last);
-      }
-    }
-    return last;
-  }
-
-  void write_trace(const TaskGraph& plan, const StepResult& last, const std::string& note) const {
-    if (trace.empty()) return;
-    std::string title = "measured: " + plan_path + " step " + std::to_string(last.step);
-    if (!note.empty()) title += " (" + note + ")";
-    write_perfetto_trace(plan, last.measured, trace, title);
-  }
-};
+// "mpi, 4 ranks" under MPI; the transport's own name in one process.
+std::string transport_label(const std::string& name, const RunRanks& ranks) {
+  if (!ranks.group) return name;
+  return name + ", " + std::to_string(ranks.group->size()) + " " + ranks.group->name() + " ranks";
+}
 
 }  // namespace
+
+void RunRanks::agree(const std::optional<std::string>& error, std::string_view what,
+                     std::chrono::milliseconds timeout) const {
+  if (group) {
+    group->agree(error, what, timeout);
+  } else if (error) {
+    throw Error(*error);
+  }
+}
+
+void RunCommand::check_host_memory(const TaskGraph& plan) const {
+  const auto need = static_cast<double>(estimate_cpu_host_bytes(plan));
+  if (need > max_host_gib * kBytesPerGiB) {
+    throw Error(plan_path + ": a CPU run of model '" + plan.meta.model.name + "' needs about " +
+                format_gib(need) + " of host memory, above --max-host-gib " +
+                format_gib(max_host_gib * kBytesPerGiB) + " (plan the 'tiny' model for CPU runs)");
+  }
+}
+
+std::string RunCommand::header(const TaskGraph& plan, const std::string& backend_name,
+                               const std::string& transport_name) const {
+  const PlanMeta& m = plan.meta;
+  return plan_path + ": " + m.model.name + ", " + m.schedule + " " +
+         std::string(to_string(m.backward)) + ", " + std::to_string(m.devices) + " devices, " +
+         std::to_string(m.microbatches) + " micro-batches x " + std::to_string(m.mbs) + " x " +
+         std::to_string(m.seq) + " tokens, backend " + backend_name + ", transport " +
+         transport_name + ", seed " + std::to_string(seed) + "\n";
+}
+
+TaskGraph RunCommand::load_and_check(bool under_mpi) const {
+  TaskGraph plan = load_plan(plan_path);
+  validate(plan);
+  if (steps < 1) throw Error("--steps must be at least 1");
+  if (backend != "cpu" && backend != "cuda") {
+    throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");
+  }
+  check_emulate(emulate, plan, backend);
+  if (!gpu.empty() && backend != "cuda") throw Error("--gpu: only with --backend cuda");
+  if (under_mpi && emulate > 0) {
+    throw Error(
+        "--emulate: runs every stage on one GPU in one process; under MPI each rank has "
+        "a GPU of its own (drop --emulate, or run without mpirun/srun)");
+  }
+  return plan;
+}
+
+std::string RunCommand::shared_options() const {
+  return "backend=" + backend + " steps=" + std::to_string(steps) +
+         " seed=" + std::to_string(seed) + " timeout_ms=" + std::to_string(timeout_ms) +
+         " gpu=" + gpu;
+}
+
+int RunCommand::run() const {
+  const Launcher chosen = parse_launcher(launcher);
+  const LaunchEnvironment environment = detect_launch_environment();
+  if (runs_under_mpi(chosen, environment, mpi_support_built())) {
+    return run_under_mpi(*this, environment);
+  }
+  TaskGraph plan = load_and_check(false);
+  if (backend == "cpu") return run_cpu(std::move(plan), {});
+  return run_cuda(std::move(plan), {});
+}
+
+ExecutorOptions RunCommand::executor_options(const RunRanks& ranks) const {
+  ExecutorOptions options;
+  options.seed = seed;
+  options.timeout = timeout();
+  options.group = ranks.group;
+  options.before_node = ranks.before_node;
+  return options;
+}
+
+int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
+  std::unique_ptr<Executor> executor;
+  {
+    std::optional<std::string> error;
+    try {
+      check_host_memory(plan);
+      std::unique_ptr<Transport> transport;
+      if (ranks.session != nullptr) transport = ranks.session->make_transport(timeout());
+      if (ranks.wrap_transport) transport = ranks.wrap_transport(std::move(transport));
+      executor = std::make_unique<Executor>(
+          std::move(plan), [](int) { return std::make_unique<cpu::CpuBackend>(); },
+          executor_options(ranks), std::move(transport));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ranks.agree(error, "setting up the executors", timeout());
+  }
+  const std::string backend_name = cpu::CpuBackend().name();
+  const std::string transport_name = transport_label(executor->transport().name(), ranks);
+  if (!json && ranks.prints()) {
+    std::cout << header(executor->plan(), backend_name, transport_name) << std::flush;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  const StepResult last = run_steps(*executor, rows, ranks, [] {});
+  if (!ranks.prints()) return 0;
+  write_trace(executor->plan(), last, "");
+  if (json) {
+    nlohmann::json report = {{"plan", plan_path},
+                             {"backend", backend_name},
+                             {"seed", seed},
+                             {"steps", std::move(rows)},
+                             {"peak_memory_bytes", last.measured.peak_memory_bytes()},
+                             {"trace", trace}};
+    if (ranks.group) report["ranks"] = ranks.group->size();
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::cout << "peak memory per device (measured, last step):";
+    for (const std::int64_t bytes : last.measured.peak_memory_bytes())
+      std::printf(" %.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    std::cout << "\n";
+    if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
+  }
+  return 0;
+}
+
+int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
+  GpuPlugin* plugin = nullptr;
+  {
+    std::optional<std::string> error;
+    try {
+      plugin = &load_gpu_plugin();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ranks.agree(error, "loading the CUDA module", timeout());
+  }
+  const SimResult predicted = simulate(plan);
+  // Collective under MPI: the ranks agree on their GPUs and exchange the NCCL unique id.
+  const std::unique_ptr<GpuRun> gpu_run =
+      plugin->prepare_run(plan, {emulate, gpu, ranks.group.get(), timeout()});
+  std::unique_ptr<Executor> executor;
+  {
+    std::optional<std::string> error;
+    try {
+      ExecutorOptions options = executor_options(ranks);
+      options.node_timer = gpu_run->node_timer();
+      std::unique_ptr<Transport> transport = gpu_run->take_transport();
+      if (ranks.wrap_transport) transport = ranks.wrap_transport(std::move(transport));
+      executor = std::make_unique<Executor>(std::move(plan), gpu_run->backend_factory(), options,
+                                            std::move(transport));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ranks.agree(error, "setting up the executors", timeout());
+  }
+  const std::string transport_name = transport_label(gpu_run->transport_name(), ranks);
+  const MeasuredHardware& hw = gpu_run->hardware();
+  const std::string backend_name = gpu_run->backend_name() + " on " + hw.device_name;
+  if (!json && ranks.prints()) {
+    std::cout << header(executor->plan(), backend_name, transport_name);
+    if (hw.emulated()) std::cout << emulation_line(hw) << "\n";
+    std::cout << std::flush;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  const StepResult last = run_steps(*executor, rows, ranks, [&] { gpu_run->reset_peaks(); });
+  std::vector<std::int64_t> peaks = gpu_run->allocator_peak_bytes();
+  if (ranks.group) {  // each rank knows its own device's allocator
+    const auto rank = static_cast<std::size_t>(ranks.group->rank());
+    const std::vector<std::string> all =
+        ranks.group->gather(std::to_string(peaks.at(rank)), "the allocator peaks", timeout());
+    for (std::size_t r = 0; r < all.size(); ++r)
+      peaks.at(r) = std::stoll(all[r]);
+  }
+  if (!ranks.prints()) return 0;
+  const RunComparison comparison = compare_with_prediction(
+      executor->plan(), predicted, last.measured, last.step_time_us, peaks, hw);
+  write_trace(executor->plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
+  if (json) {
+    nlohmann::json report = run_report_json(comparison, hw);
+    report["plan"] = plan_path;
+    report["backend"] = backend_name;
+    report["transport"] = transport_name;
+    report["seed"] = seed;
+    report["steps"] = std::move(rows);
+    report["trace"] = trace;
+    if (ranks.group) report["ranks"] = ranks.group->size();
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::cout << "last step against the plan's prediction:\n" << format_run_report(comparison, hw);
+    if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
+  }
+  return 0;
+}
+
+// Runs every step (before_step first: e.g. resetting the allocators' peaks) and returns the
+// last one; one JSON row per step, or one printed line (rank 0 only under MPI).
+StepResult RunCommand::run_steps(Executor& executor, nlohmann::json& rows, const RunRanks& ranks,
+                                 const std::function<void()>& before_step) const {
+  StepResult last;
+  for (int s = 0; s < steps; ++s) {
+    before_step();
+    last = executor.step();
+    if (json) {
+      rows.push_back({{"step", last.step},
+                      {"loss", last.loss},
+                      {"step_time_us", last.step_time_us},
+                      {"makespan_us", last.measured.makespan_us},
+                      {"tokens_per_s", last.tokens_per_s}});
+    } else if (ranks.prints()) {
+      print_step(last);
+      std::fflush(stdout);
+    }
+  }
+  return last;
+}
+
+void RunCommand::write_trace(const TaskGraph& plan, const StepResult& last,
+                             const std::string& note) const {
+  if (trace.empty()) return;
+  std::string title = "measured: " + plan_path + " step " + std::to_string(last.step);
+  if (!note.empty()) title += " (" + note + ")";
+  write_perfetto_trace(plan, last.measured, trace, title);
+}
 
 Command add_run_command(CLI::App& app) {
   auto cmd = std::make_shared<RunCommand>();
@@ -208,6 +278,11 @@ Command add_run_command(CLI::App& app) {
       ->check(int_range(0, limits::kMaxDevices));
   sub->add_option("--gpu", cmd->gpu,
                   "cuda: gpus.json entry for the MFU peak (default: from the device name)");
+  sub->add_option("--launcher", cmd->launcher,
+                  "none (one process runs every device), mpi (one rank per plan device under "
+                  "mpirun/srun), auto (mpi when OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS "
+                  "shows more than one rank)")
+      ->capture_default_str();
   return {sub, [cmd] { return cmd->run(); }};
 }
 

@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 22> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -30,6 +30,8 @@ std::string flag_for_field(std::string_view field) {
       {"emulate", "--emulate"},
       {"sm_partition", "--sm-partition"},
       {"backend", "--backend"},
+      {"launcher", "--launcher"},
+      {"objective", "--objective"},
   }};
   for (const auto& [name, flag] : kFlags) {
     if (name == field) return std::string(flag);

@@ -4,6 +4,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
+#include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "profiles/tensor_parallel.h"
@@ -51,6 +52,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
       ->capture_default_str();
   app.add_option("--tensor-parallel", o.tensor_parallel,
                  "GPUs per stage T: divides per-stage time and memory by T (analytic)")
+      ->capture_default_str();
+  app.add_option("--objective", o.objective,
+                 "what auto minimises: step (step time, synchronising optimizer) or steady "
+                 "(largest stage span: overlapping iterations); the other breaks ties")
       ->capture_default_str();
 }
 
@@ -107,7 +112,9 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
     }
     const UniformCosts costs =
         parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
-    return uniform_profile(costs, o.stages * o.chunks, o.chunks);
+    // auto may cut each device's stage in two (a V, interleaved): two blocks per device then.
+    const int per_device = o.schedule == kAutoScheduleName ? 2 * o.chunks : o.chunks;
+    return uniform_profile(costs, o.stages * per_device, per_device);
   }
   if (!o.uniform_mem.empty()) throw Error("--uniform-mem: needs --uniform");
   if (!o.profile.empty()) {
@@ -204,6 +211,7 @@ PlanRequest make_request(const PlanOptions& o) {
   r.schedule = o.schedule;
   r.backward = o.backward.empty() ? find_schedule_family(o.schedule).default_backward()
                                   : backward_mode_from_string(o.backward);
+  r.objective = objective_from_string(o.objective);
   return r;
 }
 

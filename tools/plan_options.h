@@ -28,8 +28,9 @@ struct PlanOptions {
   std::string layers_per_stage;
   std::string uniform;
   std::string uniform_mem;
-  std::string bpipe = "off";  // off, on, auto (planner/plan/bpipe.h)
-  int tensor_parallel = 1;    // GPUs per pipeline stage (profiles/tensor_parallel.h)
+  std::string bpipe = "off";       // off, on, auto (planner/plan/bpipe.h)
+  int tensor_parallel = 1;         // GPUs per pipeline stage (profiles/tensor_parallel.h)
+  std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
 };
 
 // What a plan may not use of a GPU's memory because no profile counts it (docs/bpipe.md,

@@ -64,10 +64,10 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   char mfu[32] = "n/a";
   if (sim.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f %% (PaLM)", sim.mfu * 100);
   std::snprintf(line, sizeof line,
-                "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %%, "
-                "%.0f tokens/s, MFU %s\n",
+                "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage "
+                "span %.1f %%), %.0f tokens/s, MFU %s\n",
                 sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
-                sim.tokens_per_s, mfu);
+                sim.span_bubble_ratio * 100, sim.tokens_per_s, mfu);
   out += line;
   out += "peak memory per device:";
   for (const auto p : peaks)

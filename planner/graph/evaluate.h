@@ -1,6 +1,8 @@
 // Validation and simulation of one task graph, the two steps every plan goes through. Both only
-// read the graph, so on large graphs they run at once on two threads (validation here, the
-// simulation on a second thread); the result is what find_violation and then simulate give.
+// read the graph, so on large graphs they can run at once on two threads (the simulation here,
+// the validation on a helper thread when it gets a core in time, else here after it); a
+// simulation that runs every node proves the graph acyclic, which spares the validator its cycle
+// check. The result is what find_violation and then simulate give.
 #pragma once
 
 #include <optional>

@@ -24,8 +24,10 @@ void memory_metrics(const TaskGraph& graph, std::vector<MemoryEvents>& events,
                     std::vector<DeviceMetrics>& devices) {
   for (std::size_t d = 0; d < devices.size(); ++d) {
     auto& e = events[d];
-    // Releases (negative) sort first at equal times.
-    std::sort(e.begin(), e.end());
+    // Releases (negative) sort first at equal times. A device's events come in node order, which
+    // for a lowered plan is its compute stream's order: usually sorted already, and checking is
+    // linear where sorting is not.
+    if (!std::is_sorted(e.begin(), e.end())) std::sort(e.begin(), e.end());
     const std::int64_t base = d < graph.meta.static_bytes.size() ? graph.meta.static_bytes[d] : 0;
     std::int64_t current = base;
     DeviceMetrics& m = devices[d];
@@ -61,15 +63,16 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   double first = std::numeric_limits<double>::max();
   double last = 0;
   // One pass over the nodes: times, compute-stream spans and memory events together.
-  for (int id = 0; id < n_nodes; ++id) {
-    const Node& n = graph.node(id);
-    const NodeTime& t = times[static_cast<std::size_t>(id)];
+  const std::span<const Node> nodes = graph.nodes();
+  for (std::size_t id = 0; id < nodes.size(); ++id) {
+    const Node& n = nodes[id];
+    const NodeTime& t = times[id];
     first = std::min(first, t.start_us);
     last = std::max(last, t.end_us);
     const auto d = static_cast<std::size_t>(n.device);
     if (n.device < 0 || d >= n_devices) {
-      throw Error("step metrics: " + graph.node_name(id) + " runs on unknown device " +
-                  std::to_string(n.device));
+      throw Error("step metrics: " + graph.node_name(static_cast<int>(id)) +
+                  " runs on unknown device " + std::to_string(n.device));
     }
     if (n.alloc_bytes != 0) events[d].emplace_back(t.start_us, n.alloc_bytes);
     if (n.free_bytes != 0) events[d].emplace_back(t.end_us, -n.free_bytes);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "planner/base/error.h"
 #include "profiles/link.h"
@@ -95,13 +96,13 @@ SimResult simulate(const TaskGraph& graph) {
 }
 
 SimResult simulate(const TaskGraph& graph, SimOrder order) {
-  const auto& g = graph.graph();
   const int n_nodes = graph.node_count();
   const int n_devices = graph.meta.devices;
   SimResult result;
   result.times.assign(static_cast<std::size_t>(n_nodes), NodeTime{});
 
-  // One sequential pass over the nodes; the rest reads the packed copies.
+  // One sequential pass over the nodes; the rest reads the packed copies. It comes before the
+  // Boost.Graph view is asked for, so that validate_and_simulate builds the view meanwhile.
   if (n_devices > std::numeric_limits<std::int16_t>::max()) {
     throw Error("simulate: " + std::to_string(n_devices) + " devices is more than supported");
   }
@@ -111,8 +112,9 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   const auto link_count = static_cast<std::size_t>(n_devices) * static_cast<std::size_t>(n_devices);
   std::vector<int> link_stream(link_count, -1);
   bool shared_link = order == SimOrder::by_ready_time;
+  const std::span<const Node> nodes = graph.nodes();
   for (int id = 0; id < n_nodes; ++id) {
-    const Node& n = graph.node(id);
+    const Node& n = nodes[static_cast<std::size_t>(id)];
     if (n.device < 0 || n.device >= n_devices) {
       throw Error("simulate: " + graph.node_name(id) + " runs on unknown device " +
                   std::to_string(n.device));
@@ -140,6 +142,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     bool half_ready = false;
   };
   std::vector<State> state(static_cast<std::size_t>(n_nodes));
+  const auto& g = graph.graph();
   ReadyNodes queue(shared_link);
   // The edge from a send to its matched recv is the rendezvous itself, not a wait.
   auto is_pair_edge = [&](std::size_t from, std::size_t to) {

@@ -192,6 +192,43 @@ std::string TaskGraph::node_name(int id) const {
   return "node " + std::to_string(id) + " (" + what + " on " + where + ")";
 }
 
+// Lowering's access to the graph it builds: nodes made in place at the end of their stream (no
+// Node temporaries moved in), edges appended without the public checks (every id passed is one
+// just made, and no Boost.Graph view exists yet to drop). Node references are valid until the
+// next node is added.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(TaskGraph& graph) : g_(graph) {}
+  // A default node on `stream`, appended to its order as add_node does.
+  int append(int stream) {
+    const int id = static_cast<int>(g_.nodes_.size());
+    g_.nodes_.emplace_back().stream = stream;
+    place(stream, id);
+    return id;
+  }
+  // A copy of node `of` on `stream`, appended to its order.
+  int append_copy(int of, int stream) {
+    const int id = static_cast<int>(g_.nodes_.size());
+    g_.nodes_.push_back(g_.nodes_[static_cast<std::size_t>(of)]);  // safe if it reallocates
+    g_.nodes_.back().stream = stream;
+    place(stream, id);
+    return id;
+  }
+  Node& node(int id) { return g_.nodes_[static_cast<std::size_t>(id)]; }
+  void edge(int from, int to, EdgeKind kind) { g_.edges_.push_back({from, to, kind}); }
+  void reserve_order(int stream, std::size_t nodes) {
+    g_.stream_order_[static_cast<std::size_t>(stream)].reserve(nodes);
+  }
+
+ private:
+  void place(int stream, int id) {
+    auto& order = g_.stream_order_[static_cast<std::size_t>(stream)];
+    if (!order.empty()) edge(order.back(), id, EdgeKind::order);
+    order.push_back(id);
+  }
+  TaskGraph& g_;
+};
+
 namespace {
 
 // Node ids of the compute ops, by (stage, micro-batch).
@@ -209,15 +246,13 @@ struct ComputeIndex {
   }
 };
 
-Node compute_node(const Action& action, const StageCost& cost, int device, int stream) {
-  Node n;
+void fill_compute(Node& n, const Action& action, const StageCost& cost, int device) {
   n.kind = NodeKind::compute;
   n.op = action.op;
   n.device = device;
-  n.stream = stream;
   n.stage = action.stage;
   n.microbatches = action.microbatches;
-  n.label = format_action(action);
+  append_action(n.label, action);  // the node is new: its label is empty
   const auto k = static_cast<std::int64_t>(action.microbatches.size());
   switch (action.op) {
     case OpType::F:
@@ -242,7 +277,6 @@ Node compute_node(const Action& action, const StageCost& cost, int device, int s
       n.free_bytes = k * cost.retained_bytes;
       break;
   }
-  return n;
 }
 
 void check_bounds(const Schedule& schedule) {
@@ -273,6 +307,13 @@ void check_bounds(const Schedule& schedule) {
 }  // namespace
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
+  return lower(Schedule(schedule), costs, std::move(meta));
+}
+
+TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
+  TaskGraph g;
+  g.schedule = std::move(taken);
+  const Schedule& schedule = g.schedule;
   // Bounds only: lowering must not index out of range. Structural rules (coverage, order) are
   // the validator's, on the graph itself; make_plan and the importers also run check_schedule.
   check_bounds(schedule);
@@ -281,9 +322,7 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
     throw Error("lower: " + std::to_string(costs.size()) + " stage costs for " +
                 std::to_string(stages) + " stages");
   }
-  TaskGraph g;
   g.meta = std::move(meta);
-  g.schedule = schedule;
   ComputeIndex index(stages, schedule.microbatches);
   std::size_t actions = 0;
   for (const auto& list : schedule.per_device)
@@ -292,10 +331,14 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
   // stream order, data in and out.
   g.reserve(3 * actions, 8 * actions);
 
+  GraphBuilder build(g);
   for (int d = 0; d < schedule.devices; ++d) {
     const int cs = g.stream(d, StreamRole::compute);
-    for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
-      const int id = g.add_node(compute_node(a, costs[static_cast<std::size_t>(a.stage)], d, cs));
+    const auto& actions_here = schedule.per_device[static_cast<std::size_t>(d)];
+    build.reserve_order(cs, actions_here.size());
+    for (const Action& a : actions_here) {
+      const int id = build.append(cs);
+      fill_compute(build.node(id), a, costs[static_cast<std::size_t>(a.stage)], d);
       for (const int mb : a.microbatches) {
         auto& table = a.op == OpType::F    ? index.forward
                       : a.op == OpType::P2 ? index.p2
@@ -316,39 +359,48 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       static_cast<std::size_t>(schedule.devices) * static_cast<std::size_t>(schedule.devices);
   std::vector<int> send_streams(pairs, -1);
   std::vector<int> recv_streams(pairs, -1);
-  auto connect = [&](int producer, int consumer, std::int64_t bytes, Transfer what) {
+  // The edges in add_message's order: send and recv each after their stream's last node, the
+  // pair's data edge, then producer -> send and recv -> consumer. The devices are those of the
+  // two stages (where check_bounds put every node), not read from the consumer's node: it lies
+  // anywhere in the graph, and reading it was a cache miss per message.
+  auto connect = [&](int producer, int consumer, int from_stage, int to_stage, std::int64_t bytes,
+                     Transfer what) {
     if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
-    const Node& p = g.node(producer);
-    const int src = p.device;
-    const int dst = g.node(consumer).device;
+    const int src = schedule.stage_device[static_cast<std::size_t>(from_stage)];
+    const int dst = schedule.stage_device[static_cast<std::size_t>(to_stage)];
     if (src == dst) {
-      g.add_data_edge(producer, consumer);
+      build.edge(producer, consumer, EdgeKind::data);
       return;
     }
-    Node send;
-    send.kind = NodeKind::send;
-    send.op = p.op;
-    send.transfer = what;
-    send.device = src;
     int& send_stream = send_streams[pair_index(src, dst)];
     if (send_stream < 0) send_stream = g.stream(src, StreamRole::send, dst);
     int& recv_stream = recv_streams[pair_index(src, dst)];
     if (recv_stream < 0) recv_stream = g.stream(dst, StreamRole::recv, src);
-    send.stream = send_stream;
-    send.stage = p.stage;
-    send.microbatches = p.microbatches;
-    send.duration_us = transfer_time_us(g.meta.link, bytes);
-    send.bytes = bytes;
-    send.peer = dst;
-    send.label = p.label;
-    Node recv = send;
+    const int s = build.append(send_stream);
+    {
+      const Node& p = build.node(producer);
+      Node& send = build.node(s);
+      send.kind = NodeKind::send;
+      send.op = p.op;
+      send.transfer = what;
+      send.device = src;
+      send.stage = p.stage;
+      send.microbatches = p.microbatches;
+      send.duration_us = transfer_time_us(g.meta.link, bytes);
+      send.bytes = bytes;
+      send.peer = dst;
+      send.label = p.label;
+    }
+    const int r = build.append_copy(s, recv_stream);
+    Node& recv = build.node(r);
     recv.kind = NodeKind::recv;
     recv.device = dst;
-    recv.stream = recv_stream;
     recv.peer = src;
-    const auto [s, r] = g.add_message(std::move(send), std::move(recv));
-    g.add_data_edge(producer, s);
-    g.add_data_edge(r, consumer);
+    recv.match = s;
+    build.node(s).match = r;
+    build.edge(s, r, EdgeKind::data);
+    build.edge(producer, s, EdgeKind::data);
+    build.edge(r, consumer, EdgeKind::data);
   };
 
   for (int d = 0; d < schedule.devices; ++d) {
@@ -358,11 +410,11 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       const StageCost& cost = costs[static_cast<std::size_t>(s)];
       if (a.op == OpType::F && s + 1 < stages) {
         connect(ComputeIndex::at(index.forward, s, mb), ComputeIndex::at(index.forward, s + 1, mb),
-                cost.send_bytes, Transfer::activation);
+                s, s + 1, cost.send_bytes, Transfer::activation);
       } else if ((a.op == OpType::B || a.op == OpType::P1) && s > 0) {
         // The gradient w.r.t. this stage's input has the size of the previous stage's output.
         connect(ComputeIndex::at(index.backward, s, mb),
-                ComputeIndex::at(index.backward, s - 1, mb),
+                ComputeIndex::at(index.backward, s - 1, mb), s, s - 1,
                 costs[static_cast<std::size_t>(s - 1)].send_bytes, Transfer::gradient);
       }
     }
@@ -375,8 +427,8 @@ TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, P
       const int f = ComputeIndex::at(index.forward, s, mb);
       const int b = ComputeIndex::at(index.backward, s, mb);
       const int w = ComputeIndex::at(index.p2, s, mb);
-      if (f >= 0 && b >= 0) g.add_data_edge(f, b);
-      if (b >= 0 && w >= 0) g.add_data_edge(b, w);
+      if (f >= 0 && b >= 0) build.edge(f, b, EdgeKind::data);
+      if (b >= 0 && w >= 0) build.edge(b, w, EdgeKind::data);
     }
   }
   return g;

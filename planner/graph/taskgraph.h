@@ -19,6 +19,7 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,6 +95,8 @@ struct PlanMeta {
   std::string profile_source;              // provenance summary of the profile used
 };
 
+class GraphBuilder;
+
 class TaskGraph {
  public:
   // Boost.Graph view of the DAG (every data and stream-order edge; vertex v is node v). A
@@ -127,6 +130,7 @@ class TaskGraph {
   int node_count() const { return static_cast<int>(nodes_.size()); }
   const Node& node(int id) const { return nodes_[static_cast<std::size_t>(id)]; }
   Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
+  std::span<const Node> nodes() const { return nodes_; }  // by id, for one pass over them all
   const std::vector<Stream>& streams() const { return streams_; }
   const std::vector<int>& stream_order(int stream) const {
     return stream_order_[static_cast<std::size_t>(stream)];
@@ -134,6 +138,7 @@ class TaskGraph {
   std::string node_name(int id) const;  // "node 12 (0F3 on device 0 compute)"
 
  private:
+  friend class GraphBuilder;  // lowering (taskgraph.cpp) builds nodes in place
   struct EdgeRecord {
     int from;
     int to;
@@ -166,6 +171,8 @@ class TaskGraph {
 std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph);
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
+// The same, keeping the schedule in the graph without copying it.
+TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
 
 nlohmann::json plan_to_json(const TaskGraph& graph);
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);

@@ -16,6 +16,9 @@ struct Violation {
 };
 
 std::optional<Violation> find_violation(const TaskGraph& graph);
+// The same for a graph known to be acyclic (a simulation that ran every node proves it): the
+// cycle check is skipped, every other rule checked in the same order.
+std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acyclic);
 
 // For the checks (here and planner/graph/bpipe_check.cpp): the violation of `rule` at `node` (-1
 // for none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB".

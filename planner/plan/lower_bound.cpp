@@ -66,25 +66,24 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
 
   for (int d = 0; d < devices; ++d) {
     double first = std::numeric_limits<double>::infinity();
-    double non_p2 = 0, p2 = 0;
+    double first_p1 = first, tail = first;
+    double non_p2 = 0, p2 = 0, forwards = 0;
     int count = 0;
-    std::size_t only = 0;
     for (std::size_t s = 0; s < stages; ++s) {
       if (stage_device[s] != d) continue;
       first = std::min(first, head[s]);
+      first_p1 = std::min(first_p1, head[s] + costs[s].forward_us + down[s]);
+      tail = std::min(tail, up[s]);
       non_p2 += m * (costs[s].forward_us + costs[s].p1_us);
+      forwards += m * costs[s].forward_us;
       p2 += m * w[s];
       ++count;
-      only = s;
     }
     if (count == 0) continue;
-    double ramp_up = 0, tail = p2;
-    if (count == 1) {
-      const StageCost& c = costs[only];
-      ramp_up = std::max(0.0, c.forward_us + down[only] - m * c.forward_us);
-      tail = std::max(p2, up[only]);
-    }
-    const double device_bound = first + non_p2 + tail + ramp_up;
+    // Before its first P1 a device can only run forwards; after its last P1, only P2s, while
+    // that P1's gradient still crosses every stage below it (the closest to stage 0 is the least).
+    const double ramp_up = std::max(0.0, first_p1 - first - forwards);
+    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up;
     if (device_bound > bound.makespan_us) {
       bound.makespan_us = device_bound;
       bound.binding_device = d;

@@ -4,16 +4,21 @@
 //
 //   head_d  = min over s in S_d of  sum_{j<s} (F_j + c_j)          earliest first op on d
 //   work_d  = sum over s in S_d of  m (F_s + P1_s) + m * w_s        w_s = min_k p2_s(k) / k
-//   bound_d = head_d + work_d (+ ramp terms below when d holds a single stage s)
-//     ramp-up:   its first P1 waits for the round trip r_s = sum_{j>s} (F_j + P1_j) + 2 sum_{j>=s}
-//                c_j after its first F, and before it only F's run: + max(0, F_s + r_s - m F_s)
-//     ramp-down: after its last P1 the gradient still crosses every upstream stage and stage 0
-//                runs at least one p2: t_s = sum_{j<s} (c_j + P1_j) + w_0; only P2s run on d in
-//                that time, so the P2 term m w_s becomes max(m w_s, t_s)
+//   bound_d = head_d + work_d + ramp-up_d, with the P2 term m Σ w_s raised to ramp-down_d
+//     ramp-up:   a P1 of stage s waits for the round trip r_s = sum_{j>s} (F_j + P1_j) + 2
+//                sum_{j>=s} c_j after its F, so d's first P1 starts no sooner than
+//                e_d = min over s in S_d of (head_s + F_s + r_s), and before it only F's run:
+//                + max(0, e_d - head_d - m sum_{s in S_d} F_s)
+//     ramp-down: after d's last P1 (of some stage s) the gradient still crosses every stage
+//                below s and stage 0 runs at least one p2: t_s = sum_{j<s} (c_j + P1_j) + w_0;
+//                only P2s run on d in that time, so the P2 term becomes
+//                max(m sum w_s, min over s in S_d of t_s)
 //   chain   = sum_s (F_s + P1_s) + 2 sum_j c_j + w_0                  one micro-batch's path
 //   step time >= max(chain, max_d bound_d)
-// c_j = latency + send_bytes_j / bandwidth when stages j and j+1 sit on different devices, else 0.
-// Largest stage span >= max_d (work_d + ramp-up_d).
+// One stage per device, a V and interleaved chunks alike. c_j = latency + send_bytes_j /
+// bandwidth when stages j and j+1 sit on different devices, else 0.
+// Largest stage span >= max_d (work_d + ramp-up_d): a span starts at the device's own first op,
+// which runs its lowest stage, and the ramp-up holds relative to it.
 #pragma once
 
 #include <vector>

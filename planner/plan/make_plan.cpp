@@ -1,6 +1,7 @@
 #include "planner/plan/make_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -34,11 +35,12 @@ void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
 
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
                    const std::vector<StageCost>& costs, const Schedule& schedule) {
+  const int chunks = r.devices > 0 ? schedule.stage_count() / r.devices : r.chunks;
   PlanMeta m;
   m.model = r.profile.model;
   m.gpu = r.gpu.empty() ? r.profile.gpu : r.gpu;
   m.devices = r.devices;
-  m.chunks = r.chunks;
+  m.chunks = chunks;
   m.microbatches = r.microbatches;
   m.mbs = r.mbs;
   m.seq = r.profile.seq;
@@ -67,19 +69,32 @@ struct StageInputs {
   std::vector<StageCost> costs;
 };
 
-StageInputs stage_inputs(const PlanRequest& request) {
-  const int stage_count = request.devices * request.chunks;
+// Transformer blocks per stage of a partition (the form --layers-per-stage takes).
+std::vector<int> blocks_of(const ModelConfig& model, const Partition& partition) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  std::vector<int> blocks;
+  for (const StageLayers& s : partition.stages) {
+    int count = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
+      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    blocks.push_back(count);
+  }
+  return blocks;
+}
+
+// The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty.
+StageInputs stage_inputs(const PlanRequest& request, int stage_count,
+                         const std::vector<int>& blocks) {
   const ModelConfig& model = request.profile.model;
   Partition partition;
-  if (request.layers_per_stage.empty()) {
+  if (blocks.empty()) {
     partition = partition_balanced(model, request.profile, request.mbs, stage_count);
   } else {
-    if (static_cast<int>(request.layers_per_stage.size()) != stage_count) {
-      throw FieldError("layers_per_stage", std::to_string(request.layers_per_stage.size()) +
-                                               " counts for " + std::to_string(stage_count) +
-                                               " stages");
+    if (static_cast<int>(blocks.size()) != stage_count) {
+      throw FieldError("layers_per_stage", std::to_string(blocks.size()) + " counts for " +
+                                               std::to_string(stage_count) + " stages");
     }
-    partition = partition_fixed(model, request.layers_per_stage);
+    partition = partition_fixed(model, blocks);
   }
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
   auto costs = stage_costs(model, request.profile, request.mbs, partition,
@@ -88,12 +103,22 @@ StageInputs stage_inputs(const PlanRequest& request) {
   return {std::move(partition), std::move(costs)};
 }
 
-Plan lower_and_simulate(const Schedule& schedule, const std::vector<StageCost>& costs,
-                        PlanMeta meta, BpipeMode bpipe = BpipeMode::off, bool given = false) {
-  Plan plan{lower(schedule, costs, std::move(meta)), {}, {}};
+StageInputs stage_inputs(const PlanRequest& request) {
+  return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage);
+}
+
+// `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
+// with the search's own bounds folded in); otherwise it is computed here. `given`: the schedule
+// came as data (an imported CSV), not from a family.
+Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
+                        const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off,
+                        bool given = false) {
+  Plan plan{lower(std::move(schedule), costs, std::move(meta)), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
-  plan.bound = step_time_lower_bound(costs, schedule.stage_device, plan.graph.meta.link,
-                                     schedule.microbatches);
+  plan.bound = known
+                   ? *known
+                   : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
+                                           plan.graph.meta.link, plan.graph.schedule.microbatches);
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
@@ -154,7 +179,7 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
   return apply_backward_mode(generated, mode, request.p2_concat);
 }
 
-Plan make_plan(const PlanRequest& request) {
+PlannedSchedule plan_schedule(const PlanRequest& request) {
   check_plan_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
@@ -167,19 +192,47 @@ Plan make_plan(const PlanRequest& request) {
                                   "' is not supported; BPipe pairs the stages of 1f1b (one "
                                   "stage per device)");
   }
-  const StageInputs inputs = stage_inputs(request);
-  const StageCostContext context{
-      inputs.costs,
-      std::vector<double>(static_cast<std::size_t>(request.devices), request.memory_limit_bytes),
-      request.profile.p2p};
+  StageInputs inputs = stage_inputs(request);
+  StageCostContext context;
+  context.costs = inputs.costs;
+  context.memory_limit_bytes.assign(static_cast<std::size_t>(request.devices),
+                                    request.memory_limit_bytes);
+  context.link = request.profile.p2p;
+  if (family.traits().needs_costs && request.layers_per_stage.empty()) {
+    // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
+    context.cut = [&request](int stage_count, const std::vector<int>& blocks) {
+      StageInputs cut = stage_inputs(request, stage_count, blocks);
+      return StageCut{blocks.empty() ? blocks_of(request.profile.model, cut.partition) : blocks,
+                      std::move(cut.costs)};
+    };
+  }
   schedule_request.costs = &context;
+  schedule_request.objective = request.objective;
   Schedule generated = family.generate(schedule_request);
   check_schedule(generated);
+  if (!context.chosen_blocks.empty())
+    inputs = stage_inputs(request, generated.stage_count(), context.chosen_blocks);
+  PlannedSchedule out;
   // The metadata needs the family's stage-to-device map (V shapes differ from v mod P).
-  PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, generated);
-  const Schedule schedule =
-      with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, meta);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta), request.bpipe);
+  out.meta = make_meta(request, inputs.partition, inputs.costs, generated);
+  out.schedule =
+      with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, out.meta);
+  out.bound = step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
+                                    out.schedule.microbatches);
+  if (context.bound_step_us > 0 && context.bound_step_us < out.bound.makespan_us) {
+    out.bound.makespan_us = context.bound_step_us;
+    out.bound.binding_device = -1;
+  }
+  if (context.bound_span_us > 0)
+    out.bound.stage_span_us = std::min(out.bound.stage_span_us, context.bound_span_us);
+  out.costs = std::move(inputs.costs);
+  return out;
+}
+
+Plan make_plan(const PlanRequest& request) {
+  PlannedSchedule planned = plan_schedule(request);
+  return lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
+                            planned.bound, request.bpipe);
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
@@ -196,7 +249,8 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta), BpipeMode::off, true);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
+                            true);
 }
 
 }  // namespace pipeplan

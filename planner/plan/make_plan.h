@@ -30,12 +30,17 @@ struct PlanRequest {
   // search over micro-batch size and needs a global batch (planner/search/bpipe_estimate.h),
   // make_plan refuses.
   BpipeMode bpipe = BpipeMode::off;
+  // What `auto` minimises first: the step time (a synchronising optimizer step) or the largest
+  // stage span (overlapping iterations); the other breaks ties. Fixed families ignore it.
+  Objective objective = Objective::step;
 };
 
 struct Plan {
   TaskGraph graph;
   SimResult sim;
-  LowerBound bound;  // on step time for these inputs (planner/plan/lower_bound.h)
+  // On step time for these inputs (planner/plan/lower_bound.h); for a family that chooses the
+  // layout (auto), the smallest over every layout it considered.
+  LowerBound bound;
 };
 
 // A family's generated order with the request's backward mode applied: as generated for a
@@ -48,11 +53,26 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
 
 // The checks of every request field that need no profile: counts at least 1 and within
 // planner/base/limits.h (devices, chunks, P·V stages, micro-batches, P·V·m, mbs, p2_concat,
-// memory limit). Throws FieldError naming the field. make_plan runs it first; a front end runs
+// memory limit). Throws FieldError naming the field. plan_schedule runs it first; a front end runs
 // it before building a profile for the request.
 void check_plan_request(const PlanRequest& request);
 
-// Throws FieldError naming the field on bad requests, and on a memory limit the plan exceeds.
+// Everything make_plan does short of the task graph: the checked request, the family's order
+// with the backward mode applied, the stage costs (of the cut the family used), the plan's
+// metadata and its lower bound. The searches evaluate many of these on compact arrays
+// (planner/graph/schedule_sim.h) and lower only the plan they keep. Throws as make_plan does,
+// except on a memory limit (which only the simulation finds).
+struct PlannedSchedule {
+  Schedule schedule;
+  std::vector<StageCost> costs;
+  PlanMeta meta;
+  LowerBound bound;
+};
+PlannedSchedule plan_schedule(const PlanRequest& request);
+
+// plan_schedule, then lowering (BPipe transfers added when asked for), validation and
+// simulation. Throws FieldError naming the field on bad requests, and on a memory limit the plan
+// exceeds.
 Plan make_plan(const PlanRequest& request);
 // The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
 // request.backward only label the plan; devices, chunks and micro-batches must match the schedule.

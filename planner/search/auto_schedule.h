@@ -1,47 +1,73 @@
-// `--schedule auto`: a per-device action order built from the real per-stage costs and the
-// per-device memory limits (docs/auto-schedule.md).
+// `--schedule auto`: the best per-device action order, and the layout of the model's stages on
+// the devices, from the real per-stage costs and the per-device memory limits
+// (docs/auto-schedule.md).
 //
-// A list scheduler replays the pipeline as an event simulation: at each decision point the
-// device that can act earliest picks P1 (a waiting gradient: the upstream stages' critical path),
-// then F (when memory holds it and the device is below its warm-up depth), then P2 (when memory
-// forces it, to fill an idle gap it fits, or concatenated at the end when the profile says
-// concatenation is faster). A handful of variants (warm-up depth per device, P2 fill policy, and
-// fused B for memory too tight to retain any p2) are
-// lowered and run through the real simulator, together with every one-chunk fixed family as a
-// seed. Unless the best already meets the lower bound, a budgeted local search moves actions into
-// the idle gaps of the simulated timeline (then any action up to four places). The best (step
-// time, then largest stage span) wins. Deterministic: no randomness, ties resolve by order.
+// Layouts: one chunk per device, and, when the model can be cut into 2P stages, a V (stage v on
+// device v, then 2P - 1 - v) and interleaved (v mod P), each on the balanced cut. For each layout
+// the candidates are the list scheduler's variants (planner/search/auto_list.h) and every fixed
+// family of that layout in every backward mode it takes; all are evaluated on compact arrays
+// (planner/graph/schedule_sim.h) under the memory limits. Unless the best one already meets the
+// lower bounds of both objectives, a budgeted local search moves actions into the idle gaps of
+// its timeline (planner/search/auto_moves.h). Candidates are ranked by the objective (step time
+// or largest stage span), the other breaking ties. Deterministic: no randomness, no clock; ties
+// resolve by candidate order.
 //
-// Scope: one chunk per device (stage s on device s). Unlike Zero Bubble's automatic scheduler no
-// figure is collapsed to a median: each stage keeps its own F/P1/P2 times, p2 concatenation
-// table, memory deltas and boundary transfer time, and each device its own memory limit.
+// Unlike Zero Bubble's automatic scheduler no figure is collapsed to a median: each stage keeps its
+// own F/P1/P2 times, p2 concatenation table, memory deltas and boundary transfer time, and each
+// device its own memory limit.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "planner/graph/taskgraph.h"
 #include "profiles/partition.h"
+#include "schedules/family.h"
 #include "schedules/schedule.h"
 
 namespace pipeplan {
 
 inline constexpr const char* kAutoScheduleName = "auto";
 
+struct AutoRequest {
+  int devices = 0;
+  int microbatches = 0;
+  // fused keeps B whole; 2bp and 2bp-fill split it (the scheduler places every P2).
+  BackwardMode mode = BackwardMode::twobp;
+  int p2_concat = 0;  // the largest P2 group (0 = any)
+  Objective objective = Objective::step;
+  std::vector<StageCost> costs;            // the request's cut: one stage per device
+  std::vector<std::int64_t> static_bytes;  // per device, for `costs`
+  std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
+  P2pLink link;
+  // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
+};
+
 struct AutoResult {
   Schedule schedule;
-  std::string variant;  // the winning heuristic variant, e.g. "depth=2.0x fill=fit"
+  std::string variant;  // the winner, e.g. "V seed=zb-v" or "one chunk depth=2.0x fill=fit"
   double makespan_us = 0;
   double max_stage_span_us = 0;
   int variants_tried = 0;
+  int chunks = 1;
+  std::vector<int> blocks;       // blocks per stage of the chosen cut (empty: the request's)
+  std::vector<StageCost> costs;  // per stage of the chosen layout
+  double bound_step_us = 0;      // the smallest lower bound over the layouts considered
+  double bound_span_us = 0;
 };
 
-// `meta` supplies devices, micro-batches, the link, the per-device memory limits and static
-// bytes. `mode` fused keeps B whole; 2bp and 2bp-fill split it (the scheduler places every P2).
-// `p2_concat`: the largest P2 group (0 = any). Throws Error naming --memory when no order fits a
-// device's limit, --chunks when costs.size() != devices.
+// Throws FieldError naming memory_limit_bytes when no order fits a device's limit, chunks when
+// `costs` does not hold one stage per device.
+AutoResult make_auto_schedule(const AutoRequest& request);
+
+// One chunk per device on `costs`; `meta` supplies devices, micro-batches, the link, the
+// per-device memory limits and static bytes.
 AutoResult make_auto_schedule(const std::vector<StageCost>& costs, const PlanMeta& meta,
-                              BackwardMode mode, int p2_concat);
+                              BackwardMode mode, int p2_concat,
+                              Objective objective = Objective::step);
 
 // Boundary transfer time of stage s -> s+1 (and of the gradient back): latency + bytes/bandwidth.
 double boundary_transfer_us(const P2pLink& link, const StageCost& sender);

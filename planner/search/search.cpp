@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
+#include "planner/graph/schedule_sim.h"
 #include "profiles/partition.h"
 #include "schedules/family.h"
 
@@ -90,6 +92,33 @@ SearchResult search_plans(const SearchRequest& request) {
   std::vector<SearchPoint> points;
   std::string first_error;
   bool have_best = false;
+  PlanRequest best_request;
+  // One candidate on compact arrays (planner/graph/schedule_sim.h); with BPipe transfers, whose
+  // timing only the task graph models, through make_plan. Empty when it breaks the memory limit.
+  const auto evaluate = [&](const PlanRequest& c, int mbs, int m, int chunks,
+                            const std::vector<int>& layers) -> std::optional<SearchPoint> {
+    SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0};
+    if (c.bpipe != BpipeMode::off) {
+      const Plan plan = make_plan(c);
+      const auto peaks = plan.sim.peak_memory_bytes();
+      p.step_time_us = plan.sim.makespan_us;
+      p.bound_us = plan.bound.makespan_us;
+      p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
+      return p;
+    }
+    const PlannedSchedule planned = plan_schedule(c);
+    const ScheduleSim sim = simulate_schedule(planned.schedule, planned.costs, planned.meta);
+    if (!sim.ok) {
+      const std::string what = field_name("memory_limit_bytes") + ": " + sim.error;
+      if (first_error.empty()) first_error = sim.memory_ok ? "internal: " + sim.error : what;
+      return std::nullopt;
+    }
+    p.step_time_us = sim.makespan_us;
+    p.bound_us = planned.bound.makespan_us;
+    p.peak_memory_bytes =
+        *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
+    return p;
+  };
   for (const auto& [mbs, m] : sizes) {
     PlanRequest r = request.base;
     r.mbs = mbs;
@@ -100,7 +129,10 @@ SearchResult search_plans(const SearchRequest& request) {
       const int chunks = family->traits().chunks.preferred;
       std::vector<std::vector<int>> parts;
       try {
-        parts = partitions(r, r.devices * chunks, request.shift_partition);
+        // A family that chooses the layout (auto) cuts the model itself.
+        parts = family->traits().needs_costs
+                    ? std::vector<std::vector<int>>{{}}
+                    : partitions(r, r.devices * chunks, request.shift_partition);
       } catch (const Error& e) {
         if (first_error.empty()) first_error = e.what();
         ++result.infeasible;
@@ -114,39 +146,34 @@ SearchResult search_plans(const SearchRequest& request) {
           c.chunks = chunks;
           c.layers_per_stage = layers;
           ++result.evaluated;
-          Plan plan;
+          std::optional<SearchPoint> p;
           try {
-            plan = make_plan(c);
+            p = evaluate(c, mbs, m, chunks, layers);
           } catch (const Error& e) {
             if (first_error.empty()) first_error = e.what();
+          }
+          if (!p) {
             ++result.infeasible;
             continue;
           }
-          const auto peaks = plan.sim.peak_memory_bytes();
-          SearchPoint p{mbs,
-                        m,
-                        chunks,
-                        family->name(),
-                        mode,
-                        layers,
-                        plan.sim.makespan_us,
-                        plan.bound.makespan_us,
-                        peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end())};
           const bool better = !have_best ||
-                              p.step_time_us < result.best_point.step_time_us - 1e-9 ||
-                              (p.step_time_us <= result.best_point.step_time_us + 1e-9 &&
-                               p.peak_memory_bytes < result.best_point.peak_memory_bytes);
+                              p->step_time_us < result.best_point.step_time_us - 1e-9 ||
+                              (p->step_time_us <= result.best_point.step_time_us + 1e-9 &&
+                               p->peak_memory_bytes < result.best_point.peak_memory_bytes);
           if (better) {
-            result.best = std::move(plan);
-            result.best_point = p;
+            best_request = c;
+            result.best_point = *p;
             have_best = true;
           }
-          points.push_back(std::move(p));
+          points.push_back(std::move(*p));
         }
       }
     }
   }
   if (!have_best) throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
+  // The best plan, lowered, validated and simulated for real (the candidates ran on compact
+  // arrays): the same step time and peak.
+  result.best = make_plan(best_request);
   for (const SearchPoint& p : points) {
     const bool dominated = std::any_of(points.begin(), points.end(),
                                        [&](const SearchPoint& q) { return dominates(q, p); });

@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_run.h"
 
+#include <optional>
 #include <string>
 
 #include "planner/base/error.h"
@@ -82,9 +83,9 @@ class GreenBackend final : public Backend {
   CUcontext context_;
 };
 
-MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_devices) {
+MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_devices, int gpu = 0) {
   cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
   MeasuredHardware hw;
   hw.device_name = prop.name;
   hw.total_sms = prop.multiProcessorCount;
@@ -108,6 +109,10 @@ MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_device
 }  // namespace
 
 CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
+  if (options.group != nullptr) {
+    prepare_rank(plan, options);
+    return;
+  }
   const int devices = plan.meta.devices;
   const int gpus = cuda_device_count();
   if (gpus == 0) throw Error("no CUDA device found");
@@ -169,6 +174,68 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   transport_name_ = transport_->name();
 }
 
+void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) {
+  ProcessGroup& group = *options.group;
+  const int devices = plan.meta.devices;
+  const int rank = group.rank();
+  // Everything that can fail on one rank alone happens before the agreement, so no rank waits
+  // in the NCCL set-up for one that has already given up.
+  std::optional<std::string> error;
+  std::string id_hex;
+  int gpu = 0;
+  cudaStream_t stream = nullptr;
+  CudaBackend* local = nullptr;
+  try {
+    if (options.emulate > 0) {
+      throw FieldError("emulate", "not with one process per GPU: each rank has a GPU of its own");
+    }
+    if (devices != group.size()) {
+      throw Error("plan: " + std::to_string(devices) + " devices, but " +
+                  std::to_string(group.size()) + (group.size() == 1 ? " rank was" : " ranks were") +
+                  " started (one rank per plan device)");
+    }
+    const int gpus = cuda_device_count();
+    if (gpus == 0) throw Error("no CUDA device found");
+    gpu = group.local_rank() % gpus;
+    hardware_ = describe_hardware(options, devices, gpu);
+    CUDA_CHECK(cudaSetDevice(gpu));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    own_streams_.push_back(stream);
+    auto backend = std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, stream});
+    local = backend.get();
+    pending_.resize(static_cast<std::size_t>(devices));
+    backends_.assign(static_cast<std::size_t>(devices), nullptr);
+    pending_[static_cast<std::size_t>(rank)] = std::move(backend);
+    backends_[static_cast<std::size_t>(rank)] = local;
+#ifdef PIPEPLAN_HAVE_NCCL
+    if (rank == 0) {
+      ncclUniqueId id{};
+      NCCL_CHECK(ncclGetUniqueId(&id));
+      id_hex = unique_id_hex(id);
+    }
+#else
+    throw Error(
+        "plan: one process per GPU needs the NCCL transport, and this CUDA module was built "
+        "without NCCL");
+#endif
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  group.agree(error, "preparing the GPUs", options.timeout);
+#ifdef PIPEPLAN_HAVE_NCCL
+  id_hex = group.broadcast(id_hex, "the NCCL unique id", options.timeout);
+  // Every plan device's events on this rank's GPU and stream: only its own nodes record any.
+  const auto count = static_cast<std::size_t>(devices);
+  events_ = std::make_shared<StepEvents>(std::vector<int>(count, gpu),
+                                         std::vector<cudaStream_t>(count, stream));
+  transport_ = NcclTransport::multi_process(
+      rank, devices, unique_id_from_hex(id_hex),
+      StageEndpoint{gpu, stream, &local->context().allocator(), nullptr}, transport_links(plan),
+      events_.get());
+  transport_name_ = transport_->name() + " (one process per GPU)";
+#endif
+}
+
 CudaRun::~CudaRun() {
   // Backends the executor never took go first; the streams they queue on go after.
   pending_.clear();
@@ -193,19 +260,31 @@ std::unique_ptr<Transport> CudaRun::take_transport() {
 }
 
 CudaBackend& CudaRun::backend(int device) const {
-  return *backends_.at(static_cast<std::size_t>(device));
+  CudaBackend* backend = backends_.at(static_cast<std::size_t>(device));
+  if (backend == nullptr) {
+    throw Error("CUDA run: plan device " + std::to_string(device) + " runs in another process");
+  }
+  return *backend;
+}
+
+std::string CudaRun::backend_name() const {
+  for (CudaBackend* backend : backends_) {
+    if (backend != nullptr) return backend->name();
+  }
+  return "cuda";
 }
 
 std::vector<std::int64_t> CudaRun::allocator_peak_bytes() const {
   std::vector<std::int64_t> peaks;
   for (CudaBackend* backend : backends_)
-    peaks.push_back(backend->context().allocator().stats().peak_bytes);
+    peaks.push_back(backend != nullptr ? backend->context().allocator().stats().peak_bytes : 0);
   return peaks;
 }
 
 void CudaRun::reset_peaks() {
-  for (CudaBackend* backend : backends_)
-    backend->context().allocator().reset_peak();
+  for (CudaBackend* backend : backends_) {
+    if (backend != nullptr) backend->context().allocator().reset_peak();
+  }
 }
 
 }  // namespace pipeplan::cuda

@@ -10,6 +10,9 @@
 //   its own streams and allocator; the device-local transport copies between the stages'
 //   memory, BPipe stashes included. Every backend call runs with its stage's green context
 //   current (and only then), so cuBLAS and every kernel stay inside the stage's SMs.
+// - `group` set (one process per GPU under MPI): plan device group->rank() only, on visible GPU
+//   local_rank % GPUs, talking to the other ranks over NCCL (NcclTransport::multi_process) with
+//   the unique id rank 0 broadcasts through the group.
 #pragma once
 
 #include <memory>
@@ -37,19 +40,21 @@ class CudaRun final : public GpuRun {
   std::unique_ptr<Transport> take_transport() override;
   std::shared_ptr<NodeTimer> node_timer() const override { return events_; }
   std::string transport_name() const override { return transport_name_; }
-  std::string backend_name() const override { return backend(0).name(); }
+  std::string backend_name() const override;
   const MeasuredHardware& hardware() const override { return hardware_; }
   std::vector<std::int64_t> allocator_peak_bytes() const override;
   void reset_peaks() override;
 
-  // Backend of plan device d (valid while the executor lives).
+  // Backend of plan device d (valid while the executor lives; throws for another rank's).
   CudaBackend& backend(int device) const;
 
  private:
+  void prepare_rank(const TaskGraph& plan, const GpuRunOptions& options);
+
   std::vector<std::unique_ptr<GreenContext>> green_;  // emulated: one per stage
   std::vector<cudaStream_t> own_streams_;             // not emulated: one per device
   std::vector<std::unique_ptr<Backend>> pending_;     // until the executor takes them
-  std::vector<CudaBackend*> backends_;
+  std::vector<CudaBackend*> backends_;                // by plan device; null: another rank's
   std::shared_ptr<StepEvents> events_;
   std::unique_ptr<Transport> transport_;
   std::string transport_name_;

@@ -3,31 +3,27 @@
 // stage v runs on device v for v < P and on device 2P - 1 - v after, so device 0 holds the first
 // and the last chunk and a micro-batch's activations on one device are freed soonest.
 //
-// v-min is the paper's construction: a building block (the six passes one micro-batch makes on
-// every device) repeated every 6 unit slots, each device running its passes in block-time order
-// (the simulator then squeezes out idle slots without reordering). See make_building_block.
+// The controllable-memory paper builds a schedule from a building block: the passes of one
+// micro-batch laid out in unit slots (one slot per pass, F = B = W), repeated every 6 slots,
+// squeezed (each device runs its passes in slot order, as early as its inputs allow) and, in the
+// warm-up and cool-down, reordered into earlier free slots as far as the block's own peak memory
+// allows. The block's lifespans set the memory: a device holds ceil(lifespan / 6) micro-batches
+// of each chunk. v-min (minimal offsets, v_min.cpp) and v-half (offsets of 2 on the chunk-0
+// forwards and chunk-1 input gradients, v_half.cpp) are such blocks (make_v_from_block below).
 //
-// zb-v is Zero Bubble's published ZB-V (PublishedZbv below: warm-up, catch-up, then rounds of
-// one p1 and one forward per device with p2s filling the waits), zero stage-span bubble at
-// F = B = W and comm 0 with m >= 2P, at 1F1B's peak P·M_B. With m < P it falls back to the
-// list scheduler below.
-//
-// v-half (and zb-v with m < P) use a deterministic list scheduler on unit times (F = P1 = P2 = 1
-// per chunk) with a memory cap counted in chunk stashes (M_B / 2, one micro-batch on one chunk)
-// from a forward to its p2:
-//   zb-v   2P             1F1B's peak P·M_B
-//   v-half P + 2          about half of it, (P/2 + 1)·M_B
+// zb-v is Zero Bubble's published ZB-V (zb_v.cpp). With m < P it falls back to the deterministic
+// list scheduler below, on unit times (F = P1 = P2 = 1 per chunk) with a memory cap of 2P chunk
+// stashes (M_B / 2, one micro-batch on one chunk, from a forward to its p2), 1F1B's peak P·M_B.
 // A micro-batch entering chunk 0 reserves its chunk-1 stash as well, so the cap never blocks
 // the second half of a V that has started (no deadlock for any cap >= 2). On a device the
 // scheduler prefers a ready P1 (later chunk first), then a ready F within the cap (later chunk
-// first), then the oldest owed P2. docs/schedules.md says why v-half is not (yet) the paper's
-// building block.
+// first), then the oldest owed P2.
 #include <algorithm>
 #include <array>
 #include <deque>
 #include <limits>
-#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -158,315 +154,186 @@ class VScheduler {
   std::vector<double> free_at_;
 };
 
-// ZB-V as Zero Bubble publishes it (Qi et al., ICLR 2024, section 6; the rules below are those of
-// the reference scheduler in sail-sg/zero-bubble-pipeline-parallelism, re-derived here, not
-// copied). Unit times F = B = W = 1, comm 0, memory in quarters of M_B: a chunk forward holds 2,
-// its p1 releases 1 and its p2 the other 1, and a device may hold 4P (1F1B's P·M_B).
-//
-// Per device d the six kinds are: f0 (chunk 0 forward, virtual stage d), f1 (chunk 1 forward,
-// stage 2P - 1 - d), b0 (the first p1 of the V, stage 2P - 1 - d), b1 (stage d), and the two p2.
-// Micro-batches run in order within a kind. The schedule is built in three phases:
-//  1. warm-up: every device runs f0 of micro-batch 0; then, from the last device up, device d
-//     runs more chunk-0 forwards (one on every device 0..d at a time) while its chunk-1 input is
-//     still on its way and its memory keeps room for 2 + 2d more stashes, then its first f1;
-//  2. catch-up: each device runs forwards (alternating chunks, last device first) until it has
-//     as many forwards as the device before it and more chunk-1 forwards;
-//  3. 2m rounds of one p1 and one forward per device. A device takes b1 once b0 is ahead and
-//     b1's input is there (the last device always), else b0; it takes f1 when its input is there,
-//     else f0. Before an op that waits for its input, pending p2s run if they fit in the wait
-//     entirely, and one more runs when the wait exceeds the bubble this device may still add
-//     (the largest bubble of any device so far minus its own). A forward that would exceed the
-//     memory first runs p2s.
-// The build is retried with each device's bubble of the previous try as its allowance, and over
-// the four choices of whether that extra p2 runs before b0 and before forwards; the smallest
-// largest-device bubble wins.
-class PublishedZbv {
- public:
-  PublishedZbv(int devices, int microbatches)
-      : p_(devices), m_(microbatches), max_memory_(4 * devices) {}
+// The six passes of one micro-batch on a device of the V: the four of the block, then the two p2.
+enum VPass : int { kF0, kF1, kB1, kB0, kW1, kW0 };
+constexpr int kVPasses = 6;  // also the repeat interval: one unit slot per pass
 
-  // The per-device order of the try with the smallest largest-device bubble (first on ties).
-  std::vector<std::vector<Action>> build() const {
-    std::vector<std::vector<Action>> best;
-    double best_bubble = std::numeric_limits<double>::infinity();
-    for (const bool fill_b : {true, false}) {
-      for (const bool fill_f : {true, false}) {
-        std::vector<std::vector<Action>> order;
-        const double b = try_build(fill_b, fill_f, {}, order);
-        if (b < best_bubble - 1e-9) {
-          best_bubble = b;
-          best = std::move(order);
-        }
+// The repeated block on a slot timeline per device, reordered in the ramps within a memory cap.
+class BlockTimeline {
+ public:
+  BlockTimeline(int devices, int microbatches, const VBlock& block, int cap)
+      : p_(devices), m_(microbatches), cap_(cap), slot_(size(p_ * kVPasses * m_), -1) {
+    int last_slot = 0;
+    for (const auto& passes : block)
+      last_slot = std::max(last_slot, *std::max_element(passes.begin(), passes.end()));
+    // Every p2 fits in the free slots of the repeated block or in the 2m slots after it.
+    horizon_ = last_slot + kVPasses * m_ + 2 * m_ + 1;
+    occupant_.assign(size(p_), std::vector<int>(size(horizon_), -1));
+    live_.assign(size(p_), std::vector<int>(size(horizon_), 0));
+    repeat(block);
+    for (int d = 0; d < p_; ++d)
+      place_p2(d);
+    count_live();
+    reorder_ramps();
+  }
+
+  // Each device's passes in slot order.
+  std::vector<std::vector<Action>> orders() const {
+    std::vector<std::vector<Action>> out(size(p_));
+    for (int d = 0; d < p_; ++d) {
+      out[size(d)].reserve(size(kVPasses * m_));
+      for (const int who : occupant_[size(d)]) {
+        if (who >= 0) out[size(d)].push_back(action(d, who / m_, who % m_));
       }
     }
-    return best;
+    return out;
   }
 
  private:
-  enum Kind { f0, f1, b0, b1, kKinds };
+  static std::size_t size(int n) { return static_cast<std::size_t>(n); }
+  int& slot(int d, int pass, int mb) { return slot_[size((d * kVPasses + pass) * m_ + mb)]; }
+  int slot(int d, int pass, int mb) const { return slot_[size((d * kVPasses + pass) * m_ + mb)]; }
 
-  struct State {
-    std::array<std::vector<std::vector<double>>, kKinds> end;  // [kind][device][mb], -1 unset
-    std::vector<std::array<int, kKinds>> count;
-    std::vector<double> now, idle;
-    std::vector<int> memory;
-    std::vector<std::deque<std::pair<Kind, int>>> pending_w;  // (b0 | b1, micro-batch)
-    std::vector<std::vector<Action>> order;
-    std::vector<double> allowance;  // per device, from the previous try (empty: none)
-  };
-
-  static std::size_t u(int i) { return static_cast<std::size_t>(i); }
-
-  State fresh(std::vector<double> allowance) const {
-    State st;
-    for (auto& e : st.end)
-      e.assign(u(p_), std::vector<double>(u(m_), -1.0));
-    st.count.assign(u(p_), std::array<int, kKinds>{});
-    st.now.assign(u(p_), 0.0);
-    st.idle.assign(u(p_), 0.0);
-    st.memory.assign(u(p_), 0);
-    st.pending_w.resize(u(p_));
-    st.order.resize(u(p_));
-    st.allowance = std::move(allowance);
-    return st;
-  }
-
-  int stage_of(Kind k, int d) const { return k == f0 || k == b1 ? d : 2 * p_ - 1 - d; }
-
-  // End time of the op on the neighbouring device that `k` of micro-batch mb on d waits for;
-  // -1 when it is not placed yet, 0 when the input comes from d itself.
-  double input_end(const State& st, Kind k, int d, int mb) const {
-    int from = -1;
-    if (k == f0 || k == b0) from = d - 1;  // chunk 0 forwards and the first p1s run down the V
-    if (k == f1 || k == b1) from = d + 1;  // chunk 1 forwards and the second p1s run up
-    if (from < 0 || from >= p_) return 0.0;
-    return st.end[k][u(from)][u(mb)];
-  }
-
-  double largest_bubble(const State& st, int d) const {
-    double worst = *std::max_element(st.idle.begin(), st.idle.end());
-    if (!st.allowance.empty()) {
-      const double most = *std::max_element(st.allowance.begin(), st.allowance.end());
-      worst = std::max(worst, most - st.allowance[u(d)]);
+  void put(int d, int pass, int mb, int t) {
+    if (t >= horizon_ || occupant_[size(d)][size(t)] >= 0) {
+      throw InternalError("V building block passes collide on device " + std::to_string(d));
     }
-    return worst;
+    occupant_[size(d)][size(t)] = pass * m_ + mb;
+    slot(d, pass, mb) = t;
   }
 
-  void place_w(State& st, int d) const {
-    const auto [kind, mb] = st.pending_w[u(d)].front();
-    st.pending_w[u(d)].pop_front();
-    st.now[u(d)] += 1.0;
-    st.memory[u(d)] -= 1;
-    st.order[u(d)].push_back({OpType::P2, stage_of(kind, d), {mb}});
-  }
-
-  void place(State& st, Kind k, int d) const {
-    const int mb = st.count[u(d)][k];
-    if (mb >= m_) throw InternalError("zb-v placed too many ops on device " + std::to_string(d));
-    const double input = input_end(st, k, d, mb);
-    if (input < 0) throw InternalError("zb-v op before its input on device " + std::to_string(d));
-    const double start = std::max(st.now[u(d)], input);
-    if (st.count[u(d)][f0] > 0) st.idle[u(d)] += start - st.now[u(d)];
-    st.now[u(d)] = start + 1.0;
-    st.end[k][u(d)][u(mb)] = start + 1.0;
-    ++st.count[u(d)][k];
-    const bool forward = k == f0 || k == f1;
-    st.memory[u(d)] += forward ? 2 : -1;
-    if (!forward) st.pending_w[u(d)].emplace_back(k, mb);
-    st.order[u(d)].push_back({forward ? OpType::F : OpType::P1, stage_of(k, d), {mb}});
-  }
-
-  // P2s before op k on d: those that fit in its wait, then one more if the wait exceeds what this
-  // device may still idle (`extra`).
-  void fill_wait(State& st, Kind k, int d, bool extra) const {
-    const double input = input_end(st, k, d, st.count[u(d)][k]);
-    auto& pending = st.pending_w[u(d)];
-    while (!pending.empty() && input >= st.now[u(d)] + 1.0)
-      place_w(st, d);
-    if (extra && !pending.empty() && input - st.now[u(d)] > largest_bubble(st, d) - st.idle[u(d)])
-      place_w(st, d);
-  }
-
-  double try_build(bool fill_b, bool fill_f, std::vector<double> allowance,
-                   std::vector<std::vector<Action>>& out) const {
-    State st = fresh(std::move(allowance));
-    // 1. Warm-up.
+  void repeat(const VBlock& block) {
     for (int d = 0; d < p_; ++d)
-      place(st, f0, d);
-    for (int d = p_ - 1; d >= 0; --d) {
-      if (d < p_ - 1) {
-        const double arrival = st.end[f1][u(d + 1)][0];
-        while (st.memory[u(d)] + 2 * (2 + 2 * d) <= max_memory_ && st.now[u(d)] + 1.0 <= arrival &&
-               st.count[u(d)][f0] < m_ - d) {
-          for (int j = 0; j <= d; ++j)
-            place(st, f0, j);
-        }
-      }
-      place(st, f1, d);
-    }
-    // 2. Catch-up.
-    Kind chunk = f0;
-    for (int d = 1; d < p_; ++d) {
-      const auto forwards = [&](int x) { return st.count[u(x)][f0] + st.count[u(x)][f1]; };
-      while (forwards(d) < forwards(d - 1) ||
-             (st.count[u(d)][f1] <= st.count[u(d - 1)][f1] && st.count[u(d - 1)][f1] < m_)) {
-        for (int j = p_ - 1; j >= d; --j) {
-          if (st.count[u(j)][chunk] < m_) place(st, chunk, j);
-        }
-        chunk = chunk == f0 ? f1 : f0;
-      }
-    }
-    // 3. Rounds of one p1 and one forward per device.
-    for (int round = 0; round < 2 * m_; ++round) {
-      std::vector<std::pair<int, Kind>> backward;
-      std::vector<int> first_half;
-      for (int d = 0; d < p_; ++d) {
-        const auto& c = st.count[u(d)];
-        const bool second =
-            c[b1] < c[b0] && (d == p_ - 1 || c[b0] >= m_ || st.end[b1][u(d + 1)][u(c[b1])] >= 0);
-        if (second) {
-          backward.insert(backward.begin(), {d, b1});  // last device first
-        } else {
-          first_half.push_back(d);
-        }
-      }
-      for (const int d : first_half)
-        backward.emplace_back(d, b0);
-      for (const auto& [d, k] : backward) {
-        if (st.count[u(d)][k] >= m_) continue;
-        fill_wait(st, k, d, k == b1 || fill_b);
-        place(st, k, d);
-      }
-      for (int d = 0; d < p_; ++d) {
-        const auto& c = st.count[u(d)];
-        if (c[f1] >= m_) continue;
-        std::optional<Kind> next;
-        if (c[f1] < c[f0] && (d == p_ - 1 || st.end[f1][u(d + 1)][u(c[f1])] >= 0)) {
-          next = f1;  // chunk 1 has its input
-        } else if (c[f1] >= c[f0] ||
-                   (c[f0] < m_ && (d == 0 || st.end[f0][u(d - 1)][u(c[f0])] >= 0))) {
-          next = f0;
-        }
-        if (!next) continue;
-        while (st.memory[u(d)] + 2 > max_memory_) {
-          if (st.pending_w[u(d)].empty())
-            throw InternalError("zb-v out of memory on device " + std::to_string(d));
-          place_w(st, d);
-        }
-        fill_wait(st, *next, d, fill_f);
-        place(st, *next, d);
-      }
-    }
-    for (int d = 0; d < p_; ++d) {
-      while (!st.pending_w[u(d)].empty())
-        place_w(st, d);
-    }
-    double bubble = *std::max_element(st.idle.begin(), st.idle.end());
-    out = std::move(st.order);
-    // Retry with this try's bubbles as allowances while that keeps lowering the largest one.
-    const double allowed =
-        st.allowance.empty() ? -1 : *std::max_element(st.allowance.begin(), st.allowance.end());
-    if (allowed < 0 || bubble < allowed - 1e-9) {
-      std::vector<std::vector<Action>> again;
-      const double b = try_build(fill_b, fill_f, st.idle, again);
-      if (b < bubble - 1e-9) {
-        bubble = b;
-        out = std::move(again);
-      }
-    }
-    return bubble;
+      for (int pass = 0; pass < 4; ++pass)
+        for (int mb = 0; mb < m_; ++mb)
+          put(d, pass, mb, block[size(d)][size(pass)] + kVPasses * mb);
   }
 
-  int p_, m_, max_memory_;
+  // Each p2 in the first free slot after its p1, oldest p1 first.
+  void place_p2(int d) {
+    std::deque<std::pair<int, int>> pending;  // (p2 pass, micro-batch)
+    int placed = 0;
+    for (int t = 0; t < horizon_ && placed < 2 * m_; ++t) {
+      const int who = occupant_[size(d)][size(t)];
+      if (who >= 0) {
+        const int pass = who / m_;
+        if (pass == kB1) pending.emplace_back(kW1, who % m_);
+        if (pass == kB0) pending.emplace_back(kW0, who % m_);
+      } else if (!pending.empty()) {
+        put(d, pending.front().first, pending.front().second, t);
+        pending.pop_front();
+        ++placed;
+      }
+    }
+    if (placed != 2 * m_) throw InternalError("V building block left p2s unplaced");
+  }
+
+  // live_[d][t]: chunk stashes alive on d after slot t (+1 from a forward, -1 after its p2).
+  void count_live() {
+    for (int d = 0; d < p_; ++d) {
+      int live = 0;
+      for (int t = 0; t < horizon_; ++t) {
+        const int who = occupant_[size(d)][size(t)];
+        if (who >= 0) live += stash_delta(who / m_);
+        live_[size(d)][size(t)] = live;
+      }
+    }
+  }
+  static int stash_delta(int pass) {
+    if (pass == kF0 || pass == kF1) return 1;
+    return pass == kW0 || pass == kW1 ? -1 : 0;
+  }
+
+  // The slots a pass must follow: its inputs (the same pass one device up or down the V, or the
+  // pass before it on this device) and the same pass of the previous micro-batch.
+  int earliest(int d, int pass, int mb) const {
+    const int last = p_ - 1;
+    int after = mb > 0 ? slot(d, pass, mb - 1) : -1;
+    const auto need = [&](int dev, int p) { after = std::max(after, slot(dev, p, mb)); };
+    switch (pass) {
+      case kF0:
+        if (d > 0) need(d - 1, kF0);
+        break;
+      case kF1:
+        need(d, kF0);
+        if (d < last) need(d + 1, kF1);
+        break;
+      case kB1:
+        need(d, kF1);
+        if (d > 0) need(d - 1, kB1);
+        break;
+      case kB0:
+        need(d, kB1);
+        if (d < last) need(d + 1, kB0);
+        break;
+      case kW1:
+        need(d, kB1);
+        break;
+      default:
+        need(d, kB0);
+        break;
+    }
+    return after + 1;
+  }
+
+  // The paper's optional reordering: in the warm-up (before micro-batch 0's chunk-0 input
+  // gradient on device 0) and the cool-down (after the last micro-batch's chunk-0 forward there),
+  // every pass, in slot order, moves to the earliest free slot after its inputs that keeps its
+  // device within the cap. The steady state keeps the block's pattern.
+  void reorder_ramps() {
+    const int steady_begin = slot(0, kB0, 0), steady_end = slot(0, kF0, m_ - 1);
+    std::vector<std::tuple<int, int, int, int>> passes;  // (slot, device, pass, micro-batch)
+    passes.reserve(slot_.size());
+    for (int d = 0; d < p_; ++d)
+      for (int pass = 0; pass < kVPasses; ++pass)
+        for (int mb = 0; mb < m_; ++mb)
+          passes.emplace_back(slot(d, pass, mb), d, pass, mb);
+    std::sort(passes.begin(), passes.end());
+    for (const auto& [t, d, pass, mb] : passes) {
+      if (t >= steady_begin && t <= steady_end) continue;
+      const int from = earliest(d, pass, mb);
+      const int delta = stash_delta(pass);
+      std::vector<int>& live = live_[size(d)];
+      int best = -1, peak = 0;
+      for (int c = t - 1; c >= from && c >= 0; --c) {
+        peak = std::max(peak, live[size(c)]);
+        if (delta > 0 && peak + delta > cap_) break;
+        if (occupant_[size(d)][size(c)] < 0) best = c;
+      }
+      if (best < 0) continue;
+      occupant_[size(d)][size(t)] = -1;
+      occupant_[size(d)][size(best)] = pass * m_ + mb;
+      slot(d, pass, mb) = best;
+      for (int c = best; c < t; ++c)
+        live[size(c)] += delta;
+    }
+  }
+
+  Action action(int d, int pass, int mb) const {
+    const int chunk0 = d, chunk1 = 2 * p_ - 1 - d;
+    switch (pass) {
+      case kF0:
+        return {OpType::F, chunk0, {mb}};
+      case kF1:
+        return {OpType::F, chunk1, {mb}};
+      case kB1:
+        return {OpType::P1, chunk1, {mb}};
+      case kB0:
+        return {OpType::P1, chunk0, {mb}};
+      case kW1:
+        return {OpType::P2, chunk1, {mb}};
+      default:
+        return {OpType::P2, chunk0, {mb}};
+    }
+  }
+
+  int p_, m_, cap_, horizon_ = 0;
+  std::vector<int> slot_;                   // [device][pass][micro-batch] -> slot
+  std::vector<std::vector<int>> occupant_;  // [device][slot] -> pass * m + micro-batch, or -1
+  std::vector<std::vector<int>> live_;      // [device][slot] -> chunk stashes alive after it
 };
 
-// The six passes one micro-batch makes on a device of the V, in dependency order.
-enum class Pass { f0, f1, b1, b0, w1, w0 };
-constexpr int kPasses = 6;  // also the repeat interval: one unit slot per pass
-
-// V-Min's building block (arXiv 2405.15362, section 3): for micro-batch 0, the unit slot of every
-// pass on every device. Each pass starts one slot after the pass it depends on (the forward of
-// chunk 0 moves down the devices, chunk 1 back up, the p1s retrace the V, a p2 follows its p1) at
-// the earliest slot whose residue mod 6 is still free on its device. Repeating the block every 6
-// slots is then collision-free (no two passes of any micro-batches share a slot), and keeping
-// every offset minimal keeps each pass's lifespan, hence the memory, minimal: a device holds
-// ceil(lifespan / 6) micro-batches of a chunk, which gives the paper's (P + 4) / 3 micro-batches
-// (rounded down) of activations. When 3 does not divide P the minimal offsets never collide.
-std::vector<std::array<int, kPasses>> make_building_block(int devices) {
-  std::vector<std::array<int, kPasses>> slot(static_cast<std::size_t>(devices));
-  std::vector<std::array<bool, kPasses>> taken(static_cast<std::size_t>(devices),
-                                               std::array<bool, kPasses>{});
-  const auto place = [&](int d, Pass pass, int earliest) {
-    const auto dd = static_cast<std::size_t>(d);
-    while (taken[dd][static_cast<std::size_t>(earliest % kPasses)])
-      ++earliest;
-    taken[dd][static_cast<std::size_t>(earliest % kPasses)] = true;
-    slot[dd][static_cast<std::size_t>(pass)] = earliest;
-    return earliest;
-  };
-  const auto at = [&](int d, Pass pass) {
-    return slot[static_cast<std::size_t>(d)][static_cast<std::size_t>(pass)];
-  };
-  const int last = devices - 1;
-  for (int d = 0; d < devices; ++d)
-    place(d, Pass::f0, d == 0 ? 0 : at(d - 1, Pass::f0) + 1);
-  place(last, Pass::f1, at(last, Pass::f0) + 1);
-  for (int d = last - 1; d >= 0; --d)
-    place(d, Pass::f1, at(d + 1, Pass::f1) + 1);
-  place(0, Pass::b1, at(0, Pass::f1) + 1);
-  for (int d = 1; d < devices; ++d)
-    place(d, Pass::b1, at(d - 1, Pass::b1) + 1);
-  place(last, Pass::b0, at(last, Pass::b1) + 1);
-  for (int d = last - 1; d >= 0; --d)
-    place(d, Pass::b0, at(d + 1, Pass::b0) + 1);
-  for (int d = 0; d < devices; ++d) {
-    place(d, Pass::w1, at(d, Pass::b1) + 1);
-    place(d, Pass::w0, at(d, Pass::b0) + 1);
-  }
-  return slot;
-}
-
-Action pass_action(Pass pass, int device, int devices, int microbatch) {
-  const int chunk0 = device, chunk1 = 2 * devices - 1 - device;
-  switch (pass) {
-    case Pass::f0:
-      return {OpType::F, chunk0, {microbatch}};
-    case Pass::f1:
-      return {OpType::F, chunk1, {microbatch}};
-    case Pass::b1:
-      return {OpType::P1, chunk1, {microbatch}};
-    case Pass::b0:
-      return {OpType::P1, chunk0, {microbatch}};
-    case Pass::w1:
-      return {OpType::P2, chunk1, {microbatch}};
-    case Pass::w0:
-      break;
-  }
-  return {OpType::P2, chunk0, {microbatch}};
-}
-
-// Repeats the block for every micro-batch (micro-batch k shifted by 6k slots) and gives each
-// device its passes in slot order. Slots are distinct per device, so the order is total, and
-// every dependency points to an earlier slot, so the order cannot deadlock.
-void repeat_building_block(const std::vector<std::array<int, kPasses>>& block, Schedule& schedule) {
-  const int devices = schedule.devices, m = schedule.microbatches;
-  for (int d = 0; d < devices; ++d) {
-    std::vector<std::pair<int, Action>> timed;
-    timed.reserve(static_cast<std::size_t>(kPasses) * static_cast<std::size_t>(m));
-    for (int mb = 0; mb < m; ++mb) {
-      for (int p = 0; p < kPasses; ++p) {
-        timed.emplace_back(
-            block[static_cast<std::size_t>(d)][static_cast<std::size_t>(p)] + kPasses * mb,
-            pass_action(static_cast<Pass>(p), d, devices, mb));
-      }
-    }
-    std::sort(timed.begin(), timed.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    auto& actions = schedule.per_device[static_cast<std::size_t>(d)];
-    for (auto& [slot, action] : timed)
-      actions.push_back(std::move(action));
-  }
-}
+}  // namespace
 
 Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
   Schedule schedule = schedule_skeleton(request, family);
@@ -477,8 +344,6 @@ Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
   return schedule;
 }
 
-}  // namespace
-
 Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family, int cap) {
   Schedule schedule = v_skeleton(request, family);
   VScheduler(request, cap).run(schedule);
@@ -486,25 +351,34 @@ Schedule make_v_schedule(const ScheduleRequest& request, std::string_view family
 }
 
 int v_chunk_stash_cap(VFamily family, int devices) {
-  int cap = 2 * devices;                                        // zb-v
-  if (family == VFamily::v_half) cap = devices + 2;             // about half of 1F1B's
-  if (family == VFamily::v_min) cap = 2 * ((devices + 4) / 3);  // the block's own peak
+  int cap = 2 * devices;                                         // zb-v
+  if (family == VFamily::v_half) cap = 2 * ((devices + 2) / 2);  // about half of 1F1B's
+  if (family == VFamily::v_min) cap = 2 * ((devices + 4) / 3);   // about a third
   return std::clamp(cap, 2, 2 * devices);
 }
 
-// The published construction with m >= P; with fewer micro-batches (its warm-up and catch-up
-// phases assume at least P) the memory-capped greedy at 2P chunk stashes.
-Schedule make_published_zb_v(const ScheduleRequest& request) {
-  if (request.microbatches < request.devices)
-    return make_v_schedule(request, "zb-v", v_chunk_stash_cap(VFamily::zb_v, request.devices));
-  Schedule schedule = v_skeleton(request, "zb-v");
-  schedule.per_device = PublishedZbv(request.devices, request.microbatches).build();
-  return schedule;
+VBlock v_building_block(int devices, const VBlockOffsets& o) {
+  const auto d_of = [](int d) { return static_cast<std::size_t>(d); };
+  const int last = devices - 1;
+  VBlock block(d_of(devices));
+  for (int d = 0; d < devices; ++d)
+    block[d_of(d)][kF0] = d * o.f0_step;
+  block[d_of(last)][kF1] = block[d_of(last)][kF0] + o.f1_step;
+  for (int d = last - 1; d >= 0; --d)
+    block[d_of(d)][kF1] = block[d_of(d + 1)][kF1] + o.f1_step;
+  block[0][kB1] = block[0][kF1] + 1 + o.top_gap;
+  for (int d = 1; d < devices; ++d)
+    block[d_of(d)][kB1] = block[d_of(d - 1)][kB1] + o.b1_step;
+  block[d_of(last)][kB0] = block[d_of(last)][kB1] + o.b1_step;
+  for (int d = last - 1; d >= 0; --d)
+    block[d_of(d)][kB0] = block[d_of(d + 1)][kB0] + o.b0_step;
+  return block;
 }
 
-Schedule make_v_min_building_block(const ScheduleRequest& request) {
-  Schedule schedule = v_skeleton(request, "v-min");
-  repeat_building_block(make_building_block(request.devices), schedule);
+Schedule make_v_from_block(const ScheduleRequest& request, std::string_view family,
+                           const VBlock& block, int cap) {
+  Schedule schedule = v_skeleton(request, family);
+  schedule.per_device = BlockTimeline(request.devices, request.microbatches, block, cap).orders();
   return schedule;
 }
 

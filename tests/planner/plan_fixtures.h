@@ -30,7 +30,9 @@ inline PlanRequest uniform_request(const UniformPlan& u) {
   costs.mem_p1_gib = u.mem_p1;
   costs.mem_p2_gib = u.mem_p2;
   PlanRequest r;
-  r.profile = uniform_profile(costs, u.devices * u.chunks, u.chunks);
+  // auto may cut each device's stage in two (a V, interleaved): two blocks per device then.
+  const int per_device = u.schedule == "auto" ? 2 * u.chunks : u.chunks;
+  r.profile = uniform_profile(costs, u.devices * per_device, per_device);
   r.gpu = "h100-sxm";
   r.devices = u.devices;
   r.chunks = u.chunks;

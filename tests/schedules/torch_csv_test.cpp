@@ -102,9 +102,12 @@ TEST(TorchCsv, ExportOfEveryFamilyRoundTripsAndPassesPyTorchRules) {
         EXPECT_EQ(back.microbatches, original.microbatches);
         EXPECT_EQ(back.family, "torch-csv");
         EXPECT_EQ(back.backward == BackwardMode::fused, mode == BackwardMode::fused) << where;
-        // Imported, it lowers and simulates to the same step time.
-        PlanRequest r = testing::uniform_request(
-            {.devices = 4, .microbatches = 8, .chunks = chunks, .p2_concat = p2_concat});
+        // Imported, it lowers and simulates to the same step time (on the plan's own chunks:
+        // auto chooses them).
+        PlanRequest r = testing::uniform_request({.devices = 4,
+                                                  .microbatches = 8,
+                                                  .chunks = plan.graph.meta.chunks,
+                                                  .p2_concat = p2_concat});
         r.schedule = back.family;
         r.backward = back.backward;
         const Plan imported = make_plan_for_schedule(r, back);

@@ -150,6 +150,41 @@ TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
   }
 }
 
+// V-Half (arXiv 2405.15362) with T_F = T_B = T_W, comm 0: the paper's memory, floor((P + 2) / 2)
+// micro-batches of activations (2·floor((P + 2) / 2) chunk stashes on the fullest device, about
+// half of 1F1B's P·M_B), and a bubble below 1F1B's, fused ((P − 1)(T_F + T_B + T_W)) and 2bp
+// ((P − 1)(T_F + T_B)), on the global step and on the largest stage span alike, for every m >= 2P.
+// The paper's "~p/2m" bubble rate is a bubble of about (P/2)(T_F + T_B + T_W); measured here
+// (m = 2P..4P): 1.0, 3.5, 4.5, 7.0, 8.0, 11.5, 18.5, 25.5 at P = 2, 3, 4, 5, 6, 8, 12, 16, within
+// (P/2 + 1)(T_F + T_B + T_W).
+TEST(ZeroBubble, VHalfBuildingBlockMeetsThePapersMemoryAndBeatsOneFOneB) {
+  for (const int p : {2, 3, 4, 5, 6, 8, 12, 16}) {
+    for (const int m : {2 * p, 3 * p, 4 * p}) {
+      const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
+      const Plan plan = uniform_plan(zb("v-half", p, m, {1, 1, 1}, 2));
+      int peak = 0;
+      for (int d = 0; d < p; ++d)
+        peak = std::max(peak, peak_live_chunk_stashes(plan, d));
+      EXPECT_EQ(peak, 2 * ((p + 2) / 2)) << label;
+      EXPECT_EQ(peak, chunk_stash_cap("v-half", p)) << label;
+      for (const DeviceMetrics& d : plan.sim.devices)
+        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), (p + 2) / 2 * kGiB + 1) << label;
+      const double busy_us = 3.0 * m * 1e3;
+      const double bubble_us = plan.sim.makespan_us - busy_us;
+      const double span_bubble_us = plan.sim.max_stage_span_us - busy_us;
+      const Plan fused = uniform_plan({.devices = p, .microbatches = m});
+      UniformPlan two = zb("1f1b", p, m, {1, 1, 1});
+      const Plan twobp = uniform_plan(two);
+      EXPECT_NEAR(fused.sim.makespan_us - busy_us, (p - 1) * 3e3, 1e-6) << label;
+      EXPECT_NEAR(twobp.sim.makespan_us - busy_us, (p - 1) * 2e3, 1e-6) << label;
+      EXPECT_LT(bubble_us, (p - 1) * 2e3 - 1e-6) << label;
+      EXPECT_LT(span_bubble_us, twobp.sim.max_stage_span_us - busy_us - 1e-6) << label;
+      EXPECT_LT(plan.sim.bubble_ratio, twobp.sim.bubble_ratio) << label;
+      EXPECT_LE(bubble_us, (p / 2.0 + 1) * 3e3 + 1e-6) << label;
+    }
+  }
+}
+
 // The building block repeats without collisions for every P: micro-batch k's passes are the
 // block's shifted by 6k, so every device runs F, F, P1, P1, P2, P2 for each micro-batch and its
 // order is the same six-pass pattern in the steady state (one period = 6 actions).
@@ -204,8 +239,8 @@ TEST(ZeroBubble, ZbVIsZeroBubbleAtOneFOneBMemory) {
 
 // The V families keep at most their cap of chunk stashes (M_B / 2 each) alive per device from a
 // forward to its p2: zb-v at 1F1B's P·M_B (the published order for m >= P, the memory-capped
-// greedy below), v-half about half. ZB-V with F = B = W idles at most (P − 1)·T_F, a third of
-// 1F1B's (P − 1)(T_F + T_B + T_W).
+// greedy below), v-half about half, v-min about a third, for every m. ZB-V with F = B = W idles at
+// most (P − 1)·T_F, a third of 1F1B's (P − 1)(T_F + T_B + T_W).
 TEST(ZeroBubble, VShapesStayWithinTheirMemory) {
   for (const int p : {2, 4, 6, 8}) {
     for (const int m : {p, 2 * p, 4 * p}) {

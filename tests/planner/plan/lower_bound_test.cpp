@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "planner/base/error.h"
 #include "planner/plan/lower_bound.h"
 #include "planner/search/exact_schedule.h"
 #include "tests/planner/plan_fixtures.h"
@@ -69,6 +70,55 @@ TEST(LowerBound, NeverAboveAnyPlan) {
     const testing::Simulated a = testing::run_auto(costs, meta);
     EXPECT_LE(b.makespan_us, a.sim.makespan_us + 1e-9) << "auto trial " << trial;
     EXPECT_LE(b.stage_span_us, a.sim.max_stage_span_us + 1e-9) << "auto trial " << trial;
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// The same on chunked layouts (a V, interleaved, looped): every family with more than one chunk
+// per device in every backward mode, on random costs for 2P or 3P stages; the bound holds for the
+// step time and the largest stage span alike.
+TEST(LowerBound, NeverAboveAnyChunkedPlan) {
+  std::mt19937 rng(14);
+  std::uniform_real_distribution<double> time(0.3, 2.0), lat(0.0, 0.3);
+  int checked = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int p = 2 + trial % 4;
+    const int m = p * (1 + trial % 3);
+    for (const ScheduleFamily* family : schedule_families()) {
+      const ChunkRule& rule = family->traits().chunks;
+      if (rule.max < 2 || family->traits().needs_costs) continue;
+      for (int v = std::max(2, rule.min); v <= std::min(rule.max, 3); ++v) {
+        std::vector<StageCost> costs;
+        for (int s = 0; s < p * v; ++s) {
+          const double f = time(rng), p1 = time(rng), p2 = time(rng);
+          costs.push_back(testing::stage(f, p1, p2, 1, 0.5, 0, 16, trial % 2 ? 1.0 : 0.5));
+        }
+        const ScheduleRequest request{p, v, m, std::nullopt, 1, nullptr};
+        Schedule generated;
+        try {
+          generated = family->generate(request);
+        } catch (const Error&) {
+          continue;
+        }
+        PlanMeta meta = testing::meta_for(costs, m, {}, lat(rng));
+        meta.devices = p;
+        meta.chunks = v;
+        meta.static_bytes.assign(static_cast<std::size_t>(p), 0);
+        meta.memory_limit_bytes.assign(static_cast<std::size_t>(p), 0.0);
+        const LowerBound b = step_time_lower_bound(costs, generated.stage_device, meta.link, m);
+        for (const BackwardMode mode : family->backward_modes()) {
+          ScheduleRequest r = request;
+          r.backward = mode;
+          const testing::Simulated run = testing::run_schedule(
+              with_backward_mode(*family, generated, r, costs, meta), costs, meta);
+          const std::string label = family->name() + " " + std::string(to_string(mode)) +
+                                    " V=" + std::to_string(v) + " trial " + std::to_string(trial);
+          EXPECT_LE(b.makespan_us, run.sim.makespan_us + 1e-9) << label;
+          EXPECT_LE(b.stage_span_us, run.sim.max_stage_span_us + 1e-9) << label;
+          ++checked;
+        }
+      }
+    }
   }
   EXPECT_GT(checked, 100);
 }

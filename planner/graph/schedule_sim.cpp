@@ -1,0 +1,281 @@
+#include "planner/graph/schedule_sim.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "planner/graph/validator.h"
+#include "profiles/link.h"
+
+namespace pipeplan {
+
+namespace {
+
+constexpr double kUnset = -1.0;
+
+std::size_t at(int a) {
+  return static_cast<std::size_t>(a);
+}
+
+// Per virtual stage, what its ops cost and where their outputs go, read once per call.
+struct StageInfo {
+  int device = 0;
+  double forward_us = 0, p1_us = 0, fused_us = 0;
+  double send_us = 0;  // activation to stage s + 1 (and the gradient back over the same boundary)
+  std::int64_t stash = 0, p1_alloc = 0, p1_free = 0, retained = 0;
+  const StageCost* cost = nullptr;
+};
+
+class CompactRun {
+ public:
+  CompactRun(const Schedule& schedule, const std::vector<StageCost>& costs, const PlanMeta& meta,
+             const ScheduleSimOptions& options)
+      : schedule_(schedule),
+        meta_(meta),
+        options_(options),
+        devices_(schedule.devices),
+        stages_(schedule.stage_count()),
+        m_(schedule.microbatches),
+        cells_(at(stages_) * at(std::max(m_, 0))),
+        activation_at_(cells_, kUnset),
+        gradient_at_(cells_, kUnset),
+        forward_end_(cells_, kUnset),
+        p1_end_(cells_, kUnset),
+        link_end_(at(devices_) * at(devices_), 0.0),
+        position_(at(devices_), 0),
+        free_at_(at(devices_), 0.0),
+        memory_(at(devices_), 0),
+        queued_(at(devices_), 1),
+        blocked_(at(devices_), 0) {
+    stage_.resize(at(stages_));
+    for (int s = 0; s < stages_; ++s) {
+      const StageCost& c = costs[at(s)];
+      StageInfo& info = stage_[at(s)];
+      info.device = schedule.stage_device[at(s)];
+      info.forward_us = c.forward_us;
+      info.p1_us = c.p1_us;
+      info.fused_us = c.p1_us + c.p2_us;
+      info.send_us = transfer_time_us(meta.link, c.send_bytes);
+      info.stash = c.stash_bytes;
+      info.p1_alloc = std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
+      info.p1_free = std::max<std::int64_t>(c.stash_bytes - c.retained_bytes, 0);
+      info.retained = c.retained_bytes;
+      info.cost = &c;
+    }
+  }
+
+  ScheduleSim run() {
+    ScheduleSim out;
+    out.busy_us.assign(at(devices_), 0.0);
+    out.first_start_us.assign(at(devices_), 0.0);
+    out.last_end_us.assign(at(devices_), 0.0);
+    out.peak_memory_bytes.assign(at(devices_), 0);
+    if (options_.keep_times) out.times.resize(at(devices_));
+    for (int d = 0; d < devices_; ++d) {
+      memory_[at(d)] =
+          d < static_cast<int>(meta_.static_bytes.size()) ? meta_.static_bytes[at(d)] : 0;
+      out.peak_memory_bytes[at(d)] = memory_[at(d)];
+      if (options_.keep_times) out.times[at(d)].reserve(schedule_.per_device[at(d)].size());
+      if (!fits(d, memory_[at(d)])) {
+        fail_memory(out, d, memory_[at(d)], true);
+        return out;
+      }
+    }
+    std::vector<int> work;
+    work.reserve(at(devices_));
+    for (int d = devices_ - 1; d >= 0; --d)
+      work.push_back(d);
+    while (!work.empty()) {
+      const int d = work.back();
+      work.pop_back();
+      queued_[at(d)] = 0;
+      if (!advance(d, out, work)) return out;
+    }
+    for (int d = 0; d < devices_; ++d) {
+      if (position_[at(d)] < schedule_.per_device[at(d)].size()) {
+        out.error = "device " + std::to_string(d) + " waits forever at action " +
+                    format_action(schedule_.per_device[at(d)][position_[at(d)]]) +
+                    " (an input that comes later in some order, or a deadlock)";
+        return out;
+      }
+    }
+    finish(out);
+    return out;
+  }
+
+ private:
+  std::size_t cell(int s, int mb) const { return at(s) * at(m_) + at(mb); }
+
+  bool fits(int d, std::int64_t bytes) const {
+    const double limit =
+        d < static_cast<int>(meta_.memory_limit_bytes.size()) ? meta_.memory_limit_bytes[at(d)] : 0;
+    return !options_.check_memory || limit <= 0 || static_cast<double>(bytes) <= limit;
+  }
+
+  void fail_memory(ScheduleSim& out, int d, std::int64_t bytes, bool static_only) const {
+    out.memory_ok = false;
+    const double limit = meta_.memory_limit_bytes[at(d)];
+    out.error =
+        static_only
+            ? "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(bytes)) +
+                  " for parameters, gradients and optimizer state, above its "
+                  "limit " +
+                  gib_text(limit)
+            : "device " + std::to_string(d) + " reaches " + gib_text(static_cast<double>(bytes)) +
+                  ", above its limit " + gib_text(limit);
+  }
+
+  // Delivers an output of device `from` to stage `to`'s input table; a cross-device message waits
+  // for the pair's previous one.
+  void deliver(std::vector<double>& table, int from, int to, int mb, double end, double send_us,
+               std::vector<int>& work) {
+    const int dst = stage_[at(to)].device;
+    double arrival = end;
+    if (dst != from) {
+      double& link = link_end_[at(from) * at(devices_) + at(dst)];
+      arrival = std::max(end, link) + send_us;
+      link = arrival;
+    }
+    table[cell(to, mb)] = arrival;
+    if (blocked_[at(dst)] && !queued_[at(dst)]) {
+      queued_[at(dst)] = 1;
+      blocked_[at(dst)] = 0;
+      work.push_back(dst);
+    }
+  }
+
+  // Runs device d's actions until one waits for an input; false when the run must stop (memory).
+  bool advance(int d, ScheduleSim& out, std::vector<int>& work) {
+    const std::vector<Action>& actions = schedule_.per_device[at(d)];
+    std::size_t& pos = position_[at(d)];
+    double& free_at = free_at_[at(d)];
+    std::int64_t& memory = memory_[at(d)];
+    while (pos < actions.size()) {
+      const Action& a = actions[pos];
+      const int s = a.stage;
+      const StageInfo& info = stage_[at(s)];
+      const int mb = a.microbatches.front();
+      double ready = free_at;
+      double duration = 0;
+      std::int64_t alloc = 0, release = 0;
+      switch (a.op) {
+        case OpType::F: {
+          const double input = s == 0 ? 0.0 : activation_at_[cell(s, mb)];
+          if (input < 0) return block(d);
+          ready = std::max(ready, input);
+          duration = info.forward_us;
+          alloc = info.stash;
+          break;
+        }
+        case OpType::P1:
+        case OpType::B: {
+          const double input = s + 1 == stages_ ? 0.0 : gradient_at_[cell(s, mb)];
+          if (input < 0 || forward_end_[cell(s, mb)] < 0) return block(d);
+          ready = std::max(ready, input);
+          if (a.op == OpType::P1) {
+            duration = info.p1_us;
+            alloc = info.p1_alloc;
+            release = info.p1_free;
+          } else {
+            duration = info.fused_us;
+            release = info.stash;
+          }
+          break;
+        }
+        case OpType::P2: {
+          for (const int x : a.microbatches) {
+            if (p1_end_[cell(s, x)] < 0) return block(d);
+          }
+          const int k = static_cast<int>(a.microbatches.size());
+          duration = info.cost->p2_time_us(k);
+          release = static_cast<std::int64_t>(k) * info.retained;
+          break;
+        }
+      }
+      memory += alloc;
+      if (memory > out.peak_memory_bytes[at(d)]) {
+        out.peak_memory_bytes[at(d)] = memory;
+        if (!fits(d, memory)) {
+          fail_memory(out, d, memory, false);
+          return false;
+        }
+      }
+      memory -= release;
+      const double end = ready + duration;
+      if (pos == 0 || ready < out.first_start_us[at(d)]) out.first_start_us[at(d)] = ready;
+      out.last_end_us[at(d)] = std::max(out.last_end_us[at(d)], end);
+      out.busy_us[at(d)] += end - ready;  // as step_metrics sums it
+      if (options_.keep_times) out.times[at(d)].push_back({ready, end});
+      free_at = end;
+      ++pos;
+      switch (a.op) {
+        case OpType::F:
+          forward_end_[cell(s, mb)] = end;
+          if (s + 1 < stages_) deliver(activation_at_, d, s + 1, mb, end, info.send_us, work);
+          break;
+        case OpType::P1:
+        case OpType::B:
+          p1_end_[cell(s, mb)] = end;
+          if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[at(s - 1)].send_us, work);
+          break;
+        case OpType::P2:
+          break;
+      }
+    }
+    return true;
+  }
+
+  bool block(int d) {
+    blocked_[at(d)] = 1;
+    return true;
+  }
+
+  void finish(ScheduleSim& out) const {
+    double first = std::numeric_limits<double>::max(), last = 0, busy = 0;
+    bool any = false;
+    for (int d = 0; d < devices_; ++d) {
+      busy += out.busy_us[at(d)];
+      out.sum_last_end_us += out.last_end_us[at(d)];
+      if (schedule_.per_device[at(d)].empty()) continue;
+      any = true;
+      first = std::min(first, out.first_start_us[at(d)]);
+      last = std::max(last, out.last_end_us[at(d)]);
+      out.max_stage_span_us =
+          std::max(out.max_stage_span_us, out.last_end_us[at(d)] - out.first_start_us[at(d)]);
+    }
+    out.makespan_us = any ? last - first : 0.0;
+    const double devices = static_cast<double>(devices_);
+    if (out.makespan_us > 0) out.bubble_ratio = 1.0 - busy / (devices * out.makespan_us);
+    if (out.max_stage_span_us > 0)
+      out.span_bubble_ratio = 1.0 - busy / (devices * out.max_stage_span_us);
+    out.ok = true;
+  }
+
+  const Schedule& schedule_;
+  const PlanMeta& meta_;
+  ScheduleSimOptions options_;
+  int devices_, stages_, m_;
+  std::size_t cells_;
+  std::vector<StageInfo> stage_;
+  std::vector<double> activation_at_, gradient_at_, forward_end_, p1_end_;
+  std::vector<double> link_end_;  // per directed device pair: when its last message arrived
+  std::vector<std::size_t> position_;
+  std::vector<double> free_at_;
+  std::vector<std::int64_t> memory_;
+  std::vector<char> queued_, blocked_;
+};
+
+}  // namespace
+
+ScheduleSim simulate_schedule(const Schedule& schedule, const std::vector<StageCost>& costs,
+                              const PlanMeta& meta, const ScheduleSimOptions& options) {
+  ScheduleSim out;
+  if (static_cast<int>(costs.size()) != schedule.stage_count() ||
+      static_cast<int>(schedule.per_device.size()) != schedule.devices) {
+    out.error = "schedule: " + std::to_string(costs.size()) + " stage costs for " +
+                std::to_string(schedule.stage_count()) + " stages";
+    return out;
+  }
+  return CompactRun(schedule, costs, meta, options).run();
+}
+
+}  // namespace pipeplan

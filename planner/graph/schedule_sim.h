@@ -1,0 +1,52 @@
+// A schedule's step on compact arrays, without building its task graph: the times, spans, busy
+// time and peak memory that lower() + validate() + simulate() would give, for the planner's
+// searches (auto, 2bp-fill, --search), which evaluate many candidate orders and keep one.
+//
+// It is the simulator's model specialised to a lowered schedule without BPipe transfers: each
+// device runs its actions in order; an action that crosses devices sends one message, and the
+// messages of one directed device pair run one after another in the sender's order (the
+// lowering's send and receive streams), so a message starts when its producer has ended and the
+// pair's previous message has arrived, and lasts latency + bytes / bandwidth; memory follows the
+// validator's order semantics (an op's allocation at its start, its release at its end). The
+// chosen plan is still lowered, validated and simulated for real; a property test
+// (tests/planner/graph/schedule_sim_test.cpp) holds this to the simulator on every family and
+// backward mode with random costs and links.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/graph/metrics.h"
+#include "planner/graph/taskgraph.h"
+#include "profiles/partition.h"
+#include "schedules/schedule.h"
+
+namespace pipeplan {
+
+struct ScheduleSim {
+  // False when the order cannot run (an action before its input, a deadlock) or breaks a device's
+  // memory limit; `error` then says which, in the validator's words for memory.
+  bool ok = false;
+  bool memory_ok = true;
+  std::string error;
+  double makespan_us = 0;        // first op anywhere to last op anywhere
+  double max_stage_span_us = 0;  // largest first-to-last span of one device
+  double bubble_ratio = 0, span_bubble_ratio = 0;
+  double sum_last_end_us = 0;  // Σ over devices of their last end (a tie-breaker for searches)
+  std::vector<double> busy_us, first_start_us, last_end_us;  // per device
+  std::vector<std::int64_t> peak_memory_bytes;               // per device, static included
+  // Per device, per action in order: its start and end (filled when asked for).
+  std::vector<std::vector<NodeTime>> times;
+};
+
+struct ScheduleSimOptions {
+  bool keep_times = false;   // fill ScheduleSim::times
+  bool check_memory = true;  // stop at the first memory-limit violation (meta.memory_limit_bytes)
+};
+
+// `meta` supplies the link, static bytes and memory limits per device (as lowering reads them).
+ScheduleSim simulate_schedule(const Schedule& schedule, const std::vector<StageCost>& costs,
+                              const PlanMeta& meta, const ScheduleSimOptions& options = {});
+
+}  // namespace pipeplan

@@ -1,0 +1,526 @@
+#include "planner/search/auto_list.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <utility>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+std::string ListVariant::name() const {
+  std::string depth = "memory";
+  if (depth_factor > 0) {
+    depth = std::to_string(depth_factor);
+    depth = depth.substr(0, depth.find('.') + 2) + "x";
+  }
+  if (!split) return "depth=" + depth + " fused";
+  std::string lag;
+  if (p2_lag > 0) {
+    lag = std::to_string(p2_lag);
+    lag = " lag=" + lag.substr(0, lag.find('.') + 2) + "x";
+  }
+  const char* fills[] = {"fit", "always", "half"};
+  return "depth=" + depth + " fill=" + fills[static_cast<int>(fill)] + lag +
+         (alternate ? " alternate" : "");
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::size_t at(int i) {
+  return static_cast<std::size_t>(i);
+}
+
+enum class Kind { wait, forward, p1, p2 };
+
+struct Decision {
+  double start = kInf;
+  Kind kind = Kind::wait;
+  int stage = 0;
+  int group = 1;  // P2 group size
+};
+
+// The device with the smallest key (ties: the lower device) over a fixed set of devices.
+class Tournament {
+ public:
+  explicit Tournament(int n) : n_(n), key_(at(n), kInf) {
+    size_ = 1;
+    while (size_ < n)
+      size_ *= 2;
+    tree_.assign(at(2 * size_), -1);
+    for (int d = 0; d < n; ++d)
+      tree_[at(size_ + d)] = d;
+    for (int i = size_ - 1; i >= 1; --i)
+      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+  }
+  void set(int d, double key) {
+    if (key_[at(d)] == key) return;  // its place in every match is unchanged
+    key_[at(d)] = key;
+    for (int i = (size_ + d) / 2; i >= 1; i /= 2)
+      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+  }
+  int winner() const { return size_ == 1 ? 0 : tree_[1]; }
+  double key(int d) const { return key_[at(d)]; }
+
+ private:
+  int pick(int a, int b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return key_[at(b)] < key_[at(a)] ? b : a;  // a is the lower device
+  }
+  int n_, size_ = 1;
+  std::vector<double> key_;
+  std::vector<int> tree_;
+};
+
+struct Device {
+  std::vector<int> stages;  // ascending; the first is where a micro-batch enters the device
+  int first = 0;
+  double free_at = 0;
+  std::int64_t memory = 0;       // static + activations, in the validator's order semantics
+  std::int64_t later_stash = 0;  // the largest stash of a stage after `first`
+  std::int64_t max_growth = 0;   // the largest P1 growth of its stages
+  int inflight = 0;              // micro-batches entered and not yet through the first P1
+  int backward_done = 0, backward_total = 0;
+  int depth_cap = 0;
+  int p2_lag = 0;        // P2s kept back for the end
+  bool last_p1 = false;  // its last action was a P1
+  std::int64_t pending_retained = 0;
+  std::deque<std::pair<int, int>> pending_p2;  // (stage, micro-batch), oldest first
+  std::vector<int> neighbours;                 // devices whose decisions its actions change
+  std::vector<Action> actions;
+};
+
+class ListScheduler {
+ public:
+  ListScheduler(const ListInputs& in, const ListVariant& variant, int max_group)
+      : in_(in),
+        costs_(*in.costs),
+        split_(variant.split),
+        fill_(variant.fill),
+        alternate_(variant.alternate),
+        max_group_(max_group),
+        p_(in.devices),
+        m_(in.microbatches),
+        s_(static_cast<int>(in.stage_device.size())),
+        device_(at(p_)),
+        next_f_(at(s_), 0),
+        f_done_(at(s_), 0),
+        p1_done_(at(s_), 0),
+        pending_of_(at(s_), 0),
+        gradients_(at(s_)),
+        forward_at_(at(s_) * at(m_), kInf),
+        comm_(at(s_), 0.0),
+        link_free_(at(p_) * at(p_), 0.0) {
+    for (int s = 0; s < s_; ++s) {
+      device(in.stage_device[at(s)]).stages.push_back(s);
+      if (s + 1 < s_ && in.stage_device[at(s)] != in.stage_device[at(s + 1)])
+        comm_[at(s)] = transfer_time_us(in.link, costs_[at(s)].send_bytes);
+    }
+    for (int mb = 0; mb < m_; ++mb)
+      forward_at_[at(mb)] = 0.0;  // stage 0's input is there at the start
+    for (int d = 0; d < p_; ++d) {
+      Device& dev = device(d);
+      dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
+      dev.first = dev.stages.empty() ? 0 : dev.stages.front();
+      for (const int s : dev.stages) {
+        if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
+        dev.max_growth = std::max(dev.max_growth, p1_growth(s));
+        for (const int t : {s - 1, s + 1}) {
+          if (t < 0 || t >= s_) continue;
+          const int e = in.stage_device[at(t)];
+          if (e != d &&
+              std::find(dev.neighbours.begin(), dev.neighbours.end(), e) == dev.neighbours.end())
+            dev.neighbours.push_back(e);
+        }
+      }
+      dev.backward_total = static_cast<int>(dev.stages.size()) * m_;
+      dev.actions.reserve(dev.stages.size() * at(m_) * 3);
+      const int k = std::max(1, static_cast<int>(dev.stages.size()));
+      const double cap = variant.depth_factor > 0
+                             ? std::ceil(variant.depth_factor * (s_ - dev.first) / k - 1e-9)
+                             : static_cast<double>(m_);
+      dev.depth_cap = std::max(1, static_cast<int>(cap));
+    }
+    if (variant.p2_lag > 0 && split_) set_p2_lags(variant.p2_lag);
+    max_group_ = std::max(1, std::min(max_group_, m_));
+    if (split_) build_group_tables();
+  }
+
+  Schedule run() {
+    // Each device's decision, recomputed only when an action can have changed it; the next to
+    // act is the earliest (ties: the lower device), kept at the root of a tournament tree.
+    std::vector<Decision> decision(at(p_));
+    std::vector<char> done(at(p_), 0);
+    Tournament earliest(p_);
+    int unfinished = 0;
+    const auto refresh = [&](int d) {
+      if (done[at(d)]) return;
+      decision[at(d)] = decide(d);
+      earliest.set(d, decision[at(d)].start);
+    };
+    for (int d = 0; d < p_; ++d) {
+      done[at(d)] = finished(d) ? 1 : 0;
+      if (!done[at(d)]) ++unfinished;
+      refresh(d);
+    }
+    while (unfinished > 0) {
+      int d = earliest.winner();
+      if (earliest.key(d) == kInf) {
+        // Every device waits on an input nobody has produced yet: run a pending P2 anywhere.
+        d = -1;
+        for (int e = 0; e < p_ && d < 0; ++e) {
+          if (!device(e).pending_p2.empty()) d = e;
+        }
+        if (d < 0) throw Error("auto schedule: internal deadlock");
+        decision[at(d)] =
+            Decision{device(d).free_at, Kind::p2, device(d).pending_p2.front().first, 1};
+      }
+      apply(d, decision[at(d)]);
+      if (finished(d)) {
+        done[at(d)] = 1;
+        earliest.set(d, kInf);
+        --unfinished;
+      }
+      refresh(d);
+      // A neighbour's P1 or F decision stands unless something reached it; a wait or a P2 fill
+      // reads this device's next free time, so it is taken again.
+      for (const int e : device(d).neighbours) {
+        const Kind k = decision[at(e)].kind;
+        if (delivered_to_ == e || k == Kind::wait || k == Kind::p2) refresh(e);
+      }
+    }
+    Schedule out;
+    out.devices = p_;
+    out.microbatches = m_;
+    out.stage_device = in_.stage_device;
+    for (int d = 0; d < p_; ++d)
+      out.per_device.push_back(std::move(device(d).actions));
+    return out;
+  }
+
+ private:
+  Device& device(int d) { return device_[at(d)]; }
+  const StageCost& cost(int s) const { return costs_[at(s)]; }
+  double& forward_at(int s, int mb) { return forward_at_[at(s) * at(m_) + at(mb)]; }
+  bool finished(int d) {
+    const Device& dev = device(d);
+    if (dev.backward_done < dev.backward_total || !dev.pending_p2.empty()) return false;
+    return std::all_of(dev.stages.begin(), dev.stages.end(),
+                       [&](int s) { return next_f_[at(s)] == m_; });
+  }
+  bool fits(int d, std::int64_t bytes) const {
+    const double limit =
+        d < static_cast<int>(in_.memory_limit_bytes.size()) ? in_.memory_limit_bytes[at(d)] : 0;
+    return limit <= 0 || static_cast<double>(bytes) <= limit;
+  }
+  // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
+  // the net growth charged up front, a net shrink released at the end).
+  std::int64_t p1_growth(int s) const {
+    const StageCost& c = cost(s);
+    return std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
+  }
+  // Admit a micro-batch into the device (its first stage's F) only when its stashes on every
+  // stage of the device fit, and a P1 will fit too once the pending P2s have run, so a device
+  // full of stashes can always run a backward.
+  bool entry_fits(int d) {
+    Device& dev = device(d);
+    const std::int64_t held = dev.memory + cost(dev.first).stash_bytes + dev.later_stash;
+    if (!fits(d, held)) return false;
+    if (!split_) return true;
+    return fits(d, held + dev.max_growth - dev.pending_retained);
+  }
+  // A forward of a later stage of the device (a micro-batch already in it) when its stash fits,
+  // and its P1's growth once the pending P2s have run; the entry's reserve keeps room for one.
+  bool later_fits(int d, int s) {
+    const Device& dev = device(d);
+    const std::int64_t held = dev.memory + cost(s).stash_bytes;
+    if (!fits(d, held)) return false;
+    return !split_ || fits(d, held + p1_growth(s) - dev.pending_retained);
+  }
+  double p2_time(int s, int k) const { return cost(s).p2_time_us(k); }
+
+  void set_p2_lags(double factor) {
+    std::vector<double> head(at(s_), 0.0), tail(at(s_), 0.0);
+    for (int s = 1; s < s_; ++s) {
+      head[at(s)] = head[at(s - 1)] + cost(s - 1).forward_us + comm_[at(s - 1)];
+      tail[at(s)] = tail[at(s - 1)] + cost(s - 1).p1_us + comm_[at(s - 1)];
+    }
+    for (int d = 0; d < p_; ++d) {
+      Device& dev = device(d);
+      if (dev.stages.empty()) continue;
+      double w = kInf;
+      for (const int s : dev.stages)
+        w = std::min(w, cost(s).p2_us);
+      if (w <= 0) continue;
+      const double lag = factor * (head[at(dev.first)] + tail[at(dev.first)]) / w;
+      dev.p2_lag = static_cast<int>(std::min(std::ceil(lag - 1e-9), static_cast<double>(m_)));
+    }
+  }
+
+  // The P2 group for a gap of `gap` us (kInf: no deadline), of the oldest pending P2's stage: the
+  // most efficient size that fits, larger on ties; 0 when none fits.
+  int group_for_gap(int d, double gap) {
+    const Device& dev = device(d);
+    const int s = dev.pending_p2.front().first;
+    const int limit = std::min(pending_of_[at(s)], max_group_);
+    const GroupTable& table = groups_[at(s)];
+    // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit.
+    const auto fitting = std::upper_bound(table.prefix_max_us.begin(),
+                                          table.prefix_max_us.begin() + limit, gap + 1e-9);
+    const auto k = static_cast<int>(fitting - table.prefix_max_us.begin());
+    return k == 0 ? 0 : table.best_upto[at(k - 1)];
+  }
+
+  // Per stage, for the P2 group choice: the running maximum of p2(k) over k, and the most
+  // efficient size (the smallest p2(k)/k, larger on ties) among 1..k.
+  struct GroupTable {
+    std::vector<double> prefix_max_us;
+    std::vector<int> best_upto;
+  };
+  void build_group_tables() {
+    groups_.resize(at(s_));
+    for (int s = 0; s < s_; ++s) {
+      GroupTable& table = groups_[at(s)];
+      double best_rate = kInf, prefix = 0;
+      int best = 0;
+      for (int k = 1; k <= std::max(1, max_group_); ++k) {
+        const double t = p2_time(s, k);
+        prefix = std::max(prefix, t);
+        const double rate = t / k;
+        if (rate <= best_rate * (1 + 1e-12)) {
+          best_rate = std::min(best_rate, rate);
+          best = k;
+        }
+        table.prefix_max_us.push_back(prefix);
+        table.best_upto.push_back(best);
+      }
+    }
+  }
+
+  // Earliest time an input could still reach device d: known arrivals, else an estimate from the
+  // producing device's next free time (it cannot produce the input sooner).
+  double next_input(int d, double now, bool entry_allowed) {
+    Device& dev = device(d);
+    double next = kInf;
+    for (const int s : dev.stages) {
+      if (!gradients_[at(s)].empty()) next = std::min(next, gradients_[at(s)].front().first);
+      const int mb = next_f_[at(s)];
+      if (mb < m_ && (s != dev.first || entry_allowed)) {
+        const double f = forward_at(s, mb);
+        if (f < kInf) {
+          next = std::min(next, f);
+        } else if (s > 0 && in_.stage_device[at(s - 1)] != d) {
+          const Device& from = device(in_.stage_device[at(s - 1)]);
+          next = std::min(next,
+                          std::max(from.free_at, now) + cost(s - 1).forward_us + comm_[at(s - 1)]);
+        }
+      }
+      const int expected = f_done_[at(s)] - p1_done_[at(s)];
+      if (s + 1 < s_ && expected > static_cast<int>(gradients_[at(s)].size()) &&
+          in_.stage_device[at(s + 1)] != d) {
+        const Device& from = device(in_.stage_device[at(s + 1)]);
+        next = std::min(next, std::max(from.free_at, now) + cost(s + 1).p1_us + comm_[at(s)]);
+      }
+    }
+    return next;
+  }
+
+  // The forward device d would run now (Kind::forward), if any is ready and admitted.
+  Decision ready_forward(int d, double now) {
+    Device& dev = device(d);
+    const bool entry = next_f_[at(dev.first)] < m_ && entry_fits(d) && dev.inflight < dev.depth_cap;
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
+      const int mb = next_f_[at(s)];
+      if (mb >= m_ || (s == dev.first && !entry) || (s != dev.first && !later_fits(d, s))) continue;
+      if (forward_at(s, mb) <= now) return {now, Kind::forward, s, 1};
+    }
+    return {};
+  }
+
+  Decision decide(int d) {
+    Device& dev = device(d);
+    const double now = dev.free_at;
+    // P1: the stage furthest down the model among the arrived gradients.
+    double gradient_at = kInf;
+    int p1_stage = -1;
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
+      if (gradients_[at(s)].empty()) continue;
+      const double arrival = gradients_[at(s)].front().first;
+      gradient_at = std::min(gradient_at, arrival);
+      if (arrival <= now && p1_stage < 0) p1_stage = s;
+    }
+    if (p1_stage >= 0 && alternate_ && dev.last_p1) {
+      // Alternating: after a P1, a forward whose input is there goes first (1B1F rounds).
+      const Decision f = ready_forward(d, now);
+      if (f.kind == Kind::forward) return f;
+    }
+    if (p1_stage >= 0) {
+      if (!split_ || fits(d, dev.memory + p1_growth(p1_stage))) return {now, Kind::p1, p1_stage, 1};
+      if (!dev.pending_p2.empty())
+        return {now, Kind::p2, dev.pending_p2.front().first, 1};  // memory forces it
+      throw FieldError("memory_limit_bytes", "device " + std::to_string(d) +
+                                                 " cannot hold the retained bytes of one more p1");
+    }
+    // F: the stage furthest down the model among the arrived inputs, a new micro-batch entering
+    // the device only within its depth cap and memory.
+    const bool more_entries = next_f_[at(dev.first)] < m_;
+    const bool entry_memory = more_entries && entry_fits(d);
+    const bool entry_allowed = entry_memory && dev.inflight < dev.depth_cap;
+    double forward_at_min = kInf;
+    bool later_blocked = false;  // a later stage's input is there but its stash does not fit
+    for (std::size_t i = dev.stages.size(); i-- > 0;) {
+      const int s = dev.stages[i];
+      const int mb = next_f_[at(s)];
+      if (mb >= m_ || (s == dev.first && !entry_allowed)) continue;
+      const double arrival = forward_at(s, mb);
+      if (s != dev.first && !later_fits(d, s)) {
+        later_blocked = later_blocked || arrival <= now;
+        continue;
+      }
+      if (arrival <= now) return {now, Kind::forward, s, 1};
+      forward_at_min = std::min(forward_at_min, arrival);
+    }
+    if (split_ && !dev.pending_p2.empty()) {
+      const int s = dev.pending_p2.front().first;
+      if (dev.backward_done == dev.backward_total)
+        return {now, Kind::p2, s, group_for_gap(d, kInf)};
+      if (later_blocked || (more_entries && !entry_memory && dev.inflight < dev.depth_cap))
+        return {now, Kind::p2, s, 1};  // memory blocks the next forward: free some
+    }
+    if (split_ && static_cast<int>(dev.pending_p2.size()) > dev.p2_lag) {
+      const int s = dev.pending_p2.front().first;
+      const double next = next_input(d, now, entry_allowed);
+      const int k = group_for_gap(d, next - now);
+      if (k > 0) return {now, Kind::p2, s, k};
+      if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
+      if (fill_ == P2Fill::overshoot && p2_time(s, 1) <= 2 * (next - now))
+        return {now, Kind::p2, s, 1};
+    }
+    if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2.empty()) {
+      throw FieldError("memory_limit_bytes",
+                       "device " + std::to_string(d) +
+                           " cannot hold the activations of one micro-batch within its limit");
+    }
+    return {std::max(std::min(gradient_at, forward_at_min), now), Kind::wait, 0, 1};
+  }
+
+  // An output of device d, ready at `ready`, to stage `to`: a message waits for the pair's
+  // previous one (the simulator's model).
+  void send(int d, int to, int mb, double ready, bool forward) {
+    const int dst = in_.stage_device[at(to)];
+    delivered_to_ = dst;
+    double arrival = ready;
+    if (dst != d) {
+      double& free = link_free_[at(d) * at(p_) + at(dst)];
+      arrival = std::max(ready, free) + comm_[at(forward ? to - 1 : to)];
+      free = arrival;
+    }
+    if (forward) {
+      forward_at(to, mb) = arrival;
+    } else {
+      gradients_[at(to)].emplace_back(arrival, mb);
+    }
+  }
+
+  void apply(int d, const Decision& dec) {
+    Device& dev = device(d);
+    delivered_to_ = -1;
+    const int s = dec.stage;
+    const StageCost& c = cost(s);
+    const double start = dec.start;
+    if (dec.kind != Kind::wait) dev.last_p1 = dec.kind == Kind::p1;
+    switch (dec.kind) {
+      case Kind::wait:
+        dev.free_at = start;
+        return;
+      case Kind::forward: {
+        const int mb = next_f_[at(s)]++;
+        ++f_done_[at(s)];
+        dev.free_at = start + c.forward_us;
+        dev.memory += c.stash_bytes;
+        if (s == dev.first) {
+          ++dev.inflight;
+        }
+        dev.actions.push_back(Action{OpType::F, s, {mb}});
+        if (s + 1 < s_) {
+          send(d, s + 1, mb, dev.free_at, true);
+        } else {
+          gradients_[at(s)].emplace_back(dev.free_at, mb);
+        }
+        return;
+      }
+      case Kind::p1: {
+        const int mb = gradients_[at(s)].front().second;
+        gradients_[at(s)].pop_front();
+        ++p1_done_[at(s)];
+        if (s == dev.first) --dev.inflight;
+        ++dev.backward_done;
+        if (split_) {
+          dev.free_at = start + c.p1_us;
+          dev.memory += c.retained_bytes - c.stash_bytes;
+          dev.pending_p2.emplace_back(s, mb);
+          ++pending_of_[at(s)];
+          dev.pending_retained += c.retained_bytes;
+          dev.actions.push_back(Action{OpType::P1, s, {mb}});
+        } else {
+          dev.free_at = start + c.p1_us + c.p2_us;
+          dev.memory -= c.stash_bytes;
+          dev.actions.push_back(Action{OpType::B, s, {mb}});
+        }
+        if (s > 0) send(d, s - 1, mb, dev.free_at, false);
+        return;
+      }
+      case Kind::p2: {
+        const int k = std::max(1, dec.group);
+        Action a{OpType::P2, s, {}};
+        for (auto it = dev.pending_p2.begin();
+             it != dev.pending_p2.end() && static_cast<int>(a.microbatches.size()) < k;) {
+          if (it->first == s) {
+            a.microbatches.push_back(it->second);
+            it = dev.pending_p2.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        const auto taken = static_cast<std::int64_t>(a.microbatches.size());
+        pending_of_[at(s)] -= static_cast<int>(taken);
+        dev.free_at = start + p2_time(s, static_cast<int>(taken));
+        dev.memory -= taken * c.retained_bytes;
+        dev.pending_retained -= taken * c.retained_bytes;
+        dev.actions.push_back(std::move(a));
+        return;
+      }
+    }
+  }
+
+  const ListInputs& in_;
+  const std::vector<StageCost>& costs_;
+  bool split_;
+  P2Fill fill_;
+  bool alternate_ = false;
+  int max_group_;
+  int p_, m_, s_;
+  std::vector<Device> device_;
+  std::vector<int> next_f_, f_done_, p1_done_, pending_of_;    // per stage
+  std::vector<std::deque<std::pair<double, int>>> gradients_;  // per stage: (arrival, mb)
+  std::vector<double> forward_at_;                             // [stage][mb]: input arrival
+  std::vector<double> comm_;                                   // per boundary s -> s + 1
+  std::vector<double> link_free_;                              // per directed device pair
+  std::vector<GroupTable> groups_;                             // per stage
+  int delivered_to_ = -1;  // the device the last applied action sent its output to
+};
+
+}  // namespace
+
+Schedule list_schedule(const ListInputs& inputs, const ListVariant& variant, int max_group) {
+  return ListScheduler(inputs, variant, max_group).run();
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,192 @@
+#include "planner/search/auto_moves.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/graph/schedule_sim.h"
+
+namespace pipeplan {
+
+bool better(const AutoScore& a, const AutoScore& b, Objective objective) {
+  const double first_a = objective == Objective::step ? a.makespan_us : a.span_us;
+  const double first_b = objective == Objective::step ? b.makespan_us : b.span_us;
+  const double second_a = objective == Objective::step ? a.span_us : a.makespan_us;
+  const double second_b = objective == Objective::step ? b.span_us : b.makespan_us;
+  const double tol = 1e-9 * std::max(1.0, std::isfinite(first_b) ? first_b : 1.0);
+  if (first_a < first_b - tol) return true;
+  if (first_a > first_b + tol) return false;
+  if (second_a < second_b - tol) return true;
+  if (second_a > second_b + tol) return false;
+  return a.sum_last_end_us < b.sum_last_end_us - tol;
+}
+
+std::optional<AutoEval> evaluate_order(const Schedule& schedule, const EvalContext& context,
+                                       bool keep_times, std::string& first_error) {
+  ScheduleSim sim = simulate_schedule(schedule, *context.costs, *context.meta,
+                                      {.keep_times = keep_times, .check_memory = true});
+  if (!sim.ok) {
+    if (first_error.empty())
+      first_error = (sim.memory_ok ? "" : field_name("memory_limit_bytes") + ": ") + sim.error;
+    return std::nullopt;
+  }
+  return AutoEval{{sim.makespan_us, sim.max_stage_span_us, sim.sum_last_end_us},
+                  std::move(sim.times)};
+}
+
+namespace {
+
+// Whether swapping actions a (earlier) and b (later) of one device keeps every (stage,
+// micro-batch)'s F before its P1/B and its P1 before its P2.
+bool may_swap(const Action& a, const Action& b) {
+  if (a.stage != b.stage) return true;
+  for (const int x : a.microbatches)
+    for (const int y : b.microbatches)
+      if (x == y) return false;
+  return true;
+}
+
+// Moves one action of a device from position `from` to position `to` (the actions between shift
+// by one); false, with nothing changed, when that would put an action before one of its own
+// micro-batch's earlier ops (F -> P1 -> P2) on this device.
+bool move_action(std::vector<Action>& actions, std::size_t from, std::size_t to) {
+  if (from == to) return false;
+  const std::size_t lo = std::min(from, to), hi = std::max(from, to);
+  for (std::size_t k = lo; k <= hi; ++k) {
+    if (k != from && !may_swap(actions[std::min(k, from)], actions[std::max(k, from)]))
+      return false;
+  }
+  if (from < to) {
+    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(from),
+                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1,
+                actions.begin() + static_cast<std::ptrdiff_t>(to) + 1);
+  } else {
+    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(to),
+                actions.begin() + static_cast<std::ptrdiff_t>(from),
+                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  }
+  return true;
+}
+
+void undo_move(std::vector<Action>& actions, std::size_t from, std::size_t to) {
+  move_action(actions, to, from);
+}
+
+// Position of the action on `device` that produces the input `a` waits for: the forward of the
+// same micro-batch one stage up (for an F) or its input gradient one stage down (for a P1 or B);
+// nullopt for an input produced on the same device.
+std::optional<std::pair<std::size_t, std::size_t>> producer_of(const Schedule& schedule,
+                                                               const Action& a) {
+  int stage = -1;
+  OpType op = OpType::F;
+  if (a.op == OpType::F) {
+    stage = a.stage - 1;
+  } else if (a.op == OpType::P1 || a.op == OpType::B) {
+    stage = a.stage + 1;
+    op = a.op;
+  }
+  if (stage < 0 || stage >= static_cast<int>(schedule.stage_device.size())) return std::nullopt;
+  const auto d = static_cast<std::size_t>(schedule.stage_device[static_cast<std::size_t>(stage)]);
+  const std::vector<Action>& actions = schedule.per_device[d];
+  for (std::size_t q = 0; q < actions.size(); ++q) {
+    const Action& x = actions[q];
+    const bool kind = op == OpType::F ? x.op == OpType::F : x.op == OpType::P1 || x.op == OpType::B;
+    if (x.stage == stage && kind && x.microbatches == a.microbatches) return std::make_pair(d, q);
+  }
+  return std::nullopt;
+}
+
+// An idle gap on a device's compute stream: `length` us before its action at `position`.
+struct Gap {
+  double length = 0;
+  std::size_t device = 0, position = 0;
+};
+
+std::vector<Gap> idle_gaps(const AutoEval& e) {
+  std::vector<Gap> gaps;
+  for (std::size_t d = 0; d < e.times.size(); ++d) {
+    double previous_end = 0;
+    for (std::size_t i = 0; i < e.times[d].size(); ++i) {
+      const double idle = e.times[d][i].start_us - previous_end;
+      if (idle > 1e-9 * std::max(1.0, previous_end)) gaps.push_back({idle, d, i});
+      previous_end = e.times[d][i].end_us;
+    }
+  }
+  // Longest gap first; ties by device, then position (deterministic).
+  std::stable_sort(gaps.begin(), gaps.end(),
+                   [](const Gap& x, const Gap& y) { return x.length > y.length; });
+  return gaps;
+}
+
+// One candidate move: the action of `device` at `from` goes to `to`.
+struct Move {
+  std::size_t device = 0, from = 0, to = 0;
+};
+
+// Moves aimed at the measured idle gaps, longest gap first: fill the gap with one of the next
+// kMaxShift actions of the same device (e.g. a P2 or a forward whose input is already there), or
+// pull the action that produces the waiting input one to kMaxShift places earlier on its device.
+std::vector<Move> gap_moves(const Schedule& schedule, const AutoEval& e) {
+  constexpr std::size_t kMaxShift = 4;
+  std::vector<Move> moves;
+  for (const Gap& g : idle_gaps(e)) {
+    const std::vector<Action>& actions = schedule.per_device[g.device];
+    for (std::size_t j = g.position + 1; j <= g.position + kMaxShift && j < actions.size(); ++j)
+      moves.push_back({g.device, j, g.position});
+    if (const auto producer = producer_of(schedule, actions[g.position])) {
+      const auto [d, q] = *producer;
+      for (std::size_t shift = 1; shift <= kMaxShift && shift <= q; ++shift)
+        moves.push_back({d, q, q - shift});
+    }
+  }
+  return moves;
+}
+
+// Hill climbing in two neighbourhoods, each move lowered, validated (memory limits) and simulated,
+// the first improving move taken:
+//  1. gap moves (gap_moves above), recomputed from the new timeline after every accepted move;
+//  2. when none improves, every action of every device one to kMaxShift positions earlier or
+//     later (an adjacent swap is a shift by one); after an accepted move, back to 1.
+// Ends when neither improves or `budget` evaluations are spent.
+}  // namespace
+
+int improve_by_moves(Schedule& schedule, AutoEval& current, const EvalContext& context,
+                     std::string& first_error, int& budget) {
+  constexpr std::size_t kMaxShift = 4;
+  int accepted = 0;
+  const auto try_move = [&](std::size_t device, std::size_t from, std::size_t to) {
+    std::vector<Action>& actions = schedule.per_device[device];
+    if (from >= actions.size() || to >= actions.size() || !move_action(actions, from, to))
+      return false;
+    --budget;
+    std::optional<AutoEval> e = evaluate_order(schedule, context, true, first_error);
+    if (e && better(e->score, current.score, context.objective)) {
+      current = std::move(*e);
+      ++accepted;
+      return true;
+    }
+    undo_move(actions, from, to);
+    return false;
+  };
+  while (budget > 0) {
+    bool improved = false;
+    for (const Move& mv : gap_moves(schedule, current)) {
+      if (budget <= 0) break;
+      if ((improved = try_move(mv.device, mv.from, mv.to))) break;
+    }
+    if (improved) continue;
+    for (std::size_t d = 0; d < schedule.per_device.size() && !improved && budget > 0; ++d) {
+      for (std::size_t i = 0; i < schedule.per_device[d].size() && !improved && budget > 0; ++i) {
+        for (std::size_t shift = 1; shift <= kMaxShift && !improved && budget > 0; ++shift) {
+          if (i >= shift) improved = try_move(d, i, i - shift);
+          if (!improved && budget > 0) improved = try_move(d, i, i + shift);
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  return accepted;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,167 @@
+#include "runtime/step_exchange.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+namespace {
+
+using nlohmann::json;
+
+// CBOR keeps every double exactly (losses and times must not change on the way).
+std::string to_bytes(const json& j) {
+  const std::vector<std::uint8_t> cbor = json::to_cbor(j);
+  return {cbor.begin(), cbor.end()};
+}
+
+json from_bytes(const std::string& bytes, const char* what) {
+  try {
+    return json::from_cbor(bytes.begin(), bytes.end());
+  } catch (const json::exception& e) {
+    throw Error(std::string(what) + ": a corrupted message from another rank (" + e.what() + ")");
+  }
+}
+
+std::string describe(const std::vector<std::optional<RankStep>>& ranks, int step,
+                     std::chrono::milliseconds timeout) {
+  std::vector<int> missing;
+  std::vector<int> causes;
+  std::vector<int> consequences;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const auto rank = static_cast<int>(r);
+    if (!ranks[r]) {
+      missing.push_back(rank);
+    } else if (!ranks[r]->ok) {
+      (ranks[r]->consequence ? consequences : causes).push_back(rank);
+    }
+  }
+  std::string text = "step " + std::to_string(step) + ": ";
+  std::vector<std::string> parts;
+  if (!missing.empty()) {
+    parts.push_back(rank_list(missing) + " did not finish the step within " +
+                    std::to_string(timeout.count()) + " ms (dead or hung)");
+  }
+  // The causes; only when there are none, what ended the others.
+  const std::vector<int>& shown = causes.empty() && missing.empty() ? consequences : causes;
+  constexpr std::size_t kShown = 2;
+  for (std::size_t i = 0; i < shown.size() && i < kShown; ++i) {
+    const int r = shown[i];
+    parts.push_back("rank " + std::to_string(r) + ": " + ranks[static_cast<std::size_t>(r)]->error);
+  }
+  if (shown.size() > kShown) {
+    parts.push_back(rank_list({shown.begin() + kShown, shown.end()}) + " failed too");
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    text += (i == 0 ? "" : "; ") + parts[i];
+  return text;
+}
+
+}  // namespace
+
+std::string encode_rank_step(const RankStep& step) {
+  json times = json::array();
+  for (const auto& [id, t] : step.times)
+    times.push_back({id, t.start_us, t.end_us});
+  json timeline = json::array();
+  for (const auto& [us, bytes] : step.memory_timeline)
+    timeline.push_back({us, bytes});
+  json losses = json::array();
+  for (const auto& [mb, loss] : step.losses)
+    losses.push_back({mb, loss});
+  return to_bytes(
+      {{"ok", step.ok},
+       {"error", step.error},
+       {"consequence", step.consequence},
+       {"losses", losses},
+       {"times", times},
+       {"peak", step.peak_bytes},
+       {"timeline", timeline},
+       {"bpipe", {step.bpipe.evicted, step.bpipe.accepted, step.bpipe.returned, step.bpipe.loaded}},
+       {"step_time_us", step.step_time_us}});
+}
+
+RankStep decode_rank_step(const std::string& bytes) {
+  const json j = from_bytes(bytes, "step results");
+  RankStep step;
+  try {
+    step.ok = j.at("ok").get<bool>();
+    step.error = j.at("error").get<std::string>();
+    step.consequence = j.at("consequence").get<bool>();
+    for (const json& entry : j.at("losses"))
+      step.losses[entry.at(0).get<int>()] = entry.at(1).get<double>();
+    for (const json& entry : j.at("times")) {
+      step.times.emplace_back(entry.at(0).get<int>(),
+                              NodeTime{entry.at(1).get<double>(), entry.at(2).get<double>()});
+    }
+    step.peak_bytes = j.at("peak").get<std::int64_t>();
+    for (const json& entry : j.at("timeline"))
+      step.memory_timeline.emplace_back(entry.at(0).get<double>(), entry.at(1).get<std::int64_t>());
+    const json& bpipe = j.at("bpipe");
+    step.bpipe = {bpipe.at(0).get<std::int64_t>(), bpipe.at(1).get<std::int64_t>(),
+                  bpipe.at(2).get<std::int64_t>(), bpipe.at(3).get<std::int64_t>()};
+    step.step_time_us = j.at("step_time_us").get<double>();
+  } catch (const json::exception& e) {
+    throw Error(std::string("step results: a malformed message from another rank (") + e.what() +
+                ")");
+  }
+  return step;
+}
+
+StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, int microbatches,
+                          std::chrono::milliseconds timeout) {
+  const std::string what = "the end of step " + std::to_string(step);
+  StepOutcome outcome;
+  std::string verdict;  // CBOR: {"ok", "error", "losses", "step_time_us"}
+  bool missing = false;
+  if (group.rank() == 0) {
+    std::vector<std::optional<std::string>> parts =
+        group.gather_available(encode_rank_step(local), what, timeout);
+    std::vector<std::optional<RankStep>> ranks(parts.size());
+    bool ok = true;
+    for (std::size_t r = 0; r < parts.size(); ++r) {
+      if (parts[r]) ranks[r] = decode_rank_step(*parts[r]);
+      missing = missing || !ranks[r];
+      ok = ok && ranks[r] && ranks[r]->ok;
+    }
+    std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
+    double step_time_us = 0;
+    for (const std::optional<RankStep>& rank : ranks) {
+      if (!rank) continue;
+      for (const auto& [mb, loss] : rank->losses)
+        losses.at(static_cast<std::size_t>(mb)) = loss;
+      step_time_us = std::max(step_time_us, rank->step_time_us);
+    }
+    verdict = to_bytes({{"ok", ok},
+                        {"error", ok ? std::string() : describe(ranks, step, timeout)},
+                        {"losses", losses},
+                        {"step_time_us", step_time_us}});
+    if (ok) {
+      for (std::optional<RankStep>& rank : ranks)
+        outcome.ranks.push_back(std::move(*rank));
+    }
+    // Tell the ranks that arrived (a missing one is dead or hung: the job ends without it).
+    for (int r = 1; r < group.size(); ++r) {
+      if (ranks[static_cast<std::size_t>(r)]) group.post(r, verdict);
+    }
+  } else {
+    group.gather_available(encode_rank_step(local), what, timeout);
+    // Rank 0 may itself wait `timeout` for a missing rank before it decides.
+    verdict = group.broadcast(std::string(), "the outcome of step " + std::to_string(step),
+                              2 * timeout + std::chrono::milliseconds(1000));
+  }
+  const json j = from_bytes(verdict, "step outcome");
+  if (!j.at("ok").get<bool>()) {
+    if (missing) group.mark_broken();
+    throw AgreedError(j.at("error").get<std::string>());
+  }
+  outcome.microbatch_losses = j.at("losses").get<std::vector<double>>();
+  outcome.step_time_us = j.at("step_time_us").get<double>();
+  return outcome;
+}
+
+}  // namespace pipeplan

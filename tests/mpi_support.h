@@ -1,0 +1,37 @@
+// Launching test programs under mpirun: loopback and shared memory only, as root (CI runs as
+// root), more ranks than cores (CI has 2), and a hard time limit around every launch, so a
+// hang fails the test instead of the CI job.
+#pragma once
+
+#include <string>
+
+#include "tests/cli_support.h"
+
+namespace pipeplan::testing {
+
+// How many times `needle` occurs in `text` (the lines every rank prints, counted).
+inline int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+inline bool mpirun_found() {
+  return run_shell("command -v mpirun").status == 0;
+}
+
+// Open MPI on one node: ob1 over shared memory (vader, no single-copy mechanism: containers often
+// forbid process_vm_readv) or over TCP on the loopback interface; the runtime's own channel on
+// loopback too. `seconds`: the hard limit (timeout -k sends SIGKILL 5 s after SIGTERM).
+inline std::string mpirun(int ranks, const std::string& btl = "vader", int seconds = 120) {
+  std::string line = "timeout -k 5 " + std::to_string(seconds) +
+                     " mpirun --allow-run-as-root --oversubscribe --mca pml ob1 "
+                     "--mca oob_tcp_if_include lo --mca btl self," +
+                     btl;
+  if (btl == "vader") line += " --mca btl_vader_single_copy_mechanism none";
+  if (btl == "tcp") line += " --mca btl_tcp_if_include lo";
+  return line + " -np " + std::to_string(ranks) + " ";
+}
+
+}  // namespace pipeplan::testing

@@ -1,0 +1,152 @@
+// The compact schedule simulation (planner/graph/schedule_sim.h) against lower() + validate() +
+// simulate() on every registered family (auto excepted: it is built by make_plan) in every
+// backward mode it takes, with random stage costs, concatenation tables, memory deltas, link
+// latency and bandwidth: the same times per action, spans, busy time and peak memory, and the
+// same verdict on memory limits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "planner/base/error.h"
+#include "planner/graph/schedule_sim.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
+#include "planner/plan/make_plan.h"
+#include "schedules/family.h"
+
+namespace pipeplan {
+namespace {
+
+std::vector<StageCost> random_costs(std::mt19937& rng, int stages) {
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  std::uniform_int_distribution<std::int64_t> bytes(1, 1 << 20);
+  std::vector<StageCost> costs;
+  for (int s = 0; s < stages; ++s) {
+    StageCost c;
+    c.forward_us = time(rng);
+    c.p1_us = time(rng);
+    c.p2_us = time(rng);
+    const double rate = std::uniform_real_distribution<double>(0.3, 1.0)(rng);
+    for (int k = 1; k <= 4; ++k)
+      c.p2_concat_us.push_back(c.p2_us * (1 + (k - 1) * rate));
+    c.stash_bytes = bytes(rng);
+    c.retained_bytes = bytes(rng);  // above or below the stash: p1 grows or shrinks memory
+    c.static_bytes = bytes(rng);
+    c.send_bytes = bytes(rng);
+    costs.push_back(c);
+  }
+  return costs;
+}
+
+PlanMeta random_meta(std::mt19937& rng, const Schedule& schedule,
+                     const std::vector<StageCost>& costs) {
+  PlanMeta meta;
+  meta.devices = schedule.devices;
+  meta.microbatches = schedule.microbatches;
+  meta.static_bytes.assign(static_cast<std::size_t>(schedule.devices), 0);
+  for (int s = 0; s < schedule.stage_count(); ++s) {
+    meta.static_bytes[static_cast<std::size_t>(
+        schedule.stage_device[static_cast<std::size_t>(s)])] +=
+        costs[static_cast<std::size_t>(s)].static_bytes;
+  }
+  meta.memory_limit_bytes.assign(static_cast<std::size_t>(schedule.devices), 0.0);
+  meta.link.latency_us = std::uniform_real_distribution<double>(0, 0.3)(rng);
+  // 0: pure latency; else 1 MiB takes 0.1 to 2 us, so transfers queue on a link.
+  const double bandwidth = std::uniform_real_distribution<double>(0, 10)(rng);
+  meta.link.bandwidth_GBps = bandwidth < 1 ? 0.0 : bandwidth;
+  return meta;
+}
+
+void expect_same(const Schedule& schedule, const std::vector<StageCost>& costs,
+                 const PlanMeta& meta, const std::string& label) {
+  const TaskGraph graph = lower(schedule, costs, meta);
+  ASSERT_FALSE(find_violation(graph)) << label;
+  const SimResult sim = simulate(graph);
+  const ScheduleSim fast = simulate_schedule(schedule, costs, meta, {.keep_times = true});
+  ASSERT_TRUE(fast.ok) << label << ": " << fast.error;
+  EXPECT_DOUBLE_EQ(fast.makespan_us, sim.makespan_us) << label;
+  EXPECT_DOUBLE_EQ(fast.max_stage_span_us, sim.max_stage_span_us) << label;
+  EXPECT_DOUBLE_EQ(fast.bubble_ratio, sim.bubble_ratio) << label;
+  EXPECT_DOUBLE_EQ(fast.span_bubble_ratio, sim.span_bubble_ratio) << label;
+  for (int d = 0; d < schedule.devices; ++d) {
+    const auto dd = static_cast<std::size_t>(d);
+    EXPECT_EQ(fast.peak_memory_bytes[dd], sim.devices[dd].peak_memory_bytes) << label << " " << d;
+    EXPECT_DOUBLE_EQ(fast.busy_us[dd], sim.devices[dd].busy_us) << label << " " << d;
+    EXPECT_DOUBLE_EQ(fast.first_start_us[dd], sim.devices[dd].first_start_us) << label;
+    EXPECT_DOUBLE_EQ(fast.last_end_us[dd], sim.devices[dd].last_end_us) << label;
+  }
+  // Every action's times, in each device's order (the compute stream's order).
+  for (std::size_t st = 0; st < graph.streams().size(); ++st) {
+    const Stream& stream = graph.streams()[st];
+    if (stream.role != StreamRole::compute) continue;
+    const std::vector<int>& order = graph.stream_order(static_cast<int>(st));
+    const auto& times = fast.times[static_cast<std::size_t>(stream.device)];
+    ASSERT_EQ(order.size(), times.size()) << label;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      EXPECT_DOUBLE_EQ(times[i].start_us, sim.times[static_cast<std::size_t>(order[i])].start_us)
+          << label << " device " << stream.device << " action " << i;
+    }
+  }
+  // A limit just under the largest peak: both refuse it.
+  PlanMeta tight = meta;
+  const auto peak = std::max_element(fast.peak_memory_bytes.begin(), fast.peak_memory_bytes.end());
+  const auto device = static_cast<std::size_t>(peak - fast.peak_memory_bytes.begin());
+  tight.memory_limit_bytes[device] = static_cast<double>(*peak) - 1;
+  const ScheduleSim refused = simulate_schedule(schedule, costs, tight);
+  EXPECT_FALSE(refused.ok) << label;
+  EXPECT_FALSE(refused.memory_ok) << label;
+  EXPECT_TRUE(find_violation(lower(schedule, costs, tight))) << label;
+  tight.memory_limit_bytes[device] = static_cast<double>(*peak);
+  EXPECT_TRUE(simulate_schedule(schedule, costs, tight).ok) << label;
+}
+
+TEST(ScheduleSim, MatchesTheTaskGraphSimulatorOnEveryFamily) {
+  std::mt19937 rng(1414);
+  int checked = 0;
+  for (const ScheduleFamily* family : schedule_families()) {
+    if (family->traits().needs_costs) continue;
+    const ChunkRule& rule = family->traits().chunks;
+    for (const int p : {1, 2, 3, 4, 6}) {
+      for (int v = rule.min; v <= std::min(rule.max, 3); ++v) {
+        for (const int m : {1, p, 2 * p + 1, 3 * p}) {
+          ScheduleRequest request{p, v, m, std::nullopt, 2, nullptr};
+          Schedule generated;
+          try {
+            generated = family->generate(request);
+          } catch (const Error&) {
+            continue;  // a shape the family does not take
+          }
+          const std::vector<StageCost> costs = random_costs(rng, p * v);
+          const PlanMeta meta = random_meta(rng, generated, costs);
+          for (const BackwardMode mode : family->backward_modes()) {
+            request.backward = mode;
+            const Schedule s = with_backward_mode(*family, generated, request, costs, meta);
+            expect_same(s, costs, meta,
+                        family->name() + " " + std::string(to_string(mode)) +
+                            " P=" + std::to_string(p) + " V=" + std::to_string(v) +
+                            " m=" + std::to_string(m));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(ScheduleSim, RefusesAnOrderThatCannotRun) {
+  ScheduleRequest request{2, 1, 2, std::nullopt, 1, nullptr};
+  Schedule s = generate_schedule("1f1b", request);
+  std::swap(s.per_device[1][0], s.per_device[1][1]);  // 1B0 before 1F0
+  std::vector<StageCost> costs(2);
+  PlanMeta meta;
+  meta.devices = 2;
+  const ScheduleSim r = simulate_schedule(s, costs, meta);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.memory_ok);
+  EXPECT_NE(r.error.find("waits forever"), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace pipeplan

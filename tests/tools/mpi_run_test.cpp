@@ -1,0 +1,218 @@
+// `pipeplan run` under `mpirun -np 4`, one rank per plan device (docs/runtime.md, "Multi-process
+// runs"): the acceptance command prints the single-process run's five losses; GPipe,
+// interleaved and BPipe plans train alike; rank 0 writes one measured trace `pipeplan diff`
+// reads. Failures end every rank within the timeout with one error: a plan of another device
+// count, plans that differ between ranks, a corrupted message, a rank that dies, a rank that
+// hangs (PIPEPLAN_TEST_FAULT). Skipped without mpirun; a build without MPI says so in one line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/mpi_support.h"
+
+namespace pipeplan {
+namespace {
+
+using testing::CliResult;
+using testing::count;
+
+class MpiRunCli : public testing::TinyPlanTest {
+ protected:
+  void SetUp() override {
+    TinyPlanTest::SetUp();
+#ifndef PIPEPLAN_HAVE_MPI
+    GTEST_SKIP() << "built without MPI (MpiRunCliWithoutMpi covers that build)";
+#endif
+    if (!testing::mpirun_found())
+      GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
+  }
+
+  // `pipeplan ARGS` on `ranks` ranks; `env` prefixes the command line.
+  static CliResult under_mpi(int ranks, const std::string& args, const std::string& env = "") {
+    return testing::run_shell(env + (env.empty() ? "" : " ") + testing::mpirun(ranks) +
+                              PIPEPLAN_BINARY + " " + args);
+  }
+
+  static std::vector<double> losses(const CliResult& r) {
+    std::vector<double> values;
+    const nlohmann::json parsed = nlohmann::json::parse(r.out);  // outlives the loop
+    for (const auto& row : parsed.at("steps"))
+      values.push_back(row.at("loss").get<double>());
+    return values;
+  }
+
+  void expect_same_losses(const std::string& plan, int steps) {
+    const std::string args =
+        "run " + plan + " --backend cpu --json --steps " + std::to_string(steps);
+    const CliResult one = testing::run_pipeplan(args);
+    ASSERT_EQ(one.status, 0) << one.out;
+    const CliResult four = under_mpi(4, args);
+    ASSERT_EQ(four.status, 0) << four.out;
+    const std::vector<double> want = losses(one);
+    const std::vector<double> got = losses(four);
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(steps)) << four.out;
+    for (std::size_t s = 0; s < want.size(); ++s)
+      EXPECT_NEAR(got[s], want[s], 1e-6 * want[s]) << plan << " step " << s + 1;
+    EXPECT_EQ(nlohmann::json::parse(four.out).at("ranks"), 4) << four.out;
+  }
+
+  // A failed launch: non-zero, within `limit`, and (when `error` is set) exactly one pipeplan
+  // error line, which contains `error`.
+  static CliResult expect_failure(int ranks, const std::string& args, const std::string& env,
+                                  const std::string& error, std::chrono::seconds limit) {
+    const auto start = std::chrono::steady_clock::now();
+    CliResult r = under_mpi(ranks, args, env);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, limit) << r.out;
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.status, 124) << "hit the hard timeout:\n" << r.out;
+    if (!error.empty()) {
+      EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
+      EXPECT_NE(r.out.find("pipeplan: error: " + error), std::string::npos) << r.out;
+    }
+    return r;
+  }
+};
+
+TEST_F(MpiRunCli, AcceptanceCommandPrintsTheSingleProcessLosses) {
+  const CliResult one = testing::run_pipeplan("run " + plan_ + " --backend cpu --steps 5");
+  ASSERT_EQ(one.status, 0) << one.out;
+  const CliResult four = under_mpi(4, "run " + plan_ + " --backend cpu --steps 5");
+  ASSERT_EQ(four.status, 0) << four.out;
+  EXPECT_NE(four.out.find("transport mpi, 4 mpi ranks"), std::string::npos) << four.out;
+  EXPECT_EQ(count(four.out, "tokens/s"), 5) << "rank 0 prints, the others do not\n" << four.out;
+  // The same five "loss X" fields, printed with six decimals.
+  auto loss_fields = [](const std::string& text) {
+    std::vector<std::string> fields;
+    for (auto at = text.find("loss "); at != std::string::npos; at = text.find("loss ", at + 1))
+      fields.push_back(text.substr(at, text.find(' ', at + 5) - at));
+    return fields;
+  };
+  EXPECT_EQ(loss_fields(four.out), loss_fields(one.out)) << one.out << four.out;
+  EXPECT_EQ(loss_fields(one.out).size(), 5U);
+  expect_same_losses(plan_, 5);
+}
+
+TEST_F(MpiRunCli, GpipeInterleavedAndBpipePlansTrainAsInOneProcess) {
+  // Interleaved with 2 chunks on 4 devices needs 8 blocks: the tiny model with 8 layers.
+  const std::string config = path("tiny8/config.json");
+  std::filesystem::create_directories(path("tiny8"));
+  std::ofstream(config) << R"({"model_type": "llama", "num_hidden_layers": 8, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 172, "vocab_size": 256,
+    "max_position_embeddings": 32})";
+  const std::vector<std::pair<std::string, std::string>> plans = {
+      {"gpipe", "--model tiny --schedule gpipe --backward fused"},
+      {"interleaved", "--model " + config + " --schedule interleaved --chunks 2 --backward 2bp"},
+      {"bpipe", "--model tiny --schedule 1f1b --backward fused --bpipe on"}};
+  for (const auto& [name, args] : plans) {
+    const std::string file = path(name + ".json");
+    const CliResult made =
+        testing::run_pipeplan("plan --stages 4 --microbatches 8 " + args + " -o " + file);
+    ASSERT_EQ(made.status, 0) << made.out;
+    if (name == "bpipe") {
+      std::ifstream in(file);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      ASSERT_NE(text.find("evict "), std::string::npos) << "no BPipe transfers in the plan";
+    }
+    expect_same_losses(file, 2);
+  }
+}
+
+TEST_F(MpiRunCli, RankZeroWritesOneMeasuredTraceForDiff) {
+  const std::string trace = path("measured.json");
+  const CliResult r = under_mpi(4, "run " + plan_ + " --steps 2 --trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const CliResult diff = testing::run_pipeplan("diff " + plan_ + " " + trace + " --json --all");
+  ASSERT_EQ(diff.status, 0) << diff.out;
+  const nlohmann::json d = nlohmann::json::parse(diff.out);
+  const nlohmann::json plan = nlohmann::json::parse(std::ifstream(plan_));
+  EXPECT_EQ(d.at("ops").size(), plan.at("nodes").size());  // every node of every rank
+  EXPECT_EQ(d.at("devices").size(), 4U);
+  for (const auto& device : d.at("devices"))
+    EXPECT_GT(device.at("measured_busy_us").get<double>(), 0.0) << device;
+}
+
+TEST_F(MpiRunCli, AWorldOfAnotherSizeIsOneLineOnRankZero) {
+  expect_failure(
+      3, "run " + plan_ + " --steps 1", "",
+      "plan: 4 devices, but 3 ranks were started (one rank per plan device: mpirun -np 4",
+      std::chrono::seconds(60));
+}
+
+TEST_F(MpiRunCli, RanksWithDifferentOptionsAreRefusedBeforeTheFirstStep) {
+  const std::string run = std::string(PIPEPLAN_BINARY) + " run " + plan_ + " --steps 1";
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r =
+      testing::run_shell(testing::mpirun(2) + run + " : -np 2 " + run + " --seed 7");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: ranks 2, 3 loaded another plan or options than rank 0"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("step    1"), std::string::npos) << r.out;
+}
+
+TEST_F(MpiRunCli, ACorruptedMessageEndsEveryRankWithOneError) {
+  const CliResult r = expect_failure(4, "run " + plan_ + " --steps 2 --timeout-ms 5000",
+                                     "PIPEPLAN_TEST_FAULT=corrupt-size:2",
+                                     "step 1: rank 3: ", std::chrono::seconds(60));
+  EXPECT_NE(r.out.find("message '2F0' declares 8196 bytes but carries 8192 (corrupted)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(MpiRunCli, ARankThatDiesEndsEveryRank) {
+  const CliResult r = expect_failure(4, "run " + plan_ + " --steps 2 --timeout-ms 5000",
+                                     "PIPEPLAN_TEST_FAULT=die:2", "", std::chrono::seconds(60));
+  // mpirun names the rank it lost and ends the others.
+  EXPECT_NE(r.out.find("rank 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("signal 9"), std::string::npos) << r.out;
+}
+
+TEST_F(MpiRunCli, AHungRankIsNamedWithinTheTimeout) {
+  const CliResult r = expect_failure(4, "run " + plan_ + " --steps 2 --timeout-ms 2000",
+                                     "PIPEPLAN_TEST_FAULT=hang:1", "", std::chrono::seconds(40));
+  EXPECT_NE(r.out.find("pipeplan: error: step 1: rank 1 did not finish the step within 2000 ms"),
+            std::string::npos)
+      << r.out;
+}
+
+// The launcher option, and a build without MPI: one line, no run.
+class MpiRunCliWithoutMpi : public testing::TinyPlanTest {};
+
+TEST_F(MpiRunCliWithoutMpi, LauncherChoicesAreCheckedInOneLine) {
+  const CliResult bogus = testing::run_pipeplan("run " + plan_ + " --launcher bogus");
+  EXPECT_NE(bogus.status, 0);
+  EXPECT_EQ(bogus.out, "pipeplan: error: --launcher: unknown launcher 'bogus' (none, mpi, auto)\n");
+  // --launcher none under an MPI environment runs the plan in this one process.
+  const CliResult none = testing::run_pipeplan("run " + plan_ + " --launcher none --steps 1",
+                                               "OMPI_COMM_WORLD_SIZE=4");
+  EXPECT_EQ(none.status, 0) << none.out;
+  EXPECT_NE(none.out.find("transport in-process"), std::string::npos) << none.out;
+#ifndef PIPEPLAN_HAVE_MPI
+  const CliResult mpi = testing::run_pipeplan("run " + plan_ + " --launcher mpi");
+  EXPECT_NE(mpi.status, 0);
+  EXPECT_EQ(count(mpi.out, "\n"), 1) << mpi.out;
+  EXPECT_NE(mpi.out.find("pipeplan: error: --launcher: mpi: MPI support is not built into this "
+                         "pipeplan"),
+            std::string::npos)
+      << mpi.out;
+  const CliResult detected = testing::run_pipeplan("run " + plan_, "SLURM_NTASKS=4");
+  EXPECT_NE(detected.status, 0);
+  EXPECT_EQ(count(detected.out, "\n"), 1) << detected.out;
+  EXPECT_NE(detected.out.find("--launcher: started as one of 4 ranks (SLURM_NTASKS=4), but MPI "
+                              "support is not built"),
+            std::string::npos)
+      << detected.out;
+#endif
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -1,0 +1,75 @@
+// `pipeplan run`: its options and the run itself, either in one process that drives every plan
+// device (tools/cmd_run.cpp) or as one rank of a multi-process run under mpirun or srun, one
+// rank per plan device (tools/run_ranks.cpp, docs/runtime.md "Multi-process runs"). Both go
+// through the same run_cpu / run_cuda; a rank differs only in RunRanks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/graph/taskgraph.h"
+#include "runtime/executor.h"
+#include "runtime/launch.h"
+#include "runtime/mpi/mpi_session.h"
+#include "runtime/process_group.h"
+#include "runtime/transport.h"
+
+namespace pipeplan {
+
+// How this process takes part in the run.
+struct RunRanks {
+  MpiSession* session = nullptr;        // null: one process runs every plan device
+  std::shared_ptr<ProcessGroup> group;  // this rank and the others (null with session)
+  // Test-only fault injection (PIPEPLAN_TEST_FAULT, tools/run_ranks.cpp); may be empty.
+  std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)> wrap_transport;
+  std::function<void(int node)> before_node;
+
+  bool prints() const { return group == nullptr || group->rank() == 0; }
+  // Under MPI, every rank says whether its part of a set-up step failed (`error`) and all throw
+  // the same AgreedError if one did; in one process, rethrows `error` as an Error.
+  void agree(const std::optional<std::string>& error, std::string_view what,
+             std::chrono::milliseconds timeout) const;
+};
+
+struct RunCommand {
+  std::string plan_path;
+  std::string backend = "cpu";
+  int steps = 1;
+  std::uint64_t seed = 1;
+  bool json = false;
+  std::string trace;
+  int timeout_ms = 60000;
+  double max_host_gib = 8;
+  int emulate = 0;
+  std::string gpu;
+  std::string launcher = "auto";
+
+  // Chooses one process or one rank (--launcher, the MPI/Slurm environment) and runs.
+  int run() const;
+  // Loads, validates and checks the plan against the options (`under_mpi`: as one rank).
+  TaskGraph load_and_check(bool under_mpi) const;
+  int run_cpu(TaskGraph plan, const RunRanks& ranks) const;
+  int run_cuda(TaskGraph plan, const RunRanks& ranks) const;
+  // The options every rank must share, with the plan: ranks compare a fingerprint of both.
+  std::string shared_options() const;
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms); }
+
+ private:
+  std::string header(const TaskGraph& plan, const std::string& backend_name,
+                     const std::string& transport_name) const;
+  void check_host_memory(const TaskGraph& plan) const;
+  ExecutorOptions executor_options(const RunRanks& ranks) const;
+  StepResult run_steps(Executor& executor, nlohmann::json& rows, const RunRanks& ranks,
+                       const std::function<void()>& before_step) const;
+  void write_trace(const TaskGraph& plan, const StepResult& last, const std::string& note) const;
+};
+
+// tools/run_ranks.cpp: this process as one rank of `environment`'s ranks; MPI_Init happens here.
+// Returns the exit status (every rank non-zero when the run failed; rank 0 printed why).
+int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environment);
+
+}  // namespace pipeplan

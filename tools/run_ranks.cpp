@@ -1,0 +1,131 @@
+// `pipeplan run` as one rank of a multi-process run (docs/runtime.md, "Multi-process runs"):
+// MPI_Init, then every rank loads and checks the plan and all agree before anything runs (the
+// plan's device count equals the world size; every rank's plan and options have rank 0's
+// fingerprint); then the same run as in one process, rank r driving plan device r, and rank 0
+// printing. Errors every rank shares (AgreedError) print once, on rank 0; an error only one rank
+// sees (a rank that did not answer in time) prints on that rank, naming it. Every rank then
+// ends MPI: cleanly (drain, MPI_Finalize, status 1 after a failure), or, when a rank is missing,
+// by MPI_Abort, which the launcher turns into the end of every rank.
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "planner/base/error.h"
+#include "runtime/faulty_transport.h"
+#include "tools/run_command.h"
+
+namespace pipeplan {
+
+namespace {
+
+// PIPEPLAN_TEST_FAULT=KIND:RANK, for the tests only (tests/tools/mpi_run_test.cpp): on rank RANK,
+// `corrupt-size` declares its first message 4 bytes larger than it is, `die` kills the process
+// (SIGKILL) at its first node of step 1, `hang` stops at that node (sleeps for a day).
+void install_test_fault(RunRanks& ranks) {
+  const char* spec = std::getenv("PIPEPLAN_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return;
+  const std::string text(spec);
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const int rank = colon == std::string::npos ? 0 : std::atoi(text.c_str() + colon + 1);
+  if (rank != ranks.group->rank()) return;
+  if (kind == "corrupt-size") {
+    ranks.wrap_transport = [](std::unique_ptr<Transport> inner) -> std::unique_ptr<Transport> {
+      FaultPlan faults;
+      faults.corrupt_size = 0;
+      return std::make_unique<FaultyTransport>(std::move(inner), faults);
+    };
+  } else if (kind == "die") {
+    ranks.before_node = [](int) { std::raise(SIGKILL); };
+  } else if (kind == "hang") {
+    ranks.before_node = [](int) { std::this_thread::sleep_for(std::chrono::hours(24)); };
+  } else {
+    throw Error("PIPEPLAN_TEST_FAULT: unknown fault '" + kind + "' (corrupt-size, die, hang)");
+  }
+}
+
+void print_error(const std::string& text) {
+  std::cerr << "pipeplan: error: " << text << "\n" << std::flush;
+}
+
+// Load and check on every rank, then agree: the same plan and options everywhere, one rank per
+// plan device, and as many ranks as the launcher said it started.
+TaskGraph set_up(const RunCommand& command, const LaunchEnvironment& environment,
+                 ProcessGroup& group) {
+  std::optional<TaskGraph> plan;
+  std::optional<std::string> error;
+  std::uint64_t hash = 0;
+  try {
+    plan = command.load_and_check(true);
+    const int devices = plan->meta.devices;
+    if (environment.ranks > 1 && environment.ranks != group.size()) {
+      throw Error("the launcher started " + std::to_string(environment.ranks) + " ranks (" +
+                  environment.variable + "), but MPI sees a world of " +
+                  std::to_string(group.size()) +
+                  " (is this pipeplan's MPI the launcher's? with Slurm: srun --mpi=pmix; "
+                  "--launcher none runs one process)");
+    }
+    if (devices != group.size()) {
+      throw Error("plan: " + std::to_string(devices) + " devices, but " +
+                  std::to_string(group.size()) + (group.size() == 1 ? " rank was" : " ranks were") +
+                  " started (one rank per plan device: mpirun -np " + std::to_string(devices) +
+                  ", srun -n " + std::to_string(devices) + ")");
+    }
+    hash = fingerprint(plan_to_json(*plan).dump() + "\n" + command.shared_options());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  group.agree(error, "loading the plan", command.timeout());
+  const std::vector<std::string> hashes =
+      group.all_gather(std::to_string(hash), "the plan's fingerprint", command.timeout());
+  std::vector<int> differ;
+  for (std::size_t r = 1; r < hashes.size(); ++r) {
+    if (hashes[r] != hashes[0]) differ.push_back(static_cast<int>(r));
+  }
+  if (!differ.empty()) {
+    throw AgreedError(rank_list(differ) + " loaded another plan or options than rank 0 (" +
+                      command.plan_path + " fingerprint " + hashes[0] + " on rank 0, " +
+                      hashes[static_cast<std::size_t>(differ.front())] + " on rank " +
+                      std::to_string(differ.front()) +
+                      "): every rank must read the same plan with the same --backend, --steps, "
+                      "--seed, --timeout-ms and --gpu");
+  }
+  return std::move(*plan);
+}
+
+}  // namespace
+
+int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environment) {
+  MpiSession& session = MpiSession::start();
+  RunRanks ranks;
+  ranks.session = &session;
+  ranks.group = session.group();
+  ProcessGroup& group = *ranks.group;
+  int status = 1;
+  try {
+    install_test_fault(ranks);
+    TaskGraph plan = set_up(command, environment, group);
+    status = command.backend == "cpu" ? command.run_cpu(std::move(plan), ranks)
+                                      : command.run_cuda(std::move(plan), ranks);
+  } catch (const AgreedError& e) {
+    if (group.rank() == 0) print_error(e.what());
+  } catch (const Error& e) {
+    print_error("rank " + std::to_string(group.rank()) + ": " + e.what());
+  } catch (const std::exception& e) {
+    std::cerr << "pipeplan: internal error: rank " << group.rank() << ": " << e.what() << "\n"
+              << std::flush;
+    status = 3;
+  }
+  std::fflush(stdout);
+  session.finish(command.timeout());  // MPI_Abort instead when a rank is missing
+  return status;
+}
+
+}  // namespace pipeplan
