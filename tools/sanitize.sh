@@ -20,5 +20,6 @@ fi
 cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# Tests labelled no-sanitizer cannot run in this build; each label says why where it is set.
+# A test that cannot run in this build gets the ctest label no-sanitizer, with the reason where
+# it is set; none has it. (Ranks under mpirun run without the leak check: tests/mpi_support.h.)
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900 -LE no-sanitizer
