@@ -5,10 +5,12 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <string>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -348,6 +350,32 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
   throw FieldError(std::string(field), std::string(what));
 }
 
+std::string number_text(double x) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", x);
+  return buffer;
+}
+
+// A model too large for its sizes to stay exact: the profile must hold what a file may hold
+// (planner/base/limits.h), so that stage sums and memory totals stay far from overflow.
+void check_cost_limits(const LayerCost& c, LayerKind kind, int mbs, int seq) {
+  const auto fail = [&](const std::string& what, double limit, std::string_view unit) {
+    fail_option("micro_batch_sizes",
+                limits::above_limit("at micro-batch size " + std::to_string(mbs) +
+                                        " and sequence " + std::to_string(seq) + ", one " +
+                                        std::string(to_string(kind)) + "'s " + what,
+                                    limit, unit));
+  };
+  for (const double us : {c.forward_us, c.p1_us, c.p2_us}) {
+    if (!(us <= limits::kMaxLayerTimeUs)) fail("pass time", limits::kMaxLayerTimeUs, "us");
+  }
+  for (const std::int64_t bytes : {c.stash_bytes, c.retained_bytes, c.param_bytes, c.grad_bytes,
+                                   c.optimizer_bytes, c.send_bytes}) {
+    if (bytes > limits::kMaxLayerBytes)
+      fail("memory", static_cast<double>(limits::kMaxLayerBytes), "bytes");
+  }
+}
+
 // Splits "a:b:c" and parses every part as a finite number; errors name `option`.
 std::vector<double> parse_numbers(std::string_view text, std::size_t expected,
                                   std::string_view field, std::string_view form) {
@@ -388,15 +416,30 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
   if (model.family == "uniform") {
     throw Error("analytic profile: model '" + model.name + "' is synthetic (family uniform)");
   }
+  check_model_limits(model);
   const int seq = options.seq == 0 ? model.seq : options.seq;
   if (seq < 1) fail_option("seq", "must be a positive integer");
+  limits::check_limit("seq", seq, limits::kMaxSeq);
   if (options.micro_batch_sizes.empty())
     fail_option("micro_batch_sizes", "needs at least one size");
+  limits::check_limit("micro_batch_sizes",
+                      static_cast<std::int64_t>(options.micro_batch_sizes.size()),
+                      limits::kMaxSizeCandidates);
   for (int mbs : options.micro_batch_sizes) {
     if (mbs < 1)
       fail_option("micro_batch_sizes", "micro-batch size " + std::to_string(mbs) + " must be >= 1");
+    limits::check_limit("micro_batch_sizes", mbs, limits::kMaxMicroBatchSize);
+    const std::int64_t tokens = std::int64_t{mbs} * seq;
+    if (tokens > limits::kMaxTokensPerMicrobatch) {
+      fail_option(
+          "micro_batch_sizes",
+          limits::above_limit("micro-batch size " + std::to_string(mbs) + " x sequence " +
+                                  std::to_string(seq) + " = " + std::to_string(tokens) + " tokens",
+                              static_cast<double>(limits::kMaxTokensPerMicrobatch)));
+    }
   }
   if (options.max_p2_concat < 1) fail_option("max_p2_concat", "must be >= 1");
+  limits::check_limit("max_p2_concat", options.max_p2_concat, limits::kMaxMicrobatches);
   if (gpu.peak_bf16_tflops <= 0 || gpu.hbm_bandwidth_GBps <= 0) {
     throw Error("analytic profile: GPU '" + gpu.name + "' needs a peak and an HBM bandwidth");
   }
@@ -413,8 +456,9 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
       gpu.nvlink_bandwidth_GBps > 0 ? gpu.nvlink_bandwidth_GBps : gpu.pcie_bandwidth_GBps;
   for (LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
     for (int mbs : options.micro_batch_sizes) {
-      p.layers[std::string(to_string(kind))][mbs] =
-          layer_cost(model, kind, shape_of(model, mbs, seq), options, gpu);
+      const LayerCost cost = layer_cost(model, kind, shape_of(model, mbs, seq), options, gpu);
+      check_cost_limits(cost, kind, mbs, seq);
+      p.layers[std::string(to_string(kind))][mbs] = cost;
     }
   }
   return p;
@@ -431,12 +475,23 @@ UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
   if (c.p1_ms <= 0) fail_option("uniform_times", "B must be positive");
   if (c.p2_ms < 0) fail_option("uniform_times", "W must not be negative");
   if (c.comm_ms < 0) fail_option("uniform_times", "COMM must not be negative");
+  // The limits of one layer's pass and of a link's latency, in ms.
+  constexpr double kMaxMs = limits::kMaxLayerTimeUs / 1000.0;
+  for (const double ms : {c.forward_ms, c.p1_ms, c.p2_ms, c.comm_ms}) {
+    if (ms > kMaxMs)
+      fail_option("uniform_times", limits::above_limit(number_text(ms) + " ms", kMaxMs, "ms"));
+  }
   if (memory.empty()) return c;  // no memory model: every pass allocates nothing
   const auto m = parse_numbers(memory, 3, "uniform_memory", "F:P1:P2 in GiB");
   c.mem_f_gib = m[0];
   c.mem_p1_gib = m[1];
   c.mem_p2_gib = m[2];
   if (c.mem_f_gib < 0) fail_option("uniform_memory", "F memory must not be negative");
+  constexpr double kMaxGib = static_cast<double>(limits::kMaxLayerBytes) / (1024.0 * 1024 * 1024);
+  for (const double gib : {c.mem_f_gib, -c.mem_p1_gib, -c.mem_p2_gib}) {
+    if (gib > kMaxGib)
+      fail_option("uniform_memory", limits::above_limit(number_text(gib) + " GiB", kMaxGib, "GiB"));
+  }
   if (c.mem_p1_gib > 0 || c.mem_p2_gib > 0) {
     fail_option("uniform_memory", "P1 and P2 release memory and must be <= 0");
   }

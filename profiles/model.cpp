@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -56,21 +58,23 @@ struct FieldReader {
     if (value == nullptr) fail(field, "is missing");
     return *value;
   }
-  int positive_int(std::string_view field) const { return positive_int(field, get(field)); }
-  int positive_int(std::string_view field, const json& value) const {
-    if (!value.is_number_integer() || value.get<std::int64_t>() < 1 ||
-        value.get<std::int64_t>() > 1'000'000'000) {
-      fail(field, "must be a positive integer");
-    }
-    return value.get<int>();
-  }
-  int nonnegative_int(std::string_view field) const {
+  // An integer in [lo, max]; above max names the limit (planner/base/limits.h).
+  int bounded_int(std::string_view field, std::int64_t lo, int max, std::string_view kind) const {
     const json& value = get(field);
-    if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
-        value.get<std::int64_t>() > 1'000'000'000) {
-      fail(field, "must be a non-negative integer");
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() && value.get<std::uint64_t>() > std::uint64_t{1} << 62)) {
+      fail(field, "must be " + std::string(kind));
     }
-    return value.get<int>();
+    const auto v = value.get<std::int64_t>();
+    if (v < lo) fail(field, "must be " + std::string(kind));
+    if (v > max) fail(field, limits::above_limit("(" + std::to_string(v) + ")", max));
+    return static_cast<int>(v);
+  }
+  int positive_int(std::string_view field, int max) const {
+    return bounded_int(field, 1, max, "a positive integer");
+  }
+  int nonnegative_int(std::string_view field, int max) const {
+    return bounded_int(field, 0, max, "a non-negative integer");
   }
   std::string string(std::string_view field) const {
     const json& value = get(field);
@@ -237,6 +241,26 @@ std::vector<LayerKind> ModelConfig::layer_list() const {
   return list;
 }
 
+void check_model_limits(const ModelConfig& m) {
+  const std::pair<const char*, std::pair<int, int>> sizes[] = {
+      {"layers", {m.layers, limits::kMaxLayers}},
+      {"hidden", {m.hidden, limits::kMaxHidden}},
+      {"ffn_hidden", {m.ffn_hidden, limits::kMaxHidden}},
+      {"heads", {m.heads, limits::kMaxHeads}},
+      {"kv_heads", {m.kv_heads, limits::kMaxHeads}},
+      {"vocab", {m.vocab, limits::kMaxVocab}},
+      {"seq", {m.seq, limits::kMaxSeq}},
+      {"learned_positions", {m.learned_positions, limits::kMaxSeq}}};
+  for (const auto& [name, value_and_limit] : sizes) {
+    const auto [value, limit] = value_and_limit;
+    if (value < 0) throw FieldError("model", std::string(name) + " must not be negative");
+    if (value > limit) {
+      throw FieldError("model", limits::above_limit(
+                                    std::string(name) + " (" + std::to_string(value) + ")", limit));
+    }
+  }
+}
+
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
   for (const auto& m : presets())
@@ -253,27 +277,35 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 ModelConfig load_hf_config(const std::filesystem::path& path) {
-  const json config = read_json_file(path);
   const std::string source = path.string();
+  const std::string parent = path.parent_path().filename().string();
+  return hf_config_from_json(
+      read_json_file(path), source,
+      parent.empty() || parent == "." || parent == ".." ? "hf:" + source : parent);
+}
+
+ModelConfig hf_config_from_json(const json& config, std::string_view source_view,
+                                std::string name) {
+  const std::string source(source_view);
   if (!config.is_object()) throw Error(source + ": expected a JSON object");
   const FieldReader r{config, source, ""};
   const std::string model_type = r.find("model_type") != nullptr ? r.string("model_type") : "";
 
   ModelConfig m;
-  const std::string parent = path.parent_path().filename().string();
-  m.name = parent.empty() || parent == "." || parent == ".." ? "hf:" + source : parent;
+  m.name = std::move(name);
 
   if (model_type == "gpt2" || (model_type.empty() && r.find("n_embd") != nullptr)) {
     // GPT-2 names (transformers GPT2Config).
     m.family = "gpt";
-    m.layers = r.positive_int("n_layer");
-    m.hidden = r.positive_int("n_embd");
-    m.heads = r.positive_int("n_head");
+    m.layers = r.positive_int("n_layer", limits::kMaxLayers);
+    m.hidden = r.positive_int("n_embd", limits::kMaxHidden);
+    m.heads = r.positive_int("n_head", limits::kMaxHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden = r.find("n_inner") != nullptr ? r.positive_int("n_inner") : 4 * m.hidden;
-    m.vocab = r.positive_int("vocab_size");
+    m.ffn_hidden =
+        r.find("n_inner") != nullptr ? r.positive_int("n_inner", limits::kMaxHidden) : 4 * m.hidden;
+    m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
     const char* seq_field = r.find("n_positions") != nullptr ? "n_positions" : "n_ctx";
-    m.seq = r.positive_int(seq_field);
+    m.seq = r.positive_int(seq_field, limits::kMaxSeq);
     m.learned_positions = m.seq;
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
@@ -281,27 +313,28 @@ ModelConfig load_hf_config(const std::filesystem::path& path) {
   } else if (model_type == "gpt_neox") {
     // GPT-NeoX names (Pythia): rotary positions, GeLU MLP, LayerNorm, untied output.
     m.family = "gpt";
-    m.layers = r.positive_int("num_hidden_layers");
-    m.hidden = r.positive_int("hidden_size");
-    m.heads = r.positive_int("num_attention_heads");
+    m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
+    m.hidden = r.positive_int("hidden_size", limits::kMaxHidden);
+    m.heads = r.positive_int("num_attention_heads", limits::kMaxHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden = r.positive_int("intermediate_size");
-    m.vocab = r.positive_int("vocab_size");
-    m.seq = r.positive_int("max_position_embeddings");
+    m.ffn_hidden = r.positive_int("intermediate_size", limits::kMaxHidden);
+    m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
+    m.seq = r.positive_int("max_position_embeddings", limits::kMaxSeq);
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   } else if (model_type.empty() || model_type == "llama" || model_type == "mistral") {
     // LLaMA names (transformers LlamaConfig / MistralConfig): SwiGLU, RMSNorm, rotary.
     m.family = "llama";
-    m.layers = r.positive_int("num_hidden_layers");
-    m.hidden = r.positive_int("hidden_size");
-    m.heads = r.positive_int("num_attention_heads");
-    m.kv_heads =
-        r.find("num_key_value_heads") != nullptr ? r.positive_int("num_key_value_heads") : m.heads;
-    m.ffn_hidden = r.positive_int("intermediate_size");
-    m.vocab = r.positive_int("vocab_size");
-    m.seq = r.positive_int("max_position_embeddings");
+    m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
+    m.hidden = r.positive_int("hidden_size", limits::kMaxHidden);
+    m.heads = r.positive_int("num_attention_heads", limits::kMaxHeads);
+    m.kv_heads = r.find("num_key_value_heads") != nullptr
+                     ? r.positive_int("num_key_value_heads", limits::kMaxHeads)
+                     : m.heads;
+    m.ffn_hidden = r.positive_int("intermediate_size", limits::kMaxHidden);
+    m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
+    m.seq = r.positive_int("max_position_embeddings", limits::kMaxSeq);
     m.mlp = MlpKind::swiglu;
     m.norm = NormKind::rmsnorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
@@ -350,17 +383,17 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   if (std::find(kFamilies.begin(), kFamilies.end(), m.family) == kFamilies.end()) {
     r.fail("family", "must be one of llama, gpt, bert, uniform");
   }
-  m.layers = r.positive_int("layers");
+  m.layers = r.positive_int("layers", limits::kMaxLayers);
   const bool synthetic = m.family == "uniform";
-  auto dim = [&](std::string_view field) {
-    return synthetic ? r.nonnegative_int(field) : r.positive_int(field);
+  auto dim = [&](std::string_view field, int max) {
+    return synthetic ? r.nonnegative_int(field, max) : r.positive_int(field, max);
   };
-  m.hidden = dim("hidden");
-  m.heads = dim("heads");
-  m.kv_heads = dim("kv_heads");
-  m.ffn_hidden = dim("ffn_hidden");
-  m.vocab = dim("vocab");
-  m.seq = dim("seq");
+  m.hidden = dim("hidden", limits::kMaxHidden);
+  m.heads = dim("heads", limits::kMaxHeads);
+  m.kv_heads = dim("kv_heads", limits::kMaxHeads);
+  m.ffn_hidden = dim("ffn_hidden", limits::kMaxHidden);
+  m.vocab = dim("vocab", limits::kMaxVocab);
+  m.seq = dim("seq", limits::kMaxSeq);
   const std::string mlp = r.string("mlp");
   if (mlp == "swiglu") {
     m.mlp = MlpKind::swiglu;
@@ -378,7 +411,7 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
     r.fail("norm", "must be 'rmsnorm' or 'layernorm'");
   }
   m.tied_embeddings = r.boolean("tied_embeddings");
-  m.learned_positions = r.nonnegative_int("learned_positions");
+  m.learned_positions = r.nonnegative_int("learned_positions", limits::kMaxSeq);
   check_shape(m, r);
   return m;
 }

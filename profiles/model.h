@@ -47,10 +47,18 @@ struct ModelConfig {
   std::vector<LayerKind> layer_list() const;
 };
 
+// Throws FieldError("model", ...) when a size is above planner/base/limits.h (layers, widths,
+// heads, vocabulary, sequence): what every loader refuses, for models built some other way.
+void check_model_limits(const ModelConfig& model);
+
 std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);  // throws Error naming the unknown model
-// Reads a Hugging Face config.json (LLaMA, GPT-2 and GPT-NeoX field names).
+// Reads a Hugging Face config.json (LLaMA, GPT-2 and GPT-NeoX field names), named after its
+// folder. Sizes above planner/base/limits.h are refused, naming the file and field.
 ModelConfig load_hf_config(const std::filesystem::path& path);
+// The same from parsed JSON; `source` names it in errors, `name` becomes the model's name.
+ModelConfig hf_config_from_json(const nlohmann::json& config, std::string_view source,
+                                std::string name);
 nlohmann::json model_to_json(const ModelConfig& model);
 ModelConfig model_from_json(const nlohmann::json& json, std::string_view source);  // throws Error
 // As above, naming fields with a JSON path prefix in errors, e.g. "p.json: field 'model.hidden'".

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <string>
@@ -10,6 +11,8 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
+#include "profiles/gpu.h"
 
 namespace pipeplan {
 
@@ -18,6 +21,12 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "pipeplan-profile";
+
+std::string number_text(double x) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", x);
+  return buffer;
+}
 
 // Reads one JSON object whose place in the document is `path` ("" for the root). Errors read
 // "<source>: field '<path>.<field>' must ...", so a user can find the value in the file.
@@ -64,26 +73,43 @@ class Reader {
     if (x == 0) fail(field, "must be positive");
     return x;
   }
+  // At most `max`; above it names the limit (planner/base/limits.h).
+  double at_most(std::string_view field, double x, double max, std::string_view unit = {}) const {
+    if (x > max) fail(field, limits::above_limit("(" + number_text(x) + ")", max, unit));
+    return x;
+  }
+  // A time of one layer's pass, µs: finite, >= 0 (> 0 when `positive`), at most 1000 s.
+  double time_us(std::string_view field, bool is_positive) const {
+    return at_most(field, is_positive ? positive(field) : nonnegative(field),
+                   limits::kMaxLayerTimeUs, "us");
+  }
   std::int64_t bytes(std::string_view field) const {
     const json& v = get(field);
     if (!v.is_number_integer()) fail(field, "must be an integer number of bytes");
     if (v.is_number_unsigned() &&
         v.get<std::uint64_t>() >
             static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      fail(field, "is too large");
+      fail(field, limits::above_limit("(" + std::to_string(v.get<std::uint64_t>()) + ")",
+                                      static_cast<double>(limits::kMaxLayerBytes), "bytes"));
     }
     const std::int64_t x = v.get<std::int64_t>();
     if (x < 0) fail(field, "must not be negative");
+    if (x > limits::kMaxLayerBytes) {
+      fail(field, limits::above_limit("(" + std::to_string(x) + ")",
+                                      static_cast<double>(limits::kMaxLayerBytes), "bytes"));
+    }
     return x;
   }
-  // A key that must be a positive decimal integer ("1", "16").
-  int positive_key(const std::string& key) const {
+  // A key that must be a decimal integer in 1..max ("1", "16").
+  int positive_key(const std::string& key, int max) const {
     int value = 0;
     const char* end = key.data() + key.size();
     auto [ptr, ec] = std::from_chars(key.data(), end, value);
     if (ec != std::errc() || ptr != end || value < 1 || key[0] == '0') {
+      if (ec == std::errc::result_out_of_range) fail(key, limits::above_limit("the key", max));
       fail(key, "has a key that is not a positive integer");
     }
+    if (value > max) fail(key, limits::above_limit("the key", max));
     return value;
   }
   const json& raw() const { return object_; }
@@ -97,14 +123,16 @@ class Reader {
 
 LayerCost cost_from_json(const Reader& r) {
   LayerCost c;
-  c.forward_us = r.positive("forward_us");
-  c.p1_us = r.positive("p1_us");
+  c.forward_us = r.time_us("forward_us", true);
+  c.p1_us = r.time_us("p1_us", true);
   // 0 is allowed: a parameter-free layer kind has no weight gradient.
-  c.p2_us = r.nonnegative("p2_us");
+  c.p2_us = r.time_us("p2_us", false);
   const Reader concat = r.object("p2_concat_us");
   for (const auto& [key, value] : concat.raw().items()) {
-    const int k = concat.positive_key(key);
-    c.p2_concat_us[k] = concat.nonnegative(key);
+    const int k = concat.positive_key(key, limits::kMaxMicrobatches);
+    // k micro-batches in one call: at most k times the limit of one pass.
+    c.p2_concat_us[k] =
+        concat.at_most(key, concat.nonnegative(key), limits::kMaxLayerTimeUs * k, "us");
   }
   c.stash_bytes = r.bytes("stash_bytes");
   c.retained_bytes = r.bytes("retained_bytes");
@@ -255,11 +283,19 @@ Profile profile_from_json(const json& j, std::string_view source) {
 
   p.model = model_from_json(root.get("model"), source, "model");
   p.gpu = root.string("gpu");
+  if (!p.gpu.empty()) {
+    try {
+      static_cast<void>(find_gpu(p.gpu));
+    } catch (const FieldError& e) {
+      root.fail("gpu", "names " + e.detail());
+    }
+  }
   const json& seq = root.get("seq");
   if (!seq.is_number_integer() || seq.get<std::int64_t>() < 1 ||
-      seq.get<std::int64_t>() > std::numeric_limits<int>::max()) {
+      (seq.is_number_unsigned() && seq.get<std::uint64_t>() > std::uint64_t{1} << 62)) {
     root.fail("seq", "must be a positive integer");
   }
+  root.at_most("seq", static_cast<double>(seq.get<std::int64_t>()), limits::kMaxSeq);
   p.seq = seq.get<int>();
   try {
     p.attention = attention_from_string(root.string("attention"));
@@ -267,7 +303,8 @@ Profile profile_from_json(const json& j, std::string_view source) {
     root.fail("attention", "must be 'materialized', 'recompute' or 'flash'");
   }
   const Reader p2p = root.object("p2p");
-  p.p2p.latency_us = p2p.nonnegative("latency_us");
+  p.p2p.latency_us =
+      p2p.at_most("latency_us", p2p.nonnegative("latency_us"), limits::kMaxLinkLatencyUs, "us");
   p.p2p.bandwidth_GBps = p2p.nonnegative("bandwidth_GBps");
 
   const Reader layers = root.object("layers");
@@ -281,7 +318,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
     const Reader by_mbs = layers.object(kind);
     if (by_mbs.raw().empty()) layers.fail(kind, "has no micro-batch sizes");
     for (const auto& [key, value] : by_mbs.raw().items()) {
-      const int mbs = by_mbs.positive_key(key);
+      const int mbs = by_mbs.positive_key(key, limits::kMaxMicroBatchSize);
       p.layers[kind][mbs] = cost_from_json(by_mbs.object(key));
     }
   }

@@ -3,12 +3,24 @@
 #include <string>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
 Profile tensor_parallel_profile(Profile profile, int t) {
   if (t < 1) throw FieldError("tensor_parallel", "must be at least 1, got " + std::to_string(t));
+  limits::check_limit("tensor_parallel", t, limits::kMaxTensorParallel);
   if (t == 1) return profile;
+  // Megatron splits attention heads (and key/value groups) across the T GPUs of a stage.
+  const ModelConfig& m = profile.model;
+  if (m.family != "uniform" && (m.heads % t != 0 || m.kv_heads % t != 0)) {
+    throw FieldError(
+        "tensor_parallel",
+        std::to_string(t) + " does not divide the " + std::to_string(m.heads) + " attention heads" +
+            (m.kv_heads != m.heads ? " and " + std::to_string(m.kv_heads) + " key/value heads"
+                                   : std::string()) +
+            " of " + m.name);
+  }
   const double td = static_cast<double>(t);
   for (auto& [kind, by_mbs] : profile.layers) {
     for (auto& [mbs, c] : by_mbs) {

@@ -12,7 +12,8 @@
 
 namespace pipeplan {
 
-// Throws Error naming --tensor-parallel when t < 1.
+// Throws FieldError naming tensor_parallel when t < 1, above its limit, or not a divisor of the
+// model's attention heads and key/value heads (Megatron splits heads across the T GPUs).
 Profile tensor_parallel_profile(Profile profile, int t);
 
 }  // namespace pipeplan

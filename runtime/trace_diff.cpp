@@ -6,6 +6,7 @@
 #include <map>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -28,16 +29,65 @@ double pct(double measured, double predicted) {
   return 100.0 * (measured - predicted) / predicted;
 }
 
-void check_slice(const TaskGraph& plan, int id, const json& slice, std::string_view source) {
+// A member of a trace event of the expected type, or nullptr (events are read field by field
+// with type checks: a trace from elsewhere must give a one-line error, never an exception from
+// the JSON library).
+const json* member(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string string_member(const json& object, std::string_view key) {
+  const json* v = member(object, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+[[noreturn]] void bad_slice(std::string_view source, std::size_t index, const json& event,
+                            const std::string& why) {
+  std::string name = string_member(event, "name");
+  if (name.size() > 60) name = name.substr(0, 60) + "...";
+  throw Error(std::string(source) + ": traceEvents[" + std::to_string(index) + "]" +
+              (name.empty() ? "" : " ('" + name + "')") + ": " + why);
+}
+
+// A finite time in µs from the slice, within limits::kMaxNodeTimeUs in magnitude.
+double slice_time(std::string_view source, std::size_t index, const json& event,
+                  std::string_view key, bool nonnegative) {
+  const json* v = member(event, key);
+  if (v == nullptr || !v->is_number()) {
+    bad_slice(source, index, event, "field '" + std::string(key) + "' must be a number");
+  }
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || std::abs(x) > limits::kMaxNodeTimeUs || (nonnegative && x < 0)) {
+    bad_slice(source, index, event,
+              "field '" + std::string(key) + "' must be a finite number of us from " +
+                  (nonnegative ? "0" : "-1e18") + " to 1e18");
+  }
+  return x;
+}
+
+bool same_microbatches(const json* list, const MicroBatches& expected) {
+  if (list == nullptr || !list->is_array() || list->size() != expected.size()) return false;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const json& mb = (*list)[i];
+    if (!mb.is_number_integer() || mb.get<std::int64_t>() != expected[i]) return false;
+  }
+  return true;
+}
+
+void check_slice(const TaskGraph& plan, int id, const json& event, std::string_view source,
+                 std::size_t index) {
   const Node& node = plan.node(id);
-  const json& args = slice.at("args");
-  const bool same = slice.value("cat", "") == category_of(node) &&
-                    args.value("stage", -1) == node.stage &&
-                    args.value("microbatches", std::vector<int>{}) == node.microbatches;
+  const json& args = *member(event, "args");
+  const json* stage = member(args, "stage");
+  const bool same = string_member(event, "cat") == category_of(node) && stage != nullptr &&
+                    stage->is_number_integer() && stage->get<std::int64_t>() == node.stage &&
+                    same_microbatches(member(args, "microbatches"), node.microbatches);
   if (!same) {
-    throw Error(std::string(source) + ": slice '" + slice.value("name", "") + "' of node " +
-                std::to_string(id) + " does not match the plan's " + plan.node_name(id) +
-                " (a trace of another plan?)");
+    bad_slice(source, index, event,
+              "node " + std::to_string(id) + " does not match the plan's " + plan.node_name(id) +
+                  " (a trace of another plan?)");
   }
 }
 
@@ -49,21 +99,36 @@ double OpDiff::error_pct() const {
 
 std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& trace,
                                             std::string_view source) {
-  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+  const json* events = member(trace, "traceEvents");
+  if (events == nullptr || !events->is_array()) {
     throw Error(std::string(source) + ": field 'traceEvents' missing (not a pipeplan trace)");
   }
   std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
   std::vector<char> seen(times.size(), 0);
-  for (const json& event : trace["traceEvents"]) {
-    if (event.value("ph", "") != "X" || !event.contains("args")) continue;
-    const int id = event["args"].value("node", -1);
-    if (id < 0 || id >= plan.node_count()) {
-      throw Error(std::string(source) + ": slice '" + event.value("name", "") + "' names node " +
-                  std::to_string(id) + ", the plan has " + std::to_string(plan.node_count()));
+  for (std::size_t index = 0; index < events->size(); ++index) {
+    const json& event = (*events)[index];
+    // Slices only: metadata, counters and flow events carry no node time.
+    if (string_member(event, "ph") != "X") continue;
+    const json* args = member(event, "args");
+    if (args == nullptr || !args->is_object()) continue;
+    const json* node = member(*args, "node");
+    if (node == nullptr || !node->is_number_integer() || node->get<std::int64_t>() < 0 ||
+        (node->is_number_unsigned() && node->get<std::uint64_t>() > (std::uint64_t{1} << 62)) ||
+        node->get<std::int64_t>() >= plan.node_count()) {
+      bad_slice(
+          source, index, event,
+          "field 'args.node' " +
+              (node == nullptr ? std::string("is missing") : "= " + node->dump().substr(0, 40)) +
+              ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
     }
-    check_slice(plan, id, event, source);
-    const double start = event.value("ts", 0.0);
-    times[static_cast<std::size_t>(id)] = {start, start + event.value("dur", 0.0)};
+    const int id = static_cast<int>(node->get<std::int64_t>());
+    check_slice(plan, id, event, source, index);
+    if (seen[static_cast<std::size_t>(id)]) {
+      bad_slice(source, index, event, "a second slice for " + plan.node_name(id));
+    }
+    const double start = slice_time(source, index, event, "ts", false);
+    times[static_cast<std::size_t>(id)] = {start,
+                                           start + slice_time(source, index, event, "dur", true)};
     seen[static_cast<std::size_t>(id)] = 1;
   }
   for (int id = 0; id < plan.node_count(); ++id) {

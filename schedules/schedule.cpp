@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -225,8 +226,19 @@ void parse_header(std::string_view line, Schedule& schedule) {
     bad_line(1, fields["backward"], "backward: expected fused, 2bp or 2bp-fill, got");
   }
   schedule.devices = parse_int(fields["devices"], 1, "devices");
+  if (schedule.devices > limits::kMaxDevices)
+    bad_line(1, fields["devices"], limits::above_limit("devices", limits::kMaxDevices) + ":");
   schedule.microbatches = parse_int(fields["microbatches"], 1, "microbatches");
+  if (schedule.microbatches > limits::kMaxMicrobatches) {
+    bad_line(1, fields["microbatches"],
+             limits::above_limit("microbatches", limits::kMaxMicrobatches) + ":");
+  }
+  // At most kMaxStages entries of up to 10 characters each: refused before they are split.
+  if (fields["stages"].size() > static_cast<std::size_t>(limits::kMaxStages) * 11)
+    bad_line(1, "stages=...", limits::above_limit("stages", limits::kMaxStages) + ":");
   schedule.stage_device = parse_int_list(fields["stages"], 1, "stages");
+  if (schedule.stage_count() > limits::kMaxStages)
+    bad_line(1, "stages=...", limits::above_limit("stages", limits::kMaxStages) + ":");
 }
 
 std::vector<Action> parse_device_line(std::string_view line, int line_number, int device) {
@@ -311,6 +323,24 @@ void check_shape(const Schedule& schedule) {
   if (schedule.microbatches < 1)
     throw Error("schedule check: microbatches must be >= 1, got " +
                 std::to_string(schedule.microbatches));
+  // The check below keeps a state per (stage, micro-batch): bounded before it is allocated.
+  if (schedule.devices > limits::kMaxDevices)
+    throw Error(
+        "schedule check: " +
+        limits::above_limit("devices " + std::to_string(schedule.devices), limits::kMaxDevices));
+  if (schedule.microbatches > limits::kMaxMicrobatches)
+    throw Error("schedule check: " +
+                limits::above_limit("microbatches " + std::to_string(schedule.microbatches),
+                                    limits::kMaxMicrobatches));
+  if (schedule.stage_count() > limits::kMaxStages)
+    throw Error("schedule check: " +
+                limits::above_limit(std::to_string(schedule.stage_count()) + " stages",
+                                    limits::kMaxStages));
+  const std::int64_t pairs = std::int64_t{schedule.stage_count()} * schedule.microbatches;
+  if (pairs > limits::kMaxStageMicrobatches)
+    throw Error("schedule check: " +
+                limits::above_limit(std::to_string(pairs) + " stage micro-batches",
+                                    static_cast<double>(limits::kMaxStageMicrobatches)));
   if (static_cast<int>(schedule.per_device.size()) != schedule.devices)
     throw Error("schedule check: " + std::to_string(schedule.per_device.size()) +
                 " device lists for devices=" + std::to_string(schedule.devices));

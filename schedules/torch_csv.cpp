@@ -1,15 +1,18 @@
 #include "schedules/torch_csv.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
+#include "schedules/deadlock.h"
+#include "schedules/torch_csv_cells.h"
 
 namespace pipeplan {
 
@@ -36,96 +39,12 @@ std::string schedule_to_torch_csv(const Schedule& schedule) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parsing and PyTorch's rules.
+// PyTorch's rules, on the cells as written.
 
 namespace {
 
-struct Cell {
-  int row = 0, column = 0;  // 1-based, for messages
-  std::string text;
-  char type = 'F';  // F, I, W, B
-  int stage = 0, microbatch = 0;
-};
-
-[[noreturn]] void bad_cell(std::string_view source, int row, int column, std::string_view text,
-                           std::string_view why) {
-  throw Error(std::string(source) + " row " + std::to_string(row) + " cell " +
-              std::to_string(column) + " ('" + std::string(text) + "'): " + std::string(why));
-}
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
-    text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
-    text.remove_suffix(1);
-  return text;
-}
-
-std::optional<int> take_number(std::string_view& rest) {
-  std::size_t digits = 0;
-  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9')
-    ++digits;
-  if (digits == 0 || digits > 9) return std::nullopt;
-  int value = 0;
-  std::from_chars(rest.data(), rest.data() + digits, value);
-  rest.remove_prefix(digits);
-  return value;
-}
-
-bool is_comm(std::string_view type) {
-  return type == "SEND_F" || type == "RECV_F" || type == "SEND_B" || type == "RECV_B";
-}
-
-// Parses one non-empty cell; nullopt for a communication action (skipped).
-std::optional<Cell> parse_cell(std::string_view text, std::string_view source, int row,
-                               int column) {
-  std::string_view rest = text;
-  const std::optional<int> stage = take_number(rest);
-  if (!stage) bad_cell(source, row, column, text, "expected a stage number first");
-  std::size_t letters = 0;
-  while (letters < rest.size() && (rest[letters] < '0' || rest[letters] > '9'))
-    ++letters;
-  const std::string_view type = rest.substr(0, letters);
-  rest.remove_prefix(letters);
-  const std::optional<int> microbatch = take_number(rest);
-  if (!microbatch || !rest.empty())
-    bad_cell(source, row, column, text, "expected <stage><type><microbatch>, e.g. 0F3");
-  if (is_comm(type)) return std::nullopt;
-  if (type.size() != 1 || std::string_view("FIWB").find(type[0]) == std::string_view::npos)
-    bad_cell(source, row, column, text,
-             "unknown action type '" + std::string(type) + "' (expected F, I, W or B)");
-  return Cell{row, column, std::string(text), type[0], *stage, *microbatch};
-}
-
-std::vector<std::vector<Cell>> parse_rows(std::string_view text, std::string_view source) {
-  std::vector<std::vector<Cell>> rows;
-  std::size_t last_nonblank = 0;  // rows up to this one are kept; trailing blank lines are not
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (!trim(line).empty()) last_nonblank = rows.size() + 1;
-    std::vector<Cell> cells;
-    std::size_t cell_start = 0;
-    for (int column = 1;; ++column) {
-      std::size_t comma = line.find(',', cell_start);
-      if (comma == std::string_view::npos) comma = line.size();
-      const std::string_view cell = trim(line.substr(cell_start, comma - cell_start));
-      if (!cell.empty()) {
-        if (auto parsed = parse_cell(cell, source, static_cast<int>(rows.size()) + 1, column))
-          cells.push_back(std::move(*parsed));
-      }
-      if (comma == line.size()) break;
-      cell_start = comma + 1;
-    }
-    rows.push_back(std::move(cells));
-  }
-  rows.resize(last_nonblank);
-  if (rows.empty()) throw Error(std::string(source) + ": no rows (expected one row per rank)");
-  return rows;
-}
+using torch_csv::bad_cell;
+using torch_csv::Cell;
 
 struct Seen {
   bool f = false, i = false, w = false, b = false;
@@ -135,7 +54,7 @@ struct Seen {
 void check_order(const Cell& c, Seen& seen, std::string_view source) {
   const std::string which =
       " of stage " + std::to_string(c.stage) + " micro-batch " + std::to_string(c.microbatch);
-  auto fail = [&](const std::string& why) { bad_cell(source, c.row, c.column, c.text, why); };
+  auto fail = [&](const std::string& why) { bad_cell(source, c, why); };
   switch (c.type) {
     case 'F':
       if (seen.f) fail("second F" + which);
@@ -157,20 +76,20 @@ void check_order(const Cell& c, Seen& seen, std::string_view source) {
 }
 
 struct Parsed {
-  std::vector<std::vector<Cell>> rows;
+  torch_csv::Rows rows;
   std::map<int, int> stage_rank;  // stage -> 0-based rank
   int stages = 0, microbatches = 0;
 };
 
 Parsed parse_and_check(std::string_view text, std::string_view source) {
-  Parsed p{parse_rows(text, source), {}, 0, 0};
+  Parsed p{torch_csv::read_rows(text, source), {}, 0, 0};
   std::map<std::pair<int, int>, Seen> seen;
   std::map<int, const Cell*> first_cell;  // per stage, to name it in count errors
-  for (std::size_t r = 0; r < p.rows.size(); ++r) {
-    for (const Cell& c : p.rows[r]) {
+  for (std::size_t r = 0; r < p.rows.rows.size(); ++r) {
+    for (const Cell& c : p.rows.rows[r]) {
       const auto [it, fresh] = p.stage_rank.emplace(c.stage, static_cast<int>(r));
       if (!fresh && it->second != static_cast<int>(r))
-        bad_cell(source, c.row, c.column, c.text,
+        bad_cell(source, c,
                  "stage " + std::to_string(c.stage) + " already runs on rank " +
                      std::to_string(it->second) + " (row " + std::to_string(it->second + 1) + ")");
       first_cell.emplace(c.stage, &c);
@@ -185,10 +104,19 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
       throw Error(std::string(source) + ": stage " + std::to_string(s) +
                   " has no actions (stages 0.." + std::to_string(p.stages - 1) + " appear)");
   }
+  // Every (stage, micro-batch) below must appear: bounded before the loop walks them.
+  const std::int64_t pairs = std::int64_t{p.stages} * p.microbatches;
+  if (pairs > limits::kMaxStageMicrobatches) {
+    throw Error(std::string(source) + ": " +
+                limits::above_limit(std::to_string(p.stages) + " stages x " +
+                                        std::to_string(p.microbatches) + " micro-batches",
+                                    static_cast<double>(limits::kMaxStageMicrobatches)));
+  }
   // Counts: every stage runs every micro-batch forward and backward, and W after every I.
   for (int s = 0; s < p.stages; ++s) {
     for (int mb = 0; mb < p.microbatches; ++mb) {
-      const Seen& st = seen[{s, mb}];
+      const auto it = seen.find({s, mb});
+      const Seen st = it == seen.end() ? Seen{} : it->second;
       std::string missing;
       if (!st.f)
         missing = "F";
@@ -197,13 +125,44 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
       else if (st.i && !st.w)
         missing = "W";
       if (missing.empty()) continue;
-      const Cell& at = *first_cell[s];
-      bad_cell(source, at.row, at.column, at.text,
+      bad_cell(source, *first_cell[s],
                "stage " + std::to_string(s) + " has no " + missing + " for micro-batch " +
                    std::to_string(mb) + " of 0.." + std::to_string(p.microbatches - 1));
     }
   }
   return p;
+}
+
+// From the cell that closes the cycle around it: "closes a dependency cycle (a deadlock): it
+// waits for row 1 cell 5 ('0F1'), which runs after row 1 cell 4 ('0B0'), which waits for row 2
+// cell 5 ('1B0'), which runs after this cell".
+[[noreturn]] void report_deadlock(const Deadlock& deadlock, std::string_view source,
+                                  const std::vector<std::vector<const Cell*>>& cell_of) {
+  const auto cell = [&](int device, int position) {
+    return cell_of[static_cast<std::size_t>(device)][static_cast<std::size_t>(position)];
+  };
+  const std::vector<DeadlockStep>& steps = deadlock.steps;
+  const std::size_t k = steps.size();
+  constexpr std::size_t kShown = 6;  // hops spelled out; a longer cycle ends in "..."
+  std::string why = "closes a dependency cycle (a deadlock): it";
+  for (std::size_t hop = 0; hop < k; ++hop) {
+    const DeadlockStep& step = steps[(k - 1 + hop) % k];  // the closing step first
+    const DeadlockStep& next = steps[hop % k];            // the device producing its input
+    why += std::string(hop == 0 ? "" : ", which") + " waits for " +
+           cell(next.device, step.producer_position)->where();
+    if (hop + 1 == k) {
+      why += step.producer_position == next.position ? ", which is this cell"
+                                                     : ", which runs after this cell";
+      break;
+    }
+    if (hop + 1 == kShown) {
+      why += ", ...";
+      break;
+    }
+    if (step.producer_position != next.position)
+      why += ", which runs after " + cell(next.device, next.position)->where();
+  }
+  bad_cell(source, *cell(steps.back().device, steps.back().position), why);
 }
 
 }  // namespace
@@ -213,19 +172,21 @@ void check_torch_csv(std::string_view text, std::string_view source) {
 }
 
 Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
-                                 const TorchCsvImport& options) {
+                                 const TorchCsvImport& options, TorchCsvReport* report) {
   const Parsed p = parse_and_check(text, source);
   Schedule schedule;
   schedule.family = "torch-csv";
-  schedule.devices = static_cast<int>(p.rows.size());
+  schedule.devices = static_cast<int>(p.rows.rows.size());
   schedule.microbatches = p.microbatches;
   for (int s = 0; s < p.stages; ++s)
     schedule.stage_device.push_back(p.stage_rank.at(s));
   bool split = false;
-  schedule.per_device.resize(p.rows.size());
-  for (std::size_t r = 0; r < p.rows.size(); ++r) {
+  schedule.per_device.resize(p.rows.rows.size());
+  // The cell of every action, for the deadlock message (a joined W: its first cell).
+  std::vector<std::vector<const Cell*>> cell_of(p.rows.rows.size());
+  for (std::size_t r = 0; r < p.rows.rows.size(); ++r) {
     std::vector<Action>& actions = schedule.per_device[r];
-    for (const Cell& c : p.rows[r]) {
+    for (const Cell& c : p.rows.rows[r]) {
       const OpType op = c.type == 'F'   ? OpType::F
                         : c.type == 'B' ? OpType::B
                         : c.type == 'I' ? OpType::P1
@@ -237,6 +198,7 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
         continue;
       }
       actions.push_back({op, c.stage, {c.microbatch}});
+      cell_of[r].push_back(&c);
     }
   }
   schedule.backward = split ? BackwardMode::twobp : BackwardMode::fused;
@@ -245,15 +207,107 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
   } catch (const Error& e) {
     throw Error(std::string(source) + ": " + e.what());
   }
+  if (const auto deadlock = find_deadlock(schedule)) report_deadlock(*deadlock, source, cell_of);
+  if (report != nullptr) {
+    report->skipped = p.rows.skipped.counts;
+    report->skipped_total = p.rows.skipped.total;
+    report->actions = 0;
+    for (const auto& row : p.rows.rows)
+      report->actions += static_cast<int>(row.size());
+  }
   return schedule;
 }
 
-Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options) {
-  return schedule_from_torch_csv(read_text_file(path), path.string(), options);
+std::string TorchCsvReport::skipped_text() const {
+  std::string out;
+  for (const auto& [type, count] : skipped)
+    out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + type;
+  return out;
+}
+
+Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options,
+                        TorchCsvReport* report) {
+  return schedule_from_torch_csv(read_text_file(path), path.string(), options, report);
 }
 
 void save_torch_csv(const Schedule& schedule, const std::filesystem::path& path) {
   write_file_atomic(path, schedule_to_torch_csv(schedule));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stage-to-layers side file.
+
+namespace {
+
+constexpr std::string_view kLayersFormat = "pipeplan-torch-csv-layers";
+constexpr int kLayersVersion = 1;
+
+}  // namespace
+
+std::filesystem::path torch_csv_layers_path(const std::filesystem::path& csv) {
+  std::filesystem::path side = csv;
+  side += ".layers.json";
+  return side;
+}
+
+TorchCsvLayers torch_csv_layers(const ModelConfig& model,
+                                const std::vector<StageLayers>& stage_layers) {
+  const std::vector<LayerKind> kinds = model.layer_list();
+  TorchCsvLayers out{model.name, {}, stage_layers};
+  for (const StageLayers& s : stage_layers) {
+    int blocks = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l) {
+      if (l >= 0 && l < static_cast<int>(kinds.size()) &&
+          kinds[static_cast<std::size_t>(l)] == LayerKind::block)
+        ++blocks;
+    }
+    out.blocks_per_stage.push_back(blocks);
+  }
+  return out;
+}
+
+nlohmann::json torch_csv_layers_to_json(const TorchCsvLayers& layers) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageLayers& s : layers.stage_layers)
+    stages.push_back({s.first_layer, s.layer_count});
+  return {{"format", kLayersFormat},
+          {"version", kLayersVersion},
+          {"model", layers.model},
+          {"blocks_per_stage", layers.blocks_per_stage},
+          {"stage_layers", stages}};
+}
+
+TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::string_view source) {
+  require_format(json, kLayersFormat, kLayersVersion, source);
+  TorchCsvLayers out;
+  out.model = require_string(json, "model", source);
+  const auto& blocks = require_field(json, "blocks_per_stage", source);
+  if (!blocks.is_array() || blocks.empty() ||
+      blocks.size() > static_cast<std::size_t>(limits::kMaxStages)) {
+    throw Error(std::string(source) + ": field 'blocks_per_stage' must be an array of 1 to " +
+                std::to_string(limits::kMaxStages) + " block counts");
+  }
+  for (const auto& b : blocks) {
+    if (!b.is_number_integer() || b.get<std::int64_t>() < 1 ||
+        b.get<std::int64_t>() > limits::kMaxLayers) {
+      throw Error(std::string(source) +
+                  ": field 'blocks_per_stage' must hold block counts from 1 to " +
+                  std::to_string(limits::kMaxLayers));
+    }
+    out.blocks_per_stage.push_back(b.get<int>());
+  }
+  return out;
+}
+
+void save_torch_csv_layers(const TorchCsvLayers& layers, const std::filesystem::path& csv) {
+  write_file_atomic(torch_csv_layers_path(csv), torch_csv_layers_to_json(layers).dump(2) + "\n");
+}
+
+std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv) {
+  const std::filesystem::path side = torch_csv_layers_path(csv);
+  std::error_code ec;
+  if (!std::filesystem::exists(side, ec)) return std::nullopt;
+  return torch_csv_layers_from_json(read_json_file(side), side.string());
 }
 
 }  // namespace pipeplan

@@ -1,13 +1,23 @@
-// torch.distributed.pipelining's per-rank schedule CSV (`_dump_csv` / `_load_csv`), compute-only
-// form: one row per rank, one cell per action `<stage><type><microbatch>` with type F (forward),
-// I (backward input = p1), W (backward weight = p2) or B (full backward = fused). Stage ids are
-// virtual stage ids. A concatenated P2 leaves as one W cell per micro-batch. See docs/torch-csv.md.
+// torch.distributed.pipelining's per-rank schedule CSV (`_dump_csv` / `_load_csv`): one row per
+// rank, one cell per action `<stage><type><microbatch>` with type F (forward), I (backward input
+// = p1), W (backward weight = p2) or B (full backward = fused). Stage ids are virtual stage ids.
+// Import also takes what PyTorch writes by default (`compute_comms`): communication, FSDP and
+// wait cells are skipped and counted, and DualPipeV's `(0F7;7B3)OVERLAP_F_B` cells become their
+// sub-actions in order. A concatenated P2 leaves as one W cell per micro-batch. See
+// docs/torch-csv.md for every form.
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "profiles/model.h"
+#include "profiles/partition.h"
 #include "schedules/schedule.h"
 
 namespace pipeplan {
@@ -23,17 +33,48 @@ struct TorchCsvImport {
 // The rules PyTorch's validator enforces, checked on the cells as written: a known action type,
 // every stage on one rank only, per (stage, micro-batch) F before I/B and I before W, each action
 // at most once, and for every stage one F, one I or B, and (after I) one W per micro-batch.
-// Empty cells (PyTorch's idle None) are skipped; SEND_F, RECV_F, SEND_B, RECV_B cells are
-// skipped too, because pipeplan derives communication when it lowers the schedule. Throws Error
-// "<source> row R cell C ('text'): rule" (rows and cells 1-based).
+// Empty cells (PyTorch's idle None) are skipped; so are the cells with no task-graph node of
+// their own (SEND_F, RECV_F, SEND_B, RECV_B, WAIT_*, UNSHARD, RESHARD, REDUCE_GRAD): pipeplan
+// derives communication when it lowers the schedule. Throws Error "<source> row R cell C
+// ('text'): rule" (rows and cells 1-based; "part N" for a sub-action of an OVERLAP_F_B cell).
 void check_torch_csv(std::string_view text, std::string_view source);
 
-// check_torch_csv, then a Schedule with family "torch-csv", backward 2bp when any I or W appears
-// (else fused), stage s on the rank whose row holds it, micro-batches = largest id + 1.
-Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
-                                 const TorchCsvImport& options = {});
+// What an import read: compute actions, and the skipped cells by type.
+struct TorchCsvReport {
+  int actions = 0;
+  std::map<std::string, int> skipped;  // "SEND_F" -> 6, ...
+  int skipped_total = 0;
+  std::string skipped_text() const;  // "6 RECV_B, 6 SEND_F, 2 UNSHARD" (empty when none)
+};
 
-Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options = {});
+// check_torch_csv, then a Schedule with family "torch-csv", backward 2bp when any I or W appears
+// (else fused), stage s on the rank whose row holds it, micro-batches = largest id + 1. Per-rank
+// orders that cannot all run (a dependency cycle, schedules/deadlock.h) throw Error naming the
+// row and cell that close the cycle and the cells on it. `report`, when given, is filled.
+Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
+                                 const TorchCsvImport& options = {},
+                                 TorchCsvReport* report = nullptr);
+
+Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options = {},
+                        TorchCsvReport* report = nullptr);
 void save_torch_csv(const Schedule& schedule, const std::filesystem::path& path);
+
+// The stage-to-layers split, which PyTorch's CSV has no place for: `export -o sched.csv` writes
+// it beside the CSV as sched.csv.layers.json (format pipeplan-torch-csv-layers, version 1;
+// docs/torch-csv.md) and `import sched.csv` reads it back.
+struct TorchCsvLayers {
+  std::string model;                      // the plan's model name; import uses the split for it
+  std::vector<int> blocks_per_stage;      // transformer blocks per virtual stage
+  std::vector<StageLayers> stage_layers;  // [first_layer, layer_count] per stage (for people)
+};
+std::filesystem::path torch_csv_layers_path(const std::filesystem::path& csv);
+TorchCsvLayers torch_csv_layers(const ModelConfig& model,
+                                const std::vector<StageLayers>& stage_layers);
+nlohmann::json torch_csv_layers_to_json(const TorchCsvLayers& layers);
+// Throws Error naming `source` and the field.
+TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::string_view source);
+void save_torch_csv_layers(const TorchCsvLayers& layers, const std::filesystem::path& csv);
+// The side file of `csv`, if there is one.
+std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv);
 
 }  // namespace pipeplan

@@ -1,10 +1,13 @@
 #include "tools/cli.h"
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "planner/base/error.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/fields.h"
 
@@ -24,6 +27,36 @@ class FlagNames {
   FieldNamer previous_;
 };
 
+bool has_command(CLI::App& app, const std::string& name) {
+  return !app.get_subcommands([&](CLI::App* sub) { return sub->check_name(name); }).empty();
+}
+
+std::string command_names(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
+}
+
+// CLI11's message in one line. An unknown argument is what a user most needs to hear about,
+// even when CLI11 reports a missing required option first.
+std::string usage_error(CLI::App& app, const CLI::ParseError& e) {
+  std::string message = e.what();
+  if (e.get_name() != "ExtrasError") {
+    const std::vector<std::string> extras = app.remaining(true);
+    if (!extras.empty()) {
+      message = "unexpected argument" + std::string(extras.size() > 1 ? "s" : "") + ":";
+      for (const std::string& extra : extras)
+        message += " " + extra;
+    }
+  }
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  // A bad value names its option and says what is wrong; other usage errors point to --help.
+  return e.get_name() == "ValidationError" ? message : message + " (see --help)";
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -38,10 +71,18 @@ int run_cli(int argc, char** argv) {
       add_import_command(app),  add_run_command(app),     add_diff_command(app),
       add_bpipe_command(app),
   };
+  refuse_empty_values(app);
   try {
+    if (argc > 1 && argv[1][0] != '-' && !has_command(app, argv[1])) {
+      throw CLI::ExtrasError(
+          "unknown command '" + std::string(argv[1]) + "' (commands: " + command_names(app) + ")",
+          CLI::ExitCodes::ExtrasError);
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "pipeplan: error: " << usage_error(app, e) << "\n";
+    return e.get_exit_code();
   }
   try {
     for (const Command& command : commands) {

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/search/bpipe_estimate.h"
 #include "profiles/gpu.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
 #include "tools/units.h"
@@ -35,7 +37,7 @@ struct BpipeCommand {
     PlanOptions o = options;
     o.tensor_parallel = t;
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
-    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list));
+    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list, "--mbs-list"));
     e.tensor_parallel = t;
     e.memory_note = memory_budget_text(o, find_gpu(o.gpu).hbm_bytes);
     return e;
@@ -96,7 +98,8 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--profile", o.profile, "profile JSON with several micro-batch sizes");
   sub->add_option("--stages", o.stages, "pipeline devices P")->required();
   sub->add_option("--global-batch", cmd->global_batch, "samples per step")->required();
-  sub->add_option("--seq", o.seq, "sequence length (default: the model's)");
+  sub->add_option("--seq", o.seq, "sequence length (default: the model's)")
+      ->check(int_range(1, limits::kMaxSeq));
   sub->add_option("--memory", o.memory, "memory per GPU, e.g. 80GiB (default: HBM)");
   sub->add_option("--reserve", o.reserve,
                   "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "

@@ -55,7 +55,17 @@ struct CompareCommand {
   }
 
   int run() const {
+    // Inputs every row shares (model, GPU, profile, costs, sizes, memory) are checked once:
+    // bad ones are one error line and a non-zero exit, not a table of rows that all failed.
+    static_cast<void>(make_request(options));
     const auto table = rows();
+    const auto failed = [](const Row& r) { return !r.error.empty(); };
+    if (std::all_of(table.begin(), table.end(), failed)) {
+      // The same error on every row is one about the inputs: say it once.
+      const bool same = std::all_of(table.begin(), table.end(),
+                                    [&](const Row& r) { return r.error == table.front().error; });
+      if (same && !table.empty()) throw Error(table.front().error);
+    }
     double baseline = 0;
     for (const Row& r : table) {
       if (r.schedule == "1f1b" && r.backward == "fused" && r.error.empty()) {
@@ -80,7 +90,7 @@ struct CompareCommand {
         out.push_back(j);
       }
       std::cout << out.dump(2) << "\n";
-      return 0;
+      return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
     }
     std::printf("objective: %s (auto minimises the %s, the %s breaks ties)\n",
                 options.objective.c_str(),
@@ -110,7 +120,8 @@ struct CompareCommand {
         "span bbl: bubble of the largest stage span (overlapping iterations). speedup: step time "
         "of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step time above the lower bound "
         "(docs/auto-schedule.md).\n");
-    return 0;
+    // Not one schedule plans these inputs: a failure, although each row said why.
+    return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
   }
 };
 

@@ -1,10 +1,12 @@
 #include <iostream>
+#include <limits>
 #include <memory>
 
 #include "planner/base/io.h"
 #include "planner/graph/simulator.h"
 #include "runtime/measured.h"
 #include "runtime/trace_diff.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace pipeplan {
@@ -45,7 +47,9 @@ Command add_diff_command(CLI::App& app) {
   sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
   sub->add_option("measured", cmd->measured_path, "trace JSON written by `pipeplan run --trace`")
       ->required();
-  sub->add_option("--top", cmd->top, "worst ops to show")->capture_default_str();
+  sub->add_option("--top", cmd->top, "worst ops to show")
+      ->capture_default_str()
+      ->check(int_range(0, std::numeric_limits<int>::max()));
   sub->add_flag("--all", cmd->all, "show every op");
   sub->add_flag("--json", cmd->json, "print machine-readable results");
   return {sub, [cmd] { return cmd->run(); }};

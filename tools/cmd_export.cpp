@@ -18,14 +18,27 @@ struct ExportCommand {
     if (format != "torch-csv")
       throw Error("--format: unknown export format '" + format + "' (valid: torch-csv)");
     const TaskGraph graph = load_plan(plan_path);
+    int stash_moves = 0;
+    for (int id = 0; id < graph.node_count(); ++id) {
+      const Node& n = graph.node(id);
+      if (n.kind == NodeKind::send && is_stash_move(n.transfer)) ++stash_moves;
+    }
+    if (stash_moves > 0) {
+      std::cerr << "pipeplan: warning: " << plan_path << ": " << stash_moves
+                << " BPipe stash transfers (evict/load) are not representable in PyTorch's "
+                   "CSV and are left out\n";
+    }
     if (output.empty()) {
       std::cout << schedule_to_torch_csv(graph.schedule);
       return 0;
     }
+    // The split first: a CSV is never left without the split it was exported with.
+    save_torch_csv_layers(torch_csv_layers(graph.meta.model, graph.meta.stage_layers), output);
     save_torch_csv(graph.schedule, output);
     std::cout << "wrote " << output << " (" << graph.schedule.devices << " ranks, "
               << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches
-              << " micro-batches)\n";
+              << " micro-batches) and its stage-to-layers split "
+              << torch_csv_layers_path(output).string() << "\n";
     return 0;
   }
 };

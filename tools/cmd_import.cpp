@@ -1,5 +1,8 @@
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/plan/make_plan.h"
@@ -26,8 +29,39 @@ struct ImportCommand {
     option = from_csv;
   }
 
+  // The split export wrote beside the CSV, for the same model; nullopt (and why) otherwise.
+  std::optional<std::vector<int>> side_split(const PlanRequest& r, const Schedule& schedule,
+                                             std::string& note) const {
+    const auto side = load_torch_csv_layers(csv_path);
+    if (!side) return std::nullopt;
+    const std::string side_path = torch_csv_layers_path(csv_path).string();
+    const ModelConfig& model = r.profile.model;
+    if (side->model != model.name) {
+      note = side_path + " is for model '" + side->model + "', not '" + model.name +
+             "': balanced split\n";
+      return std::nullopt;
+    }
+    int sum = 0;
+    for (const int b : side->blocks_per_stage)
+      sum += b;
+    if (static_cast<int>(side->blocks_per_stage.size()) != schedule.stage_count() ||
+        sum != model.layers) {
+      throw Error(side_path + ": field 'blocks_per_stage' gives " +
+                  std::to_string(side->blocks_per_stage.size()) + " stages and " +
+                  std::to_string(sum) + " blocks; the CSV has " +
+                  std::to_string(schedule.stage_count()) + " stages and " + model.name + " " +
+                  std::to_string(model.layers) + " blocks");
+    }
+    std::string list;
+    for (const int b : side->blocks_per_stage)
+      list += (list.empty() ? "" : ",") + std::to_string(b);
+    note = "blocks per stage " + list + " from " + side_path + "\n";
+    return side->blocks_per_stage;
+  }
+
   int run() {
-    const Schedule schedule = load_torch_csv(csv_path, {join_w});
+    TorchCsvReport report;
+    const Schedule schedule = load_torch_csv(csv_path, {join_w}, &report);
     if (schedule.stage_count() % schedule.devices != 0)
       throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) +
@@ -42,9 +76,24 @@ struct ImportCommand {
     o.chunks = chunks;
     o.schedule = schedule.family;
     o.backward = std::string(to_string(schedule.backward));
-    const Plan plan = make_plan_for_schedule(make_request(o), schedule);
+    PlanRequest request = make_request(o);
+    std::string layers_note;
+    if (const auto split = side_split(request, schedule, layers_note)) {
+      if (!request.layers_per_stage.empty() && request.layers_per_stage != *split) {
+        throw Error("--layers-per-stage: " + options.layers_per_stage + " differs from " +
+                    layers_note.substr(0, layers_note.size() - 1));
+      }
+      request.layers_per_stage = *split;
+    }
+    const Plan plan = make_plan_for_schedule(request, schedule);
     if (!output.empty()) save_plan(plan.graph, output);
-    std::cout << short_summary(plan.graph, plan.sim);
+    std::cout << "read " << csv_path << ": " << report.actions << " actions on " << schedule.devices
+              << " ranks";
+    if (report.skipped_total > 0) {
+      std::cout << "; skipped " << report.skipped_total << " cells with no task-graph node ("
+                << report.skipped_text() << "; docs/torch-csv.md)";
+    }
+    std::cout << "\n" << layers_note << short_summary(plan.graph, plan.sim);
     if (!output.empty()) std::cout << "wrote " << output << "\n";
     return 0;
   }

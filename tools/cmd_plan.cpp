@@ -55,8 +55,8 @@ struct PlanCommand {
   int run_bpipe_auto() const {
     if (global_batch < 1) throw Error("--global-batch: required by --bpipe auto");
     BpipeConfig chosen;
-    const Plan plan =
-        best_bpipe_plan(make_search_request(options, global_batch, search_mbs), &chosen);
+    const Plan plan = best_bpipe_plan(
+        make_search_request(options, global_batch, search_mbs, "--search-mbs"), &chosen);
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
       std::cout << metrics_json(plan.graph, plan.sim).dump(2) << "\n";
@@ -72,7 +72,7 @@ struct PlanCommand {
     if (global_batch == 0 && options.microbatches < 1)
       throw Error("--global-batch: required by --search (or give --microbatches)");
     const SearchResult result =
-        search_plans(make_search_request(options, global_batch, search_mbs));
+        search_plans(make_search_request(options, global_batch, search_mbs, "--search-mbs"));
     if (!output.empty()) save_plan(result.best.graph, output);
     if (json) {
       std::cout << metrics_json(result.best.graph, result.best.sim).dump(2) << "\n";

@@ -8,14 +8,19 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "runtime/gpu_plugin.h"
+#include "tools/cli_checks.h"
 #include "tools/units.h"
 
 namespace pipeplan {
 
 namespace {
+
+constexpr int kMaxSms = 4096;           // --sm-partition: more SMs than any GPU has
+constexpr int kMaxRepetitions = 10000;  // timed runs per pass
 
 struct ProfileCommand {
   std::string model;
@@ -84,7 +89,8 @@ Command add_profile_command(CLI::App& app) {
   auto* sub = app.add_subcommand("profile", "write a profile (analytic without a GPU)");
   sub->add_option("--model", cmd->model, "model preset or config.json")->required();
   sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json")->capture_default_str();
-  sub->add_option("--seq", cmd->seq, "sequence length (default: the model's)");
+  sub->add_option("--seq", cmd->seq, "sequence length (default: the model's)")
+      ->check(int_range(1, limits::kMaxSeq));
   sub->add_option("--mbs", cmd->mbs, "micro-batch sizes, e.g. 1,2,4")->capture_default_str();
   sub->add_option("--attention", cmd->attention, "materialized, recompute, flash")
       ->capture_default_str();
@@ -92,9 +98,11 @@ Command add_profile_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--analytic", cmd->analytic, "estimate from FLOPs and bandwidth");
   sub->add_option("--backend", cmd->backend, "cuda: measure on the GPU");
-  sub->add_option("--sm-partition", cmd->sm_partition, "cuda: run in a green context of N SMs");
+  sub->add_option("--sm-partition", cmd->sm_partition, "cuda: run in a green context of N SMs")
+      ->check(int_range(0, kMaxSms));
   sub->add_option("--repetitions", cmd->repetitions, "cuda: timed runs per pass (median kept)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, kMaxRepetitions));
   sub->add_option("-o,--output", cmd->output, "profile JSON to write");
   return {sub, [cmd] { return cmd->run(); }};
 }

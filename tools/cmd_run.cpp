@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/trace.h"
 #include "planner/graph/validator.h"
@@ -13,6 +14,7 @@
 #include "runtime/emulate.h"
 #include "runtime/executor.h"
 #include "runtime/gpu_plugin.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/run_command.h"
 #include "tools/run_report.h"
@@ -23,6 +25,7 @@ namespace pipeplan {
 namespace {
 
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;  // one day per wait
 
 void print_step(const StepResult& r) {
   std::printf("step %4d  loss %.6f  step %9.3f ms  makespan %9.3f ms  %10.0f tokens/s\n", r.step,
@@ -257,17 +260,22 @@ Command add_run_command(CLI::App& app) {
   auto* sub = app.add_subcommand("run", "train for N steps by executing a plan's task graph");
   sub->add_option("plan", cmd->plan_path, "plan JSON (pipeplan plan -o)")->required();
   sub->add_option("--backend", cmd->backend, "cpu (reference) or cuda")->capture_default_str();
-  sub->add_option("--steps", cmd->steps, "training steps")->capture_default_str();
+  sub->add_option("--steps", cmd->steps, "training steps")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxRunSteps));
   sub->add_option("--seed", cmd->seed, "weights and synthetic data")->capture_default_str();
   sub->add_flag("--json", cmd->json, "print machine-readable results");
   sub->add_option("--trace", cmd->trace, "write the last step's measured Perfetto trace");
   sub->add_option("--timeout-ms", cmd->timeout_ms, "limit on every wait in the executor")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, kMaxTimeoutMs));
   sub->add_option("--max-host-gib", cmd->max_host_gib, "refuse CPU runs estimated above this")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_range(0, limits::kMaxMemoryBytes / kBytesPerGiB));
   sub->add_option("--emulate", cmd->emulate,
                   "cuda: run the plan's P stages on one GPU, each in a green context of "
-                  "SMs/P (rounded down to 8); P must equal the plan's device count");
+                  "SMs/P (rounded down to 8); P must equal the plan's device count")
+      ->check(int_range(0, limits::kMaxDevices));
   sub->add_option("--gpu", cmd->gpu,
                   "cuda: gpus.json entry for the MFU peak (default: from the device name)");
   sub->add_option("--launcher", cmd->launcher,

@@ -11,11 +11,13 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
 #include "planner/graph/evaluate.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/trace.h"
 #include "planner/graph/validator.h"
+#include "tools/cli_checks.h"
 #include "tools/report.h"
 #include "tools/timeline.h"
 
@@ -74,7 +76,8 @@ Command add_show_command(CLI::App& app) {
   sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
   sub->add_option("--trace", cmd->trace, "write a Chrome/Perfetto trace");
   sub->add_option("--dot", cmd->dot, "write the task graph as Graphviz DOT");
-  sub->add_option("--width", cmd->width, "columns (default: the terminal's)");
+  sub->add_option("--width", cmd->width, "columns (default: the terminal's)")
+      ->check(int_range(1, limits::kMaxWidth));
   sub->add_flag("--no-color", cmd->no_color, "no ANSI colours");
   sub->add_flag("--json", cmd->json, "print machine-readable metrics only");
   return {sub, [cmd] { return cmd->run(); }};

@@ -3,11 +3,13 @@
 #include <algorithm>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "profiles/tensor_parallel.h"
 #include "schedules/family.h"
+#include "tools/cli_checks.h"
 #include "tools/units.h"
 
 namespace pipeplan {
@@ -20,7 +22,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
   app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
-  app.add_option("--seq", o.seq, "sequence length (default: the model's)");
+  app.add_option("--seq", o.seq, "sequence length (default: the model's)")
+      ->check(int_range(1, limits::kMaxSeq));
   app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
       ->capture_default_str();
   if (with_schedule) {
@@ -139,16 +142,23 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
 }  // namespace
 
 SearchRequest make_search_request(const PlanOptions& options, int global_batch,
-                                  const std::string& mbs_list) {
+                                  const std::string& mbs_list, std::string_view mbs_flag) {
   if (global_batch < 0) throw Error("--global-batch: must be positive");
+  if (global_batch > 0) limits::check_limit("global_batch", global_batch, limits::kMaxGlobalBatch);
+  std::vector<int> candidates =
+      mbs_list.empty() ? std::vector<int>{1, 2, 4, 8} : parse_int_list(mbs_list, mbs_flag);
+  if (candidates.size() > static_cast<std::size_t>(limits::kMaxSizeCandidates)) {
+    throw Error(std::string(mbs_flag) + ": " +
+                limits::above_limit(std::to_string(candidates.size()) + " sizes",
+                                    limits::kMaxSizeCandidates));
+  }
   PlanOptions o = options;
-  if (global_batch > 0) o.microbatches = global_batch;  // placeholder; the search sets m
+  // A placeholder that builds no profile for the global batch: the search sets m per size.
+  if (global_batch > 0) o.microbatches = 1;
   SearchRequest s;
   s.base = make_request(o);
   if (global_batch == 0) return s;
   s.global_batch = global_batch;
-  std::vector<int> candidates =
-      mbs_list.empty() ? std::vector<int>{1, 2, 4, 8} : parse_int_list(mbs_list, "--search-mbs");
   if (!o.uniform.empty()) {
     candidates = {1};
   } else if (!o.profile.empty()) {
@@ -167,36 +177,41 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       return tensor_parallel_profile(analytic_profile(model, gpu, analytic), o.tensor_parallel);
     };
   }
+  // Every size the search will try, checked now: a global batch no size splits within the
+  // limits fails here, before any plan is built.
+  static_cast<void>(global_batch_splits(global_batch, candidates));
   s.mbs_candidates = candidates;
   return s;
 }
 
 PlanRequest make_request(const PlanOptions& o) {
-  if (o.stages < 1) throw Error("--stages: must be at least 1");
-  if (o.microbatches < 1) throw Error("--microbatches: must be at least 1");
-  if (o.mbs < 1) throw Error("--mbs: must be at least 1");
-  if (o.chunks < 1) throw Error("--chunks: must be at least 1");
-  if (o.seq < 0) throw Error("--seq: must be positive");
-  const GpuSpec gpu = find_gpu(o.gpu);
   PlanRequest r;
+  r.devices = o.stages;
+  r.chunks = o.chunks;
+  r.microbatches = o.microbatches;
+  r.mbs = o.mbs;
+  r.p2_concat = o.p2_concat;
+  // Every size within its limit before anything is built for it (planner/base/limits.h).
+  check_plan_request(r);
+  if (o.seq < 0) throw Error("--seq: must be positive");
+  limits::check_limit("seq", o.seq, limits::kMaxSeq);
+  if (o.tensor_parallel < 1) throw FieldError("tensor_parallel", "must be at least 1");
+  limits::check_limit("tensor_parallel", o.tensor_parallel, limits::kMaxTensorParallel);
+  const GpuSpec gpu = find_gpu(o.gpu);
+  r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
+  if (!o.layers_per_stage.empty()) {
+    r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
+  }
+  check_plan_request(r);
   r.profile = tensor_parallel_profile(load_request_profile(o, gpu), o.tensor_parallel);
   r.gpu = gpu.name;
   // With tensor parallelism a pipeline device is a group of T GPUs.
   r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;
   r.bpipe = bpipe_mode_from_string(o.bpipe);
-  r.devices = o.stages;
-  r.chunks = o.chunks;
-  r.microbatches = o.microbatches;
-  r.mbs = o.mbs;
   r.schedule = o.schedule;
   r.backward = o.backward.empty() ? find_schedule_family(o.schedule).default_backward()
                                   : backward_mode_from_string(o.backward);
-  r.p2_concat = o.p2_concat;
   r.objective = objective_from_string(o.objective);
-  r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
-  if (!o.layers_per_stage.empty()) {
-    r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
-  }
   return r;
 }
 

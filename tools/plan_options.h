@@ -52,8 +52,9 @@ void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);
 PlanRequest make_request(const PlanOptions& options);
 // `plan --search`: with `global_batch` > 0 every size in `mbs_list` ("1,2,4,8"; empty: powers of
 // two up to 8) that divides it, with an analytic profile per size unless --profile/--uniform
-// gives the costs (then only the sizes they hold). Throws Error naming the option.
+// gives the costs (then only the sizes they hold). Throws Error naming the option (`mbs_flag`
+// for the list); the global batch and sizes are checked against their limits before any plan.
 SearchRequest make_search_request(const PlanOptions& options, int global_batch,
-                                  const std::string& mbs_list);
+                                  const std::string& mbs_list, std::string_view mbs_flag);
 
 }  // namespace pipeplan

@@ -6,9 +6,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # libopenmpi-dev, openmpi-bin: multi-process runs under mpirun (found by CMake's FindMPI; the
 # build works without them, and `run --launcher mpi` then says MPI support is not built).
+# clang, libclang-rt-dev (libclang_rt.asan, .ubsan_standalone, .fuzzer) and llvm
+# (llvm-symbolizer, for readable reports): the sanitizer build and fuzz targets, tools/sanitize.sh.
 packages=(cmake ninja-build g++ make nlohmann-json3-dev libcli11-dev libboost-graph-dev
           libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin clang libclang-rt-dev llvm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -42,6 +43,10 @@ double parse_bytes(std::string_view text, std::string_view option) {
     scale = 1e12;
   if (scale == 0 || !std::isfinite(value) || value < 0) {
     throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
+  }
+  if (value * scale > limits::kMaxMemoryBytes) {
+    throw Error(std::string(option) + ": '" + s +
+                "' is above the limit of 1 PiB per device (docs/limits.md)");
   }
   return value * scale;
 }

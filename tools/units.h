@@ -8,7 +8,8 @@
 
 namespace pipeplan {
 
-// "80GiB", "80G" (= GiB), "80GB" (10^9), "512MiB", "1e9" (bytes). Throws Error naming `option`.
+// "80GiB", "80G" (= GiB), "80GB" (10^9), "512MiB", "1e9" (bytes), at most 1 PiB
+// (limits::kMaxMemoryBytes). Throws Error naming `option`.
 double parse_bytes(std::string_view text, std::string_view option);
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
 std::vector<int> parse_int_list(std::string_view text, std::string_view option);

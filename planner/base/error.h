@@ -9,9 +9,13 @@
 
 namespace pipeplan {
 
+// `message` with its control characters written as escapes (`\n`, `\r`, `\t`, `\x01`): an
+// error that quotes its input (a JSON string "a\nb", a CSV cell) stays one line.
+std::string one_line(std::string_view message);
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}
 };
 
 // How a field appears in messages. The core names a field as its request struct does
@@ -37,6 +41,14 @@ class FieldError : public Error {
  private:
   std::string field_;
   std::string detail_;
+};
+
+// A broken invariant of pipeplan's own (a generated schedule that stalls, a generated plan that
+// fails validation): never the input's fault. what() starts with "internal: ", which the CLI
+// prints as is; the fuzz targets (tests/fuzz) treat one as a finding.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error("internal: " + message) {}
 };
 
 }  // namespace pipeplan

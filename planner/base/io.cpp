@@ -1,29 +1,138 @@
 #include "planner/base/io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
+namespace {
+
+bool is_number_char(char c) {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+// Whether JSON's number grammar lets `token` go on with `c`: the lexer would then have read a
+// longer number (or failed), so `token` does not end before `c`. What ends it may still be
+// malformed ("1e999.5"): the parser converts the number before it sees the next token.
+bool continues_number(std::string_view token, char c) {
+  const bool exponent = token.find_first_of("eE") != std::string_view::npos;
+  const bool fraction = token.find('.') != std::string_view::npos;
+  if (c >= '0' && c <= '9') return true;
+  if (c == 'e' || c == 'E') return !exponent;
+  if (c == '.') return !exponent && !fraction;
+  return false;
+}
+
+// Where `token` first stands as a number in `text` (outside strings, not part of a longer
+// number); npos when it does not. The text before the number that overflowed is valid JSON
+// (nlohmann stops at the first error), so the first such place is the one.
+std::size_t find_number(std::string_view text, std::string_view token) {
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (text.compare(i, token.size(), token) == 0 &&
+               (i == 0 || !is_number_char(text[i - 1])) &&
+               (i + token.size() == text.size() ||
+                !continues_number(token, text[i + token.size()]))) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// The object key just before byte `at` ("key": <at>), or "" when the value is not one.
+std::string key_before(std::string_view text, std::size_t at) {
+  std::size_t i = at;
+  while (i > 0 &&
+         (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
+    --i;
+  if (i == 0 || text[i - 1] != ':') return "";
+  --i;
+  while (i > 0 &&
+         (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
+    --i;
+  if (i < 2 || text[i - 1] != '"') return "";
+  const std::size_t end = i - 1;
+  const std::size_t open = text.rfind('"', end - 1);
+  // An escaped quote inside the key: where the key starts is not worth a parser here.
+  if (open == std::string_view::npos || (open > 0 && text[open - 1] == '\\')) return "";
+  return std::string(text.substr(open + 1, end - open - 1));
+}
+
+// A number that overflows a double (nlohmann's out_of_range.406): one line naming the
+// number, its field and where it is (line, 1-based byte as in parse errors).
+[[noreturn]] void number_out_of_range(std::string_view text, std::string_view source,
+                                      const std::string& what) {
+  // what(): "[json.exception.out_of_range.406] number overflow parsing '1e999'"
+  std::string token;
+  const std::size_t quote = what.find('\'');
+  if (quote != std::string::npos && what.size() > quote + 1 && what.back() == '\'') {
+    token = what.substr(quote + 1, what.size() - quote - 2);
+  }
+  std::string message = std::string(source) + ": ";
+  const std::size_t at = token.empty() ? std::string_view::npos : find_number(text, token);
+  const std::string key = at == std::string_view::npos ? "" : key_before(text, at);
+  if (!key.empty()) message += "field '" + key.substr(0, 80) + "' ";
+  if (token.size() > 40) token = token.substr(0, 40) + "...";
+  message += "number " + (token.empty() ? std::string("") : "'" + token + "' ") +
+             "is outside the range of a double";
+  if (at != std::string_view::npos) {
+    const auto line =
+        1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    message += " (line " + std::to_string(line) + ", byte " + std::to_string(at + 1) + ")";
+  }
+  throw Error(message);
+}
+
+}  // namespace
+
 std::string read_text_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path.string() + ": is a directory");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > static_cast<std::uintmax_t>(limits::kMaxFileBytes)) {
+    throw Error(path.string() + ": " +
+                limits::above_limit(std::to_string(size) + " bytes",
+                                    static_cast<double>(limits::kMaxFileBytes)));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string() + ": cannot open file");
   std::ostringstream buffer;
   buffer << in.rdbuf();
+  if (in.bad()) throw Error(path.string() + ": read failed");
   return buffer.str();
 }
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  const std::string text = read_text_file(path);
+nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw Error(path.string() + ": malformed JSON at byte " + std::to_string(e.byte));
+    throw Error(std::string(source) + ": malformed JSON at byte " + std::to_string(e.byte));
+  } catch (const nlohmann::json::out_of_range& e) {
+    number_out_of_range(text, source, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string(source) + ": malformed JSON (" + std::string(e.what()) + ")");
   }
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  return parse_json_text(read_text_file(path), path.string());
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {

@@ -11,8 +11,15 @@
 
 namespace pipeplan {
 
-std::string read_text_file(const std::filesystem::path& path);     // throws Error naming the file
-nlohmann::json read_json_file(const std::filesystem::path& path);  // throws Error naming the file
+// Both throw Error naming the file: missing, a directory, above limits::kMaxFileBytes (checked
+// before reading), or unreadable.
+std::string read_text_file(const std::filesystem::path& path);
+// read_text_file, then parse_json_text.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+// Parses JSON text; every failure is one Error line naming `source`: malformed JSON with its
+// byte, and a number outside the range of a double (nlohmann's out_of_range.406, e.g. 1e999)
+// with its field, line and byte.
+nlohmann::json parse_json_text(std::string_view text, std::string_view source);
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 // Field access with errors that name the field and the source, e.g.

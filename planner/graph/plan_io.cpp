@@ -7,6 +7,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
 #include "planner/graph/taskgraph.h"
 
 namespace pipeplan {
@@ -62,14 +63,45 @@ OpType op_from_string(std::string_view text, const std::string& context) {
   throw Error(context + ": field 'op' must be F, B, P1 or P2");
 }
 
-int require_int(const nlohmann::json& object, std::string_view field, const std::string& context,
-                std::int64_t lo, std::int64_t hi) {
-  const std::int64_t v = require_integer(object, field, context);
-  if (v < lo || v > hi) {
-    throw Error(context + ": field '" + std::string(field) + "' = " + std::to_string(v) +
+// An integer JSON value in [lo, hi] (unsigned values beyond int64 count as out of range).
+bool int_in(const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    return hi >= 0 && u <= static_cast<std::uint64_t>(hi) &&
+           (lo <= 0 || u >= static_cast<std::uint64_t>(lo));
+  }
+  const auto x = v.get<std::int64_t>();
+  return x >= lo && x <= hi;
+}
+
+std::int64_t require_int64(const nlohmann::json& object, std::string_view field,
+                           const std::string& context, std::int64_t lo, std::int64_t hi) {
+  const auto& v = require_field(object, field, context);
+  if (!v.is_number_integer()) {
+    throw Error(context + ": field '" + std::string(field) + "' must be an integer");
+  }
+  if (!int_in(v, lo, hi)) {
+    throw Error(context + ": field '" + std::string(field) + "' = " + v.dump() +
                 " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
-  return static_cast<int>(v);
+  return v.get<std::int64_t>();
+}
+
+int require_int(const nlohmann::json& object, std::string_view field, const std::string& context,
+                std::int64_t lo, std::int64_t hi) {
+  return static_cast<int>(require_int64(object, field, context, lo, hi));
+}
+
+// A finite number in [0, hi].
+double require_bounded(const nlohmann::json& object, std::string_view field,
+                       const std::string& context, double hi) {
+  const double v = require_nonnegative(object, field, context);
+  if (v > hi) {
+    throw Error(context + ": field '" + std::string(field) + "' " +
+                limits::above_limit("(" + require_field(object, field, context).dump() + ")", hi));
+  }
+  return v;
 }
 
 nlohmann::json meta_to_json(const PlanMeta& m) {
@@ -96,45 +128,76 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
           {"profile_source", m.profile_source}};
 }
 
+// Wraps an Error from a reader that does not know the file (backward mode, attention) so it
+// names the file and field.
+template <typename F>
+auto named(const std::string& ctx, std::string_view field, F&& read) {
+  try {
+    return read();
+  } catch (const FieldError& e) {  // a request field's name means nothing in a file
+    throw Error(ctx + ": field '" + std::string(field) + "': " + e.detail());
+  } catch (const Error& e) {
+    throw Error(ctx + ": field '" + std::string(field) + "': " + e.what());
+  }
+}
+
 PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   const std::string ctx = source + ": meta";
   PlanMeta m;
   m.model = model_from_json(require_field(j, "model", ctx), ctx + ".model");
   m.gpu = require_string(j, "gpu", ctx);
-  m.devices = require_int(j, "devices", ctx, 1, 1 << 16);
-  m.chunks = require_int(j, "chunks", ctx, 1, 1 << 10);
-  m.microbatches = require_int(j, "microbatches", ctx, 1, 1 << 20);
-  m.mbs = require_int(j, "mbs", ctx, 1, 1 << 20);
-  m.seq = require_int(j, "seq", ctx, 0, 1 << 24);
+  m.devices = require_int(j, "devices", ctx, 1, limits::kMaxDevices);
+  m.chunks = require_int(j, "chunks", ctx, 1, limits::kMaxChunks);
+  m.microbatches = require_int(j, "microbatches", ctx, 1, limits::kMaxMicrobatches);
+  m.mbs = require_int(j, "mbs", ctx, 1, limits::kMaxMicroBatchSize);
+  m.seq = require_int(j, "seq", ctx, 0, limits::kMaxSeq);
   m.schedule = require_string(j, "schedule", ctx);
-  m.backward = backward_mode_from_string(require_string(j, "backward", ctx));
-  m.p2_concat = require_int(j, "p2_concat", ctx, 0, 1 << 20);
-  m.attention = attention_from_string(require_string(j, "attention", ctx));
-  for (const auto& s : require_field(j, "stage_layers", ctx)) {
-    if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number_integer()) {
-      throw Error(ctx + ": field 'stage_layers' must hold [first_layer, layer_count] pairs");
+  m.backward = named(ctx, "backward",
+                     [&] { return backward_mode_from_string(require_string(j, "backward", ctx)); });
+  m.p2_concat = require_int(j, "p2_concat", ctx, 0, limits::kMaxMicrobatches);
+  m.attention = named(ctx, "attention",
+                      [&] { return attention_from_string(require_string(j, "attention", ctx)); });
+  const auto& stages = require_field(j, "stage_layers", ctx);
+  const auto layer_total = static_cast<std::int64_t>(m.model.layer_list().size());
+  if (!stages.is_array() || stages.size() > static_cast<std::size_t>(limits::kMaxStages)) {
+    throw Error(ctx + ": field 'stage_layers' must be an array of at most " +
+                std::to_string(limits::kMaxStages) + " [first_layer, layer_count] pairs");
+  }
+  for (const auto& s : stages) {
+    if (!s.is_array() || s.size() != 2 || !int_in(s[0], 0, layer_total - 1) ||
+        !int_in(s[1], 1, layer_total - s[0].get<std::int64_t>())) {
+      throw Error(ctx +
+                  ": field 'stage_layers' must hold [first_layer, layer_count] pairs within "
+                  "the model's " +
+                  std::to_string(layer_total) + " layers");
     }
     m.stage_layers.push_back({s[0].get<int>(), s[1].get<int>()});
   }
-  const auto per_device = [&](std::string_view field) {
+  const auto per_device = [&](std::string_view field, bool integers, double hi) {
     const auto& a = require_field(j, field, ctx);
     if (!a.is_array() || static_cast<int>(a.size()) != m.devices) {
       throw Error(ctx + ": field '" + std::string(field) + "' must be an array of " +
                   std::to_string(m.devices) + " numbers (one per device)");
     }
     for (const auto& v : a) {
-      if (!v.is_number() || v.get<double>() < 0) {
-        throw Error(ctx + ": field '" + std::string(field) + "' must hold non-negative numbers");
+      const bool ok = integers ? int_in(v, 0, static_cast<std::int64_t>(hi))
+                               : v.is_number() && v.get<double>() >= 0 && v.get<double>() <= hi;
+      if (!ok) {
+        throw Error(ctx + ": field '" + std::string(field) + "' must hold " +
+                    (integers ? "integers" : "numbers") + " from 0 to " +
+                    std::to_string(static_cast<std::int64_t>(hi)) + " (docs/limits.md)");
       }
     }
     return a;
   };
-  m.memory_limit_bytes = per_device("memory_limit_bytes").get<std::vector<double>>();
-  m.static_bytes = per_device("static_bytes").get<std::vector<std::int64_t>>();
+  m.memory_limit_bytes =
+      per_device("memory_limit_bytes", false, limits::kMaxMemoryBytes).get<std::vector<double>>();
+  m.static_bytes = per_device("static_bytes", true, static_cast<double>(limits::kMaxPlanBytes))
+                       .get<std::vector<std::int64_t>>();
   m.flops_per_token = require_nonnegative(j, "flops_per_token", ctx);
   m.peak_flops_per_device = require_nonnegative(j, "peak_flops_per_device", ctx);
   const auto& link = require_field(j, "link", ctx);
-  m.link.latency_us = require_nonnegative(link, "latency_us", ctx + ".link");
+  m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
   m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");
   m.profile_source = require_string(j, "profile_source", ctx);
   return m;
@@ -170,30 +233,29 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
   n.op = op_from_string(require_string(j, "op", ctx), ctx);
   n.device = require_int(j, "device", ctx, 0, devices - 1);
   n.stream = require_int(j, "stream", ctx, 0, streams - 1);
-  n.stage = require_int(j, "stage", ctx, 0, 1 << 20);
+  n.stage = require_int(j, "stage", ctx, 0, limits::kMaxStages - 1);
   const auto& mbs = require_field(j, "microbatches", ctx);
-  if (!mbs.is_array() || mbs.empty()) {
-    throw Error(ctx + ": field 'microbatches' must be a non-empty array");
+  if (!mbs.is_array() || mbs.empty() ||
+      mbs.size() > static_cast<std::size_t>(g.meta.microbatches)) {
+    throw Error(ctx + ": field 'microbatches' must be a non-empty array of at most meta's " +
+                std::to_string(g.meta.microbatches) + " micro-batches");
   }
   for (const auto& mb : mbs) {
-    if (!mb.is_number_integer() || mb.get<int>() < 0) {
-      throw Error(ctx + ": field 'microbatches' must hold non-negative integers");
+    if (!int_in(mb, 0, g.meta.microbatches - 1)) {
+      throw Error(ctx + ": field 'microbatches' must hold integers from 0 to " +
+                  std::to_string(g.meta.microbatches - 1));
     }
     n.microbatches.push_back(mb.get<int>());
   }
-  n.duration_us = require_nonnegative(j, "duration_us", ctx);
+  n.duration_us = require_bounded(j, "duration_us", ctx, limits::kMaxNodeTimeUs);
   n.label = require_string(j, "label", ctx);
-  n.alloc_bytes = require_integer(j, "alloc_bytes", ctx);
-  n.free_bytes = require_integer(j, "free_bytes", ctx);
-  if (n.alloc_bytes < 0 || n.free_bytes < 0) {
-    throw Error(ctx + ": fields 'alloc_bytes' and 'free_bytes' must not be negative");
-  }
+  n.alloc_bytes = require_int64(j, "alloc_bytes", ctx, 0, limits::kMaxPlanBytes);
+  n.free_bytes = require_int64(j, "free_bytes", ctx, 0, limits::kMaxPlanBytes);
   if (n.kind == NodeKind::compute) {
     if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
     return n;
   }
-  n.bytes = require_integer(j, "bytes", ctx);
-  if (n.bytes < 0) throw Error(ctx + ": field 'bytes' must not be negative");
+  n.bytes = require_int64(j, "bytes", ctx, 0, limits::kMaxPlanBytes);
   n.peer = require_int(j, "peer", ctx, 0, devices - 1);
   n.match = require_int(j, "match", ctx, -1, nodes - 1);
   n.transfer = version == 1
@@ -235,12 +297,32 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
   const int version = require_format(json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
   TaskGraph g;
   g.meta = meta_from_json(require_field(json, "meta", source), source);
-  g.schedule = schedule_from_text(require_string(json, "schedule", source));
+  g.schedule = named(source, "schedule", [&] {
+    Schedule schedule = schedule_from_text(require_string(json, "schedule", source));
+    check_schedule(schedule);
+    return schedule;
+  });
+  // What the validator, simulator, views and runtime index by: the schedule must be the plan's.
+  if (g.schedule.devices != g.meta.devices || g.schedule.microbatches != g.meta.microbatches ||
+      g.schedule.stage_count() != static_cast<int>(g.meta.stage_layers.size())) {
+    throw Error(source + ": field 'schedule' has " + std::to_string(g.schedule.devices) +
+                " devices, " + std::to_string(g.schedule.microbatches) + " micro-batches and " +
+                std::to_string(g.schedule.stage_count()) + " stages; meta has " +
+                std::to_string(g.meta.devices) + ", " + std::to_string(g.meta.microbatches) +
+                " and " + std::to_string(g.meta.stage_layers.size()));
+  }
 
   const auto& streams = require_field(json, "streams", source);
   if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
   const auto& nodes = require_field(json, "nodes", source);
   if (!nodes.is_array()) throw Error(source + ": field 'nodes' must be an array");
+  if (nodes.size() > static_cast<std::size_t>(limits::kMaxPlanNodes) ||
+      streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
+    throw Error(source + ": " +
+                limits::above_limit(std::to_string(nodes.size()) + " nodes and " +
+                                        std::to_string(streams.size()) + " streams",
+                                    limits::kMaxPlanNodes));
+  }
   const int node_total = static_cast<int>(nodes.size());
   std::vector<std::vector<int>> orders;
   for (std::size_t i = 0; i < streams.size(); ++i) {
@@ -255,7 +337,7 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     if (!order.is_array()) throw Error(ctx + ": field 'order' must be an array of node ids");
     std::vector<int> ids;
     for (const auto& id : order) {
-      if (!id.is_number_integer() || id.get<int>() < 0 || id.get<int>() >= node_total) {
+      if (!int_in(id, 0, node_total - 1)) {
         throw Error(ctx + ": field 'order' holds an unknown node id");
       }
       ids.push_back(id.get<int>());
@@ -263,12 +345,23 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     orders.push_back(std::move(ids));
   }
   const int stream_total = static_cast<int>(g.streams().size());
+  // Running memory totals add every allocation: their sum stays within kMaxPlanBytes.
+  std::int64_t allocated = 0;
+  for (const std::int64_t bytes : g.meta.static_bytes)
+    allocated += bytes;
   for (int i = 0; i < node_total; ++i) {
     const std::string ctx = source + ": nodes[" + std::to_string(i) + "]";
     const auto& j = nodes[static_cast<std::size_t>(i)];
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
-    g.add_node_unordered(node_from_json(j, ctx, g, node_total, version));
+    Node node = node_from_json(j, ctx, g, node_total, version);
+    allocated += node.alloc_bytes;
+    if (allocated > limits::kMaxPlanBytes || allocated < 0) {
+      throw Error(ctx + ": field 'alloc_bytes': " +
+                  limits::above_limit("the plan's allocations",
+                                      static_cast<double>(limits::kMaxPlanBytes), "bytes"));
+    }
+    g.add_node_unordered(std::move(node));
   }
   for (int s = 0; s < stream_total; ++s)
     g.set_stream_order(s, orders[static_cast<std::size_t>(s)]);
@@ -277,9 +370,8 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
   if (!edges.is_array()) throw Error(source + ": field 'edges' must be an array");
   for (std::size_t i = 0; i < edges.size(); ++i) {
     const auto& e = edges[i];
-    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
-        e[0].get<int>() < 0 || e[0].get<int>() >= node_total || e[1].get<int>() < 0 ||
-        e[1].get<int>() >= node_total) {
+    if (!e.is_array() || e.size() != 2 || !int_in(e[0], 0, node_total - 1) ||
+        !int_in(e[1], 0, node_total - 1)) {
       throw Error(source + ": edges[" + std::to_string(i) + "] must be [from, to] node ids");
     }
     g.add_data_edge(e[0].get<int>(), e[1].get<int>());

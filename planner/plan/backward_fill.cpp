@@ -18,7 +18,7 @@ Schedule fill_p2_into_gaps(const Schedule& fused_schedule, const std::vector<Sta
   const Schedule deferred = apply_backward_mode(fused_schedule, BackwardMode::twobp, 1);
   const ScheduleSim sim =
       simulate_schedule(deferred, costs, meta, {.keep_times = true, .check_memory = false});
-  if (!sim.ok) throw Error("internal: 2bp-fill cannot simulate the 2bp order: " + sim.error);
+  if (!sim.ok) throw InternalError("2bp-fill cannot simulate the 2bp order: " + sim.error);
 
   Schedule out = fused_schedule;
   out.backward = BackwardMode::twobp_fill;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/graph/evaluate.h"
 #include "planner/plan/backward_fill.h"
 #include "profiles/partition.h"
@@ -14,13 +15,22 @@ namespace pipeplan {
 
 namespace {
 
-void check_request(const PlanRequest& r) {
-  if (r.devices < 1) throw FieldError("devices", "must be at least 1");
-  if (r.chunks < 1) throw FieldError("chunks", "must be at least 1");
-  if (r.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
-  if (r.mbs < 1) throw FieldError("mbs", "must be at least 1");
-  if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
-  if (r.memory_limit_bytes < 0) throw FieldError("memory_limit_bytes", "must not be negative");
+// Everything the plan could hold at once, summed without overflow: every stage's stash and
+// retained bytes for every micro-batch, plus every stage's static bytes. Beyond
+// limits::kMaxPlanBytes running memory totals could leave int64; no real profile comes near.
+void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
+  double total = 0;
+  for (const StageCost& c : costs) {
+    total += static_cast<double>(c.static_bytes) +
+             static_cast<double>(c.stash_bytes + c.retained_bytes) * microbatches;
+  }
+  if (total > static_cast<double>(limits::kMaxPlanBytes)) {
+    throw FieldError(
+        "microbatches",
+        limits::above_limit("the profile's memory for " + std::to_string(microbatches) +
+                                " micro-batches (" + std::to_string(total) + " bytes)",
+                            static_cast<double>(limits::kMaxPlanBytes)));
+  }
 }
 
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
@@ -89,6 +99,7 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
   auto costs = stage_costs(model, request.profile, request.mbs, partition,
                            std::min(max_concat, request.microbatches));
+  check_plan_bytes(costs, request.microbatches);
   return {std::move(partition), std::move(costs)};
 }
 
@@ -97,9 +108,11 @@ StageInputs stage_inputs(const PlanRequest& request) {
 }
 
 // `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
-// with the search's own bounds folded in); otherwise it is computed here.
+// with the search's own bounds folded in); otherwise it is computed here. `given`: the schedule
+// came as data (an imported CSV), not from a family.
 Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
-                        const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off) {
+                        const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off,
+                        bool given = false) {
   Plan plan{lower(std::move(schedule), costs, std::move(meta)), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = known
@@ -109,13 +122,52 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
   CheckedSimulation checked = validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
-    throw Error("internal: generated plan is invalid: " + v->message);
+    // A schedule given as data (an imported CSV) is input: its faults are the input's.
+    if (given) throw Error("schedule: the plan it lowers to is invalid: " + v->message);
+    throw InternalError("generated plan is invalid: " + v->message);
   }
   plan.sim = std::move(checked.sim);
   return plan;
 }
 
 }  // namespace
+
+void check_plan_request(const PlanRequest& r) {
+  using limits::check_limit;
+  if (r.devices < 1) throw FieldError("devices", "must be at least 1");
+  check_limit("devices", r.devices, limits::kMaxDevices);
+  if (r.chunks < 1) throw FieldError("chunks", "must be at least 1");
+  check_limit("chunks", r.chunks, limits::kMaxChunks);
+  const std::int64_t stages = std::int64_t{r.devices} * r.chunks;
+  if (stages > limits::kMaxStages) {
+    throw FieldError("chunks", limits::above_limit(std::to_string(r.devices) + " devices x " +
+                                                       std::to_string(r.chunks) + " chunks = " +
+                                                       std::to_string(stages) + " stages",
+                                                   limits::kMaxStages));
+  }
+  if (r.microbatches < 1) throw FieldError("microbatches", "must be at least 1");
+  check_limit("microbatches", r.microbatches, limits::kMaxMicrobatches);
+  const std::int64_t pairs = stages * r.microbatches;
+  if (pairs > limits::kMaxStageMicrobatches) {
+    throw FieldError("microbatches",
+                     limits::above_limit(
+                         std::to_string(stages) + " stages x " + std::to_string(r.microbatches) +
+                             " micro-batches = " + std::to_string(pairs) + " stage micro-batches",
+                         static_cast<double>(limits::kMaxStageMicrobatches)));
+  }
+  if (r.mbs < 1) throw FieldError("mbs", "must be at least 1");
+  check_limit("mbs", r.mbs, limits::kMaxMicroBatchSize);
+  if (r.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
+  check_limit("p2_concat", r.p2_concat, limits::kMaxMicrobatches);
+  if (!(r.memory_limit_bytes >= 0)) throw FieldError("memory_limit_bytes", "must not be negative");
+  if (r.memory_limit_bytes > limits::kMaxMemoryBytes) {
+    throw FieldError("memory_limit_bytes",
+                     limits::above_limit(std::to_string(r.memory_limit_bytes) + " bytes",
+                                         limits::kMaxMemoryBytes));
+  }
+  check_limit("layers_per_stage", static_cast<std::int64_t>(r.layers_per_stage.size()),
+              limits::kMaxStages);
+}
 
 Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
@@ -128,7 +180,7 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
 }
 
 PlannedSchedule plan_schedule(const PlanRequest& request) {
-  check_request(request);
+  check_plan_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
                                    request.backward, request.p2_concat, nullptr};
@@ -184,7 +236,7 @@ Plan make_plan(const PlanRequest& request) {
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
-  check_request(request);
+  check_plan_request(request);
   check_schedule(schedule);
   if (schedule.devices != request.devices || schedule.microbatches != request.microbatches ||
       schedule.stage_count() != request.devices * request.chunks) {
@@ -197,7 +249,8 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt);
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
+                            true);
 }
 
 }  // namespace pipeplan

@@ -51,6 +51,12 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta);
 
+// The checks of every request field that need no profile: counts at least 1 and within
+// planner/base/limits.h (devices, chunks, P·V stages, micro-batches, P·V·m, mbs, p2_concat,
+// memory limit). Throws FieldError naming the field. plan_schedule runs it first; a front end runs
+// it before building a profile for the request.
+void check_plan_request(const PlanRequest& request);
+
 // Everything make_plan does short of the task graph: the checked request, the family's order
 // with the backward mode applied, the stage costs (of the cut the family used), the plan's
 // metadata and its lower bound. The searches evaluate many of these on compact arrays

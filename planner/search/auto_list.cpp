@@ -47,7 +47,7 @@ struct Decision {
 // The device with the smallest key (ties: the lower device) over a fixed set of devices.
 class Tournament {
  public:
-  explicit Tournament(int n) : n_(n), key_(at(n), kInf) {
+  explicit Tournament(int n) : key_(at(n), kInf) {
     size_ = 1;
     while (size_ < n)
       size_ *= 2;
@@ -72,7 +72,7 @@ class Tournament {
     if (b < 0) return a;
     return key_[at(b)] < key_[at(a)] ? b : a;  // a is the lower device
   }
-  int n_, size_ = 1;
+  int size_ = 1;
   std::vector<double> key_;
   std::vector<int> tree_;
 };

@@ -53,12 +53,11 @@ std::vector<Candidate> evaluate(const SearchRequest& request,
                                 std::vector<std::string>& infeasible) {
   if (request.global_batch < 1) throw FieldError("global_batch", "required (samples per step)");
   std::vector<Candidate> out;
-  for (const int mbs : request.mbs_candidates) {
-    if (request.global_batch % mbs != 0) continue;
+  for (const auto& [mbs, m] : global_batch_splits(request.global_batch, request.mbs_candidates)) {
     PlanRequest r = request.base;
     r.profile = request.profile_for ? request.profile_for(mbs) : request.base.profile;
     r.mbs = mbs;
-    r.microbatches = request.global_batch / mbs;
+    r.microbatches = m;
     r.schedule = "1f1b";
     r.chunks = 1;
     r.layers_per_stage.clear();

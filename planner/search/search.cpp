@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/graph/schedule_sim.h"
 #include "profiles/partition.h"
 #include "schedules/family.h"
@@ -52,16 +53,38 @@ bool dominates(const SearchPoint& a, const SearchPoint& b) {
 
 }  // namespace
 
+std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
+                                                     const std::vector<int>& mbs_candidates) {
+  if (global_batch < 1) throw FieldError("global_batch", "must be at least 1");
+  limits::check_limit("global_batch", global_batch, limits::kMaxGlobalBatch);
+  limits::check_limit("micro_batch_sizes", static_cast<std::int64_t>(mbs_candidates.size()),
+                      limits::kMaxSizeCandidates);
+  std::vector<std::pair<int, int>> sizes;  // (mbs, m)
+  bool divides = false;
+  for (const int mbs : mbs_candidates) {
+    if (mbs < 1) throw FieldError("micro_batch_sizes", "must be positive");
+    if (global_batch % mbs != 0) continue;
+    divides = true;
+    if (global_batch / mbs <= limits::kMaxMicrobatches) sizes.emplace_back(mbs, global_batch / mbs);
+  }
+  if (!divides) {
+    throw FieldError("global_batch", std::to_string(global_batch) +
+                                         " is divisible by no candidate micro-batch size");
+  }
+  if (sizes.empty()) {
+    throw FieldError("global_batch",
+                     std::to_string(global_batch) + " samples need more than " +
+                         std::to_string(limits::kMaxMicrobatches) +
+                         " micro-batches at every candidate micro-batch size, above the limit "
+                         "on micro-batches (docs/limits.md)");
+  }
+  return sizes;
+}
+
 SearchResult search_plans(const SearchRequest& request) {
   std::vector<std::pair<int, int>> sizes;  // (mbs, m)
   if (request.global_batch > 0) {
-    for (const int mbs : request.mbs_candidates) {
-      if (mbs >= 1 && request.global_batch % mbs == 0)
-        sizes.emplace_back(mbs, request.global_batch / mbs);
-    }
-    if (sizes.empty())
-      throw FieldError("global_batch", std::to_string(request.global_batch) +
-                                           " is divisible by no candidate micro-batch size");
+    sizes = global_batch_splits(request.global_batch, request.mbs_candidates);
   } else {
     sizes.emplace_back(request.base.mbs, request.base.microbatches);
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/plan/make_plan.h"
@@ -37,6 +38,13 @@ struct SearchResult {
   int evaluated = 0;                // plans built
   int infeasible = 0;               // rejected (memory limit, divisibility, ...)
 };
+
+// The (mbs, m = global batch / mbs) pairs to try: every candidate size that divides the global
+// batch with m within limits::kMaxMicrobatches. Throws FieldError naming global_batch when it
+// is not positive or above limits::kMaxGlobalBatch, or no candidate qualifies, and naming
+// micro_batch_sizes when there are more than limits::kMaxSizeCandidates or one is not positive.
+std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
+                                                     const std::vector<int>& mbs_candidates);
 
 // Throws Error naming --global-batch when no candidate is feasible or the batch does not
 // divide, and the first plan's error when every candidate fails.

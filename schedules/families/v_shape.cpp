@@ -70,7 +70,7 @@ class VScheduler {
         }
       }
       if (best_device < 0)
-        throw Error("internal: V schedule stalled at op " + std::to_string(scheduled));
+        throw InternalError("V schedule stalled at op " + std::to_string(scheduled));
       commit(best_device, best, best_start);
       schedule.per_device[size(best_device)].push_back(best.action);
     }
@@ -196,7 +196,7 @@ class BlockTimeline {
 
   void put(int d, int pass, int mb, int t) {
     if (t >= horizon_ || occupant_[size(d)][size(t)] >= 0) {
-      throw Error("internal: V building block passes collide on device " + std::to_string(d));
+      throw InternalError("V building block passes collide on device " + std::to_string(d));
     }
     occupant_[size(d)][size(t)] = pass * m_ + mb;
     slot(d, pass, mb) = t;
@@ -225,7 +225,7 @@ class BlockTimeline {
         ++placed;
       }
     }
-    if (placed != 2 * m_) throw Error("internal: V building block left p2s unplaced");
+    if (placed != 2 * m_) throw InternalError("V building block left p2s unplaced");
   }
 
   // live_[d][t]: chunk stashes alive on d after slot t (+1 from a forward, -1 after its p2).

@@ -120,9 +120,9 @@ class PublishedZbv {
 
   void place(State& st, Kind k, int d) const {
     const int mb = st.count[u(d)][k];
-    if (mb >= m_) throw Error("internal: zb-v placed too many ops on device " + std::to_string(d));
+    if (mb >= m_) throw InternalError("zb-v placed too many ops on device " + std::to_string(d));
     const double input = input_end(st, k, d, mb);
-    if (input < 0) throw Error("internal: zb-v op before its input on device " + std::to_string(d));
+    if (input < 0) throw InternalError("zb-v op before its input on device " + std::to_string(d));
     const double start = std::max(st.now[u(d)], input);
     if (st.count[u(d)][f0] > 0) st.idle[u(d)] += start - st.now[u(d)];
     st.now[u(d)] = start + 1.0;
@@ -208,7 +208,7 @@ class PublishedZbv {
         if (!next) continue;
         while (st.memory[u(d)] + 2 > max_memory_) {
           if (st.pending_w[u(d)].empty())
-            throw Error("internal: zb-v out of memory on device " + std::to_string(d));
+            throw InternalError("zb-v out of memory on device " + std::to_string(d));
           place_w(st, d);
         }
         fill_wait(st, *next, d, fill_f);

@@ -60,13 +60,13 @@ TEST(Analytic, GptBlockFlopsMatchZeroBubbleTable) {
 TEST(Analytic, GptBlockMemoryMatchesKorthikanti) {
   const ModelConfig m = model_preset("gpt-1.5b");
   const std::int64_t b = 2, s = 1024, h = 2304, a = 24;
-  const LayerCost& mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
+  const LayerCost mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
   EXPECT_EQ(mat.stash_bytes, s * b * (34 * h + 5 * a * s));  // sb(34h + 5as)
   EXPECT_EQ(mat.retained_bytes, 32 * s * b * h);             // X and dY of the 4 linear ops
   EXPECT_EQ(mat.send_bytes, 2 * s * b * h);
-  const LayerCost& rec = profile_for(m, Attention::recompute).cost(LayerKind::block, 2);
+  const LayerCost rec = profile_for(m, Attention::recompute).cost(LayerKind::block, 2);
   EXPECT_EQ(rec.stash_bytes, 34 * s * b * h);
-  const LayerCost& fla = profile_for(m, Attention::flash).cost(LayerKind::block, 2);
+  const LayerCost fla = profile_for(m, Attention::flash).cost(LayerKind::block, 2);
   EXPECT_EQ(fla.stash_bytes, 34 * s * b * h + 4 * a * s * b);  // + fp32 logsumexp
   EXPECT_EQ(fla.retained_bytes, mat.retained_bytes);
   // bf16 weights, fp32 gradients, fp32 master + Adam m, v.
@@ -80,7 +80,7 @@ TEST(Analytic, LlamaBlockMemoryListsItsTensors) {
   ModelConfig m = model_preset("llama-7b");
   m.kv_heads = 8;  // grouped-query: K and V are 1024 wide
   const std::int64_t b = 2, s = 2048, h = 4096, kvd = 1024, f = 11008, a = 32;
-  const LayerCost& c = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
+  const LayerCost c = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
   // norm inputs 2·2h, QKV input 2h, Q 2h, K, V 2·2kvd, attention output 2h, MLP input 2h,
   // gate, up, down input 3·2f; softmax output 2as²b (no dropout in LLaMA).
   EXPECT_EQ(c.stash_bytes, s * b * (12 * h + 4 * kvd + 6 * f) + 2 * a * s * s * b);

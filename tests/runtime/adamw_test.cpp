@@ -22,7 +22,7 @@ template <typename T>
 void check_two_steps(double tolerance) {
   const AdamWConfig config{0.1, 0.9, 0.999, 1e-8, 0.01};
   std::vector<T> w = {1.0, -0.5, 2.0}, m(3, T{0}), v(3, T{0});
-  const std::vector<T> g = {0.1, -0.2, 0.0};
+  const std::vector<T> g = {T(0.1), T(-0.2), T(0.0)};
   cpu::adamw_update(w.data(), m.data(), v.data(), g.data(), 3, config, 1, true);
   EXPECT_NEAR(w[0], 0.899000009999999, tolerance);
   EXPECT_NEAR(w[1], -0.399500005, tolerance);

@@ -140,7 +140,9 @@ TEST(TorchCsv, CommunicationAndEmptyCellsAreSkipped) {
 
 TEST(TorchCsv, BadFilesNameFileRowAndCell) {
   EXPECT_EQ(error_of("0F0,0X0\n"),
-            "s.csv row 1 cell 2 ('0X0'): unknown action type 'X' (expected F, I, W or B)");
+            "s.csv row 1 cell 2 ('0X0'): unknown action type 'X' (expected F, I, W, B, "
+            "OVERLAP_F_B; skipped: SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, "
+            "REDUCE_GRAD, WAIT_*)");
   EXPECT_EQ(error_of("0F0,0I0\n1F0,F1\n"),
             "s.csv row 2 cell 2 ('F1'): expected a stage number first");
   EXPECT_EQ(error_of("0I0,0F0,0W0\n"),

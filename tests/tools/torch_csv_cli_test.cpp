@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli_support.h"
 
 namespace {
@@ -111,6 +113,70 @@ TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find(path("missing.csv")), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST_F(TorchCsvCli, DeadlockingCsvNamesTheRowAndCellThatCloseTheCycle) {
+  expect_import_error(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\r\n"
+      "1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1\r\n",
+      "row 2 cell 4 ('1F1'): closes a dependency cycle (a deadlock)");
+}
+
+TEST_F(TorchCsvCli, ImportSaysWhichCellsItSkipped) {
+  const std::string fixture = std::string(PIPEPLAN_SOURCE_DIR) +
+                              "/tests/schedules/fixtures/torch/interleaved_zb_compute_comms.csv";
+  const Result r = run("import " + fixture + " --uniform 1:1:1:0 -o " + path("p.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("24 actions on 2 ranks; skipped 36 cells with no task-graph node (6 "
+                       "RECV_B, 6 RECV_F, 4 REDUCE_GRAD, 4 RESHARD, 6 SEND_B, 6 SEND_F, 4 "
+                       "UNSHARD; docs/torch-csv.md)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(run("validate " + path("p.json")).status, 0);
+}
+
+TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
+  ASSERT_EQ(run("plan --model llama-7b --gpu a100 --stages 4 -m 8 --layers-per-stage 7,9,9,7 "
+                "--bpipe on --memory 200GiB -o " +
+                path("plan.json"))
+                .status,
+            0);
+  // The warning alone on stderr; the CSV on stdout.
+  const Result to_stdout = pipeplan::testing::run_shell(
+      "{ " + std::string(PIPEPLAN_BINARY) + " export " + path("plan.json") + " 2>&1 >/dev/null; }");
+  EXPECT_EQ(to_stdout.status, 0);
+  EXPECT_EQ(std::count(to_stdout.out.begin(), to_stdout.out.end(), '\n'), 1) << to_stdout.out;
+  EXPECT_NE(to_stdout.out.find("pipeplan: warning: " + path("plan.json") +
+                               ": 10 BPipe stash transfers (evict/load) are not representable"),
+            std::string::npos)
+      << to_stdout.out;
+  const Result exported = run("export " + path("plan.json") + " -o " + path("s.csv"));
+  ASSERT_EQ(exported.status, 0) << exported.out;
+  EXPECT_NE(read_file(path("s.csv.layers.json")).find("\"pipeplan-torch-csv-layers\""),
+            std::string::npos);
+  // Import reads the split back: the imported plan has the exported plan's stage layers.
+  const Result imported =
+      run("import " + path("s.csv") + " --model llama-7b --gpu a100 -o " + path("i.json"));
+  ASSERT_EQ(imported.status, 0) << imported.out;
+  EXPECT_NE(imported.out.find("blocks per stage 7,9,9,7 from " + path("s.csv.layers.json")),
+            std::string::npos)
+      << imported.out;
+  const auto stages = [&](const std::string& file) {
+    return nlohmann::json::parse(read_file(path(file)))["meta"]["stage_layers"];
+  };
+  EXPECT_EQ(stages("i.json"), stages("plan.json"));
+  EXPECT_EQ(stages("i.json")[1], nlohmann::json::array({8, 9}));
+  // A split for another model is left out; one that contradicts --layers-per-stage is an error.
+  const Result tiny = run("import " + path("s.csv") + " --model tiny");
+  EXPECT_EQ(tiny.status, 0) << tiny.out;
+  EXPECT_NE(tiny.out.find("is for model 'llama-7b', not 'tiny': balanced split"),
+            std::string::npos);
+  const Result differs =
+      run("import " + path("s.csv") + " --model llama-7b --layers-per-stage 8,8,8,8");
+  EXPECT_NE(differs.status, 0);
+  EXPECT_EQ(std::count(differs.out.begin(), differs.out.end(), '\n'), 1) << differs.out;
+  EXPECT_NE(differs.out.find("--layers-per-stage: 8,8,8,8 differs from blocks per stage 7,9,9,7"),
+            std::string::npos);
 }
 
 TEST_F(TorchCsvCli, ExportRefusesAnUnknownFormat) {

@@ -1,0 +1,36 @@
+#include "planner/base/limits.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "planner/base/error.h"
+
+namespace pipeplan::limits {
+
+namespace {
+
+std::string number_text(double value) {
+  char buffer[40];
+  if (std::abs(value) < 1e18 && value == std::floor(value)) {
+    std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%g", value);
+  }
+  return buffer;
+}
+
+}  // namespace
+
+std::string above_limit(std::string_view what, double limit, std::string_view unit) {
+  return std::string(what) + " is above the limit of " + number_text(limit) +
+         (unit.empty() ? "" : " " + std::string(unit)) + " (docs/limits.md)";
+}
+
+void check_limit(std::string_view field, std::int64_t value, std::int64_t limit) {
+  if (value > limit) {
+    throw FieldError(std::string(field),
+                     above_limit(std::to_string(value), static_cast<double>(limit)));
+  }
+}
+
+}  // namespace pipeplan::limits

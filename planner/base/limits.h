@@ -1,0 +1,61 @@
+// Upper bounds on every size pipeplan accepts, in one place (docs/limits.md). Each is checked
+// where the value comes in (request fields, file loaders, options), before anything is allocated
+// or looped over for it, so no input makes pipeplan run or allocate without bound. They are far
+// above any real pipeline (the largest published ones have ~200 blocks, 128 stages, a few
+// thousand micro-batches); what they rule out are typos and hostile files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pipeplan::limits {
+
+// Pipeline shape (PlanRequest, ScheduleRequest, plan files, schedule text and CSV).
+inline constexpr int kMaxDevices = 1024;                        // pipeline devices P
+inline constexpr int kMaxChunks = 64;                           // virtual stages per device V
+inline constexpr int kMaxStages = kMaxDevices;                  // virtual stages P·V in one plan
+inline constexpr int kMaxMicrobatches = 65536;                  // micro-batches per step m
+inline constexpr std::int64_t kMaxStageMicrobatches = 1 << 18;  // P·V·m: ~7 task-graph nodes each
+inline constexpr int kMaxMicroBatchSize = 65536;                // samples per micro-batch
+inline constexpr int kMaxGlobalBatch = 1 << 24;  // samples per step (--search, bpipe)
+inline constexpr int kMaxSizeCandidates = 64;    // entries of a micro-batch size list
+
+// Model shape (presets, Hugging Face config.json, model JSON in profiles and plans).
+inline constexpr int kMaxLayers = 1024;     // transformer blocks
+inline constexpr int kMaxHidden = 1 << 20;  // hidden and MLP width
+inline constexpr int kMaxHeads = 4096;      // attention and key/value heads
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int kMaxSeq = 1 << 20;                           // tokens per sample
+inline constexpr std::int64_t kMaxTokensPerMicrobatch = 1 << 24;  // micro-batch size × sequence
+inline constexpr int kMaxTensorParallel = 1024;                   // GPUs per pipeline stage
+
+// Costs (profiles, plans, --uniform): one layer's pass and one layer's memory.
+inline constexpr double kMaxLayerTimeUs = 1e9;                 // 1000 s
+inline constexpr std::int64_t kMaxLayerBytes = 1LL << 40;      // 1 TiB
+inline constexpr double kMaxMemoryBytes = 1125899906842624.0;  // 1 PiB: --memory, limits
+inline constexpr double kMaxLinkLatencyUs = 1e9;               // p2p latency
+
+// Files and task graphs.
+inline constexpr std::int64_t kMaxFileBytes = 1LL << 30;  // any file pipeplan reads
+inline constexpr int kMaxPlanNodes = 1 << 22;             // task-graph nodes in a plan file
+inline constexpr int kMaxCsvCells = 1 << 22;              // cells of a PyTorch schedule CSV
+// Everything a plan allocates, summed over its nodes and devices: keeps running memory totals
+// (simulator, validator) far from int64 overflow.
+inline constexpr std::int64_t kMaxPlanBytes = 1LL << 60;
+// One task-graph node's duration in a plan file (31,700 years): sums over every node stay finite.
+inline constexpr double kMaxNodeTimeUs = 1e18;
+
+// The CLI.
+inline constexpr int kMaxWidth = 10000;     // show --width (terminal columns)
+inline constexpr int kMaxRunSteps = 10000;  // run --steps
+
+// "<what> is above the limit of <limit>[ <unit>] (docs/limits.md)", the text every limit error
+// carries.
+std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
+
+// Throws FieldError(field, "<value> is above the limit of <limit> (docs/limits.md)") when
+// value > limit.
+void check_limit(std::string_view field, std::int64_t value, std::int64_t limit);
+
+}  // namespace pipeplan::limits

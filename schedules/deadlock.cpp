@@ -1,0 +1,127 @@
+#include "schedules/deadlock.h"
+
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+
+namespace pipeplan {
+
+namespace {
+
+// (kind, stage, micro-batch): kind 0 = F, 1 = backward (B or P1), 2 = P2 of that micro-batch.
+using Key = std::uint64_t;
+Key key(int kind, int stage, int mb) {
+  return (static_cast<Key>(kind) << 60) | (static_cast<Key>(stage) << 32) |
+         static_cast<Key>(static_cast<std::uint32_t>(mb));
+}
+
+struct Input {
+  Key key;
+  Action action;
+};
+
+// The inputs of `a` that another action produces, in the order they are checked.
+std::vector<Input> inputs(const Action& a, int stages) {
+  std::vector<Input> out;
+  for (const int mb : a.microbatches) {
+    switch (a.op) {
+      case OpType::F:
+        if (a.stage > 0) out.push_back({key(0, a.stage - 1, mb), {OpType::F, a.stage - 1, {mb}}});
+        break;
+      case OpType::B:
+      case OpType::P1:
+        out.push_back({key(0, a.stage, mb), {OpType::F, a.stage, {mb}}});
+        if (a.stage + 1 < stages)
+          out.push_back({key(1, a.stage + 1, mb), {OpType::P1, a.stage + 1, {mb}}});
+        break;
+      case OpType::P2:
+        out.push_back({key(1, a.stage, mb), {OpType::P1, a.stage, {mb}}});
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<Key> outputs(const Action& a) {
+  std::vector<Key> out;
+  for (const int mb : a.microbatches) {
+    out.push_back(key(a.op == OpType::F ? 0 : a.op == OpType::P2 ? 2 : 1, a.stage, mb));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
+  const int devices = schedule.devices;
+  const int stages = schedule.stage_count();
+  // Where each output is produced: (device, position).
+  std::unordered_map<Key, std::pair<int, int>> producer;
+  for (int d = 0; d < devices; ++d) {
+    const auto& actions = schedule.per_device[static_cast<std::size_t>(d)];
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+      for (const Key k : outputs(actions[static_cast<std::size_t>(i)]))
+        producer[k] = {d, i};
+    }
+  }
+  std::unordered_map<Key, char> done;
+  std::vector<int> head(static_cast<std::size_t>(devices), 0);
+  std::vector<std::optional<Input>> blocked(static_cast<std::size_t>(devices));
+  std::unordered_map<Key, std::vector<int>> waiting;  // output -> devices stuck on it
+  std::deque<int> ready;
+  for (int d = 0; d < devices; ++d)
+    ready.push_back(d);
+  while (!ready.empty()) {
+    const int d = ready.front();
+    ready.pop_front();
+    const auto& actions = schedule.per_device[static_cast<std::size_t>(d)];
+    auto& at = head[static_cast<std::size_t>(d)];
+    blocked[static_cast<std::size_t>(d)].reset();
+    while (at < static_cast<int>(actions.size())) {
+      const Action& a = actions[static_cast<std::size_t>(at)];
+      std::optional<Input> missing;
+      for (const Input& in : inputs(a, stages)) {
+        if (!done.contains(in.key)) {
+          missing = in;
+          break;
+        }
+      }
+      if (missing) {
+        waiting[missing->key].push_back(d);
+        blocked[static_cast<std::size_t>(d)] = missing;
+        break;
+      }
+      for (const Key k : outputs(a)) {
+        done[k] = 1;
+        if (auto it = waiting.find(k); it != waiting.end()) {
+          for (const int other : it->second)
+            ready.push_back(other);
+          waiting.erase(it);
+        }
+      }
+      ++at;
+    }
+  }
+  // A stuck device's input is produced by a device stuck before it: follow them to a cycle.
+  int start = -1;
+  for (int d = 0; d < devices && start < 0; ++d) {
+    if (blocked[static_cast<std::size_t>(d)]) start = d;
+  }
+  if (start < 0) return std::nullopt;
+  std::vector<int> visit_order(static_cast<std::size_t>(devices), -1);
+  std::vector<DeadlockStep> path;
+  int d = start;
+  while (visit_order[static_cast<std::size_t>(d)] < 0) {
+    visit_order[static_cast<std::size_t>(d)] = static_cast<int>(path.size());
+    const Input& in = *blocked[static_cast<std::size_t>(d)];
+    const auto [next, position] = producer.at(in.key);
+    path.push_back({d, head[static_cast<std::size_t>(d)], in.action, position});
+    d = next;
+    if (!blocked[static_cast<std::size_t>(d)]) return std::nullopt;  // cannot happen: d is stuck
+  }
+  Deadlock deadlock;
+  deadlock.steps.assign(path.begin() + visit_order[static_cast<std::size_t>(d)], path.end());
+  return deadlock;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,249 @@
+#include "schedules/torch_csv_cells.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/base/limits.h"
+
+namespace pipeplan::torch_csv {
+
+namespace {
+
+// PyTorch's _ComputationType names (str(_ComputationType)). Compute types become actions; the
+// others have no task-graph node of their own: pipeplan derives every send and receive when it
+// lowers the schedule, and FSDP's unshard/reshard and the gradient reduction after the last
+// backward are outside the pipeline schedule (docs/torch-csv.md).
+constexpr std::string_view kCompute = "FIWB";
+constexpr std::array<std::string_view, 11> kSkipped = {
+    "SEND_F",      "RECV_F",      "SEND_B",      "RECV_B",      "UNSHARD",    "RESHARD",
+    "REDUCE_GRAD", "WAIT_SEND_F", "WAIT_RECV_F", "WAIT_SEND_B", "WAIT_RECV_B"};
+constexpr std::string_view kOverlap = "OVERLAP_F_B";
+constexpr std::string_view kTypes =
+    "F, I, W, B, OVERLAP_F_B; skipped: SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, "
+    "REDUCE_GRAD, WAIT_*";
+
+bool is_skipped(std::string_view type) {
+  return std::find(kSkipped.begin(), kSkipped.end(), type) != kSkipped.end();
+}
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
+    text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
+    text.remove_suffix(1);
+  return text;
+}
+
+// A decimal number at the front of `rest` (advanced past it); nullopt when there is none.
+// `too_big` is set when it has more digits than any limit allows.
+std::optional<std::int64_t> take_number(std::string_view& rest, bool& too_big) {
+  std::size_t digits = 0;
+  while (digits < rest.size() && is_digit(rest[digits]))
+    ++digits;
+  if (digits == 0) return std::nullopt;
+  too_big = digits > 12;
+  std::int64_t value = 0;
+  for (std::size_t i = 0; i < std::min<std::size_t>(digits, 12); ++i)
+    value = value * 10 + (rest[i] - '0');
+  rest.remove_prefix(digits);
+  return value;
+}
+
+struct Parsed {
+  bool compute = false;
+  std::string type;
+  std::int64_t stage = -1, microbatch = -1;
+};
+
+// One action "<stage><type>[<microbatch>]". Skipped kinds may leave out either number (PyTorch
+// writes 0UNSHARD, 0REDUCE_GRAD); compute actions need both.
+Parsed parse_action(std::string_view text, const Cell& at, std::string_view source) {
+  std::string_view rest = text;
+  bool too_big = false;
+  Parsed p;
+  if (auto stage = take_number(rest, too_big)) p.stage = *stage;
+  if (too_big) bad_cell(source, at, "stage number out of range");
+  std::size_t letters = 0;
+  while (letters < rest.size() && !is_digit(rest[letters]))
+    ++letters;
+  p.type = std::string(rest.substr(0, letters));
+  rest.remove_prefix(letters);
+  if (auto mb = take_number(rest, too_big)) p.microbatch = *mb;
+  if (too_big) bad_cell(source, at, "micro-batch number out of range");
+  if (!rest.empty())
+    bad_cell(source, at, "expected <stage><type><microbatch>, e.g. 0F3, or (a;b)OVERLAP_F_B");
+  if (is_skipped(p.type)) return p;
+  if (p.type.size() != 1 || kCompute.find(p.type[0]) == std::string_view::npos) {
+    bad_cell(source, at,
+             "unknown action type '" + p.type + "' (expected " + std::string(kTypes) + ")");
+  }
+  if (p.stage < 0) bad_cell(source, at, "expected a stage number first");
+  if (p.microbatch < 0) bad_cell(source, at, "expected <stage><type><microbatch>, e.g. 0F3");
+  if (p.stage >= limits::kMaxStages)
+    bad_cell(source, at,
+             limits::above_limit("stage " + std::to_string(p.stage), limits::kMaxStages - 1));
+  if (p.microbatch >= limits::kMaxMicrobatches) {
+    bad_cell(source, at,
+             limits::above_limit("micro-batch " + std::to_string(p.microbatch),
+                                 limits::kMaxMicrobatches - 1));
+  }
+  p.compute = true;
+  return p;
+}
+
+void add_compute(std::vector<Cell>& cells, Cell cell, const Parsed& p) {
+  cell.type = p.type[0];
+  cell.stage = static_cast<int>(p.stage);
+  cell.microbatch = static_cast<int>(p.microbatch);
+  cells.push_back(std::move(cell));
+}
+
+void parse_cell(std::string_view text, Cell cell, std::string_view source, std::vector<Cell>& cells,
+                Skipped& skipped) {
+  const auto skip = [&](const std::string& type) {
+    ++skipped.counts[type];
+    ++skipped.total;
+  };
+  if (!text.starts_with('(')) {
+    const Parsed p = parse_action(text, cell, source);
+    if (p.compute) {
+      add_compute(cells, std::move(cell), p);
+    } else {
+      skip(p.type);
+    }
+    return;
+  }
+  // "(a;b;...)TYPE": sub-actions run in the order written (DualPipeV's overlapped F and B).
+  if (text.find('(', 1) != std::string_view::npos) bad_cell(source, cell, "nested sub-actions");
+  const std::size_t close = text.find(')');
+  if (close == std::string_view::npos) bad_cell(source, cell, "'(' without ')'");
+  const std::string_view type = text.substr(close + 1);
+  if (type != kOverlap) {
+    bad_cell(source, cell,
+             "unknown action type '" + std::string(type) + "' after sub-actions (expected " +
+                 std::string(kOverlap) + ")");
+  }
+  std::string_view inner = text.substr(1, close - 1);
+  int part = 0;
+  while (true) {
+    const std::size_t semicolon = inner.find(';');
+    const std::string_view sub = trim(inner.substr(0, semicolon));
+    if (!sub.empty()) {
+      Cell c = cell;
+      c.part = ++part;
+      c.part_text = std::string(sub);
+      const Parsed p = parse_action(sub, c, source);
+      if (p.compute) {
+        add_compute(cells, std::move(c), p);
+      } else {
+        skip(p.type);
+      }
+    }
+    if (semicolon == std::string_view::npos) break;
+    inner.remove_prefix(semicolon + 1);
+  }
+  if (part == 0) bad_cell(source, cell, "OVERLAP_F_B without sub-actions");
+}
+
+// Splits one line into cells as csv.writer writes them: a cell with a comma or a quote is
+// quoted, and a quote inside is doubled. Returns (text, column) pairs, unquoted and trimmed.
+std::vector<std::string> split_cells(std::string_view line, std::string_view source, int row) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cells.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cells.back() += c;
+      }
+    } else if (c == '"' && trim(cells.back()).empty()) {
+      cells.back().clear();
+      quoted = true;
+    } else if (c == ',') {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  if (quoted) {
+    Cell at;
+    at.row = row;
+    at.column = static_cast<int>(cells.size());
+    at.text = cells.back();
+    bad_cell(source, at, "unterminated quote");
+  }
+  return cells;
+}
+
+}  // namespace
+
+std::string Cell::where() const {
+  std::string out =
+      "row " + std::to_string(row) + " cell " + std::to_string(column) + " ('" + text + "'";
+  if (part > 0) out += " part " + std::to_string(part) + ", '" + part_text + "'";
+  return out + ")";
+}
+
+[[noreturn]] void bad_cell(std::string_view source, const Cell& cell, std::string_view why) {
+  std::string text = cell.text.size() > 80 ? cell.text.substr(0, 80) + "..." : cell.text;
+  Cell shown = cell;
+  shown.text = std::move(text);
+  throw Error(std::string(source) + " " + shown.where() + ": " + std::string(why));
+}
+
+Rows read_rows(std::string_view text, std::string_view source) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // utf-8-sig
+  Rows out;
+  std::size_t last_nonblank = 0;  // rows up to this one are kept; trailing blank lines are not
+  std::int64_t cells_read = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    const int row = static_cast<int>(out.rows.size()) + 1;
+    const bool blank = trim(line).empty();
+    if (row > limits::kMaxDevices) {
+      // Blank lines after the last rank are fine; another rank is one too many.
+      if (blank) continue;
+      throw Error(std::string(source) + " row " + std::to_string(row) + ": " +
+                  limits::above_limit("ranks", limits::kMaxDevices));
+    }
+    if (!blank) last_nonblank = out.rows.size() + 1;
+    std::vector<Cell> cells;
+    int column = 0;
+    for (const std::string& raw : split_cells(line, source, row)) {
+      ++column;
+      if (++cells_read > limits::kMaxCsvCells) {
+        throw Error(std::string(source) + " row " + std::to_string(row) + ": " +
+                    limits::above_limit("cells", limits::kMaxCsvCells));
+      }
+      const std::string_view cell = trim(raw);
+      if (cell.empty()) continue;  // PyTorch's idle None
+      Cell at;
+      at.row = row;
+      at.column = column;
+      at.text = std::string(cell);
+      parse_cell(cell, std::move(at), source, cells, out.skipped);
+    }
+    out.rows.push_back(std::move(cells));
+  }
+  out.rows.resize(last_nonblank);
+  if (out.rows.empty()) throw Error(std::string(source) + ": no rows (expected one row per rank)");
+  return out;
+}
+
+}  // namespace pipeplan::torch_csv

@@ -1,0 +1,91 @@
+// The plan loader refuses what would make a later stage index, allocate or add without bound:
+// every size within planner/base/limits.h, the schedule consistent with meta, one line each.
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/graph/taskgraph.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using nlohmann::json;
+
+json good_plan() {
+  return plan_to_json(make_plan(testing::uniform_request({.devices = 2, .microbatches = 2})).graph);
+}
+
+std::string load_error(const std::function<void(json&)>& change) {
+  json plan = good_plan();
+  change(plan);
+  try {
+    plan_from_json(plan, "p.json");
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a pipeplan error: ") + e.what();
+  }
+  return "<no error>";
+}
+
+TEST(PlanLoad, SizesAboveTheLimitsAreRefused) {
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["microbatches"] = 1'000'000'000; }),
+            "p.json: meta: field 'microbatches' = 1000000000 is out of range [1, 65536]");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["devices"] = 1e300; }),
+            "p.json: meta: field 'devices' must be an integer");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["static_bytes"][0] = 1e300; }),
+            "p.json: meta: field 'static_bytes' must hold integers from 0 to 1152921504606846976 "
+            "(docs/limits.md)");
+  EXPECT_NE(load_error([](json& p) {
+              p["nodes"][0]["alloc_bytes"] = std::int64_t{1} << 61;
+            }).find("p.json: nodes[0]: field 'alloc_bytes' = 2305843009213693952 is out of range"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              for (json& n : p["nodes"])
+                n["alloc_bytes"] = std::int64_t{1} << 59;
+            }).find("the plan's allocations is above the limit"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["nodes"][0]["duration_us"] = 1e300;
+            }).find("field 'duration_us' (1e+300) is above the limit"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["nodes"][0]["microbatches"] = {4294967296};
+            }).find("field 'microbatches' must hold integers from 0 to 1"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["edges"][0] = {4294967296, 0};
+            }).find("edges[0] must be [from, to] node ids"),
+            std::string::npos);
+}
+
+TEST(PlanLoad, TheScheduleMustBeThePlans) {
+  EXPECT_NE(load_error([](json& p) {
+              p["schedule"] =
+                  "schedule v1 family=1f1b backward=fused devices=2 microbatches=999999999 "
+                  "stages=0,1\n0:\n1:\n";
+            }).find("p.json: field 'schedule': schedule line 1: microbatches is above the limit"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["schedule"] =
+                  "schedule v1 family=1f1b backward=fused devices=2 microbatches=1 "
+                  "stages=0,1\n0: 0F0 0B0\n1: 1F0 1B0\n";
+            }).find("has 2 devices, 1 micro-batches and 2 stages; meta has 2, 2 and 2"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["meta"]["stage_layers"] = {{0, 1}, {1, 5}};
+            }).find("field 'stage_layers' must hold [first_layer, layer_count] pairs within"),
+            std::string::npos);
+  EXPECT_NE(load_error([](json& p) {
+              p["meta"]["backward"] = "sideways";
+            }).find("p.json: meta: field 'backward': unknown backward mode"),
+            std::string::npos);
+  EXPECT_EQ(load_error([](json&) {}), "<no error>");
+}
+
+}  // namespace
+}  // namespace pipeplan

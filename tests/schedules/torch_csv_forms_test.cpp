@@ -1,0 +1,143 @@
+// What PyTorch writes, read as PyTorch writes it: the fixtures in fixtures/torch/ are written by
+// hand from torch.distributed.pipelining's format (`_Action.__repr__`, `csv.writer` with CRLF
+// line ends, None as an empty cell), one per form docs/torch-csv.md lists.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "schedules/deadlock.h"
+#include "schedules/family.h"
+#include "schedules/torch_csv.h"
+
+namespace pipeplan {
+namespace {
+
+const std::filesystem::path kFixtures =
+    std::filesystem::path(PIPEPLAN_SOURCE_DIR) / "tests/schedules/fixtures/torch";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string error_of(std::string_view csv) {
+  return error_of([&] { schedule_from_torch_csv(csv, "s.csv"); });
+}
+
+TEST(TorchCsvForms, FixturesKeepPyTorchsCrlfLineEnds) {
+  const std::string text = read_text_file(kFixtures / "1f1b_compute_only.csv");
+  EXPECT_NE(text.find("\r\n"), std::string::npos);
+}
+
+TEST(TorchCsvForms, ComputeOnlyWithIdleCells) {
+  TorchCsvReport report;
+  const Schedule s = load_torch_csv(kFixtures / "1f1b_compute_only.csv", {}, &report);
+  EXPECT_EQ(s.devices, 2);
+  EXPECT_EQ(s.microbatches, 4);
+  EXPECT_EQ(s.backward, BackwardMode::fused);
+  EXPECT_EQ(report.actions, 16);
+  EXPECT_EQ(report.skipped_total, 0);
+}
+
+TEST(TorchCsvForms, DefaultComputeCommsDumpSkipsCommunicationAndFsdpCells) {
+  TorchCsvReport report;
+  const Schedule s = load_torch_csv(kFixtures / "interleaved_zb_compute_comms.csv", {}, &report);
+  EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(s.backward, BackwardMode::twobp);
+  EXPECT_EQ(report.actions, 24);
+  EXPECT_EQ(report.skipped_text(),
+            "6 RECV_B, 6 RECV_F, 4 REDUCE_GRAD, 4 RESHARD, 6 SEND_B, 6 SEND_F, 4 UNSHARD");
+  EXPECT_EQ(report.skipped_total, 36);
+  EXPECT_FALSE(find_deadlock(s));
+}
+
+TEST(TorchCsvForms, OverlapCellsSplitIntoTheirActionsInOrder) {
+  const Schedule s = load_torch_csv(kFixtures / "dualpipev_compute_only.csv");
+  EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 1, 0}));
+  const std::vector<Action>& rank0 = s.per_device[0];
+  ASSERT_GE(rank0.size(), 6u);
+  EXPECT_EQ(rank0[4], (Action{OpType::F, 0, {3}}));  // (0F3;3B0)OVERLAP_F_B: F first
+  EXPECT_EQ(rank0[5], (Action{OpType::B, 3, {0}}));
+  EXPECT_EQ(rank0.size(), 16u);  // 15 cells, one of them two actions
+}
+
+TEST(TorchCsvForms, WaitCellsQuotedCellsAndAByteOrderMarkAreRead) {
+  TorchCsvReport report;
+  const Schedule s = schedule_from_torch_csv(
+      "\xEF\xBB\xBF\"0F0\",0SEND_F0,0WAIT_SEND_F0,\"0RECV_B0\",0B0\r\n"
+      "1RECV_F0,1WAIT_RECV_F0,1F0, 1B0 ,1SEND_B0\r\n",
+      "w.csv", {}, &report);
+  EXPECT_EQ(s.per_device[0], (std::vector<Action>{{OpType::F, 0, {0}}, {OpType::B, 0, {0}}}));
+  EXPECT_EQ(report.skipped_text(),
+            "1 RECV_B, 1 RECV_F, 1 SEND_B, 1 SEND_F, 1 WAIT_RECV_F, "
+            "1 WAIT_SEND_F");
+}
+
+TEST(TorchCsvForms, DeadlockNamesTheCellThatClosesTheCycle) {
+  EXPECT_EQ(error_of([] { load_torch_csv(kFixtures / "deadlock.csv"); }),
+            (kFixtures / "deadlock.csv").string() +
+                " row 2 cell 4 ('1F1'): closes a dependency cycle (a deadlock): it waits for row "
+                "1 cell 5 ('0F1'), which runs after row 1 cell 4 ('0B0'), which waits for row 2 "
+                "cell 5 ('1B0'), which runs after this cell");
+  // One device waiting on itself: a V whose return stage runs its backward first.
+  EXPECT_EQ(error_of("0F0,1F0,1B0,0B0\n"), "<no error>");
+  EXPECT_NE(error_of("0F0,0F1,1F0,1F1,0B0,1B0,0B1,1B1\n")
+                .find("row 1 cell 5 ('0B0'): closes a dependency cycle (a deadlock): it waits "
+                      "for row 1 cell 6 ('1B0'), which runs after this cell"),
+            std::string::npos);
+  EXPECT_NE(error_of("(0F0;1F0)OVERLAP_F_B,(0B0;1B0)OVERLAP_F_B\n").find("part 1, '0B0'"),
+            std::string::npos);
+}
+
+TEST(TorchCsvForms, MalformedFormsAndLimitsNameRowAndCell) {
+  EXPECT_EQ(error_of("0F0,(0B0;1F0\n"), "s.csv row 1 cell 2 ('(0B0;1F0'): '(' without ')'");
+  EXPECT_NE(error_of("0F0,(0B0)OVERLAP_X\n").find("unknown action type 'OVERLAP_X'"),
+            std::string::npos);
+  EXPECT_NE(error_of("0F0,()OVERLAP_F_B\n").find("OVERLAP_F_B without sub-actions"),
+            std::string::npos);
+  EXPECT_NE(error_of("0F0,(0B0;(1F0))OVERLAP_F_B\n").find("nested sub-actions"), std::string::npos);
+  EXPECT_NE(error_of("0F0,\"0B0\n").find("unterminated quote"), std::string::npos);
+  EXPECT_NE(error_of("0F999999999999999\n").find("micro-batch number out of range"),
+            std::string::npos);
+  EXPECT_EQ(error_of("0F70000\n"),
+            "s.csv row 1 cell 1 ('0F70000'): micro-batch 70000 is above the limit of 65535 "
+            "(docs/limits.md)");
+  EXPECT_NE(error_of("5000F0\n").find("stage 5000 is above the limit of 1023"), std::string::npos);
+  EXPECT_NE(error_of("0F0,0B0\n1F0,1B0\n2F0,2B0\n3F0,3B0\n4F65535\n")
+                .find("5 stages x 65536 micro-batches is above the limit of 262144"),
+            std::string::npos);
+  std::string rows;
+  for (int r = 0; r < 1100; ++r)
+    rows += std::to_string(r) + "F0," + std::to_string(r) + "B0\n";
+  EXPECT_NE(error_of(rows).find("s.csv row 1025: ranks is above the limit of 1024"),
+            std::string::npos);
+}
+
+TEST(Deadlock, NoGeneratedScheduleDeadlocks) {
+  for (const ScheduleFamily* family : schedule_families()) {
+    if (family->traits().needs_costs) continue;
+    for (const int p : {2, 4}) {
+      const ScheduleRequest request{
+          p, family->traits().chunks.preferred, 2 * p, std::nullopt, 0, nullptr};
+      try {
+        family->check(request);
+      } catch (const Error&) {
+        continue;
+      }
+      EXPECT_FALSE(find_deadlock(family->generate(request))) << family->name() << " P=" << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan

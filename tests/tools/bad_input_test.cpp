@@ -1,0 +1,146 @@
+// Every class of bad input the hardening issue lists ends in one line naming the option, field
+// or file, a non-zero exit, no output file, and within a few seconds (tests/bad_inputs.sh
+// replays the issue's exact cases; this covers each class from the test suite).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/cli_support.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using pipeplan::testing::CliResult;
+using pipeplan::testing::run_pipeplan;
+
+class BadInput : public pipeplan::testing::TempDirTest {
+ protected:
+  // `args` may name {out}: the output file that must not appear.
+  void expect_refused(std::string args, const std::string& needle) {
+    const std::string out = path("out.json");
+    for (std::size_t at = args.find("{out}"); at != std::string::npos; at = args.find("{out}"))
+      args.replace(at, 5, out);
+    const auto start = std::chrono::steady_clock::now();
+    const CliResult r = run_pipeplan(args);
+    const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start);
+    EXPECT_NE(r.status, 0) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(out)) << args;
+    EXPECT_LT(seconds.count(), 5.0) << args;
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    fs::create_directories(fs::path(path(name)).parent_path());
+    std::ofstream(path(name)) << text;
+    return path(name);
+  }
+  // The tiny model's analytic profile, with `from` replaced by `to` once.
+  std::string profile_with(const std::string& from, const std::string& to) {
+    const CliResult r = run_pipeplan("profile --analytic --model tiny -o " + path("good.json"));
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::ifstream in(path("good.json"));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return write("bad.json", text);
+  }
+};
+
+const std::string kTiny = "plan --model tiny --stages 2 -m 2";
+
+TEST_F(BadInput, SizesAboveTheirLimitsFailAtOnce) {
+  expect_refused("plan --model tiny --stages 2 -m 1000000000 -o {out}",
+                 "--microbatches: 1000000000 is above");
+  expect_refused("bpipe --model tiny --stages 2 --global-batch 2147483647", "--global-batch");
+  expect_refused("profile --analytic --model tiny --max-concat 100000000 -o {out}",
+                 "--max-concat: 100000000 is above the limit of 65536");
+  expect_refused(kTiny + " --memory 1e30GiB -o {out}", "--memory: '1e30GiB' is above the limit");
+  expect_refused(kTiny + " --seq 99999999 -o {out}", "--seq: 99999999 is above the limit");
+  const std::string hf = write("big/config.json",
+                               "{\"model_type\": \"llama\", \"num_hidden_layers\": 1000000000, "
+                               "\"hidden_size\": 64, \"num_attention_heads\": 4, "
+                               "\"intermediate_size\": 172, \"vocab_size\": 256, "
+                               "\"max_position_embeddings\": 32}");
+  expect_refused("plan --model " + hf + " --stages 2 -m 2 -o {out}", "field 'num_hidden_layers'");
+}
+
+TEST_F(BadInput, CommandLineValuesAreChecked) {
+  expect_refused(kTiny + " --seq 0 -o {out}", "--seq: must be at least 1");
+  expect_refused(kTiny + " --memory '' -o {out}", "--memory: must not be empty");
+  expect_refused(kTiny + " -o ''", "--output: must not be empty");
+  expect_refused(kTiny + " --tensor-parallel 3 -o {out}",
+                 "--tensor-parallel: 3 does not divide the 4 attention heads of tiny");
+  expect_refused("plan --uniform 1e308:1:1:0 --stages 2 -m 2 -o {out}", "--uniform");
+  expect_refused("plan --uniform nan:1:1:0 --stages 2 -m 2 -o {out}", "--uniform");
+  expect_refused("bpipe --model tiny --stages 2 --global-batch 8 --mbs-list ''",
+                 "--mbs-list: must not be empty");
+  ASSERT_EQ(run_pipeplan(kTiny + " -o " + path("p.json")).status, 0);
+  expect_refused("show " + path("p.json") + " --width -5 --trace {out}", "--width: must be at");
+  expect_refused("show " + path("p.json") + " --width 2147483647 --trace {out}",
+                 "--width: 2147483647 is above the limit of 10000");
+  expect_refused("run " + path("p.json") + " --steps 2147483647 --trace {out}", "--steps");
+  expect_refused("run " + path("p.json") + " --max-host-gib nan --trace {out}",
+                 "--max-host-gib: 'nan' must be a finite number above 0");
+  expect_refused("diff " + path("p.json") + " " + path("p.json") + " --top -1", "--top");
+}
+
+TEST_F(BadInput, UsageErrorsAreOneLine) {
+  expect_refused("frobnicate", "unknown command 'frobnicate'");
+  expect_refused("plan --frobnicate", "unexpected argument: --frobnicate");
+  expect_refused(kTiny + " --frobnicate -o {out}", "unexpected argument: --frobnicate");
+  expect_refused("plan --model tiny --stages x -m 2", "--stages");
+  expect_refused("", "A subcommand is required");
+  const CliResult help = run_pipeplan("plan --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("Usage"), std::string::npos);
+}
+
+TEST_F(BadInput, CompareRefusesBadInputsWithOneLine) {
+  const std::string compare = "compare --model tiny --stages 2 -m 2";
+  expect_refused("compare --model tiny --stages 0 -m 2", "--stages: must be at least 1");
+  expect_refused("compare --model tiny --stages 2 -m 0", "--microbatches: must be at least 1");
+  expect_refused("compare --model nosuch --stages 2 -m 2", "--model: unknown model 'nosuch'");
+  expect_refused("compare --uniform nan:1:1:0 --stages 2 -m 2", "--uniform: 'nan'");
+  expect_refused(compare + " --memory 12XB", "--memory: '12XB' is not a size");
+  expect_refused("compare --profile " + write("broken.json", "{") + " --stages 2 -m 2",
+                 "broken.json: malformed JSON");
+  // Inputs no schedule can plan: every row says why, and the exit is non-zero.
+  const CliResult none = run_pipeplan("compare --model tiny --stages 8 -m 2");
+  EXPECT_NE(none.status, 0) << none.out;
+  EXPECT_EQ(run_pipeplan(compare).status, 0);
+}
+
+TEST_F(BadInput, FilesWithAbsurdValuesNameFileAndField) {
+  expect_refused(
+      "plan --profile " +
+          profile_with("\"gpu\": \"h100-sxm\",\n  \"layers\"", "\"gpu\": \"h999\",\n  \"layers\"") +
+          " --stages 2 -m 2 -o {out}",
+      "bad.json: field 'gpu' names unknown GPU 'h999'");
+  expect_refused("plan --profile " +
+                     profile_with("\"forward_us\": ", "\"forward_us\": 1e300, \"x\": ") +
+                     " --stages 2 -m 2 -o {out}",
+                 "bad.json: field 'layers.block.1.forward_us' (1e+300) is above the limit");
+  expect_refused("plan --profile " +
+                     profile_with("\"stash_bytes\": ", "\"stash_bytes\": 1e18, \"x\": ") +
+                     " --stages 2 -m 2 -o {out}",
+                 "stash_bytes' must be an integer number of bytes");
+  expect_refused("plan --profile " + profile_with("\"seq\": 32", "\"seq\": 1e999") +
+                     " --stages 2 -m 2 -o {out}",
+                 "bad.json: field 'seq' number '1e999' is outside the range of a double");
+  ASSERT_EQ(run_pipeplan(kTiny + " -o " + path("p.json")).status, 0);
+  std::ifstream in(path("p.json"));
+  std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  plan.replace(plan.find("\"duration_us\":") + 14, 0, " 1e999, \"was\":");
+  expect_refused("show " + write("p999.json", plan) + " --trace {out}",
+                 "p999.json: field 'duration_us' number '1e999' is outside the range of a double");
+  expect_refused("run " + path("p999.json") + " --trace {out}", "p999.json");
+  expect_refused("export " + path("p999.json") + " -o {out}", "p999.json");
+}
+
+}  // namespace
