@@ -36,6 +36,14 @@ PlanRequest uniform_request(int devices, int microbatches, int mb_per_device) {
   return r;
 }
 
+// Issue 14's inputs: (P, m, memory in M_B per device), at 2P and at P micro-batches' memory.
+void issue14_inputs(benchmark::internal::Benchmark* b) {
+  for (const auto& args :
+       {std::vector<std::int64_t>{8, 24, 16}, {8, 24, 8}, {32, 96, 64}, {32, 96, 32}})
+    b->Args(args);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // make_plan end to end, as `pipeplan plan --schedule auto` runs it.
 void BM_AutoPlan(benchmark::State& state) {
   const PlanRequest r =
@@ -52,13 +60,7 @@ void BM_AutoPlan(benchmark::State& state) {
   state.counters["chunks"] = chunks;
 }
 
-BENCHMARK(BM_AutoPlan)
-    ->Args({8, 24, 16})
-    ->Args({8, 24, 8})
-    ->Args({32, 96, 64})
-    ->Args({32, 96, 32})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_AutoPlan)->Apply(issue14_inputs);
 
 // The phases of BM_AutoPlan: the search alone (make_plan's family call), and the final lowering,
 // validation and simulation of the plan it returns.
@@ -104,13 +106,7 @@ void BM_AutoSearchOnly(benchmark::State& state) {
   state.counters["candidates"] = tried;
 }
 
-BENCHMARK(BM_AutoSearchOnly)
-    ->Args({8, 24, 16})
-    ->Args({8, 24, 8})
-    ->Args({32, 96, 64})
-    ->Args({32, 96, 32})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_AutoSearchOnly)->Apply(issue14_inputs);
 
 void BM_AutoFinalPlan(benchmark::State& state) {
   const AutoInputs in =
