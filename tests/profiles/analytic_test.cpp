@@ -9,20 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 Profile profile_for(const ModelConfig& m, Attention attention, std::vector<int> mbs = {2}) {
   AnalyticOptions options;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "planner/base/error.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -18,14 +19,7 @@ namespace fs = std::filesystem;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 fs::path write_temp(const std::string& name, const std::string& text) {
   const fs::path path =

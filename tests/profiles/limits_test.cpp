@@ -13,20 +13,14 @@
 #include "profiles/model.h"
 #include "profiles/profile.h"
 #include "profiles/tensor_parallel.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
 
 using nlohmann::json;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 json llama_config(std::int64_t layers) {
   return {{"model_type", "llama"},        {"num_hidden_layers", layers}, {"hidden_size", 64},

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -45,14 +46,7 @@ class TempDir {
   fs::path path_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.name, b.name);

@@ -10,6 +10,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -17,14 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 LayerCost sample_cost(double scale) {
   LayerCost c;

@@ -14,6 +14,7 @@
 #include "schedules/deadlock.h"
 #include "schedules/family.h"
 #include "schedules/torch_csv.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -21,14 +22,7 @@ namespace {
 const std::filesystem::path kFixtures =
     std::filesystem::path(PIPEPLAN_SOURCE_DIR) / "tests/schedules/fixtures/torch";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 std::string error_of(std::string_view csv) {
   return error_of([&] { schedule_from_torch_csv(csv, "s.csv"); });
