@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -57,6 +58,26 @@ class Transport {
   virtual void cancel() = 0;
   // Forgets undelivered messages and a cancel; called before every step.
   virtual void reset() = 0;
+};
+
+// A transport owned elsewhere and shared: every call goes to `inner`, so an executor can own a
+// handle while the owner keeps (and drains) the transport itself.
+class SharedTransportRef : public Transport {
+ public:
+  explicit SharedTransportRef(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  void send(int from, int to, Channel channel, Message message) override {
+    inner_->send(from, to, channel, std::move(message));
+  }
+  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+               std::chrono::milliseconds timeout) override {
+    return inner_->recv(to, from, channel, expected_tag, timeout);
+  }
+  void cancel() override { inner_->cancel(); }
+  void reset() override { inner_->reset(); }
+
+ private:
+  std::shared_ptr<Transport> inner_;
 };
 
 // Throws Error naming `where` when the tag differs, the declared size differs from the payload,

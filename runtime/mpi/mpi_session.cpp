@@ -37,25 +37,6 @@ namespace {
 
 using mpi::check;
 
-// What the executor owns; the session keeps the transport itself until it has drained it.
-class TransportHandle final : public Transport {
- public:
-  explicit TransportHandle(std::shared_ptr<mpi::MpiTransport> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  void send(int from, int to, Channel channel, Message message) override {
-    inner_->send(from, to, channel, std::move(message));
-  }
-  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
-               std::chrono::milliseconds timeout) override {
-    return inner_->recv(to, from, channel, expected_tag, timeout);
-  }
-  void cancel() override { inner_->cancel(); }
-  void reset() override { inner_->reset(); }
-
- private:
-  std::shared_ptr<mpi::MpiTransport> inner_;
-};
-
 MPI_Comm duplicate_world() {
   MPI_Comm comm = MPI_COMM_NULL;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
@@ -95,7 +76,8 @@ class Session final : public MpiSession {
   std::unique_ptr<Transport> make_transport(std::chrono::milliseconds timeout) override {
     if (!transports_.empty()) throw Error("MPI: one transport per run");
     transports_.push_back(std::make_shared<mpi::MpiTransport>(transport_comm_, timeout));
-    return std::make_unique<TransportHandle>(transports_.back());
+    // What the executor owns; the session keeps the transport itself until it has drained it.
+    return std::make_unique<SharedTransportRef>(transports_.back());
   }
 
   void finish(std::chrono::milliseconds timeout) override {

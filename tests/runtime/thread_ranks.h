@@ -62,22 +62,10 @@ class ThreadGroup final : public ProcessGroup {
 // Every rank's executor owns one of these; they share one transport. A cancel reaches every
 // rank's waits, as a peer's failure notice does between processes. reset() is left to the
 // shared transport's owner: one rank must not drop another's early messages.
-class SharedTransport final : public Transport {
+class SharedTransport final : public SharedTransportRef {
  public:
-  explicit SharedTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  void send(int from, int to, Channel channel, Message message) override {
-    inner_->send(from, to, channel, std::move(message));
-  }
-  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
-               std::chrono::milliseconds timeout) override {
-    return inner_->recv(to, from, channel, expected_tag, timeout);
-  }
-  void cancel() override { inner_->cancel(); }
+  using SharedTransportRef::SharedTransportRef;
   void reset() override {}
-
- private:
-  std::shared_ptr<Transport> inner_;
 };
 
 // Runs body(rank) on `size` threads at once and waits for all.
