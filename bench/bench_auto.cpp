@@ -9,6 +9,8 @@
 #include "bench/bench_main.h"
 #include "planner/graph/evaluate.h"
 #include "planner/graph/schedule_sim.h"
+#include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
 #include "planner/search/auto_list.h"
 #include "planner/search/auto_schedule.h"
 #include "planner/search/search.h"
@@ -128,6 +130,42 @@ void BM_AutoFinalPlan(benchmark::State& state) {
 BENCHMARK(BM_AutoFinalPlan)
     ->Args({8, 24, 16})
     ->Args({32, 96, 64})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The final phase's parts, one at a time on the P = 32 plan: lowering (and freeing the graph),
+// the simulation with its step metrics, and the validator (which validate_and_simulate runs on
+// its helper thread beside the simulation).
+enum class FinalPart { lower, simulate, validate };
+
+void BM_FinalPart(benchmark::State& state, FinalPart part) {
+  const AutoInputs in = auto_inputs(32, 96, 64);
+  const AutoResult a = make_auto_schedule(in.request);
+  const PlanMeta meta = make_plan(in.plan).graph.meta;
+  const TaskGraph lowered = lower(a.schedule, a.costs, meta);
+  lowered.graph();        // the Boost.Graph view, built once as validate_and_simulate shares it
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
+    switch (part) {
+      case FinalPart::lower:
+        benchmark::DoNotOptimize(lower(a.schedule, a.costs, meta).node_count());
+        break;
+      case FinalPart::simulate:
+        benchmark::DoNotOptimize(simulate(lowered).makespan_us);
+        break;
+      case FinalPart::validate:
+        benchmark::DoNotOptimize(find_violation(lowered, true).has_value());
+        break;
+    }
+  }
+}
+
+BENCHMARK_CAPTURE(BM_FinalPart, lower, FinalPart::lower)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_FinalPart, simulate, FinalPart::simulate)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_FinalPart, validate, FinalPart::validate)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

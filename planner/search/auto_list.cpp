@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <utility>
 
@@ -44,37 +43,64 @@ struct Decision {
   int group = 1;  // P2 group size
 };
 
-// The device with the smallest key (ties: the lower device) over a fixed set of devices.
+// The device with the smallest key (ties: the lower device) over a fixed set of devices. Each
+// match holds its winner's (key, device), so replaying a changed device's path reads only the
+// siblings, which do not depend on one another: a short chain of compares, not a load of the
+// winner's key per level.
 class Tournament {
  public:
   explicit Tournament(int n) : key_(at(n), kInf) {
     size_ = 1;
     while (size_ < n)
       size_ *= 2;
-    tree_.assign(at(2 * size_), -1);
+    tree_.assign(at(2 * size_), Entry{kInf, std::numeric_limits<int>::max()});
     for (int d = 0; d < n; ++d)
-      tree_[at(size_ + d)] = d;
+      tree_[at(size_ + d)] = Entry{kInf, d};
     for (int i = size_ - 1; i >= 1; --i)
       tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
   }
   void set(int d, double key) {
     if (key_[at(d)] == key) return;  // its place in every match is unchanged
     key_[at(d)] = key;
-    for (int i = (size_ + d) / 2; i >= 1; i /= 2)
-      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+    int i = size_ + d;
+    Entry winner{key, d};
+    tree_[at(i)] = winner;
+    for (; i > 1; i /= 2) {
+      winner = pick(winner, tree_[at(i ^ 1)]);
+      tree_[at(i / 2)] = winner;
+    }
   }
-  int winner() const { return size_ == 1 ? 0 : tree_[1]; }
+  int winner() const { return tree_[1].device; }
   double key(int d) const { return key_[at(d)]; }
 
  private:
-  int pick(int a, int b) const {
-    if (a < 0) return b;
-    if (b < 0) return a;
-    return key_[at(b)] < key_[at(a)] ? b : a;  // a is the lower device
+  struct Entry {
+    double key;
+    int device;  // padding entries: beyond every device, so they never win a tie
+  };
+  static Entry pick(const Entry& a, const Entry& b) {
+    return b.key < a.key || (b.key == a.key && b.device < a.device) ? b : a;
   }
   int size_ = 1;
   std::vector<double> key_;
-  std::vector<int> tree_;
+  std::vector<Entry> tree_;
+};
+
+// A first-in, first-out queue that never shrinks: a vector and the index of its head (a deque's
+// block bookkeeping cost a fifth of a list-scheduler run).
+template <typename T>
+class Fifo {
+ public:
+  void reserve(std::size_t n) { items_.reserve(n); }
+  void push(const T& item) { items_.push_back(item); }
+  bool empty() const { return head_ == items_.size(); }
+  std::size_t size() const { return items_.size() - head_; }
+  const T& front() const { return items_[head_]; }
+  void pop() { ++head_; }
+
+ private:
+  std::vector<T> items_;
+  std::size_t head_ = 0;
 };
 
 struct Device {
@@ -90,8 +116,8 @@ struct Device {
   int p2_lag = 0;        // P2s kept back for the end
   bool last_p1 = false;  // its last action was a P1
   std::int64_t pending_retained = 0;
-  std::deque<std::pair<int, int>> pending_p2;  // (stage, micro-batch), oldest first
-  std::vector<int> neighbours;                 // devices whose decisions its actions change
+  int pending_p2 = 0;           // P1s run whose P2 has not
+  std::vector<int> neighbours;  // devices whose decisions its actions change
   std::vector<Action> actions;
 };
 
@@ -111,8 +137,8 @@ class ListScheduler {
         next_f_(at(s_), 0),
         f_done_(at(s_), 0),
         p1_done_(at(s_), 0),
-        pending_of_(at(s_), 0),
         gradients_(at(s_)),
+        pending_(at(s_)),
         forward_at_(at(s_) * at(m_), kInf),
         comm_(at(s_), 0.0),
         link_free_(at(p_) * at(p_), 0.0) {
@@ -123,6 +149,10 @@ class ListScheduler {
     }
     for (int mb = 0; mb < m_; ++mb)
       forward_at_[at(mb)] = 0.0;  // stage 0's input is there at the start
+    for (int s = 0; s < s_; ++s) {
+      gradients_[at(s)].reserve(at(m_));
+      pending_[at(s)].reserve(at(m_));
+    }
     for (int d = 0; d < p_; ++d) {
       Device& dev = device(d);
       dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
@@ -174,11 +204,10 @@ class ListScheduler {
         // Every device waits on an input nobody has produced yet: run a pending P2 anywhere.
         d = -1;
         for (int e = 0; e < p_ && d < 0; ++e) {
-          if (!device(e).pending_p2.empty()) d = e;
+          if (device(e).pending_p2 > 0) d = e;
         }
         if (d < 0) throw Error("auto schedule: internal deadlock");
-        decision[at(d)] =
-            Decision{device(d).free_at, Kind::p2, device(d).pending_p2.front().first, 1};
+        decision[at(d)] = Decision{device(d).free_at, Kind::p2, oldest_pending(d), 1};
       }
       apply(d, decision[at(d)]);
       if (finished(d)) {
@@ -209,7 +238,7 @@ class ListScheduler {
   double& forward_at(int s, int mb) { return forward_at_[at(s) * at(m_) + at(mb)]; }
   bool finished(int d) {
     const Device& dev = device(d);
-    if (dev.backward_done < dev.backward_total || !dev.pending_p2.empty()) return false;
+    if (dev.backward_done < dev.backward_total || dev.pending_p2 > 0) return false;
     return std::all_of(dev.stages.begin(), dev.stages.end(),
                        [&](int s) { return next_f_[at(s)] == m_; });
   }
@@ -243,6 +272,19 @@ class ListScheduler {
     return !split_ || fits(d, held + p1_growth(s) - dev.pending_retained);
   }
   double p2_time(int s, int k) const { return cost(s).p2_time_us(k); }
+  // The stage of device d's oldest pending P2 (one is pending).
+  int oldest_pending(int d) {
+    int oldest = -1;
+    std::int64_t when = std::numeric_limits<std::int64_t>::max();
+    for (const int s : device(d).stages) {
+      const Fifo<std::pair<std::int64_t, int>>& queue = pending_[at(s)];
+      if (!queue.empty() && queue.front().first < when) {
+        when = queue.front().first;
+        oldest = s;
+      }
+    }
+    return oldest;
+  }
 
   void set_p2_lags(double factor) {
     std::vector<double> head(at(s_), 0.0), tail(at(s_), 0.0);
@@ -262,12 +304,10 @@ class ListScheduler {
     }
   }
 
-  // The P2 group for a gap of `gap` us (kInf: no deadline), of the oldest pending P2's stage: the
-  // most efficient size that fits, larger on ties; 0 when none fits.
-  int group_for_gap(int d, double gap) {
-    const Device& dev = device(d);
-    const int s = dev.pending_p2.front().first;
-    const int limit = std::min(pending_of_[at(s)], max_group_);
+  // The P2 group of stage s (its device's oldest pending P2's) for a gap of `gap` us (kInf: no
+  // deadline): the most efficient size that fits, larger on ties; 0 when none fits.
+  int group_for_gap(int s, double gap) {
+    const int limit = std::min(static_cast<int>(pending_[at(s)].size()), max_group_);
     const GroupTable& table = groups_[at(s)];
     // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit.
     const auto fitting = std::upper_bound(table.prefix_max_us.begin(),
@@ -363,8 +403,7 @@ class ListScheduler {
     }
     if (p1_stage >= 0) {
       if (!split_ || fits(d, dev.memory + p1_growth(p1_stage))) return {now, Kind::p1, p1_stage, 1};
-      if (!dev.pending_p2.empty())
-        return {now, Kind::p2, dev.pending_p2.front().first, 1};  // memory forces it
+      if (dev.pending_p2 > 0) return {now, Kind::p2, oldest_pending(d), 1};  // memory forces it
       throw FieldError("memory_limit_bytes", "device " + std::to_string(d) +
                                                  " cannot hold the retained bytes of one more p1");
     }
@@ -387,23 +426,23 @@ class ListScheduler {
       if (arrival <= now) return {now, Kind::forward, s, 1};
       forward_at_min = std::min(forward_at_min, arrival);
     }
-    if (split_ && !dev.pending_p2.empty()) {
-      const int s = dev.pending_p2.front().first;
+    if (split_ && dev.pending_p2 > 0) {
+      const int s = oldest_pending(d);
       if (dev.backward_done == dev.backward_total)
-        return {now, Kind::p2, s, group_for_gap(d, kInf)};
+        return {now, Kind::p2, s, group_for_gap(s, kInf)};
       if (later_blocked || (more_entries && !entry_memory && dev.inflight < dev.depth_cap))
         return {now, Kind::p2, s, 1};  // memory blocks the next forward: free some
     }
-    if (split_ && static_cast<int>(dev.pending_p2.size()) > dev.p2_lag) {
-      const int s = dev.pending_p2.front().first;
+    if (split_ && dev.pending_p2 > dev.p2_lag) {
+      const int s = oldest_pending(d);
       const double next = next_input(d, now, entry_allowed);
-      const int k = group_for_gap(d, next - now);
+      const int k = group_for_gap(s, next - now);
       if (k > 0) return {now, Kind::p2, s, k};
       if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
       if (fill_ == P2Fill::overshoot && p2_time(s, 1) <= 2 * (next - now))
         return {now, Kind::p2, s, 1};
     }
-    if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2.empty()) {
+    if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2 == 0) {
       throw FieldError("memory_limit_bytes",
                        "device " + std::to_string(d) +
                            " cannot hold the activations of one micro-batch within its limit");
@@ -425,7 +464,7 @@ class ListScheduler {
     if (forward) {
       forward_at(to, mb) = arrival;
     } else {
-      gradients_[at(to)].emplace_back(arrival, mb);
+      gradients_[at(to)].push({arrival, mb});
     }
   }
 
@@ -452,21 +491,21 @@ class ListScheduler {
         if (s + 1 < s_) {
           send(d, s + 1, mb, dev.free_at, true);
         } else {
-          gradients_[at(s)].emplace_back(dev.free_at, mb);
+          gradients_[at(s)].push({dev.free_at, mb});
         }
         return;
       }
       case Kind::p1: {
         const int mb = gradients_[at(s)].front().second;
-        gradients_[at(s)].pop_front();
+        gradients_[at(s)].pop();
         ++p1_done_[at(s)];
         if (s == dev.first) --dev.inflight;
         ++dev.backward_done;
         if (split_) {
           dev.free_at = start + c.p1_us;
           dev.memory += c.retained_bytes - c.stash_bytes;
-          dev.pending_p2.emplace_back(s, mb);
-          ++pending_of_[at(s)];
+          pending_[at(s)].push({next_pending_++, mb});
+          ++dev.pending_p2;
           dev.pending_retained += c.retained_bytes;
           dev.actions.push_back(Action{OpType::P1, s, {mb}});
         } else {
@@ -480,17 +519,13 @@ class ListScheduler {
       case Kind::p2: {
         const int k = std::max(1, dec.group);
         Action a{OpType::P2, s, {}};
-        for (auto it = dev.pending_p2.begin();
-             it != dev.pending_p2.end() && static_cast<int>(a.microbatches.size()) < k;) {
-          if (it->first == s) {
-            a.microbatches.push_back(it->second);
-            it = dev.pending_p2.erase(it);
-          } else {
-            ++it;
-          }
+        Fifo<std::pair<std::int64_t, int>>& queue = pending_[at(s)];
+        for (int i = 0; i < k && !queue.empty(); ++i) {
+          a.microbatches.push_back(queue.front().second);
+          queue.pop();
         }
         const auto taken = static_cast<std::int64_t>(a.microbatches.size());
-        pending_of_[at(s)] -= static_cast<int>(taken);
+        dev.pending_p2 -= static_cast<int>(taken);
         dev.free_at = start + p2_time(s, static_cast<int>(taken));
         dev.memory -= taken * c.retained_bytes;
         dev.pending_retained -= taken * c.retained_bytes;
@@ -508,13 +543,17 @@ class ListScheduler {
   int max_group_;
   int p_, m_, s_;
   std::vector<Device> device_;
-  std::vector<int> next_f_, f_done_, p1_done_, pending_of_;    // per stage
-  std::vector<std::deque<std::pair<double, int>>> gradients_;  // per stage: (arrival, mb)
-  std::vector<double> forward_at_;                             // [stage][mb]: input arrival
-  std::vector<double> comm_;                                   // per boundary s -> s + 1
-  std::vector<double> link_free_;                              // per directed device pair
-  std::vector<GroupTable> groups_;                             // per stage
-  int delivered_to_ = -1;  // the device the last applied action sent its output to
+  std::vector<int> next_f_, f_done_, p1_done_;           // per stage
+  std::vector<Fifo<std::pair<double, int>>> gradients_;  // per stage: (arrival, mb)
+  // Per stage, the micro-batches whose P1 ran and P2 did not, oldest first, each with its
+  // P1's place in the order of all P1s (so a device's oldest pending P2 is the smallest head).
+  std::vector<Fifo<std::pair<std::int64_t, int>>> pending_;
+  std::int64_t next_pending_ = 0;
+  std::vector<double> forward_at_;  // [stage][mb]: input arrival
+  std::vector<double> comm_;        // per boundary s -> s + 1
+  std::vector<double> link_free_;   // per directed device pair
+  std::vector<GroupTable> groups_;  // per stage
+  int delivered_to_ = -1;           // the device the last applied action sent its output to
 };
 
 }  // namespace
