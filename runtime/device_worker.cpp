@@ -68,7 +68,7 @@ std::vector<Stash> unpack_stash(const Message& message, const std::vector<int>& 
 // A send/recv without a kind (a plan the validator refuses, run with validation off) is an
 // error, not a guess from its op or label.
 [[noreturn]] void no_payload_kind(const Node& node) {
-  throw Error("send/recv '" + node.label + "' on device " + std::to_string(node.device) +
+  throw Error("send/recv '" + node_label(node) + "' on device " + std::to_string(node.device) +
               " has no transfer kind (field 'transfer' is none)");
 }
 
@@ -275,7 +275,7 @@ Message DeviceWorker::take_payload(const Node& node) {
       throw Error("device " + std::to_string(device_) + " has no stash of " + key_name(key) +
                   " to evict");
     }
-    Message message = pack_stash(it->second, node.label);
+    Message message = pack_stash(it->second, node_label(node));
     stashes_.erase(it);
     evicted_bytes_[key] = message.bytes;
     bpipe_.evicted += message.bytes;
@@ -291,13 +291,13 @@ Message DeviceWorker::take_payload(const Node& node) {
     }
     Message message = std::move(it->second);
     held_.erase(it);
-    message.tag = node.label;
+    message.tag = node_label(node);
     bpipe_.returned += message.bytes;
     account(-message.bytes);
     return message;
   }
   Message message;
-  message.tag = node.label;
+  message.tag = node_label(node);
   const bool activation = carries_activation(node);
   message.tensors.emplace_back(activation ? "activation" : "input_grad",
                                take_tensor(activation ? activations_ : input_grads_, key,

@@ -175,9 +175,10 @@ void Executor::run_node(DeviceWorker& worker, int id) {
       transport_->send(node.device, node.peer, channel_of(stream), worker.take_payload(node));
       break;
     case NodeKind::recv: {
-      Message message = transport_->recv(node.device, node.peer, channel_of(stream), node.label,
-                                         options_.timeout);
-      check_message(message, node.label, worker.expected_bytes(node), plan_.node_name(id));
+      const std::string tag = node_label(node);
+      Message message =
+          transport_->recv(node.device, node.peer, channel_of(stream), tag, options_.timeout);
+      check_message(message, tag, worker.expected_bytes(node), plan_.node_name(id));
       worker.store_payload(node, std::move(message));
       break;
     }

@@ -20,8 +20,8 @@ std::string category_of(const Node& node) {
 }
 
 std::string op_label(const Node& node) {
-  if (node.kind == NodeKind::compute) return node.label;
-  return std::string(to_string(node.kind)) + " " + node.label;
+  if (node.kind == NodeKind::compute) return node_label(node);
+  return std::string(to_string(node.kind)) + " " + node_label(node);
 }
 
 double pct(double measured, double predicted) {

@@ -62,9 +62,13 @@ std::string format_action(const Action& action) {
 }
 
 void append_action(std::string& out, const Action& action) {
-  // Written into a stack buffer, then appended in one go: this runs for every node when lowering
-  // (18k times for 64 stages and 96 micro-batches), and a short label (SSO) never touches the
-  // heap. A long concatenated P2 flushes the buffer as it fills.
+  append_action(out, action.op, action.stage, action.microbatches);
+}
+
+void append_action(std::string& out, OpType op, int stage, const MicroBatches& microbatches) {
+  // Written into a stack buffer, then appended in one go: this runs for every node a plan file or
+  // a trace names (39k for 64 stages and 96 micro-batches), and a short label (SSO) never touches
+  // the heap. A long concatenated P2 flushes the buffer as it fills.
   constexpr std::size_t kNumber = 11;  // an int in decimal, sign included
   std::array<char, 64> buffer;         // written before it is read: no zeroing
   char* end = buffer.data();
@@ -77,12 +81,12 @@ void append_action(std::string& out, const Action& action) {
     if (limit - end < static_cast<std::ptrdiff_t>(kNumber + 1)) flush();
     end = std::to_chars(end, limit, value).ptr;
   };
-  number(action.stage);
-  const std::string_view op = kOpSpellings[static_cast<std::size_t>(action.op)];
-  end = std::copy(op.begin(), op.end(), end);
-  for (std::size_t i = 0; i < action.microbatches.size(); ++i) {
+  number(stage);
+  const std::string_view spelling = kOpSpellings[static_cast<std::size_t>(op)];
+  end = std::copy(spelling.begin(), spelling.end(), end);
+  for (std::size_t i = 0; i < microbatches.size(); ++i) {
     if (i > 0) *end++ = '+';
-    number(action.microbatches[i]);
+    number(microbatches[i]);
   }
   flush();
 }

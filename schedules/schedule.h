@@ -29,8 +29,9 @@ struct Action {
 };
 
 std::string format_action(const Action& action);
-// Appends format_action(action) to `out`: lowering writes each node's label in place this way.
+// Appends format_action(action) to `out`: a task-graph node's label is spelt this way.
 void append_action(std::string& out, const Action& action);
+void append_action(std::string& out, OpType op, int stage, const MicroBatches& microbatches);
 Action parse_action(std::string_view text);  // throws Error quoting the text
 
 struct Schedule {

@@ -45,12 +45,13 @@ Transfer transfer_from_string(std::string_view text, const std::string& context)
 
 // Version 1 had no transfer kind: BPipe moves were told apart by their label alone. This is
 // the one place that still reads a label for meaning, and only for files of that version.
-Transfer transfer_of_v1(const Node& n, StreamRole role, const std::string& context) {
+Transfer transfer_of_v1(const Node& n, const std::string& label, StreamRole role,
+                        const std::string& context) {
   if (role != StreamRole::transfer) {
     return n.op == OpType::F ? Transfer::activation : Transfer::gradient;
   }
-  if (n.label.starts_with("evict ")) return Transfer::evict;
-  if (n.label.starts_with("load ")) return Transfer::load;
+  if (label.starts_with("evict ")) return Transfer::evict;
+  if (label.starts_with("load ")) return Transfer::load;
   throw Error(context +
               ": field 'label' of a version 1 transfer-stream node must start with "
               "'evict ' or 'load '");
@@ -212,7 +213,7 @@ nlohmann::json node_to_json(int id, const Node& n) {
                       {"stage", n.stage},
                       {"microbatches", n.microbatches},
                       {"duration_us", n.duration_us},
-                      {"label", n.label},
+                      {"label", node_label(n)},
                       {"alloc_bytes", n.alloc_bytes},
                       {"free_bytes", n.free_bytes}};
   if (n.kind != NodeKind::compute) {
@@ -248,19 +249,22 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
     n.microbatches.push_back(mb.get<int>());
   }
   n.duration_us = require_bounded(j, "duration_us", ctx, limits::kMaxNodeTimeUs);
-  n.label = require_string(j, "label", ctx);
+  std::string label = require_string(j, "label", ctx);
   n.alloc_bytes = require_int64(j, "alloc_bytes", ctx, 0, limits::kMaxPlanBytes);
   n.free_bytes = require_int64(j, "free_bytes", ctx, 0, limits::kMaxPlanBytes);
   if (n.kind == NodeKind::compute) {
     if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
+    set_label(n, std::move(label));
     return n;
   }
   n.bytes = require_int64(j, "bytes", ctx, 0, limits::kMaxPlanBytes);
   n.peer = require_int(j, "peer", ctx, 0, devices - 1);
   n.match = require_int(j, "match", ctx, -1, nodes - 1);
-  n.transfer = version == 1
-                   ? transfer_of_v1(n, g.streams()[static_cast<std::size_t>(n.stream)].role, ctx)
-                   : transfer_from_string(require_string(j, "transfer", ctx), ctx);
+  n.transfer =
+      version == 1
+          ? transfer_of_v1(n, label, g.streams()[static_cast<std::size_t>(n.stream)].role, ctx)
+          : transfer_from_string(require_string(j, "transfer", ctx), ctx);
+  set_label(n, std::move(label));  // once the fields that spell it are read
   return n;
 }
 
@@ -411,9 +415,9 @@ void write_dot(const TaskGraph& graph, std::ostream& out) {
       out, g,
       [&](std::ostream& os, std::size_t v) {
         const Node& n = graph.node(static_cast<int>(v));
-        std::string label = n.label;
+        std::string label = node_label(n);
         if (n.kind != NodeKind::compute) {
-          label = std::string(to_string(n.kind)) + " " + n.label + "\\n" +
+          label = std::string(to_string(n.kind)) + " " + label + "\\n" +
                   graph.streams()[static_cast<std::size_t>(n.stream)].name();
         }
         os << "[label=\"" << label << "\\nd" << n.device << "\" style=filled fillcolor=\""

@@ -125,7 +125,7 @@ int TaskGraph::add_node_unordered(const Node& node) {
 
 int TaskGraph::add_node_unordered(Node&& node) {
   if (node.stream < 0 || node.stream >= static_cast<int>(streams_.size())) {
-    throw Error("task graph: node '" + node.label + "' refers to unknown stream " +
+    throw Error("task graph: node '" + node_label(node) + "' refers to unknown stream " +
                 std::to_string(node.stream));
   }
   nodes_.push_back(std::move(node));
@@ -181,14 +181,48 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
   return preds;
 }
 
+namespace {
+
+// The part of a label that its transfer kind spells: "evict " or "load " for a stash move.
+Transfer label_prefix(const Node& n) {
+  return n.kind != NodeKind::compute && is_stash_move(n.transfer) ? n.transfer : Transfer::none;
+}
+
+}  // namespace
+
+std::string node_label(const Node& node) {
+  if (const std::string* text = node.custom_label.get()) return *text;
+  std::string out;
+  if (const Transfer prefix = label_prefix(node); prefix != Transfer::none) {
+    out = to_string(prefix);
+    out += ' ';
+  }
+  append_action(out, node.op, node.stage, node.microbatches);
+  return out;
+}
+
+void set_label(Node& node, std::string label) {
+  node.custom_label.reset();
+  if (node_label(node) != label) node.custom_label.set(std::move(label));
+}
+
+bool same_label(const Node& a, const Node& b) {
+  if (a.custom_label.get() != nullptr || b.custom_label.get() != nullptr) {
+    return node_label(a) == node_label(b);
+  }
+  // An action's spelling is one-to-one (parse_action reads it back).
+  return a.op == b.op && a.stage == b.stage && a.microbatches == b.microbatches &&
+         label_prefix(a) == label_prefix(b);
+}
+
 std::string TaskGraph::node_name(int id) const {
   const Node& n = node(id);
   std::string where = "device " + std::to_string(n.device);
   if (n.stream >= 0 && n.stream < static_cast<int>(streams_.size())) {
     where += " " + streams_[static_cast<std::size_t>(n.stream)].name();
   }
-  std::string what = n.label;
-  if (n.kind != NodeKind::compute) what = std::string(to_string(n.kind)) + " " + n.label;
+  std::string what = node_label(n);
+  if (n.kind != NodeKind::compute) what = std::string(to_string(n.kind)) + " " + what;
   return "node " + std::to_string(id) + " (" + what + " on " + where + ")";
 }
 
@@ -252,7 +286,6 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
   n.device = device;
   n.stage = action.stage;
   n.microbatches = action.microbatches;
-  append_action(n.label, action);  // the node is new: its label is empty
   const auto k = static_cast<std::int64_t>(action.microbatches.size());
   switch (action.op) {
     case OpType::F:
@@ -389,7 +422,6 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
       send.duration_us = transfer_time_us(g.meta.link, bytes);
       send.bytes = bytes;
       send.peer = dst;
-      send.label = p.label;
     }
     const int r = build.append_copy(s, recv_stream);
     Node& recv = build.node(r);

@@ -49,13 +49,13 @@ int thread_sort_index(const Stream& stream, int devices) {
 std::string slice_name(const Node& node) {
   switch (node.kind) {
     case NodeKind::compute:
-      return node.label;
+      return node_label(node);
     case NodeKind::send:
-      return "send " + node.label + "\u2192" + std::to_string(node.peer);
+      return "send " + node_label(node) + "\u2192" + std::to_string(node.peer);
     case NodeKind::recv:
-      return "recv " + node.label + "\u2190" + std::to_string(node.peer);
+      return "recv " + node_label(node) + "\u2190" + std::to_string(node.peer);
   }
-  return node.label;
+  return node_label(node);
 }
 
 std::string slice_category(const Node& node) {
@@ -144,7 +144,7 @@ class FlowWriter {
   void add(int from, int to, std::string_view category) {
     const Node& source = graph_.node(from);
     const Node& target = graph_.node(to);
-    const std::string name = source.label;
+    const std::string name = node_label(source);
     events_.push_back({{"ph", "s"},
                        {"id", next_id_},
                        {"cat", category},

@@ -137,7 +137,7 @@ Result check_matches(const Context& c) {
                                 "' differs from its match's '" +
                                 std::string(to_string(m.transfer)) + "'");
     }
-    if (m.bytes != n.bytes || m.label != n.label) {
+    if (m.bytes != n.bytes || !same_label(m, n)) {
       return make_violation(g, id, "send-recv-match",
                             "size or tag differs from its match (" + std::to_string(n.bytes) +
                                 " vs " + std::to_string(m.bytes) + " bytes)");
@@ -374,8 +374,9 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
   const int stages = g.schedule.stage_count();
   const auto need = [&](int producer, int consumer, const char* what) -> Result {
     if (feeds(c, graph, producer, consumer)) return std::nullopt;
-    return make_violation(g, consumer, "inputs",
-                          std::string("does not wait for ") + what + " " + g.node(producer).label);
+    return make_violation(
+        g, consumer, "inputs",
+        std::string("does not wait for ") + what + " " + node_label(g.node(producer)));
   };
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
     for (int s = 0; s < stages; ++s) {

@@ -200,7 +200,7 @@ Node transfer_node(NodeKind kind, Transfer what, const BpipeMove& move, int devi
   n.duration_us = transfer_time_us(link, move.bytes);
   n.bytes = move.bytes;
   n.peer = peer;
-  n.label = std::string(to_string(what)) + " " + tag;
+  set_label(n, std::string(to_string(what)) + " " + tag);  // stored only if the fields differ
   return n;
 }
 
@@ -245,7 +245,7 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
     for (const auto& [position, kind, i] : events) {
       const BpipeMove& move = pair.moves[i];
       const int forward = compute[static_cast<std::size_t>(move.evict_after)];
-      const std::string tag = graph.node(forward).label;
+      const std::string tag = node_label(graph.node(forward));
       if (kind == 0) {
         Node send =
             transfer_node(NodeKind::send, Transfer::evict, move, ev, ev_stream, ac, tag, link);

@@ -177,7 +177,7 @@ TEST(ExecutorPlans, PayloadsFollowTheTransferKindNotTheLabel) {
   TaskGraph renamed = plan;
   for (int id = 0; id < renamed.node_count(); ++id) {
     Node& n = renamed.node(id);
-    if (n.kind != NodeKind::compute) n.label = "m" + std::to_string(std::min(id, n.match));
+    if (n.kind != NodeKind::compute) set_label(n, "m" + std::to_string(std::min(id, n.match)));
   }
   ASSERT_FALSE(find_violation(renamed).has_value());
   const Outcome original = run(plan, options_for(milliseconds(20000)), nullptr);

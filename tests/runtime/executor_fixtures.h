@@ -78,7 +78,7 @@ inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
     send.stage = f.stage;
     send.microbatches = f.microbatches;
     send.bytes = f.alloc_bytes;
-    send.label = label;
+    set_label(send, label);
     send.duration_us = 1;
     send.device = evict ? evictor : acceptor;
     send.stream = evict ? ev_stream : acc_stream;
@@ -106,12 +106,12 @@ inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
     const std::pair key{node.stage, node.microbatches.front()};
     if (node.microbatches.front() % 2 != 0) continue;
     if (node.op == OpType::F) {
-      const auto [s, r] = add_pair(node, "evict " + node.label, true);
+      const auto [s, r] = add_pair(node, "evict " + node_label(node), true);
       g.add_data_edge(id, s);
       evict_recv[key] = r;
       forwards[key] = node;
     } else if ((node.op == OpType::B || node.op == OpType::P1) && forwards.count(key) != 0) {
-      const auto [s, r] = add_pair(forwards[key], "load " + forwards[key].label, false);
+      const auto [s, r] = add_pair(forwards[key], "load " + node_label(forwards[key]), false);
       g.add_data_edge(evict_recv[key], s);
       if (before >= 0) g.add_data_edge(before, r);
       g.add_data_edge(r, id);

@@ -42,7 +42,7 @@ struct Plan {
     node.microbatches = {mb};
     node.duration_us = end_us - start_us;
     node.bytes = std::int64_t{1} << 30;
-    node.label = label;
+    set_label(node, label);
     sim.times.push_back({start_us, end_us});
     return graph.add_node(std::move(node));
   }
@@ -244,7 +244,7 @@ TEST(Timeline, BpipeRowsFollowTheTransferKindNotTheLabel) {
   Plan renamed = p;
   for (int id = 0; id < renamed.graph.node_count(); ++id) {
     Node& n = renamed.graph.node(id);
-    if (n.kind != NodeKind::compute) n.label = "m" + std::to_string(std::min(id, n.match));
+    if (n.kind != NodeKind::compute) set_label(n, "m" + std::to_string(std::min(id, n.match)));
   }
   for (const bool color : {false, true}) {
     EXPECT_EQ(render_timeline(renamed.graph, renamed.sim, 80, color),

@@ -23,7 +23,7 @@ TaskGraph plan_graph(int microbatches) {
 
 int find_compute(const TaskGraph& g, const std::string& label) {
   for (int id = 0; id < g.node_count(); ++id) {
-    if (g.node(id).kind == NodeKind::compute && g.node(id).label == label) return id;
+    if (g.node(id).kind == NodeKind::compute && node_label(g.node(id)) == label) return id;
   }
   ADD_FAILURE() << "no node " << label;
   return -1;

@@ -188,7 +188,7 @@ TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
     n.device = device;
     n.stream = g.stream(device, StreamRole::compute);
     n.duration_us = us;
-    n.label = "0F0";
+    set_label(n, "0F0");
     return g.add_node(std::move(n));
   };
   const int early = compute(0, 1000.0);
@@ -200,7 +200,7 @@ TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
   send.peer = 1;
   send.stream = g.stream(0, StreamRole::send, 1);
   send.duration_us = 10.0;
-  send.label = "0F0";
+  set_label(send, "0F0");
   Node recv = send;
   recv.kind = NodeKind::recv;
   recv.device = 1;

@@ -42,7 +42,7 @@ struct HandBuilt {
     node.op = op;
     node.device = node.stage = device;
     node.microbatches = std::move(mbs);
-    node.label = std::move(label);
+    set_label(node, std::move(label));
     node.alloc_bytes = op == OpType::F ? 1 << 20 : 0;
     return add(std::move(node), start, end);
   }
@@ -58,7 +58,7 @@ struct HandBuilt {
     send.microbatches = p.microbatches;
     send.bytes = 4096;
     send.peer = to;
-    send.label = p.label;
+    set_label(send, node_label(p));
     Node recv = send;
     recv.kind = NodeKind::recv;
     recv.device = to;

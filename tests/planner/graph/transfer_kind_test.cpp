@@ -153,7 +153,7 @@ TEST(PlanJson, RefusesUnknownVersionsAndTransferKinds) {
 TaskGraph with_meaningless_labels(TaskGraph g) {
   for (int id = 0; id < g.node_count(); ++id) {
     Node& n = g.node(id);
-    if (n.kind != NodeKind::compute) n.label = "m" + std::to_string(std::min(id, n.match));
+    if (n.kind != NodeKind::compute) set_label(n, "m" + std::to_string(std::min(id, n.match)));
   }
   return g;
 }

@@ -23,7 +23,7 @@ Plan sample(BackwardMode mode = BackwardMode::twobp) {
 int find_node(const TaskGraph& g, NodeKind kind, const std::string& label, int device = -1) {
   for (int id = 0; id < g.node_count(); ++id) {
     const Node& n = g.node(id);
-    if (n.kind == kind && n.label == label && (device < 0 || n.device == device)) return id;
+    if (n.kind == kind && node_label(n) == label && (device < 0 || n.device == device)) return id;
   }
   ADD_FAILURE() << "no node " << label;
   return -1;

@@ -34,14 +34,14 @@ TEST(BackwardModes, FillPutsP2IntoBubblesWithoutDelay) {
   for (int id = 0; id < twobp.graph.node_count(); ++id) {
     const Node& n = twobp.graph.node(id);
     if (n.kind == NodeKind::compute && n.op != OpType::P2) {
-      starts[n.label] = twobp.sim.times[static_cast<std::size_t>(id)].start_us;
+      starts[node_label(n)] = twobp.sim.times[static_cast<std::size_t>(id)].start_us;
     }
   }
   for (int id = 0; id < fill.graph.node_count(); ++id) {
     const Node& n = fill.graph.node(id);
     if (n.kind == NodeKind::compute && n.op != OpType::P2) {
-      EXPECT_DOUBLE_EQ(fill.sim.times[static_cast<std::size_t>(id)].start_us, starts[n.label])
-          << n.label;
+      EXPECT_DOUBLE_EQ(fill.sim.times[static_cast<std::size_t>(id)].start_us, starts[node_label(n)])
+          << node_label(n);
     }
   }
 }

@@ -114,7 +114,9 @@ TEST(Bpipe, PlantedFaultsBreakTheirRules) {
     Plan plan = bpipe_plan(seven_stages());
     TaskGraph& g = plan.graph;
     const int r = find_node(g, NodeKind::recv, Transfer::load);
+    const std::string tag = node_label(g.node(r));
     g.node(r).microbatches = {g.node(r).microbatches.front() + 1};
+    set_label(g.node(r), tag);  // the micro-batch changes, not the tag that the transport checks
     const auto v = find_violation(g);
     ASSERT_TRUE(v.has_value());
     EXPECT_EQ(v->rule, "transfer-use");
