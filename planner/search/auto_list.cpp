@@ -107,6 +107,7 @@ struct Device {
   std::vector<int> stages;  // ascending; the first is where a micro-batch enters the device
   int first = 0;
   double free_at = 0;
+  double limit = 0;              // memory limit in bytes; 0: none
   std::int64_t memory = 0;       // static + activations, in the validator's order semantics
   std::int64_t later_stash = 0;  // the largest stash of a stage after `first`
   std::int64_t max_growth = 0;   // the largest P1 growth of its stages
@@ -156,6 +157,8 @@ class ListScheduler {
     for (int d = 0; d < p_; ++d) {
       Device& dev = device(d);
       dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
+      dev.limit =
+          d < static_cast<int>(in.memory_limit_bytes.size()) ? in.memory_limit_bytes[at(d)] : 0;
       dev.first = dev.stages.empty() ? 0 : dev.stages.front();
       for (const int s : dev.stages) {
         if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
@@ -216,11 +219,14 @@ class ListScheduler {
         --unfinished;
       }
       refresh(d);
-      // A neighbour's P1 or F decision stands unless something reached it; a wait or a P2 fill
-      // reads this device's next free time, so it is taken again.
+      // A neighbour's decision stands unless something reached it, or it reads this device's
+      // next free time: only a wait or a P2 of a device with more P2s pending than it keeps back
+      // estimates its next input from it (next_input), and re-deciding anything else gives the
+      // same decision.
       for (const int e : device(d).neighbours) {
         const Kind k = decision[at(e)].kind;
-        if (delivered_to_ == e || k == Kind::wait || k == Kind::p2) refresh(e);
+        if (delivered_to_ == e || ((k == Kind::wait || k == Kind::p2) && reads_neighbours(e)))
+          refresh(e);
       }
     }
     Schedule out;
@@ -236,6 +242,8 @@ class ListScheduler {
   Device& device(int d) { return device_[at(d)]; }
   const StageCost& cost(int s) const { return costs_[at(s)]; }
   double& forward_at(int s, int mb) { return forward_at_[at(s) * at(m_) + at(mb)]; }
+  // Whether decide(d) may read other devices' free times: its P2 branch with the gap estimate.
+  bool reads_neighbours(int d) { return split_ && device(d).pending_p2 > device(d).p2_lag; }
   bool finished(int d) {
     const Device& dev = device(d);
     if (dev.backward_done < dev.backward_total || dev.pending_p2 > 0) return false;
@@ -243,8 +251,7 @@ class ListScheduler {
                        [&](int s) { return next_f_[at(s)] == m_; });
   }
   bool fits(int d, std::int64_t bytes) const {
-    const double limit =
-        d < static_cast<int>(in_.memory_limit_bytes.size()) ? in_.memory_limit_bytes[at(d)] : 0;
+    const double limit = device_[at(d)].limit;
     return limit <= 0 || static_cast<double>(bytes) <= limit;
   }
   // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
