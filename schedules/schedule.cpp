@@ -376,8 +376,22 @@ void check_placement(const Schedule& schedule, int device, int position, const A
   }
 }
 
-// Returns the rule the action breaks given what came before it, or "" when it fits. The
-// message is only built for a violation: this runs for every action of every plan.
+// Whether the action fits what came before it: the test alone, which runs for every action of
+// every plan; order_violation spells the rule only for one that does not.
+bool fits_order(OpType op, const MicrobatchState& seen) {
+  switch (op) {
+    case OpType::F:
+      return !seen.forward;
+    case OpType::B:
+    case OpType::P1:
+      return seen.forward && !seen.fused_backward && !seen.p1;
+    case OpType::P2:
+      return !seen.fused_backward && !seen.p2 && seen.p1;
+  }
+  return false;
+}
+
+// Returns the rule the action breaks given what came before it, or "" when it fits.
 std::string order_violation(OpType op, const MicrobatchState& seen, int mb) {
   const auto which = [mb] { return " of micro-batch " + std::to_string(mb); };
   switch (op) {
@@ -451,8 +465,8 @@ void check_schedule(const Schedule& schedule) {
       for (int mb : action.microbatches) {
         MicrobatchState& seen =
             states[static_cast<std::size_t>(action.stage)][static_cast<std::size_t>(mb)];
-        const std::string rule = order_violation(action.op, seen, mb);
-        if (!rule.empty()) bad_action_at(d, i, action, rule);
+        if (!fits_order(action.op, seen))
+          bad_action_at(d, i, action, order_violation(action.op, seen, mb));
         record(action.op, seen, d, i);
       }
     }
