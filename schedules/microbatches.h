@@ -40,7 +40,11 @@ class MicroBatches {
   }
   MicroBatches(MicroBatches&& other) noexcept { take(other); }
   MicroBatches& operator=(const MicroBatches& other) {
-    if (this != &other) {
+    if (this == &other) return *this;
+    if (!on_heap() && !other.on_heap()) {
+      slots_ = other.slots_;  // both inline: a fixed-size copy (lowering copies one per node)
+      size_ = other.size_;
+    } else {
       clear();
       append(other.begin(), other.end());
     }
