@@ -219,14 +219,17 @@ class ListScheduler {
         --unfinished;
       }
       refresh(d);
-      // A neighbour's decision stands unless something reached it, or it reads this device's
-      // next free time: only a wait or a P2 of a device with more P2s pending than it keeps back
-      // estimates its next input from it (next_input), and re-deciding anything else gives the
-      // same decision.
+      // A neighbour's decision stands unless something reached it in time to count, or it reads
+      // this device's next free time: only a wait or a P2 of a device with more P2s pending than
+      // it keeps back estimates its next input from it (next_input). An F or P1 is chosen among
+      // the inputs there at its start, so one arriving later leaves it as it is. Re-deciding in
+      // any other case gives the same decision.
       for (const int e : device(d).neighbours) {
-        const Kind k = decision[at(e)].kind;
-        if (delivered_to_ == e || ((k == Kind::wait || k == Kind::p2) && reads_neighbours(e)))
-          refresh(e);
+        const Decision& current = decision[at(e)];
+        const Kind k = current.kind;
+        const bool reached = delivered_to_ == e && ((k != Kind::forward && k != Kind::p1) ||
+                                                    delivered_at_ <= current.start);
+        if (reached || ((k == Kind::wait || k == Kind::p2) && reads_neighbours(e))) refresh(e);
       }
     }
     Schedule out;
@@ -468,6 +471,7 @@ class ListScheduler {
       arrival = std::max(ready, free) + comm_[at(forward ? to - 1 : to)];
       free = arrival;
     }
+    delivered_at_ = arrival;
     if (forward) {
       forward_at(to, mb) = arrival;
     } else {
@@ -560,6 +564,7 @@ class ListScheduler {
   std::vector<double> comm_;        // per boundary s -> s + 1
   std::vector<double> link_free_;   // per directed device pair
   std::vector<GroupTable> groups_;  // per stage
+  double delivered_at_ = 0;         // and when it arrives there
   int delivered_to_ = -1;           // the device the last applied action sent its output to
 };
 
