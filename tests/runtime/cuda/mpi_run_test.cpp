@@ -11,6 +11,7 @@
 
 #include "runtime/cuda/context.h"
 #include "tests/mpi_support.h"
+#include "tests/runtime/cuda/gpu_test_support.h"
 
 namespace pipeplan {
 namespace {
@@ -28,7 +29,8 @@ class CudaMpiRun : public testing::TempDirTest {
     if (!testing::mpirun_found()) GTEST_SKIP() << "mpirun is not installed";
     plan_ = path("p2.json");
     const CliResult r = testing::run_pipeplan(
-        "plan --model tiny --stages 2 --microbatches 4 --schedule 1f1b --backward 2bp -o " + plan_);
+        "plan --model tiny --stages 2 --microbatches 4 --schedule 1f1b --backward 2bp -o " + plan_ +
+        testing::gpu_test_attention_flag());
     ASSERT_EQ(r.status, 0) << r.out;
   }
   std::string plan_;
