@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -22,7 +23,14 @@ namespace {
 
 using Result = pipeplan::testing::CliResult;
 
-const std::string kModuleEnv = std::string("PIPEPLAN_CUDA_PLUGIN=") + PIPEPLAN_CUDA_MODULE;
+// The module under test: $PIPEPLAN_TEST_CUDA_MODULE when set and non-empty (binaries carried to a
+// GPU machine), else the one CMake built.
+std::string cuda_module() {
+  const char* env = std::getenv("PIPEPLAN_TEST_CUDA_MODULE");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(PIPEPLAN_CUDA_MODULE);
+}
+
+const std::string kModuleEnv = "PIPEPLAN_CUDA_PLUGIN=" + cuda_module();
 
 class CudaPluginCli : public pipeplan::testing::TinyPlanTest {};
 
@@ -78,7 +86,7 @@ TEST_F(CudaPluginCli, WithAGpuAFlashPlanRunsFusedOrIsRefusedInOneLine) {
 TEST_F(CudaPluginCli, AModuleWhoseCudaRuntimeIsMissingFailsToLoadInOneLine) {
   // A copy of the module that needs "libcudaXX" wherever it needs "libcudart" (same length, so
   // the ELF stays valid): what a machine without the CUDA runtime looks like to dlopen.
-  std::ifstream in(PIPEPLAN_CUDA_MODULE, std::ios::binary);
+  std::ifstream in(cuda_module(), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   int renamed = 0;
   for (std::size_t at = bytes.find("libcudart.so."); at != std::string::npos;
