@@ -22,9 +22,11 @@
 #               with BPipe beside the largest size that fits without
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
-# Each device call may run 10 minutes, so pick phases that fit; one grouping that does (estimates,
-# not measurements: check the wall times in the index of each call):
-#   call 1: env tests block            call 2: env profile            call 3: env profile-sm pipelines bpipe summary
+# Each device call may run 10 minutes, so pick phases that fit. Two calls (estimates, not
+# measurements: the index of each call gives the wall times; split further if they are long):
+#   call 1: env tests block profile           call 2: env profile-sm pipelines bpipe summary
+# Every command stops after its cap (150 s for a test suite or a block benchmark, 120 s for a
+# pipeline run, 300 s otherwise) so one hang does not eat the call.
 # `pipelines` and `bpipe` need the SM-share profile: from `profile-sm` earlier in the same call,
 # else the file PIPELINE_PROFILE names (e.g. one a previous call returned, copied into the tree).
 #
@@ -144,13 +146,16 @@ environment+=" PIPEPLAN_CUDNN_LIBRARY=${PIPEPLAN_CUDNN_LIBRARY:-} PIPEPLAN_TEST_
 
 # --- recording ----------------------------------------------------------------------------------
 
-# record FILE CMD...: runs CMD with what is left of the deadline, output (stdout and stderr) in
-# $raw/FILE between a header and its exit status; one line per command in the index.
+# record FILE CMD...: runs CMD for at most cap_s seconds (a phase may set its own: bash scoping
+# is dynamic) and never past the deadline, output (stdout and stderr) in $raw/FILE between a
+# header and its exit status; one line per command in the index.
+cap_s=300
 record() {
   local name=$1
   shift
   local file="$raw/$name"
   local left=$((deadline_s - (SECONDS - start_s) - 20))
+  if ((left > cap_s)); then left=$cap_s; fi
   {
     echo "# gpu: $gpu"
     echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -207,7 +212,7 @@ phase_env() {
 }
 
 phase_tests() {
-  local suites
+  local cap_s=150 suites
   if [[ $dry == 1 ]]; then
     suites="ALL"
   else
@@ -221,12 +226,14 @@ phase_tests() {
 }
 
 phase_flash() {
+  local cap_s=150
   record tests-flash.txt "$bin/pipeplan_cuda_tests" \
     --gtest_filter='FlashAttention*:CudaBackend.*Flash*:CudaAllocator.BlockStash*' \
     --gtest_output="json:$raw/tests-flash.json"
 }
 
 phase_block() {
+  local cap_s=150
   record bench_block.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
     --attention flash --warmup 5 --repetitions 20
   record bench_block-recompute.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1 \
@@ -274,7 +281,7 @@ need_profile() {
 
 phase_pipelines() {
   need_profile pipelines || return 0
-  local m schedule backward
+  local cap_s=120 m schedule backward
   for m in "$stages" $((2 * stages)); do
     for schedule in 1f1b gpipe; do
       for backward in fused 2bp; do
@@ -291,7 +298,7 @@ phase_bpipe() {
   local stage_memory=${STAGE_MEMORY:-$((hbm_gib / stages))GiB}
   local limit=(--memory "$stage_memory" --microbatches $((2 * stages)) --schedule 1f1b
     --backward 2bp)
-  local fits_without=1 mbs
+  local fits_without=1 mbs cap_s=120
   for mbs in $bpipe_mbs; do
     if [[ $dry == 1 ]]; then
       run_plan "bpipe-mbs$mbs" "${limit[@]}" --mbs "$mbs" --bpipe on
