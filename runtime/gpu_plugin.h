@@ -71,7 +71,8 @@ class GpuRun {
   virtual std::unique_ptr<Transport> take_transport() = 0;
   virtual std::shared_ptr<NodeTimer> node_timer() const = 0;
   virtual std::string transport_name() const = 0;
-  virtual std::string backend_name() const = 0;  // e.g. "cuda-bf16"
+  // e.g. "cuda-bf16 (attention flash: cuDNN SDPA, cuDNN 9.19.0, cudnn-frontend 1.32.0)"
+  virtual std::string backend_name() const = 0;
   virtual const MeasuredHardware& hardware() const = 0;
   // The allocators' peaks (requested bytes) since reset_peaks(), by plan device (0 for the
   // devices of other ranks).

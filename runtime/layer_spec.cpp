@@ -81,7 +81,7 @@ std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed, in
 }
 
 std::vector<TensorSpec> stash_specs(const ModelConfig& model, LayerKind kind, std::int64_t batch,
-                                    std::int64_t seq, bool keep_probs) {
+                                    std::int64_t seq, Attention attention) {
   const std::int64_t b = batch, s = seq, c = model.hidden, f = model.ffn_hidden, v = model.vocab;
   switch (kind) {
     case LayerKind::embedding:
@@ -93,7 +93,10 @@ std::vector<TensorSpec> stash_specs(const ModelConfig& model, LayerKind kind, st
       for (const char* name : {"attn_norm.rstd", "mlp_norm.rstd"})
         specs.push_back(statistic(name, {b, s}));
       specs.push_back(activation("attn.qkv", {b, s, qkv_width_of(model)}));
-      if (keep_probs) specs.push_back(activation("attn.probs", {b, model.heads, s, s}));
+      if (attention == Attention::materialized)
+        specs.push_back(activation("attn.probs", {b, model.heads, s, s}));
+      if (attention == Attention::flash)
+        specs.push_back(statistic("attn.lse", {b, model.heads, s}));
       for (const char* name : {"mlp.gate", "mlp.up", "mlp.h"})
         specs.push_back(activation(name, {b, s, f}));
       return specs;

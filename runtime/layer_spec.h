@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "profiles/profile.h"
 #include "runtime/backend.h"
 
 namespace pipeplan {
@@ -71,9 +72,14 @@ struct TensorSpec {
 
 // The tensors forward allocates into one micro-batch's stash (B = batch, T = seq), in order. The
 // inputs a layer also keeps (the embedding's tokens, the head's targets) are not listed.
-// `keep_probs`: whether attention keeps its (B, H, T, T) probabilities (materialized attention).
+// `attention` decides what the attention core keeps beyond its input qkv and output out:
+//   materialized  `attn.probs` (B, H, T, T), the softmax probabilities (the CPU reference);
+//   recompute     nothing (p1 rebuilds the scores);
+//   flash         `attn.lse` (B, H, T), a statistic: the rows' logsumexp a fused backward needs
+//                 (cuDNN SDPA's softmax stats, fp32 on the GPU).
 std::vector<TensorSpec> stash_specs(const ModelConfig& model, LayerKind kind, std::int64_t batch,
-                                    std::int64_t seq, bool keep_probs = true);
+                                    std::int64_t seq,
+                                    Attention attention = Attention::materialized);
 
 // The tensors p1 hands to p2 (X and dY of every weight), in order.
 std::vector<TensorSpec> retained_specs(const ModelConfig& model, LayerKind kind, std::int64_t batch,

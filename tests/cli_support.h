@@ -1,4 +1,5 @@
-// Running the pipeplan binary from a test (PIPEPLAN_BINARY is set by the test target's CMake).
+// Running the pipeplan binary from a test (PIPEPLAN_BINARY is set by the test target's CMake;
+// $PIPEPLAN_TEST_BINARY overrides it, for a test binary carried to another machine).
 #pragma once
 
 #include <sys/wait.h>
@@ -6,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -33,9 +35,17 @@ inline CliResult run_shell(const std::string& command_line) {
   return r;
 }
 
+// The pipeplan binary the tests run: $PIPEPLAN_TEST_BINARY when set and non-empty (binaries
+// carried to a GPU machine, where the build tree's absolute paths do not exist), else the one
+// CMake built beside the tests.
+inline std::string pipeplan_binary() {
+  const char* env = std::getenv("PIPEPLAN_TEST_BINARY");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(PIPEPLAN_BINARY);
+}
+
 // `pipeplan <args>`; `env` (e.g. "PIPEPLAN_CUDA_PLUGIN=/x.so") prefixes the command line.
 inline CliResult run_pipeplan(const std::string& args, const std::string& env = "") {
-  return run_shell(env + (env.empty() ? "" : " ") + std::string(PIPEPLAN_BINARY) + " " + args);
+  return run_shell(env + (env.empty() ? "" : " ") + pipeplan_binary() + " " + args);
 }
 
 // A fresh temporary folder per test, named after its suite, test and process (ctest runs tests

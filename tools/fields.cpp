@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -32,6 +32,7 @@ std::string flag_for_field(std::string_view field) {
       {"backend", "--backend"},
       {"launcher", "--launcher"},
       {"objective", "--objective"},
+      {"attention", "--attention"},
   }};
   for (const auto& [name, flag] : kFlags) {
     if (name == field) return std::string(flag);

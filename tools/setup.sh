@@ -24,6 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
+# The CUDA backend's fused attention needs NVIDIA's header-only cudnn-frontend: fetched from PyPI
+# into .deps/cudnn-frontend (git-ignored) when nvcc is here; without it (no network) the backend
+# builds without fused attention and says so.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  bash tools/fetch_cudnn_frontend.sh
+fi
+
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 if [ ! -f build/CMakeCache.txt ]; then

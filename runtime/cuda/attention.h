@@ -6,7 +6,8 @@
 // Modes (profiles/profile.h `Attention`), by what forward keeps for p1:
 //   materialized  probs (B, H, T, T) bf16 in the stash: 2·B·H·T² bytes held from F to p1.
 //   recompute     nothing extra; p1 recomputes S and the softmax (one more Q·Kᵀ per head).
-//   flash         not a fused kernel yet: runs as `recompute` (same memory, recompute's time).
+//   flash         not here: cuDNN's fused SDPA (sdpa.h); where that is unavailable the backend
+//                 refuses flash (check_attention_available), it never runs `recompute` instead.
 // In every mode the passes that need probabilities build them one sequence at a time in a
 // transient (H, T, T) scratch, freed before the pass returns.
 #pragma once

@@ -1,5 +1,6 @@
 // One transformer block on the GPU: x1 = x + attention(rmsnorm(x)); y = x1 + mlp(rmsnorm(x1)).
-// The residual adds ride the O and down projections' GEMMs (their C operand).
+// The residual adds ride the O and down projections' GEMMs (their C operand). `attention`: flash
+// is cuDNN's fused SDPA (sdpa.h), the others the batched-GEMM core (attention.h).
 #include <string>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/layers.h"
 #include "runtime/cuda/matmul.h"
+#include "runtime/cuda/sdpa.h"
 
 namespace pipeplan::cuda {
 
@@ -28,8 +30,7 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
   const std::int64_t b = dims.batch, s = dims.seq, c = dims.channels, n = dims.tokens();
   const std::int64_t f = layer.model.ffn_hidden, w = dims.qkv_width();
   cudaStream_t stream = ctx.stream();
-  const bool keep_probs = attention == Attention::materialized;
-  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::block, b, s, keep_probs))
+  for (const TensorSpec& spec : stash_specs(layer.model, LayerKind::block, b, s, attention))
     stash.put(spec.name, ctx.empty(spec.shape, stash_dtype(spec.role)));
   const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
 
@@ -38,9 +39,13 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
   matmul_forward(ctx, at("attn.qkv"), at("attn.x"), weight(layer, "attn.wqkv"), nullptr, n, c, w);
   rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, 1.0f,
               stream);
-  attention_core_forward(ctx, at("attn.out"),
-                         stash.contains("attn.probs") ? at("attn.probs") : nullptr, at("attn.qkv"),
-                         dims);
+  if (attention == Attention::flash) {
+    sdpa_forward(ctx, at("attn.out"), f32_ptr(stash.at("attn.lse")), at("attn.qkv"), dims);
+  } else {
+    attention_core_forward(ctx, at("attn.out"),
+                           stash.contains("attn.probs") ? at("attn.probs") : nullptr,
+                           at("attn.qkv"), dims);
+  }
   const Tensor x1 = ctx.empty({b, s, c}, DType::bf16);  // residual stream after attention
   matmul_forward(ctx, bf16_ptr(x1), at("attn.out"), weight(layer, "attn.wo"), bf16_ptr(x), n, c, c);
 
@@ -97,8 +102,13 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
   {
     const Tensor dout = ctx.empty(shape, DType::bf16);
     matmul_backward_p1(ctx, bf16_ptr(dout), dx1, weight(layer, "attn.wo"), n, c, c, false);
-    const bf16* probs = stash.contains("attn.probs") ? at("attn.probs") : nullptr;
-    attention_core_backward_p1(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), probs, dims);
+    if (stash.contains("attn.lse")) {  // flash: cuDNN SDPA's backward, from O and logsumexp
+      sdpa_backward(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), at("attn.out"),
+                    f32_ptr(stash.at("attn.lse")), dims);
+    } else {
+      const bf16* probs = stash.contains("attn.probs") ? at("attn.probs") : nullptr;
+      attention_core_backward_p1(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), probs, dims);
+    }
   }
   rope_rotate(dqkv, b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, -1.0f, stream);
   made.attn_norm_dy = ctx.empty(shape, DType::bf16);

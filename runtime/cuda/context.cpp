@@ -20,6 +20,7 @@ DeviceContext::DeviceContext(cudaStream_t stream) : stream_(stream) {
 DeviceContext::~DeviceContext() {
   // No throwing from a destructor: errors here are reported by the next checked call.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  attention_state_.reset();  // its handle is bound to the stream
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (lt_ != nullptr) cublasLtDestroy(lt_);

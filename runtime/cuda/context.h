@@ -29,6 +29,15 @@ class DeviceContext {
   std::size_t workspace_bytes() const { return kWorkspaceBytes; }
   DeviceAllocator& allocator() { return allocator_; }
 
+  // State one component keeps per context (= per stage), made on its first use and dropped
+  // after the stream drains, before the stream goes: the fused attention's cuDNN handle and
+  // built graphs (sdpa.cpp).
+  class Extension {
+   public:
+    virtual ~Extension() = default;
+  };
+  std::unique_ptr<Extension>& attention_state() { return attention_state_; }
+
   // A tensor in device memory from the stage's allocator (contents undefined).
   Tensor empty(const Shape& shape, DType dtype);
   Tensor zeros(const Shape& shape, DType dtype);  // cudaMemsetAsync 0
@@ -41,6 +50,7 @@ class DeviceContext {
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* workspace_ = nullptr;
+  std::unique_ptr<Extension> attention_state_;
 };
 
 // Number of CUDA devices; 0 (not an error) when there is no driver or no GPU.

@@ -6,11 +6,17 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/layers.h"
+#include "runtime/cuda/sdpa.h"
 
 namespace pipeplan::cuda {
 
 CudaBackend::CudaBackend(CudaBackendOptions options)
-    : ctx_(std::make_unique<DeviceContext>(options.stream)), attention_(options.attention) {
+    : ctx_(std::make_unique<DeviceContext>(options.stream)),
+      attention_(options.attention),
+      attention_note_("attention " + std::string(to_string(options.attention))) {
+  // flash is cuDNN's fused SDPA or nothing: never the recompute path under flash's name.
+  check_attention_available(attention_);
+  if (attention_ == Attention::flash) attention_note_ += ": " + fused_attention_description();
   LayerPasses embedding{
       [this](const LayerParams& layer, const Tensor& tokens, const Tensor&, Stash& stash) {
         return embedding_layer_forward(*ctx_, layer, tokens, stash);

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -23,7 +24,9 @@ struct CudaBackendOptions {
 
 class CudaBackend final : public LayerBackend {
  public:
-  explicit CudaBackend(CudaBackendOptions options = {});  // throws "no CUDA device found"
+  // Throws "no CUDA device found" without a GPU, and FieldError("attention", …) for flash where
+  // cuDNN's fused attention is unavailable (runtime/cuda/sdpa.h says why).
+  explicit CudaBackend(CudaBackendOptions options = {});
 
   std::string name() const override { return "cuda-bf16"; }
   DType compute_dtype() const override { return DType::bf16; }
@@ -35,7 +38,12 @@ class CudaBackend final : public LayerBackend {
   Tensor master(const Parameter& param) const;
   // fp32 masters + both moments: the planner's optimizer_bytes.
   std::int64_t optimizer_bytes(const LayerParams& layer) const;
+  // The attention mode that runs: flash is cuDNN's fused SDPA (sdpa.h), the others the batched-GEMM
+  // core (attention.h).
   Attention attention() const { return attention_; }
+  // One line for reports and profile notes: "attention flash: cuDNN SDPA, cuDNN 9.19.0,
+  // cudnn-frontend 1.32.0", or "attention recompute".
+  const std::string& attention_note() const { return attention_note_; }
   DeviceContext& context() { return *ctx_; }
 
  protected:
@@ -53,6 +61,7 @@ class CudaBackend final : public LayerBackend {
 
   std::unique_ptr<DeviceContext> ctx_;
   Attention attention_;
+  std::string attention_note_;
   std::shared_ptr<Masters> masters_ = std::make_shared<Masters>();
 };
 

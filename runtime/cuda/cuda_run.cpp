@@ -23,6 +23,17 @@ class GreenBackend final : public Backend {
  public:
   GreenBackend(std::unique_ptr<CudaBackend> inner, CUcontext context)
       : inner_(std::move(inner)), context_(context) {}
+  // The stage's handles (cuBLAS, cuDNN) go with the context they were made in current.
+  ~GreenBackend() override {
+    try {
+      const ScopedContext current(context_);
+      inner_.reset();
+    } catch (const Error&) {  // the push failed: tear down in whatever context is current
+      inner_.reset();
+    }
+  }
+  GreenBackend(const GreenBackend&) = delete;
+  GreenBackend& operator=(const GreenBackend&) = delete;
 
   CudaBackend& inner() { return *inner_; }
   std::string name() const override { return inner_->name() + " (green context)"; }
@@ -269,7 +280,7 @@ CudaBackend& CudaRun::backend(int device) const {
 
 std::string CudaRun::backend_name() const {
   for (CudaBackend* backend : backends_) {
-    if (backend != nullptr) return backend->name();
+    if (backend != nullptr) return backend->name() + " (" + backend->attention_note() + ")";
   }
   return "cuda";
 }

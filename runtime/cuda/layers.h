@@ -1,7 +1,8 @@
 // The pipeline layers on the GPU, composed from the GEMMs (matmul.h), the attention core
-// (attention.h) and the kernels (kernels.h). Stash and retained sets follow the layer spec
-// (runtime/layer_spec.h) as the CPU reference does, with RMSNorm's rstd in fp32 and `attn.probs`
-// stashed only in materialized attention. Everything else is bf16; gradients are fp32.
+// (attention.h, or cuDNN's fused SDPA, sdpa.h) and the kernels (kernels.h). Stash and retained
+// sets follow the layer spec (runtime/layer_spec.h) as the CPU reference does, with statistics
+// (RMSNorm's rstd, flash attention's `attn.lse`) in fp32, `attn.probs` stashed only in
+// materialized attention and `attn.lse` only in flash. Everything else is bf16; gradients fp32.
 #pragma once
 
 #include <span>

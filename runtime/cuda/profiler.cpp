@@ -222,9 +222,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   std::ostringstream notes;
   notes << "cuda backend, bf16, median of " << options.repetitions << " after " << options.warmup
         << " warm-up; [min, max] per pass: ";
-  if (options.attention == Attention::flash) {
-    notes << "(flash runs as recompute: no fused kernel yet) ";
-  }
+  notes << "(" << backend.attention_note() << ") ";
   if (green) notes << "(EMULATED stage: green context of " << green->sm_count() << " SMs) ";
   const std::vector<LayerKind> kinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
   Progress progress(options.progress,

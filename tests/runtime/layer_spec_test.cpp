@@ -72,18 +72,36 @@ TEST(LayerSpec, CpuStashAndRetainedSetsAreTheSpecs) {
   }
 }
 
-TEST(LayerSpec, MaterializedProbabilitiesAreTheOnlyOptionalStashEntry) {
+// The attention mode changes one stash entry only: materialized keeps the probabilities
+// (B, H, T, T), flash the rows' logsumexp (B, H, T) as a statistic, recompute neither.
+TEST(LayerSpec, AttentionModesDifferInOneStashEntry) {
   const ModelConfig m = testing::tiny_model();
-  std::vector<TensorSpec> with = stash_specs(m, LayerKind::block, 2, m.seq, true);
-  const std::vector<TensorSpec> without = stash_specs(m, LayerKind::block, 2, m.seq, false);
-  ASSERT_EQ(with.size(), without.size() + 1);
-  const auto probs = std::find_if(with.begin(), with.end(),
-                                  [](const TensorSpec& spec) { return spec.name == "attn.probs"; });
-  ASSERT_NE(probs, with.end());
-  EXPECT_EQ(probs->shape, (Shape{2, m.heads, m.seq, m.seq}));
-  with.erase(probs);
-  for (std::size_t i = 0; i < without.size(); ++i)
-    EXPECT_EQ(with[i].name, without[i].name);
+  const std::vector<TensorSpec> none =
+      stash_specs(m, LayerKind::block, 2, m.seq, Attention::recompute);
+  const auto without = [&](std::vector<TensorSpec> specs, const std::string& name) {
+    const auto it = std::find_if(specs.begin(), specs.end(),
+                                 [&](const TensorSpec& spec) { return spec.name == name; });
+    EXPECT_NE(it, specs.end()) << name;
+    if (it == specs.end()) return std::pair{TensorSpec{}, specs};
+    const TensorSpec found = *it;
+    specs.erase(it);
+    return std::pair{found, specs};
+  };
+  const auto [probs, rest_materialized] =
+      without(stash_specs(m, LayerKind::block, 2, m.seq, Attention::materialized), "attn.probs");
+  EXPECT_EQ(probs.shape, (Shape{2, m.heads, m.seq, m.seq}));
+  EXPECT_EQ(probs.role, TensorRole::activation);
+  const auto [lse, rest_flash] =
+      without(stash_specs(m, LayerKind::block, 2, m.seq, Attention::flash), "attn.lse");
+  EXPECT_EQ(lse.shape, (Shape{2, m.heads, m.seq}));
+  EXPECT_EQ(lse.role, TensorRole::statistic);
+  for (const std::vector<TensorSpec>* rest : {&rest_materialized, &rest_flash}) {
+    ASSERT_EQ(rest->size(), none.size());
+    for (std::size_t i = 0; i < none.size(); ++i)
+      EXPECT_EQ((*rest)[i].name, none[i].name);
+  }
+  // The default is the CPU reference's: materialized.
+  EXPECT_EQ(stash_specs(m, LayerKind::block, 2, m.seq).size(), none.size() + 1);
 }
 
 TEST(LayerSpec, CpuWeightsAreTheSpecsInitialValuesInOrder) {

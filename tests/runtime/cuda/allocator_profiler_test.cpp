@@ -35,13 +35,17 @@ TEST(CudaAllocator, CountsRequestedBytesAndReusesBlocks) {
 }
 
 // Block stash in bf16 (2 bytes) with fp32 rstd, N = B·T: 2N(5C + W + 3F) + 2·4N, plus the
-// probabilities 2·B·H·T² in materialized mode only. The allocator's count must equal it.
+// probabilities 2·B·H·T² in materialized mode only, or the fp32 logsumexp 4·B·H·T in flash (where
+// this build has fused attention; elsewhere flash is refused). The allocator's count must equal
+// it.
 TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
   PIPEPLAN_REQUIRE_GPU();
   const ModelConfig m = pipeplan::testing::tiny_model();
   const std::int64_t b = 2, n = b * m.seq, c = m.hidden, f = m.ffn_hidden;
   const std::int64_t w = (m.heads + 2 * m.kv_heads) * (m.hidden / m.heads);
-  for (const Attention mode : {Attention::materialized, Attention::recompute}) {
+  std::vector<Attention> modes = {Attention::materialized, Attention::recompute};
+  if (cuda::fused_attention_built()) modes.push_back(Attention::flash);
+  for (const Attention mode : modes) {
     cuda::CudaBackend backend({mode, nullptr});
     const LayerParams layer = backend.init_layer(m, LayerKind::block, 1, 1);
     std::vector<double> values(static_cast<std::size_t>(n * c));
@@ -53,7 +57,8 @@ TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
     backend.synchronize();
     const std::int64_t probs =
         mode == Attention::materialized ? 2 * b * m.heads * std::int64_t{m.seq} * m.seq : 0;
-    const std::int64_t expected = 2 * n * (5 * c + w + 3 * f) + 2 * 4 * n + probs;
+    const std::int64_t lse = mode == Attention::flash ? 4 * b * m.heads * std::int64_t{m.seq} : 0;
+    const std::int64_t expected = 2 * n * (5 * c + w + 3 * f) + 2 * 4 * n + probs + lse;
     EXPECT_EQ(fwd.stash.bytes(), expected) << to_string(mode);
     EXPECT_EQ(backend.context().allocator().stats().current_bytes - before,
               expected + fwd.output.bytes())

@@ -11,6 +11,7 @@
 // gradient is within bf16 noise of zero may flip sign: the update's relative error may reach
 // 2·sqrt(fraction of such elements); 0.25 allows 1.5 % of them.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -45,9 +46,7 @@ struct PassOutputs {
 
 // Forward, p1 on two micro-batches, one p2 over both, one AdamW step: what each backend gives.
 template <typename MasterFn>
-PassOutputs run_layer(Backend& backend, LayerKind kind, Attention attention, MasterFn master) {
-  (void)attention;
-  const ModelConfig m = pipeplan::testing::tiny_model();
+PassOutputs run_layer(Backend& backend, const ModelConfig& m, LayerKind kind, MasterFn master) {
   const int b = 2;
   const std::int64_t n = std::int64_t{b} * m.seq * m.hidden;
   LayerParams layer = backend.init_layer(m, kind, 1, 5);
@@ -84,13 +83,13 @@ PassOutputs run_layer(Backend& backend, LayerKind kind, Attention attention, Mas
   return out;
 }
 
-void compare_layer(LayerKind kind, Attention attention) {
+void compare_layer(LayerKind kind, Attention attention,
+                   const ModelConfig& m = pipeplan::testing::tiny_model()) {
   cpu::CpuBackend cpu_backend;
   cuda::CudaBackend gpu_backend({attention, nullptr});
-  const PassOutputs ref = run_layer(cpu_backend, kind, attention, [&](const Parameter& p) {
-    return cpu_backend.download(p.weight);
-  });
-  const PassOutputs got = run_layer(gpu_backend, kind, attention, [&](const Parameter& p) {
+  const PassOutputs ref = run_layer(
+      cpu_backend, m, kind, [&](const Parameter& p) { return cpu_backend.download(p.weight); });
+  const PassOutputs got = run_layer(gpu_backend, m, kind, [&](const Parameter& p) {
     return gpu_backend.download(gpu_backend.master(p));
   });
   const std::string where =
@@ -107,8 +106,7 @@ void compare_layer(LayerKind kind, Attention attention) {
   const std::vector<std::string> names = [&] {
     std::vector<std::string> list;
     cpu::CpuBackend names_backend;
-    for (const Parameter& p :
-         names_backend.init_layer(pipeplan::testing::tiny_model(), kind, 1, 5).params)
+    for (const Parameter& p : names_backend.init_layer(m, kind, 1, 5).params)
       list.push_back(p.name);
     return list;
   }();
@@ -134,6 +132,25 @@ TEST(CudaBackend, BlockMatchesCpuMaterialized) {
 TEST(CudaBackend, BlockMatchesCpuRecompute) {
   PIPEPLAN_REQUIRE_GPU();
   compare_layer(LayerKind::block, Attention::recompute);
+}
+
+// cuDNN's fused SDPA (flash) against the CPU reference's materialized attention, same
+// tolerances: cuDNN rounds the probabilities to bf16 for P·V and dS for dQ, dK as the
+// materialized path does, and keeps the softmax in fp32.
+TEST(CudaBackend, BlockMatchesCpuFlash) {
+  PIPEPLAN_REQUIRE_GPU();
+  PIPEPLAN_REQUIRE_FUSED_ATTENTION();
+  compare_layer(LayerKind::block, Attention::flash);
+}
+
+// Grouped-query heads (4 heads, 2 kv heads, D = 16) at a sequence length that is no power of two.
+TEST(CudaBackend, BlockMatchesCpuFlashGroupedQuery) {
+  PIPEPLAN_REQUIRE_GPU();
+  PIPEPLAN_REQUIRE_FUSED_ATTENTION();
+  ModelConfig m = pipeplan::testing::tiny_model();
+  m.kv_heads = 2;
+  m.seq = 48;
+  compare_layer(LayerKind::block, Attention::flash, m);
 }
 
 TEST(CudaBackend, BlockMatchesCpuGroupedQuery) {

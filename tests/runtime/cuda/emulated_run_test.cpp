@@ -32,6 +32,7 @@ TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
   AnalyticOptions analytic;
   analytic.seq = kSeq;
   analytic.max_p2_concat = kMicrobatches;
+  analytic.attention = testing::gpu_test_attention();
   PlanRequest request;
   request.profile = analytic_profile(model, find_gpu("h100"), analytic);
   request.gpu = "h100";

@@ -1,13 +1,16 @@
-// Shared by the GPU tests: skip (so ctest reports "skipped") when no GPU is present, and a
-// relative-error measure for comparing the bf16 CUDA backend with the fp32 CPU reference.
+// Shared by the GPU tests: skip (so ctest reports "skipped") when no GPU is present, the same for
+// fused attention, and a relative-error measure for comparing the bf16 CUDA backend with the
+// fp32 CPU reference.
 #pragma once
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "runtime/cuda/context.h"
+#include "runtime/cuda/sdpa.h"
 
 #define PIPEPLAN_REQUIRE_GPU()                                                            \
   do {                                                                                    \
@@ -17,7 +20,31 @@
     }                                                                                     \
   } while (0)
 
+// Fused attention (cuDNN SDPA, runtime/cuda/sdpa.h): skipped where the module was built without
+// the cudnn-frontend headers (the build said so); FAILS where it was built with them but cuDNN
+// does not load here, so a GPU run of a build with fused attention cannot skip its flash tests
+// unnoticed.
+#define PIPEPLAN_REQUIRE_FUSED_ATTENTION()                                                        \
+  do {                                                                                            \
+    if (!::pipeplan::cuda::fused_attention_built()) {                                             \
+      GTEST_SKIP() << "built without the cudnn-frontend headers (tools/fetch_cudnn_frontend.sh)"; \
+    }                                                                                             \
+    const std::string pipeplan_why_ = ::pipeplan::cuda::fused_attention_unavailable();            \
+    ASSERT_TRUE(pipeplan_why_.empty()) << "fused attention unavailable: " << pipeplan_why_;       \
+  } while (0)
+
 namespace pipeplan::testing {
+
+// The attention mode of GPU tests that are not about attention: flash where this build has the
+// fused kernel (so every GPU run covers it), else recompute (flash would be refused).
+inline Attention gpu_test_attention() {
+  return cuda::fused_attention_built() ? Attention::flash : Attention::recompute;
+}
+
+// The same as a `pipeplan plan` argument ("" where the default, flash, runs).
+inline std::string gpu_test_attention_flag() {
+  return cuda::fused_attention_built() ? "" : " --attention recompute";
+}
 
 // ‖a − b‖ / ‖b‖ (b the reference); infinite on a size mismatch or NaN.
 inline double relative_error(const std::vector<double>& a, const std::vector<double>& b) {

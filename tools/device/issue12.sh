@@ -1,0 +1,349 @@
+#!/usr/bin/env bash
+# Issue 12 ON THE GPU MACHINE (the device tool's H100/H200), from binaries built here and carried:
+# tools/device/stage_issue12.sh builds them and stages bin/, lib/ and BUILD_INFO into
+# build-gpu/carry (git-ignored); name that folder in the device call's `carry`.
+#
+# Usage: bash tools/device/issue12.sh [-c CARRY] PHASE...      (CARRY default build-gpu/carry)
+#
+#   env         GPU and driver, where the CUDA, cuBLAS, cuDNN and NCCL libraries are, what every
+#               carried binary loads (ldd), whether cuDNN loads for fused attention        ~10 s
+#   tests       pipeplan_cuda_tests, one process per suite (a crash loses one suite), gtest JSON
+#   flash       the fused-attention tests alone (FlashAttention.*, CudaBackend.*Flash*, the
+#               allocator's stash count), for a quick re-check after a fix
+#   block       bench_block (pipeplan's LLaMA-7B block F + p1 + p2, flash, mbs 1,2; recompute at
+#               mbs 1 beside it) and tools/device/torch_block.py (PyTorch's block, same shapes)
+#   profile     issue 12's profile: pipeplan profile --backend cuda --model llama-7b --seq 2048
+#               --mbs 1,2,4 --attention flash (whole GPU)
+#   profile-sm  the profile the emulated pipelines are planned from: the LAYERS-block LLaMA-7B-like
+#               model at one emulated stage's SM share (--sm-partition SHARE), mbs 1,2,4
+#   pipelines   4 emulated stages on the GPU: 1F1B and GPipe at m = P and 2P, fused and 2bp, and
+#               auto; each planned from the SM-share profile, run (--emulate), and diffed
+#   bpipe       the first micro-batch size whose 1F1B-2bp plan fits one stage only with BPipe, run
+#               with BPipe beside the largest size that fits without
+#   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
+#
+# Each device call may run 10 minutes, so pick phases that fit. Two calls (estimates, not
+# measurements: the index of each call gives the wall times; split further if they are long):
+#   call 1: env tests block profile           call 2: env profile-sm pipelines bpipe summary
+# Every command stops after its cap (150 s for a test suite or a block benchmark, 120 s for a
+# pipeline run, 300 s otherwise) so one hang does not eat the call.
+# `pipelines` and `bpipe` need the SM-share profile: from `profile-sm` earlier in the same call,
+# else the file PIPELINE_PROFILE names (e.g. one a previous call returned, copied into the tree).
+#
+# Every command's raw output goes to a file headed by the GPU (nvidia-smi), the UTC date, the
+# exact command and the environment it ran with, and ended by its exit status and wall time.
+# The device tool returns at most 8 files from $OUT, so the raw files are packed into
+# $OUT/issue12-<phases>.tar.gz, next to index.txt (every command, status, seconds), summary.md
+# (after `summary`), the profiles written, bench_block.json and torch_block.json.
+#
+# Environment: OUT (default bench/results/issue12-<UTC time>), DEADLINE_S (540: commands stop and
+# the rest are skipped, so packing finishes inside the device tool's 600 s), LAYERS (8 LLaMA-7B
+# blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
+# SEQ (2048), STEPS (3 per run; the report is the last), BPIPE_MBS ("2 4"), PIPELINE_PROFILE,
+# PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).
+# shellcheck disable=SC2317  # the phases (and what they call) run indirectly: "phase_$name"
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+repo=$PWD
+start_s=$SECONDS
+
+carry=build-gpu/carry
+if [[ ${1:-} == -c ]]; then
+  carry=$2
+  shift 2
+fi
+phases=("$@")
+if ((${#phases[@]} == 0)); then
+  sed -n '2,/^# shellcheck/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+for phase in "${phases[@]}"; do
+  case $phase in
+    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | summary) ;;
+    *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
+  esac
+done
+
+dry=${PIPEPLAN_DRY_RUN:-0}
+deadline_s=${DEADLINE_S:-540}
+layers=${LAYERS:-8}
+stages=${STAGES:-4}
+seq=${SEQ:-2048}
+steps=${STEPS:-3}
+bpipe_mbs=${BPIPE_MBS:-"2 4"}
+out=${OUT:-bench/results/issue12-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tag=$(IFS=-; echo "${phases[*]}")
+raw=$(mktemp -d "${TMPDIR:-/tmp}/issue12-$tag.XXXXXX")
+index="$raw/index.txt"
+failures=0
+if [[ -d $carry ]]; then
+  carry=$(cd "$carry" && pwd)
+elif [[ $dry == 1 ]]; then
+  carry="$repo/$carry"
+else
+  echo "issue12.sh: no carried folder '$carry' (tools/device/stage_issue12.sh makes it)" >&2
+  exit 2
+fi
+bin="$carry/bin"
+pipeplan="$bin/pipeplan"
+
+# --- the machine --------------------------------------------------------------------------------
+
+gpu="(dry run)"
+if [[ $dry != 1 ]]; then
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+    2> /dev/null | head -n 1)
+  gpu=${gpu:-"no GPU (nvidia-smi found none)"}
+fi
+case "$gpu" in
+  *H200*) gpu_key=h200; hbm_gib=141 ;;
+  *H100*PCIe*) gpu_key=h100-pcie; hbm_gib=80 ;;
+  *) gpu_key=h100-sxm; hbm_gib=80 ;;
+esac
+total_sms=${TOTAL_SMS:-132}  # H100 SXM and H200; the env phase prints what the GPU reports
+share=$((total_sms / stages / 8 * 8))  # runtime/emulate.h: emulated_sm_share
+
+# The libraries the binaries load, found where the image keeps them: the CUDA toolkit, then
+# python3's site-packages (PyTorch's nvidia-* wheels: cuDNN and NCCL live only there). The
+# binaries run with LD_LIBRARY_PATH at those folders; python3 keeps the environment it had.
+original_ld_library_path=${LD_LIBRARY_PATH:-}
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2> /dev/null || true)
+roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
+if [[ -n $site && -d $site/nvidia ]]; then roots+=("$site/nvidia"); fi
+lib_dirs=()
+declare -A found_lib=()
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+  for root in "${roots[@]}"; do
+    [[ -d $root ]] || continue
+    path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1)
+    if [[ -n $path ]]; then
+      found_lib[$lib]=$path
+      dir=$(dirname "$path")
+      [[ " ${lib_dirs[*]} " == *" $dir "* ]] || lib_dirs+=("$dir")
+      break
+    fi
+  done
+done
+ld_path=$(IFS=:; echo "${lib_dirs[*]}")
+# The staged libstdc++ (GCC 12) only where the image's is older than the binaries need.
+if [[ $dry != 1 && -x $pipeplan ]] && ldd "$pipeplan" 2>&1 | grep -q "GLIBCXX.*not found"; then
+  ld_path="$carry/lib${ld_path:+:$ld_path}"
+fi
+export LD_LIBRARY_PATH="$ld_path${original_ld_library_path:+:$original_ld_library_path}"
+export PIPEPLAN_DATA_DIR="$repo/profiles"          # gpus.json
+export PIPEPLAN_CUDA_PLUGIN="$bin/libpipeplan_cuda.so"
+export PIPEPLAN_TEST_BINARY="$pipeplan"            # tests that run the CLI (tests/cli_support.h)
+export PIPEPLAN_TEST_CUDA_MODULE="$bin/libpipeplan_cuda.so"
+if [[ -n ${found_lib[libcudnn.so.9]:-} ]]; then
+  export PIPEPLAN_CUDNN_LIBRARY="${found_lib[libcudnn.so.9]}"
+fi
+export CUDNN_FRONTEND_CUDART_LIB_NAME=libcudart.so.13
+environment="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PIPEPLAN_DATA_DIR=$PIPEPLAN_DATA_DIR"
+environment+=" PIPEPLAN_CUDA_PLUGIN=$PIPEPLAN_CUDA_PLUGIN"
+environment+=" PIPEPLAN_CUDNN_LIBRARY=${PIPEPLAN_CUDNN_LIBRARY:-} PIPEPLAN_TEST_BINARY=$pipeplan"
+
+# --- recording ----------------------------------------------------------------------------------
+
+# record FILE CMD...: runs CMD for at most cap_s seconds (a phase may set its own: bash scoping
+# is dynamic) and never past the deadline, output (stdout and stderr) in $raw/FILE between a
+# header and its exit status; one line per command in the index.
+cap_s=300
+record() {
+  local name=$1
+  shift
+  local file="$raw/$name"
+  local left=$((deadline_s - (SECONDS - start_s) - 20))
+  if ((left > cap_s)); then left=$cap_s; fi
+  {
+    echo "# gpu: $gpu"
+    echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# command: $(printf '%q ' "$@")"
+    echo "# environment: $environment"
+  } > "$file"
+  if [[ $dry == 1 ]]; then
+    printf '%q ' "$@"
+    echo
+    return 0
+  fi
+  if ((left < 10)); then
+    echo "# skipped: the call's deadline ($deadline_s s) is near" >> "$file"
+    printf '%-44s skipped (deadline)\n' "$name" >> "$index"
+    echo "[skipped] $name"
+    failures=$((failures + 1))
+    return 124
+  fi
+  local began=$SECONDS status=0
+  timeout --kill-after=5 "$left" "$@" >> "$file" 2>&1 || status=$?
+  local took=$((SECONDS - began))
+  echo "# exit status: $status$( ((status == 124)) && echo ' (timed out)'), wall $took s" >> "$file"
+  printf '%-44s exit %-3s %4s s\n' "$name" "$status" "$took" >> "$index"
+  echo "[$status] $name (${took} s)"
+  if ((status != 0)); then failures=$((failures + 1)); fi
+  return "$status"
+}
+
+# The LLaMA-7B-like model the emulated pipelines train: LAYERS blocks of LLaMA-7B (h 4096, 32
+# heads, ffn 11008, vocab 32000), Hugging Face config form (profiles/model.cpp).
+model="$raw/llama-7b-blocks$layers.json"
+cat > "$model" << JSON
+{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": $layers,
+ "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+ "max_position_embeddings": $seq}
+JSON
+profile_sm=${PIPELINE_PROFILE:-}
+
+# --- phases -------------------------------------------------------------------------------------
+
+phase_env() {
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
+  record env.txt bash -c '
+    nvidia-smi
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+    echo; uname -a; cat /etc/os-release 2> /dev/null | head -n 2; ldd --version | head -n 1
+    echo; nvcc --version 2> /dev/null | tail -n 2
+    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"cudnn\", torch.backends.cudnn.version(), torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count, \"SMs\")"
+    echo; echo "== libraries found (LD_LIBRARY_PATH for the binaries)"; echo "$LD_LIBRARY_PATH" | tr : "\n"
+    echo; cat "$1/BUILD_INFO" 2> /dev/null | head -n 12
+    for f in "$1"/bin/*; do echo; echo "== ldd $f"; ldd "$f"; done
+    echo; echo "SM share per emulated stage: $2 of $3 (STAGES=$4; TOTAL_SMS must match the SMs above)"
+  ' env "$carry" "$share" "$total_sms" "$stages"
+}
+
+phase_tests() {
+  local cap_s=150 suites
+  if [[ $dry == 1 ]]; then
+    suites="ALL"
+  else
+    suites=$("$bin/pipeplan_cuda_tests" --gtest_list_tests 2> /dev/null |
+      grep -E '^[A-Za-z_][A-Za-z0-9_]*\.$' | tr -d '.' | tr '\n' ' ')
+  fi
+  for suite in $suites; do
+    record "tests-$suite.txt" "$bin/pipeplan_cuda_tests" --gtest_filter="$suite.*" \
+      --gtest_output="json:$raw/tests-$suite.json"
+  done
+}
+
+phase_flash() {
+  local cap_s=150
+  record tests-flash.txt "$bin/pipeplan_cuda_tests" \
+    --gtest_filter='FlashAttention*:CudaBackend.*Flash*:CudaAllocator.BlockStash*' \
+    --gtest_output="json:$raw/tests-flash.json"
+}
+
+phase_block() {
+  local cap_s=150
+  record bench_block.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
+    --attention flash --warmup 5 --repetitions 20
+  record bench_block-recompute.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1 \
+    --attention recompute --warmup 3 --repetitions 10
+  record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \
+    python3 tools/device/torch_block.py --seq "$seq" --mbs 1,2 --sdpa default,cudnn,flash
+}
+
+phase_profile() {
+  record profile.txt "$pipeplan" profile --backend cuda --model llama-7b --seq "$seq" \
+    --mbs 1,2,4 --attention flash -o "$raw/$gpu_key-llama-7b.measured.json"
+}
+
+phase_profile_sm() {
+  profile_sm="$raw/$gpu_key-llama-7b-blocks$layers-sm$share.measured.json"
+  record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" --seq "$seq" \
+    --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" -o "$profile_sm"
+}
+
+common=()
+set_common() {
+  common=(--profile "$profile_sm" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+}
+
+# run_plan NAME PLAN-ARGS...: plan, run emulated (JSON report and trace), diff.
+run_plan() {
+  local name=$1
+  shift
+  local plan="$raw/$name.plan.json"
+  record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
+  record "$name.run.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
+    --steps "$steps" --json --trace "$raw/$name.trace.json" || return 0
+  record "$name.diff.txt" "$pipeplan" diff "$plan" "$raw/$name.trace.json" --top 15
+}
+
+need_profile() {
+  if [[ -z $profile_sm || ( $dry != 1 && ! -s $profile_sm ) ]]; then
+    echo "issue12.sh: $1 needs the SM-share profile: run profile-sm first in this call, or set" \
+      "PIPELINE_PROFILE" | tee -a "$index" >&2
+    failures=$((failures + 1))
+    return 1
+  fi
+  set_common
+}
+
+phase_pipelines() {
+  need_profile pipelines || return 0
+  local cap_s=120 m schedule backward
+  for m in "$stages" $((2 * stages)); do
+    for schedule in 1f1b gpipe; do
+      for backward in fused 2bp; do
+        run_plan "$schedule-m$m-$backward" --schedule "$schedule" --backward "$backward" \
+          --microbatches "$m"
+      done
+    done
+    run_plan "auto-m$m" --schedule auto --backward 2bp --microbatches "$m"
+  done
+}
+
+phase_bpipe() {
+  need_profile bpipe || return 0
+  local stage_memory=${STAGE_MEMORY:-$((hbm_gib / stages))GiB}
+  local limit=(--memory "$stage_memory" --microbatches $((2 * stages)) --schedule 1f1b
+    --backward 2bp)
+  local fits_without=1 mbs cap_s=120
+  for mbs in $bpipe_mbs; do
+    if [[ $dry == 1 ]]; then
+      run_plan "bpipe-mbs$mbs" "${limit[@]}" --mbs "$mbs" --bpipe on
+      return 0
+    fi
+    if "$pipeplan" plan "${common[@]}" "${limit[@]}" --mbs "$mbs" -o /dev/null > /dev/null 2>&1; then
+      fits_without=$mbs
+      continue
+    fi
+    record "bpipe-mbs$mbs-without.plan.txt" "$pipeplan" plan "${common[@]}" "${limit[@]}" \
+      --mbs "$mbs"
+    if "$pipeplan" plan "${common[@]}" "${limit[@]}" --mbs "$mbs" --bpipe on -o /dev/null \
+      > /dev/null 2>&1; then
+      run_plan "bpipe-mbs$mbs" "${limit[@]}" --mbs "$mbs" --bpipe on
+      run_plan "nobpipe-mbs$fits_without" "${limit[@]}" --mbs "$fits_without"
+      return 0
+    fi
+  done
+  echo "bpipe: no size in '$bpipe_mbs' fits only with BPipe at $stage_memory per stage" \
+    | tee -a "$index"
+}
+
+phase_summary() {
+  record summary.md python3 tools/device/issue12_summary.py "$raw"
+}
+
+# --- run ----------------------------------------------------------------------------------------
+
+echo "# issue12.sh ${phases[*]} on $gpu, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit" \
+  "$(git rev-parse --short HEAD 2> /dev/null || echo '?'), carry $carry" > "$index"
+for phase in "${phases[@]}"; do
+  "phase_${phase//-/_}"
+done
+
+pack() {
+  [[ $dry == 1 ]] && { echo "(dry run: raw files in $raw)"; return; }
+  tar -C "$(dirname "$raw")" -czf "$out/issue12-$tag.tar.gz" "$(basename "$raw")"
+  cp "$index" "$out/index.txt"
+  local file
+  for file in "$raw"/summary.md "$raw"/*.measured.json "$raw"/bench_block.json \
+    "$raw"/torch_block.json; do
+    [[ -f $file ]] && cp "$file" "$out/"
+  done
+  echo "issue12.sh: $failures failed or skipped command(s); $out:"
+  ls -l "$out"
+}
+pack
+exit $((failures > 0 ? 1 : 0))

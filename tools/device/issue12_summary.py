@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Issue 12's summary tables from the raw outputs tools/device/issue12.sh wrote.
+
+Usage: issue12_summary.py RESULTS_DIR   (prints Markdown on stdout)
+
+- GPU tests: every tests-*.json (gtest's JSON output), passed / failed / skipped per suite, and
+  the failures' first lines.
+- Block MFU: bench_block.json (pipeplan's CUDA backend, flash), bench_block-recompute.json (the
+  same with the unfused attention) and torch_block.json (PyTorch's block), one JSON line each,
+  side by side per micro-batch size.
+- Emulated pipelines: every NAME.run.json (`pipeplan run --json` report) with its NAME.plan.json
+  beside it: predicted vs measured step time and the error, per-stage peak memory measured vs
+  predicted, and the measured vs predicted speedup of 2bp over fused for each schedule and m.
+  Rows whose step error exceeds 5 % or memory error 10 % are flagged (issue 12, deliverable 6).
+Missing or failed runs are listed, not hidden.
+"""
+import glob
+import json
+import os
+import sys
+
+GIB = float(1 << 30)
+STEP_TOLERANCE_PCT = 5.0
+MEMORY_TOLERANCE_PCT = 10.0
+
+
+def load_json_line(path):
+    """The last line of `path` that parses as a JSON object, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [line for line in f.read().splitlines() if line.strip().startswith("{")]
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+def load_json(path):
+    """A whole JSON document after any '#' header lines, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = "".join(line for line in f if not line.startswith("#"))
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(text[start:])[0]
+    except ValueError:
+        return None
+
+
+def tests_table(results):
+    paths = sorted(glob.glob(os.path.join(results, "tests-*.json")))
+    out = ["## GPU tests (pipeplan_cuda_tests)", ""]
+    if not paths:
+        return out + ["(no tests-*.json)", ""]
+    out += ["| run | suite | passed | failed | skipped |", "|---|---|---|---|---|"]
+    failed_lines = []
+    for path in paths:
+        report = load_json(path)
+        run = os.path.basename(path)[: -len(".json")]
+        if report is None:
+            out.append(f"| {run} | (no JSON: did the binary crash? see {run}.txt) | | | |")
+            continue
+        for suite in report.get("testsuites", []):
+            counts = {"passed": 0, "failed": 0, "skipped": 0}
+            for test in suite.get("testsuite", []):
+                if test.get("failures"):
+                    counts["failed"] += 1
+                    first = test["failures"][0].get("failure", "").splitlines()
+                    failed_lines.append(f"- {suite['name']}.{test['name']}: "
+                                        f"{' / '.join(first[:2])}")
+                elif test.get("result") == "SKIPPED":
+                    counts["skipped"] += 1
+                else:
+                    counts["passed"] += 1
+            out.append(f"| {run} | {suite['name']} | {counts['passed']} | {counts['failed']} | "
+                       f"{counts['skipped']} |")
+    return out + [""] + failed_lines + ([""] if failed_lines else [])
+
+
+def block_table(results):
+    ours = load_json_line(os.path.join(results, "bench_block.json"))
+    unfused = load_json_line(os.path.join(results, "bench_block-recompute.json"))
+    theirs = load_json_line(os.path.join(results, "torch_block.json"))
+    out = ["## Block MFU (one LLaMA-7B block, F + p1 + p2, PaLM FLOPs, dense bf16 peak)", ""]
+    if ours is None and theirs is None:
+        return out + ["(no bench_block.json or torch_block.json)", ""]
+    gpu = (ours or theirs).get("gpu", "?")
+    peak = (ours or theirs).get("peak_bf16_tflops", 0)
+    out.append(f"GPU {gpu}, peak {peak} TFLOP/s; pipeplan attention: "
+               f"{(ours or {}).get('attention', '?')}; torch {(theirs or {}).get('torch', '?')}")
+    out.append("")
+    out.append("| implementation | mbs | F ms | p1 ms | p2 ms | bwd ms | step ms | TFLOP/s | MFU |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for label, line in (("pipeplan (CUDA backend)", ours), ("pipeplan, unfused", unfused)):
+        for r in (line or {}).get("results", []):
+            out.append(f"| {label}: {line.get('attention', '?')} | {r['mbs']} | "
+                       f"{r['forward_ms']:.2f} | {r['p1_ms']:.2f} | {r['p2_ms']:.2f} | "
+                       f"{r['p1_ms'] + r['p2_ms']:.2f} | {r['step_ms']:.2f} | "
+                       f"{r['tflops']['step']:.0f} | {100 * r.get('mfu', 0):.1f} % |")
+    for r in (theirs or {}).get("results", []):
+        name = f"PyTorch eager, SDPA {r['sdpa']}"
+        if "error" in r:
+            out.append(f"| {name} | {r['mbs']} | {r['error']} |||||||")
+            continue
+        out.append(f"| {name} | {r['mbs']} | {r['forward_ms']:.2f} | | | {r['backward_ms']:.2f} | "
+                   f"{r['step_ms']:.2f} | {r['tflops']['step']:.0f} | "
+                   f"{100 * r.get('mfu', 0):.1f} % |")
+    return out + [""]
+
+
+def run_rows(results):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.run.json"))):
+        name = os.path.basename(path)[: -len(".run.json")]
+        report = load_json(path)
+        plan = load_json(os.path.join(results, name + ".plan.json"))
+        meta = (plan or {}).get("meta", {})
+        rows.append({"name": name, "report": report, "meta": meta})
+    return rows
+
+
+def pipeline_table(results):
+    out = ["## Emulated pipelines (4 stages on one GPU, plans from the SM-share profile)", ""]
+    rows = run_rows(results)
+    if not rows:
+        return out + ["(no *.run.json)", ""]
+    out.append("| run | predicted ms | measured ms | error | peak GiB per stage, measured "
+               "(predicted) | worst memory error | flag |")
+    out.append("|---|---|---|---|---|---|---|")
+    steps = {}
+    for row in rows:
+        report = row["report"]
+        if report is None or "measured" not in report:
+            out.append(f"| {row['name']} | | | | run failed or missing (see its .run.json) | | |")
+            continue
+        predicted = report["predicted"]["makespan_us"] / 1e3
+        measured = report["measured"]["makespan_us"] / 1e3
+        error = report["error_pct"]["makespan"]
+        memory = report.get("peak_memory", [])
+        cells = ", ".join(f"{m['measured_bytes'] / GIB:.2f} ({m['predicted_bytes'] / GIB:.2f})"
+                          for m in memory)
+        worst = max((abs(m["error_pct"]) for m in memory), default=0.0)
+        flags = []
+        if abs(error) > STEP_TOLERANCE_PCT:
+            flags.append("step > 5 %")
+        if worst > MEMORY_TOLERANCE_PCT:
+            flags.append("memory > 10 %")
+        out.append(f"| {row['name']} | {predicted:.1f} | {measured:.1f} | {error:+.1f} % | {cells} "
+                   f"| {worst:.1f} % | {', '.join(flags)} |")
+        steps[row["name"]] = (predicted, measured)
+    out.append("")
+    speedups = []
+    for name, (fused_pred, fused_meas) in sorted(steps.items()):
+        if not name.endswith("-fused"):
+            continue
+        other = name[: -len("-fused")] + "-2bp"
+        if other in steps:
+            bp_pred, bp_meas = steps[other]
+            speedups.append(f"| {name[: -len('-fused')]} | {fused_pred / bp_pred:.3f}x | "
+                            f"{fused_meas / bp_meas:.3f}x |")
+    if speedups:
+        out += ["| schedule, m | predicted 2bp speedup | measured 2bp speedup |", "|---|---|---|"]
+        out += speedups + [""]
+    return out
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results = argv[0]
+    print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
