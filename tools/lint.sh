@@ -8,10 +8,10 @@ echo "lint: clang-format on ${#sources[@]} files"
 clang-format --dry-run -Werror "${sources[@]}"
 mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep -E '^(planner|profiles|schedules|tools|runtime)/.*\.cpp$')
 echo "lint: clang-tidy on ${#units[@]} files"
-log=build/clang-tidy.log
-status=0
-printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p build --quiet --extra-arg=-Wno-unknown-warning-option \
-  --warnings-as-errors='*' >"$log" 2>&1 || status=$?
-grep -v -E 'warnings? generated|^Suppressed|^Use -header-filter|treated as errors' "$log" || true
-if [ "$status" -ne 0 ]; then echo "lint: clang-tidy found problems (above)"; exit 1; fi
+# Units that passed before and have not changed since (the source, every header it includes, its
+# compile command, clang-tidy and .clang-tidy) are skipped: tools/tidy_cached.py.
+if ! python3 tools/tidy_cached.py build "$(nproc)" "${units[@]}"; then
+  echo "lint: clang-tidy found problems (above)"
+  exit 1
+fi
 echo "lint: clean"

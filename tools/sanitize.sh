@@ -9,7 +9,8 @@ build=${1:-build-sanitize}
 jobs=$(nproc)
 configure=()
 if command -v ninja >/dev/null; then configure+=(-G Ninja); fi
-if command -v ccache >/dev/null; then configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+. tools/ccache_env.sh
+configure+=("${ccache_launchers[@]}")
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # -O1, the level ASan is made for, with line tables: readable reports, tests not too slow.
   cmake -S . -B "$build" "${configure[@]}" -DCMAKE_CXX_COMPILER=clang++ \

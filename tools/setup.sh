@@ -8,9 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # build works without them, and `run --launcher mpi` then says MPI support is not built).
 # clang, libclang-rt-dev (libclang_rt.asan, .ubsan_standalone, .fuzzer) and llvm
 # (llvm-symbolizer, for readable reports): the sanitizer build and fuzz targets, tools/sanitize.sh.
+# ccache: rebuilds of unchanged sources (a fresh clone, the sanitizer build) come from its cache.
 packages=(cmake ninja-build g++ make nlohmann-json3-dev libcli11-dev libboost-graph-dev
           libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
-          libopenmpi-dev openmpi-bin clang libclang-rt-dev llvm)
+          libopenmpi-dev openmpi-bin clang libclang-rt-dev llvm ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,8 +34,12 @@ fi
 
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+# Paths below the checkout are hashed relative to it, so that another clone of the same sources
+# hits the cache (tools/sanitize.sh does the same).
+. tools/ccache_env.sh
 if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake -S . -B build "${generator[@]}" "${ccache_launchers[@]}" -DCMAKE_BUILD_TYPE=Release "$@" \
+    >/dev/null
 elif [ $# -gt 0 ]; then
   cmake -S . -B build "$@" >/dev/null
 fi
