@@ -26,10 +26,10 @@ namespace pipeplan {
 namespace {
 
 using Vec = std::vector<double>;
+using testing::kForwardTolerance;
+using testing::kGradientTolerance;
 using testing::relative_error;
 
-constexpr double kForwardTolerance = 2e-2;
-constexpr double kGradientTolerance = 4e-2;
 constexpr double kLossTolerance = 2e-2;
 constexpr double kUpdateTolerance = 0.25;
 
