@@ -124,14 +124,14 @@ CheckedSimulation validate_and_simulate(const TaskGraph& graph) {
     out.sim = run();
     out.violation = find_violation(graph, stuck == nullptr);
   } else {
-    // The validation is offered to the helper thread; this thread validates after the simulation
-    // if the helper has not started on it by then. The simulation builds the shared Boost.Graph
-    // view (once, under a lock) after its pass over the nodes, while the validator runs the
-    // checks that do not read it (about two thirds of its time): neither waits for the other,
-    // where the helper building the view first made the simulation wait for it.
+    // The validation is offered to the helper thread, which first builds the shared Boost.Graph
+    // view (once, under a lock) while the simulation here makes its pass over the nodes; this
+    // thread validates after the simulation if the helper has not started on it by then.
     std::optional<Violation> other;
-    const auto validation =
-        std::make_shared<SharedTask>([&graph, &other] { other = find_violation(graph, true); });
+    const auto validation = std::make_shared<SharedTask>([&graph, &other] {
+      graph.graph();
+      other = find_violation(graph, true);
+    });
     Helper::instance().offer(validation);
     out.sim = run();
     validation->try_run();

@@ -101,7 +101,8 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   SimResult result;
   result.times.assign(static_cast<std::size_t>(n_nodes), NodeTime{});
 
-  // One sequential pass over the nodes; the rest reads the packed copies.
+  // One sequential pass over the nodes; the rest reads the packed copies. It comes before the
+  // Boost.Graph view is asked for, so that validate_and_simulate builds the view meanwhile.
   if (n_devices > std::numeric_limits<std::int16_t>::max()) {
     throw Error("simulate: " + std::to_string(n_devices) + " devices is more than supported");
   }
