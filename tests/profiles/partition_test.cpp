@@ -115,6 +115,57 @@ TEST(Partition, LlamaSevenBLikeHeadMakesTheLastStageLighter) {
   EXPECT_NEAR(worst_us, 27.0, 1e-9);
 }
 
+// The balanced partition against an exhaustive search over every cut into contiguous parts (the
+// search binary-searches each split point): the same bottleneck, and among the partitions that
+// reach it the one with the earliest boundaries, over embedding and head weights from none to
+// several blocks' worth.
+TEST(Partition, BalancedMatchesExhaustiveSearch) {
+  struct Best {
+    double bottleneck;
+    std::vector<int> counts;
+  };
+  for (const int blocks : {5, 9, 12}) {
+    const ModelConfig model = model_of("m", "llama", blocks);
+    for (const double embedding : {0.0, 0.4, 2.5, 7.0}) {
+      for (const double head : {0.0, 1.3, 4.0, 11.0}) {
+        const Profile profile =
+            profile_of(model, cost_of(1, 1, 1), cost_of(embedding, 0, 0), cost_of(head, 0, 0));
+        const auto part_us = [&](int begin, int end) {
+          return 3.0 * (end - begin) + (begin == 0 ? embedding : 0) + (end == blocks ? head : 0);
+        };
+        for (int parts = 1; parts <= blocks; ++parts) {
+          // Enumerates the cuts in lexicographic order of their block counts, so the first one
+          // reaching the minimum is the one with the earliest boundaries.
+          Best best{1e300, {}};
+          std::vector<int> counts;
+          const std::function<void(int, int, double)> walk = [&](int begin, int left,
+                                                                 double worst) {
+            if (left == 1) {
+              const double bottleneck = std::max(worst, part_us(begin, blocks));
+              counts.push_back(blocks - begin);
+              if (bottleneck < best.bottleneck * (1 - 1e-12)) best = {bottleneck, counts};
+              counts.pop_back();
+              return;
+            }
+            for (int end = begin + 1; end + left - 1 <= blocks; ++end) {
+              counts.push_back(end - begin);
+              walk(end, left - 1, std::max(worst, part_us(begin, end)));
+              counts.pop_back();
+            }
+          };
+          walk(0, parts, 0);
+          const Partition got = partition_balanced(model, profile, 1, parts);
+          std::vector<int> got_blocks = layer_counts(got);
+          got_blocks.front() -= 1;  // the embedding
+          got_blocks.back() -= 1;   // the head
+          EXPECT_EQ(got_blocks, best.counts) << blocks << " blocks, " << parts << " parts, "
+                                             << "embedding " << embedding << ", head " << head;
+        }
+      }
+    }
+  }
+}
+
 TEST(Partition, MoreStagesThanBlocksNamesTheField) {
   const ModelConfig model = model_of("llama-7b", "llama", 32);
   const Profile profile = profile_of(model, cost_of(1, 1, 1));
