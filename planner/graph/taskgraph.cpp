@@ -6,6 +6,7 @@
 
 #include <boost/iterator/transform_iterator.hpp>
 
+#include "planner/base/concurrent.h"
 #include "planner/base/error.h"
 #include "profiles/link.h"
 
@@ -339,14 +340,15 @@ void check_bounds(const Schedule& schedule) {
 
 }  // namespace
 
-TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
-  return lower(Schedule(schedule), costs, std::move(meta));
-}
+namespace {
 
-TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
-  TaskGraph g;
-  g.schedule = std::move(taken);
-  const Schedule& schedule = g.schedule;
+// Schedules with at least this many actions are checked beside their lowering (lower_and_check);
+// below it the helper's wake-up costs more than the check.
+constexpr std::size_t kConcurrentCheckActions = 2048;
+
+// The graph of `schedule`, which it reads but does not keep (`g.schedule` is the caller's to set).
+void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageCost>& costs,
+                PlanMeta meta) {
   // Bounds only: lowering must not index out of range. Structural rules (coverage, order) are
   // the validator's, on the graph itself; make_plan and the importers also run check_schedule.
   check_bounds(schedule);
@@ -463,6 +465,34 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
       if (b >= 0 && w >= 0) build.edge(b, w, EdgeKind::data);
     }
   }
+}
+
+}  // namespace
+
+TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
+  return lower(Schedule(schedule), costs, std::move(meta));
+}
+
+TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
+  TaskGraph g;
+  lower_into(g, taken, costs, std::move(meta));
+  g.schedule = std::move(taken);
+  return g;
+}
+
+TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
+  std::size_t actions = 0;
+  for (const auto& list : taken.per_device)
+    actions += list.size();
+  TaskGraph g;
+  if (actions < kConcurrentCheckActions) {
+    check_schedule(taken);
+    lower_into(g, taken, costs, std::move(meta));
+  } else {
+    run_beside([&taken] { check_schedule(taken); },
+               [&] { lower_into(g, taken, costs, std::move(meta)); });
+  }
+  g.schedule = std::move(taken);
   return g;
 }
 

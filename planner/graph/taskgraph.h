@@ -194,19 +194,23 @@ class TaskGraph {
   std::vector<std::vector<int>> stream_order_;
 };
 
-// Lowers a checked schedule: compute nodes with the stage costs, a send/recv pair for every
-// activation and gradient that crosses devices (sends in the producer's order, receives in the
-// same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
-// retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
-// P2 frees the retained bytes; a fused B frees the stash).
 // Per node, its predecessors and the kind of each edge from them, in edge order: for walks against
 // edge direction (a cycle's report, BPipe's transfer checks), which are rare enough to build this
 // when needed.
 std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph& graph);
 
+// Lowers a checked schedule: compute nodes with the stage costs, a send/recv pair for every
+// activation and gradient that crosses devices (sends in the producer's order, receives in the
+// same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
+// retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
+// P2 frees the retained bytes; a fused B frees the stash).
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
 // The same, keeping the schedule in the graph without copying it.
 TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
+// lower() of a schedule nobody has checked yet, with check_schedule run on it at the same time
+// (run_beside: the check on the helper thread, on large schedules): lowering itself only needs
+// the bounds it checks. The check's error, if any, is the one thrown.
+TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
 
 nlohmann::json plan_to_json(const TaskGraph& graph);
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);

@@ -109,11 +109,15 @@ StageInputs stage_inputs(const PlanRequest& request) {
 
 // `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
 // with the search's own bounds folded in); otherwise it is computed here. `given`: the schedule
-// came as data (an imported CSV), not from a family.
+// came as data (an imported CSV), not from a family. `schedule_checked`: check_schedule has run on
+// it; otherwise it runs beside the lowering.
 Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
                         const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off,
-                        bool given = false) {
-  Plan plan{lower(std::move(schedule), costs, std::move(meta)), {}, {}};
+                        bool given = false, bool schedule_checked = true) {
+  Plan plan{schedule_checked ? lower(std::move(schedule), costs, std::move(meta))
+                             : lower_and_check(std::move(schedule), costs, std::move(meta)),
+            {},
+            {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = known
                    ? *known
@@ -179,7 +183,11 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
   return apply_backward_mode(generated, mode, request.p2_concat);
 }
 
-PlannedSchedule plan_schedule(const PlanRequest& request) {
+namespace {
+
+// plan_schedule; with `defer_check`, a family's order that the backward mode leaves as generated
+// is not checked here but returned with `checked` false, for make_plan to check beside lowering.
+PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool& checked) {
   check_plan_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
@@ -209,7 +217,8 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
   schedule_request.costs = &context;
   schedule_request.objective = request.objective;
   Schedule generated = family.generate(schedule_request);
-  check_schedule(generated);
+  checked = !(defer_check && family.places_p2());  // with_backward_mode returns it as it is
+  if (checked) check_schedule(generated);
   if (!context.chosen_blocks.empty())
     inputs = stage_inputs(request, generated.stage_count(), context.chosen_blocks);
   PlannedSchedule out;
@@ -229,10 +238,18 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
   return out;
 }
 
+}  // namespace
+
+PlannedSchedule plan_schedule(const PlanRequest& request) {
+  bool checked = true;
+  return plan_schedule(request, false, checked);
+}
+
 Plan make_plan(const PlanRequest& request) {
-  PlannedSchedule planned = plan_schedule(request);
+  bool checked = true;
+  PlannedSchedule planned = plan_schedule(request, true, checked);
   return lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
-                            planned.bound, request.bpipe);
+                            planned.bound, request.bpipe, false, checked);
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {

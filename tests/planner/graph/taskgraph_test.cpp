@@ -71,6 +71,37 @@ TEST(Lowering, MemoryEffectsFollowTheBackwardMode) {
   }
 }
 
+// lower_and_check: the graph lower() makes, and on a schedule that breaks a rule, check_schedule's
+// error (not lowering's), both below and above the size where the check runs on the helper thread.
+TEST(Lowering, LowerAndCheckGivesLowersGraphAndTheChecksError) {
+  for (const int m : {8, 256}) {
+    const Plan plan = uniform_plan(
+        {.devices = 8, .microbatches = m, .backward = BackwardMode::twobp, .comm = 0.05});
+    const TaskGraph& g = plan.graph;
+    StageCost cost;
+    cost.forward_us = cost.p1_us = cost.p2_us = 1;
+    const std::vector<StageCost> costs(static_cast<std::size_t>(g.schedule.stage_count()), cost);
+    EXPECT_EQ(plan_to_json(lower_and_check(Schedule(g.schedule), costs, g.meta)),
+              plan_to_json(lower(g.schedule, costs, g.meta)))
+        << m;
+    Schedule broken = g.schedule;
+    broken.per_device[3].push_back(broken.per_device[3].front());  // a second F of one batch
+    std::string check_error, lower_error = "none";
+    try {
+      check_schedule(broken);
+    } catch (const Error& e) {
+      check_error = e.what();
+    }
+    ASSERT_FALSE(check_error.empty());
+    try {
+      lower_and_check(std::move(broken), costs, g.meta);
+    } catch (const Error& e) {
+      lower_error = e.what();
+    }
+    EXPECT_EQ(lower_error, check_error) << m;
+  }
+}
+
 TEST(PlanJson, RoundTripsExactly) {
   for (const auto mode : {BackwardMode::fused, BackwardMode::twobp, BackwardMode::twobp_fill}) {
     const Plan plan = uniform_plan({.devices = 3,
