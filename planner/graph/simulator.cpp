@@ -142,18 +142,20 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     bool half_ready = false;
   };
   std::vector<State> state(static_cast<std::size_t>(n_nodes));
-  const auto& g = graph.graph();
-  ReadyNodes queue(shared_link);
   // The edge from a send to its matched recv is the rendezvous itself, not a wait.
   auto is_pair_edge = [&](std::size_t from, std::size_t to) {
     const HotNode& f = hot[from];
     return f.kind == NodeKind::send && f.match == static_cast<int>(to);
   };
-  for (auto [it, end] = boost::edges(g); it != end; ++it) {
-    const auto from = boost::source(*it, g);
-    const auto to = boost::target(*it, g);
+  // Waits per node, from the edge records: a flat pass that needs no adjacency (the Boost.Graph
+  // view, which validate_and_simulate's helper builds meanwhile).
+  for (const TaskGraph::EdgeRecord& e : graph.edge_records()) {
+    const auto from = static_cast<std::size_t>(e.from);
+    const auto to = static_cast<std::size_t>(e.to);
     if (!is_pair_edge(from, to)) ++state[to].pending;
   }
+  const auto& g = graph.graph();
+  ReadyNodes queue(shared_link);
   for (int id = 0; id < n_nodes; ++id) {
     if (state[static_cast<std::size_t>(id)].pending == 0) queue.push(0.0, id);
   }

@@ -165,6 +165,14 @@ class TaskGraph {
   const Node& node(int id) const { return nodes_[static_cast<std::size_t>(id)]; }
   Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
   std::span<const Node> nodes() const { return nodes_; }  // by id, for one pass over them all
+  // Every edge as added (the Boost.Graph view's edges, in no particular order): for one pass
+  // over them all that needs no adjacency, before or without building the view.
+  struct EdgeRecord {
+    int from;
+    int to;
+    EdgeKind kind;
+  };
+  std::span<const EdgeRecord> edge_records() const { return edges_; }
   const std::vector<Stream>& streams() const { return streams_; }
   const std::vector<int>& stream_order(int stream) const {
     return stream_order_[static_cast<std::size_t>(stream)];
@@ -173,11 +181,6 @@ class TaskGraph {
 
  private:
   friend class GraphBuilder;  // lowering (taskgraph.cpp) builds nodes in place
-  struct EdgeRecord {
-    int from;
-    int to;
-    EdgeKind kind;
-  };
   // The built view; shared (and immutable) between copies, dropped on every change.
   struct GraphCache {
     std::shared_ptr<const Graph> graph;
