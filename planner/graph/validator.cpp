@@ -113,10 +113,19 @@ Result check_streams(const Context& c) {
   return std::nullopt;
 }
 
+// Each send/recv names a match of the other kind that names it back, on the device it names as
+// its peer, with the same transfer kind, size and tag. Every test is symmetric, so a node whose
+// match comes before it, is a send or recv and names it back passed them all when that match was
+// checked (the walk returns at the first failure): only the first of each pair is read in full.
 Result check_matches(const Context& c) {
   const TaskGraph& g = c.g;
   for (int id = 0; id < g.node_count(); ++id) {
-    if (c.node(static_cast<std::size_t>(id)).kind == NodeKind::compute) continue;
+    const PackedNode& packed = c.node(static_cast<std::size_t>(id));
+    if (packed.kind == NodeKind::compute) continue;
+    if (packed.match >= 0 && packed.match < id) {
+      const PackedNode& earlier = c.node(static_cast<std::size_t>(packed.match));
+      if (earlier.kind != NodeKind::compute && earlier.match == id) continue;
+    }
     const Node& n = g.node(id);
     const char* other_kind = n.kind == NodeKind::send ? "recv" : "send";
     if (n.match < 0 || n.match >= g.node_count()) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -71,6 +73,51 @@ TEST(Validator, CatchesAnUnmatchedSend) {
   const Violation v = expect_violation(plan.graph, "send-recv-match");
   EXPECT_EQ(v.node, send);
   EXPECT_NE(v.message.find("0F3"), std::string::npos);
+}
+
+// The match rule reads each pair once, from its first node: whichever half of a pair a fault is
+// planted in, the violation names the node that checking every send and recv in full, in id order,
+// names first (the reference below).
+TEST(Validator, MatchFaultsInEitherHalfNameTheFirstFailingNode) {
+  const auto fails = [](const TaskGraph& g, int id) {
+    const Node& n = g.node(id);
+    if (n.match < 0 || n.match >= g.node_count()) return true;
+    const Node& m = g.node(n.match);
+    return m.kind == n.kind || m.kind == NodeKind::compute || m.match != id || m.device != n.peer ||
+           m.peer != n.device || m.transfer != n.transfer || m.bytes != n.bytes ||
+           !same_label(m, n);
+  };
+  const std::vector<std::function<void(Node&)>> faults = {
+      [](Node& n) { n.match = -1; },
+      [](Node& n) { n.match += 2; },
+      [](Node& n) { n.match -= 2; },
+      [](Node& n) { n.peer = (n.peer + 1) % 4; },
+      [](Node& n) { n.bytes += 1; },
+      [](Node& n) { n.transfer = Transfer::evict; },
+      [](Node& n) { n.microbatches = MicroBatches{n.microbatches.front() + 1}; },
+  };
+  const Plan base = sample();
+  int planted = 0;
+  for (int id = 0; id < base.graph.node_count(); id += 7) {
+    if (base.graph.node(id).kind == NodeKind::compute) continue;
+    for (const auto& fault : faults) {
+      Plan plan = base;
+      fault(plan.graph.node(id));
+      int expected = -1;
+      for (int other = 0; other < plan.graph.node_count() && expected < 0; ++other) {
+        if (plan.graph.node(other).kind != NodeKind::compute && fails(plan.graph, other))
+          expected = other;
+      }
+      ASSERT_GE(expected, 0);
+      const auto v = find_violation(plan.graph);
+      ASSERT_TRUE(v.has_value());
+      if (v->rule == "stream") continue;  // the earlier stream rule caught it (peer, transfer)
+      EXPECT_EQ(v->rule, "send-recv-match") << v->message;
+      EXPECT_EQ(v->node, expected) << v->message;
+      ++planted;
+    }
+  }
+  EXPECT_GT(planted, 20);
 }
 
 TEST(Validator, CatchesASizeMismatch) {
