@@ -66,6 +66,31 @@ TEST(Validator, CatchesACycle) {
   EXPECT_NE(v.message.find("cycle"), std::string::npos);
 }
 
+// Stream orders: a node left out of every order, and one listed twice (which, with one left out,
+// keeps the number of listings equal to the number of nodes).
+TEST(Validator, CatchesANodeInNoStreamOrderAndOneListedTwice) {
+  {
+    Plan plan = sample();
+    TaskGraph& g = plan.graph;
+    Node extra = g.node(find_node(g, NodeKind::compute, "0F0"));
+    const int id = g.add_node_unordered(std::move(extra));
+    const Violation v = expect_violation(g, "stream");
+    EXPECT_EQ(v.node, id);
+    EXPECT_NE(v.message.find("is in no stream order"), std::string::npos) << v.message;
+  }
+  {
+    Plan plan = sample();
+    TaskGraph& g = plan.graph;
+    const int stream = compute_stream(g, 0);
+    std::vector<int> order = g.stream_order(stream);
+    order.back() = order.front();  // the last node listed nowhere, the first twice
+    g.set_stream_order(stream, order);
+    const Violation v = expect_violation(g, "stream");
+    EXPECT_EQ(v.node, order.front());
+    EXPECT_NE(v.message.find("appears twice"), std::string::npos) << v.message;
+  }
+}
+
 TEST(Validator, CatchesAnUnmatchedSend) {
   Plan plan = sample();
   const int send = find_node(plan.graph, NodeKind::send, "0F3");
