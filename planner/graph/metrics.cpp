@@ -60,6 +60,11 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   result.devices.assign(n_devices, DeviceMetrics{});
   std::vector<char> seen(n_devices, 0);
   std::vector<MemoryEvents> events(n_devices);
+  // Room for an event or two per compute node of an even share (a compute node allocates at its
+  // start, frees at its end or both): most plans never regrow a device's list.
+  const std::size_t share = n_devices > 0 ? graph.nodes().size() / n_devices : 0;
+  for (MemoryEvents& e : events)
+    e.reserve(share);
   double first = std::numeric_limits<double>::max();
   double last = 0;
   // One pass over the nodes: times, compute-stream spans and memory events together.
