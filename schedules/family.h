@@ -53,6 +53,14 @@ struct StageCostContext {
   // stages from the first and reports the second.
   std::vector<int> chosen_blocks;
   double bound_step_us = 0, bound_span_us = 0;
+  // Set by the planner for a family that evaluates candidates (auto), which calls it with its
+  // first candidate, that candidate's stage costs and the evaluation it is about to run on it.
+  // The hook runs `evaluate` once before it returns, and may meanwhile prepare the candidate's
+  // plan (make_plan lowers it beside the evaluation, and uses that graph if the family returns
+  // this very order). Unset: the family evaluates it itself.
+  std::function<void(const Schedule& candidate, const std::vector<StageCost>& costs,
+                     const std::function<void()>& evaluate)>
+      evaluate_first;
 };
 
 // What `auto` minimises first, the other breaking ties: the global step time with a

@@ -480,6 +480,13 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
   return g;
 }
 
+TaskGraph lower_detached(const Schedule& schedule, const std::vector<StageCost>& costs,
+                         PlanMeta meta) {
+  TaskGraph g;
+  lower_into(g, schedule, costs, std::move(meta));
+  return g;
+}
+
 TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
   std::size_t actions = 0;
   for (const auto& list : taken.per_device)

@@ -210,6 +210,11 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
 // The same, keeping the schedule in the graph without copying it.
 TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
+// lower()'s graph of `schedule`, which it reads and does not keep: the graph's `schedule` is left
+// empty for the caller to move that very order into (make_plan lowers a search's candidate while
+// the search is still evaluating it).
+TaskGraph lower_detached(const Schedule& schedule, const std::vector<StageCost>& costs,
+                         PlanMeta meta);
 // lower() of a schedule nobody has checked yet, with check_schedule run on it at the same time
 // (run_beside: the check on the helper thread, on large schedules): lowering itself only needs
 // the bounds it checks. The check's error, if any, is the one thrown.

@@ -1,9 +1,11 @@
 #include "planner/plan/make_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <utility>
 
+#include "planner/base/concurrent.h"
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/graph/evaluate.h"
@@ -111,13 +113,22 @@ StageInputs stage_inputs(const PlanRequest& request) {
 // with the search's own bounds folded in); otherwise it is computed here. `given`: the schedule
 // came as data (an imported CSV), not from a family. `schedule_checked`: check_schedule has run on
 // it; otherwise it runs beside the lowering.
+Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
+                      const std::optional<LowerBound>& known, BpipeMode bpipe, bool given);
+
 Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, PlanMeta meta,
                         const std::optional<LowerBound>& known, BpipeMode bpipe = BpipeMode::off,
                         bool given = false, bool schedule_checked = true) {
-  Plan plan{schedule_checked ? lower(std::move(schedule), costs, std::move(meta))
-                             : lower_and_check(std::move(schedule), costs, std::move(meta)),
-            {},
-            {}};
+  return simulate_lowered(schedule_checked
+                              ? lower(std::move(schedule), costs, std::move(meta))
+                              : lower_and_check(std::move(schedule), costs, std::move(meta)),
+                          costs, known, bpipe, given);
+}
+
+// The rest of lower_and_simulate, from the lowered graph on.
+Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
+                      const std::optional<LowerBound>& known, BpipeMode bpipe, bool given) {
+  Plan plan{std::move(graph), {}, {}};
   if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = known
                    ? *known
@@ -185,9 +196,73 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
 
 namespace {
 
+// A search's first candidate, lowered and checked while the search evaluated it
+// (StageCostContext::evaluate_first), with what it was lowered from: make_plan takes the graph
+// when the family returns that very order on those costs.
+struct Prepared {
+  bool ready = false;
+  TaskGraph graph;  // without its schedule
+  Schedule schedule;
+  std::vector<StageCost> costs;
+};
+
+// Orders below this many actions are evaluated as they come: lowering one beside the evaluation
+// saves less than waking the helper costs.
+constexpr std::size_t kPrepareActions = 2048;
+
+bool same_costs(const std::vector<StageCost>& a, const std::vector<StageCost>& b) {
+  return std::equal(
+      a.begin(), a.end(), b.begin(), b.end(), [](const StageCost& x, const StageCost& y) {
+        return x.forward_us == y.forward_us && x.p1_us == y.p1_us && x.p2_us == y.p2_us &&
+               x.p2_concat_us == y.p2_concat_us && x.stash_bytes == y.stash_bytes &&
+               x.retained_bytes == y.retained_bytes && x.static_bytes == y.static_bytes &&
+               x.send_bytes == y.send_bytes;
+      });
+}
+
+// The hook that lowers a family's first candidate on this thread while the helper evaluates and
+// checks it (run_beside); a candidate that does not lower or check is left to the usual path,
+// which reports its fault.
+void prepare_candidate(Prepared& prepared, const P2pLink& link, const Schedule& candidate,
+                       const std::vector<StageCost>& costs, const std::function<void()>& evaluate) {
+  std::size_t actions = 0;
+  for (const auto& list : candidate.per_device)
+    actions += list.size();
+  if (actions < kPrepareActions) {
+    evaluate();
+    return;
+  }
+  PlanMeta meta;
+  meta.devices = candidate.devices;
+  meta.link = link;  // what lowering reads of the metadata: make_plan sets the rest after
+  bool checked = false, lowered = false;
+  run_beside(
+      [&] {
+        evaluate();
+        try {
+          check_schedule(candidate);
+          checked = true;
+        } catch (const Error&) {
+          return;
+        }
+        prepared.schedule = candidate;
+        prepared.costs = costs;
+      },
+      [&] {
+        try {
+          prepared.graph = lower_detached(candidate, costs, std::move(meta));
+          lowered = true;
+        } catch (const Error&) {
+        }
+      });
+  prepared.ready = checked && lowered;
+}
+
 // plan_schedule; with `defer_check`, a family's order that the backward mode leaves as generated
 // is not checked here but returned with `checked` false, for make_plan to check beside lowering.
-PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool& checked) {
+// With `prepared`, a family that evaluates candidates gets prepare_candidate as its hook.
+PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool& checked,
+                              Prepared* prepared = nullptr) {
   check_plan_request(request);
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   ScheduleRequest schedule_request{request.devices,  request.chunks,    request.microbatches,
@@ -212,6 +287,13 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
       StageInputs cut = stage_inputs(request, stage_count, blocks);
       return StageCut{blocks.empty() ? blocks_of(request.profile.model, cut.partition) : blocks,
                       std::move(cut.costs)};
+    };
+  }
+  if (prepared != nullptr && family.traits().needs_costs && family.places_p2()) {
+    context.evaluate_first = [prepared, &request](const Schedule& candidate,
+                                                  const std::vector<StageCost>& costs,
+                                                  const std::function<void()>& evaluate) {
+      prepare_candidate(*prepared, request.profile.p2p, candidate, costs, evaluate);
     };
   }
   schedule_request.costs = &context;
@@ -247,7 +329,17 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
 
 Plan make_plan(const PlanRequest& request) {
   bool checked = true;
-  PlannedSchedule planned = plan_schedule(request, true, checked);
+  Prepared prepared;
+  PlannedSchedule planned = plan_schedule(request, true, checked, &prepared);
+  if (prepared.ready && request.bpipe == BpipeMode::off && planned.schedule == prepared.schedule &&
+      same_costs(planned.costs, prepared.costs)) {
+    // The family returned the candidate lowered while it was evaluated: the same graph lower()
+    // makes, its metadata and order now set.
+    TaskGraph graph = std::move(prepared.graph);
+    graph.meta = std::move(planned.meta);
+    graph.schedule = std::move(planned.schedule);
+    return simulate_lowered(std::move(graph), planned.costs, planned.bound, request.bpipe, false);
+  }
   return lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
                             planned.bound, request.bpipe, false, checked);
 }

@@ -258,7 +258,14 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     schedule.family = kAutoScheduleName;
     schedule.backward = r.mode;
     const EvalContext context{&layout.costs, &layout.meta, r.objective};
-    if (std::optional<AutoEval> e = evaluate_order(schedule, context, false, first_error)) {
+    std::optional<AutoEval> e;
+    const auto evaluate = [&] { e = evaluate_order(schedule, context, false, first_error); };
+    if (tried == 1 && r.evaluate_first) {
+      r.evaluate_first(schedule, layout.costs, evaluate);
+    } else {
+      evaluate();
+    }
+    if (e) {
       done = done || at_bounds(e->score);
       leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e)});
     }

@@ -44,6 +44,9 @@ struct AutoRequest {
   P2pLink link;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
   std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
+  // StageCostContext::evaluate_first: handed the first candidate and its evaluation.
+  std::function<void(const Schedule&, const std::vector<StageCost>&, const std::function<void()>&)>
+      evaluate_first;
 };
 
 struct AutoResult {
