@@ -37,6 +37,7 @@ struct StageCost {
   std::int64_t static_bytes = 0;  // parameters + gradients + optimizer state
   std::int64_t send_bytes = 0;    // activation crossing to the next virtual stage
   double p2_time_us(int k) const;
+  bool operator==(const StageCost&) const = default;
 };
 
 std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,

@@ -5,6 +5,7 @@
 // Stages are virtual stages (model order); Schedule::stage_device maps them to devices.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -43,6 +44,12 @@ struct Schedule {
   std::vector<std::vector<Action>> per_device;
 
   int stage_count() const { return static_cast<int>(stage_device.size()); }
+  std::size_t action_count() const {  // over every device
+    std::size_t actions = 0;
+    for (const std::vector<Action>& list : per_device)
+      actions += list.size();
+    return actions;
+  }
   bool operator==(const Schedule&) const = default;
 };
 

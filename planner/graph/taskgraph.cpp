@@ -342,10 +342,6 @@ void check_bounds(const Schedule& schedule) {
 
 namespace {
 
-// Schedules with at least this many actions are checked beside their lowering (lower_and_check);
-// below it the helper's wake-up costs more than the check.
-constexpr std::size_t kConcurrentCheckActions = 2048;
-
 // The graph of `schedule`, which it reads but does not keep (`g.schedule` is the caller's to set).
 void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageCost>& costs,
                 PlanMeta meta) {
@@ -359,9 +355,7 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
   }
   g.meta = std::move(meta);
   ComputeIndex index(stages, schedule.microbatches);
-  std::size_t actions = 0;
-  for (const auto& list : schedule.per_device)
-    actions += list.size();
+  const std::size_t actions = schedule.action_count();
   // At most one message per action (its output crossing a device), two nodes each; edges:
   // stream order, data in and out.
   g.reserve(3 * actions, 8 * actions);
@@ -488,11 +482,8 @@ TaskGraph lower_detached(const Schedule& schedule, const std::vector<StageCost>&
 }
 
 TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta) {
-  std::size_t actions = 0;
-  for (const auto& list : taken.per_device)
-    actions += list.size();
   TaskGraph g;
-  if (actions < kConcurrentCheckActions) {
+  if (taken.action_count() < kConcurrentActions) {
     check_schedule(taken);
     lower_into(g, taken, costs, std::move(meta));
   } else {

@@ -215,6 +215,10 @@ TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta 
 // the search is still evaluating it).
 TaskGraph lower_detached(const Schedule& schedule, const std::vector<StageCost>& costs,
                          PlanMeta meta);
+// Schedules with at least this many actions have work beside their lowering done on the helper
+// thread (lower_and_check, make_plan's prepared candidate); below it the helper's wake-up costs
+// more than that work.
+inline constexpr std::size_t kConcurrentActions = 2048;
 // lower() of a schedule nobody has checked yet, with check_schedule run on it at the same time
 // (run_beside: the check on the helper thread, on large schedules): lowering itself only needs
 // the bounds it checks. The check's error, if any, is the one thrown.

@@ -206,29 +206,12 @@ struct Prepared {
   std::vector<StageCost> costs;
 };
 
-// Orders below this many actions are evaluated as they come: lowering one beside the evaluation
-// saves less than waking the helper costs.
-constexpr std::size_t kPrepareActions = 2048;
-
-bool same_costs(const std::vector<StageCost>& a, const std::vector<StageCost>& b) {
-  return std::equal(
-      a.begin(), a.end(), b.begin(), b.end(), [](const StageCost& x, const StageCost& y) {
-        return x.forward_us == y.forward_us && x.p1_us == y.p1_us && x.p2_us == y.p2_us &&
-               x.p2_concat_us == y.p2_concat_us && x.stash_bytes == y.stash_bytes &&
-               x.retained_bytes == y.retained_bytes && x.static_bytes == y.static_bytes &&
-               x.send_bytes == y.send_bytes;
-      });
-}
-
 // The hook that lowers a family's first candidate on this thread while the helper evaluates and
 // checks it (run_beside); a candidate that does not lower or check is left to the usual path,
 // which reports its fault.
 void prepare_candidate(Prepared& prepared, const P2pLink& link, const Schedule& candidate,
                        const std::vector<StageCost>& costs, const std::function<void()>& evaluate) {
-  std::size_t actions = 0;
-  for (const auto& list : candidate.per_device)
-    actions += list.size();
-  if (actions < kPrepareActions) {
+  if (candidate.action_count() < kConcurrentActions) {
     evaluate();
     return;
   }
@@ -332,7 +315,7 @@ Plan make_plan(const PlanRequest& request) {
   Prepared prepared;
   PlannedSchedule planned = plan_schedule(request, true, checked, &prepared);
   if (prepared.ready && request.bpipe == BpipeMode::off && planned.schedule == prepared.schedule &&
-      same_costs(planned.costs, prepared.costs)) {
+      planned.costs == prepared.costs) {
     // The family returned the candidate lowered while it was evaluated: the same graph lower()
     // makes, its metadata and order now set.
     TaskGraph graph = std::move(prepared.graph);

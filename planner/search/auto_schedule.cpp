@@ -172,13 +172,6 @@ constexpr std::size_t kMinFirstTier = 2;
 constexpr double kListCost = 12;
 constexpr int kMinEvaluations = 4, kMaxEvaluations = 400;
 
-std::size_t action_count(const Schedule& schedule) {
-  std::size_t actions = 0;
-  for (const auto& device : schedule.per_device)
-    actions += device.size();
-  return actions;
-}
-
 struct Candidate {
   std::size_t layout = 0;
   Schedule schedule;
@@ -325,7 +318,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     Candidate& c = best[i];
     const Layout& layout = all[c.layout];
     const EvalContext context{&layout.costs, &layout.meta, r.objective};
-    const double per_evaluation = static_cast<double>(action_count(c.schedule) + 1);
+    const double per_evaluation = static_cast<double>(c.schedule.action_count() + 1);
     const auto share = static_cast<double>(starts - i);
     int evaluations = std::max(
         kMinEvaluations, static_cast<int>(std::min(budget / per_evaluation / share,
