@@ -53,6 +53,10 @@ struct StageCostContext {
   // stages from the first and reports the second.
   std::vector<int> chosen_blocks;
   double bound_step_us = 0, bound_span_us = 0;
+  // Set by a family that calls evaluate_first: true when the schedule it returned is the very
+  // candidate it handed to the hook, unchanged (make_plan then takes the graph lowered from it
+  // without comparing the two orders action by action).
+  bool returned_first = false;
   // Set by the planner for a family that evaluates candidates (auto), which calls it with its
   // first candidate, that candidate's stage costs and the evaluation it is about to run on it.
   // The hook runs `evaluate` once before it returns, and may meanwhile prepare the candidate's

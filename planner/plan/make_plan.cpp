@@ -197,12 +197,12 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
 namespace {
 
 // A search's first candidate, lowered and checked while the search evaluated it
-// (StageCostContext::evaluate_first), with what it was lowered from: make_plan takes the graph
-// when the family returns that very order on those costs.
+// (StageCostContext::evaluate_first), with the costs it was lowered on: make_plan takes the graph
+// when the family returns that very order (StageCostContext::returned_first) on those costs.
 struct Prepared {
   bool ready = false;
-  TaskGraph graph;  // without its schedule
-  Schedule schedule;
+  bool returned = false;  // the family returned the candidate
+  TaskGraph graph;        // without its schedule
   std::vector<StageCost> costs;
 };
 
@@ -228,7 +228,6 @@ void prepare_candidate(Prepared& prepared, const P2pLink& link, const Schedule& 
         } catch (const Error&) {
           return;
         }
-        prepared.schedule = candidate;
         prepared.costs = costs;
       },
       [&] {
@@ -283,6 +282,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   schedule_request.objective = request.objective;
   Schedule generated = family.generate(schedule_request);
   checked = !(defer_check && family.places_p2());  // with_backward_mode returns it as it is
+  if (prepared != nullptr) prepared->returned = context.returned_first;
   if (checked) check_schedule(generated);
   if (!context.chosen_blocks.empty())
     inputs = stage_inputs(request, generated.stage_count(), context.chosen_blocks);
@@ -314,7 +314,9 @@ Plan make_plan(const PlanRequest& request) {
   bool checked = true;
   Prepared prepared;
   PlannedSchedule planned = plan_schedule(request, true, checked, &prepared);
-  if (prepared.ready && request.bpipe == BpipeMode::off && planned.schedule == prepared.schedule &&
+  // The returned order is the prepared one unchanged (with_backward_mode keeps a family's own P2
+  // placement as generated): only the costs of the cut are compared.
+  if (prepared.ready && prepared.returned && request.bpipe == BpipeMode::off &&
       planned.costs == prepared.costs) {
     // The family returned the candidate lowered while it was evaluated: the same graph lower()
     // makes, its metadata and order now set.

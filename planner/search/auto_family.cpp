@@ -30,6 +30,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   context.chosen_blocks = std::move(result.blocks);
   context.bound_step_us = result.bound_step_us;
   context.bound_span_us = result.bound_span_us;
+  context.returned_first = result.first_candidate;
   return std::move(result.schedule);
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 
 namespace pipeplan {
 
@@ -36,14 +37,24 @@ std::size_t at(int i) {
   return static_cast<std::size_t>(i);
 }
 
-enum class Kind { wait, forward, p1, p2 };
+enum class Kind : std::uint8_t { wait, forward, p1, p2 };
 
+// 16 bytes, so that decide() returns it in two registers: a 24-byte one went through memory, and
+// the caller's wide load of the narrower stores that wrote it stalled on store forwarding (an
+// eighth of a P = 32 V run's samples sat on that load).
 struct Decision {
+  Decision() = default;
+  Decision(double at, Kind what, int s, int k)
+      : start(at), group(k), stage(static_cast<std::int16_t>(s)), kind(what) {}
   double start = kInf;
+  std::int32_t group = 1;   // P2 group size (at most limits::kMaxMicrobatches)
+  std::int16_t stage = 0;   // at most limits::kMaxStages
   Kind kind = Kind::wait;
-  int stage = 0;
-  int group = 1;  // P2 group size
+  std::uint8_t unused = 0;  // no padding: GCC copied the 15 bytes of data with overlapping
+                            // 8-byte moves, which defeated store forwarding once more
 };
+static_assert(sizeof(Decision) == 16);
+static_assert(limits::kMaxStages <= std::numeric_limits<std::int16_t>::max());
 
 // The device with the smallest key (ties: the lower device) over a fixed set of devices. Each
 // match holds its winner's (key, device), so replaying a changed device's path reads only the

@@ -177,6 +177,7 @@ struct Candidate {
   Schedule schedule;
   std::string name;
   AutoEval eval;
+  bool first = false;  // the first candidate evaluated, as evaluated (no moves applied)
 };
 
 // The best few candidates so far (the local search's starts), best first; ties keep the earlier.
@@ -260,7 +261,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     }
     if (e) {
       done = done || at_bounds(e->score);
-      leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e)});
+      leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e), tried == 1});
     }
   };
   const auto run_list = [&](std::size_t li, const ListVariant& v) {
@@ -326,6 +327,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     const int granted = evaluations;
     c.eval = *evaluate_order(c.schedule, context, true, first_error);  // with its times
     const int moves = improve_by_moves(c.schedule, c.eval, context, first_error, evaluations);
+    if (moves > 0) c.first = false;  // a rejected move is undone: none kept, the order is as it was
     budget -= (granted - evaluations) * per_evaluation;
     evaluations_left -= granted - evaluations;
     if (i == 0 || better(c.eval.score, best[winner].eval.score, r.objective)) {
@@ -341,6 +343,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   out.makespan_us = chosen.eval.score.makespan_us;
   out.max_stage_span_us = chosen.eval.score.span_us;
   out.variants_tried = tried;
+  out.first_candidate = chosen.first;
   out.chunks = layout.chunks;
   out.blocks = layout.blocks;
   out.costs = layout.costs;

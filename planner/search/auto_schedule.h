@@ -60,6 +60,7 @@ struct AutoResult {
   std::vector<StageCost> costs;  // per stage of the chosen layout
   double bound_step_us = 0;      // the smallest lower bound over the layouts considered
   double bound_span_us = 0;
+  bool first_candidate = false;  // `schedule` is the first candidate evaluated, unchanged
 };
 
 // Throws FieldError naming memory_limit_bytes when no order fits a device's limit, chunks when
