@@ -500,6 +500,15 @@ class ListScheduler {
     }
   }
 
+  // A new action at the end of the device's order, made in place: a temporary moved in was
+  // written field by field and read back wider, which stalled on store forwarding.
+  static Action& add_action(Device& dev, OpType op, int stage) {
+    Action& a = dev.actions.emplace_back();
+    a.op = op;
+    a.stage = stage;
+    return a;
+  }
+
   void apply(int d, const Decision& dec) {
     Device& dev = device(d);
     delivered_to_ = -1;
@@ -519,7 +528,7 @@ class ListScheduler {
         if (s == dev.first) {
           ++dev.inflight;
         }
-        dev.actions.push_back(Action{OpType::F, s, {mb}});
+        add_action(dev, OpType::F, s).microbatches.push_back(mb);
         if (s + 1 < s_) {
           send(d, s + 1, mb, dev.free_at, true);
         } else {
@@ -539,18 +548,18 @@ class ListScheduler {
           pending_[at(s)].push({next_pending_++, mb});
           ++dev.pending_p2;
           dev.pending_retained += c.retained_bytes;
-          dev.actions.push_back(Action{OpType::P1, s, {mb}});
+          add_action(dev, OpType::P1, s).microbatches.push_back(mb);
         } else {
           dev.free_at = start + c.p1_us + c.p2_us;
           dev.memory -= c.stash_bytes;
-          dev.actions.push_back(Action{OpType::B, s, {mb}});
+          add_action(dev, OpType::B, s).microbatches.push_back(mb);
         }
         if (s > 0) send(d, s - 1, mb, dev.free_at, false);
         return;
       }
       case Kind::p2: {
         const int k = std::max(1, dec.group);
-        Action a{OpType::P2, s, {}};
+        Action& a = add_action(dev, OpType::P2, s);
         Fifo<std::pair<std::int64_t, int>>& queue = pending_[at(s)];
         for (int i = 0; i < k && !queue.empty(); ++i) {
           a.microbatches.push_back(queue.front().second);
@@ -561,7 +570,6 @@ class ListScheduler {
         dev.free_at = start + p2_time(s, static_cast<int>(taken));
         dev.memory -= taken * c.retained_bytes;
         dev.pending_retained -= taken * c.retained_bytes;
-        dev.actions.push_back(std::move(a));
         return;
       }
     }
