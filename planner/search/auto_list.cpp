@@ -344,9 +344,17 @@ class ListScheduler {
     const int limit = std::min(static_cast<int>(pending_[at(s)].size()), max_group_);
     const auto row = at(s) * at(max_group_);
     const double* prefix_max = group_prefix_max_us_.data() + row;
-    // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit.
-    const auto k =
-        static_cast<int>(std::upper_bound(prefix_max, prefix_max + limit, gap + 1e-9) - prefix_max);
+    // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit:
+    // scanned for the first few (groups are mostly small, and a binary search's branches were
+    // unpredictable), then searched.
+    const double fits = gap + 1e-9;
+    constexpr int kScan = 4;
+    int k = 0;
+    while (k < limit && k < kScan && prefix_max[k] <= fits)
+      ++k;
+    if (k == kScan && k < limit) {
+      k = static_cast<int>(std::upper_bound(prefix_max + k, prefix_max + limit, fits) - prefix_max);
+    }
     return k == 0 ? 0 : group_best_upto_[row + at(k - 1)];
   }
 
@@ -463,15 +471,14 @@ class ListScheduler {
         return {now, Kind::p2, s, group_for_gap(s, kInf)};
       if (later_blocked || (more_entries && !entry_memory && dev.inflight < dev.depth_cap))
         return {now, Kind::p2, s, 1};  // memory blocks the next forward: free some
-    }
-    if (split_ && dev.pending_p2 > dev.p2_lag) {
-      const int s = oldest_pending(d);
-      const double next = next_input(d, now, entry_allowed);
-      const int k = group_for_gap(s, next - now);
-      if (k > 0) return {now, Kind::p2, s, k};
-      if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
-      if (fill_ == P2Fill::overshoot && p2_time(s, 1) <= 2 * (next - now))
-        return {now, Kind::p2, s, 1};
+      if (dev.pending_p2 > dev.p2_lag) {
+        const double next = next_input(d, now, entry_allowed);
+        const int k = group_for_gap(s, next - now);
+        if (k > 0) return {now, Kind::p2, s, k};
+        if (fill_ == P2Fill::always) return {now, Kind::p2, s, 1};
+        if (fill_ == P2Fill::overshoot && p2_time(s, 1) <= 2 * (next - now))
+          return {now, Kind::p2, s, 1};
+      }
     }
     if (more_entries && !entry_memory && dev.inflight == 0 && dev.pending_p2 == 0) {
       throw FieldError("memory_limit_bytes",
