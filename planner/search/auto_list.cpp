@@ -47,8 +47,8 @@ struct Decision {
   Decision(double at, Kind what, int s, int k)
       : start(at), group(k), stage(static_cast<std::int16_t>(s)), kind(what) {}
   double start = kInf;
-  std::int32_t group = 1;   // P2 group size (at most limits::kMaxMicrobatches)
-  std::int16_t stage = 0;   // at most limits::kMaxStages
+  std::int32_t group = 1;  // P2 group size (at most limits::kMaxMicrobatches)
+  std::int16_t stage = 0;  // at most limits::kMaxStages
   Kind kind = Kind::wait;
   std::uint8_t unused = 0;  // no padding: GCC copied the 15 bytes of data with overlapping
                             // 8-byte moves, which defeated store forwarding once more
