@@ -217,6 +217,21 @@ BENCHMARK(BM_ListSchedule)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The stage costs of one cut (P = 32's V: 64 stages of one block each, P2 group sizes up to
+// m = 96), as make_plan computes them three times per auto plan (the request's cut, the cut into
+// 2P stages, the chosen one).
+void BM_StageCosts(benchmark::State& state) {
+  const AutoInputs in = auto_inputs(32, 96, 64);
+  const Profile& profile = in.plan.profile;
+  const Partition partition = partition_balanced(profile.model, profile, 1, 64);
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
+    const std::vector<StageCost> costs = stage_costs(profile.model, profile, 1, partition, 96);
+    benchmark::DoNotOptimize(costs.data());
+  }
+}
+
+BENCHMARK(BM_StageCosts)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // One fixed family's order (generated, backward mode applied), as auto's seeds are made.
 // Registered from main() for every family in the registry (BM_Seed/<name>), which static
 // registration fills before main runs.
