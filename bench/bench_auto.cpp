@@ -232,6 +232,20 @@ void BM_StageCosts(benchmark::State& state) {
 
 BENCHMARK(BM_StageCosts)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The balanced cut itself (P = 32's model of 64 blocks into 32 and into 64 stages), which
+// make_plan computes for the request and for auto's two-chunk layouts.
+void BM_PartitionBalanced(benchmark::State& state) {
+  const AutoInputs in = auto_inputs(32, 96, 64);
+  const Profile& profile = in.plan.profile;
+  const auto stages = static_cast<int>(state.range(0));
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
+    const Partition p = partition_balanced(profile.model, profile, 1, stages);
+    benchmark::DoNotOptimize(p.stages.data());
+  }
+}
+
+BENCHMARK(BM_PartitionBalanced)->Arg(32)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // One fixed family's order (generated, backward mode applied), as auto's seeds are made.
 // Registered from main() for every family in the registry (BM_Seed/<name>), which static
 // registration fills before main runs.

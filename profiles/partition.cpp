@@ -95,20 +95,18 @@ std::vector<std::vector<double>> suffix_bottlenecks(const RangeCost& cost, int p
     suffix[1][static_cast<std::size_t>(a)] = cost(a, blocks);
   // min over b of max(cost(a, b), rest(b)): cost(a, b) never falls as b grows (times are not
   // negative) and rest(b) = suffix[j - 1][b] never rises (fewer blocks for as many parts), so the
-  // minimum lies where the first overtakes the second: at the first such b or the one before.
-  // A binary search finds it; every other b gives a maximum at least as large.
+  // minimum lies where the first overtakes the second: at the first such b or the one before;
+  // every other b gives a maximum at least as large. cost(a, b) never rises as a grows, so that
+  // first b never moves back: one pointer walks it across all a (blocks steps per part count,
+  // where a binary search per a took log(blocks) cost evaluations each).
   for (int j = 2; j <= parts; ++j) {
     const std::vector<double>& rest = suffix[static_cast<std::size_t>(j) - 1];
+    const int last = blocks - j + 1;  // b in [a + 1, last]; last + 1: none overtakes
+    int lo = 1;
     for (int a = 0; a + j <= blocks; ++a) {
-      int lo = a + 1, hi = blocks - j + 2;  // b in [a + 1, blocks - j + 1]; hi: none overtakes
-      while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (cost(a, mid) >= rest[static_cast<std::size_t>(mid)]) {
-          hi = mid;
-        } else {
-          lo = mid + 1;
-        }
-      }
+      lo = std::max(lo, a + 1);
+      while (lo <= last && cost(a, lo) < rest[static_cast<std::size_t>(lo)])
+        ++lo;
       double best = kInf;
       for (const int b : {lo - 1, lo}) {
         if (b < a + 1 || b > blocks - j + 1) continue;

@@ -116,9 +116,9 @@ TEST(Partition, LlamaSevenBLikeHeadMakesTheLastStageLighter) {
 }
 
 // The balanced partition against an exhaustive search over every cut into contiguous parts (the
-// search binary-searches each split point): the same bottleneck, and among the partitions that
-// reach it the one with the earliest boundaries, over embedding and head weights from none to
-// several blocks' worth.
+// search walks the split points with one pointer per part count): the same bottleneck, and
+// among the partitions that reach it the one with the earliest boundaries, over embedding and
+// head weights from none to several blocks' worth.
 TEST(Partition, BalancedMatchesExhaustiveSearch) {
   struct Best {
     double bottleneck;
