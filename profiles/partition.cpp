@@ -109,7 +109,7 @@ std::vector<std::vector<double>> suffix_bottlenecks(const RangeCost& cost, int p
         ++lo;
       double best = kInf;
       for (const int b : {lo - 1, lo}) {
-        if (b < a + 1 || b > blocks - j + 1) continue;
+        if (b < a + 1 || b > last) continue;
         best = std::min(best, std::max(cost(a, b), rest[static_cast<std::size_t>(b)]));
       }
       suffix[static_cast<std::size_t>(j)][static_cast<std::size_t>(a)] = best;
