@@ -42,6 +42,10 @@ class GreenBackend final : public Backend {
     const ScopedContext current(context_);
     return inner_->upload(values, shape);
   }
+  Tensor upload_loss_gradient(double value) override {
+    const ScopedContext current(context_);
+    return inner_->upload_loss_gradient(value);
+  }
   Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override {
     const ScopedContext current(context_);
     return inner_->upload_tokens(tokens, shape);
@@ -133,6 +137,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   std::vector<cudaStream_t> streams;
   if (options.emulate > 0) {
     green_ = GreenContext::partition(0, options.emulate, hardware_.sm_per_stage);
+    // The driver may round a share up to its granularity: report what each stage really has.
+    hardware_.sm_per_stage = green_.front()->sm_count();
     for (int d = 0; d < devices; ++d) {
       GreenContext& green = *green_[static_cast<std::size_t>(d)];
       std::unique_ptr<CudaBackend> backend;

@@ -57,9 +57,11 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
     CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
     link.owns_stream = true;
   }
-  for (cudaEvent_t* event : {&link.sender_tail, &link.receiver_tail, &link.copied}) {
-    CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
-  }
+  // Each event in the context of the stream it is recorded on (the sender's compute and link
+  // streams share the sender's green context).
+  link.sender_tail = create_event_for(sender.compute, cudaEventDisableTiming);
+  link.copied = create_event_for(link.stream, cudaEventDisableTiming);
+  link.receiver_tail = create_event_for(endpoint(to, "receiving").compute, cudaEventDisableTiming);
   return link;
 }
 
@@ -80,11 +82,6 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
     ready = l.sender_tail;
   }
   CUDA_CHECK(cudaStreamWaitEvent(l.stream, ready, 0));
-  CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
-  CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
-  const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
-                                               : std::pair<cudaEvent_t, cudaEvent_t>{};
-  if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
   Message copy;
   copy.tag = message.tag;
   copy.bytes = message.bytes;
@@ -93,12 +90,22 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
       throw Error("device-local transport: tensor '" + name + "' of message '" + message.tag +
                   "' is not a non-empty CUDA tensor");
     }
-    std::shared_ptr<void> storage = receiver.allocator->allocate(tensor.bytes());
-    CUDA_CHECK(cudaMemcpyAsync(storage.get(), tensor.data(),
-                               static_cast<std::size_t>(tensor.bytes()), cudaMemcpyDeviceToDevice,
+    copy.tensors.emplace_back(name, Tensor(receiver.allocator->allocate(tensor.bytes()),
+                                           tensor.shape(), tensor.dtype(), Device::cuda));
+  }
+  // The receiver's cache may have handed out blocks that kernels still queued on its stream
+  // read (freed by another of its threads after queueing them): the copy waits for what is
+  // queued there once the blocks are taken, so this record comes after the allocations.
+  CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
+  const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
+                                               : std::pair<cudaEvent_t, cudaEvent_t>{};
+  if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
+  for (std::size_t i = 0; i < copy.tensors.size(); ++i) {
+    const Tensor& source = message.tensors[i].second;
+    CUDA_CHECK(cudaMemcpyAsync(copy.tensors[i].second.data(), source.data(),
+                               static_cast<std::size_t>(source.bytes()), cudaMemcpyDeviceToDevice,
                                l.stream));
-    copy.tensors.emplace_back(
-        name, Tensor(std::move(storage), tensor.shape(), tensor.dtype(), Device::cuda));
   }
   if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
   CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
@@ -118,7 +125,9 @@ Message DeviceLocalTransport::recv(int to, int from, Channel channel, std::strin
   std::unique_lock lock(mutex_);
   auto& queue = queues_[LinkKey{from, to, channel}];
   const bool ready = arrived_.wait_for(lock, timeout, [&] { return cancelled_ || !queue.empty(); });
-  if (cancelled_) throw Error("cancelled while waiting for '" + std::string(expected_tag) + "'");
+  if (cancelled_) {
+    throw Cancelled("cancelled while waiting for '" + std::string(expected_tag) + "'");
+  }
   if (!ready) {
     throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for '" +
                 std::string(expected_tag) + "' on the " + link_name(from, to, channel));

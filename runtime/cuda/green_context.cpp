@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <cudaTypedefs.h>
+
 #include "runtime/cuda/cuda_check.h"
 
 namespace pipeplan::cuda {
@@ -9,20 +11,32 @@ namespace pipeplan::cuda {
 namespace {
 
 // Driver entry points fetched through the runtime: linking libcuda directly would stop every
-// binary (the CLI, the tests) from starting on a machine without a GPU driver.
+// binary (the CLI, the tests) from starting on a machine without a GPU driver. Asked for at the
+// version of the cuda.h compiled against (CUDA_VERSION), so each symbol resolves to the ABI its
+// prototype here declares; an older version fails for functions added later (cuGreenCtxStreamCreate
+// is 12.5's, so asking at 12.4 answers "version not sufficient"). That holds for every function
+// fetched through PIPEPLAN_DRIVER (cudaTypedefs.h lists no ABI of theirs newer than cuda.h's
+// prototype); cuStreamGetCtx has one (12.5's three-argument form), so it is fetched by its
+// explicit typedef and version.
 template <typename Fn>
-Fn driver_function(const char* symbol, int version = 12040) {
+Fn driver_function(const char* symbol, int version = CUDA_VERSION) {
   void* function = nullptr;
   cudaDriverEntryPointQueryResult status{};
   CUDA_CHECK(cudaGetDriverEntryPointByVersion(symbol, &function, static_cast<unsigned>(version),
                                               cudaEnableDefault, &status));
   if (status != cudaDriverEntryPointSuccess || function == nullptr) {
-    throw Error(std::string("the CUDA driver lacks ") + symbol + " (green contexts need 12.4+)");
+    throw Error(std::string("the CUDA driver lacks ") + symbol + " at version " +
+                std::to_string(version) + " (green contexts need a CUDA 12.5+ driver)");
   }
   return reinterpret_cast<Fn>(function);
 }
 
-#define PIPEPLAN_DRIVER(name) driver_function<decltype(&name)>(#name)
+// Looked up once per call site (ScopedContext pushes and pops on every backend call).
+#define PIPEPLAN_DRIVER(name)                                             \
+  ([] {                                                                   \
+    static const auto function = driver_function<decltype(&name)>(#name); \
+    return function;                                                      \
+  }())
 
 }  // namespace
 
@@ -100,6 +114,20 @@ std::vector<std::unique_ptr<GreenContext>> GreenContext::partition(int device, i
   return contexts;
 }
 
+cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags) {
+  CUcontext context = nullptr;
+  if (stream != nullptr) {
+    // For a stream made by cuGreenCtxStreamCreate: the context cuCtxFromGreenCtx gives.
+    static const auto stream_context =
+        driver_function<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
+    CU_CHECK(stream_context(stream, &context));
+  }
+  const ScopedContext current(context);
+  cudaEvent_t event = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&event, flags));
+  return event;
+}
+
 ScopedContext::ScopedContext(CUcontext context) {
   if (context == nullptr) return;
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxPushCurrent)(context));
@@ -116,6 +144,7 @@ ScopedContext::~ScopedContext() {
 }
 
 cudaStream_t GreenContext::create_stream() {
+  const std::lock_guard lock(streams_mutex_);
   CUstream stream = nullptr;
   // Green-context streams must be non-blocking (driver documentation of cuGreenCtxStreamCreate).
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <cuda.h>
@@ -38,9 +39,17 @@ class GreenContext {
   CUgreenCtx green_ = nullptr;
   CUcontext context_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  // Transports make streams from their send threads; the driver's green-context handle is for
+  // one thread at a time.
+  std::mutex streams_mutex_;
   std::vector<cudaStream_t> extra_streams_;
   int sm_count_ = 0;
 };
+
+// A new event in the context `stream` belongs to: cuEventRecord wants event and stream from one
+// context, and a green context's streams belong to it, not to the primary context a thread has
+// after cudaSetDevice. `flags` as cudaEventCreateWithFlags.
+cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags);
 
 // Makes `context` current on this thread for its lifetime (cuCtxPushCurrent / cuCtxPopCurrent),
 // so a green context is current only while one thread works in it (the driver does not

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
 
 namespace pipeplan::cuda {
 
@@ -258,8 +259,9 @@ void NcclTransport::add_side(int device, const TransportLink& link, ncclComm_t c
   CUDA_CHECK(cudaMalloc(&side->header_device, static_cast<std::size_t>(kHeaderBytes)));
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&side->header_host),
                             static_cast<std::size_t>(kHeaderBytes)));
+  // Recorded on this device's compute stream or on the side's stream: one (green) context.
   for (cudaEvent_t* event : {&side->ready, &side->receiver_tail, &side->header_done, &side->done}) {
-    CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+    *event = create_event_for(side->stream, cudaEventDisableTiming);
   }
   sides_[LinkSide{device, link.from, link.to, link.channel}] = std::move(side);
 }
@@ -427,7 +429,7 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
     if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, s.stream));
     Side::Pending pending;
     if (s.spare_events.empty()) {
-      CUDA_CHECK(cudaEventCreateWithFlags(&pending.done, cudaEventDisableTiming));
+      pending.done = create_event_for(s.stream, cudaEventDisableTiming);
     } else {
       pending.done = s.spare_events.back();
       s.spare_events.pop_back();
@@ -479,15 +481,16 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
-    // Buffers from the receiver's cache may have been freed by kernels still queued on its
-    // stream: the receive waits for what is queued there now.
-    CUDA_CHECK(cudaEventRecord(s.receiver_tail, receiver.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.receiver_tail, 0));
     for (auto& entry : message.tensors) {
       Tensor& tensor = entry.second;
       tensor = Tensor(receiver.allocator->allocate(tensor.bytes()), tensor.shape(), tensor.dtype(),
                       Device::cuda);
     }
+    // Buffers from the receiver's cache may have been freed by kernels still queued on its
+    // stream (by another of its threads): the receive waits for what is queued there once the
+    // buffers are taken, so this record comes after the allocations.
+    CUDA_CHECK(cudaEventRecord(s.receiver_tail, receiver.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.receiver_tail, 0));
     NCCL_CHECK(ncclGroupStart());
     for (const auto& entry : message.tensors) {
       NCCL_CHECK(ncclRecv(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
 
 namespace pipeplan::cuda {
 
@@ -32,7 +33,7 @@ StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> 
   step_start_.assign(cuda_devices_.size(), nullptr);
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
     CUDA_CHECK(cudaSetDevice(cuda_devices_[d]));
-    CUDA_CHECK(cudaEventCreate(&step_start_[d]));
+    step_start_[d] = create_event_for(compute_streams_[d], cudaEventDefault);
   }
 }
 
@@ -57,9 +58,14 @@ void StepEvents::prepare(const TaskGraph& plan) {
                   std::to_string(node.device) + ", beyond the " +
                   std::to_string(cuda_devices_.size()) + " devices given");
     }
-    CUDA_CHECK(cudaSetDevice(cuda_devices_[static_cast<std::size_t>(node.device)]));
-    CUDA_CHECK(cudaEventCreate(&begin_[static_cast<std::size_t>(id)]));
-    CUDA_CHECK(cudaEventCreate(&end_[static_cast<std::size_t>(id)]));
+    // Every event of a node is recorded on a stream of its device's (green) context: the compute
+    // stream, or a transport stream made in the same green context.
+    const auto device = static_cast<std::size_t>(node.device);
+    CUDA_CHECK(cudaSetDevice(cuda_devices_[device]));
+    begin_[static_cast<std::size_t>(id)] =
+        create_event_for(compute_streams_[device], cudaEventDefault);
+    end_[static_cast<std::size_t>(id)] =
+        create_event_for(compute_streams_[device], cudaEventDefault);
   }
   // The payload of a send is made by the compute node it has a data edge from (the last one in
   // the compute stream's order when there are several).

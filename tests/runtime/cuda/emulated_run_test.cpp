@@ -131,7 +131,7 @@ TEST(EmulatedRun, RefusesAPlanWithMoreDevicesThanGpusWithoutEmulate) {
     cuda::CudaRun run(plan, {0, ""});
     FAIL() << "a " << gpus + 1 << "-device plan ran on " << gpus << " GPU(s)";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--emulate " + std::to_string(gpus + 1)),
+    EXPECT_NE(std::string(e.what()).find(field_name("emulate") + " " + std::to_string(gpus + 1)),
               std::string::npos)
         << e.what();
   }
