@@ -255,6 +255,9 @@ class Backend {
   // Host transfers (tests, loss read-back). upload converts to the compute dtype.
   virtual Tensor upload(std::span<const double> values, const Shape& shape) = 0;
   virtual Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) = 0;
+  // The head's dy for backward_p1: one element holding `value` in at least f32, not the compute
+  // dtype (bf16 would round a mean's 1/m, e.g. 1/3 to 0.33398, scaling every gradient by +0.2 %).
+  virtual Tensor upload_loss_gradient(double value) = 0;
   virtual std::vector<double> download(const Tensor& tensor) = 0;
   virtual std::vector<std::int32_t> download_tokens(const Tensor& tensor) = 0;
 

@@ -201,9 +201,8 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
   const int mb = node.microbatches.front();
   const std::vector<int> indices = stage_layers(stage);
   // The loss is the mean over the step's micro-batches: d(loss)/d(loss of one) = 1/m.
-  Tensor dy = stage_has_head(stage)
-                  ? backend_->upload(std::vector<double>{1.0 / plan_.meta.microbatches}, {1})
-                  : take_tensor(input_grads_, {stage + 1, mb}, "input gradient");
+  Tensor dy = stage_has_head(stage) ? backend_->upload_loss_gradient(1.0 / plan_.meta.microbatches)
+                                    : take_tensor(input_grads_, {stage + 1, mb}, "input gradient");
   std::vector<Stash> stashes;
   {
     const std::lock_guard lock(mutex_);

@@ -28,7 +28,8 @@
 namespace pipeplan {
 
 // 2: GpuRunOptions::group and ::timeout (one process per GPU under MPI).
-inline constexpr int kGpuPluginVersion = 2;
+// 3: Backend::upload_loss_gradient (the head's dy in f32, not bf16).
+inline constexpr int kGpuPluginVersion = 3;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";

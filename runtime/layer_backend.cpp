@@ -1,5 +1,6 @@
 #include "runtime/layer_backend.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -73,6 +74,11 @@ Tensor LayerBackend::upload_as(std::span<const double> values, const Shape& shap
 
 Tensor LayerBackend::upload(std::span<const double> values, const Shape& shape) {
   return upload_as(values, shape, compute_dtype());
+}
+
+Tensor LayerBackend::upload_loss_gradient(double value) {
+  const std::array<double, 1> values = {value};
+  return upload_as(values, {1}, compute_dtype() == DType::f64 ? DType::f64 : DType::f32);
 }
 
 Tensor LayerBackend::upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) {

@@ -33,6 +33,7 @@ class LayerBackend : public Backend {
 
   Tensor upload(std::span<const double> values, const Shape& shape) final;
   Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) final;
+  Tensor upload_loss_gradient(double value) final;
   std::vector<double> download(const Tensor& tensor) final;
   std::vector<std::int32_t> download_tokens(const Tensor& tensor) final;
 

@@ -14,6 +14,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
+#include "runtime/emulate.h"
 #include "runtime/random.h"
 
 namespace pipeplan::cuda {
@@ -71,13 +72,13 @@ class Progress {
   int total_, done_ = 0;
 };
 
+// The gpus.json name of the device (as `run` reports it), or the device's own name.
 std::string gpu_key(const std::string& name) {
-  if (name.find("H200") != std::string::npos) return "h200";
-  if (name.find("H100") != std::string::npos) {
-    return name.find("PCIe") != std::string::npos ? "h100-pcie" : "h100-sxm";
+  try {
+    return gpu_for_device_name(name).name;
+  } catch (const Error&) {
+    return name;
   }
-  if (name.find("A100") != std::string::npos) return "a100-80g";
-  return name;
 }
 
 std::string iso_now() {
@@ -135,7 +136,7 @@ KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& m
     case LayerKind::block:
       return {activation, {}, activation};
     case LayerKind::head:
-      return {activation, batch.targets, backend.upload(std::vector<double>{1.0}, {1})};
+      return {activation, batch.targets, backend.upload_loss_gradient(1.0)};
   }
   throw Error("unknown layer kind");
 }

@@ -226,6 +226,19 @@ TEST(CpuBackend, StashAndRetainedBytesFollowTheDocumentedFormulas) {
             std::pair(4 * n * (2 * c + 1 + v + 1), 4 * n * (3 * c + v)));
 }
 
+// The head's dy is 1/m; it is uploaded in f32 (f64 for an f64 backend), never rounded further.
+TEST(CpuBackend, LossGradientKeepsAtLeastF32) {
+  cpu::CpuBackend f32_backend;
+  const Tensor third = f32_backend.upload_loss_gradient(1.0 / 3);
+  EXPECT_EQ(third.dtype(), DType::f32);
+  EXPECT_EQ(third.shape(), Shape{1});
+  EXPECT_EQ(f32_backend.download(third), Vec{static_cast<float>(1.0 / 3)});
+  cpu::CpuBackend f64_backend(DType::f64);
+  const Tensor exact = f64_backend.upload_loss_gradient(1.0 / 3);
+  EXPECT_EQ(exact.dtype(), DType::f64);
+  EXPECT_EQ(f64_backend.download(exact), Vec{1.0 / 3});
+}
+
 TEST(CpuBackend, ParameterAndOptimizerBytes) {
   cpu::CpuBackend backend;
   const ModelConfig m = testing::tiny_model();

@@ -7,11 +7,17 @@
 // probabilities), and METHOD.md puts bf16-operand results between 1e-3 and 1e-2. Forward
 // outputs: 2e-2. Gradients go through about twice as many bf16 roundings, and dlogits are
 // small differences (p − onehot): 4e-2. The loss itself: 2e-2 absolute at ln 256 ≈ 5.5.
-// After one AdamW step the update is lr · m̂/(√v̂ + ε) ≈ ±lr per element, so elements whose
-// gradient is within bf16 noise of zero may flip sign: the update's relative error may reach
-// 2·sqrt(fraction of such elements); 0.25 allows 1.5 % of them.
+// After one AdamW step the update is lr · m̂/(√v̂ + ε) ≈ lr · sign(g) per element (plus the
+// same weight decay on both sides), so an element whose gradient is within bf16 noise of zero
+// may flip sign and count 2·lr: one flip in a 64-element gain alone is a relative error of
+// 2/√64 = 0.25. The update is therefore compared only where the reference gradient is clearly
+// away from zero, |g| > 0.25 · rms(g) (about 80 % of the elements of a Gaussian gradient), or
+// exactly zero (embedding rows of tokens absent from the batch: weight decay alone); there a
+// flip is a real error and the update must agree to 5e-2.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,7 +37,27 @@ using testing::kGradientTolerance;
 using testing::relative_error;
 
 constexpr double kLossTolerance = 2e-2;
-constexpr double kUpdateTolerance = 0.25;
+constexpr double kUpdateTolerance = 5e-2;
+constexpr double kUpdateGradientFloor = 0.25;  // of rms(reference gradient)
+
+// The updates of the elements whose reference gradient is zero or exceeds
+// kUpdateGradientFloor · rms: {got, reference}.
+std::pair<Vec, Vec> clear_gradient_updates(const Vec& got, const Vec& ref, const Vec& ref_grad) {
+  double sum = 0;
+  for (const double g : ref_grad)
+    sum += g * g;
+  const double floor =
+      kUpdateGradientFloor *
+      std::sqrt(sum / static_cast<double>(std::max<std::size_t>(1, ref_grad.size())));
+  std::pair<Vec, Vec> kept;
+  for (std::size_t e = 0; e < ref_grad.size() && e < got.size() && e < ref.size(); ++e) {
+    if (ref_grad[e] == 0 || std::abs(ref_grad[e]) > floor) {
+      kept.first.push_back(got[e]);
+      kept.second.push_back(ref[e]);
+    }
+  }
+  return kept;
+}
 
 Vec random_values(std::int64_t count, std::uint64_t seed) {
   Vec values(static_cast<std::size_t>(count));
@@ -114,8 +140,13 @@ void compare_layer(LayerKind kind, Attention attention,
   for (std::size_t i = 0; i < ref.grads.size(); ++i) {
     EXPECT_LT(relative_error(got.grads[i], ref.grads[i]), kGradientTolerance)
         << where << " grad " << names[i];
-    EXPECT_LT(relative_error(got.updates[i], ref.updates[i]), kUpdateTolerance)
-        << where << " AdamW update " << names[i];
+    ASSERT_EQ(got.updates[i].size(), ref.updates[i].size()) << where << " " << names[i];
+    const auto [got_kept, ref_kept] =
+        clear_gradient_updates(got.updates[i], ref.updates[i], ref.grads[i]);
+    ASSERT_FALSE(ref_kept.empty()) << where << " " << names[i] << ": no gradient clear of zero";
+    EXPECT_LT(relative_error(got_kept, ref_kept), kUpdateTolerance)
+        << where << " AdamW update " << names[i] << " (elements with |g| > " << kUpdateGradientFloor
+        << " rms(g))";
   }
 }
 
@@ -178,6 +209,15 @@ TEST(CudaBackend, BlockMatchesCpuGroupedQuery) {
 TEST(CudaBackend, HeadMatchesCpu) {
   PIPEPLAN_REQUIRE_GPU();
   compare_layer(LayerKind::head, Attention::materialized);
+}
+
+// The head's dy = 1/m stays f32 on a bf16 backend: bf16 would give 0.33398 for 1/3.
+TEST(CudaBackend, LossGradientIsF32NotBf16) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend backend({Attention::recompute, nullptr});
+  const Tensor third = backend.upload_loss_gradient(1.0 / 3);
+  EXPECT_EQ(third.dtype(), DType::f32);
+  EXPECT_EQ(backend.download(third), Vec{static_cast<float>(1.0 / 3)});
 }
 
 TEST(CudaBackend, ConstructionWithoutGpuSaysSo) {
