@@ -13,14 +13,16 @@ DeviceContext::DeviceContext(cudaStream_t stream) : stream_(stream) {
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   CUBLAS_CHECK(cublasCreate(&blas_));
   CUBLAS_CHECK(cublasSetStream(blas_, stream_));
-  CUBLAS_CHECK(cublasSetWorkspace(blas_, nullptr, 0));
   CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  // The batched GEMMs (unfused attention) share the cuBLASLt workspace: one stream orders them.
+  CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kWorkspaceBytes));
 }
 
 DeviceContext::~DeviceContext() {
   // No throwing from a destructor: errors here are reported by the next checked call.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   attention_state_.reset();  // its handle is bound to the stream
+  gemm_state_.reset();
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (lt_ != nullptr) cublasLtDestroy(lt_);

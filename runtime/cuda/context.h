@@ -37,6 +37,8 @@ class DeviceContext {
     virtual ~Extension() = default;
   };
   std::unique_ptr<Extension>& attention_state() { return attention_state_; }
+  // The cuBLASLt descriptors and chosen algorithm per GEMM shape (matmul.cpp).
+  std::unique_ptr<Extension>& gemm_state() { return gemm_state_; }
 
   // A tensor in device memory from the stage's allocator (contents undefined).
   Tensor empty(const Shape& shape, DType dtype);
@@ -51,6 +53,7 @@ class DeviceContext {
   cublasHandle_t blas_ = nullptr;
   void* workspace_ = nullptr;
   std::unique_ptr<Extension> attention_state_;
+  std::unique_ptr<Extension> gemm_state_;
 };
 
 // Number of CUDA devices; 0 (not an error) when there is no driver or no GPU.

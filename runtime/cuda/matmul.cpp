@@ -1,7 +1,11 @@
 #include "runtime/cuda/matmul.h"
 
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/cuda/cuda_check.h"
@@ -16,11 +20,14 @@ struct Operand {
   std::int64_t ld;
 };
 
-// RAII for the cuBLASLt descriptors of one call.
+// RAII for the cuBLASLt descriptors of one GEMM shape.
 struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
   ~LtDescriptors() {
     if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
@@ -30,40 +37,90 @@ struct LtDescriptors {
   }
 };
 
+// Everything a GEMM's descriptors and algorithm depend on (alpha and beta are passed per call;
+// pointers are allocation bases, 512-byte aligned, as the heuristic's default 256 assumes).
+struct GemmKey {
+  bool transa, transb;
+  std::int64_t m, n, k, lda, ldb, ldd;
+  cudaDataType_t a_type, b_type, d_type;
+  // std::tie, not a defaulted <=> (which clang-tidy 14 misreads as a literal 0).
+  auto fields() const {
+    return std::tie(transa, transb, m, n, k, lda, ldb, ldd, a_type, b_type, d_type);
+  }
+  bool operator<(const GemmKey& other) const { return fields() < other.fields(); }
+};
+
+struct GemmPlan {
+  LtDescriptors desc;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+};
+
+// A stage's GEMM plans: the descriptors and the heuristic's choice are made once per shape, not
+// on every call (tens of µs of host time each, which a step's first GEMMs would otherwise add
+// before the GPU has work).
+class GemmPlans final : public DeviceContext::Extension {
+ public:
+  template <typename Make>
+  const GemmPlan& get(const GemmKey& key, Make make) {
+    const std::lock_guard lock(mutex_);
+    auto& slot = plans_[key];
+    if (!slot) {
+      auto plan = std::make_unique<GemmPlan>();
+      make(*plan);  // throws before anything is cached
+      slot = std::move(plan);
+    }
+    return *slot;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
+};
+
+GemmPlans& gemm_plans(DeviceContext& ctx) {
+  std::unique_ptr<DeviceContext::Extension>& slot = ctx.gemm_state();
+  if (!slot) slot = std::make_unique<GemmPlans>();
+  return static_cast<GemmPlans&>(*slot);
+}
+
 // Column-major D (m, n) = alpha · op(A) · op(B) + beta · C; C and D share a layout (and type).
 void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
              std::int64_t k, float alpha, Operand a, Operand b, float beta, const void* c,
              Operand d) {
   if (m == 0 || n == 0) return;
-  LtDescriptors desc;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  const auto u64 = [](std::int64_t value) { return static_cast<std::uint64_t>(value); };
-  CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&desc.a, a.type, u64(transa ? k : m), u64(transa ? m : k), a.ld));
-  CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&desc.b, b.type, u64(transb ? n : k), u64(transb ? k : n), b.ld));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.c, d.type, u64(m), u64(n), d.ld));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
   const std::size_t workspace = ctx.workspace_bytes();
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c,
-                                              desc.preference, 1, &heuristic, &found));
-  if (found == 0) {
-    throw Error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
-                "x" + std::to_string(k) + " GEMM");
-  }
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, a.data, desc.a, b.data, desc.b, &beta,
-                              c != nullptr ? c : d.data, desc.c, const_cast<void*>(d.data), desc.c,
-                              &heuristic.algo, ctx.workspace(), workspace, ctx.stream()));
+  const GemmKey key{transa, transb, m, n, k, a.ld, b.ld, d.ld, a.type, b.type, d.type};
+  const GemmPlan& plan = gemm_plans(ctx).get(key, [&](GemmPlan& made) {
+    LtDescriptors& desc = made.desc;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    const auto u64 = [](std::int64_t value) { return static_cast<std::uint64_t>(value); };
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, a.type, u64(transa ? k : m),
+                                            u64(transa ? m : k), a.ld));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, b.type, u64(transb ? n : k),
+                                            u64(transb ? k : n), b.ld));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.c, d.type, u64(m), u64(n), d.ld));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    int found = 0;
+    const cublasStatus_t asked =
+        cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c,
+                                       desc.preference, 1, &made.heuristic, &found);
+    if (asked != CUBLAS_STATUS_SUCCESS || found == 0) {  // NOT_SUPPORTED when none fits
+      throw Error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
+                  "x" + std::to_string(k) + " GEMM");
+    }
+  });
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc.op, &alpha, a.data, plan.desc.a, b.data,
+                              plan.desc.b, &beta, c != nullptr ? c : d.data, plan.desc.c,
+                              const_cast<void*>(d.data), plan.desc.c, &plan.heuristic.algo,
+                              ctx.workspace(), workspace, ctx.stream()));
 }
 
 // Gathers the blocks' rows of one operand into `out` (rows·width, contiguous).

@@ -35,8 +35,13 @@ struct MatmulRows {
 };
 
 // p2: dw += dYᵀ·X over the concatenated rows. k > 1 micro-batches are first gathered into two
-// contiguous scratch buffers (device-to-device copies, 2·k·N·(I+O) bytes: under 0.1 % of the
-// GEMM's time at LLaMA sizes) so the reduction is one GEMM of depth Σ rows.
+// contiguous scratch buffers so the reduction is one GEMM of depth Σ rows. Not free: the copies
+// read and write 4·R·(I+O) bytes (R = Σ rows) against the GEMM's 2·R·I·O FLOPs, so at 3 TB/s
+// and 700 TFLOP/s (estimates, not measured) they add about 16 % to a 4096 x 11008 GEMM and 23 %
+// to a 4096 x 4096 one. k GEMMs with beta = 1 would instead read and write the fp32 dW k times
+// (8·I·O bytes each): more than the copies below 2·I·O·(k−1)/(k·(I+O)) rows per micro-batch,
+// 2,985 for 4096 x 11008 at k = 2 (seq 2048 at mbs 1 is 2,048). The profile's p2 times include
+// the copies, so the planner sees their cost.
 void matmul_backward_p2(DeviceContext& ctx,
                         float* dw,  // (O, I) fp32, accumulated
                         std::span<const MatmulRows> blocks, std::int64_t in, std::int64_t out);

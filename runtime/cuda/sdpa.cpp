@@ -79,7 +79,13 @@ namespace {
 
 constexpr std::size_t kMinimumCudnn = 90000;  // 9.0.0: SDPA forward and backward, bf16, GQA
 
-std::string version_string(std::size_t version) {  // cuDNN 9: major·10000 + minor·100 + patch
+// cuDNN 9 numbers its versions major·10000 + minor·100 + patch, cuDNN 8 major·1000 + minor·100 +
+// patch (8907 is 8.9.7).
+std::string version_string(std::size_t version) {
+  if (version < 90000) {
+    return std::to_string(version / 1000) + "." + std::to_string(version / 100 % 10) + "." +
+           std::to_string(version % 100);
+  }
   return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
          std::to_string(version % 100);
 }
@@ -247,10 +253,22 @@ std::shared_ptr<fe::graph::Graph> describe_graph(const GraphKey& key) {
 class SdpaState final : public DeviceContext::Extension {
  public:
   explicit SdpaState(cudaStream_t stream) {
-    check_cudnn(fe::detail::create_handle(&handle_), "cudnnCreate");
-    check_cudnn(fe::detail::set_stream(handle_, stream), "cudnnSetStream");
+    try {  // the frontend throws std::runtime_error for a symbol libcudnn lacks
+      check_cudnn(fe::detail::create_handle(&handle_), "cudnnCreate");
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(std::string("attention flash: cudnnCreate: ") + e.what());
+    }
+    const cudnnStatus_t bound = fe::detail::set_stream(handle_, stream);
+    if (bound != CUDNN_STATUS_SUCCESS) {  // a throwing constructor runs no destructor
+      (void)fe::detail::destroy_handle(handle_);
+      handle_ = nullptr;
+      check_cudnn(bound, "cudnnSetStream");
+    }
   }
   ~SdpaState() override {
+    graphs_.clear();  // the execution plans refer to the handle: they go first
     if (handle_ != nullptr) (void)fe::detail::destroy_handle(handle_);  // never throws out
   }
   SdpaState(const SdpaState&) = delete;

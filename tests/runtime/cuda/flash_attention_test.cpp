@@ -48,8 +48,11 @@ Vec random_values(std::int64_t count, std::uint64_t seed) {
   return values;
 }
 
+// The attention output and its input gradient (dQ, dK, dV) are compared directly as well as
+// through the block: with the init's small weights attention is a small part of the block's
+// output, so a wrong scale or mask could hide inside the block's tolerance.
 struct BlockPasses {
-  Vec output, input_grad, wqkv_grad;
+  Vec output, attention_output, dqkv, input_grad, wqkv_grad;
 };
 
 // Forward, p1 and p2 of one block on `backend` (B = 2), downloaded.
@@ -62,8 +65,10 @@ BlockPasses run_block(cuda::CudaBackend& backend, const ModelConfig& m, std::uin
   ForwardResult fwd = backend.forward(layer, x, {});
   BlockPasses out;
   out.output = backend.download(fwd.output);
+  out.attention_output = backend.download(fwd.stash.at("attn.out"));
   BackwardP1Result p1 = backend.backward_p1(layer, std::move(fwd.stash), dy);
   out.input_grad = backend.download(p1.input_grad);
+  out.dqkv = backend.download(p1.retained.at("attn.dqkv"));
   const std::vector<const Retained*> view = {&p1.retained};
   backend.backward_p2(layer, view);
   out.wqkv_grad = backend.download(layer.at("attn.wqkv").grad);
@@ -76,6 +81,8 @@ void expect_flash_matches_materialized(const ModelConfig& m) {
   ASSERT_EQ(flash.attention(), Attention::flash);
   const BlockPasses got = run_block(flash, m, 61);
   const BlockPasses ref = run_block(materialized, m, 61);
+  EXPECT_LT(relative_error(got.attention_output, ref.attention_output), kForwardTolerance);
+  EXPECT_LT(relative_error(got.dqkv, ref.dqkv), kGradientTolerance);
   EXPECT_LT(relative_error(got.output, ref.output), kForwardTolerance);
   EXPECT_LT(relative_error(got.input_grad, ref.input_grad), kGradientTolerance);
   EXPECT_LT(relative_error(got.wqkv_grad, ref.wqkv_grad), kGradientTolerance);
