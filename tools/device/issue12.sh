@@ -112,9 +112,14 @@ original_ld_library_path=${LD_LIBRARY_PATH:-}
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2> /dev/null || true)
 roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
 if [[ -n $site && -d $site/nvidia ]]; then roots+=("$site/nvidia"); fi
+# Where torch sits in a user site or another venv: the nvidia namespace package itself.
+nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2> /dev/null || true)
+if [[ -n $nvidia && -d $nvidia && $nvidia != "$site/nvidia" ]]; then roots+=("$nvidia"); fi
 lib_dirs=()
 declare -A found_lib=()
-for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+# libnvrtc: cuDNN compiles some fused-attention engines at run time (not linked; found if there).
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9 \
+  libnvrtc.so.13; do
   for root in "${roots[@]}"; do
     [[ -d $root ]] || continue
     path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1)
@@ -216,12 +221,19 @@ phase_tests() {
   if [[ $dry == 1 ]]; then
     suites="ALL"
   else
+    # Suites, parameterised ones as Prefix/Suite.
     suites=$("$bin/pipeplan_cuda_tests" --gtest_list_tests 2> /dev/null |
-      grep -E '^[A-Za-z_][A-Za-z0-9_]*\.$' | tr -d '.' | tr '\n' ' ')
+      grep -E '^[A-Za-z_][A-Za-z0-9_/]*\.$' | tr -d '.' | tr '\n' ' ')
+    if [[ -z $suites ]]; then  # the binary does not start (a library missing): record why
+      record tests-list.txt "$bin/pipeplan_cuda_tests" --gtest_list_tests
+      return
+    fi
   fi
+  local name
   for suite in $suites; do
-    record "tests-$suite.txt" "$bin/pipeplan_cuda_tests" --gtest_filter="$suite.*" \
-      --gtest_output="json:$raw/tests-$suite.json"
+    name=${suite//\//_}
+    record "tests-$name.txt" "$bin/pipeplan_cuda_tests" --gtest_filter="$suite.*" \
+      --gtest_output="json:$raw/tests-$name.json"
   done
 }
 
