@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tools/device/issue12.sh with PIPEPLAN_DRY_RUN=1 (prints every command, runs none) over all its
+# phases: it must parse, exit 0 and reach each phase's command, so that an edit to the script
+# cannot break the GPU session's call unnoticed. Usage: issue12_dry_run_test.sh REPO
+set -euo pipefail
+repo=$1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+bash -n "$repo/tools/device/issue12.sh"
+bash -n "$repo/tools/device/stage_issue12.sh"
+log="$out/dry.log"
+if ! OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" env tests flash block \
+  profile profile-sm pipelines bpipe summary > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run failed" >&2
+  exit 1
+fi
+expect() {
+  if ! grep -q -e "$1" "$log"; then
+    cat "$log"
+    echo "issue12_dry_run_test: no '$1' in the dry run" >&2
+    exit 1
+  fi
+}
+expect 'nvidia-smi'
+expect 'pipeplan_cuda_tests --gtest_filter='
+expect 'bench_block --model llama-7b --seq 2048'
+expect 'torch_block.py --seq 2048'
+expect 'profile --backend cuda --model llama-7b --seq 2048 --mbs 1\\,2\\,4 --attention flash'
+expect '--sm-partition 32'
+expect 'run .*1f1b-m4-2bp.plan.json --backend cuda --emulate 4'
+expect 'run .*gpipe-m8-fused.plan.json --backend cuda --emulate 4'
+expect 'run .*auto-m8.plan.json --backend cuda --emulate 4'
+expect 'diff .*1f1b-m8-2bp.plan.json'
+expect 'bpipe-mbs2'
+expect 'issue12_summary.py'
+echo "issue12_dry_run_test: every phase reached"

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""tools/device/issue12_summary.py on raw outputs shaped like the GPU machine's.
+
+The fixtures follow the writers field for field: gtest's JSON (--gtest_output=json), the one
+JSON line of bench/cuda/bench_block.cpp and of tools/device/torch_block.py, and `pipeplan run
+--json`'s report (tools/run_report.cpp, run_report_json) behind issue12.sh's '# ...' header
+lines. The tables must carry the numbers through, compute the errors and 2bp speedups, flag
+what misses issue 12's 5 % (step) and 10 % (memory), and list what failed or is missing.
+"""
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "..", "tools", "device", "issue12_summary.py")
+
+
+def load_summary():
+    spec = importlib.util.spec_from_file_location("issue12_summary", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summary = load_summary()
+HEADER = "# gpu: NVIDIA H100 80GB HBM3, 580.65, 81559 MiB\n# date: 2026-11-25T10:00:00Z\n"
+FOOTER = "# exit status: 0 (12 s)\n"
+
+
+def write(folder, name, text):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(text)
+
+
+def gtest_report(suite, passed, failed, skipped):
+    tests = [{"name": f"Passes{i}", "result": "COMPLETED"} for i in range(passed)]
+    tests += [{"name": f"Skips{i}", "result": "SKIPPED"} for i in range(skipped)]
+    tests += [{"name": f"Fails{i}", "result": "COMPLETED",
+               "failures": [{"failure": f"matmul_test.cpp:77\nExpected: error < 0.005\nactual {i}",
+                             "type": ""}]} for i in range(failed)]
+    return json.dumps({"tests": passed + failed + skipped, "failures": failed,
+                       "testsuites": [{"name": suite, "tests": len(tests), "testsuite": tests}]})
+
+
+def block_line(mbs_step_ms):
+    results = []
+    for mbs, step_ms in mbs_step_ms:
+        step_flops = 2.69e12 * mbs
+        results.append({"mbs": mbs, "tokens": 2048 * mbs, "forward_ms": step_ms / 3,
+                        "p1_ms": step_ms / 3, "p2_ms": step_ms / 3, "step_ms": step_ms,
+                        "tflops": {"step": step_flops / (step_ms * 1e-3) / 1e12},
+                        "mfu": step_flops / (step_ms * 1e-3) / 989.4e12})
+    return json.dumps({"bench": "pipeplan_block", "gpu": "NVIDIA H100 80GB HBM3",
+                       "peak_bf16_tflops": 989.4,
+                       "attention": "attention flash: cuDNN SDPA, cuDNN 9.19.0",
+                       "results": results})
+
+
+def torch_line():
+    return json.dumps({"bench": "torch_block", "torch": "2.11.0", "gpu": "NVIDIA H100 80GB HBM3",
+                       "peak_bf16_tflops": 989.4, "results": [
+                           {"sdpa": "default", "mbs": 1, "forward_ms": 1.5, "backward_ms": 3.0,
+                            "step_ms": 4.5, "tflops": {"step": 597.8}, "mfu": 0.604},
+                           {"sdpa": "flash", "mbs": 1,
+                            "error": "RuntimeError: No available kernel. Aborting execution."}]})
+
+
+def run_report(predicted_ms, measured_ms, predicted_gib, measured_gib):
+    gib = float(1 << 30)
+    memory = [{"device": d, "predicted_bytes": int(p * gib), "measured_bytes": int(m * gib),
+               "error_pct": 100 * (m - p) / p}
+              for d, (p, m) in enumerate(zip(predicted_gib, measured_gib))]
+    return json.dumps({
+        "hardware": {"device_name": "NVIDIA H100 80GB HBM3", "emulated": True},
+        "predicted": {"makespan_us": predicted_ms * 1e3},
+        "measured": {"makespan_us": measured_ms * 1e3},
+        "error_pct": {"makespan": 100 * (measured_ms - predicted_ms) / predicted_ms},
+        "peak_memory": memory, "plan": "x.plan.json", "steps": []}, indent=2)
+
+
+class Issue12Summary(unittest.TestCase):
+    def setUp(self):
+        self.folder_handle = tempfile.TemporaryDirectory()
+        self.folder = self.folder_handle.name
+
+    def tearDown(self):
+        self.folder_handle.cleanup()
+
+    def markdown(self):
+        return "\n".join(summary.tests_table(self.folder) + summary.block_table(self.folder) +
+                         summary.pipeline_table(self.folder))
+
+    def test_empty_folder_says_what_is_missing(self):
+        text = self.markdown()
+        self.assertIn("(no tests-*.json)", text)
+        self.assertIn("(no bench_block.json or torch_block.json)", text)
+        self.assertIn("(no *.run.json)", text)
+
+    def test_gpu_tests_counted_per_suite_with_failures_listed(self):
+        write(self.folder, "tests-CudaBackend.json", gtest_report("CudaBackend", 9, 0, 1))
+        write(self.folder, "tests-Llama7bShapes_CudaMatmul.json",
+              gtest_report("Llama7bShapes/CudaMatmul", 8, 1, 0))
+        write(self.folder, "tests-EmulatedRun.json", "")  # the binary crashed: no JSON
+        lines = summary.tests_table(self.folder)
+        self.assertIn("| tests-CudaBackend | CudaBackend | 9 | 0 | 1 |", lines)
+        self.assertIn("| tests-Llama7bShapes_CudaMatmul | Llama7bShapes/CudaMatmul | 8 | 1 | 0 |",
+                      lines)
+        self.assertTrue(any("tests-EmulatedRun" in l and "crash" in l for l in lines))
+        self.assertIn("- Llama7bShapes/CudaMatmul.Fails0: matmul_test.cpp:77 / "
+                      "Expected: error < 0.005", lines)
+
+    def test_block_mfu_side_by_side(self):
+        write(self.folder, "bench_block.json", HEADER + block_line([(1, 4.4), (2, 8.6)]) + "\n" +
+              FOOTER)
+        write(self.folder, "torch_block.json", HEADER + torch_line() + "\n" + FOOTER)
+        text = "\n".join(summary.block_table(self.folder))
+        self.assertIn("GPU NVIDIA H100 80GB HBM3, peak 989.4 TFLOP/s", text)
+        # 2.69 TFLOP in 4.4 ms: 611 TFLOP/s, 61.8 % of 989.4.
+        self.assertIn("| 1 | 1.47 | 1.47 | 1.47 | 2.93 | 4.40 | 611 | 61.8 % |", text)
+        self.assertIn("| PyTorch eager, SDPA default | 1 | 1.50 | | | 3.00 | 4.50 | 598 | 60.4 % |",
+                      text)
+        self.assertIn("| PyTorch eager, SDPA flash | 1 | RuntimeError: No available kernel.", text)
+
+    def test_pipelines_errors_flags_and_speedups(self):
+        runs = {
+            # name: predicted ms, measured ms, predicted GiB, measured GiB per stage
+            "1f1b-m4-fused": (100.0, 103.0, [10.0, 9.0], [10.2, 9.1]),
+            "1f1b-m4-2bp": (80.0, 88.0, [11.0, 9.5], [12.5, 9.6]),
+        }
+        for name, (pred, meas, pred_gib, meas_gib) in runs.items():
+            write(self.folder, name + ".run.json",
+                  HEADER + run_report(pred, meas, pred_gib, meas_gib) + "\n" + FOOTER)
+            write(self.folder, name + ".plan.json", json.dumps({"meta": {"devices": 2}}))
+        write(self.folder, "gpipe-m4-2bp.run.json", HEADER + "pipeplan: error: out of memory\n" +
+              "# exit status: 1 (3 s)\n")
+        text = "\n".join(summary.pipeline_table(self.folder))
+        self.assertIn("| 1f1b-m4-fused | 100.0 | 103.0 | +3.0 % | 10.20 (10.00), 9.10 (9.00) | "
+                      "2.0 % |  |", text)
+        # +10 % step and +13.6 % memory on stage 0: both flagged.
+        self.assertIn("| 1f1b-m4-2bp | 80.0 | 88.0 | +10.0 % |", text)
+        self.assertIn("| 13.6 % | step > 5 %, memory > 10 % |", text)
+        self.assertIn("| gpipe-m4-2bp | | | | run failed or missing", text)
+        # 2bp speedup: predicted 100/80, measured 103/88.
+        self.assertIn("| 1f1b-m4 | 1.250x | 1.170x |", text)
+
+    def test_main_prints_every_section(self):
+        from io import StringIO
+        saved = sys.stdout
+        sys.stdout = StringIO()
+        try:
+            status = summary.main([self.folder])
+            text = sys.stdout.getvalue()
+        finally:
+            sys.stdout = saved
+        self.assertEqual(status, 0)
+        for title in ("## GPU tests", "## Block MFU", "## Emulated pipelines"):
+            self.assertIn(title, text)
+
+
+if __name__ == "__main__":
+    unittest.main()
