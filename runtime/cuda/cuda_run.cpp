@@ -177,7 +177,9 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   }
   events_ = std::make_shared<StepEvents>(cuda_devices, streams);
   if (options.emulate > 0 || devices == 1) {
-    transport_ = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
+    auto local = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
+    local->open_links(transport_links(plan));  // before any executor thread runs
+    transport_ = std::move(local);
   } else {
 #ifdef PIPEPLAN_HAVE_NCCL
     transport_ =

@@ -1,5 +1,6 @@
 #include "runtime/cuda/device_local_transport.h"
 
+#include <set>
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
@@ -14,6 +15,23 @@ std::string link_name(int from, int to, Channel channel) {
 }
 
 }  // namespace
+
+std::vector<TransportLink> transport_links(const TaskGraph& plan) {
+  std::set<TransportLink> links;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    if (node.kind != NodeKind::send) continue;
+    const Stream& stream = plan.streams()[static_cast<std::size_t>(node.stream)];
+    links.insert({node.device, node.peer,
+                  stream.role == StreamRole::transfer ? Channel::transfer : Channel::pipeline});
+  }
+  return {links.begin(), links.end()};
+}
+
+void DeviceLocalTransport::open_links(const std::vector<TransportLink>& links) {
+  for (const TransportLink& l : links)
+    (void)link(l.from, l.to, l.channel);
+}
 
 DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events)
     : endpoints_(std::move(endpoints)), events_(events) {

@@ -21,12 +21,24 @@
 
 #include <cuda_runtime.h>
 
+#include "planner/graph/taskgraph.h"
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/green_context.h"
 #include "runtime/cuda/step_events.h"
 #include "runtime/transport.h"
 
 namespace pipeplan::cuda {
+
+// One directed link of a plan: its send nodes' (device, peer, stream role).
+struct TransportLink {
+  int from = 0;
+  int to = 0;
+  Channel channel = Channel::pipeline;
+  auto operator<=>(const TransportLink&) const = default;
+};
+
+// Every directed link a plan's send nodes use, sorted: the order all ranks create them in.
+std::vector<TransportLink> transport_links(const TaskGraph& plan);
 
 // What the transport needs of one plan device (one pipeline stage's backend).
 struct StageEndpoint {
@@ -43,6 +55,12 @@ class DeviceLocalTransport final : public Transport {
   ~DeviceLocalTransport() override;
   DeviceLocalTransport(const DeviceLocalTransport&) = delete;
   DeviceLocalTransport& operator=(const DeviceLocalTransport&) = delete;
+
+  // Makes the links' streams and events now, on this thread, rather than on a send thread's first
+  // send: that needs the sender's and receiver's green contexts pushed (events belong to their
+  // stream's context), and the driver wants a green context current on one thread at a time,
+  // which holds before the executor's threads start. A link not opened here is made on first use.
+  void open_links(const std::vector<TransportLink>& links);
 
   std::string name() const override { return "device-local"; }
   void send(int from, int to, Channel channel, Message message) override;

@@ -100,18 +100,6 @@ struct NcclTransport::Side {
   std::vector<cudaEvent_t> spare_events;
 };
 
-std::vector<TransportLink> transport_links(const TaskGraph& plan) {
-  std::set<TransportLink> links;
-  for (int id = 0; id < plan.node_count(); ++id) {
-    const Node& node = plan.node(id);
-    if (node.kind != NodeKind::send) continue;
-    const Stream& stream = plan.streams()[static_cast<std::size_t>(node.stream)];
-    links.insert({node.device, node.peer,
-                  stream.role == StreamRole::transfer ? Channel::transfer : Channel::pipeline});
-  }
-  return {links.begin(), links.end()};
-}
-
 std::string unique_id_hex(const ncclUniqueId& id) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
@@ -263,6 +251,11 @@ void NcclTransport::add_side(int device, const TransportLink& link, ncclComm_t c
   for (cudaEvent_t* event : {&side->ready, &side->receiver_tail, &side->header_done, &side->done}) {
     *event = create_event_for(side->stream, cudaEventDisableTiming);
   }
+  // Completion events of sends in flight, made here (set-up, one thread) rather than on the send
+  // thread, which would have to push the stage's green context while its compute thread has it.
+  constexpr int kSpareEvents = 16;
+  for (int i = 0; i < kSpareEvents; ++i)
+    side->spare_events.push_back(create_event_for(side->stream, cudaEventDisableTiming));
   sides_[LinkSide{device, link.from, link.to, link.channel}] = std::move(side);
 }
 

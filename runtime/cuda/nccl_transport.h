@@ -39,16 +39,6 @@
 
 namespace pipeplan::cuda {
 
-struct TransportLink {
-  int from = 0;
-  int to = 0;
-  Channel channel = Channel::pipeline;
-  auto operator<=>(const TransportLink&) const = default;
-};
-
-// Every directed link a plan's send nodes use, sorted: the order all ranks create them in.
-std::vector<TransportLink> transport_links(const TaskGraph& plan);
-
 // The world communicator's unique id, passed out of band: rank 0 creates it and writes it to
 // `path` (atomically); the other ranks wait up to `timeout` for the file. When the environment
 // variable PIPEPLAN_NCCL_ID holds one (hex, from unique_id_hex), it wins.
