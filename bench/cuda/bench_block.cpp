@@ -12,6 +12,11 @@
 // (the device name picks the entry, e.g. h100-sxm 989.4 TFLOP/s; --gpu overrides).
 //
 // Prints one JSON line (tools/device/torch_block.py prints the same fields for PyTorch's block).
+// --breakdown adds, per micro-batch size, the ops' times from --repetitions further steps with
+// op marks on (runtime/cuda/op_marks.h: events around each GEMM and the attention core): per
+// label its calls per step, median ms per step, TFLOP/s and share of the step, and the time no
+// mark covers (norms, RoPE, SwiGLU, gaps). Those steps come after the timed ones, so the marks'
+// events do not touch the step figures.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +33,7 @@
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/op_marks.h"
 #include "runtime/emulate.h"
 #include "runtime/random.h"
 
@@ -41,6 +48,7 @@ struct Options {
   std::string gpu;  // gpus.json entry; empty: from the device name
   int warmup = 5;
   int repetitions = 20;
+  bool breakdown = false;
 };
 
 std::vector<int> parse_sizes(const std::string& text) {
@@ -97,11 +105,79 @@ struct Events {
   }
 };
 
+// One step: F, p1, p2 back to back, events before and after each; waits for the last.
+void block_step(cuda::CudaBackend& backend, LayerParams& layer, const Tensor& x, const Tensor& dy,
+                const Events& events) {
+  cudaStream_t stream = backend.context().stream();
+  CUDA_CHECK(cudaEventRecord(events.at[0], stream));
+  ForwardResult fwd = backend.forward(layer, x, {});
+  CUDA_CHECK(cudaEventRecord(events.at[1], stream));
+  BackwardP1Result result = backend.backward_p1(layer, std::move(fwd.stash), dy);
+  CUDA_CHECK(cudaEventRecord(events.at[2], stream));
+  const std::vector<const Retained*> retained = {&result.retained};
+  backend.backward_p2(layer, retained);
+  CUDA_CHECK(cudaEventRecord(events.at[3], stream));
+  CUDA_CHECK(cudaEventSynchronize(events.at[3]));
+}
+
+// The ops of `repetitions` steps with op marks on: per label (in first-seen order) its calls per
+// step, median ms per step over its calls, TFLOP/s at that median and share of the marked steps'
+// median; then the time no mark covers.
+nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, const Tensor& x,
+                            const Tensor& dy, const Events& events, int repetitions) {
+  cuda::OpMarks marks;
+  struct Unset {
+    cuda::DeviceContext& ctx;
+    ~Unset() { ctx.set_op_marks(nullptr); }
+  } unset{backend.context()};
+  backend.context().set_op_marks(&marks);
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> ms;
+  std::map<std::string, int> calls;
+  std::map<std::string, double> flops;
+  std::vector<double> steps;
+  for (int i = 0; i < repetitions; ++i) {
+    block_step(backend, layer, x, dy, events);
+    steps.push_back(events.ms(0, 3));
+    std::map<std::string, double> step_ms;
+    std::map<std::string, int> step_calls;
+    std::map<std::string, double> step_flops;
+    for (const cuda::OpMarks::Timing& t : marks.collect()) {
+      if (!ms.contains(t.label) && !step_ms.contains(t.label)) order.push_back(t.label);
+      step_ms[t.label] += t.ms;
+      step_calls[t.label] += 1;
+      step_flops[t.label] += t.flops;
+    }
+    for (const auto& [label, value] : step_ms) {
+      ms[label].push_back(value);
+      calls[label] = step_calls[label];
+      flops[label] = step_flops[label];
+    }
+  }
+  const double step_ms = median(steps);
+  double marked = 0;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const std::string& label : order) {
+    const double op_ms = median(ms[label]);
+    marked += op_ms;
+    nlohmann::json op = {{"op", label},
+                         {"calls_per_step", calls[label]},
+                         {"ms", op_ms},
+                         {"share_of_step", op_ms / step_ms}};
+    if (flops[label] > 0) op["tflops"] = flops[label] / (op_ms * 1e-3) / 1e12;
+    ops.push_back(op);
+  }
+  return {{"steps", repetitions},
+          {"step_ms", step_ms},
+          {"ops", ops},
+          {"unmarked_ms", step_ms - marked},
+          {"unmarked_share", (step_ms - marked) / step_ms}};
+}
+
 nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& options,
                          double peak_flops, std::string& attention_note) {
   cuda::CudaBackend backend({attention_from_string(options.attention), nullptr});
   attention_note = backend.attention_note();
-  cudaStream_t stream = backend.context().stream();
   LayerParams layer = backend.init_layer(model, LayerKind::block, 1, 1);
   const std::int64_t n = std::int64_t{mbs} * options.seq;
   const Tensor x =
@@ -111,15 +187,7 @@ nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& optio
   Events events;
   std::vector<double> forward, p1, p2, step;
   for (int i = 0; i < options.warmup + options.repetitions; ++i) {
-    CUDA_CHECK(cudaEventRecord(events.at[0], stream));
-    ForwardResult fwd = backend.forward(layer, x, {});
-    CUDA_CHECK(cudaEventRecord(events.at[1], stream));
-    BackwardP1Result result = backend.backward_p1(layer, std::move(fwd.stash), dy);
-    CUDA_CHECK(cudaEventRecord(events.at[2], stream));
-    const std::vector<const Retained*> retained = {&result.retained};
-    backend.backward_p2(layer, retained);
-    CUDA_CHECK(cudaEventRecord(events.at[3], stream));
-    CUDA_CHECK(cudaEventSynchronize(events.at[3]));
+    block_step(backend, layer, x, dy, events);
     if (i < options.warmup) continue;
     forward.push_back(events.ms(0, 1));
     p1.push_back(events.ms(1, 2));
@@ -153,6 +221,9 @@ nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& optio
         {"step", tflops(step_flops, step_ms)}}},
       {"peak_memory_bytes", backend.context().allocator().stats().peak_bytes},
   };
+  if (options.breakdown) {
+    out["breakdown"] = op_breakdown(backend, layer, x, dy, events, options.repetitions);
+  }
   if (peak_flops > 0) {
     out["mfu"] = step_flops / (step_ms * 1e-3) / peak_flops;
     out["mfu_per_pass"] = {{"forward", f_flops / (f_ms * 1e-3) / peak_flops},
@@ -229,6 +300,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", options.gpu, "gpus.json entry for the peak (default: device name)");
   app.add_option("--warmup", options.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--repetitions", options.repetitions, "timed steps")->capture_default_str();
+  app.add_flag("--breakdown", options.breakdown,
+               "also time each GEMM and the attention core (further steps with op marks)");
   CLI11_PARSE(app, argc, argv);
   try {
     return pipeplan::run(options);

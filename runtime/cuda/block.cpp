@@ -8,6 +8,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/layers.h"
 #include "runtime/cuda/matmul.h"
+#include "runtime/cuda/op_marks.h"
 #include "runtime/cuda/sdpa.h"
 
 namespace pipeplan::cuda {
@@ -20,6 +21,12 @@ const bf16* weight(const LayerParams& layer, std::string_view name) {
 
 float* grad(LayerParams& layer, std::string_view name) {
   return f32_ptr(layer.at(name).grad);
+}
+
+// PaLM's attention FLOPs for op marks: forward 4·(H·D)·T per token, p1 twice that.
+double attention_flops(const AttentionDims& dims, int multiple) {
+  return multiple * 4.0 * static_cast<double>(dims.heads * dims.head_dim()) *
+         static_cast<double>(dims.seq) * static_cast<double>(dims.tokens());
 }
 
 }  // namespace
@@ -40,8 +47,13 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
   rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, 1.0f,
               stream);
   if (attention == Attention::flash) {
+    const OpMark mark(
+        ctx, [] { return std::string("F attention flash"); }, attention_flops(dims, 1));
     sdpa_forward(ctx, at("attn.out"), f32_ptr(stash.at("attn.lse")), at("attn.qkv"), dims);
   } else {
+    const OpMark mark(
+        ctx, [&] { return "F attention " + std::string(to_string(attention)); },
+        attention_flops(dims, 1));
     attention_core_forward(ctx, at("attn.out"),
                            stash.contains("attn.probs") ? at("attn.probs") : nullptr,
                            at("attn.qkv"), dims);
@@ -102,6 +114,12 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
   {
     const Tensor dout = ctx.empty(shape, DType::bf16);
     matmul_backward_p1(ctx, bf16_ptr(dout), dx1, weight(layer, "attn.wo"), n, c, c, false);
+    const OpMark mark(
+        ctx,
+        [&] {
+          return std::string(stash.contains("attn.lse") ? "p1 attention flash" : "p1 attention");
+        },
+        attention_flops(dims, 2));
     if (stash.contains("attn.lse")) {  // flash: cuDNN SDPA's backward, from O and logsumexp
       sdpa_backward(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), at("attn.out"),
                     f32_ptr(stash.at("attn.lse")), dims);

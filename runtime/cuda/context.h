@@ -11,6 +11,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/allocator.h"
+#include "runtime/cuda/op_marks.h"
 
 namespace pipeplan::cuda {
 
@@ -39,6 +40,9 @@ class DeviceContext {
   std::unique_ptr<Extension>& attention_state() { return attention_state_; }
   // The cuBLASLt descriptors and chosen algorithm per GEMM shape (matmul.cpp).
   std::unique_ptr<Extension>& gemm_state() { return gemm_state_; }
+  // Per-op timing (op_marks.h): null (the default) records nothing; the marks outlive their use.
+  OpMarks* op_marks() const { return op_marks_; }
+  void set_op_marks(OpMarks* marks) { op_marks_ = marks; }
 
   // A tensor in device memory from the stage's allocator (contents undefined).
   Tensor empty(const Shape& shape, DType dtype);
@@ -54,6 +58,7 @@ class DeviceContext {
   void* workspace_ = nullptr;
   std::unique_ptr<Extension> attention_state_;
   std::unique_ptr<Extension> gemm_state_;
+  OpMarks* op_marks_ = nullptr;
 };
 
 // Number of CUDA devices; 0 (not an error) when there is no driver or no GPU.

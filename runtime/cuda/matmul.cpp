@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/op_marks.h"
 
 namespace pipeplan::cuda {
 
@@ -135,10 +136,20 @@ void gather_rows(DeviceContext& ctx, bf16* out, std::span<const MatmulRows> bloc
   }
 }
 
+std::string shape_label(const char* what, std::int64_t a, const char* sep, std::int64_t b) {
+  return std::string(what) + " " + std::to_string(a) + sep + std::to_string(b);
+}
+
+double gemm_flops(std::int64_t rows, std::int64_t in, std::int64_t out) {
+  return 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
+}
+
 }  // namespace
 
 void matmul_forward(DeviceContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* residual,
                     std::int64_t n, std::int64_t in, std::int64_t out) {
+  const OpMark mark(
+      ctx, [&] { return shape_label("F gemm", in, "->", out); }, gemm_flops(n, in, out));
   // col-major Yᵀ (O, N) = Wᵀ-view (I, O)ᵀ · Xᵀ-view (I, N)
   lt_gemm(ctx, true, false, out, n, in, 1.0f, {w, CUDA_R_16BF, in}, {x, CUDA_R_16BF, in},
           residual != nullptr ? 1.0f : 0.0f, residual, {y, CUDA_R_16BF, out});
@@ -146,6 +157,8 @@ void matmul_forward(DeviceContext& ctx, bf16* y, const bf16* x, const bf16* w, c
 
 void matmul_backward_p1(DeviceContext& ctx, bf16* dx, const bf16* dy, const bf16* w, std::int64_t n,
                         std::int64_t in, std::int64_t out, bool accumulate) {
+  const OpMark mark(
+      ctx, [&] { return shape_label("p1 gemm", out, "->", in); }, gemm_flops(n, in, out));
   // col-major dXᵀ (I, N) = W-view (I, O) · dYᵀ-view (O, N)
   lt_gemm(ctx, false, false, in, n, out, 1.0f, {w, CUDA_R_16BF, in}, {dy, CUDA_R_16BF, out},
           accumulate ? 1.0f : 0.0f, nullptr, {dx, CUDA_R_16BF, in});
@@ -161,6 +174,8 @@ void matmul_backward_p2(DeviceContext& ctx, float* dw, std::span<const MatmulRow
   const bf16* dy = blocks[0].dy;
   Tensor x_all, dy_all;  // scratch, back in the allocator's cache when this returns
   if (blocks.size() > 1) {
+    const OpMark mark(
+        ctx, [&] { return shape_label("p2 gather", in, "x", out); }, 0);
     x_all = ctx.empty({rows, in}, DType::bf16);
     dy_all = ctx.empty({rows, out}, DType::bf16);
     gather_rows(ctx, static_cast<bf16*>(x_all.data()), blocks, true, in);
@@ -169,6 +184,8 @@ void matmul_backward_p2(DeviceContext& ctx, float* dw, std::span<const MatmulRow
     dy = static_cast<const bf16*>(dy_all.data());
   }
   // col-major dWᵀ (I, O) += Xᵀ-view (I, R) · dY (R, O) (the Oᵀ-view of dY, transposed)
+  const OpMark mark(
+      ctx, [&] { return shape_label("p2 gemm", in, "x", out); }, gemm_flops(rows, in, out));
   lt_gemm(ctx, false, true, in, out, rows, 1.0f, {x, CUDA_R_16BF, in}, {dy, CUDA_R_16BF, out}, 1.0f,
           nullptr, {dw, CUDA_R_32F, in});
 }

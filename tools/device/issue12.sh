@@ -247,7 +247,7 @@ phase_flash() {
 phase_block() {
   local cap_s=150
   record bench_block.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
-    --attention flash --warmup 5 --repetitions 20
+    --attention flash --warmup 5 --repetitions 20 --breakdown
   record bench_block-recompute.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1 \
     --attention recompute --warmup 3 --repetitions 10
   record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \

@@ -7,7 +7,9 @@ Usage: issue12_summary.py RESULTS_DIR   (prints Markdown on stdout)
   the failures' first lines.
 - Block MFU: bench_block.json (pipeplan's CUDA backend, flash), bench_block-recompute.json (the
   same with the unfused attention) and torch_block.json (PyTorch's block), one JSON line each,
-  side by side per micro-batch size.
+  side by side per micro-batch size; then bench_block's --breakdown, where present: each GEMM
+  and the attention core per micro-batch size (ms per step, TFLOP/s, share of the step) and the
+  time no op mark covers.
 - Emulated pipelines: every NAME.run.json (`pipeplan run --json` report) with its NAME.plan.json
   beside it: predicted vs measured step time and the error, per-stage peak memory measured vs
   predicted, and the measured vs predicted speedup of 2bp over fused for each schedule and m.
@@ -111,7 +113,24 @@ def block_table(results):
         out.append(f"| {name} | {r['mbs']} | {r['forward_ms']:.2f} | | | {r['backward_ms']:.2f} | "
                    f"{r['step_ms']:.2f} | {r['tflops']['step']:.0f} | "
                    f"{100 * r.get('mfu', 0):.1f} % |")
-    return out + [""]
+    out.append("")
+    for r in (ours or {}).get("results", []):
+        breakdown = r.get("breakdown")
+        if not breakdown:
+            continue
+        out.append(f"pipeplan ops at mbs {r['mbs']} ({breakdown['steps']} steps with op marks, "
+                   f"step {breakdown['step_ms']:.2f} ms):")
+        out.append("")
+        out.append("| op | calls | ms per step | TFLOP/s | share |")
+        out.append("|---|---|---|---|---|")
+        for op in breakdown.get("ops", []):
+            tflops = f"{op['tflops']:.0f}" if "tflops" in op else ""
+            out.append(f"| {op['op']} | {op['calls_per_step']} | {op['ms']:.3f} | {tflops} | "
+                       f"{100 * op['share_of_step']:.1f} % |")
+        out.append(f"| (not marked: norms, RoPE, SwiGLU, gaps) | | {breakdown['unmarked_ms']:.3f} "
+                   f"| | {100 * breakdown['unmarked_share']:.1f} % |")
+        out.append("")
+    return out
 
 
 def run_rows(results):

@@ -45,7 +45,7 @@ def gtest_report(suite, passed, failed, skipped):
                        "testsuites": [{"name": suite, "tests": len(tests), "testsuite": tests}]})
 
 
-def block_line(mbs_step_ms):
+def block_line(mbs_step_ms, breakdown=None):
     results = []
     for mbs, step_ms in mbs_step_ms:
         step_flops = 2.69e12 * mbs
@@ -53,6 +53,8 @@ def block_line(mbs_step_ms):
                         "p1_ms": step_ms / 3, "p2_ms": step_ms / 3, "step_ms": step_ms,
                         "tflops": {"step": step_flops / (step_ms * 1e-3) / 1e12},
                         "mfu": step_flops / (step_ms * 1e-3) / 989.4e12})
+        if breakdown is not None:
+            results[-1]["breakdown"] = breakdown
     return json.dumps({"bench": "pipeplan_block", "gpu": "NVIDIA H100 80GB HBM3",
                        "peak_bf16_tflops": 989.4,
                        "attention": "attention flash: cuDNN SDPA, cuDNN 9.19.0",
@@ -123,6 +125,20 @@ class Issue12Summary(unittest.TestCase):
         self.assertIn("| PyTorch eager, SDPA default | 1 | 1.50 | | | 3.00 | 4.50 | 598 | 60.4 % |",
                       text)
         self.assertIn("| PyTorch eager, SDPA flash | 1 | RuntimeError: No available kernel.", text)
+
+    def test_block_op_breakdown_when_present(self):
+        # bench_block --breakdown's fields (bench/cuda/bench_block.cpp, op_breakdown).
+        breakdown = {"steps": 20, "step_ms": 4.5, "unmarked_ms": 0.45, "unmarked_share": 0.1,
+                     "ops": [{"op": "F gemm 4096->11008", "calls_per_step": 2, "ms": 0.52,
+                              "share_of_step": 0.1156, "tflops": 355.2},
+                             {"op": "p2 gather 4096x11008", "calls_per_step": 2, "ms": 0.1,
+                              "share_of_step": 0.0222}]}
+        write(self.folder, "bench_block.json", block_line([(1, 4.4)], breakdown) + "\n")
+        text = "\n".join(summary.block_table(self.folder))
+        self.assertIn("pipeplan ops at mbs 1 (20 steps with op marks, step 4.50 ms):", text)
+        self.assertIn("| F gemm 4096->11008 | 2 | 0.520 | 355 | 11.6 % |", text)
+        self.assertIn("| p2 gather 4096x11008 | 2 | 0.100 |  | 2.2 % |", text)
+        self.assertIn("| (not marked: norms, RoPE, SwiGLU, gaps) | | 0.450 | | 10.0 % |", text)
 
     def test_pipelines_errors_flags_and_speedups(self):
         runs = {
