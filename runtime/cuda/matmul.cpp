@@ -78,6 +78,7 @@ class GemmPlans final : public DeviceContext::Extension {
   std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
 };
 
+// The slot is made unsynchronised: a context's GEMMs come from its stage's one compute thread.
 GemmPlans& gemm_plans(DeviceContext& ctx) {
   std::unique_ptr<DeviceContext::Extension>& slot = ctx.gemm_state();
   if (!slot) slot = std::make_unique<GemmPlans>();

@@ -1,7 +1,10 @@
 #include "runtime/cuda/op_marks.h"
 
+#include <utility>
+
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
 
 namespace pipeplan::cuda {
 
@@ -14,10 +17,11 @@ OpMarks::~OpMarks() {
 
 std::size_t OpMarks::begin(std::string label, double flops, cudaStream_t stream) {
   if (used_ == records_.size()) {
-    Record record;
-    CUDA_CHECK(cudaEventCreate(&record.start));
-    CUDA_CHECK(cudaEventCreate(&record.stop));
-    records_.push_back(record);
+    // In the stream's context (a green context's streams are not the primary's); kept in
+    // records_ at once, so the destructor frees them whatever fails next.
+    records_.emplace_back();
+    records_.back().start = create_event_for(stream, cudaEventDefault);
+    records_.back().stop = create_event_for(stream, cudaEventDefault);
   }
   Record& record = records_[used_];
   record.label = std::move(label);
@@ -33,15 +37,15 @@ cudaError_t OpMarks::end(std::size_t index, cudaStream_t stream) noexcept {
 
 std::vector<OpMarks::Timing> OpMarks::collect() {
   std::vector<Timing> timings;
-  if (used_ == 0) return timings;
-  CUDA_CHECK(cudaEventSynchronize(records_[used_ - 1].stop));
-  for (std::size_t i = 0; i < used_; ++i) {
+  const std::size_t used = std::exchange(used_, 0);  // forgotten even if a check below throws
+  if (used == 0) return timings;
+  CUDA_CHECK(cudaEventSynchronize(records_[used - 1].stop));
+  for (std::size_t i = 0; i < used; ++i) {
     const Record& record = records_[i];
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, record.start, record.stop));
     timings.push_back({record.label, record.flops, static_cast<double>(ms)});
   }
-  used_ = 0;
   return timings;
 }
 

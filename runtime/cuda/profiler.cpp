@@ -35,9 +35,15 @@ Timing summarise(std::vector<double> samples) {
 // Times `timed` with CUDA events on `stream`; `setup` runs untimed before each repetition.
 Timing time_op(cudaStream_t stream, int warmup, int repetitions, const std::function<void()>& setup,
                const std::function<void()>& timed) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  // In the stream's context: a green context's stream (--sm-partition) is not the primary's.
+  cudaEvent_t start = create_event_for(stream, cudaEventDefault);
+  cudaEvent_t stop = nullptr;
+  try {
+    stop = create_event_for(stream, cudaEventDefault);
+  } catch (const Error&) {
+    cudaEventDestroy(start);
+    throw;
+  }
   std::vector<double> samples;
   for (int i = 0; i < warmup + repetitions; ++i) {
     if (setup) setup();
