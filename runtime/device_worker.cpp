@@ -94,6 +94,8 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
       LayerParams layer = backend_->init_layer(plan.meta.model,
                                                kinds[static_cast<std::size_t>(index)], index, seed);
       static_bytes_ += layer.param_bytes() + layer.grad_bytes() + layer.optimizer_bytes();
+      takes_tokens_ =
+          takes_tokens_ || layer.kind == LayerKind::embedding || layer.kind == LayerKind::head;
       layers_.emplace(index, std::move(layer));
     }
   }
@@ -125,10 +127,30 @@ void DeviceWorker::begin_step(Clock::time_point start) {
   held_.clear();
   evicted_bytes_.clear();
   losses_.clear();
+  loss_tensors_.clear();
   bpipe_ = BpipeBytes{};
   live_bytes_ = static_bytes_;
   peak_bytes_ = static_bytes_;
   memory_timeline_.assign(1, {0.0, static_bytes_});
+}
+
+void DeviceWorker::prepare_step() {
+  if (!takes_tokens_ || !batches_.empty()) return;
+  // Every step trains on the same m batches (batch_seed): made once, before the first step.
+  std::map<int, TokenBatch> made;
+  for (int mb = 0; mb < plan_.meta.microbatches; ++mb) {
+    made.emplace(mb, backend_->synthetic_batch(plan_.meta.mbs, plan_.meta.seq,
+                                               plan_.meta.model.vocab, batch_seed(seed_, mb)));
+  }
+  const std::lock_guard lock(mutex_);
+  batches_ = std::move(made);
+}
+
+void DeviceWorker::collect_losses() {
+  const std::lock_guard lock(mutex_);
+  for (const auto& [mb, loss] : loss_tensors_)
+    losses_[mb] = backend_->download(loss).at(0);
+  loss_tensors_.clear();
 }
 
 void DeviceWorker::account(std::int64_t delta) {
@@ -174,8 +196,14 @@ void DeviceWorker::forward(const Node& node) {
   const bool head = stage_has_head(stage);
   TokenBatch batch;
   if (first || head) {
-    batch = backend_->synthetic_batch(plan_.meta.mbs, plan_.meta.seq, plan_.meta.model.vocab,
-                                      batch_seed(seed_, mb));
+    const std::lock_guard lock(mutex_);
+    const auto it = batches_.find(mb);
+    if (it == batches_.end()) {
+      throw Error("device " + std::to_string(device_) + " has no batch for micro-batch " +
+                  std::to_string(mb) + " (outside the plan's " +
+                  std::to_string(plan_.meta.microbatches) + ")");
+    }
+    batch = it->second;
   }
   Tensor x = first ? batch.inputs : take_tensor(activations_, {stage - 1, mb}, "activation");
   std::vector<Stash> stashes;
@@ -185,10 +213,9 @@ void DeviceWorker::forward(const Node& node) {
     stashes.push_back(std::move(result.stash));
   }
   const std::int64_t bytes = stash_bytes(stashes);
-  const double loss = head ? backend_->download(x).at(0) : 0.0;
   const std::lock_guard lock(mutex_);
   if (head) {
-    losses_[mb] = loss;
+    loss_tensors_[mb] = std::move(x);  // read back by collect_losses, after the step
   } else {
     activations_[{stage, mb}] = std::move(x);
   }

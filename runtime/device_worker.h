@@ -42,8 +42,15 @@ class DeviceWorker {
   DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Backend> backend,
                std::uint64_t seed);
 
+  // Before the step's clock starts: uploads the step's synthetic batches where the device holds
+  // the embedding or the head, so no forward waits on a host-to-device copy (an asynchronous
+  // backend's upload synchronises its stream).
+  void prepare_step();
   // Zeroes gradients, drops anything left from a failed step, restarts the memory timeline.
   void begin_step(Clock::time_point start);
+  // Reads the head's per-micro-batch losses back (kept on the device during the step, so no
+  // forward waits for its GPU work to finish); call once the step's work is done.
+  void collect_losses();
   void run_compute(const Node& node);
   // Takes the payload of a send node out of this device (its memory leaves with it).
   Message take_payload(const Node& node);
@@ -87,6 +94,9 @@ class DeviceWorker {
   std::map<StageMb, Message> held_;                    // BPipe: a peer's stash, in transit form
   std::map<StageMb, std::int64_t> evicted_bytes_;      // BPipe: what must come back
   std::map<int, double> losses_;
+  std::map<int, Tensor> loss_tensors_;  // the head's losses until collect_losses
+  std::map<int, TokenBatch> batches_;   // by micro-batch, where a stage takes tokens
+  bool takes_tokens_ = false;           // holds the embedding or the head
   std::int64_t static_bytes_ = 0;
   std::int64_t live_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;

@@ -227,6 +227,9 @@ StepResult Executor::step(StepMode mode) {
   sync_->first_error_is_consequence = false;
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
   for (auto& worker : workers_) {
+    if (worker) worker->prepare_step();
+  }
+  for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();  // the clock starts on idle devices
   }
   if (options_.group) {
@@ -261,6 +264,11 @@ StepResult Executor::step(StepMode mode) {
   // An asynchronous backend has only queued the step: it ends when the devices are idle.
   for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();
+  }
+  if (!failed) {
+    for (auto& worker : workers_) {
+      if (worker) worker->collect_losses();
+    }
   }
   const double step_time_us = micros_since(start_);
   if (!failed && options_.node_timer) options_.node_timer->end_step(plan_, times_);
