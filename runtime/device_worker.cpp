@@ -96,6 +96,7 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
       static_bytes_ += layer.param_bytes() + layer.grad_bytes() + layer.optimizer_bytes();
       takes_tokens_ =
           takes_tokens_ || layer.kind == LayerKind::embedding || layer.kind == LayerKind::head;
+      has_head_ = has_head_ || layer.kind == LayerKind::head;
       layers_.emplace(index, std::move(layer));
     }
   }
@@ -135,6 +136,9 @@ void DeviceWorker::begin_step(Clock::time_point start) {
 }
 
 void DeviceWorker::prepare_step() {
+  if (has_head_ && !loss_gradient_.defined()) {
+    loss_gradient_ = backend_->upload_loss_gradient(1.0 / plan_.meta.microbatches);
+  }
   if (!takes_tokens_ || !batches_.empty()) return;
   // Every step trains on the same m batches (batch_seed): made once, before the first step.
   std::map<int, TokenBatch> made;
@@ -227,8 +231,9 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
   const int stage = node.stage;
   const int mb = node.microbatches.front();
   const std::vector<int> indices = stage_layers(stage);
-  // The loss is the mean over the step's micro-batches: d(loss)/d(loss of one) = 1/m.
-  Tensor dy = stage_has_head(stage) ? backend_->upload_loss_gradient(1.0 / plan_.meta.microbatches)
+  // The loss is the mean over the step's micro-batches: d(loss)/d(loss of one) = 1/m, uploaded
+  // once by prepare_step (read-only here).
+  Tensor dy = stage_has_head(stage) ? loss_gradient_
                                     : take_tensor(input_grads_, {stage + 1, mb}, "input gradient");
   std::vector<Stash> stashes;
   {

@@ -43,8 +43,8 @@ class DeviceWorker {
                std::uint64_t seed);
 
   // Before the step's clock starts: uploads the step's synthetic batches where the device holds
-  // the embedding or the head, so no forward waits on a host-to-device copy (an asynchronous
-  // backend's upload synchronises its stream).
+  // the embedding or the head, and the head's dy = 1/m, so no pass waits on a host-to-device
+  // copy (an asynchronous backend's upload synchronises its stream). Once: every step reuses them.
   void prepare_step();
   // Zeroes gradients, drops anything left from a failed step, restarts the memory timeline.
   void begin_step(Clock::time_point start);
@@ -97,6 +97,8 @@ class DeviceWorker {
   std::map<int, Tensor> loss_tensors_;  // the head's losses until collect_losses
   std::map<int, TokenBatch> batches_;   // by micro-batch, where a stage takes tokens
   bool takes_tokens_ = false;           // holds the embedding or the head
+  bool has_head_ = false;
+  Tensor loss_gradient_;  // the head's dy = 1/m, uploaded once by prepare_step
   std::int64_t static_bytes_ = 0;
   std::int64_t live_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;

@@ -1,7 +1,7 @@
 // What a device worker asks of its backend during a step: an asynchronous backend (CUDA)
-// synchronises its stream on every upload and download, so the step's synthetic batches are
-// uploaded before the step's clock starts (once, reused by later steps) and the head's losses are
-// read back after the step's work, never from inside a forward.
+// synchronises its stream on every upload and download, so the step's synthetic batches and the
+// head's dy = 1/m are uploaded before the step's clock starts (once, reused by later steps) and
+// the head's losses are read back after the step's work, never from inside a pass.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +18,7 @@ namespace {
 // is running (between the first forward and the step's end).
 struct Counts {
   std::atomic<int> batches{0};
+  std::atomic<int> loss_gradients{0};
   std::atomic<int> downloads{0};
   std::atomic<int> transfers_in_step{0};
   std::atomic<bool> in_step{false};
@@ -31,7 +32,11 @@ class CountingBackend final : public Backend {
   Tensor upload(std::span<const double> values, const Shape& shape) override {
     return inner_.upload(values, shape);
   }
-  Tensor upload_loss_gradient(double value) override { return inner_.upload_loss_gradient(value); }
+  Tensor upload_loss_gradient(double value) override {
+    note_transfer();
+    ++counts_->loss_gradients;
+    return inner_.upload_loss_gradient(value);
+  }
   Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override {
     return inner_.upload_tokens(tokens, shape);
   }
@@ -87,6 +92,7 @@ TEST(DeviceWorker, BatchesUploadedOnceBeforeTheStepAndLossesReadAfterIt) {
   const StepResult second = executor.step();
   // The embedding's device and the head's each make the m batches once, for every step.
   EXPECT_EQ(counts->batches, 2 * testing::kMicrobatches);
+  EXPECT_EQ(counts->loss_gradients, 1);  // the head's dy = 1/m, also made once
   // One loss per micro-batch per step, all read after the step's compute.
   EXPECT_EQ(counts->downloads, 2 * testing::kMicrobatches);
   EXPECT_EQ(counts->transfers_in_step, 0);
