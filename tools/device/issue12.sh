@@ -18,8 +18,9 @@
 #               model at one emulated stage's SM share (--sm-partition SHARE), mbs 1,2,4
 #   pipelines   4 emulated stages on the GPU: 1F1B and GPipe at m = P and 2P, fused and 2bp, and
 #               auto; each planned from the SM-share profile, run (--emulate), and diffed
-#   bpipe       the first micro-batch size whose 1F1B-2bp plan fits one stage only with BPipe, run
-#               with BPipe beside the largest size that fits without
+#   bpipe       8 emulated stages (one block each, 1F1B fused, its own SM-share profile): the first
+#               micro-batch size that fits a per-stage limit only with BPipe, run with BPipe
+#               beside the largest smaller size that fits without (see phase_bpipe)
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
 # Each device call may run 10 minutes, so pick phases that fit. Two calls (estimates, not
@@ -39,7 +40,8 @@
 # Environment: OUT (default bench/results/issue12-<UTC time>), DEADLINE_S (540: commands stop and
 # the rest are skipped, so packing finishes inside the device tool's 600 s), LAYERS (8 LLaMA-7B
 # blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
-# SEQ (2048), STEPS (3 per run; the report is the last), BPIPE_MBS ("2 4"), PIPELINE_PROFILE,
+# SEQ (2048), STEPS (3 per run; the report is the last), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
+# BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE,
 # PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).
 # shellcheck disable=SC2317  # the phases (and what they call) run indirectly: "phase_$name"
 set -uo pipefail
@@ -191,12 +193,15 @@ record() {
 
 # The LLaMA-7B-like model the emulated pipelines train: LAYERS blocks of LLaMA-7B (h 4096, 32
 # heads, ffn 11008, vocab 32000), Hugging Face config form (profiles/model.cpp).
-model="$raw/llama-7b-blocks$layers.json"
-cat > "$model" << JSON
-{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": $layers,
+write_model() {  # write_model FILE LAYERS
+  cat > "$1" << JSON
+{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": $2,
  "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
  "max_position_embeddings": $seq}
 JSON
+}
+model="$raw/llama-7b-blocks$layers.json"
+write_model "$model" "$layers"
 profile_sm=${PIPELINE_PROFILE:-}
 
 # --- phases -------------------------------------------------------------------------------------
@@ -276,7 +281,7 @@ run_plan() {
   shift
   local plan="$raw/$name.plan.json"
   record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
-  record "$name.run.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
+  record "$name.run.json" "$pipeplan" run "$plan" --backend cuda --emulate "${emulate_stages:-$stages}" \
     --steps "$steps" --json --trace "$raw/$name.trace.json" || return 0
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$raw/$name.trace.json" --top 15
 }
@@ -305,31 +310,71 @@ phase_pipelines() {
   done
 }
 
+# The BPipe run. At 4 emulated stages BPipe cannot lower a 1F1B pair's peak in pipeplan's memory
+# model: the acceptor, holding the LM head, is nearly as full as the evictor, and the evicted
+# stash still in flight while the next forward allocates costs a whole stash (docs/bpipe.md; an
+# analytic LLaMA-7B-blocks profile shows no gain at 4 stages for any mbs, fused or 2bp). At
+# BPIPE_STAGES (8) stages of one block each (BPIPE_LAYERS 8), 1F1B fused, m = 2P, it can (the
+# analytic profile: mbs 2 peaks at 9.61 GiB without, 8.65 GiB with). So: profile that SM share
+# (BPIPE_PROFILE skips it), and for each mbs of BPIPE_MBS take each stage's planned peak without
+# and with BPipe; the first mbs whose BPipe peak is at least 3 % lower and whose stages' peaks
+# together fit 85 % of the GPU's HBM gets a memory limit per stage halfway between the two
+# (--reserve 0), which the plan without BPipe exceeds and the one with it meets. Run that, and
+# the largest smaller mbs that fits without BPipe under the same limit.
+peaks() {  # peaks PLAN-ARGS...: "<max over devices> <sum over devices>" of the planned peaks, bytes
+  "$pipeplan" plan "$@" --json 2> /dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["peak_memory_bytes"]
+print(max(p), sum(p))'
+}
+
 phase_bpipe() {
-  need_profile bpipe || return 0
-  local stage_memory=${STAGE_MEMORY:-$((hbm_gib / stages))GiB}
-  local limit=(--memory "$stage_memory" --microbatches $((2 * stages)) --schedule 1f1b
-    --backward 2bp)
-  local fits_without=1 mbs cap_s=120
+  local bpipe_stages=${BPIPE_STAGES:-8} bpipe_layers=${BPIPE_LAYERS:-8} cap_s=120
+  local bpipe_share=$((total_sms / bpipe_stages / 8 * 8))
+  local bpipe_model="$raw/llama-7b-blocks$bpipe_layers.json"
+  write_model "$bpipe_model" "$bpipe_layers"
+  local bpipe_profile=${BPIPE_PROFILE:-$raw/$gpu_key-llama-7b-blocks$bpipe_layers-sm$bpipe_share.measured.json}
+  if [[ -z ${BPIPE_PROFILE:-} ]]; then
+    cap_s=300 record profile-bpipe.txt "$pipeplan" profile --backend cuda --model "$bpipe_model" \
+      --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$bpipe_share" \
+      -o "$bpipe_profile" || return 0
+  fi
+  # run_plan reads these (bash scoping is dynamic).
+  local emulate_stages=$bpipe_stages
+  local -a common=(--profile "$bpipe_profile" --gpu "$gpu_key" --stages "$bpipe_stages"
+    --seq "$seq" --microbatches $((2 * bpipe_stages)) --schedule 1f1b --backward fused)
+  if [[ $dry == 1 ]]; then
+    run_plan "bpipe-mbs2" --mbs 2 --bpipe on --memory 9.1GiB --reserve 0
+    run_plan "nobpipe-mbs1" --mbs 1 --memory 9.1GiB --reserve 0
+    return 0
+  fi
+  local usable=$((hbm_gib * 1024 * 1024 * 1024 / 100 * 85))
+  local mbs smaller off on off_max on_max on_sum limit
   for mbs in $bpipe_mbs; do
-    if [[ $dry == 1 ]]; then
-      run_plan "bpipe-mbs$mbs" "${limit[@]}" --mbs "$mbs" --bpipe on
-      return 0
-    fi
-    if "$pipeplan" plan "${common[@]}" "${limit[@]}" --mbs "$mbs" -o /dev/null > /dev/null 2>&1; then
-      fits_without=$mbs
-      continue
-    fi
-    record "bpipe-mbs$mbs-without.plan.txt" "$pipeplan" plan "${common[@]}" "${limit[@]}" \
-      --mbs "$mbs"
-    if "$pipeplan" plan "${common[@]}" "${limit[@]}" --mbs "$mbs" --bpipe on -o /dev/null \
-      > /dev/null 2>&1; then
-      run_plan "bpipe-mbs$mbs" "${limit[@]}" --mbs "$mbs" --bpipe on
-      run_plan "nobpipe-mbs$fits_without" "${limit[@]}" --mbs "$fits_without"
-      return 0
-    fi
+    off=$(peaks "${common[@]}" --mbs "$mbs") || off=""
+    on=$(peaks "${common[@]}" --mbs "$mbs" --bpipe on) || on=""
+    echo "bpipe: mbs $mbs, planned peak per stage (max, sum) without BPipe: ${off:-none}," \
+      "with: ${on:-none}" | tee -a "$index"
+    if [[ -z $off || -z $on ]]; then continue; fi
+    read -r off_max _ <<< "$off"
+    read -r on_max on_sum <<< "$on"
+    if ((on_max * 100 > off_max * 97 || on_sum > usable)); then continue; fi
+    limit=$(python3 -c "print(f'{($off_max + $on_max) / 2 / 2**30:.3f}GiB')")
+    echo "bpipe: mbs $mbs, limit $limit per stage: fits only with BPipe" | tee -a "$index"
+    record "bpipe-mbs$mbs-without.plan.txt" "$pipeplan" plan "${common[@]}" --mbs "$mbs" \
+      --memory "$limit" --reserve 0
+    run_plan "bpipe-mbs$mbs" --mbs "$mbs" --bpipe on --memory "$limit" --reserve 0
+    # The largest smaller size that fits without BPipe (the profile has mbs 1, 2, 4).
+    for ((smaller = mbs - 1; smaller >= 1; --smaller)); do
+      if "$pipeplan" plan "${common[@]}" --mbs "$smaller" --memory "$limit" --reserve 0 \
+        -o /dev/null > /dev/null 2>&1; then
+        run_plan "nobpipe-mbs$smaller" --mbs "$smaller" --memory "$limit" --reserve 0
+        break
+      fi
+    done
+    return 0
   done
-  echo "bpipe: no size in '$bpipe_mbs' fits only with BPipe at $stage_memory per stage" \
+  echo "bpipe: no mbs in '$bpipe_mbs' fits only with BPipe at $bpipe_stages stages" \
     | tee -a "$index"
 }
 
