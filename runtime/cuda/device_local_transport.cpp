@@ -93,13 +93,21 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   }
   Link& l = link(from, to, channel);
   CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+  // Each stage's green context is used under its lock (ScopedContext): the sender's for its
+  // streams, the receiver's for recording its tail; never both at once.
+  const CUcontext sender_context = sender.green != nullptr ? sender.green->context() : nullptr;
+  const CUcontext receiver_context =
+      receiver.green != nullptr ? receiver.green->context() : nullptr;
   cudaEvent_t ready =
       events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
-  if (ready == nullptr) {
-    CUDA_CHECK(cudaEventRecord(l.sender_tail, sender.compute));
-    ready = l.sender_tail;
+  {
+    const ScopedContext current(sender_context);
+    if (ready == nullptr) {
+      CUDA_CHECK(cudaEventRecord(l.sender_tail, sender.compute));
+      ready = l.sender_tail;
+    }
+    CUDA_CHECK(cudaStreamWaitEvent(l.stream, ready, 0));
   }
-  CUDA_CHECK(cudaStreamWaitEvent(l.stream, ready, 0));
   Message copy;
   copy.tag = message.tag;
   copy.bytes = message.bytes;
@@ -114,21 +122,28 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   // The receiver's cache may have handed out blocks that kernels still queued on its stream
   // read (freed by another of its threads after queueing them): the copy waits for what is
   // queued there once the blocks are taken, so this record comes after the allocations.
-  CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
-  CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
-  const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
-                                               : std::pair<cudaEvent_t, cudaEvent_t>{};
-  if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
-  for (std::size_t i = 0; i < copy.tensors.size(); ++i) {
-    const Tensor& source = message.tensors[i].second;
-    CUDA_CHECK(cudaMemcpyAsync(copy.tensors[i].second.data(), source.data(),
-                               static_cast<std::size_t>(source.bytes()), cudaMemcpyDeviceToDevice,
-                               l.stream));
+  {
+    const ScopedContext current(receiver_context);
+    CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
   }
-  if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
-  CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
+  {
+    const ScopedContext current(sender_context);
+    CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
+    const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
+                                                 : std::pair<cudaEvent_t, cudaEvent_t>{};
+    if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
+    for (std::size_t i = 0; i < copy.tensors.size(); ++i) {
+      const Tensor& source = message.tensors[i].second;
+      CUDA_CHECK(cudaMemcpyAsync(copy.tensors[i].second.data(), source.data(),
+                                 static_cast<std::size_t>(source.bytes()), cudaMemcpyDeviceToDevice,
+                                 l.stream));
+    }
+    if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
+    CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
+  }
   // The sources may be freed (and their blocks reused by the sender's stream) only after the
-  // copy, and the receiver may use the copy at once: wait here, on the send stream's thread.
+  // copy, and the receiver may use the copy at once: wait here, on the send stream's thread,
+  // holding no stage's lock (the wait needs no current context).
   CUDA_CHECK(cudaEventSynchronize(l.copied));
   message.tensors.clear();
   {

@@ -1,5 +1,6 @@
 #include "runtime/cuda/green_context.h"
 
+#include <map>
 #include <string>
 
 #include <cudaTypedefs.h>
@@ -37,6 +38,24 @@ Fn driver_function(const char* symbol, int version = CUDA_VERSION) {
     static const auto function = driver_function<decltype(&name)>(#name); \
     return function;                                                      \
   }())
+
+// The locks of the live green contexts, by their CUcontext (ScopedContext finds them here).
+struct Registry {
+  std::mutex mutex;
+  std::map<CUcontext, std::recursive_mutex*> locks;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: used by destructors at exit
+  return *r;
+}
+
+std::recursive_mutex* lock_of(CUcontext context) {
+  Registry& r = registry();
+  const std::lock_guard guard(r.mutex);
+  const auto it = r.locks.find(context);
+  return it != r.locks.end() ? it->second : nullptr;
+}
 
 }  // namespace
 
@@ -78,6 +97,12 @@ void GreenContext::create(CUdevice dev, CUdevResource part) {
   CU_CHECK(PIPEPLAN_DRIVER(cuDevResourceGenerateDesc)(&desc, &part, 1));
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxCreate)(&green_, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxFromGreenCtx)(&context_, green_));
+  api_mutex_ = std::make_unique<std::recursive_mutex>();
+  {
+    Registry& r = registry();
+    const std::lock_guard guard(r.mutex);
+    r.locks[context_] = api_mutex_.get();
+  }
   CUstream stream = nullptr;
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));
   stream_ = stream;
@@ -114,15 +139,18 @@ std::vector<std::unique_ptr<GreenContext>> GreenContext::partition(int device, i
   return contexts;
 }
 
-cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags) {
+CUcontext context_of(cudaStream_t stream) {
+  if (stream == nullptr) return nullptr;
+  // Not remembered: a destroyed stream's handle may come back for another context's stream.
+  static const auto stream_context =
+      driver_function<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
   CUcontext context = nullptr;
-  if (stream != nullptr) {
-    // For a stream made by cuGreenCtxStreamCreate: the context cuCtxFromGreenCtx gives.
-    static const auto stream_context =
-        driver_function<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
-    CU_CHECK(stream_context(stream, &context));
-  }
-  const ScopedContext current(context);
+  CU_CHECK(stream_context(stream, &context));
+  return context;
+}
+
+cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags) {
+  const ScopedContext current(context_of(stream));
   cudaEvent_t event = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&event, flags));
   return event;
@@ -130,6 +158,7 @@ cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags) {
 
 ScopedContext::ScopedContext(CUcontext context) {
   if (context == nullptr) return;
+  if (std::recursive_mutex* lock = lock_of(context)) lock_ = std::unique_lock(*lock);
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxPushCurrent)(context));
   pushed_ = true;
 }
@@ -144,6 +173,7 @@ ScopedContext::~ScopedContext() {
 }
 
 cudaStream_t GreenContext::create_stream() {
+  const std::lock_guard api(*api_mutex_);  // the driver call reaches this green context
   const std::lock_guard lock(streams_mutex_);
   CUstream stream = nullptr;
   // Green-context streams must be non-blocking (driver documentation of cuGreenCtxStreamCreate).
@@ -153,6 +183,11 @@ cudaStream_t GreenContext::create_stream() {
 }
 
 GreenContext::~GreenContext() {
+  if (context_ != nullptr) {
+    Registry& r = registry();
+    const std::lock_guard guard(r.mutex);
+    r.locks.erase(context_);
+  }
   // Destructors do not throw: failures here are left for the next checked call to report.
   try {
     for (cudaStream_t extra : extra_streams_)

@@ -43,6 +43,7 @@ class GreenContext {
   // one thread at a time.
   std::mutex streams_mutex_;
   std::vector<cudaStream_t> extra_streams_;
+  std::unique_ptr<std::recursive_mutex> api_mutex_;  // ScopedContext's lock for this context
   int sm_count_ = 0;
 };
 
@@ -51,9 +52,18 @@ class GreenContext {
 // after cudaSetDevice. `flags` as cudaEventCreateWithFlags.
 cudaEvent_t create_event_for(cudaStream_t stream, unsigned int flags);
 
-// Makes `context` current on this thread for its lifetime (cuCtxPushCurrent / cuCtxPopCurrent),
-// so a green context is current only while one thread works in it (the driver does not
-// synchronise threads sharing one). A null context does nothing.
+// The context a stream belongs to (cuStreamGetCtx): for a stream made by
+// cuGreenCtxStreamCreate, its green context's. Null for the null stream.
+CUcontext context_of(cudaStream_t stream);
+
+// Makes `context` current on this thread for its lifetime (cuCtxPushCurrent / cuCtxPopCurrent).
+// For a green context it also holds that context's lock (recursive) for its lifetime: the
+// driver wants a green context current on one thread at a time and does not synchronise API
+// calls that reach one from several threads, while an emulated stage has several (compute, send,
+// receive). So every API call on a stage's streams or events goes inside one of these: the
+// backend's calls (GreenBackend), the step's event records (StepEvents), the device-local
+// transport's records, waits and copies. Blocking waits stay outside (cudaEventSynchronize), and
+// during a step the backend's calls only queue work. A null context does nothing.
 class ScopedContext {
  public:
   explicit ScopedContext(CUcontext context);
@@ -62,6 +72,7 @@ class ScopedContext {
   ScopedContext& operator=(const ScopedContext&) = delete;
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;  // released after the pop (declared first)
   bool pushed_ = false;
 };
 

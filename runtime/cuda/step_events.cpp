@@ -33,6 +33,7 @@ StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> 
   step_start_.assign(cuda_devices_.size(), nullptr);
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
     CUDA_CHECK(cudaSetDevice(cuda_devices_[d]));
+    contexts_.push_back(context_of(compute_streams_[d]));
     step_start_[d] = create_event_for(compute_streams_[d], cudaEventDefault);
   }
 }
@@ -111,6 +112,7 @@ void StepEvents::begin_step(const TaskGraph& plan) {
     running_.clear();
   }
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
+    const ScopedContext current(contexts_[d]);
     CUDA_CHECK(cudaEventRecord(step_start_[d], compute_streams_[d]));
   }
 }
@@ -119,8 +121,9 @@ void StepEvents::begin_node(const TaskGraph& plan, int id) {
   const Node& node = plan.node(id);
   const auto index = static_cast<std::size_t>(id);
   if (node.kind == NodeKind::compute) {
-    CUDA_CHECK(
-        cudaEventRecord(begin_[index], compute_streams_[static_cast<std::size_t>(node.device)]));
+    const auto device = static_cast<std::size_t>(node.device);
+    const ScopedContext current(contexts_[device]);
+    CUDA_CHECK(cudaEventRecord(begin_[index], compute_streams_[device]));
     return;
   }
   const std::lock_guard lock(mutex_);
@@ -131,8 +134,11 @@ void StepEvents::end_node(const TaskGraph& plan, int id) {
   const Node& node = plan.node(id);
   const auto index = static_cast<std::size_t>(id);
   if (node.kind == NodeKind::compute) {
-    CUDA_CHECK(
-        cudaEventRecord(end_[index], compute_streams_[static_cast<std::size_t>(node.device)]));
+    const auto device = static_cast<std::size_t>(node.device);
+    {
+      const ScopedContext current(contexts_[device]);
+      CUDA_CHECK(cudaEventRecord(end_[index], compute_streams_[device]));
+    }
     recorded_[index] = 1;
     return;
   }

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "runtime/node_timer.h"
@@ -53,6 +54,7 @@ class StepEvents final : public NodeTimer {
 
   std::vector<int> cuda_devices_;
   std::vector<cudaStream_t> compute_streams_;
+  std::vector<CUcontext> contexts_;       // per plan device: its stream's (ScopedContext)
   std::vector<cudaEvent_t> step_start_;   // per plan device
   std::vector<cudaEvent_t> begin_, end_;  // per node
   std::vector<int> producer_;             // per send node: its payload's compute node, or -1
