@@ -8,6 +8,7 @@
 // of order 1. The reference is computed at 512 sampled elements of each output (every
 // element's full reduction), which keeps the host side under a second.
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,15 +67,27 @@ double dot(const Vec& a, std::int64_t a_at, std::int64_t a_step, const Vec& b, s
   return sum;
 }
 
-class CudaMatmul : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {};
+// Each test: a backend on the GPU (skipped without one), the shape (in, out) and 64 rows.
+class CudaMatmul : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {
+ protected:
+  void SetUp() override {
+    PIPEPLAN_REQUIRE_GPU();
+    backend_ = std::make_unique<cuda::CudaBackend>(cuda::CudaBackendOptions{Attention::recompute});
+  }
+  cuda::CudaBackend& backend() { return *backend_; }
+  cuda::DeviceContext& ctx() { return backend_->context(); }
+  static constexpr std::int64_t kRows = 64;
+
+ private:
+  std::unique_ptr<cuda::CudaBackend> backend_;
+};
 
 // y = x·wᵀ (+ residual) with x (N, I), w (O, I).
 TEST_P(CudaMatmul, ForwardMatchesHostAtLlamaDepth) {
-  PIPEPLAN_REQUIRE_GPU();
   const auto [in, out] = GetParam();
-  const std::int64_t n = 64;
-  cuda::CudaBackend backend({Attention::recompute, nullptr});
-  cuda::DeviceContext& ctx = backend.context();
+  const std::int64_t n = kRows;
+  cuda::CudaBackend& backend = this->backend();
+  cuda::DeviceContext& ctx = this->ctx();
   const Operand x = operand(backend, n, in, 1), w = operand(backend, out, in, 2);
   const Operand residual = operand(backend, n, out, 3);
   for (const bool with_residual : {false, true}) {
@@ -95,11 +108,10 @@ TEST_P(CudaMatmul, ForwardMatchesHostAtLlamaDepth) {
 
 // dx = dy·w (then dx += dy·w) with dy (N, O), w (O, I): a reduction of depth O.
 TEST_P(CudaMatmul, BackwardP1MatchesHostAtLlamaDepth) {
-  PIPEPLAN_REQUIRE_GPU();
   const auto [in, out] = GetParam();
-  const std::int64_t n = 64;
-  cuda::CudaBackend backend({Attention::recompute, nullptr});
-  cuda::DeviceContext& ctx = backend.context();
+  const std::int64_t n = kRows;
+  cuda::CudaBackend& backend = this->backend();
+  cuda::DeviceContext& ctx = this->ctx();
   const Operand dy = operand(backend, n, out, 4), w = operand(backend, out, in, 5);
   const Operand dx = operand(backend, n, in, 6);  // the accumulate's starting value
   const auto at = samples(n, in);
@@ -126,11 +138,10 @@ TEST_P(CudaMatmul, BackwardP1MatchesHostAtLlamaDepth) {
 
 // dw += [dy_1; dy_2]ᵀ·[x_1; x_2] into an fp32 (O, I) gradient that starts non-zero.
 TEST_P(CudaMatmul, BackwardP2AccumulatesOverMicroBatchesIntoF32) {
-  PIPEPLAN_REQUIRE_GPU();
   const auto [in, out] = GetParam();
-  const std::int64_t rows = 64;
-  cuda::CudaBackend backend({Attention::recompute, nullptr});
-  cuda::DeviceContext& ctx = backend.context();
+  const std::int64_t rows = kRows;
+  cuda::CudaBackend& backend = this->backend();
+  cuda::DeviceContext& ctx = this->ctx();
   const Operand x1 = operand(backend, rows, in, 7), x2 = operand(backend, rows, in, 8);
   const Operand dy1 = operand(backend, rows, out, 9), dy2 = operand(backend, rows, out, 10);
   Vec start(static_cast<std::size_t>(out * in));
