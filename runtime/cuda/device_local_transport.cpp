@@ -143,7 +143,11 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   }
   // The sources may be freed (and their blocks reused by the sender's stream) only after the
   // copy, and the receiver may use the copy at once: wait here, on the send stream's thread,
-  // holding no stage's lock (the wait needs no current context).
+  // holding no stage's lock. Waiting on a recorded event reads its completion and changes no
+  // context state; holding the lock would stall the sender's compute thread for the copy (which
+  // also waits for the receiver's queue), and polling under it would add a sleep's latency to
+  // every message. Not cancellable: the sources must outlive the copy, which always completes
+  // (it waits only on events already recorded).
   CUDA_CHECK(cudaEventSynchronize(l.copied));
   message.tensors.clear();
   {

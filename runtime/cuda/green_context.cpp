@@ -103,6 +103,7 @@ void GreenContext::create(CUdevice dev, CUdevResource part) {
     const std::lock_guard guard(r.mutex);
     r.locks[context_] = api_mutex_.get();
   }
+  registration_.context = context_;
   CUstream stream = nullptr;
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));
   stream_ = stream;
@@ -182,12 +183,14 @@ cudaStream_t GreenContext::create_stream() {
   return stream;
 }
 
+GreenContext::Registration::~Registration() {
+  if (context == nullptr) return;
+  Registry& r = registry();
+  const std::lock_guard guard(r.mutex);
+  r.locks.erase(context);
+}
+
 GreenContext::~GreenContext() {
-  if (context_ != nullptr) {
-    Registry& r = registry();
-    const std::lock_guard guard(r.mutex);
-    r.locks.erase(context_);
-  }
   // Destructors do not throw: failures here are left for the next checked call to report.
   try {
     for (cudaStream_t extra : extra_streams_)

@@ -44,6 +44,15 @@ class GreenContext {
   std::mutex streams_mutex_;
   std::vector<cudaStream_t> extra_streams_;
   std::unique_ptr<std::recursive_mutex> api_mutex_;  // ScopedContext's lock for this context
+  // Takes the context out of ScopedContext's registry when this goes, also when a constructor
+  // throws after create() registered it (members are destroyed then; the destructor does not run).
+  struct Registration {
+    CUcontext context = nullptr;
+    Registration() = default;
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+    ~Registration();
+  } registration_;
   int sm_count_ = 0;
 };
 
@@ -72,7 +81,7 @@ class ScopedContext {
   ScopedContext& operator=(const ScopedContext&) = delete;
 
  private:
-  std::unique_lock<std::recursive_mutex> lock_;  // released after the pop (declared first)
+  std::unique_lock<std::recursive_mutex> lock_;  // a member: released after the destructor's pop
   bool pushed_ = false;
 };
 
