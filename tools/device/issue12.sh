@@ -23,12 +23,13 @@
 #               beside the largest smaller size that fits without (see phase_bpipe)
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
-# Each device call may run 10 minutes, so pick phases that fit. Two calls (estimates, not
+# Each device call may run 10 minutes, so pick phases that fit. Three calls (estimates, not
 # measurements: the index of each call gives the wall times; split further if they are long):
-#   call 1: env tests block profile           call 2: env profile-sm pipelines bpipe summary
+#   call 1: env tests block profile    call 2: env profile-sm pipelines summary
+#   call 3: env bpipe summary (bpipe profiles its own 8-stage SM share)
 # Every command stops after its cap (150 s for a test suite or a block benchmark, 120 s for a
 # pipeline run, 300 s otherwise) so one hang does not eat the call.
-# `pipelines` and `bpipe` need the SM-share profile: from `profile-sm` earlier in the same call,
+# `pipelines` needs the SM-share profile: from `profile-sm` earlier in the same call,
 # else the file PIPELINE_PROFILE names (e.g. one a previous call returned, copied into the tree).
 #
 # Every command's raw output goes to a file headed by the GPU (nvidia-smi), the UTC date, the
