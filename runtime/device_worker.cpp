@@ -94,9 +94,6 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
       LayerParams layer = backend_->init_layer(plan.meta.model,
                                                kinds[static_cast<std::size_t>(index)], index, seed);
       static_bytes_ += layer.param_bytes() + layer.grad_bytes() + layer.optimizer_bytes();
-      takes_tokens_ =
-          takes_tokens_ || layer.kind == LayerKind::embedding || layer.kind == LayerKind::head;
-      has_head_ = has_head_ || layer.kind == LayerKind::head;
       layers_.emplace(index, std::move(layer));
     }
   }
@@ -136,10 +133,15 @@ void DeviceWorker::begin_step(Clock::time_point start) {
 }
 
 void DeviceWorker::prepare_step() {
-  if (has_head_ && !loss_gradient_.defined()) {
+  const auto holds = [&](LayerKind kind) {
+    return std::any_of(layers_.begin(), layers_.end(),
+                       [&](const auto& entry) { return entry.second.kind == kind; });
+  };
+  const bool head = holds(LayerKind::head);
+  if (head && !loss_gradient_.defined()) {
     loss_gradient_ = backend_->upload_loss_gradient(1.0 / plan_.meta.microbatches);
   }
-  if (!takes_tokens_ || !batches_.empty()) return;
+  if (!batches_.empty() || !(head || holds(LayerKind::embedding))) return;
   // Every step trains on the same m batches (batch_seed): made once, before the first step.
   std::map<int, TokenBatch> made;
   for (int mb = 0; mb < plan_.meta.microbatches; ++mb) {

@@ -96,9 +96,7 @@ class DeviceWorker {
   std::map<int, double> losses_;
   std::map<int, Tensor> loss_tensors_;  // the head's losses until collect_losses
   std::map<int, TokenBatch> batches_;   // by micro-batch, where a stage takes tokens
-  bool takes_tokens_ = false;           // holds the embedding or the head
-  bool has_head_ = false;
-  Tensor loss_gradient_;  // the head's dy = 1/m, uploaded once by prepare_step
+  Tensor loss_gradient_;                // the head's dy = 1/m, uploaded once by prepare_step
   std::int64_t static_bytes_ = 0;
   std::int64_t live_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;

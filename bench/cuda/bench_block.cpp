@@ -131,41 +131,47 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
     ~Unset() { ctx.set_op_marks(nullptr); }
   } unset{backend.context()};
   backend.context().set_op_marks(&marks);
+  struct InStep {  // one label's calls within one step
+    double ms = 0, flops = 0;
+    int calls = 0;
+  };
+  struct Op {
+    std::vector<double> ms;  // per step
+    InStep last;             // calls and FLOPs per step (the same every step)
+  };
   std::vector<std::string> order;
-  std::map<std::string, std::vector<double>> ms;
-  std::map<std::string, int> calls;
-  std::map<std::string, double> flops;
+  std::map<std::string, Op> by_label;
   std::vector<double> steps;
   for (int i = 0; i < repetitions; ++i) {
     block_step(backend, layer, x, dy, events);
     steps.push_back(events.ms(0, 3));
-    std::map<std::string, double> step_ms;
-    std::map<std::string, int> step_calls;
-    std::map<std::string, double> step_flops;
+    std::map<std::string, InStep> step;
     for (const cuda::OpMarks::Timing& t : marks.collect()) {
-      if (!ms.contains(t.label) && !step_ms.contains(t.label)) order.push_back(t.label);
-      step_ms[t.label] += t.ms;
-      step_calls[t.label] += 1;
-      step_flops[t.label] += t.flops;
+      if (!by_label.contains(t.label) && !step.contains(t.label)) order.push_back(t.label);
+      InStep& in = step[t.label];
+      in.ms += t.ms;
+      in.flops += t.flops;
+      in.calls += 1;
     }
-    for (const auto& [label, value] : step_ms) {
-      ms[label].push_back(value);
-      calls[label] = step_calls[label];
-      flops[label] = step_flops[label];
+    for (const auto& [label, in] : step) {
+      Op& op = by_label[label];
+      op.ms.push_back(in.ms);
+      op.last = in;
     }
   }
   const double step_ms = median(steps);
   double marked = 0;
   nlohmann::json ops = nlohmann::json::array();
   for (const std::string& label : order) {
-    const double op_ms = median(ms[label]);
+    const Op& op = by_label.at(label);
+    const double op_ms = median(op.ms);
     marked += op_ms;
-    nlohmann::json op = {{"op", label},
-                         {"calls_per_step", calls[label]},
-                         {"ms", op_ms},
-                         {"share_of_step", op_ms / step_ms}};
-    if (flops[label] > 0) op["tflops"] = flops[label] / (op_ms * 1e-3) / 1e12;
-    ops.push_back(op);
+    nlohmann::json row = {{"op", label},
+                          {"calls_per_step", op.last.calls},
+                          {"ms", op_ms},
+                          {"share_of_step", op_ms / step_ms}};
+    if (op.last.flops > 0) row["tflops"] = op.last.flops / (op_ms * 1e-3) / 1e12;
+    ops.push_back(row);
   }
   return {{"steps", repetitions},
           {"step_ms", step_ms},

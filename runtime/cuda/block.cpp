@@ -114,13 +114,11 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
   {
     const Tensor dout = ctx.empty(shape, DType::bf16);
     matmul_backward_p1(ctx, bf16_ptr(dout), dx1, weight(layer, "attn.wo"), n, c, c, false);
+    const bool flash = stash.contains("attn.lse");
     const OpMark mark(
-        ctx,
-        [&] {
-          return std::string(stash.contains("attn.lse") ? "p1 attention flash" : "p1 attention");
-        },
+        ctx, [&] { return std::string(flash ? "p1 attention flash" : "p1 attention"); },
         attention_flops(dims, 2));
-    if (stash.contains("attn.lse")) {  // flash: cuDNN SDPA's backward, from O and logsumexp
+    if (flash) {  // cuDNN SDPA's backward, from O and logsumexp
       sdpa_backward(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), at("attn.out"),
                     f32_ptr(stash.at("attn.lse")), dims);
     } else {

@@ -11,9 +11,10 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/allocator.h"
-#include "runtime/cuda/op_marks.h"
 
 namespace pipeplan::cuda {
+
+class OpMarks;  // op_marks.h
 
 class DeviceContext {
  public:

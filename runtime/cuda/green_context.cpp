@@ -97,11 +97,10 @@ void GreenContext::create(CUdevice dev, CUdevResource part) {
   CU_CHECK(PIPEPLAN_DRIVER(cuDevResourceGenerateDesc)(&desc, &part, 1));
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxCreate)(&green_, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxFromGreenCtx)(&context_, green_));
-  api_mutex_ = std::make_unique<std::recursive_mutex>();
   {
     Registry& r = registry();
     const std::lock_guard guard(r.mutex);
-    r.locks[context_] = api_mutex_.get();
+    r.locks[context_] = &api_mutex_;
   }
   registration_.context = context_;
   CUstream stream = nullptr;
@@ -174,8 +173,8 @@ ScopedContext::~ScopedContext() {
 }
 
 cudaStream_t GreenContext::create_stream() {
-  const std::lock_guard api(*api_mutex_);  // the driver call reaches this green context
-  const std::lock_guard lock(streams_mutex_);
+  // Transports make streams from their send threads: the driver call reaches this green context.
+  const std::lock_guard api(api_mutex_);
   CUstream stream = nullptr;
   // Green-context streams must be non-blocking (driver documentation of cuGreenCtxStreamCreate).
   CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));

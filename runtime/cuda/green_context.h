@@ -39,11 +39,8 @@ class GreenContext {
   CUgreenCtx green_ = nullptr;
   CUcontext context_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  // Transports make streams from their send threads; the driver's green-context handle is for
-  // one thread at a time.
-  std::mutex streams_mutex_;
-  std::vector<cudaStream_t> extra_streams_;
-  std::unique_ptr<std::recursive_mutex> api_mutex_;  // ScopedContext's lock for this context
+  std::vector<cudaStream_t> extra_streams_;  // create_stream holds api_mutex_
+  std::recursive_mutex api_mutex_;           // ScopedContext's lock for this context
   // Takes the context out of ScopedContext's registry when this goes, also when a constructor
   // throws after create() registered it (members are destroyed then; the destructor does not run).
   struct Registration {

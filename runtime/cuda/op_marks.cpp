@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
 
@@ -47,13 +46,6 @@ std::vector<OpMarks::Timing> OpMarks::collect() {
     timings.push_back({record.label, record.flops, static_cast<double>(ms)});
   }
   return timings;
-}
-
-OpMarks* op_marks_of(DeviceContext& ctx) {
-  return ctx.op_marks();
-}
-cudaStream_t stream_of(DeviceContext& ctx) {
-  return ctx.stream();
 }
 
 }  // namespace pipeplan::cuda

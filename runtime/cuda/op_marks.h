@@ -11,9 +11,9 @@
 
 #include <cuda_runtime.h>
 
-namespace pipeplan::cuda {
+#include "runtime/cuda/context.h"
 
-class DeviceContext;
+namespace pipeplan::cuda {
 
 class OpMarks {
  public:
@@ -46,17 +46,14 @@ class OpMarks {
   std::size_t used_ = 0;
 };
 
-OpMarks* op_marks_of(DeviceContext& ctx);
-cudaStream_t stream_of(DeviceContext& ctx);
-
 // Marks one op for its scope when the context has marks set; does nothing otherwise (`label`, a
 // callable returning the op's name, is then not called: no string is built on the default path).
 class OpMark {
  public:
   template <typename Label>
-  OpMark(DeviceContext& ctx, Label&& label, double flops) : marks_(op_marks_of(ctx)) {
+  OpMark(DeviceContext& ctx, Label&& label, double flops) : marks_(ctx.op_marks()) {
     if (marks_ != nullptr) {
-      stream_ = stream_of(ctx);
+      stream_ = ctx.stream();
       index_ = marks_->begin(label(), flops, stream_);
     }
   }

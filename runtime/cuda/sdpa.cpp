@@ -82,12 +82,9 @@ constexpr std::size_t kMinimumCudnn = 90000;  // 9.0.0: SDPA forward and backwar
 // cuDNN 9 numbers its versions major·10000 + minor·100 + patch, cuDNN 8 major·1000 + minor·100 +
 // patch (8907 is 8.9.7).
 std::string version_string(std::size_t version) {
-  if (version < 90000) {
-    return std::to_string(version / 1000) + "." + std::to_string(version / 100 % 10) + "." +
-           std::to_string(version % 100);
-  }
-  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-         std::to_string(version % 100);
+  const std::size_t major_unit = version < 90000 ? 1000 : 10000;
+  return std::to_string(version / major_unit) + "." +
+         std::to_string(version / 100 % (major_unit / 100)) + "." + std::to_string(version % 100);
 }
 
 struct CudnnLibrary {
