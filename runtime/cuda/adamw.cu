@@ -29,8 +29,7 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
 void adamw_update(float* master, float* m, float* v, const float* grad, bf16* weight,
                   std::int64_t n, const AdamWStep& step, cudaStream_t stream) {
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n, 256), 256, 0, stream>>>(master, m, v, grad, weight, n, step);
-  CUDA_CHECK_LAUNCH();
+  launch(adamw_kernel, grid_for(n, 256), 256, stream, master, m, v, grad, weight, n, step);
 }
 
 }  // namespace pipeplan::cuda

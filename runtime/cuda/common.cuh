@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include "runtime/cuda/cuda_check.h"
 
@@ -47,6 +48,24 @@ __device__ inline float block_max(float value, float* scratch) {
   value = warp_max(value);
   __syncthreads();
   return value;
+}
+
+// Every kernel launch goes through here: `kernel` on `stream` with no dynamic shared memory,
+// then the launch check. The one <<<>>> in the backend, so that the kernel tests can run the same
+// kernels on the CPU (tests/runtime/cuda/kernels/kernel_sim.h defines PIPEPLAN_KERNEL_SIM).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+            const Args&... args) {
+#ifdef PIPEPLAN_KERNEL_SIM
+  (void)stream;
+  sim::run(grid, block, [&] { kernel(args...); });
+#else
+  // clang-format reads a .cuh as plain C++ and would split the >>>.
+  // clang-format off
+  kernel<<<grid, block, 0, stream>>>(args...);
+  // clang-format on
+  CUDA_CHECK_LAUNCH();
+#endif
 }
 
 inline unsigned int grid_for(std::int64_t n, int threads) {

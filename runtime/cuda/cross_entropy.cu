@@ -65,24 +65,21 @@ __global__ void cross_entropy_backward_kernel(bf16* dlogits, const std::int32_t*
 void cross_entropy_forward(bf16* probs, float* losses, const std::int32_t* targets, std::int64_t n,
                            std::int64_t v, cudaStream_t stream) {
   if (n == 0) return;
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(probs, losses,
-                                                                                  targets, v);
-  CUDA_CHECK_LAUNCH();
+  launch(cross_entropy_forward_kernel, static_cast<unsigned>(n), kThreads, stream, probs, losses,
+         targets, v);
 }
 
 void mean_f32(float* out, const float* values, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  mean_kernel<<<1, 1024, 0, stream>>>(out, values, n);
-  CUDA_CHECK_LAUNCH();
+  launch(mean_kernel, 1, 1024, stream, out, values, n);
 }
 
 void cross_entropy_backward_p1(bf16* dlogits, const std::int32_t* targets, const void* dloss,
                                bool dloss_is_bf16, std::int64_t n, std::int64_t v,
                                cudaStream_t stream) {
   if (n == 0) return;
-  cross_entropy_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      dlogits, targets, dloss, dloss_is_bf16, n, v);
-  CUDA_CHECK_LAUNCH();
+  launch(cross_entropy_backward_kernel, static_cast<unsigned>(n), kThreads, stream, dlogits,
+         targets, dloss, dloss_is_bf16, n, v);
 }
 
 }  // namespace pipeplan::cuda

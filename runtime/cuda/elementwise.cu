@@ -20,14 +20,12 @@ __global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, std::int64_t
 
 void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return;
-  fill_f32_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, value);
-  CUDA_CHECK_LAUNCH();
+  launch(fill_f32_kernel, grid_for(n, 256), 256, stream, out, n, value);
 }
 
 void cast_f32_to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cast_f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, in, n);
-  CUDA_CHECK_LAUNCH();
+  launch(cast_f32_to_bf16_kernel, grid_for(n, 256), 256, stream, out, in, n);
 }
 
 }  // namespace pipeplan::cuda

@@ -32,17 +32,15 @@ __global__ void embedding_backward_p2_kernel(float* dwte, const std::int32_t* to
 void embedding_forward(bf16* y, const std::int32_t* tokens, const bf16* wte, std::int64_t n,
                        std::int64_t c, std::int64_t v, cudaStream_t stream) {
   if (n == 0) return;
-  embedding_forward_kernel<<<grid_for(n * c, 256), 256, 0, stream>>>(y, tokens, wte, n,
-                                                                     static_cast<int>(c), v);
-  CUDA_CHECK_LAUNCH();
+  launch(embedding_forward_kernel, grid_for(n * c, 256), 256, stream, y, tokens, wte, n,
+         static_cast<int>(c), v);
 }
 
 void embedding_backward_p2(float* dwte, const std::int32_t* tokens, const bf16* dy,
                            std::int64_t rows, std::int64_t c, std::int64_t v, cudaStream_t stream) {
   if (rows == 0) return;
-  embedding_backward_p2_kernel<<<grid_for(rows * c, 256), 256, 0, stream>>>(dwte, tokens, dy, rows,
-                                                                            static_cast<int>(c), v);
-  CUDA_CHECK_LAUNCH();
+  launch(embedding_backward_p2_kernel, grid_for(rows * c, 256), 256, stream, dwte, tokens, dy, rows,
+         static_cast<int>(c), v);
 }
 
 }  // namespace pipeplan::cuda

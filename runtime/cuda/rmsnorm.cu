@@ -70,27 +70,24 @@ __global__ void rmsnorm_backward_p2_kernel(float* dg, const bf16* xhat, const bf
 void rmsnorm_forward(bf16* y, bf16* xhat, float* rstd, const bf16* x, const bf16* g, std::int64_t n,
                      std::int64_t c, double eps, cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      y, xhat, rstd, x, g, static_cast<int>(c), static_cast<float>(eps));
-  CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_forward_kernel, static_cast<unsigned>(n), kThreads, stream, y, xhat, rstd, x, g,
+         static_cast<int>(c), static_cast<float>(eps));
 }
 
 void rmsnorm_backward_p1(bf16* dx, const bf16* residual, const bf16* dy, const bf16* xhat,
                          const float* rstd, const bf16* g, std::int64_t n, std::int64_t c,
                          cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_backward_p1_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      dx, residual, dy, xhat, rstd, g, static_cast<int>(c));
-  CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_backward_p1_kernel, static_cast<unsigned>(n), kThreads, stream, dx, residual, dy,
+         xhat, rstd, g, static_cast<int>(c));
 }
 
 void rmsnorm_backward_p2(float* dg, const bf16* xhat, const bf16* dy, std::int64_t rows,
                          std::int64_t c, cudaStream_t stream) {
   if (rows == 0) return;
   const dim3 grid(grid_for(c, kThreads), grid_for(rows, kRowsPerChunk));
-  rmsnorm_backward_p2_kernel<<<grid, kThreads, 0, stream>>>(dg, xhat, dy, rows,
-                                                            static_cast<int>(c));
-  CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_backward_p2_kernel, grid, kThreads, stream, dg, xhat, dy, rows,
+         static_cast<int>(c));
 }
 
 }  // namespace pipeplan::cuda

@@ -39,10 +39,9 @@ void rope_rotate(bf16* qkv, std::int64_t batch, std::int64_t seq, std::int64_t h
   const std::int64_t total = tokens * rotated * (head_dim / 2);
   if (total == 0) return;
   const int width = static_cast<int>((heads + 2 * kv_heads) * head_dim);
-  rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(
-      qkv, tokens, static_cast<int>(seq), static_cast<int>(rotated), static_cast<int>(head_dim),
-      width, static_cast<float>(std::log2(base)), sign);
-  CUDA_CHECK_LAUNCH();
+  launch(rope_kernel, grid_for(total, 256), 256, stream, qkv, tokens, static_cast<int>(seq),
+         static_cast<int>(rotated), static_cast<int>(head_dim), width,
+         static_cast<float>(std::log2(base)), sign);
 }
 
 }  // namespace pipeplan::cuda

@@ -50,17 +50,15 @@ __global__ void causal_softmax_backward_kernel(bf16* dscores, const bf16* probs,
 
 void causal_softmax_forward(bf16* probs, std::int64_t rows, std::int64_t seq, cudaStream_t stream) {
   if (rows == 0) return;
-  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      probs, static_cast<int>(seq));
-  CUDA_CHECK_LAUNCH();
+  launch(causal_softmax_forward_kernel, static_cast<unsigned>(rows), kThreads, stream, probs,
+         static_cast<int>(seq));
 }
 
 void causal_softmax_backward(bf16* dscores, const bf16* probs, std::int64_t rows, std::int64_t seq,
                              float scale, cudaStream_t stream) {
   if (rows == 0) return;
-  causal_softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      dscores, probs, static_cast<int>(seq), scale);
-  CUDA_CHECK_LAUNCH();
+  launch(causal_softmax_backward_kernel, static_cast<unsigned>(rows), kThreads, stream, dscores,
+         probs, static_cast<int>(seq), scale);
 }
 
 }  // namespace pipeplan::cuda

@@ -31,15 +31,13 @@ __global__ void swiglu_backward_p1_kernel(bf16* dgate, bf16* dup, const bf16* dh
 void swiglu_forward(bf16* h, const bf16* gate, const bf16* up, std::int64_t n,
                     cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<grid_for(n, 256), 256, 0, stream>>>(h, gate, up, n);
-  CUDA_CHECK_LAUNCH();
+  launch(swiglu_forward_kernel, grid_for(n, 256), 256, stream, h, gate, up, n);
 }
 
 void swiglu_backward_p1(bf16* dgate, bf16* dup, const bf16* dh, const bf16* gate, const bf16* up,
                         std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_p1_kernel<<<grid_for(n, 256), 256, 0, stream>>>(dgate, dup, dh, gate, up, n);
-  CUDA_CHECK_LAUNCH();
+  launch(swiglu_backward_p1_kernel, grid_for(n, 256), 256, stream, dgate, dup, dh, gate, up, n);
 }
 
 }  // namespace pipeplan::cuda
