@@ -57,8 +57,7 @@ template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
             const Args&... args) {
 #ifdef PIPEPLAN_KERNEL_SIM
-  (void)stream;
-  sim::run(grid, block, [&] { kernel(args...); });
+  sim::run(grid, block, stream, [&] { kernel(args...); });
 #else
   // clang-format reads a .cuh as plain C++ and would split the >>>.
   // clang-format off

@@ -4,12 +4,17 @@
 // common.cuh's launch() then calls sim::run instead of <<<>>>.
 //
 // What is modelled, and what is not:
-// - A launch runs its blocks one after another; a block runs its threads as OS threads, so
-//   __syncthreads is a barrier over the block and __shfl_xor_sync a barrier over the warp.
+// - A launch runs its blocks one after another, on the calling thread. A block's threads are
+//   fibers (ucontext, each with its own stack) that run in turn, each until it reaches
+//   __syncthreads (a barrier over the block), __shfl_xor_sync (a barrier over the warp) or its
+//   end; a round in which no thread can go on is reported as a deadlock. Deterministic, and
+//   cheap enough to run the GPU tests' shapes (ASan is told of every switch).
 // - __shared__ is `static`: one copy per kernel, which is one per block since blocks never overlap.
 // - A thread that returns leaves the block's barriers (as on sm_70 and later). A full-mask shuffle
 //   in a warp that lost a lane, a partial warp, or any other mask is reported as an error.
-// - atomicAdd is a relaxed atomic add; launches are synchronous; streams are ignored.
+// - atomicAdd is a relaxed atomic add. Launches are synchronous and one at a time (so a static
+//   __shared__ is never shared by two launches from two host threads); the stream is handed to
+//   the launch hook, where the CPU stand-in for the CUDA runtime (../fake_device) checks it.
 // - Not modelled: memory ordering weaker than C++'s, warp-synchronous code without shuffles,
 //   timing, occupancy and dynamic shared memory (no kernel here uses them).
 #pragma once
@@ -25,7 +30,7 @@
 #undef __shared__
 #define __shared__ static
 
-// The built-in variables of the running thread (per OS thread; set by sim::run).
+// The built-in variables of the running simulated thread (set by sim::run before each switch).
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
 extern thread_local dim3 blockDim;
@@ -33,9 +38,12 @@ extern thread_local dim3 gridDim;
 
 namespace pipeplan::cuda::sim {
 
-// Runs `body` once per thread of a grid × block launch; throws std::runtime_error naming what a
-// thread did wrong (a bad shuffle, an exception), after every thread has finished.
-void run(dim3 grid, dim3 block, const std::function<void()>& body);
+// Runs `body` once per thread of a grid × block launch on `stream`; throws std::runtime_error
+// naming what a thread did wrong (a bad shuffle, an exception), after every thread has finished.
+void run(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body);
+
+// Called before every launch with its stream (may throw to refuse it); none by default.
+void set_launch_hook(std::function<void(cudaStream_t)> hook);
 
 void syncthreads();
 float shfl_xor(unsigned int mask, float value, int lane_mask);

@@ -108,6 +108,25 @@ TEST(KernelSim, ReportsAFullMaskShuffleAfterALaneReturned) {
   }
 }
 
+__global__ void divergent_barrier_kernel(float* out) {
+  // Half the warp shuffles while the other half waits at __syncthreads: neither can complete.
+  if (threadIdx.x < 16) {
+    out[threadIdx.x] = warp_sum(1.0f);
+  } else {
+    __syncthreads();
+  }
+}
+
+TEST(KernelSim, ReportsADeadlockInsteadOfHanging) {
+  std::vector<float> out(32);
+  try {
+    launch(divergent_barrier_kernel, 1, 32, nullptr, out.data());
+    FAIL() << "the deadlock was not reported";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("deadlock"), std::string::npos) << error.what();
+  }
+}
+
 TEST(KernelSim, RefusesALaunchNoGpuWouldTake) {
   std::vector<float> out(32);
   EXPECT_THROW(launch(shuffle_after_exit_kernel, 1, 2048, nullptr, out.data()), std::runtime_error);
