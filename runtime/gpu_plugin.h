@@ -29,7 +29,8 @@ namespace pipeplan {
 
 // 2: GpuRunOptions::group and ::timeout (one process per GPU under MPI).
 // 3: Backend::upload_loss_gradient (the head's dy in f32, not bf16).
-inline constexpr int kGpuPluginVersion = 3;
+// 4: GpuProfileOptions::gpu (the profile's gpus.json entry, checked before measuring).
+inline constexpr int kGpuPluginVersion = 4;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
@@ -40,10 +41,13 @@ struct GpuProfileOptions {
   int seq = 0;  // 0: the model's
   std::vector<int> micro_batch_sizes = {1};
   Attention attention = Attention::flash;
-  int max_concat = 8;     // p2 over k = 1..max_concat concatenated micro-batches
-  int warmup = 3;         // untimed runs before each measurement
-  int repetitions = 20;   // timed runs; the profile keeps the median
-  int sm_partition = 0;   // > 0: run inside a green context of this many SMs
+  int max_concat = 8;    // p2 over k = 1..max_concat concatenated micro-batches
+  int warmup = 3;        // untimed runs before each measurement
+  int repetitions = 20;  // timed runs; the profile keeps the median
+  int sm_partition = 0;  // > 0: run inside a green context of this many SMs
+  // The gpus.json entry the profile names (the planner's peak FLOP/s and memory); empty: from
+  // the device name, and a device with no entry is refused before anything is measured.
+  std::string gpu;
   std::string command;    // for the provenance
   bool progress = false;  // a progress bar on stderr
 };

@@ -25,6 +25,7 @@ constexpr int kMaxRepetitions = 10000;  // timed runs per pass
 struct ProfileCommand {
   std::string model;
   std::string gpu = "h100";
+  bool gpu_given = false;  // --gpu on the command line (cuda: else from the device name)
   int seq = 0;
   std::string mbs = "1";
   std::string attention = "flash";
@@ -66,11 +67,13 @@ struct ProfileCommand {
     options.max_concat = max_concat;
     options.repetitions = repetitions;
     options.sm_partition = sm_partition;
+    if (gpu_given) options.gpu = gpu;
     options.progress = isatty(STDERR_FILENO) != 0;
     options.command = "pipeplan profile --backend cuda --model " + model + " --mbs " + mbs +
                       " --attention " + attention + " --max-concat " + std::to_string(max_concat);
     if (seq > 0) options.command += " --seq " + std::to_string(seq);
     if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
+    if (gpu_given) options.command += " --gpu " + gpu;
     const Profile profile = load_gpu_plugin().measure_profile(options);
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";
@@ -88,7 +91,9 @@ Command add_profile_command(CLI::App& app) {
   auto cmd = std::make_shared<ProfileCommand>();
   auto* sub = app.add_subcommand("profile", "write a profile (analytic without a GPU)");
   sub->add_option("--model", cmd->model, "model preset or config.json")->required();
-  sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json")->capture_default_str();
+  sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json (cuda: default from the device's name)")
+      ->capture_default_str()
+      ->each([cmd](const std::string&) { cmd->gpu_given = true; });
   sub->add_option("--seq", cmd->seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
   sub->add_option("--mbs", cmd->mbs, "micro-batch sizes, e.g. 1,2,4")->capture_default_str();

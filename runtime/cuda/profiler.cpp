@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "profiles/gpu.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
@@ -79,14 +80,6 @@ class Progress {
 };
 
 // The gpus.json name of the device (as `run` reports it), or the device's own name.
-std::string gpu_key(const std::string& name) {
-  try {
-    return gpu_for_device_name(name).name;
-  } catch (const Error&) {
-    return name;
-  }
-}
-
 std::string iso_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -97,7 +90,7 @@ std::string iso_now() {
 }
 
 // p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when there are two): bandwidth from
-// 256 MiB, latency from 4-byte copies.
+// 1 GiB, latency from 4-byte copies.
 P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& options) {
   const std::int64_t big = std::int64_t{256} << 20;
   const Tensor src = ctx.zeros({big}, DType::i32), dst = ctx.zeros({big}, DType::i32);
@@ -160,12 +153,21 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
   const Timing f = time_op(
       stream, options.warmup, options.repetitions, [&] { fwd = {}; }, forward);
   backend.synchronize();
-  // Bytes from the allocator: what one forward leaves allocated, minus its output.
+  // Bytes from the allocator: what one forward leaves allocated, minus its output; plus inputs
+  // the stash keeps (the embedding's token ids), allocated before the forward but held by the
+  // micro-batch until its backward like the rest.
   fwd = {};
   const std::int64_t before = allocator.stats().current_bytes;
   forward();
   backend.synchronize();
   cost.stash_bytes = allocator.stats().current_bytes - before - fwd.output.bytes();
+  for (const Tensor& input : {in.input, in.targets}) {
+    const auto& entries = fwd.stash.entries();
+    const bool kept = input.defined() &&
+                      std::any_of(entries.begin(), entries.end(),
+                                  [&](const auto& e) { return e.second.data() == input.data(); });
+    if (kept) cost.stash_bytes += input.bytes();
+  }
   BackwardP1Result p1;
   const Timing b1 = time_op(
       stream, options.warmup, options.repetitions,
@@ -217,6 +219,8 @@ Profile measure_profile(const GpuProfileOptions& options) {
   CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  // Before any measurement: a profile whose GPU the planner does not know could not be used.
+  const GpuSpec spec = options.gpu.empty() ? gpu_for_device_name(prop.name) : find_gpu(options.gpu);
   std::optional<GreenContext> green;
   if (options.sm_partition > 0) green.emplace(0, options.sm_partition);
   CudaBackend backend({options.attention, green ? green->stream() : nullptr});
@@ -225,7 +229,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   profile.model = options.model;
   profile.seq = options.seq > 0 ? options.seq : options.model.seq;
   profile.attention = options.attention;
-  profile.gpu = gpu_key(prop.name);
+  profile.gpu = spec.name;
   std::ostringstream notes;
   notes << "cuda backend, bf16, median of " << options.repetitions << " after " << options.warmup
         << " warm-up; [min, max] per pass: ";

@@ -84,9 +84,18 @@ TEST_F(GpuPluginCli, AnotherInterfaceVersionIsRefused) {
 TEST_F(GpuPluginCli, AnErrorThrownInsideTheModuleIsPrintedAsOneLine) {
   const std::vector<Result> results = both_commands(fake_plugin("fake_gpu_plugin"));
   expect_one_line(results[0], {"pipeplan: error: fake plugin: prepare_run refused (--emulate 4)"});
-  expect_one_line(results[1], {"pipeplan: error: fake plugin: measure_profile refused"});
+  // Without --gpu the module takes the GPU from the device's name.
+  expect_one_line(results[1], {"pipeplan: error: fake plugin: measure_profile refused (gpu '',"});
   for (const Result& r : results)
     EXPECT_EQ(r.status, 1) << "caught as a pipeplan::Error, not an internal error\n" << r.out;
+}
+
+TEST_F(GpuPluginCli, ProfileHandsAGivenGpuToTheModuleAndRecordsItInTheCommand) {
+  const std::string env = std::string(kGpuPluginEnv) + "=" + fake_plugin("fake_gpu_plugin");
+  const Result r =
+      pipeplan::testing::run_pipeplan("profile --backend cuda --model tiny --gpu h200", env);
+  expect_one_line(
+      r, {"(gpu 'h200', command 'pipeplan profile --backend cuda --model tiny", " --gpu h200')"});
 }
 
 TEST(GpuPluginPath, IsTheVariableElseNextToTheRunningExecutable) {

@@ -5,6 +5,7 @@
 // - FAKE_PLUGIN_VERSION=0: reports another interface version;
 // - FAKE_PLUGIN_NO_ENTRY: a library without the entry point.
 #include <memory>
+#include <string>
 
 #include "planner/base/error.h"
 #include "runtime/gpu_plugin.h"
@@ -19,8 +20,10 @@ namespace {
 
 class ThrowingPlugin final : public pipeplan::GpuPlugin {
  public:
-  pipeplan::Profile measure_profile(const pipeplan::GpuProfileOptions& /*options*/) override {
-    throw pipeplan::Error("fake plugin: measure_profile refused");
+  // Names the options the CLI passed, so tests can check them.
+  pipeplan::Profile measure_profile(const pipeplan::GpuProfileOptions& options) override {
+    throw pipeplan::Error("fake plugin: measure_profile refused (gpu '" + options.gpu +
+                          "', command '" + options.command + "')");
   }
   std::unique_ptr<pipeplan::GpuRun> prepare_run(const pipeplan::TaskGraph& /*plan*/,
                                                 const pipeplan::GpuRunOptions& options) override {
