@@ -25,10 +25,12 @@ constexpr std::uint64_t kSeed = 23;
 // its rounding); a wrong gradient is off by O(1), rounding by < 1 %.
 constexpr double kGradTolerance = 2e-2;
 
+// The tiny model with `layers` blocks (4 unless a test needs an uneven partition).
 TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
-                    BpipeMode bpipe = BpipeMode::off) {
+                    BpipeMode bpipe = BpipeMode::off, int layers = 4,
+                    std::vector<int> layers_per_stage = {}) {
   ModelConfig model = model_preset("tiny");
-  model.layers = 4;
+  model.layers = layers;
   AnalyticOptions analytic;
   analytic.seq = kSeq;
   analytic.max_p2_concat = kMicrobatches;
@@ -42,6 +44,7 @@ TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
   request.backward = mode;
   request.p2_concat = 0;
   request.bpipe = bpipe;
+  request.layers_per_stage = std::move(layers_per_stage);
   return make_plan(request).graph;
 }
 
@@ -73,13 +76,17 @@ Run run_on_gpu(const TaskGraph& plan, int emulate) {
   return run;
 }
 
-const Run& reference() {
-  static const Run single = run_on_gpu(tiny_plan(1, "1f1b", BackwardMode::fused), 0);
-  return single;
+const Run& reference(int layers = 4) {
+  static std::map<int, Run> single;  // by block count
+  if (!single.contains(layers)) {
+    single.emplace(
+        layers, run_on_gpu(tiny_plan(1, "1f1b", BackwardMode::fused, BpipeMode::off, layers), 0));
+  }
+  return single.at(layers);
 }
 
-void expect_matches_reference(const Run& run, int devices) {
-  const Run& ref = reference();
+void expect_matches_reference(const Run& run, int devices, int layers = 4) {
+  const Run& ref = reference(layers);
   EXPECT_NEAR(run.loss, ref.loss, 1e-2 * std::abs(ref.loss));
   ASSERT_EQ(run.grads.size(), ref.grads.size());
   for (const auto& [name, grad] : ref.grads) {
@@ -115,12 +122,14 @@ TEST(EmulatedRun, FourStagesGpipeFusedMatchesTheSingleStageRun) {
 TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
   PIPEPLAN_REQUIRE_GPU();
   if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
-  const TaskGraph plan = tiny_plan(4, "1f1b", BackwardMode::twobp, BpipeMode::on);
+  // Four blocks split evenly leave nothing for BPipe to balance (the planner adds no transfer);
+  // eight split 3,2,2,1 make the first stage the heaviest by far, so stashes move to the last.
+  const TaskGraph plan = tiny_plan(4, "1f1b", BackwardMode::twobp, BpipeMode::on, 8, {3, 2, 2, 1});
   int transfers = 0;
   for (const Stream& stream : plan.streams())
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
-  expect_matches_reference(run_on_gpu(plan, 4), 4);
+  expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
 }
 
 TEST(EmulatedRun, RefusesAPlanWithMoreDevicesThanGpusWithoutEmulate) {

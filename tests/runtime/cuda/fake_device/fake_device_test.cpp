@@ -1,0 +1,162 @@
+// The stand-in's own rules (fake_device.h), each shown to refuse what breaks it, and the backend's
+// green-context locking shown to keep them: the rest of this binary is the GPU suite
+// (tests/runtime/cuda/*.cpp) running on the stand-in.
+#include "tests/runtime/cuda/fake_device/fake_device.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "planner/base/error.h"
+#include "runtime/cuda/green_context.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/cuda/profiler.h"
+#include "tests/runtime/models.h"
+
+namespace pipeplan {
+namespace {
+
+using cuda::GreenContext;
+using cuda::ScopedContext;
+
+std::vector<std::unique_ptr<GreenContext>> two_stages() {
+  return GreenContext::partition(0, 2, 32);
+}
+
+template <typename Fn>
+Fn driver(const char* symbol) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  EXPECT_EQ(
+      cudaGetDriverEntryPointByVersion(symbol, &function, CUDA_VERSION, cudaEnableDefault, &status),
+      cudaSuccess);
+  return reinterpret_cast<Fn>(function);
+}
+
+TEST(FakeDeviceRules, AnEventIsRecordedOnlyOnAStreamOfItsOwnContext) {
+  const auto stages = two_stages();
+  cudaEvent_t event = cuda::create_event_for(stages[0]->stream(), cudaEventDefault);
+  {
+    const ScopedContext current(stages[1]->context());
+    EXPECT_EQ(cudaEventRecord(event, stages[1]->stream()), cudaErrorInvalidResourceHandle);
+    EXPECT_NE(std::string(cudaGetErrorString(cudaErrorInvalidResourceHandle))
+                  .find("event and stream must share a context"),
+              std::string::npos);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  }
+  {
+    const ScopedContext current(stages[0]->context());
+    EXPECT_EQ(cudaEventRecord(event, stages[0]->stream()), cudaSuccess);
+    EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
+  }
+}
+
+TEST(FakeDeviceRules, AKernelGoesOnlyToAStreamOfTheCurrentContext) {
+  const auto stages = two_stages();
+  float* values = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&values), 64 * sizeof(float)), cudaSuccess);
+  {
+    const ScopedContext current(stages[0]->context());
+    try {
+      cuda::fill_f32(values, 64, 1.0f, stages[1]->stream());
+      ADD_FAILURE() << "a launch to another context's stream was not refused";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(
+          std::string(error.what()).find("a launch must go to a stream of the current context"),
+          std::string::npos)
+          << error.what();
+    }
+    cuda::fill_f32(values, 64, 2.0f, stages[0]->stream());
+  }
+  EXPECT_EQ(values[63], 2.0f);
+  EXPECT_EQ(cudaFree(values), cudaSuccess);
+  EXPECT_EQ(cudaFree(values), cudaErrorInvalidDevicePointer);  // freed twice
+}
+
+TEST(FakeDeviceRules, AGreenContextIsCurrentOnOneThreadAtATime) {
+  const auto stages = two_stages();
+  const auto push = driver<decltype(&cuCtxPushCurrent)>("cuCtxPushCurrent");
+  const auto pop = driver<decltype(&cuCtxPopCurrent)>("cuCtxPopCurrent");
+  CUcontext context = stages[0]->context();
+  std::latch pushed(1), checked(1);
+  std::thread holder([&] {
+    EXPECT_EQ(push(context), CUDA_SUCCESS);
+    pushed.count_down();
+    checked.wait();
+    CUcontext popped = nullptr;
+    EXPECT_EQ(pop(&popped), CUDA_SUCCESS);
+    EXPECT_EQ(popped, context);
+  });
+  pushed.wait();
+  EXPECT_EQ(push(context), CUDA_ERROR_INVALID_CONTEXT);  // current on `holder`
+  EXPECT_NE(fake_cuda::last_rule_error().find("current to only one thread at a time"),
+            std::string::npos);
+  EXPECT_EQ(push(stages[1]->context()), CUDA_SUCCESS);  // another green context is free
+  CUcontext popped = nullptr;
+  EXPECT_EQ(pop(&popped), CUDA_SUCCESS);
+  checked.count_down();
+  holder.join();
+  EXPECT_EQ(push(context), CUDA_SUCCESS);  // free again
+  EXPECT_EQ(pop(&popped), CUDA_SUCCESS);
+}
+
+// The backend's side of the last rule: ScopedContext holds the stage's lock while its context is
+// pushed, so threads that share a stage (compute, send, receive) take turns and break nothing.
+TEST(FakeDeviceRules, ScopedContextLetsThreadsShareAStageWithoutBreakingARule) {
+  const auto stages = two_stages();
+  float* values = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&values), 256 * sizeof(float)), cudaSuccess);
+  const std::int64_t before = fake_cuda::counters().rule_errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const ScopedContext outer(stages[0]->context());
+        const ScopedContext inner(stages[0]->context());  // recursive, as nested backend calls
+        cuda::fill_f32(values, 256, float(t), stages[0]->stream());
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  EXPECT_EQ(fake_cuda::counters().rule_errors, before);
+  EXPECT_EQ(cudaFree(values), cudaSuccess);
+}
+
+// A device the planner has no gpus.json entry for: the profiler says so before it measures
+// anything (a profile naming an unknown GPU could not be planned from), and --gpu overrides.
+TEST(FakeDeviceProfiler, RefusesAGpuWithoutAGpusJsonEntryBeforeMeasuring) {
+  GpuProfileOptions options;
+  options.model = pipeplan::testing::tiny_model();
+  options.attention = Attention::recompute;
+  options.max_concat = 1;
+  options.warmup = 0;
+  options.repetitions = 1;
+  fake_cuda::set_device_name("Tesla T4");
+  const std::int64_t launches = fake_cuda::counters().launches;
+  try {
+    (void)cuda::measure_profile(options);
+    ADD_FAILURE() << "an unknown GPU was profiled";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("'Tesla T4'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("gpus.json"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(fake_cuda::counters().launches, launches) << "it measured before refusing";
+  options.gpu = "h100-pcie";
+  const Profile profile = cuda::measure_profile(options);
+  fake_cuda::set_device_name("");
+  EXPECT_EQ(profile.gpu, "h100-pcie");
+  EXPECT_EQ(profile.provenance.gpu, "Tesla T4");
+}
+
+}  // namespace
+}  // namespace pipeplan

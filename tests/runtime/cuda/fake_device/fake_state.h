@@ -1,0 +1,69 @@
+// The stand-in's objects and shared state (fake_device.h says what it models), used by
+// fake_runtime.cpp (runtime and driver) and fake_cublas.cpp.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "tests/runtime/cuda/fake_device/fake_device.h"
+
+// The driver's opaque handle types, defined here (the headers leave them incomplete).
+struct CUctx_st {
+  bool green = false;
+  unsigned int sms = 0;
+  std::string name;
+  std::mutex mutex;
+  std::set<std::thread::id> current_on;  // threads whose current context this is
+};
+
+struct CUstream_st {
+  CUctx_st* context = nullptr;
+};
+
+struct CUevent_st {
+  CUctx_st* context = nullptr;
+  unsigned int flags = 0;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at{};
+};
+
+struct CUgreenCtx_st {
+  CUctx_st context;
+};
+
+struct CUdevResourceDesc_st {
+  unsigned int sms = 0;
+};
+
+namespace pipeplan::fake_cuda {
+
+inline constexpr unsigned int kDeviceSms = 132;    // an H100 SXM's count
+inline constexpr unsigned int kPartitionStep = 8;  // Hopper's SM partition granularity
+
+CUctx_st* current_context();                // the calling thread's (the primary if none was set)
+CUctx_st* context_of(cudaStream_t stream);  // the null stream: the current context
+
+// Records that a rule was broken (fake_device.h): counted, kept for last_rule_error() and for
+// the error string of `status` on this thread; returns the message.
+std::string break_rule(const std::string& message, int status);
+// The message of the last rule this thread broke with `status`, or null.
+const char* rule_message_for(int status);
+
+// Kernel launches and cuBLAS calls: the stream must be the current context's (CUDA programming
+// guide, "Stream and Event Behavior": a launch to a stream not associated with the current device
+// fails). Returns "" or the broken rule's message, recorded with `status` (the error the caller
+// returns).
+std::string check_launch_stream(cudaStream_t stream, const char* call, int status);
+
+void count_launch();
+void count_gemm();
+
+}  // namespace pipeplan::fake_cuda
