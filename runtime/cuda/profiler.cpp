@@ -79,7 +79,6 @@ class Progress {
   int total_, done_ = 0;
 };
 
-// The gpus.json name of the device (as `run` reports it), or the device's own name.
 std::string iso_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -161,8 +160,8 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
   forward();
   backend.synchronize();
   cost.stash_bytes = allocator.stats().current_bytes - before - fwd.output.bytes();
+  const auto& entries = fwd.stash.entries();
   for (const Tensor& input : {in.input, in.targets}) {
-    const auto& entries = fwd.stash.entries();
     const bool kept = input.defined() &&
                       std::any_of(entries.begin(), entries.end(),
                                   [&](const auto& e) { return e.second.data() == input.data(); });
