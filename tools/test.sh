@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: set up, build (warnings are errors), check formatting
 # and clang-tidy, run every test; then the unit tests again under ASan + UBSan and a short run of
-# every fuzz target (docs/fuzzing.md). Usage: bash tools/test.sh
+# every fuzz target (docs/fuzzing.md). Each stage's wall time is printed as it ends and again as a
+# summary, so a slow CI run shows where its time went. Usage: bash tools/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash tools/setup.sh
-bash tools/lint.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
-bash tools/sanitize.sh
-bash tools/fuzz_smoke.sh
+timings=()
+stage() {
+  local name=$1 start
+  shift
+  start=$(date +%s)
+  "$@"
+  timings+=("$(printf '%-9s %5d s' "$name" $(($(date +%s) - start)))")
+  echo "test.sh: ${timings[-1]}"
+}
+stage setup bash tools/setup.sh
+stage lint bash tools/lint.sh
+stage ctest ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
+stage sanitize bash tools/sanitize.sh
+stage fuzz bash tools/fuzz_smoke.sh
+echo "test.sh: all stages passed; wall time per stage:"
+printf '  %s\n' "${timings[@]}"
