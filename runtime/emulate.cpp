@@ -48,4 +48,8 @@ GpuSpec gpu_for_device_name(std::string_view device_name) {
               field_name("gpu") + " with a gpus.json name for its peak FLOP/s)");
 }
 
+GpuSpec gpu_for_device(std::string_view device_name, const std::string& requested) {
+  return requested.empty() ? gpu_for_device_name(device_name) : find_gpu(requested);
+}
+
 }  // namespace pipeplan

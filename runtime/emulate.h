@@ -31,4 +31,9 @@ inline constexpr std::string_view kEmulatedNote = "emulated on one GPU: HBM and 
 // Error naming the device when no entry fits (pass `pipeplan run --gpu KEY`).
 GpuSpec gpu_for_device_name(std::string_view device_name);
 
+// The GPU a measurement on `device_name` is for: the gpus.json entry `requested` names when it is
+// not empty (`--gpu`, which also covers a device the name rules do not know), else
+// gpu_for_device_name. Throws Error like find_gpu or gpu_for_device_name.
+GpuSpec gpu_for_device(std::string_view device_name, const std::string& requested);
+
 }  // namespace pipeplan

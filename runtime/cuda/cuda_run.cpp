@@ -110,8 +110,7 @@ MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_device
     hw.sm_per_stage = emulated_sm_share(hw.total_sms, options.emulate);
   }
   try {
-    const GpuSpec spec =
-        options.gpu.empty() ? gpu_for_device_name(hw.device_name) : find_gpu(options.gpu);
+    const GpuSpec spec = gpu_for_device(hw.device_name, options.gpu);
     hw.gpu = spec.name;
     hw.peak_flops = spec.peak_bf16_tflops * 1e12;
   } catch (const Error&) {

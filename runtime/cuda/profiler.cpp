@@ -219,7 +219,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   // Before any measurement: a profile whose GPU the planner does not know could not be used.
-  const GpuSpec spec = options.gpu.empty() ? gpu_for_device_name(prop.name) : find_gpu(options.gpu);
+  const GpuSpec spec = gpu_for_device(prop.name, options.gpu);
   std::optional<GreenContext> green;
   if (options.sm_partition > 0) green.emplace(0, options.sm_partition);
   CudaBackend backend({options.attention, green ? green->stream() : nullptr});

@@ -63,6 +63,15 @@ TEST(GpuForDeviceName, MapsCudaDeviceNamesToGpusJsonPeaks) {
   EXPECT_NE(unknown.find("pass gpu with"), std::string::npos) << unknown;
 }
 
+TEST(GpuForDevice, AGivenGpuWinsOverTheDeviceName) {
+  EXPECT_EQ(gpu_for_device("NVIDIA H100 80GB HBM3", "").name, "h100-sxm");
+  EXPECT_EQ(gpu_for_device("NVIDIA H100 80GB HBM3", "h200").name, "h200");
+  EXPECT_EQ(gpu_for_device("Tesla T4", "a100-80g").name, "a100-80g");
+  EXPECT_NE(error_of([] { gpu_for_device("Tesla T4", ""); }).find("Tesla T4"), std::string::npos);
+  EXPECT_NE(error_of([] { gpu_for_device("NVIDIA H200", "b300"); }).find("b300"),
+            std::string::npos);
+}
+
 // A fake measurement: 4 emulated stages x 32 of 132 SMs on an H100, 5 % slower than predicted.
 struct FakeRun {
   TaskGraph plan;
