@@ -42,7 +42,8 @@
 # the rest are skipped, so packing finishes inside the device tool's 600 s), LAYERS (8 LLaMA-7B
 # blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
 # SEQ (2048), STEPS (3 per run; the report is the last), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
-# BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE,
+# BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE, TEST_CAP_S (150
+# s per test suite),
 # PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).
 # shellcheck disable=SC2317  # the phases (and what they call) run indirectly: "phase_$name"
 set -uo pipefail
@@ -75,8 +76,10 @@ seq=${SEQ:-2048}
 steps=${STEPS:-3}
 bpipe_mbs=${BPIPE_MBS:-"2 4"}
 out=${OUT:-bench/results/issue12-$(date -u +%Y%m%dT%H%M%SZ)}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+if [[ $dry != 1 ]]; then  # a dry run writes nothing in the tree
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+fi
 tag=$(IFS=-; echo "${phases[*]}")
 raw=$(mktemp -d "${TMPDIR:-/tmp}/issue12-$tag.XXXXXX")
 index="$raw/index.txt"
@@ -223,7 +226,7 @@ phase_env() {
 }
 
 phase_tests() {
-  local cap_s=150 suites
+  local cap_s=${TEST_CAP_S:-150} suites
   if [[ $dry == 1 ]]; then
     suites="ALL"
   else
