@@ -278,10 +278,12 @@ ModelConfig model_preset(std::string_view name) {
 
 ModelConfig load_hf_config(const std::filesystem::path& path) {
   const std::string source = path.string();
+  // Hugging Face's layout, <model>/config.json, names the model by its folder; any other file
+  // by its own name (llama-7b-blocks8.json: "llama-7b-blocks8").
   const std::string parent = path.parent_path().filename().string();
-  return hf_config_from_json(
-      read_json_file(path), source,
-      parent.empty() || parent == "." || parent == ".." ? "hf:" + source : parent);
+  std::string name = path.filename() == "config.json" ? parent : path.stem().string();
+  if (name.empty() || name == "." || name == "..") name = "hf:" + source;
+  return hf_config_from_json(read_json_file(path), source, name);
 }
 
 ModelConfig hf_config_from_json(const json& config, std::string_view source_view,

@@ -248,20 +248,22 @@ json profile_to_json(const Profile& p) {
       entries[std::to_string(mbs)] = cost_to_json(c);
     layers[kind] = entries;
   }
-  return json{{"format", kFormat},
-              {"version", Profile::kVersion},
-              {"provenance",
-               {{"source", p.provenance.source},
-                {"gpu", p.provenance.gpu},
-                {"date", p.provenance.date},
-                {"command", p.provenance.command},
-                {"notes", p.provenance.notes}}},
-              {"model", model_to_json(p.model)},
-              {"gpu", p.gpu},
-              {"seq", p.seq},
-              {"attention", to_string(p.attention)},
-              {"p2p", {{"latency_us", p.p2p.latency_us}, {"bandwidth_GBps", p.p2p.bandwidth_GBps}}},
-              {"layers", layers}};
+  json out{{"format", kFormat},
+           {"version", Profile::kVersion},
+           {"provenance",
+            {{"source", p.provenance.source},
+             {"gpu", p.provenance.gpu},
+             {"date", p.provenance.date},
+             {"command", p.provenance.command},
+             {"notes", p.provenance.notes}}},
+           {"model", model_to_json(p.model)},
+           {"gpu", p.gpu},
+           {"seq", p.seq},
+           {"attention", to_string(p.attention)},
+           {"p2p", {{"latency_us", p.p2p.latency_us}, {"bandwidth_GBps", p.p2p.bandwidth_GBps}}},
+           {"layers", layers}};
+  if (!p.contention.empty()) out["contention"] = contention_to_json(p.contention);
+  return out;
 }
 
 Profile profile_from_json(const json& j, std::string_view source) {
@@ -306,6 +308,9 @@ Profile profile_from_json(const json& j, std::string_view source) {
   p.p2p.latency_us =
       p2p.at_most("latency_us", p2p.nonnegative("latency_us"), limits::kMaxLinkLatencyUs, "us");
   p.p2p.bandwidth_GBps = p2p.nonnegative("bandwidth_GBps");
+  if (const auto c = j.find("contention"); c != j.end()) {
+    p.contention = contention_from_json(*c, source);
+  }
 
   const Reader layers = root.object("layers");
   const auto needed = kinds_needed(p.model);

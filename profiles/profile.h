@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "profiles/contention.h"
 #include "profiles/link.h"
 #include "profiles/model.h"
 
@@ -53,6 +54,8 @@ struct Profile {
   Attention attention = Attention::flash;
   Provenance provenance;
   P2pLink p2p;
+  // Emulated stages sharing this GPU (an --sm-partition profile): optional, empty elsewhere.
+  Contention contention;
   // layer kind ("embedding", "block", "head") -> micro-batch size -> cost
   std::map<std::string, std::map<int, LayerCost>> layers;
 

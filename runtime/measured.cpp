@@ -45,6 +45,8 @@ RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& pr
   const double model_flops_per_s = measured.tokens_per_s * plan.meta.flops_per_token;
   if (hardware.peak_flops > 0) {
     c.measured_mfu = model_flops_per_s / (hardware.gpus * hardware.peak_flops);
+    c.predicted_mfu_on_gpus_used =
+        predicted.tokens_per_s * plan.meta.flops_per_token / (hardware.gpus * hardware.peak_flops);
     if (hardware.emulated() && hardware.total_sms > 0 && hardware.sm_per_stage > 0) {
       c.sm_share = static_cast<double>(hardware.emulated_stages * hardware.sm_per_stage) /
                    hardware.total_sms;

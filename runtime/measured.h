@@ -49,6 +49,9 @@ struct RunComparison {
   double predicted_tokens_per_s = 0;
   double measured_tokens_per_s = 0;  // over the measured makespan, like the prediction
   double predicted_mfu = 0;          // against the plan's GPU (meta.peak_flops_per_device)
+  // The predicted tokens/s against the GPUs it ran on, as measured_mfu is: the figure to set
+  // beside it (an emulated run has one GPU where the plan has P); 0 when the peak is unknown.
+  double predicted_mfu_on_gpus_used = 0;
   double measured_mfu = 0;           // against the GPUs it ran on; 0 when the peak is unknown
   double measured_mfu_of_share = 0;  // emulated: against the SMs granted
   double sm_share = 1;               // emulated: stages x sm_per_stage / total_sms

@@ -34,6 +34,10 @@ struct DeviceDiff {
   int device = 0;
   double predicted_busy_us = 0, measured_busy_us = 0;  // compute stream
   double predicted_span_us = 0, measured_span_us = 0;  // first to last compute op
+  // Stalls: time its compute ops waited with every input ready (all their predecessors, in the
+  // graph and in their stream, ended): launch gaps, a host thread held elsewhere, GPU queues
+  // shared between streams. The simulator starts an op when it is ready, so predicted is 0.
+  double predicted_stall_us = 0, measured_stall_us = 0;
 };
 
 struct TraceDiff {

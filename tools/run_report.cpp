@@ -1,5 +1,6 @@
 #include "tools/run_report.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/emulate.h"
@@ -45,9 +46,13 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
                        percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s));
   if (hw.peak_flops > 0) {
     out += printf_string("%-26s %14s %14s\n", "MFU (PaLM model FLOPs)",
-                         mfu_text(run.predicted_mfu).c_str(), mfu_text(run.measured_mfu).c_str());
-    out += "  measured MFU against " + std::to_string(hw.gpus) + " x " + hw.device_name + " (" +
-           hw.gpu + ", " + peak_text(hw) + " dense bf16 each)";
+                         mfu_text(run.predicted_mfu_on_gpus_used).c_str(),
+                         mfu_text(run.measured_mfu).c_str());
+    out += "  both against " + std::to_string(hw.gpus) + " x " + hw.device_name + " (" + hw.gpu +
+           ", " + peak_text(hw) + " dense bf16 each)";
+    if (std::abs(run.predicted_mfu - run.predicted_mfu_on_gpus_used) > 5e-4) {
+      out += "; the plan's own figure, against its devices: " + mfu_text(run.predicted_mfu);
+    }
     if (hw.emulated()) {
       out += "; " + mfu_text(run.measured_mfu_of_share) + " of the " +
              std::to_string(hw.emulated_stages * hw.sm_per_stage) + " SMs granted (" +
@@ -103,7 +108,9 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
       {"predicted",
        {{"makespan_us", run.predicted_makespan_us},
         {"tokens_per_s", run.predicted_tokens_per_s},
-        {"mfu", run.predicted_mfu}}},
+        {"mfu", run.predicted_mfu},
+        {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
+                                               : nlohmann::json(nullptr)}}},
       {"measured", std::move(measured)},
       {"error_pct",
        {{"makespan", run.makespan_error_pct},

@@ -109,24 +109,27 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageLayers& s : m.stage_layers)
     stages.push_back({s.first_layer, s.layer_count});
-  return {{"model", model_to_json(m.model)},
-          {"gpu", m.gpu},
-          {"devices", m.devices},
-          {"chunks", m.chunks},
-          {"microbatches", m.microbatches},
-          {"mbs", m.mbs},
-          {"seq", m.seq},
-          {"schedule", m.schedule},
-          {"backward", std::string(to_string(m.backward))},
-          {"p2_concat", m.p2_concat},
-          {"attention", std::string(to_string(m.attention))},
-          {"stage_layers", stages},
-          {"memory_limit_bytes", m.memory_limit_bytes},
-          {"static_bytes", m.static_bytes},
-          {"flops_per_token", m.flops_per_token},
-          {"peak_flops_per_device", m.peak_flops_per_device},
-          {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
-          {"profile_source", m.profile_source}};
+  nlohmann::json j = {
+      {"model", model_to_json(m.model)},
+      {"gpu", m.gpu},
+      {"devices", m.devices},
+      {"chunks", m.chunks},
+      {"microbatches", m.microbatches},
+      {"mbs", m.mbs},
+      {"seq", m.seq},
+      {"schedule", m.schedule},
+      {"backward", std::string(to_string(m.backward))},
+      {"p2_concat", m.p2_concat},
+      {"attention", std::string(to_string(m.attention))},
+      {"stage_layers", stages},
+      {"memory_limit_bytes", m.memory_limit_bytes},
+      {"static_bytes", m.static_bytes},
+      {"flops_per_token", m.flops_per_token},
+      {"peak_flops_per_device", m.peak_flops_per_device},
+      {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
+      {"profile_source", m.profile_source}};
+  if (!m.contention.empty()) j["contention"] = contention_to_json(m.contention);
+  return j;
 }
 
 // Wraps an Error from a reader that does not know the file (backward mode, attention) so it
@@ -201,6 +204,8 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
   m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");
   m.profile_source = require_string(j, "profile_source", ctx);
+  if (const auto c = j.find("contention"); c != j.end())
+    m.contention = contention_from_json(*c, ctx);
   return m;
 }
 

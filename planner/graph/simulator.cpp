@@ -1,6 +1,7 @@
 #include "planner/graph/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <map>
@@ -60,6 +61,7 @@ struct HotNode {
   int match;
   std::int16_t device;
   NodeKind kind;
+  OpType op;  // the contention curve of a shared GPU
 };
 
 // The nodes whose inputs are ready. Where two streams send over one directed link (BPipe's
@@ -73,6 +75,8 @@ class ReadyNodes {
   using Event = std::pair<double, int>;  // (ready time, node)
   explicit ReadyNodes(bool by_time) : by_time_(by_time) {}
   bool empty() const { return items_.empty(); }
+  // The earliest ready time (by-time order only).
+  double next_time() const { return items_.front().first; }
   void push(double time, int id) {
     items_.emplace_back(time, id);
     if (by_time_) std::push_heap(items_.begin(), items_.end(), std::greater<>{});
@@ -88,6 +92,62 @@ class ReadyNodes {
   bool by_time_;
   std::vector<Event> items_;
 };
+
+// Processor sharing for stages on one GPU: every compute op that has started and not ended
+// advances through its profiled duration at rate 1 / factor(its op type's curve, k), k being how
+// many run at once, so an op's end moves whenever another starts or ends. Events go in time order:
+// the next ready node or the next end among the running ops, ends first on a tie (a successor does
+// not share the GPU with its predecessor). Transfers keep their own timing (`transfer`).
+template <typename Finish, typename Transfer>
+void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot,
+                         const Contention& contention, Finish& finish, Transfer& transfer) {
+  const std::array<const std::vector<double>*, 4> curves = {
+      &contention.curve("F"), &contention.curve("B"), &contention.curve("P1"),
+      &contention.curve("P2")};
+  struct Running {
+    int id;
+    double start;
+    double work_us;  // profiled time still to do
+    const std::vector<double>* curve;
+  };
+  std::vector<Running> running;
+  double now = 0;
+  const auto advance = [&](double t) {
+    for (Running& r : running)
+      r.work_us =
+          std::max(0.0, r.work_us - (t - now) / Contention::factor(*r.curve, running.size()));
+    now = std::max(now, t);
+  };
+  while (!queue.empty() || !running.empty()) {
+    double end = std::numeric_limits<double>::infinity();
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      const double t =
+          now + running[i].work_us * Contention::factor(*running[i].curve, running.size());
+      if (t < end) {
+        end = t;
+        first = i;
+      }
+    }
+    if (!running.empty() && (queue.empty() || end <= queue.next_time())) {
+      advance(end);
+      const Running done = running[first];
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(first));
+      finish(done.id, done.start, end);
+      continue;
+    }
+    const auto [time, id] = queue.pop();
+    advance(time);
+    const HotNode& n = hot[static_cast<std::size_t>(id)];
+    if (n.kind != NodeKind::compute) {
+      transfer(time, id);
+    } else if (n.duration_us <= 0) {
+      finish(id, time, time);
+    } else {
+      running.push_back({id, time, n.duration_us, curves[static_cast<std::size_t>(n.op)]});
+    }
+  }
+}
 
 }  // namespace
 
@@ -120,7 +180,7 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
                   std::to_string(n.device));
     }
     hot[static_cast<std::size_t>(id)] = {n.duration_us, n.match,
-                                         static_cast<std::int16_t>(n.device), n.kind};
+                                         static_cast<std::int16_t>(n.device), n.kind, n.op};
     payload_bytes[static_cast<std::size_t>(id)] = n.bytes;
     if (n.kind == NodeKind::send && !shared_link) {
       if (n.peer < 0 || n.peer >= n_devices) {
@@ -155,7 +215,11 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     if (!is_pair_edge(from, to)) ++state[to].pending;
   }
   const auto& g = graph.graph();
-  ReadyNodes queue(shared_link);
+  // Stages sharing one GPU (emulation) run their ops at a rate that depends on how many run at
+  // once, so the loop must go in time order.
+  const Contention& contention = graph.meta.contention;
+  const bool shared_gpu = !contention.empty();
+  ReadyNodes queue(shared_link || shared_gpu);
   for (int id = 0; id < n_nodes; ++id) {
     if (state[static_cast<std::size_t>(id)].pending == 0) queue.push(0.0, id);
   }
@@ -175,18 +239,13 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   };
 
   const P2pLink link = graph.meta.link;
-  while (!queue.empty()) {
-    const auto [time, id] = queue.pop();
+  // Rendezvous: a transfer starts once both halves are at the head of their streams with their
+  // inputs ready, and the link is free.
+  auto transfer = [&](double time, int id) {
     const HotNode& n = hot[static_cast<std::size_t>(id)];
-    if (n.kind == NodeKind::compute) {
-      finish(id, time, time + n.duration_us);
-      continue;
-    }
-    // Rendezvous: a transfer starts once both halves are at the head of their streams with
-    // their inputs ready, and the link is free.
     state[static_cast<std::size_t>(id)].half_ready = true;
     if (n.match < 0 || n.match >= n_nodes || !state[static_cast<std::size_t>(n.match)].half_ready) {
-      continue;
+      return;
     }
     const HotNode& other = hot[static_cast<std::size_t>(n.match)];
     const int src = n.kind == NodeKind::send ? n.device : other.device;
@@ -199,6 +258,20 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
     const double end = start + n.duration_us;
     finish(id, start, end);
     finish(n.match, start, end);
+  };
+
+  if (shared_gpu) {
+    simulate_shared_gpu(queue, hot, contention, finish, transfer);
+  } else {
+    while (!queue.empty()) {
+      const auto [time, id] = queue.pop();
+      const HotNode& n = hot[static_cast<std::size_t>(id)];
+      if (n.kind == NodeKind::compute) {
+        finish(id, time, time + n.duration_us);
+      } else {
+        transfer(time, id);
+      }
+    }
   }
   if (finished != n_nodes) {
     std::vector<int> pending;

@@ -127,6 +127,7 @@ struct PlanMeta {
   double peak_flops_per_device = 0;        // dense bf16 FLOP/s
   P2pLink link;                            // every device pair
   std::string profile_source;              // provenance summary of the profile used
+  Contention contention;  // stages sharing one GPU (emulation): the simulator's slowdowns
 };
 
 class GraphBuilder;

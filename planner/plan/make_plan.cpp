@@ -60,6 +60,7 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.flops_per_token = r.profile.model.flops_per_token(r.profile.seq);
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.link = r.profile.p2p;
+  m.contention = r.profile.contention;
   const Provenance& p = r.profile.provenance;
   m.profile_source =
       p.source + (p.gpu.empty() ? "" : " on " + p.gpu) + (p.date.empty() ? "" : " " + p.date);

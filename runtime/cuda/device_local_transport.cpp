@@ -78,7 +78,11 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
   // Each event in the context of the stream it is recorded on (the sender's compute and link
   // streams share the sender's green context).
   link.sender_tail = create_event_for(sender.compute, cudaEventDisableTiming);
-  link.copied = create_event_for(link.stream, cudaEventDisableTiming);
+  // The send thread waits on `copied` for as long as the producing op runs (milliseconds): with
+  // blocking sync it sleeps instead of spinning. Spinning, the 2 (P - 1) send threads and the P
+  // compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7; the
+  // suspected cause of the compute stalls measured at 8 stages (docs/runtime.md, "Fidelity").
+  link.copied = create_event_for(link.stream, cudaEventDisableTiming | cudaEventBlockingSync);
   link.receiver_tail = create_event_for(endpoint(to, "receiving").compute, cudaEventDisableTiming);
   return link;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "tests/error_support.h"
 
 namespace pipeplan {
@@ -166,6 +167,9 @@ TEST(Model, HfLlamaConfigWithGroupedQueryAttention) {
     "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": false})");
   const ModelConfig m = load_hf_config(path);
   EXPECT_EQ(m.name, "mistral-7b");
+  // A config under any other file name is named by that file, not its folder.
+  EXPECT_EQ(load_hf_config(dir.write("runs/llama-7b-blocks8.json", read_text_file(path))).name,
+            "llama-7b-blocks8");
   EXPECT_EQ(m.family, "llama");
   EXPECT_EQ(m.kv_heads, 8);
   EXPECT_EQ(m.ffn_hidden, 14336);

@@ -51,6 +51,9 @@ Profile sample_profile() {
   p.layers["head"][2] = sample_cost(1.3);
   p.layers["embedding"][2] = sample_cost(0.2);
   p.layers["embedding"][4] = sample_cost(0.3);  // not present for every kind
+  p.contention.slowdown = {1.05, 1.125, 1.25};
+  p.contention.by_op["P1"] = {1.0, 1.5};
+  p.contention.source = "fitted";
   return p;
 }
 
@@ -79,6 +82,9 @@ void expect_same_profile(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.provenance.notes, b.provenance.notes);
   EXPECT_EQ(a.p2p.latency_us, b.p2p.latency_us);
   EXPECT_EQ(a.p2p.bandwidth_GBps, b.p2p.bandwidth_GBps);
+  EXPECT_EQ(a.contention.slowdown, b.contention.slowdown);
+  EXPECT_EQ(a.contention.by_op, b.contention.by_op);
+  EXPECT_EQ(a.contention.source, b.contention.source);
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (const auto& [kind, by_mbs] : a.layers) {
     ASSERT_EQ(b.layers.count(kind), 1u) << kind;
@@ -163,6 +169,26 @@ TEST(Profile, InvalidStructureNamesTheJsonPath) {
   j["attention"] = "sparse";
   EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'attention'"),
             std::string::npos);
+}
+
+TEST(Profile, ContentionIsOptionalAndChecked) {
+  json j = profile_to_json(sample_profile());
+  j.erase("contention");
+  EXPECT_TRUE(profile_from_json(j, "p.json").contention.empty());
+  j["contention"] = {{"slowdown", {1.0, "slow"}}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.slowdown' must hold numbers in (0, 100]");
+  j["contention"] = {{"source", "no curve"}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.slowdown' must be an array of 1 to 1024 numbers");
+  j["contention"] = {{"slowdown", {1.0}}, {"by_op", {{"P2", {0.0}}}}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.by_op.P2' must hold numbers in (0, 100]");
+  // Beyond its last entry a curve keeps its last factor; an op without a curve takes slowdown.
+  const Contention c = profile_from_json(profile_to_json(sample_profile()), "p.json").contention;
+  EXPECT_EQ(Contention::factor(c.curve("P1"), 5), 1.5);
+  EXPECT_EQ(Contention::factor(c.curve("F"), 2), 1.125);
+  EXPECT_EQ(c.factor(9), 1.25);
 }
 
 TEST(Profile, P2TimeUsesEntriesThenLinearExtension) {

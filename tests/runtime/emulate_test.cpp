@@ -109,6 +109,8 @@ TEST(CompareWithPrediction, ErrorsMfuAndSmShareFromAFakeMeasurement) {
   EXPECT_NEAR(c.sm_share, 128.0 / 132.0, 1e-12);
   EXPECT_NEAR(c.measured_mfu_of_share, mfu * 132.0 / 128.0, 1e-12);
   EXPECT_DOUBLE_EQ(c.predicted_mfu, 0.4);
+  // The prediction on the measurement's basis: its tokens/s against the one GPU used.
+  EXPECT_NEAR(c.predicted_mfu_on_gpus_used, 80000.0 * 1.2e9 / 989.4e12, 1e-12);
   ASSERT_EQ(c.peak_bytes_error_pct.size(), 4U);
   EXPECT_NEAR(c.peak_bytes_error_pct[0], 0.0, 1e-12);
   EXPECT_NEAR(c.peak_bytes_error_pct[1], 5.0, 1e-9);

@@ -20,6 +20,7 @@ struct Fake {
     run.predicted_tokens_per_s = 80000;
     run.measured_tokens_per_s = 76190.476;
     run.predicted_mfu = 0.4;
+    run.predicted_mfu_on_gpus_used = 0.097;
     run.measured_mfu = 0.0924;
     run.measured_mfu_of_share = 0.0924 * 132 / 128;
     run.sm_share = 128.0 / 132.0;
@@ -46,8 +47,10 @@ TEST(RunReport, EmulatedRunsSaySoAndShowPredictedMeasuredAndError) {
   EXPECT_NE(text.find("+5.00 %"), std::string::npos) << text;
   EXPECT_NE(text.find("110.000 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("MFU (PaLM model FLOPs)"), std::string::npos) << text;
-  EXPECT_NE(text.find("40.0 %"), std::string::npos) << text;
-  EXPECT_NE(text.find("9.2 %"), std::string::npos) << text;
+  // Predicted and measured MFU on one basis (the GPU it ran on), the plan's own beside them.
+  EXPECT_NE(text.find("9.7 %          9.2 %"), std::string::npos) << text;
+  EXPECT_NE(text.find("the plan's own figure, against its devices: 40.0 %"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("9.5 % of the 128 SMs granted (97.0 % of the GPU)"), std::string::npos)
       << text;
   EXPECT_NE(text.find("989.4 TFLOP/s"), std::string::npos) << text;
@@ -63,6 +66,8 @@ TEST(RunReport, JsonCarriesTheNoteTheShareAndTheErrors) {
   EXPECT_EQ(j.at("hardware").at("emulated"), true);
   EXPECT_DOUBLE_EQ(j.at("error_pct").at("makespan").get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(j.at("measured").at("mfu").get<double>(), 0.0924);
+  EXPECT_DOUBLE_EQ(j.at("predicted").at("mfu_on_gpus_used").get<double>(), 0.097);
+  EXPECT_DOUBLE_EQ(j.at("predicted").at("mfu").get<double>(), 0.4);
   EXPECT_DOUBLE_EQ(j.at("measured").at("step_time_us").get<double>(), 110000);
   EXPECT_TRUE(j.at("measured").contains("mfu_of_sm_share"));
   ASSERT_EQ(j.at("peak_memory").size(), 2U);

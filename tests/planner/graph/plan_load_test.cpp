@@ -87,5 +87,38 @@ TEST(PlanLoad, TheScheduleMustBeThePlans) {
   EXPECT_EQ(load_error([](json&) {}), "<no error>");
 }
 
+// A profile's contention model (stages sharing one GPU) reaches the plan's meta, survives the
+// plan file, and lengthens the predicted step; a malformed one is refused naming the field.
+TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 4});
+  const double plain = make_plan(r).sim.makespan_us;
+  r.profile.contention.slowdown = {1.1, 1.3};
+  r.profile.contention.by_op["P2"] = {1.2, 1.5};
+  r.profile.contention.source = "fitted from two runs";
+  const Plan plan = make_plan(r);
+  EXPECT_EQ(plan.graph.meta.contention.slowdown, r.profile.contention.slowdown);
+  EXPECT_GT(plan.sim.makespan_us, 1.1 * plain);
+  const TaskGraph back = plan_from_json(plan_to_json(plan.graph), "p.json");
+  EXPECT_EQ(back.meta.contention.slowdown, r.profile.contention.slowdown);
+  EXPECT_EQ(back.meta.contention.by_op, r.profile.contention.by_op);
+  EXPECT_EQ(back.meta.contention.source, "fitted from two runs");
+  EXPECT_FALSE(
+      plan_to_json(make_plan(testing::uniform_request({.devices = 2})).graph)["meta"].contains(
+          "contention"));  // written only when there is a model
+
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["contention"] = {{"slowdown", json::array()}};
+            }),
+            "p.json: meta: field 'contention.slowdown' must be an array of 1 to 1024 numbers");
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["contention"] = {{"slowdown", {1.0, -2.0}}};
+            }),
+            "p.json: meta: field 'contention.slowdown' must hold numbers in (0, 100]");
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["contention"] = {{"slowdown", {1.0}}, {"by_op", {{"X", {1.0}}}}};
+            }),
+            "p.json: meta: field 'contention.by_op' has key 'X'; the op types are F, B, P1 and P2");
+}
+
 }  // namespace
 }  // namespace pipeplan

@@ -216,6 +216,71 @@ TEST(SimulatorComm, TransferWaitsForTheLaterHalf) {
   }
 }
 
+// Stages sharing one GPU (meta.contention, emulation): processor sharing. Device 0 runs ops of
+// 1000 and 500 profiled us, device 1 one of 3000; while two run each advances at 1 / 1.5, alone
+// at 1 / 1.2. The first ends when it has done its 1000 us of work: at 1500 us.
+TEST(SimulatorContention, OpsRunningAtOnceShareTheGpu) {
+  TaskGraph g;
+  g.meta.devices = 2;
+  const auto compute = [&](int device, double us, OpType op) {
+    Node n;
+    n.device = device;
+    n.stream = g.stream(device, StreamRole::compute);
+    n.duration_us = us;
+    n.op = op;
+    set_label(n, op == OpType::F ? "0F0" : "1P1_0");
+    return g.add_node(std::move(n));
+  };
+  const int a = compute(0, 1000.0, OpType::F);
+  const int b = compute(1, 3000.0, OpType::P1);
+  const int after = compute(0, 500.0, OpType::F);  // alone once b has ended
+  g.meta.contention.slowdown = {1.2, 1.5};
+  SimResult sim = simulate(g);
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(a)].end_us, 1500.0);
+  // `after` starts at 1500 beside b: both at 1 / 1.5. `after` ends at 1500 + 750 = 2250 having
+  // let b do 500 more (1500 done); b's last 1500 alone take 1800: b ends at 4050.
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(after)].start_us, 1500.0);
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(after)].end_us, 2250.0);
+  EXPECT_NEAR(sim.times[static_cast<std::size_t>(b)].end_us, 4050.0, 1e-9);
+  EXPECT_NEAR(sim.makespan_us, 4050.0, 1e-9);
+
+  // A curve of its own for P1 (the others keep `slowdown`): b at 1 / 2 while shared.
+  g.meta.contention.by_op["P1"] = {1.0, 2.0};
+  sim = simulate(g);
+  // a ends at 1500 (F at 1.5); b did 750. With `after`: F at 1 / 1.5 ends at 2250, b did 375
+  // more (1125); b's last 1875 alone at 1.0: ends at 4125.
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(after)].end_us, 2250.0);
+  EXPECT_NEAR(sim.times[static_cast<std::size_t>(b)].end_us, 4125.0, 1e-9);
+
+  // Without a model the ops take their profiled times.
+  g.meta.contention = {};
+  sim = simulate(g);
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(b)].end_us, 3000.0);
+  EXPECT_DOUBLE_EQ(sim.times[static_cast<std::size_t>(after)].end_us, 1500.0);
+}
+
+// A curve of ones is no model at all: every plan's times equal the plain simulation's, and a
+// flat factor stretches a one-device plan's step exactly.
+TEST(SimulatorContention, OnesChangeNothingAndAFlatFactorStretchesOneDevice) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    Plan plan = uniform_plan({.devices = 4,
+                              .microbatches = 8,
+                              .schedule = schedule,
+                              .backward = BackwardMode::twobp,
+                              .comm = 0.05});
+    plan.graph.meta.contention.slowdown = {1.0, 1.0, 1.0, 1.0};
+    const SimResult shared = simulate(plan.graph);
+    ASSERT_EQ(shared.times.size(), plan.sim.times.size());
+    for (std::size_t i = 0; i < shared.times.size(); ++i) {
+      EXPECT_NEAR(shared.times[i].start_us, plan.sim.times[i].start_us, 1e-6) << schedule << i;
+      EXPECT_NEAR(shared.times[i].end_us, plan.sim.times[i].end_us, 1e-6) << schedule << i;
+    }
+  }
+  Plan one = uniform_plan({.devices = 1, .microbatches = 4});
+  one.graph.meta.contention.slowdown = {1.25};
+  EXPECT_NEAR(simulate(one.graph).makespan_us, 1.25 * one.sim.makespan_us, 1e-6);
+}
+
 TEST(SimulatorMetrics, TokensAndStageSpan) {
   const Plan plan = uniform_plan({.devices = 4, .microbatches = 8});
   // The last stage starts after (P − 1) forwards; its span is shorter than the makespan.

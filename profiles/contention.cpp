@@ -1,0 +1,75 @@
+#include "profiles/contention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+
+const std::vector<double>& Contention::curve(std::string_view op) const {
+  const auto it = by_op.find(op);
+  return it != by_op.end() ? it->second : slowdown;
+}
+
+double Contention::factor(const std::vector<double>& curve, std::size_t running) {
+  if (curve.empty() || running == 0) return 1.0;
+  return curve[std::min(running, curve.size()) - 1];
+}
+
+nlohmann::json contention_to_json(const Contention& contention) {
+  nlohmann::json j = {{"slowdown", contention.slowdown}, {"source", contention.source}};
+  if (!contention.by_op.empty()) j["by_op"] = contention.by_op;
+  return j;
+}
+
+namespace {
+
+std::vector<double> read_curve(const nlohmann::json& json, const std::string& field,
+                               const std::string& ctx) {
+  if (!json.is_array() || json.empty() || json.size() > kMaxContentionEntries) {
+    throw Error(ctx + ": field '" + field + "' must be an array of 1 to " +
+                std::to_string(kMaxContentionEntries) + " numbers");
+  }
+  std::vector<double> curve;
+  for (const auto& v : json) {
+    const double x = v.is_number() ? v.get<double>() : -1;
+    if (!std::isfinite(x) || x <= 0 || x > kMaxSlowdown) {
+      throw Error(ctx + ": field '" + field + "' must hold numbers in (0, " +
+                  std::to_string(static_cast<int>(kMaxSlowdown)) + "]");
+    }
+    curve.push_back(x);
+  }
+  return curve;
+}
+
+}  // namespace
+
+Contention contention_from_json(const nlohmann::json& json, std::string_view context) {
+  const std::string ctx(context);
+  if (!json.is_object()) throw Error(ctx + ": field 'contention' must be an object");
+  const auto slowdown = json.find("slowdown");
+  Contention c;
+  c.slowdown =
+      read_curve(slowdown != json.end() ? *slowdown : nlohmann::json(), "contention.slowdown", ctx);
+  if (const auto by_op = json.find("by_op"); by_op != json.end()) {
+    if (!by_op->is_object()) throw Error(ctx + ": field 'contention.by_op' must be an object");
+    for (const auto& [op, curve] : by_op->items()) {
+      if (op != "F" && op != "B" && op != "P1" && op != "P2") {
+        throw Error(ctx + ": field 'contention.by_op' has key '" + op +
+                    "'; the op types are F, B, P1 and P2");
+      }
+      c.by_op[op] = read_curve(curve, "contention.by_op." + op, ctx);
+    }
+  }
+  const auto source = json.find("source");
+  if (source != json.end()) {
+    if (!source->is_string()) throw Error(ctx + ": field 'contention.source' must be a string");
+    c.source = source->get<std::string>();
+  }
+  return c;
+}
+
+}  // namespace pipeplan

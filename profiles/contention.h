@@ -1,0 +1,46 @@
+// How much slower a compute op runs while other pipeline stages compute on the same GPU: the
+// emulated stages of `pipeplan run --emulate` share one GPU's HBM, L2 and power budget, so an op
+// profiled alone in its SM share (`profile --sm-partition`) takes longer when its neighbours are
+// busy. The simulator divides the GPU between the ops running at once (processor sharing, see
+// planner/graph/simulator.h); separate GPUs have no such model (empty).
+//
+// Stored in a profile (its optional "contention" object) and copied into the plan's meta by the
+// planner, so the simulator, the runtime's report and `diff` read one prediction. Fitted from
+// measured traces by tools/fit_contention.py (docs/profile-format.md).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace pipeplan {
+
+struct Contention {
+  // slowdown[k - 1]: an op's time over its profiled time while k compute ops run on the GPU at
+  // once, itself included; beyond the last entry the last applies. Empty: no model.
+  std::vector<double> slowdown;
+  // The same per op type ("F", "B", "P1", "P2") where it differs; the others use `slowdown`.
+  std::map<std::string, std::vector<double>, std::less<>> by_op;
+  std::string source;  // where the factors come from (fit, traces, date)
+
+  bool empty() const { return slowdown.empty(); }
+  // The curve for an op type: its own, else `slowdown`.
+  const std::vector<double>& curve(std::string_view op) const;
+  // The factor for `running` ops at once (running >= 1) on `curve`; 1 on an empty curve.
+  static double factor(const std::vector<double>& curve, std::size_t running);
+  double factor(std::size_t running) const { return factor(slowdown, running); }
+};
+
+// {"slowdown": [...], "by_op": {"P1": [...], ...}, "source": "..."} ("by_op" only when set)
+nlohmann::json contention_to_json(const Contention& contention);
+// Throws Error naming `context` and the field: each curve must be 1 to kMaxContentionEntries
+// finite numbers in (0, kMaxSlowdown], and by_op's keys F, B, P1 or P2.
+Contention contention_from_json(const nlohmann::json& json, std::string_view context);
+
+inline constexpr std::size_t kMaxContentionEntries = 1024;  // one per device at most
+inline constexpr double kMaxSlowdown = 100;
+
+}  // namespace pipeplan

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""tools/fit_contention.py recovers a contention model that made a trace.
+
+The simulator predicts a plan's step under a known model (a profile with "contention"); that
+predicted trace stands for a measurement of the same plan made without the model. Fitting the
+pair must give the model's factors back, and re-planning with the fitted profile must predict
+the "measured" step. Usage: fit_contention_test.py PIPEPLAN SOURCE_DIR
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
+SCRIPT = os.path.join(SOURCE, "tools", "fit_contention.py")
+PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
+TRUTH = [1.1, 1.2, 1.3, 1.45]
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message)
+
+
+def run(argv, expect=0):
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    check(out.returncode == expect,
+          f"{shlex.join(argv)} exited {out.returncode}, not {expect}: {out.stderr.strip()}")
+    return out
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    truth_profile = os.path.join(tmp, "truth.json")
+    with open(PROFILE, encoding="utf-8") as f:
+        profile = json.load(f)
+    profile["contention"] = {"slowdown": TRUTH, "source": "test"}
+    with open(truth_profile, "w", encoding="utf-8") as f:
+        json.dump(profile, f)
+
+    args = ["plan", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--backward",
+            "2bp", "--seq", "2048"]
+    run_prefix = os.path.join(tmp, "run")
+    plan_cmd = [PIPEPLAN] + args + ["--profile", PROFILE, "-o", run_prefix + ".plan.json"]
+    out = run(plan_cmd)
+    with open(run_prefix + ".plan.txt", "w", encoding="utf-8") as f:
+        f.write("# command: " + shlex.join(plan_cmd) + "\n" + out.stdout)
+    truth_plan = os.path.join(tmp, "truth.plan.json")
+    run([PIPEPLAN] + args + ["--profile", truth_profile, "-o", truth_plan])
+    run([PIPEPLAN, "show", truth_plan, "--trace", run_prefix + ".trace.json"])
+
+    fitted = os.path.join(tmp, "fitted.json")
+    out = run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o", fitted, run_prefix])
+    print(out.stdout)
+    with open(fitted, encoding="utf-8") as f:
+        model = json.load(f)["contention"]
+    got = model["slowdown"]
+    check(len(got) == 4 and all(abs(g - t) < 2e-3 for g, t in zip(got, TRUTH)),
+          f"fitted slowdown {got}, made with {TRUTH}")
+    for op, curve in model.get("by_op", {}).items():
+        check(all(abs(g - t) < 2e-3 for g, t in zip(curve, TRUTH)), f"by_op {op}: {curve}")
+
+    out = run([sys.executable, SCRIPT, "eval", "--pipeplan", PIPEPLAN, "--profile", fitted,
+               run_prefix])
+    print(out.stdout)
+    row = out.stdout.strip().splitlines()[-1].split()
+    before, after = float(row[3].rstrip("%")), float(row[5].rstrip("%"))
+    check(before > 5, f"the plain plan should under-predict the slowed trace: {before} %")
+    check(abs(after) < 0.2, f"re-planned with the fit, the step should match: {after} %")
+
+    # Bad input: one line naming the file, exit 1, nothing written.
+    out = run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o",
+               os.path.join(tmp, "none.json"), os.path.join(tmp, "missing")], expect=1)
+    check(out.stderr.count("\n") == 1 and "missing.plan.json" in out.stderr,
+          f"error should be one line naming the file: {out.stderr!r}")
+    check(not os.path.exists(os.path.join(tmp, "none.json")), "a failed fit wrote its output")
+
+print("fit_contention_test:", "FAILED" if failures else "passed")
+sys.exit(1 if failures else 0)

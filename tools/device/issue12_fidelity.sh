@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Run HERE (no GPU): issue 12's fidelity analysis of a device session's raw outputs. Fits the
+# simulator's contention model (tools/fit_contention.py) to the emulated 4-stage runs and
+# re-predicts them, and diffs the 8-stage runs (stalls: compute waiting with its inputs ready).
+#
+# Usage: bash tools/device/issue12_fidelity.sh RESULTS-DIR [PIPEPLAN]
+#   RESULTS-DIR  a bench/results/issue12-<gpu>-<date> folder: call1-*/ holds the 4-stage runs
+#                and their profile, call2-*/ the BPipe runs (either may be absent)
+#   PIPEPLAN     default build/tools/pipeplan
+# Writes RESULTS-DIR/fidelity/: fit-m4.txt (fit on m = 4, re-predict m = 4 and the held-out
+# m = 8), fit-all.txt (fit on all ten: the calibrated profile), diff-*.txt; and the calibrated
+# profile beside the measured one in profiles/ (<measured name>.calibrated.json).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+results=${1:?usage: issue12_fidelity.sh RESULTS-DIR [PIPEPLAN]}
+pipeplan=${2:-build/tools/pipeplan}
+[[ -x $pipeplan ]] || { echo "issue12_fidelity.sh: no pipeplan at '$pipeplan'" >&2; exit 2; }
+out="$results/fidelity"
+mkdir -p "$out"
+fit=(python3 tools/fit_contention.py)
+
+run_and_keep() {  # run_and_keep FILE CMD...: the command and its output in FILE
+  local file=$1
+  shift
+  { echo "# command: $(printf '%q ' "$@")"; "$@"; } > "$file.tmp"
+  mv "$file.tmp" "$file"
+  cat "$file"
+}
+
+shopt -s nullglob
+calls=("$results"/call1-*/)
+if ((${#calls[@]} > 0)); then
+  call=${calls[0]%/}
+  measured=$(cd "$call" && ls ./*-sm*.measured.json | head -n 1)
+  measured=${measured#./}
+  m4=() m8=()
+  for run in 1f1b-m4-fused 1f1b-m4-2bp gpipe-m4-fused gpipe-m4-2bp auto-m4; do
+    [[ -f $call/$run.trace.json ]] && m4+=("$call/$run")
+  done
+  for run in 1f1b-m8-fused 1f1b-m8-2bp gpipe-m8-fused gpipe-m8-2bp auto-m8; do
+    [[ -f $call/$run.trace.json ]] && m8+=("$call/$run")
+  done
+  calibrated="profiles/${measured%.measured.json}.calibrated.json"
+  {
+    run_and_keep "$out/fit-m4.fit.txt" "${fit[@]}" fit --profile "$call/$measured" \
+      -o "$out/fit-m4.profile.json" "${m4[@]}"
+    run_and_keep "$out/fit-m4.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+      --profile "$out/fit-m4.profile.json" "${m4[@]}" "${m8[@]}"
+  } > /dev/null
+  run_and_keep "$out/fit-all.fit.txt" "${fit[@]}" fit --profile "$call/$measured" \
+    -o "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
+  run_and_keep "$out/fit-all.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+    --profile "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
+  echo "== fit on m = 4 (m = 8 held out)"; tail -n +2 "$out/fit-m4.eval.txt"
+  echo "== fit on all ten ($calibrated)"; tail -n +2 "$out/fit-all.eval.txt"
+  for run in "${m4[@]}" "${m8[@]}"; do
+    run_and_keep "$out/diff-$(basename "$run").txt" "$pipeplan" diff "$run.plan.json" \
+      "$run.trace.json" --top 10 > /dev/null
+  done
+fi
+for run in "$results"/call2-*/*.trace.json; do
+  run=${run%.trace.json}
+  run_and_keep "$out/diff-$(basename "$run").txt" "$pipeplan" diff "$run.plan.json" \
+    "$run.trace.json" --top 10 | sed -n '/^devices/,$p'
+done

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Fit the simulator's contention model (emulated stages sharing one GPU) from measured runs.
+
+`pipeplan run --emulate P` runs P stages in green contexts of one GPU. Each op was profiled alone
+in its SM share (`profile --sm-partition`), but while the other stages compute it runs slower:
+they share HBM, L2 and the power budget. The simulator models this as processor sharing: an op
+advances through its profiled time at rate 1 / slowdown[k - 1] while k compute ops run at once
+(planner/graph/simulator.h). This script measures those factors from runs of plans made from
+that profile:
+
+  fit   For every compute op of every (plan, measured trace) pair: its profiled time d (the
+        plan's duration_us) and, from the trace, the time T_k it spent while k compute ops ran
+        on the GPU (itself included). Processor sharing says d = sum_k T_k / slowdown_k, linear
+        in 1 / slowdown_k: least squares over all ops, each row scaled by 1 / d (relative
+        error). Levels with under 1 % of the time get the nearest fitted level's factor.
+        Writes a copy of the profile with its "contention" object set (-o), and prints the
+        factors and each run's op error before and after.
+
+  eval  For each run: re-plans it with the profile given (the plan command recorded in
+        NAME.plan.txt, its --profile and -o replaced), checks that the schedule is the one that
+        ran, and prints the predicted step time against the measured one, before (the recorded
+        plan) and after (the new plan), via `pipeplan diff`.
+
+A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
+tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contention").
+
+  python3 tools/fit_contention.py fit --profile P.json -o P.fit.json DIR/1f1b-m4-2bp ...
+  python3 tools/fit_contention.py eval --pipeplan build/tools/pipeplan --profile P.fit.json \\
+      DIR/1f1b-m8-2bp ...
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+
+class FitError(Exception):
+    pass
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise FitError(f"{path}: cannot read ({e.strerror})") from e
+    except json.JSONDecodeError as e:
+        raise FitError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from e
+
+
+def load_run(prefix):
+    """(nodes by id, compute events [(start, end, node)]) of one run."""
+    plan_path, trace_path = prefix + ".plan.json", prefix + ".trace.json"
+    plan, trace = load_json(plan_path), load_json(trace_path)
+    if not isinstance(plan, dict) or plan.get("format") != "pipeplan-plan":
+        raise FitError(f"{plan_path}: not a pipeplan plan (field 'format')")
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise FitError(f"{trace_path}: not a pipeplan trace (field 'traceEvents')")
+    nodes = {n["id"]: n for n in plan["nodes"]}
+    events = []
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        node = nodes.get(e.get("args", {}).get("node"))
+        if node is None:
+            raise FitError(f"{trace_path}: event '{e.get('name')}' names no node of {plan_path}")
+        if node["kind"] == "compute":
+            events.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), node))
+    if not events:
+        raise FitError(f"{trace_path}: no compute op")
+    return plan, events
+
+
+def time_at_levels(events, devices):
+    """Per compute event: [T_1 .. T_devices], the time it spent while k compute ops ran."""
+    points = sorted({t for s, e, _ in events for t in (s, e)})
+    rows = []
+    for s, e, node in events:
+        levels = [0.0] * devices
+        for a, b in zip(points, points[1:]):
+            if b <= s or a >= e:
+                continue
+            mid = 0.5 * (a + b)
+            k = sum(1 for s2, e2, _ in events if s2 <= mid < e2)
+            levels[min(max(k, 1), devices) - 1] += b - a
+        rows.append((node, levels))
+    return rows
+
+
+def solve(matrix, vector):
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(vector)
+    a = [row[:] + [vector[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(n):
+            if r != col:
+                factor = a[r][col] / a[col][col]
+                a[r] = [x - factor * y for x, y in zip(a[r], a[col])]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+def fit(samples, devices, fallback=None):
+    """slowdown[0 .. devices-1] from (profiled d, [T_k]) samples (least squares in 1/slowdown).
+
+    A level with under 1 % of the time takes `fallback`'s factor there, else the nearest
+    fitted level's."""
+    total = [0.0] * devices
+    for _, levels in samples:
+        total = [t + x for t, x in zip(total, levels)]
+    grand = sum(total)
+    used = [k for k in range(devices) if total[k] >= 0.01 * grand]
+    if not used:
+        raise FitError("no op time measured")
+    normal = [[0.0] * len(used) for _ in used]
+    right = [0.0] * len(used)
+    for d, levels in samples:
+        row = [levels[k] / d for k in used]
+        for i, x in enumerate(row):
+            right[i] += x  # target d / d = 1
+            for j, y in enumerate(row):
+                normal[i][j] += x * y
+    rates = solve(normal, right)
+    if rates is None or any(r <= 0 for r in rates):
+        raise FitError("the fit is degenerate (too few distinct concurrency levels)")
+    fitted = dict(zip(used, (1.0 / r for r in rates)))
+    if fallback is not None:
+        return [fitted.get(k, fallback[k]) for k in range(devices)]
+    return [fitted[min(used, key=lambda u: (abs(u - k), u))] for k in range(devices)]
+
+
+def op_error(samples, model):
+    """Mean absolute relative error of op times predicted from the measured concurrency."""
+    errors = []
+    for op, d, levels in samples:
+        slowdown = model.get(op, model[""])
+        # The profiled time the op would get done in its measured time and concurrency; its
+        # predicted duration at that concurrency is measured * d / done.
+        done = sum(t / slowdown[k] for k, t in enumerate(levels))
+        errors.append(abs(d / done - 1) if done > 0 else 0)
+    return sum(errors) / len(errors)
+
+
+def cmd_fit(args):
+    runs = []
+    devices = 0
+    for prefix in args.runs:
+        plan, events = load_run(prefix)
+        devices = max(devices, int(plan["meta"]["devices"]))
+        runs.append((prefix, plan, events))
+    samples_by_run = {}
+    for prefix, plan, events in runs:
+        rows = time_at_levels(events, devices)
+        samples_by_run[prefix] = [(n["op"], float(n["duration_us"]), levels)
+                                  for n, levels in rows if float(n["duration_us"]) > 0]
+    samples = [s for run in samples_by_run.values() for s in run]
+    slowdown = fit([(d, levels) for _, d, levels in samples], devices)
+    # Per op type where it has enough ops of its own (backward GEMMs suffer more than forward).
+    by_op = {}
+    for op in ("F", "B", "P1", "P2"):
+        own = [(d, levels) for o, d, levels in samples if o == op]
+        if len(own) >= args.min_ops:
+            try:
+                by_op[op] = fit(own, devices, fallback=slowdown)
+            except FitError:
+                pass
+    profile = load_json(args.profile)
+    if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
+        raise FitError(f"{args.profile}: not a pipeplan profile (field 'format')")
+    names = ", ".join(os.path.basename(p) for p in args.runs)
+    source = (f"fitted by tools/fit_contention.py from {len(args.runs)} measured run(s) "
+              f"({names}) on {runs[0][1]['meta'].get('gpu', '?')}")
+    profile["contention"] = {"slowdown": [round(x, 4) for x in slowdown], "source": source}
+    if by_op:
+        profile["contention"]["by_op"] = {op: [round(x, 4) for x in curve]
+                                          for op, curve in by_op.items()}
+    directory = os.path.dirname(os.path.abspath(args.output))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fit_contention.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(profile, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, args.output)
+    print("slowdown by compute ops running at once (1 = alone):")
+    for op, curve in [("all", slowdown)] + sorted(by_op.items()):
+        print(f"  {op:<4}", " ".join(f"{k + 1}: {x:.3f}" for k, x in enumerate(curve)))
+    print(f"{'run':<28} {'ops':>5} {'op error before':>16} {'after':>8}")
+    flat = {"": [1.0] * devices}
+    model = dict(by_op, **{"": slowdown})
+    for prefix, run_samples in samples_by_run.items():
+        print(f"{os.path.basename(prefix):<28} {len(run_samples):>5} "
+              f"{100 * op_error(run_samples, flat):>15.1f}% "
+              f"{100 * op_error(run_samples, model):>7.1f}%")
+    print(f"wrote {args.output}")
+
+
+def recorded_command(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("# command: "):
+                    return shlex.split(line[len("# command: "):])
+    except OSError as e:
+        raise FitError(f"{path}: cannot read ({e.strerror})") from e
+    raise FitError(f"{path}: no '# command:' line")
+
+
+def diff_makespan(pipeplan, plan, trace):
+    out = subprocess.run([pipeplan, "diff", plan, trace], capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        raise FitError(f"pipeplan diff {plan}: {out.stderr.strip()}")
+    m = re.search(r"step time \(makespan\): predicted ([0-9.]+) us, measured ([0-9.]+) us",
+                  out.stdout)
+    if not m:
+        raise FitError(f"pipeplan diff {plan}: no step time line")
+    return float(m.group(1)), float(m.group(2))
+
+
+def cmd_eval(args):
+    print(f"{'run':<28} {'measured ms':>12} {'before ms':>10} {'error':>8} {'after ms':>10} "
+          f"{'error':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for prefix in args.runs:
+            command = recorded_command(prefix + ".plan.txt")
+            if "plan" not in command:
+                raise FitError(f"{prefix}.plan.txt: the recorded command is not 'pipeplan plan'")
+            replanned = os.path.join(tmp, os.path.basename(prefix) + ".plan.json")
+            argv = [args.pipeplan] + command[1:]
+            for flag, value in (("--profile", args.profile), ("-o", replanned)):
+                if flag not in argv:
+                    raise FitError(f"{prefix}.plan.txt: the recorded command has no {flag}")
+                argv[argv.index(flag) + 1] = value
+            out = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise FitError(f"{prefix}: re-planning failed: {out.stderr.strip()}")
+            old, new = load_json(prefix + ".plan.json"), load_json(replanned)
+            if old["schedule"] != new["schedule"]:
+                raise FitError(f"{prefix}: the re-planned schedule is not the one that ran")
+            before, measured = diff_makespan(args.pipeplan, prefix + ".plan.json",
+                                             prefix + ".trace.json")
+            after, _ = diff_makespan(args.pipeplan, replanned, prefix + ".trace.json")
+            print(f"{os.path.basename(prefix):<28} {measured / 1e3:>12.1f} "
+                  f"{before / 1e3:>10.1f} {100 * (measured / before - 1):>+7.1f}% "
+                  f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fit", help="fit the slowdowns and write a profile with them")
+    f.add_argument("--profile", required=True, help="the profile the runs were planned from")
+    f.add_argument("-o", "--output", required=True, help="the profile to write")
+    f.add_argument("--min-ops", type=int, default=20,
+                   help="ops of one type needed for a curve of its own (default 20)")
+    f.add_argument("runs", nargs="+", metavar="RUN", help="RUN.plan.json + RUN.trace.json")
+    e = sub.add_parser("eval", help="predicted vs measured step time, before and after")
+    e.add_argument("--pipeplan", required=True, help="the pipeplan binary")
+    e.add_argument("--profile", required=True, help="the profile to re-plan with")
+    e.add_argument("runs", nargs="+", metavar="RUN", help="RUN.plan.{txt,json} + RUN.trace.json")
+    args = parser.parse_args()
+    try:
+        cmd_fit(args) if args.command == "fit" else cmd_eval(args)
+    except FitError as err:
+        print(f"fit_contention: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
