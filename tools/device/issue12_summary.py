@@ -144,19 +144,42 @@ def run_rows(results):
     return rows
 
 
+def max_stall_ms(results, name):
+    """The largest per-device stall (compute waiting with its inputs ready) in NAME.diff.txt, in
+    ms; None where the diff is missing or has no stall column."""
+    try:
+        with open(os.path.join(results, name + ".diff.txt"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    stalls, inside = [], False
+    for line in lines:
+        if line.startswith("devices (compute stream)"):
+            inside = True
+        elif inside and "meas stall" in line:
+            continue
+        elif inside:
+            fields = line.split()
+            if len(fields) != 9 or not fields[0].isdigit():
+                break
+            stalls.append(float(fields[8]) / 1e3)
+    return max(stalls) if stalls else None
+
+
 def pipeline_table(results):
     out = ["## Emulated pipelines (4 stages on one GPU, plans from the SM-share profile)", ""]
     rows = run_rows(results)
     if not rows:
         return out + ["(no *.run.json)", ""]
     out.append("| run | predicted ms | measured ms | error | peak GiB per stage, measured "
-               "(predicted) | worst memory error | flag |")
-    out.append("|---|---|---|---|---|---|---|")
+               "(predicted) | worst memory error | max stall ms | flag |")
+    out.append("|---|---|---|---|---|---|---|---|")
     steps = {}
     for row in rows:
         report = row["report"]
         if report is None or "measured" not in report:
-            out.append(f"| {row['name']} | | | | run failed or missing (see its .run.json) | | |")
+            out.append(f"| {row['name']} | | | | run failed or missing (see its .run.json) | | "
+                       "| |")
             continue
         predicted = report["predicted"]["makespan_us"] / 1e3
         measured = report["measured"]["makespan_us"] / 1e3
@@ -170,8 +193,10 @@ def pipeline_table(results):
             flags.append("step > 5 %")
         if worst > MEMORY_TOLERANCE_PCT:
             flags.append("memory > 10 %")
+        stall = max_stall_ms(results, row["name"])
+        stall_cell = "" if stall is None else f"{stall:.1f}"
         out.append(f"| {row['name']} | {predicted:.1f} | {measured:.1f} | {error:+.1f} % | {cells} "
-                   f"| {worst:.1f} % | {', '.join(flags)} |")
+                   f"| {worst:.1f} % | {stall_cell} | {', '.join(flags)} |")
         steps[row["name"]] = (predicted, measured)
     out.append("")
     speedups = []

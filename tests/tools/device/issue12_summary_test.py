@@ -152,12 +152,21 @@ class Issue12Summary(unittest.TestCase):
             write(self.folder, name + ".plan.json", json.dumps({"meta": {"devices": 2}}))
         write(self.folder, "gpipe-m4-2bp.run.json", HEADER + "pipeplan: error: out of memory\n" +
               "# exit status: 1 (3 s)\n")
+        # pipeplan diff's devices table: the largest measured stall becomes a column.
+        write(self.folder, "1f1b-m4-2bp.diff.txt", HEADER + "\n".join([
+            "devices (compute stream)",
+            "  dev    pred busy    meas busy     error    pred span    meas span     error"
+            "   pred stall   meas stall",
+            "    0     100.0     110.0    +10.0%     200.0    220.0    +10.0%     0.0     1500.0",
+            "    1     100.0     110.0    +10.0%     200.0    220.0    +10.0%     0.0     4250.0",
+            "  (stall: compute waited with every input ready; the simulator never waits)",
+            "step time (makespan): predicted 200.0 us, measured 220.0 us, error +10.0%"]) + "\n")
         text = "\n".join(summary.pipeline_table(self.folder))
         self.assertIn("| 1f1b-m4-fused | 100.0 | 103.0 | +3.0 % | 10.20 (10.00), 9.10 (9.00) | "
-                      "2.0 % |  |", text)
+                      "2.0 % |  |  |", text)
         # +10 % step and +13.6 % memory on stage 0: both flagged.
         self.assertIn("| 1f1b-m4-2bp | 80.0 | 88.0 | +10.0 % |", text)
-        self.assertIn("| 13.6 % | step > 5 %, memory > 10 % |", text)
+        self.assertIn("| 13.6 % | 4.2 | step > 5 %, memory > 10 % |", text)
         self.assertIn("| gpipe-m4-2bp | | | | run failed or missing", text)
         # 2bp speedup: predicted 100/80, measured 103/88.
         self.assertIn("| 1f1b-m4 | 1.250x | 1.170x |", text)
