@@ -39,7 +39,7 @@ struct BpipeCommand {
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
     BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list, "--mbs-list"));
     e.tensor_parallel = t;
-    e.memory_note = memory_budget_text(o, find_gpu(o.gpu).hbm_bytes);
+    e.memory_note = memory_budget_text(o, find_gpu(plan_gpu_key(o)).hbm_bytes);
     return e;
   }
 
@@ -94,7 +94,8 @@ Command add_bpipe_command(CLI::App& app) {
       "bpipe", "estimate BPipe's benefit: best 1f1b plan without and with it (docs/bpipe.md)");
   PlanOptions& o = cmd->options;
   sub->add_option("--model", o.model, "model preset or a Hugging Face config.json");
-  sub->add_option("--gpu", o.gpu, "GPU from profiles/gpus.json")->capture_default_str();
+  sub->add_option("--gpu", o.gpu,
+                  "GPU from profiles/gpus.json (default: the --profile's, else h100)");
   sub->add_option("--profile", o.profile, "profile JSON with several micro-batch sizes");
   sub->add_option("--stages", o.stages, "pipeline devices P")->required();
   sub->add_option("--global-batch", cmd->global_batch, "samples per step")->required();

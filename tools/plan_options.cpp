@@ -16,8 +16,9 @@ namespace pipeplan {
 
 void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--model", o.model, "model preset or a Hugging Face config.json");
-  app.add_option("--gpu", o.gpu, "GPU from profiles/gpus.json (h100, h200, a100)")
-      ->capture_default_str();
+  app.add_option("--gpu", o.gpu,
+                 "GPU from profiles/gpus.json (h100, h200, a100; default: the --profile's GPU, "
+                 "else h100)");
   app.add_option("--profile", o.profile, "profile JSON (default: the analytic model)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
   app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
@@ -103,6 +104,15 @@ std::string memory_budget_text(const PlanOptions& options, double hbm_bytes) {
          format_gib(b.memory - b.reserve) + " per GPU";
 }
 
+std::string plan_gpu_key(const PlanOptions& o) {
+  if (!o.gpu.empty()) return o.gpu;
+  if (!o.profile.empty() && o.uniform.empty()) {
+    std::string gpu = load_profile(o.profile).gpu;
+    if (!gpu.empty()) return gpu;
+  }
+  return "h100";
+}
+
 namespace {
 
 Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
@@ -166,7 +176,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
     std::erase_if(candidates,
                   [&](int mbs) { return std::find(held.begin(), held.end(), mbs) == held.end(); });
   } else {
-    const GpuSpec gpu = find_gpu(o.gpu);
+    const GpuSpec gpu = find_gpu(plan_gpu_key(o));
     const ModelConfig model = resolve_model(o.model);
     s.profile_for = [o, gpu, model, global_batch](int mbs) {
       AnalyticOptions analytic;
@@ -197,7 +207,7 @@ PlanRequest make_request(const PlanOptions& o) {
   limits::check_limit("seq", o.seq, limits::kMaxSeq);
   if (o.tensor_parallel < 1) throw FieldError("tensor_parallel", "must be at least 1");
   limits::check_limit("tensor_parallel", o.tensor_parallel, limits::kMaxTensorParallel);
-  const GpuSpec gpu = find_gpu(o.gpu);
+  const GpuSpec gpu = find_gpu(plan_gpu_key(o));
   r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");

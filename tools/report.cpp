@@ -73,6 +73,17 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
+  if (!m.contention.empty()) {  // stages sharing one GPU: say the model behind the step time
+    out += "contention (ops at once: slowdown):";
+    for (std::size_t k = 0; k < m.contention.slowdown.size(); ++k) {
+      std::snprintf(line, sizeof line, " %zu: %.3g", k + 1, m.contention.slowdown[k]);
+      out += line;
+    }
+    if (!m.contention.by_op.empty()) out += ", per op type for";
+    for (const auto& [op, curve] : m.contention.by_op)
+      out += " " + op;
+    out += "\n";
+  }
   return out;
 }
 

@@ -133,6 +133,21 @@ TEST_F(Cli, ShippedProfilePlans) {
   ASSERT_EQ(r.status, 0) << r.out;
 }
 
+// A measured H200 profile with a contention model (issue 12): planned for the profile's GPU
+// unless --gpu says otherwise, and the summary names the model behind its step time.
+TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
+  const std::string shipped =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json";
+  const std::string args = " --stages 4 --microbatches 4 --schedule 1f1b --backward 2bp";
+  const Result r = run("plan --profile " + shipped + args);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("on 4 x h200:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("contention (ops at once: slowdown): 1: "), std::string::npos) << r.out;
+  const Result h100 = run("plan --profile " + shipped + args + " --gpu h100");
+  ASSERT_EQ(h100.status, 0) << h100.out;
+  EXPECT_NE(h100.out.find("on 4 x h100-sxm:"), std::string::npos) << h100.out;
+}
+
 TEST_F(Cli, BadInputsFailWithOneLine) {
   expect_error("plan --model llama-99b --stages 4 --microbatches 8", "llama-99b");
   expect_error("plan --model llama-7b --gpu tpu --stages 4 --microbatches 8", "tpu");

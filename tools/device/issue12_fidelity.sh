@@ -41,13 +41,17 @@ if ((${#calls[@]} > 0)); then
     [[ -f $call/$run.trace.json ]] && m8+=("$call/$run")
   done
   calibrated="profiles/${measured%.measured.json}.calibrated.json"
+  # The copy in profiles/ where there is one (its model named by the model file, not the
+  # device's temporary folder, as the profiles of the first session were).
+  source_profile="$call/$measured"
+  [[ -f profiles/$measured ]] && source_profile="profiles/$measured"
   {
-    run_and_keep "$out/fit-m4.fit.txt" "${fit[@]}" fit --profile "$call/$measured" \
+    run_and_keep "$out/fit-m4.fit.txt" "${fit[@]}" fit --profile "$source_profile" \
       -o "$out/fit-m4.profile.json" "${m4[@]}"
     run_and_keep "$out/fit-m4.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
       --profile "$out/fit-m4.profile.json" "${m4[@]}" "${m8[@]}"
   } > /dev/null
-  run_and_keep "$out/fit-all.fit.txt" "${fit[@]}" fit --profile "$call/$measured" \
+  run_and_keep "$out/fit-all.fit.txt" "${fit[@]}" fit --profile "$source_profile" \
     -o "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
   run_and_keep "$out/fit-all.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
     --profile "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
