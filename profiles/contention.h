@@ -31,7 +31,6 @@ struct Contention {
   const std::vector<double>& curve(std::string_view op) const;
   // The factor for `running` ops at once (running >= 1) on `curve`; 1 on an empty curve.
   static double factor(const std::vector<double>& curve, std::size_t running);
-  double factor(std::size_t running) const { return factor(slowdown, running); }
 };
 
 // {"slowdown": [...], "by_op": {"P1": [...], ...}, "source": "..."} ("by_op" only when set)

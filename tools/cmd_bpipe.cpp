@@ -37,9 +37,10 @@ struct BpipeCommand {
     PlanOptions o = options;
     o.tensor_parallel = t;
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
-    BpipeEstimate e = estimate_bpipe(make_search_request(o, global_batch, mbs_list, "--mbs-list"));
+    const SearchRequest request = make_search_request(o, global_batch, mbs_list, "--mbs-list");
+    BpipeEstimate e = estimate_bpipe(request);
     e.tensor_parallel = t;
-    e.memory_note = memory_budget_text(o, find_gpu(plan_gpu_key(o)).hbm_bytes);
+    e.memory_note = memory_budget_text(o, find_gpu(request.base.gpu).hbm_bytes);
     return e;
   }
 

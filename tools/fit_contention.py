@@ -78,15 +78,21 @@ def load_run(prefix):
 def time_at_levels(events, devices):
     """Per compute event: [T_1 .. T_devices], the time it spent while k compute ops ran."""
     points = sorted({t for s, e, _ in events for t in (s, e)})
+    # How many ops run in each interval between consecutive start/end points: counted once.
+    running, delta = [], {}
+    for s, e, _ in events:
+        delta[s] = delta.get(s, 0) + 1
+        delta[e] = delta.get(e, 0) - 1
+    k = 0
+    for a in points[:-1]:
+        k += delta[a]
+        running.append(k)
+    index = {t: i for i, t in enumerate(points)}
     rows = []
     for s, e, node in events:
         levels = [0.0] * devices
-        for a, b in zip(points, points[1:]):
-            if b <= s or a >= e:
-                continue
-            mid = 0.5 * (a + b)
-            k = sum(1 for s2, e2, _ in events if s2 <= mid < e2)
-            levels[min(max(k, 1), devices) - 1] += b - a
+        for i in range(index[s], index[e]):
+            levels[min(max(running[i], 1), devices) - 1] += points[i + 1] - points[i]
         rows.append((node, levels))
     return rows
 

@@ -104,15 +104,6 @@ std::string memory_budget_text(const PlanOptions& options, double hbm_bytes) {
          format_gib(b.memory - b.reserve) + " per GPU";
 }
 
-std::string plan_gpu_key(const PlanOptions& o) {
-  if (!o.gpu.empty()) return o.gpu;
-  if (!o.profile.empty() && o.uniform.empty()) {
-    std::string gpu = load_profile(o.profile).gpu;
-    if (!gpu.empty()) return gpu;
-  }
-  return "h100";
-}
-
 namespace {
 
 Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
@@ -176,7 +167,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
     std::erase_if(candidates,
                   [&](int mbs) { return std::find(held.begin(), held.end(), mbs) == held.end(); });
   } else {
-    const GpuSpec gpu = find_gpu(plan_gpu_key(o));
+    const GpuSpec gpu = find_gpu(s.base.gpu);
     const ModelConfig model = resolve_model(o.model);
     s.profile_for = [o, gpu, model, global_batch](int mbs) {
       AnalyticOptions analytic;
@@ -207,13 +198,17 @@ PlanRequest make_request(const PlanOptions& o) {
   limits::check_limit("seq", o.seq, limits::kMaxSeq);
   if (o.tensor_parallel < 1) throw FieldError("tensor_parallel", "must be at least 1");
   limits::check_limit("tensor_parallel", o.tensor_parallel, limits::kMaxTensorParallel);
-  const GpuSpec gpu = find_gpu(plan_gpu_key(o));
+  // The GPU: --gpu, else the one a measured --profile records, else h100 (an analytic profile is
+  // made for the first, so the profile is loaded once and names it either way).
+  const GpuSpec requested = find_gpu(o.gpu.empty() ? "h100" : o.gpu);
+  Profile profile = load_request_profile(o, requested);
+  const GpuSpec gpu = o.gpu.empty() && !profile.gpu.empty() ? find_gpu(profile.gpu) : requested;
   r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }
   check_plan_request(r);
-  r.profile = tensor_parallel_profile(load_request_profile(o, gpu), o.tensor_parallel);
+  r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
   r.gpu = gpu.name;
   // With tensor parallelism a pipeline device is a group of T GPUs.
   r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;

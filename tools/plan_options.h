@@ -12,7 +12,7 @@ namespace pipeplan {
 
 struct PlanOptions {
   std::string model;
-  std::string gpu;      // empty: the profile's GPU, else h100 (plan_gpu_key)
+  std::string gpu;      // empty: the profile's GPU, else h100 (make_request)
   std::string profile;  // a profile file; else analytic (or uniform)
   int stages = 0;
   int microbatches = 0;
@@ -32,10 +32,6 @@ struct PlanOptions {
   int tensor_parallel = 1;         // GPUs per pipeline stage (profiles/tensor_parallel.h)
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
 };
-
-// The gpus.json key a plan is for: --gpu, else the GPU of the --profile file (a measured profile
-// records it), else h100.
-std::string plan_gpu_key(const PlanOptions& o);
 
 // What a plan may not use of a GPU's memory because no profile counts it (docs/bpipe.md,
 // "Memory reserve"): the CUDA context with its loaded kernels (~0.5 GiB with lazy module

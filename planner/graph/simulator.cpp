@@ -101,9 +101,9 @@ class ReadyNodes {
 template <typename Finish, typename Transfer>
 void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot,
                          const Contention& contention, Finish& finish, Transfer& transfer) {
-  const std::array<const std::vector<double>*, 4> curves = {
-      &contention.curve("F"), &contention.curve("B"), &contention.curve("P1"),
-      &contention.curve("P2")};
+  std::array<const std::vector<double>*, 4> curves{};  // by OpType
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
+    curves[static_cast<std::size_t>(op)] = &contention.curve(to_string(op));
   struct Running {
     int id;
     double start;

@@ -188,7 +188,7 @@ TEST(Profile, ContentionIsOptionalAndChecked) {
   const Contention c = profile_from_json(profile_to_json(sample_profile()), "p.json").contention;
   EXPECT_EQ(Contention::factor(c.curve("P1"), 5), 1.5);
   EXPECT_EQ(Contention::factor(c.curve("F"), 2), 1.125);
-  EXPECT_EQ(c.factor(9), 1.25);
+  EXPECT_EQ(Contention::factor(c.slowdown, 9), 1.25);
 }
 
 TEST(Profile, P2TimeUsesEntriesThenLinearExtension) {
