@@ -271,7 +271,12 @@ StepResult Executor::step(StepMode mode) {
       if (worker) worker->collect_losses();
     }
   }
-  if (!failed && options_.node_timer) options_.node_timer->end_step(plan_, times_);
+  // The host's times, before the node timer puts the device's in their place.
+  std::vector<NodeTime> host_times;
+  if (!failed && options_.node_timer) {
+    host_times = times_;
+    options_.node_timer->end_step(plan_, times_);
+  }
   if (options_.group) {
     return finish_ranked_step(step_number, step_time_us, sync_->first_error,
                               sync_->first_error_is_consequence);
@@ -293,6 +298,7 @@ StepResult Executor::step(StepMode mode) {
       static_cast<double>(plan_.meta.microbatches) * plan_.meta.mbs * plan_.meta.seq;
   result.tokens_per_s = step_time_us > 0 ? tokens / (step_time_us * 1e-6) : 0.0;
   result.measured = measure(times_, local_memory());
+  result.measured.host_times = std::move(host_times);
   for (const auto& worker : workers_)
     result.bpipe.push_back(worker->bpipe_bytes());
   return result;

@@ -1,5 +1,6 @@
 #include "runtime/measured.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -62,6 +63,19 @@ RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& pr
         percent_error(static_cast<double>(c.measured_peak_bytes[d]), want));
   }
   return c;
+}
+
+void set_steady_steps(RunComparison& run, const std::vector<double>& makespans_us) {
+  if (makespans_us.empty()) throw Error("measured run: no steps");
+  const std::size_t first = makespans_us.size() > 1 ? 1 : 0;
+  std::vector<double> steady(makespans_us.begin() + static_cast<std::ptrdiff_t>(first),
+                             makespans_us.end());
+  std::sort(steady.begin(), steady.end());
+  const std::size_t n = steady.size();
+  run.steady_steps = static_cast<int>(n);
+  run.steady_first_step = static_cast<int>(first) + 1;
+  run.steady_makespan_us = n % 2 == 1 ? steady[n / 2] : (steady[n / 2 - 1] + steady[n / 2]) / 2;
+  run.steady_error_pct = percent_error(run.steady_makespan_us, run.predicted_makespan_us);
 }
 
 }  // namespace pipeplan

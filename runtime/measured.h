@@ -58,6 +58,13 @@ struct RunComparison {
   std::vector<std::int64_t> predicted_peak_bytes;  // per device
   std::vector<std::int64_t> measured_peak_bytes;   // per device, from the allocator
   std::vector<double> peak_bytes_error_pct;        // per device
+  // Steady state (set_steady_steps): the median makespan over the steps after the first (the
+  // first also fills the allocator's cache and builds cuBLAS/cuDNN plans), or over the one step
+  // there is; one step of an emulated run varies by a few % from the next.
+  int steady_steps = 0;  // how many steps the median is over; 0: not set
+  int steady_first_step = 0;
+  double steady_makespan_us = 0;
+  double steady_error_pct = 0;
 };
 
 double percent_error(double measured, double predicted);  // 0 when predicted is 0
@@ -67,5 +74,9 @@ RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& pr
                                       const SimResult& measured, double step_time_us,
                                       const std::vector<std::int64_t>& allocator_peak_bytes,
                                       const MeasuredHardware& hardware);
+
+// Sets run's steady_* fields from every step's measured makespan, in step order (steps 2..N,
+// or step 1 alone). Throws Error when `makespans_us` is empty.
+void set_steady_steps(RunComparison& run, const std::vector<double>& makespans_us);
 
 }  // namespace pipeplan

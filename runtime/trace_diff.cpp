@@ -52,17 +52,19 @@ std::string string_member(const json& object, std::string_view key) {
               (name.empty() ? "" : " ('" + name + "')") + ": " + why);
 }
 
-// A finite time in µs from the slice, within limits::kMaxNodeTimeUs in magnitude.
+// A finite time in µs from the slice (`in_args`: from its args), within limits::kMaxNodeTimeUs
+// in magnitude.
 double slice_time(std::string_view source, std::size_t index, const json& event,
-                  std::string_view key, bool nonnegative) {
-  const json* v = member(event, key);
+                  std::string_view key, bool nonnegative, bool in_args = false) {
+  const std::string field = (in_args ? "args." : "") + std::string(key);
+  const json* v = member(in_args ? *member(event, "args") : event, key);
   if (v == nullptr || !v->is_number()) {
-    bad_slice(source, index, event, "field '" + std::string(key) + "' must be a number");
+    bad_slice(source, index, event, "field '" + field + "' must be a number");
   }
   const double x = v->get<double>();
   if (!std::isfinite(x) || std::abs(x) > limits::kMaxNodeTimeUs || (nonnegative && x < 0)) {
     bad_slice(source, index, event,
-              "field '" + std::string(key) + "' must be a finite number of us from " +
+              "field '" + field + "' must be a finite number of us from " +
                   (nonnegative ? "0" : "-1e18") + " to 1e18");
   }
   return x;
@@ -99,12 +101,15 @@ double OpDiff::error_pct() const {
 }
 
 std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& trace,
-                                            std::string_view source) {
+                                            std::string_view source,
+                                            std::vector<NodeTime>* host_times) {
   const json* events = member(trace, "traceEvents");
   if (events == nullptr || !events->is_array()) {
     throw Error(std::string(source) + ": field 'traceEvents' missing (not a pipeplan trace)");
   }
   std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
+  std::vector<NodeTime> host(times.size());
+  bool every_host = true;
   std::vector<char> seen(times.size(), 0);
   for (std::size_t index = 0; index < events->size(); ++index) {
     const json& event = (*events)[index];
@@ -131,12 +136,20 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
     times[static_cast<std::size_t>(id)] = {start,
                                            start + slice_time(source, index, event, "dur", true)};
     seen[static_cast<std::size_t>(id)] = 1;
+    if (member(*args, "host_start_us") != nullptr || member(*args, "host_end_us") != nullptr) {
+      host[static_cast<std::size_t>(id)] = {
+          slice_time(source, index, event, "host_start_us", false, true),
+          slice_time(source, index, event, "host_end_us", false, true)};
+    } else {
+      every_host = false;
+    }
   }
   for (int id = 0; id < plan.node_count(); ++id) {
     if (!seen[static_cast<std::size_t>(id)]) {
       throw Error(std::string(source) + ": no slice for " + plan.node_name(id));
     }
   }
+  if (host_times != nullptr) *host_times = every_host ? std::move(host) : std::vector<NodeTime>{};
   return times;
 }
 
@@ -170,22 +183,50 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
     diff.devices.push_back({static_cast<int>(d), p.busy_us, m.busy_us, p.span_us, m.span_us});
   }
   const auto preds = predecessors(plan);
+  // (stall, the predecessor that made the node ready, or -1 when it has none)
   const auto stall = [&](const SimResult& sim, int id) {
     const NodeTime& t = sim.times.at(static_cast<std::size_t>(id));
     double ready = -std::numeric_limits<double>::infinity();
-    for (const auto& [from, kind] : preds[static_cast<std::size_t>(id)])
-      ready = std::max(ready, sim.times.at(static_cast<std::size_t>(from)).end_us);
-    return std::isfinite(ready) ? std::max(0.0, t.start_us - ready) : 0.0;
+    int last = -1;
+    for (const auto& [from, kind] : preds[static_cast<std::size_t>(id)]) {
+      const double end = sim.times.at(static_cast<std::size_t>(from)).end_us;
+      if (end > ready) {
+        ready = end;
+        last = from;
+      }
+    }
+    return std::pair{last >= 0 ? std::max(0.0, t.start_us - ready) : 0.0, last};
   };
+  const bool host_known = measured.host_times.size() == measured.times.size();
+  for (auto& d : diff.devices)
+    d.measured_host_stall_us = host_known ? 0.0 : -1.0;
   for (int id = 0; id < plan.node_count(); ++id) {
     const Node& node = plan.node(id);
     if (node.kind != NodeKind::compute || static_cast<std::size_t>(node.device) >= devices) {
       continue;
     }
     DeviceDiff& d = diff.devices[static_cast<std::size_t>(node.device)];
-    d.predicted_stall_us += stall(predicted, id);
-    d.measured_stall_us += stall(measured, id);
+    d.predicted_stall_us += stall(predicted, id).first;
+    const auto [waited, last] = stall(measured, id);
+    d.measured_stall_us += waited;
+    if (waited <= 0) continue;
+    const double start = measured.times[static_cast<std::size_t>(id)].start_us;
+    const double ready = start - waited;
+    // Host and device clocks both count from the step's start (aligned to a launch latency):
+    // the op could not start before its host thread began queuing it.
+    double host_late = -1;
+    if (host_known) {
+      const double queued = measured.host_times[static_cast<std::size_t>(id)].start_us;
+      host_late = std::clamp(queued - ready, 0.0, waited);
+      d.measured_host_stall_us += host_late;
+    }
+    if (waited >= TraceDiff::kMinListedStallUs) {
+      diff.stalls.push_back({id, op_label(node), node.device, ready, waited, host_late,
+                             op_label(plan.node(last))});
+    }
   }
+  std::stable_sort(diff.stalls.begin(), diff.stalls.end(),
+                   [](const StallDiff& a, const StallDiff& b) { return a.stall_us > b.stall_us; });
   diff.predicted_makespan_us = predicted.makespan_us;
   diff.measured_makespan_us = measured.makespan_us;
   diff.makespan_error_pct = pct(measured.makespan_us, predicted.makespan_us);
@@ -217,7 +258,23 @@ json diff_to_json(const TraceDiff& diff, int top) {
                        {"measured_span_us", d.measured_span_us},
                        {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
                        {"predicted_stall_us", d.predicted_stall_us},
-                       {"measured_stall_us", d.measured_stall_us}});
+                       {"measured_stall_us", d.measured_stall_us},
+                       {"measured_host_stall_us", d.measured_host_stall_us < 0
+                                                      ? json(nullptr)
+                                                      : json(d.measured_host_stall_us)}});
+  }
+  json stalls = json::array();
+  const auto listed = top < 0 ? diff.stalls.size()
+                              : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+  for (std::size_t i = 0; i < listed; ++i) {
+    const StallDiff& st = diff.stalls[i];
+    stalls.push_back({{"node", st.node},
+                      {"label", st.label},
+                      {"device", st.device},
+                      {"ready_us", st.ready_us},
+                      {"stall_us", st.stall_us},
+                      {"host_late_us", st.host_late_us < 0 ? json(nullptr) : json(st.host_late_us)},
+                      {"last_input", st.last_input}});
   }
   return {{"overall",
            {{"predicted_makespan_us", diff.predicted_makespan_us},
@@ -225,7 +282,8 @@ json diff_to_json(const TraceDiff& diff, int top) {
             {"makespan_error_pct", diff.makespan_error_pct},
             {"compute_mape_pct", diff.compute_mape_pct}}},
           {"devices", std::move(devices)},
-          {"ops", std::move(ops)}};
+          {"ops", std::move(ops)},
+          {"stalls", std::move(stalls)}};
 }
 
 std::string format_diff(const TraceDiff& diff, int top) {
@@ -258,7 +316,39 @@ std::string format_diff(const TraceDiff& diff, int top) {
         pct(d.measured_span_us, d.predicted_span_us), d.predicted_stall_us, d.measured_stall_us);
     out += line;
   }
+  const bool host_known = !diff.devices.empty() && diff.devices[0].measured_host_stall_us >= 0;
   out += "  (stall: compute waited with every input ready; the simulator never waits)\n";
+  if (host_known) {
+    out += "  of the measured stall, the host queued late:";
+    for (const DeviceDiff& d : diff.devices) {
+      std::snprintf(line, sizeof line, " %.1f", d.measured_host_stall_us);
+      out += line;
+    }
+    out += " us\n";
+  }
+  if (!diff.stalls.empty()) {
+    const auto listed = top < 0 ? diff.stalls.size()
+                                : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+    std::snprintf(line, sizeof line, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
+                  diff.stalls.size(), TraceDiff::kMinListedStallUs);
+    out += line;
+    std::snprintf(line, sizeof line, "  %5s  %-22s %3s %12s %12s %12s  %s\n", "node", "op", "dev",
+                  "ready us", "stall us", "host late", "ready after");
+    out += line;
+    for (std::size_t i = 0; i < listed; ++i) {
+      const StallDiff& st = diff.stalls[i];
+      char host[32];
+      if (st.host_late_us < 0) {
+        std::snprintf(host, sizeof host, "%12s", "-");
+      } else {
+        std::snprintf(host, sizeof host, "%12.1f", st.host_late_us);
+      }
+      std::snprintf(line, sizeof line, "  %5d  %-22s %3d %12.1f %12.1f %s  %s\n", st.node,
+                    st.label.c_str(), st.device, st.ready_us, st.stall_us, host,
+                    st.last_input.c_str());
+      out += line;
+    }
+  }
   std::snprintf(line, sizeof line,
                 "step time (makespan): predicted %.1f us, measured %.1f us, error %+.1f%%\n"
                 "compute ops: mean absolute error %.1f%%\n",

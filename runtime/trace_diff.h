@@ -15,9 +15,12 @@
 namespace pipeplan {
 
 // One time per node of `plan`. Throws Error naming `source` and the node when a slice is
-// missing or does not match the plan's node (stage, micro-batches, category).
+// missing or does not match the plan's node (stage, micro-batches, category). `host_times`, when
+// given, gets each node's args.host_start_us / host_end_us (a measured GPU run's host clock),
+// or stays empty when a slice lacks them.
 std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const nlohmann::json& trace,
-                                            std::string_view source);
+                                            std::string_view source,
+                                            std::vector<NodeTime>* host_times = nullptr);
 
 struct OpDiff {
   int node = -1;
@@ -38,6 +41,20 @@ struct DeviceDiff {
   // graph and in their stream, ended): launch gaps, a host thread held elsewhere, GPU queues
   // shared between streams. The simulator starts an op when it is ready, so predicted is 0.
   double predicted_stall_us = 0, measured_stall_us = 0;
+  // The part of the measured stall before the host began queuing the op (its thread was late),
+  // where the trace has host times; the rest the op spent queued on the GPU. -1: unknown.
+  double measured_host_stall_us = -1;
+};
+
+// One stalled compute op of a measured step.
+struct StallDiff {
+  int node = -1;
+  std::string label;
+  int device = 0;
+  double ready_us = 0;      // its last input's end (device clock)
+  double stall_us = 0;      // start - ready
+  double host_late_us = -1;  // of which its host thread had not begun queuing it; -1: unknown
+  std::string last_input;    // the node whose end made it ready
 };
 
 struct TraceDiff {
@@ -46,6 +63,8 @@ struct TraceDiff {
   double predicted_makespan_us = 0, measured_makespan_us = 0;
   double makespan_error_pct = 0;
   double compute_mape_pct = 0;  // mean |error_pct| over compute ops
+  std::vector<StallDiff> stalls;  // measured stalls of at least kMinListedStallUs, longest first
+  static constexpr double kMinListedStallUs = 100;
 };
 
 TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured);

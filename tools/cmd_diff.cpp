@@ -23,10 +23,12 @@ struct DiffCommand {
   int run() const {
     const TaskGraph plan = load_plan(plan_path);
     const SimResult predicted = simulate(plan);
+    std::vector<NodeTime> host_times;
     std::vector<NodeTime> times =
-        node_times_from_trace(plan, read_json_file(measured_path), measured_path);
+        node_times_from_trace(plan, read_json_file(measured_path), measured_path, &host_times);
     // The trace holds node times only: memory is the plan's, replayed at the measured times.
-    const SimResult measured = measured_result(plan, std::move(times), {});
+    SimResult measured = measured_result(plan, std::move(times), {});
+    measured.host_times = std::move(host_times);
     const TraceDiff diff = diff_trace(plan, predicted, measured);
     const int shown = all ? -1 : top;
     if (json) {

@@ -195,7 +195,9 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
     std::cout << std::flush;
   }
   nlohmann::json rows = nlohmann::json::array();
-  const StepResult last = run_steps(*executor, rows, ranks, [&] { gpu_run->reset_peaks(); });
+  std::vector<double> makespans;
+  const StepResult last =
+      run_steps(*executor, rows, ranks, [&] { gpu_run->reset_peaks(); }, &makespans);
   std::vector<std::int64_t> peaks = gpu_run->allocator_peak_bytes();
   if (ranks.group) {  // each rank knows its own device's allocator
     const auto rank = static_cast<std::size_t>(ranks.group->rank());
@@ -205,8 +207,9 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
       peaks.at(r) = std::stoll(all[r]);
   }
   if (!ranks.prints()) return 0;
-  const RunComparison comparison = compare_with_prediction(
-      executor->plan(), predicted, last.measured, last.step_time_us, peaks, hw);
+  RunComparison comparison = compare_with_prediction(executor->plan(), predicted, last.measured,
+                                                     last.step_time_us, peaks, hw);
+  set_steady_steps(comparison, makespans);
   write_trace(executor->plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
   if (json) {
     nlohmann::json report = run_report_json(comparison, hw);
@@ -228,11 +231,13 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
 // Runs every step (before_step first: e.g. resetting the allocators' peaks) and returns the
 // last one; one JSON row per step, or one printed line (rank 0 only under MPI).
 StepResult RunCommand::run_steps(Executor& executor, nlohmann::json& rows, const RunRanks& ranks,
-                                 const std::function<void()>& before_step) const {
+                                 const std::function<void()>& before_step,
+                                 std::vector<double>* makespans_us) const {
   StepResult last;
   for (int s = 0; s < steps; ++s) {
     before_step();
     last = executor.step();
+    if (makespans_us != nullptr) makespans_us->push_back(last.measured.makespan_us);
     if (json) {
       rows.push_back({{"step", last.step},
                       {"loss", last.loss},

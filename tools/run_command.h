@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,8 +64,10 @@ struct RunCommand {
                      const std::string& transport_name) const;
   void check_host_memory(const TaskGraph& plan) const;
   ExecutorOptions executor_options(const RunRanks& ranks) const;
+  // Every step's measured makespan goes to `makespans_us` when given.
   StepResult run_steps(Executor& executor, nlohmann::json& rows, const RunRanks& ranks,
-                       const std::function<void()>& before_step) const;
+                       const std::function<void()>& before_step,
+                       std::vector<double>* makespans_us = nullptr) const;
   void write_trace(const TaskGraph& plan, const StepResult& last, const std::string& note) const;
 };
 

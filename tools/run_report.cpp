@@ -39,6 +39,16 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
   out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (makespan)",
                        run.predicted_makespan_us / 1e3, run.measured_makespan_us / 1e3,
                        run.makespan_error_pct);
+  if (run.steady_steps > 0 && (run.steady_steps > 1 || run.steady_first_step > 1)) {
+    const std::string label =
+        run.steady_steps == 1
+            ? "  step " + std::to_string(run.steady_first_step)
+            : "  median, steps " + std::to_string(run.steady_first_step) + "-" +
+                  std::to_string(run.steady_first_step + run.steady_steps - 1);
+    out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", label.c_str(),
+                         run.predicted_makespan_us / 1e3, run.steady_makespan_us / 1e3,
+                         run.steady_error_pct);
+  }
   out += printf_string("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
                        run.measured_step_time_us / 1e3);
   out += printf_string("%-26s %14.0f %14.0f %+8.2f %%\n", "tokens/s", run.predicted_tokens_per_s,
@@ -102,6 +112,15 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
       {"tokens_per_s", run.measured_tokens_per_s},
       {"mfu", hw.peak_flops > 0 ? nlohmann::json(run.measured_mfu) : nlohmann::json(nullptr)}};
   if (hw.emulated() && hw.peak_flops > 0) measured["mfu_of_sm_share"] = run.measured_mfu_of_share;
+  nlohmann::json errors = {
+      {"makespan", run.makespan_error_pct},
+      {"tokens_per_s", percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s)}};
+  if (run.steady_steps > 0) {
+    measured["steady"] = {{"makespan_us", run.steady_makespan_us},
+                          {"steps", run.steady_steps},
+                          {"first_step", run.steady_first_step}};
+    errors["steady_makespan"] = run.steady_error_pct;
+  }
   return {
       {"hardware", std::move(hardware)},
       {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
@@ -112,9 +131,7 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
         {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
                                                : nlohmann::json(nullptr)}}},
       {"measured", std::move(measured)},
-      {"error_pct",
-       {{"makespan", run.makespan_error_pct},
-        {"tokens_per_s", percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s)}}},
+      {"error_pct", std::move(errors)},
       {"peak_memory", std::move(memory)}};
 }
 

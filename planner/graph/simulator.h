@@ -14,6 +14,10 @@ namespace pipeplan {
 // Node times (by node id) and the step metrics computed from them (planner/graph/metrics.h).
 struct SimResult : StepMetrics {
   std::vector<NodeTime> times;
+  // A measured step only (runtime/measured.h), else empty: per node, when its host thread began
+  // and finished queuing it (µs since the step began on the host clock). Against `times` (the
+  // device's), it tells a stall the host caused (the op queued late) from one the GPU did.
+  std::vector<NodeTime> host_times;
 };
 
 // Throws Error naming a stuck node if the graph cannot complete (a cycle or a send/recv order

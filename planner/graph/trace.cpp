@@ -106,6 +106,11 @@ void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
       args["peer"] = node.peer;
       args["match"] = node.match;
     }
+    if (sim.host_times.size() == sim.times.size()) {
+      const NodeTime& host = sim.host_times[static_cast<std::size_t>(id)];
+      args["host_start_us"] = host.start_us;
+      args["host_end_us"] = host.end_us;
+    }
     events.push_back({{"ph", "X"},
                       {"name", slice_name(node)},
                       {"cat", slice_category(node)},

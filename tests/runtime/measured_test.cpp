@@ -58,5 +58,22 @@ TEST(MeasuredResult, ARunCarriesMfu) {
                                      (devices * plan.meta.peak_flops_per_device));
 }
 
+// The steady figure is the median of the steps after the first (which warms the caches).
+TEST(MeasuredResult, SteadyStepsAreTheMedianAfterTheFirst) {
+  RunComparison run;
+  run.predicted_makespan_us = 100;
+  set_steady_steps(run, {900, 104, 110, 101});  // steps 2-4: 101, 104, 110
+  EXPECT_EQ(run.steady_steps, 3);
+  EXPECT_EQ(run.steady_first_step, 2);
+  EXPECT_DOUBLE_EQ(run.steady_makespan_us, 104);
+  EXPECT_DOUBLE_EQ(run.steady_error_pct, 4);
+  set_steady_steps(run, {900, 104, 110});  // an even count: the mean of the middle two
+  EXPECT_DOUBLE_EQ(run.steady_makespan_us, 107);
+  set_steady_steps(run, {95});  // one step: that one
+  EXPECT_EQ(run.steady_first_step, 1);
+  EXPECT_DOUBLE_EQ(run.steady_error_pct, -5);
+  EXPECT_THROW(set_steady_steps(run, {}), Error);
+}
+
 }  // namespace
 }  // namespace pipeplan

@@ -100,5 +100,81 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
   }
 }
 
+TEST(TraceTimes, HostTimesRoundTripAndAreOptional) {
+  const Plan plan = small_plan();
+  SimResult measured = plan.sim;
+  std::vector<NodeTime> none;
+  node_times_from_trace(plan.graph, perfetto_trace(plan.graph, measured, "t"), "t.json", &none);
+  EXPECT_TRUE(none.empty());  // a prediction's trace has no host clock
+  for (const NodeTime& t : measured.times)
+    measured.host_times.push_back({t.start_us - 7, t.start_us - 2});
+  const json trace = perfetto_trace(plan.graph, measured, "t");
+  std::vector<NodeTime> host;
+  node_times_from_trace(plan.graph, trace, "t.json", &host);
+  ASSERT_EQ(host.size(), measured.times.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    EXPECT_NEAR(host[i].start_us, measured.times[i].start_us - 7, 1e-6);
+    EXPECT_NEAR(host[i].end_us, measured.times[i].start_us - 2, 1e-6);
+  }
+  json bad = trace;
+  first_slice(bad)["args"]["host_end_us"] = "late";
+  const std::string message =
+      error_of([&] { node_times_from_trace(plan.graph, bad, "t.json", &host); });
+  EXPECT_NE(message.find("t.json: traceEvents["), std::string::npos) << message;
+  EXPECT_NE(message.find("field 'args.host_end_us' must be a number"), std::string::npos)
+      << message;
+  json partial = trace;
+  first_slice(partial)["args"].erase("host_start_us");  // one of the pair: malformed
+  EXPECT_NE(error_of([&] {
+              node_times_from_trace(plan.graph, partial, "t.json", &host);
+            }).find("field 'args.host_start_us' must be a number"),
+            std::string::npos);
+}
+
+// A measured step where one compute op started 500 us after its inputs were ready, its host
+// thread having begun queuing it 300 us after that: a 500 us stall, 300 us of it the host's.
+TEST(TraceDiff, SplitsAStallIntoHostAndGpuParts) {
+  const Plan plan = small_plan();
+  int late = -1;  // the last compute op of device 1: every input of it ends before it starts
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& node = plan.graph.node(id);
+    if (node.kind == NodeKind::compute && node.device == 1) late = id;
+  }
+  ASSERT_GE(late, 0);
+  SimResult measured = plan.sim;
+  measured.times[static_cast<std::size_t>(late)].start_us += 500;
+  measured.times[static_cast<std::size_t>(late)].end_us += 500;
+  measured.host_times = plan.sim.times;  // every other op queued as it became ready
+  measured.host_times[static_cast<std::size_t>(late)].start_us += 300;
+
+  const TraceDiff diff = diff_trace(plan.graph, plan.sim, measured);
+  ASSERT_EQ(diff.devices.size(), 2U);
+  EXPECT_NEAR(diff.devices[1].measured_stall_us, 500, 1e-6);
+  EXPECT_NEAR(diff.devices[1].measured_host_stall_us, 300, 1e-6);
+  EXPECT_NEAR(diff.devices[0].measured_host_stall_us, 0, 1e-6);
+  ASSERT_EQ(diff.stalls.size(), 1U);
+  EXPECT_EQ(diff.stalls[0].node, late);
+  EXPECT_NEAR(diff.stalls[0].stall_us, 500, 1e-6);
+  EXPECT_NEAR(diff.stalls[0].host_late_us, 300, 1e-6);
+  EXPECT_FALSE(diff.stalls[0].last_input.empty());
+  const std::string text = format_diff(diff, 10);
+  EXPECT_NE(text.find("of the measured stall, the host queued late: 0.0 300.0 us"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("stalls (1 of 1 over 100 us, longest first)"), std::string::npos) << text;
+  const json j = diff_to_json(diff, 10);
+  EXPECT_NEAR(j["stalls"][0]["host_late_us"].get<double>(), 300, 1e-6);
+  EXPECT_NEAR(j["devices"][1]["measured_host_stall_us"].get<double>(), 300, 1e-6);
+
+  // Without host times the split is unknown, the stall still listed.
+  measured.host_times.clear();
+  const TraceDiff unknown = diff_trace(plan.graph, plan.sim, measured);
+  EXPECT_LT(unknown.devices[1].measured_host_stall_us, 0);
+  ASSERT_EQ(unknown.stalls.size(), 1U);
+  EXPECT_LT(unknown.stalls[0].host_late_us, 0);
+  EXPECT_EQ(format_diff(unknown, 10).find("host queued late"), std::string::npos);
+  EXPECT_TRUE(diff_to_json(unknown, 10)["stalls"][0]["host_late_us"].is_null());
+}
+
 }  // namespace
 }  // namespace pipeplan

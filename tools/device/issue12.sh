@@ -21,6 +21,12 @@
 #   bpipe       8 emulated stages (one block each, 1F1B fused, its own SM-share profile): the first
 #               micro-batch size that fits a per-stage limit only with BPipe, run with BPipe
 #               beside the largest smaller size that fits without (see phase_bpipe)
+#   stalls      where emulated stages wait with their inputs ready: the 8-stage 1F1B run at mbs 1
+#               (needs BPIPE_PROFILE) and the 4-stage 1F1B-2bp runs at m = P and 2P (need the
+#               SM-share profile), STALL_STEPS (6) steps each, once per CUDA_DEVICE_MAX_CONNECTIONS value
+#               of STALL_CONNECTIONS ("default 32": GPU work queues per context; too few and
+#               streams share one, so an op can wait behind another stream's wait); `pipeplan
+#               diff` splits each stall into the host's part and the GPU's
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
 # Each device call may run 10 minutes, so pick phases that fit. Three calls (estimates, not
@@ -63,7 +69,7 @@ if ((${#phases[@]} == 0)); then
 fi
 for phase in "${phases[@]}"; do
   case $phase in
-    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | summary) ;;
+    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | summary) ;;
     *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
   esac
 done
@@ -275,6 +281,7 @@ phase_profile_sm() {
 }
 
 common=()
+run_env=()  # a prefix for `pipeplan run` (phase_stalls: env CUDA_DEVICE_MAX_CONNECTIONS=N)
 set_common() {
   common=(--profile "$profile_sm" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
 }
@@ -285,8 +292,9 @@ run_plan() {
   shift
   local plan="$raw/$name.plan.json"
   record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
-  record "$name.run.json" "$pipeplan" run "$plan" --backend cuda --emulate "${emulate_stages:-$stages}" \
-    --steps "$steps" --json --trace "$raw/$name.trace.json" || return 0
+  record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
+    --emulate "${emulate_stages:-$stages}" --steps "$steps" --json \
+    --trace "$raw/$name.trace.json" || return 0
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$raw/$name.trace.json" --top 15
 }
 
@@ -380,6 +388,31 @@ phase_bpipe() {
   done
   echo "bpipe: no mbs in '$bpipe_mbs' fits only with BPipe at $bpipe_stages stages" \
     | tee -a "$index"
+}
+
+# The stalls measured at 8 stages (docs/runtime.md, "Fidelity"): each run once per value of
+# CUDA_DEVICE_MAX_CONNECTIONS, with host times in the trace (pipeplan diff: "host queued late").
+phase_stalls() {
+  local cap_s=150 conn m steps=${STALL_STEPS:-6}
+  local bpipe_stages=${BPIPE_STAGES:-8}
+  for conn in ${STALL_CONNECTIONS:-default 32}; do
+    local -a run_env=()
+    [[ $conn == default ]] || run_env=(env "CUDA_DEVICE_MAX_CONNECTIONS=$conn")
+    if [[ -n ${BPIPE_PROFILE:-} ]]; then
+      local emulate_stages=$bpipe_stages
+      local -a common=(--profile "$BPIPE_PROFILE" --gpu "$gpu_key" --stages "$bpipe_stages"
+        --seq "$seq" --microbatches $((2 * bpipe_stages)) --schedule 1f1b --backward fused)
+      run_plan "stalls-c$conn-8st-mbs1" --mbs 1
+      unset emulate_stages
+    else
+      echo "issue12.sh: stalls: no BPIPE_PROFILE, no 8-stage run" | tee -a "$index" >&2
+    fi
+    if need_profile stalls; then
+      for m in "$stages" $((2 * stages)); do
+        run_plan "stalls-c$conn-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
+      done
+    fi
+  done
 }
 
 phase_summary() {

@@ -146,13 +146,14 @@ def run_rows(results):
 
 def max_stall_ms(results, name):
     """The largest per-device stall (compute waiting with its inputs ready) in NAME.diff.txt, in
-    ms; None where the diff is missing or has no stall column."""
+    ms, and the part of it the host caused (its thread queued the op late; None where the diff
+    has no host times); None where the diff is missing or has no stall column."""
     try:
         with open(os.path.join(results, name + ".diff.txt"), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
-    stalls, inside = [], False
+    stalls, host, inside = [], None, False
     for line in lines:
         if line.startswith("devices (compute stream)"):
             inside = True
@@ -161,9 +162,16 @@ def max_stall_ms(results, name):
         elif inside:
             fields = line.split()
             if len(fields) != 9 or not fields[0].isdigit():
-                break
+                inside = False
+                continue
             stalls.append(float(fields[8]) / 1e3)
-    return max(stalls) if stalls else None
+        elif "the host queued late:" in line:
+            values = line.split(":", 1)[1].split()
+            host = [float(v) / 1e3 for v in values if v != "us"]
+    if not stalls:
+        return None
+    worst = max(range(len(stalls)), key=lambda d: stalls[d])
+    return stalls[worst], (host[worst] if host and len(host) == len(stalls) else None)
 
 
 def pipeline_table(results):
@@ -171,19 +179,29 @@ def pipeline_table(results):
     rows = run_rows(results)
     if not rows:
         return out + ["(no *.run.json)", ""]
-    out.append("| run | predicted ms | measured ms | error | peak GiB per stage, measured "
+    out.append("| run | predicted ms | measured ms | steps | error | peak GiB per stage, measured "
                "(predicted) | worst memory error | max stall ms | flag |")
-    out.append("|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     steps = {}
     for row in rows:
         report = row["report"]
         if report is None or "measured" not in report:
-            out.append(f"| {row['name']} | | | | run failed or missing (see its .run.json) | | "
+            out.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json) | | "
                        "| |")
             continue
         predicted = report["predicted"]["makespan_us"] / 1e3
-        measured = report["measured"]["makespan_us"] / 1e3
-        error = report["error_pct"]["makespan"]
+        # The median of the steps after the first where the report has it (pipeplan run's
+        # "steady"), else the last step.
+        steady = report["measured"].get("steady")
+        if steady:
+            measured = steady["makespan_us"] / 1e3
+            error = report["error_pct"]["steady_makespan"]
+            first, count = steady["first_step"], steady["steps"]
+            steps_cell = f"{first}-{first + count - 1}" if count > 1 else f"{first}"
+        else:
+            measured = report["measured"]["makespan_us"] / 1e3
+            error = report["error_pct"]["makespan"]
+            steps_cell = "last"
         memory = report.get("peak_memory", [])
         cells = ", ".join(f"{m['measured_bytes'] / GIB:.2f} ({m['predicted_bytes'] / GIB:.2f})"
                           for m in memory)
@@ -194,8 +212,13 @@ def pipeline_table(results):
         if worst > MEMORY_TOLERANCE_PCT:
             flags.append("memory > 10 %")
         stall = max_stall_ms(results, row["name"])
-        stall_cell = "" if stall is None else f"{stall:.1f}"
-        out.append(f"| {row['name']} | {predicted:.1f} | {measured:.1f} | {error:+.1f} % | {cells} "
+        stall_cell = ""
+        if stall is not None:
+            stall_cell = f"{stall[0]:.1f}"
+            if stall[1] is not None:
+                stall_cell += f" (host {stall[1]:.1f})"
+        out.append(f"| {row['name']} | {predicted:.1f} | {measured:.1f} | {steps_cell} "
+                   f"| {error:+.1f} % | {cells} "
                    f"| {worst:.1f} % | {stall_cell} | {', '.join(flags)} |")
         steps[row["name"]] = (predicted, measured)
     out.append("")
