@@ -34,6 +34,9 @@ struct MeasuredHardware {
   int total_sms = 0;        // SMs of one GPU
   int sm_per_stage = 0;     // > 0: emulated, each stage in a green context of this many SMs
   int emulated_stages = 0;  // > 0: this many stages shared one GPU
+  // CUDA: hardware work queues per context (CUDA_DEVICE_MAX_CONNECTIONS as the run saw it; the
+  // driver's default is 8); 0: not reported.
+  int work_queues = 0;
   bool emulated() const { return emulated_stages > 0; }
 };
 

@@ -57,7 +57,8 @@ std::string string_member(const json& object, std::string_view key) {
 double slice_time(std::string_view source, std::size_t index, const json& event,
                   std::string_view key, bool nonnegative, bool in_args = false) {
   const std::string field = (in_args ? "args." : "") + std::string(key);
-  const json* v = member(in_args ? *member(event, "args") : event, key);
+  const json* holder = in_args ? member(event, "args") : &event;
+  const json* v = holder != nullptr ? member(*holder, key) : nullptr;
   if (v == nullptr || !v->is_number()) {
     bad_slice(source, index, event, "field '" + field + "' must be a number");
   }
@@ -221,8 +222,8 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
       d.measured_host_stall_us += host_late;
     }
     if (waited >= TraceDiff::kMinListedStallUs) {
-      diff.stalls.push_back({id, op_label(node), node.device, ready, waited, host_late,
-                             op_label(plan.node(last))});
+      diff.stalls.push_back(
+          {id, op_label(node), node.device, ready, waited, host_late, op_label(plan.node(last))});
     }
   }
   std::stable_sort(diff.stalls.begin(), diff.stalls.end(),
@@ -250,22 +251,22 @@ json diff_to_json(const TraceDiff& diff, int top) {
   }
   json devices = json::array();
   for (const DeviceDiff& d : diff.devices) {
-    devices.push_back({{"device", d.device},
-                       {"predicted_busy_us", d.predicted_busy_us},
-                       {"measured_busy_us", d.measured_busy_us},
-                       {"busy_error_pct", pct(d.measured_busy_us, d.predicted_busy_us)},
-                       {"predicted_span_us", d.predicted_span_us},
-                       {"measured_span_us", d.measured_span_us},
-                       {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
-                       {"predicted_stall_us", d.predicted_stall_us},
-                       {"measured_stall_us", d.measured_stall_us},
-                       {"measured_host_stall_us", d.measured_host_stall_us < 0
-                                                      ? json(nullptr)
-                                                      : json(d.measured_host_stall_us)}});
+    devices.push_back(
+        {{"device", d.device},
+         {"predicted_busy_us", d.predicted_busy_us},
+         {"measured_busy_us", d.measured_busy_us},
+         {"busy_error_pct", pct(d.measured_busy_us, d.predicted_busy_us)},
+         {"predicted_span_us", d.predicted_span_us},
+         {"measured_span_us", d.measured_span_us},
+         {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
+         {"predicted_stall_us", d.predicted_stall_us},
+         {"measured_stall_us", d.measured_stall_us},
+         {"measured_host_stall_us",
+          d.measured_host_stall_us < 0 ? json(nullptr) : json(d.measured_host_stall_us)}});
   }
   json stalls = json::array();
-  const auto listed = top < 0 ? diff.stalls.size()
-                              : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+  const auto listed =
+      top < 0 ? diff.stalls.size() : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
   for (std::size_t i = 0; i < listed; ++i) {
     const StallDiff& st = diff.stalls[i];
     stalls.push_back({{"node", st.node},
@@ -327,8 +328,8 @@ std::string format_diff(const TraceDiff& diff, int top) {
     out += " us\n";
   }
   if (!diff.stalls.empty()) {
-    const auto listed = top < 0 ? diff.stalls.size()
-                                : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+    const auto listed =
+        top < 0 ? diff.stalls.size() : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
     std::snprintf(line, sizeof line, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
                   diff.stalls.size(), TraceDiff::kMinListedStallUs);
     out += line;

@@ -51,8 +51,8 @@ struct StallDiff {
   int node = -1;
   std::string label;
   int device = 0;
-  double ready_us = 0;      // its last input's end (device clock)
-  double stall_us = 0;      // start - ready
+  double ready_us = 0;       // its last input's end (device clock)
+  double stall_us = 0;       // start - ready
   double host_late_us = -1;  // of which its host thread had not begun queuing it; -1: unknown
   std::string last_input;    // the node whose end made it ready
 };
@@ -62,7 +62,7 @@ struct TraceDiff {
   std::vector<DeviceDiff> devices;
   double predicted_makespan_us = 0, measured_makespan_us = 0;
   double makespan_error_pct = 0;
-  double compute_mape_pct = 0;  // mean |error_pct| over compute ops
+  double compute_mape_pct = 0;    // mean |error_pct| over compute ops
   std::vector<StallDiff> stalls;  // measured stalls of at least kMinListedStallUs, longest first
   static constexpr double kMinListedStallUs = 100;
 };

@@ -196,8 +196,8 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   }
   nlohmann::json rows = nlohmann::json::array();
   std::vector<double> makespans;
-  const StepResult last =
-      run_steps(*executor, rows, ranks, [&] { gpu_run->reset_peaks(); }, &makespans);
+  const StepResult last = run_steps(
+      *executor, rows, ranks, [&] { gpu_run->reset_peaks(); }, &makespans);
   std::vector<std::int64_t> peaks = gpu_run->allocator_peak_bytes();
   if (ranks.group) {  // each rank knows its own device's allocator
     const auto rank = static_cast<std::size_t>(ranks.group->rank());

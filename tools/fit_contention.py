@@ -229,15 +229,29 @@ def diff_makespan(pipeplan, plan, trace):
     return float(m.group(1)), float(m.group(2))
 
 
+def run_labels(prefixes):
+    """Each run's name; where two runs share one, the first word of their folder's name too
+    (call1/bpipe-mbs2, call3/bpipe-mbs2)."""
+    names = [os.path.basename(p) for p in prefixes]
+    labels = []
+    for prefix, name in zip(prefixes, names):
+        if names.count(name) > 1:
+            folder = os.path.basename(os.path.dirname(os.path.abspath(prefix))).split("-")[0]
+            name = f"{folder}/{name}"
+        labels.append(name)
+    return labels
+
+
 def cmd_eval(args):
     print(f"{'run':<28} {'measured ms':>12} {'before ms':>10} {'error':>8} {'after ms':>10} "
           f"{'error':>8}")
+    labels = run_labels(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
-        for prefix in args.runs:
+        for index, prefix in enumerate(args.runs):
             command = recorded_command(prefix + ".plan.txt")
             if "plan" not in command:
                 raise FitError(f"{prefix}.plan.txt: the recorded command is not 'pipeplan plan'")
-            replanned = os.path.join(tmp, os.path.basename(prefix) + ".plan.json")
+            replanned = os.path.join(tmp, f"{index}.plan.json")
             argv = [args.pipeplan] + command[1:]
             for flag, value in (("--profile", args.profile), ("-o", replanned)):
                 if flag not in argv:
@@ -252,7 +266,7 @@ def cmd_eval(args):
             before, measured = diff_makespan(args.pipeplan, prefix + ".plan.json",
                                              prefix + ".trace.json")
             after, _ = diff_makespan(args.pipeplan, replanned, prefix + ".trace.json")
-            print(f"{os.path.basename(prefix):<28} {measured / 1e3:>12.1f} "
+            print(f"{labels[index]:<28} {measured / 1e3:>12.1f} "
                   f"{before / 1e3:>10.1f} {100 * (measured / before - 1):>+7.1f}% "
                   f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%")
 

@@ -28,8 +28,12 @@ std::string peak_text(const MeasuredHardware& hw) {
 
 std::string emulation_line(const MeasuredHardware& hw) {
   if (!hw.emulated()) return "";
-  return std::string(kEmulatedNote) + " (" + std::to_string(hw.emulated_stages) + " stages x " +
-         std::to_string(hw.sm_per_stage) + " of " + std::to_string(hw.total_sms) + " SMs)";
+  std::string line = std::string(kEmulatedNote) + " (" + std::to_string(hw.emulated_stages) +
+                     " stages x " + std::to_string(hw.sm_per_stage) + " of " +
+                     std::to_string(hw.total_sms) + " SMs";
+  if (hw.work_queues > 0)
+    line += ", " + std::to_string(hw.work_queues) + " work queues per context";
+  return line + ")";
 }
 
 std::string format_run_report(const RunComparison& run, const MeasuredHardware& hw) {
@@ -41,10 +45,9 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
                        run.makespan_error_pct);
   if (run.steady_steps > 0 && (run.steady_steps > 1 || run.steady_first_step > 1)) {
     const std::string label =
-        run.steady_steps == 1
-            ? "  step " + std::to_string(run.steady_first_step)
-            : "  median, steps " + std::to_string(run.steady_first_step) + "-" +
-                  std::to_string(run.steady_first_step + run.steady_steps - 1);
+        run.steady_steps == 1 ? "  step " + std::to_string(run.steady_first_step)
+                              : "  median, steps " + std::to_string(run.steady_first_step) + "-" +
+                                    std::to_string(run.steady_first_step + run.steady_steps - 1);
     out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", label.c_str(),
                          run.predicted_makespan_us / 1e3, run.steady_makespan_us / 1e3,
                          run.steady_error_pct);
@@ -99,6 +102,7 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
                              {"peak_bf16_tflops", hw.peak_flops / 1e12},
                              {"gpus", hw.gpus},
                              {"emulated", hw.emulated()}};
+  if (hw.work_queues > 0) hardware["work_queues_per_context"] = hw.work_queues;
   if (hw.emulated()) {
     hardware["note"] = std::string(kEmulatedNote);
     hardware["emulated_stages"] = hw.emulated_stages;
@@ -121,18 +125,17 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
                           {"first_step", run.steady_first_step}};
     errors["steady_makespan"] = run.steady_error_pct;
   }
-  return {
-      {"hardware", std::move(hardware)},
-      {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
-      {"predicted",
-       {{"makespan_us", run.predicted_makespan_us},
-        {"tokens_per_s", run.predicted_tokens_per_s},
-        {"mfu", run.predicted_mfu},
-        {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
-                                               : nlohmann::json(nullptr)}}},
-      {"measured", std::move(measured)},
-      {"error_pct", std::move(errors)},
-      {"peak_memory", std::move(memory)}};
+  return {{"hardware", std::move(hardware)},
+          {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
+          {"predicted",
+           {{"makespan_us", run.predicted_makespan_us},
+            {"tokens_per_s", run.predicted_tokens_per_s},
+            {"mfu", run.predicted_mfu},
+            {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
+                                                   : nlohmann::json(nullptr)}}},
+          {"measured", std::move(measured)},
+          {"error_pct", std::move(errors)},
+          {"peak_memory", std::move(memory)}};
 }
 
 }  // namespace pipeplan

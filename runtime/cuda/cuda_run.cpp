@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_run.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -98,10 +100,15 @@ class GreenBackend final : public Backend {
   CUcontext context_;
 };
 
+constexpr const char* kWorkQueuesEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
+constexpr int kDefaultWorkQueues = 8;  // the driver's default
+constexpr int kMaxWorkQueues = 32;     // the most the driver gives
+
 MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_devices, int gpu = 0) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
   MeasuredHardware hw;
+  hw.work_queues = work_queues();
   hw.device_name = prop.name;
   hw.total_sms = prop.multiProcessorCount;
   hw.gpus = options.emulate > 0 ? 1 : plan_devices;
@@ -121,6 +128,20 @@ MeasuredHardware describe_hardware(const GpuRunOptions& options, int plan_device
 }
 
 }  // namespace
+
+int work_queues() {
+  const char* value = std::getenv(kWorkQueuesEnv);
+  if (value == nullptr || *value == '\0') return kDefaultWorkQueues;
+  char* end = nullptr;
+  const long queues = std::strtol(value, &end, 10);
+  if (*end != '\0' || queues < 1) return kDefaultWorkQueues;
+  return static_cast<int>(std::min<long>(queues, kMaxWorkQueues));
+}
+
+int prefer_many_work_queues() {
+  setenv(kWorkQueuesEnv, std::to_string(kMaxWorkQueues).c_str(), 0);  // 0: keep the user's
+  return work_queues();
+}
 
 CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   if (options.group != nullptr) {

@@ -32,6 +32,8 @@ extern "C" __attribute__((visibility("default"))) pipeplan::GpuPlugin* pipeplan_
   static_assert(std::is_same_v<decltype(&pipeplan_gpu_plugin), pipeplan::GpuPluginEntry>);
   *module_version = pipeplan::kGpuPluginVersion;
   if (host_version != pipeplan::kGpuPluginVersion) return nullptr;
+  // `pipeplan` links no CUDA library: nothing has initialised the driver yet.
+  pipeplan::cuda::prefer_many_work_queues();
   static pipeplan::cuda::CudaPlugin plugin;
   return &plugin;
 }

@@ -78,5 +78,15 @@ with tempfile.TemporaryDirectory() as tmp:
           f"error should be one line naming the file: {out.stderr!r}")
     check(not os.path.exists(os.path.join(tmp, "none.json")), "a failed fit wrote its output")
 
+# Runs of one name from two calls are told apart by their folder's first word.
+import importlib.util  # noqa: E402  (the script is loaded as a module for its helper)
+
+spec = importlib.util.spec_from_file_location("fit_contention", SCRIPT)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+labels = module.run_labels(["r/call1-env-bpipe/bpipe-mbs2", "r/call3-env-bpipe/bpipe-mbs2",
+                            "r/call3-env-bpipe/nobpipe-mbs1"])
+check(labels == ["call1/bpipe-mbs2", "call3/bpipe-mbs2", "nobpipe-mbs1"], f"labels {labels}")
+
 print("fit_contention_test:", "FAILED" if failures else "passed")
 sys.exit(1 if failures else 0)

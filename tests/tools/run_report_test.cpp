@@ -75,6 +75,35 @@ TEST(RunReport, JsonCarriesTheNoteTheShareAndTheErrors) {
   EXPECT_NE(j.at("mfu_kind").get<std::string>().find("PaLM"), std::string::npos);
 }
 
+// The median of steps 2..N beside the last step; the work queues the run had.
+TEST(RunReport, SteadyStepsAndWorkQueues) {
+  Fake f;
+  f.hw.work_queues = 32;
+  f.run.steady_steps = 4;
+  f.run.steady_first_step = 2;
+  f.run.steady_makespan_us = 102000;
+  f.run.steady_error_pct = 2;
+  const std::string text = format_run_report(f.run, f.hw);
+  EXPECT_EQ(text.rfind("emulated on one GPU: HBM and L2 shared (2 stages x 64 of 132 SMs, 32 work "
+                       "queues per context)\n",
+                       0),
+            0U)
+      << text;
+  EXPECT_NE(text.find("  median, steps 2-5            100.000 ms     102.000 ms    +2.00 %"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = run_report_json(f.run, f.hw);
+  EXPECT_EQ(j.at("hardware").at("work_queues_per_context"), 32);
+  EXPECT_DOUBLE_EQ(j.at("measured").at("steady").at("makespan_us").get<double>(), 102000);
+  EXPECT_EQ(j.at("measured").at("steady").at("steps"), 4);
+  EXPECT_EQ(j.at("measured").at("steady").at("first_step"), 2);
+  EXPECT_DOUBLE_EQ(j.at("error_pct").at("steady_makespan").get<double>(), 2);
+  // One step: nothing to add beside it.
+  f.run.steady_steps = 1;
+  f.run.steady_first_step = 1;
+  EXPECT_EQ(format_run_report(f.run, f.hw).find("median"), std::string::npos);
+}
+
 TEST(RunReport, RealGpusCarryNoEmulationNoteAndUnknownPeaksNoMfu) {
   Fake f;
   f.hw.emulated_stages = 0;

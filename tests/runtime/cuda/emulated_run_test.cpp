@@ -4,8 +4,10 @@
 // device times come from CUDA events and the allocators count every stage's memory.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,36 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
+}
+
+// CUDA_DEVICE_MAX_CONNECTIONS: 32 unless the user set it (kept, capped at the driver's 32; a
+// value that is not a count reads as the driver's default 8). Needs no GPU: only the variable.
+TEST(WorkQueues, AskForTheMostUnlessTheUserChose) {
+  const char* saved_value = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::optional<std::string> saved =
+      saved_value != nullptr ? std::optional<std::string>(saved_value) : std::nullopt;
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  EXPECT_EQ(cuda::work_queues(), 8);
+  EXPECT_EQ(cuda::prefer_many_work_queues(), 32);
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+  EXPECT_EQ(cuda::prefer_many_work_queues(), 4);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "64", 1);
+  EXPECT_EQ(cuda::work_queues(), 32);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "many", 1);
+  EXPECT_EQ(cuda::work_queues(), 8);
+  if (saved) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved->c_str(), 1);
+  } else {
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  }
+}
+
+TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::twobp), {2, ""});
+  EXPECT_EQ(run.hardware().work_queues, cuda::work_queues());
 }
 
 TEST(EmulatedRun, RefusesAPlanWithMoreDevicesThanGpusWithoutEmulate) {
