@@ -285,6 +285,12 @@ class Backend {
   virtual void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) = 0;
   // Waits for queued work (a no-op where every call is synchronous).
   virtual void synchronize() {}
+  // The optimizer state this backend keeps for `layer`, in bytes: the AdamW moments, plus
+  // whatever else it holds beside them (the CUDA backend's fp32 master weights). A stage's static
+  // memory is parameters + gradients + this, as the planner counts it (profiles/partition.cpp).
+  virtual std::int64_t optimizer_bytes(const LayerParams& layer) const {
+    return layer.optimizer_bytes();
+  }
 };
 
 }  // namespace pipeplan

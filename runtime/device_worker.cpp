@@ -93,7 +93,7 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
     for (const int index : stage_layers(stage)) {
       LayerParams layer = backend_->init_layer(plan.meta.model,
                                                kinds[static_cast<std::size_t>(index)], index, seed);
-      static_bytes_ += layer.param_bytes() + layer.grad_bytes() + layer.optimizer_bytes();
+      static_bytes_ += layer.param_bytes() + layer.grad_bytes() + backend_->optimizer_bytes(layer);
       layers_.emplace(index, std::move(layer));
     }
   }

@@ -55,6 +55,7 @@ RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& pr
     }
   }
   c.predicted_peak_bytes = predicted.peak_memory_bytes();
+  c.accounted_peak_bytes = measured.peak_memory_bytes();
   c.measured_peak_bytes = allocator_peak_bytes;
   for (std::size_t d = 0; d < c.measured_peak_bytes.size(); ++d) {
     const double want =

@@ -61,6 +61,10 @@ struct RunComparison {
   std::vector<std::int64_t> predicted_peak_bytes;  // per device
   std::vector<std::int64_t> measured_peak_bytes;   // per device, from the allocator
   std::vector<double> peak_bytes_error_pct;        // per device
+  // Per device: the peak of the runtime's own account of the plan's tensors (static bytes,
+  // stashes, retained sets, messages: the trace's memory counter). The allocator's peak above it
+  // is memory the plan does not model: an op's temporaries, a send's source held until its copy.
+  std::vector<std::int64_t> accounted_peak_bytes;
   // Steady state (set_steady_steps): the median makespan over the steps after the first (the
   // first also fills the allocator's cache and builds cuBLAS/cuDNN plans), or over the one step
   // there is; one step of an emulated run varies by a few % from the next.

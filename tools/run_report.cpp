@@ -75,14 +75,21 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
   } else {
     out += "MFU: unknown peak for device '" + hw.device_name + "' (pass --gpu)\n";
   }
-  out += "peak memory per stage (allocator):\n";
+  const bool accounted = run.accounted_peak_bytes.size() == run.measured_peak_bytes.size();
+  out += accounted ? "peak memory per stage (allocator; the plan's tensors as the runtime counted "
+                     "them):\n"
+                   : "peak memory per stage (allocator):\n";
   for (std::size_t d = 0; d < run.measured_peak_bytes.size(); ++d) {
     const double want = d < run.predicted_peak_bytes.size()
                             ? static_cast<double>(run.predicted_peak_bytes[d])
                             : 0.0;
-    out += printf_string("  device %-3zu %20s %14s %+8.2f %%\n", d, format_gib(want).c_str(),
+    out += printf_string("  device %-3zu %20s %14s %+8.2f %%", d, format_gib(want).c_str(),
                          format_gib(static_cast<double>(run.measured_peak_bytes[d])).c_str(),
                          run.peak_bytes_error_pct[d]);
+    if (accounted) {
+      out += "  (" + format_gib(static_cast<double>(run.accounted_peak_bytes[d])) + ")";
+    }
+    out += "\n";
   }
   return out;
 }
@@ -96,6 +103,9 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
           d < run.predicted_peak_bytes.size() ? run.predicted_peak_bytes[d] : std::int64_t{0}},
          {"measured_bytes", run.measured_peak_bytes[d]},
          {"error_pct", run.peak_bytes_error_pct[d]}});
+    if (d < run.accounted_peak_bytes.size()) {
+      memory.back()["accounted_bytes"] = run.accounted_peak_bytes[d];
+    }
   }
   nlohmann::json hardware = {{"device_name", hw.device_name},
                              {"gpu", hw.gpu},

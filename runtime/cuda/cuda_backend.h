@@ -37,7 +37,7 @@ class CudaBackend final : public LayerBackend {
   // The fp32 master copy of a parameter's bf16 weights (what AdamW updates).
   Tensor master(const Parameter& param) const;
   // fp32 masters + both moments: the planner's optimizer_bytes.
-  std::int64_t optimizer_bytes(const LayerParams& layer) const;
+  std::int64_t optimizer_bytes(const LayerParams& layer) const override;
   // The attention mode that runs: flash is cuDNN's fused SDPA (sdpa.h), the others the batched-GEMM
   // core (attention.h).
   Attention attention() const { return attention_; }

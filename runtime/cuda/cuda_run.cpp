@@ -90,6 +90,9 @@ class GreenBackend final : public Backend {
     const ScopedContext current(context_);
     inner_->adamw_step(layer, config, step);
   }
+  std::int64_t optimizer_bytes(const LayerParams& layer) const override {
+    return inner_->optimizer_bytes(layer);  // host-side bookkeeping: no CUDA call
+  }
   void synchronize() override {
     const ScopedContext current(context_);
     inner_->synchronize();

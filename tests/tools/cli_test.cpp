@@ -148,6 +148,19 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   EXPECT_NE(h100.out.find("on 4 x h100-sxm:"), std::string::npos) << h100.out;
 }
 
+// The 16-SM H200 profile with the contention fitted on one 8-stage run (issue 12's second GPU
+// session): the BPipe plan that ran at mbs 2 predicts the step the README quotes (2061.7 ms,
+// measured 2126.6: bench/results/issue12-h200-2026-11-26b/fidelity/fit-8stage.eval.txt).
+TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedBpipeStep) {
+  const std::string shipped =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm16.calibrated.json";
+  const Result r = run("plan --profile " + shipped +
+                       " --stages 8 --seq 2048 --microbatches 16 --schedule 1f1b --backward fused"
+                       " --mbs 2 --bpipe on --memory 9.107GiB --reserve 0 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 2061.7, 0.05) << r.out;
+}
+
 TEST_F(Cli, BadInputsFailWithOneLine) {
   expect_error("plan --model llama-99b --stages 4 --microbatches 8", "llama-99b");
   expect_error("plan --model llama-7b --gpu tpu --stages 4 --microbatches 8", "tpu");

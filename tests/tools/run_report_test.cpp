@@ -98,6 +98,11 @@ TEST(RunReport, SteadyStepsAndWorkQueues) {
   EXPECT_EQ(j.at("measured").at("steady").at("steps"), 4);
   EXPECT_EQ(j.at("measured").at("steady").at("first_step"), 2);
   EXPECT_DOUBLE_EQ(j.at("error_pct").at("steady_makespan").get<double>(), 2);
+  // The runtime's account of the plan's tensors beside the allocator's peak.
+  f.run.accounted_peak_bytes = {1LL << 30, 2LL << 30};
+  const std::string with_account = format_run_report(f.run, f.hw);
+  EXPECT_NE(with_account.find("+50.00 %  (2.00 GiB)"), std::string::npos) << with_account;
+  EXPECT_EQ(run_report_json(f.run, f.hw).at("peak_memory")[1].at("accounted_bytes"), 2LL << 30);
   // One step: nothing to add beside it.
   f.run.steady_steps = 1;
   f.run.steady_first_step = 1;

@@ -47,7 +47,7 @@
 # Environment: OUT (default bench/results/issue12-<UTC time>), DEADLINE_S (540: commands stop and
 # the rest are skipped, so packing finishes inside the device tool's 600 s), LAYERS (8 LLaMA-7B
 # blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
-# SEQ (2048), STEPS (3 per run; the report is the last), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
+# SEQ (2048), STEPS (3 per run; the report is the last step and the median of steps 2..N), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
 # BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE, TEST_CAP_S (150
 # s per test suite),
 # PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).

@@ -157,6 +157,21 @@ TEST(WorkQueues, AskForTheMostUnlessTheUserChose) {
   }
 }
 
+// Each stage's memory account starts from the plan's static bytes: weights, gradients, the AdamW
+// moments and the fp32 master weights the CUDA backend keeps (it once left the masters out).
+TEST(EmulatedRun, TheMemoryAccountStartsAtThePlansStaticBytes) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const TaskGraph plan = tiny_plan(2, "1f1b", BackwardMode::twobp);
+  const auto run = run_on_gpu(plan, 2);
+  ASSERT_EQ(run.measured.devices.size(), 2U);
+  for (std::size_t d = 0; d < 2; ++d) {
+    ASSERT_FALSE(run.measured.devices[d].memory_timeline.empty());
+    EXPECT_EQ(run.measured.devices[d].memory_timeline.front().second, plan.meta.static_bytes[d])
+        << "device " << d;
+  }
+}
+
 TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
   PIPEPLAN_REQUIRE_GPU();
   if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";

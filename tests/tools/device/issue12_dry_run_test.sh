@@ -10,7 +10,7 @@ bash -n "$repo/tools/device/issue12.sh"
 bash -n "$repo/tools/device/stage_issue12.sh"
 log="$out/dry.log"
 if ! OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" env tests flash block \
-  profile profile-sm pipelines bpipe summary > "$log" 2>&1; then
+  profile profile-sm pipelines bpipe stalls summary > "$log" 2>&1; then
   cat "$log"
   echo "issue12_dry_run_test: the dry run failed" >&2
   exit 1
@@ -33,5 +33,9 @@ expect 'run .*gpipe-m8-fused.plan.json --backend cuda --emulate 4'
 expect 'run .*auto-m8.plan.json --backend cuda --emulate 4'
 expect 'diff .*1f1b-m8-2bp.plan.json'
 expect 'bpipe-mbs2'
+# stalls: needs BPIPE_PROFILE for its 8-stage run (said, not failed), runs each 4-stage plan twice
+expect 'stalls: no BPIPE_PROFILE'
+expect 'run .*stalls-cdefault-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 6'
+expect 'env CUDA_DEVICE_MAX_CONNECTIONS=32 .*run .*stalls-c32-1f1b-m4-2bp.plan.json'
 expect 'issue12_summary.py'
 echo "issue12_dry_run_test: every phase reached"
