@@ -25,6 +25,16 @@ std::string op_label(const Node& node) {
   return std::string(to_string(node.kind)) + " " + node_label(node);
 }
 
+// How many of `size` entries a listing of the `top` first shows (all when top < 0).
+std::size_t shown_count(std::size_t size, int top) {
+  return top < 0 ? size : std::min(size, static_cast<std::size_t>(top));
+}
+
+// A time that may be unknown (negative): null in JSON.
+json optional_us(double us) {
+  return us < 0 ? json(nullptr) : json(us);
+}
+
 double pct(double measured, double predicted) {
   if (predicted == 0) return measured == 0 ? 0.0 : 100.0;
   return 100.0 * (measured - predicted) / predicted;
@@ -237,8 +247,7 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
 
 json diff_to_json(const TraceDiff& diff, int top) {
   json ops = json::array();
-  const auto shown =
-      top < 0 ? diff.ops.size() : std::min(diff.ops.size(), static_cast<std::size_t>(top));
+  const std::size_t shown = shown_count(diff.ops.size(), top);
   for (std::size_t i = 0; i < shown; ++i) {
     const OpDiff& op = diff.ops[i];
     ops.push_back({{"node", op.node},
@@ -251,22 +260,19 @@ json diff_to_json(const TraceDiff& diff, int top) {
   }
   json devices = json::array();
   for (const DeviceDiff& d : diff.devices) {
-    devices.push_back(
-        {{"device", d.device},
-         {"predicted_busy_us", d.predicted_busy_us},
-         {"measured_busy_us", d.measured_busy_us},
-         {"busy_error_pct", pct(d.measured_busy_us, d.predicted_busy_us)},
-         {"predicted_span_us", d.predicted_span_us},
-         {"measured_span_us", d.measured_span_us},
-         {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
-         {"predicted_stall_us", d.predicted_stall_us},
-         {"measured_stall_us", d.measured_stall_us},
-         {"measured_host_stall_us",
-          d.measured_host_stall_us < 0 ? json(nullptr) : json(d.measured_host_stall_us)}});
+    devices.push_back({{"device", d.device},
+                       {"predicted_busy_us", d.predicted_busy_us},
+                       {"measured_busy_us", d.measured_busy_us},
+                       {"busy_error_pct", pct(d.measured_busy_us, d.predicted_busy_us)},
+                       {"predicted_span_us", d.predicted_span_us},
+                       {"measured_span_us", d.measured_span_us},
+                       {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
+                       {"predicted_stall_us", d.predicted_stall_us},
+                       {"measured_stall_us", d.measured_stall_us},
+                       {"measured_host_stall_us", optional_us(d.measured_host_stall_us)}});
   }
   json stalls = json::array();
-  const auto listed =
-      top < 0 ? diff.stalls.size() : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+  const std::size_t listed = shown_count(diff.stalls.size(), top);
   for (std::size_t i = 0; i < listed; ++i) {
     const StallDiff& st = diff.stalls[i];
     stalls.push_back({{"node", st.node},
@@ -274,7 +280,7 @@ json diff_to_json(const TraceDiff& diff, int top) {
                       {"device", st.device},
                       {"ready_us", st.ready_us},
                       {"stall_us", st.stall_us},
-                      {"host_late_us", st.host_late_us < 0 ? json(nullptr) : json(st.host_late_us)},
+                      {"host_late_us", optional_us(st.host_late_us)},
                       {"last_input", st.last_input}});
   }
   return {{"overall",
@@ -290,8 +296,7 @@ json diff_to_json(const TraceDiff& diff, int top) {
 std::string format_diff(const TraceDiff& diff, int top) {
   std::string out;
   char line[256];
-  const auto shown =
-      top < 0 ? diff.ops.size() : std::min(diff.ops.size(), static_cast<std::size_t>(top));
+  const std::size_t shown = shown_count(diff.ops.size(), top);
   std::snprintf(line, sizeof line, "ops (%zu of %zu, worst first)\n", shown, diff.ops.size());
   out += line;
   std::snprintf(line, sizeof line, "  %5s  %-22s %3s %-12s %12s %12s %9s\n", "node", "op", "dev",
@@ -328,8 +333,7 @@ std::string format_diff(const TraceDiff& diff, int top) {
     out += " us\n";
   }
   if (!diff.stalls.empty()) {
-    const auto listed =
-        top < 0 ? diff.stalls.size() : std::min(diff.stalls.size(), static_cast<std::size_t>(top));
+    const std::size_t listed = shown_count(diff.stalls.size(), top);
     std::snprintf(line, sizeof line, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
                   diff.stalls.size(), TraceDiff::kMinListedStallUs);
     out += line;

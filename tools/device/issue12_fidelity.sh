@@ -19,13 +19,8 @@ out="$results/fidelity"
 mkdir -p "$out"
 fit=(python3 tools/fit_contention.py)
 
-run_and_keep() {  # run_and_keep FILE CMD...: the command and its output in FILE
-  local file=$1
-  shift
-  { echo "# command: $(printf '%q ' "$@")"; "$@"; } > "$file.tmp"
-  mv "$file.tmp" "$file"
-  cat "$file"
-}
+# shellcheck source=tools/device/keep.sh
+source tools/device/keep.sh
 
 shopt -s nullglob
 calls=("$results"/call1-*/)

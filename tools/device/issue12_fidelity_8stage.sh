@@ -27,13 +27,8 @@ out="$results/fidelity"
 mkdir -p "$out"
 fit=(python3 tools/fit_contention.py)
 
-run_and_keep() {  # run_and_keep FILE CMD...: the command and its output in FILE (atomically)
-  local file=$1
-  shift
-  { echo "# command: $(printf '%q ' "$@")"; "$@"; } > "$file.tmp"
-  mv "$file.tmp" "$file"
-  cat "$file"
-}
+# shellcheck source=tools/device/keep.sh
+source tools/device/keep.sh
 
 # The 8-stage runs: plans with 8 devices.
 shopt -s nullglob
