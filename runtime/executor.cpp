@@ -275,6 +275,7 @@ StepResult Executor::step(StepMode mode) {
   std::vector<NodeTime> host_times;
   if (!failed && options_.node_timer) {
     host_times = times_;
+    options_.node_timer->align_host_times(plan_, start_, host_times);
     options_.node_timer->end_step(plan_, times_);
   }
   if (options_.group) {

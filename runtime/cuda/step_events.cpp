@@ -111,9 +111,26 @@ void StepEvents::begin_step(const TaskGraph& plan) {
     const std::lock_guard lock(mutex_);
     running_.clear();
   }
+  host_origin_.assign(cuda_devices_.size(), {});
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
     const ScopedContext current(contexts_[d]);
     CUDA_CHECK(cudaEventRecord(step_start_[d], compute_streams_[d]));
+    host_origin_[d] = std::chrono::steady_clock::now();
+  }
+}
+
+void StepEvents::align_host_times(const TaskGraph& plan,
+                                  std::chrono::steady_clock::time_point start,
+                                  std::vector<NodeTime>& host_times) const {
+  if (host_times.size() != static_cast<std::size_t>(plan.node_count())) return;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const auto device = static_cast<std::size_t>(plan.node(id).device);
+    if (device >= host_origin_.size()) continue;
+    const double zero_us =
+        std::chrono::duration<double, std::micro>(host_origin_[device] - start).count();
+    NodeTime& t = host_times[static_cast<std::size_t>(id)];
+    t.start_us -= zero_us;
+    t.end_us -= zero_us;
   }
 }
 

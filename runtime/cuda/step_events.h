@@ -12,6 +12,7 @@
 // op).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -38,6 +39,8 @@ class StepEvents final : public NodeTimer {
   void begin_node(const TaskGraph& plan, int id) override;
   void end_node(const TaskGraph& plan, int id) override;
   void end_step(const TaskGraph& plan, std::vector<NodeTime>& times) override;
+  void align_host_times(const TaskGraph& plan, std::chrono::steady_clock::time_point start,
+                        std::vector<NodeTime>& host_times) const override;
 
   // On the thread running a send node of link (from -> to, channel) on plan device `device`:
   // the end event of the compute node that produced its payload; null when the payload was not
@@ -54,8 +57,11 @@ class StepEvents final : public NodeTimer {
 
   std::vector<int> cuda_devices_;
   std::vector<cudaStream_t> compute_streams_;
-  std::vector<CUcontext> contexts_;       // per plan device: its stream's (ScopedContext)
-  std::vector<cudaEvent_t> step_start_;   // per plan device
+  std::vector<CUcontext> contexts_;      // per plan device: its stream's (ScopedContext)
+  std::vector<cudaEvent_t> step_start_;  // per plan device
+  // Per plan device: the host's clock when its step_start_ was queued. The device is idle then,
+  // so the event completes a launch latency later: the zero of the device's times, on the host.
+  std::vector<std::chrono::steady_clock::time_point> host_origin_;
   std::vector<cudaEvent_t> begin_, end_;  // per node
   std::vector<int> producer_;             // per send node: its payload's compute node, or -1
   std::vector<char> recorded_;            // per node

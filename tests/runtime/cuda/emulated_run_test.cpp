@@ -4,6 +4,7 @@
 // device times come from CUDA events and the allocators count every stage's memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -170,6 +171,29 @@ TEST(EmulatedRun, TheMemoryAccountStartsAtThePlansStaticBytes) {
     EXPECT_EQ(run.measured.devices[d].memory_timeline.front().second, plan.meta.static_bytes[d])
         << "device " << d;
   }
+}
+
+// Host times are on each device's clock: no op starts on the device before its host thread
+// began queuing it (within a launch latency), and some op waits for its thread (the first).
+TEST(EmulatedRun, HostTimesAreOnTheDevicesClock) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const TaskGraph plan = tiny_plan(2, "1f1b", BackwardMode::twobp);
+  const auto run = run_on_gpu(plan, 2);
+  ASSERT_EQ(run.measured.host_times.size(), run.measured.times.size());
+  constexpr double kLaunchUs = 50;
+  std::vector<double> earliest(2, 1e18);  // per device: min (device start - host start)
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    if (node.kind != NodeKind::compute) continue;
+    const double lead = run.measured.times[static_cast<std::size_t>(id)].start_us -
+                        run.measured.host_times[static_cast<std::size_t>(id)].start_us;
+    EXPECT_GT(lead, -kLaunchUs) << plan.node_name(id) << " started before it was queued";
+    auto& e = earliest[static_cast<std::size_t>(node.device)];
+    e = std::min(e, lead);
+  }
+  for (const double e : earliest)
+    EXPECT_LT(e, 1000.0);  // the first op runs about when it is queued
 }
 
 TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
