@@ -1,10 +1,10 @@
 #include "runtime/measured.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/stats.h"
 #include "planner/graph/metrics.h"
 
 namespace pipeplan {
@@ -71,11 +71,9 @@ void set_steady_steps(RunComparison& run, const std::vector<double>& makespans_u
   const std::size_t first = makespans_us.size() > 1 ? 1 : 0;
   std::vector<double> steady(makespans_us.begin() + static_cast<std::ptrdiff_t>(first),
                              makespans_us.end());
-  std::sort(steady.begin(), steady.end());
-  const std::size_t n = steady.size();
-  run.steady_steps = static_cast<int>(n);
+  run.steady_steps = static_cast<int>(steady.size());
   run.steady_first_step = static_cast<int>(first) + 1;
-  run.steady_makespan_us = n % 2 == 1 ? steady[n / 2] : (steady[n / 2 - 1] + steady[n / 2]) / 2;
+  run.steady_makespan_us = median(std::move(steady));
   run.steady_error_pct = percent_error(run.steady_makespan_us, run.predicted_makespan_us);
 }
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/base/stats.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -71,12 +72,6 @@ std::vector<int> parse_sizes(const std::string& text) {
     start = end + 1;
   }
   return sizes;
-}
-
-double median(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
 std::vector<double> random_values(std::int64_t count, std::uint64_t seed) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "planner/base/stats.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -26,11 +27,9 @@ struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
 };
 
-Timing summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  const double median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return {median, samples.front(), samples.back()};
+Timing summarise(const std::vector<double>& samples) {
+  const auto [min, max] = std::minmax_element(samples.begin(), samples.end());
+  return {median(samples), *min, *max};
 }
 
 // Times `timed` with CUDA events on `stream`; `setup` runs untimed before each repetition.
@@ -58,7 +57,7 @@ Timing time_op(cudaStream_t stream, int warmup, int repetitions, const std::func
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return summarise(std::move(samples));
+  return summarise(samples);
 }
 
 class Progress {
