@@ -140,10 +140,20 @@ LayerCost cost_from_json(const Reader& r) {
   c.grad_bytes = r.bytes("grad_bytes");
   c.optimizer_bytes = r.bytes("optimizer_bytes");
   c.send_bytes = r.bytes("send_bytes");
+  // Optional (profiles before working memory was measured have none: 0).
+  if (r.raw().contains("forward_work_bytes")) c.forward_work_bytes = r.bytes("forward_work_bytes");
+  if (r.raw().contains("p1_work_bytes")) c.p1_work_bytes = r.bytes("p1_work_bytes");
+  if (r.raw().contains("p2_work_bytes")) {
+    const Reader work = r.object("p2_work_bytes");
+    if (!work.raw().is_object()) r.fail("p2_work_bytes", "must be an object");
+    for (const auto& [key, value] : work.raw().items())
+      c.p2_work_bytes[work.positive_key(key, limits::kMaxMicrobatches)] = work.bytes(key);
+  }
   for (const auto& [key, value] : r.raw().items()) {
     static const std::set<std::string> kKnown{
-        "forward_us",     "p1_us",       "p2_us",      "p2_concat_us",    "stash_bytes",
-        "retained_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "send_bytes"};
+        "forward_us",         "p1_us",         "p2_us",        "p2_concat_us",    "stash_bytes",
+        "retained_bytes",     "param_bytes",   "grad_bytes",   "optimizer_bytes", "send_bytes",
+        "forward_work_bytes", "p1_work_bytes", "p2_work_bytes"};
     if (kKnown.count(key) == 0) r.fail(key, "is not a field of a layer cost");
   }
   return c;
@@ -153,16 +163,26 @@ json cost_to_json(const LayerCost& c) {
   json concat = json::object();
   for (const auto& [k, us] : c.p2_concat_us)
     concat[std::to_string(k)] = us;
-  return json{{"forward_us", c.forward_us},
-              {"p1_us", c.p1_us},
-              {"p2_us", c.p2_us},
-              {"p2_concat_us", concat},
-              {"stash_bytes", c.stash_bytes},
-              {"retained_bytes", c.retained_bytes},
-              {"param_bytes", c.param_bytes},
-              {"grad_bytes", c.grad_bytes},
-              {"optimizer_bytes", c.optimizer_bytes},
-              {"send_bytes", c.send_bytes}};
+  json j{{"forward_us", c.forward_us},
+         {"p1_us", c.p1_us},
+         {"p2_us", c.p2_us},
+         {"p2_concat_us", concat},
+         {"stash_bytes", c.stash_bytes},
+         {"retained_bytes", c.retained_bytes},
+         {"param_bytes", c.param_bytes},
+         {"grad_bytes", c.grad_bytes},
+         {"optimizer_bytes", c.optimizer_bytes},
+         {"send_bytes", c.send_bytes}};
+  // Written only when known, so a profile without them reads back the same.
+  if (c.forward_work_bytes > 0 || c.p1_work_bytes > 0 || !c.p2_work_bytes.empty()) {
+    json work = json::object();
+    for (const auto& [k, bytes] : c.p2_work_bytes)
+      work[std::to_string(k)] = bytes;
+    j["forward_work_bytes"] = c.forward_work_bytes;
+    j["p1_work_bytes"] = c.p1_work_bytes;
+    j["p2_work_bytes"] = work;
+  }
+  return j;
 }
 
 std::set<std::string> kinds_needed(const ModelConfig& model) {
@@ -201,6 +221,15 @@ double LayerCost::p2_time_us(int k) const {
   // Linear in k from the largest entry below k: its per-micro-batch time, k times.
   auto below = p2_concat_us.lower_bound(k);
   if (below == p2_concat_us.begin()) return p2_us * k;
+  --below;
+  return below->second / below->first * k;
+}
+
+std::int64_t LayerCost::p2_work(int k) const {
+  if (k < 1) throw Error("p2 over " + std::to_string(k) + " micro-batches: need at least 1");
+  if (auto it = p2_work_bytes.find(k); it != p2_work_bytes.end()) return it->second;
+  auto below = p2_work_bytes.lower_bound(k);
+  if (below == p2_work_bytes.begin()) return 0;
   --below;
   return below->second / below->first * k;
 }

@@ -33,9 +33,18 @@ struct LayerCost {
   std::int64_t grad_bytes = 0;       // fp32 gradient accumulators
   std::int64_t optimizer_bytes = 0;  // fp32 master weights + AdamW moments
   std::int64_t send_bytes = 0;       // activation sent to the next stage (= gradient sent back)
+  // Working memory: bytes a pass holds while it runs above what it leaves (temporaries, cuBLAS
+  // and attention workspaces, the head's logits, p2's joined inputs): the allocator's peak during
+  // the pass minus the larger of its level before and after. 0 where not measured.
+  std::int64_t forward_work_bytes = 0;
+  std::int64_t p1_work_bytes = 0;
+  std::map<int, std::int64_t> p2_work_bytes;  // k concatenated micro-batches -> bytes
   // Time of one p2 over k micro-batches: the measured/estimated entry for k, else linear in k
   // from the nearest smaller entry.
   double p2_time_us(int k) const;
+  // Working memory of one p2 over k micro-batches, extended from the nearest smaller entry the
+  // same way (the joined inputs grow with k); 0 when there is none.
+  std::int64_t p2_work(int k) const;
 };
 
 struct Provenance {

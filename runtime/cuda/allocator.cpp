@@ -17,12 +17,13 @@ std::int64_t round_up(std::int64_t bytes) {
 void DeviceAllocator::State::release(void* block, std::int64_t requested, std::int64_t rounded) {
   const std::lock_guard lock(mutex);
   stats.current_bytes -= requested;
-  free_blocks.emplace(rounded, block);
+  // Read after the last owner let go: every kernel that used the block was queued before now.
+  free_blocks.emplace(rounded, CachedBlock{block, fences->now()});
 }
 
 void DeviceAllocator::State::release_cached_locked() {
-  for (const auto& [size, block] : free_blocks) {
-    cudaFree(block);  // no throw: also runs from destructors
+  for (const auto& [size, cached] : free_blocks) {
+    cudaFree(cached.block);  // no throw: also runs from destructors
     stats.reserved_bytes -= size;
   }
   free_blocks.clear();
@@ -34,15 +35,23 @@ DeviceAllocator::~DeviceAllocator() {
 }
 
 std::shared_ptr<void> DeviceAllocator::allocate(std::int64_t bytes) {
+  return allocate_fenced(bytes).data;
+}
+
+DeviceAllocator::FencedBlock DeviceAllocator::allocate_fenced(std::int64_t bytes) {
   if (bytes <= 0) throw Error("device allocation of " + std::to_string(bytes) + " bytes");
   const std::int64_t rounded = round_up(bytes);
   void* block = nullptr;
+  std::int64_t freed_at = kNeverUsed;
   {
     const std::lock_guard lock(state_->mutex);
     // Exact size only: a larger cached block would hide fragmentation in the reserved figure.
-    const auto it = state_->free_blocks.find(rounded);
-    if (it != state_->free_blocks.end()) {
-      block = it->second;
+    // Blocks of one size come back oldest free first (multimap keeps insertion order): the one
+    // whose readers are most likely done.
+    const auto it = state_->free_blocks.lower_bound(rounded);
+    if (it != state_->free_blocks.end() && it->first == rounded) {
+      block = it->second.block;
+      freed_at = it->second.freed_at;
       state_->free_blocks.erase(it);
     }
   }
@@ -64,8 +73,9 @@ std::shared_ptr<void> DeviceAllocator::allocate(std::int64_t bytes) {
     state_->stats.peak_bytes = std::max(state_->stats.peak_bytes, state_->stats.current_bytes);
   }
   std::shared_ptr<State> state = state_;
-  return std::shared_ptr<void>(
-      block, [state, bytes, rounded](void* ptr) { state->release(ptr, bytes, rounded); });
+  return {std::shared_ptr<void>(
+              block, [state, bytes, rounded](void* ptr) { state->release(ptr, bytes, rounded); }),
+          freed_at};
 }
 
 AllocatorStats DeviceAllocator::stats() const {

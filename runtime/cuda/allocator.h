@@ -3,8 +3,16 @@
 // training never calls cudaMalloc; `current_bytes` and `peak_bytes` count the bytes the tensors
 // asked for (not the rounded block sizes), so they equal the sums of Tensor::bytes() and can be
 // set beside the planner's stash/retained predictions. `reserved_bytes` is what cudaMalloc holds.
+//
+// Reuse across streams: a block is freed (by whichever thread drops its last owner) while kernels
+// queued on the stage's stream may still read it. The stage's stream may reuse it at once (stream
+// order); another stream (a transport's copy into the stage's memory) must first wait for those
+// kernels. The stage's FenceClock counts the events recorded on its stream (StepEvents records one
+// after every compute node); a cached block remembers the count when it was freed, so the first
+// event recorded after that follows every kernel that could read it (allocate_fenced).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,9 +28,29 @@ struct AllocatorStats {
   std::int64_t malloc_calls = 0;    // cudaMalloc calls so far (0 new ones once warm)
 };
 
+// How many events a stage has recorded on its stream so far (the "fences"): advanced by the
+// thread that records them, right after each record, and read by the threads that free blocks.
+class FenceClock {
+ public:
+  std::int64_t now() const { return recorded_.load(std::memory_order_acquire); }
+  void advance() { recorded_.fetch_add(1, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<std::int64_t> recorded_{0};
+};
+
 class DeviceAllocator {
  public:
   static constexpr std::int64_t kAlignment = 512;  // block sizes are multiples of this
+  // FencedBlock::freed_at of a block fresh from cudaMalloc: no kernel has touched it.
+  static constexpr std::int64_t kNeverUsed = -1;
+
+  struct FencedBlock {
+    std::shared_ptr<void> data;
+    // The fence count when the block was last freed (kNeverUsed: fresh): another stream may write
+    // it once fence number `freed_at` (0-based: the first recorded after the free) has completed.
+    std::int64_t freed_at = kNeverUsed;
+  };
 
   DeviceAllocator() : state_(std::make_shared<State>()) {}
   ~DeviceAllocator();
@@ -32,16 +60,25 @@ class DeviceAllocator {
   // Device memory of `bytes` (> 0), freed back into the cache when the last owner goes. The
   // cache outlives the allocator if tensors do.
   std::shared_ptr<void> allocate(std::int64_t bytes);
+  // The same, for a writer on another stream: says which fence to wait for first.
+  FencedBlock allocate_fenced(std::int64_t bytes);
+  // The stage's fence clock (shared: StepEvents advances it, the cache outlives both).
+  const std::shared_ptr<FenceClock>& fence_clock() const { return state_->fences; }
   AllocatorStats stats() const;
   void reset_peak();
   // cudaFree of every cached (unused) block.
   void release_cached();
 
  private:
+  struct CachedBlock {
+    void* block = nullptr;
+    std::int64_t freed_at = 0;  // the fence clock's count when it was freed
+  };
   struct State {
     std::mutex mutex;
-    std::multimap<std::int64_t, void*> free_blocks;  // rounded size -> block
+    std::multimap<std::int64_t, CachedBlock> free_blocks;  // rounded size -> block
     AllocatorStats stats;
+    std::shared_ptr<FenceClock> fences = std::make_shared<FenceClock>();
     void release(void* block, std::int64_t requested, std::int64_t rounded);
     void release_cached_locked();
   };

@@ -198,7 +198,12 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       streams.push_back(stream);
     }
   }
-  events_ = std::make_shared<StepEvents>(cuda_devices, streams);
+  // Each stage's allocator counts the fences its compute stream records: a device-local copy into
+  // a freed block waits for that block's last reader only (DeviceLocalTransport::send).
+  std::vector<std::shared_ptr<FenceClock>> fence_clocks;
+  for (const StageEndpoint& endpoint : endpoints)
+    fence_clocks.push_back(endpoint.allocator->fence_clock());
+  events_ = std::make_shared<StepEvents>(cuda_devices, streams, std::move(fence_clocks));
   if (options.emulate > 0 || devices == 1) {
     auto local = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
     local->open_links(transport_links(plan));  // before any executor thread runs

@@ -1,5 +1,6 @@
 #include "runtime/cuda/device_local_transport.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -115,24 +116,35 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   Message copy;
   copy.tag = message.tag;
   copy.bytes = message.bytes;
+  std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks taken
   for (const auto& [name, tensor] : message.tensors) {
     if (!tensor.defined() || tensor.device() != Device::cuda || tensor.bytes() <= 0) {
       throw Error("device-local transport: tensor '" + name + "' of message '" + message.tag +
                   "' is not a non-empty CUDA tensor");
     }
-    copy.tensors.emplace_back(name, Tensor(receiver.allocator->allocate(tensor.bytes()),
-                                           tensor.shape(), tensor.dtype(), Device::cuda));
+    DeviceAllocator::FencedBlock block = receiver.allocator->allocate_fenced(tensor.bytes());
+    freed_at = std::max(freed_at, block.freed_at);
+    copy.tensors.emplace_back(
+        name, Tensor(std::move(block.data), tensor.shape(), tensor.dtype(), Device::cuda));
   }
-  // The receiver's cache may have handed out blocks that kernels still queued on its stream
-  // read (freed by another of its threads after queueing them): the copy waits for what is
-  // queued there once the blocks are taken, so this record comes after the allocations.
-  {
-    const ScopedContext current(receiver_context);
-    CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
+  // The receiver's cache may have handed out blocks that kernels queued on its stream still read
+  // (freed by one of its threads after queueing them): the copy waits for the first event the
+  // receiver recorded after the latest of those frees (its fence), not for everything queued
+  // there since, which can be many ops ahead of the GPU (docs/runtime.md, "Fidelity"). Without a
+  // recorded fence, it waits for what is queued there once the blocks are taken, so that record
+  // comes after the allocations. Fresh blocks need no wait.
+  cudaEvent_t last_use = nullptr;
+  if (freed_at != DeviceAllocator::kNeverUsed) {
+    last_use = events_ != nullptr ? events_->fence_after(to, freed_at) : nullptr;
+    if (last_use == nullptr) {
+      const ScopedContext current(receiver_context);
+      CUDA_CHECK(cudaEventRecord(l.receiver_tail, receiver.compute));
+      last_use = l.receiver_tail;
+    }
   }
   {
     const ScopedContext current(sender_context);
-    CUDA_CHECK(cudaStreamWaitEvent(l.stream, l.receiver_tail, 0));
+    if (last_use != nullptr) CUDA_CHECK(cudaStreamWaitEvent(l.stream, last_use, 0));
     const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
                                                  : std::pair<cudaEvent_t, cudaEvent_t>{};
     if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
@@ -149,7 +161,7 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   // copy, and the receiver may use the copy at once: wait here, on the send stream's thread,
   // holding no stage's lock. Waiting on a recorded event reads its completion and changes no
   // context state; holding the lock would stall the sender's compute thread for the copy (which
-  // also waits for the receiver's queue), and polling under it would add a sleep's latency to
+  // may wait for the receiver's queue), and polling under it would add a sleep's latency to
   // every message. Not cancellable: the sources must outlive the copy, which always completes
   // (it waits only on events already recorded).
   CUDA_CHECK(cudaEventSynchronize(l.copied));

@@ -7,9 +7,11 @@
 //
 // Ordering with events only, never a wait on a stream that could be waiting for us: the link
 // stream waits for (a) the producing node's end event (StepEvents::payload_ready, else the
-// sender stream's tail) and (b) the receiver stream's tail, because the receive buffers come
-// from the receiver's caching allocator and a block it freed may still be read by kernels
-// queued there. Both waits are on work already queued, so the copy always completes.
+// sender stream's tail) and (b) the last reader of the receive buffers, because they come from
+// the receiver's caching allocator and a block it freed may still be read by kernels queued
+// there: the receiver's first fence after the block was freed (StepEvents::fence_after), else
+// the receiver stream's tail; nothing for a block fresh from cudaMalloc. Every wait is on work
+// already queued, so the copy always completes.
 #pragma once
 
 #include <condition_variable>

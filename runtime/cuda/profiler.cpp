@@ -120,6 +120,19 @@ struct KindInput {
   Tensor input, targets, dy;
 };
 
+// The working memory of `pass` (run once, synchronised): the allocator's peak while it ran
+// minus the larger of its level before and after (LayerCost::forward_work_bytes).
+std::int64_t work_bytes(CudaBackend& backend, const std::function<void()>& pass) {
+  DeviceAllocator& allocator = backend.context().allocator();
+  backend.synchronize();
+  const std::int64_t before = allocator.stats().current_bytes;
+  allocator.reset_peak();
+  pass();
+  backend.synchronize();
+  const AllocatorStats after = allocator.stats();
+  return after.peak_bytes - std::max(before, after.current_bytes);
+}
+
 KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model, int mbs,
                       int seq) {
   const TokenBatch batch = backend.synthetic_batch(mbs, seq, model.vocab, 7);
@@ -156,8 +169,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
   // micro-batch until its backward like the rest.
   fwd = {};
   const std::int64_t before = allocator.stats().current_bytes;
-  forward();
-  backend.synchronize();
+  cost.forward_work_bytes = work_bytes(backend, forward);
   cost.stash_bytes = allocator.stats().current_bytes - before - fwd.output.bytes();
   const auto& entries = fwd.stash.entries();
   for (const Tensor& input : {in.input, in.targets}) {
@@ -175,6 +187,10 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
       },
       [&] { p1 = backend.backward_p1(layer, std::move(fwd.stash), in.dy); });
   backend.synchronize();
+  p1 = {};
+  forward();
+  cost.p1_work_bytes =
+      work_bytes(backend, [&] { p1 = backend.backward_p1(layer, std::move(fwd.stash), in.dy); });
   cost.retained_bytes = p1.retained.bytes();
   std::vector<BackwardP1Result> sets(1);
   sets[0] = std::move(p1);
@@ -190,6 +206,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
     const Timing b2 = time_op(stream, options.warmup, options.repetitions, {},
                               [&] { backend.backward_p2(layer, view); });
     cost.p2_concat_us[k] = b2.median_us;
+    cost.p2_work_bytes[k] = work_bytes(backend, [&] { backend.backward_p2(layer, view); });
     if (k == 1) {
       cost.p2_us = b2.median_us;
       notes << to_string(kind) << " mbs " << mbs << ": F " << f.median_us << " us [" << f.min_us

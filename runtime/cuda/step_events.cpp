@@ -24,12 +24,21 @@ double elapsed_us(cudaEvent_t from, cudaEvent_t to) {
 
 }  // namespace
 
-StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams)
-    : cuda_devices_(std::move(cuda_devices)), compute_streams_(std::move(compute_streams)) {
+StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams,
+                       std::vector<std::shared_ptr<FenceClock>> fence_clocks)
+    : cuda_devices_(std::move(cuda_devices)),
+      compute_streams_(std::move(compute_streams)),
+      fence_clocks_(std::move(fence_clocks)) {
   if (cuda_devices_.size() != compute_streams_.size()) {
     throw Error("step events: " + std::to_string(cuda_devices_.size()) + " devices but " +
                 std::to_string(compute_streams_.size()) + " streams");
   }
+  if (!fence_clocks_.empty() && fence_clocks_.size() != cuda_devices_.size()) {
+    throw Error("step events: " + std::to_string(cuda_devices_.size()) + " devices but " +
+                std::to_string(fence_clocks_.size()) + " fence clocks");
+  }
+  fence_base_.assign(cuda_devices_.size(), 0);
+  fence_nodes_.assign(cuda_devices_.size(), {});
   step_start_.assign(cuda_devices_.size(), nullptr);
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
     CUDA_CHECK(cudaSetDevice(cuda_devices_[d]));
@@ -110,6 +119,12 @@ void StepEvents::begin_step(const TaskGraph& plan) {
   {
     const std::lock_guard lock(mutex_);
     running_.clear();
+    // Read before step_start_ is recorded: a block freed at an earlier count was last read by
+    // kernels queued before that record.
+    for (std::size_t d = 0; d < fence_clocks_.size(); ++d) {
+      fence_base_[d] = fence_clocks_[d]->now();
+      fence_nodes_[d].clear();
+    }
   }
   host_origin_.assign(cuda_devices_.size(), {});
   for (std::size_t d = 0; d < cuda_devices_.size(); ++d) {
@@ -157,6 +172,13 @@ void StepEvents::end_node(const TaskGraph& plan, int id) {
       CUDA_CHECK(cudaEventRecord(end_[index], compute_streams_[device]));
     }
     recorded_[index] = 1;
+    if (!fence_clocks_.empty()) {
+      {
+        const std::lock_guard lock(mutex_);
+        fence_nodes_[device].push_back(id);
+      }
+      fence_clocks_[device]->advance();  // after the record: a count read later is covered
+    }
     return;
   }
   const std::lock_guard lock(mutex_);
@@ -187,6 +209,16 @@ std::pair<cudaEvent_t, cudaEvent_t> StepEvents::transfer_marks(int device, int f
   const auto index = static_cast<std::size_t>(id);
   recorded_[index] = 1;  // the transport records both events before the node ends
   return {begin_[index], end_[index]};
+}
+
+cudaEvent_t StepEvents::fence_after(int device, std::int64_t freed_at) const {
+  if (device < 0 || static_cast<std::size_t>(device) >= fence_clocks_.size()) return nullptr;
+  const auto d = static_cast<std::size_t>(device);
+  const std::lock_guard lock(mutex_);
+  if (freed_at < fence_base_[d]) return step_start_[d];
+  const std::int64_t index = freed_at - fence_base_[d];
+  if (index >= static_cast<std::int64_t>(fence_nodes_[d].size())) return nullptr;
+  return end_[static_cast<std::size_t>(fence_nodes_[d][static_cast<std::size_t>(index)])];
 }
 
 void StepEvents::end_step(const TaskGraph& plan, std::vector<NodeTime>& times) {

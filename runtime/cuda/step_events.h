@@ -10,10 +10,15 @@
 // send's payload, so the transfer waits for exactly that node and not for whatever the compute
 // thread queued after it (a wait on the stream's tail would delay every activation by up to one
 // op).
+//
+// With the stages' fence clocks (DeviceAllocator::fence_clock), each compute node's end event is
+// also a fence: fence_after() says which event a copy into a block the stage freed must wait for,
+// so that the copy waits for the block's last reader and not for everything queued on the stage.
 #pragma once
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <utility>
@@ -22,6 +27,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "runtime/cuda/allocator.h"
 #include "runtime/node_timer.h"
 #include "runtime/transport.h"
 
@@ -30,7 +36,9 @@ namespace pipeplan::cuda {
 class StepEvents final : public NodeTimer {
  public:
   // Per plan device: the CUDA device it runs on and the stream its backend queues on.
-  StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams);
+  // `fence_clocks` (empty, or one per plan device): advanced after each compute node's end event.
+  StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams,
+             std::vector<std::shared_ptr<FenceClock>> fence_clocks = {});
   ~StepEvents() override;
   StepEvents(const StepEvents&) = delete;
   StepEvents& operator=(const StepEvents&) = delete;
@@ -49,6 +57,12 @@ class StepEvents final : public NodeTimer {
   // Events to record on the link's stream right before and right after the transfer; both null
   // when no node of that link side is running (a transport used outside the executor).
   std::pair<cudaEvent_t, cudaEvent_t> transfer_marks(int device, int from, int to, Channel channel);
+  // The event that follows every kernel queued on plan device `device`'s stream before a block
+  // was freed at fence count `freed_at` (DeviceAllocator::FencedBlock): the end event of the
+  // compute node recorded first after the free, or the step's start event when that was in an
+  // earlier step. Null when no such event is recorded yet (or the device has no fence clock):
+  // the caller then records the stream's tail itself.
+  cudaEvent_t fence_after(int device, std::int64_t freed_at) const;
 
  private:
   using LinkSide = std::tuple<int, int, int, Channel>;  // (device, from, to, channel)
@@ -67,6 +81,9 @@ class StepEvents final : public NodeTimer {
   std::vector<char> recorded_;            // per node
   mutable std::mutex mutex_;
   std::map<LinkSide, int> running_;  // send/recv node running on each link side
+  std::vector<std::shared_ptr<FenceClock>> fence_clocks_;  // per plan device, or empty
+  std::vector<std::int64_t> fence_base_;                   // per device: its clock at step start
+  std::vector<std::vector<int>> fence_nodes_;  // per device: compute nodes ended, in order
 };
 
 }  // namespace pipeplan::cuda

@@ -34,6 +34,31 @@ TEST(CudaAllocator, CountsRequestedBytesAndReusesBlocks) {
   EXPECT_EQ(allocator.stats().peak_bytes, 1000);
 }
 
+// A block the cache hands out again carries the fence count of its free: a copy from another
+// stream waits for the first fence recorded after it; a fresh block needs no wait.
+TEST(CudaAllocator, ACachedBlockCarriesTheFenceCountOfItsFree) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::DeviceAllocator allocator;
+  cuda::FenceClock& clock = *allocator.fence_clock();
+  auto first = allocator.allocate_fenced(2048);
+  EXPECT_EQ(first.freed_at, cuda::DeviceAllocator::kNeverUsed);
+  clock.advance();
+  clock.advance();
+  auto second = allocator.allocate_fenced(2048);
+  first.data.reset();  // freed after two fences
+  clock.advance();
+  second.data.reset();  // after three
+  EXPECT_EQ(allocator.stats().current_bytes, 0);
+  // Oldest free first, and the blocks are reused, not malloc'd again.
+  const std::int64_t mallocs = allocator.stats().malloc_calls;
+  const auto again = allocator.allocate_fenced(2000);  // rounds to the same 2048
+  const auto again2 = allocator.allocate_fenced(2048);
+  EXPECT_EQ(again.freed_at, 2);
+  EXPECT_EQ(again2.freed_at, 3);
+  EXPECT_EQ(allocator.stats().malloc_calls, mallocs);
+  EXPECT_EQ(allocator.allocate_fenced(4096).freed_at, cuda::DeviceAllocator::kNeverUsed);
+}
+
 // Block stash in bf16 (2 bytes) with fp32 rstd, N = B·T: 2N(5C + W + 3F) + 2·4N, plus the
 // probabilities 2·B·H·T² in materialized mode only, or the fp32 logsumexp 4·B·H·T in flash (where
 // this build has fused attention; elsewhere flash is refused). The allocator's count must equal
@@ -98,8 +123,17 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
       EXPECT_GT(cost.stash_bytes, 0) << to_string(kind);
       EXPECT_GT(cost.retained_bytes, 0) << to_string(kind);
       EXPECT_GT(cost.param_bytes, 0) << to_string(kind);
+      // Working memory is measured for every pass and read back; the head's forward holds its
+      // logits, the block's p2 joins its micro-batches' inputs, so joining two holds more.
+      EXPECT_EQ(cost.p2_work_bytes.size(), 2u) << to_string(kind);
     }
   }
+  EXPECT_GT(loaded.cost(LayerKind::head, 1).forward_work_bytes, 0);
+  EXPECT_GT(loaded.cost(LayerKind::block, 1).p1_work_bytes, 0);
+  EXPECT_GT(loaded.cost(LayerKind::block, 1).p2_work(2),
+            loaded.cost(LayerKind::block, 1).p2_work(1));
+  EXPECT_GT(loaded.cost(LayerKind::block, 2).forward_work_bytes,
+            loaded.cost(LayerKind::block, 1).forward_work_bytes);
   EXPECT_GT(loaded.p2p.bandwidth_GBps, 0);
   EXPECT_GT(loaded.p2p.latency_us, 0);
 }

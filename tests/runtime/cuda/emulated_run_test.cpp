@@ -14,7 +14,9 @@
 
 #include "planner/plan/make_plan.h"
 #include "profiles/analytic.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_run.h"
+#include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 
@@ -194,6 +196,55 @@ TEST(EmulatedRun, HostTimesAreOnTheDevicesClock) {
   }
   for (const double e : earliest)
     EXPECT_LT(e, 1000.0);  // the first op runs about when it is queued
+}
+
+// A device-local copy into a block the receiving stage freed waits for that stage's first fence
+// after the free (the end event of the compute node queued next), not for its whole queue; a
+// block freed in an earlier step waits for the step's start event.
+TEST(StepEvents, TheFenceAfterAFreeIsTheNextComputeNodesEnd) {
+  PIPEPLAN_REQUIRE_GPU();
+  const TaskGraph plan = tiny_plan(1, "1f1b", BackwardMode::twobp);
+  std::vector<int> compute;  // two compute nodes of the one device
+  for (int id = 0; id < plan.node_count() && compute.size() < 2; ++id)
+    if (plan.node(id).kind == NodeKind::compute) compute.push_back(id);
+  ASSERT_EQ(compute.size(), 2U);
+  const int a = compute[0];
+  const int b = compute[1];
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    auto clock = std::make_shared<cuda::FenceClock>();
+    cuda::StepEvents events({0}, {stream}, {clock});
+    std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
+    events.begin_step(plan);
+    EXPECT_EQ(events.fence_after(0, 0), nullptr) << "no fence recorded yet: the caller's tail";
+    events.begin_node(plan, a);
+    events.end_node(plan, a);
+    EXPECT_EQ(clock->now(), 1);
+    const cudaEvent_t a_end = events.fence_after(0, 0);
+    ASSERT_NE(a_end, nullptr);
+    EXPECT_EQ(events.fence_after(0, 1), nullptr);
+    events.begin_node(plan, b);
+    events.end_node(plan, b);
+    const cudaEvent_t b_end = events.fence_after(0, 1);
+    ASSERT_NE(b_end, nullptr);
+    EXPECT_NE(b_end, a_end);
+    EXPECT_EQ(events.fence_after(0, 0), a_end);
+    events.end_step(plan, times);
+
+    events.begin_step(plan);
+    const cudaEvent_t start = events.fence_after(0, 1);  // freed last step: this step's start
+    ASSERT_NE(start, nullptr);
+    EXPECT_NE(start, a_end);
+    EXPECT_NE(start, b_end);
+    EXPECT_EQ(events.fence_after(0, 2), nullptr);
+    events.begin_node(plan, b);
+    events.end_node(plan, b);
+    EXPECT_EQ(events.fence_after(0, 2), b_end) << "fences count on across steps";
+    EXPECT_EQ(events.fence_after(1, 0), nullptr) << "a device beyond the plan's has no fences";
+    events.end_step(plan, times);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
