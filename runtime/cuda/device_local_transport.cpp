@@ -1,6 +1,7 @@
 #include "runtime/cuda/device_local_transport.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <string>
 
@@ -15,7 +16,36 @@ std::string link_name(int from, int to, Channel channel) {
          std::to_string(to);
 }
 
+// CUDA 13 dropped the failure-index argument the 12.8 form had.
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+constexpr bool kHaveBatchCopy = true;
+#else
+constexpr bool kHaveBatchCopy = false;
+#endif
+
 }  // namespace
+
+DeviceCopy device_copy_from_env() {
+  const char* value = std::getenv(kDeviceCopyEnv);
+  if (value == nullptr || *value == '\0') {
+    return kHaveBatchCopy ? DeviceCopy::overlap : DeviceCopy::memcpy;
+  }
+  const std::string text(value);
+  if (text == "memcpy") return DeviceCopy::memcpy;
+  if (text == "overlap") {
+    if (!kHaveBatchCopy) {
+      throw Error(
+          std::string(kDeviceCopyEnv) +
+          "=overlap needs cudaMemcpyBatchAsync (CUDA 13); this module was built without it");
+    }
+    return DeviceCopy::overlap;
+  }
+  throw Error(std::string(kDeviceCopyEnv) + " is '" + text + "' (expected memcpy or overlap)");
+}
+
+const char* to_string(DeviceCopy copy) {
+  return copy == DeviceCopy::overlap ? "overlap" : "memcpy";
+}
 
 std::vector<TransportLink> transport_links(const TaskGraph& plan) {
   std::set<TransportLink> links;
@@ -34,8 +64,9 @@ void DeviceLocalTransport::open_links(const std::vector<TransportLink>& links) {
     (void)link(l.from, l.to, l.channel);
 }
 
-DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events)
-    : endpoints_(std::move(endpoints)), events_(events) {
+DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events,
+                                           DeviceCopy copy)
+    : endpoints_(std::move(endpoints)), events_(events), copy_(copy) {
   for (std::size_t d = 0; d < endpoints_.size(); ++d) {
     if (endpoints_[d].compute == nullptr || endpoints_[d].allocator == nullptr) {
       throw Error("device-local transport: device " + std::to_string(d) +
@@ -148,12 +179,7 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
     const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
                                                  : std::pair<cudaEvent_t, cudaEvent_t>{};
     if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
-    for (std::size_t i = 0; i < copy.tensors.size(); ++i) {
-      const Tensor& source = message.tensors[i].second;
-      CUDA_CHECK(cudaMemcpyAsync(copy.tensors[i].second.data(), source.data(),
-                                 static_cast<std::size_t>(source.bytes()), cudaMemcpyDeviceToDevice,
-                                 l.stream));
-    }
+    copy_tensors(message, copy, l.stream);
     if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
     CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
   }
@@ -171,6 +197,37 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
     queues_[LinkKey{from, to, channel}].push_back(std::move(copy));
   }
   arrived_.notify_all();
+}
+
+void DeviceLocalTransport::copy_tensors(const Message& source, const Message& target,
+                                        cudaStream_t stream) const {
+  const std::size_t count = target.tensors.size();
+  if (copy_ == DeviceCopy::overlap) {
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+    std::vector<void*> dsts(count);
+    std::vector<const void*> srcs(count);
+    std::vector<std::size_t> sizes(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      dsts[i] = target.tensors[i].second.data();
+      srcs[i] = source.tensors[i].second.data();
+      sizes[i] = static_cast<std::size_t>(source.tensors[i].second.bytes());
+    }
+    // One attribute for the whole batch: sources read in stream order (after the waits above).
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attributes.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    std::size_t first = 0;
+    CUDA_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count, &attributes,
+                                    &first, 1, stream));
+    return;
+#endif
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const Tensor& from = source.tensors[i].second;
+    CUDA_CHECK(cudaMemcpyAsync(target.tensors[i].second.data(), from.data(),
+                               static_cast<std::size_t>(from.bytes()), cudaMemcpyDeviceToDevice,
+                               stream));
+  }
 }
 
 Message DeviceLocalTransport::recv(int to, int from, Channel channel, std::string_view expected_tag,

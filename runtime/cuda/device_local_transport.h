@@ -31,6 +31,18 @@
 
 namespace pipeplan::cuda {
 
+// How the device-to-device copies are issued. `memcpy`: cudaMemcpyAsync, which on one GPU runs
+// as a copy kernel on the link stream's SMs (the sender's green context when emulated), so it
+// shares them with the sender's compute. `overlap`: cudaMemcpyBatchAsync with the driver hint
+// cudaMemcpyFlagPreferOverlapWithCompute (CUDA 12.8 and later), which asks for a copy that
+// overlaps compute work on the SMs. Chosen by $PIPEPLAN_DEVICE_COPY (docs/runtime.md).
+enum class DeviceCopy { memcpy, overlap };
+inline constexpr const char* kDeviceCopyEnv = "PIPEPLAN_DEVICE_COPY";
+// $PIPEPLAN_DEVICE_COPY: unset or empty gives the default (`overlap` where this CUDA has the
+// batch API, else `memcpy`); anything but "memcpy" or "overlap" is an Error naming the variable.
+DeviceCopy device_copy_from_env();
+const char* to_string(DeviceCopy copy);
+
 // One directed link of a plan: its send nodes' (device, peer, stream role).
 struct TransportLink {
   int from = 0;
@@ -53,7 +65,8 @@ struct StageEndpoint {
 class DeviceLocalTransport final : public Transport {
  public:
   // `events` (may be null) gives the producing node's end event and records transfer times.
-  explicit DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events = nullptr);
+  explicit DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events = nullptr,
+                                DeviceCopy copy = device_copy_from_env());
   ~DeviceLocalTransport() override;
   DeviceLocalTransport(const DeviceLocalTransport&) = delete;
   DeviceLocalTransport& operator=(const DeviceLocalTransport&) = delete;
@@ -64,7 +77,9 @@ class DeviceLocalTransport final : public Transport {
   // which holds before the executor's threads start. A link not opened here is made on first use.
   void open_links(const std::vector<TransportLink>& links);
 
-  std::string name() const override { return "device-local"; }
+  std::string name() const override {
+    return std::string("device-local (copies: ") + to_string(copy_) + ")";
+  }
   void send(int from, int to, Channel channel, Message message) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
@@ -82,9 +97,12 @@ class DeviceLocalTransport final : public Transport {
   };
   const StageEndpoint& endpoint(int device, const char* role) const;
   Link& link(int from, int to, Channel channel);  // made on first use; one thread per link side
+  // Queues the copy of every tensor of `source` into `target`'s (same sizes) on `stream`.
+  void copy_tensors(const Message& source, const Message& target, cudaStream_t stream) const;
 
   std::vector<StageEndpoint> endpoints_;
   StepEvents* events_;
+  DeviceCopy copy_;
   std::mutex links_mutex_;
   std::map<LinkKey, Link> links_;
   std::mutex mutex_;

@@ -27,6 +27,9 @@
 #               of STALL_CONNECTIONS ("default 32": GPU work queues per context; too few and
 #               streams share one, so an op can wait behind another stream's wait); `pipeplan
 #               diff` splits each stall into the host's part and the GPU's
+#   copies      the 8-stage BPipe run (needs BPIPE_PROFILE) and the 4-stage auto run at m = 2P
+#               (needs the SM-share profile), once per PIPEPLAN_DEVICE_COPY mode of COPY_MODES
+#               ("memcpy overlap"): how device-local copies are issued
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
 # Each device call may run 10 minutes, so pick phases that fit. Three calls (estimates, not
@@ -69,7 +72,7 @@ if ((${#phases[@]} == 0)); then
 fi
 for phase in "${phases[@]}"; do
   case $phase in
-    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | summary) ;;
+    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | summary) ;;
     *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
   esac
 done
@@ -411,6 +414,32 @@ phase_stalls() {
       for m in "$stages" $((2 * stages)); do
         run_plan "stalls-c$conn-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
       done
+    fi
+  done
+}
+
+# How device-local copies are issued (docs/runtime.md, "Fidelity"): the 8-stage BPipe run (its
+# evictions) and the 4-stage auto run at m = 8 (interleaved: twice the hops), once per
+# PIPEPLAN_DEVICE_COPY mode in COPY_MODES ("memcpy overlap"). The BPipe limit is COPIES_LIMIT
+# (9.107GiB: what the bpipe phase chose at mbs 2 from the 16-SM profiles so far).
+phase_copies() {
+  local cap_s=120 mode
+  local bpipe_stages=${BPIPE_STAGES:-8}
+  for mode in ${COPY_MODES:-memcpy overlap}; do
+    local -a run_env=(env "PIPEPLAN_DEVICE_COPY=$mode")
+    if [[ -n ${BPIPE_PROFILE:-} ]]; then
+      local emulate_stages=$bpipe_stages
+      local -a common=(--profile "$BPIPE_PROFILE" --gpu "$gpu_key" --stages "$bpipe_stages"
+        --seq "$seq" --microbatches $((2 * bpipe_stages)) --schedule 1f1b --backward fused)
+      run_plan "copies-$mode-bpipe-mbs2" --mbs 2 --bpipe on --memory "${COPIES_LIMIT:-9.107GiB}" \
+        --reserve 0
+      unset emulate_stages
+    else
+      echo "issue12.sh: copies: no BPIPE_PROFILE, no 8-stage run" | tee -a "$index" >&2
+    fi
+    if need_profile copies; then
+      run_plan "copies-$mode-auto-m$((2 * stages))" --schedule auto --backward 2bp \
+        --microbatches $((2 * stages))
     fi
   done
 }

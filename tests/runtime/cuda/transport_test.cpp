@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -112,9 +113,40 @@ TEST(DeviceLocalTransport, CopiesBetweenGreenContextStagesOfOneGpu) {
     stages[s] = std::make_unique<cuda::CudaBackend>(cuda::CudaBackendOptions{
         Attention::materialized, green[static_cast<std::size_t>(s)]->stream()});
   }
-  cuda::DeviceLocalTransport transport(
-      {endpoint_of(*stages[0], 0, green[0].get()), endpoint_of(*stages[1], 0, green[1].get())});
-  exercise(transport, *stages[0], *stages[1]);
+  // Both ways of issuing the copies deliver the same bytes.
+  for (const cuda::DeviceCopy copy : {cuda::DeviceCopy::memcpy, cuda::DeviceCopy::overlap}) {
+    SCOPED_TRACE(cuda::to_string(copy));
+    cuda::DeviceLocalTransport transport(
+        {endpoint_of(*stages[0], 0, green[0].get()), endpoint_of(*stages[1], 0, green[1].get())},
+        nullptr, copy);
+    EXPECT_NE(transport.name().find(cuda::to_string(copy)), std::string::npos) << transport.name();
+    exercise(transport, *stages[0], *stages[1]);
+  }
+}
+
+// $PIPEPLAN_DEVICE_COPY picks how copies are issued; a wrong value names the variable.
+TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
+  const char* saved = std::getenv(cuda::kDeviceCopyEnv);
+  const std::string restore = saved != nullptr ? saved : "";
+  unsetenv(cuda::kDeviceCopyEnv);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::overlap);  // CUDA 13 builds
+  setenv(cuda::kDeviceCopyEnv, "memcpy", 1);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
+  setenv(cuda::kDeviceCopyEnv, "overlap", 1);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::overlap);
+  setenv(cuda::kDeviceCopyEnv, "dma", 1);
+  try {
+    (void)cuda::device_copy_from_env();
+    ADD_FAILURE() << "an unknown copy mode was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("PIPEPLAN_DEVICE_COPY is 'dma'"), std::string::npos)
+        << e.what();
+  }
+  if (saved != nullptr) {
+    setenv(cuda::kDeviceCopyEnv, restore.c_str(), 1);
+  } else {
+    unsetenv(cuda::kDeviceCopyEnv);
+  }
 }
 
 #ifdef PIPEPLAN_HAVE_NCCL

@@ -10,7 +10,7 @@ bash -n "$repo/tools/device/issue12.sh"
 bash -n "$repo/tools/device/stage_issue12.sh"
 log="$out/dry.log"
 if ! OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" env tests flash block \
-  profile profile-sm pipelines bpipe stalls summary > "$log" 2>&1; then
+  profile profile-sm pipelines bpipe stalls copies summary > "$log" 2>&1; then
   cat "$log"
   echo "issue12_dry_run_test: the dry run failed" >&2
   exit 1
@@ -37,5 +37,9 @@ expect 'bpipe-mbs2'
 expect 'stalls: no BPIPE_PROFILE'
 expect 'run .*stalls-cdefault-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 6'
 expect 'env CUDA_DEVICE_MAX_CONNECTIONS=32 .*run .*stalls-c32-1f1b-m4-2bp.plan.json'
+# copies: each 8-stage BPipe and 4-stage auto run once per PIPEPLAN_DEVICE_COPY mode
+expect 'copies: no BPIPE_PROFILE'
+expect 'env PIPEPLAN_DEVICE_COPY=memcpy .*run .*copies-memcpy-auto-m8.plan.json --backend cuda'
+expect 'env PIPEPLAN_DEVICE_COPY=overlap .*run .*copies-overlap-auto-m8.plan.json --backend cuda'
 expect 'issue12_summary.py'
 echo "issue12_dry_run_test: every phase reached"

@@ -297,6 +297,26 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaM
   return cudaSuccess;
 }
 
+// The driver rejects a batch whose attributes are missing, do not start at copy 0, or leave the
+// source access order invalid (the zero value): so does the stand-in, then copies in order.
+cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, const size_t* sizes,
+                                 size_t count, cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
+                                 size_t num_attrs, cudaStream_t /*stream*/) {
+  if (count == 0 || attrs == nullptr || attrs_idxs == nullptr || num_attrs == 0 ||
+      num_attrs > count || attrs_idxs[0] != 0) {
+    return fail(cudaErrorInvalidValue);
+  }
+  for (size_t a = 0; a < num_attrs; ++a) {
+    if (attrs[a].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid) {
+      return fail(cudaErrorInvalidValue);
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (sizes[i] > 0) std::memmove(dsts[i], srcs[i], sizes[i]);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 std::size_t count, cudaStream_t /*stream*/) {
   if (dst_device != 0 || src_device != 0) return fail(cudaErrorInvalidDevice);
