@@ -129,7 +129,7 @@ TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
   const char* saved = std::getenv(cuda::kDeviceCopyEnv);
   const std::string restore = saved != nullptr ? saved : "";
   unsetenv(cuda::kDeviceCopyEnv);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::overlap);  // CUDA 13 builds
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
   setenv(cuda::kDeviceCopyEnv, "memcpy", 1);
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
   setenv(cuda::kDeviceCopyEnv, "overlap", 1);
