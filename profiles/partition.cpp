@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
@@ -179,6 +180,20 @@ double StageCost::p2_time_us(int k) const {
   return p2_concat_us.back() * k / known;
 }
 
+std::int64_t StageCost::p2_work(int k) const {
+  if (k < 1 || p2_work_bytes.empty()) return 0;
+  const int known = static_cast<int>(p2_work_bytes.size());
+  if (k <= known) return p2_work_bytes[static_cast<std::size_t>(k) - 1];
+  return std::llround(static_cast<double>(p2_work_bytes.back()) / known * k);
+}
+
+std::int64_t StageCost::max_work_bytes() const {
+  std::int64_t most = std::max({forward_work_bytes, p1_work_bytes, fused_work_bytes});
+  for (const std::int64_t bytes : p2_work_bytes)
+    most = std::max(most, bytes);
+  return most;
+}
+
 namespace {
 
 // A layer kind's costs at one micro-batch size, with its p2 time over k = 1 .. max_concat
@@ -187,11 +202,27 @@ namespace {
 // stages with m = 96 made 12k such searches per stage_costs call).
 struct KindCost {
   const LayerCost* layer = nullptr;
-  std::vector<double> p2_us;  // [k - 1]
+  std::vector<double> p2_us;          // [k - 1]
+  std::vector<std::int64_t> p2_work;  // [k - 1]
 };
 
-void add_layer(StageCost& stage, const KindCost& kind) {
+// Where a stage's forward working memory peaks: the largest over its layers l of the stash of
+// layers up to l plus l's F work (the plan charges the whole stash at F's start).
+struct WorkPeaks {
+  std::int64_t forward = 0;
+};
+
+void add_layer(StageCost& stage, const KindCost& kind, WorkPeaks& peaks) {
   const LayerCost& layer = *kind.layer;
+  peaks.forward =
+      std::max(peaks.forward, stage.stash_bytes + layer.stash_bytes + layer.forward_work_bytes);
+  // p1, B and p2 run layer by layer too; each layer's excess over its own level is its work, and
+  // the stage's the largest of them (the plan's stage-level accounting is kept as it is).
+  const std::int64_t p2_one = kind.p2_work.empty() ? 0 : kind.p2_work.front();
+  stage.p1_work_bytes = std::max(stage.p1_work_bytes, layer.p1_work_bytes);
+  stage.fused_work_bytes = std::max({stage.fused_work_bytes, layer.p1_work_bytes, p2_one});
+  for (std::size_t i = 0; i < kind.p2_work.size(); ++i)
+    stage.p2_work_bytes[i] = std::max(stage.p2_work_bytes[i], kind.p2_work[i]);
   stage.forward_us += layer.forward_us;
   stage.p1_us += layer.p1_us;
   stage.p2_us += layer.p2_us;
@@ -217,8 +248,11 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     if (k.layer == nullptr) {
       k.layer = &profile.cost(kind, mbs);
       k.p2_us.resize(static_cast<std::size_t>(concat));
-      for (int n = 1; n <= concat; ++n)
+      k.p2_work.resize(static_cast<std::size_t>(concat));
+      for (int n = 1; n <= concat; ++n) {
         k.p2_us[static_cast<std::size_t>(n) - 1] = k.layer->p2_time_us(n);
+        k.p2_work[static_cast<std::size_t>(n) - 1] = k.layer->p2_work(n);
+      }
     }
     return k;
   };
@@ -233,8 +267,11 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
                   " but the model has " + std::to_string(layers.size()) + " layers");
     StageCost stage;
     stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
+    stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
+    WorkPeaks peaks;
     for (int l = range.first_layer; l < end; ++l)
-      add_layer(stage, kind_cost(layers[static_cast<std::size_t>(l)]));
+      add_layer(stage, kind_cost(layers[static_cast<std::size_t>(l)]), peaks);
+    stage.forward_work_bytes = std::max<std::int64_t>(peaks.forward - stage.stash_bytes, 0);
     costs.push_back(std::move(stage));
   }
   return costs;

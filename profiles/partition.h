@@ -36,7 +36,19 @@ struct StageCost {
   std::int64_t stash_bytes = 0, retained_bytes = 0;
   std::int64_t static_bytes = 0;  // parameters + gradients + optimizer state
   std::int64_t send_bytes = 0;    // activation crossing to the next virtual stage
+  // Working memory held only while an op of the stage runs (LayerCost::forward_work_bytes), above
+  // what the plan's alloc/free accounting holds then (a stage op charges its whole stash or
+  // retained change at once; its layers run one after another): the largest excess over its
+  // layers. 0 where the profile has none.
+  std::int64_t forward_work_bytes = 0;
+  std::int64_t p1_work_bytes = 0;
+  std::int64_t fused_work_bytes = 0;        // a fused backward (B): p1 then p2, layer by layer
+  std::vector<std::int64_t> p2_work_bytes;  // index k-1: one p2 call over k micro-batches
   double p2_time_us(int k) const;
+  std::int64_t p2_work(int k) const;  // beyond the table, linear in k (as p2_time_us)
+  // The most any op of the stage holds while it runs (P2 up to the table's k): a reserve for the
+  // schedule searches, which check memory between ops.
+  std::int64_t max_work_bytes() const;
   bool operator==(const StageCost&) const = default;
 };
 

@@ -231,7 +231,7 @@ std::int64_t LayerCost::p2_work(int k) const {
   auto below = p2_work_bytes.lower_bound(k);
   if (below == p2_work_bytes.begin()) return 0;
   --below;
-  return below->second / below->first * k;
+  return std::llround(static_cast<double>(below->second) / below->first * k);
 }
 
 const LayerCost& Profile::cost(LayerKind kind, int mbs) const {

@@ -79,8 +79,13 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
       throw Error("step metrics: " + graph.node_name(static_cast<int>(id)) +
                   " runs on unknown device " + std::to_string(n.device));
     }
-    if (n.alloc_bytes != 0) events[d].emplace_back(t.start_us, n.alloc_bytes);
-    if (n.free_bytes != 0) events[d].emplace_back(t.end_us, -n.free_bytes);
+    // Working memory is held from the node's start to its end, on top of what it allocates.
+    if (n.alloc_bytes + n.work_bytes != 0) {
+      events[d].emplace_back(t.start_us, n.alloc_bytes + n.work_bytes);
+    }
+    if (n.free_bytes + n.work_bytes != 0) {
+      events[d].emplace_back(t.end_us, -(n.free_bytes + n.work_bytes));
+    }
     if (n.kind != NodeKind::compute) continue;
     DeviceMetrics& m = result.devices[d];
     m.busy_us += t.end_us - t.start_us;

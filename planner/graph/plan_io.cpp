@@ -221,6 +221,8 @@ nlohmann::json node_to_json(int id, const Node& n) {
                       {"label", node_label(n)},
                       {"alloc_bytes", n.alloc_bytes},
                       {"free_bytes", n.free_bytes}};
+  // Written only when the profile gave working memory: plans without it stay as they were.
+  if (n.work_bytes > 0) j["work_bytes"] = n.work_bytes;
   if (n.kind != NodeKind::compute) {
     j["transfer"] = std::string(to_string(n.transfer));
     j["bytes"] = n.bytes;
@@ -257,6 +259,9 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
   std::string label = require_string(j, "label", ctx);
   n.alloc_bytes = require_int64(j, "alloc_bytes", ctx, 0, limits::kMaxPlanBytes);
   n.free_bytes = require_int64(j, "free_bytes", ctx, 0, limits::kMaxPlanBytes);
+  if (j.contains("work_bytes")) {
+    n.work_bytes = require_int64(j, "work_bytes", ctx, 0, limits::kMaxPlanBytes);
+  }
   if (n.kind == NodeKind::compute) {
     if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
     set_label(n, std::move(label));

@@ -192,10 +192,12 @@ class CompactRun {
         }
       }
       memory += alloc;
-      if (memory > out.peak_memory_bytes[at(d)]) {
-        out.peak_memory_bytes[at(d)] = memory;
-        if (!fits(d, memory)) {
-          fail_memory(out, d, memory, false);
+      const std::int64_t during =
+          memory + op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
+      if (during > out.peak_memory_bytes[at(d)]) {
+        out.peak_memory_bytes[at(d)] = during;
+        if (!fits(d, during)) {
+          fail_memory(out, d, during, false);
           return false;
         }
       }

@@ -282,6 +282,7 @@ struct ComputeIndex {
 };
 
 void fill_compute(Node& n, const Action& action, const StageCost& cost, int device) {
+  n.work_bytes = op_work_bytes(cost, action.op, static_cast<int>(action.microbatches.size()));
   n.kind = NodeKind::compute;
   n.op = action.op;
   n.device = device;
@@ -312,6 +313,24 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
       break;
   }
 }
+
+}  // namespace
+
+std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k) {
+  switch (op) {
+    case OpType::F:
+      return cost.forward_work_bytes;
+    case OpType::B:
+      return cost.fused_work_bytes;
+    case OpType::P1:
+      return cost.p1_work_bytes;
+    case OpType::P2:
+      return cost.p2_work(k);
+  }
+  return 0;
+}
+
+namespace {
 
 void check_bounds(const Schedule& schedule) {
   const int stages = schedule.stage_count();

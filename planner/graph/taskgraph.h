@@ -88,6 +88,7 @@ struct Node {
   double duration_us = 0;        // compute time; for send/recv, latency + bytes / bandwidth
   std::int64_t alloc_bytes = 0;  // allocated when the node starts
   std::int64_t free_bytes = 0;   // released when the node ends
+  std::int64_t work_bytes = 0;   // held only while the node runs (its temporaries), on top
   std::int64_t bytes = 0;        // send/recv payload
   int peer = -1;                 // send/recv: the other device
   int match = -1;                // send/recv: id of the matching recv/send
@@ -208,6 +209,10 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
 // same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
 // retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
 // P2 frees the retained bytes; a fused B frees the stash).
+// The working memory an op of a stage holds while it runs (StageCost::forward_work_bytes; P2 over
+// k micro-batches).
+std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k);
+
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
 // The same, keeping the schedule in the graph without copying it.
 TaskGraph lower(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);

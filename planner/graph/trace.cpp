@@ -99,6 +99,7 @@ void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
                  {"microbatches", node.microbatches},
                  {"alloc_bytes", node.alloc_bytes},
                  {"free_bytes", node.free_bytes}};
+    if (node.work_bytes > 0) args["work_bytes"] = node.work_bytes;
     if (node.kind != NodeKind::compute) {
       args["op"] = to_string(node.op);
       args["transfer"] = to_string(node.transfer);

@@ -438,10 +438,11 @@ Result check_memory(const TaskGraph& g) {
     for (const int id : g.stream_order(static_cast<int>(s))) {
       const Node& n = g.node(id);
       current += n.alloc_bytes;
-      if (static_cast<double>(current) > limit) {
+      const std::int64_t during = current + n.work_bytes;  // its working memory while it runs
+      if (static_cast<double>(during) > limit) {
         return make_violation(g, id, "memory-limit",
                               "device " + std::to_string(d) + " reaches " +
-                                  gib_text(static_cast<double>(current)) + ", above its limit " +
+                                  gib_text(static_cast<double>(during)) + ", above its limit " +
                                   gib_text(limit));
       }
       current -= n.free_bytes;

@@ -71,7 +71,8 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
   std::vector<int> away;  // indices into r.moves
   std::int64_t current = static_bytes;
   r.peak_bytes = current;
-  auto note = [&] { r.peak_bytes = std::max(r.peak_bytes, current); };
+  // `work`: the op's working memory, held while it runs (StageCost::forward_work_bytes).
+  auto note = [&](std::int64_t work = 0) { r.peak_bytes = std::max(r.peak_bytes, current + work); };
   // An evicted stash leaves only when its send ends, after the next op has started: count it
   // until that op's allocation has been noted (the evictor's transient peak is cap + 1).
   std::int64_t in_flight = 0;
@@ -81,7 +82,7 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
     const int mb = a.microbatches.front();
     if (a.op == OpType::F) {
       current += cost.stash_bytes;
-      note();
+      note(cost.forward_work_bytes);
       current -= in_flight;
       in_flight = 0;
       resident.push_back(mb);
@@ -105,7 +106,9 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
       if (it == resident.end()) return std::nullopt;
       if (a.op == OpType::P1) {
         current += cost.retained_bytes;
-        note();
+        note(cost.p1_work_bytes);
+      } else {
+        note(cost.fused_work_bytes);
       }
       current -= in_flight;
       in_flight = 0;
@@ -124,6 +127,7 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
         note();
       }
     } else {  // P2 releases the retained X/dY of its micro-batches
+      note(cost.p2_work(static_cast<int>(a.microbatches.size())));
       current -= static_cast<std::int64_t>(a.microbatches.size()) * cost.retained_bytes;
     }
   }

@@ -135,6 +135,7 @@ struct Device {
   std::int64_t memory = 0;       // static + activations, in the validator's order semantics
   std::int64_t later_stash = 0;  // the largest stash of a stage after `first`
   std::int64_t max_growth = 0;   // the largest P1 growth of its stages
+  std::int64_t max_work = 0;     // the most working memory an op of its stages holds
   int inflight = 0;              // micro-batches entered and not yet through the first P1
   int backward_done = 0, backward_total = 0;
   int depth_cap = 0;
@@ -187,6 +188,7 @@ class ListScheduler {
       for (const int s : dev.stages) {
         if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
         dev.max_growth = std::max(dev.max_growth, p1_growth(s));
+        dev.max_work = std::max(dev.max_work, cost(s).max_work_bytes());
         for (const int t : {s - 1, s + 1}) {
           if (t < 0 || t >= s_) continue;
           const int e = in.stage_device[at(t)];
@@ -278,8 +280,9 @@ class ListScheduler {
                        [&](int s) { return next_f_[at(s)] == m_; });
   }
   bool fits(int d, std::int64_t bytes) const {
-    const double limit = device_[at(d)].limit;
-    return limit <= 0 || static_cast<double>(bytes) <= limit;
+    // With room for the working memory of whichever op runs next (the task graph holds it).
+    const Device& dev = device_[at(d)];
+    return dev.limit <= 0 || static_cast<double>(bytes + dev.max_work) <= dev.limit;
   }
   // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
   // the net growth charged up front, a net shrink released at the end).

@@ -35,6 +35,9 @@ class BranchAndBound {
       const auto dd = static_cast<std::size_t>(d);
       limit_.push_back(dd < meta.memory_limit_bytes.size() ? meta.memory_limit_bytes[dd] : 0.0);
       memory_.push_back(dd < meta.static_bytes.size() ? meta.static_bytes[dd] : 0);
+      // Room for an op's working memory (the task graph holds it while the op runs); stage d
+      // runs on device d.
+      work_.push_back(dd < costs.size() ? costs[dd].max_work_bytes() : 0);
       if (limit_.back() > 0) any_limit_ = true;
       if (d + 1 < p_) comm_.push_back(boundary_transfer_us(meta.link, costs[dd]));
     }
@@ -160,7 +163,8 @@ class BranchAndBound {
 
   bool fits(int d, std::int64_t extra) const {
     const double limit = limit_[static_cast<std::size_t>(d)];
-    return limit <= 0 || static_cast<double>(memory_[static_cast<std::size_t>(d)] + extra) <= limit;
+    const auto dd = static_cast<std::size_t>(d);
+    return limit <= 0 || static_cast<double>(memory_[dd] + extra + work_[dd]) <= limit;
   }
 
   std::int64_t alloc(const Op& o) const {
@@ -256,6 +260,7 @@ class BranchAndBound {
   std::int64_t node_limit_;
   std::int64_t nodes_ = 0;
   bool any_limit_ = false;
+  std::vector<std::int64_t> work_;  // per device: the most working memory an op holds
   std::vector<double> comm_, limit_, end_, avail_, remaining_, est_;
   std::vector<std::int64_t> memory_;
   std::vector<Op> ops_;

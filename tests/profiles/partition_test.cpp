@@ -243,6 +243,49 @@ TEST(Partition, StageCostsSumTheirLayers) {
   EXPECT_DOUBLE_EQ(last.p2_time_us(6), 318);  // linear beyond the table: 159 · 6 / 3
 }
 
+// A stage's working memory is what its ops hold above the plan's level while they run: F charges
+// the whole stash at its start, so layer l's F work counts above the stashes up to l only; the
+// backward passes and p2 take their layers' largest.
+TEST(Partition, StageCostsCarryTheirLayersWorkingMemory) {
+  const ModelConfig model = model_of("tiny", "llama", 3);
+  LayerCost block = cost_of(10, 20, 30);
+  block.stash_bytes = 100;
+  block.retained_bytes = 40;
+  block.forward_work_bytes = 30;
+  block.p1_work_bytes = 20;
+  block.p2_work_bytes = {{1, 5}, {2, 9}};
+  LayerCost embedding = cost_of(1, 2, 3);
+  embedding.forward_work_bytes = 10;
+  LayerCost head = cost_of(5, 6, 7);
+  head.stash_bytes = 500;
+  head.forward_work_bytes = 1000;  // the logits
+  head.p1_work_bytes = 700;
+  head.p2_work_bytes = {{1, 40}};
+  const Profile profile = profile_of(model, block, embedding, head);
+  const std::vector<StageCost> costs =
+      stage_costs(model, profile, 1, partition_fixed(model, {1, 2}), 3);
+  ASSERT_EQ(costs.size(), 2u);
+  const StageCost& first = costs[0];        // embedding + block
+  EXPECT_EQ(first.forward_work_bytes, 30);  // max(0 + 10, 100 + 30) - 100
+  EXPECT_EQ(first.p1_work_bytes, 20);
+  EXPECT_EQ(first.fused_work_bytes, 20);
+  EXPECT_EQ(first.p2_work_bytes, (std::vector<std::int64_t>{5, 9, 14}));  // 9 / 2 * 3, rounded
+  const StageCost& last = costs[1];                                       // block, block, head
+  EXPECT_EQ(last.forward_work_bytes, 1000);  // the head's, above every stash
+  EXPECT_EQ(last.p1_work_bytes, 700);
+  EXPECT_EQ(last.fused_work_bytes, 700);
+  EXPECT_EQ(last.p2_work_bytes, (std::vector<std::int64_t>{40, 80, 120}));
+  EXPECT_EQ(last.p2_work(6), 240);  // linear beyond the table
+  EXPECT_EQ(last.max_work_bytes(), 1000);
+  // A heavy first layer: its F work sits below the later stashes.
+  LayerCost light_head = head;
+  light_head.forward_work_bytes = 0;
+  embedding.forward_work_bytes = 650;
+  const std::vector<StageCost> other = stage_costs(
+      model, profile_of(model, block, embedding, light_head), 1, partition_fixed(model, {1, 2}), 1);
+  EXPECT_EQ(other[0].forward_work_bytes, 550);  // 0 + 650 - 100
+}
+
 TEST(Partition, StageCostsRejectRangesOutsideTheModel) {
   const ModelConfig model = model_of("tiny", "llama", 3);
   const Profile profile = profile_of(model, cost_of(1, 1, 1));

@@ -47,6 +47,10 @@ Profile sample_profile() {
   p.layers["embedding"][1] = sample_cost(0.1);
   p.layers["block"][1] = sample_cost(1.0);
   p.layers["block"][2] = sample_cost(1.9);
+  // Working memory, measured for the block at mbs 1 only (optional fields).
+  p.layers["block"][1].forward_work_bytes = 268'435'456;
+  p.layers["block"][1].p1_work_bytes = 301'989'888;
+  p.layers["block"][1].p2_work_bytes = {{1, 100'663'296}, {2, 167'772'160}, {4, 301'989'888}};
   p.layers["head"][1] = sample_cost(0.7);
   p.layers["head"][2] = sample_cost(1.3);
   p.layers["embedding"][2] = sample_cost(0.2);
@@ -68,6 +72,9 @@ void expect_same_cost(const LayerCost& a, const LayerCost& b) {
   EXPECT_EQ(a.grad_bytes, b.grad_bytes);
   EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes);
   EXPECT_EQ(a.send_bytes, b.send_bytes);
+  EXPECT_EQ(a.forward_work_bytes, b.forward_work_bytes);
+  EXPECT_EQ(a.p1_work_bytes, b.p1_work_bytes);
+  EXPECT_EQ(a.p2_work_bytes, b.p2_work_bytes);
 }
 
 void expect_same_profile(const Profile& a, const Profile& b) {
@@ -202,6 +209,33 @@ TEST(Profile, P2TimeUsesEntriesThenLinearExtension) {
   EXPECT_DOUBLE_EQ(bare.p2_time_us(1), 10);
   EXPECT_DOUBLE_EQ(bare.p2_time_us(5), 50);
   EXPECT_THROW(bare.p2_time_us(0), Error);
+}
+
+// Working memory is optional (profiles measured before it have none: 0), checked like any byte
+// count, and extended past its table like the p2 times.
+TEST(Profile, WorkingMemoryIsOptionalCheckedAndExtended) {
+  const Profile p = sample_profile();
+  const LayerCost& block = p.cost(LayerKind::block, 1);
+  EXPECT_EQ(block.p2_work(2), 167'772'160);
+  EXPECT_EQ(block.p2_work(3), 251'658'240);  // 167772160 / 2 * 3
+  EXPECT_EQ(block.p2_work(8), 301'989'888 / 4 * 8);
+  EXPECT_EQ(p.cost(LayerKind::head, 1).p2_work(3), 0);  // none measured
+  json j = profile_to_json(p);
+  EXPECT_FALSE(j["layers"]["head"]["1"].contains("forward_work_bytes"));
+  EXPECT_EQ(j["layers"]["block"]["1"]["p2_work_bytes"]["4"], 301'989'888);
+  j["layers"]["block"]["1"]["p1_work_bytes"] = -1;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.p1_work_bytes' must not be negative");
+  j = profile_to_json(p);
+  j["layers"]["block"]["1"]["p2_work_bytes"]["0"] = 5;
+  EXPECT_NE(error_of([&] {
+              profile_from_json(j, "p.json");
+            }).find("field 'layers.block.1.p2_work_bytes.0'"),
+            std::string::npos);
+  j = profile_to_json(p);
+  j["layers"]["block"]["1"]["p2_work_bytes"] = 7;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.p2_work_bytes' must be an object");
 }
 
 TEST(Profile, CostLookupAndMicroBatchSizes) {

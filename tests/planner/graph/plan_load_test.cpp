@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
 #include "tests/planner/plan_fixtures.h"
 
@@ -118,6 +119,41 @@ TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
               p["meta"]["contention"] = {{"slowdown", {1.0}}, {"by_op", {{"X", {1.0}}}}};
             }),
             "p.json: meta: field 'contention.by_op' has key 'X'; the op types are F, B, P1 and P2");
+}
+
+// Working memory from the profile rides on the compute nodes, is held while each runs (a fused
+// 1F1B peaks at a forward's start, so by exactly the forward's work), round-trips through the
+// plan file, and is refused above the limits like any byte count.
+TEST(PlanLoad, WorkingMemoryIsHeldWhileANodeRunsAndRoundTrips) {
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 4});
+  const Plan plain = make_plan(r);
+  constexpr std::int64_t kWork = std::int64_t{3} << 28;  // 0.75 GiB
+  for (auto& [mbs, cost] : r.profile.layers.at("block"))
+    cost.forward_work_bytes = kWork;
+  const Plan plan = make_plan(r);
+  int with_work = 0;
+  for (const Node& n : plan.graph.nodes()) {
+    if (n.kind == NodeKind::compute && n.op == OpType::F) {
+      EXPECT_EQ(n.work_bytes, kWork);
+      ++with_work;
+    } else {
+      EXPECT_EQ(n.work_bytes, 0);
+    }
+  }
+  EXPECT_EQ(with_work, 8);
+  for (std::size_t d = 0; d < 2; ++d) {
+    EXPECT_EQ(plan.sim.devices[d].peak_memory_bytes, plain.sim.devices[d].peak_memory_bytes + kWork)
+        << "device " << d;
+  }
+  const json j = plan_to_json(plan.graph);
+  EXPECT_EQ(j["nodes"][0]["work_bytes"], kWork);
+  EXPECT_FALSE(plan_to_json(plain.graph)["nodes"][0].contains("work_bytes"));
+  const TaskGraph back = plan_from_json(j, "p.json");
+  EXPECT_EQ(simulate(back).devices[0].peak_memory_bytes, plan.sim.devices[0].peak_memory_bytes);
+  EXPECT_NE(load_error([](json& p) {
+              p["nodes"][0]["work_bytes"] = -1;
+            }).find("p.json: nodes[0]: field 'work_bytes'"),
+            std::string::npos);
 }
 
 }  // namespace
