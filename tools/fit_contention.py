@@ -19,7 +19,9 @@ that profile:
   eval  For each run: re-plans it with the profile given (the plan command recorded in
         NAME.plan.txt, its --profile and -o replaced), checks that the schedule is the one that
         ran, and prints the predicted step time against the measured one, before (the recorded
-        plan) and after (the new plan), via `pipeplan diff`.
+        plan) and after (the new plan), via `pipeplan diff`; where NAME.run.json (the run
+        report) is there, also the worst error of the allocator's peak per device against the
+        predicted peak, before and after (a profile with working memory changes the latter).
 
 A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
 tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contention").
@@ -242,9 +244,40 @@ def run_labels(prefixes):
     return labels
 
 
+def load_recorded_json(path):
+    """A JSON output as tools/device/issue12.sh records it: '#' header and footer lines around."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = "".join(line for line in f if not line.startswith("#"))
+    except OSError as e:
+        raise FitError(f"{path}: cannot read ({e.strerror})") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FitError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from e
+
+
+def measured_peaks(prefix):
+    """Per device, the allocator's peak and the plan's predicted peak from RUN.run.json (the run
+    report), or None without one."""
+    path = prefix + ".run.json"
+    if not os.path.exists(path):
+        return None
+    rows = sorted(load_recorded_json(path).get("peak_memory", []), key=lambda r: r["device"])
+    if not rows:
+        raise FitError(f"{path}: no 'peak_memory' rows")
+    return [r["measured_bytes"] for r in rows], [r["predicted_bytes"] for r in rows]
+
+
+def worst_memory_error(predicted, measured):
+    """The largest relative error of the measured peaks over the predicted ones, signed, %."""
+    errors = [100 * (m / p - 1) for p, m in zip(predicted, measured) if p > 0]
+    return max(errors, key=abs) if errors else float("nan")
+
+
 def cmd_eval(args):
     print(f"{'run':<28} {'measured ms':>12} {'before ms':>10} {'error':>8} {'after ms':>10} "
-          f"{'error':>8}")
+          f"{'error':>8} {'memory before':>14} {'after':>8}")
     labels = run_labels(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         for index, prefix in enumerate(args.runs):
@@ -257,7 +290,7 @@ def cmd_eval(args):
                 if flag not in argv:
                     raise FitError(f"{prefix}.plan.txt: the recorded command has no {flag}")
                 argv[argv.index(flag) + 1] = value
-            out = subprocess.run(argv, capture_output=True, text=True, check=False)
+            out = subprocess.run(argv + ["--json"], capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise FitError(f"{prefix}: re-planning failed: {out.stderr.strip()}")
             old, new = load_json(prefix + ".plan.json"), load_json(replanned)
@@ -266,9 +299,16 @@ def cmd_eval(args):
             before, measured = diff_makespan(args.pipeplan, prefix + ".plan.json",
                                              prefix + ".trace.json")
             after, _ = diff_makespan(args.pipeplan, replanned, prefix + ".trace.json")
+            memory = ""
+            peaks = measured_peaks(prefix)
+            if peaks is not None:
+                allocator, recorded = peaks
+                replanned_peaks = json.loads(out.stdout)["peak_memory_bytes"]
+                memory = (f" {worst_memory_error(recorded, allocator):>+13.1f}%"
+                          f" {worst_memory_error(replanned_peaks, allocator):>+7.1f}%")
             print(f"{labels[index]:<28} {measured / 1e3:>12.1f} "
                   f"{before / 1e3:>10.1f} {100 * (measured / before - 1):>+7.1f}% "
-                  f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%")
+                  f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%{memory}")
 
 
 def main():
