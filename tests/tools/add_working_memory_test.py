@@ -10,31 +10,16 @@ and the merged one matching. Usage: add_working_memory_test.py PIPEPLAN SOURCE_D
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
+
+from script_checks import check, finish, run
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
 MERGE = os.path.join(SOURCE, "tools", "add_working_memory.py")
 FIT = os.path.join(SOURCE, "tools", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 MIB = 1 << 20
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message)
-
-
-def run(argv, expect=0):
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    check(out.returncode == expect,
-          f"{shlex.join(argv)} exited {out.returncode}, not {expect}: {out.stderr.strip()}")
-    return out
-
-
 def write(path, data):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
@@ -108,5 +93,4 @@ with tempfile.TemporaryDirectory() as tmp:
           f"a profile without working memory is refused, naming the field: {out.stderr!r}")
     check(not os.path.exists(bad_out), "a failed merge wrote its output")
 
-print("add_working_memory_test:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
+finish("add_working_memory_test")

@@ -9,30 +9,15 @@ the "measured" step. Usage: fit_contention_test.py PIPEPLAN SOURCE_DIR
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
+
+from script_checks import check, finish, run
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
 SCRIPT = os.path.join(SOURCE, "tools", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 TRUTH = [1.1, 1.2, 1.3, 1.45]
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message)
-
-
-def run(argv, expect=0):
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    check(out.returncode == expect,
-          f"{shlex.join(argv)} exited {out.returncode}, not {expect}: {out.stderr.strip()}")
-    return out
-
-
 with tempfile.TemporaryDirectory() as tmp:
     truth_profile = os.path.join(tmp, "truth.json")
     with open(PROFILE, encoding="utf-8") as f:
@@ -88,5 +73,4 @@ labels = module.run_labels(["r/call1-env-bpipe/bpipe-mbs2", "r/call3-env-bpipe/b
                             "r/call3-env-bpipe/nobpipe-mbs1"])
 check(labels == ["call1/bpipe-mbs2", "call3/bpipe-mbs2", "nobpipe-mbs1"], f"labels {labels}")
 
-print("fit_contention_test:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
+finish("fit_contention_test")
