@@ -201,6 +201,7 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   // Each stage's allocator counts the fences its compute stream records: a device-local copy into
   // a freed block waits for that block's last reader only (DeviceLocalTransport::send).
   std::vector<std::shared_ptr<FenceClock>> fence_clocks;
+  fence_clocks.reserve(endpoints.size());
   for (const StageEndpoint& endpoint : endpoints)
     fence_clocks.push_back(endpoint.allocator->fence_clock());
   events_ = std::make_shared<StepEvents>(cuda_devices, streams, std::move(fence_clocks));
