@@ -206,16 +206,13 @@ struct KindCost {
   std::vector<std::int64_t> p2_work;  // [k - 1]
 };
 
-// Where a stage's forward working memory peaks: the largest over its layers l of the stash of
-// layers up to l plus l's F work (the plan charges the whole stash at F's start).
-struct WorkPeaks {
-  std::int64_t forward = 0;
-};
-
-void add_layer(StageCost& stage, const KindCost& kind, WorkPeaks& peaks) {
+// `forward_peak`: where the stage's forward working memory peaks so far, the largest over its
+// layers l of the stash of layers up to l plus l's F work (the plan charges the whole stash at
+// F's start).
+void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_peak) {
   const LayerCost& layer = *kind.layer;
-  peaks.forward =
-      std::max(peaks.forward, stage.stash_bytes + layer.stash_bytes + layer.forward_work_bytes);
+  forward_peak =
+      std::max(forward_peak, stage.stash_bytes + layer.stash_bytes + layer.forward_work_bytes);
   // p1, B and p2 run layer by layer too; each layer's excess over its own level is its work, and
   // the stage's the largest of them (the plan's stage-level accounting is kept as it is).
   const std::int64_t p2_one = kind.p2_work.empty() ? 0 : kind.p2_work.front();
@@ -268,10 +265,10 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     StageCost stage;
     stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
     stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
-    WorkPeaks peaks;
+    std::int64_t forward_peak = 0;
     for (int l = range.first_layer; l < end; ++l)
-      add_layer(stage, kind_cost(layers[static_cast<std::size_t>(l)]), peaks);
-    stage.forward_work_bytes = std::max<std::int64_t>(peaks.forward - stage.stash_bytes, 0);
+      add_layer(stage, kind_cost(layers[static_cast<std::size_t>(l)]), forward_peak);
+    stage.forward_work_bytes = std::max<std::int64_t>(forward_peak - stage.stash_bytes, 0);
     costs.push_back(std::move(stage));
   }
   return costs;

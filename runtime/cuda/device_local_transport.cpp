@@ -16,8 +16,10 @@ std::string link_name(int from, int to, Channel channel) {
          std::to_string(to);
 }
 
-// CUDA 13 dropped the failure-index argument the 12.8 form had.
+// cudaMemcpyBatchAsync in the form used here (CUDA 13 dropped the failure-index argument the
+// 12.8 form had): one condition for the mode's parsing and for the call.
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+#define PIPEPLAN_HAVE_BATCH_COPY 1
 constexpr bool kHaveBatchCopy = true;
 #else
 constexpr bool kHaveBatchCopy = false;
@@ -202,7 +204,7 @@ void DeviceLocalTransport::copy_tensors(const Message& source, const Message& ta
                                         cudaStream_t stream) const {
   const std::size_t count = target.tensors.size();
   if (copy_ == DeviceCopy::overlap) {
-#if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+#ifdef PIPEPLAN_HAVE_BATCH_COPY
     std::vector<void*> dsts(count);
     std::vector<const void*> srcs(count);
     std::vector<std::size_t> sizes(count);
