@@ -33,6 +33,7 @@ DeviceCopy device_copy_from_env() {
   if (value == nullptr || *value == '\0') return DeviceCopy::memcpy;
   const std::string text(value);
   if (text == "memcpy") return DeviceCopy::memcpy;
+  if (text == "priority") return DeviceCopy::priority;
   if (text == "overlap") {
     if (!kHaveBatchCopy) {
       throw Error(
@@ -41,11 +42,20 @@ DeviceCopy device_copy_from_env() {
     }
     return DeviceCopy::overlap;
   }
-  throw Error(std::string(kDeviceCopyEnv) + " is '" + text + "' (expected memcpy or overlap)");
+  throw Error(std::string(kDeviceCopyEnv) + " is '" + text +
+              "' (expected memcpy, overlap or priority)");
 }
 
 const char* to_string(DeviceCopy copy) {
-  return copy == DeviceCopy::overlap ? "overlap" : "memcpy";
+  switch (copy) {
+    case DeviceCopy::memcpy:
+      return "memcpy";
+    case DeviceCopy::overlap:
+      return "overlap";
+    case DeviceCopy::priority:
+      return "priority";
+  }
+  return "?";
 }
 
 std::vector<TransportLink> transport_links(const TaskGraph& plan) {
@@ -102,10 +112,15 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
   if (!inserted) return link;
   const StageEndpoint& sender = endpoint(from, "sending");
   CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+  int priority = 0;  // the default: the compute streams'
+  if (copy_ == DeviceCopy::priority) {
+    int least = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &priority));  // greatest: lowest number
+  }
   if (sender.green != nullptr) {
-    link.stream = sender.green->create_stream();  // copies stay inside the stage's SMs
+    link.stream = sender.green->create_stream(priority);  // copies stay inside the stage's SMs
   } else {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&link.stream, cudaStreamNonBlocking, priority));
     link.owns_stream = true;
   }
   // Each event in the context of the stream it is recorded on (the sender's compute and link

@@ -35,13 +35,16 @@ namespace pipeplan::cuda {
 // as a copy kernel on the link stream's SMs (the sender's green context when emulated), so it
 // shares them with the sender's compute. `overlap`: cudaMemcpyBatchAsync with the driver hint
 // cudaMemcpyFlagPreferOverlapWithCompute (CUDA 12.8 and later), which asks for a copy that
-// overlaps compute work on the SMs. Chosen by $PIPEPLAN_DEVICE_COPY (docs/runtime.md). Measured
-// on an H200 at 8 emulated stages: the hint changed nothing (a copy took 1.3 ms beside idle SMs,
-// 8.7 ms median beside a forward, either way), so memcpy is the default.
-enum class DeviceCopy { memcpy, overlap };
+// overlaps compute work on the SMs. `priority`: cudaMemcpyAsync on link streams of the device's
+// greatest stream priority (the compute streams keep the default, the least), so that as the
+// sender's running kernel drains, the block scheduler dispatches the copy's blocks before the
+// next compute kernel's. Chosen by $PIPEPLAN_DEVICE_COPY (docs/runtime.md). Measured on an H200
+// at 8 emulated stages: the hint changed nothing (a copy took 1.3 ms beside idle SMs, 8.7 ms
+// median beside a forward, either way), so memcpy is the default; `priority` is not measured yet.
+enum class DeviceCopy { memcpy, overlap, priority };
 inline constexpr const char* kDeviceCopyEnv = "PIPEPLAN_DEVICE_COPY";
 // $PIPEPLAN_DEVICE_COPY: unset or empty gives `memcpy`; "overlap" needs the batch API (CUDA 13);
-// anything but "memcpy" or "overlap" is an Error naming the variable.
+// anything but "memcpy", "overlap" or "priority" is an Error naming the variable.
 DeviceCopy device_copy_from_env();
 const char* to_string(DeviceCopy copy);
 
@@ -78,6 +81,10 @@ class DeviceLocalTransport final : public Transport {
   // stream's context), and the driver wants a green context current on one thread at a time,
   // which holds before the executor's threads start. A link not opened here is made on first use.
   void open_links(const std::vector<TransportLink>& links);
+  // The stream a link's copies run on (made now if it was not): for tests and diagnostics.
+  cudaStream_t link_stream(int from, int to, Channel channel) {
+    return link(from, to, channel).stream;
+  }
 
   std::string name() const override {
     return std::string("device-local (copies: ") + to_string(copy_) + ")";

@@ -172,12 +172,13 @@ ScopedContext::~ScopedContext() {
   }
 }
 
-cudaStream_t GreenContext::create_stream() {
+cudaStream_t GreenContext::create_stream(int priority) {
   // Transports make streams from their send threads: the driver call reaches this green context.
   const std::lock_guard api(api_mutex_);
   CUstream stream = nullptr;
   // Green-context streams must be non-blocking (driver documentation of cuGreenCtxStreamCreate).
-  CU_CHECK(PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, 0));
+  CU_CHECK(
+      PIPEPLAN_DRIVER(cuGreenCtxStreamCreate)(&stream, green_, CU_STREAM_NON_BLOCKING, priority));
   extra_streams_.push_back(stream);
   return stream;
 }

@@ -29,8 +29,9 @@ class GreenContext {
   int sm_count() const { return sm_count_; }      // what the driver actually granted
   CUcontext context() const { return context_; }  // for ScopedContext
   // One more stream whose work runs on this partition's SMs (an emulated stage's transfer
-  // streams); owned by the green context, destroyed with it.
-  cudaStream_t create_stream();
+  // streams), of the given priority (cudaDeviceGetStreamPriorityRange; 0 is the default); owned
+  // by the green context, destroyed with it.
+  cudaStream_t create_stream(int priority = 0);
 
  private:
   GreenContext() = default;

@@ -29,7 +29,7 @@
 #               diff` splits each stall into the host's part and the GPU's
 #   copies      the 8-stage BPipe run (needs BPIPE_PROFILE) and the 4-stage auto run at m = 2P
 #               (needs the SM-share profile), once per PIPEPLAN_DEVICE_COPY mode of COPY_MODES
-#               ("memcpy overlap"): how device-local copies are issued
+#               ("memcpy priority"): how device-local copies are issued
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
 # Each device call may run 10 minutes, so pick phases that fit. Three calls (estimates, not
@@ -420,12 +420,12 @@ phase_stalls() {
 
 # How device-local copies are issued (docs/runtime.md, "Fidelity"): the 8-stage BPipe run (its
 # evictions) and the 4-stage auto run at m = 8 (interleaved: twice the hops), once per
-# PIPEPLAN_DEVICE_COPY mode in COPY_MODES ("memcpy overlap"). The BPipe limit is COPIES_LIMIT
+# PIPEPLAN_DEVICE_COPY mode in COPY_MODES ("memcpy priority"). The BPipe limit is COPIES_LIMIT
 # (9.107GiB: what the bpipe phase chose at mbs 2 from the 16-SM profiles so far).
 phase_copies() {
   local cap_s=120 mode
   local bpipe_stages=${BPIPE_STAGES:-8}
-  for mode in ${COPY_MODES:-memcpy overlap}; do
+  for mode in ${COPY_MODES:-memcpy priority}; do
     local -a run_env=(env "PIPEPLAN_DEVICE_COPY=$mode")
     if [[ -n ${BPIPE_PROFILE:-} ]]; then
       local emulate_stages=$bpipe_stages

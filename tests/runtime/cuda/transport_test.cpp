@@ -113,14 +113,25 @@ TEST(DeviceLocalTransport, CopiesBetweenGreenContextStagesOfOneGpu) {
     stages[s] = std::make_unique<cuda::CudaBackend>(cuda::CudaBackendOptions{
         Attention::materialized, green[static_cast<std::size_t>(s)]->stream()});
   }
-  // Both ways of issuing the copies deliver the same bytes.
-  for (const cuda::DeviceCopy copy : {cuda::DeviceCopy::memcpy, cuda::DeviceCopy::overlap}) {
+  int least = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  // Every way of issuing the copies delivers the same bytes; `priority` makes the link streams
+  // of the device's greatest priority, the others of the default.
+  for (const cuda::DeviceCopy copy :
+       {cuda::DeviceCopy::memcpy, cuda::DeviceCopy::overlap, cuda::DeviceCopy::priority}) {
     SCOPED_TRACE(cuda::to_string(copy));
     cuda::DeviceLocalTransport transport(
         {endpoint_of(*stages[0], 0, green[0].get()), endpoint_of(*stages[1], 0, green[1].get())},
         nullptr, copy);
     EXPECT_NE(transport.name().find(cuda::to_string(copy)), std::string::npos) << transport.name();
     exercise(transport, *stages[0], *stages[1]);
+    int priority = 1;
+    {
+      const cuda::ScopedContext current(green[0]->context());
+      ASSERT_EQ(cudaStreamGetPriority(transport.link_stream(0, 1, Channel::pipeline), &priority),
+                cudaSuccess);
+    }
+    EXPECT_EQ(priority, copy == cuda::DeviceCopy::priority ? greatest : 0);
   }
 }
 
@@ -134,6 +145,8 @@ TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
   setenv(cuda::kDeviceCopyEnv, "overlap", 1);
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::overlap);
+  setenv(cuda::kDeviceCopyEnv, "priority", 1);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
   setenv(cuda::kDeviceCopyEnv, "dma", 1);
   try {
     (void)cuda::device_copy_from_env();

@@ -40,6 +40,6 @@ expect 'env CUDA_DEVICE_MAX_CONNECTIONS=32 .*run .*stalls-c32-1f1b-m4-2bp.plan.j
 # copies: each 8-stage BPipe and 4-stage auto run once per PIPEPLAN_DEVICE_COPY mode
 expect 'copies: no BPIPE_PROFILE'
 expect 'env PIPEPLAN_DEVICE_COPY=memcpy .*run .*copies-memcpy-auto-m8.plan.json --backend cuda'
-expect 'env PIPEPLAN_DEVICE_COPY=overlap .*run .*copies-overlap-auto-m8.plan.json --backend cuda'
+expect 'env PIPEPLAN_DEVICE_COPY=priority .*run .*copies-priority-auto-m8.plan.json --backend cuda'
 expect 'issue12_summary.py'
 echo "issue12_dry_run_test: every phase reached"

@@ -336,6 +336,30 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags
   return cudaSuccess;
 }
 
+// An H100's range: 0 (the default, least) down to -5 (greatest).
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = kGreatestStreamPriority;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int /*flags*/,
+                                         int priority) {
+  if (priority < kGreatestStreamPriority || priority > 0) {
+    break_rule("cudaStreamCreateWithPriority: priority " + std::to_string(priority) +
+                   " is outside the device's range",
+               cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  *stream = new CUstream_st{current_context(), priority};
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  *priority = stream != nullptr ? stream->priority : 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return cudaSuccess;
@@ -478,8 +502,8 @@ CUresult fake_cuCtxFromGreenCtx(CUcontext* context, CUgreenCtx green) {
 }
 
 CUresult fake_cuGreenCtxStreamCreate(CUstream* stream, CUgreenCtx green, unsigned int /*flags*/,
-                                     int /*priority*/) {
-  *stream = new CUstream_st{&green->context};
+                                     int priority) {
+  *stream = new CUstream_st{&green->context, priority};
   return CUDA_SUCCESS;
 }
 

@@ -26,6 +26,7 @@ struct CUctx_st {
 
 struct CUstream_st {
   CUctx_st* context = nullptr;
+  int priority = 0;  // as created (cudaStreamGetPriority reads it back)
 };
 
 struct CUevent_st {
@@ -45,8 +46,9 @@ struct CUdevResourceDesc_st {
 
 namespace pipeplan::fake_cuda {
 
-inline constexpr unsigned int kDeviceSms = 132;    // an H100 SXM's count
-inline constexpr unsigned int kPartitionStep = 8;  // Hopper's SM partition granularity
+inline constexpr unsigned int kDeviceSms = 132;     // an H100 SXM's count
+inline constexpr unsigned int kPartitionStep = 8;   // Hopper's SM partition granularity
+inline constexpr int kGreatestStreamPriority = -5;  // an H100's; the least is 0
 
 CUctx_st* current_context();                // the calling thread's (the primary if none was set)
 CUctx_st* context_of(cudaStream_t stream);  // the null stream: the current context
