@@ -22,10 +22,43 @@ double Contention::factor(const std::vector<double>& curve, std::size_t running)
 nlohmann::json contention_to_json(const Contention& contention) {
   nlohmann::json j = {{"slowdown", contention.slowdown}, {"source", contention.source}};
   if (!contention.by_op.empty()) j["by_op"] = contention.by_op;
+  if (contention.copy) {
+    j["copy"] = {{"sender_idle", contention.copy->sender_idle},
+                 {"sender_computing", contention.copy->sender_computing}};
+  }
   return j;
 }
 
 namespace {
+
+bool is_slowdown(const nlohmann::json& v) {
+  const double x = v.is_number() ? v.get<double>() : -1;
+  return std::isfinite(x) && x > 0 && x <= kMaxSlowdown;
+}
+
+std::string slowdown_range() {
+  return "(0, " + std::to_string(static_cast<int>(kMaxSlowdown)) + "]";
+}
+
+CopySlowdown read_copy(const nlohmann::json& json, const std::string& ctx) {
+  if (!json.is_object()) throw Error(ctx + ": field 'contention.copy' must be an object");
+  CopySlowdown copy;
+  for (const auto& [key, value] : json.items()) {
+    if (key != "sender_idle" && key != "sender_computing") {
+      throw Error(ctx + ": field 'contention.copy' has key '" + key +
+                  "'; its keys are sender_idle and sender_computing");
+    }
+    if (!is_slowdown(value)) {
+      throw Error(ctx + ": field 'contention.copy." + key + "' must be a number in " +
+                  slowdown_range());
+    }
+    (key == "sender_idle" ? copy.sender_idle : copy.sender_computing) = value.get<double>();
+  }
+  for (const char* key : {"sender_idle", "sender_computing"}) {
+    if (!json.contains(key)) throw Error(ctx + ": field 'contention.copy." + key + "' is missing");
+  }
+  return copy;
+}
 
 std::vector<double> read_curve(const nlohmann::json& json, const std::string& field,
                                const std::string& ctx) {
@@ -35,12 +68,9 @@ std::vector<double> read_curve(const nlohmann::json& json, const std::string& fi
   }
   std::vector<double> curve;
   for (const auto& v : json) {
-    const double x = v.is_number() ? v.get<double>() : -1;
-    if (!std::isfinite(x) || x <= 0 || x > kMaxSlowdown) {
-      throw Error(ctx + ": field '" + field + "' must hold numbers in (0, " +
-                  std::to_string(static_cast<int>(kMaxSlowdown)) + "]");
-    }
-    curve.push_back(x);
+    if (!is_slowdown(v))
+      throw Error(ctx + ": field '" + field + "' must hold numbers in " + slowdown_range());
+    curve.push_back(v.get<double>());
   }
   return curve;
 }
@@ -64,6 +94,7 @@ Contention contention_from_json(const nlohmann::json& json, std::string_view con
       c.by_op[op] = read_curve(curve, "contention.by_op." + op, ctx);
     }
   }
+  if (const auto copy = json.find("copy"); copy != json.end()) c.copy = read_copy(*copy, ctx);
   const auto source = json.find("source");
   if (source != json.end()) {
     if (!source->is_string()) throw Error(ctx + ": field 'contention.source' must be a string");

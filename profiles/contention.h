@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,12 +19,24 @@
 
 namespace pipeplan {
 
+// A transfer between stages on one GPU is a copy kernel on its link stream, made in the sending
+// stage's green context (runtime/cuda/device_local_transport.h): it shares the sender's SMs, and
+// beside the sender's GEMMs it gets them only between kernels. Its time over the plan's link
+// time (bytes / bandwidth + latency), while the sender runs no compute op and while it runs one.
+struct CopySlowdown {
+  double sender_idle = 1;
+  double sender_computing = 1;
+  bool operator==(const CopySlowdown&) const = default;
+};
+
 struct Contention {
   // slowdown[k - 1]: an op's time over its profiled time while k compute ops run on the GPU at
   // once, itself included; beyond the last entry the last applies. Empty: no model.
   std::vector<double> slowdown;
   // The same per op type ("F", "B", "P1", "P2") where it differs; the others use `slowdown`.
   std::map<std::string, std::vector<double>, std::less<>> by_op;
+  // Transfers between the stages: unset, each takes the plan's link time whatever the stages do.
+  std::optional<CopySlowdown> copy;
   std::string source;  // where the factors come from (fit, traces, date)
 
   bool empty() const { return slowdown.empty(); }
@@ -33,10 +46,12 @@ struct Contention {
   static double factor(const std::vector<double>& curve, std::size_t running);
 };
 
-// {"slowdown": [...], "by_op": {"P1": [...], ...}, "source": "..."} ("by_op" only when set)
+// {"slowdown": [...], "by_op": {"P1": [...], ...}, "copy": {"sender_idle": x, "sender_computing":
+// y}, "source": "..."} ("by_op" and "copy" only when set)
 nlohmann::json contention_to_json(const Contention& contention);
 // Throws Error naming `context` and the field: each curve must be 1 to kMaxContentionEntries
-// finite numbers in (0, kMaxSlowdown], and by_op's keys F, B, P1 or P2.
+// finite numbers in (0, kMaxSlowdown], by_op's keys F, B, P1 or P2, and copy's two factors
+// numbers in (0, kMaxSlowdown].
 Contention contention_from_json(const nlohmann::json& json, std::string_view context);
 
 inline constexpr std::size_t kMaxContentionEntries = 1024;  // one per device at most

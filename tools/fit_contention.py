@@ -15,6 +15,12 @@ that profile:
         error). Levels with under 1 % of the time get the nearest fitted level's factor.
         Writes a copy of the profile with its "contention" object set (-o), and prints the
         factors and each run's op error before and after.
+        Transfers between the stages are copy kernels on the sender's SMs: for each send of
+        link time d (the plan's duration_us), the trace's time T_idle while its sender ran no
+        compute op and T_busy while it ran one give d = T_idle / sender_idle + T_busy /
+        sender_computing, fitted the same way ("copy"; left out with too few transfers or
+        where either case has under 1 % of the time). --copy-only keeps the profile's compute
+        curves and sets the copy factors alone.
 
   eval  For each run: re-plans it with the profile given (the plan command recorded in
         NAME.plan.txt, its --profile and -o replaced), checks that the schedule is the one that
@@ -22,6 +28,8 @@ that profile:
         plan) and after (the new plan), via `pipeplan diff`; where NAME.run.json (the run
         report) is there, also the worst error of the allocator's peak per device against the
         predicted peak, before and after (a profile with working memory changes the latter).
+        A re-plan the memory limit refuses (the new model predicts more than the recorded
+        --memory) is made again without a limit and marked "over --memory".
 
 A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
 tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contention").
@@ -55,7 +63,8 @@ def load_json(path):
 
 
 def load_run(prefix):
-    """(nodes by id, compute events [(start, end, node)]) of one run."""
+    """(plan, compute events [(start, end, node)], send events [(start, end, node)]) of one
+    run."""
     plan_path, trace_path = prefix + ".plan.json", prefix + ".trace.json"
     plan, trace = load_json(plan_path), load_json(trace_path)
     if not isinstance(plan, dict) or plan.get("format") != "pipeplan-plan":
@@ -63,18 +72,69 @@ def load_run(prefix):
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise FitError(f"{trace_path}: not a pipeplan trace (field 'traceEvents')")
     nodes = {n["id"]: n for n in plan["nodes"]}
-    events = []
+    events, sends = [], []
     for e in trace["traceEvents"]:
         if e.get("ph") != "X":
             continue
         node = nodes.get(e.get("args", {}).get("node"))
         if node is None:
             raise FitError(f"{trace_path}: event '{e.get('name')}' names no node of {plan_path}")
-        if node["kind"] == "compute":
-            events.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), node))
+        if node["kind"] in ("compute", "send"):
+            interval = (float(e["ts"]), float(e["ts"]) + float(e["dur"]), node)
+            (events if node["kind"] == "compute" else sends).append(interval)
     if not events:
         raise FitError(f"{trace_path}: no compute op")
-    return plan, events
+    return plan, events, sends
+
+
+def copy_samples(events, sends):
+    """Per send with link time: (d, T_idle, T_busy), T_busy being the part of the copy during
+    which its sending device ran a compute op."""
+    busy = {}
+    for start, end, node in events:
+        busy.setdefault(node["device"], []).append((start, end))
+    samples = []
+    for start, end, node in sends:
+        d = float(node.get("duration_us", 0))
+        if d <= 0:
+            continue
+        # A device's compute ops do not overlap (one compute stream), so the overlaps add up.
+        overlap = sum(max(0.0, min(end, e) - max(start, s))
+                      for s, e in busy.get(node["device"], []))
+        overlap = min(overlap, end - start)
+        samples.append((d, end - start - overlap, overlap))
+    return samples
+
+
+def fit_copy(samples, min_copies):
+    """(sender_idle, sender_computing) by least squares in their inverses, in microseconds; None
+    with fewer than `min_copies` sends or where either case has under 1 % of the time."""
+    if len(samples) < min_copies:
+        return None
+    idle = sum(ti for _, ti, _ in samples)
+    computing = sum(tb for _, _, tb in samples)
+    if min(idle, computing) < 0.01 * (idle + computing):
+        return None
+    # Rows in microseconds (d = T_idle * r_idle + T_busy * r_busy): the long copies, BPipe's
+    # stash moves, weigh most; they are the ones whose length decides what memory is held.
+    normal, right = [[0.0, 0.0], [0.0, 0.0]], [0.0, 0.0]
+    for d, ti, tb in samples:
+        row = (ti, tb)
+        for i in range(2):
+            right[i] += row[i] * d
+            for j in range(2):
+                normal[i][j] += row[i] * row[j]
+    rates = solve(normal, right)
+    if rates is None or any(r <= 0 for r in rates):
+        return None
+    return 1.0 / rates[0], 1.0 / rates[1]
+
+
+def copy_error(samples, factors):
+    """Median absolute relative error between a copy's link time and the link time the model
+    gets done in the copy's measured time, beside its sender's measured activity."""
+    errors = sorted(abs((ti / factors[0] + tb / factors[1]) / d - 1) for d, ti, tb in samples)
+    return errors[len(errors) // 2] if errors else float("nan")
 
 
 def time_at_levels(events, devices):
@@ -156,55 +216,87 @@ def op_error(samples, model):
     return sum(errors) / len(errors)
 
 
-def cmd_fit(args):
-    runs = []
-    devices = 0
-    for prefix in args.runs:
-        plan, events = load_run(prefix)
-        devices = max(devices, int(plan["meta"]["devices"]))
-        runs.append((prefix, plan, events))
-    samples_by_run = {}
-    for prefix, plan, events in runs:
-        rows = time_at_levels(events, devices)
-        samples_by_run[prefix] = [(n["op"], float(n["duration_us"]), levels)
-                                  for n, levels in rows if float(n["duration_us"]) > 0]
+def fit_compute(samples_by_run, devices, min_ops):
+    """(slowdown, by_op) from every run's compute ops."""
     samples = [s for run in samples_by_run.values() for s in run]
     slowdown = fit([(d, levels) for _, d, levels in samples], devices)
     # Per op type where it has enough ops of its own (backward GEMMs suffer more than forward).
     by_op = {}
     for op in ("F", "B", "P1", "P2"):
         own = [(d, levels) for o, d, levels in samples if o == op]
-        if len(own) >= args.min_ops:
+        if len(own) >= min_ops:
             try:
                 by_op[op] = fit(own, devices, fallback=slowdown)
             except FitError:
                 pass
+    return slowdown, by_op
+
+
+def cmd_fit(args):
+    runs = []
+    devices = 0
+    for prefix in args.runs:
+        plan, events, sends = load_run(prefix)
+        devices = max(devices, int(plan["meta"]["devices"]))
+        runs.append((prefix, plan, events, sends))
     profile = load_json(args.profile)
     if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
         raise FitError(f"{args.profile}: not a pipeplan profile (field 'format')")
+    if args.copy_only and not isinstance(profile.get("contention"), dict):
+        raise FitError(f"{args.profile}: --copy-only needs a profile with 'contention'")
+    samples_by_run, copies_by_run = {}, {}
+    for prefix, plan, events, sends in runs:
+        rows = time_at_levels(events, devices)
+        samples_by_run[prefix] = [(n["op"], float(n["duration_us"]), levels)
+                                  for n, levels in rows if float(n["duration_us"]) > 0]
+        copies_by_run[prefix] = copy_samples(events, sends)
     names = ", ".join(os.path.basename(p) for p in args.runs)
     source = (f"fitted by tools/fit_contention.py from {len(args.runs)} measured run(s) "
               f"({names}) on {runs[0][1]['meta'].get('gpu', '?')}")
-    profile["contention"] = {"slowdown": [round(x, 4) for x in slowdown], "source": source}
-    if by_op:
-        profile["contention"]["by_op"] = {op: [round(x, 4) for x in curve]
-                                          for op, curve in by_op.items()}
+    copy = fit_copy([s for run in copies_by_run.values() for s in run], args.min_ops)
+    if args.copy_only:
+        if copy is None:
+            raise FitError("too few transfers, or none beside (or away from) its sender's "
+                           "compute, to fit the copy factors")
+        contention = profile["contention"]
+        contention["source"] = contention.get("source", "") + "; copy " + source
+    else:
+        slowdown, by_op = fit_compute(samples_by_run, devices, args.min_ops)
+        contention = {"slowdown": [round(x, 4) for x in slowdown], "source": source}
+        if by_op:
+            contention["by_op"] = {op: [round(x, 4) for x in curve] for op, curve in by_op.items()}
+        profile["contention"] = contention
+    if copy is not None:
+        contention["copy"] = {"sender_idle": round(copy[0], 4),
+                              "sender_computing": round(copy[1], 4)}
     directory = os.path.dirname(os.path.abspath(args.output))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fit_contention.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(profile, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, args.output)
-    print("slowdown by compute ops running at once (1 = alone):")
-    for op, curve in [("all", slowdown)] + sorted(by_op.items()):
-        print(f"  {op:<4}", " ".join(f"{k + 1}: {x:.3f}" for k, x in enumerate(curve)))
-    print(f"{'run':<28} {'ops':>5} {'op error before':>16} {'after':>8}")
-    flat = {"": [1.0] * devices}
-    model = dict(by_op, **{"": slowdown})
-    for prefix, run_samples in samples_by_run.items():
-        print(f"{os.path.basename(prefix):<28} {len(run_samples):>5} "
-              f"{100 * op_error(run_samples, flat):>15.1f}% "
-              f"{100 * op_error(run_samples, model):>7.1f}%")
+    if not args.copy_only:
+        print("slowdown by compute ops running at once (1 = alone):")
+        for op, curve in [("all", slowdown)] + sorted(by_op.items()):
+            print(f"  {op:<4}", " ".join(f"{k + 1}: {x:.3f}" for k, x in enumerate(curve)))
+        print(f"{'run':<28} {'ops':>5} {'op error before':>16} {'after':>8}")
+        flat = {"": [1.0] * devices}
+        model = dict(by_op, **{"": slowdown})
+        for prefix, run_samples in samples_by_run.items():
+            print(f"{os.path.basename(prefix):<28} {len(run_samples):>5} "
+                  f"{100 * op_error(run_samples, flat):>15.1f}% "
+                  f"{100 * op_error(run_samples, model):>7.1f}%")
+    if copy is None:
+        print("copies: too few to fit (or none beside / away from the sender's compute); "
+              "no copy factors")
+    else:
+        print(f"copies between stages: {copy[0]:.3f} x link time with the sender idle, "
+              f"{copy[1]:.3f} x beside its compute")
+        print(f"{'run':<28} {'sends':>5} {'copy error before':>18} {'after':>8}")
+        for prefix, run_copies in copies_by_run.items():
+            print(f"{os.path.basename(prefix):<28} {len(run_copies):>5} "
+                  f"{100 * copy_error(run_copies, (1.0, 1.0)):>17.1f}% "
+                  f"{100 * copy_error(run_copies, copy):>7.1f}%")
     print(f"wrote {args.output}")
 
 
@@ -291,6 +383,14 @@ def cmd_eval(args):
                     raise FitError(f"{prefix}.plan.txt: the recorded command has no {flag}")
                 argv[argv.index(flag) + 1] = value
             out = subprocess.run(argv + ["--json"], capture_output=True, text=True, check=False)
+            over = ""
+            if out.returncode != 0 and "memory-limit" in out.stderr and "--memory" in argv:
+                # The new model predicts more than the limit the run was planned for: say so,
+                # and compare its prediction without the limit.
+                argv[argv.index("--memory") + 1] = "0"
+                out = subprocess.run(argv + ["--json"], capture_output=True, text=True,
+                                     check=False)
+                over = " over --memory"
             if out.returncode != 0:
                 raise FitError(f"{prefix}: re-planning failed: {out.stderr.strip()}")
             old, new = load_json(prefix + ".plan.json"), load_json(replanned)
@@ -308,7 +408,7 @@ def cmd_eval(args):
                           f" {worst_memory_error(replanned_peaks, allocator):>+7.1f}%")
             print(f"{labels[index]:<28} {measured / 1e3:>12.1f} "
                   f"{before / 1e3:>10.1f} {100 * (measured / before - 1):>+7.1f}% "
-                  f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%{memory}")
+                  f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%{memory}{over}")
 
 
 def main():
@@ -317,8 +417,11 @@ def main():
     f = sub.add_parser("fit", help="fit the slowdowns and write a profile with them")
     f.add_argument("--profile", required=True, help="the profile the runs were planned from")
     f.add_argument("-o", "--output", required=True, help="the profile to write")
+    f.add_argument("--copy-only", action="store_true",
+                   help="keep the profile's compute curves; fit the copy factors alone")
     f.add_argument("--min-ops", type=int, default=20,
-                   help="ops of one type needed for a curve of its own (default 20)")
+                   help="ops of one type needed for a curve of its own, and transfers for the "
+                        "copy factors (default 20)")
     f.add_argument("runs", nargs="+", metavar="RUN", help="RUN.plan.json + RUN.trace.json")
     e = sub.add_parser("eval", help="predicted vs measured step time, before and after")
     e.add_argument("--pipeplan", required=True, help="the pipeplan binary")

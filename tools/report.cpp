@@ -82,6 +82,12 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
     if (!m.contention.by_op.empty()) out += ", per op type for";
     for (const auto& [op, curve] : m.contention.by_op)
       out += " " + op;
+    if (const auto& copy = m.contention.copy) {
+      std::snprintf(line, sizeof line,
+                    "; copies between stages: %.3g x link time, %.3g x beside the sender's compute",
+                    copy->sender_idle, copy->sender_computing);
+      out += line;
+    }
     out += "\n";
   }
   return out;

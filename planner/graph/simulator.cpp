@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
+#include <utility>
 
 #include "planner/base/error.h"
 #include "profiles/link.h"
@@ -93,14 +97,30 @@ class ReadyNodes {
   std::vector<Event> items_;
 };
 
+// A send/recv pair whose halves are both ready: a transfer from `src` to `dst`.
+struct Rendezvous {
+  int send;
+  int recv;
+  int src;
+  int dst;
+  double ready;  // the later half's ready time
+};
+
 // Processor sharing for stages on one GPU: every compute op that has started and not ended
 // advances through its profiled duration at rate 1 / factor(its op type's curve, k), k being how
 // many run at once, so an op's end moves whenever another starts or ends. Events go in time order:
 // the next ready node or the next end among the running ops, ends first on a tie (a successor does
-// not share the GPU with its predecessor). Transfers keep their own timing (`transfer`).
-template <typename Finish, typename Transfer>
-void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot,
-                         const Contention& contention, Finish& finish, Transfer& transfer) {
+// not share the GPU with its predecessor).
+//
+// Transfers keep their own timing (`fixed_transfer`) unless the model has a copy slowdown: then
+// a transfer is a copy kernel on its sender's SMs, advancing through its link time at rate
+// 1 / sender_computing while the sender runs a compute op and 1 / sender_idle otherwise, and
+// the transfers over one directed link go one at a time, first come, first served (the link
+// stream is in order).
+template <typename Finish, typename Rendezvoused, typename FixedTransfer>
+void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int devices,
+                         const Contention& contention, Finish& finish, Rendezvoused& rendezvous,
+                         FixedTransfer& fixed_transfer) {
   std::array<const std::vector<double>*, 4> curves{};  // by OpType
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
     curves[static_cast<std::size_t>(op)] = &contention.curve(to_string(op));
@@ -110,17 +130,46 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot,
     double work_us;  // profiled time still to do
     const std::vector<double>* curve;
   };
+  struct Copy {
+    Rendezvous pair;
+    double start;
+    double work_us;  // link time still to do
+  };
+  struct Link {
+    bool busy = false;
+    std::deque<Rendezvous> waiting;
+  };
   std::vector<Running> running;
+  std::vector<Copy> copies;
+  std::map<std::pair<int, int>, Link> links;
+  std::vector<int> computing(static_cast<std::size_t>(devices), 0);  // running ops per device
+  const auto copy_factor = [&](const Copy& c) {
+    return computing[static_cast<std::size_t>(c.pair.src)] > 0 ? contention.copy->sender_computing
+                                                               : contention.copy->sender_idle;
+  };
   double now = 0;
   const auto advance = [&](double t) {
     for (Running& r : running)
       r.work_us =
           std::max(0.0, r.work_us - (t - now) / Contention::factor(*r.curve, running.size()));
+    for (Copy& c : copies)
+      c.work_us = std::max(0.0, c.work_us - (t - now) / copy_factor(c));
     now = std::max(now, t);
   };
-  while (!queue.empty() || !running.empty()) {
+  const auto start_copy = [&](const Rendezvous& pair, double start) {
+    const double work = hot[static_cast<std::size_t>(pair.send)].duration_us;
+    if (work <= 0) {
+      finish(pair.send, start, start);
+      finish(pair.recv, start, start);
+      return false;
+    }
+    copies.push_back({pair, start, work});
+    return true;
+  };
+  while (!queue.empty() || !running.empty() || !copies.empty()) {
     double end = std::numeric_limits<double>::infinity();
     std::size_t first = 0;
+    bool first_is_copy = false;
     for (std::size_t i = 0; i < running.size(); ++i) {
       const double t =
           now + running[i].work_us * Contention::factor(*running[i].curve, running.size());
@@ -129,22 +178,56 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot,
         first = i;
       }
     }
-    if (!running.empty() && (queue.empty() || end <= queue.next_time())) {
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      const double t = now + copies[i].work_us * copy_factor(copies[i]);
+      if (t < end) {
+        end = t;
+        first = i;
+        first_is_copy = true;
+      }
+    }
+    if (std::isfinite(end) && (queue.empty() || end <= queue.next_time())) {
       advance(end);
-      const Running done = running[first];
-      running.erase(running.begin() + static_cast<std::ptrdiff_t>(first));
-      finish(done.id, done.start, end);
+      if (first_is_copy) {
+        const Copy done = copies[first];
+        copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(first));
+        finish(done.pair.send, done.start, end);
+        finish(done.pair.recv, done.start, end);
+        Link& link = links[{done.pair.src, done.pair.dst}];
+        link.busy = false;
+        while (!link.busy && !link.waiting.empty()) {
+          link.busy = start_copy(link.waiting.front(), end);
+          link.waiting.pop_front();
+        }
+      } else {
+        const Running done = running[first];
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(first));
+        --computing[static_cast<std::size_t>(hot[static_cast<std::size_t>(done.id)].device)];
+        finish(done.id, done.start, end);
+      }
       continue;
     }
     const auto [time, id] = queue.pop();
     advance(time);
     const HotNode& n = hot[static_cast<std::size_t>(id)];
     if (n.kind != NodeKind::compute) {
-      transfer(time, id);
+      const std::optional<Rendezvous> pair = rendezvous(time, id);
+      if (!pair) continue;
+      if (!contention.copy) {
+        fixed_transfer(*pair);
+        continue;
+      }
+      Link& link = links[{pair->src, pair->dst}];
+      if (link.busy) {
+        link.waiting.push_back(*pair);
+      } else {
+        link.busy = start_copy(*pair, pair->ready);
+      }
     } else if (n.duration_us <= 0) {
       finish(id, time, time);
     } else {
       running.push_back({id, time, n.duration_us, curves[static_cast<std::size_t>(n.op)]});
+      ++computing[static_cast<std::size_t>(n.device)];
     }
   }
 }
@@ -240,36 +323,40 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
 
   const P2pLink link = graph.meta.link;
   // Rendezvous: a transfer starts once both halves are at the head of their streams with their
-  // inputs ready, and the link is free.
-  auto transfer = [&](double time, int id) {
+  // inputs ready (and, below, its link is free). The half that arrives second gets the pair.
+  auto rendezvous = [&](double time, int id) -> std::optional<Rendezvous> {
     const HotNode& n = hot[static_cast<std::size_t>(id)];
     state[static_cast<std::size_t>(id)].half_ready = true;
     if (n.match < 0 || n.match >= n_nodes || !state[static_cast<std::size_t>(n.match)].half_ready) {
-      return;
+      return std::nullopt;
     }
     const HotNode& other = hot[static_cast<std::size_t>(n.match)];
-    const int src = n.kind == NodeKind::send ? n.device : other.device;
-    const int dst = n.kind == NodeKind::send ? other.device : n.device;
-    double& link_free = links.free_at(src, dst);
+    const bool is_send = n.kind == NodeKind::send;
     // The later half's ready time: under a stack the half taken second may be the earlier one.
-    const double start =
-        std::max({time, state[static_cast<std::size_t>(n.match)].ready_at, link_free});
-    link_free = start + link_occupancy_us(link, payload_bytes[static_cast<std::size_t>(id)]);
-    const double end = start + n.duration_us;
-    finish(id, start, end);
-    finish(n.match, start, end);
+    return Rendezvous{is_send ? id : n.match, is_send ? n.match : id,
+                      is_send ? n.device : other.device, is_send ? other.device : n.device,
+                      std::max(time, state[static_cast<std::size_t>(n.match)].ready_at)};
+  };
+  // A transfer of fixed duration that claims its link for bytes / bandwidth.
+  auto fixed_transfer = [&](const Rendezvous& pair) {
+    double& link_free = links.free_at(pair.src, pair.dst);
+    const double start = std::max(pair.ready, link_free);
+    link_free = start + link_occupancy_us(link, payload_bytes[static_cast<std::size_t>(pair.send)]);
+    const double end = start + hot[static_cast<std::size_t>(pair.send)].duration_us;
+    finish(pair.send, start, end);
+    finish(pair.recv, start, end);
   };
 
   if (shared_gpu) {
-    simulate_shared_gpu(queue, hot, contention, finish, transfer);
+    simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer);
   } else {
     while (!queue.empty()) {
       const auto [time, id] = queue.pop();
       const HotNode& n = hot[static_cast<std::size_t>(id)];
       if (n.kind == NodeKind::compute) {
         finish(id, time, time + n.duration_us);
-      } else {
-        transfer(time, id);
+      } else if (const std::optional<Rendezvous> pair = rendezvous(time, id)) {
+        fixed_transfer(*pair);
       }
     }
   }

@@ -191,8 +191,30 @@ TEST(Profile, ContentionIsOptionalAndChecked) {
   j["contention"] = {{"slowdown", {1.0}}, {"by_op", {{"P2", {0.0}}}}};
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
             "p.json: field 'contention.by_op.P2' must hold numbers in (0, 100]");
+  // The copy slowdown: both factors, each in (0, 100], no other key; round trip.
+  j["contention"] = {{"slowdown", {1.0}}, {"copy", {{"sender_idle", 1.3}}}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.copy.sender_computing' is missing");
+  j["contention"]["copy"]["sender_computing"] = 0;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.copy.sender_computing' must be a number in (0, 100]");
+  j["contention"]["copy"] = {{"sender_idle", 1.3}, {"sender_computing", 20.5}, {"receiver", 2}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.copy' has key 'receiver'; its keys are sender_idle and "
+            "sender_computing");
+  j["contention"]["copy"] = 2;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.copy' must be an object");
+  j["contention"]["copy"] = {{"sender_idle", 1.3}, {"sender_computing", 20.5}};
+  const Profile with_copy = profile_from_json(j, "p.json");
+  ASSERT_TRUE(with_copy.contention.copy.has_value());
+  EXPECT_EQ(*with_copy.contention.copy,
+            (CopySlowdown{.sender_idle = 1.3, .sender_computing = 20.5}));
+  EXPECT_EQ(profile_from_json(profile_to_json(with_copy), "q.json").contention.copy,
+            with_copy.contention.copy);
   // Beyond its last entry a curve keeps its last factor; an op without a curve takes slowdown.
   const Contention c = profile_from_json(profile_to_json(sample_profile()), "p.json").contention;
+  EXPECT_FALSE(c.copy.has_value());
   EXPECT_EQ(Contention::factor(c.curve("P1"), 5), 1.5);
   EXPECT_EQ(Contention::factor(c.curve("F"), 2), 1.125);
   EXPECT_EQ(Contention::factor(c.slowdown, 9), 1.25);

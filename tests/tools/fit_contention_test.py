@@ -18,11 +18,12 @@ PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
 SCRIPT = os.path.join(SOURCE, "tools", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 TRUTH = [1.1, 1.2, 1.3, 1.45]
+COPY = {"sender_idle": 1.3, "sender_computing": 6.0}  # transfers on the sender's SMs
 with tempfile.TemporaryDirectory() as tmp:
     truth_profile = os.path.join(tmp, "truth.json")
     with open(PROFILE, encoding="utf-8") as f:
         profile = json.load(f)
-    profile["contention"] = {"slowdown": TRUTH, "source": "test"}
+    profile["contention"] = {"slowdown": TRUTH, "copy": COPY, "source": "test"}
     with open(truth_profile, "w", encoding="utf-8") as f:
         json.dump(profile, f)
 
@@ -47,6 +48,30 @@ with tempfile.TemporaryDirectory() as tmp:
           f"fitted slowdown {got}, made with {TRUTH}")
     for op, curve in model.get("by_op", {}).items():
         check(all(abs(g - t) < 2e-3 for g, t in zip(curve, TRUTH)), f"by_op {op}: {curve}")
+    got = model.get("copy", {})
+    check(all(abs(got.get(k, 0) - v) < 2e-3 * v for k, v in COPY.items()),
+          f"fitted copy factors {got}, made with {COPY}")
+
+    # --copy-only keeps the profile's compute curves and fits the copy factors alone.
+    kept = os.path.join(tmp, "kept.json")
+    profile["contention"] = {"slowdown": [1.5], "source": "given"}
+    with open(kept, "w", encoding="utf-8") as f:
+        json.dump(profile, f)
+    copy_only = os.path.join(tmp, "copy_only.json")
+    run([sys.executable, SCRIPT, "fit", "--copy-only", "--profile", kept, "-o", copy_only,
+         run_prefix])
+    with open(copy_only, encoding="utf-8") as f:
+        model = json.load(f)["contention"]
+    check(model["slowdown"] == [1.5] and model["source"].startswith("given; copy fitted"),
+          f"--copy-only changed the compute curves: {model}")
+    check(abs(model["copy"]["sender_computing"] - 6.0) < 0.012, f"--copy-only: {model['copy']}")
+    del profile["contention"]
+    with open(kept, "w", encoding="utf-8") as f:
+        json.dump(profile, f)
+    out = run([sys.executable, SCRIPT, "fit", "--copy-only", "--profile", kept, "-o", copy_only,
+               run_prefix], expect=1)
+    check(out.stderr.count("\n") == 1 and "kept.json" in out.stderr,
+          f"--copy-only without contention: {out.stderr!r}")
 
     out = run([sys.executable, SCRIPT, "eval", "--pipeplan", PIPEPLAN, "--profile", fitted,
                run_prefix])

@@ -103,6 +103,16 @@ TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
   EXPECT_EQ(back.meta.contention.slowdown, r.profile.contention.slowdown);
   EXPECT_EQ(back.meta.contention.by_op, r.profile.contention.by_op);
   EXPECT_EQ(back.meta.contention.source, "fitted from two runs");
+  EXPECT_FALSE(back.meta.contention.copy.has_value());
+  // The copy slowdown rides along and lengthens the step of a plan with transfers.
+  PlanRequest sends = testing::uniform_request({.devices = 2, .microbatches = 4, .comm = 0.1});
+  sends.profile.contention = r.profile.contention;
+  const double fixed_copies = make_plan(sends).sim.makespan_us;
+  sends.profile.contention.copy = CopySlowdown{.sender_idle = 1.5, .sender_computing = 40.0};
+  const Plan with_copies = make_plan(sends);
+  EXPECT_GT(with_copies.sim.makespan_us, fixed_copies);
+  EXPECT_EQ(plan_from_json(plan_to_json(with_copies.graph), "p.json").meta.contention.copy,
+            sends.profile.contention.copy);
   EXPECT_FALSE(
       plan_to_json(make_plan(testing::uniform_request({.devices = 2})).graph)["meta"].contains(
           "contention"));  // written only when there is a model
@@ -119,6 +129,11 @@ TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
               p["meta"]["contention"] = {{"slowdown", {1.0}}, {"by_op", {{"X", {1.0}}}}};
             }),
             "p.json: meta: field 'contention.by_op' has key 'X'; the op types are F, B, P1 and P2");
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["contention"] = {
+                  {"slowdown", {1.0}}, {"copy", {{"sender_idle", 1.0}, {"sender_computing", 101}}}};
+            }),
+            "p.json: meta: field 'contention.copy.sender_computing' must be a number in (0, 100]");
 }
 
 // Working memory from the profile rides on the compute nodes, is held while each runs (a fused

@@ -281,6 +281,122 @@ TEST(SimulatorContention, OnesChangeNothingAndAFlatFactorStretchesOneDevice) {
   EXPECT_NEAR(simulate(one.graph).makespan_us, 1.25 * one.sim.makespan_us, 1e-6);
 }
 
+// A transfer between stages on one GPU is a copy kernel on the sender's SMs (contention.copy):
+// device 0 runs A (1000 us), then B; A's output goes to device 1 (100 us of link time). The copy
+// runs beside B at 1 / sender_computing and alone at 1 / sender_idle; compute on the receiving
+// device does not slow it.
+class CopyGraph {
+ public:
+  CopyGraph() { g.meta.devices = 2; }
+  int compute(int device, double us) {
+    Node n;
+    n.device = device;
+    n.stream = g.stream(device, StreamRole::compute);
+    n.duration_us = us;
+    set_label(n, "0F" + std::to_string(next_mb_++));
+    return g.add_node(std::move(n));
+  }
+  // A send of `us` link time from device 0 to 1 after `after`: an activation on the send/recv
+  // streams or a BPipe move on the transfer streams.
+  std::pair<int, int> send(int after, double us, Transfer what = Transfer::activation) {
+    Node send;
+    send.kind = NodeKind::send;
+    send.transfer = what;
+    send.device = 0;
+    send.peer = 1;
+    send.stream =
+        g.stream(0, what == Transfer::activation ? StreamRole::send : StreamRole::transfer, 1);
+    send.duration_us = us;
+    send.microbatches = {next_mb_};
+    set_label(send, "0F" + std::to_string(next_mb_++));
+    Node recv = send;
+    recv.kind = NodeKind::recv;
+    recv.device = 1;
+    recv.peer = 0;
+    recv.stream =
+        g.stream(1, what == Transfer::activation ? StreamRole::recv : StreamRole::transfer, 0);
+    const auto pair = g.add_message(std::move(send), std::move(recv));
+    g.add_data_edge(after, pair.first);
+    return pair;
+  }
+  NodeTime time_of(const SimResult& sim, int id) const {
+    return sim.times[static_cast<std::size_t>(id)];
+  }
+  TaskGraph g;
+
+ private:
+  int next_mb_ = 0;
+};
+
+TEST(SimulatorContention, ACopySharesItsSendersSms) {
+  for (const double b_us : {3000.0, 500.0, 0.0}) {
+    CopyGraph c;
+    const int a = c.compute(0, 1000.0);
+    if (b_us > 0) c.compute(0, b_us);  // B follows A on device 0's compute stream
+    c.compute(1, 9000.0);              // the receiver computing changes nothing
+    const auto [s, r] = c.send(a, 100.0);
+    c.g.meta.contention.slowdown = {1.0};
+    c.g.meta.contention.copy = CopySlowdown{.sender_idle = 2.0, .sender_computing = 10.0};
+    const SimResult sim = simulate(c.g);
+    // Beside B: 100 us of work at 1 / 10 ends at 2000. Beside a 500 us B: 50 done by 1500, the
+    // other 50 at 1 / 2 by 1600. Alone: 200 us, ends at 1200.
+    const double end = b_us == 3000.0 ? 2000.0 : b_us == 500.0 ? 1600.0 : 1200.0;
+    EXPECT_DOUBLE_EQ(c.time_of(sim, s).start_us, 1000.0) << b_us;
+    EXPECT_NEAR(c.time_of(sim, s).end_us, end, 1e-9) << b_us;
+    EXPECT_NEAR(c.time_of(sim, r).end_us, end, 1e-9) << b_us;
+    // Without a copy model the transfer takes its link time.
+    c.g.meta.contention.copy.reset();
+    EXPECT_DOUBLE_EQ(c.time_of(simulate(c.g), s).end_us, 1100.0) << b_us;
+  }
+}
+
+// Transfers over one directed link go one at a time, in the order their halves met, whichever
+// streams they are on; the second waits for the first's (stretched) end.
+TEST(SimulatorContention, CopiesOverOneLinkGoOneAtATime) {
+  CopyGraph c;
+  const int a = c.compute(0, 1000.0);
+  c.compute(0, 400.0);
+  const auto [s1, r1] = c.send(a, 100.0);
+  const auto [s2, r2] = c.send(a, 100.0, Transfer::evict);
+  c.g.meta.contention.slowdown = {1.0};
+  c.g.meta.contention.copy = CopySlowdown{.sender_idle = 1.0, .sender_computing = 5.0};
+  const SimResult sim = simulate(c.g);
+  // Both meet at 1000; the first taken (ties go by node id) does 80 us of work beside the 400 us
+  // op and the last 20 alone: 1000 .. 1420. The second then runs alone.
+  const NodeTime first = c.time_of(sim, s1);
+  const NodeTime second = c.time_of(sim, s2);
+  EXPECT_DOUBLE_EQ(first.start_us, 1000.0);
+  EXPECT_NEAR(first.end_us, 1420.0, 1e-9);
+  EXPECT_NEAR(second.start_us, 1420.0, 1e-9);
+  EXPECT_NEAR(second.end_us, 1520.0, 1e-9);
+  EXPECT_DOUBLE_EQ(c.time_of(sim, r1).end_us, c.time_of(sim, s1).end_us);
+  EXPECT_DOUBLE_EQ(c.time_of(sim, r2).end_us, c.time_of(sim, s2).end_us);
+}
+
+// Copy factors of one are the plain model: each link has one in-order stream in a lowered plan,
+// so holding the link until the copy ends delays nothing.
+TEST(SimulatorContention, CopyFactorsOfOneChangeNothing) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    Plan plan = uniform_plan({.devices = 4,
+                              .microbatches = 8,
+                              .schedule = schedule,
+                              .backward = BackwardMode::twobp,
+                              .comm = 0.05});
+    plan.graph.meta.contention.slowdown = {1.0};
+    const SimResult plain = simulate(plan.graph);
+    plan.graph.meta.contention.copy = CopySlowdown{};
+    const SimResult copies = simulate(plan.graph);
+    ASSERT_EQ(plain.times.size(), copies.times.size());
+    for (std::size_t i = 0; i < plain.times.size(); ++i) {
+      EXPECT_NEAR(copies.times[i].start_us, plain.times[i].start_us, 1e-6) << schedule << i;
+      EXPECT_NEAR(copies.times[i].end_us, plain.times[i].end_us, 1e-6) << schedule << i;
+    }
+    // A slow copy beside compute lengthens the step.
+    plan.graph.meta.contention.copy = CopySlowdown{.sender_idle = 1.0, .sender_computing = 20.0};
+    EXPECT_GT(simulate(plan.graph).makespan_us, plain.makespan_us + 1.0) << schedule;
+  }
+}
+
 TEST(SimulatorMetrics, TokensAndStageSpan) {
   const Plan plan = uniform_plan({.devices = 4, .microbatches = 8});
   // The last stage starts after (P − 1) forwards; its span is shorter than the makespan.
