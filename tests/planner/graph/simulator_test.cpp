@@ -261,20 +261,28 @@ TEST(SimulatorContention, OpsRunningAtOnceShareTheGpu) {
 
 // A curve of ones is no model at all: every plan's times equal the plain simulation's, and a
 // flat factor stretches a one-device plan's step exactly.
+// A 4-stage 2BP plan with communication, and a check that two simulations agree node by node.
+Plan comm_plan(const char* schedule) {
+  return uniform_plan({.devices = 4,
+                       .microbatches = 8,
+                       .schedule = schedule,
+                       .backward = BackwardMode::twobp,
+                       .comm = 0.05});
+}
+
+void expect_same_times(const SimResult& got, const SimResult& want, const char* label) {
+  ASSERT_EQ(got.times.size(), want.times.size());
+  for (std::size_t i = 0; i < got.times.size(); ++i) {
+    EXPECT_NEAR(got.times[i].start_us, want.times[i].start_us, 1e-6) << label << i;
+    EXPECT_NEAR(got.times[i].end_us, want.times[i].end_us, 1e-6) << label << i;
+  }
+}
+
 TEST(SimulatorContention, OnesChangeNothingAndAFlatFactorStretchesOneDevice) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    Plan plan = uniform_plan({.devices = 4,
-                              .microbatches = 8,
-                              .schedule = schedule,
-                              .backward = BackwardMode::twobp,
-                              .comm = 0.05});
+    Plan plan = comm_plan(schedule);
     plan.graph.meta.contention.slowdown = {1.0, 1.0, 1.0, 1.0};
-    const SimResult shared = simulate(plan.graph);
-    ASSERT_EQ(shared.times.size(), plan.sim.times.size());
-    for (std::size_t i = 0; i < shared.times.size(); ++i) {
-      EXPECT_NEAR(shared.times[i].start_us, plan.sim.times[i].start_us, 1e-6) << schedule << i;
-      EXPECT_NEAR(shared.times[i].end_us, plan.sim.times[i].end_us, 1e-6) << schedule << i;
-    }
+    expect_same_times(simulate(plan.graph), plan.sim, schedule);
   }
   Plan one = uniform_plan({.devices = 1, .microbatches = 4});
   one.graph.meta.contention.slowdown = {1.25};
@@ -377,20 +385,11 @@ TEST(SimulatorContention, CopiesOverOneLinkGoOneAtATime) {
 // so holding the link until the copy ends delays nothing.
 TEST(SimulatorContention, CopyFactorsOfOneChangeNothing) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    Plan plan = uniform_plan({.devices = 4,
-                              .microbatches = 8,
-                              .schedule = schedule,
-                              .backward = BackwardMode::twobp,
-                              .comm = 0.05});
+    Plan plan = comm_plan(schedule);
     plan.graph.meta.contention.slowdown = {1.0};
     const SimResult plain = simulate(plan.graph);
     plan.graph.meta.contention.copy = CopySlowdown{};
-    const SimResult copies = simulate(plan.graph);
-    ASSERT_EQ(plain.times.size(), copies.times.size());
-    for (std::size_t i = 0; i < plain.times.size(); ++i) {
-      EXPECT_NEAR(copies.times[i].start_us, plain.times[i].start_us, 1e-6) << schedule << i;
-      EXPECT_NEAR(copies.times[i].end_us, plain.times[i].end_us, 1e-6) << schedule << i;
-    }
+    expect_same_times(simulate(plan.graph), plain, schedule);
     // A slow copy beside compute lengthens the step.
     plan.graph.meta.contention.copy = CopySlowdown{.sender_idle = 1.0, .sender_computing = 20.0};
     EXPECT_GT(simulate(plan.graph).makespan_us, plain.makespan_us + 1.0) << schedule;
