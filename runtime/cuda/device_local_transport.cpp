@@ -91,7 +91,7 @@ DeviceLocalTransport::~DeviceLocalTransport() {
   for (auto& [key, link] : links_) {
     if (link.stream != nullptr) cudaStreamSynchronize(link.stream);
     if (link.owns_stream) cudaStreamDestroy(link.stream);
-    for (cudaEvent_t event : {link.sender_tail, link.receiver_tail, link.copied}) {
+    for (cudaEvent_t event : {link.receiver_tail, link.copied}) {
       if (event != nullptr) cudaEventDestroy(event);
     }
   }
@@ -123,16 +123,18 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
     CUDA_CHECK(cudaStreamCreateWithPriority(&link.stream, cudaStreamNonBlocking, priority));
     link.owns_stream = true;
   }
-  // Each event in the context of the stream it is recorded on (the sender's compute and link
-  // streams share the sender's green context).
-  link.sender_tail = create_event_for(sender.compute, cudaEventDisableTiming);
-  // The send thread waits on `copied` for as long as the producing op runs (milliseconds): with
-  // blocking sync it sleeps instead of spinning. Spinning, the 2 (P - 1) send threads and the P
-  // compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7; the
+  // Each event in the context of the stream it is recorded on. The receiving thread waits on
+  // `copied` for as long as the producing op runs (milliseconds): with
+  // blocking sync it sleeps instead of spinning. Spinning, the 2 (P - 1) receiving threads and the
+  // P compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7; the
   // suspected cause of the compute stalls measured at 8 stages (docs/runtime.md, "Fidelity").
   link.copied = create_event_for(link.stream, cudaEventDisableTiming | cudaEventBlockingSync);
   link.receiver_tail = create_event_for(endpoint(to, "receiving").compute, cudaEventDisableTiming);
   return link;
+}
+
+void DeviceLocalTransport::EventDeleter::operator()(cudaEvent_t event) const {
+  if (event != nullptr) cudaEventDestroy(event);  // released once it completes
 }
 
 void DeviceLocalTransport::send(int from, int to, Channel channel, Message message) {
@@ -143,32 +145,49 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
                 std::to_string(sender.cuda_device) + " and GPU " +
                 std::to_string(receiver.cuda_device) + " (use the NCCL transport)");
   }
-  Link& l = link(from, to, channel);
-  CUDA_CHECK(cudaSetDevice(sender.cuda_device));
-  // Each stage's green context is used under its lock (ScopedContext): the sender's for its
-  // streams, the receiver's for recording its tail; never both at once.
-  const CUcontext sender_context = sender.green != nullptr ? sender.green->context() : nullptr;
-  const CUcontext receiver_context =
-      receiver.green != nullptr ? receiver.green->context() : nullptr;
-  cudaEvent_t ready =
-      events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
-  {
-    const ScopedContext current(sender_context);
-    if (ready == nullptr) {
-      CUDA_CHECK(cudaEventRecord(l.sender_tail, sender.compute));
-      ready = l.sender_tail;
-    }
-    CUDA_CHECK(cudaStreamWaitEvent(l.stream, ready, 0));
-  }
-  Message copy;
-  copy.tag = message.tag;
-  copy.bytes = message.bytes;
-  std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks taken
   for (const auto& [name, tensor] : message.tensors) {
     if (!tensor.defined() || tensor.device() != Device::cuda || tensor.bytes() <= 0) {
       throw Error("device-local transport: tensor '" + name + "' of message '" + message.tag +
                   "' is not a non-empty CUDA tensor");
     }
+  }
+  (void)link(from, to, channel);  // its streams and events, made on this thread if not opened
+  CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+  Pending pending;
+  // What the copy waits for on the sender's side, known only while the send node runs: the
+  // payload's producer, else (a held BPipe stash, or no StepEvents) the sender stream's tail now.
+  pending.ready = events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
+  if (pending.ready == nullptr) {
+    pending.tail.reset(create_event_for(sender.compute, cudaEventDisableTiming));
+    const ScopedContext current(sender.green != nullptr ? sender.green->context() : nullptr);
+    CUDA_CHECK(cudaEventRecord(pending.tail.get(), sender.compute));
+    pending.ready = pending.tail.get();
+  }
+  if (events_ != nullptr) pending.marks = events_->transfer_marks(from, from, to, channel);
+  pending.source = std::move(message);
+  {
+    const std::lock_guard lock(mutex_);
+    queues_[LinkKey{from, to, channel}].push_back(std::move(pending));
+  }
+  arrived_.notify_all();
+}
+
+Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending pending) {
+  const StageEndpoint& sender = endpoint(from, "sending");
+  const StageEndpoint& receiver = endpoint(to, "receiving");
+  Link& l = link(from, to, channel);
+  CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+  // Each stage's green context is used under its lock (ScopedContext): the sender's for the link
+  // stream, the receiver's for recording its tail; never both at once.
+  const CUcontext sender_context = sender.green != nullptr ? sender.green->context() : nullptr;
+  const CUcontext receiver_context =
+      receiver.green != nullptr ? receiver.green->context() : nullptr;
+  const Message& source = pending.source;
+  Message copy;
+  copy.tag = source.tag;
+  copy.bytes = source.bytes;
+  std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks taken
+  for (const auto& [name, tensor] : source.tensors) {
     DeviceAllocator::FencedBlock block = receiver.allocator->allocate_fenced(tensor.bytes());
     freed_at = std::max(freed_at, block.freed_at);
     copy.tensors.emplace_back(
@@ -191,28 +210,21 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   }
   {
     const ScopedContext current(sender_context);
+    CUDA_CHECK(cudaStreamWaitEvent(l.stream, pending.ready, 0));
     if (last_use != nullptr) CUDA_CHECK(cudaStreamWaitEvent(l.stream, last_use, 0));
-    const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
-                                                 : std::pair<cudaEvent_t, cudaEvent_t>{};
+    const auto [begin, end] = pending.marks;
     if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
-    copy_tensors(message, copy, l.stream);
+    copy_tensors(source, copy, l.stream);
     if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
     CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
   }
-  // The sources may be freed (and their blocks reused by the sender's stream) only after the
-  // copy, and the receiver may use the copy at once: wait here, on the send stream's thread,
-  // holding no stage's lock. Waiting on a recorded event reads its completion and changes no
-  // context state; holding the lock would stall the sender's compute thread for the copy (which
-  // may wait for the receiver's queue), and polling under it would add a sleep's latency to
-  // every message. Not cancellable: the sources must outlive the copy, which always completes
-  // (it waits only on events already recorded).
+  // The sources go back to the sender's allocator (its stream may then reuse the blocks) only
+  // after the copy, and the receiver may use the copy at once: wait here, on the receiving
+  // stream's thread, holding no stage's lock. Waiting on a recorded event reads its completion
+  // and changes no context state. Not cancellable: the sources must outlive the copy, which
+  // always completes (it waits only on events already recorded).
   CUDA_CHECK(cudaEventSynchronize(l.copied));
-  message.tensors.clear();
-  {
-    const std::lock_guard lock(mutex_);
-    queues_[LinkKey{from, to, channel}].push_back(std::move(copy));
-  }
-  arrived_.notify_all();
+  return copy;
 }
 
 void DeviceLocalTransport::copy_tensors(const Message& source, const Message& target,
@@ -258,9 +270,10 @@ Message DeviceLocalTransport::recv(int to, int from, Channel channel, std::strin
     throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for '" +
                 std::string(expected_tag) + "' on the " + link_name(from, to, channel));
   }
-  Message message = std::move(queue.front());
+  Pending pending = std::move(queue.front());
   queue.pop_front();
-  return message;
+  lock.unlock();
+  return deliver(from, to, channel, std::move(pending));
 }
 
 void DeviceLocalTransport::cancel() {

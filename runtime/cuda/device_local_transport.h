@@ -1,24 +1,30 @@
 // Stages that share one GPU (an emulated pipeline, or several stages placed on one device)
-// exchange tensors by device-to-device copies: send() copies every tensor of the message into
-// memory from the *receiver's* allocator (so the bytes count where they live) on a stream of
-// the link (from, to, channel), after the compute node that produced them (an event the sender
-// records, the link stream waits on), and returns once the copy is complete; recv() hands the
-// copied message over, in per-link FIFO order, with the Transport contract's timeout and cancel.
+// exchange tensors by device-to-device copies. send() never waits: it queues the message (its
+// tensors, which stay the sender's until copied) with what the copy must follow on the sender's
+// side, the end event of the compute node that produced it (StepEvents::payload_ready, else the
+// sender stream's tail then). recv(), on the receiving stream's thread once the plan's
+// dependencies of the recv node are met, pops the link's FIFO (with the Transport contract's
+// timeout and cancel), takes the receive buffers from the *receiver's* allocator (so the bytes
+// count where they live), copies on a stream of the link (from, to, channel) and returns once
+// the copy is complete; the sources then go back to the sender's allocator. So a message's
+// memory moves when both halves of the transfer are ready, as in the simulator's rendezvous: a
+// BPipe load lands after the backward that frees its slot, not when the acceptor sends it.
 //
 // Ordering with events only, never a wait on a stream that could be waiting for us: the link
-// stream waits for (a) the producing node's end event (StepEvents::payload_ready, else the
-// sender stream's tail) and (b) the last reader of the receive buffers, because they come from
-// the receiver's caching allocator and a block it freed may still be read by kernels queued
-// there: the receiver's first fence after the block was freed (StepEvents::fence_after), else
-// the receiver stream's tail; nothing for a block fresh from cudaMalloc. Every wait is on work
-// already queued, so the copy always completes.
+// stream waits for (a) the producer's event and (b) the last reader of the receive buffers,
+// because they come from the receiver's caching allocator and a block it freed may still be read
+// by kernels queued there: the receiver's first fence after the block was freed
+// (StepEvents::fence_after), else the receiver stream's tail; nothing for a block fresh from
+// cudaMalloc. Every wait is on work already queued, so the copy always completes.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -100,12 +106,23 @@ class DeviceLocalTransport final : public Transport {
   struct Link {
     cudaStream_t stream = nullptr;
     bool owns_stream = false;  // false: made in a green context, which destroys it
-    cudaEvent_t sender_tail = nullptr;
     cudaEvent_t receiver_tail = nullptr;
     cudaEvent_t copied = nullptr;
   };
+  struct EventDeleter {
+    void operator()(cudaEvent_t event) const;
+  };
+  // A sent message whose copy its receiver has not made yet.
+  struct Pending {
+    Message source;                                  // the sender's tensors
+    cudaEvent_t ready = nullptr;                     // the copy follows it on the sender's side
+    std::unique_ptr<CUevent_st, EventDeleter> tail;  // owns `ready` when it is the stream's tail
+    std::pair<cudaEvent_t, cudaEvent_t> marks{};     // StepEvents::transfer_marks of the send
+  };
   const StageEndpoint& endpoint(int device, const char* role) const;
-  Link& link(int from, int to, Channel channel);  // made on first use; one thread per link side
+  Link& link(int from, int to, Channel channel);  // made on first use
+  // The copy of one popped message into the receiver's memory, on the receiving thread.
+  Message deliver(int from, int to, Channel channel, Pending pending);
   // Queues the copy of every tensor of `source` into `target`'s (same sizes) on `stream`.
   void copy_tensors(const Message& source, const Message& target, cudaStream_t stream) const;
 
@@ -116,7 +133,7 @@ class DeviceLocalTransport final : public Transport {
   std::map<LinkKey, Link> links_;
   std::mutex mutex_;
   std::condition_variable arrived_;
-  std::map<LinkKey, std::deque<Message>> queues_;
+  std::map<LinkKey, std::deque<Pending>> queues_;
   bool cancelled_ = false;
 };
 

@@ -79,6 +79,29 @@ TEST(DeviceLocalTransport, CopiesIntoTheReceiversMemoryInFifoOrder) {
   exercise(transport, sender, receiver);
 }
 
+// The memory moves when the receiver takes the message (the plan's rendezvous): until then the
+// sender holds it and the receiver's allocator has not grown; after, the reverse.
+TEST(DeviceLocalTransport, TheCopyIsMadeWhenTheReceiverTakesTheMessage) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)});
+  const auto bytes = [](cuda::CudaBackend& b) {
+    return b.context().allocator().stats().current_bytes;
+  };
+  const std::int64_t sender_before = bytes(sender);
+  const std::int64_t receiver_before = bytes(receiver);
+  Message m = message_of(sender, "load 0F3", 3);
+  const std::int64_t payload = m.payload_bytes();
+  EXPECT_EQ(bytes(sender) - sender_before, payload);
+  transport.send(0, 1, Channel::transfer, std::move(m));
+  EXPECT_EQ(bytes(sender) - sender_before, payload);  // still the sender's
+  EXPECT_EQ(bytes(receiver), receiver_before);        // nothing taken from the receiver yet
+  const Message got = transport.recv(1, 0, Channel::transfer, "load 0F3", 5s);
+  expect_message(receiver, got, "load 0F3", 3);
+  EXPECT_EQ(bytes(sender), sender_before);  // the sources went back after the copy
+  EXPECT_EQ(bytes(receiver) - receiver_before, payload);
+}
+
 TEST(DeviceLocalTransport, AMissingMessageTimesOutNamingTheLinkAndCancelWakesWaiters) {
   PIPEPLAN_REQUIRE_GPU();
   cuda::CudaBackend sender, receiver;
