@@ -117,14 +117,7 @@ def fit_copy(samples, min_copies):
         return None
     # Rows in microseconds (d = T_idle * r_idle + T_busy * r_busy): the long copies, BPipe's
     # stash moves, weigh most; they are the ones whose length decides what memory is held.
-    normal, right = [[0.0, 0.0], [0.0, 0.0]], [0.0, 0.0]
-    for d, ti, tb in samples:
-        row = (ti, tb)
-        for i in range(2):
-            right[i] += row[i] * d
-            for j in range(2):
-                normal[i][j] += row[i] * row[j]
-    rates = solve(normal, right)
+    rates = least_squares(((ti, tb), d) for d, ti, tb in samples)
     if rates is None or any(r <= 0 for r in rates):
         return None
     return 1.0 / rates[0], 1.0 / rates[1]
@@ -175,6 +168,21 @@ def solve(matrix, vector):
     return [a[i][n] / a[i][i] for i in range(n)]
 
 
+def least_squares(rows):
+    """x minimising sum (row . x - target)^2 over (row, target) pairs, by the normal equations;
+    None when singular."""
+    rows = list(rows)
+    n = len(rows[0][0]) if rows else 0
+    normal = [[0.0] * n for _ in range(n)]
+    right = [0.0] * n
+    for row, target in rows:
+        for i, x in enumerate(row):
+            right[i] += x * target
+            for j, y in enumerate(row):
+                normal[i][j] += x * y
+    return solve(normal, right)
+
+
 def fit(samples, devices, fallback=None):
     """slowdown[0 .. devices-1] from (profiled d, [T_k]) samples (least squares in 1/slowdown).
 
@@ -187,15 +195,8 @@ def fit(samples, devices, fallback=None):
     used = [k for k in range(devices) if total[k] >= 0.01 * grand]
     if not used:
         raise FitError("no op time measured")
-    normal = [[0.0] * len(used) for _ in used]
-    right = [0.0] * len(used)
-    for d, levels in samples:
-        row = [levels[k] / d for k in used]
-        for i, x in enumerate(row):
-            right[i] += x  # target d / d = 1
-            for j, y in enumerate(row):
-                normal[i][j] += x * y
-    rates = solve(normal, right)
+    # Each row scaled by 1 / d: relative error, target d / d = 1.
+    rates = least_squares(([levels[k] / d for k in used], 1.0) for d, levels in samples)
     if rates is None or any(r <= 0 for r in rates):
         raise FitError("the fit is degenerate (too few distinct concurrency levels)")
     fitted = dict(zip(used, (1.0 / r for r in rates)))
