@@ -13,18 +13,13 @@ import shlex
 import sys
 import tempfile
 
-from script_checks import check, finish, run
+from script_checks import check, eval_percentages, finish, run, write_json
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
 MERGE = os.path.join(SOURCE, "tools", "add_working_memory.py")
 FIT = os.path.join(SOURCE, "tools", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 MIB = 1 << 20
-def write(path, data):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-
-
 with tempfile.TemporaryDirectory() as tmp:
     with open(PROFILE, encoding="utf-8") as f:
         plain = json.load(f)
@@ -39,7 +34,7 @@ with tempfile.TemporaryDirectory() as tmp:
             cost["p2_work_bytes"] = {str(k): 64 * MIB * k * scale if k > 1 else 0
                                      for k in range(1, 5)}
     measured_path = os.path.join(tmp, "measured.json")
-    write(measured_path, measured)
+    write_json(measured_path, measured)
     merged_path = os.path.join(tmp, "merged.json")
     run([sys.executable, MERGE, "--from", measured_path, PROFILE, "-o", merged_path])
     with open(merged_path, encoding="utf-8") as f:
@@ -70,11 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
                               for d, (w, p) in enumerate(zip(with_work, predicted))]}
     with open(prefix + ".run.json", "w", encoding="utf-8") as f:
         f.write("# command: pipeplan run (test)\n" + json.dumps(report) + "\n# exit status: 0\n")
-    out = run([sys.executable, FIT, "eval", "--pipeplan", PIPEPLAN, "--profile", merged_path,
-               prefix])
-    print(out.stdout)
-    row = out.stdout.strip().splitlines()[-1].split()
-    before, after = float(row[6].rstrip("%")), float(row[7].rstrip("%"))
+    before, after = eval_percentages(FIT, PIPEPLAN, merged_path, prefix, (6, 7))
     check(before > 1, f"the plain plan should under-predict the allocator: {before} %")
     check(abs(after) < 0.05, f"with the working memory the peaks should match: {after} %")
 
@@ -82,7 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     other = json.loads(json.dumps(measured))
     other["seq"] = 4096
     other_path = os.path.join(tmp, "other.json")
-    write(other_path, other)
+    write_json(other_path, other)
     bad_out = os.path.join(tmp, "none.json")
     out = run([sys.executable, MERGE, "--from", other_path, PROFILE, "-o", bad_out], expect=1)
     check(out.stderr.count("\n") == 1 and "field 'seq'" in out.stderr,

@@ -12,7 +12,7 @@ import shlex
 import sys
 import tempfile
 
-from script_checks import check, finish, run
+from script_checks import check, eval_percentages, finish, run, write_json
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
 SCRIPT = os.path.join(SOURCE, "tools", "fit_contention.py")
@@ -24,8 +24,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(PROFILE, encoding="utf-8") as f:
         profile = json.load(f)
     profile["contention"] = {"slowdown": TRUTH, "copy": COPY, "source": "test"}
-    with open(truth_profile, "w", encoding="utf-8") as f:
-        json.dump(profile, f)
+    write_json(truth_profile, profile)
 
     args = ["plan", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--backward",
             "2bp", "--seq", "2048"]
@@ -55,8 +54,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # --copy-only keeps the profile's compute curves and fits the copy factors alone.
     kept = os.path.join(tmp, "kept.json")
     profile["contention"] = {"slowdown": [1.5], "source": "given"}
-    with open(kept, "w", encoding="utf-8") as f:
-        json.dump(profile, f)
+    write_json(kept, profile)
     copy_only = os.path.join(tmp, "copy_only.json")
     run([sys.executable, SCRIPT, "fit", "--copy-only", "--profile", kept, "-o", copy_only,
          run_prefix])
@@ -66,18 +64,13 @@ with tempfile.TemporaryDirectory() as tmp:
           f"--copy-only changed the compute curves: {model}")
     check(abs(model["copy"]["sender_computing"] - 6.0) < 0.012, f"--copy-only: {model['copy']}")
     del profile["contention"]
-    with open(kept, "w", encoding="utf-8") as f:
-        json.dump(profile, f)
+    write_json(kept, profile)
     out = run([sys.executable, SCRIPT, "fit", "--copy-only", "--profile", kept, "-o", copy_only,
                run_prefix], expect=1)
     check(out.stderr.count("\n") == 1 and "kept.json" in out.stderr,
           f"--copy-only without contention: {out.stderr!r}")
 
-    out = run([sys.executable, SCRIPT, "eval", "--pipeplan", PIPEPLAN, "--profile", fitted,
-               run_prefix])
-    print(out.stdout)
-    row = out.stdout.strip().splitlines()[-1].split()
-    before, after = float(row[3].rstrip("%")), float(row[5].rstrip("%"))
+    before, after = eval_percentages(SCRIPT, PIPEPLAN, fitted, run_prefix, (3, 5))
     check(before > 5, f"the plain plan should under-predict the slowed trace: {before} %")
     check(abs(after) < 0.2, f"re-planned with the fit, the step should match: {after} %")
 
