@@ -13,10 +13,12 @@
 //
 // Prints one JSON line (tools/device/torch_block.py prints the same fields for PyTorch's block).
 // --breakdown adds, per micro-batch size, the ops' times from --repetitions further steps with
-// op marks on (runtime/cuda/op_marks.h: events around each GEMM and the attention core): per
-// label its calls per step, median ms per step, TFLOP/s and share of the step, and the time no
-// mark covers (norms, RoPE, SwiGLU, gaps). Those steps come after the timed ones, so the marks'
-// events do not touch the step figures.
+// op marks on (runtime/cuda/op_marks.h: events around each GEMM, the attention core and the
+// memory-bound kernels): per label its calls per step, median ms per step, TFLOP/s (GEMMs,
+// attention) or GB/s (norms, RoPE, SwiGLU: the bytes they must move at least) and share of the
+// step, and the time no mark covers (launch gaps, the events themselves). Those steps come after
+// the timed ones, so the marks' events do not touch the step figures. It also measures the
+// bandwidth of a device-to-device copy, the roofline to read the GB/s against.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -127,7 +129,7 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
   } unset{backend.context()};
   backend.context().set_op_marks(&marks);
   struct InStep {  // one label's calls within one step
-    double ms = 0, flops = 0;
+    double ms = 0, flops = 0, bytes = 0;
     int calls = 0;
   };
   struct Op {
@@ -146,6 +148,7 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
       InStep& in = step[t.label];
       in.ms += t.ms;
       in.flops += t.flops;
+      in.bytes += t.bytes;
       in.calls += 1;
     }
     for (const auto& [label, in] : step) {
@@ -166,6 +169,7 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
                           {"ms", op_ms},
                           {"share_of_step", op_ms / step_ms}};
     if (op.last.flops > 0) row["tflops"] = op.last.flops / (op_ms * 1e-3) / 1e12;
+    if (op.last.bytes > 0) row["gbps"] = op.last.bytes / (op_ms * 1e-3) / 1e9;
     ops.push_back(row);
   }
   return {{"steps", repetitions},
@@ -173,6 +177,35 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
           {"ops", ops},
           {"unmarked_ms", step_ms - marked},
           {"unmarked_share", (step_ms - marked) / step_ms}};
+}
+
+// The memory roofline the memory-bound ops are read against: the median bandwidth (bytes read
+// plus bytes written, over time) of device-to-device copies of 256 MiB, as `repetitions` copies.
+nlohmann::json copy_bandwidth(int repetitions) {
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  struct Buffers {
+    void* from = nullptr;
+    void* to = nullptr;
+    ~Buffers() {
+      cudaFree(from);  // no throwing from a destructor
+      cudaFree(to);
+    }
+  } buffers;
+  CUDA_CHECK(cudaMalloc(&buffers.from, kBytes));
+  CUDA_CHECK(cudaMalloc(&buffers.to, kBytes));
+  CUDA_CHECK(cudaMemset(buffers.from, 1, kBytes));
+  const Events events;
+  std::vector<double> gbps;
+  for (int i = 0; i < repetitions + 1; ++i) {  // the first one untimed
+    CUDA_CHECK(cudaEventRecord(events.at[0], nullptr));
+    CUDA_CHECK(cudaMemcpyAsync(buffers.to, buffers.from, kBytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(events.at[1], nullptr));
+    CUDA_CHECK(cudaEventSynchronize(events.at[1]));
+    if (i > 0) gbps.push_back(2.0 * static_cast<double>(kBytes) / (events.ms(0, 1) * 1e-3) / 1e9);
+  }
+  return {{"what", "cudaMemcpyAsync device to device, 256 MiB, (read + written) / time, median"},
+          {"bytes", kBytes},
+          {"gbps", median(gbps)}};
 }
 
 nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& options,
@@ -262,7 +295,7 @@ int run(const Options& options) {
   std::string attention_note;
   for (const int mbs : sizes)
     results.push_back(bench_mbs(model, mbs, options, peak_flops, attention_note));
-  const nlohmann::json line = {
+  nlohmann::json line = {
       {"bench", "pipeplan_block"},
       {"implementation", "pipeplan CUDA backend (libpipeplan_cuda code), bf16, fp32 grads"},
       {"gpu", prop.name},
@@ -283,6 +316,7 @@ int run(const Options& options) {
       {"block_parameters", model.block_parameters()},
       {"results", results},
   };
+  if (options.breakdown) line["copy_bandwidth"] = copy_bandwidth(options.repetitions);
   std::cout << line.dump() << std::endl;
   return 0;
 }
@@ -302,7 +336,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", options.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--repetitions", options.repetitions, "timed steps")->capture_default_str();
   app.add_flag("--breakdown", options.breakdown,
-               "also time each GEMM and the attention core (further steps with op marks)");
+               "also time each op: GEMMs, attention, norms, RoPE, SwiGLU (further steps with op "
+               "marks), and a device-to-device copy's bandwidth");
   CLI11_PARSE(app, argc, argv);
   try {
     return pipeplan::run(options);

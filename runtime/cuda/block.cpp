@@ -29,6 +29,30 @@ double attention_flops(const AttentionDims& dims, int multiple) {
          static_cast<double>(dims.seq) * static_cast<double>(dims.tokens());
 }
 
+// Runs one memory-bound kernel under an op mark with the bytes it must move at least (bf16
+// tensors, 2 bytes a value), so that bench_block --breakdown reports its bandwidth.
+template <typename Kernel>
+void memory_bound(DeviceContext& ctx, const char* label, double bytes, Kernel&& kernel) {
+  const OpMark mark(
+      ctx, [label] { return std::string(label); }, 0, bytes);
+  kernel();
+}
+
+// Bytes of `tensors` bf16 tensors of `values` values each, plus `extra`.
+double bf16_bytes(int tensors, std::int64_t values, double extra = 0) {
+  return 2.0 * tensors * static_cast<double>(values) + extra;
+}
+
+// RoPE in place over the q and k heads: each value read and written once.
+double rope_bytes(const AttentionDims& dims) {
+  return bf16_bytes(2, dims.tokens() * (dims.heads + dims.kv_heads) * dims.head_dim());
+}
+
+// RMSNorm's rstd (fp32 per row) and gain (bf16 per column).
+double rmsnorm_side_bytes(std::int64_t n, std::int64_t c) {
+  return 4.0 * static_cast<double>(n) + 2.0 * static_cast<double>(c);
+}
+
 }  // namespace
 
 Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor& x,
@@ -41,11 +65,16 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
     stash.put(spec.name, ctx.empty(spec.shape, stash_dtype(spec.role)));
   const auto at = [&](const char* name) { return bf16_ptr(stash.at(name)); };
 
-  rmsnorm_forward(at("attn.x"), at("attn_norm.xhat"), f32_ptr(stash.at("attn_norm.rstd")),
-                  bf16_ptr(x), weight(layer, "attn_norm"), n, c, kRmsNormEps, stream);
+  const double norm_bytes = bf16_bytes(3, n * c, rmsnorm_side_bytes(n, c));  // x in, y and x̂ out
+  memory_bound(ctx, "F rmsnorm", norm_bytes, [&] {
+    rmsnorm_forward(at("attn.x"), at("attn_norm.xhat"), f32_ptr(stash.at("attn_norm.rstd")),
+                    bf16_ptr(x), weight(layer, "attn_norm"), n, c, kRmsNormEps, stream);
+  });
   matmul_forward(ctx, at("attn.qkv"), at("attn.x"), weight(layer, "attn.wqkv"), nullptr, n, c, w);
-  rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, 1.0f,
-              stream);
+  memory_bound(ctx, "F rope", rope_bytes(dims), [&] {
+    rope_rotate(at("attn.qkv"), b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, 1.0f,
+                stream);
+  });
   if (attention == Attention::flash) {
     const OpMark mark(
         ctx, [] { return std::string("F attention flash"); }, attention_flops(dims, 1));
@@ -61,11 +90,15 @@ Tensor block_forward(DeviceContext& ctx, const LayerParams& layer, const Tensor&
   const Tensor x1 = ctx.empty({b, s, c}, DType::bf16);  // residual stream after attention
   matmul_forward(ctx, bf16_ptr(x1), at("attn.out"), weight(layer, "attn.wo"), bf16_ptr(x), n, c, c);
 
-  rmsnorm_forward(at("mlp.x"), at("mlp_norm.xhat"), f32_ptr(stash.at("mlp_norm.rstd")),
-                  bf16_ptr(x1), weight(layer, "mlp_norm"), n, c, kRmsNormEps, stream);
+  memory_bound(ctx, "F rmsnorm", norm_bytes, [&] {
+    rmsnorm_forward(at("mlp.x"), at("mlp_norm.xhat"), f32_ptr(stash.at("mlp_norm.rstd")),
+                    bf16_ptr(x1), weight(layer, "mlp_norm"), n, c, kRmsNormEps, stream);
+  });
   matmul_forward(ctx, at("mlp.gate"), at("mlp.x"), weight(layer, "mlp.w_gate"), nullptr, n, c, f);
   matmul_forward(ctx, at("mlp.up"), at("mlp.x"), weight(layer, "mlp.w_up"), nullptr, n, c, f);
-  swiglu_forward(at("mlp.h"), at("mlp.gate"), at("mlp.up"), n * f, stream);
+  memory_bound(ctx, "F swiglu", bf16_bytes(3, n * f), [&] {  // gate and up in, h out
+    swiglu_forward(at("mlp.h"), at("mlp.gate"), at("mlp.up"), n * f, stream);
+  });
   Tensor y = ctx.empty({b, s, c}, DType::bf16);
   matmul_forward(ctx, bf16_ptr(y), at("mlp.h"), weight(layer, "mlp.w_down"), bf16_ptr(x1), n, f, c);
   return y;
@@ -96,8 +129,10 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
     const Tensor dh = ctx.empty({b, s, f}, DType::bf16);  // freed at the end of this scope
     matmul_backward_p1(ctx, bf16_ptr(dh), bf16_ptr(dy), weight(layer, "mlp.w_down"), n, f, c,
                        false);
-    swiglu_backward_p1(bf16_ptr(made.mlp_dgate), bf16_ptr(made.mlp_dup), bf16_ptr(dh),
-                       at("mlp.gate"), at("mlp.up"), n * f, stream);
+    memory_bound(ctx, "p1 swiglu", bf16_bytes(5, n * f), [&] {  // dh, gate, up in; 2 out
+      swiglu_backward_p1(bf16_ptr(made.mlp_dgate), bf16_ptr(made.mlp_dup), bf16_ptr(dh),
+                         at("mlp.gate"), at("mlp.up"), n * f, stream);
+    });
   }
   made.mlp_norm_dy = ctx.empty(shape, DType::bf16);
   bf16* dxn2 = bf16_ptr(made.mlp_norm_dy);
@@ -105,8 +140,13 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
   matmul_backward_p1(ctx, dxn2, dup, weight(layer, "mlp.w_up"), n, c, f, true);
   made.attn_dy = ctx.empty(shape, DType::bf16);  // dx1, also dY of Wo
   bf16* dx1 = bf16_ptr(made.attn_dy);
-  rmsnorm_backward_p1(dx1, bf16_ptr(dy), dxn2, at("mlp_norm.xhat"),
-                      f32_ptr(stash.at("mlp_norm.rstd")), weight(layer, "mlp_norm"), n, c, stream);
+  // dy, x̂ and the residual in, dx out
+  const double norm_bytes = bf16_bytes(4, n * c, rmsnorm_side_bytes(n, c));
+  memory_bound(ctx, "p1 rmsnorm", norm_bytes, [&] {
+    rmsnorm_backward_p1(dx1, bf16_ptr(dy), dxn2, at("mlp_norm.xhat"),
+                        f32_ptr(stash.at("mlp_norm.rstd")), weight(layer, "mlp_norm"), n, c,
+                        stream);
+  });
 
   // Attention branch: dx = dx1 + rmsnorm_p1(Wqkv-path of rope⁻¹(core_p1(dx1·Wo))).
   made.attn_dqkv = ctx.empty({b, s, w}, DType::bf16);
@@ -126,14 +166,18 @@ Tensor block_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& st
       attention_core_backward_p1(ctx, dqkv, bf16_ptr(dout), at("attn.qkv"), probs, dims);
     }
   }
-  rope_rotate(dqkv, b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, -1.0f, stream);
+  memory_bound(ctx, "p1 rope", rope_bytes(dims), [&] {
+    rope_rotate(dqkv, b, s, dims.heads, dims.kv_heads, dims.head_dim(), kRopeBase, -1.0f, stream);
+  });
   made.attn_norm_dy = ctx.empty(shape, DType::bf16);
   bf16* dxn1 = bf16_ptr(made.attn_norm_dy);
   matmul_backward_p1(ctx, dxn1, dqkv, weight(layer, "attn.wqkv"), n, c, w, false);
   Tensor dx = ctx.empty(shape, DType::bf16);
-  rmsnorm_backward_p1(bf16_ptr(dx), dx1, dxn1, at("attn_norm.xhat"),
-                      f32_ptr(stash.at("attn_norm.rstd")), weight(layer, "attn_norm"), n, c,
-                      stream);
+  memory_bound(ctx, "p1 rmsnorm", norm_bytes, [&] {
+    rmsnorm_backward_p1(bf16_ptr(dx), dx1, dxn1, at("attn_norm.xhat"),
+                        f32_ptr(stash.at("attn_norm.rstd")), weight(layer, "attn_norm"), n, c,
+                        stream);
+  });
 
   fill_block_retained(layer.model, b, s, stash, made, retained);
   return dx;
@@ -156,10 +200,13 @@ void block_backward_p2(DeviceContext& ctx, LayerParams& layer,
     up_rows.push_back({at("mlp.x"), at("mlp.dup"), rows});
     down_rows.push_back({at("mlp.h"), at("mlp.dy"), rows});
     // The gain gradients are column sums: no concatenation needed, one pass per micro-batch.
-    rmsnorm_backward_p2(grad(layer, "attn_norm"), at("attn_norm.xhat"), at("attn_norm.dy"), rows, c,
-                        ctx.stream());
-    rmsnorm_backward_p2(grad(layer, "mlp_norm"), at("mlp_norm.xhat"), at("mlp_norm.dy"), rows, c,
-                        ctx.stream());
+    const double norm_bytes = bf16_bytes(2, rows * c, 4.0 * static_cast<double>(c));  // x̂, dy in
+    for (const std::string norm : {"attn_norm", "mlp_norm"}) {
+      memory_bound(ctx, "p2 rmsnorm", norm_bytes, [&] {
+        rmsnorm_backward_p2(grad(layer, norm), at((norm + ".xhat").c_str()),
+                            at((norm + ".dy").c_str()), rows, c, ctx.stream());
+      });
+    }
   }
   matmul_backward_p2(ctx, grad(layer, "attn.wqkv"), qkv_rows, c, width);
   matmul_backward_p2(ctx, grad(layer, "attn.wo"), o_rows, c, c);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,6 +49,56 @@ __device__ inline float block_max(float value, float* scratch) {
   value = warp_max(value);
   __syncthreads();
   return value;
+}
+
+// W consecutive bf16 values moved as one access: W = 8 is one 16-byte load or store (a warp then
+// moves 512 contiguous bytes per instruction instead of 64), W = 1 the scalar fallback for rows
+// whose length or address is not a multiple of 16 bytes. The memory-bound kernels are templates
+// on W and pick 8 where vectorizable() allows.
+constexpr int kPack = 8;
+template <int W>
+struct alignas(W * sizeof(__nv_bfloat16)) Pack {
+  __nv_bfloat16 v[W];
+};
+
+template <int W>
+__device__ inline Pack<W> load_pack(const __nv_bfloat16* at) {
+#ifdef PIPEPLAN_KERNEL_SIM
+  // On the CPU: a misaligned vector access, which faults on the GPU, is reported, and the values
+  // are copied one by one (no type punning).
+  if (reinterpret_cast<std::uintptr_t>(at) % sizeof(Pack<W>) != 0) {
+    throw std::runtime_error("misaligned pack load");
+  }
+  Pack<W> pack;
+  for (int k = 0; k < W; ++k)
+    pack.v[k] = at[k];
+  return pack;
+#else
+  return *reinterpret_cast<const Pack<W>*>(at);
+#endif
+}
+
+template <int W>
+__device__ inline void store_pack(__nv_bfloat16* at, const Pack<W>& pack) {
+#ifdef PIPEPLAN_KERNEL_SIM
+  if (reinterpret_cast<std::uintptr_t>(at) % sizeof(Pack<W>) != 0) {
+    throw std::runtime_error("misaligned pack store");
+  }
+  for (int k = 0; k < W; ++k)
+    at[k] = pack.v[k];
+#else
+  *reinterpret_cast<Pack<W>*>(at) = pack;
+#endif
+}
+
+// True when every pointer is 16-byte aligned and `length` (a row's or a whole tensor's element
+// count) a multiple of kPack, so a kernel may move kPack values per access.
+template <typename... Pointers>
+inline bool vectorizable(std::int64_t length, const Pointers*... pointers) {
+  const auto aligned = [](const void* p) {
+    return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % sizeof(Pack<kPack>) == 0;
+  };
+  return length % kPack == 0 && (aligned(pointers) && ...);
 }
 
 // Every kernel launch goes through here: `kernel` on `stream` with no dynamic shared memory,

@@ -14,7 +14,7 @@ OpMarks::~OpMarks() {
   }
 }
 
-std::size_t OpMarks::begin(std::string label, double flops, cudaStream_t stream) {
+std::size_t OpMarks::begin(std::string label, double flops, double bytes, cudaStream_t stream) {
   if (used_ == records_.size()) {
     // In the stream's context (a green context's streams are not the primary's); kept in
     // records_ at once, so the destructor frees them whatever fails next.
@@ -25,6 +25,7 @@ std::size_t OpMarks::begin(std::string label, double flops, cudaStream_t stream)
   Record& record = records_[used_];
   record.label = std::move(label);
   record.flops = flops;
+  record.bytes = bytes;
   CUDA_CHECK(cudaEventRecord(record.start, stream));
   return used_++;
 }
@@ -43,7 +44,7 @@ std::vector<OpMarks::Timing> OpMarks::collect() {
     const Record& record = records_[i];
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, record.start, record.stop));
-    timings.push_back({record.label, record.flops, static_cast<double>(ms)});
+    timings.push_back({record.label, record.flops, record.bytes, static_cast<double>(ms)});
   }
   return timings;
 }

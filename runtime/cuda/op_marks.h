@@ -1,8 +1,9 @@
 // Optional GPU timing of the ops inside a layer pass (bench_block --breakdown): CUDA events
-// around each GEMM (forward, p1, p2 and p2's row gather) and the attention core, recorded on the
-// context's stream while a DeviceContext has an OpMarks set (DeviceContext::set_op_marks).
-// Nothing is recorded otherwise: the default path pays one null check per op. What the marks do
-// not cover (norms, RoPE, SwiGLU, launch gaps) is the pass's time minus their sum.
+// around each GEMM (forward, p1, p2 and p2's row gather), the attention core and the memory-bound
+// kernels (norms, RoPE, SwiGLU), recorded on the context's stream while a DeviceContext has an
+// OpMarks set (DeviceContext::set_op_marks). Nothing is recorded otherwise: the default path pays
+// one null check per op. What the marks do not cover (launch gaps, event overhead) is the pass's
+// time minus their sum.
 #pragma once
 
 #include <cstddef>
@@ -23,13 +24,14 @@ class OpMarks {
   OpMarks& operator=(const OpMarks&) = delete;
 
   // A new mark: records its start on `stream`; returns its index for end().
-  std::size_t begin(std::string label, double flops, cudaStream_t stream);
+  std::size_t begin(std::string label, double flops, double bytes, cudaStream_t stream);
   // Records the mark's end; returns the status instead of throwing (it runs in destructors).
   cudaError_t end(std::size_t index, cudaStream_t stream) noexcept;
 
   struct Timing {
     std::string label;
     double flops = 0;  // model FLOPs of the op (0: not a FLOP count, e.g. a copy)
+    double bytes = 0;  // HBM bytes a memory-bound op must read and write at least (0: not given)
     double ms = 0;
   };
   // The marks recorded since the last collect(), in recording order, once the last has
@@ -39,7 +41,7 @@ class OpMarks {
  private:
   struct Record {
     std::string label;
-    double flops = 0;
+    double flops = 0, bytes = 0;
     cudaEvent_t start = nullptr, stop = nullptr;
   };
   std::vector<Record> records_;
@@ -51,10 +53,11 @@ class OpMarks {
 class OpMark {
  public:
   template <typename Label>
-  OpMark(DeviceContext& ctx, Label&& label, double flops) : marks_(ctx.op_marks()) {
+  OpMark(DeviceContext& ctx, Label&& label, double flops, double bytes = 0)
+      : marks_(ctx.op_marks()) {
     if (marks_ != nullptr) {
       stream_ = ctx.stream();
-      index_ = marks_->begin(label(), flops, stream_);
+      index_ = marks_->begin(label(), flops, bytes, stream_);
     }
   }
   ~OpMark() {

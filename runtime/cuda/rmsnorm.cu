@@ -1,5 +1,6 @@
 // RMSNorm (Zhang & Sennrich 2019): forward, p1 (input gradient) and p2 (gain gradient).
-// One block per row for forward and p1; fp32 arithmetic on bf16 storage.
+// One block per row for forward and p1; fp32 arithmetic on bf16 storage. Each kernel is a template
+// on the pack width W (common.cuh): 8 values per access where the rows allow it, else 1.
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -9,60 +10,92 @@ namespace {
 
 constexpr int kThreads = 256;
 
+template <int W>
 __global__ void rmsnorm_forward_kernel(bf16* y, bf16* xhat, float* rstd, const bf16* x,
                                        const bf16* g, int c, float eps) {
   __shared__ float scratch[32];
-  const std::int64_t row = blockIdx.x;
-  const bf16* x_row = x + row * c;
+  const std::int64_t base = std::int64_t{blockIdx.x} * c;
   float sum_squares = 0.0f;
-  for (int i = threadIdx.x; i < c; i += blockDim.x) {
-    const float value = __bfloat162float(x_row[i]);
-    sum_squares += value * value;
+  for (int i = static_cast<int>(threadIdx.x) * W; i < c; i += static_cast<int>(blockDim.x) * W) {
+    const Pack<W> in = load_pack<W>(x + base + i);
+    for (int k = 0; k < W; ++k) {
+      const float value = __bfloat162float(in.v[k]);
+      sum_squares += value * value;
+    }
   }
   const float s = rsqrtf(block_sum(sum_squares, scratch) / float(c) + eps);
-  if (threadIdx.x == 0) rstd[row] = s;
-  for (int i = threadIdx.x; i < c; i += blockDim.x) {
-    const float normalised = __bfloat162float(x_row[i]) * s;
-    xhat[row * c + i] = __float2bfloat16(normalised);
-    y[row * c + i] = __float2bfloat16(normalised * __bfloat162float(g[i]));
+  if (threadIdx.x == 0) rstd[blockIdx.x] = s;
+  for (int i = static_cast<int>(threadIdx.x) * W; i < c; i += static_cast<int>(blockDim.x) * W) {
+    const Pack<W> in = load_pack<W>(x + base + i);
+    const Pack<W> gain = load_pack<W>(g + i);
+    Pack<W> normalised_out, out;
+    for (int k = 0; k < W; ++k) {
+      const float normalised = __bfloat162float(in.v[k]) * s;
+      normalised_out.v[k] = __float2bfloat16(normalised);
+      out.v[k] = __float2bfloat16(normalised * __bfloat162float(gain.v[k]));
+    }
+    store_pack<W>(xhat + base + i, normalised_out);
+    store_pack<W>(y + base + i, out);
   }
 }
 
+template <int W>
 __global__ void rmsnorm_backward_p1_kernel(bf16* dx, const bf16* residual, const bf16* dy,
                                            const bf16* xhat, const float* rstd, const bf16* g,
                                            int c) {
   __shared__ float scratch[32];
-  const std::int64_t row = blockIdx.x;
-  const std::int64_t base = row * c;
+  const std::int64_t base = std::int64_t{blockIdx.x} * c;
   float dot = 0.0f;  // Σ (dy ⊙ g) ⊙ x̂
-  for (int i = threadIdx.x; i < c; i += blockDim.x) {
-    dot +=
-        __bfloat162float(dy[base + i]) * __bfloat162float(g[i]) * __bfloat162float(xhat[base + i]);
+  for (int i = static_cast<int>(threadIdx.x) * W; i < c; i += static_cast<int>(blockDim.x) * W) {
+    const Pack<W> grad = load_pack<W>(dy + base + i);
+    const Pack<W> gain = load_pack<W>(g + i);
+    const Pack<W> normalised = load_pack<W>(xhat + base + i);
+    for (int k = 0; k < W; ++k) {
+      dot += __bfloat162float(grad.v[k]) * __bfloat162float(gain.v[k]) *
+             __bfloat162float(normalised.v[k]);
+    }
   }
   const float mean = block_sum(dot, scratch) / float(c);
-  const float s = rstd[row];
-  for (int i = threadIdx.x; i < c; i += blockDim.x) {
-    const float dnorm = __bfloat162float(dy[base + i]) * __bfloat162float(g[i]);
-    float value = s * (dnorm - __bfloat162float(xhat[base + i]) * mean);
-    if (residual != nullptr) value += __bfloat162float(residual[base + i]);
-    dx[base + i] = __float2bfloat16(value);
+  const float s = rstd[blockIdx.x];
+  for (int i = static_cast<int>(threadIdx.x) * W; i < c; i += static_cast<int>(blockDim.x) * W) {
+    const Pack<W> grad = load_pack<W>(dy + base + i);
+    const Pack<W> gain = load_pack<W>(g + i);
+    const Pack<W> normalised = load_pack<W>(xhat + base + i);
+    Pack<W> skip{};
+    if (residual != nullptr) skip = load_pack<W>(residual + base + i);
+    Pack<W> out;
+    for (int k = 0; k < W; ++k) {
+      const float dnorm = __bfloat162float(grad.v[k]) * __bfloat162float(gain.v[k]);
+      float value = s * (dnorm - __bfloat162float(normalised.v[k]) * mean);
+      if (residual != nullptr) value += __bfloat162float(skip.v[k]);
+      out.v[k] = __float2bfloat16(value);
+    }
+    store_pack<W>(dx + base + i, out);
   }
 }
 
-// Grid (column tiles, row chunks): each thread sums one column over a chunk of rows (coalesced
-// across the warp), then one atomicAdd per column and chunk.
-constexpr int kRowsPerChunk = 128;
+// Grid (column tiles, row chunks): each thread sums W adjacent columns over a chunk of rows (a
+// warp reads 32·W contiguous values per row), then one atomicAdd per column and chunk. Short
+// chunks, so that a 2048 x 4096 gradient still makes hundreds of blocks.
+constexpr int kP2Threads = 128;
+constexpr int kRowsPerChunk = 16;
+template <int W>
 __global__ void rmsnorm_backward_p2_kernel(float* dg, const bf16* xhat, const bf16* dy,
                                            std::int64_t rows, int c) {
-  const int column = blockIdx.x * blockDim.x + threadIdx.x;
+  const int column =
+      (static_cast<int>(blockIdx.x * blockDim.x) + static_cast<int>(threadIdx.x)) * W;
   if (column >= c) return;
   const std::int64_t begin = std::int64_t{blockIdx.y} * kRowsPerChunk;
   const std::int64_t end = begin + kRowsPerChunk < rows ? begin + kRowsPerChunk : rows;
-  float sum = 0.0f;
+  float sum[W] = {};
   for (std::int64_t r = begin; r < end; ++r) {
-    sum += __bfloat162float(dy[r * c + column]) * __bfloat162float(xhat[r * c + column]);
+    const Pack<W> grad = load_pack<W>(dy + r * c + column);
+    const Pack<W> normalised = load_pack<W>(xhat + r * c + column);
+    for (int k = 0; k < W; ++k)
+      sum[k] += __bfloat162float(grad.v[k]) * __bfloat162float(normalised.v[k]);
   }
-  atomicAdd(dg + column, sum);
+  for (int k = 0; k < W; ++k)
+    atomicAdd(dg + column + k, sum[k]);
 }
 
 }  // namespace
@@ -70,24 +103,43 @@ __global__ void rmsnorm_backward_p2_kernel(float* dg, const bf16* xhat, const bf
 void rmsnorm_forward(bf16* y, bf16* xhat, float* rstd, const bf16* x, const bf16* g, std::int64_t n,
                      std::int64_t c, double eps, cudaStream_t stream) {
   if (n == 0) return;
-  launch(rmsnorm_forward_kernel, static_cast<unsigned>(n), kThreads, stream, y, xhat, rstd, x, g,
-         static_cast<int>(c), static_cast<float>(eps));
+  const auto rows = static_cast<unsigned>(n);
+  if (vectorizable(c, y, xhat, x, g)) {
+    launch(rmsnorm_forward_kernel<kPack>, rows, kThreads, stream, y, xhat, rstd, x, g,
+           static_cast<int>(c), static_cast<float>(eps));
+  } else {
+    launch(rmsnorm_forward_kernel<1>, rows, kThreads, stream, y, xhat, rstd, x, g,
+           static_cast<int>(c), static_cast<float>(eps));
+  }
 }
 
 void rmsnorm_backward_p1(bf16* dx, const bf16* residual, const bf16* dy, const bf16* xhat,
                          const float* rstd, const bf16* g, std::int64_t n, std::int64_t c,
                          cudaStream_t stream) {
   if (n == 0) return;
-  launch(rmsnorm_backward_p1_kernel, static_cast<unsigned>(n), kThreads, stream, dx, residual, dy,
-         xhat, rstd, g, static_cast<int>(c));
+  const auto rows = static_cast<unsigned>(n);
+  if (vectorizable(c, dx, residual, dy, xhat, g)) {
+    launch(rmsnorm_backward_p1_kernel<kPack>, rows, kThreads, stream, dx, residual, dy, xhat, rstd,
+           g, static_cast<int>(c));
+  } else {
+    launch(rmsnorm_backward_p1_kernel<1>, rows, kThreads, stream, dx, residual, dy, xhat, rstd, g,
+           static_cast<int>(c));
+  }
 }
 
 void rmsnorm_backward_p2(float* dg, const bf16* xhat, const bf16* dy, std::int64_t rows,
                          std::int64_t c, cudaStream_t stream) {
   if (rows == 0) return;
-  const dim3 grid(grid_for(c, kThreads), grid_for(rows, kRowsPerChunk));
-  launch(rmsnorm_backward_p2_kernel, grid, kThreads, stream, dg, xhat, dy, rows,
-         static_cast<int>(c));
+  const unsigned chunks = grid_for(rows, kRowsPerChunk);
+  if (vectorizable(c, xhat, dy)) {
+    const dim3 grid(grid_for(c / kPack, kP2Threads), chunks);
+    launch(rmsnorm_backward_p2_kernel<kPack>, grid, kP2Threads, stream, dg, xhat, dy, rows,
+           static_cast<int>(c));
+  } else {
+    const dim3 grid(grid_for(c, kP2Threads), chunks);
+    launch(rmsnorm_backward_p2_kernel<1>, grid, kP2Threads, stream, dg, xhat, dy, rows,
+           static_cast<int>(c));
+  }
 }
 
 }  // namespace pipeplan::cuda

@@ -7,9 +7,9 @@ Usage: issue12_summary.py RESULTS_DIR   (prints Markdown on stdout)
   the failures' first lines.
 - Block MFU: bench_block.json (pipeplan's CUDA backend, flash), bench_block-recompute.json (the
   same with the unfused attention) and torch_block.json (PyTorch's block), one JSON line each,
-  side by side per micro-batch size; then bench_block's --breakdown, where present: each GEMM
-  and the attention core per micro-batch size (ms per step, TFLOP/s, share of the step) and the
-  time no op mark covers.
+  side by side per micro-batch size; then bench_block's --breakdown, where present: each GEMM,
+  the attention core and each memory-bound kernel per micro-batch size (ms per step, TFLOP/s or
+  GB/s beside the device-to-device copy's, share of the step) and the time no op mark covers.
 - Emulated pipelines: every NAME.run.json (`pipeplan run --json` report) with its NAME.plan.json
   beside it: predicted vs measured step time and the error, per-stage peak memory measured vs
   predicted, and the measured vs predicted speedup of 2bp over fused for each schedule and m.
@@ -121,15 +121,27 @@ def block_table(results):
         out.append(f"pipeplan ops at mbs {r['mbs']} ({breakdown['steps']} steps with op marks, "
                    f"step {breakdown['step_ms']:.2f} ms):")
         out.append("")
-        out.append("| op | calls | ms per step | TFLOP/s | share |")
-        out.append("|---|---|---|---|---|")
-        for op in breakdown.get("ops", []):
+        ops = breakdown.get("ops", [])
+        copy_gbps = (ours.get("copy_bandwidth") or {}).get("gbps")
+        out.append("| op | calls | ms per step | TFLOP/s | GB/s | share |")
+        out.append("|---|---|---|---|---|---|")
+        for op in ops:
             tflops = f"{op['tflops']:.0f}" if "tflops" in op else ""
+            gbps = f"{op['gbps']:.0f}" if "gbps" in op else ""
+            if gbps and copy_gbps:
+                gbps += f" ({100 * op['gbps'] / copy_gbps:.0f} % of copy)"
             out.append(f"| {op['op']} | {op['calls_per_step']} | {op['ms']:.3f} | {tflops} | "
-                       f"{100 * op['share_of_step']:.1f} % |")
-        out.append(f"| (not marked: norms, RoPE, SwiGLU, gaps) | | {breakdown['unmarked_ms']:.3f} "
-                   f"| | {100 * breakdown['unmarked_share']:.1f} % |")
+                       f"{gbps} | {100 * op['share_of_step']:.1f} % |")
+        # Runs before the memory-bound kernels had marks of their own left them in this row.
+        unmarked = ("launch gaps, events" if any("gbps" in op for op in ops)
+                    else "norms, RoPE, SwiGLU, gaps")
+        out.append(f"| (not marked: {unmarked}) | | {breakdown['unmarked_ms']:.3f} "
+                   f"| | | {100 * breakdown['unmarked_share']:.1f} % |")
         out.append("")
+        if copy_gbps:
+            out.append(f"Device-to-device copy (the memory roofline): {copy_gbps:.0f} GB/s "
+                       "(read + written).")
+            out.append("")
     return out
 
 

@@ -141,9 +141,24 @@ class Issue12Summary(unittest.TestCase):
         write(self.folder, "bench_block.json", block_line([(1, 4.4)], breakdown) + "\n")
         text = "\n".join(summary.block_table(self.folder))
         self.assertIn("pipeplan ops at mbs 1 (20 steps with op marks, step 4.50 ms):", text)
-        self.assertIn("| F gemm 4096->11008 | 2 | 0.520 | 355 | 11.6 % |", text)
-        self.assertIn("| p2 gather 4096x11008 | 2 | 0.100 |  | 2.2 % |", text)
-        self.assertIn("| (not marked: norms, RoPE, SwiGLU, gaps) | | 0.450 | | 10.0 % |", text)
+        self.assertIn("| F gemm 4096->11008 | 2 | 0.520 | 355 |  | 11.6 % |", text)
+        self.assertIn("| p2 gather 4096x11008 | 2 | 0.100 |  |  | 2.2 % |", text)
+        self.assertIn("| (not marked: norms, RoPE, SwiGLU, gaps) | | 0.450 | | | 10.0 % |", text)
+        self.assertNotIn("memory roofline", text)
+
+    def test_block_breakdown_reads_memory_bound_ops_against_the_copy(self):
+        # Later bench_block runs mark the norms, RoPE and SwiGLU with the bytes they move, and
+        # time a device-to-device copy.
+        breakdown = {"steps": 20, "step_ms": 4.0, "unmarked_ms": 0.04, "unmarked_share": 0.01,
+                     "ops": [{"op": "F rmsnorm", "calls_per_step": 2, "ms": 0.02,
+                              "share_of_step": 0.005, "gbps": 3600.0}]}
+        line = json.loads(block_line([(1, 4.0)], breakdown))
+        line["copy_bandwidth"] = {"bytes": 268435456, "gbps": 4000.0}
+        write(self.folder, "bench_block.json", json.dumps(line) + "\n")
+        text = "\n".join(summary.block_table(self.folder))
+        self.assertIn("| F rmsnorm | 2 | 0.020 |  | 3600 (90 % of copy) | 0.5 % |", text)
+        self.assertIn("| (not marked: launch gaps, events) | | 0.040 | | | 1.0 % |", text)
+        self.assertIn("Device-to-device copy (the memory roofline): 4000 GB/s", text)
 
     def test_pipelines_errors_flags_and_speedups(self):
         runs = {

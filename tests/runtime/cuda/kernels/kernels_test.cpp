@@ -8,6 +8,7 @@
 #include "tests/runtime/cuda/kernels/kernel_sim.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -197,22 +198,27 @@ TEST_P(RmsnormKernels, ForwardP1AndP2MatchTheCpuReference) {
   expect_close(to_double(dg), dg_ref, 1e-3, "dg");
 }
 
-// p2's grid is (column tiles, chunks of 128 rows): 300 rows and 300 columns make 2 x 3 blocks.
+// p2's grid is (column tiles of 128 threads, chunks of 16 rows). 300 columns one per thread make
+// 3 tiles, 1032 in packs of 8 make 2 (129 packs); 40 rows make 3 chunks, the last one short.
 TEST(Kernels, RmsnormP2SumsEveryRowChunkAndColumnTile) {
-  const std::int64_t rows = 300, c = 300;
-  const auto xhat = random_bf16(rows * c, 17), dy = random_bf16(rows * c, 18);
-  const auto xhat_d = to_double(xhat), dy_d = to_double(dy);
-  std::vector<double> dg_ref(c, -2.0);
-  const cpu::RmsnormRows<double> block{xhat_d.data(), dy_d.data(), rows};
-  cpu::rmsnorm_backward_p2(dg_ref.data(), std::span(&block, 1), c);
-  std::vector<float> dg(c, -2.0f);
-  rmsnorm_backward_p2(dg.data(), xhat.data(), dy.data(), rows, c, nullptr);
-  expect_close(to_double(dg), dg_ref, 1e-3, "dg");
+  const std::int64_t rows = 40;
+  for (const std::int64_t c : {std::int64_t{300}, std::int64_t{1032}}) {
+    const auto xhat = random_bf16(rows * c, 17), dy = random_bf16(rows * c, 18);
+    const auto xhat_d = to_double(xhat), dy_d = to_double(dy);
+    std::vector<double> dg_ref(c, -2.0);
+    const cpu::RmsnormRows<double> block{xhat_d.data(), dy_d.data(), rows};
+    cpu::rmsnorm_backward_p2(dg_ref.data(), std::span(&block, 1), c);
+    std::vector<float> dg(c, -2.0f);
+    rmsnorm_backward_p2(dg.data(), xhat.data(), dy.data(), rows, c, nullptr);
+    expect_close(to_double(dg), dg_ref, 1e-3, c == 300 ? "dg, scalar" : "dg, packs");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsnormKernels,
-                         ::testing::Values(RmsnormCase{3, 100},   // row shorter than a block
-                                           RmsnormCase{2, 600}),  // row longer than a block
+                         // Rows shorter and longer than a block of 256 threads, with
+                         // scalar accesses (C not a multiple of 8) and with packs of 8.
+                         ::testing::Values(RmsnormCase{3, 100}, RmsnormCase{2, 602},
+                                           RmsnormCase{3, 96}, RmsnormCase{2, 2104}),
                          [](const auto& param_info) {
                            return "n" + std::to_string(param_info.param.n) + "_c" +
                                   std::to_string(param_info.param.c);
@@ -220,8 +226,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsnormKernels,
 
 // ---- rope.cu
 
-TEST(Kernels, RopeRotatesQAndKPairsAndItsBackwardUndoesIt) {
-  const std::int64_t batch = 2, seq = 5, heads = 2, kv_heads = 1, head_dim = 8;
+// head_dim 16: two packs of 8 per head; 6: heads off the 16-byte grid, one pair per thread.
+class RopeKernel : public ::testing::TestWithParam<std::int64_t> {};
+
+TEST_P(RopeKernel, RotatesQAndKPairsAndItsBackwardUndoesIt) {
+  const std::int64_t batch = 2, seq = 5, heads = 2, kv_heads = 1, head_dim = GetParam();
   const std::int64_t width = (heads + 2 * kv_heads) * head_dim;
   const double base = 10000.0;
   const auto qkv_in = random_bf16(batch * seq * width, 5);
@@ -245,6 +254,11 @@ TEST(Kernels, RopeRotatesQAndKPairsAndItsBackwardUndoesIt) {
   rope_rotate(qkv.data(), batch, seq, heads, kv_heads, head_dim, base, -1.0f, nullptr);
   expect_close(qkv, in, 2e-2, "rotated back");
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, RopeKernel, ::testing::Values(16, 6),
+                         [](const auto& param_info) {
+                           return "head_dim" + std::to_string(param_info.param);
+                         });
 
 // ---- softmax.cu
 
@@ -284,9 +298,21 @@ TEST(Kernels, CausalSoftmaxForwardAndBackwardMatchFp64) {
 
 // ---- swiglu.cu
 
-TEST(Kernels, SwigluForwardAndP1MatchFp64) {
-  const std::int64_t n = 1000;
-  const auto gate = random_bf16(n, 8, 2.0f), up = random_bf16(n, 9), dh = random_bf16(n, 10);
+// n = 2056 in packs of 8 (more than one block of 256 threads); 1001 one element per thread; and
+// 2056 starting 2 bytes past a 16-byte boundary, which must fall back to one element per thread.
+struct SwigluCase {
+  std::int64_t n, offset;
+};
+
+class SwigluKernels : public ::testing::TestWithParam<SwigluCase> {};
+
+TEST_P(SwigluKernels, ForwardAndP1MatchFp64) {
+  const auto [n, offset] = GetParam();
+  const auto gate_all = random_bf16(n + offset, 8, 2.0f), up_all = random_bf16(n + offset, 9);
+  const auto dh_all = random_bf16(n + offset, 10);
+  const std::span gate = std::span(gate_all).subspan(offset),
+                  up = std::span(up_all).subspan(offset);
+  const std::span dh = std::span(dh_all).subspan(offset);
   const auto z = to_double(gate), u = to_double(up), d = to_double(dh);
   std::vector<double> h_ref(n), dgate_ref(n), dup_ref(n);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -295,12 +321,35 @@ TEST(Kernels, SwigluForwardAndP1MatchFp64) {
     dgate_ref[i] = d[i] * u[i] * s * (1.0 + z[i] * (1.0 - s));
     dup_ref[i] = d[i] * z[i] * s;
   }
-  std::vector<bf16> h(n), dgate(n), dup(n);
-  swiglu_forward(h.data(), gate.data(), up.data(), n, nullptr);
-  swiglu_backward_p1(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n, nullptr);
-  expect_close(h, h_ref, 1e-4, "h");
-  expect_close(dgate, dgate_ref, 1e-4, "dgate");
-  expect_close(dup, dup_ref, 1e-4, "dup");
+  std::vector<bf16> h_all(n + offset), dgate_all(n + offset), dup_all(n + offset);
+  bf16* h = h_all.data() + offset;
+  bf16* dgate = dgate_all.data() + offset;
+  bf16* dup = dup_all.data() + offset;
+  swiglu_forward(h, gate.data(), up.data(), n, nullptr);
+  swiglu_backward_p1(dgate, dup, dh.data(), gate.data(), up.data(), n, nullptr);
+  expect_close(std::span<const bf16>(h, n), h_ref, 1e-4, "h");
+  expect_close(std::span<const bf16>(dgate, n), dgate_ref, 1e-4, "dgate");
+  expect_close(std::span<const bf16>(dup, n), dup_ref, 1e-4, "dup");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SwigluKernels,
+                         ::testing::Values(SwigluCase{2056, 0}, SwigluCase{1001, 0},
+                                           SwigluCase{2056, 1}),
+                         [](const auto& param_info) {
+                           return "n" + std::to_string(param_info.param.n) + "_offset" +
+                                  std::to_string(param_info.param.offset);
+                         });
+
+// The dispatch: packs only for a length that is a multiple of 8 and 16-byte aligned pointers
+// (null ones do not count); the simulator refuses a misaligned pack as the GPU would fault on it.
+TEST(Kernels, PacksNeedAlignedPointersAndWholePacks) {
+  alignas(16) std::array<bf16, 24> values{};
+  EXPECT_TRUE(vectorizable(16, values.data(), values.data() + 8, static_cast<bf16*>(nullptr)));
+  EXPECT_FALSE(vectorizable(12, values.data()));
+  EXPECT_FALSE(vectorizable(16, values.data(), values.data() + 1));
+  EXPECT_NO_THROW((void)load_pack<kPack>(values.data() + 8));
+  EXPECT_THROW((void)load_pack<kPack>(values.data() + 4), std::runtime_error);
+  EXPECT_THROW(store_pack<kPack>(values.data() + 2, Pack<kPack>{}), std::runtime_error);
 }
 
 // ---- embedding.cu against runtime/cpu/embedding
