@@ -149,8 +149,10 @@ int compute_stream(const TaskGraph& graph, int device) {
 // other, else the best balanced. Balance needs the second step where the newest evicted stash,
 // still in flight while the next forward allocates, makes one more eviction no lower for the
 // evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
-BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs, int evictor,
-                    int acceptor) {
+// `range` bounds the caps tried; nullopt when none in it works (with the full range, a pair whose
+// every cap fails keeps everything: the natural count, no moves).
+std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
+                                   int evictor, int acceptor, CapRange range) {
   constexpr double kSamePeak = 0.005;
   constexpr double kBalanced = 0.10;
   const auto& order = graph.schedule.per_device[static_cast<std::size_t>(evictor)];
@@ -170,7 +172,7 @@ BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
     std::int64_t peak = 0, imbalance = 0;
   };
   std::vector<Option> options;  // by falling cap
-  for (int cap = natural; cap >= 1; --cap) {
+  for (int cap = std::min(natural, range.max); cap >= std::max(1, range.min); --cap) {
     auto r = replay(order, cost, static_of(evictor), cap);
     if (!r) continue;
     const std::int64_t acceptor_bound = acceptor_own + r->max_evicted * cost.stash_bytes;
@@ -178,7 +180,10 @@ BpipePair plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
                        std::max(r->peak_bytes, acceptor_bound),
                        std::abs(r->peak_bytes - acceptor_bound)});
   }
-  if (options.empty()) return BpipePair{evictor, acceptor, natural, 0, {}};
+  if (options.empty()) {
+    if (range.min <= 1 && range.max >= natural) return BpipePair{evictor, acceptor, natural, 0, {}};
+    return std::nullopt;
+  }
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (const Option& o : options)
     lowest = std::min(lowest, o.peak);
@@ -211,6 +216,11 @@ Node transfer_node(NodeKind kind, Transfer what, const BpipeMove& move, int devi
 }  // namespace
 
 BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs) {
+  return *plan_bpipe(graph, costs, {});  // the full ranges always give a plan
+}
+
+std::optional<BpipePlan> plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs,
+                                    std::span<const CapRange> ranges) {
   const Schedule& s = graph.schedule;
   const std::string& family = graph.meta.schedule.empty() ? s.family : graph.meta.schedule;
   if (family != "1f1b") {
@@ -225,7 +235,11 @@ BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs
   }
   BpipePlan plan;
   for (int x = 0; x < s.devices / 2; ++x) {
-    plan.pairs.push_back(plan_pair(graph, costs, x, s.devices - 1 - x));
+    const auto index = static_cast<std::size_t>(x);
+    std::optional<BpipePair> pair = plan_pair(graph, costs, x, s.devices - 1 - x,
+                                              index < ranges.size() ? ranges[index] : CapRange{});
+    if (!pair) return std::nullopt;
+    plan.pairs.push_back(std::move(*pair));
   }
   return plan;
 }

@@ -18,6 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -53,10 +56,20 @@ struct BpipePlan {
   std::int64_t bytes_per_step() const;  // evict + load volume
 };
 
+// The caps a pair may be given, both ends included.
+struct CapRange {
+  int min = 1;
+  int max = std::numeric_limits<int>::max();
+};
+
 // The transfer plan for a lowered 1F1B plan (one stage per device). Caps are chosen per pair to
 // minimise the larger of the two devices' order-based peak memory estimates (static, stashes and
 // 2BP's retained X/dY). Throws Error naming --bpipe for other schedule families.
 BpipePlan plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs);
+// The same with pair x's cap (evictor x) chosen within ranges[x]; nullopt when a range leaves
+// no cap that works. make_plan narrows the ranges when the simulated plan exceeds --memory.
+std::optional<BpipePlan> plan_bpipe(const TaskGraph& graph, const std::vector<StageCost>& costs,
+                                    std::span<const CapRange> ranges);
 // Adds the transfer nodes, streams and edges of `plan` to `graph`.
 void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan);
 // True when a node is a BPipe transfer (an evict or a load).

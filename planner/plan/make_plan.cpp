@@ -126,16 +126,58 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
                           costs, known, bpipe, given);
 }
 
+// BPipe's caps (plan_bpipe) come from an order-based estimate of each device's memory; the
+// simulation also sees when the transfers run: an eviction still in flight (slower beside its
+// sender's compute, contention.copy) while the next forward allocates holds one stash more. When a
+// device of a pair goes over --memory in the simulation, the pair's cap moves by one stash (the
+// evictor over: it keeps one fewer; the acceptor over: one more) and the transfers are planned
+// again, for as long as that lowers the device's simulated peak. Returns the first plan that
+// fits, or else the first plan made (its violation is the one reported).
+CheckedSimulation add_bpipe_within_memory(TaskGraph& graph, const std::vector<StageCost>& costs) {
+  const int devices = graph.schedule.devices;
+  const std::vector<double>& limits = graph.meta.memory_limit_bytes;
+  std::vector<CapRange> ranges(static_cast<std::size_t>(devices / 2));
+  std::optional<std::pair<TaskGraph, CheckedSimulation>> first;
+  std::vector<std::int64_t> previous;  // the last attempt's simulated peaks
+  while (const std::optional<BpipePlan> transfers = plan_bpipe(graph, costs, ranges)) {
+    TaskGraph attempt = graph;
+    add_bpipe_transfers(attempt, *transfers);
+    CheckedSimulation checked = validate_and_simulate(attempt);
+    if (!checked.violation || checked.violation->rule != "memory-limit") {
+      graph = std::move(attempt);
+      return checked;
+    }
+    const std::vector<std::int64_t> peaks = simulate(attempt).peak_memory_bytes();
+    bool moved = false;
+    for (int d = 0; d < devices; ++d) {
+      const auto i = static_cast<std::size_t>(d);
+      const int x = std::min(d, devices - 1 - d);  // the pair's evictor
+      if (x == devices - 1 - x || i >= limits.size() || limits[i] <= 0) continue;  // unpaired
+      if (static_cast<double>(peaks[i]) <= limits[i]) continue;
+      if (!previous.empty() && peaks[i] >= previous[i]) continue;  // the last move did not help
+      CapRange& range = ranges[static_cast<std::size_t>(x)];
+      const int cap = transfers->pairs[static_cast<std::size_t>(x)].cap;
+      (d == x ? range.max : range.min) = d == x ? cap - 1 : cap + 1;
+      moved = true;
+    }
+    if (!first) first.emplace(std::move(attempt), std::move(checked));
+    if (!moved) break;
+    previous = peaks;
+  }
+  graph = std::move(first->first);
+  return std::move(first->second);
+}
+
 // The rest of lower_and_simulate, from the lowered graph on.
 Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
                       const std::optional<LowerBound>& known, BpipeMode bpipe, bool given) {
   Plan plan{std::move(graph), {}, {}};
-  if (bpipe == BpipeMode::on) add_bpipe_transfers(plan.graph, plan_bpipe(plan.graph, costs));
   plan.bound = known
                    ? *known
                    : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
                                            plan.graph.meta.link, plan.graph.schedule.microbatches);
-  CheckedSimulation checked = validate_and_simulate(plan.graph);
+  CheckedSimulation checked = bpipe == BpipeMode::on ? add_bpipe_within_memory(plan.graph, costs)
+                                                     : validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
     if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
     // A schedule given as data (an imported CSV) is input: its faults are the input's.

@@ -78,6 +78,61 @@ TEST(Bpipe, FitsALimitThatOneFOneBAloneExceeds) {
     EXPECT_LE(peak, 29 * kGiB);
 }
 
+// Six uniform fused stages (1 GiB stashes, forwards of 1 ms) over a link that moves a stash in
+// about 1.1 ms: an eviction is still in flight when the next forward allocates, which the caps'
+// order-based estimate does not see.
+PlanRequest slow_link_request(double limit_gib) {
+  UniformPlan u;
+  u.devices = 6;
+  u.microbatches = 12;
+  u.memory_limit_bytes = limit_gib * kGiB;
+  PlanRequest r = testing::uniform_request(u);
+  r.profile.p2p = P2pLink{10, 1000};
+  r.bpipe = BpipeMode::on;
+  return r;
+}
+
+TEST(Bpipe, LowersACapWhenTheSimulatedPlanExceedsTheLimit) {
+  const PlanRequest r = slow_link_request(5.0);
+  // The estimate's caps, as they were before the retry: over the limit once simulated.
+  PlanRequest off = r;
+  off.bpipe = BpipeMode::off;
+  off.memory_limit_bytes = 0;
+  const Plan base = make_plan(off);
+  TaskGraph estimated = base.graph;
+  estimated.meta.memory_limit_bytes.assign(6, r.memory_limit_bytes);
+  const BpipePlan first = plan_bpipe(estimated, plan_schedule(off).costs);
+  add_bpipe_transfers(estimated, first);
+  const auto over = find_violation(estimated);
+  ASSERT_TRUE(over.has_value());
+  EXPECT_EQ(over->rule, "memory-limit") << over->message;
+
+  const Plan plan = make_plan(r);
+  for (const auto peak : plan.sim.peak_memory_bytes())
+    EXPECT_LE(static_cast<double>(peak), r.memory_limit_bytes);
+  EXPECT_FALSE(find_violation(plan.graph).has_value());
+  // Some pair now keeps fewer stashes on its evictor: more evictions than the estimate planned.
+  int moves_before = 0, moves_after = 0;
+  for (const BpipePair& pair : first.pairs)
+    moves_before += static_cast<int>(pair.moves.size());
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& n = plan.graph.node(id);
+    if (n.kind == NodeKind::send && n.transfer == Transfer::evict) ++moves_after;
+  }
+  EXPECT_GT(moves_after, moves_before);
+}
+
+TEST(Bpipe, RefusesWithTheFirstPlansViolationWhenNoCapFits) {
+  try {
+    make_plan(slow_link_request(4.0));
+    FAIL() << "a 4 GiB limit fits no cap";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field(), "memory_limit_bytes");
+    EXPECT_NE(std::string(e.what()).find("above its limit 4.00 GiB"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Bpipe, EveryLoadCompletesBeforeItsBackward) {
   const Plan plan = bpipe_plan(seven_stages());
   const TaskGraph& g = plan.graph;
