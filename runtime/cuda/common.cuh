@@ -1,6 +1,7 @@
 // Device helpers shared by the kernels (included by .cu files only).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -120,6 +121,13 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
 
 inline unsigned int grid_for(std::int64_t n, int threads) {
   return static_cast<unsigned int>((n + threads - 1) / threads);
+}
+
+// Threads for a block that works on `items` (packs of a row, say): whole warps, enough for one
+// item each, at most `most`.
+inline int threads_for(std::int64_t items, int most) {
+  const std::int64_t warps = (items + kWarp - 1) / kWarp;
+  return static_cast<int>(std::min<std::int64_t>(most, std::max<std::int64_t>(1, warps) * kWarp));
 }
 
 }  // namespace pipeplan::cuda

@@ -1,5 +1,6 @@
 // RMSNorm (Zhang & Sennrich 2019): forward, p1 (input gradient) and p2 (gain gradient).
-// One block per row for forward and p1; fp32 arithmetic on bf16 storage. Each kernel is a template
+// One block per row for forward and p1 (whole warps, one per 32 packs of the row, at most 256
+// threads); fp32 arithmetic on bf16 storage. Each kernel is a template
 // on the pack width W (common.cuh): 8 values per access where the rows allow it, else 1.
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
@@ -105,10 +106,10 @@ void rmsnorm_forward(bf16* y, bf16* xhat, float* rstd, const bf16* x, const bf16
   if (n == 0) return;
   const auto rows = static_cast<unsigned>(n);
   if (vectorizable(c, y, xhat, x, g)) {
-    launch(rmsnorm_forward_kernel<kPack>, rows, kThreads, stream, y, xhat, rstd, x, g,
-           static_cast<int>(c), static_cast<float>(eps));
+    launch(rmsnorm_forward_kernel<kPack>, rows, threads_for(c / kPack, kThreads), stream, y, xhat,
+           rstd, x, g, static_cast<int>(c), static_cast<float>(eps));
   } else {
-    launch(rmsnorm_forward_kernel<1>, rows, kThreads, stream, y, xhat, rstd, x, g,
+    launch(rmsnorm_forward_kernel<1>, rows, threads_for(c, kThreads), stream, y, xhat, rstd, x, g,
            static_cast<int>(c), static_cast<float>(eps));
   }
 }
@@ -119,11 +120,11 @@ void rmsnorm_backward_p1(bf16* dx, const bf16* residual, const bf16* dy, const b
   if (n == 0) return;
   const auto rows = static_cast<unsigned>(n);
   if (vectorizable(c, dx, residual, dy, xhat, g)) {
-    launch(rmsnorm_backward_p1_kernel<kPack>, rows, kThreads, stream, dx, residual, dy, xhat, rstd,
-           g, static_cast<int>(c));
+    launch(rmsnorm_backward_p1_kernel<kPack>, rows, threads_for(c / kPack, kThreads), stream, dx,
+           residual, dy, xhat, rstd, g, static_cast<int>(c));
   } else {
-    launch(rmsnorm_backward_p1_kernel<1>, rows, kThreads, stream, dx, residual, dy, xhat, rstd, g,
-           static_cast<int>(c));
+    launch(rmsnorm_backward_p1_kernel<1>, rows, threads_for(c, kThreads), stream, dx, residual, dy,
+           xhat, rstd, g, static_cast<int>(c));
   }
 }
 
@@ -132,12 +133,14 @@ void rmsnorm_backward_p2(float* dg, const bf16* xhat, const bf16* dy, std::int64
   if (rows == 0) return;
   const unsigned chunks = grid_for(rows, kRowsPerChunk);
   if (vectorizable(c, xhat, dy)) {
-    const dim3 grid(grid_for(c / kPack, kP2Threads), chunks);
-    launch(rmsnorm_backward_p2_kernel<kPack>, grid, kP2Threads, stream, dg, xhat, dy, rows,
+    const int threads = threads_for(c / kPack, kP2Threads);
+    const dim3 grid(grid_for(c / kPack, threads), chunks);
+    launch(rmsnorm_backward_p2_kernel<kPack>, grid, threads, stream, dg, xhat, dy, rows,
            static_cast<int>(c));
   } else {
-    const dim3 grid(grid_for(c, kP2Threads), chunks);
-    launch(rmsnorm_backward_p2_kernel<1>, grid, kP2Threads, stream, dg, xhat, dy, rows,
+    const int threads = threads_for(c, kP2Threads);
+    const dim3 grid(grid_for(c, threads), chunks);
+    launch(rmsnorm_backward_p2_kernel<1>, grid, threads, stream, dg, xhat, dy, rows,
            static_cast<int>(c));
   }
 }
