@@ -11,6 +11,9 @@
 // that over the step's median time, against the GPU's dense bf16 peak from profiles/gpus.json
 // (the device name picks the entry, e.g. h100-sxm 989.4 TFLOP/s; --gpu overrides).
 //
+// --gemm-candidates N (> 1) times N of cuBLASLt's answers per GEMM shape in the first (warm-up)
+// step and keeps the fastest (runtime/cuda/matmul.h); each result then lists the choices.
+//
 // Prints one JSON line (tools/device/torch_block.py prints the same fields for PyTorch's block).
 // --breakdown adds, per micro-batch size, the ops' times from --repetitions further steps with
 // op marks on (runtime/cuda/op_marks.h: events around each GEMM, the attention core and the
@@ -36,6 +39,7 @@
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/matmul.h"
 #include "runtime/cuda/op_marks.h"
 #include "runtime/emulate.h"
 #include "runtime/random.h"
@@ -52,6 +56,7 @@ struct Options {
   int warmup = 5;
   int repetitions = 20;
   bool breakdown = false;
+  int gemm_candidates = 1;  // cuBLASLt answers timed per GEMM shape (matmul.h)
 };
 
 std::vector<int> parse_sizes(const std::string& text) {
@@ -212,6 +217,7 @@ nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& optio
                          double peak_flops, std::string& attention_note) {
   cuda::CudaBackend backend({attention_from_string(options.attention), nullptr});
   attention_note = backend.attention_note();
+  cuda::set_gemm_candidates(backend.context(), options.gemm_candidates);
   LayerParams layer = backend.init_layer(model, LayerKind::block, 1, 1);
   const std::int64_t n = std::int64_t{mbs} * options.seq;
   const Tensor x =
@@ -258,6 +264,16 @@ nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& optio
   if (options.breakdown) {
     out["breakdown"] = op_breakdown(backend, layer, x, dy, events, options.repetitions);
   }
+  if (options.gemm_candidates > 1) {  // which answer each shape runs, timed in the first step
+    nlohmann::json choices = nlohmann::json::array();
+    for (const cuda::GemmChoice& choice : cuda::gemm_choices(backend.context())) {
+      choices.push_back({{"shape", choice.shape},
+                         {"candidates", choice.candidates},
+                         {"chosen", choice.chosen},
+                         {"answer_us", choice.answer_us}});  // a failed answer's infinity: null
+    }
+    out["gemm_choices"] = choices;
+  }
   if (peak_flops > 0) {
     out["mfu"] = step_flops / (step_ms * 1e-3) / peak_flops;
     out["mfu_per_pass"] = {{"forward", f_flops / (f_ms * 1e-3) / peak_flops},
@@ -273,6 +289,10 @@ int run(const Options& options) {
     throw Error("--warmup must be at least 0 and --repetitions at least 1");
   }
   if (options.seq < 1) throw Error("--seq: must be at least 1");
+  if (options.gemm_candidates < 1) throw Error("--gemm-candidates: must be at least 1");
+  if (options.gemm_candidates > 1 && options.warmup < 1) {
+    throw Error("--gemm-candidates: timing the answers needs an untimed step (--warmup 1 or more)");
+  }
   const std::vector<int> sizes = parse_sizes(options.mbs);
   (void)attention_from_string(options.attention);
   ModelConfig model = resolve_model(options.model);
@@ -311,6 +331,7 @@ int run(const Options& options) {
       {"attention", attention_note},
       {"warmup", options.warmup},
       {"repetitions", options.repetitions},
+      {"gemm_candidates", options.gemm_candidates},
       {"statistic", "median"},
       {"flops", "PaLM model FLOPs of one block: F 2PN+4hsN, p1 2PN+8hsN, p2 2PN"},
       {"block_parameters", model.block_parameters()},
@@ -338,6 +359,10 @@ int main(int argc, char** argv) {
   app.add_flag("--breakdown", options.breakdown,
                "also time each op: GEMMs, attention, norms, RoPE, SwiGLU (further steps with op "
                "marks), and a device-to-device copy's bandwidth");
+  app.add_option("--gemm-candidates", options.gemm_candidates,
+                 "cuBLASLt answers to time per GEMM shape in the first step, keeping the "
+                 "fastest (1: the heuristic's first, as pipeplan runs)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return pipeplan::run(options);

@@ -1,5 +1,7 @@
 #include "runtime/cuda/matmul.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
 #include "runtime/cuda/op_marks.h"
 
 namespace pipeplan::cuda {
@@ -73,6 +76,9 @@ class GemmPlans final : public DeviceContext::Extension {
     return *slot;
   }
 
+  int candidates = 1;               // heuristic answers timed per new shape (set_gemm_candidates)
+  std::vector<GemmChoice> choices;  // one per shape whose answers were timed
+
  private:
   std::mutex mutex_;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
@@ -85,6 +91,64 @@ GemmPlans& gemm_plans(DeviceContext& ctx) {
   return static_cast<GemmPlans&>(*slot);
 }
 
+DType dtype_of(cudaDataType_t type) {
+  return type == CUDA_R_32F ? DType::f32 : DType::bf16;
+}
+
+// Events in the stream's (green) context, destroyed with the scope.
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  explicit TimingEvents(cudaStream_t stream)
+      : start(create_event_for(stream, cudaEventDefault)),
+        stop(create_event_for(stream, cudaEventDefault)) {}
+  ~TimingEvents() {
+    cudaEventDestroy(start);  // no throwing from a destructor
+    cudaEventDestroy(stop);
+  }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+};
+
+// Times each of the heuristic's answers on the call's own operands, writing a zeroed scratch D
+// (also its C, so beta's read is timed too): one untimed run, then the median of three. Returns
+// the index of the fastest; `us` gets every answer's median (infinity where it failed).
+std::size_t fastest_answer(DeviceContext& ctx, const LtDescriptors& desc,
+                           std::span<const cublasLtMatmulHeuristicResult_t> answers, float alpha,
+                           const Operand& a, const Operand& b, float beta, const Operand& d,
+                           std::int64_t n, std::vector<double>& us) {
+  constexpr int kTimed = 3;
+  const Tensor scratch = ctx.zeros({d.ld * n}, dtype_of(d.type));
+  const TimingEvents events(ctx.stream());
+  us.assign(answers.size(), std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].state != CUBLAS_STATUS_SUCCESS ||
+        answers[i].workspaceSize > ctx.workspace_bytes()) {
+      continue;
+    }
+    std::vector<double> runs;
+    for (int run = 0; run <= kTimed; ++run) {
+      CUDA_CHECK(cudaEventRecord(events.start, ctx.stream()));
+      const cublasStatus_t status =
+          cublasLtMatmul(ctx.lt(), desc.op, &alpha, a.data, desc.a, b.data, desc.b, &beta,
+                         scratch.data(), desc.c, scratch.data(), desc.c, &answers[i].algo,
+                         ctx.workspace(), ctx.workspace_bytes(), ctx.stream());
+      CUDA_CHECK(cudaEventRecord(events.stop, ctx.stream()));
+      CUDA_CHECK(cudaEventSynchronize(events.stop));
+      if (status != CUBLAS_STATUS_SUCCESS) break;  // this answer cannot run here after all
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+      if (run > 0) runs.push_back(1e3 * static_cast<double>(ms));
+    }
+    if (runs.size() == kTimed) {
+      std::sort(runs.begin(), runs.end());
+      us[i] = runs[kTimed / 2];
+    }
+  }
+  const auto best = std::min_element(us.begin(), us.end());
+  if (std::isinf(*best)) throw Error("cuBLASLt: none of its algorithms for a GEMM ran");
+  return static_cast<std::size_t>(best - us.begin());
+}
+
 // Column-major D (m, n) = alpha · op(A) · op(B) + beta · C; C and D share a layout (and type).
 void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
              std::int64_t k, float alpha, Operand a, Operand b, float beta, const void* c,
@@ -92,7 +156,8 @@ void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::
   if (m == 0 || n == 0) return;
   const std::size_t workspace = ctx.workspace_bytes();
   const GemmKey key{transa, transb, m, n, k, a.ld, b.ld, d.ld, a.type, b.type, d.type};
-  const GemmPlan& plan = gemm_plans(ctx).get(key, [&](GemmPlan& made) {
+  GemmPlans& plans = gemm_plans(ctx);
+  const GemmPlan& plan = plans.get(key, [&](GemmPlan& made) {
     LtDescriptors& desc = made.desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -111,13 +176,29 @@ void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
     int found = 0;
-    const cublasStatus_t asked =
-        cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c,
-                                       desc.preference, 1, &made.heuristic, &found);
+    std::vector<cublasLtMatmulHeuristicResult_t> answers(
+        static_cast<std::size_t>(std::max(1, plans.candidates)));
+    const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(
+        ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c, desc.preference,
+        static_cast<int>(answers.size()), answers.data(), &found);
+    const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
     if (asked != CUBLAS_STATUS_SUCCESS || found == 0) {  // NOT_SUPPORTED when none fits
-      throw Error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
-                  "x" + std::to_string(k) + " GEMM");
+      throw Error("cuBLASLt has no algorithm for a " + shape + " GEMM");
     }
+    answers.resize(static_cast<std::size_t>(found));
+    if (answers.size() == 1) {
+      made.heuristic = answers.front();
+      return;
+    }
+    GemmChoice choice{(transa ? "T" : "N") + std::string(transb ? "T " : "N ") + shape,
+                      static_cast<int>(answers.size()),
+                      0,
+                      {}};
+    const std::size_t best =
+        fastest_answer(ctx, desc, answers, alpha, a, b, beta, d, n, choice.answer_us);
+    choice.chosen = static_cast<int>(best);
+    made.heuristic = answers[best];
+    plans.choices.push_back(std::move(choice));
   });
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc.op, &alpha, a.data, plan.desc.a, b.data,
                               plan.desc.b, &beta, c != nullptr ? c : d.data, plan.desc.c,
@@ -189,6 +270,15 @@ void matmul_backward_p2(DeviceContext& ctx, float* dw, std::span<const MatmulRow
       ctx, [&] { return shape_label("p2 gemm", in, "x", out); }, gemm_flops(rows, in, out));
   lt_gemm(ctx, false, true, in, out, rows, 1.0f, {x, CUDA_R_16BF, in}, {dy, CUDA_R_16BF, out}, 1.0f,
           nullptr, {dw, CUDA_R_32F, in});
+}
+
+void set_gemm_candidates(DeviceContext& ctx, int candidates) {
+  if (candidates < 1) throw Error("GEMM candidates: must be at least 1");
+  gemm_plans(ctx).candidates = candidates;
+}
+
+std::vector<GemmChoice> gemm_choices(DeviceContext& ctx) {
+  return gemm_plans(ctx).choices;
 }
 
 void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/kernels.h"
@@ -45,6 +47,22 @@ struct MatmulRows {
 void matmul_backward_p2(DeviceContext& ctx,
                         float* dw,  // (O, I) fp32, accumulated
                         std::span<const MatmulRows> blocks, std::int64_t in, std::int64_t out);
+
+// Which cuBLASLt algorithm a GEMM shape runs. By default cuBLASLt's first heuristic answer. With
+// set_gemm_candidates(ctx, n), n > 1, the first call of each shape after it asks for n answers and
+// times each on the call's operands (one untimed run, then the median of three, into a zeroed
+// scratch output: the call's own output is not touched), keeping the fastest. For benchmarks
+// (bench_block --gemm-candidates): the scratch, as large as the output, comes from the stage's
+// allocator, so it shows in the allocator's peak, and the timing waits for the GPU once per shape.
+void set_gemm_candidates(DeviceContext& ctx, int candidates);  // throws Error below 1
+struct GemmChoice {
+  std::string shape;              // "NT 4096x11008x2048": op(A), op(B), then m x n x k
+  int candidates = 0;             // answers the heuristic gave
+  int chosen = 0;                 // index of the fastest (0: the heuristic's first)
+  std::vector<double> answer_us;  // each answer's median µs (infinity: it failed)
+};
+// The shapes whose answers were timed in this context, in the order they were first called.
+std::vector<GemmChoice> gemm_choices(DeviceContext& ctx);
 
 // Strided-batched GEMM on column-major operands (cuBLAS), bf16 in/out, fp32 compute: the
 // attention core's per-head products. Arguments follow cublasGemmStridedBatchedEx.

@@ -10,8 +10,9 @@
 #   tests       pipeplan_cuda_tests, one process per suite (a crash loses one suite), gtest JSON
 #   flash       the fused-attention tests alone (FlashAttention.*, CudaBackend.*Flash*, the
 #               allocator's stash count), for a quick re-check after a fix
-#   block       bench_block (pipeplan's LLaMA-7B block F + p1 + p2, flash, mbs 1,2; recompute at
-#               mbs 1 beside it) and tools/device/torch_block.py (PyTorch's block, same shapes)
+#   block       bench_block (pipeplan's LLaMA-7B block F + p1 + p2, flash, mbs 1,2; again with 8
+#               cuBLASLt answers timed per GEMM shape; recompute at mbs 1 beside it) and
+#               tools/device/torch_block.py (PyTorch's block, same shapes)
 #   profile     issue 12's profile: pipeplan profile --backend cuda --model llama-7b --seq 2048
 #               --mbs 1,2,4 --attention flash (whole GPU)
 #   profile-sm  the profile the emulated pipelines are planned from: the LAYERS-block LLaMA-7B-like
@@ -266,6 +267,8 @@ phase_block() {
   local cap_s=150
   record bench_block.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
     --attention flash --warmup 5 --repetitions 20 --breakdown
+  record bench_block-tuned.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
+    --attention flash --warmup 5 --repetitions 20 --gemm-candidates 8
   record bench_block-recompute.json "$bin/bench_block" --model llama-7b --seq "$seq" --mbs 1 \
     --attention recompute --warmup 3 --repetitions 10
   record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \

@@ -85,21 +85,40 @@ def tests_table(results):
     return out + [""] + failed_lines + ([""] if failed_lines else [])
 
 
+def gemm_choice_line(result):
+    """One line on bench_block --gemm-candidates' choices at one micro-batch size."""
+    choices = result.get("gemm_choices", [])
+    changed = [c for c in choices if c["chosen"] != 0]
+
+    def us(value):
+        return "failed" if value is None else f"{value:.1f} us"
+
+    line = (f"GEMM answers timed at mbs {result['mbs']}: {len(choices)} shapes, "
+            f"{len(changed)} not on the heuristic's first")
+    for c in changed:
+        line += (f"; {c['shape']}: answer {c['chosen']} {us(c['answer_us'][c['chosen']])} "
+                 f"vs {us(c['answer_us'][0])}")
+    return line
+
+
 def block_table(results):
     ours = load_json_line(os.path.join(results, "bench_block.json"))
     unfused = load_json_line(os.path.join(results, "bench_block-recompute.json"))
+    tuned = load_json_line(os.path.join(results, "bench_block-tuned.json"))
     theirs = load_json_line(os.path.join(results, "torch_block.json"))
     out = ["## Block MFU (one LLaMA-7B block, F + p1 + p2, PaLM FLOPs, dense bf16 peak)", ""]
-    if ours is None and theirs is None:
+    if ours is None and theirs is None and tuned is None:
         return out + ["(no bench_block.json or torch_block.json)", ""]
-    gpu = (ours or theirs).get("gpu", "?")
-    peak = (ours or theirs).get("peak_bf16_tflops", 0)
+    gpu = (ours or tuned or theirs).get("gpu", "?")
+    peak = (ours or tuned or theirs).get("peak_bf16_tflops", 0)
     out.append(f"GPU {gpu}, peak {peak} TFLOP/s; pipeplan attention: "
                f"{(ours or {}).get('attention', '?')}; torch {(theirs or {}).get('torch', '?')}")
     out.append("")
     out.append("| implementation | mbs | F ms | p1 ms | p2 ms | bwd ms | step ms | TFLOP/s | MFU |")
     out.append("|---|---|---|---|---|---|---|---|---|")
-    for label, line in (("pipeplan (CUDA backend)", ours), ("pipeplan, unfused", unfused)):
+    tuned_label = f"pipeplan, best of {(tuned or {}).get('gemm_candidates', '?')} GEMM answers"
+    for label, line in (("pipeplan (CUDA backend)", ours), (tuned_label, tuned),
+                        ("pipeplan, unfused", unfused)):
         for r in (line or {}).get("results", []):
             out.append(f"| {label}: {line.get('attention', '?')} | {r['mbs']} | "
                        f"{r['forward_ms']:.2f} | {r['p1_ms']:.2f} | {r['p2_ms']:.2f} | "
@@ -114,6 +133,10 @@ def block_table(results):
                    f"{r['step_ms']:.2f} | {r['tflops']['step']:.0f} | "
                    f"{100 * r.get('mfu', 0):.1f} % |")
     out.append("")
+    for r in (tuned or {}).get("results", []):
+        out.append(gemm_choice_line(r))
+    if tuned:
+        out.append("")
     for r in (ours or {}).get("results", []):
         breakdown = r.get("breakdown")
         if not breakdown:

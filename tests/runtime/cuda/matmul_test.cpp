@@ -7,6 +7,7 @@
 // bf16 outputs, 1e-4 for the fp32 gradient. A transposed or mis-strided operand gives errors
 // of order 1. The reference is computed at 512 sampled elements of each output (every
 // element's full reduction), which keeps the host side under a second.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -165,6 +166,51 @@ TEST_P(CudaMatmul, BackwardP2AccumulatesOverMicroBatchesIntoF32) {
                    dot(dy2.host, o, out, x2.host, i, in, rows));
   }
   EXPECT_LT(relative_error(got, want), kF32OutputTolerance) << "p2 " << out << "x" << in;
+}
+
+// With several heuristic answers timed (bench_block --gemm-candidates), the chosen one is the
+// fastest measured and the timing runs leave the accumulated gradient alone: p2 adds dYᵀ·X once.
+TEST(CudaGemmChoice, TimingTheAnswersLeavesTheOutputAlone) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend backend(cuda::CudaBackendOptions{Attention::recompute});
+  cuda::DeviceContext& ctx = backend.context();
+  EXPECT_THROW(cuda::set_gemm_candidates(ctx, 0), Error);
+  cuda::set_gemm_candidates(ctx, 4);
+  const std::int64_t rows = 64, in = 256, out = 512;
+  const Operand x = operand(backend, rows, in, 21), dy = operand(backend, rows, out, 22);
+  Vec start(static_cast<std::size_t>(out * in));
+  fill_normal(start, 1.0, 23);
+  const std::vector<float> start_f32(start.begin(), start.end());
+  const Tensor dw = ctx.empty({out, in}, DType::f32);
+  ASSERT_EQ(cudaMemcpyAsync(cuda::f32_ptr(dw), start_f32.data(), start_f32.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, ctx.stream()),
+            cudaSuccess);
+  const std::vector<cuda::MatmulRows> blocks = {
+      {cuda::bf16_ptr(x.device), cuda::bf16_ptr(dy.device), rows}};
+  cuda::matmul_backward_p2(ctx, cuda::f32_ptr(dw), blocks, in, out);
+  const Vec got_all = backend.download(dw);
+  Vec got, want;
+  for (const auto& [o, i] : samples(out, in)) {
+    const auto index = static_cast<std::size_t>(o * in + i);
+    got.push_back(got_all[index]);
+    want.push_back(static_cast<double>(start_f32[index]) +
+                   dot(dy.host, o, out, x.host, i, in, rows));
+  }
+  EXPECT_LT(relative_error(got, want), kF32OutputTolerance);
+
+  const std::vector<cuda::GemmChoice> choices = cuda::gemm_choices(ctx);
+  ASSERT_EQ(choices.size(), 1u) << "one shape, answers timed once";
+  const cuda::GemmChoice& choice = choices.front();
+  EXPECT_GE(choice.candidates, 2);
+  EXPECT_LE(choice.candidates, 4);
+  ASSERT_EQ(choice.answer_us.size(), static_cast<std::size_t>(choice.candidates));
+  const auto chosen = static_cast<std::size_t>(choice.chosen);
+  ASSERT_LT(chosen, choice.answer_us.size());
+  EXPECT_EQ(*std::min_element(choice.answer_us.begin(), choice.answer_us.end()),
+            choice.answer_us[chosen]);
+  EXPECT_EQ(choice.shape, "NT 256x512x64");
+  cuda::matmul_backward_p2(ctx, cuda::f32_ptr(dw), blocks, in, out);  // the shape is known now
+  EXPECT_EQ(cuda::gemm_choices(ctx).size(), 1u);
 }
 
 // LLaMA-7B's linear ops: Wqkv/Wo (4096 -> 4096 at MHA), gate/up (4096 -> 11008), down (11008 ->

@@ -146,6 +146,22 @@ class Issue12Summary(unittest.TestCase):
         self.assertIn("| (not marked: norms, RoPE, SwiGLU, gaps) | | 0.450 | | | 10.0 % |", text)
         self.assertNotIn("memory roofline", text)
 
+    def test_block_with_gemm_answers_timed(self):
+        # bench_block --gemm-candidates 8: a row of its own and which shapes changed algorithm.
+        line = json.loads(block_line([(1, 4.4)]))
+        line["gemm_candidates"] = 8
+        line["results"][0]["gemm_choices"] = [
+            {"shape": "NT 4096x11008x2048", "candidates": 8, "chosen": 3,
+             "answer_us": [344.0, 350.0, None, 330.5]},
+            {"shape": "TN 12288x2048x4096", "candidates": 8, "chosen": 0,
+             "answer_us": [289.0, 300.0]}]
+        write(self.folder, "bench_block-tuned.json", json.dumps(line) + "\n")
+        text = "\n".join(summary.block_table(self.folder))
+        self.assertIn("| pipeplan, best of 8 GEMM answers: attention flash: cuDNN SDPA, "
+                      "cuDNN 9.19.0 | 1 | 1.47 |", text)
+        self.assertIn("GEMM answers timed at mbs 1: 2 shapes, 1 not on the heuristic's first; "
+                      "NT 4096x11008x2048: answer 3 330.5 us vs 344.0 us", text)
+
     def test_block_breakdown_reads_memory_bound_ops_against_the_copy(self):
         # Later bench_block runs mark the norms, RoPE and SwiGLU with the bytes they move, and
         # time a device-to-device copy.
