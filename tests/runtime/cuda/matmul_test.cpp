@@ -137,35 +137,45 @@ TEST_P(CudaMatmul, BackwardP1MatchesHostAtLlamaDepth) {
       << "p1 accumulate depth " << out;
 }
 
-// dw += [dy_1; dy_2]ᵀ·[x_1; x_2] into an fp32 (O, I) gradient that starts non-zero.
-TEST_P(CudaMatmul, BackwardP2AccumulatesOverMicroBatchesIntoF32) {
-  const auto [in, out] = GetParam();
-  const std::int64_t rows = kRows;
-  cuda::CudaBackend& backend = this->backend();
-  cuda::DeviceContext& ctx = this->ctx();
-  const Operand x1 = operand(backend, rows, in, 7), x2 = operand(backend, rows, in, 8);
-  const Operand dy1 = operand(backend, rows, out, 9), dy2 = operand(backend, rows, out, 10);
+// Runs p2 over `pairs` (x, dy) of `rows` rows each into an fp32 (out, in) gradient that starts
+// non-zero (drawn from `seed`); returns the sampled relative error against the host's sum.
+double p2_error(cuda::CudaBackend& backend, const std::vector<std::pair<Operand, Operand>>& pairs,
+                std::int64_t rows, std::int64_t in, std::int64_t out, std::uint64_t seed) {
+  cuda::DeviceContext& ctx = backend.context();
   Vec start(static_cast<std::size_t>(out * in));
-  fill_normal(start, 1.0, 11);
-  std::vector<float> start_f32(start.begin(), start.end());
+  fill_normal(start, 1.0, seed);
+  const std::vector<float> start_f32(start.begin(), start.end());
   const Tensor dw = ctx.empty({out, in}, DType::f32);
-  ASSERT_EQ(cudaMemcpyAsync(cuda::f32_ptr(dw), start_f32.data(), start_f32.size() * sizeof(float),
+  EXPECT_EQ(cudaMemcpyAsync(cuda::f32_ptr(dw), start_f32.data(), start_f32.size() * sizeof(float),
                             cudaMemcpyHostToDevice, ctx.stream()),
             cudaSuccess);
-  const std::vector<cuda::MatmulRows> blocks = {
-      {cuda::bf16_ptr(x1.device), cuda::bf16_ptr(dy1.device), rows},
-      {cuda::bf16_ptr(x2.device), cuda::bf16_ptr(dy2.device), rows}};
+  std::vector<cuda::MatmulRows> blocks;
+  for (const auto& [x, dy] : pairs)
+    blocks.push_back({cuda::bf16_ptr(x.device), cuda::bf16_ptr(dy.device), rows});
   cuda::matmul_backward_p2(ctx, cuda::f32_ptr(dw), blocks, in, out);
   const Vec got_all = backend.download(dw);
   Vec got, want;
   for (const auto& [o, i] : samples(out, in)) {
     const auto index = static_cast<std::size_t>(o * in + i);
     got.push_back(got_all[index]);
-    want.push_back(static_cast<double>(start_f32[index]) +
-                   dot(dy1.host, o, out, x1.host, i, in, rows) +
-                   dot(dy2.host, o, out, x2.host, i, in, rows));
+    double sum = start_f32[index];
+    for (const auto& [x, dy] : pairs)
+      sum += dot(dy.host, o, out, x.host, i, in, rows);
+    want.push_back(sum);
   }
-  EXPECT_LT(relative_error(got, want), kF32OutputTolerance) << "p2 " << out << "x" << in;
+  return relative_error(got, want);
+}
+
+// dw += [dy_1; dy_2]ᵀ·[x_1; x_2] into an fp32 (O, I) gradient that starts non-zero.
+TEST_P(CudaMatmul, BackwardP2AccumulatesOverMicroBatchesIntoF32) {
+  const auto [in, out] = GetParam();
+  const std::int64_t rows = kRows;
+  cuda::CudaBackend& backend = this->backend();
+  const std::vector<std::pair<Operand, Operand>> pairs = {
+      {operand(backend, rows, in, 7), operand(backend, rows, out, 9)},
+      {operand(backend, rows, in, 8), operand(backend, rows, out, 10)}};
+  EXPECT_LT(p2_error(backend, pairs, rows, in, out, 11), kF32OutputTolerance)
+      << "p2 " << out << "x" << in;
 }
 
 // With several heuristic answers timed (bench_block --gemm-candidates), the chosen one is the
@@ -177,26 +187,9 @@ TEST(CudaGemmChoice, TimingTheAnswersLeavesTheOutputAlone) {
   EXPECT_THROW(cuda::set_gemm_candidates(ctx, 0), Error);
   cuda::set_gemm_candidates(ctx, 4);
   const std::int64_t rows = 64, in = 256, out = 512;
-  const Operand x = operand(backend, rows, in, 21), dy = operand(backend, rows, out, 22);
-  Vec start(static_cast<std::size_t>(out * in));
-  fill_normal(start, 1.0, 23);
-  const std::vector<float> start_f32(start.begin(), start.end());
-  const Tensor dw = ctx.empty({out, in}, DType::f32);
-  ASSERT_EQ(cudaMemcpyAsync(cuda::f32_ptr(dw), start_f32.data(), start_f32.size() * sizeof(float),
-                            cudaMemcpyHostToDevice, ctx.stream()),
-            cudaSuccess);
-  const std::vector<cuda::MatmulRows> blocks = {
-      {cuda::bf16_ptr(x.device), cuda::bf16_ptr(dy.device), rows}};
-  cuda::matmul_backward_p2(ctx, cuda::f32_ptr(dw), blocks, in, out);
-  const Vec got_all = backend.download(dw);
-  Vec got, want;
-  for (const auto& [o, i] : samples(out, in)) {
-    const auto index = static_cast<std::size_t>(o * in + i);
-    got.push_back(got_all[index]);
-    want.push_back(static_cast<double>(start_f32[index]) +
-                   dot(dy.host, o, out, x.host, i, in, rows));
-  }
-  EXPECT_LT(relative_error(got, want), kF32OutputTolerance);
+  const std::vector<std::pair<Operand, Operand>> pairs = {
+      {operand(backend, rows, in, 21), operand(backend, rows, out, 22)}};
+  EXPECT_LT(p2_error(backend, pairs, rows, in, out, 23), kF32OutputTolerance);
 
   const std::vector<cuda::GemmChoice> choices = cuda::gemm_choices(ctx);
   ASSERT_EQ(choices.size(), 1u) << "one shape, answers timed once";
@@ -209,7 +202,7 @@ TEST(CudaGemmChoice, TimingTheAnswersLeavesTheOutputAlone) {
   EXPECT_EQ(*std::min_element(choice.answer_us.begin(), choice.answer_us.end()),
             choice.answer_us[chosen]);
   EXPECT_EQ(choice.shape, "NT 256x512x64");
-  cuda::matmul_backward_p2(ctx, cuda::f32_ptr(dw), blocks, in, out);  // the shape is known now
+  (void)p2_error(backend, pairs, rows, in, out, 24);  // the shape is known now: not timed again
   EXPECT_EQ(cuda::gemm_choices(ctx).size(), 1u);
 }
 
