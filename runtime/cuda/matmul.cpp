@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/green_context.h"
 #include "runtime/cuda/op_marks.h"
+#include "runtime/cuda/op_timing.h"
 
 namespace pipeplan::cuda {
 
@@ -95,20 +95,6 @@ DType dtype_of(cudaDataType_t type) {
   return type == CUDA_R_32F ? DType::f32 : DType::bf16;
 }
 
-// Events in the stream's (green) context, destroyed with the scope.
-struct TimingEvents {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  explicit TimingEvents(cudaStream_t stream)
-      : start(create_event_for(stream, cudaEventDefault)),
-        stop(create_event_for(stream, cudaEventDefault)) {}
-  ~TimingEvents() {
-    cudaEventDestroy(start);  // no throwing from a destructor
-    cudaEventDestroy(stop);
-  }
-  TimingEvents(const TimingEvents&) = delete;
-  TimingEvents& operator=(const TimingEvents&) = delete;
-};
-
 // Times each of the heuristic's answers on the call's own operands, writing a zeroed scratch D
 // (also its C, so beta's read is timed too): one untimed run, then the median of three. Returns
 // the index of the fastest; `us` gets every answer's median (infinity where it failed).
@@ -116,32 +102,24 @@ std::size_t fastest_answer(DeviceContext& ctx, const LtDescriptors& desc,
                            std::span<const cublasLtMatmulHeuristicResult_t> answers, float alpha,
                            const Operand& a, const Operand& b, float beta, const Operand& d,
                            std::int64_t n, std::vector<double>& us) {
-  constexpr int kTimed = 3;
+  struct Failed {};  // this answer cannot run here after all
   const Tensor scratch = ctx.zeros({d.ld * n}, dtype_of(d.type));
-  const TimingEvents events(ctx.stream());
   us.assign(answers.size(), std::numeric_limits<double>::infinity());
   for (std::size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].state != CUBLAS_STATUS_SUCCESS ||
         answers[i].workspaceSize > ctx.workspace_bytes()) {
       continue;
     }
-    std::vector<double> runs;
-    for (int run = 0; run <= kTimed; ++run) {
-      CUDA_CHECK(cudaEventRecord(events.start, ctx.stream()));
-      const cublasStatus_t status =
-          cublasLtMatmul(ctx.lt(), desc.op, &alpha, a.data, desc.a, b.data, desc.b, &beta,
-                         scratch.data(), desc.c, scratch.data(), desc.c, &answers[i].algo,
-                         ctx.workspace(), ctx.workspace_bytes(), ctx.stream());
-      CUDA_CHECK(cudaEventRecord(events.stop, ctx.stream()));
-      CUDA_CHECK(cudaEventSynchronize(events.stop));
-      if (status != CUBLAS_STATUS_SUCCESS) break;  // this answer cannot run here after all
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-      if (run > 0) runs.push_back(1e3 * static_cast<double>(ms));
-    }
-    if (runs.size() == kTimed) {
-      std::sort(runs.begin(), runs.end());
-      us[i] = runs[kTimed / 2];
+    try {
+      us[i] = time_op(ctx.stream(), 1, 3, {}, [&] {
+                if (cublasLtMatmul(ctx.lt(), desc.op, &alpha, a.data, desc.a, b.data, desc.b, &beta,
+                                   scratch.data(), desc.c, scratch.data(), desc.c, &answers[i].algo,
+                                   ctx.workspace(), ctx.workspace_bytes(),
+                                   ctx.stream()) != CUBLAS_STATUS_SUCCESS) {
+                  throw Failed{};
+                }
+              }).median_us;
+    } catch (const Failed&) {
     }
   }
   const auto best = std::min_element(us.begin(), us.end());
@@ -177,7 +155,7 @@ void lt_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::
         desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
     int found = 0;
     std::vector<cublasLtMatmulHeuristicResult_t> answers(
-        static_cast<std::size_t>(std::max(1, plans.candidates)));
+        static_cast<std::size_t>(plans.candidates));
     const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(
         ctx.lt(), desc.op, desc.a, desc.b, desc.c, desc.c, desc.preference,
         static_cast<int>(answers.size()), answers.data(), &found);

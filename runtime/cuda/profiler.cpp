@@ -10,55 +10,18 @@
 #include <optional>
 #include <sstream>
 
-#include "planner/base/stats.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
+#include "runtime/cuda/op_timing.h"
 #include "runtime/emulate.h"
 #include "runtime/random.h"
 
 namespace pipeplan::cuda {
 
 namespace {
-
-struct Timing {
-  double median_us = 0, min_us = 0, max_us = 0;
-};
-
-Timing summarise(const std::vector<double>& samples) {
-  const auto [min, max] = std::minmax_element(samples.begin(), samples.end());
-  return {median(samples), *min, *max};
-}
-
-// Times `timed` with CUDA events on `stream`; `setup` runs untimed before each repetition.
-Timing time_op(cudaStream_t stream, int warmup, int repetitions, const std::function<void()>& setup,
-               const std::function<void()>& timed) {
-  // In the stream's context: a green context's stream (--sm-partition) is not the primary's.
-  cudaEvent_t start = create_event_for(stream, cudaEventDefault);
-  cudaEvent_t stop = nullptr;
-  try {
-    stop = create_event_for(stream, cudaEventDefault);
-  } catch (const Error&) {
-    cudaEventDestroy(start);
-    throw;
-  }
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + repetitions; ++i) {
-    if (setup) setup();
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    timed();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i >= warmup) samples.push_back(1000.0 * ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return summarise(samples);
-}
 
 class Progress {
  public:
@@ -108,9 +71,9 @@ P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& op
                                  cudaMemcpyDeviceToDevice, ctx.stream()));
     }
   };
-  const Timing bulk =
+  const OpTiming bulk =
       time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(big * 4); });
-  const Timing tiny =
+  const OpTiming tiny =
       time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(4); });
   if (peer != nullptr) cudaFree(peer);
   return {tiny.median_us, static_cast<double>(big * 4) / (bulk.median_us * 1e3)};
@@ -161,7 +124,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
   LayerCost cost;
   ForwardResult fwd;
   const auto forward = [&] { fwd = backend.forward(layer, in.input, in.targets); };
-  const Timing f = time_op(
+  const OpTiming f = time_op(
       stream, options.warmup, options.repetitions, [&] { fwd = {}; }, forward);
   backend.synchronize();
   // Bytes from the allocator: what one forward leaves allocated, minus its output; plus inputs
@@ -179,7 +142,7 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
     if (kept) cost.stash_bytes += input.bytes();
   }
   BackwardP1Result p1;
-  const Timing b1 = time_op(
+  const OpTiming b1 = time_op(
       stream, options.warmup, options.repetitions,
       [&] {
         p1 = {};
@@ -203,8 +166,8 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
     view.reserve(sets.size());
     for (const BackwardP1Result& set : sets)
       view.push_back(&set.retained);
-    const Timing b2 = time_op(stream, options.warmup, options.repetitions, {},
-                              [&] { backend.backward_p2(layer, view); });
+    const OpTiming b2 = time_op(stream, options.warmup, options.repetitions, {},
+                                [&] { backend.backward_p2(layer, view); });
     cost.p2_concat_us[k] = b2.median_us;
     cost.p2_work_bytes[k] = work_bytes(backend, [&] { backend.backward_p2(layer, view); });
     if (k == 1) {

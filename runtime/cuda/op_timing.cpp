@@ -1,0 +1,53 @@
+#include "runtime/cuda/op_timing.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "planner/base/stats.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/green_context.h"
+
+namespace pipeplan::cuda {
+
+namespace {
+
+// Two events in the stream's context, destroyed with the scope.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  explicit EventPair(cudaStream_t stream) : start(create_event_for(stream, cudaEventDefault)) {
+    try {
+      stop = create_event_for(stream, cudaEventDefault);
+    } catch (...) {
+      cudaEventDestroy(start);
+      throw;
+    }
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);  // no throwing from a destructor
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+}  // namespace
+
+OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
+                 const std::function<void()>& setup, const std::function<void()>& timed) {
+  const EventPair events(stream);
+  std::vector<double> samples;
+  for (int i = 0; i < warmup + repetitions; ++i) {
+    if (setup) setup();
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    timed();
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    if (i >= warmup) samples.push_back(1000.0 * ms);
+  }
+  const auto [min, max] = std::minmax_element(samples.begin(), samples.end());
+  return {median(samples), *min, *max};
+}
+
+}  // namespace pipeplan::cuda
