@@ -41,6 +41,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/op_marks.h"
+#include "runtime/cuda/op_timing.h"
 #include "runtime/emulate.h"
 #include "runtime/random.h"
 
@@ -184,8 +185,9 @@ nlohmann::json op_breakdown(cuda::CudaBackend& backend, LayerParams& layer, cons
           {"unmarked_share", (step_ms - marked) / step_ms}};
 }
 
-// The memory roofline the memory-bound ops are read against: the median bandwidth (bytes read
-// plus bytes written, over time) of device-to-device copies of 256 MiB, as `repetitions` copies.
+// The memory roofline the memory-bound ops are read against: the bandwidth (bytes read plus bytes
+// written, over the median time of `repetitions` copies after one untimed) of device-to-device
+// copies of 256 MiB.
 nlohmann::json copy_bandwidth(int repetitions) {
   constexpr std::size_t kBytes = std::size_t{256} << 20;
   struct Buffers {
@@ -199,18 +201,13 @@ nlohmann::json copy_bandwidth(int repetitions) {
   CUDA_CHECK(cudaMalloc(&buffers.from, kBytes));
   CUDA_CHECK(cudaMalloc(&buffers.to, kBytes));
   CUDA_CHECK(cudaMemset(buffers.from, 1, kBytes));
-  const Events events;
-  std::vector<double> gbps;
-  for (int i = 0; i < repetitions + 1; ++i) {  // the first one untimed
-    CUDA_CHECK(cudaEventRecord(events.at[0], nullptr));
-    CUDA_CHECK(cudaMemcpyAsync(buffers.to, buffers.from, kBytes, cudaMemcpyDeviceToDevice));
-    CUDA_CHECK(cudaEventRecord(events.at[1], nullptr));
-    CUDA_CHECK(cudaEventSynchronize(events.at[1]));
-    if (i > 0) gbps.push_back(2.0 * static_cast<double>(kBytes) / (events.ms(0, 1) * 1e-3) / 1e9);
-  }
-  return {{"what", "cudaMemcpyAsync device to device, 256 MiB, (read + written) / time, median"},
+  const double us =
+      cuda::time_op(nullptr, 1, repetitions, {}, [&] {
+        CUDA_CHECK(cudaMemcpyAsync(buffers.to, buffers.from, kBytes, cudaMemcpyDeviceToDevice));
+      }).median_us;
+  return {{"what", "cudaMemcpyAsync device to device, 256 MiB, (read + written) / median time"},
           {"bytes", kBytes},
-          {"gbps", median(gbps)}};
+          {"gbps", 2.0 * static_cast<double>(kBytes) / (us * 1e-6) / 1e9}};
 }
 
 nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& options,
