@@ -173,18 +173,11 @@ Partition partition_fixed(const ModelConfig& model, const std::vector<int>& bloc
 
 double StageCost::p2_time_us(int k) const {
   if (k < 1) return 0;
-  if (p2_concat_us.empty()) return p2_us * k;
-  const int known = static_cast<int>(p2_concat_us.size());
-  if (k <= known) return p2_concat_us[static_cast<std::size_t>(k) - 1];
-  // Beyond the table, linear in k from the largest entry (as LayerCost::p2_time_us).
-  return p2_concat_us.back() * k / known;
+  return p2_table_at(p2_concat_us, k).value_or(p2_us * k);
 }
 
 std::int64_t StageCost::p2_work(int k) const {
-  if (k < 1 || p2_work_bytes.empty()) return 0;
-  const int known = static_cast<int>(p2_work_bytes.size());
-  if (k <= known) return p2_work_bytes[static_cast<std::size_t>(k) - 1];
-  return std::llround(static_cast<double>(p2_work_bytes.back()) / known * k);
+  return std::llround(p2_table_at(p2_work_bytes, k).value_or(0));
 }
 
 std::int64_t StageCost::max_work_bytes() const {

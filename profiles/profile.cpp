@@ -216,22 +216,12 @@ Attention attention_from_string(std::string_view text) {
 
 double LayerCost::p2_time_us(int k) const {
   if (k < 1) throw Error("p2 over " + std::to_string(k) + " micro-batches: need at least 1");
-  if (auto it = p2_concat_us.find(k); it != p2_concat_us.end()) return it->second;
-  if (k == 1) return p2_us;
-  // Linear in k from the largest entry below k: its per-micro-batch time, k times.
-  auto below = p2_concat_us.lower_bound(k);
-  if (below == p2_concat_us.begin()) return p2_us * k;
-  --below;
-  return below->second / below->first * k;
+  return p2_table_at(p2_concat_us, k).value_or(p2_us * k);  // k = 1 without an entry: p2_us
 }
 
 std::int64_t LayerCost::p2_work(int k) const {
   if (k < 1) throw Error("p2 over " + std::to_string(k) + " micro-batches: need at least 1");
-  if (auto it = p2_work_bytes.find(k); it != p2_work_bytes.end()) return it->second;
-  auto below = p2_work_bytes.lower_bound(k);
-  if (below == p2_work_bytes.begin()) return 0;
-  --below;
-  return std::llround(static_cast<double>(below->second) / below->first * k);
+  return std::llround(p2_table_at(p2_work_bytes, k).value_or(0));
 }
 
 const LayerCost& Profile::cost(LayerKind kind, int mbs) const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,26 @@ namespace pipeplan {
 enum class Attention { materialized, recompute, flash };
 std::string_view to_string(Attention attention);
 Attention attention_from_string(std::string_view text);  // throws Error
+
+// A p2 table (one call over k concatenated micro-batches -> time or bytes) read at k: the entry
+// for k, else linear in k from the largest entry below it (its per-micro-batch value, k times);
+// nullopt when there is none. The map form holds any keys, the vector form k = 1 .. size at
+// index k - 1; both extend the same way, so layers and stages round alike.
+template <typename Value>
+std::optional<double> p2_table_at(const std::map<int, Value>& table, int k) {
+  if (auto it = table.find(k); it != table.end()) return static_cast<double>(it->second);
+  auto below = table.lower_bound(k);
+  if (below == table.begin()) return std::nullopt;
+  --below;
+  return static_cast<double>(below->second) / below->first * k;
+}
+template <typename Value>
+std::optional<double> p2_table_at(const std::vector<Value>& table, int k) {
+  const int known = static_cast<int>(table.size());
+  if (k < 1 || known == 0) return std::nullopt;
+  if (k <= known) return static_cast<double>(table[static_cast<std::size_t>(k) - 1]);
+  return static_cast<double>(table.back()) / known * k;
+}
 
 struct LayerCost {
   double forward_us = 0;

@@ -39,7 +39,8 @@ CheckedSimulation validate_and_simulate(const TaskGraph& graph) {
     out.violation = stuck == nullptr ? other : find_violation(graph);
   }
   if (out.violation) {
-    out.sim = SimResult{};  // an invalid graph's outcome does not matter
+    // An invalid graph's outcome does not matter; one over its memory limit still ran as planned.
+    if (out.violation->rule != "memory-limit" || stuck) out.sim = SimResult{};
     return out;
   }
   if (stuck) std::rethrow_exception(stuck);

@@ -13,7 +13,10 @@
 namespace pipeplan {
 
 struct CheckedSimulation {
-  std::optional<Violation> violation;  // the first broken rule; `sim` is then left empty
+  // The first broken rule. `sim` is then left empty, except under "memory-limit": the graph is
+  // well formed and only needs more memory than it has, so its timeline is kept (the BPipe
+  // retry in make_plan.cpp reads the peaks from it).
+  std::optional<Violation> violation;
   SimResult sim;
 };
 
@@ -22,7 +25,8 @@ struct CheckedSimulation {
 inline constexpr int kConcurrentEvaluationNodes = 4096;
 
 // An Error thrown by the simulation of a valid graph propagates; on an invalid graph the
-// violation is returned and whatever the simulation did is dropped.
+// violation is returned and whatever the simulation did is dropped, unless the one rule broken is
+// memory-limit (see CheckedSimulation).
 CheckedSimulation validate_and_simulate(const TaskGraph& graph);
 
 }  // namespace pipeplan

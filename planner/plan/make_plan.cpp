@@ -147,7 +147,7 @@ CheckedSimulation add_bpipe_within_memory(TaskGraph& graph, const std::vector<St
       graph = std::move(attempt);
       return checked;
     }
-    const std::vector<std::int64_t> peaks = simulate(attempt).peak_memory_bytes();
+    const std::vector<std::int64_t> peaks = checked.sim.peak_memory_bytes();
     bool moved = false;
     for (int d = 0; d < devices; ++d) {
       const auto i = static_cast<std::size_t>(d);

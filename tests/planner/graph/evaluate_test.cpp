@@ -1,5 +1,6 @@
 // validate_and_simulate gives what find_violation and simulate give, on one thread (small graphs)
-// and on two (large ones), and an invalid graph's violation even where it cannot be simulated.
+// and on two (large ones), an invalid graph's violation even where it cannot be simulated, and
+// the timeline of a graph whose only fault is its memory.
 #include "planner/graph/evaluate.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,22 @@ TEST(ValidateAndSimulate, ReportsTheViolationOfAGraphThatCannotRun) {
     EXPECT_EQ(checked.violation->rule, "acyclic");
     EXPECT_EQ(checked.violation->message, find_violation(g)->message);
     EXPECT_TRUE(checked.sim.times.empty());
+  }
+}
+
+// Over its memory limit a well-formed graph keeps its timeline: the peaks the BPipe retry reads.
+TEST(ValidateAndSimulate, KeepsTheTimelineOfAGraphOverItsMemoryLimit) {
+  for (const int m : {32, 256}) {
+    TaskGraph g = plan_graph(m);
+    const SimResult alone = simulate(g);
+    const std::vector<std::int64_t> peaks = alone.peak_memory_bytes();
+    g.meta.memory_limit_bytes.assign(peaks.size(), 0.0);
+    g.meta.memory_limit_bytes[1] = static_cast<double>(peaks[1]) / 2;  // device 1 only
+    const CheckedSimulation checked = validate_and_simulate(g);
+    ASSERT_TRUE(checked.violation.has_value());
+    EXPECT_EQ(checked.violation->rule, "memory-limit");
+    EXPECT_EQ(checked.sim.makespan_us, alone.makespan_us);
+    EXPECT_EQ(checked.sim.peak_memory_bytes(), peaks);
   }
 }
 
