@@ -30,7 +30,8 @@ namespace pipeplan {
 // 2: GpuRunOptions::group and ::timeout (one process per GPU under MPI).
 // 3: Backend::upload_loss_gradient (the head's dy in f32, not bf16).
 // 4: GpuProfileOptions::gpu (the profile's gpus.json entry, checked before measuring).
-inline constexpr int kGpuPluginVersion = 4;
+// 5: GpuProfileOptions::gemm_candidates and GpuRunOptions::gemm_candidates.
+inline constexpr int kGpuPluginVersion = 5;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
@@ -45,6 +46,10 @@ struct GpuProfileOptions {
   int warmup = 3;        // untimed runs before each measurement
   int repetitions = 20;  // timed runs; the profile keeps the median
   int sm_partition = 0;  // > 0: run inside a green context of this many SMs
+  // > 1: each GEMM shape runs the fastest of this many cuBLASLt answers, timed at its first call
+  // (runtime/cuda/matmul.h); 1: the heuristic's first. A run predicted from the profile should
+  // use the same.
+  int gemm_candidates = 1;
   // The gpus.json entry the profile names (the planner's peak FLOP/s and memory); empty: from
   // the device name, and a device with no entry is refused before anything is measured.
   std::string gpu;
@@ -63,6 +68,9 @@ struct GpuRunOptions {
   // collective: every rank calls prepare_run. Null: this process drives every plan device.
   ProcessGroup* group = nullptr;
   std::chrono::milliseconds timeout{60000};  // the group's waits during setup
+  // As GpuProfileOptions::gemm_candidates, per stage: each stage times the answers on its own SMs
+  // (in the first step, beside the other stages' work).
+  int gemm_candidates = 1;
 };
 
 // What the executor needs for one run on GPUs, prepared before it starts: one backend per plan

@@ -34,10 +34,12 @@ struct ProfileCommand {
   std::string backend;  // "cuda": measure on the GPU (the CUDA plugin, runtime/gpu_plugin.h)
   int sm_partition = 0;
   int repetitions = 20;
+  int gemm_candidates = 1;
   std::string output;
   int run() const {
     if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic) throw Error("profile: give --analytic, or --backend cuda to measure on a GPU");
+    if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
     if (model.empty()) throw Error("--model: required");
     if (max_concat < 1) throw Error("--max-concat: must be at least 1");
     AnalyticOptions options;
@@ -67,6 +69,7 @@ struct ProfileCommand {
     options.max_concat = max_concat;
     options.repetitions = repetitions;
     options.sm_partition = sm_partition;
+    options.gemm_candidates = gemm_candidates;
     if (gpu_given) options.gpu = gpu;
     options.progress = isatty(STDERR_FILENO) != 0;
     options.command = "pipeplan profile --backend cuda --model " + model + " --mbs " + mbs +
@@ -74,6 +77,8 @@ struct ProfileCommand {
     if (seq > 0) options.command += " --seq " + std::to_string(seq);
     if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
     if (gpu_given) options.command += " --gpu " + gpu;
+    if (gemm_candidates > 1)
+      options.command += " --gemm-candidates " + std::to_string(gemm_candidates);
     const Profile profile = load_gpu_plugin().measure_profile(options);
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";
@@ -108,6 +113,11 @@ Command add_profile_command(CLI::App& app) {
   sub->add_option("--repetitions", cmd->repetitions, "cuda: timed runs per pass (median kept)")
       ->capture_default_str()
       ->check(int_range(1, kMaxRepetitions));
+  sub->add_option("--gemm-candidates", cmd->gemm_candidates,
+                  "cuda: run each GEMM shape with the fastest of N cuBLASLt answers (timed in the "
+                  "warm-up; 1: the heuristic's first)")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxGemmCandidates));
   sub->add_option("-o,--output", cmd->output, "profile JSON to write");
   return {sub, [cmd] { return cmd->run(); }};
 }

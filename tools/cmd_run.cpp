@@ -77,6 +77,9 @@ TaskGraph RunCommand::load_and_check(bool under_mpi) const {
   }
   check_emulate(emulate, plan, backend);
   if (!gpu.empty() && backend != "cuda") throw Error("--gpu: only with --backend cuda");
+  if (gemm_candidates != 1 && backend != "cuda") {
+    throw Error("--gemm-candidates: only with --backend cuda");
+  }
   if (under_mpi && emulate > 0) {
     throw Error(
         "--emulate: runs every stage on one GPU in one process; under MPI each rank has "
@@ -88,7 +91,7 @@ TaskGraph RunCommand::load_and_check(bool under_mpi) const {
 std::string RunCommand::shared_options() const {
   return "backend=" + backend + " steps=" + std::to_string(steps) +
          " seed=" + std::to_string(seed) + " timeout_ms=" + std::to_string(timeout_ms) +
-         " gpu=" + gpu;
+         " gpu=" + gpu + " gemm_candidates=" + std::to_string(gemm_candidates);
 }
 
 int RunCommand::run() const {
@@ -170,7 +173,7 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   const SimResult predicted = simulate(plan);
   // Collective under MPI: the ranks agree on their GPUs and exchange the NCCL unique id.
   const std::unique_ptr<GpuRun> gpu_run =
-      plugin->prepare_run(plan, {emulate, gpu, ranks.group.get(), timeout()});
+      plugin->prepare_run(plan, {emulate, gpu, ranks.group.get(), timeout(), gemm_candidates});
   std::unique_ptr<Executor> executor;
   {
     std::optional<std::string> error;
@@ -283,6 +286,11 @@ Command add_run_command(CLI::App& app) {
       ->check(int_range(0, limits::kMaxDevices));
   sub->add_option("--gpu", cmd->gpu,
                   "cuda: gpus.json entry for the MFU peak (default: from the device name)");
+  sub->add_option("--gemm-candidates", cmd->gemm_candidates,
+                  "cuda: each stage runs each GEMM shape with the fastest of N cuBLASLt answers, "
+                  "timed at its first call (in the first step); 1: the heuristic's first")
+      ->capture_default_str()
+      ->check(int_range(1, limits::kMaxGemmCandidates));
   sub->add_option("--launcher", cmd->launcher,
                   "none (one process runs every device), mpi (one rank per plan device under "
                   "mpirun/srun), auto (mpi when OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS "

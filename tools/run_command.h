@@ -47,6 +47,7 @@ struct RunCommand {
   double max_host_gib = 8;
   int emulate = 0;
   std::string gpu;
+  int gemm_candidates = 1;  // cuda: cuBLASLt answers timed per GEMM shape
   std::string launcher = "auto";
 
   // Chooses one process or one rank (--launcher, the MPI/Slurm environment) and runs.

@@ -212,9 +212,9 @@ nlohmann::json copy_bandwidth(int repetitions) {
 
 nlohmann::json bench_mbs(const ModelConfig& model, int mbs, const Options& options,
                          double peak_flops, std::string& attention_note) {
-  cuda::CudaBackend backend({attention_from_string(options.attention), nullptr});
+  cuda::CudaBackend backend(
+      {attention_from_string(options.attention), nullptr, options.gemm_candidates});
   attention_note = backend.attention_note();
-  cuda::set_gemm_candidates(backend.context(), options.gemm_candidates);
   LayerParams layer = backend.init_layer(model, LayerKind::block, 1, 1);
   const std::int64_t n = std::int64_t{mbs} * options.seq;
   const Tensor x =

@@ -49,6 +49,8 @@ inline constexpr double kMaxNodeTimeUs = 1e18;
 // The CLI.
 inline constexpr int kMaxWidth = 10000;     // show --width (terminal columns)
 inline constexpr int kMaxRunSteps = 10000;  // run --steps
+// run/profile --gemm-candidates: cuBLASLt answers timed per GEMM shape (each runs 4 times).
+inline constexpr int kMaxGemmCandidates = 64;
 
 // "<what> is above the limit of <limit>[ <unit>] (docs/limits.md)", the text every limit error
 // carries.

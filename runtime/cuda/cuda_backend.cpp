@@ -6,6 +6,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/layers.h"
+#include "runtime/cuda/matmul.h"
 #include "runtime/cuda/sdpa.h"
 
 namespace pipeplan::cuda {
@@ -13,10 +14,12 @@ namespace pipeplan::cuda {
 CudaBackend::CudaBackend(CudaBackendOptions options)
     : ctx_(std::make_unique<DeviceContext>(options.stream)),
       attention_(options.attention),
-      attention_note_("attention " + std::string(to_string(options.attention))) {
+      attention_note_("attention " + std::string(to_string(options.attention))),
+      gemm_candidates_(options.gemm_candidates) {
   // flash is cuDNN's fused SDPA or nothing: never the recompute path under flash's name.
   check_attention_available(attention_);
   if (attention_ == Attention::flash) attention_note_ += ": " + fused_attention_description();
+  set_gemm_candidates(*ctx_, gemm_candidates_);  // throws Error below 1
   LayerPasses embedding{
       [this](const LayerParams& layer, const Tensor& tokens, const Tensor&, Stash& stash) {
         return embedding_layer_forward(*ctx_, layer, tokens, stash);
@@ -106,6 +109,12 @@ void CudaBackend::adamw_step(LayerParams& layer, const AdamWConfig& config, int 
     adamw_update(f32_ptr(master(p)), f32_ptr(p.adam_m), f32_ptr(p.adam_v), f32_ptr(p.grad),
                  bf16_ptr(p.weight), p.weight.numel(), args, ctx_->stream());
   }
+}
+
+std::string CudaBackend::note() const {
+  if (gemm_candidates_ <= 1) return attention_note_;
+  return attention_note_ + "; GEMMs: the fastest of " + std::to_string(gemm_candidates_) +
+         " cuBLASLt answers per shape";
 }
 
 void CudaBackend::synchronize() {

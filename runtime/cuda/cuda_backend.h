@@ -20,6 +20,9 @@ namespace pipeplan::cuda {
 struct CudaBackendOptions {
   Attention attention = Attention::materialized;
   cudaStream_t stream = nullptr;  // null: the backend creates its own (e.g. in a green context)
+  // cuBLASLt answers timed per GEMM shape, the fastest kept (matmul.h, set_gemm_candidates); 1:
+  // the heuristic's first answer.
+  int gemm_candidates = 1;
 };
 
 class CudaBackend final : public LayerBackend {
@@ -44,6 +47,9 @@ class CudaBackend final : public LayerBackend {
   // One line for reports and profile notes: "attention flash: cuDNN SDPA, cuDNN 9.19.0,
   // cudnn-frontend 1.32.0", or "attention recompute".
   const std::string& attention_note() const { return attention_note_; }
+  // The attention note, then "; GEMMs: the fastest of N cuBLASLt answers per shape" where the
+  // backend times them: for run reports and profile notes.
+  std::string note() const;
   DeviceContext& context() { return *ctx_; }
 
  protected:
@@ -62,6 +68,7 @@ class CudaBackend final : public LayerBackend {
   std::unique_ptr<DeviceContext> ctx_;
   Attention attention_;
   std::string attention_note_;
+  int gemm_candidates_;
   std::shared_ptr<Masters> masters_ = std::make_shared<Masters>();
 };
 

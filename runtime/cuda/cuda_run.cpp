@@ -167,8 +167,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       std::unique_ptr<CudaBackend> backend;
       {
         const ScopedContext current(green.context());
-        backend =
-            std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, green.stream()});
+        backend = std::make_unique<CudaBackend>(
+            CudaBackendOptions{plan.meta.attention, green.stream(), options.gemm_candidates});
       }
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {0, green.stream(), &backend->context().allocator(),
@@ -189,7 +189,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       cudaStream_t stream = nullptr;
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       own_streams_.push_back(stream);
-      auto backend = std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, stream});
+      auto backend = std::make_unique<CudaBackend>(
+          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates});
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {d, stream, &backend->context().allocator(),
                                                 nullptr};
@@ -249,7 +250,8 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     CUDA_CHECK(cudaSetDevice(gpu));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     own_streams_.push_back(stream);
-    auto backend = std::make_unique<CudaBackend>(CudaBackendOptions{plan.meta.attention, stream});
+    auto backend = std::make_unique<CudaBackend>(
+        CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates});
     local = backend.get();
     pending_.resize(static_cast<std::size_t>(devices));
     backends_.assign(static_cast<std::size_t>(devices), nullptr);
@@ -317,7 +319,7 @@ CudaBackend& CudaRun::backend(int device) const {
 
 std::string CudaRun::backend_name() const {
   for (CudaBackend* backend : backends_) {
-    if (backend != nullptr) return backend->name() + " (" + backend->attention_note() + ")";
+    if (backend != nullptr) return backend->name() + " (" + backend->note() + ")";
   }
   return "cuda";
 }

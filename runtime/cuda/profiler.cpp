@@ -194,6 +194,10 @@ Profile measure_profile(const GpuProfileOptions& options) {
   if (devices == 0) throw Error("no CUDA device found");
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
+  // The answers are timed at a shape's first call, which must be an untimed one.
+  if (options.gemm_candidates > 1 && options.warmup < 1) {
+    throw Error("profile: timing GEMM answers needs at least one warm-up run");
+  }
   CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -201,7 +205,8 @@ Profile measure_profile(const GpuProfileOptions& options) {
   const GpuSpec spec = gpu_for_device(prop.name, options.gpu);
   std::optional<GreenContext> green;
   if (options.sm_partition > 0) green.emplace(0, options.sm_partition);
-  CudaBackend backend({options.attention, green ? green->stream() : nullptr});
+  CudaBackend backend(
+      {options.attention, green ? green->stream() : nullptr, options.gemm_candidates});
 
   Profile profile;
   profile.model = options.model;
@@ -211,7 +216,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   std::ostringstream notes;
   notes << "cuda backend, bf16, median of " << options.repetitions << " after " << options.warmup
         << " warm-up; [min, max] per pass: ";
-  notes << "(" << backend.attention_note() << ") ";
+  notes << "(" << backend.note() << ") ";
   if (green) notes << "(EMULATED stage: green context of " << green->sm_count() << " SMs) ";
   const std::vector<LayerKind> kinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
   Progress progress(options.progress,

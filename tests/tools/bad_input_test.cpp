@@ -88,6 +88,17 @@ TEST_F(BadInput, CommandLineValuesAreChecked) {
   expect_refused("run " + path("p.json") + " --max-host-gib nan --trace {out}",
                  "--max-host-gib: 'nan' must be a finite number above 0");
   expect_refused("diff " + path("p.json") + " " + path("p.json") + " --top -1", "--top");
+  // GEMM answers are timed on a GPU only; 0 or more than 64 is no count of answers.
+  expect_refused("run " + path("p.json") + " --gemm-candidates 8 --trace {out}",
+                 "--gemm-candidates: only with --backend cuda");
+  expect_refused("run " + path("p.json") + " --backend cuda --gemm-candidates 0 --trace {out}",
+                 "--gemm-candidates");
+  expect_refused("run " + path("p.json") + " --backend cuda --gemm-candidates 65 --trace {out}",
+                 "--gemm-candidates");
+  expect_refused("profile --analytic --model tiny --gemm-candidates 8 -o {out}",
+                 "--gemm-candidates: only with --backend cuda");
+  expect_refused("profile --backend cuda --model tiny --gemm-candidates 0 -o {out}",
+                 "--gemm-candidates");
 }
 
 TEST_F(BadInput, UsageErrorsAreOneLine) {

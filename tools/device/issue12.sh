@@ -53,7 +53,8 @@
 # blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
 # SEQ (2048), STEPS (3 per run; the report is the last step and the median of steps 2..N), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
 # BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE, TEST_CAP_S (150
-# s per test suite),
+# s per test suite), GEMM_CANDIDATES (1: cuBLASLt's first answer; N > 1 adds --gemm-candidates N
+# to every `pipeplan profile` and `pipeplan run`, so plans come from profiles of the same GEMMs),
 # PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).
 # shellcheck disable=SC2317  # the phases (and what they call) run indirectly: "phase_$name"
 set -uo pipefail
@@ -85,6 +86,8 @@ stages=${STAGES:-4}
 seq=${SEQ:-2048}
 steps=${STEPS:-3}
 bpipe_mbs=${BPIPE_MBS:-"2 4"}
+gemm=()  # the GEMM algorithm choice, the same for every profile and run
+if [[ ${GEMM_CANDIDATES:-1} != 1 ]]; then gemm=(--gemm-candidates "$GEMM_CANDIDATES"); fi
 out=${OUT:-bench/results/issue12-$(date -u +%Y%m%dT%H%M%SZ)}
 if [[ $dry != 1 ]]; then  # a dry run writes nothing in the tree
   mkdir -p "$out"
@@ -277,13 +280,14 @@ phase_block() {
 
 phase_profile() {
   record profile.txt "$pipeplan" profile --backend cuda --model llama-7b --seq "$seq" \
-    --mbs 1,2,4 --attention flash -o "$raw/$gpu_key-llama-7b.measured.json"
+    --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$raw/$gpu_key-llama-7b.measured.json"
 }
 
 phase_profile_sm() {
   profile_sm="$raw/$gpu_key-llama-7b-blocks$layers-sm$share.measured.json"
   record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" --seq "$seq" \
-    --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" -o "$profile_sm"
+    --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" "${gemm[@]}" \
+    -o "$profile_sm"
 }
 
 common=()
@@ -299,7 +303,7 @@ run_plan() {
   local plan="$raw/$name.plan.json"
   record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
   record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
-    --emulate "${emulate_stages:-$stages}" --steps "$steps" --json \
+    --emulate "${emulate_stages:-$stages}" --steps "$steps" "${gemm[@]}" --json \
     --trace "$raw/$name.trace.json" || return 0
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$raw/$name.trace.json" --top 15
 }
@@ -355,7 +359,7 @@ phase_bpipe() {
   if [[ -z ${BPIPE_PROFILE:-} ]]; then
     cap_s=300 record profile-bpipe.txt "$pipeplan" profile --backend cuda --model "$bpipe_model" \
       --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$bpipe_share" \
-      -o "$bpipe_profile" || return 0
+      "${gemm[@]}" -o "$bpipe_profile" || return 0
   fi
   # run_plan reads these (bash scoping is dynamic).
   local emulate_stages=$bpipe_stages

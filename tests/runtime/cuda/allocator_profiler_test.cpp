@@ -138,5 +138,25 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
   EXPECT_GT(loaded.p2p.latency_us, 0);
 }
 
+// `profile --backend cuda --gemm-candidates 3`: the answers are timed in the warm-up (so the
+// profile needs one) and the notes say which GEMMs the times are of.
+TEST(CudaProfiler, NotesTheGemmAnswersItTimed) {
+  PIPEPLAN_REQUIRE_GPU();
+  GpuProfileOptions options;
+  options.model = pipeplan::testing::tiny_model();
+  options.attention = Attention::recompute;
+  options.max_concat = 1;
+  options.warmup = 1;
+  options.repetitions = 1;
+  options.gemm_candidates = 3;
+  const Profile profile = cuda::measure_profile(options);
+  EXPECT_NE(profile.provenance.notes.find("; GEMMs: the fastest of 3 cuBLASLt answers per shape"),
+            std::string::npos)
+      << profile.provenance.notes;
+  EXPECT_GT(profile.cost(LayerKind::block, 1).p2_us, 0);
+  options.warmup = 0;
+  EXPECT_THROW(cuda::measure_profile(options), Error);
+}
+
 }  // namespace
 }  // namespace pipeplan

@@ -16,6 +16,7 @@
 #include "profiles/analytic.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_run.h"
+#include "runtime/cuda/matmul.h"
 #include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
@@ -58,10 +59,14 @@ struct Run {
   std::map<std::string, std::vector<double>> grads;  // "<layer>/<param>"
   std::vector<std::int64_t> allocator_peaks;
   SimResult measured;
+  std::string backend_name;
+  std::vector<std::size_t> gemm_shapes_timed;  // per stage: shapes whose answers were timed
 };
 
-Run run_on_gpu(const TaskGraph& plan, int emulate) {
-  cuda::CudaRun cuda_run(plan, {emulate, ""});
+Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1) {
+  GpuRunOptions run_options{emulate, ""};
+  run_options.gemm_candidates = gemm_candidates;
+  cuda::CudaRun cuda_run(plan, run_options);
   ExecutorOptions options;
   options.seed = kSeed;
   options.node_timer = cuda_run.node_timer();
@@ -72,6 +77,9 @@ Run run_on_gpu(const TaskGraph& plan, int emulate) {
   run.loss = step.loss;
   run.measured = step.measured;
   run.allocator_peaks = cuda_run.allocator_peak_bytes();
+  run.backend_name = cuda_run.backend_name();
+  for (int d = 0; d < plan.meta.devices; ++d)
+    run.gemm_shapes_timed.push_back(cuda::gemm_choices(cuda_run.backend(d).context()).size());
   const int layers = static_cast<int>(plan.meta.model.layer_list().size());
   for (int l = 0; l < layers; ++l) {
     for (const Parameter& p : executor.layer(l).params) {
@@ -135,6 +143,23 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
+}
+
+// `run --gemm-candidates 3`: every stage times cuBLASLt's answers for each of its GEMM shapes on
+// its own SMs (during the step, beside the other stage) and still computes the same gradients.
+TEST(EmulatedRun, TimedGemmAnswersGiveTheSingleStageGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const auto run = run_on_gpu(tiny_plan(2, "1f1b", BackwardMode::twobp), 2, 3);
+  expect_matches_reference(run, 2);
+  EXPECT_NE(run.backend_name.find("; GEMMs: the fastest of 3 cuBLASLt answers per shape"),
+            std::string::npos)
+      << run.backend_name;
+  ASSERT_EQ(run.gemm_shapes_timed.size(), 2u);
+  for (const std::size_t shapes : run.gemm_shapes_timed)
+    EXPECT_GT(shapes, 0u);
+  EXPECT_EQ(reference().gemm_shapes_timed, std::vector<std::size_t>{0})
+      << "the default times nothing";
 }
 
 // CUDA_DEVICE_MAX_CONNECTIONS: 32 unless the user set it (kept, capped at the driver's 32; a

@@ -42,4 +42,20 @@ expect 'copies: no BPIPE_PROFILE'
 expect 'env PIPEPLAN_DEVICE_COPY=memcpy .*run .*copies-memcpy-auto-m8.plan.json --backend cuda'
 expect 'env PIPEPLAN_DEVICE_COPY=priority .*run .*copies-priority-auto-m8.plan.json --backend cuda'
 expect 'issue12_summary.py'
+if grep -e '--gemm-candidates' "$log" | grep -v bench_block | grep -q .; then
+  echo "issue12_dry_run_test: --gemm-candidates without GEMM_CANDIDATES" >&2
+  exit 1
+fi
+# GEMM_CANDIDATES=8: every profile and every run times the GEMM answers alike.
+if ! OUT="$out" TMPDIR="$out" GEMM_CANDIDATES=8 PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" \
+  env profile profile-sm pipelines bpipe > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run with GEMM_CANDIDATES failed" >&2
+  exit 1
+fi
+expect 'profile --backend cuda --model llama-7b --seq 2048 --mbs 1\\,2\\,4 --attention flash --gemm-candidates 8'
+expect '--sm-partition 32 --gemm-candidates 8'
+expect '--sm-partition 16 --gemm-candidates 8'
+expect 'run .*1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8'
+expect 'run .*bpipe-mbs2.plan.json --backend cuda --emulate 8 --steps 3 --gemm-candidates 8'
 echo "issue12_dry_run_test: every phase reached"
