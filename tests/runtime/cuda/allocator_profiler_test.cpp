@@ -142,12 +142,7 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
 // profile needs one) and the notes say which GEMMs the times are of.
 TEST(CudaProfiler, NotesTheGemmAnswersItTimed) {
   PIPEPLAN_REQUIRE_GPU();
-  GpuProfileOptions options;
-  options.model = pipeplan::testing::tiny_model();
-  options.attention = Attention::recompute;
-  options.max_concat = 1;
-  options.warmup = 1;
-  options.repetitions = 1;
+  GpuProfileOptions options = pipeplan::testing::quick_profile_options(Attention::recompute, 1, 1);
   options.gemm_candidates = 3;
   const Profile profile = cuda::measure_profile(options);
   EXPECT_NE(profile.provenance.notes.find("; GEMMs: the fastest of 3 cuBLASLt answers per shape"),

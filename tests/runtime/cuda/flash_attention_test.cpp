@@ -167,12 +167,8 @@ TEST(FlashAttention, AnUnsupportedShapeFailsInOneLineNamingIt) {
 TEST(FlashAttention, TheProfileSaysWhichKernelRan) {
   PIPEPLAN_REQUIRE_GPU();
   PIPEPLAN_REQUIRE_FUSED_ATTENTION();
-  GpuProfileOptions options;
-  options.model = pipeplan::testing::tiny_model();
-  options.attention = Attention::flash;
-  options.max_concat = 1;
-  options.warmup = 1;
-  options.repetitions = 2;
+  const GpuProfileOptions options =
+      pipeplan::testing::quick_profile_options(Attention::flash, 1, 2);
   const Profile profile = cuda::measure_profile(options);
   EXPECT_NE(profile.provenance.notes.find("attention flash: cuDNN SDPA"), std::string::npos)
       << profile.provenance.notes;

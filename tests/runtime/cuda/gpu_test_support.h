@@ -11,6 +11,8 @@
 
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/sdpa.h"
+#include "runtime/gpu_plugin.h"
+#include "tests/runtime/models.h"
 
 #define PIPEPLAN_REQUIRE_GPU()                                                            \
   do {                                                                                    \
@@ -44,6 +46,17 @@ inline Attention gpu_test_attention() {
 // The same as a `pipeplan plan` argument ("" where the default, flash, runs).
 inline std::string gpu_test_attention_flag() {
   return cuda::fused_attention_built() ? "" : " --attention recompute";
+}
+
+// A quick profile of the tiny model: p2 over one micro-batch only, few runs per pass.
+inline GpuProfileOptions quick_profile_options(Attention attention, int warmup, int repetitions) {
+  GpuProfileOptions options;
+  options.model = tiny_model();
+  options.attention = attention;
+  options.max_concat = 1;
+  options.warmup = warmup;
+  options.repetitions = repetitions;
+  return options;
 }
 
 // bf16 against the fp64 CPU reference, as relative_error: a layer's (or fused attention's)

@@ -20,6 +20,7 @@
 #include "runtime/cuda/green_context.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/profiler.h"
+#include "tests/runtime/cuda/gpu_test_support.h"
 #include "tests/runtime/models.h"
 
 namespace pipeplan {
@@ -135,12 +136,7 @@ TEST(FakeDeviceRules, ScopedContextLetsThreadsShareAStageWithoutBreakingARule) {
 // A device the planner has no gpus.json entry for: the profiler says so before it measures
 // anything (a profile naming an unknown GPU could not be planned from), and --gpu overrides.
 TEST(FakeDeviceProfiler, RefusesAGpuWithoutAGpusJsonEntryBeforeMeasuring) {
-  GpuProfileOptions options;
-  options.model = pipeplan::testing::tiny_model();
-  options.attention = Attention::recompute;
-  options.max_concat = 1;
-  options.warmup = 0;
-  options.repetitions = 1;
+  GpuProfileOptions options = pipeplan::testing::quick_profile_options(Attention::recompute, 0, 1);
   fake_cuda::set_device_name("Tesla T4");
   const std::int64_t launches = fake_cuda::counters().launches;
   try {
