@@ -31,6 +31,11 @@
 #   copies      the 8-stage BPipe run (needs BPIPE_PROFILE) and the 4-stage auto run at m = 2P
 #               (needs the SM-share profile), once per PIPEPLAN_DEVICE_COPY mode of COPY_MODES
 #               ("memcpy priority"): how device-local copies are issued
+#   gemm        whether timing cuBLASLt's answers per GEMM shape pays in the pipelines: the SM-share
+#               profile again with --gemm-candidates GEMM_TUNED (8), the calibrated profile's
+#               contention model copied into it, and the 1F1B-2bp runs at m = P and 2P planned
+#               from each profile (needs PIPELINE_PROFILE, the heuristic's GEMMs) and run with
+#               the GEMMs it describes: gemm1-* beside gemm8-*
 #   summary     tools/device/issue12_summary.py over this call's raw outputs (Markdown tables)
 #
 # Each device call may run 10 minutes, so pick phases that fit. Three calls (estimates, not
@@ -74,7 +79,7 @@ if ((${#phases[@]} == 0)); then
 fi
 for phase in "${phases[@]}"; do
   case $phase in
-    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | summary) ;;
+    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | gemm | summary) ;;
     *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
   esac
 done
@@ -448,6 +453,44 @@ phase_copies() {
       run_plan "copies-$mode-auto-m$((2 * stages))" --schedule auto --backward 2bp \
         --microbatches $((2 * stages))
     fi
+  done
+}
+
+# Timed GEMM answers in the pipelines (matmul.h, set_gemm_candidates): bench_block shows what they
+# do to one block on the whole GPU; this shows what they do to the emulated stages (32 SMs each,
+# where the heuristic's first answer may be another) and whether the plan still predicts them. The
+# contention model fitted to the heuristic's GEMMs is copied into the new profile (the stages
+# share HBM and L2 alike whichever tiles run), so the two predictions differ only in the ops' times.
+phase_gemm() {
+  if [[ -z ${PIPELINE_PROFILE:-} ]]; then
+    echo "issue12.sh: gemm: needs PIPELINE_PROFILE (the calibrated SM-share profile)" \
+      | tee -a "$index" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  local tuned=${GEMM_TUNED:-8} m
+  local measured="$raw/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$tuned.measured.json"
+  local calibrated="$raw/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$tuned.calibrated.json"
+  cap_s=300 record "gemm$tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
+    --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
+    --sm-partition "$share" --gemm-candidates "$tuned" -o "$measured" || return 0
+  record "gemm$tuned-contention.txt" python3 -c '
+import json, sys
+source, target, out = sys.argv[1:]
+profile = json.load(open(target))
+contention = json.load(open(source))["contention"]
+contention["source"] = "copied from " + source + ": " + contention.get("source", "")
+profile["contention"] = contention
+json.dump(profile, open(out, "w"), indent=2)
+print("contention of", source, "into", out)' "$PIPELINE_PROFILE" "$measured" "$calibrated" || return 0
+  local cap_s=120
+  for m in "$stages" $((2 * stages)); do
+    local -a gemm=() common=(--profile "$PIPELINE_PROFILE" --gpu "$gpu_key" --stages "$stages"
+      --seq "$seq")
+    run_plan "gemm1-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
+    gemm=(--gemm-candidates "$tuned")
+    common=(--profile "$calibrated" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+    run_plan "gemm$tuned-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
   done
 }
 

@@ -58,4 +58,18 @@ expect '--sm-partition 32 --gemm-candidates 8'
 expect '--sm-partition 16 --gemm-candidates 8'
 expect 'run .*1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8'
 expect 'run .*bpipe-mbs2.plan.json --backend cuda --emulate 8 --steps 3 --gemm-candidates 8'
+# gemm: the tuned SM-share profile with the calibrated contention, and the 1F1B-2bp runs planned
+# from each profile, each with the GEMMs its profile measured.
+if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" \
+  PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" env gemm > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run of gemm failed" >&2
+  exit 1
+fi
+expect '--sm-partition 32 --gemm-candidates 8 -o .*sm32-gemm8.measured.json'
+expect 'python3 -c .*h200-llama-7b-blocks8-sm32.calibrated.json .*sm32-gemm8.measured.json .*sm32-gemm8.calibrated.json'
+expect 'plan --profile .*h200-llama-7b-blocks8-sm32.calibrated.json .*-o .*gemm1-1f1b-m4-2bp.plan.json'
+expect 'run .*gemm1-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 3 --json'
+expect 'plan --profile .*sm32-gemm8.calibrated.json .*-o .*gemm8-1f1b-m8-2bp.plan.json'
+expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8 --json'
 echo "issue12_dry_run_test: every phase reached"
