@@ -98,13 +98,9 @@ TEST(CudaAllocator, BlockStashBytesMatchTheTensorSizes) {
 
 TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
   PIPEPLAN_REQUIRE_GPU();
-  GpuProfileOptions options;
-  options.model = pipeplan::testing::tiny_model();
+  GpuProfileOptions options = pipeplan::testing::quick_profile_options(Attention::recompute, 1, 3);
   options.micro_batch_sizes = {1, 2};
-  options.attention = Attention::recompute;
   options.max_concat = 2;
-  options.warmup = 1;
-  options.repetitions = 3;
   options.command = "tests/cuda";
   const Profile profile = cuda::measure_profile(options);
   const auto path = std::filesystem::temp_directory_path() / "pipeplan-cuda-profile-test.json";
