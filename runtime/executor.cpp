@@ -102,12 +102,14 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
   }
   const auto& g = plan_.graph();
   local_inputs_.resize(static_cast<std::size_t>(plan_.node_count()));
+  flush_after_.assign(static_cast<std::size_t>(plan_.node_count()), 0);
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
     if (g[*it] != EdgeKind::data) continue;
     const int from = static_cast<int>(boost::source(*it, g));
     const int to = static_cast<int>(boost::target(*it, g));
     if (plan_.node(from).device == plan_.node(to).device) {
       local_inputs_[static_cast<std::size_t>(to)].push_back(from);
+      if (plan_.node(from).kind == NodeKind::send) flush_after_[static_cast<std::size_t>(from)] = 1;
     }
   }
 }
@@ -173,6 +175,9 @@ void Executor::run_node(DeviceWorker& worker, int id) {
       break;
     case NodeKind::send:
       transport_->send(node.device, node.peer, channel_of(stream), worker.take_payload(node));
+      if (flush_after_[static_cast<std::size_t>(id)] != 0) {
+        transport_->flush(node.device, node.peer, channel_of(stream), options_.timeout);
+      }
       break;
     case NodeKind::recv: {
       const std::string tag = node_label(node);

@@ -109,6 +109,9 @@ class Executor {
   std::unique_ptr<Transport> transport_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   std::vector<std::vector<int>> local_inputs_;  // per node: same-device data-edge sources
+  // Per node: a send that a node of its own device waits for (a BPipe eviction, whose memory the
+  // op after next reuses): done only once the transport gave its tensors back (flush).
+  std::vector<char> flush_after_;
   std::unique_ptr<Sync> sync_;
   std::vector<NodeTime> times_;
   DeviceWorker::Clock::time_point start_;

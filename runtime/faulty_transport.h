@@ -31,6 +31,9 @@ class FaultyTransport final : public Transport {
   void send(int from, int to, Channel channel, Message message) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
+  void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override {
+    inner_->flush(from, to, channel, timeout);
+  }
   void cancel() override { inner_->cancel(); }
   void reset() override;
 

@@ -53,6 +53,14 @@ class Transport {
   // link and `expected_tag`, or Cancelled at once after cancel().
   virtual Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                        std::chrono::milliseconds timeout) = 0;
+  // Returns once no message sent so far on the link from `from` to `to` holds the sender's
+  // memory any more (its tensors copied out and given back): the executor calls it after a send
+  // that a node of the sender waits for (a BPipe eviction whose memory the op after next reuses).
+  // Throws Error after `timeout` naming the link, or Cancelled after cancel(). A transport whose
+  // send copies at once (in-process, MPI's host buffers) has nothing to wait for.
+  virtual void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) {
+    (void)from, (void)to, (void)channel, (void)timeout;
+  }
   // Wakes every waiting recv with Cancelled (a worker failed; the step is over). A transport
   // between processes also tells the peers, whose waits then end with Cancelled too.
   virtual void cancel() = 0;
@@ -72,6 +80,9 @@ class SharedTransportRef : public Transport {
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override {
     return inner_->recv(to, from, channel, expected_tag, timeout);
+  }
+  void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override {
+    inner_->flush(from, to, channel, timeout);
   }
   void cancel() override { inner_->cancel(); }
   void reset() override { inner_->reset(); }

@@ -127,8 +127,10 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
 }
 
 // BPipe's caps (plan_bpipe) come from an order-based estimate of each device's memory; the
-// simulation also sees when the transfers run: an eviction still in flight (slower beside its
-// sender's compute, contention.copy) while the next forward allocates holds one stash more. When a
+// simulation also sees when the transfers run. The evictor's op after next waits for the eviction
+// whose memory it reuses (add_bpipe_transfers), so a slow eviction costs time there, not memory;
+// the acceptor's receives and returns, timed by their links, can still overlap more stashes than
+// the estimate counts. When a
 // device of a pair goes over --memory in the simulation, the pair's cap moves by one stash (the
 // evictor over: it keeps one fewer; the acceptor over: one more) and the transfers are planned
 // again, for as long as that lowers the device's simulated peak. Returns the first plan that

@@ -168,6 +168,7 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   {
     const std::lock_guard lock(mutex_);
     queues_[LinkKey{from, to, channel}].push_back(std::move(pending));
+    ++sent_[LinkKey{from, to, channel}];
   }
   arrived_.notify_all();
 }
@@ -224,6 +225,12 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
   // and changes no context state. Not cancellable: the sources must outlive the copy, which
   // always completes (it waits only on events already recorded).
   CUDA_CHECK(cudaEventSynchronize(l.copied));
+  pending.source.tensors.clear();  // back to the sender's cache: flush() may return
+  {
+    const std::lock_guard lock(mutex_);
+    ++released_[LinkKey{from, to, channel}];
+  }
+  released_changed_.notify_all();
   return copy;
 }
 
@@ -276,18 +283,37 @@ Message DeviceLocalTransport::recv(int to, int from, Channel channel, std::strin
   return deliver(from, to, channel, std::move(pending));
 }
 
+void DeviceLocalTransport::flush(int from, int to, Channel channel,
+                                 std::chrono::milliseconds timeout) {
+  const LinkKey key{from, to, channel};
+  std::unique_lock lock(mutex_);
+  const std::int64_t sent = sent_[key];
+  const bool done = released_changed_.wait_for(
+      lock, timeout, [&] { return cancelled_ || released_[key] >= sent; });
+  if (cancelled_)
+    throw Cancelled("cancelled while waiting for the " + link_name(from, to, channel));
+  if (!done) {
+    throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for the " +
+                link_name(from, to, channel) + " to copy " + std::to_string(sent - released_[key]) +
+                " sent message(s) out of the sender");
+  }
+}
+
 void DeviceLocalTransport::cancel() {
   {
     const std::lock_guard lock(mutex_);
     cancelled_ = true;
   }
   arrived_.notify_all();
+  released_changed_.notify_all();
 }
 
 void DeviceLocalTransport::reset() {
   const std::lock_guard lock(mutex_);
   cancelled_ = false;
   queues_.clear();
+  sent_.clear();
+  released_.clear();
 }
 
 }  // namespace pipeplan::cuda

@@ -98,6 +98,9 @@ class DeviceLocalTransport final : public Transport {
   void send(int from, int to, Channel channel, Message message) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
+  // Waits until the receiver has copied every message sent so far on the link and the sources
+  // went back to the sender's cache.
+  void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override;
   void cancel() override;
   void reset() override;
 
@@ -134,6 +137,10 @@ class DeviceLocalTransport final : public Transport {
   std::mutex mutex_;
   std::condition_variable arrived_;
   std::map<LinkKey, std::deque<Pending>> queues_;
+  // Per link since the last reset: messages sent, and those whose sources were given back.
+  std::map<LinkKey, std::int64_t> sent_;
+  std::map<LinkKey, std::int64_t> released_;
+  std::condition_variable released_changed_;
   bool cancelled_ = false;
 };
 

@@ -433,6 +433,10 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
   }
 }
 
+void NcclTransport::flush(int from, int to, Channel channel, std::chrono::milliseconds) {
+  reap(side(from, from, to, channel, "flush"), true);
+}
+
 void NcclTransport::reap(Side& side, bool wait_all) {
   while (!side.in_flight.empty()) {
     Side::Pending& oldest = side.in_flight.front();

@@ -66,6 +66,9 @@ class NcclTransport final : public Transport {
 
   std::string name() const override { return "nccl"; }
   void send(int from, int to, Channel channel, Message message) override;
+  // Waits for the link's sends in flight (each within the send timeout), which then give their
+  // tensors back to the sender's cache.
+  void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
   void cancel() override;  // aborts every communicator: in-flight transfers cannot be resumed

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "planner/graph/validator.h"
 #include "runtime/faulty_transport.h"
@@ -140,6 +144,76 @@ TEST(ExecutorFaults, OpFailureCancelsTheStep) {
   // The other workers were woken at once, not after the 20 s timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_NO_THROW(executor.transport().reset());
+}
+
+// Counts flush() calls per link; everything else goes to an in-process transport.
+class FlushCounter final : public Transport {
+ public:
+  std::string name() const override { return "flush-counter"; }
+  void send(int from, int to, Channel channel, Message message) override {
+    inner_.send(from, to, channel, std::move(message));
+  }
+  Message recv(int to, int from, Channel channel, std::string_view expected_tag,
+               milliseconds timeout) override {
+    return inner_.recv(to, from, channel, expected_tag, timeout);
+  }
+  void flush(int from, int to, Channel channel, milliseconds) override {
+    const std::lock_guard lock(mutex_);
+    ++flushes_[{from, to, channel}];
+  }
+  void cancel() override { inner_.cancel(); }
+  void reset() override { inner_.reset(); }
+  int flushes(int from, int to, Channel channel) {
+    const std::lock_guard lock(mutex_);
+    return flushes_[{from, to, channel}];
+  }
+
+ private:
+  InProcessTransport inner_;
+  std::mutex mutex_;
+  std::map<std::tuple<int, int, Channel>, int> flushes_;
+};
+
+// A send that a node of its own device waits for (the planner's BPipe eviction and the op after
+// next, which reuses its memory) is done only once the transport gave its tensors back: that
+// node starts after the flush; other sends are not flushed.
+TEST(ExecutorPlans, ANodeWaitingForASendStartsAfterTheTransportFlushedIt) {
+  TaskGraph plan = bpipe_1f1b();
+  const int evictor = 0, acceptor = testing::kDevices - 1;
+  const auto& compute = plan.stream_order(plan.stream(evictor, StreamRole::compute));
+  std::map<int, int> reuser_flushes;  // reuser node -> flushes the link must have had by then
+  int evictions = 0;
+  for (std::size_t pos = 0; pos + 2 < compute.size(); ++pos) {
+    for (const auto& e : std::vector<TaskGraph::EdgeRecord>(plan.edge_records().begin(),
+                                                            plan.edge_records().end())) {
+      const Node& send = plan.node(e.to);
+      if (e.from != compute[pos] || send.kind != NodeKind::send ||
+          send.transfer != Transfer::evict) {
+        continue;
+      }
+      plan.add_data_edge(e.to, compute[pos + 2]);
+      reuser_flushes[compute[pos + 2]] = ++evictions;
+    }
+  }
+  ASSERT_GT(evictions, 0);
+  ASSERT_FALSE(find_violation(plan).has_value());
+  auto transport = std::make_unique<FlushCounter>();
+  FlushCounter& counter = *transport;
+  std::atomic<int> early{0};
+  ExecutorOptions options = options_for(milliseconds(20000));
+  options.before_node = [&](int node) {
+    const auto it = reuser_flushes.find(node);
+    if (it != reuser_flushes.end() &&
+        counter.flushes(evictor, acceptor, Channel::transfer) < it->second) {
+      ++early;
+    }
+  };
+  Executor executor(plan, testing::cpu_backends(), options, std::move(transport));
+  executor.step();
+  EXPECT_EQ(early.load(), 0) << "an op reusing an evicted stash started before its flush";
+  EXPECT_EQ(counter.flushes(evictor, acceptor, Channel::transfer), evictions);
+  EXPECT_EQ(counter.flushes(acceptor, evictor, Channel::transfer), 0);  // loads: nobody waits
+  EXPECT_EQ(counter.flushes(evictor, 1, Channel::pipeline), 0);
 }
 
 TEST(ExecutorPlans, InvalidPlanIsRejectedWithTheValidatorsMessage) {

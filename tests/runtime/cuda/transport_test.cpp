@@ -102,6 +102,47 @@ TEST(DeviceLocalTransport, TheCopyIsMadeWhenTheReceiverTakesTheMessage) {
   EXPECT_EQ(bytes(receiver) - receiver_before, payload);
 }
 
+// flush() returns once the receiver took every message sent on the link and the sources went
+// back to the sender's cache (a BPipe eviction's memory, reused by the sender's op after next);
+// until then it times out naming the link; other links do not hold it up.
+TEST(DeviceLocalTransport, FlushWaitsUntilTheSourcesWentBackToTheSender) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)});
+  const auto bytes = [&] { return sender.context().allocator().stats().current_bytes; };
+  const std::int64_t payload = message_of(sender, "size", 0).payload_bytes();
+  const std::int64_t before = bytes();
+  transport.flush(0, 1, Channel::transfer, 10ms);  // nothing sent yet
+  transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F1", 1));
+  transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F2", 2));
+  transport.send(0, 1, Channel::pipeline, message_of(sender, "0F2", 4));
+  try {
+    transport.flush(0, 1, Channel::transfer, 50ms);
+    FAIL() << "flush returned before the receiver took the messages";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("transfer link 0->1"), std::string::npos) << what;
+    EXPECT_NE(what.find("2 sent message(s)"), std::string::npos) << what;
+  }
+  std::jthread receiving([&] {
+    std::this_thread::sleep_for(30ms);
+    expect_message(receiver, transport.recv(1, 0, Channel::transfer, "evict 0F1", 5s), "evict 0F1",
+                   1);
+    expect_message(receiver, transport.recv(1, 0, Channel::transfer, "evict 0F2", 5s), "evict 0F2",
+                   2);
+  });
+  transport.flush(0, 1, Channel::transfer, 5s);
+  // Both evictions' sources are back; the pipeline message still holds its own.
+  EXPECT_EQ(bytes() - before, payload);
+  receiving.join();
+  std::jthread canceller([&] {
+    std::this_thread::sleep_for(30ms);
+    transport.cancel();
+  });
+  transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F3", 3));
+  EXPECT_THROW(transport.flush(0, 1, Channel::transfer, 10s), Cancelled);
+}
+
 TEST(DeviceLocalTransport, AMissingMessageTimesOutNamingTheLinkAndCancelWakesWaiters) {
   PIPEPLAN_REQUIRE_GPU();
   cuda::CudaBackend sender, receiver;
