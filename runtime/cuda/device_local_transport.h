@@ -45,11 +45,13 @@ namespace pipeplan::cuda {
 // greatest stream priority (the compute streams keep the default, the least), so that as the
 // sender's running kernel drains, the block scheduler dispatches the copy's blocks before the
 // next compute kernel's. Chosen by $PIPEPLAN_DEVICE_COPY (docs/runtime.md). Measured on an H200
-// at 8 emulated stages: the hint changed nothing (a copy took 1.3 ms beside idle SMs, 8.7 ms
-// median beside a forward, either way), so memcpy is the default; `priority` is not measured yet.
+// at 8 emulated stages (BPipe, mbs 2): the hint changed nothing (a copy took 1.3 ms beside idle
+// SMs, 8.7 ms median beside a forward, either way); priority streams cut the copies beside the
+// sender's compute from 15.9 ms median to 3.7 ms (the same run, 2026-11-27), so they are the
+// default.
 enum class DeviceCopy { memcpy, overlap, priority };
 inline constexpr const char* kDeviceCopyEnv = "PIPEPLAN_DEVICE_COPY";
-// $PIPEPLAN_DEVICE_COPY: unset or empty gives `memcpy`; "overlap" needs the batch API (CUDA 13);
+// $PIPEPLAN_DEVICE_COPY: unset or empty gives `priority`; "overlap" needs the batch API (CUDA 13);
 // anything but "memcpy", "overlap" or "priority" is an Error naming the variable.
 DeviceCopy device_copy_from_env();
 const char* to_string(DeviceCopy copy);

@@ -204,7 +204,9 @@ TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
   const char* saved = std::getenv(cuda::kDeviceCopyEnv);
   const std::string restore = saved != nullptr ? saved : "";
   unsetenv(cuda::kDeviceCopyEnv);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
+  setenv(cuda::kDeviceCopyEnv, "", 1);
+  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
   setenv(cuda::kDeviceCopyEnv, "memcpy", 1);
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
   setenv(cuda::kDeviceCopyEnv, "overlap", 1);
