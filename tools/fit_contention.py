@@ -31,12 +31,17 @@ that profile:
         A re-plan the memory limit refuses (the new model predicts more than the recorded
         --memory) is made again without a limit and marked "over --memory".
 
+  copy  Writes a copy of PROFILE with the contention model of another profile (--from) of the
+        same model, sequence, attention, GPU and SM share: a new measurement of the ops keeps
+        the slowdowns fitted to earlier runs, so plans made from it predict before they run.
+
 A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
 tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contention").
 
   python3 tools/fit_contention.py fit --profile P.json -o P.fit.json DIR/1f1b-m4-2bp ...
   python3 tools/fit_contention.py eval --pipeplan build/tools/pipeplan --profile P.fit.json \\
       DIR/1f1b-m8-2bp ...
+  python3 tools/fit_contention.py copy --from P.fit.json -o NEW.next.json NEW.measured.json
 """
 import argparse
 import json
@@ -240,9 +245,7 @@ def cmd_fit(args):
         plan, events, sends = load_run(prefix)
         devices = max(devices, int(plan["meta"]["devices"]))
         runs.append((prefix, plan, events, sends))
-    profile = load_json(args.profile)
-    if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
-        raise FitError(f"{args.profile}: not a pipeplan profile (field 'format')")
+    profile = load_profile(args.profile)
     if args.copy_only and not isinstance(profile.get("contention"), dict):
         raise FitError(f"{args.profile}: --copy-only needs a profile with 'contention'")
     samples_by_run, copies_by_run = {}, {}
@@ -270,12 +273,7 @@ def cmd_fit(args):
     if copy is not None:
         contention["copy"] = {"sender_idle": round(copy[0], 4),
                               "sender_computing": round(copy[1], 4)}
-    directory = os.path.dirname(os.path.abspath(args.output))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fit_contention.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(profile, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, args.output)
+    write_profile(args.output, profile)
     if not args.copy_only:
         print("slowdown by compute ops running at once (1 = alone):")
         for op, curve in [("all", slowdown)] + sorted(by_op.items()):
@@ -299,6 +297,52 @@ def cmd_fit(args):
                   f"{100 * copy_error(run_copies, (1.0, 1.0)):>17.1f}% "
                   f"{100 * copy_error(run_copies, copy):>7.1f}%")
     print(f"wrote {args.output}")
+
+
+def load_profile(path):
+    profile = load_json(path)
+    if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
+        raise FitError(f"{path}: not a pipeplan profile (field 'format')")
+    return profile
+
+
+def sm_partition(profile):
+    """The --sm-partition its measuring command gave, or None (the whole GPU)."""
+    command = profile.get("provenance", {}).get("command", "")
+    match = re.search(r"--sm-partition[ =](\d+)", command)
+    return int(match.group(1)) if match else None
+
+
+def cmd_copy(args):
+    source = load_profile(args.source)
+    profile = load_profile(args.profile)
+    if not isinstance(source.get("contention"), dict):
+        raise FitError(f"{args.source}: no 'contention' to copy")
+    for field in ("model", "seq", "attention", "gpu"):
+        if source.get(field) != profile.get(field):
+            raise FitError(f"{args.profile}: field '{field}' differs from {args.source}'s")
+    if sm_partition(source) != sm_partition(profile):
+        raise FitError(f"{args.profile}: measured at --sm-partition {sm_partition(profile)}, "
+                       f"{args.source} at {sm_partition(source)}")
+    contention = json.loads(json.dumps(source["contention"]))
+    contention["source"] = (f"copied from {os.path.basename(args.source)} by "
+                            f"tools/fit_contention.py copy: {contention.get('source', '')}")
+    profile["contention"] = contention
+    write_profile(args.output, profile)
+    print(f"contention of {args.source} into {args.output}")
+
+
+def write_profile(path, profile):
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fit_contention.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(profile, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def recorded_command(path):
@@ -428,9 +472,14 @@ def main():
     e.add_argument("--pipeplan", required=True, help="the pipeplan binary")
     e.add_argument("--profile", required=True, help="the profile to re-plan with")
     e.add_argument("runs", nargs="+", metavar="RUN", help="RUN.plan.{txt,json} + RUN.trace.json")
+    c = sub.add_parser("copy", help="a profile with another profile's contention model")
+    c.add_argument("--from", dest="source", required=True, metavar="PROFILE",
+                   help="the profile whose contention to copy (a calibrated one)")
+    c.add_argument("-o", "--output", required=True, help="the profile to write")
+    c.add_argument("profile", help="the profile to copy it into (a new measurement)")
     args = parser.parse_args()
     try:
-        cmd_fit(args) if args.command == "fit" else cmd_eval(args)
+        {"fit": cmd_fit, "eval": cmd_eval, "copy": cmd_copy}[args.command](args)
     except FitError as err:
         print(f"fit_contention: {err}", file=sys.stderr)
         return 1

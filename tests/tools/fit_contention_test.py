@@ -74,6 +74,32 @@ with tempfile.TemporaryDirectory() as tmp:
     check(before > 5, f"the plain plan should under-predict the slowed trace: {before} %")
     check(abs(after) < 0.2, f"re-planned with the fit, the step should match: {after} %")
 
+    # copy: the fitted contention into a new measurement of the same model (the profile itself
+    # stands for it); a profile of another sequence length is refused naming the field.
+    copied = os.path.join(tmp, "copied.json")
+    run([sys.executable, SCRIPT, "copy", "--from", fitted, "-o", copied, PROFILE])
+    with open(copied, encoding="utf-8") as f:
+        got = json.load(f)
+    with open(fitted, encoding="utf-8") as f:
+        want = json.load(f)["contention"]
+    check(got["contention"]["slowdown"] == want["slowdown"] and
+          got["contention"].get("copy") == want.get("copy") and
+          got["contention"]["source"].startswith("copied from fitted.json"),
+          f"copy: {got['contention']}")
+    with open(PROFILE, encoding="utf-8") as f:
+        original = json.load(f)
+    check(got["layers"] == original["layers"], "copy changed the ops' times")
+    other = dict(original, seq=4096)
+    write_json(os.path.join(tmp, "other.json"), other)
+    out = run([sys.executable, SCRIPT, "copy", "--from", fitted, "-o",
+               os.path.join(tmp, "none.json"), os.path.join(tmp, "other.json")], expect=1)
+    check(out.stderr.count("\n") == 1 and "'seq'" in out.stderr and "other.json" in out.stderr,
+          f"copy across sequence lengths: {out.stderr!r}")
+    out = run([sys.executable, SCRIPT, "copy", "--from", PROFILE, "-o",
+               os.path.join(tmp, "none.json"), PROFILE], expect=1)
+    check(out.stderr.count("\n") == 1 and "no 'contention'" in out.stderr,
+          f"copy from a profile without contention: {out.stderr!r}")
+
     # Bad input: one line naming the file, exit 1, nothing written.
     out = run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o",
                os.path.join(tmp, "none.json"), os.path.join(tmp, "missing")], expect=1)

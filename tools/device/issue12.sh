@@ -474,15 +474,8 @@ phase_gemm() {
   cap_s=300 record "gemm$tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
     --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
     --sm-partition "$share" --gemm-candidates "$tuned" -o "$measured" || return 0
-  record "gemm$tuned-contention.txt" python3 -c '
-import json, sys
-source, target, out = sys.argv[1:]
-profile = json.load(open(target))
-contention = json.load(open(source))["contention"]
-contention["source"] = "copied from " + source + ": " + contention.get("source", "")
-profile["contention"] = contention
-json.dump(profile, open(out, "w"), indent=2)
-print("contention of", source, "into", out)' "$PIPELINE_PROFILE" "$measured" "$calibrated" || return 0
+  record "gemm$tuned-contention.txt" python3 tools/fit_contention.py copy \
+    --from "$PIPELINE_PROFILE" -o "$calibrated" "$measured" || return 0
   local cap_s=120
   for m in "$stages" $((2 * stages)); do
     local -a gemm=() common=(--profile "$PIPELINE_PROFILE" --gpu "$gpu_key" --stages "$stages"

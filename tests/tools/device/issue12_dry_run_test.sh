@@ -67,7 +67,7 @@ if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blo
   exit 1
 fi
 expect '--sm-partition 32 --gemm-candidates 8 -o .*sm32-gemm8.measured.json'
-expect 'python3 -c .*h200-llama-7b-blocks8-sm32.calibrated.json .*sm32-gemm8.measured.json .*sm32-gemm8.calibrated.json'
+expect 'fit_contention.py copy --from .*h200-llama-7b-blocks8-sm32.calibrated.json -o .*sm32-gemm8.calibrated.json .*sm32-gemm8.measured.json'
 expect 'plan --profile .*h200-llama-7b-blocks8-sm32.calibrated.json .*-o .*gemm1-1f1b-m4-2bp.plan.json'
 expect 'run .*gemm1-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 3 --json'
 expect 'plan --profile .*sm32-gemm8.calibrated.json .*-o .*gemm8-1f1b-m8-2bp.plan.json'
