@@ -213,6 +213,15 @@ class Issue12Summary(unittest.TestCase):
         # 2bp speedup: predicted 100/80, measured 103/88.
         self.assertIn("| 1f1b-m4 | 1.250x | 1.170x |", text)
 
+    def test_the_worst_stage_shows_the_plans_tensors_where_the_report_has_them(self):
+        report = json.loads(run_report(100.0, 101.0, [8.0, 6.0], [9.2, 6.1]))
+        for stage, account in zip(report["peak_memory"], (7.5, 5.5)):
+            stage["accounted_bytes"] = int(account * (1 << 30))
+        write(self.folder, "bpipe-mbs2.run.json", HEADER + json.dumps(report) + "\n" + FOOTER)
+        write(self.folder, "bpipe-mbs2.plan.json", json.dumps({"meta": {"devices": 2}}))
+        text = "\n".join(summary.pipeline_table(self.folder))
+        self.assertIn("| 15.0 % (stage 0: plan's tensors 7.50) |  | memory > 10 % |", text)
+
     def test_main_prints_every_section(self):
         from io import StringIO
         saved = sys.stdout
