@@ -17,26 +17,15 @@ import argparse
 import json
 import os
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_json import ProfileError, load_profile, write_json_atomic  # noqa: E402
 
 FIELDS = ("forward_work_bytes", "p1_work_bytes", "p2_work_bytes")
 
 
-class MergeError(Exception):
+class MergeError(ProfileError):
     pass
-
-
-def load(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            profile = json.load(f)
-    except OSError as e:
-        raise MergeError(f"{path}: cannot read ({e.strerror})") from e
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from e
-    if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
-        raise MergeError(f"{path}: not a pipeplan profile (field 'format')")
-    return profile
 
 
 def merge(measured, measured_path, profile, profile_path):
@@ -64,19 +53,6 @@ def merge(measured, measured_path, profile, profile_path):
     return merged
 
 
-def write_atomic(path, data):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".add_working_memory.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--from", dest="measured", required=True,
@@ -85,9 +61,10 @@ def main():
     parser.add_argument("-o", "--output", required=True, help="the profile to write")
     args = parser.parse_args()
     try:
-        merged = merge(load(args.measured), args.measured, load(args.profile), args.profile)
-        write_atomic(args.output, merged)
-    except MergeError as err:
+        merged = merge(load_profile(args.measured), args.measured, load_profile(args.profile),
+                       args.profile)
+        write_json_atomic(args.output, merged)
+    except ProfileError as err:
         print(f"add_working_memory: {err}", file=sys.stderr)
         return 1
     print(f"wrote {args.output}")

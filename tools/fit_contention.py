@@ -52,19 +52,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_json import ProfileError, load_json, load_profile, write_json_atomic  # noqa: E402
 
-class FitError(Exception):
+
+class FitError(ProfileError):
     pass
-
-
-def load_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise FitError(f"{path}: cannot read ({e.strerror})") from e
-    except json.JSONDecodeError as e:
-        raise FitError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from e
 
 
 def load_run(prefix):
@@ -273,7 +266,7 @@ def cmd_fit(args):
     if copy is not None:
         contention["copy"] = {"sender_idle": round(copy[0], 4),
                               "sender_computing": round(copy[1], 4)}
-    write_profile(args.output, profile)
+    write_json_atomic(args.output, profile)
     if not args.copy_only:
         print("slowdown by compute ops running at once (1 = alone):")
         for op, curve in [("all", slowdown)] + sorted(by_op.items()):
@@ -299,13 +292,6 @@ def cmd_fit(args):
     print(f"wrote {args.output}")
 
 
-def load_profile(path):
-    profile = load_json(path)
-    if not isinstance(profile, dict) or profile.get("format") != "pipeplan-profile":
-        raise FitError(f"{path}: not a pipeplan profile (field 'format')")
-    return profile
-
-
 def sm_partition(profile):
     """The --sm-partition its measuring command gave, or None (the whole GPU)."""
     command = profile.get("provenance", {}).get("command", "")
@@ -328,21 +314,8 @@ def cmd_copy(args):
     contention["source"] = (f"copied from {os.path.basename(args.source)} by "
                             f"tools/fit_contention.py copy: {contention.get('source', '')}")
     profile["contention"] = contention
-    write_profile(args.output, profile)
+    write_json_atomic(args.output, profile)
     print(f"contention of {args.source} into {args.output}")
-
-
-def write_profile(path, profile):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fit_contention.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(profile, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def recorded_command(path):
@@ -480,7 +453,7 @@ def main():
     args = parser.parse_args()
     try:
         {"fit": cmd_fit, "eval": cmd_eval, "copy": cmd_copy}[args.command](args)
-    except FitError as err:
+    except ProfileError as err:
         print(f"fit_contention: {err}", file=sys.stderr)
         return 1
     return 0
