@@ -276,7 +276,7 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
         // The memory the stash leaves is what the evictor's op after next allocates (replay():
         // it is counted until the next op has allocated): that op waits for the send to end, so
         // a runtime whose host runs ahead of the GPU cannot allocate it while the stash is still
-        // there (docs/runtime.md, "BPipe on one GPU").
+        // there (docs/bpipe.md, "The op after next waits for the eviction").
         const std::size_t reuser = static_cast<std::size_t>(move.evict_after) + 2;
         if (reuser < compute.size()) graph.add_data_edge(s, compute[reuser]);
         evict_recv[i] = r;
