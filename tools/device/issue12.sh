@@ -19,6 +19,8 @@
 #               model at one emulated stage's SM share (--sm-partition SHARE), mbs 1,2,4
 #   pipelines   4 emulated stages on the GPU: 1F1B and GPipe at m = P and 2P, fused and 2bp, and
 #               auto; each planned from the SM-share profile, run (--emulate), and diffed
+#               (PIPELINE_M, default "P 2P", and PIPELINE_RUNS, default "1f1b-fused 1f1b-2bp
+#               gpipe-fused gpipe-2bp auto", pick others)
 #   bpipe       8 emulated stages (one block each, 1F1B fused, its own SM-share profile): the first
 #               micro-batch size that fits a per-stage limit only with BPipe, run with BPipe
 #               beside the largest smaller size that fits without (see phase_bpipe)
@@ -175,6 +177,30 @@ environment+=" PIPEPLAN_CUDNN_LIBRARY=${PIPEPLAN_CUDNN_LIBRARY:-} PIPEPLAN_TEST_
 
 # --- recording ----------------------------------------------------------------------------------
 
+# GPU clocks and power while the emulated runs and the SM-share profile run (record with
+# clocks_to=NAME): nvidia-smi every CLOCK_SAMPLE_MS (20) ms into NAME.clocks.csv, so that a
+# slowdown the contention model cannot explain can be told from the SM clock falling under
+# sustained load (docs/runtime.md, "Fidelity"). The first query set the driver answers (older
+# drivers name the throttle reasons, or lack the instantaneous power); none where it answers none.
+clock_fields=''
+base_fields=timestamp,utilization.gpu,clocks.sm
+if [[ $dry == 1 ]]; then
+  clock_fields=$base_fields,clocks.mem,power.draw.instant,temperature.gpu
+  clock_fields+=,clocks_event_reasons.active
+else
+  for fields in \
+    $base_fields,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
+    $base_fields,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    $base_fields,power.draw; do
+    if nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1; then
+      clock_fields=$fields
+      break
+    fi
+  done
+fi
+clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits"
+  -lms "${CLOCK_SAMPLE_MS:-20}")
+
 # record FILE CMD...: runs CMD for at most cap_s seconds (a phase may set its own: bash scoping
 # is dynamic) and never past the deadline, output (stdout and stderr) in $raw/FILE between a
 # header and its exit status; one line per command in the index.
@@ -193,6 +219,10 @@ record() {
   } > "$file"
   if [[ $dry == 1 ]]; then
     printf '%q ' "$@"
+    if [[ -n ${clocks_to:-} ]]; then
+      printf '(beside it: %s> %q)' "$(printf '%q ' "${clock_command[@]}")" \
+        "$raw/$clocks_to.clocks.csv"
+    fi
     echo
     return 0
   fi
@@ -203,8 +233,16 @@ record() {
     failures=$((failures + 1))
     return 124
   fi
-  local began=$SECONDS status=0
+  local began=$SECONDS status=0 sampler=''
+  if [[ -n ${clocks_to:-} && -n $clock_fields ]]; then
+    "${clock_command[@]}" > "$raw/$clocks_to.clocks.csv" 2>&1 &
+    sampler=$!
+  fi
   timeout --kill-after=5 "$left" "$@" >> "$file" 2>&1 || status=$?
+  if [[ -n $sampler ]]; then
+    kill "$sampler" 2> /dev/null || true
+    wait "$sampler" 2> /dev/null || true
+  fi
   local took=$((SECONDS - began))
   echo "# exit status: $status$( ((status == 124)) && echo ' (timed out)'), wall $took s" >> "$file"
   printf '%-44s exit %-3s %4s s\n' "$name" "$status" "$took" >> "$index"
@@ -290,8 +328,8 @@ phase_profile() {
 
 phase_profile_sm() {
   profile_sm="$raw/$gpu_key-llama-7b-blocks$layers-sm$share.measured.json"
-  record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" --seq "$seq" \
-    --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" "${gemm[@]}" \
+  clocks_to=profile-sm record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" \
+    --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" "${gemm[@]}" \
     -o "$profile_sm"
 }
 
@@ -307,7 +345,7 @@ run_plan() {
   shift
   local plan="$raw/$name.plan.json"
   record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
-  record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
+  clocks_to=$name record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
     --emulate "${emulate_stages:-$stages}" --steps "$steps" "${gemm[@]}" --json \
     --trace "$raw/$name.trace.json" || return 0
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$raw/$name.trace.json" --top 15
@@ -325,15 +363,23 @@ need_profile() {
 
 phase_pipelines() {
   need_profile pipelines || return 0
-  local cap_s=120 m schedule backward
-  for m in "$stages" $((2 * stages)); do
-    for schedule in 1f1b gpipe; do
-      for backward in fused 2bp; do
-        run_plan "$schedule-m$m-$backward" --schedule "$schedule" --backward "$backward" \
-          --microbatches "$m"
-      done
+  local cap_s=120 m run
+  # PIPELINE_M and PIPELINE_RUNS pick runs (e.g. ones no fit has seen, predicted before they run).
+  local -a ms runs
+  read -r -a ms <<< "${PIPELINE_M:-$stages $((2 * stages))}"
+  read -r -a runs <<< "${PIPELINE_RUNS:-1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto}"
+  for m in "${ms[@]}"; do
+    for run in "${runs[@]}"; do
+      case $run in
+        auto) run_plan "auto-m$m" --schedule auto --backward 2bp --microbatches "$m" ;;
+        1f1b-fused | 1f1b-2bp | gpipe-fused | gpipe-2bp)
+          run_plan "${run%-*}-m$m-${run#*-}" --schedule "${run%-*}" --backward "${run#*-}" \
+            --microbatches "$m"
+          ;;
+        *) echo "issue12.sh: PIPELINE_RUNS: unknown run '$run' (1f1b-fused 1f1b-2bp" \
+          "gpipe-fused gpipe-2bp auto)" | tee -a "$index" >&2 ;;
+      esac
     done
-    run_plan "auto-m$m" --schedule auto --backward 2bp --microbatches "$m"
   done
 }
 

@@ -4,11 +4,14 @@
 # re-predicts them, and diffs the 8-stage runs (stalls: compute waiting with its inputs ready).
 #
 # Usage: bash tools/device/issue12_fidelity.sh RESULTS-DIR [PIPEPLAN]
-#   RESULTS-DIR  a bench/results/issue12-<gpu>-<date> folder: call1-*/ holds the 4-stage runs
-#                and their profile, call2-*/ the BPipe runs (either may be absent)
+#   RESULTS-DIR  a bench/results/issue12-<gpu>-<date> folder of call*-*/ folders: the first
+#                call with a `*-sm*.measured.json` profile gives the profile, the first with
+#                4-stage runs (1f1b-m4-fused ...) the runs (one call or two); every other
+#                trace (BPipe, 8 stages) is diffed only
 #   PIPEPLAN     default build/tools/pipeplan
 # Writes RESULTS-DIR/fidelity/: fit-m4.txt (fit on m = 4, re-predict m = 4 and the held-out
-# m = 8), fit-all.txt (fit on all ten: the calibrated profile), diff-*.txt; and the calibrated
+# m = 8), fit-all.txt (fit on all ten: the calibrated profile), heldout-<call>.eval.txt (the
+# other calls' 4-stage runs re-predicted from it), diff-*.txt; and the calibrated
 # profile beside the measured one in profiles/ (<measured name>.calibrated.json).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,12 +26,22 @@ fit=(python3 tools/fit_contention.py)
 source tools/device/keep.sh
 
 shopt -s nullglob
-calls=("$results"/call1-*/)
-if ((${#calls[@]} > 0)); then
-  call=${calls[0]%/}
-  measured=$(cd "$call" && ls ./*-sm*.measured.json | head -n 1)
+profile_call='' runs_call=''
+for call in "$results"/call*-*/; do
+  call=${call%/}
+  found=("$call"/*-sm*.measured.json)
+  [[ -z $profile_call && ${#found[@]} -gt 0 ]] && profile_call=$call
+  [[ -z $runs_call && -f $call/1f1b-m4-2bp.trace.json ]] && runs_call=$call
+done
+m4=() m8=()
+if [[ -n $runs_call ]]; then
+  [[ -n $profile_call ]] || {
+    echo "issue12_fidelity.sh: $results has 4-stage runs but no call*-*/*-sm*.measured.json" >&2
+    exit 2
+  }
+  call=$runs_call
+  measured=$(cd "$profile_call" && ls ./*-sm*.measured.json | head -n 1)
   measured=${measured#./}
-  m4=() m8=()
   for run in 1f1b-m4-fused 1f1b-m4-2bp gpipe-m4-fused gpipe-m4-2bp auto-m4; do
     [[ -f $call/$run.trace.json ]] && m4+=("$call/$run")
   done
@@ -38,7 +51,7 @@ if ((${#calls[@]} > 0)); then
   calibrated="profiles/${measured%.measured.json}.calibrated.json"
   # The copy in profiles/ where there is one (its model named by the model file, not the
   # device's temporary folder, as the profiles of the first session were).
-  source_profile="$call/$measured"
+  source_profile="$profile_call/$measured"
   [[ -f profiles/$measured ]] && source_profile="profiles/$measured"
   {
     run_and_keep "$out/fit-m4.fit.txt" "${fit[@]}" fit --profile "$source_profile" \
@@ -56,9 +69,28 @@ if ((${#calls[@]} > 0)); then
     run_and_keep "$out/diff-$(basename "$run").txt" "$pipeplan" diff "$run.plan.json" \
       "$run.trace.json" --top 10 > /dev/null
   done
+  # 4-stage runs of the other calls (e.g. other m, planned from the calibrated profile before
+  # they ran): re-predicted from the calibrated profile, never fitted on.
+  for other in "$results"/call*-*/; do
+    other=${other%/}
+    [[ $other == "$call" ]] && continue
+    held=()
+    for run in "$other"/*.trace.json; do
+      run=${run%.trace.json}
+      name=$(basename "$run")
+      [[ $name =~ ^((1f1b|gpipe)-m[0-9]+-(fused|2bp)|auto-m[0-9]+)$ ]] && held+=("$run")
+    done
+    ((${#held[@]} > 0)) || continue
+    heldout="$out/heldout-$(basename "$other").eval.txt"
+    run_and_keep "$heldout" "${fit[@]}" eval --pipeplan "$pipeplan" --profile "$calibrated" \
+      "${held[@]}" > /dev/null
+    echo "== held out: $(basename "$other")"; tail -n +2 "$heldout"
+  done
 fi
-for run in "$results"/call2-*/*.trace.json; do
+fitted=" ${m4[*]} ${m8[*]} "
+for run in "$results"/call*-*/*.trace.json; do
   run=${run%.trace.json}
-  run_and_keep "$out/diff-$(basename "$run").txt" "$pipeplan" diff "$run.plan.json" \
-    "$run.trace.json" --top 10 | sed -n '/^devices/,$p'
+  [[ $fitted == *" $run "* ]] && continue
+  run_and_keep "$out/diff-$(basename "$(dirname "$run")")-$(basename "$run").txt" "$pipeplan" \
+    diff "$run.plan.json" "$run.trace.json" --top 10 | sed -n '/^devices/,$p'
 done

@@ -15,6 +15,10 @@ Usage: issue12_summary.py RESULTS_DIR   (prints Markdown on stdout)
   predicted (for the worst stage also the runtime's account of the plan's tensors, where the
   report has it), and the measured vs predicted speedup of 2bp over fused for each schedule and m.
   Rows whose step error exceeds 5 % or memory error 10 % are flagged (issue 12, deliverable 6).
+- GPU clock and power: every NAME.clocks.csv (nvidia-smi sampled while the emulated run or the
+  SM-share profile NAME ran): of the samples under load (GPU utilization at least 90 %), the SM
+  clock's median and minimum, the power's median and maximum, the hottest temperature, and the
+  share of those samples in which the driver named each clock-event (throttle) reason.
 Missing or failed runs are listed, not hidden.
 """
 import glob
@@ -25,6 +29,11 @@ import sys
 GIB = float(1 << 30)
 STEP_TOLERANCE_PCT = 5.0
 MEMORY_TOLERANCE_PCT = 10.0
+LOADED_UTILIZATION_PCT = 90.0
+# NVML's clock-event reasons (nvmlClocksEventReason*), the bits nvidia-smi prints in hex.
+CLOCK_EVENT_REASONS = [(0x1, "idle"), (0x2, "application clocks"), (0x4, "SW power cap"),
+                       (0x8, "HW slowdown"), (0x10, "sync boost"), (0x20, "SW thermal"),
+                       (0x40, "HW thermal"), (0x80, "HW power brake"), (0x100, "display clocks")]
 
 
 def load_json_line(path):
@@ -281,12 +290,78 @@ def pipeline_table(results):
     return out
 
 
+def read_clocks(path):
+    """The samples of one NAME.clocks.csv as dicts keyed util, sm_mhz, power_w, temp_c, reasons
+    (a value None where nvidia-smi wrote N/A or the column is missing)."""
+    keys = {"utilization.gpu": "util", "clocks.current.sm": "sm_mhz", "clocks.sm": "sm_mhz",
+            "power.draw": "power_w", "power.draw.instant": "power_w",
+            "temperature.gpu": "temp_c", "clocks_event_reasons.active": "reasons",
+            "clocks_throttle_reasons.active": "reasons"}
+    columns, samples = None, []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = [field.strip() for field in line.split(",")]
+            if fields and fields[0] == "timestamp":
+                columns = [keys.get(field.split(" [")[0]) for field in fields]
+                continue
+            if columns is None or len(fields) != len(columns):
+                continue
+            sample = {}
+            for key, value in zip(columns, fields):
+                if key is None:
+                    continue
+                try:
+                    sample[key] = int(value, 16) if key == "reasons" else float(value)
+                except ValueError:
+                    sample[key] = None
+            samples.append(sample)
+    return samples
+
+
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def clocks_table(results):
+    paths = sorted(glob.glob(os.path.join(results, "*.clocks.csv")))
+    if not paths:
+        return []
+    out = [f"## GPU clock and power (nvidia-smi samples at >= {LOADED_UTILIZATION_PCT:.0f} % "
+           "utilization)", "",
+           "| command | samples (loaded) | SM clock MHz median (min) | power W median (max) "
+           "| max temp C | clock-event reasons (share of loaded samples) |",
+           "|---|---|---|---|---|---|"]
+    for path in paths:
+        name = os.path.basename(path)[: -len(".clocks.csv")]
+        samples = read_clocks(path)
+        loaded = [s for s in samples if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT]
+        if not loaded:
+            out.append(f"| {name} | {len(samples)} (0) | | | | |")
+            continue
+
+        def present(key):
+            return [s[key] for s in loaded if s.get(key) is not None]
+
+        clock, power, temps = present("sm_mhz"), present("power_w"), present("temp_c")
+        reasons = present("reasons")
+        named = [f"{label} {100 * sum(1 for r in reasons if r & bit) / len(reasons):.0f} %"
+                 for bit, label in CLOCK_EVENT_REASONS if any(r & bit for r in reasons)]
+        out.append(f"| {name} | {len(samples)} ({len(loaded)}) "
+                   f"| {f'{median(clock):.0f} ({min(clock):.0f})' if clock else ''} "
+                   f"| {f'{median(power):.0f} ({max(power):.0f})' if power else ''} "
+                   f"| {f'{max(temps):.0f}' if temps else ''} | {', '.join(named)} |")
+    return out + [""]
+
+
 def main(argv):
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
-    print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results)))
+    print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
+                    clocks_table(results)))
     return 0
 
 

@@ -42,6 +42,9 @@ expect 'copies: no BPIPE_PROFILE'
 expect 'env PIPEPLAN_DEVICE_COPY=memcpy .*run .*copies-memcpy-auto-m8.plan.json --backend cuda'
 expect 'env PIPEPLAN_DEVICE_COPY=priority .*run .*copies-priority-auto-m8.plan.json --backend cuda'
 expect 'issue12_summary.py'
+# The GPU clock and power beside every emulated run and the SM-share profile.
+expect 'run .*1f1b-m4-2bp.plan.json .*(beside it: nvidia-smi --query-gpu=timestamp.*clocks.sm.* -lms 20 > .*1f1b-m4-2bp.clocks.csv)'
+expect 'sm-partition 32 .*(beside it: nvidia-smi .*profile-sm.clocks.csv)'
 if grep -e '--gemm-candidates' "$log" | grep -v bench_block | grep -q .; then
   echo "issue12_dry_run_test: --gemm-candidates without GEMM_CANDIDATES" >&2
   exit 1
@@ -72,4 +75,22 @@ expect 'plan --profile .*h200-llama-7b-blocks8-sm32.calibrated.json .*-o .*gemm1
 expect 'run .*gemm1-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 3 --json'
 expect 'plan --profile .*sm32-gemm8.calibrated.json .*-o .*gemm8-1f1b-m8-2bp.plan.json'
 expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8 --json'
+# pipelines: PIPELINE_M and PIPELINE_RUNS pick the runs; an unknown run is named.
+if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" \
+  PIPELINE_M="6 12" PIPELINE_RUNS="1f1b-2bp auto gpipe-3bp" PIPEPLAN_DRY_RUN=1 \
+  bash "$repo/tools/device/issue12.sh" pipelines > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run of pipelines with PIPELINE_M failed" >&2
+  exit 1
+fi
+expect 'plan .*--schedule 1f1b --backward 2bp --microbatches 12 -o .*1f1b-m12-2bp.plan.json'
+expect 'run .*auto-m6.plan.json --backend cuda --emulate 4'
+expect "PIPELINE_RUNS: unknown run 'gpipe-3bp'"
+planned=$(grep -o '[a-z0-9-]*\.plan\.json' "$log" | sort -u | tr '\n' ' ')
+if [[ $planned != "1f1b-m12-2bp.plan.json 1f1b-m6-2bp.plan.json auto-m12.plan.json auto-m6.plan.json " ]]; then
+  echo "planned: $planned"
+  cat "$log"
+  echo "issue12_dry_run_test: PIPELINE_M/PIPELINE_RUNS ran more than they named" >&2
+  exit 1
+fi
 echo "issue12_dry_run_test: every phase reached"

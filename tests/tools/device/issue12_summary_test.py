@@ -222,6 +222,29 @@ class Issue12Summary(unittest.TestCase):
         text = "\n".join(summary.pipeline_table(self.folder))
         self.assertIn("| 15.0 % (stage 0: plan's tensors 7.50) |  | memory > 10 % |", text)
 
+    def test_clocks_under_load_with_the_reasons_the_driver_named(self):
+        # nvidia-smi --query-gpu=... --format=csv,nounits -lms 20, as issue12.sh samples it: the
+        # idle sample is left out, N/A power is skipped, reasons are decoded from the hex mask.
+        write(self.folder, "1f1b-m12-2bp.clocks.csv",
+              "timestamp, utilization.gpu [%], clocks.current.sm [MHz], "
+              "clocks.current.memory [MHz], power.draw.instant [W], temperature.gpu, "
+              "clocks_event_reasons.active\n"
+              "2026/11/27 09:00:00.000, 0, 1980, 3201, 120.5, 40, 0x0000000000000001\n"
+              "2026/11/27 09:00:00.020, 100, 1755, 3201, 699.1, 55, 0x0000000000000004\n"
+              "2026/11/27 09:00:00.040, 100, 1710, 3201, 701.3, 56, 0x0000000000000024\n"
+              "2026/11/27 09:00:00.060, 95, 1980, 3201, [N/A], 57, 0x0000000000000000\n")
+        # An older driver's columns, nothing under load: the row says so.
+        write(self.folder, "profile-sm.clocks.csv",
+              "timestamp, utilization.gpu, clocks.sm, power.draw\n"
+              "2026/11/27 09:00:00.000, 10, 1980, 90.0\n")
+        text = "\n".join(summary.clocks_table(self.folder))
+        self.assertIn("| 1f1b-m12-2bp | 4 (3) | 1755 (1710) | 700 (701) | 57 "
+                      "| SW power cap 67 %, SW thermal 33 % |", text)
+        self.assertIn("| profile-sm | 1 (0) |", text)
+
+    def test_no_clock_samples_no_section(self):
+        self.assertEqual(summary.clocks_table(self.folder), [])
+
     def test_main_prints_every_section(self):
         from io import StringIO
         saved = sys.stdout
