@@ -162,6 +162,20 @@ TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedBpipeStep) {
   EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 2056.8, 0.05) << r.out;
 }
 
+// The 32-SM H200 profile measured on 2026-11-27 (fifth GPU session), its contention fitted on
+// that session's ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at m = 12, which no fit saw,
+// predicts the step the README quotes (584.1 ms, before it ran; measured 608.4:
+// bench/results/issue12-h200-2026-11-27b/call3-env-pipelines-summary/summary.md).
+TEST_F(Cli, TheCalibrated4StageProfilePredictsTheQuotedHeldOutStep) {
+  const std::string shipped =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json";
+  const Result r = run("plan --profile " + shipped +
+                       " --stages 4 --seq 2048 --microbatches 12 --schedule 1f1b --backward 2bp"
+                       " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 584.1, 0.05) << r.out;
+}
+
 TEST_F(Cli, BadInputsFailWithOneLine) {
   expect_error("plan --model llama-99b --stages 4 --microbatches 8", "llama-99b");
   expect_error("plan --model llama-7b --gpu tpu --stages 4 --microbatches 8", "tpu");
