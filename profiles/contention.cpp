@@ -26,6 +26,10 @@ nlohmann::json contention_to_json(const Contention& contention) {
     j["copy"] = {{"sender_idle", contention.copy->sender_idle},
                  {"sender_computing", contention.copy->sender_computing}};
   }
+  if (contention.sustained) {
+    j["sustained"] = {{"factor", contention.sustained->factor},
+                      {"time_constant_us", contention.sustained->time_constant_us}};
+  }
   return j;
 }
 
@@ -58,6 +62,32 @@ CopySlowdown read_copy(const nlohmann::json& json, const std::string& ctx) {
     if (!json.contains(key)) throw Error(ctx + ": field 'contention.copy." + key + "' is missing");
   }
   return copy;
+}
+
+SustainedLoad read_sustained(const nlohmann::json& json, const std::string& ctx) {
+  if (!json.is_object()) throw Error(ctx + ": field 'contention.sustained' must be an object");
+  for (const auto& [key, value] : json.items()) {
+    if (key != "factor" && key != "time_constant_us") {
+      throw Error(ctx + ": field 'contention.sustained' has key '" + key +
+                  "'; its keys are factor and time_constant_us");
+    }
+  }
+  const auto number = [&](const char* key) {
+    const auto it = json.find(key);
+    if (it == json.end())
+      throw Error(ctx + ": field 'contention.sustained." + key + "' is missing");
+    return it->is_number() ? it->get<double>() : std::nan("");
+  };
+  SustainedLoad sustained{number("factor"), number("time_constant_us")};
+  if (!(sustained.factor >= 0 && sustained.factor <= kMaxSlowdown)) {
+    throw Error(ctx + ": field 'contention.sustained.factor' must be a number in [0, " +
+                std::to_string(static_cast<int>(kMaxSlowdown)) + "]");
+  }
+  if (!(sustained.time_constant_us > 0 && sustained.time_constant_us <= kMaxTimeConstantUs)) {
+    throw Error(ctx + ": field 'contention.sustained.time_constant_us' must be a number in (0, " +
+                std::to_string(static_cast<long long>(kMaxTimeConstantUs)) + "]");
+  }
+  return sustained;
 }
 
 std::vector<double> read_curve(const nlohmann::json& json, const std::string& field,
@@ -95,6 +125,9 @@ Contention contention_from_json(const nlohmann::json& json, std::string_view con
     }
   }
   if (const auto copy = json.find("copy"); copy != json.end()) c.copy = read_copy(*copy, ctx);
+  if (const auto sustained = json.find("sustained"); sustained != json.end()) {
+    c.sustained = read_sustained(*sustained, ctx);
+  }
   const auto source = json.find("source");
   if (source != json.end()) {
     if (!source->is_string()) throw Error(ctx + ": field 'contention.source' must be a string");

@@ -29,6 +29,19 @@ struct CopySlowdown {
   bool operator==(const CopySlowdown&) const = default;
 };
 
+// A GPU that has been busy runs every op slower for a while: measured on an H200, an op's time
+// over its profile grew with how long all the stages had been computing, and stayed up after
+// they stopped (README, "Fifth session"; a clock held down by the power limit fits this). The
+// model: a load H, the share of the devices computing, averaged exponentially over the last
+// `time_constant_us` (dH/dt = (L - H) / time_constant_us, L the share now), multiplies every
+// compute op's slowdown by 1 + factor * H. The step is taken as repeating: it starts at the load
+// its own end leaves (planner/graph/simulator.h).
+struct SustainedLoad {
+  double factor = 0;
+  double time_constant_us = 1;
+  bool operator==(const SustainedLoad&) const = default;
+};
+
 struct Contention {
   // slowdown[k - 1]: an op's time over its profiled time while k compute ops run on the GPU at
   // once, itself included; beyond the last entry the last applies. Empty: no model.
@@ -37,6 +50,8 @@ struct Contention {
   std::map<std::string, std::vector<double>, std::less<>> by_op;
   // Transfers between the stages: unset, each takes the plan's link time whatever the stages do.
   std::optional<CopySlowdown> copy;
+  // Unset: an op's slowdown depends only on the ops running with it.
+  std::optional<SustainedLoad> sustained;
   std::string source;  // where the factors come from (fit, traces, date)
 
   bool empty() const { return slowdown.empty(); }
@@ -47,14 +62,17 @@ struct Contention {
 };
 
 // {"slowdown": [...], "by_op": {"P1": [...], ...}, "copy": {"sender_idle": x, "sender_computing":
-// y}, "source": "..."} ("by_op" and "copy" only when set)
+// y}, "sustained": {"factor": b, "time_constant_us": t}, "source": "..."} ("by_op", "copy" and
+// "sustained" only when set)
 nlohmann::json contention_to_json(const Contention& contention);
 // Throws Error naming `context` and the field: each curve must be 1 to kMaxContentionEntries
 // finite numbers in (0, kMaxSlowdown], by_op's keys F, B, P1 or P2, and copy's two factors
-// numbers in (0, kMaxSlowdown].
+// numbers in (0, kMaxSlowdown], sustained's factor in [0, kMaxSlowdown] and its time constant in
+// (0, kMaxTimeConstantUs].
 Contention contention_from_json(const nlohmann::json& json, std::string_view context);
 
 inline constexpr std::size_t kMaxContentionEntries = 1024;  // one per device at most
 inline constexpr double kMaxSlowdown = 100;
+inline constexpr double kMaxTimeConstantUs = 1e9;  // 1000 s
 
 }  // namespace pipeplan

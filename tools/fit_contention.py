@@ -21,6 +21,12 @@ that profile:
         sender_computing, fitted the same way ("copy"; left out with too few transfers or
         where either case has under 1 % of the time). --copy-only keeps the profile's compute
         curves and sets the copy factors alone.
+        --sustained also fits the sustained-load model ("sustained": every op further slowed
+        by 1 + factor * H, H the share of devices computing averaged over a time constant,
+        profiles/contention.h): for each factor and time constant of a grid, H's course in
+        each trace (the step repeating, as the simulator takes it) divides each piece of an
+        op's time, the curves are fitted as above, and the pair with the least mean op error
+        is kept (factor 0 is the model without it).
 
   eval  For each run: re-plans it with the profile given (the plan command recorded in
         NAME.plan.txt, its --profile and -o replaced), checks that the schedule is the one that
@@ -45,6 +51,7 @@ tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contentio
 """
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -150,6 +157,82 @@ def time_at_levels(events, devices):
     return rows
 
 
+def load_course(events, devices, tau):
+    """Per compute event: (node, [(level, share, h, dt)]), the segments of its run between
+    consecutive start/end points: how many compute ops ran (level, 0-based), the share of the
+    devices computing, the sustained load H at the segment's start and its length. H follows
+    the share with time constant `tau` (dH/dt = (share - H) / tau) and the step repeats: it
+    starts at the load its end leaves, as in the simulator (planner/graph/simulator.cpp)."""
+    points = sorted({t for s, e, _ in events for t in (s, e)})
+    delta = {}
+    for s, e, _ in events:
+        delta[s] = delta.get(s, 0) + 1
+        delta[e] = delta.get(e, 0) - 1
+    running, k = [], 0
+    for a in points[:-1]:
+        k += delta[a]
+        running.append(k)
+    shares = [min(1.0, r / devices) for r in running]
+    starts = []
+    h = 0.0
+    for _ in range(3):  # from an idle GPU, then twice from the load the step's end leaves
+        starts = []
+        for i, share in enumerate(shares):
+            starts.append(h)
+            h = share + (h - share) * math.exp(-(points[i + 1] - points[i]) / tau)
+    index = {t: i for i, t in enumerate(points)}
+    return [(node, [(min(max(running[i], 1), devices) - 1, shares[i], starts[i],
+                     points[i + 1] - points[i]) for i in range(index[s], index[e])])
+            for s, e, node in events]
+
+
+def work_in(dt, share, h, factor, tau):
+    """The profiled work an op of slowdown 1 gets done in `dt` while the load moves from `h`
+    towards `share`: the integral of dt' / (1 + factor * H(t')), as the simulator computes it."""
+    a = 1 + factor * share
+    b = factor * (h - share)
+    return (dt + tau * math.log((a + b * math.exp(-dt / tau)) / (a + b))) / a
+
+
+def sustained_samples(course, devices, factor, tau):
+    """(op, d, [T'_1 .. T'_devices]) per op with a profiled time: the time it spent at each
+    concurrency level, each piece divided by the sustained load's factor over it."""
+    samples = []
+    for node, segments in course:
+        d = float(node["duration_us"])
+        if d <= 0:
+            continue
+        levels = [0.0] * devices
+        for level, share, h, dt in segments:
+            levels[level] += work_in(dt, share, h, factor, tau) if factor > 0 else dt
+        samples.append((node["op"], d, levels))
+    return samples
+
+
+def fit_sustained(runs, devices, min_ops, time_constants_us, factors):
+    """The sustained-load factor and time constant whose compute curves, fitted on the runs'
+    ops, predict their times best (mean op error over the runs): a grid search. Returns
+    (factor, tau, slowdown, by_op, samples_by_run, error)."""
+    best = None
+    for tau in time_constants_us:
+        courses = {prefix: load_course(events, devices, tau) for prefix, events in runs}
+        for factor in factors:
+            samples_by_run = {prefix: sustained_samples(course, devices, factor, tau)
+                              for prefix, course in courses.items()}
+            try:
+                slowdown, by_op = fit_compute(samples_by_run, devices, min_ops)
+            except FitError:
+                continue
+            model = dict(by_op, **{"": slowdown})
+            error = sum(op_error(samples, model) for samples in samples_by_run.values())
+            error /= len(samples_by_run)
+            if best is None or error < best[-1] - 1e-12:
+                best = (factor, tau, slowdown, by_op, samples_by_run, error)
+    if best is None:
+        raise FitError("no sustained-load factor gives a fit")
+    return best
+
+
 def solve(matrix, vector):
     """Gaussian elimination with partial pivoting; None when singular."""
     n = len(vector)
@@ -239,6 +322,10 @@ def cmd_fit(args):
         devices = max(devices, int(plan["meta"]["devices"]))
         runs.append((prefix, plan, events, sends))
     profile = load_profile(args.profile)
+    if args.sustained and args.copy_only:
+        raise FitError("--sustained fits the compute curves with it; --copy-only keeps them")
+    if args.sustained and (args.max_factor < 0 or min(args.time_constants_ms) <= 0):
+        raise FitError("--max-factor must be >= 0 and --time-constants-ms > 0")
     if args.copy_only and not isinstance(profile.get("contention"), dict):
         raise FitError(f"{args.profile}: --copy-only needs a profile with 'contention'")
     samples_by_run, copies_by_run = {}, {}
@@ -258,16 +345,31 @@ def cmd_fit(args):
         contention = profile["contention"]
         contention["source"] = contention.get("source", "") + "; copy " + source
     else:
-        slowdown, by_op = fit_compute(samples_by_run, devices, args.min_ops)
+        model_samples = samples_by_run
+        sustained = None
+        if args.sustained:
+            factors = [round(0.05 * i, 2) for i in range(int(round(args.max_factor / 0.05)) + 1)]
+            factor, tau, slowdown, by_op, model_samples, error = fit_sustained(
+                [(prefix, events) for prefix, _, events, _ in runs], devices, args.min_ops,
+                [ms * 1e3 for ms in args.time_constants_ms], factors)
+            sustained = {"factor": factor, "time_constant_us": tau}
+        else:
+            slowdown, by_op = fit_compute(samples_by_run, devices, args.min_ops)
         contention = {"slowdown": [round(x, 4) for x in slowdown], "source": source}
         if by_op:
             contention["by_op"] = {op: [round(x, 4) for x in curve] for op, curve in by_op.items()}
+        if sustained is not None:
+            contention["sustained"] = sustained
         profile["contention"] = contention
     if copy is not None:
         contention["copy"] = {"sender_idle": round(copy[0], 4),
                               "sender_computing": round(copy[1], 4)}
     write_json_atomic(args.output, profile)
     if not args.copy_only:
+        if sustained is not None:
+            print(f"sustained load: x (1 + {sustained['factor']:.2f} H), H the share of devices "
+                  f"computing over {sustained['time_constant_us'] / 1e3:g} ms (the curves below "
+                  "are at H = 0)")
         print("slowdown by compute ops running at once (1 = alone):")
         for op, curve in [("all", slowdown)] + sorted(by_op.items()):
             print(f"  {op:<4}", " ".join(f"{k + 1}: {x:.3f}" for k, x in enumerate(curve)))
@@ -277,7 +379,7 @@ def cmd_fit(args):
         for prefix, run_samples in samples_by_run.items():
             print(f"{os.path.basename(prefix):<28} {len(run_samples):>5} "
                   f"{100 * op_error(run_samples, flat):>15.1f}% "
-                  f"{100 * op_error(run_samples, model):>7.1f}%")
+                  f"{100 * op_error(model_samples[prefix], model):>7.1f}%")
     if copy is None:
         print("copies: too few to fit (or none beside / away from the sender's compute); "
               "no copy factors")
@@ -440,6 +542,15 @@ def main():
     f.add_argument("--min-ops", type=int, default=20,
                    help="ops of one type needed for a curve of its own, and transfers for the "
                         "copy factors (default 20)")
+    f.add_argument("--sustained", action="store_true",
+                   help="also fit the sustained-load model (contention.sustained): a factor in "
+                        "[0, --max-factor] by 0.05 and a time constant of --time-constants-ms")
+    f.add_argument("--max-factor", type=float, default=2.0,
+                   help="the largest sustained-load factor tried (default 2)")
+    f.add_argument("--time-constants-ms", type=lambda text: [float(x) for x in text.split(",")],
+                   default=[10, 20, 30, 50, 70, 100, 150, 200, 300],
+                   help="the time constants tried, ms, comma-separated (default "
+                        "10,20,30,50,70,100,150,200,300)")
     f.add_argument("runs", nargs="+", metavar="RUN", help="RUN.plan.json + RUN.trace.json")
     e = sub.add_parser("eval", help="predicted vs measured step time, before and after")
     e.add_argument("--pipeplan", required=True, help="the pipeplan binary")

@@ -88,6 +88,12 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
                     copy->sender_idle, copy->sender_computing);
       out += line;
     }
+    if (const auto& sustained = m.contention.sustained) {
+      std::snprintf(line, sizeof line,
+                    "; sustained load: x(1 + %.3g H), H over %.3g ms (the slowdowns at H = 0)",
+                    sustained->factor, sustained->time_constant_us / 1e3);
+      out += line;
+    }
     out += "\n";
   }
   return out;

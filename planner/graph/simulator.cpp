@@ -112,6 +112,12 @@ struct Rendezvous {
 // the next ready node or the next end among the running ops, ends first on a tie (a successor does
 // not share the GPU with its predecessor).
 //
+// With a sustained-load model (Contention::sustained) every op's rate is further divided by
+// 1 + factor * H(t), H following the share of devices computing with a lag (an exponential
+// average): between two events the share is constant and H moves exponentially towards it, so
+// the work done and the next end have closed forms (the end by Newton's method). `load` is H at
+// the start (in) and at the end (out).
+//
 // Transfers keep their own timing (`fixed_transfer`) unless the model has a copy slowdown: then
 // a transfer is a copy kernel on its sender's SMs, advancing through its link time at rate
 // 1 / sender_computing while the sender runs a compute op and 1 / sender_idle otherwise, and
@@ -120,7 +126,7 @@ struct Rendezvous {
 template <typename Finish, typename Rendezvoused, typename FixedTransfer>
 void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int devices,
                          const Contention& contention, Finish& finish, Rendezvoused& rendezvous,
-                         FixedTransfer& fixed_transfer) {
+                         FixedTransfer& fixed_transfer, double& load) {
   std::array<const std::vector<double>*, 4> curves{};  // by OpType
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
     curves[static_cast<std::size_t>(op)] = &contention.curve(to_string(op));
@@ -148,12 +154,49 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
                                                                : contention.copy->sender_idle;
   };
   double now = 0;
+  const std::optional<SustainedLoad>& sustained = contention.sustained;
+  const auto share = [&] {
+    return std::min(1.0, static_cast<double>(running.size()) / static_cast<double>(devices));
+  };
+  // The profiled work an op of factor 1 gets done in the next `dt`:
+  // integral of dt' / (1 + factor * H(t')), with H(t') = L + (H - L) exp(-t' / tau).
+  const auto work_in = [&](double dt) {
+    if (!sustained || dt <= 0) return std::max(dt, 0.0);
+    const double tau = sustained->time_constant_us;
+    const double a = 1 + sustained->factor * share();
+    const double b = sustained->factor * (load - share());
+    return (dt + tau * std::log((a + b * std::exp(-dt / tau)) / (a + b))) / a;
+  };
+  // Its inverse: how long an op of factor 1 takes to do `work` from now.
+  const auto time_for = [&](double work) {
+    if (!sustained || work <= 0) return work;
+    const double tau = sustained->time_constant_us;
+    const double a = 1 + sustained->factor * share();
+    const double b = sustained->factor * (load - share());
+    // The rate 1 / (a + b exp(-t / tau)) lies between 1 / (a + max(b, 0)) and 1 / (a + min(b, 0)).
+    double lo = work * (a + std::min(b, 0.0));
+    double hi = work * (a + std::max(b, 0.0));
+    double t = work * a;
+    for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
+      const double excess = work_in(t) - work;
+      if (std::abs(excess) <= 1e-12 * work) break;
+      (excess > 0 ? hi : lo) = t;
+      const double next = t - excess * (a + b * std::exp(-t / tau));  // Newton
+      t = next > lo && next < hi ? next : (lo + hi) / 2;
+    }
+    return t;
+  };
   const auto advance = [&](double t) {
+    const double dt = t - now;
+    const double work = work_in(dt);
     for (Running& r : running)
-      r.work_us =
-          std::max(0.0, r.work_us - (t - now) / Contention::factor(*r.curve, running.size()));
+      r.work_us = std::max(0.0, r.work_us - work / Contention::factor(*r.curve, running.size()));
     for (Copy& c : copies)
-      c.work_us = std::max(0.0, c.work_us - (t - now) / copy_factor(c));
+      c.work_us = std::max(0.0, c.work_us - dt / copy_factor(c));
+    if (sustained && dt > 0) {
+      const double target = share();
+      load = target + (load - target) * std::exp(-dt / sustained->time_constant_us);
+    }
     now = std::max(now, t);
   };
   const auto start_copy = [&](const Rendezvous& pair, double start) {
@@ -170,14 +213,16 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
     double end = std::numeric_limits<double>::infinity();
     std::size_t first = 0;
     bool first_is_copy = false;
+    // The op with the least work left at its factor ends first (all share the load's course).
+    double least = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < running.size(); ++i) {
-      const double t =
-          now + running[i].work_us * Contention::factor(*running[i].curve, running.size());
-      if (t < end) {
-        end = t;
+      const double w = running[i].work_us * Contention::factor(*running[i].curve, running.size());
+      if (w < least) {
+        least = w;
         first = i;
       }
     }
+    if (!running.empty()) end = now + time_for(least);
     for (std::size_t i = 0; i < copies.size(); ++i) {
       const double t = now + copies[i].work_us * copy_factor(copies[i]);
       if (t < end) {
@@ -238,7 +283,10 @@ SimResult simulate(const TaskGraph& graph) {
   return simulate(graph, SimOrder::automatic);
 }
 
-SimResult simulate(const TaskGraph& graph, SimOrder order) {
+namespace {
+
+// One step from `load` (the sustained-load model's H at its start; at its end when it returns).
+SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load) {
   const int n_nodes = graph.node_count();
   const int n_devices = graph.meta.devices;
   SimResult result;
@@ -348,7 +396,8 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   };
 
   if (shared_gpu) {
-    simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer);
+    simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer,
+                        load);
   } else {
     while (!queue.empty()) {
       const auto [time, id] = queue.pop();
@@ -370,6 +419,17 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
 
   static_cast<StepMetrics&>(result) = step_metrics(graph, result.times);
   return result;
+}
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& graph, SimOrder order) {
+  double load = 0;
+  // Steps repeat: under a sustained-load model a step starts at the load the step before it
+  // left, so a first pass from an idle GPU gives the load the step itself ends at.
+  const Contention& contention = graph.meta.contention;
+  if (contention.sustained && !contention.empty()) simulate_step(graph, order, load);
+  return simulate_step(graph, order, load);
 }
 
 }  // namespace pipeplan

@@ -57,6 +57,7 @@ Profile sample_profile() {
   p.layers["embedding"][4] = sample_cost(0.3);  // not present for every kind
   p.contention.slowdown = {1.05, 1.125, 1.25};
   p.contention.by_op["P1"] = {1.0, 1.5};
+  p.contention.sustained = SustainedLoad{.factor = 0.55, .time_constant_us = 50'000};
   p.contention.source = "fitted";
   return p;
 }
@@ -91,6 +92,7 @@ void expect_same_profile(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.p2p.bandwidth_GBps, b.p2p.bandwidth_GBps);
   EXPECT_EQ(a.contention.slowdown, b.contention.slowdown);
   EXPECT_EQ(a.contention.by_op, b.contention.by_op);
+  EXPECT_EQ(a.contention.sustained, b.contention.sustained);
   EXPECT_EQ(a.contention.source, b.contention.source);
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (const auto& [kind, by_mbs] : a.layers) {
@@ -176,6 +178,37 @@ TEST(Profile, InvalidStructureNamesTheJsonPath) {
   j["attention"] = "sparse";
   EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'attention'"),
             std::string::npos);
+}
+
+TEST(Profile, SustainedLoadIsOptionalAndChecked) {
+  json j = profile_to_json(sample_profile());
+  j["contention"].erase("sustained");
+  EXPECT_FALSE(profile_from_json(j, "p.json").contention.sustained.has_value());
+  j["contention"]["sustained"] = {{"factor", 0.5}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained.time_constant_us' is missing");
+  j["contention"]["sustained"]["time_constant_us"] = 0;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained.time_constant_us' must be a number in (0, "
+            "1000000000]");
+  j["contention"]["sustained"] = {{"factor", -0.1}, {"time_constant_us", 50000}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained.factor' must be a number in [0, 100]");
+  j["contention"]["sustained"] = {{"factor", "high"}, {"time_constant_us", 50000}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained.factor' must be a number in [0, 100]");
+  j["contention"]["sustained"] = {{"factor", 0.5}, {"time_constant_us", 50000}, {"tau", 1}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained' has key 'tau'; its keys are factor and "
+            "time_constant_us");
+  j["contention"]["sustained"] = 3;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained' must be an object");
+  j["contention"]["sustained"] = {{"factor", 0.5}, {"time_constant_us", 50000}};
+  const Profile with = profile_from_json(j, "p.json");
+  EXPECT_EQ(with.contention.sustained, (SustainedLoad{.factor = 0.5, .time_constant_us = 50000}));
+  EXPECT_EQ(profile_from_json(profile_to_json(with), "q.json").contention.sustained,
+            with.contention.sustained);
 }
 
 TEST(Profile, ContentionIsOptionalAndChecked) {

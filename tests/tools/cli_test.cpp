@@ -143,6 +143,9 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("on 4 x h200:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("contention (ops at once: slowdown): 1: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; sustained load: x(1 + 0.7 H), H over 30 ms (the slowdowns at H = 0)"),
+            std::string::npos)
+      << r.out;
   const Result h100 = run("plan --profile " + shipped + args + " --gpu h100");
   ASSERT_EQ(h100.status, 0) << h100.out;
   EXPECT_NE(h100.out.find("on 4 x h100-sxm:"), std::string::npos) << h100.out;
@@ -162,10 +165,11 @@ TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedBpipeStep) {
   EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 2056.8, 0.05) << r.out;
 }
 
-// The 32-SM H200 profile measured on 2026-11-27 (fifth GPU session), its contention fitted on
-// that session's ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at m = 12, which no fit saw,
-// predicts the step the README quotes (584.1 ms, before it ran; measured 608.4:
-// bench/results/issue12-h200-2026-11-27b/call3-env-pipelines-summary/summary.md).
+// The 32-SM H200 profile measured on 2026-11-27 (fifth GPU session), its contention and
+// sustained load fitted on that session's ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at
+// m = 12, which the fit did not see, predicts the step the README quotes (598.3 ms; measured
+// 607.6 in the last step: bench/results/issue12-h200-2026-11-27b/fidelity/
+// heldout-call3-env-pipelines-summary.eval.txt).
 TEST_F(Cli, TheCalibrated4StageProfilePredictsTheQuotedHeldOutStep) {
   const std::string shipped =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json";
@@ -173,7 +177,7 @@ TEST_F(Cli, TheCalibrated4StageProfilePredictsTheQuotedHeldOutStep) {
                        " --stages 4 --seq 2048 --microbatches 12 --schedule 1f1b --backward 2bp"
                        " --json");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 584.1, 0.05) << r.out;
+  EXPECT_NEAR(nlohmann::json::parse(r.out)["step_time_ms"].get<double>(), 598.3, 0.05) << r.out;
 }
 
 TEST_F(Cli, BadInputsFailWithOneLine) {

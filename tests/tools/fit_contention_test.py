@@ -100,6 +100,38 @@ with tempfile.TemporaryDirectory() as tmp:
     check(out.stderr.count("\n") == 1 and "no 'contention'" in out.stderr,
           f"copy from a profile without contention: {out.stderr!r}")
 
+    # --sustained: a trace made under a sustained-load model (every op further slowed by
+    # 1 + factor * H, H the share of stages computing averaged over a time constant) gives the
+    # factor, the time constant and the curves back, and the re-planned step matches.
+    sustained_truth = {"factor": 0.6, "time_constant_us": 20000.0}
+    curves = [1.0, 1.05, 1.1, 1.15]
+    profile["contention"] = {"slowdown": curves, "sustained": sustained_truth, "source": "test"}
+    write_json(truth_profile, profile)
+    run([PIPEPLAN] + args + ["--profile", truth_profile, "-o", truth_plan])
+    run([PIPEPLAN, "show", truth_plan, "--trace", run_prefix + ".trace.json"])
+    sustained_fit = os.path.join(tmp, "sustained.json")
+    out = run([sys.executable, SCRIPT, "fit", "--sustained", "--profile", PROFILE, "-o",
+               sustained_fit, run_prefix])
+    print(out.stdout)
+    with open(sustained_fit, encoding="utf-8") as f:
+        model = json.load(f)["contention"]
+    check(model.get("sustained") == sustained_truth,
+          f"fitted sustained load {model.get('sustained')}, made with {sustained_truth}")
+    got = model["slowdown"]
+    check(all(abs(g - t) < 2e-3 for g, t in zip(got, curves)),
+          f"fitted slowdown under --sustained {got}, made with {curves}")
+    before, after = eval_percentages(SCRIPT, PIPEPLAN, sustained_fit, run_prefix, (3, 5))
+    check(abs(after) < 0.2, f"re-planned with the sustained fit, the step should match: {after} %")
+    # Without it the same trace is fitted worse (the model that made it is not in reach).
+    plain = os.path.join(tmp, "plain.json")
+    run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o", plain, run_prefix])
+    _, plain_after = eval_percentages(SCRIPT, PIPEPLAN, plain, run_prefix, (3, 5))
+    check(abs(plain_after) > abs(after), f"count-only {plain_after} %, sustained {after} %")
+    out = run([sys.executable, SCRIPT, "fit", "--sustained", "--copy-only", "--profile",
+               sustained_fit, "-o", os.path.join(tmp, "none.json"), run_prefix], expect=1)
+    check(out.stderr.count("\n") == 1 and "--copy-only" in out.stderr,
+          f"--sustained with --copy-only: {out.stderr!r}")
+
     # Bad input: one line naming the file, exit 1, nothing written.
     out = run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o",
                os.path.join(tmp, "none.json"), os.path.join(tmp, "missing")], expect=1)

@@ -9,10 +9,12 @@
 #                4-stage runs (1f1b-m4-fused ...) the runs (one call or two); every other
 #                trace (BPipe, 8 stages) is diffed only
 #   PIPEPLAN     default build/tools/pipeplan
-# Writes RESULTS-DIR/fidelity/: fit-m4.txt (fit on m = 4, re-predict m = 4 and the held-out
-# m = 8), fit-all.txt (fit on all ten: the calibrated profile), heldout-<call>.eval.txt (the
-# other calls' 4-stage runs re-predicted from it), diff-*.txt; and the calibrated
-# profile beside the measured one in profiles/ (<measured name>.calibrated.json).
+# Writes RESULTS-DIR/fidelity/: fit-m4*.txt (fit on m = 4, re-predict m = 4 and the held-out
+# m = 8), fit-all*.txt (fit on all ten), each for the contention by ops at once alone (-count)
+# and with the sustained load (the calibrated profile: fit-all with --sustained),
+# heldout-<call>*.eval.txt (the other calls' 4-stage runs re-predicted from both), diff-*.txt;
+# and the calibrated profile beside the measured one in profiles/ (<measured
+# name>.calibrated.json).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 results=${1:?usage: issue12_fidelity.sh RESULTS-DIR [PIPEPLAN]}
@@ -53,18 +55,26 @@ if [[ -n $runs_call ]]; then
   # device's temporary folder, as the profiles of the first session were).
   source_profile="$profile_call/$measured"
   [[ -f profiles/$measured ]] && source_profile="profiles/$measured"
-  {
-    run_and_keep "$out/fit-m4.fit.txt" "${fit[@]}" fit --profile "$source_profile" \
-      -o "$out/fit-m4.profile.json" "${m4[@]}"
-    run_and_keep "$out/fit-m4.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
-      --profile "$out/fit-m4.profile.json" "${m4[@]}" "${m8[@]}"
-  } > /dev/null
-  run_and_keep "$out/fit-all.fit.txt" "${fit[@]}" fit --profile "$source_profile" \
-    -o "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
-  run_and_keep "$out/fit-all.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
-    --profile "$calibrated" "${m4[@]}" "${m8[@]}" > /dev/null
-  echo "== fit on m = 4 (m = 8 held out)"; tail -n +2 "$out/fit-m4.eval.txt"
-  echo "== fit on all ten ($calibrated)"; tail -n +2 "$out/fit-all.eval.txt"
+  # Two models: the contention by ops at once alone ("-count"), and with the sustained load
+  # (--sustained, profiles/contention.h); the second, fitted on all ten, is the calibrated one.
+  for model in count sustained; do
+    flags=() suffix=""
+    if [[ $model == sustained ]]; then flags=(--sustained); else suffix="-count"; fi
+    {
+      run_and_keep "$out/fit-m4$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
+        --profile "$source_profile" -o "$out/fit-m4$suffix.profile.json" "${m4[@]}"
+      run_and_keep "$out/fit-m4$suffix.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+        --profile "$out/fit-m4$suffix.profile.json" "${m4[@]}" "${m8[@]}"
+    } > /dev/null
+    all_profile="$out/fit-all-count.profile.json"
+    [[ $model == sustained ]] && all_profile=$calibrated
+    run_and_keep "$out/fit-all$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
+      --profile "$source_profile" -o "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
+    run_and_keep "$out/fit-all$suffix.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+      --profile "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
+    echo "== $model: fit on m = 4 (m = 8 held out)"; tail -n +2 "$out/fit-m4$suffix.eval.txt"
+    echo "== $model: fit on all ten ($all_profile)"; tail -n +2 "$out/fit-all$suffix.eval.txt"
+  done
   for run in "${m4[@]}" "${m8[@]}"; do
     run_and_keep "$out/diff-$(basename "$run").txt" "$pipeplan" diff "$run.plan.json" \
       "$run.trace.json" --top 10 > /dev/null
@@ -81,10 +91,14 @@ if [[ -n $runs_call ]]; then
       [[ $name =~ ^((1f1b|gpipe)-m[0-9]+-(fused|2bp)|auto-m[0-9]+)$ ]] && held+=("$run")
     done
     ((${#held[@]} > 0)) || continue
-    heldout="$out/heldout-$(basename "$other").eval.txt"
-    run_and_keep "$heldout" "${fit[@]}" eval --pipeplan "$pipeplan" --profile "$calibrated" \
-      "${held[@]}" > /dev/null
-    echo "== held out: $(basename "$other")"; tail -n +2 "$heldout"
+    for all_profile in "$out/fit-all-count.profile.json" "$calibrated"; do
+      suffix=""
+      [[ $all_profile == "$calibrated" ]] || suffix="-count"
+      heldout="$out/heldout-$(basename "$other")$suffix.eval.txt"
+      run_and_keep "$heldout" "${fit[@]}" eval --pipeplan "$pipeplan" --profile "$all_profile" \
+        "${held[@]}" > /dev/null
+      echo "== held out: $(basename "$other") from $all_profile"; tail -n +2 "$heldout"
+    done
   done
 fi
 fitted=" ${m4[*]} ${m8[*]} "

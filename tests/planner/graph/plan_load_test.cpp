@@ -113,6 +113,12 @@ TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
   EXPECT_GT(with_copies.sim.makespan_us, fixed_copies);
   EXPECT_EQ(plan_from_json(plan_to_json(with_copies.graph), "p.json").meta.contention.copy,
             sends.profile.contention.copy);
+  // So does the sustained-load model, and it lengthens the step further.
+  sends.profile.contention.sustained = SustainedLoad{.factor = 0.4, .time_constant_us = 2000};
+  const Plan sustained = make_plan(sends);
+  EXPECT_GT(sustained.sim.makespan_us, with_copies.sim.makespan_us);
+  EXPECT_EQ(plan_from_json(plan_to_json(sustained.graph), "p.json").meta.contention.sustained,
+            sends.profile.contention.sustained);
   EXPECT_FALSE(
       plan_to_json(make_plan(testing::uniform_request({.devices = 2})).graph)["meta"].contains(
           "contention"));  // written only when there is a model

@@ -2,6 +2,9 @@
 // communication behaviour.
 #include "planner/graph/simulator.h"
 
+#include <cmath>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "tests/planner/plan_fixtures.h"
@@ -393,6 +396,126 @@ TEST(SimulatorContention, CopyFactorsOfOneChangeNothing) {
     // A slow copy beside compute lengthens the step.
     plan.graph.meta.contention.copy = CopySlowdown{.sender_idle = 1.0, .sender_computing = 20.0};
     EXPECT_GT(simulate(plan.graph).makespan_us, plain.makespan_us + 1.0) << schedule;
+  }
+}
+
+// The sustained-load model (contention.sustained): every op's rate is also divided by
+// 1 + factor * H, H the share of devices computing averaged exponentially over tau.
+constexpr double kTau = 1000.0;
+constexpr double kBeta = 0.6;
+
+// How long an op of profiled time `work` takes at factor 1 while the share computing is `share`
+// and H starts at `h0`: by numbers (midpoint sums of the rate and bisection), not the closed
+// form the simulator uses.
+double numeric_duration(double work, double share, double h0) {
+  const auto done_by = [&](double t) {
+    constexpr int kSteps = 200000;
+    const double dt = t / kSteps;
+    double done = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      const double h = share + (h0 - share) * std::exp(-(i + 0.5) * dt / kTau);
+      done += dt / (1 + kBeta * h);
+    }
+    return done;
+  };
+  double lo = work, hi = work * (1 + kBeta);
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    (done_by(mid) < work ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+class SustainedGraph {
+ public:
+  explicit SustainedGraph(int devices) {
+    g.meta.devices = devices;
+    g.meta.contention.slowdown = {1.0};
+    g.meta.contention.sustained = SustainedLoad{.factor = kBeta, .time_constant_us = kTau};
+  }
+  int compute(int device, double us) {
+    Node n;
+    n.device = device;
+    n.stream = g.stream(device, StreamRole::compute);
+    n.duration_us = us;
+    n.op = OpType::F;
+    set_label(n, "0F" + std::to_string(g.node_count()));
+    return g.add_node(std::move(n));
+  }
+  NodeTime time(const SimResult& sim, int id) const {
+    return sim.times[static_cast<std::size_t>(id)];
+  }
+  TaskGraph g;
+};
+
+// Two stages busy for 20 tau bring H to 1; the short op after them, alone (share 1/2), starts at
+// that load and slows down as H falls: the time the numbers give, well above 1 + factor / 2.
+TEST(SimulatorSustainedLoad, AnOpAfterABusySpellRunsSlowerAsTheLoadDecays) {
+  // Other lengths of the op after, from a hundredth of tau to three: each as the numbers give.
+  for (const double work : {kTau / 100, kTau / 7, kTau * 1.3, kTau * 3}) {
+    SustainedGraph c(2);
+    c.compute(0, 20 * kTau);
+    c.compute(1, 20 * kTau);
+    const int after = c.compute(0, work);
+    const SimResult sim = simulate(c.g);
+    EXPECT_NEAR(c.time(sim, after).end_us - c.time(sim, after).start_us,
+                numeric_duration(work, 0.5, 1.0), 1e-6 * kTau)
+        << work;
+  }
+  SustainedGraph c(2);
+  const int a0 = c.compute(0, 20 * kTau);
+  c.compute(1, 20 * kTau);
+  const int after = c.compute(0, kTau / 2);
+  const SimResult sim = simulate(c.g);
+  // Both long ops at share 1: H rises to 1 within a few tau from the load the step's own end
+  // leaves, so they end a little before 20 tau at 1 / (1 + factor).
+  EXPECT_LE(c.time(sim, a0).end_us, 20 * kTau * (1 + kBeta) + 1e-6);
+  EXPECT_GT(c.time(sim, a0).end_us, 20 * kTau * (1 + kBeta) - kTau);
+  const double start = c.time(sim, after).start_us;
+  const double took = c.time(sim, after).end_us - start;
+  EXPECT_NEAR(took, numeric_duration(kTau / 2, 0.5, 1.0), 1e-6 * kTau);
+  EXPECT_GT(took, kTau / 2 * (1 + kBeta / 2) * 1.05);  // the history shows
+}
+
+// The load rising: after 20 tau of one stage alone (H = 1/2) both compute (share 1), and an op
+// of either length takes the time the numbers give for H climbing from 1/2 towards 1.
+TEST(SimulatorSustainedLoad, AnOpRunsSlowerAsTheLoadRises) {
+  for (const double work : {kTau / 100, kTau / 7, kTau * 0.8, kTau * 1.3, kTau * 3}) {
+    SustainedGraph c(2);
+    const int alone = c.compute(0, 20 * kTau);
+    const int x = c.compute(0, work);
+    const int beside = c.compute(1, 40 * kTau);
+    c.g.add_data_edge(alone, beside);
+    const SimResult sim = simulate(c.g);
+    EXPECT_NEAR(c.time(sim, x).end_us - c.time(sim, x).start_us, numeric_duration(work, 1.0, 0.5),
+                1e-6 * kTau)
+        << work;
+  }
+}
+
+// A step starts at the load its own end leaves: here a short op alone on device 0, then a long
+// one alone on device 1 (20 tau, share 1/2), so the next step's first op starts at H = 1/2 with
+// share 1/2 and runs at exactly 1 / (1 + factor / 2), not at the faster rate of an idle GPU.
+TEST(SimulatorSustainedLoad, AStepStartsAtTheLoadItsOwnEndLeaves) {
+  SustainedGraph c(2);
+  const int first = c.compute(0, kTau / 2);
+  const int last = c.compute(1, 20 * kTau);
+  c.g.add_data_edge(first, last);
+  const SimResult sim = simulate(c.g);
+  EXPECT_NEAR(c.time(sim, first).end_us, kTau / 2 * (1 + kBeta / 2), 1e-6 * kTau);
+  EXPECT_LT(numeric_duration(kTau / 2, 0.5, 0.0), kTau / 2 * (1 + kBeta / 2) - 0.01 * kTau);
+}
+
+// Factor 0 is the model without it, on whole plans with transfers.
+TEST(SimulatorSustainedLoad, FactorZeroChangesNothing) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    Plan plan = comm_plan(schedule);
+    plan.graph.meta.contention.slowdown = {1.0, 1.1, 1.2, 1.3};
+    const SimResult plain = simulate(plan.graph);
+    plan.graph.meta.contention.sustained = SustainedLoad{.factor = 0, .time_constant_us = 500};
+    expect_same_times(simulate(plan.graph), plain, schedule);
+    plan.graph.meta.contention.sustained = SustainedLoad{.factor = 0.5, .time_constant_us = 500};
+    EXPECT_GT(simulate(plan.graph).makespan_us, plain.makespan_us * 1.05) << schedule;
   }
 }
 
