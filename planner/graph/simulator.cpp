@@ -158,21 +158,25 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
   const auto share = [&] {
     return std::min(1.0, static_cast<double>(running.size()) / static_cast<double>(devices));
   };
-  // The profiled work an op of factor 1 gets done in the next `dt`:
-  // integral of dt' / (1 + factor * H(t')), with H(t') = L + (H - L) exp(-t' / tau).
+  // Until the next event an op of factor 1 runs at rate 1 / (a + b exp(-t / tau)), t from now:
+  // 1 + factor * H(t) with H(t) = L + (H - L) exp(-t / tau), L the share computing now.
+  struct Course {
+    double a, b, tau;
+  };
+  const auto course = [&] {
+    return Course{1 + sustained->factor * share(), sustained->factor * (load - share()),
+                  sustained->time_constant_us};
+  };
+  // The profiled work an op of factor 1 gets done in the next `dt` (the rate's integral).
   const auto work_in = [&](double dt) {
     if (!sustained || dt <= 0) return std::max(dt, 0.0);
-    const double tau = sustained->time_constant_us;
-    const double a = 1 + sustained->factor * share();
-    const double b = sustained->factor * (load - share());
+    const auto [a, b, tau] = course();
     return (dt + tau * std::log((a + b * std::exp(-dt / tau)) / (a + b))) / a;
   };
   // Its inverse: how long an op of factor 1 takes to do `work` from now.
   const auto time_for = [&](double work) {
     if (!sustained || work <= 0) return work;
-    const double tau = sustained->time_constant_us;
-    const double a = 1 + sustained->factor * share();
-    const double b = sustained->factor * (load - share());
+    const auto [a, b, tau] = course();
     // The rate 1 / (a + b exp(-t / tau)) lies between 1 / (a + max(b, 0)) and 1 / (a + min(b, 0)).
     double lo = work * (a + std::min(b, 0.0));
     double hi = work * (a + std::max(b, 0.0));
