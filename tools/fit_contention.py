@@ -135,10 +135,11 @@ def copy_error(samples, factors):
     return errors[len(errors) // 2] if errors else float("nan")
 
 
-def time_at_levels(events, devices):
-    """Per compute event: [T_1 .. T_devices], the time it spent while k compute ops ran."""
+def concurrency(events):
+    """(points, running, index): the compute events' start and end points in order, how many
+    ops ran between each point and the next (counted once per interval), and each point's
+    position in `points`."""
     points = sorted({t for s, e, _ in events for t in (s, e)})
-    # How many ops run in each interval between consecutive start/end points: counted once.
     running, delta = [], {}
     for s, e, _ in events:
         delta[s] = delta.get(s, 0) + 1
@@ -147,7 +148,12 @@ def time_at_levels(events, devices):
     for a in points[:-1]:
         k += delta[a]
         running.append(k)
-    index = {t: i for i, t in enumerate(points)}
+    return points, running, {t: i for i, t in enumerate(points)}
+
+
+def time_at_levels(events, devices):
+    """Per compute event: [T_1 .. T_devices], the time it spent while k compute ops ran."""
+    points, running, index = concurrency(events)
     rows = []
     for s, e, node in events:
         levels = [0.0] * devices
@@ -163,15 +169,7 @@ def load_course(events, devices, tau):
     devices computing, the sustained load H at the segment's start and its length. H follows
     the share with time constant `tau` (dH/dt = (share - H) / tau) and the step repeats: it
     starts at the load its end leaves, as in the simulator (planner/graph/simulator.cpp)."""
-    points = sorted({t for s, e, _ in events for t in (s, e)})
-    delta = {}
-    for s, e, _ in events:
-        delta[s] = delta.get(s, 0) + 1
-        delta[e] = delta.get(e, 0) - 1
-    running, k = [], 0
-    for a in points[:-1]:
-        k += delta[a]
-        running.append(k)
+    points, running, index = concurrency(events)
     shares = [min(1.0, r / devices) for r in running]
     starts = []
     h = 0.0
@@ -180,7 +178,6 @@ def load_course(events, devices, tau):
         for i, share in enumerate(shares):
             starts.append(h)
             h = share + (h - share) * math.exp(-(points[i + 1] - points[i]) / tau)
-    index = {t: i for i, t in enumerate(points)}
     return [(node, [(min(max(running[i], 1), devices) - 1, shares[i], starts[i],
                      points[i + 1] - points[i]) for i in range(index[s], index[e])])
             for s, e, node in events]
@@ -349,7 +346,7 @@ def cmd_fit(args):
         sustained = None
         if args.sustained:
             factors = [round(0.05 * i, 2) for i in range(int(round(args.max_factor / 0.05)) + 1)]
-            factor, tau, slowdown, by_op, model_samples, error = fit_sustained(
+            factor, tau, slowdown, by_op, model_samples, _ = fit_sustained(
                 [(prefix, events) for prefix, _, events, _ in runs], devices, args.min_ops,
                 [ms * 1e3 for ms in args.time_constants_ms], factors)
             sustained = {"factor": factor, "time_constant_us": tau}

@@ -24,6 +24,7 @@ Missing or failed runs are listed, not hidden.
 import glob
 import json
 import os
+import statistics
 import sys
 
 GIB = float(1 << 30)
@@ -318,12 +319,6 @@ def read_clocks(path):
     return samples
 
 
-def median(values):
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-
-
 def clocks_table(results):
     paths = sorted(glob.glob(os.path.join(results, "*.clocks.csv")))
     if not paths:
@@ -349,8 +344,8 @@ def clocks_table(results):
         named = [f"{label} {100 * sum(1 for r in reasons if r & bit) / len(reasons):.0f} %"
                  for bit, label in CLOCK_EVENT_REASONS if any(r & bit for r in reasons)]
         out.append(f"| {name} | {len(samples)} ({len(loaded)}) "
-                   f"| {f'{median(clock):.0f} ({min(clock):.0f})' if clock else ''} "
-                   f"| {f'{median(power):.0f} ({max(power):.0f})' if power else ''} "
+                   f"| {f'{statistics.median(clock):.0f} ({min(clock):.0f})' if clock else ''} "
+                   f"| {f'{statistics.median(power):.0f} ({max(power):.0f})' if power else ''} "
                    f"| {f'{max(temps):.0f}' if temps else ''} | {', '.join(named)} |")
     return out + [""]
 
