@@ -289,8 +289,9 @@ SimResult simulate(const TaskGraph& graph) {
 
 namespace {
 
-// One step from `load` (the sustained-load model's H at its start; at its end when it returns).
-SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load) {
+// One step from `load` (the sustained-load model's H at its start; at its end when it returns);
+// the step's metrics only where `with_metrics` (a pass run only for the load it leaves skips them).
+SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bool with_metrics) {
   const int n_nodes = graph.node_count();
   const int n_devices = graph.meta.devices;
   SimResult result;
@@ -421,7 +422,7 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load) {
     report_stuck(graph, pending);
   }
 
-  static_cast<StepMetrics&>(result) = step_metrics(graph, result.times);
+  if (with_metrics) static_cast<StepMetrics&>(result) = step_metrics(graph, result.times);
   return result;
 }
 
@@ -432,8 +433,8 @@ SimResult simulate(const TaskGraph& graph, SimOrder order) {
   // Steps repeat: under a sustained-load model a step starts at the load the step before it
   // left, so a first pass from an idle GPU gives the load the step itself ends at.
   const Contention& contention = graph.meta.contention;
-  if (contention.sustained && !contention.empty()) simulate_step(graph, order, load);
-  return simulate_step(graph, order, load);
+  if (contention.sustained && !contention.empty()) simulate_step(graph, order, load, false);
+  return simulate_step(graph, order, load, true);
 }
 
 }  // namespace pipeplan
