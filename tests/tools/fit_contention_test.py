@@ -131,6 +131,11 @@ with tempfile.TemporaryDirectory() as tmp:
                sustained_fit, "-o", os.path.join(tmp, "none.json"), run_prefix], expect=1)
     check(out.stderr.count("\n") == 1 and "--copy-only" in out.stderr,
           f"--sustained with --copy-only: {out.stderr!r}")
+    for bad in (["--max-factor", "-1"], ["--time-constants-ms", "30,0"]):
+        out = run([sys.executable, SCRIPT, "fit", "--sustained", *bad, "--profile", PROFILE, "-o",
+                   os.path.join(tmp, "none.json"), run_prefix], expect=1)
+        check(out.stderr.count("\n") == 1 and bad[0] in out.stderr, f"{bad}: {out.stderr!r}")
+    check(not os.path.exists(os.path.join(tmp, "none.json")), "a refused fit wrote its output")
 
     # Bad input: one line naming the file, exit 1, nothing written.
     out = run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o",

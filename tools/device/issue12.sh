@@ -85,6 +85,20 @@ for phase in "${phases[@]}"; do
     *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
   esac
 done
+# The pipelines' picks, checked before anything runs.
+for run in ${PIPELINE_RUNS:-}; do
+  case $run in
+    1f1b-fused | 1f1b-2bp | gpipe-fused | gpipe-2bp | auto) ;;
+    *) echo "issue12.sh: PIPELINE_RUNS: unknown run '$run' (1f1b-fused 1f1b-2bp gpipe-fused" \
+      "gpipe-2bp auto)" >&2; exit 2 ;;
+  esac
+done
+for m in ${PIPELINE_M:-}; do
+  [[ $m =~ ^[1-9][0-9]*$ ]] || {
+    echo "issue12.sh: PIPELINE_M: '$m' is not a micro-batch count (a positive integer)" >&2
+    exit 2
+  }
+done
 
 dry=${PIPEPLAN_DRY_RUN:-0}
 deadline_s=${DEADLINE_S:-540}
@@ -370,15 +384,12 @@ phase_pipelines() {
   read -r -a runs <<< "${PIPELINE_RUNS:-1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto}"
   for m in "${ms[@]}"; do
     for run in "${runs[@]}"; do
-      case $run in
-        auto) run_plan "auto-m$m" --schedule auto --backward 2bp --microbatches "$m" ;;
-        1f1b-fused | 1f1b-2bp | gpipe-fused | gpipe-2bp)
-          run_plan "${run%-*}-m$m-${run#*-}" --schedule "${run%-*}" --backward "${run#*-}" \
-            --microbatches "$m"
-          ;;
-        *) echo "issue12.sh: PIPELINE_RUNS: unknown run '$run' (1f1b-fused 1f1b-2bp" \
-          "gpipe-fused gpipe-2bp auto)" | tee -a "$index" >&2 ;;
-      esac
+      if [[ $run == auto ]]; then  # the names were checked at the start
+        run_plan "auto-m$m" --schedule auto --backward 2bp --microbatches "$m"
+      else
+        run_plan "${run%-*}-m$m-${run#*-}" --schedule "${run%-*}" --backward "${run#*-}" \
+          --microbatches "$m"
+      fi
     done
   done
 }

@@ -75,9 +75,21 @@ expect 'plan --profile .*h200-llama-7b-blocks8-sm32.calibrated.json .*-o .*gemm1
 expect 'run .*gemm1-1f1b-m8-2bp.plan.json --backend cuda --emulate 4 --steps 3 --json'
 expect 'plan --profile .*sm32-gemm8.calibrated.json .*-o .*gemm8-1f1b-m8-2bp.plan.json'
 expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8 --json'
-# pipelines: PIPELINE_M and PIPELINE_RUNS pick the runs; an unknown run is named.
+# pipelines: PIPELINE_M and PIPELINE_RUNS pick the runs; a bad pick is refused before anything
+# runs, in one line naming it, exit 2.
+for bad in "PIPELINE_RUNS=1f1b-2bp gpipe-3bp|PIPELINE_RUNS: unknown run 'gpipe-3bp'" \
+  "PIPELINE_M=6 twelve|PIPELINE_M: 'twelve' is not a micro-batch count"; do
+  status=0
+  env "${bad%%|*}" OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 \
+    bash "$repo/tools/device/issue12.sh" env pipelines > "$log" 2>&1 || status=$?
+  if [[ $status != 2 || $(wc -l < "$log") != 1 ]] || ! grep -q -e "${bad#*|}" "$log"; then
+    cat "$log"
+    echo "issue12_dry_run_test: ${bad%%|*} should fail in one line with status 2 (got $status)" >&2
+    exit 1
+  fi
+done
 if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" \
-  PIPELINE_M="6 12" PIPELINE_RUNS="1f1b-2bp auto gpipe-3bp" PIPEPLAN_DRY_RUN=1 \
+  PIPELINE_M="6 12" PIPELINE_RUNS="1f1b-2bp auto" PIPEPLAN_DRY_RUN=1 \
   bash "$repo/tools/device/issue12.sh" pipelines > "$log" 2>&1; then
   cat "$log"
   echo "issue12_dry_run_test: the dry run of pipelines with PIPELINE_M failed" >&2
@@ -85,7 +97,6 @@ if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blo
 fi
 expect 'plan .*--schedule 1f1b --backward 2bp --microbatches 12 -o .*1f1b-m12-2bp.plan.json'
 expect 'run .*auto-m6.plan.json --backend cuda --emulate 4'
-expect "PIPELINE_RUNS: unknown run 'gpipe-3bp'"
 planned=$(grep -o '[a-z0-9-]*\.plan\.json' "$log" | sort -u | tr '\n' ' ')
 if [[ $planned != "1f1b-m12-2bp.plan.json 1f1b-m6-2bp.plan.json auto-m12.plan.json auto-m6.plan.json " ]]; then
   echo "planned: $planned"
