@@ -1,6 +1,7 @@
 #include "profiles/contention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -35,59 +36,75 @@ nlohmann::json contention_to_json(const Contention& contention) {
 
 namespace {
 
-bool is_slowdown(const nlohmann::json& v) {
-  const double x = v.is_number() ? v.get<double>() : -1;
+bool is_slowdown(double x) {
   return std::isfinite(x) && x > 0 && x <= kMaxSlowdown;
+}
+
+double number_or_nan(const nlohmann::json& v) {
+  return v.is_number() ? v.get<double>() : std::nan("");
 }
 
 std::string slowdown_range() {
   return "(0, " + std::to_string(static_cast<int>(kMaxSlowdown)) + "]";
 }
 
+// One named number of a small object, and the range it must lie in.
+struct NumberField {
+  const char* key;
+  bool (*valid)(double);
+  std::string range;
+};
+
+// The numbers of `contention.<field>`, an object with exactly the keys `fields` name (in their
+// order): one line naming the field for a non-object, an unknown or missing key, or a number out
+// of its range.
+template <std::size_t N>
+std::array<double, N> read_numbers(const nlohmann::json& json, const std::string& field,
+                                   const std::array<NumberField, N>& fields,
+                                   const std::string& ctx) {
+  const std::string name = "contention." + field;
+  if (!json.is_object()) throw Error(ctx + ": field '" + name + "' must be an object");
+  for (const auto& item : json.items()) {
+    const std::string& key = item.key();
+    if (std::none_of(fields.begin(), fields.end(),
+                     [&key](const NumberField& f) { return key == f.key; })) {
+      std::string keys;
+      for (std::size_t i = 0; i < N; ++i)
+        keys += (i == 0 ? "" : i + 1 == N ? " and " : ", ") + std::string(fields[i].key);
+      throw Error(ctx + ": field '" + name + "' has key '" + key + "'; its keys are " + keys);
+    }
+  }
+  std::array<double, N> numbers{};
+  for (std::size_t i = 0; i < N; ++i) {
+    const auto it = json.find(fields[i].key);
+    const std::string full = name + "." + fields[i].key;
+    if (it == json.end()) throw Error(ctx + ": field '" + full + "' is missing");
+    const double x = number_or_nan(*it);
+    if (!fields[i].valid(x))
+      throw Error(ctx + ": field '" + full + "' must be a number in " + fields[i].range);
+    numbers[i] = x;
+  }
+  return numbers;
+}
+
 CopySlowdown read_copy(const nlohmann::json& json, const std::string& ctx) {
-  if (!json.is_object()) throw Error(ctx + ": field 'contention.copy' must be an object");
-  CopySlowdown copy;
-  for (const auto& [key, value] : json.items()) {
-    if (key != "sender_idle" && key != "sender_computing") {
-      throw Error(ctx + ": field 'contention.copy' has key '" + key +
-                  "'; its keys are sender_idle and sender_computing");
-    }
-    if (!is_slowdown(value)) {
-      throw Error(ctx + ": field 'contention.copy." + key + "' must be a number in " +
-                  slowdown_range());
-    }
-    (key == "sender_idle" ? copy.sender_idle : copy.sender_computing) = value.get<double>();
-  }
-  for (const char* key : {"sender_idle", "sender_computing"}) {
-    if (!json.contains(key)) throw Error(ctx + ": field 'contention.copy." + key + "' is missing");
-  }
-  return copy;
+  const auto [idle, computing] =
+      read_numbers<2>(json, "copy",
+                      {{{"sender_idle", is_slowdown, slowdown_range()},
+                        {"sender_computing", is_slowdown, slowdown_range()}}},
+                      ctx);
+  return CopySlowdown{.sender_idle = idle, .sender_computing = computing};
 }
 
 SustainedLoad read_sustained(const nlohmann::json& json, const std::string& ctx) {
-  if (!json.is_object()) throw Error(ctx + ": field 'contention.sustained' must be an object");
-  for (const auto& [key, value] : json.items()) {
-    if (key != "factor" && key != "time_constant_us") {
-      throw Error(ctx + ": field 'contention.sustained' has key '" + key +
-                  "'; its keys are factor and time_constant_us");
-    }
-  }
-  const auto number = [&](const char* key) {
-    const auto it = json.find(key);
-    if (it == json.end())
-      throw Error(ctx + ": field 'contention.sustained." + key + "' is missing");
-    return it->is_number() ? it->get<double>() : std::nan("");
-  };
-  SustainedLoad sustained{number("factor"), number("time_constant_us")};
-  if (!(sustained.factor >= 0 && sustained.factor <= kMaxSlowdown)) {
-    throw Error(ctx + ": field 'contention.sustained.factor' must be a number in [0, " +
-                std::to_string(static_cast<int>(kMaxSlowdown)) + "]");
-  }
-  if (!(sustained.time_constant_us > 0 && sustained.time_constant_us <= kMaxTimeConstantUs)) {
-    throw Error(ctx + ": field 'contention.sustained.time_constant_us' must be a number in (0, " +
-                std::to_string(static_cast<long long>(kMaxTimeConstantUs)) + "]");
-  }
-  return sustained;
+  const auto [factor, time_constant_us] = read_numbers<2>(
+      json, "sustained",
+      {{{"factor", [](double x) { return x >= 0 && x <= kMaxSlowdown; },
+         "[0, " + std::to_string(static_cast<int>(kMaxSlowdown)) + "]"},
+        {"time_constant_us", [](double x) { return x > 0 && x <= kMaxTimeConstantUs; },
+         "(0, " + std::to_string(static_cast<long long>(kMaxTimeConstantUs)) + "]"}}},
+      ctx);
+  return SustainedLoad{.factor = factor, .time_constant_us = time_constant_us};
 }
 
 std::vector<double> read_curve(const nlohmann::json& json, const std::string& field,
@@ -98,7 +115,7 @@ std::vector<double> read_curve(const nlohmann::json& json, const std::string& fi
   }
   std::vector<double> curve;
   for (const auto& v : json) {
-    if (!is_slowdown(v))
+    if (!is_slowdown(number_or_nan(v)))
       throw Error(ctx + ": field '" + field + "' must hold numbers in " + slowdown_range());
     curve.push_back(v.get<double>());
   }
