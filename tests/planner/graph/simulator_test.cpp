@@ -407,18 +407,19 @@ constexpr double kBeta = 0.6;
 // How long an op of profiled time `work` takes at factor 1 while the share computing is `share`
 // and H starts at `h0`: by numbers (midpoint sums of the rate and bisection), not the closed
 // form the simulator uses.
-double numeric_duration(double work, double share, double h0) {
+double numeric_duration(double work, double share, double h0, double beta = kBeta,
+                        double tau = kTau) {
   const auto done_by = [&](double t) {
     constexpr int kSteps = 200000;
     const double dt = t / kSteps;
     double done = 0;
     for (int i = 0; i < kSteps; ++i) {
-      const double h = share + (h0 - share) * std::exp(-(i + 0.5) * dt / kTau);
-      done += dt / (1 + kBeta * h);
+      const double h = share + (h0 - share) * std::exp(-(i + 0.5) * dt / tau);
+      done += dt / (1 + beta * h);
     }
     return done;
   };
-  double lo = work, hi = work * (1 + kBeta);
+  double lo = work, hi = work * (1 + beta);
   for (int i = 0; i < 60; ++i) {
     const double mid = (lo + hi) / 2;
     (done_by(mid) < work ? lo : hi) = mid;
@@ -428,10 +429,10 @@ double numeric_duration(double work, double share, double h0) {
 
 class SustainedGraph {
  public:
-  explicit SustainedGraph(int devices) {
+  explicit SustainedGraph(int devices, double beta = kBeta, double tau = kTau) {
     g.meta.devices = devices;
     g.meta.contention.slowdown = {1.0};
-    g.meta.contention.sustained = SustainedLoad{.factor = kBeta, .time_constant_us = kTau};
+    g.meta.contention.sustained = SustainedLoad{.factor = beta, .time_constant_us = tau};
   }
   int compute(int device, double us) {
     Node n;
@@ -490,6 +491,39 @@ TEST(SimulatorSustainedLoad, AnOpRunsSlowerAsTheLoadRises) {
     EXPECT_NEAR(c.time(sim, x).end_us - c.time(sim, x).start_us, numeric_duration(work, 1.0, 0.5),
                 1e-6 * kTau)
         << work;
+  }
+}
+
+// The closed form and its Newton solve at the edges of what a profile may hold (factor up to
+// 100, the time constant from a microsecond to seconds) and ops from 1/50 of the time constant to
+// 4 times it: with the load falling (after 20 time constants of both stages busy, an op alone)
+// and rising (after 20 alone, an op beside a long one), each as the numbers give.
+TEST(SimulatorSustainedLoad, FactorsAndTimeConstantsAtTheEdges) {
+  for (const double beta : {0.05, 2.0, 100.0}) {
+    for (const double tau : {1.0, 1e3, 1e6}) {
+      for (const double work : {tau / 50, tau * 4}) {
+        const std::string at = "factor " + std::to_string(beta) + ", tau " + std::to_string(tau) +
+                               " us, op " + std::to_string(work) + " us";
+        SustainedGraph falling(2, beta, tau);
+        falling.compute(0, 20 * tau);
+        falling.compute(1, 20 * tau);
+        const int after = falling.compute(0, work);
+        const SimResult fell = simulate(falling.g);
+        const NodeTime a = falling.time(fell, after);
+        const double expect_fell = numeric_duration(work, 0.5, 1.0, beta, tau);
+        EXPECT_NEAR(a.end_us - a.start_us, expect_fell, 1e-5 * expect_fell) << at << ", falling";
+
+        SustainedGraph rising(2, beta, tau);
+        const int alone = rising.compute(0, 20 * tau);
+        const int x = rising.compute(0, work);
+        const int beside = rising.compute(1, 20 * tau * (1 + beta) + 10 * work * (1 + beta));
+        rising.g.add_data_edge(alone, beside);
+        const SimResult rose = simulate(rising.g);
+        const NodeTime b = rising.time(rose, x);
+        const double expect_rose = numeric_duration(work, 1.0, 0.5, beta, tau);
+        EXPECT_NEAR(b.end_us - b.start_us, expect_rose, 1e-5 * expect_rose) << at << ", rising";
+      }
+    }
   }
 }
 
