@@ -26,7 +26,9 @@ that profile:
         profiles/contention.h): for each factor and time constant of a grid, H's course in
         each trace (the step repeating, as the simulator takes it) divides each piece of an
         op's time, the curves are fitted as above, and the pair with the least mean op error
-        is kept (factor 0 is the model without it).
+        is kept (factor 0 is the model without it). --min-factor and --max-factor bound the
+        factors tried; equal, with one time constant, they fix the term and fit the curves alone
+        (another profile's term carried over, e.g. from 4 emulated stages to 8).
 
   eval  For each run: re-plans it with the profile given (the plan command recorded in
         NAME.plan.txt, its --profile and -o replaced), checks that the schedule is the one that
@@ -321,8 +323,10 @@ def cmd_fit(args):
     profile = load_profile(args.profile)
     if args.sustained and args.copy_only:
         raise FitError("--sustained fits the compute curves with it; --copy-only keeps them")
-    if args.sustained and (args.max_factor < 0 or min(args.time_constants_ms) <= 0):
-        raise FitError("--max-factor must be >= 0 and --time-constants-ms > 0")
+    if args.sustained and (not 0 <= args.min_factor <= args.max_factor
+                           or min(args.time_constants_ms) <= 0):
+        raise FitError("--min-factor and --max-factor must satisfy 0 <= min <= max, and "
+                       "--time-constants-ms be > 0")
     if args.copy_only and not isinstance(profile.get("contention"), dict):
         raise FitError(f"{args.profile}: --copy-only needs a profile with 'contention'")
     samples_by_run, copies_by_run = {}, {}
@@ -345,7 +349,10 @@ def cmd_fit(args):
         model_samples = samples_by_run
         sustained = None
         if args.sustained:
-            factors = [round(0.05 * i, 2) for i in range(int(round(args.max_factor / 0.05)) + 1)]
+            # The grid by 0.05 between the bounds, the bounds themselves included.
+            factors = sorted({args.min_factor, args.max_factor} | {
+                round(0.05 * i, 2) for i in range(int(round(args.max_factor / 0.05)) + 1)
+                if args.min_factor <= round(0.05 * i, 2) <= args.max_factor})
             factor, tau, slowdown, by_op, model_samples, _ = fit_sustained(
                 [(prefix, events) for prefix, _, events, _ in runs], devices, args.min_ops,
                 [ms * 1e3 for ms in args.time_constants_ms], factors)
@@ -442,14 +449,16 @@ def diff_makespan(pipeplan, plan, trace):
 
 def run_labels(prefixes):
     """Each run's name; where two runs share one, the first word of their folder's name too
-    (call1/bpipe-mbs2, call3/bpipe-mbs2)."""
-    names = [os.path.basename(p) for p in prefixes]
-    labels = []
-    for prefix, name in zip(prefixes, names):
-        if names.count(name) > 1:
-            folder = os.path.basename(os.path.dirname(os.path.abspath(prefix))).split("-")[0]
-            name = f"{folder}/{name}"
-        labels.append(name)
+    (call1/bpipe-mbs2, call3/bpipe-mbs2), and where that is shared as well, the folder above it
+    (issue12-h200-2026-11-27/call1/bpipe-mbs2, issue12-h200-2026-11-27b/call1/bpipe-mbs2)."""
+    def folder(prefix, up):
+        return os.path.basename(os.path.abspath(os.path.join(prefix, *[".."] * up)))
+
+    labels = [os.path.basename(p) for p in prefixes]
+    for add in (lambda p, label: f"{folder(p, 1).split('-')[0]}/{label}",
+                lambda p, label: f"{folder(p, 2)}/{label}"):
+        labels = [add(p, label) if labels.count(label) > 1 else label
+                  for p, label in zip(prefixes, labels)]
     return labels
 
 
@@ -485,9 +494,10 @@ def worst_memory_error(predicted, measured):
 
 
 def cmd_eval(args):
-    print(f"{'run':<28} {'measured ms':>12} {'before ms':>10} {'error':>8} {'after ms':>10} "
-          f"{'error':>8} {'memory before':>14} {'after':>8}")
     labels = run_labels(args.runs)
+    width = max([28] + [len(label) for label in labels])
+    print(f"{'run':<{width}} {'measured ms':>12} {'before ms':>10} {'error':>8} {'after ms':>10} "
+          f"{'error':>8} {'memory before':>14} {'after':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for index, prefix in enumerate(args.runs):
             command = recorded_command(prefix + ".plan.txt")
@@ -523,7 +533,7 @@ def cmd_eval(args):
                 replanned_peaks = json.loads(out.stdout)["peak_memory_bytes"]
                 memory = (f" {worst_memory_error(recorded, allocator):>+13.1f}%"
                           f" {worst_memory_error(replanned_peaks, allocator):>+7.1f}%")
-            print(f"{labels[index]:<28} {measured / 1e3:>12.1f} "
+            print(f"{labels[index]:<{width}} {measured / 1e3:>12.1f} "
                   f"{before / 1e3:>10.1f} {100 * (measured / before - 1):>+7.1f}% "
                   f"{after / 1e3:>10.1f} {100 * (measured / after - 1):>+7.1f}%{memory}{over}")
 
@@ -541,7 +551,10 @@ def main():
                         "copy factors (default 20)")
     f.add_argument("--sustained", action="store_true",
                    help="also fit the sustained-load model (contention.sustained): a factor in "
-                        "[0, --max-factor] by 0.05 and a time constant of --time-constants-ms")
+                        "[--min-factor, --max-factor] by 0.05 and a time constant of "
+                        "--time-constants-ms")
+    f.add_argument("--min-factor", type=float, default=0.0,
+                   help="the smallest sustained-load factor tried (default 0)")
     f.add_argument("--max-factor", type=float, default=2.0,
                    help="the largest sustained-load factor tried (default 2)")
     f.add_argument("--time-constants-ms", type=lambda text: [float(x) for x in text.split(",")],

@@ -122,6 +122,22 @@ with tempfile.TemporaryDirectory() as tmp:
           f"fitted slowdown under --sustained {got}, made with {curves}")
     before, after = eval_percentages(SCRIPT, PIPEPLAN, sustained_fit, run_prefix, (3, 5))
     check(abs(after) < 0.2, f"re-planned with the sustained fit, the step should match: {after} %")
+    # The term fixed (--min-factor = --max-factor, one time constant): kept as given, the curves
+    # fitted under it; the true term fixed gives the true curves back.
+    for factor, tau_ms in ((0.6, "20"), (1.2, "50")):
+        fixed = os.path.join(tmp, "fixed.json")
+        run([sys.executable, SCRIPT, "fit", "--sustained", "--min-factor", str(factor),
+             "--max-factor", str(factor), "--time-constants-ms", tau_ms, "--profile", PROFILE,
+             "-o", fixed, run_prefix])
+        with open(fixed, encoding="utf-8") as f:
+            fixed_model = json.load(f)["contention"]
+        want = {"factor": factor, "time_constant_us": float(tau_ms) * 1e3}
+        check(fixed_model.get("sustained") == want,
+              f"fixed term {want}: fitted {fixed_model.get('sustained')}")
+        if factor == 0.6:
+            check(all(abs(g - t) < 2e-3 for g, t in zip(fixed_model["slowdown"], curves)),
+                  f"the curves under the true term fixed {fixed_model['slowdown']}, made with "
+                  f"{curves}")
     # Without it the same trace is fitted worse (the model that made it is not in reach).
     plain = os.path.join(tmp, "plain.json")
     run([sys.executable, SCRIPT, "fit", "--profile", PROFILE, "-o", plain, run_prefix])
@@ -131,7 +147,8 @@ with tempfile.TemporaryDirectory() as tmp:
                sustained_fit, "-o", os.path.join(tmp, "none.json"), run_prefix], expect=1)
     check(out.stderr.count("\n") == 1 and "--copy-only" in out.stderr,
           f"--sustained with --copy-only: {out.stderr!r}")
-    for bad in (["--max-factor", "-1"], ["--time-constants-ms", "30,0"]):
+    for bad in (["--max-factor", "-1"], ["--time-constants-ms", "30,0"],
+                ["--min-factor", "0.5", "--max-factor", "0.4"]):
         out = run([sys.executable, SCRIPT, "fit", "--sustained", *bad, "--profile", PROFILE, "-o",
                    os.path.join(tmp, "none.json"), run_prefix], expect=1)
         check(out.stderr.count("\n") == 1 and bad[0] in out.stderr, f"{bad}: {out.stderr!r}")
@@ -153,5 +170,9 @@ spec.loader.exec_module(module)
 labels = module.run_labels(["r/call1-env-bpipe/bpipe-mbs2", "r/call3-env-bpipe/bpipe-mbs2",
                             "r/call3-env-bpipe/nobpipe-mbs1"])
 check(labels == ["call1/bpipe-mbs2", "call3/bpipe-mbs2", "nobpipe-mbs1"], f"labels {labels}")
+labels = module.run_labels(["a/s-27/call1-x/bpipe-mbs2", "a/s-27b/call1-y/bpipe-mbs2",
+                            "a/s-27b/call2-y/bpipe-mbs2", "a/s-27b/call2-y/nobpipe-mbs1"])
+check(labels == ["s-27/call1/bpipe-mbs2", "s-27b/call1/bpipe-mbs2", "call2/bpipe-mbs2",
+                 "nobpipe-mbs1"], f"labels where the calls' names clash too {labels}")
 
 finish("fit_contention_test")
