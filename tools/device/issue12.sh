@@ -196,24 +196,35 @@ environment+=" PIPEPLAN_CUDNN_LIBRARY=${PIPEPLAN_CUDNN_LIBRARY:-} PIPEPLAN_TEST_
 # slowdown the contention model cannot explain can be told from the SM clock falling under
 # sustained load (docs/runtime.md, "Fidelity"). The first query set the driver answers (older
 # drivers name the throttle reasons, or lack the instantaneous power); none where it answers none.
-clock_fields=''
+clock_fields='' clock_probed=0
 base_fields=timestamp,utilization.gpu,clocks.sm
-if [[ $dry == 1 ]]; then
-  clock_fields=$base_fields,clocks.mem,power.draw.instant,temperature.gpu
-  clock_fields+=,clocks_event_reasons.active
-else
-  for fields in \
-    $base_fields,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
-    $base_fields,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-    $base_fields,power.draw; do
-    if nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1; then
-      clock_fields=$fields
-      break
+clock_command=()
+# probe_clocks: the field set and the sampler's command, found at the first command sampled
+# (calls that sample nothing query nvidia-smi for nothing).
+probe_clocks() {
+  ((clock_probed)) && return 0
+  clock_probed=1
+  if [[ $dry == 1 ]]; then
+    clock_fields=$base_fields,clocks.mem,power.draw.instant,temperature.gpu
+    clock_fields+=,clocks_event_reasons.active
+  else
+    local fields
+    for fields in \
+      $base_fields,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
+      $base_fields,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+      $base_fields,power.draw; do
+      if nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1; then
+        clock_fields=$fields
+        break
+      fi
+    done
+    if [[ -z $clock_fields ]]; then
+      echo "issue12.sh: nvidia-smi answers none of the clock field sets: no clock samples" >&2
     fi
-  done
-fi
-clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits"
-  -lms "${CLOCK_SAMPLE_MS:-20}")
+  fi
+  clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits"
+    -lms "${CLOCK_SAMPLE_MS:-20}")
+}
 
 # record FILE CMD...: runs CMD for at most cap_s seconds (a phase may set its own: bash scoping
 # is dynamic) and never past the deadline, output (stdout and stderr) in $raw/FILE between a
@@ -231,6 +242,7 @@ record() {
     echo "# command: $(printf '%q ' "$@")"
     echo "# environment: $environment"
   } > "$file"
+  if [[ -n ${clocks_to:-} ]]; then probe_clocks; fi
   if [[ $dry == 1 ]]; then
     printf '%q ' "$@"
     if [[ -n ${clocks_to:-} ]]; then

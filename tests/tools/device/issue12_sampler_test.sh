@@ -30,6 +30,7 @@ for arg in "$@"; do
   esac
 done
 [[ -z $query ]] && { echo "Fake GPU 0: NVIDIA H200"; exit 0; }
+echo "$query" >> "$FAKE_SMI_LOG.queries"
 if [[ -n ${FAKE_SMI_REFUSE:-} && $query =~ $FAKE_SMI_REFUSE ]]; then
   echo "Field \"${BASH_REMATCH[0]}\" is not a valid field to query." >&2
   exit 2
@@ -60,21 +61,25 @@ echo "fake profile written to $output"
 EOF
 chmod +x "$work/path/nvidia-smi" "$work/carry/bin/pipeplan"
 
-# run NAME: issue12.sh profile-sm summary with the fake machine; unpacks its raw files into
+# run NAME PHASE...: issue12.sh PHASE... with the fake machine; unpacks its raw files into
 # $work/NAME/raw.
 run() {
   local name=$1
+  shift
   mkdir -p "$work/$name"
   export FAKE_SMI_LOG="$work/$name/samplers.log"
   : > "$FAKE_SMI_LOG"
+  : > "$FAKE_SMI_LOG.queries"
   if ! PATH="$work/path:$PATH" OUT="$work/$name/out" TMPDIR="$work/$name" CLOCK_SAMPLE_MS=10 \
-    DEADLINE_S=120 bash "$repo/tools/device/issue12.sh" -c "$work/carry" profile-sm summary \
+    DEADLINE_S=120 bash "$repo/tools/device/issue12.sh" -c "$work/carry" "$@" \
     > "$work/$name/log" 2>&1; then
     cat "$work/$name/log"
     fail "$name: issue12.sh failed"
   fi
   mkdir -p "$work/$name/raw"
-  tar -C "$work/$name/raw" --strip-components=1 -xzf "$work/$name/out/issue12-profile-sm-summary.tar.gz"
+  local tag
+  tag=$(IFS=-; echo "$*")
+  tar -C "$work/$name/raw" --strip-components=1 -xzf "$work/$name/out/issue12-$tag.tar.gz"
 }
 # stopped LOG: every sampler the log names has ended.
 stopped() {
@@ -89,7 +94,7 @@ stopped() {
 
 # An older driver: clocks_throttle_reasons and power.draw, not clocks_event_reasons and
 # power.draw.instant.
-FAKE_SMI_REFUSE='clocks_event_reasons|power\.draw\.instant' run older
+FAKE_SMI_REFUSE='clocks_event_reasons|power\.draw\.instant' run older profile-sm summary
 raw="$work/older/raw"
 [[ -s $raw/profile-sm.txt ]] || fail "no profile-sm.txt in the packed raw files"
 grep -q '^# gpu: NVIDIA H200, 580.159.04' "$raw/profile-sm.txt" || fail "profile-sm.txt: no GPU header"
@@ -109,8 +114,14 @@ grep -q '^| profile-sm | .*| 1755 (1755) | 650 (650) | 61 | SW power cap 100 % |
   { cat "$summary"; fail "summary: the clock row is not the samples'"; }
 
 # A driver that answers none of the field sets: no sampler and no clocks file, the profile runs.
-FAKE_SMI_REFUSE='clocks\.sm' run none
+FAKE_SMI_REFUSE='clocks\.sm' run none profile-sm summary
 [[ ! -e $work/none/raw/profile-sm.clocks.csv ]] || fail "a clocks file without a field set"
 [[ ! -s $FAKE_SMI_LOG ]] || fail "a sampler started without a field set"
 grep -q '^# exit status: 0' "$work/none/raw/profile-sm.txt" || fail "without a sampler the profile did not run"
+grep -q 'answers none of the clock field sets' "$work/none/log" || fail "no word of the missing samples"
+
+# A call that samples nothing asks nvidia-smi for no clock fields.
+run quiet summary
+! grep -q 'clocks' "$FAKE_SMI_LOG.queries" || fail "clock fields probed in a call that samples nothing"
+grep -q '^name,driver_version,memory.total$' "$FAKE_SMI_LOG.queries" || fail "the GPU was not asked its name"
 echo "issue12_sampler_test: passed"
