@@ -18,7 +18,10 @@ Usage: issue12_summary.py RESULTS_DIR   (prints Markdown on stdout)
 - GPU clock and power: every NAME.clocks.csv (nvidia-smi sampled while the emulated run or the
   SM-share profile NAME ran): of the samples under load (GPU utilization at least 90 %), the SM
   clock's median and minimum, the power's median and maximum, the hottest temperature, and the
-  share of those samples in which the driver named each clock-event (throttle) reason.
+  share of those samples in which the driver named each clock-event (throttle) reason. Beside
+  each run with a trace: its mean share of stages computing, the sustained-load model's
+  slowdown from it against the profile's (where the plan has the model), and the SM-share
+  profile's loaded clock over the run's (does the model stand for the clock?).
 Missing or failed runs are listed, not hidden.
 """
 import glob
@@ -350,13 +353,82 @@ def clocks_table(results):
     return out + [""]
 
 
+def mean_share_computing(plan, trace):
+    """The share of the plan's devices running a compute op, averaged over the traced step (from
+    its first op's start to its last op's end), or None where the trace has no compute op. Under
+    the sustained-load model (contention.sustained) it is also the step's mean load H: H follows
+    the share with a lag, and the step repeats."""
+    devices = int(plan.get("meta", {}).get("devices", 0))
+    compute = {n.get("id") for n in plan.get("nodes", []) if n.get("kind") == "compute"}
+    events = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+              for e in trace.get("traceEvents", [])
+              if e.get("ph") == "X" and e.get("args", {}).get("node") in compute]
+    if devices <= 0 or not events:
+        return None
+    points = sorted([(s, 1) for s, _ in events] + [(e, -1) for _, e in events])
+    begin, end = points[0][0], points[-1][0]
+    if end <= begin:
+        return None
+    busy, running, last = 0.0, 0, begin
+    for t, delta in points:
+        busy += (t - last) * min(1.0, running / devices)
+        running += delta
+        last = t
+    return busy / (end - begin)
+
+
+def loaded_median_clock(path):
+    """The median SM clock (MHz) of a NAME.clocks.csv's loaded samples, or None."""
+    if not os.path.exists(path):
+        return None
+    clock = [s["sm_mhz"] for s in read_clocks(path)
+             if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT and s.get("sm_mhz") is not None]
+    return statistics.median(clock) if clock else None
+
+
+def clock_model_table(results):
+    """Per emulated run with clock samples: the sustained-load model's slowdown against the
+    profile's (1 + factor H over 1 + factor / P: the profile ran one stage of P at a time) beside
+    the SM clock the SM-share profile ran at over the run's. If the model stands for the clock,
+    the two columns agree."""
+    profile_clock = loaded_median_clock(os.path.join(results, "profile-sm.clocks.csv"))
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.clocks.csv"))):
+        name = os.path.basename(path)[: -len(".clocks.csv")]
+        plan = load_json(os.path.join(results, f"{name}.plan.json"))
+        trace = load_json(os.path.join(results, f"{name}.trace.json"))
+        if plan is None or trace is None:
+            continue
+        share = mean_share_computing(plan, trace)
+        if share is None:
+            continue
+        devices = int(plan["meta"]["devices"])
+        sustained = plan["meta"].get("contention", {}).get("sustained")
+        model = ""
+        if sustained:
+            factor = float(sustained["factor"])
+            model = f"{(1 + factor * share) / (1 + factor / devices):.3f}x"
+        clock = loaded_median_clock(path)
+        ratio = f"{profile_clock / clock:.3f}x" if profile_clock and clock else ""
+        rows.append(f"| {name} | {share:.2f} | {model} | {ratio} |")
+    if not rows:
+        return []
+    return (["## Clock against the sustained-load model", "",
+             "Share computing: the traced step's mean share of stages running an op (its mean "
+             "load H). Model: the step's slowdown from the load against the profile's, (1 + "
+             "factor H) / (1 + factor / P), the factor the plan's (`contention.sustained`). "
+             "Clock: the SM-share profile's median loaded SM clock over the run's.", "",
+             "| run | share computing | model | clock (profile-sm / run) |",
+             "|---|---|---|---|"] + rows + [""])
+
+
 def main(argv):
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
     print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
-                    clocks_table(results)))
+                    clocks_table(results) + clock_model_table(results)))
     return 0
 
 

@@ -242,8 +242,40 @@ class Issue12Summary(unittest.TestCase):
                       "| SW power cap 67 %, SW thermal 33 % |", text)
         self.assertIn("| profile-sm | 1 (0) |", text)
 
+    def test_the_clock_beside_the_sustained_load_model(self):
+        # Two stages, ops at [0, 100] and [50, 150] us (a send between them does not count):
+        # share computing 1/2, 1, 1/2 over thirds, mean 2/3; factor 0.5: (1 + 0.5 * 2/3) / (1 +
+        # 0.5 / 2) = 1.067x. The profile's loaded clock 1920 MHz over the run's 1600: 1.200x.
+        plan = {"meta": {"devices": 2, "contention": {"sustained": {
+                    "factor": 0.5, "time_constant_us": 30000}}},
+                "nodes": [{"id": 0, "kind": "compute"}, {"id": 1, "kind": "compute"},
+                          {"id": 2, "kind": "send"}]}
+        trace = {"traceEvents": [
+            {"ph": "X", "ts": 0, "dur": 100, "args": {"node": 0}},
+            {"ph": "X", "ts": 50, "dur": 100, "args": {"node": 1}},
+            {"ph": "X", "ts": 100, "dur": 20, "args": {"node": 2}},
+            {"ph": "M", "args": {"name": "stage 0"}}]}
+        header = "timestamp, utilization.gpu [%], clocks.current.sm [MHz]\n"
+        for name, clock in (("1f1b-m4-2bp", 1600), ("auto-m4", 1500)):
+            write(self.folder, f"{name}.plan.json", json.dumps(plan))
+            write(self.folder, f"{name}.trace.json", json.dumps(trace))
+            write(self.folder, f"{name}.clocks.csv",
+                  header + f"t, 100, {clock}\nt, 100, {clock}\nt, 0, 1980\n")
+            plan["meta"].pop("contention", None)  # auto-m4: a plan without the model
+        write(self.folder, "profile-sm.clocks.csv", header + "t, 100, 1920\n")
+        self.assertAlmostEqual(summary.mean_share_computing(plan, trace), 2 / 3)
+        text = "\n".join(summary.clock_model_table(self.folder))
+        self.assertIn("| 1f1b-m4-2bp | 0.67 | 1.067x | 1.200x |", text)
+        self.assertIn("| auto-m4 | 0.67 |  | 1.280x |", text)
+        self.assertNotIn("| profile-sm |", text)  # no trace: not a run
+        # Without the profile's samples the clock column stays empty.
+        os.remove(os.path.join(self.folder, "profile-sm.clocks.csv"))
+        self.assertIn("| 1f1b-m4-2bp | 0.67 | 1.067x |  |",
+                      "\n".join(summary.clock_model_table(self.folder)))
+
     def test_no_clock_samples_no_section(self):
         self.assertEqual(summary.clocks_table(self.folder), [])
+        self.assertEqual(summary.clock_model_table(self.folder), [])
 
     def test_main_prints_every_section(self):
         from io import StringIO
