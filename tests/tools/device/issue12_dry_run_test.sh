@@ -104,4 +104,17 @@ if [[ $planned != "1f1b-m12-2bp.plan.json 1f1b-m6-2bp.plan.json auto-m12.plan.js
   echo "issue12_dry_run_test: PIPELINE_M/PIPELINE_RUNS ran more than they named" >&2
   exit 1
 fi
+# The next session's 8-stage call (tools/device/README.md): STAGES=8 plans 8 stages from the
+# 16-SM profile and emulates 8.
+if ! OUT="$out" TMPDIR="$out" STAGES=8 \
+  PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blocks8-sm16.calibrated.json" \
+  PIPELINE_M="8 24" PIPELINE_RUNS="1f1b-fused 1f1b-2bp" PIPEPLAN_DRY_RUN=1 \
+  bash "$repo/tools/device/issue12.sh" env pipelines summary > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run of the 8-stage pipelines failed" >&2
+  exit 1
+fi
+expect 'plan --profile .*sm16.calibrated.json .*--stages 8 .*--backward 2bp --microbatches 24 -o'
+expect 'run .*1f1b-m24-2bp.plan.json --backend cuda --emulate 8 --steps 3'
+expect 'run .*1f1b-m8-fused.plan.json --backend cuda --emulate 8'
 echo "issue12_dry_run_test: every phase reached"
