@@ -170,16 +170,21 @@ def load_course(events, devices, tau):
     consecutive start/end points: how many compute ops ran (level, 0-based), the share of the
     devices computing, the sustained load H at the segment's start and its length. H follows
     the share with time constant `tau` (dH/dt = (share - H) / tau) and the step repeats: it
-    starts at the load its end leaves, as in the simulator (planner/graph/simulator.cpp)."""
+    starts at the load its end leaves, as in the simulator (planner/graph/simulator.cpp). For
+    these (measured) times the end is affine in the start with slope exp(-span / tau), so that
+    load is exact: the end of a pass from an idle GPU over 1 - slope."""
     points, running, index = concurrency(events)
     shares = [min(1.0, r / devices) for r in running]
-    starts = []
-    h = 0.0
-    for _ in range(3):  # from an idle GPU, then twice from the load the step's end leaves
+
+    def run_from(h):
         starts = []
         for i, share in enumerate(shares):
             starts.append(h)
             h = share + (h - share) * math.exp(-(points[i + 1] - points[i]) / tau)
+        return starts, h
+
+    _, end = run_from(0.0)
+    starts, _ = run_from(end / (1 - math.exp(-(points[-1] - points[0]) / tau)))
     return [(node, [(min(max(running[i], 1), devices) - 1, shares[i], starts[i],
                      points[i + 1] - points[i]) for i in range(index[s], index[e])])
             for s, e, node in events]

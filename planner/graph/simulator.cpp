@@ -428,12 +428,41 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
 
 }  // namespace
 
+namespace {
+
+// Steps repeat: under a sustained-load model a step starts at the load the step before it left,
+// the load at which a step ends where it began. For fixed op times the end is affine in the
+// start with slope exp(-span / tau) (H relaxes towards the share computing at rate 1 / tau all
+// through the step), so from a pass started on an idle GPU one secant step with that slope
+// lands on it; op times move with the load, so passes go on from there until start and end
+// agree. A step many time constants long forgets its start: its first pass's end is the load.
+double periodic_start_load(const TaskGraph& graph, SimOrder order, double tau_us) {
+  constexpr int kMaxPasses = 8;
+  constexpr double kTolerance = 1e-9;
+  double start = 0;
+  double end = 0;
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    end = start;
+    const SimResult step = simulate_step(graph, order, end, false);
+    const double gap = end - start;
+    if (std::abs(gap) <= kTolerance) break;
+    double span = 0;
+    for (const NodeTime& t : step.times)
+      span = std::max(span, t.end_us);
+    const double slope = std::exp(-span / tau_us);
+    if (slope <= kTolerance) break;
+    start = std::clamp(start + gap / (1 - slope), 0.0, 1.0);
+  }
+  return end;
+}
+
+}  // namespace
+
 SimResult simulate(const TaskGraph& graph, SimOrder order) {
-  double load = 0;
-  // Steps repeat: under a sustained-load model a step starts at the load the step before it
-  // left, so a first pass from an idle GPU gives the load the step itself ends at.
   const Contention& contention = graph.meta.contention;
-  if (contention.sustained && !contention.empty()) simulate_step(graph, order, load, false);
+  double load = contention.sustained && !contention.empty()
+                    ? periodic_start_load(graph, order, contention.sustained->time_constant_us)
+                    : 0.0;
   return simulate_step(graph, order, load, true);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -538,6 +539,35 @@ TEST(SimulatorSustainedLoad, AStepStartsAtTheLoadItsOwnEndLeaves) {
   const SimResult sim = simulate(c.g);
   EXPECT_NEAR(c.time(sim, first).end_us, kTau / 2 * (1 + kBeta / 2), 1e-6 * kTau);
   EXPECT_LT(numeric_duration(kTau / 2, 0.5, 0.0), kTau / 2 * (1 + kBeta / 2) - 0.01 * kTau);
+}
+
+// Steps repeat, so a step starts at the load it ends at, also where the step is not many time
+// constants long (here under one): a graph of the step twice over, the second copy after the
+// first, runs each copy exactly as the step alone. Two stages: an op of tau / 2 on one and of
+// tau / 4 on the other, both from the start (share 1, then 1/2).
+TEST(SimulatorSustainedLoad, AShortStepRunsAsEachOfItsRepeats) {
+  SustainedGraph once(2);
+  const int a = once.compute(0, kTau / 2);
+  const int b = once.compute(1, kTau / 4);
+  const SimResult one = simulate(once.g);
+  SustainedGraph twice(2);
+  const int a1 = twice.compute(0, kTau / 2);
+  const int b1 = twice.compute(1, kTau / 4);
+  const int a2 = twice.compute(0, kTau / 2);
+  const int b2 = twice.compute(1, kTau / 4);
+  twice.g.add_data_edge(b1, a2);
+  twice.g.add_data_edge(a1, b2);
+  const SimResult two = simulate(twice.g);
+  const double step = once.time(one, a).end_us;
+  ASSERT_GT(once.time(one, a).end_us, once.time(one, b).end_us);
+  EXPECT_LT(step, kTau);
+  for (const auto& [op, first, second] : {std::tuple{a, a1, a2}, std::tuple{b, b1, b2}}) {
+    const NodeTime alone = once.time(one, op);
+    EXPECT_NEAR(twice.time(two, first).start_us, alone.start_us, 1e-6 * kTau);
+    EXPECT_NEAR(twice.time(two, first).end_us, alone.end_us, 1e-6 * kTau);
+    EXPECT_NEAR(twice.time(two, second).start_us, step + alone.start_us, 1e-6 * kTau);
+    EXPECT_NEAR(twice.time(two, second).end_us, step + alone.end_us, 1e-6 * kTau);
+  }
 }
 
 // Factor 0 is the model without it, on whole plans with transfers.
