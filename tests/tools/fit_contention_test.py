@@ -7,6 +7,7 @@ pair must give the model's factors back, and re-planning with the fitted profile
 the "measured" step. Usage: fit_contention_test.py PIPEPLAN SOURCE_DIR
 """
 import json
+import math
 import os
 import shlex
 import sys
@@ -174,5 +175,14 @@ labels = module.run_labels(["a/s-27/call1-x/bpipe-mbs2", "a/s-27b/call1-y/bpipe-
                             "a/s-27b/call2-y/bpipe-mbs2", "a/s-27b/call2-y/nobpipe-mbs1"])
 check(labels == ["s-27/call1/bpipe-mbs2", "s-27b/call1/bpipe-mbs2", "call2/bpipe-mbs2",
                  "nobpipe-mbs1"], f"labels where the calls' names clash too {labels}")
+
+# The load a step starts at is the load it ends at, also for a step shorter than the time
+# constant: ops of 500 and 250 us on two devices, tau 1000 us.
+course = module.load_course([(0.0, 500.0, "a"), (0.0, 250.0, "b")], 2, 1000.0)
+segments = course[0][1]  # op a's: share 1 for 250 us, then 1/2 for 250 us
+level, share, h, dt = segments[-1]
+end = share + (h - share) * math.exp(-dt / 1000.0)
+check(abs(end - segments[0][2]) < 1e-12, f"the step starts at {segments[0][2]}, ends at {end}")
+check(0.5 < end < 1.0, f"the periodic load {end} lies between the shares")
 
 finish("fit_contention_test")
