@@ -116,8 +116,10 @@ bool DeviceWorker::stage_has_head(int stage) const {
 void DeviceWorker::begin_step(Clock::time_point start) {
   const std::lock_guard lock(mutex_);
   start_ = start;
-  for (auto& entry : layers_)
-    backend_->zero_grads(entry.second);
+  if (grads_written_.exchange(false)) {
+    for (auto& entry : layers_)
+      backend_->zero_grads(entry.second);
+  }
   activations_.clear();
   input_grads_.clear();
   stashes_.clear();
@@ -257,6 +259,7 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
     sets[l] = std::move(result.retained);
   }
   if (with_p2) {
+    grads_written_ = true;
     for (std::size_t l = 0; l < indices.size(); ++l) {
       const Retained* one[] = {&sets[l]};
       backend_->backward_p2(layers_.at(indices[l]), one);
@@ -286,6 +289,7 @@ void DeviceWorker::backward_p2(int stage, const std::vector<int>& microbatches) 
   }
   // One call per layer over all the micro-batches: one concatenated GEMM per weight.
   const std::vector<int> indices = stage_layers(stage);
+  grads_written_ = true;
   std::int64_t freed = 0;
   for (std::size_t l = 0; l < indices.size(); ++l) {
     std::vector<const Retained*> per_mb;
@@ -386,6 +390,7 @@ void DeviceWorker::optimizer_step(const AdamWConfig& config, int step) {
     backend_->adamw_step(entry.second, config, step);
     backend_->zero_grads(entry.second);
   }
+  grads_written_ = false;
 }
 
 }  // namespace pipeplan

@@ -5,6 +5,7 @@
 // guarded by one mutex, held only around map access, never across a layer call.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -46,7 +47,10 @@ class DeviceWorker {
   // the embedding or the head, and the head's dy = 1/m, so no pass waits on a host-to-device
   // copy (an asynchronous backend's upload synchronises its stream). Once: every step reuses them.
   void prepare_step();
-  // Zeroes gradients, drops anything left from a failed step, restarts the memory timeline.
+  // Zeroes the gradients where a weight-gradient pass wrote them since they were last zeroed (the
+  // first step, after a gradients-only or failed step; after a training step the optimizer has
+  // zeroed them, so no work is queued here), drops anything left from a failed step, restarts
+  // the memory timeline.
   void begin_step(Clock::time_point start);
   // Reads the head's per-micro-batch losses back (kept on the device during the step, so no
   // forward waits for its GPU work to finish); call once the step's work is done.
@@ -85,6 +89,8 @@ class DeviceWorker {
   std::uint64_t seed_;
   Clock::time_point start_;
   std::map<int, LayerParams> layers_;  // by layer index
+  // Set before any weight-gradient pass writes the gradients, cleared where they are zeroed.
+  std::atomic<bool> grads_written_{true};  // unknown at first: zeroed before the first step
 
   mutable std::mutex mutex_;
   std::map<StageMb, Tensor> activations_;              // output of stage s, input of s + 1

@@ -241,10 +241,13 @@ StepResult Executor::step(StepMode mode) {
     options_.group->barrier("the start of step " + std::to_string(step_number), options_.timeout);
   }
   start_ = Clock::now();
+  // The device clocks start before the workers queue anything (zeroing gradients, where they
+  // need it): work queued ahead of the timer's start would put the device's zero after it and
+  // every device time before the host time of the same instant.
+  if (options_.node_timer) options_.node_timer->begin_step(plan_);
   for (auto& worker : workers_) {
     if (worker) worker->begin_step(start_);
   }
-  if (options_.node_timer) options_.node_timer->begin_step(plan_);
   if (reset_error) fail(Error("transport: " + *reset_error));
   {
     std::vector<std::jthread> threads;

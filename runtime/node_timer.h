@@ -16,7 +16,8 @@ namespace pipeplan {
 class NodeTimer {
  public:
   virtual ~NodeTimer() = default;
-  // Before any node of the step runs (the executor's thread).
+  // Before any node of the step runs and before the workers queue any work for it (the
+  // executor's thread).
   virtual void begin_step(const TaskGraph& plan) = 0;
   // Around node `id` on its stream thread: begin before its work is queued, end after.
   virtual void begin_node(const TaskGraph& plan, int id) = 0;
@@ -26,8 +27,8 @@ class NodeTimer {
   virtual void end_step(const TaskGraph& plan, std::vector<NodeTime>& times) = 0;
   // Puts `host_times` (µs since `start`, the host's step start, by node) on each device's clock
   // as end_step puts the device times: its zero is when the device's timing began, which comes
-  // some time after `start` (1.5 to 2.4 ms on an 8-stage emulated run). Without this a host time
-  // reads that much later than the device time of the same instant.
+  // some time after `start` (recording a start event per device, each in its own context).
+  // Without this a host time reads that much later than the device time of the same instant.
   virtual void align_host_times(const TaskGraph& plan, std::chrono::steady_clock::time_point start,
                                 std::vector<NodeTime>& host_times) const = 0;
 };

@@ -22,6 +22,9 @@ struct Counts {
   std::atomic<int> downloads{0};
   std::atomic<int> transfers_in_step{0};
   std::atomic<bool> in_step{false};
+  std::atomic<int> zero_grads{0};
+  std::atomic<int> zero_grads_before_timer{0};  // queued before the node timer's begin_step
+  std::atomic<bool> timer_running{false};
 };
 
 class CountingBackend final : public Backend {
@@ -68,7 +71,11 @@ class CountingBackend final : public Backend {
   void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override {
     inner_.backward_p2(layer, retained);
   }
-  void zero_grads(LayerParams& layer) override { inner_.zero_grads(layer); }
+  void zero_grads(LayerParams& layer) override {
+    ++counts_->zero_grads;
+    if (!counts_->timer_running) ++counts_->zero_grads_before_timer;
+    inner_.zero_grads(layer);
+  }
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
     inner_.adamw_step(layer, config, step);
   }
@@ -100,6 +107,63 @@ TEST(DeviceWorker, BatchesUploadedOnceBeforeTheStepAndLossesReadAfterIt) {
   for (const double loss : first.microbatch_losses)
     EXPECT_GT(loss, 0.0);
   EXPECT_LT(second.loss, first.loss);  // the same batches again, after one AdamW step
+}
+
+// A node timer that only notes when the step's timing runs (from begin_step to end_step).
+class NotingTimer final : public NodeTimer {
+ public:
+  explicit NotingTimer(std::shared_ptr<Counts> counts) : counts_(std::move(counts)) {}
+  void begin_step(const TaskGraph& /*plan*/) override { counts_->timer_running = true; }
+  void begin_node(const TaskGraph& /*plan*/, int /*id*/) override {}
+  void end_node(const TaskGraph& /*plan*/, int /*id*/) override {}
+  void end_step(const TaskGraph& /*plan*/, std::vector<NodeTime>& /*times*/) override {
+    counts_->timer_running = false;
+  }
+  void align_host_times(const TaskGraph& /*plan*/, std::chrono::steady_clock::time_point /*start*/,
+                        std::vector<NodeTime>& /*host_times*/) const override {}
+
+ private:
+  std::shared_ptr<Counts> counts_;
+};
+
+// Gradients are zeroed once per training step, by the optimizer after its update; the next
+// step's start zeroes them again only where a pass wrote them since (the first step, after a
+// gradients-only step). Zeroing there comes after the node timer's start, so no work the step
+// queues lies before the device clock's zero. Each device zeroes each of its layers.
+TEST(DeviceWorker, GradientsAreZeroedOncePerStepAndOnlyAfterTheTimerStarts) {
+  for (const BackwardMode mode : {BackwardMode::fused, BackwardMode::twobp}) {
+    const ScheduleFamily& family = find_schedule_family("1f1b");
+    TaskGraph plan = *testing::tiny_plan(family, mode);
+    const int layers = static_cast<int>(plan.meta.model.layer_list().size());
+    auto counts = std::make_shared<Counts>();
+    ExecutorOptions options;
+    options.node_timer = std::make_shared<NotingTimer>(counts);
+    Executor executor(
+        std::move(plan), [counts](int) { return std::make_unique<CountingBackend>(counts); },
+        options);
+    const auto gradients = [&] {
+      std::vector<double> all;
+      for (int l = 0; l < layers; ++l) {
+        const LayerParams& layer = executor.layer(l);
+        for (const Parameter& param : layer.params) {
+          const std::vector<double> g = cpu::CpuBackend().download(param.grad);
+          all.insert(all.end(), g.begin(), g.end());
+        }
+      }
+      return all;
+    };
+    executor.step();  // zeroed before the step (the first) and by the optimizer
+    EXPECT_EQ(counts->zero_grads, 2 * layers);
+    executor.step();  // by the optimizer only
+    EXPECT_EQ(counts->zero_grads, 3 * layers);
+    executor.step(StepMode::gradients_only);  // none: the optimizer zeroed them
+    EXPECT_EQ(counts->zero_grads, 3 * layers);
+    const std::vector<double> first = gradients();
+    executor.step(StepMode::gradients_only);  // the last step's gradients, zeroed first
+    EXPECT_EQ(counts->zero_grads, 4 * layers);
+    EXPECT_EQ(gradients(), first);  // not added to the last step's
+    EXPECT_EQ(counts->zero_grads_before_timer, 0);
+  }
 }
 
 }  // namespace
