@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "runtime/cuda/cuda_check.h"
 
@@ -58,6 +59,25 @@ const char* to_string(DeviceCopy copy) {
   return "?";
 }
 
+CopyWait copy_wait_from_env() {
+  const char* value = std::getenv(kCopyWaitEnv);
+  if (value == nullptr || *value == '\0') return CopyWait::blocking;
+  const std::string text(value);
+  if (text == "blocking") return CopyWait::blocking;
+  if (text == "poll") return CopyWait::poll;
+  throw Error(std::string(kCopyWaitEnv) + " is '" + text + "' (expected blocking or poll)");
+}
+
+const char* to_string(CopyWait wait) {
+  switch (wait) {
+    case CopyWait::blocking:
+      return "blocking";
+    case CopyWait::poll:
+      return "poll";
+  }
+  return "?";
+}
+
 std::vector<TransportLink> transport_links(const TaskGraph& plan) {
   std::set<TransportLink> links;
   for (int id = 0; id < plan.node_count(); ++id) {
@@ -76,8 +96,8 @@ void DeviceLocalTransport::open_links(const std::vector<TransportLink>& links) {
 }
 
 DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints, StepEvents* events,
-                                           DeviceCopy copy)
-    : endpoints_(std::move(endpoints)), events_(events), copy_(copy) {
+                                           DeviceCopy copy, CopyWait wait)
+    : endpoints_(std::move(endpoints)), events_(events), copy_(copy), wait_(wait) {
   for (std::size_t d = 0; d < endpoints_.size(); ++d) {
     if (endpoints_[d].compute == nullptr || endpoints_[d].allocator == nullptr) {
       throw Error("device-local transport: device " + std::to_string(d) +
@@ -125,10 +145,13 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
   }
   // Each event in the context of the stream it is recorded on. The receiving thread waits on
   // `copied` for as long as the producing op runs (milliseconds): with
-  // blocking sync it sleeps instead of spinning. Spinning, the 2 (P - 1) receiving threads and the
-  // P compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7; the
-  // suspected cause of the compute stalls measured at 8 stages (docs/runtime.md, "Fidelity").
-  link.copied = create_event_for(link.stream, cudaEventDisableTiming | cudaEventBlockingSync);
+  // blocking sync (or polling, CopyWait::poll) it sleeps instead of spinning. Spinning, the 2 (P -
+  // 1) receiving threads and the P compute threads of an emulated pipeline outnumber a 16-core
+  // host's cores from P = 7; the suspected cause of the compute stalls measured at 8 stages
+  // (docs/runtime.md, "Fidelity").
+  link.copied =
+      create_event_for(link.stream, cudaEventDisableTiming |
+                                        (wait_ == CopyWait::blocking ? cudaEventBlockingSync : 0U));
   link.receiver_tail = create_event_for(endpoint(to, "receiving").compute, cudaEventDisableTiming);
   return link;
 }
@@ -224,7 +247,16 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
   // stream's thread, holding no stage's lock. Waiting on a recorded event reads its completion
   // and changes no context state. Not cancellable: the sources must outlive the copy, which
   // always completes (it waits only on events already recorded).
-  CUDA_CHECK(cudaEventSynchronize(l.copied));
+  if (wait_ == CopyWait::poll) {
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(l.copied);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) CUDA_CHECK(status);
+      std::this_thread::sleep_for(kCopyPollInterval);
+    }
+  } else {
+    CUDA_CHECK(cudaEventSynchronize(l.copied));
+  }
   pending.source.tensors.clear();  // back to the sender's cache: flush() may return
   {
     const std::lock_guard lock(mutex_);

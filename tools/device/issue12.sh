@@ -188,6 +188,10 @@ export CUDNN_FRONTEND_CUDART_LIB_NAME=libcudart.so.13
 environment="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PIPEPLAN_DATA_DIR=$PIPEPLAN_DATA_DIR"
 environment+=" PIPEPLAN_CUDA_PLUGIN=$PIPEPLAN_CUDA_PLUGIN"
 environment+=" PIPEPLAN_CUDNN_LIBRARY=${PIPEPLAN_CUDNN_LIBRARY:-} PIPEPLAN_TEST_BINARY=$pipeplan"
+# The runtime's switches where the call sets them (the run report also names what it used).
+for switch in PIPEPLAN_COPY_WAIT PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS; do
+  if [[ -n ${!switch:-} ]]; then environment+=" $switch=${!switch}"; fi
+done
 
 # --- recording ----------------------------------------------------------------------------------
 

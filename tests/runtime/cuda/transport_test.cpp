@@ -80,6 +80,22 @@ TEST(DeviceLocalTransport, CopiesIntoTheReceiversMemoryInFifoOrder) {
   exercise(transport, sender, receiver);
 }
 
+// Polling for the copy's end (PIPEPLAN_COPY_WAIT=poll) delivers the same bytes in the same
+// order, and the transport's name says which wait it uses.
+TEST(DeviceLocalTransport, PollingForTheCopyDeliversTheSameMessages) {
+  PIPEPLAN_REQUIRE_GPU();
+  for (const cuda::CopyWait wait : {cuda::CopyWait::blocking, cuda::CopyWait::poll}) {
+    SCOPED_TRACE(cuda::to_string(wait));
+    cuda::CudaBackend sender, receiver;
+    cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)},
+                                         nullptr, cuda::DeviceCopy::priority, wait);
+    EXPECT_NE(transport.name().find(std::string("wait: ") + cuda::to_string(wait)),
+              std::string::npos)
+        << transport.name();
+    exercise(transport, sender, receiver);
+  }
+}
+
 // The memory moves when the receiver takes the message (the plan's rendezvous): until then the
 // sender holds it and the receiver's allocator has not grown; after, the reverse.
 TEST(DeviceLocalTransport, TheCopyIsMadeWhenTheReceiverTakesTheMessage) {
@@ -220,6 +236,36 @@ TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
     setenv(cuda::kDeviceCopyEnv, restore.c_str(), 1);
   } else {
     unsetenv(cuda::kDeviceCopyEnv);
+  }
+}
+
+// $PIPEPLAN_COPY_WAIT picks how the receiving thread waits for a copy; a wrong value names the
+// variable.
+TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
+  const char* saved = std::getenv(cuda::kCopyWaitEnv);
+  const std::string restore = saved != nullptr ? saved : "";
+  unsetenv(cuda::kCopyWaitEnv);
+  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
+  setenv(cuda::kCopyWaitEnv, "", 1);
+  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
+  setenv(cuda::kCopyWaitEnv, "poll", 1);
+  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::poll);
+  setenv(cuda::kCopyWaitEnv, "blocking", 1);
+  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
+  setenv(cuda::kCopyWaitEnv, "spin", 1);
+  try {
+    (void)cuda::copy_wait_from_env();
+    ADD_FAILURE() << "an unknown copy wait was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("PIPEPLAN_COPY_WAIT is 'spin' (expected blocking or poll)"),
+        std::string::npos)
+        << e.what();
+  }
+  if (saved != nullptr) {
+    setenv(cuda::kCopyWaitEnv, restore.c_str(), 1);
+  } else {
+    unsetenv(cuda::kCopyWaitEnv);
   }
 }
 

@@ -94,10 +94,13 @@ stopped() {
 
 # An older driver: clocks_throttle_reasons and power.draw, not clocks_event_reasons and
 # power.draw.instant.
-FAKE_SMI_REFUSE='clocks_event_reasons|power\.draw\.instant' run older profile-sm summary
+FAKE_SMI_REFUSE='clocks_event_reasons|power\.draw\.instant' PIPEPLAN_COPY_WAIT=poll \
+  run older profile-sm summary
 raw="$work/older/raw"
 [[ -s $raw/profile-sm.txt ]] || fail "no profile-sm.txt in the packed raw files"
 grep -q '^# gpu: NVIDIA H200, 580.159.04' "$raw/profile-sm.txt" || fail "profile-sm.txt: no GPU header"
+grep -q '^# environment: .* PIPEPLAN_COPY_WAIT=poll' "$raw/profile-sm.txt" ||
+  fail "profile-sm.txt: the runtime switch set for the call is not in its header"
 grep -q '^# exit status: 0' "$raw/profile-sm.txt" || fail "profile-sm.txt: the profile did not exit 0"
 csv="$raw/profile-sm.clocks.csv"
 [[ -s $csv ]] || fail "no profile-sm.clocks.csv beside the profile"
