@@ -144,11 +144,10 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
     link.owns_stream = true;
   }
   // Each event in the context of the stream it is recorded on. The receiving thread waits on
-  // `copied` for as long as the producing op runs (milliseconds): with
-  // blocking sync (or polling, CopyWait::poll) it sleeps instead of spinning. Spinning, the 2 (P -
-  // 1) receiving threads and the P compute threads of an emulated pipeline outnumber a 16-core
-  // host's cores from P = 7; the suspected cause of the compute stalls measured at 8 stages
-  // (docs/runtime.md, "Fidelity").
+  // `copied` for as long as the producing op runs (milliseconds): with blocking sync, or polling
+  // (CopyWait::poll), it sleeps instead of spinning. Spinning, the 2P - 2 receiving threads and
+  // the P compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7;
+  // the suspected cause of the compute stalls measured at 8 stages (docs/runtime.md, "Fidelity").
   link.copied =
       create_event_for(link.stream, cudaEventDisableTiming |
                                         (wait_ == CopyWait::blocking ? cudaEventBlockingSync : 0U));
