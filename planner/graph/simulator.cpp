@@ -426,10 +426,6 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
   return result;
 }
 
-}  // namespace
-
-namespace {
-
 // Steps repeat: under a sustained-load model a step starts at the load the step before it left,
 // the load at which a step ends where it began. For fixed op times the end is affine in the
 // start with slope exp(-span / tau) (H relaxes towards the share computing at rate 1 / tau all

@@ -322,6 +322,13 @@ def read_clocks(path):
     return samples
 
 
+def loaded_samples(path):
+    """(every sample of a NAME.clocks.csv, those taken under load: GPU utilization at least
+    LOADED_UTILIZATION_PCT)."""
+    samples = read_clocks(path)
+    return samples, [s for s in samples if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT]
+
+
 def clocks_table(results):
     paths = sorted(glob.glob(os.path.join(results, "*.clocks.csv")))
     if not paths:
@@ -333,8 +340,7 @@ def clocks_table(results):
            "|---|---|---|---|---|---|"]
     for path in paths:
         name = os.path.basename(path)[: -len(".clocks.csv")]
-        samples = read_clocks(path)
-        loaded = [s for s in samples if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT]
+        samples, loaded = loaded_samples(path)
         if not loaded:
             out.append(f"| {name} | {len(samples)} (0) | | | | |")
             continue
@@ -381,8 +387,7 @@ def loaded_median_clock(path):
     """The median SM clock (MHz) of a NAME.clocks.csv's loaded samples, or None."""
     if not os.path.exists(path):
         return None
-    clock = [s["sm_mhz"] for s in read_clocks(path)
-             if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT and s.get("sm_mhz") is not None]
+    clock = [s["sm_mhz"] for s in loaded_samples(path)[1] if s.get("sm_mhz") is not None]
     return statistics.median(clock) if clock else None
 
 
