@@ -168,6 +168,14 @@ void Executor::run_node(DeviceWorker& worker, int id) {
   const Node& node = plan_.node(id);
   const Stream& stream = plan_.streams()[static_cast<std::size_t>(node.stream)];
   times_[static_cast<std::size_t>(id)].start_us = micros_since(start_);
+  // A payload still in flight (a stream-ordered recv): its reader's work goes behind it, before
+  // the node timer's start, so that the op's device time does not include the wait.
+  if (node.kind == NodeKind::compute) {
+    for (const int input : local_inputs_[static_cast<std::size_t>(id)]) {
+      const auto& arrival = arrivals_[static_cast<std::size_t>(input)];
+      if (arrival) arrival->order_reader();
+    }
+  }
   if (options_.node_timer) options_.node_timer->begin_node(plan_, id);
   switch (node.kind) {
     case NodeKind::compute:
@@ -184,6 +192,7 @@ void Executor::run_node(DeviceWorker& worker, int id) {
       Message message =
           transport_->recv(node.device, node.peer, channel_of(stream), tag, options_.timeout);
       check_message(message, tag, worker.expected_bytes(node), plan_.node_name(id));
+      arrivals_[static_cast<std::size_t>(id)] = message.arrival;  // a held stash keeps its own
       worker.store_payload(node, std::move(message));
       break;
     }
@@ -231,6 +240,7 @@ StepResult Executor::step(StepMode mode) {
   sync_->first_error.reset();
   sync_->first_error_is_consequence = false;
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
+  arrivals_.assign(static_cast<std::size_t>(plan_.node_count()), nullptr);
   for (auto& worker : workers_) {
     if (worker) worker->prepare_step();
   }

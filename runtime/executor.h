@@ -113,6 +113,9 @@ class Executor {
   // op after next reuses): done only once the transport gave its tensors back (flush).
   std::vector<char> flush_after_;
   std::unique_ptr<Sync> sync_;
+  // Per recv node this step: its message's arrival (Message::arrival), null once landed. Written
+  // by the recv's thread before the node is marked done, read by its readers' threads after.
+  std::vector<std::shared_ptr<const Arrival>> arrivals_;
   std::vector<NodeTime> times_;
   DeviceWorker::Clock::time_point start_;
   int steps_ = 0;

@@ -36,11 +36,25 @@ class Cancelled : public Error {
   using Error::Error;
 };
 
+// A payload that a transport's recv returned before it landed (the device-local transport with
+// PIPEPLAN_COPY_WAIT=stream: the copy is queued on the GPU, the host goes on). Whatever reads the
+// payload must be ordered after its arrival: the executor calls order_reader() on the thread of
+// each same-device node that reads the recv (the plan's data edges), before that node queues any
+// work; a message sent on (a held BPipe stash) keeps its arrival for the transport that sends it.
+class Arrival {
+ public:
+  virtual ~Arrival() = default;
+  // Queues the calling stage's next work behind the arrival (a wait on the GPU) and returns at
+  // once; does not wait on the host.
+  virtual void order_reader() const = 0;
+};
+
 struct Message {
   std::string tag;
   std::int64_t bytes = 0;  // declared payload size
   std::vector<std::pair<std::string, Tensor>> tensors;
-  std::int64_t payload_bytes() const;  // what the tensors actually hold
+  std::shared_ptr<const Arrival> arrival;  // null: the payload is there when recv returns
+  std::int64_t payload_bytes() const;      // what the tensors actually hold
 };
 
 class Transport {

@@ -65,7 +65,8 @@ CopyWait copy_wait_from_env() {
   const std::string text(value);
   if (text == "blocking") return CopyWait::blocking;
   if (text == "poll") return CopyWait::poll;
-  throw Error(std::string(kCopyWaitEnv) + " is '" + text + "' (expected blocking or poll)");
+  if (text == "stream") return CopyWait::stream;
+  throw Error(std::string(kCopyWaitEnv) + " is '" + text + "' (expected blocking, poll or stream)");
 }
 
 const char* to_string(CopyWait wait) {
@@ -74,9 +75,41 @@ const char* to_string(CopyWait wait) {
       return "blocking";
     case CopyWait::poll:
       return "poll";
+    case CopyWait::stream:
+      return "stream";
   }
   return "?";
 }
+
+// The arrival of one copy (CopyWait::stream): an event of its own, recorded after the copy on the
+// link's stream (a link's next copy must not move it), and the receiving stage's stream, which its
+// readers queue on. Blocking sync: the link's reaper sleeps on it.
+class DeviceLocalTransport::CopyArrival final : public Arrival {
+ public:
+  CopyArrival(cudaStream_t link_stream, const StageEndpoint& receiver)
+      : event_(create_event_for(link_stream, cudaEventDisableTiming | cudaEventBlockingSync)),
+        device_(receiver.cuda_device),
+        stream_(receiver.compute),
+        context_(receiver.green != nullptr ? receiver.green->context() : nullptr) {}
+  ~CopyArrival() override { cudaEventDestroy(event_); }  // released once it completes
+  CopyArrival(const CopyArrival&) = delete;
+  CopyArrival& operator=(const CopyArrival&) = delete;
+
+  cudaEvent_t event() const { return event_; }
+  // On the reader's thread: its stage's stream waits for the copy (an event of another context of
+  // the same device: allowed), under the stage's context and lock like every call on that stream.
+  void order_reader() const override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    const ScopedContext current(context_);
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, event_, 0));
+  }
+
+ private:
+  cudaEvent_t event_;
+  int device_;
+  cudaStream_t stream_;
+  CUcontext context_;
+};
 
 std::vector<TransportLink> transport_links(const TaskGraph& plan) {
   std::set<TransportLink> links;
@@ -107,6 +140,7 @@ DeviceLocalTransport::DeviceLocalTransport(std::vector<StageEndpoint> endpoints,
 }
 
 DeviceLocalTransport::~DeviceLocalTransport() {
+  stop_reapers();
   // No throwing from a destructor: a failure here is reported by the next checked call.
   for (auto& [key, link] : links_) {
     if (link.stream != nullptr) cudaStreamSynchronize(link.stream);
@@ -152,7 +186,59 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
       create_event_for(link.stream, cudaEventDisableTiming |
                                         (wait_ == CopyWait::blocking ? cudaEventBlockingSync : 0U));
   link.receiver_tail = create_event_for(endpoint(to, "receiving").compute, cudaEventDisableTiming);
+  if (wait_ == CopyWait::stream) {
+    link.reaper = std::make_unique<Reaper>();
+    link.reaper->thread =
+        std::thread([this, reaper = link.reaper.get(), key = it->first] { reap(*reaper, key); });
+  }
   return link;
+}
+
+void DeviceLocalTransport::reap(Reaper& reaper, LinkKey key) {
+  for (;;) {
+    Reaper::InFlight item;
+    {
+      std::unique_lock lock(reaper.mutex);
+      reaper.changed.wait(lock, [&] { return reaper.stopping || !reaper.queue.empty(); });
+      if (reaper.queue.empty()) return;  // stopping, and every copy released
+      item = std::move(reaper.queue.front());
+      reaper.queue.pop_front();
+    }
+    // Asleep until the copy ends (blocking sync), off every stage's critical path: only the
+    // sender's reuse of the blocks waits for this.
+    const cudaError_t status = cudaEventSynchronize(item.arrival->event());
+    item.source.tensors.clear();  // back to the sender's cache
+    if (status != cudaSuccess) {
+      const std::lock_guard lock(mutex_);
+      if (reaper_error_.empty()) {
+        reaper_error_ = "device-local transport: waiting for a copy on the " +
+                        link_name(std::get<0>(key), std::get<1>(key), std::get<2>(key)) + ": " +
+                        cudaGetErrorString(status);
+      }
+    }
+    released(key);
+  }
+}
+
+void DeviceLocalTransport::stop_reapers() {
+  for (auto& [key, link] : links_) {
+    if (!link.reaper) continue;
+    {
+      const std::lock_guard lock(link.reaper->mutex);
+      link.reaper->stopping = true;
+    }
+    link.reaper->changed.notify_all();
+    if (link.reaper->thread.joinable()) link.reaper->thread.join();
+  }
+}
+
+void DeviceLocalTransport::released(const LinkKey& key) {
+  {
+    const std::lock_guard lock(mutex_);
+    ++released_[key];
+    if (wait_ == CopyWait::stream) --in_flight_;
+  }
+  released_changed_.notify_all();
 }
 
 void DeviceLocalTransport::EventDeleter::operator()(cudaEvent_t event) const {
@@ -179,7 +265,17 @@ void DeviceLocalTransport::send(int from, int to, Channel channel, Message messa
   // What the copy waits for on the sender's side, known only while the send node runs: the
   // payload's producer, else (a held BPipe stash, or no StepEvents) the sender stream's tail now.
   pending.ready = events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
-  if (pending.ready == nullptr) {
+  // A message sent on before it landed here (a held BPipe stash, stream-ordered): its copy out
+  // follows its copy in, on the GPU.
+  if (message.arrival != nullptr) {
+    const auto* arrived = dynamic_cast<const CopyArrival*>(message.arrival.get());
+    if (arrived == nullptr) {
+      throw Error("device-local transport: message '" + message.tag +
+                  "' is still arriving through another transport");
+    }
+    pending.arrived = arrived->event();
+  }
+  if (pending.ready == nullptr && pending.arrived == nullptr) {
     pending.tail.reset(create_event_for(sender.compute, cudaEventDisableTiming));
     const ScopedContext current(sender.green != nullptr ? sender.green->context() : nullptr);
     CUDA_CHECK(cudaEventRecord(pending.tail.get(), sender.compute));
@@ -206,6 +302,7 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
   const CUcontext receiver_context =
       receiver.green != nullptr ? receiver.green->context() : nullptr;
   const Message& source = pending.source;
+  std::shared_ptr<const CopyArrival> arrival;  // CopyWait::stream
   Message copy;
   copy.tag = source.tag;
   copy.bytes = source.bytes;
@@ -233,13 +330,34 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
   }
   {
     const ScopedContext current(sender_context);
-    CUDA_CHECK(cudaStreamWaitEvent(l.stream, pending.ready, 0));
-    if (last_use != nullptr) CUDA_CHECK(cudaStreamWaitEvent(l.stream, last_use, 0));
+    for (cudaEvent_t after : {pending.ready, pending.arrived, last_use}) {
+      if (after != nullptr) CUDA_CHECK(cudaStreamWaitEvent(l.stream, after, 0));
+    }
     const auto [begin, end] = pending.marks;
     if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, l.stream));
     copy_tensors(source, copy, l.stream);
     if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, l.stream));
-    CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
+    if (wait_ == CopyWait::stream) {
+      arrival = std::make_shared<const CopyArrival>(l.stream, receiver);
+      CUDA_CHECK(cudaEventRecord(arrival->event(), l.stream));
+    } else {
+      CUDA_CHECK(cudaEventRecord(l.copied, l.stream));
+    }
+  }
+  if (wait_ == CopyWait::stream) {
+    // The receiver's readers wait for the copy on the GPU (Arrival); the link's reaper gives the
+    // sources back once it ends.
+    copy.arrival = arrival;
+    {
+      const std::lock_guard lock(mutex_);
+      ++in_flight_;
+    }
+    {
+      const std::lock_guard lock(l.reaper->mutex);
+      l.reaper->queue.push_back({std::move(pending.source), std::move(arrival)});
+    }
+    l.reaper->changed.notify_one();
+    return copy;
   }
   // The sources go back to the sender's allocator (its stream may then reuse the blocks) only
   // after the copy, and the receiver may use the copy at once: wait here, on the receiving
@@ -257,11 +375,7 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
     CUDA_CHECK(cudaEventSynchronize(l.copied));
   }
   pending.source.tensors.clear();  // back to the sender's cache: flush() may return
-  {
-    const std::lock_guard lock(mutex_);
-    ++released_[LinkKey{from, to, channel}];
-  }
-  released_changed_.notify_all();
+  released(LinkKey{from, to, channel});
   return copy;
 }
 
@@ -323,6 +437,7 @@ void DeviceLocalTransport::flush(int from, int to, Channel channel,
       lock, timeout, [&] { return cancelled_ || released_[key] >= sent; });
   if (cancelled_)
     throw Cancelled("cancelled while waiting for the " + link_name(from, to, channel));
+  if (!reaper_error_.empty()) throw Error(reaper_error_);
   if (!done) {
     throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for the " +
                 link_name(from, to, channel) + " to copy " + std::to_string(sent - released_[key]) +
@@ -340,7 +455,14 @@ void DeviceLocalTransport::cancel() {
 }
 
 void DeviceLocalTransport::reset() {
-  const std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  // Stream-ordered copies of the last step still being released: the new step starts with the
+  // senders' memory back (they end, as they wait only for work queued before them).
+  released_changed_.wait(lock, [&] { return in_flight_ == 0; });
+  if (!reaper_error_.empty()) {
+    const std::string error = std::exchange(reaper_error_, std::string());
+    throw Error(error);
+  }
   cancelled_ = false;
   queues_.clear();
   sent_.clear();

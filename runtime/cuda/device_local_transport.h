@@ -6,9 +6,11 @@
 // dependencies of the recv node are met, pops the link's FIFO (with the Transport contract's
 // timeout and cancel), takes the receive buffers from the *receiver's* allocator (so the bytes
 // count where they live), copies on a stream of the link (from, to, channel) and returns once
-// the copy is complete; the sources then go back to the sender's allocator. So a message's
-// memory moves when both halves of the transfer are ready, as in the simulator's rendezvous: a
-// BPipe load lands after the backward that frees its slot, not when the acceptor sends it.
+// the copy is complete; the sources then go back to the sender's allocator (CopyWait::stream:
+// returns once the copy is queued, with its Arrival; the sources go back as it ends). So a
+// message's memory moves when both halves of the transfer are ready, as in the simulator's
+// rendezvous: a BPipe load lands after the backward that frees its slot, not when the acceptor
+// sends it.
 //
 // Ordering with events only, never a wait on a stream that could be waiting for us: the link
 // stream waits for (a) the producer's event and (b) the last reader of the receive buffers,
@@ -24,6 +26,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -57,15 +61,19 @@ inline constexpr const char* kDeviceCopyEnv = "PIPEPLAN_DEVICE_COPY";
 DeviceCopy device_copy_from_env();
 const char* to_string(DeviceCopy copy);
 
-// How the receiving thread waits for a copy to end before the recv is done (and the consumer's
-// thread may queue the op that reads it). `blocking`: cudaEventSynchronize on a blocking-sync
-// event, the thread asleep until the driver wakes it. `poll`: cudaEventQuery every
-// kCopyPollInterval, the thread asleep between queries. Measured on an H200 with `blocking`, a
-// hop took 0.20 to 0.64 ms (median per run) from the copy's end to the recv's end on the host
-// (docs/runtime.md, "Fidelity"); `poll` bounds the wake-up by the interval instead of the
-// driver's interrupt and the scheduler. Chosen by $PIPEPLAN_COPY_WAIT: unset or empty gives
-// `blocking`; anything but "blocking" or "poll" is an Error naming the variable.
-enum class CopyWait { blocking, poll };
+// How the receiving side waits for a copy to end. `blocking`: the receiving thread waits on a
+// blocking-sync event (cudaEventSynchronize), asleep until the driver wakes it, and the recv
+// returns once the copy is complete. `poll`: the same, by cudaEventQuery every kCopyPollInterval,
+// asleep between queries. Measured on an H200 with `blocking`, a hop took 0.20 to 0.64 ms (median
+// per run) from the copy's end to the recv's end on the host (docs/runtime.md, "Fidelity"), and
+// only then could the consumer's thread queue the op that reads it. `stream`: no thread waits;
+// recv returns once the copy is queued, with an Arrival (the copy's own event) that the executor
+// has the consumer's stream wait for on the GPU before the consumer's kernels, so the consumer is
+// queued ahead and starts as the copy ends; the sources go back to the sender's cache from a
+// thread per link that waits for each copy in turn (flush() waits for that). Chosen by
+// $PIPEPLAN_COPY_WAIT: unset or empty gives `blocking`; anything but "blocking", "poll" or
+// "stream" is an Error naming the variable.
+enum class CopyWait { blocking, poll, stream };
 inline constexpr const char* kCopyWaitEnv = "PIPEPLAN_COPY_WAIT";
 inline constexpr std::chrono::microseconds kCopyPollInterval{20};
 CopyWait copy_wait_from_env();
@@ -125,11 +133,26 @@ class DeviceLocalTransport final : public Transport {
 
  private:
   using LinkKey = std::tuple<int, int, Channel>;
+  class CopyArrival;
+  // CopyWait::stream: the copies a link queued whose sources have not gone back to the sender,
+  // oldest first, and the thread that gives them back as each copy ends.
+  struct Reaper {
+    struct InFlight {
+      Message source;
+      std::shared_ptr<const CopyArrival> arrival;
+    };
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<InFlight> queue;
+    bool stopping = false;
+    std::thread thread;
+  };
   struct Link {
     cudaStream_t stream = nullptr;
     bool owns_stream = false;  // false: made in a green context, which destroys it
     cudaEvent_t receiver_tail = nullptr;
-    cudaEvent_t copied = nullptr;
+    cudaEvent_t copied = nullptr;    // blocking and poll: the copy the receiving thread waits for
+    std::unique_ptr<Reaper> reaper;  // stream
   };
   struct EventDeleter {
     void operator()(cudaEvent_t event) const;
@@ -139,7 +162,8 @@ class DeviceLocalTransport final : public Transport {
     Message source;                                  // the sender's tensors
     cudaEvent_t ready = nullptr;                     // the copy follows it on the sender's side
     std::unique_ptr<CUevent_st, EventDeleter> tail;  // owns `ready` when it is the stream's tail
-    std::pair<cudaEvent_t, cudaEvent_t> marks{};     // StepEvents::transfer_marks of the send
+    cudaEvent_t arrived = nullptr;  // a message sent on before it landed: its copy in (stream)
+    std::pair<cudaEvent_t, cudaEvent_t> marks{};  // StepEvents::transfer_marks of the send
   };
   const StageEndpoint& endpoint(int device, const char* role) const;
   Link& link(int from, int to, Channel channel);  // made on first use
@@ -147,6 +171,12 @@ class DeviceLocalTransport final : public Transport {
   Message deliver(int from, int to, Channel channel, Pending pending);
   // Queues the copy of every tensor of `source` into `target`'s (same sizes) on `stream`.
   void copy_tensors(const Message& source, const Message& target, cudaStream_t stream) const;
+  // The sources of a copy go back to the sender's allocator: counted for flush().
+  void released(const LinkKey& key);
+  // A link's reaper thread (CopyWait::stream): waits for each queued copy, then releases it.
+  void reap(Reaper& reaper, LinkKey key);
+  // Stops the reapers once their copies are released (the destructor).
+  void stop_reapers();
 
   std::vector<StageEndpoint> endpoints_;
   StepEvents* events_;
@@ -160,6 +190,8 @@ class DeviceLocalTransport final : public Transport {
   // Per link since the last reset: messages sent, and those whose sources were given back.
   std::map<LinkKey, std::int64_t> sent_;
   std::map<LinkKey, std::int64_t> released_;
+  std::int64_t in_flight_ = 0;  // stream: copies queued whose sources were not given back yet
+  std::string reaper_error_;    // stream: the first failure a reaper met, reported by flush/reset
   std::condition_variable released_changed_;
   bool cancelled_ = false;
 };

@@ -16,6 +16,7 @@
 #include "profiles/analytic.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_run.h"
+#include "runtime/cuda/device_local_transport.h"
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
@@ -60,6 +61,7 @@ struct Run {
   std::vector<std::int64_t> allocator_peaks;
   SimResult measured;
   std::string backend_name;
+  std::string transport_name;
   std::vector<std::size_t> gemm_shapes_timed;  // per stage: shapes whose answers were timed
 };
 
@@ -78,6 +80,7 @@ Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1) {
   run.measured = step.measured;
   run.allocator_peaks = cuda_run.allocator_peak_bytes();
   run.backend_name = cuda_run.backend_name();
+  run.transport_name = cuda_run.transport_name();
   for (int d = 0; d < plan.meta.devices; ++d)
     run.gemm_shapes_timed.push_back(cuda::gemm_choices(cuda_run.backend(d).context()).size());
   const int layers = static_cast<int>(plan.meta.model.layer_list().size());
@@ -143,6 +146,19 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
+}
+
+// PIPEPLAN_COPY_WAIT=stream: the readers of every received activation, gradient and BPipe stash
+// wait for its copy on the GPU, not their threads for its end, and a held stash goes back behind
+// its own arrival; the same gradients as the single-stage run.
+TEST(EmulatedRun, StreamOrderedCopiesGiveTheSingleStageGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
+  const testing::ScopedEnv wait(cuda::kCopyWaitEnv, "stream");
+  const TaskGraph plan = tiny_plan(4, "1f1b", BackwardMode::twobp, BpipeMode::on, 8, {3, 2, 2, 1});
+  const auto run = run_on_gpu(plan, 4);
+  EXPECT_NE(run.transport_name.find("wait: stream"), std::string::npos) << run.transport_name;
+  expect_matches_reference(run, 4, 8);
 }
 
 // `run --gemm-candidates 3`: every stage times cuBLASLt's answers for each of its GEMM shapes on

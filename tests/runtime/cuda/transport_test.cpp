@@ -42,8 +42,11 @@ Message message_of(cuda::CudaBackend& backend, const std::string& tag, double of
   return m;
 }
 
+// Reads a message as the executor's reader would: behind its arrival where it has one (a
+// stream-ordered recv), so the download on the receiver's stream follows the copy.
 void expect_message(cuda::CudaBackend& receiver, const Message& m, const std::string& tag,
                     double offset) {
+  if (m.arrival) m.arrival->order_reader();
   ASSERT_EQ(m.tag, tag);
   ASSERT_EQ(m.tensors.size(), 2U);
   EXPECT_EQ(m.tensors[0].second.shape(), (Shape{64, 64}));
@@ -80,11 +83,13 @@ TEST(DeviceLocalTransport, CopiesIntoTheReceiversMemoryInFifoOrder) {
   exercise(transport, sender, receiver);
 }
 
-// Polling for the copy's end (PIPEPLAN_COPY_WAIT=poll) delivers the same bytes in the same
-// order, and the transport's name says which wait it uses.
-TEST(DeviceLocalTransport, PollingForTheCopyDeliversTheSameMessages) {
+// Polling for the copy's end (PIPEPLAN_COPY_WAIT=poll) and ordering its readers on the GPU
+// (stream) deliver the same bytes in the same order, and the transport's name says which wait it
+// uses.
+TEST(DeviceLocalTransport, EveryCopyWaitDeliversTheSameMessages) {
   PIPEPLAN_REQUIRE_GPU();
-  for (const cuda::CopyWait wait : {cuda::CopyWait::blocking, cuda::CopyWait::poll}) {
+  for (const cuda::CopyWait wait :
+       {cuda::CopyWait::blocking, cuda::CopyWait::poll, cuda::CopyWait::stream}) {
     SCOPED_TRACE(cuda::to_string(wait));
     cuda::CudaBackend sender, receiver;
     cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)},
@@ -155,6 +160,53 @@ TEST(DeviceLocalTransport, FlushWaitsUntilTheSourcesWentBackToTheSender) {
   });
   transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F3", 3));
   EXPECT_THROW(transport.flush(0, 1, Channel::transfer, 10s), Cancelled);
+}
+
+// PIPEPLAN_COPY_WAIT=stream: recv returns a message only the blocking waits would not, one still
+// arriving (Message::arrival), and the sources go back to the sender once the copy ends: flush()
+// and reset() wait for that. A message sent on before it landed (a held BPipe stash going back)
+// follows its arrival on the GPU and comes back bit for bit; one that arrived through another
+// transport is refused, naming it.
+TEST(DeviceLocalTransport, StreamOrderedCopiesReleaseTheSourcesOnceCopied) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)}, nullptr,
+                                       cuda::DeviceCopy::priority, cuda::CopyWait::stream);
+  const auto bytes = [](cuda::CudaBackend& b) {
+    return b.context().allocator().stats().current_bytes;
+  };
+  const std::int64_t sender_before = bytes(sender);
+  const std::int64_t receiver_before = bytes(receiver);
+  transport.send(0, 1, Channel::transfer, message_of(sender, "evict 0F4", 4));
+  Message held = transport.recv(1, 0, Channel::transfer, "evict 0F4", 5s);
+  ASSERT_NE(held.arrival, nullptr) << "a stream-ordered recv returns the copy's arrival";
+  const std::int64_t payload = held.payload_bytes();
+  EXPECT_EQ(bytes(receiver) - receiver_before, payload);  // taken from the receiver at once
+  transport.flush(0, 1, Channel::transfer, 5s);           // the reaper gave the sources back
+  EXPECT_EQ(bytes(sender), sender_before);
+  // Back to the evictor without a reader in between: the copy out waits for the copy in.
+  held.tag = "load 0F4";
+  transport.send(1, 0, Channel::transfer, std::move(held));
+  const Message back = transport.recv(0, 1, Channel::transfer, "load 0F4", 5s);
+  expect_message(sender, back, "load 0F4", 4);
+  transport.flush(1, 0, Channel::transfer, 5s);
+  EXPECT_EQ(bytes(receiver), receiver_before);
+  // reset() (the next step) waits for copies still being released.
+  transport.send(0, 1, Channel::pipeline, message_of(sender, "0F5", 5));
+  expect_message(receiver, transport.recv(1, 0, Channel::pipeline, "0F5", 5s), "0F5", 5);
+  transport.reset();
+  EXPECT_EQ(bytes(sender), sender_before + payload);  // `back`, still held here
+
+  struct Elsewhere final : Arrival {
+    void order_reader() const override {}
+  };
+  Message foreign = message_of(sender, "load 0F6", 6);
+  foreign.arrival = std::make_shared<const Elsewhere>();
+  const std::string refused =
+      testing::error_of([&] { transport.send(0, 1, Channel::transfer, std::move(foreign)); });
+  EXPECT_NE(refused.find("'load 0F6' is still arriving through another transport"),
+            std::string::npos)
+      << refused;
 }
 
 TEST(DeviceLocalTransport, AMissingMessageTimesOutNamingTheLinkAndCancelWakesWaiters) {
@@ -252,14 +304,16 @@ TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
   EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::poll);
   setenv(cuda::kCopyWaitEnv, "blocking", 1);
   EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
+  setenv(cuda::kCopyWaitEnv, "stream", 1);
+  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::stream);
   setenv(cuda::kCopyWaitEnv, "spin", 1);
   try {
     (void)cuda::copy_wait_from_env();
     ADD_FAILURE() << "an unknown copy wait was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("PIPEPLAN_COPY_WAIT is 'spin' (expected blocking or poll)"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "PIPEPLAN_COPY_WAIT is 'spin' (expected blocking, poll or stream)"),
+              std::string::npos)
         << e.what();
   }
   if (saved != nullptr) {
