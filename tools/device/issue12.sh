@@ -33,6 +33,9 @@
 #   copies      the 8-stage BPipe run (needs BPIPE_PROFILE) and the 4-stage auto run at m = 2P
 #               (needs the SM-share profile), once per PIPEPLAN_DEVICE_COPY mode of COPY_MODES
 #               ("memcpy priority"): how device-local copies are issued
+#   waits       how receivers wait for a copy (docs/runtime.md): the 4-stage 1F1B-2bp run at
+#               m = WAIT_M (2P; needs the SM-share profile) once per PIPEPLAN_COPY_WAIT mode of
+#               COPY_WAITS ("blocking stream poll"), side by side on one warm GPU
 #   gemm        whether timing cuBLASLt's answers per GEMM shape pays in the pipelines: the SM-share
 #               profile again with --gemm-candidates GEMM_TUNED (8), the calibrated profile's
 #               contention model copied into it, and the 1F1B-2bp runs at m = P and 2P planned
@@ -59,7 +62,8 @@
 # the rest are skipped, so packing finishes inside the device tool's 600 s), LAYERS (8 LLaMA-7B
 # blocks for the emulated pipelines: all 32 do not fit 4 stages on one 80 GB GPU), STAGES (4),
 # SEQ (2048), STEPS (3 per run; the report is the last step and the median of steps 2..N), BPIPE_MBS ("2 4"), BPIPE_STAGES (8),
-# BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE, TEST_CAP_S (150
+# BPIPE_LAYERS (8), BPIPE_PROFILE (skips bpipe's own profile), PIPELINE_PROFILE, WAIT_M and
+# COPY_WAITS (phase waits), TEST_CAP_S (150
 # s per test suite), GEMM_CANDIDATES (1: cuBLASLt's first answer; N > 1 adds --gemm-candidates N
 # to every `pipeplan profile` and `pipeplan run`, so plans come from profiles of the same GEMMs),
 # PIPEPLAN_DRY_RUN=1 (print the commands, run none: any machine).
@@ -81,7 +85,7 @@ if ((${#phases[@]} == 0)); then
 fi
 for phase in "${phases[@]}"; do
   case $phase in
-    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | gemm | summary) ;;
+    env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | waits | gemm | summary) ;;
     *) echo "issue12.sh: unknown phase '$phase'" >&2; exit 2 ;;
   esac
 done
@@ -93,11 +97,18 @@ for run in ${PIPELINE_RUNS:-}; do
       "gpipe-2bp auto)" >&2; exit 2 ;;
   esac
 done
-for m in ${PIPELINE_M:-}; do
+for m in ${PIPELINE_M:-} ${WAIT_M:-}; do
   [[ $m =~ ^[1-9][0-9]*$ ]] || {
-    echo "issue12.sh: PIPELINE_M: '$m' is not a micro-batch count (a positive integer)" >&2
+    echo "issue12.sh: PIPELINE_M or WAIT_M: '$m' is not a micro-batch count (a positive" \
+      "integer)" >&2
     exit 2
   }
+done
+for wait in ${COPY_WAITS:-}; do
+  case $wait in
+    blocking | poll | stream) ;;
+    *) echo "issue12.sh: COPY_WAITS: unknown wait '$wait' (blocking poll stream)" >&2; exit 2 ;;
+  esac
 done
 
 dry=${PIPEPLAN_DRY_RUN:-0}
@@ -526,6 +537,19 @@ phase_copies() {
       run_plan "copies-$mode-auto-m$((2 * stages))" --schedule auto --backward 2bp \
         --microbatches $((2 * stages))
     fi
+  done
+}
+
+# How the receiving side waits for a device-local copy (runtime/cuda/device_local_transport.h):
+# a thread asleep on a blocking-sync event (the default), polling it, or none (the readers' streams
+# wait for the copy on the GPU). One plan, run once per mode of COPY_WAITS, so the stalls and their
+# host parts (pipeplan diff) compare on one warm GPU.
+phase_waits() {
+  need_profile waits || return 0
+  local cap_s=120 mode m=${WAIT_M:-$((2 * stages))}
+  for mode in ${COPY_WAITS:-blocking stream poll}; do
+    local -a run_env=(env "PIPEPLAN_COPY_WAIT=$mode")
+    run_plan "waits-$mode-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
   done
 }
 

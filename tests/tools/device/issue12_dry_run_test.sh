@@ -78,7 +78,9 @@ expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 -
 # pipelines: PIPELINE_M and PIPELINE_RUNS pick the runs; a bad pick is refused before anything
 # runs, in one line naming it, exit 2.
 for bad in "PIPELINE_RUNS=1f1b-2bp gpipe-3bp|PIPELINE_RUNS: unknown run 'gpipe-3bp'" \
-  "PIPELINE_M=6 twelve|PIPELINE_M: 'twelve' is not a micro-batch count"; do
+  "PIPELINE_M=6 twelve|PIPELINE_M or WAIT_M: 'twelve' is not a micro-batch count" \
+  "WAIT_M=0|PIPELINE_M or WAIT_M: '0' is not a micro-batch count" \
+  "COPY_WAITS=stream spin|COPY_WAITS: unknown wait 'spin'"; do
   status=0
   env "${bad%%|*}" OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 \
     bash "$repo/tools/device/issue12.sh" env pipelines > "$log" 2>&1 || status=$?
@@ -117,4 +119,14 @@ fi
 expect 'plan --profile .*sm16.calibrated.json .*--stages 8 .*--backward 2bp --microbatches 24 -o'
 expect 'run .*1f1b-m24-2bp.plan.json --backend cuda --emulate 8 --steps 3'
 expect 'run .*1f1b-m8-fused.plan.json --backend cuda --emulate 8'
+# waits: one plan run once per PIPEPLAN_COPY_WAIT mode, at WAIT_M.
+if ! OUT="$out" TMPDIR="$out" PIPELINE_PROFILE="$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" \
+  WAIT_M=12 PIPEPLAN_DRY_RUN=1 bash "$repo/tools/device/issue12.sh" waits summary > "$log" 2>&1; then
+  cat "$log"
+  echo "issue12_dry_run_test: the dry run of waits failed" >&2
+  exit 1
+fi
+for mode in blocking stream poll; do
+  expect "env PIPEPLAN_COPY_WAIT=$mode .*run .*waits-$mode-1f1b-m12-2bp.plan.json --backend cuda --emulate 4"
+done
 echo "issue12_dry_run_test: every phase reached"
