@@ -172,8 +172,11 @@ def load_course(events, devices, tau):
     the share with time constant `tau` (dH/dt = (share - H) / tau) and the step repeats: it
     starts at the load its end leaves, as in the simulator (planner/graph/simulator.cpp). For
     these (measured) times the end is affine in the start with slope exp(-span / tau), so that
-    load is exact: the end of a pass from an idle GPU over 1 - slope."""
+    load is exact: the end of a pass from an idle GPU over 1 - slope. A trace whose compute ops
+    take no time (or none) has no load: it stays at the idle GPU's 0."""
     points, running, index = concurrency(events)
+    if not points or points[-1] <= points[0]:
+        return [(node, []) for _, _, node in events]
     shares = [min(1.0, r / devices) for r in running]
 
     def run_from(h):

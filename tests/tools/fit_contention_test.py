@@ -185,4 +185,10 @@ end = share + (h - share) * math.exp(-dt / 1000.0)
 check(abs(end - segments[0][2]) < 1e-12, f"the step starts at {segments[0][2]}, ends at {end}")
 check(0.5 < end < 1.0, f"the periodic load {end} lies between the shares")
 
+# A trace whose compute ops all take no time has no load (it once divided by zero), nor has one
+# without compute ops.
+course = module.load_course([(5.0, 5.0, "a"), (5.0, 5.0, "b")], 2, 1000.0)
+check(course == [("a", []), ("b", [])], f"zero-length ops: {course}")
+check(module.load_course([], 2, 1000.0) == [], "no ops")
+
 finish("fit_contention_test")
