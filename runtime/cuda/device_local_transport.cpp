@@ -195,6 +195,8 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
 }
 
 void DeviceLocalTransport::reap(Reaper& reaper, LinkKey key) {
+  // The link's GPU current on this thread too, not the first device's primary context.
+  const cudaError_t device = cudaSetDevice(endpoint(std::get<0>(key), "sending").cuda_device);
   for (;;) {
     Reaper::InFlight item;
     {
@@ -206,7 +208,8 @@ void DeviceLocalTransport::reap(Reaper& reaper, LinkKey key) {
     }
     // Asleep until the copy ends (blocking sync), off every stage's critical path: only the
     // sender's reuse of the blocks waits for this.
-    const cudaError_t status = cudaEventSynchronize(item.arrival->event());
+    const cudaError_t status =
+        device != cudaSuccess ? device : cudaEventSynchronize(item.arrival->event());
     item.source.tensors.clear();  // back to the sender's cache
     if (status != cudaSuccess) {
       const std::lock_guard lock(mutex_);

@@ -209,6 +209,40 @@ TEST(DeviceLocalTransport, StreamOrderedCopiesReleaseTheSourcesOnceCopied) {
       << refused;
 }
 
+// PIPEPLAN_COPY_WAIT=stream on a GPU: with the sender's stream busy for some 20 ms (memsets
+// queued before the send, which the copy follows), recv returns while that work still runs, and
+// a reader ordered behind the arrival reads the bytes sent. (The fake device runs work when it
+// is queued: there it checks only the bytes.)
+TEST(DeviceLocalTransport, AStreamOrderedRecvReturnsBeforeTheCopyRuns) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::CudaBackend sender, receiver;
+  cuda::DeviceLocalTransport transport({endpoint_of(sender, 0), endpoint_of(receiver, 0)}, nullptr,
+                                       cuda::DeviceCopy::priority, cuda::CopyWait::stream);
+#ifdef PIPEPLAN_FAKE_DEVICE
+  constexpr std::size_t kBusyBytes = std::size_t{1} << 16;
+  constexpr int kBusyRounds = 2;
+#else
+  constexpr std::size_t kBusyBytes = std::size_t{1} << 30;
+  constexpr int kBusyRounds = 64;  // 64 GiB written: about 20 ms at an H100's or H200's bandwidth
+#endif
+  void* busy = nullptr;
+  ASSERT_EQ(cudaMalloc(&busy, kBusyBytes), cudaSuccess);
+  Message m = message_of(sender, "0F1", 1);
+  const cudaStream_t sending = sender.context().stream();
+  for (int i = 0; i < kBusyRounds; ++i)
+    ASSERT_EQ(cudaMemsetAsync(busy, i, kBusyBytes, sending), cudaSuccess);
+  transport.send(0, 1, Channel::pipeline, std::move(m));
+  const Message got = transport.recv(1, 0, Channel::pipeline, "0F1", 5s);
+#ifndef PIPEPLAN_FAKE_DEVICE
+  EXPECT_EQ(cudaStreamQuery(sending), cudaErrorNotReady)
+      << "recv returned only after the sender's work (and so the copy) had ended";
+#endif
+  expect_message(receiver, got, "0F1", 1);
+  transport.flush(0, 1, Channel::pipeline, 5s);
+  EXPECT_EQ(cudaStreamSynchronize(sending), cudaSuccess);
+  EXPECT_EQ(cudaFree(busy), cudaSuccess);
+}
+
 TEST(DeviceLocalTransport, AMissingMessageTimesOutNamingTheLinkAndCancelWakesWaiters) {
   PIPEPLAN_REQUIRE_GPU();
   cuda::CudaBackend sender, receiver;
