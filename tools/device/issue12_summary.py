@@ -231,7 +231,7 @@ def pipeline_table(results):
     out.append("| run | predicted ms | measured ms | steps | error | peak GiB per stage, measured "
                "(predicted) | worst memory error | max stall ms | flag |")
     out.append("|---|---|---|---|---|---|---|---|---|")
-    steps = {}
+    steps, stalls = {}, {}
     for row in rows:
         report = row["report"]
         if report is None or "measured" not in report:
@@ -278,6 +278,7 @@ def pipeline_table(results):
                    f"| {error:+.1f} % | {cells} "
                    f"| {worst_cell} | {stall_cell} | {', '.join(flags)} |")
         steps[row["name"]] = (predicted, measured)
+        stalls[row["name"]] = stall_cell
     out.append("")
     speedups = []
     for name, (fused_pred, fused_meas) in sorted(steps.items()):
@@ -291,7 +292,25 @@ def pipeline_table(results):
     if speedups:
         out += ["| schedule, m | predicted 2bp speedup | measured 2bp speedup |", "|---|---|---|"]
         out += speedups + [""]
-    return out
+    return out + copy_wait_rows(steps, stalls)
+
+
+def copy_wait_rows(steps, stalls):
+    """issue12.sh's waits phase: one plan run once per PIPEPLAN_COPY_WAIT mode (runs named
+    waits-<mode>-<plan>), each beside the blocking wait's run of the same plan."""
+    rows = []
+    for name, (_, measured) in sorted(steps.items()):
+        parts = name.split("-", 2)
+        if len(parts) < 3 or parts[0] != "waits":
+            continue
+        base = steps.get(f"waits-blocking-{parts[2]}")
+        ratio = f"{base[1] / measured:.3f}x" if base and measured > 0 else ""
+        rows.append(f"| {parts[2]} | {parts[1]} | {measured:.1f} | {ratio} "
+                    f"| {stalls.get(name, '')} |")
+    if not rows:
+        return []
+    return ["| plan | copy wait | measured ms | blocking's over this | max stall ms |",
+            "|---|---|---|---|---|"] + rows + [""]
 
 
 def read_clocks(path):

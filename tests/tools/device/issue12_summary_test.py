@@ -213,6 +213,20 @@ class Issue12Summary(unittest.TestCase):
         # 2bp speedup: predicted 100/80, measured 103/88.
         self.assertIn("| 1f1b-m4 | 1.250x | 1.170x |", text)
 
+    def test_copy_waits_side_by_side(self):
+        for mode, measured in (("blocking", 620.0), ("stream", 600.0), ("poll", 615.0)):
+            name = f"waits-{mode}-1f1b-m12-2bp"
+            write(self.folder, name + ".run.json",
+                  HEADER + run_report(598.0, measured, [20.0], [20.5]) + "\n" + FOOTER)
+            write(self.folder, name + ".plan.json", json.dumps({"meta": {"devices": 1}}))
+        text = "\n".join(summary.pipeline_table(self.folder))
+        self.assertIn("| plan | copy wait | measured ms | blocking's over this |", text)
+        self.assertIn("| 1f1b-m12-2bp | blocking | 620.0 | 1.000x |  |", text)
+        self.assertIn("| 1f1b-m12-2bp | stream | 600.0 | 1.033x |  |", text)
+        self.assertIn("| 1f1b-m12-2bp | poll | 615.0 | 1.008x |  |", text)
+        # No other run gets a row.
+        self.assertEqual(text.count("| 1f1b-m12-2bp |"), 3)
+
     def test_the_worst_stage_shows_the_plans_tensors_where_the_report_has_them(self):
         report = json.loads(run_report(100.0, 101.0, [8.0, 6.0], [9.2, 6.1]))
         for stage, account in zip(report["peak_memory"], (7.5, 5.5)):
