@@ -12,6 +12,8 @@
 // It enforces the CUDA rules the backend is written against, each a call that fails with an
 // error naming the rule (the driver would fail, or silently misbehave):
 // - an event is recorded only on a stream of the context the event was created in;
+// - a stream waits only on an event already recorded (a GPU takes a wait on an event never
+//   recorded and orders nothing: a lost dependency, silently);
 // - kernels, copies, memsets and cuBLAS calls go to a stream of the calling thread's current
 //   context (the backend pushes a stage's context around every call);
 // - a green context is current on at most one thread at a time (driver documentation of

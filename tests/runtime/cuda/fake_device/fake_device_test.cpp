@@ -61,6 +61,30 @@ TEST(FakeDeviceRules, AnEventIsRecordedOnlyOnAStreamOfItsOwnContext) {
   }
 }
 
+// A wait on an event never recorded would order nothing on a GPU: refused, naming the rule; once
+// recorded, a stream of another stage (context) may wait on it.
+TEST(FakeDeviceRules, AStreamWaitsOnlyOnARecordedEvent) {
+  const auto stages = two_stages();
+  cudaEvent_t event = cuda::create_event_for(stages[0]->stream(), cudaEventDisableTiming);
+  {
+    const ScopedContext current(stages[1]->context());
+    EXPECT_EQ(cudaStreamWaitEvent(stages[1]->stream(), event, 0), cudaErrorInvalidResourceHandle);
+    EXPECT_NE(fake_cuda::last_rule_error().find("an event never recorded"), std::string::npos)
+        << fake_cuda::last_rule_error();
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  }
+  {
+    const ScopedContext current(stages[0]->context());
+    ASSERT_EQ(cudaEventRecord(event, stages[0]->stream()), cudaSuccess);
+  }
+  {
+    const ScopedContext current(stages[1]->context());
+    EXPECT_EQ(cudaStreamWaitEvent(stages[1]->stream(), event, 0), cudaSuccess);
+  }
+  const ScopedContext current(stages[0]->context());
+  EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
+}
+
 TEST(FakeDeviceRules, AKernelGoesOnlyToAStreamOfTheCurrentContext) {
   const auto stages = two_stages();
   float* values = nullptr;

@@ -369,9 +369,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t /*event*/,
+cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
                                 unsigned int /*flags*/) {
-  return cudaSuccess;  // allowed across contexts; the work it waits for has run already
+  // Allowed across contexts; the work it waits for has run already. A GPU lets a stream wait on
+  // an event never recorded and orders nothing: in the backend that is a lost dependency.
+  if (!event->recorded.load()) {
+    break_rule("cudaStreamWaitEvent on an event never recorded (on a GPU the wait orders nothing)",
+               cudaErrorInvalidResourceHandle);
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -396,7 +403,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
                cudaErrorInvalidResourceHandle);
     return fail(cudaErrorInvalidResourceHandle);
   }
-  event->recorded = true;
+  event->recorded.store(true);
   event->at = std::chrono::steady_clock::now();
   return cudaSuccess;
 }

@@ -32,7 +32,7 @@ struct CUstream_st {
 struct CUevent_st {
   CUctx_st* context = nullptr;
   unsigned int flags = 0;
-  bool recorded = false;
+  std::atomic<bool> recorded = false;  // recorded on one thread, waited on from another
   std::chrono::steady_clock::time_point at{};
 };
 
