@@ -5,9 +5,14 @@
 //
 // One device, shaped like an H100 SXM (132 SMs, 80 GiB, compute capability 9.0; its name,
 // kDefaultDeviceName, contains "H100" so that the backend picks that gpus.json entry). "Device"
-// memory is host memory, so ASan sees every access. Work runs synchronously when it is queued: a
-// legal CUDA schedule (a GPU that is infinitely fast), so it checks what the backend computes and
-// the order its host code asks for, not races between streams, and its times mean nothing.
+// memory is host memory, so ASan sees every access. Work runs synchronously when it is queued (a
+// GPU that is infinitely fast), except device-to-device copies (cudaMemcpyAsync,
+// cudaMemcpyBatchAsync): those run only when something must follow them, namely later work on
+// their stream, a wait on or a synchronisation with an event recorded after them, a
+// synchronisation of their stream or the device, or cudaFree. Both are legal CUDA schedules; the
+// second makes a reader on another stream that does not wait for a copy (the transports' copies
+// between stages) read stale memory, so the tests check that cross-stream order, not only what the
+// backend computes. Times mean nothing.
 //
 // It enforces the CUDA rules the backend is written against, each a call that fails with an
 // error naming the rule (the driver would fail, or silently misbehave):

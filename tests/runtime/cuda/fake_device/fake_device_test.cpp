@@ -85,6 +85,39 @@ TEST(FakeDeviceRules, AStreamWaitsOnlyOnARecordedEvent) {
   EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
 }
 
+// A device-to-device copy runs only once something must follow it (fake_device.h), so a reader
+// on another stream that does not wait for it reads what was there before; a wait on an event
+// recorded after it, or work queued behind it on its stream, runs it first.
+TEST(FakeDevice, ADeviceCopyRunsOnceSomethingFollowsIt) {
+  constexpr std::size_t kBytes = 64;
+  unsigned char* from = nullptr;
+  unsigned char* to = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&from), kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&to), kBytes), cudaSuccess);
+  cudaStream_t copying = nullptr, reading = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&copying, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&reading, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(to, 0, kBytes, copying), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(from, 7, kBytes, copying), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(to, from, kBytes, cudaMemcpyDeviceToDevice, copying), cudaSuccess);
+  EXPECT_EQ(to[0], 0) << "the copy ran before anything had to follow it";
+  ASSERT_EQ(cudaMemsetAsync(from, 9, kBytes, copying), cudaSuccess);  // queued behind it
+  EXPECT_EQ(to[kBytes - 1], 7);
+  EXPECT_EQ(from[0], 9);
+  ASSERT_EQ(cudaMemcpyAsync(to, from, kBytes, cudaMemcpyDeviceToDevice, copying), cudaSuccess);
+  cudaEvent_t copied = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(copied, copying), cudaSuccess);
+  EXPECT_EQ(to[0], 7);
+  ASSERT_EQ(cudaStreamWaitEvent(reading, copied, 0), cudaSuccess);  // another stream waits
+  EXPECT_EQ(to[0], 9);
+  EXPECT_EQ(cudaEventDestroy(copied), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(copying), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(reading), cudaSuccess);
+  EXPECT_EQ(cudaFree(from), cudaSuccess);
+  EXPECT_EQ(cudaFree(to), cudaSuccess);
+}
+
 TEST(FakeDeviceRules, AKernelGoesOnlyToAStreamOfTheCurrentContext) {
   const auto stages = two_stages();
   float* values = nullptr;

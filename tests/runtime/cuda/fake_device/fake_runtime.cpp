@@ -21,6 +21,7 @@ struct State {
   std::string last_rule;
   std::string device_name = kDefaultDeviceName;
   std::map<void*, std::size_t> device_blocks, host_blocks;
+  std::set<CUstream_st*> streams;  // live ones: a device-wide synchronisation runs their copies
   // Everything the driver hands out lives until exit (reachable, so LeakSanitizer is quiet about
   // what the backend never destroys, such as resource descriptors).
   std::vector<std::unique_ptr<CUdevResourceDesc_st>> descs;
@@ -111,7 +112,53 @@ const char* rule_message_for(int status) {
   return thread_state.rule_status == status ? thread_state.rule_message.c_str() : nullptr;
 }
 
+void run_deferred(cudaStream_t stream, std::int64_t upto) {
+  if (stream == nullptr) {  // the legacy stream: after all work queued on the device
+    const std::lock_guard lock(state().mutex);
+    for (CUstream_st* s : state().streams)
+      run_deferred(s, upto);
+    return;
+  }
+  const std::lock_guard lock(stream->mutex);
+  while (!stream->deferred.empty() && stream->deferred.front().first <= upto) {
+    stream->deferred.front().second();
+    stream->deferred.pop_front();
+  }
+}
+
+namespace {
+// A device-to-device copy on a stream runs when something must follow it (run_deferred).
+void defer(cudaStream_t stream, std::function<void()> copy) {
+  if (stream == nullptr) {
+    run_deferred(nullptr);
+    copy();
+    return;
+  }
+  const std::lock_guard lock(stream->mutex);
+  stream->deferred.emplace_back(++stream->queued, std::move(copy));
+}
+
+CUstream_st* new_stream(CUctx_st* context, int priority) {
+  auto* stream = new CUstream_st();
+  stream->context = context;
+  stream->priority = priority;
+  const std::lock_guard lock(state().mutex);
+  state().streams.insert(stream);
+  return stream;
+}
+
+void delete_stream(CUstream_st* stream) {
+  run_deferred(stream);
+  {
+    const std::lock_guard lock(state().mutex);
+    state().streams.erase(stream);
+  }
+  delete stream;
+}
+}  // namespace
+
 std::string check_launch_stream(cudaStream_t stream, const char* call, int status) {
+  run_deferred(stream);  // stream order: the copies queued before this run first
   CUctx_st* current = current_context();
   CUctx_st* owner = context_of(stream);
   if (owner == current) return "";
@@ -226,6 +273,7 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  run_deferred(nullptr);
   return cudaSuccess;
 }
 
@@ -245,6 +293,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t size) {
 
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;  // also the runtime's "initialise" idiom
+  run_deferred(nullptr);                       // cudaFree synchronises the device
   bool known = false;
   {
     const std::lock_guard lock(state().mutex);
@@ -291,9 +340,17 @@ cudaError_t cudaFreeHost(void* pointer) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaMemcpyKind /*kind*/,
-                            cudaStream_t /*stream*/) {
-  if (count > 0) std::memmove(dst, src, count);
+// Device-to-device: deferred (fake_device.h); to or from the host: at once (the host may reuse a
+// pageable source as soon as the call returns), after the stream's deferred copies.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (kind == cudaMemcpyDeviceToDevice) {
+    defer(stream, [dst, src, count] { std::memmove(dst, src, count); });
+    return cudaSuccess;
+  }
+  run_deferred(stream);
+  std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
@@ -301,7 +358,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaM
 // source access order invalid (the zero value): so does the stand-in, then copies in order.
 cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, const size_t* sizes,
                                  size_t count, cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
-                                 size_t num_attrs, cudaStream_t /*stream*/) {
+                                 size_t num_attrs, cudaStream_t stream) {
   if (count == 0 || attrs == nullptr || attrs_idxs == nullptr || num_attrs == 0 ||
       num_attrs > count || attrs_idxs[0] != 0) {
     return fail(cudaErrorInvalidValue);
@@ -311,20 +368,27 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
       return fail(cudaErrorInvalidValue);
     }
   }
-  for (size_t i = 0; i < count; ++i) {
-    if (sizes[i] > 0) std::memmove(dsts[i], srcs[i], sizes[i]);
-  }
+  std::vector<void*> to(dsts, dsts + count);  // the caller's arrays need not outlive the call
+  std::vector<const void*> from(srcs, srcs + count);
+  std::vector<std::size_t> bytes(sizes, sizes + count);
+  defer(stream, [to = std::move(to), from = std::move(from), bytes = std::move(bytes)] {
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] > 0) std::memmove(to[i], from[i], bytes[i]);
+    }
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
-                                std::size_t count, cudaStream_t /*stream*/) {
+                                std::size_t count, cudaStream_t stream) {
   if (dst_device != 0 || src_device != 0) return fail(cudaErrorInvalidDevice);
+  run_deferred(stream);
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t count, cudaStream_t /*stream*/) {
+cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t count, cudaStream_t stream) {
+  run_deferred(stream);
   if (count > 0) std::memset(pointer, value, count);
   return cudaSuccess;
 }
@@ -332,7 +396,7 @@ cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t count, cudaStr
 // ---- runtime: streams and events
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
-  *stream = new CUstream_st{current_context()};
+  *stream = new_stream(current_context(), 0);
   return cudaSuccess;
 }
 
@@ -351,7 +415,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int /*fl
                cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
-  *stream = new CUstream_st{current_context(), priority};
+  *stream = new_stream(current_context(), priority);
   return cudaSuccess;
 }
 
@@ -361,14 +425,16 @@ cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete stream;
+  delete_stream(stream);
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  run_deferred(stream);
   return cudaSuccess;
 }
 
+// The waiting stream's later work follows the event's: the copies it follows run now.
 cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
                                 unsigned int /*flags*/) {
   // Allowed across contexts; the work it waits for has run already. A GPU lets a stream wait on
@@ -378,6 +444,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
                cudaErrorInvalidResourceHandle);
     return fail(cudaErrorInvalidResourceHandle);
   }
+  run_deferred(event->stream, event->upto);
   return cudaSuccess;
 }
 
@@ -403,15 +470,25 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
                cudaErrorInvalidResourceHandle);
     return fail(cudaErrorInvalidResourceHandle);
   }
+  event->stream = stream;
+  if (stream != nullptr) {
+    const std::lock_guard lock(stream->mutex);
+    event->upto = stream->queued;
+  } else {
+    event->upto = INT64_MAX;
+  }
   event->recorded.store(true);
   event->at = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t /*event*/) {
+// Complete once asked about: the copies it follows run now.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (event->recorded.load()) run_deferred(event->stream, event->upto);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t /*event*/) {
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event->recorded.load()) run_deferred(event->stream, event->upto);
   return cudaSuccess;
 }
 
@@ -510,12 +587,12 @@ CUresult fake_cuCtxFromGreenCtx(CUcontext* context, CUgreenCtx green) {
 
 CUresult fake_cuGreenCtxStreamCreate(CUstream* stream, CUgreenCtx green, unsigned int /*flags*/,
                                      int priority) {
-  *stream = new CUstream_st{&green->context, priority};
+  *stream = new_stream(&green->context, priority);
   return CUDA_SUCCESS;
 }
 
 CUresult fake_cuStreamDestroy(CUstream stream) {
-  delete stream;
+  delete_stream(stream);
   return CUDA_SUCCESS;
 }
 

@@ -5,10 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -27,6 +30,11 @@ struct CUctx_st {
 struct CUstream_st {
   CUctx_st* context = nullptr;
   int priority = 0;  // as created (cudaStreamGetPriority reads it back)
+  // Device-to-device copies queued on the stream and not run yet (fake_device.h), each with its
+  // number in the stream's order; `queued` numbers the stream's deferred work so far.
+  std::mutex mutex;
+  std::deque<std::pair<std::int64_t, std::function<void()>>> deferred;
+  std::int64_t queued = 0;
 };
 
 struct CUevent_st {
@@ -34,6 +42,9 @@ struct CUevent_st {
   unsigned int flags = 0;
   std::atomic<bool> recorded = false;  // recorded on one thread, waited on from another
   std::chrono::steady_clock::time_point at{};
+  // What the last record follows: the deferred work of `stream` up to number `upto`.
+  CUstream_st* stream = nullptr;
+  std::int64_t upto = 0;
 };
 
 struct CUgreenCtx_st {
@@ -67,5 +78,10 @@ std::string check_launch_stream(cudaStream_t stream, const char* call, int statu
 
 void count_launch();
 void count_gemm();
+
+// Runs the copies deferred on `stream` (the null stream: on every stream), in order, up to number
+// `upto`: what a wait on an event, a synchronisation or work queued after them on that stream
+// needs done first.
+void run_deferred(cudaStream_t stream, std::int64_t upto = INT64_MAX);
 
 }  // namespace pipeplan::fake_cuda
