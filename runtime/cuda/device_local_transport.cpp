@@ -1,6 +1,7 @@
 #include "runtime/cuda/device_local_transport.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -26,25 +27,33 @@ constexpr bool kHaveBatchCopy = true;
 constexpr bool kHaveBatchCopy = false;
 #endif
 
+// The choice $`name` names (by to_string) among `choices`; unset or empty gives `fallback`, and
+// anything else is an Error naming the variable and the choices.
+template <typename Choice, std::size_t N>
+Choice choice_from_env(const char* name, Choice fallback, const std::array<Choice, N>& choices) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  const std::string text(value);
+  std::string expected;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (text == to_string(choices[i])) return choices[i];
+    expected += (i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(to_string(choices[i]));
+  }
+  throw Error(std::string(name) + " is '" + text + "' (expected " + expected + ")");
+}
+
 }  // namespace
 
 DeviceCopy device_copy_from_env() {
-  const char* value = std::getenv(kDeviceCopyEnv);
   // priority by default: on an H200 it cut the copies beside compute fourfold (docs/runtime.md).
-  if (value == nullptr || *value == '\0') return DeviceCopy::priority;
-  const std::string text(value);
-  if (text == "memcpy") return DeviceCopy::memcpy;
-  if (text == "priority") return DeviceCopy::priority;
-  if (text == "overlap") {
-    if (!kHaveBatchCopy) {
-      throw Error(
-          std::string(kDeviceCopyEnv) +
-          "=overlap needs cudaMemcpyBatchAsync (CUDA 13); this module was built without it");
-    }
-    return DeviceCopy::overlap;
+  const DeviceCopy copy =
+      choice_from_env(kDeviceCopyEnv, DeviceCopy::priority,
+                      std::array{DeviceCopy::memcpy, DeviceCopy::overlap, DeviceCopy::priority});
+  if (copy == DeviceCopy::overlap && !kHaveBatchCopy) {
+    throw Error(std::string(kDeviceCopyEnv) +
+                "=overlap needs cudaMemcpyBatchAsync (CUDA 13); this module was built without it");
   }
-  throw Error(std::string(kDeviceCopyEnv) + " is '" + text +
-              "' (expected memcpy, overlap or priority)");
+  return copy;
 }
 
 const char* to_string(DeviceCopy copy) {
@@ -60,13 +69,8 @@ const char* to_string(DeviceCopy copy) {
 }
 
 CopyWait copy_wait_from_env() {
-  const char* value = std::getenv(kCopyWaitEnv);
-  if (value == nullptr || *value == '\0') return CopyWait::blocking;
-  const std::string text(value);
-  if (text == "blocking") return CopyWait::blocking;
-  if (text == "poll") return CopyWait::poll;
-  if (text == "stream") return CopyWait::stream;
-  throw Error(std::string(kCopyWaitEnv) + " is '" + text + "' (expected blocking, poll or stream)");
+  return choice_from_env(kCopyWaitEnv, CopyWait::blocking,
+                         std::array{CopyWait::blocking, CopyWait::poll, CopyWait::stream});
 }
 
 const char* to_string(CopyWait wait) {
