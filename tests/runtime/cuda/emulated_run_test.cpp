@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,10 +180,7 @@ TEST(EmulatedRun, TimedGemmAnswersGiveTheSingleStageGradients) {
 // CUDA_DEVICE_MAX_CONNECTIONS: 32 unless the user set it (kept, capped at the driver's 32; a
 // value that is not a count reads as the driver's default 8). Needs no GPU: only the variable.
 TEST(WorkQueues, AskForTheMostUnlessTheUserChose) {
-  const char* saved_value = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const std::optional<std::string> saved =
-      saved_value != nullptr ? std::optional<std::string>(saved_value) : std::nullopt;
-  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const testing::ScopedEnv restore("CUDA_DEVICE_MAX_CONNECTIONS", nullptr);
   EXPECT_EQ(cuda::work_queues(), 8);
   EXPECT_EQ(cuda::prefer_many_work_queues(), 32);
   EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
@@ -194,11 +190,6 @@ TEST(WorkQueues, AskForTheMostUnlessTheUserChose) {
   EXPECT_EQ(cuda::work_queues(), 32);
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "many", 1);
   EXPECT_EQ(cuda::work_queues(), 8);
-  if (saved) {
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved->c_str(), 1);
-  } else {
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  }
 }
 
 // Each stage's memory account starts from the plan's static bytes: weights, gradients, the AdamW

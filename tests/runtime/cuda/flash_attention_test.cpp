@@ -218,9 +218,7 @@ TEST(FlashAttentionDeathTest, ACudnnThatDoesNotLoadIsNamedWithTheLoadersReason) 
   if (!cuda::fused_attention_built()) GTEST_SKIP() << "built without the cudnn-frontend headers";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const char* kVariable = "PIPEPLAN_CUDNN_LIBRARY";
-  const char* set_before = std::getenv(kVariable);
-  const std::string before = set_before != nullptr ? set_before : "";
-  ASSERT_EQ(setenv(kVariable, "/nonexistent/libcudnn.so.9", 1), 0);
+  const testing::ScopedEnv missing(kVariable, "/nonexistent/libcudnn.so.9");
   EXPECT_EXIT(
       {
         try {
@@ -234,7 +232,6 @@ TEST(FlashAttentionDeathTest, ACudnnThatDoesNotLoadIsNamedWithTheLoadersReason) 
       ::testing::ExitedWithCode(3),
       "flash \\(cuDNN's fused attention\\) is unavailable: cannot load "
       "/nonexistent/libcudnn.so.9: .*No such file.*PIPEPLAN_CUDNN_LIBRARY.*recompute");
-  ASSERT_EQ(set_before != nullptr ? setenv(kVariable, before.c_str(), 1) : unsetenv(kVariable), 0);
 }
 
 }  // namespace

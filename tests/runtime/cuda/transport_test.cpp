@@ -298,9 +298,7 @@ TEST(DeviceLocalTransport, CopiesBetweenGreenContextStagesOfOneGpu) {
 
 // $PIPEPLAN_DEVICE_COPY picks how copies are issued; a wrong value names the variable.
 TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
-  const char* saved = std::getenv(cuda::kDeviceCopyEnv);
-  const std::string restore = saved != nullptr ? saved : "";
-  unsetenv(cuda::kDeviceCopyEnv);
+  const testing::ScopedEnv restore(cuda::kDeviceCopyEnv, nullptr);
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
   setenv(cuda::kDeviceCopyEnv, "", 1);
   EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
@@ -318,19 +316,12 @@ TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
     EXPECT_NE(std::string(e.what()).find("PIPEPLAN_DEVICE_COPY is 'dma'"), std::string::npos)
         << e.what();
   }
-  if (saved != nullptr) {
-    setenv(cuda::kDeviceCopyEnv, restore.c_str(), 1);
-  } else {
-    unsetenv(cuda::kDeviceCopyEnv);
-  }
 }
 
 // $PIPEPLAN_COPY_WAIT picks how the receiving thread waits for a copy; a wrong value names the
 // variable.
 TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
-  const char* saved = std::getenv(cuda::kCopyWaitEnv);
-  const std::string restore = saved != nullptr ? saved : "";
-  unsetenv(cuda::kCopyWaitEnv);
+  const testing::ScopedEnv restore(cuda::kCopyWaitEnv, nullptr);
   EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
   setenv(cuda::kCopyWaitEnv, "", 1);
   EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
@@ -349,11 +340,6 @@ TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
                   "PIPEPLAN_COPY_WAIT is 'spin' (expected blocking, poll or stream)"),
               std::string::npos)
         << e.what();
-  }
-  if (saved != nullptr) {
-    setenv(cuda::kCopyWaitEnv, restore.c_str(), 1);
-  } else {
-    unsetenv(cuda::kCopyWaitEnv);
   }
 }
 
