@@ -138,6 +138,11 @@ void defer(cudaStream_t stream, std::function<void()> copy) {
   stream->deferred.emplace_back(++stream->queued, std::move(copy));
 }
 
+// Runs what a recorded event follows (nothing for one never recorded).
+void run_before(cudaEvent_t event) {
+  if (event->recorded.load()) run_deferred(event->stream, event->upto);
+}
+
 CUstream_st* new_stream(CUctx_st* context, int priority) {
   auto* stream = new CUstream_st();
   stream->context = context;
@@ -444,7 +449,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
                cudaErrorInvalidResourceHandle);
     return fail(cudaErrorInvalidResourceHandle);
   }
-  run_deferred(event->stream, event->upto);
+  run_before(event);
   return cudaSuccess;
 }
 
@@ -484,11 +489,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 // Complete once asked about: the copies it follows run now.
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (event->recorded.load()) run_deferred(event->stream, event->upto);
+  run_before(event);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (event->recorded.load()) run_deferred(event->stream, event->upto);
+  run_before(event);
   return cudaSuccess;
 }
 
