@@ -97,12 +97,13 @@ for run in ${PIPELINE_RUNS:-}; do
       "gpipe-2bp auto)" >&2; exit 2 ;;
   esac
 done
-for m in ${PIPELINE_M:-} ${WAIT_M:-}; do
-  [[ $m =~ ^[1-9][0-9]*$ ]] || {
-    echo "issue12.sh: PIPELINE_M or WAIT_M: '$m' is not a micro-batch count (a positive" \
-      "integer)" >&2
-    exit 2
-  }
+for variable in PIPELINE_M WAIT_M; do
+  for m in ${!variable:-}; do
+    [[ $m =~ ^[1-9][0-9]*$ ]] || {
+      echo "issue12.sh: $variable: '$m' is not a micro-batch count (a positive integer)" >&2
+      exit 2
+    }
+  done
 done
 for wait in ${COPY_WAITS:-}; do
   case $wait in

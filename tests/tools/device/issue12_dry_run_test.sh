@@ -78,8 +78,8 @@ expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 -
 # pipelines: PIPELINE_M and PIPELINE_RUNS pick the runs; a bad pick is refused before anything
 # runs, in one line naming it, exit 2.
 for bad in "PIPELINE_RUNS=1f1b-2bp gpipe-3bp|PIPELINE_RUNS: unknown run 'gpipe-3bp'" \
-  "PIPELINE_M=6 twelve|PIPELINE_M or WAIT_M: 'twelve' is not a micro-batch count" \
-  "WAIT_M=0|PIPELINE_M or WAIT_M: '0' is not a micro-batch count" \
+  "PIPELINE_M=6 twelve|PIPELINE_M: 'twelve' is not a micro-batch count" \
+  "WAIT_M=0|WAIT_M: '0' is not a micro-batch count" \
   "COPY_WAITS=stream spin|COPY_WAITS: unknown wait 'spin'"; do
   status=0
   env "${bad%%|*}" OUT="$out" TMPDIR="$out" PIPEPLAN_DRY_RUN=1 \
