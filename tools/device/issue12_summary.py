@@ -224,7 +224,8 @@ def max_stall_ms(results, name):
 
 
 def pipeline_table(results):
-    out = ["## Emulated pipelines (4 stages on one GPU, plans from the SM-share profile)", ""]
+    out = ["## Emulated pipelines (stages emulated on one GPU, one peak per stage; plans from the "
+           "SM-share profile)", ""]
     rows = run_rows(results)
     if not rows:
         return out + ["(no *.run.json)", ""]
