@@ -30,6 +30,10 @@ import os
 import statistics
 import sys
 
+# tools/fit_contention.py: the traces' concurrency, as the contention fit counts it.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
+
 GIB = float(1 << 30)
 STEP_TOLERANCE_PCT = 5.0
 MEMORY_TOLERANCE_PCT = 10.0
@@ -386,21 +390,16 @@ def mean_share_computing(plan, trace):
     the share with a lag, and the step repeats."""
     devices = int(plan.get("meta", {}).get("devices", 0))
     compute = {n.get("id") for n in plan.get("nodes", []) if n.get("kind") == "compute"}
-    events = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+    events = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["args"]["node"])
               for e in trace.get("traceEvents", [])
               if e.get("ph") == "X" and e.get("args", {}).get("node") in compute]
     if devices <= 0 or not events:
         return None
-    points = sorted([(s, 1) for s, _ in events] + [(e, -1) for _, e in events])
-    begin, end = points[0][0], points[-1][0]
-    if end <= begin:
+    points, running, _ = fit_contention.concurrency(events)
+    if points[-1] <= points[0]:
         return None
-    busy, running, last = 0.0, 0, begin
-    for t, delta in points:
-        busy += (t - last) * min(1.0, running / devices)
-        running += delta
-        last = t
-    return busy / (end - begin)
+    busy = sum((b - a) * min(1.0, k / devices) for a, b, k in zip(points, points[1:], running))
+    return busy / (points[-1] - points[0])
 
 
 def loaded_median_clock(path):
