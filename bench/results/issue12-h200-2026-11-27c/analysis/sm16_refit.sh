@@ -22,7 +22,6 @@ four=bench/results/issue12-h200-2026-11-27
 five=bench/results/issue12-h200-2026-11-27b
 out=$here/analysis/sm16-refit
 mkdir -p "$out"
-fit=(python3 tools/fit_contention.py)
 call3=$here/call3-env-pipelines-summary
 train=("$four/call2-env-bpipe-summary/nobpipe-mbs1" "$call3/1f1b-m8-fused" "$call3/1f1b-m8-2bp")
 held=("$call3/1f1b-m24-fused" "$call3/1f1b-m24-2bp"
@@ -32,20 +31,10 @@ held=("$call3/1f1b-m24-fused" "$call3/1f1b-m24-2bp"
   "$five/call1-env-tests-profile-sm-copies-summary/copies-priority-bpipe-mbs2")
 # The committed profile before this session: git show e912c67:profiles/...sm16.calibrated.json
 git show e912c67:profiles/h200-llama-7b-blocks8-sm16.calibrated.json > "$out/before.profile.json"
-"${fit[@]}" eval --pipeplan "$pipeplan" --profile "$out/before.profile.json" "${train[@]}" \
-  "${held[@]}" > "$out/before.eval.txt"
+python3 tools/fit_contention.py eval --pipeplan "$pipeplan" --profile "$out/before.profile.json" \
+  "${train[@]}" "${held[@]}" > "$out/before.eval.txt"
 echo "== before (the calibrated profile of e912c67)"
 cat "$out/before.eval.txt"
-for model in count free carried; do
-  flags=()
-  case $model in
-    free) flags=(--sustained) ;;
-    carried) flags=(--sustained --min-factor 0.7 --max-factor 0.7 --time-constants-ms 30) ;;
-  esac
-  "${fit[@]}" fit "${flags[@]}" --profile profiles/h200-llama-7b-blocks8-sm16.measured.json \
-    -o "$out/$model.profile.json" "${train[@]}" > "$out/$model.fit.txt"
-  "${fit[@]}" eval --pipeplan "$pipeplan" --profile "$out/$model.profile.json" "${train[@]}" \
-    "${held[@]}" > "$out/$model.eval.txt"
-  echo "== $model"
-  cat "$out/$model.fit.txt" "$out/$model.eval.txt"
-done
+# The three fits and their evaluations: the fifth session's script on these runs.
+SM16_TRAIN="${train[*]}" SM16_HELD="${held[*]}" SM16_OUT=$out \
+  bash "$five/analysis/sm16_sustained.sh" "$pipeplan"
