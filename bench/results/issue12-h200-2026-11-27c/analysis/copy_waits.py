@@ -1,32 +1,30 @@
 #!/usr/bin/env python3
 """Where the stream-ordered copy wait's step went: for each run of the waits phase (blocking and
 stream, calls 2 and 4), from its traced step (the last) and its plan: the step (first op start
-to last op end), each device's compute time (sum of its F/B/P1/P2 ops) and idle time on its
-compute stream, and the median of measured / profiled over all compute ops.
+to last op end), each device's compute time (sum of its compute ops, as tools/fit_contention.py
+loads them) and idle time on its compute stream, and the median of measured / profiled over all
+compute ops.
 
   python3 bench/results/issue12-h200-2026-11-27c/analysis/copy_waits.py   (from the repo root)
 """
 import glob
-import json
 import os
 import statistics
+import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPUTE = ("F", "B", "P1", "P2")
+# tools/fit_contention.py's loader: a run's plan and its compute ops as (start, end, node).
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tools"))
+import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def summary(prefix):
-    with open(prefix + ".trace.json", encoding="utf-8") as f:
-        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    with open(prefix + ".plan.json", encoding="utf-8") as f:
-        profiled = {n["id"]: n["duration_us"] for n in json.load(f)["nodes"]
-                    if n.get("kind") == "compute"}
-    compute = [e for e in events if e.get("cat") in COMPUTE]
-    start = min(e["ts"] for e in compute)
-    end = max(e["ts"] + e["dur"] for e in compute)
-    devices = sorted({e["pid"] for e in compute})
-    busy = [sum(e["dur"] for e in compute if e["pid"] == d) / 1e3 for d in devices]
-    ratio = statistics.median(e["dur"] / profiled[e["args"]["node"]] for e in compute)
+    _, compute, _ = fit_contention.load_run(prefix)
+    start = min(s for s, _, _ in compute)
+    end = max(e for _, e, _ in compute)
+    devices = sorted({node["device"] for _, _, node in compute})
+    busy = [sum(e - s for s, e, node in compute if node["device"] == d) / 1e3 for d in devices]
+    ratio = statistics.median((e - s) / node["duration_us"] for s, e, node in compute)
     return (end - start) / 1e3, busy, ratio
 
 
