@@ -5,7 +5,7 @@
 # profile beside it (profiles/h100-sxm-llama-7b.analytic.json) plans the same way.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash tools/setup.sh
+bash tools/setup.sh --cli
 set -x
 ./build/tools/pipeplan plan --profile profiles/h200-llama-7b.measured.json \
   --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp -o plan.json

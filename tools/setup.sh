@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipeplan builds with (only those missing), then configures and
-# builds into build/. Usage: bash tools/setup.sh [extra cmake -D options]
+# builds into build/: every target, or with --cli only the pipeplan CLI and, where nvcc is found,
+# the CUDA backend module it loads (what tools/quickstart.sh needs; tools/test.sh builds the rest).
+# Usage: bash tools/setup.sh [--cli] [extra cmake -D options]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+targets=()
+if [ "${1:-}" = "--cli" ]; then
+  targets=(--target pipeplan)
+  shift
+fi
 
 # libopenmpi-dev, openmpi-bin: multi-process runs under mpirun (found by CMake's FindMPI; the
 # build works without them, and `run --launcher mpi` then says MPI support is not built).
 # clang, libclang-rt-dev (libclang_rt.asan, .ubsan_standalone, .fuzzer) and llvm
-# (llvm-symbolizer, for readable reports): the sanitizer build and fuzz targets, tools/sanitize.sh.
+# (llvm-symbolizer, for readable reports): the sanitizer build and fuzz targets, tools/dev/sanitize.sh.
 # ccache: rebuilds of unchanged sources (a fresh clone, the sanitizer build) come from its cache.
 packages=(cmake ninja-build g++ make nlohmann-json3-dev libcli11-dev libboost-graph-dev
           libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy
@@ -29,18 +36,18 @@ fi
 # into .deps/cudnn-frontend (git-ignored) when nvcc is here; without it (no network) the backend
 # builds without fused attention and says so.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-  bash tools/fetch_cudnn_frontend.sh
+  bash tools/dev/fetch_cudnn_frontend.sh
 fi
 
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 # Paths below the checkout are hashed relative to it, so that another clone of the same sources
-# hits the cache (tools/sanitize.sh does the same).
-. tools/ccache_env.sh
+# hits the cache (tools/dev/sanitize.sh does the same).
+. tools/dev/ccache_env.sh
 if [ ! -f build/CMakeCache.txt ]; then
   cmake -S . -B build "${generator[@]}" "${ccache_launchers[@]}" -DCMAKE_BUILD_TYPE=Release "$@" \
     >/dev/null
 elif [ $# -gt 0 ]; then
   cmake -S . -B build "$@" >/dev/null
 fi
-cmake --build build -j "$(nproc)"
+cmake --build build -j "$(nproc)" "${targets[@]}"

@@ -15,9 +15,9 @@ stage() {
   echo "test.sh: ${timings[-1]}"
 }
 stage setup bash tools/setup.sh
-stage lint bash tools/lint.sh
+stage lint bash tools/dev/lint.sh
 stage ctest ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
-stage sanitize bash tools/sanitize.sh
-stage fuzz bash tools/fuzz_smoke.sh
+stage sanitize bash tools/dev/sanitize.sh
+stage fuzz bash tools/dev/fuzz_smoke.sh
 echo "test.sh: all stages passed; wall time per stage:"
 printf '  %s\n' "${timings[@]}"

@@ -55,7 +55,7 @@ void check_attention_available(Attention attention) {
 
 std::string fused_attention_unavailable() {
   return "this CUDA module was built without the cudnn-frontend headers (bash "
-         "tools/fetch_cudnn_frontend.sh, then configure and build again)";
+         "tools/dev/fetch_cudnn_frontend.sh, then configure and build again)";
 }
 
 std::string fused_attention_description() {

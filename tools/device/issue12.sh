@@ -572,7 +572,7 @@ phase_gemm() {
   cap_s=300 record "gemm$tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
     --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
     --sm-partition "$share" --gemm-candidates "$tuned" -o "$measured" || return 0
-  record "gemm$tuned-contention.txt" python3 tools/fit_contention.py copy \
+  record "gemm$tuned-contention.txt" python3 tools/calibrate/fit_contention.py copy \
     --from "$PIPELINE_PROFILE" -o "$calibrated" "$measured" || return 0
   local cap_s=120
   for m in "$stages" $((2 * stages)); do

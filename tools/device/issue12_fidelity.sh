@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (no GPU): issue 12's fidelity analysis of a device session's raw outputs. Fits the
-# simulator's contention model (tools/fit_contention.py) to the emulated 4-stage runs and
+# simulator's contention model (tools/calibrate/fit_contention.py) to the emulated 4-stage runs and
 # re-predicts them, and diffs the 8-stage runs (stalls: compute waiting with its inputs ready).
 #
 # Usage: bash tools/device/issue12_fidelity.sh RESULTS-DIR [PIPEPLAN]
@@ -22,7 +22,7 @@ pipeplan=${2:-build/tools/pipeplan}
 [[ -x $pipeplan ]] || { echo "issue12_fidelity.sh: no pipeplan at '$pipeplan'" >&2; exit 2; }
 out="$results/fidelity"
 mkdir -p "$out"
-fit=(python3 tools/fit_contention.py)
+fit=(python3 tools/calibrate/fit_contention.py)
 
 # shellcheck source=tools/device/keep.sh
 source tools/device/keep.sh

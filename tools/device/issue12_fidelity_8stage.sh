@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (no GPU): the 8-stage part of issue 12's fidelity analysis, for a session that ran the
 # `stalls` phase (tools/device/issue12.sh) and BPipe with 32 work queues. Fits the contention
-# model of the 16-SM profile (tools/fit_contention.py) to ONE 8-stage run at mbs 1 with 32 work
+# model of the 16-SM profile (tools/calibrate/fit_contention.py) to ONE 8-stage run at mbs 1 with 32 work
 # queues and re-predicts the other 8-stage runs from it, BPipe at mbs 2 included (held out); diffs
 # every run of every call (stalls split into the host's part and the GPU's).
 #
@@ -25,7 +25,7 @@ pipeplan=${4:-build/tools/pipeplan}
   { echo "issue12_fidelity_8stage.sh: no run '$results/$fit_run' (.trace.json)" >&2; exit 2; }
 out="$results/fidelity"
 mkdir -p "$out"
-fit=(python3 tools/fit_contention.py)
+fit=(python3 tools/calibrate/fit_contention.py)
 
 # shellcheck source=tools/device/keep.sh
 source tools/device/keep.sh

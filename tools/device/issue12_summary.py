@@ -30,8 +30,8 @@ import os
 import statistics
 import sys
 
-# tools/fit_contention.py: the traces' concurrency, as the contention fit counts it.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tools/calibrate/fit_contention.py: the traces' concurrency, as the contention fit counts it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "calibrate"))
 import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = float(1 << 30)

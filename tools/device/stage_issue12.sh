@@ -18,7 +18,7 @@ build=${1:-build-gpu}
 carry=${2:-$build/carry}
 jobs=${JOBS:-2}
 
-bash tools/fetch_cudnn_frontend.sh
+bash tools/dev/fetch_cudnn_frontend.sh
 export CCACHE_DIR=${CCACHE_DIR:-/work/.ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-/work}
 launcher=()
 if command -v ccache > /dev/null; then

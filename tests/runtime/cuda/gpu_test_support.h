@@ -31,7 +31,7 @@
 #define PIPEPLAN_REQUIRE_FUSED_ATTENTION()                                                        \
   do {                                                                                            \
     if (!::pipeplan::cuda::fused_attention_built()) {                                             \
-      GTEST_SKIP() << "built without the cudnn-frontend headers (tools/fetch_cudnn_frontend.sh)"; \
+      GTEST_SKIP() << "built without the cudnn-frontend headers (tools/dev/fetch_cudnn_frontend.sh)"; \
     }                                                                                             \
     const std::string pipeplan_why_ = ::pipeplan::cuda::fused_attention_unavailable();            \
     ASSERT_TRUE(pipeplan_why_.empty()) << "fused attention unavailable: " << pipeplan_why_;       \

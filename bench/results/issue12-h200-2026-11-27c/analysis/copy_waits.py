@@ -14,7 +14,7 @@ import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tools/fit_contention.py's loader: a run's plan and its compute ops as (start, end, node).
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tools", "calibrate"))
 import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
 
 

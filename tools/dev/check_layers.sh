@@ -4,9 +4,9 @@
 #     and runtime/mpi are siblings (none includes another) and tools/ includes nothing of
 #     runtime/cuda (a plugin loaded on demand);
 #  2. the core (everything but tools/) raises errors that name fields, never CLI flags.
-# Usage: bash tools/check_layers.sh   (prints every violation, exits 1 if any)
+# Usage: bash tools/dev/check_layers.sh   (prints every violation, exits 1 if any)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # Layer of a path: its rank, or nothing for files outside the layered tree.
 rank() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """clang-tidy over translation units, skipping those it passed before unchanged.
 
-Usage: tools/tidy_cached.py BUILD_DIR JOBS FILE...
+Usage: tools/dev/tidy_cached.py BUILD_DIR JOBS FILE...
 
 A unit is skipped when a marker for its key exists in the cache folder ($PIPEPLAN_TIDY_CACHE,
 default ~/.cache/pipeplan-clang-tidy). The key hashes what the verdict depends on: clang-tidy's

@@ -6,12 +6,12 @@
 # wheel's include/ is unpacked (the wheel's Python parts are not used). cuDNN itself (cudnn.h
 # and libcudnn.so.9) comes from the CUDA toolkit or a PyTorch install, not from here.
 #
-# Usage: bash tools/fetch_cudnn_frontend.sh [destination-root]   (default .deps/cudnn-frontend)
+# Usage: bash tools/dev/fetch_cudnn_frontend.sh [destination-root]   (default .deps/cudnn-frontend)
 # Without network or pip it says so and exits 0: the backend then builds without fused
 # attention, configure says so, and --attention flash is refused at run time in one line
 # (docs/cuda-backend.md, "Build").
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 version=1.32.0  # cudnn_frontend_version.h: 1.32.0; compiled against cuDNN 9.19 (CUDA 13.0)
 dest=${1:-.deps/cudnn-frontend}
 stamp="$dest/VERSION"

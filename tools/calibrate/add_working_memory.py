@@ -3,7 +3,7 @@
 
 `pipeplan profile --backend cuda` measures each pass's working memory (forward_work_bytes,
 p1_work_bytes, p2_work_bytes: the allocator's peak during the pass above the larger of its level
-before and after; docs/profile-format.md). A calibrated profile (tools/fit_contention.py) made
+before and after; docs/profile-format.md). A calibrated profile (tools/calibrate/fit_contention.py) made
 from an earlier measurement has the times and the contention model the runs were predicted
 from, but no working memory. This writes a copy of PROFILE with the three fields of every
 layer kind and micro-batch size taken from MEASURED, so that the plans keep their times and gain
@@ -11,7 +11,7 @@ the memory the ops hold while they run. The two must describe the same model, se
 and attention; every (kind, mbs) of PROFILE must be in MEASURED. Its provenance notes say where
 the working memory came from.
 
-  python3 tools/add_working_memory.py --from MEASURED.json PROFILE.json -o OUT.json
+  python3 tools/calibrate/add_working_memory.py --from MEASURED.json PROFILE.json -o OUT.json
 """
 import argparse
 import json
@@ -47,7 +47,7 @@ def merge(measured, measured_path, profile, profile_path):
     origin = measured.get("provenance", {})
     note = (f" Working memory (forward/p1/p2_work_bytes) from {os.path.basename(measured_path)}"
             f" ({origin.get('gpu', '?')}, {origin.get('date', '?')}: {origin.get('command', '?')})"
-            " by tools/add_working_memory.py.")
+            " by tools/calibrate/add_working_memory.py.")
     merged.setdefault("provenance", {})
     merged["provenance"]["notes"] = merged["provenance"].get("notes", "") + note
     return merged

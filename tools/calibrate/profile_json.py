@@ -1,5 +1,5 @@
-"""Reading and writing JSON files for the profile scripts (tools/fit_contention.py,
-tools/add_working_memory.py): one-line errors naming the file, and writes that never leave a
+"""Reading and writing JSON files for the profile scripts (tools/calibrate/fit_contention.py,
+tools/calibrate/add_working_memory.py): one-line errors naming the file, and writes that never leave a
 file half-written (a temporary file in the same folder, then renamed)."""
 import json
 import os

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The unit tests once under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
 # folder (clang, CUDA off, no benchmarks), which also holds the fuzz targets that
-# tools/fuzz_smoke.sh runs (docs/fuzzing.md). Any sanitizer report fails its test.
-# Usage: bash tools/sanitize.sh [BUILD_DIR]   (default build-sanitize; needs clang, libclang-rt-dev)
+# tools/dev/fuzz_smoke.sh runs (docs/fuzzing.md). Any sanitizer report fails its test.
+# Usage: bash tools/dev/sanitize.sh [BUILD_DIR]   (default build-sanitize; needs clang, libclang-rt-dev)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=${1:-build-sanitize}
 jobs=$(nproc)
 configure=()
 if command -v ninja >/dev/null; then configure+=(-G Ninja); fi
-. tools/ccache_env.sh
+. tools/dev/ccache_env.sh
 configure+=("${ccache_launchers[@]}")
 # ccache hashes -fsanitize-coverage-ignorelist=/abs/path as written (it rewrites only the options
 # it knows to be paths), so every clone missed the cache and CI rebuilt this folder from scratch

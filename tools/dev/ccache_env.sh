@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by tools/setup.sh and tools/sanitize.sh: when ccache is installed, compile through it
+# Sourced by tools/setup.sh and tools/dev/sanitize.sh: when ccache is installed, compile through it
 # with paths hashed relative to the checkout (CCACHE_BASEDIR) and without the working directory
 # in the hash (CCACHE_NOHASHDIR: the sanitizer build's line tables name it), so that a fresh clone
 # of unchanged sources, as CI makes, hits the cache. Sets ccache_launchers to the CMake options

@@ -46,10 +46,10 @@ that profile:
 A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
 tools/device/issue12.sh writes them). Format: docs/profile-format.md ("contention").
 
-  python3 tools/fit_contention.py fit --profile P.json -o P.fit.json DIR/1f1b-m4-2bp ...
-  python3 tools/fit_contention.py eval --pipeplan build/tools/pipeplan --profile P.fit.json \\
+  python3 tools/calibrate/fit_contention.py fit --profile P.json -o P.fit.json DIR/1f1b-m4-2bp ...
+  python3 tools/calibrate/fit_contention.py eval --pipeplan build/tools/pipeplan --profile P.fit.json \\
       DIR/1f1b-m8-2bp ...
-  python3 tools/fit_contention.py copy --from P.fit.json -o NEW.next.json NEW.measured.json
+  python3 tools/calibrate/fit_contention.py copy --from P.fit.json -o NEW.next.json NEW.measured.json
 """
 import argparse
 import json
@@ -344,7 +344,7 @@ def cmd_fit(args):
                                   for n, levels in rows if float(n["duration_us"]) > 0]
         copies_by_run[prefix] = copy_samples(events, sends)
     names = ", ".join(os.path.basename(p) for p in args.runs)
-    source = (f"fitted by tools/fit_contention.py from {len(args.runs)} measured run(s) "
+    source = (f"fitted by tools/calibrate/fit_contention.py from {len(args.runs)} measured run(s) "
               f"({names}) on {runs[0][1]['meta'].get('gpu', '?')}")
     copy = fit_copy([s for run in copies_by_run.values() for s in run], args.min_ops)
     if args.copy_only:
@@ -426,7 +426,7 @@ def cmd_copy(args):
                        f"{args.source} at {sm_partition(source)}")
     contention = json.loads(json.dumps(source["contention"]))
     contention["source"] = (f"copied from {os.path.basename(args.source)} by "
-                            f"tools/fit_contention.py copy: {contention.get('source', '')}")
+                            f"tools/calibrate/fit_contention.py copy: {contention.get('source', '')}")
     profile["contention"] = contention
     write_json_atomic(args.output, profile)
     print(f"contention of {args.source} into {args.output}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/fit_contention.py recovers a contention model that made a trace.
+"""tools/calibrate/fit_contention.py recovers a contention model that made a trace.
 
 The simulator predicts a plan's step under a known model (a profile with "contention"); that
 predicted trace stands for a measurement of the same plan made without the model. Fitting the
@@ -16,7 +16,7 @@ import tempfile
 from script_checks import check, eval_percentages, finish, run, write_json
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
-SCRIPT = os.path.join(SOURCE, "tools", "fit_contention.py")
+SCRIPT = os.path.join(SOURCE, "tools", "calibrate", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 TRUTH = [1.1, 1.2, 1.3, 1.45]
 COPY = {"sender_idle": 1.3, "sender_computing": 6.0}  # transfers on the sender's SMs

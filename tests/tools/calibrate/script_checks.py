@@ -1,5 +1,5 @@
 """What the Python tool tests share: checks that record a failure and go on, a command run that
-checks its exit status, JSON files written and read back, tools/fit_contention.py eval's
+checks its exit status, JSON files written and read back, tools/calibrate/fit_contention.py eval's
 percentages, and the verdict. Imported by tests/tools/*_test.py (their folder is on
 sys.path when they run)."""
 import json
@@ -29,7 +29,7 @@ def write_json(path, data):
 
 
 def eval_percentages(script, pipeplan, profile, prefix, columns):
-    """Runs `script eval` (tools/fit_contention.py) on one run and returns the given columns of
+    """Runs `script eval` (tools/calibrate/fit_contention.py) on one run and returns the given columns of
     its row as numbers (their '%' dropped)."""
     out = run([sys.executable, script, "eval", "--pipeplan", pipeplan, "--profile", profile,
                prefix])

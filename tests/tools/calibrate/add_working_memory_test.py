@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tools/add_working_memory.py copies a measured profile's working memory into another profile of
-the same model, and tools/fit_contention.py eval reports the memory error it removes.
+"""tools/calibrate/add_working_memory.py copies a measured profile's working memory into another profile of
+the same model, and tools/calibrate/fit_contention.py eval reports the memory error it removes.
 
 A "measured" profile is the shipped analytic one with working memory added to every pass; merged
 into the plain profile, a plan holds it while its ops run. A run report whose allocator peaks are
@@ -16,8 +16,8 @@ import tempfile
 from script_checks import check, eval_percentages, finish, run, write_json
 
 PIPEPLAN, SOURCE = sys.argv[1], sys.argv[2]
-MERGE = os.path.join(SOURCE, "tools", "add_working_memory.py")
-FIT = os.path.join(SOURCE, "tools", "fit_contention.py")
+MERGE = os.path.join(SOURCE, "tools", "calibrate", "add_working_memory.py")
+FIT = os.path.join(SOURCE, "tools", "calibrate", "fit_contention.py")
 PROFILE = os.path.join(SOURCE, "profiles", "h100-sxm-llama-7b.analytic.json")
 MIB = 1 << 20
 with tempfile.TemporaryDirectory() as tmp:

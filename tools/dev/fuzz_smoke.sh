@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A short libFuzzer run of every fuzz target (tests/fuzz, docs/fuzzing.md) from the seed corpus,
-# in the sanitizer build that tools/sanitize.sh makes (ASan + UBSan + coverage). Fails when a
+# in the sanitizer build that tools/dev/sanitize.sh makes (ASan + UBSan + coverage). Fails when a
 # target finds anything (a crash, a sanitizer report, a hang over 10 s, an allocation over 2 GiB,
 # an error that says "internal") or runs fewer than FUZZ_MIN_RUNS inputs in its time.
-# Usage: bash tools/fuzz_smoke.sh [BUILD_DIR]   (default build-sanitize)
+# Usage: bash tools/dev/fuzz_smoke.sh [BUILD_DIR]   (default build-sanitize)
 #   FUZZ_RUNS (default 200000) inputs per target, FUZZ_MAX_SECONDS (default 90) per target,
 #   FUZZ_MIN_RUNS (default 10000), FUZZ_ARTIFACTS (default BUILD_DIR/fuzz-artifacts).
 # On the 2-core CI machine the five targets ran 200,000 inputs each in 158 s together.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=${1:-build-sanitize}
 runs=${FUZZ_RUNS:-200000}
 max_seconds=${FUZZ_MAX_SECONDS:-90}
