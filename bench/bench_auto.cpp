@@ -1,4 +1,4 @@
-// `--schedule auto` and `plan --search` (issue 14 targets on a 2-core machine, the planner's own
+// `--schedule auto` and `plan --search` (targets on a 2-core machine, the planner's own
 // time in-process): auto on uniform P = 8, m = 24 <= 0.5 ms and P = 32, m = 96 <= 4 ms (make_plan
 // end to end: the search, then lowering, validation and simulation of the chosen plan); `plan
 // --search` for llama-7b on 8 H100s with global batch 64 <= 200 ms. The phases alone show where
@@ -40,15 +40,15 @@ PlanRequest uniform_request(int devices, int microbatches, int mb_per_device) {
   return r;
 }
 
-// Issue 14's inputs: (P, m, memory in M_B per device), at 2P and at P micro-batches' memory.
-void issue14_args(benchmark::internal::Benchmark* b) {
+// The target inputs: (P, m, memory in M_B per device), at 2P and at P micro-batches' memory.
+void target_args(benchmark::internal::Benchmark* b) {
   for (const auto& args :
        {std::vector<std::int64_t>{8, 24, 16}, {8, 24, 8}, {32, 96, 64}, {32, 96, 32}})
     b->Args(args);
   b->Unit(benchmark::kMillisecond);
 }
-void issue14_inputs(benchmark::internal::Benchmark* b) {
-  issue14_args(b);
+void target_inputs(benchmark::internal::Benchmark* b) {
+  target_args(b);
   b->UseRealTime();
 }
 
@@ -72,7 +72,7 @@ void BM_AutoPlan(benchmark::State& state) {
   state.counters["chunks"] = chunks;
 }
 
-BENCHMARK(BM_AutoPlan)->Apply(issue14_args)->UseManualTime();
+BENCHMARK(BM_AutoPlan)->Apply(target_args)->UseManualTime();
 
 // The phases of BM_AutoPlan: the search alone (make_plan's family call), and the final lowering,
 // validation and simulation of the plan it returns.
@@ -118,7 +118,7 @@ void BM_AutoSearchOnly(benchmark::State& state) {
   state.counters["candidates"] = tried;
 }
 
-BENCHMARK(BM_AutoSearchOnly)->Apply(issue14_inputs);
+BENCHMARK(BM_AutoSearchOnly)->Apply(target_inputs);
 
 void BM_AutoFinalPlan(benchmark::State& state) {
   const AutoInputs in =

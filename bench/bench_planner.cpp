@@ -1,5 +1,5 @@
 // Planner hot path: lower + validate + simulate a 1F1B schedule with 2BP backward.
-// Target (issue 2): P = 32, m = 256 in <= 20 ms on a 2-core machine (validation and simulation
+// Target: P = 32, m = 256 in <= 20 ms on a 2-core machine (validation and simulation
 // on two threads, as make_plan runs them; the one-thread figure is measured beside it). Run:
 //   ./build/bench/bench_planner --benchmark_repetitions=10 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>

@@ -31,7 +31,7 @@ struct CopySlowdown {
 
 // A GPU that has been busy runs every op slower for a while: measured on an H200, an op's time
 // over its profile grew with how long all the stages had been computing, and stayed up after
-// they stopped (README, "Fifth session"; a clock held down by the power limit fits this). The
+// they stopped (docs/results.md; a clock held down by the power limit fits this). The
 // model: a load H, the share of the devices computing, averaged exponentially over the last
 // `time_constant_us` (dH/dt = (L - H) / time_constant_us, L the share now), multiplies every
 // compute op's slowdown by 1 + factor * H. The step is taken as repeating: it starts at the load

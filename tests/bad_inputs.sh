@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replays the bad inputs of the hardening issue (issue 16) against a pipeplan binary and checks
+# Replays known bad inputs against a pipeplan binary and checks
 # each one ends cleanly: exactly one line of output (stdout and stderr together), a non-zero
 # exit, no file written, within the time limit, and never "internal error".
 # Usage: bash tests/bad_inputs.sh PIPEPLAN [SECONDS]   (ctest runs it as BadInputs.Replay)

@@ -133,7 +133,7 @@ TEST_F(Cli, ShippedProfilePlans) {
   ASSERT_EQ(r.status, 0) << r.out;
 }
 
-// A measured H200 profile with a contention model (issue 12): planned for the profile's GPU
+// A measured H200 profile with a contention model: planned for the profile's GPU
 // unless --gpu says otherwise, and the summary names the model behind its step time.
 TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   const std::string shipped =
@@ -152,7 +152,7 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
 }
 
 // The 16-SM H200 profile measured again on 2026-11-27 (with each pass's working memory), its
-// contention fitted (sixth GPU session) on the 8-stage runs at mbs 1 without BPipe (m = 16, and
+// contention fitted on the 8-stage runs at mbs 1 without BPipe (m = 16, and
 // 1F1B fused and 2bp at m = 8) with the 32-SM profile's sustained-load term: the runs the fit
 // did not see predict the steps the README quotes: 1F1B-2bp at m = 24 1334.7 ms (measured 1362.7
 // in the last step) and the BPipe plan at mbs 2 2034.2 ms (measured 2077.3 to 2111.3:
@@ -175,8 +175,8 @@ TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedHeldOutSteps) {
       << two_bp.out;
 }
 
-// The 32-SM H200 profile measured on 2026-11-27 (fifth GPU session), its contention and
-// sustained load fitted on that session's ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at
+// The 32-SM H200 profile measured on 2026-11-27, its contention and
+// sustained load fitted on the ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at
 // m = 12, which the fit did not see, predicts the step the README quotes (598.3 ms; measured
 // 607.6 in the last step: bench/results/issue12-h200-2026-11-27b/fidelity/
 // heldout-call3-env-pipelines-summary.eval.txt).

@@ -458,7 +458,7 @@ def diff_makespan(pipeplan, plan, trace):
 def run_labels(prefixes):
     """Each run's name; where two runs share one, the first word of their folder's name too
     (call1/bpipe-mbs2, call3/bpipe-mbs2), and where that is shared as well, the folder above it
-    (issue12-h200-2026-11-27/call1/bpipe-mbs2, issue12-h200-2026-11-27b/call1/bpipe-mbs2)."""
+    (2026-11-27-pipelines/bpipe-mbs2, 2026-11-27b-pipelines/bpipe-mbs2)."""
     def folder(prefix, up):
         return os.path.basename(os.path.abspath(os.path.join(prefix, *[".."] * up)))
 

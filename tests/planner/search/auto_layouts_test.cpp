@@ -1,4 +1,4 @@
-// Issue 14's acceptance for `--schedule auto`: layouts (one chunk, a V, interleaved) and
+// `--schedule auto` across layouts (one chunk, a V, interleaved) and
 // objectives (step time, largest stage span).
 //
 // Item 1: on every `compare` input here (the README's LLaMA-7B examples, GPT-1.5B with its

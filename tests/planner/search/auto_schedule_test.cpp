@@ -1,4 +1,4 @@
-// Acceptance of issue 4 for `--schedule auto`: uniform costs against Zero Bubble's figures,
+// `--schedule auto`: uniform costs against Zero Bubble's figures,
 // heterogeneous stages against every fixed schedule at equal memory, memory limits, p2
 // concatenation and determinism.
 #include <gtest/gtest.h>
@@ -107,7 +107,7 @@ void expect_every_shipped_one_chunk_family(const std::vector<FixedVersusAuto>& r
     EXPECT_EQ(labels.count(shipped), 1U) << shipped;
 }
 
-// Issue 4's acceptance: heterogeneous stages, every fixed schedule beaten at equal memory. The
+// Heterogeneous stages, every fixed schedule beaten at equal memory. The
 // first stage holds the embedding (3 GiB of extra static memory, 20 % slower), the partition left
 // stage 2 with more layers (1.3x), the last holds the LM head (F and P1 1.5x, a 1.5x stash), and
 // every boundary costs a 0.05 us transfer; m = 8, 12, 16.
