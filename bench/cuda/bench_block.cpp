@@ -14,7 +14,7 @@
 // --gemm-candidates N (> 1) times N of cuBLASLt's answers per GEMM shape in the first (warm-up)
 // step and keeps the fastest (runtime/cuda/matmul.h); each result then lists the choices.
 //
-// Prints one JSON line (tools/device/torch_block.py prints the same fields for PyTorch's block).
+// Prints one JSON line (bench/gpu/torch_block.py prints the same fields for PyTorch's block).
 // --breakdown adds, per micro-batch size, the ops' times from --repetitions further steps with
 // op marks on (runtime/cuda/op_marks.h: events around each GEMM, the attention core and the
 // memory-bound kernels): per label its calls per step, median ms per step, TFLOP/s (GEMMs,

@@ -20,6 +20,7 @@ patterns=(
   '(^|[^a-z])device (tool|budget)([^a-z]|$)'
   '(^|[^a-z])(lending|lent to)([^a-z]|$)'
   '(^|[^a-z])(give_back|can_start_another|budget_left|farm-studio|farm-bench)([^a-z]|$)'
+  '(^|[^a-z])(brief|style)\.md|brief §|shared/seeds'
 )
 regex=$(IFS='|'; echo "${patterns[*]}")
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# clang-format (the repo's .clang-format) and clang-tidy (.clang-tidy) over the C++ sources.
+# clang-format (the repo's .clang-format) and clang-tidy (.clang-tidy) over the C++ sources, and
+# tools/dev/check_narrative.sh over every tracked file.
 # Needs build/compile_commands.json (tools/setup.sh makes it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -14,4 +15,5 @@ if ! python3 tools/dev/tidy_cached.py build "$(nproc)" "${units[@]}"; then
   echo "lint: clang-tidy found problems (above)"
   exit 1
 fi
+bash tools/dev/check_narrative.sh
 echo "lint: clean"

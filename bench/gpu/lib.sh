@@ -1,0 +1,276 @@
+# Shared helpers of bench/gpu/run.sh (sourced; it sets the variables these read).
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # the options and the machine's answers are set by run.sh
+
+# die MESSAGE: one line on stderr, exit 2 (a bad option or a missing input, before anything runs).
+die() {
+  echo "run.sh: $*" >&2
+  exit 2
+}
+
+# --- the machine: what pipeplan reports ---------------------------------------------------------
+
+# ask_pipeplan: `pipeplan env --json` into variables (gpu_name, gpu_entry, gpu_count, total_sms,
+# memory_bytes, driver_version, the SM share of each emulated stage count; the manifest takes the
+# CUDA and library versions from the same answer). Empty where pipeplan has no answer (no binary, no GPU): a dry run prints
+# placeholders there, a real run refuses what needs them.
+env_json=''
+# shellcheck disable=SC2034  # set by printf -v from pipeplan's answer
+gpu_name='' gpu_entry='' gpu_count=0 total_sms='' memory_bytes='' driver_version=''
+declare -A sm_share=()
+ask_pipeplan() {
+  if [[ -x $pipeplan ]]; then
+    env_json=$("$pipeplan" env --json 2> /dev/null) || env_json=''
+  fi
+  [[ -n $env_json ]] || return 0
+  local key value
+  while IFS=$'\t' read -r key value; do
+    case $key in
+      share) sm_share[${value%% *}]=${value#* } ;;
+      *) printf -v "$key" '%s' "$value" ;;
+    esac
+  done < <(python3 - "$env_json" << 'PY'
+import json, sys
+try:
+    env = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit(0)
+gpus = env.get("gpus") or []
+first = gpus[0] if gpus else {}
+out = {"gpu_name": first.get("name", ""), "gpu_entry": first.get("gpu_entry", ""),
+       "gpu_count": len(gpus), "total_sms": first.get("sms", ""),
+       "memory_bytes": first.get("memory_bytes", ""),
+       "driver_version": first.get("driver_version", "")}
+for key, value in out.items():
+    print(f"{key}\t{value}")
+for share in env.get("emulate_sm_share") or []:
+    print(f"share\t{share['stages']} {share['sms_per_stage']}")
+PY
+  )
+}
+
+# share_for STAGES: the SMs of one emulated stage, as pipeplan reports it (--sm-share overrides).
+share_for() {
+  if [[ -n $opt_sm_share ]]; then
+    echo "$opt_sm_share"
+  elif [[ -n ${sm_share[$1]:-} ]]; then
+    echo "${sm_share[$1]}"
+  elif ((dry)); then
+    echo "SHARE$1"
+  else
+    echo "run.sh: pipeplan env --json gives no SM share for $1 emulated stages (a GPU? --sm-share N)" >&2
+    return 1
+  fi
+}
+
+# --- libraries for a staged copy -----------------------------------------------------------------
+
+# find_staged_libraries: for binaries from a staged copy (bench/gpu/stage.sh) on a machine whose
+# CUDA libraries are not where the build machine's were: the CUDA toolkit's folders, then
+# python3's site-packages (PyTorch's nvidia-* wheels hold cuDNN and NCCL), then wherever python3's
+# `nvidia` namespace package is. Sets LD_LIBRARY_PATH for the binaries (python3 keeps its own
+# environment) and PIPEPLAN_CUDNN_LIBRARY; the staged libstdc++ only where the machine's is older
+# than the binaries need.
+find_staged_libraries() {
+  local site nvidia lib root path dir
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2> /dev/null || true)
+  local -a roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
+  if [[ -n $site && -d $site/nvidia ]]; then roots+=("$site/nvidia"); fi
+  nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2> /dev/null || true)
+  if [[ -n $nvidia && -d $nvidia && $nvidia != "$site/nvidia" ]]; then roots+=("$nvidia"); fi
+  local -a dirs=()
+  local cudnn=''
+  # libnvrtc: cuDNN compiles some fused-attention engines at run time (not linked; found if there).
+  for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9 \
+    libnvrtc.so.13; do
+    for root in "${roots[@]}"; do
+      [[ -d $root ]] || continue
+      path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1)
+      [[ -n $path ]] || continue
+      [[ $lib == libcudnn.so.9 ]] && cudnn=$path
+      dir=$(dirname "$path")
+      [[ " ${dirs[*]} " == *" $dir "* ]] || dirs+=("$dir")
+      break
+    done
+  done
+  local ld_path
+  ld_path=$(IFS=:; echo "${dirs[*]}")
+  if [[ -x $pipeplan ]] && ldd "$pipeplan" 2>&1 | grep -q "GLIBCXX.*not found"; then
+    ld_path="$staged/lib${ld_path:+:$ld_path}"
+  fi
+  export LD_LIBRARY_PATH="$ld_path${original_ld_library_path:+:$original_ld_library_path}"
+  if [[ -n $cudnn ]]; then export PIPEPLAN_CUDNN_LIBRARY=$cudnn; fi
+  export CUDNN_FRONTEND_CUDART_LIB_NAME=libcudart.so.13
+}
+
+# --- recording -----------------------------------------------------------------------------------
+
+# portable ARG...: the command with this machine's folders replaced: the output folder by {out},
+# the repository by "." (the commands are run from the repository root).
+portable() {
+  local text
+  text=$(printf '%q ' "$@")
+  text=${text//"$out"/"{out}"}
+  text=${text//"$repo/"/}
+  echo "${text% }"
+}
+
+# GPU clocks and power beside the emulated runs and the SM-share profile (record with
+# clocks_to=NAME): nvidia-smi every --clock-sample-ms into NAME.clocks.csv, so that a slowdown the
+# contention model cannot explain can be told from the SM clock falling under sustained load. The
+# first field set the driver answers (older drivers name the throttle reasons, or lack the
+# instantaneous power); none where it answers none.
+clock_fields='' clock_probed=0
+clock_command=()
+probe_clocks() {
+  ((clock_probed)) && return 0
+  clock_probed=1
+  local base=timestamp,utilization.gpu,clocks.sm fields
+  if ((dry)); then
+    clock_fields=$base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active
+  else
+    for fields in \
+      $base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
+      $base,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+      $base,power.draw; do
+      if nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1; then
+        clock_fields=$fields
+        break
+      fi
+    done
+    if [[ -z $clock_fields ]]; then
+      echo "run.sh: nvidia-smi answers none of the clock field sets: no clock samples" >&2
+    fi
+  fi
+  clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits" -lms "$clock_ms")
+}
+
+# record FILE CMD...: runs CMD for at most cap_s seconds (a group may set its own: bash scoping is
+# dynamic) and never past the deadline, its output (stdout and stderr) in $out/FILE between a
+# header (GPU, UTC date, command, environment) and its exit status and wall time; one line in
+# index.txt and one in the manifest's command list. A dry run prints the command and runs none.
+cap_s=300
+record() {
+  local name=$1
+  shift
+  local command
+  command=$(portable "$@")
+  if [[ -n ${clocks_to:-} ]]; then probe_clocks; fi
+  if ((dry)); then
+    printf '%q ' "$@"
+    if [[ -n ${clocks_to:-} && -n $clock_fields ]]; then
+      printf '(beside it: %s> %q)' "$(printf '%q ' "${clock_command[@]}")" \
+        "$out/$clocks_to.clocks.csv"
+    fi
+    echo
+    return 0
+  fi
+  local file="$out/$name" left=$cap_s
+  if ((deadline_s > 0)); then
+    left=$((deadline_s - (SECONDS - start_s) - 20))
+    if ((left > cap_s)); then left=$cap_s; fi
+  fi
+  {
+    echo "# gpu: $gpu_line"
+    echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# command: $command"
+    echo "# environment: $(environment_line)"
+  } > "$file"
+  if ((left < 10)); then
+    echo "# skipped: the deadline ($deadline_s s) is near" >> "$file"
+    printf '%-44s skipped (deadline)\n' "$name" >> "$out/index.txt"
+    printf '%s\t%s\tskipped\t0\n' "$name" "$command" >> "$commands_tsv"
+    echo "[skipped] $name"
+    failures=$((failures + 1))
+    return 124
+  fi
+  local began=$SECONDS status=0 sampler=''
+  if [[ -n ${clocks_to:-} && -n $clock_fields ]]; then
+    "${clock_command[@]}" > "$out/$clocks_to.clocks.csv" 2>&1 &
+    sampler=$!
+  fi
+  timeout --kill-after=5 "$left" "$@" >> "$file" 2>&1 || status=$?
+  if [[ -n $sampler ]]; then
+    kill "$sampler" 2> /dev/null || true
+    wait "$sampler" 2> /dev/null || true
+  fi
+  local took=$((SECONDS - began))
+  echo "# exit status: $status$( ((status == 124)) && echo ' (timed out)'), wall $took s" >> "$file"
+  printf '%-44s exit %-3s %4s s\n' "$name" "$status" "$took" >> "$out/index.txt"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$command" "$status" "$took" >> "$commands_tsv"
+  echo "[$status] $name (${took} s)"
+  if ((status != 0)); then failures=$((failures + 1)); fi
+  return "$status"
+}
+
+# note TEXT: a line for the reader (index.txt and stdout; stderr too when it is a problem).
+note() {
+  echo "$*"
+  if ((!dry)); then echo "$*" >> "$out/index.txt"; fi
+}
+
+# The pipeplan environment switches set for this invocation, as the headers record them.
+environment_line() {
+  local line switch
+  line="PIPEPLAN_DATA_DIR=$(portable "$PIPEPLAN_DATA_DIR")"
+  for switch in LD_LIBRARY_PATH PIPEPLAN_CUDA_PLUGIN PIPEPLAN_CUDNN_LIBRARY PIPEPLAN_COPY_WAIT \
+    PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS; do
+    if [[ -n ${!switch:-} ]]; then line+=" $switch=$(portable "${!switch}")"; fi
+  done
+  echo "$line"
+}
+
+# write_manifest: manifest.json in the output folder: the GPU, driver, CUDA and library versions
+# (pipeplan env --json), the commit, the date, the options and every command with its exit
+# status and wall time, in order.
+write_manifest() {
+  local commit
+  commit=$(git -C "$repo" rev-parse HEAD 2> /dev/null || echo '')
+  if [[ -n $commit ]] && ! git -C "$repo" diff --quiet HEAD 2> /dev/null; then
+    commit+=" (+ uncommitted changes)"
+  fi
+  local build_info=''
+  [[ -n $staged && -f $staged/BUILD_INFO ]] && build_info=$(sed -n 's/^commit: //p' "$staged/BUILD_INFO")
+  python3 - "$out/manifest.json" "$commands_tsv" "$env_json" "$commit" "$build_info" \
+    "$run_date" "${whats[*]}" "$(portable "$pipeplan")" "${options_used[@]}" << 'PY'
+import json, sys
+path, commands_tsv, env_json, commit, build_info, date, whats, pipeplan = sys.argv[1:9]
+options = sys.argv[9:]
+try:
+    env = json.loads(env_json) if env_json else {}
+except ValueError:
+    env = {}
+gpus = env.get("gpus") or []
+first = gpus[0] if gpus else {}
+libraries = env.get("libraries") or []
+
+def version(word):
+    for library in libraries:
+        if word in str(library.get("name", "")).lower():
+            return library.get("version")
+    return None
+
+commands = []
+with open(commands_tsv, encoding="utf-8") as f:
+    for line in f:
+        name, command, status, wall = line.rstrip("\n").split("\t")
+        commands.append({"output": name, "command": command,
+                         "exit_status": None if status == "skipped" else int(status),
+                         "skipped": status == "skipped", "wall_s": int(wall)})
+manifest = {
+    "gpu": first.get("name"), "gpu_entry": first.get("gpu_entry"), "gpus": len(gpus),
+    "sms": first.get("sms"), "memory_bytes": first.get("memory_bytes"),
+    "compute_capability": first.get("compute_capability"),
+    "driver": first.get("driver_version"), "cuda_runtime": first.get("runtime_version"),
+    "cudnn": version("cudnn"), "nccl": version("nccl"), "cublas": version("cublas"),
+    "libraries": libraries, "pipeplan": env.get("pipeplan"),
+    "commit": commit or None, "staged_commit": build_info or None, "date": date,
+    "what": whats.split(), "options": options, "pipeplan_binary": pipeplan,
+    "commands_run_from": "the repository root; {out} is this folder",
+    "commands": commands,
+}
+with open(path, "w", encoding="utf-8") as f:
+    json.dump(manifest, f, indent=2)
+    f.write("\n")
+PY
+}

@@ -1,0 +1,258 @@
+# bench/gpu/run.sh's pipeline measurements: profile-sm, pipelines, bpipe, stalls, copies, waits,
+# gemm (stages emulated on one GPU, each in a green context of its SM share) and multi-gpu (one
+# stage per GPU). Sourced; the variables are run.sh's.
+# shellcheck shell=bash
+# shellcheck disable=SC2154,SC2317,SC2034  # run.sh's variables; record reads cap_s
+
+what_profile_sm() {
+  local share
+  share=$(share_for "$stages") || { failures=$((failures + 1)); return 0; }
+  write_model "$model" "$layers"
+  sm_profile="$out/$gpu_key-llama-7b-blocks$layers-sm$share.measured.json"
+  clocks_to=profile-sm record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" \
+    --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" \
+    "${gemm[@]}" -o "$sm_profile" || true
+}
+
+common=()
+run_env=()        # a prefix for `pipeplan run` (env CUDA_DEVICE_MAX_CONNECTIONS=N ...)
+emulate=(--emulate "$stages")
+run_steps=$steps
+set_common() {
+  common=(--profile "$sm_profile" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+}
+
+# run_plan NAME PLAN-ARGS...: plan, run (JSON report and trace, the GPU's clocks beside it), diff.
+run_plan() {
+  local name=$1
+  shift
+  local plan="$out/$name.plan.json"
+  record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
+  clocks_to=$name record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
+    "${emulate[@]}" --steps "$run_steps" "${gemm[@]}" --json --trace "$out/$name.trace.json" ||
+    return 0
+  record "$name.diff.txt" "$pipeplan" diff "$plan" "$out/$name.trace.json" --top 15 || true
+}
+
+need_profile() {
+  if [[ -z $sm_profile || ($dry != 1 && ! -s $sm_profile) ]]; then
+    note "run.sh: $1 needs the stages' profile: profile-sm earlier in this invocation, or --sm-profile FILE" >&2
+    failures=$((failures + 1))
+    return 1
+  fi
+  set_common
+}
+
+# The schedules of --runs at each m of --m (PREFIX names them, e.g. "gpus4-").
+schedule_runs() {
+  local prefix=$1 m run
+  for m in "${ms[@]}"; do
+    for run in "${runs[@]}"; do
+      if [[ $run == auto ]]; then
+        run_plan "${prefix}auto-m$m" --schedule auto --backward 2bp --microbatches "$m"
+      else
+        run_plan "$prefix${run%-*}-m$m-${run#*-}" --schedule "${run%-*}" \
+          --backward "${run#*-}" --microbatches "$m"
+      fi
+    done
+  done
+}
+
+what_pipelines() {
+  need_profile pipelines || return 0
+  local cap_s=120
+  schedule_runs ""
+}
+
+# The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.
+bpipe_common() {  # bpipe_common PROFILE
+  emulate=(--emulate "$bpipe_stages")
+  common=(--profile "$1" --gpu "$gpu_key" --stages "$bpipe_stages" --seq "$seq"
+    --microbatches $((2 * bpipe_stages)) --schedule 1f1b --backward fused)
+}
+
+# bpipe_run NAME PLAN-ARGS...: run_plan with the 8-stage plans' options (--bpipe-profile).
+bpipe_run() {
+  local -a emulate common
+  bpipe_common "$bpipe_profile"
+  run_plan "$@"
+}
+
+# peaks PLAN-ARGS...: "<max over devices> <sum over devices>" of the planned peaks, bytes.
+peaks() {
+  "$pipeplan" plan "$@" --json 2> /dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["peak_memory_bytes"]
+print(max(p), sum(p))'
+}
+
+# BPipe. At 4 emulated stages BPipe cannot lower a 1F1B pair's peak in pipeplan's memory model
+# (the acceptor, holding the LM head, is nearly as full as the evictor; docs/design/bpipe.md). At
+# --bpipe-stages (8) stages of one block each, 1F1B fused, m = 2P, it can. So: profile that SM
+# share (--bpipe-profile skips it), and for each size of --bpipe-mbs take each stage's planned
+# peak without and with BPipe; the first size whose BPipe peak is at least 3 % lower and whose
+# stages together fit 85 % of the GPU's memory gets a per-stage limit halfway between the two
+# (--reserve 0), which the plan without BPipe exceeds (recorded, exit 1 by design) and the one
+# with it meets. Run that, and the largest smaller size that fits without BPipe at that limit.
+what_bpipe() {
+  local cap_s=120 share profile=$bpipe_profile
+  local -a emulate common
+  if [[ -z $profile ]]; then
+    share=$(share_for "$bpipe_stages") || { failures=$((failures + 1)); return 0; }
+    local bpipe_model="$out/llama-7b-blocks$bpipe_layers.json"
+    write_model "$bpipe_model" "$bpipe_layers"
+    profile="$out/$gpu_key-llama-7b-blocks$bpipe_layers-sm$share.measured.json"
+    cap_s=300 clocks_to=profile-bpipe record profile-bpipe.txt "$pipeplan" profile \
+      --backend cuda --model "$bpipe_model" --seq "$seq" --mbs 1,2,4 --attention flash \
+      --max-concat 8 --sm-partition "$share" "${gemm[@]}" -o "$profile" || return 0
+  fi
+  bpipe_common "$profile"
+  if ((dry)); then
+    record "bpipe-mbs2-without.plan.txt" "$pipeplan" plan "${common[@]}" --mbs 2 \
+      --memory LIMIT --reserve 0
+    run_plan "bpipe-mbs2" --mbs 2 --bpipe on --memory LIMIT --reserve 0
+    run_plan "nobpipe-mbs1" --mbs 1 --memory LIMIT --reserve 0
+    note "(dry run: LIMIT is halfway between the planned peaks without and with BPipe)"
+    return 0
+  fi
+  if [[ -z $memory_bytes ]]; then
+    note "run.sh: bpipe: pipeplan env --json reports no GPU memory to fit the stages into" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  local usable=$((memory_bytes * 85 / 100))
+  local mbs smaller off on off_max on_max on_sum limit
+  for mbs in "${bpipe_sizes[@]}"; do
+    off=$(peaks "${common[@]}" --mbs "$mbs") || off=""
+    on=$(peaks "${common[@]}" --mbs "$mbs" --bpipe on) || on=""
+    note "bpipe: mbs $mbs, planned peak per stage (max, sum) without BPipe: ${off:-none}," \
+      "with: ${on:-none}"
+    if [[ -z $off || -z $on ]]; then continue; fi
+    read -r off_max _ <<< "$off"
+    read -r on_max on_sum <<< "$on"
+    if ((on_max * 100 > off_max * 97 || on_sum > usable)); then continue; fi
+    limit=$(python3 -c "print(f'{($off_max + $on_max) / 2 / 2**30:.3f}GiB')")
+    note "bpipe: mbs $mbs, limit $limit per stage: fits only with BPipe"
+    record "bpipe-mbs$mbs-without.plan.txt" "$pipeplan" plan "${common[@]}" --mbs "$mbs" \
+      --memory "$limit" --reserve 0 || true
+    run_plan "bpipe-mbs$mbs" --mbs "$mbs" --bpipe on --memory "$limit" --reserve 0
+    for ((smaller = mbs - 1; smaller >= 1; --smaller)); do
+      if "$pipeplan" plan "${common[@]}" --mbs "$smaller" --memory "$limit" --reserve 0 \
+        -o /dev/null > /dev/null 2>&1; then
+        run_plan "nobpipe-mbs$smaller" --mbs "$smaller" --memory "$limit" --reserve 0
+        break
+      fi
+    done
+    return 0
+  done
+  note "bpipe: no size of --bpipe-mbs fits only with BPipe at $bpipe_stages stages"
+}
+
+# Where emulated stages wait with their inputs ready: the 8-stage 1F1B run at mbs 1 (needs
+# --bpipe-profile) and the P-stage 1F1B-2bp runs at m = P and 2P (need the stages' profile),
+# --stall-steps steps each, once per CUDA_DEVICE_MAX_CONNECTIONS value of --connections ("default"
+# leaves it unset); `pipeplan diff` splits each stall into the host's part and the GPU's.
+what_stalls() {
+  local cap_s=150 conn m run_steps=$stall_steps
+  for conn in "${connection_counts[@]}"; do
+    local -a run_env=()
+    [[ $conn == default ]] || run_env=(env "CUDA_DEVICE_MAX_CONNECTIONS=$conn")
+    if [[ -n $bpipe_profile ]]; then
+      bpipe_run "stalls-c$conn-${bpipe_stages}st-mbs1" --mbs 1
+    else
+      note "run.sh: stalls: no --bpipe-profile, no ${bpipe_stages}-stage run" >&2
+    fi
+    if need_profile stalls; then
+      for m in "$stages" $((2 * stages)); do
+        run_plan "stalls-c$conn-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
+      done
+    fi
+  done
+}
+
+# How device-local copies are issued: the 8-stage BPipe run at mbs 2 (needs --bpipe-profile;
+# limit --copies-limit) and the P-stage auto run at m = 2P (needs the stages' profile), once per
+# PIPEPLAN_DEVICE_COPY mode of --copy-modes.
+what_copies() {
+  local cap_s=120 mode
+  for mode in "${copy_mode_list[@]}"; do
+    local -a run_env=(env "PIPEPLAN_DEVICE_COPY=$mode")
+    if [[ -n $bpipe_profile ]]; then
+      bpipe_run "copies-$mode-bpipe-mbs2" --mbs 2 --bpipe on --memory "$copies_limit" --reserve 0
+    else
+      note "run.sh: copies: no --bpipe-profile, no ${bpipe_stages}-stage run" >&2
+    fi
+    if need_profile copies; then
+      run_plan "copies-$mode-auto-m$((2 * stages))" --schedule auto --backward 2bp \
+        --microbatches $((2 * stages))
+    fi
+  done
+}
+
+# How the receiving side waits for a device-local copy: one 1F1B-2bp plan at m = --wait-m run
+# once per PIPEPLAN_COPY_WAIT mode of --copy-waits, side by side on one warm GPU.
+what_waits() {
+  need_profile waits || return 0
+  local cap_s=120 mode
+  for mode in "${copy_wait_list[@]}"; do
+    local -a run_env=(env "PIPEPLAN_COPY_WAIT=$mode")
+    run_plan "waits-$mode-1f1b-m$wait_m-2bp" --schedule 1f1b --backward 2bp --microbatches "$wait_m"
+  done
+}
+
+# Timed GEMM answers in the emulated pipelines: the stages' profile again with --gemm-candidates
+# --gemm-tuned, the given profile's contention model copied into it (the stages share memory
+# bandwidth and L2 whichever tiles run), and the 1F1B-2bp runs at m = P and 2P planned from each
+# profile and run with the GEMMs it measured: gemm1-* beside gemm<N>-*. Needs --sm-profile (a
+# calibrated one, with the heuristic's GEMMs).
+what_gemm() {
+  if [[ -z $sm_profile ]]; then
+    note "run.sh: gemm needs --sm-profile (a calibrated stages' profile)" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  local share m
+  share=$(share_for "$stages") || { failures=$((failures + 1)); return 0; }
+  write_model "$model" "$layers"
+  local measured="$out/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$gemm_tuned.measured.json"
+  local calibrated="$out/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$gemm_tuned.calibrated.json"
+  cap_s=300 record "gemm$gemm_tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
+    --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
+    --sm-partition "$share" --gemm-candidates "$gemm_tuned" -o "$measured" || return 0
+  record "gemm$gemm_tuned-contention.txt" python3 tools/calibrate/fit_contention.py copy \
+    --from "$sm_profile" -o "$calibrated" "$measured" || return 0
+  local cap_s=120
+  for m in "$stages" $((2 * stages)); do
+    local -a gemm=() common=(--profile "$sm_profile" --gpu "$gpu_key" --stages "$stages"
+      --seq "$seq")
+    run_plan "gemm1-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
+    gemm=(--gemm-candidates "$gemm_tuned")
+    common=(--profile "$calibrated" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+    run_plan "gemm$gemm_tuned-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
+  done
+}
+
+# P GPUs, one stage each, the stages' transfers over NCCL: the --runs schedules at each m of --m,
+# planned from a whole-GPU profile of --multi-gpu-model (--gpu-profile, else the one `profile`
+# wrote earlier, else profiled here) and run with `pipeplan run --backend cuda` (no --emulate).
+what_multi_gpu() {
+  if ((!dry && gpu_count < 2)); then
+    note "multi-gpu: skipped: pipeplan env --json reports ${gpu_count} GPU(s); it needs 2 or more"
+    return 0
+  fi
+  if ((!dry && gpu_count < stages)); then
+    note "multi-gpu: skipped: --stages $stages needs $stages GPUs, pipeplan env --json reports $gpu_count"
+    return 0
+  fi
+  local profile=${gpu_profile:-$whole_gpu_profile}
+  if [[ $multi_gpu_model != llama-7b ]]; then profile=$gpu_profile; fi
+  if [[ -z $profile ]]; then
+    profile="$out/$gpu_key-$(basename "${multi_gpu_model%.json}").measured.json"
+    cap_s=300 record profile-multi-gpu.txt "$pipeplan" profile --backend cuda \
+      --model "$multi_gpu_model" --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" \
+      -o "$profile" || return 0
+  fi
+  local cap_s=180
+  local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+  schedule_runs "gpus$stages-"
+}

@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# pipeplan's GPU benchmark suite: measures on this machine's GPUs what pipeplan predicts, from a
+# normal build (build/) or a staged copy of the binaries (bench/gpu/stage.sh). bench/gpu/README.md
+# says what each WHAT measures and how long it takes.
+#
+# Usage: bash bench/gpu/run.sh [OPTION...] WHAT...
+#
+# WHAT (in the order given):
+#   env         the GPU, driver and libraries (pipeplan env --json, nvidia-smi, ldd)
+#   tests       the GPU test suite (pipeplan_cuda_tests), one process per test suite
+#   flash       the fused-attention tests alone
+#   block       one LLaMA-7B block's MFU, pipeplan (bench_block) beside PyTorch (torch_block.py)
+#   profile     the whole-GPU profile of LLaMA-7B (pipeplan profile --backend cuda)
+#   profile-sm  the profile of the emulated stages: the --layers model at one stage's SM share
+#   pipelines   emulated pipelines on one GPU, predicted (plan) against measured (run --emulate)
+#   bpipe       8 emulated stages: a micro-batch size that fits only with BPipe, run with it
+#   stalls      where emulated stages wait with their inputs ready, per work-queue count
+#   copies      device-local copies issued each way (PIPEPLAN_DEVICE_COPY)
+#   waits       how receivers wait for a copy (PIPEPLAN_COPY_WAIT)
+#   gemm        timed cuBLASLt answers per GEMM shape in the emulated pipelines
+#   multi-gpu   P GPUs, one stage each (NCCL), predicted against measured; skipped on one GPU
+#   summary     Markdown tables of everything in the output folder (bench/gpu/summary.py)
+#
+# Binaries:
+#   --pipeplan BIN        default build/tools/pipeplan (its CUDA module is found next to it)
+#   --tests-binary BIN    default build/tests/runtime/cuda/pipeplan_cuda_tests
+#   --bench-block BIN     default build/bench/cuda/bench_block
+#   --staged DIR          a staged copy (bench/gpu/stage.sh): DIR/bin/ holds all three, and the
+#                         CUDA, cuDNN and NCCL libraries are looked for on this machine
+# Output:
+#   --out DIR             default bench/results/<gpu>/<YYYY-MM-DD>-<what...> (gpu: the gpus.json
+#                         entry, else the lower-case device name; -2, -3 ... if it exists)
+#   --dry-run             print every command, in order, run none (no GPU needed), exit 0
+#   --deadline-s N        stop starting commands N s after the start (0: none; default 0)
+#   --test-cap-s N        seconds per test suite (150); other commands 120 to 300 s each
+#   --clock-sample-ms N   nvidia-smi's sampling period beside runs and profiles (20)
+# Model and runs:
+#   --stages P            emulated stages, or GPUs for multi-gpu (4)
+#   --layers N            LLaMA-7B blocks of the pipelines' model (8)
+#   --seq N               sequence length (2048)
+#   --steps N             steps per run; the report is the last and the median of 2..N (3)
+#   --m LIST              micro-batch counts of pipelines and multi-gpu (P,2P)
+#   --runs LIST           of 1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto (all five)
+#   --sm-share N          SMs per emulated stage (default: what pipeplan env --json reports)
+#   --sm-profile FILE     the stages' profile for pipelines, stalls, copies, waits, gemm
+#                         (default: the one profile-sm wrote earlier in this invocation)
+#   --gpu-profile FILE    the whole-GPU profile multi-gpu plans from (default: profile's, else
+#                         multi-gpu profiles the --multi-gpu-model itself)
+#   --multi-gpu-model M   the model of multi-gpu (llama-7b)
+#   --gemm-candidates N   cuBLASLt answers timed per GEMM shape in every profile and run (1)
+#   --gemm-tuned N        the answers gemm compares with the heuristic's first (8)
+#   --bpipe-profile FILE  the 8-stage profile (bpipe skips profiling; stalls and copies need it)
+#   --bpipe-stages N, --bpipe-layers N (8, 8), --bpipe-mbs LIST (2,4)
+#   --stall-steps N (6), --connections LIST (default,32: CUDA_DEVICE_MAX_CONNECTIONS values)
+#   --copy-modes LIST (memcpy,priority), --copies-limit SIZE (9.107GiB)
+#   --wait-m N (2P), --copy-waits LIST (blocking,stream,poll)
+# Lists are comma-separated. A bad option or value: one line naming it, exit 2.
+# shellcheck disable=SC2317  # the WHATs (and what they call) run indirectly: "what_$name"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+here="$repo/bench/gpu"
+start_s=$SECONDS
+original_ld_library_path=${LD_LIBRARY_PATH:-}
+# shellcheck source=bench/gpu/lib.sh
+source "$here/lib.sh"
+
+usage() {
+  sed -n '2,/^# shellcheck/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+# --- options -------------------------------------------------------------------------------------
+
+pipeplan='' tests_binary='' bench_block='' staged='' out='' dry=0 deadline_s=0 test_cap_s=150
+clock_ms=20 stages=4 layers=8 seq=2048 steps=3 opt_m='' opt_runs='' opt_sm_share='' sm_profile=''
+gpu_profile='' multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
+bpipe_stages=8 bpipe_layers=8 bpipe_mbs=2,4 stall_steps=6 connections=default,32
+copy_modes=memcpy,priority copies_limit=9.107GiB opt_wait_m='' copy_waits=blocking,stream,poll
+whats=()
+options_used=()
+positive() {  # positive OPTION VALUE
+  [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: '$2' is not a positive integer"
+}
+while (($#)); do
+  case $1 in
+    --dry-run) dry=1; options_used+=("$1"); shift; continue ;;
+    -h | --help) usage; exit 0 ;;
+    --*)
+      (($# >= 2)) || die "$1: needs a value"
+      options_used+=("$1" "$2")
+      case $1 in
+        --pipeplan) pipeplan=$2 ;;
+        --tests-binary) tests_binary=$2 ;;
+        --bench-block) bench_block=$2 ;;
+        --staged) staged=$2 ;;
+        --out) out=$2 ;;
+        --deadline-s) [[ $2 =~ ^[0-9]+$ ]] || die "$1: '$2' is not a number of seconds"
+          deadline_s=$2 ;;
+        --test-cap-s) positive "$1" "$2"; test_cap_s=$2 ;;
+        --clock-sample-ms) positive "$1" "$2"; clock_ms=$2 ;;
+        --stages) positive "$1" "$2"; stages=$2 ;;
+        --layers) positive "$1" "$2"; layers=$2 ;;
+        --seq) positive "$1" "$2"; seq=$2 ;;
+        --steps) positive "$1" "$2"; steps=$2 ;;
+        --m) opt_m=$2 ;;
+        --runs) opt_runs=$2 ;;
+        --sm-share) positive "$1" "$2"; opt_sm_share=$2 ;;
+        --sm-profile) sm_profile=$2 ;;
+        --gpu-profile) gpu_profile=$2 ;;
+        --multi-gpu-model) multi_gpu_model=$2 ;;
+        --gemm-candidates) positive "$1" "$2"; gemm_candidates=$2 ;;
+        --gemm-tuned) positive "$1" "$2"; gemm_tuned=$2 ;;
+        --bpipe-profile) bpipe_profile=$2 ;;
+        --bpipe-stages) positive "$1" "$2"; bpipe_stages=$2 ;;
+        --bpipe-layers) positive "$1" "$2"; bpipe_layers=$2 ;;
+        --bpipe-mbs) bpipe_mbs=$2 ;;
+        --stall-steps) positive "$1" "$2"; stall_steps=$2 ;;
+        --connections) connections=$2 ;;
+        --copy-modes) copy_modes=$2 ;;
+        --copies-limit) copies_limit=$2 ;;
+        --wait-m) positive "$1" "$2"; opt_wait_m=$2 ;;
+        --copy-waits) copy_waits=$2 ;;
+        *) die "unknown option '$1' (--help lists them)" ;;
+      esac
+      shift 2 ;;
+    -*) die "unknown option '$1' (--help lists them)" ;;
+    *)
+      case $1 in
+        env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | \
+          waits | gemm | multi-gpu | summary) whats+=("$1") ;;
+        *) die "unknown WHAT '$1' (env tests flash block profile profile-sm pipelines bpipe stalls copies waits gemm multi-gpu summary)" ;;
+      esac
+      shift ;;
+  esac
+done
+((${#whats[@]} > 0)) || { usage >&2; exit 2; }
+
+# The lists, checked before anything runs.
+list() { echo "${1//,/ }"; }
+read -r -a ms <<< "$(list "${opt_m:-$stages,$((2 * stages))}")"
+for m in "${ms[@]}"; do positive --m "$m"; done
+read -r -a runs <<< "$(list "${opt_runs:-1f1b-fused,1f1b-2bp,gpipe-fused,gpipe-2bp,auto}")"
+for run in "${runs[@]}"; do
+  case $run in
+    1f1b-fused | 1f1b-2bp | gpipe-fused | gpipe-2bp | auto) ;;
+    *) die "--runs: unknown run '$run' (1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto)" ;;
+  esac
+done
+read -r -a bpipe_sizes <<< "$(list "$bpipe_mbs")"
+for mbs in "${bpipe_sizes[@]}"; do positive --bpipe-mbs "$mbs"; done
+read -r -a connection_counts <<< "$(list "$connections")"
+for conn in "${connection_counts[@]}"; do
+  [[ $conn == default || $conn =~ ^[1-9][0-9]*$ ]] ||
+    die "--connections: '$conn' is neither 'default' nor a positive integer"
+done
+read -r -a copy_mode_list <<< "$(list "$copy_modes")"
+for mode in "${copy_mode_list[@]}"; do
+  case $mode in
+    memcpy | priority | overlap) ;;
+    *) die "--copy-modes: unknown mode '$mode' (memcpy priority overlap)" ;;
+  esac
+done
+read -r -a copy_wait_list <<< "$(list "$copy_waits")"
+for wait in "${copy_wait_list[@]}"; do
+  case $wait in
+    blocking | poll | stream) ;;
+    *) die "--copy-waits: unknown wait '$wait' (blocking poll stream)" ;;
+  esac
+done
+wait_m=${opt_wait_m:-$((2 * stages))}
+for file in "$sm_profile" "$gpu_profile" "$bpipe_profile"; do
+  [[ -z $file || -f $file || $dry == 1 ]] || die "no profile '$file'"
+done
+# Paths named relative to where run.sh was started are made absolute (run.sh runs from the
+# repository root).
+absolute() { [[ -z $1 || $1 == /* ]] && echo "$1" || echo "$OLDPWD/$1"; }
+if [[ ${OLDPWD:-$repo} != "$repo" ]]; then
+  sm_profile=$(absolute "$sm_profile") gpu_profile=$(absolute "$gpu_profile")
+  bpipe_profile=$(absolute "$bpipe_profile") out=$(absolute "$out") staged=$(absolute "$staged")
+  pipeplan=$(absolute "$pipeplan") tests_binary=$(absolute "$tests_binary")
+  bench_block=$(absolute "$bench_block")
+fi
+
+# --- binaries -------------------------------------------------------------------------------------
+
+if [[ -n $staged ]]; then
+  [[ -d $staged/bin || $dry == 1 ]] || die "--staged: no folder '$staged/bin' (bench/gpu/stage.sh makes it)"
+  [[ -d $staged ]] && staged=$(cd "$staged" && pwd)
+  pipeplan=${pipeplan:-$staged/bin/pipeplan}
+  tests_binary=${tests_binary:-$staged/bin/pipeplan_cuda_tests}
+  bench_block=${bench_block:-$staged/bin/bench_block}
+fi
+pipeplan=${pipeplan:-$repo/build/tools/pipeplan}
+tests_binary=${tests_binary:-$repo/build/tests/runtime/cuda/pipeplan_cuda_tests}
+bench_block=${bench_block:-$repo/build/bench/cuda/bench_block}
+if ((!dry)); then
+  [[ -x $pipeplan ]] || die "--pipeplan: no executable '$pipeplan' (build it, or --staged DIR)"
+fi
+export PIPEPLAN_DATA_DIR="$repo/profiles"  # gpus.json
+if [[ -n $staged ]]; then
+  export PIPEPLAN_CUDA_PLUGIN="$staged/bin/libpipeplan_cuda.so"
+  # The tests that run the CLI, pointed at the staged binaries (their compiled-in paths are the
+  # build machine's).
+  export PIPEPLAN_TEST_BINARY="$pipeplan" PIPEPLAN_TEST_CUDA_MODULE="$staged/bin/libpipeplan_cuda.so"
+  if ((!dry)); then find_staged_libraries; fi
+fi
+
+# --- the machine, the output folder ---------------------------------------------------------------
+
+ask_pipeplan
+gpu_line=${gpu_name:-"no GPU reported by pipeplan env --json"}
+[[ -n $driver_version ]] && gpu_line+=", driver $driver_version"
+[[ -n $memory_bytes ]] && gpu_line+=", $((memory_bytes / 1048576)) MiB"
+gpu_key=${gpu_entry:-$(echo "${gpu_name:-unknown-gpu}" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '-' | sed 's/-$//')}
+run_date=$(date -u +%Y-%m-%d)
+if [[ -z $out ]]; then
+  out="$repo/bench/results/$gpu_key/$run_date-$(IFS=-; echo "${whats[*]}")"
+  if ((!dry)) && [[ -e $out ]]; then
+    for ((n = 2; ; ++n)); do [[ -e $out-$n ]] || { out=$out-$n; break; }; done
+  fi
+fi
+if ((!dry)); then
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+fi
+commands_tsv=$(mktemp "${TMPDIR:-/tmp}/pipeplan-bench.XXXXXX")
+trap 'rm -f "$commands_tsv"' EXIT
+failures=0
+gemm=()  # the GEMM algorithm choice, the same for every profile and run
+if ((gemm_candidates != 1)); then gemm=(--gemm-candidates "$gemm_candidates"); fi
+if ((dry)); then
+  echo "# dry run: ${whats[*]} on ${gpu_name:-an unknown GPU}; output folder $out"
+else
+  echo "# run.sh ${whats[*]} on $gpu_line, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit" \
+    "$(git rev-parse --short HEAD 2> /dev/null || echo '?'), pipeplan $(portable "$pipeplan")" > "$out/index.txt"
+fi
+
+# The LLaMA-7B-like model of the emulated pipelines: N blocks of LLaMA-7B (h 4096, 32 heads, ffn
+# 11008, vocab 32000), Hugging Face config form.
+write_model() {  # write_model FILE LAYERS
+  ((dry)) && return 0
+  cat > "$1" << JSON
+{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": $2,
+ "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+ "max_position_embeddings": $seq}
+JSON
+}
+model="$out/llama-7b-blocks$layers.json"
+
+# shellcheck source=bench/gpu/single.sh
+source "$here/single.sh"
+# shellcheck source=bench/gpu/pipelines.sh
+source "$here/pipelines.sh"
+
+for what in "${whats[@]}"; do
+  "what_${what//-/_}"
+done
+
+if ((!dry)); then
+  write_manifest
+  echo "run.sh: $failures failed or skipped command(s); $(portable "$out"): index.txt, manifest.json"
+fi
+exit $((failures > 0 && !dry ? 1 : 0))

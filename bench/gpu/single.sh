@@ -1,0 +1,72 @@
+# bench/gpu/run.sh's measurements of one GPU as a whole: env, tests, flash, block, profile,
+# summary (sourced; the variables are run.sh's).
+# shellcheck shell=bash
+# shellcheck disable=SC2154,SC2317,SC2034  # run.sh's variables; record reads cap_s
+
+what_env() {
+  record env.json "$pipeplan" env --json
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
+  record env.txt bash -c '
+    nvidia-smi
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+    echo; uname -m; cat /etc/os-release 2> /dev/null | head -n 2; ldd --version | head -n 1
+    echo; nvcc --version 2> /dev/null | tail -n 2
+    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"cudnn\", torch.backends.cudnn.version())" 2> /dev/null
+    if [[ -n ${LD_LIBRARY_PATH:-} ]]; then echo; echo "== LD_LIBRARY_PATH"; echo "$LD_LIBRARY_PATH" | tr : "\n"; fi
+    if [[ -n $1 ]]; then echo; head -n 12 "$1/BUILD_INFO" 2> /dev/null; fi
+    shift
+    for f in "$@"; do [[ -e $f ]] || continue; echo; echo "== ldd $f"; ldd "$f"; done
+  ' env "$staged" "$pipeplan" "${PIPEPLAN_CUDA_PLUGIN:-$(dirname "$pipeplan")/libpipeplan_cuda.so}" \
+    "$tests_binary" "$bench_block"
+}
+
+what_tests() {
+  local cap_s=$test_cap_s suites name suite
+  if ((dry)); then
+    suites="SUITE"
+  else
+    # Suites, parameterised ones as Prefix/Suite.
+    suites=$("$tests_binary" --gtest_list_tests 2> /dev/null |
+      grep -E '^[A-Za-z_][A-Za-z0-9_/]*\.$' | tr -d '.' | tr '\n' ' ') || suites=''
+    if [[ -z $suites ]]; then  # the binary does not start (a library missing): record why
+      record tests-list.txt "$tests_binary" --gtest_list_tests || true
+      return 0
+    fi
+  fi
+  for suite in $suites; do
+    name=${suite//\//_}
+    record "tests-$name.txt" "$tests_binary" --gtest_filter="$suite.*" \
+      --gtest_output="json:$out/tests-$name.json" || true
+  done
+}
+
+what_flash() {
+  local cap_s=$test_cap_s
+  record tests-flash.txt "$tests_binary" \
+    --gtest_filter='FlashAttention*:CudaBackend.*Flash*:CudaAllocator.BlockStash*' \
+    --gtest_output="json:$out/tests-flash.json" || true
+}
+
+what_block() {
+  local cap_s=150
+  record bench_block.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
+    --attention flash --warmup 5 --repetitions 20 --breakdown || true
+  record bench_block-tuned.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
+    --attention flash --warmup 5 --repetitions 20 --gemm-candidates "$gemm_tuned" || true
+  record bench_block-recompute.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1 \
+    --attention recompute --warmup 3 --repetitions 10 || true
+  # PyTorch with the environment it had (a staged copy's library path is for the binaries).
+  record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \
+    python3 bench/gpu/torch_block.py --seq "$seq" --mbs 1,2 --sdpa default,cudnn,flash || true
+}
+
+whole_gpu_profile=''
+what_profile() {
+  whole_gpu_profile="$out/$gpu_key-llama-7b.measured.json"
+  record profile.txt "$pipeplan" profile --backend cuda --model llama-7b --seq "$seq" \
+    --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$whole_gpu_profile" || true
+}
+
+what_summary() {
+  record summary.md python3 bench/gpu/summary.py "$out" || true
+}

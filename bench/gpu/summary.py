@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Markdown tables from the raw outputs bench/gpu/run.sh wrote into one folder.
+
+Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
+
+- GPU tests: every tests-*.json (gtest's JSON output), passed / failed / skipped per suite, and
+  the failures' first lines.
+- Block MFU: bench_block.json (pipeplan's CUDA backend, flash), bench_block-recompute.json (the
+  same with the unfused attention) and torch_block.json (PyTorch's block), one JSON line each,
+  side by side per micro-batch size; then bench_block's --breakdown, where present: each GEMM,
+  the attention core and each memory-bound kernel per micro-batch size (ms per step, TFLOP/s or
+  GB/s beside the device-to-device copy's, share of the step) and the time no op mark covers.
+- Emulated pipelines: every NAME.run.json (`pipeplan run --json` report) with its NAME.plan.json
+  beside it: predicted vs measured step time and the error, per-stage peak memory measured vs
+  predicted (for the worst stage also the runtime's account of the plan's tensors, where the
+  report has it), and the measured vs predicted speedup of 2bp over fused for each schedule and m.
+  Rows whose step error exceeds 5 % or memory error 10 % are flagged.
+- GPU clock and power: every NAME.clocks.csv (nvidia-smi sampled while the emulated run or the
+  SM-share profile NAME ran): of the samples under load (GPU utilization at least 90 %), the SM
+  clock's median and minimum, the power's median and maximum, the hottest temperature, and the
+  share of those samples in which the driver named each clock-event (throttle) reason. Beside
+  each run with a trace: its mean share of stages computing, the sustained-load model's
+  slowdown from it against the profile's (where the plan has the model), and the SM-share
+  profile's loaded clock over the run's (does the model stand for the clock?).
+Missing or failed runs are listed, not hidden.
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+# tools/calibrate/fit_contention.py: the traces' concurrency, as the contention fit counts it.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools", "calibrate"))
+import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
+
+GIB = float(1 << 30)
+STEP_TOLERANCE_PCT = 5.0
+MEMORY_TOLERANCE_PCT = 10.0
+LOADED_UTILIZATION_PCT = 90.0
+# NVML's clock-event reasons (nvmlClocksEventReason*), the bits nvidia-smi prints in hex.
+CLOCK_EVENT_REASONS = [(0x1, "idle"), (0x2, "application clocks"), (0x4, "SW power cap"),
+                       (0x8, "HW slowdown"), (0x10, "sync boost"), (0x20, "SW thermal"),
+                       (0x40, "HW thermal"), (0x80, "HW power brake"), (0x100, "display clocks")]
+
+
+def load_json_line(path):
+    """The last line of `path` that parses as a JSON object, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [line for line in f.read().splitlines() if line.strip().startswith("{")]
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+def load_json(path):
+    """A whole JSON document after any '#' header lines, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = "".join(line for line in f if not line.startswith("#"))
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(text[start:])[0]
+    except ValueError:
+        return None
+
+
+def tests_table(results):
+    paths = sorted(glob.glob(os.path.join(results, "tests-*.json")))
+    out = ["## GPU tests (pipeplan_cuda_tests)", ""]
+    if not paths:
+        return out + ["(no tests-*.json)", ""]
+    out += ["| run | suite | passed | failed | skipped |", "|---|---|---|---|---|"]
+    failed_lines = []
+    for path in paths:
+        report = load_json(path)
+        run = os.path.basename(path)[: -len(".json")]
+        if report is None:
+            out.append(f"| {run} | (no JSON: did the binary crash? see {run}.txt) | | | |")
+            continue
+        for suite in report.get("testsuites", []):
+            counts = {"passed": 0, "failed": 0, "skipped": 0}
+            for test in suite.get("testsuite", []):
+                if test.get("failures"):
+                    counts["failed"] += 1
+                    first = test["failures"][0].get("failure", "").splitlines()
+                    failed_lines.append(f"- {suite['name']}.{test['name']}: "
+                                        f"{' / '.join(first[:2])}")
+                elif test.get("result") == "SKIPPED":
+                    counts["skipped"] += 1
+                else:
+                    counts["passed"] += 1
+            out.append(f"| {run} | {suite['name']} | {counts['passed']} | {counts['failed']} | "
+                       f"{counts['skipped']} |")
+    return out + [""] + failed_lines + ([""] if failed_lines else [])
+
+
+def gemm_choice_line(result):
+    """One line on bench_block --gemm-candidates' choices at one micro-batch size."""
+    choices = result.get("gemm_choices", [])
+    changed = [c for c in choices if c["chosen"] != 0]
+
+    def us(value):
+        return "failed" if value is None else f"{value:.1f} us"
+
+    line = (f"GEMM answers timed at mbs {result['mbs']}: {len(choices)} shapes, "
+            f"{len(changed)} not on the heuristic's first")
+    for c in changed:
+        line += (f"; {c['shape']}: answer {c['chosen']} {us(c['answer_us'][c['chosen']])} "
+                 f"vs {us(c['answer_us'][0])}")
+    return line
+
+
+def block_table(results):
+    ours = load_json_line(os.path.join(results, "bench_block.json"))
+    unfused = load_json_line(os.path.join(results, "bench_block-recompute.json"))
+    tuned = load_json_line(os.path.join(results, "bench_block-tuned.json"))
+    theirs = load_json_line(os.path.join(results, "torch_block.json"))
+    out = ["## Block MFU (one LLaMA-7B block, F + p1 + p2, PaLM FLOPs, dense bf16 peak)", ""]
+    if ours is None and theirs is None and tuned is None:
+        return out + ["(no bench_block.json or torch_block.json)", ""]
+    gpu = (ours or tuned or theirs).get("gpu", "?")
+    peak = (ours or tuned or theirs).get("peak_bf16_tflops", 0)
+    out.append(f"GPU {gpu}, peak {peak} TFLOP/s; pipeplan attention: "
+               f"{(ours or {}).get('attention', '?')}; torch {(theirs or {}).get('torch', '?')}")
+    out.append("")
+    out.append("| implementation | mbs | F ms | p1 ms | p2 ms | bwd ms | step ms | TFLOP/s | MFU |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    tuned_label = f"pipeplan, best of {(tuned or {}).get('gemm_candidates', '?')} GEMM answers"
+    for label, line in (("pipeplan (CUDA backend)", ours), (tuned_label, tuned),
+                        ("pipeplan, unfused", unfused)):
+        for r in (line or {}).get("results", []):
+            out.append(f"| {label}: {line.get('attention', '?')} | {r['mbs']} | "
+                       f"{r['forward_ms']:.2f} | {r['p1_ms']:.2f} | {r['p2_ms']:.2f} | "
+                       f"{r['p1_ms'] + r['p2_ms']:.2f} | {r['step_ms']:.2f} | "
+                       f"{r['tflops']['step']:.0f} | {100 * r.get('mfu', 0):.1f} % |")
+    for r in (theirs or {}).get("results", []):
+        name = f"PyTorch eager, SDPA {r['sdpa']}"
+        if "error" in r:
+            out.append(f"| {name} | {r['mbs']} | {r['error']} |||||||")
+            continue
+        out.append(f"| {name} | {r['mbs']} | {r['forward_ms']:.2f} | | | {r['backward_ms']:.2f} | "
+                   f"{r['step_ms']:.2f} | {r['tflops']['step']:.0f} | "
+                   f"{100 * r.get('mfu', 0):.1f} % |")
+    out.append("")
+    for r in (tuned or {}).get("results", []):
+        out.append(gemm_choice_line(r))
+    if tuned:
+        out.append("")
+    for r in (ours or {}).get("results", []):
+        breakdown = r.get("breakdown")
+        if not breakdown:
+            continue
+        out.append(f"pipeplan ops at mbs {r['mbs']} ({breakdown['steps']} steps with op marks, "
+                   f"step {breakdown['step_ms']:.2f} ms):")
+        out.append("")
+        ops = breakdown.get("ops", [])
+        copy_gbps = (ours.get("copy_bandwidth") or {}).get("gbps")
+        out.append("| op | calls | ms per step | TFLOP/s | GB/s | share |")
+        out.append("|---|---|---|---|---|---|")
+        for op in ops:
+            tflops = f"{op['tflops']:.0f}" if "tflops" in op else ""
+            gbps = f"{op['gbps']:.0f}" if "gbps" in op else ""
+            if gbps and copy_gbps:
+                gbps += f" ({100 * op['gbps'] / copy_gbps:.0f} % of copy)"
+            out.append(f"| {op['op']} | {op['calls_per_step']} | {op['ms']:.3f} | {tflops} | "
+                       f"{gbps} | {100 * op['share_of_step']:.1f} % |")
+        # Runs before the memory-bound kernels had marks of their own left them in this row.
+        unmarked = ("launch gaps, events" if any("gbps" in op for op in ops)
+                    else "norms, RoPE, SwiGLU, gaps")
+        out.append(f"| (not marked: {unmarked}) | | {breakdown['unmarked_ms']:.3f} "
+                   f"| | | {100 * breakdown['unmarked_share']:.1f} % |")
+        out.append("")
+        if copy_gbps:
+            out.append(f"Device-to-device copy (the memory roofline): {copy_gbps:.0f} GB/s "
+                       "(read + written).")
+            out.append("")
+    return out
+
+
+def run_rows(results):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.run.json"))):
+        name = os.path.basename(path)[: -len(".run.json")]
+        report = load_json(path)
+        plan = load_json(os.path.join(results, name + ".plan.json"))
+        meta = (plan or {}).get("meta", {})
+        rows.append({"name": name, "report": report, "meta": meta})
+    return rows
+
+
+def max_stall_ms(results, name):
+    """The largest per-device stall (compute waiting with its inputs ready) in NAME.diff.txt, in
+    ms, and the part of it the host caused (its thread queued the op late; None where the diff
+    has no host times); None where the diff is missing or has no stall column."""
+    try:
+        with open(os.path.join(results, name + ".diff.txt"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    stalls, host, inside = [], None, False
+    for line in lines:
+        if line.startswith("devices (compute stream)"):
+            inside = True
+        elif inside and "meas stall" in line:
+            continue
+        elif inside:
+            fields = line.split()
+            if len(fields) != 9 or not fields[0].isdigit():
+                inside = False
+                continue
+            stalls.append(float(fields[8]) / 1e3)
+        elif "the host queued late:" in line:
+            values = line.split(":", 1)[1].split()
+            host = [float(v) / 1e3 for v in values if v != "us"]
+    if not stalls:
+        return None
+    worst = max(range(len(stalls)), key=lambda d: stalls[d])
+    return stalls[worst], (host[worst] if host and len(host) == len(stalls) else None)
+
+
+def pipeline_table(results):
+    out = ["## Emulated pipelines (stages emulated on one GPU, one peak per stage; plans from the "
+           "SM-share profile)", ""]
+    rows = run_rows(results)
+    if not rows:
+        return out + ["(no *.run.json)", ""]
+    out.append("| run | predicted ms | measured ms | steps | error | peak GiB per stage, measured "
+               "(predicted) | worst memory error | max stall ms | flag |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    steps, stalls = {}, {}
+    for row in rows:
+        report = row["report"]
+        if report is None or "measured" not in report:
+            out.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json) | | "
+                       "| |")
+            continue
+        predicted = report["predicted"]["makespan_us"] / 1e3
+        # The median of the steps after the first where the report has it (pipeplan run's
+        # "steady"), else the last step.
+        steady = report["measured"].get("steady")
+        if steady:
+            measured = steady["makespan_us"] / 1e3
+            error = report["error_pct"]["steady_makespan"]
+            first, count = steady["first_step"], steady["steps"]
+            steps_cell = f"{first}-{first + count - 1}" if count > 1 else f"{first}"
+        else:
+            measured = report["measured"]["makespan_us"] / 1e3
+            error = report["error_pct"]["makespan"]
+            steps_cell = "last"
+        memory = report.get("peak_memory", [])
+        cells = ", ".join(f"{m['measured_bytes'] / GIB:.2f} ({m['predicted_bytes'] / GIB:.2f})"
+                          for m in memory)
+        worst = max((abs(m["error_pct"]) for m in memory), default=0.0)
+        worst_cell = f"{worst:.1f} %"
+        worst_stage = max(memory, key=lambda m: abs(m["error_pct"]), default=None)
+        if worst_stage is not None and "accounted_bytes" in worst_stage:
+            # The runtime's account of the plan's tensors at their measured times on that stage:
+            # near the prediction while the allocator is far above it, the excess is memory the
+            # plan's timeline never held (docs/design/runtime.md, "Fidelity").
+            worst_cell += (f" (stage {worst_stage.get('device', '?')}: plan's tensors "
+                           f"{worst_stage['accounted_bytes'] / GIB:.2f})")
+        flags = []
+        if abs(error) > STEP_TOLERANCE_PCT:
+            flags.append("step > 5 %")
+        if worst > MEMORY_TOLERANCE_PCT:
+            flags.append("memory > 10 %")
+        stall = max_stall_ms(results, row["name"])
+        stall_cell = ""
+        if stall is not None:
+            stall_cell = f"{stall[0]:.1f}"
+            if stall[1] is not None:
+                stall_cell += f" (host {stall[1]:.1f})"
+        out.append(f"| {row['name']} | {predicted:.1f} | {measured:.1f} | {steps_cell} "
+                   f"| {error:+.1f} % | {cells} "
+                   f"| {worst_cell} | {stall_cell} | {', '.join(flags)} |")
+        steps[row["name"]] = (predicted, measured)
+        stalls[row["name"]] = stall_cell
+    out.append("")
+    speedups = []
+    for name, (fused_pred, fused_meas) in sorted(steps.items()):
+        if not name.endswith("-fused"):
+            continue
+        other = name[: -len("-fused")] + "-2bp"
+        if other in steps:
+            bp_pred, bp_meas = steps[other]
+            speedups.append(f"| {name[: -len('-fused')]} | {fused_pred / bp_pred:.3f}x | "
+                            f"{fused_meas / bp_meas:.3f}x |")
+    if speedups:
+        out += ["| schedule, m | predicted 2bp speedup | measured 2bp speedup |", "|---|---|---|"]
+        out += speedups + [""]
+    return out + copy_wait_rows(steps, stalls)
+
+
+def copy_wait_rows(steps, stalls):
+    """run.sh's waits: one plan run once per PIPEPLAN_COPY_WAIT mode (runs named
+    waits-<mode>-<plan>), each beside the blocking wait's run of the same plan."""
+    rows = []
+    for name, (_, measured) in sorted(steps.items()):
+        parts = name.split("-", 2)
+        if len(parts) < 3 or parts[0] != "waits":
+            continue
+        base = steps.get(f"waits-blocking-{parts[2]}")
+        ratio = f"{base[1] / measured:.3f}x" if base and measured > 0 else ""
+        rows.append(f"| {parts[2]} | {parts[1]} | {measured:.1f} | {ratio} "
+                    f"| {stalls.get(name, '')} |")
+    if not rows:
+        return []
+    return ["| plan | copy wait | measured ms | blocking's over this | max stall ms |",
+            "|---|---|---|---|---|"] + rows + [""]
+
+
+def read_clocks(path):
+    """The samples of one NAME.clocks.csv as dicts keyed util, sm_mhz, power_w, temp_c, reasons
+    (a value None where nvidia-smi wrote N/A or the column is missing)."""
+    keys = {"utilization.gpu": "util", "clocks.current.sm": "sm_mhz", "clocks.sm": "sm_mhz",
+            "power.draw": "power_w", "power.draw.instant": "power_w",
+            "temperature.gpu": "temp_c", "clocks_event_reasons.active": "reasons",
+            "clocks_throttle_reasons.active": "reasons"}
+    columns, samples = None, []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = [field.strip() for field in line.split(",")]
+            if fields and fields[0] == "timestamp":
+                columns = [keys.get(field.split(" [")[0]) for field in fields]
+                continue
+            if columns is None or len(fields) != len(columns):
+                continue
+            sample = {}
+            for key, value in zip(columns, fields):
+                if key is None:
+                    continue
+                try:
+                    sample[key] = int(value, 16) if key == "reasons" else float(value)
+                except ValueError:
+                    sample[key] = None
+            samples.append(sample)
+    return samples
+
+
+def loaded_samples(path):
+    """(every sample of a NAME.clocks.csv, those taken under load: GPU utilization at least
+    LOADED_UTILIZATION_PCT)."""
+    samples = read_clocks(path)
+    return samples, [s for s in samples if (s.get("util") or 0) >= LOADED_UTILIZATION_PCT]
+
+
+def clocks_table(results):
+    paths = sorted(glob.glob(os.path.join(results, "*.clocks.csv")))
+    if not paths:
+        return []
+    out = [f"## GPU clock and power (nvidia-smi samples at >= {LOADED_UTILIZATION_PCT:.0f} % "
+           "utilization)", "",
+           "| command | samples (loaded) | SM clock MHz median (min) | power W median (max) "
+           "| max temp C | clock-event reasons (share of loaded samples) |",
+           "|---|---|---|---|---|---|"]
+    for path in paths:
+        name = os.path.basename(path)[: -len(".clocks.csv")]
+        samples, loaded = loaded_samples(path)
+        if not loaded:
+            out.append(f"| {name} | {len(samples)} (0) | | | | |")
+            continue
+
+        def present(key):
+            return [s[key] for s in loaded if s.get(key) is not None]
+
+        clock, power, temps = present("sm_mhz"), present("power_w"), present("temp_c")
+        reasons = present("reasons")
+        named = [f"{label} {100 * sum(1 for r in reasons if r & bit) / len(reasons):.0f} %"
+                 for bit, label in CLOCK_EVENT_REASONS if any(r & bit for r in reasons)]
+        out.append(f"| {name} | {len(samples)} ({len(loaded)}) "
+                   f"| {f'{statistics.median(clock):.0f} ({min(clock):.0f})' if clock else ''} "
+                   f"| {f'{statistics.median(power):.0f} ({max(power):.0f})' if power else ''} "
+                   f"| {f'{max(temps):.0f}' if temps else ''} | {', '.join(named)} |")
+    return out + [""]
+
+
+def mean_share_computing(plan, trace):
+    """The share of the plan's devices running a compute op, averaged over the traced step (from
+    its first op's start to its last op's end), or None where the trace has no compute op. Under
+    the sustained-load model (contention.sustained) it is also the step's mean load H: H follows
+    the share with a lag, and the step repeats."""
+    devices = int(plan.get("meta", {}).get("devices", 0))
+    compute = {n.get("id") for n in plan.get("nodes", []) if n.get("kind") == "compute"}
+    events = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["args"]["node"])
+              for e in trace.get("traceEvents", [])
+              if e.get("ph") == "X" and e.get("args", {}).get("node") in compute]
+    if devices <= 0 or not events:
+        return None
+    points, running, _ = fit_contention.concurrency(events)
+    if points[-1] <= points[0]:
+        return None
+    busy = sum((b - a) * min(1.0, k / devices) for a, b, k in zip(points, points[1:], running))
+    return busy / (points[-1] - points[0])
+
+
+def loaded_median_clock(path):
+    """The median SM clock (MHz) of a NAME.clocks.csv's loaded samples, or None."""
+    if not os.path.exists(path):
+        return None
+    clock = [s["sm_mhz"] for s in loaded_samples(path)[1] if s.get("sm_mhz") is not None]
+    return statistics.median(clock) if clock else None
+
+
+def clock_model_table(results):
+    """Per emulated run with clock samples: the sustained-load model's slowdown against the
+    profile's (1 + factor H over 1 + factor / P: the profile ran one stage of P at a time) beside
+    the SM clock the SM-share profile ran at over the run's. If the model stands for the clock,
+    the two columns agree."""
+    profile_clock = loaded_median_clock(os.path.join(results, "profile-sm.clocks.csv"))
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.clocks.csv"))):
+        name = os.path.basename(path)[: -len(".clocks.csv")]
+        plan = load_json(os.path.join(results, f"{name}.plan.json"))
+        trace = load_json(os.path.join(results, f"{name}.trace.json"))
+        if plan is None or trace is None:
+            continue
+        share = mean_share_computing(plan, trace)
+        if share is None:
+            continue
+        devices = int(plan["meta"]["devices"])
+        sustained = plan["meta"].get("contention", {}).get("sustained")
+        model = ""
+        if sustained:
+            factor = float(sustained["factor"])
+            model = f"{(1 + factor * share) / (1 + factor / devices):.3f}x"
+        clock = loaded_median_clock(path)
+        ratio = f"{profile_clock / clock:.3f}x" if profile_clock and clock else ""
+        rows.append(f"| {name} | {share:.2f} | {model} | {ratio} |")
+    if not rows:
+        return []
+    return (["## Clock against the sustained-load model", "",
+             "Share computing: the traced step's mean share of stages running an op (its mean "
+             "load H). Model: the step's slowdown from the load against the profile's, (1 + "
+             "factor H) / (1 + factor / P), the factor the plan's (`contention.sustained`). "
+             "Clock: the SM-share profile's median loaded SM clock over the run's.", "",
+             "| run | share computing | model | clock (profile-sm / run) |",
+             "|---|---|---|---|"] + rows + [""])
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results = argv[0]
+    print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
+                    clocks_table(results) + clock_model_table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
