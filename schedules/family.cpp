@@ -82,10 +82,7 @@ void ScheduleFamily::check(const ScheduleRequest& request) const {
     throw FieldError("chunks", "schedule '" + name_ + "' runs " + range +
                                    " chunks per device, got " + count_text(request.chunks));
   }
-  if (request.backward && !accepts(*request.backward)) {
-    throw FieldError("backward", "schedule '" + name_ + "' places p1 and p2 itself; use 2bp, got " +
-                                     std::string(to_string(*request.backward)));
-  }
+  static_cast<void>(resolve_backward_mode(*this, request.backward));
   if (request.p2_concat < 0) throw FieldError("p2_concat", "must be 0 (all) or a positive count");
 }
 
@@ -96,10 +93,11 @@ Schedule ScheduleFamily::generate(const ScheduleRequest& request) const {
                                      "' is built from the stage costs, which this request lacks "
                                      "(plan it with make_plan)");
   }
-  Schedule schedule = generate_(request);
+  ScheduleRequest resolved = request;
+  resolved.backward = resolve_backward_mode(*this, request.backward);
+  Schedule schedule = generate_(resolved);
   schedule.family = name_;
-  schedule.backward =
-      places_p2() ? request.backward.value_or(default_backward()) : BackwardMode::fused;
+  schedule.backward = places_p2() ? resolved.backward.value() : BackwardMode::fused;
   return schedule;
 }
 
@@ -137,6 +135,23 @@ const ScheduleFamily& find_schedule_family(std::string_view name) {
 
 Schedule generate_schedule(std::string_view family, const ScheduleRequest& request) {
   return find_schedule_family(family).generate(request);
+}
+
+BackwardMode resolve_backward_mode(const ScheduleFamily& family,
+                                   std::optional<BackwardMode> requested) {
+  // The family's own placement of p2 is a split backward; the others keep B whole unless asked.
+  const BackwardMode mode =
+      requested.value_or(family.places_p2() ? BackwardMode::twobp : BackwardMode::fused);
+  if (!family.accepts(mode)) {
+    throw FieldError("backward", "schedule '" + family.name() +
+                                     "' places p1 and p2 itself; use 2bp, got " +
+                                     std::string(to_string(mode)));
+  }
+  return mode;
+}
+
+int default_chunks(const ScheduleFamily& family) {
+  return family.traits().chunks.min;
 }
 
 Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family) {

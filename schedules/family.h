@@ -79,7 +79,8 @@ struct ScheduleRequest {
   int devices = 0;
   int chunks = 1;  // virtual stages per device
   int microbatches = 0;
-  // Read by families that place p2 themselves (and `auto`); empty: the family's default.
+  // The backward mode; empty: the family's default (resolve_backward_mode decides it, and a
+  // family's generator always sees it decided). Read by families that place p2 themselves.
   std::optional<BackwardMode> backward{};
   int p2_concat = 1;                      // 0: all micro-batches of a stage in one call
   StageCostContext* costs = nullptr;      // set by make_plan for families that need it (in and out)
@@ -138,15 +139,15 @@ class ScheduleFamily {
   // fused, 2bp, 2bp-fill for families that leave p2 to the backward mode; 2bp for the others.
   std::vector<BackwardMode> backward_modes() const;
   bool accepts(BackwardMode mode) const;
-  BackwardMode default_backward() const { return backward_modes().front(); }
   bool places_p2() const { return traits_.p2 == P2Placement::by_family; }
 
   // Throws FieldError naming the field (devices, microbatches, chunks, backward, p2_concat) when
   // the request's shape does not suit the family.
   void check(const ScheduleRequest& request) const;
   // check(), then (FieldError "schedule" for a family that needs the costs and got none) the
-  // family's order, labelled with the family's name and, when the family
-  // places p2 itself, the request's backward mode (fused otherwise: the mode is applied after).
+  // family's order, labelled with the family's name and, when the family places p2 itself, the
+  // request's backward mode as resolve_backward_mode decides it (fused otherwise: the mode is
+  // applied after, by planner/plan/make_plan.h's with_backward_mode).
   Schedule generate(const ScheduleRequest& request) const;
 
  private:
@@ -162,6 +163,19 @@ const ScheduleFamily& find_schedule_family(std::string_view name);
 
 // find_schedule_family(family).generate(request).
 Schedule generate_schedule(std::string_view family, const ScheduleRequest& request);
+
+// The backward mode a plan of `family` runs, decided here and nowhere else: `requested` when the
+// family takes it; when empty, the family's default: 2bp for a family that places p2 itself (it
+// takes nothing else), fused for the others. Throws FieldError("backward") when the family does
+// not take `requested`. Front ends call it once where they build a request; the planner applies
+// the mode it returns as given.
+BackwardMode resolve_backward_mode(const ScheduleFamily& family,
+                                   std::optional<BackwardMode> requested);
+
+// Virtual stages per device when a request names none: the family's smallest count (1 for most;
+// 2 for the V families, which take no other). A count a request names is checked by
+// ScheduleFamily::check.
+int default_chunks(const ScheduleFamily& family);
 
 // A static object of this type in a family's file adds the family at start-up. Throws
 // (terminating the program: a programming error) on a duplicate name.

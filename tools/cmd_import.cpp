@@ -69,14 +69,8 @@ struct ImportCommand {
     PlanOptions o = options;
     take(o.stages, schedule.devices, "--stages", csv_path);
     take(o.microbatches, schedule.microbatches, "--microbatches", csv_path);
-    const int chunks = schedule.stage_count() / schedule.devices;
-    if (o.chunks != 1 && o.chunks != chunks)
-      throw Error("--chunks: " + std::to_string(o.chunks) + " differs from " +
-                  std::to_string(chunks) + " in " + csv_path);
-    o.chunks = chunks;
-    o.schedule = schedule.family;
-    o.backward = std::string(to_string(schedule.backward));
-    PlanRequest request = make_request(o);
+    take(o.chunks, schedule.stage_count() / schedule.devices, "--chunks", csv_path);
+    PlanRequest request = make_request_for_schedule(o, schedule);
     std::string layers_note;
     if (const auto split = side_split(request, schedule, layers_note)) {
       if (!request.layers_per_stage.empty() && request.layers_per_stage != *split) {

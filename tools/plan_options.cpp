@@ -1,6 +1,9 @@
 #include "tools/plan_options.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -25,8 +28,22 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
   app.add_option("--seq", o.seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
-  app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved)")
-      ->capture_default_str();
+  // Without --chunks the --schedule family runs its smallest count: more than one for the V
+  // shapes. (compare tries each family that takes several at its preferred count.)
+  std::string defaults;
+  if (with_schedule) {
+    std::map<int, std::string> by_count;
+    for (const ScheduleFamily* family : schedule_families()) {
+      std::string& names = by_count[default_chunks(*family)];
+      names += (names.empty() ? "" : ", ") + family->name();
+    }
+    for (const auto& [count, names] : by_count) {
+      defaults += (defaults.empty() ? "; default: " : ", ") + std::to_string(count) +
+                  (defaults.empty() ? "" : " for " + names);
+    }
+  }
+  app.add_option("--chunks", o.chunks, "virtual stages per device (interleaved" + defaults + ")")
+      ->check(int_range(1, limits::kMaxChunks));
   if (with_schedule) {
     std::string families;
     for (const ScheduleFamily* family : schedule_families())
@@ -185,7 +202,17 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   return s;
 }
 
-PlanRequest make_request(const PlanOptions& o) {
+namespace {
+
+// make_request; with `given`, make_request_for_schedule.
+PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
+  PlanOptions o = options;
+  if (given != nullptr) {
+    o.schedule = given->family;
+    o.chunks = given->devices > 0 ? given->stage_count() / given->devices : 0;
+  } else if (o.chunks == 0) {
+    o.chunks = default_chunks(find_schedule_family(o.schedule));
+  }
   PlanRequest r;
   r.devices = o.stages;
   r.chunks = o.chunks;
@@ -214,10 +241,25 @@ PlanRequest make_request(const PlanOptions& o) {
   r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;
   r.bpipe = bpipe_mode_from_string(o.bpipe);
   r.schedule = o.schedule;
-  r.backward = o.backward.empty() ? find_schedule_family(o.schedule).default_backward()
-                                  : backward_mode_from_string(o.backward);
+  if (given != nullptr) {
+    r.backward = given->backward;
+  } else {
+    std::optional<BackwardMode> backward;
+    if (!o.backward.empty()) backward = backward_mode_from_string(o.backward);
+    r.backward = resolve_backward_mode(find_schedule_family(o.schedule), backward);
+  }
   r.objective = objective_from_string(o.objective);
   return r;
+}
+
+}  // namespace
+
+PlanRequest make_request(const PlanOptions& options) {
+  return request_for(options, nullptr);
+}
+
+PlanRequest make_request_for_schedule(const PlanOptions& options, const Schedule& schedule) {
+  return request_for(options, &schedule);
 }
 
 }  // namespace pipeplan

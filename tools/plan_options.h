@@ -18,9 +18,9 @@ struct PlanOptions {
   int microbatches = 0;
   int mbs = 1;
   int seq = 0;
-  int chunks = 1;
+  int chunks = 0;  // 0: the family's own count (default_chunks: 1, or 2 for the V families)
   std::string schedule = "1f1b";
-  std::string backward;  // empty: fused, or 2bp for families that place p2 themselves
+  std::string backward;  // empty: the family's default (resolve_backward_mode)
   int p2_concat = 0;
   std::string memory;   // empty: the GPU's HBM size
   std::string reserve;  // kept back from --memory per GPU; empty: default_reserve_bytes
@@ -48,8 +48,13 @@ std::string memory_budget_text(const PlanOptions& options, double hbm_bytes);
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);
-// Throws Error naming the option on bad input.
+// Throws Error naming the option on bad input. The one place a front end decides the chunks and
+// the backward mode a request leaves to its family (schedules/family.h); make_plan applies them
+// as given.
 PlanRequest make_request(const PlanOptions& options);
+// The request for a schedule given as data (an imported CSV): its devices' chunks, its family
+// label and its backward mode are the schedule's own, which no family decides.
+PlanRequest make_request_for_schedule(const PlanOptions& options, const Schedule& schedule);
 // `plan --search`: with `global_batch` > 0 every size in `mbs_list` ("1,2,4,8"; empty: powers of
 // two up to 8) that divides it, with an analytic profile per size unless --profile/--uniform
 // gives the costs (then only the sizes they hold). Throws Error naming the option (`mbs_flag`

@@ -233,7 +233,8 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta) {
   if (family.places_p2()) return generated;
-  const BackwardMode mode = request.backward.value_or(family.default_backward());
+  if (!request.backward) throw InternalError("with_backward_mode: the backward mode is undecided");
+  const BackwardMode mode = *request.backward;
   if (mode == BackwardMode::twobp_fill)
     return fill_p2_into_gaps(generated, costs, meta, request.p2_concat);
   return apply_backward_mode(generated, mode, request.p2_concat);

@@ -22,6 +22,7 @@ struct PlanRequest {
   int microbatches = 0;
   int mbs = 1;
   std::string schedule = "1f1b";
+  // Applied as given: a front end decides it with resolve_backward_mode (schedules/family.h).
   BackwardMode backward = BackwardMode::fused;
   int p2_concat = 1;                  // 0: all micro-batches of a stage in one call
   double memory_limit_bytes = 0;      // per device; 0 = unlimited
@@ -46,7 +47,9 @@ struct Plan {
 // A family's generated order with the request's backward mode applied: as generated for a
 // family that places p2 itself; split into p1/p2 by schedules/backward.h (fused, 2bp) or
 // planner/plan/backward_fill.h (2bp-fill, which simulates `meta` to find the gaps) otherwise. The
-// one place where the family × backward-mode rule turns into a schedule.
+// one place where the family × backward-mode rule turns into a schedule. `request.backward` is
+// the mode already decided (resolve_backward_mode): nothing here chooses one, and an empty one is
+// an InternalError.
 Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta);

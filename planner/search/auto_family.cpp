@@ -16,7 +16,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   AutoRequest r;
   r.devices = request.devices;
   r.microbatches = request.microbatches;
-  r.mode = request.backward.value_or(BackwardMode::twobp);
+  r.mode = request.backward.value();  // decided by ScheduleFamily::generate
   r.p2_concat = request.p2_concat;
   r.objective = request.objective;
   r.costs = context.costs;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -156,7 +157,7 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
 // 1F1B fused and 2bp at m = 8) with the 32-SM profile's sustained-load term: the runs the fit
 // did not see predict the steps the README quotes: 1F1B-2bp at m = 24 1334.7 ms (measured 1362.7
 // in the last step) and the BPipe plan at mbs 2 2034.2 ms (measured 2077.3 to 2111.3:
-// bench/results/issue12-h200-2026-11-27c/analysis/sm16-refit/carried.eval.txt).
+// bench/results/h200/2026-11-27-tests-pipelines-waits/analysis/sm16-refit/carried.eval.txt).
 TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedHeldOutSteps) {
   const std::string shipped =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm16.calibrated.json";
@@ -178,8 +179,8 @@ TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedHeldOutSteps) {
 // The 32-SM H200 profile measured on 2026-11-27, its contention and
 // sustained load fitted on the ten 4-stage runs at m = 4 and 8: the 1F1B-2bp plan at
 // m = 12, which the fit did not see, predicts the step the README quotes (598.3 ms; measured
-// 607.6 in the last step: bench/results/issue12-h200-2026-11-27b/fidelity/
-// heldout-call3-env-pipelines-summary.eval.txt).
+// 607.6 in the last step: bench/results/h200/2026-11-27-tests-profile-sm-copies-pipelines/fidelity/
+// heldout-pipelines-4stage-m6-m12.eval.txt).
 TEST_F(Cli, TheCalibrated4StageProfilePredictsTheQuotedHeldOutStep) {
   const std::string shipped =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json";
@@ -213,6 +214,59 @@ TEST_F(Cli, BadInputsFailWithOneLine) {
                "broken.json");
   std::ofstream(path("v9.json")) << R"({"format":"pipeplan-profile","version":9})";
   expect_error("plan --profile " + path("v9.json") + " --stages 4 --microbatches 8", "version");
+}
+
+// The V families take two chunks per device and nothing else: without --chunks they run two,
+// the same plan as --chunks 2, in their own backward mode (2bp); any other count is refused.
+TEST_F(Cli, VFamiliesRunTheirOnlyChunkCountWithoutChunks) {
+  const std::string plan = "plan --uniform 1:1:1:0.1 --stages 4 --microbatches 8";
+  for (const std::string family : {"zb-v", "v-half", "v-min"}) {
+    const Result implied =
+        run(plan + " --schedule " + family + " --json -o " + path(family + ".implied.json"));
+    ASSERT_EQ(implied.status, 0) << family << "\n" << implied.out;
+    const Result given = run(plan + " --schedule " + family + " --chunks 2 --json -o " +
+                             path(family + ".given.json"));
+    ASSERT_EQ(given.status, 0) << family << "\n" << given.out;
+    auto a = nlohmann::json::parse(implied.out), b = nlohmann::json::parse(given.out);
+    a.erase("planning_ms");
+    b.erase("planning_ms");
+    EXPECT_EQ(a, b) << family;
+    EXPECT_EQ(a["chunks"], 2) << family;
+    EXPECT_EQ(a["backward"], "2bp") << family;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(path(family + ".implied.json"))),
+              nlohmann::json::parse(std::ifstream(path(family + ".given.json"))))
+        << family;
+    for (const int chunks : {1, 3}) {
+      expect_error(plan + " --schedule " + family + " --chunks " + std::to_string(chunks),
+                   "--chunks: schedule '" + family + "' runs exactly 2 chunks per device, got " +
+                       std::to_string(chunks));
+    }
+    expect_error(
+        plan + " --schedule " + family + " --backward fused",
+        "--backward: schedule '" + family + "' places p1 and p2 itself; use 2bp, got fused");
+  }
+  // Families that take one chunk still default to one.
+  const Result one = run(plan + " --schedule interleaved --json");
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["chunks"], 1);
+  expect_error(plan + " --chunks 0", "--chunks: must be at least 1");
+}
+
+// compare plans every V family at its two chunks, without --chunks as with it.
+TEST_F(Cli, CompareListsTheVFamiliesAtTwoChunks) {
+  for (const std::string chunks : {"", " --chunks 2"}) {
+    const Result r = run("compare --uniform 1:1:1:0.1 --stages 4 --microbatches 8 --json" + chunks);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::map<std::string, nlohmann::json> rows;
+    for (const auto& row : nlohmann::json::parse(r.out))
+      rows[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
+    for (const char* family : {"zb-v", "v-half", "v-min"}) {
+      const auto it = rows.find(std::string(family) + "/2bp");
+      ASSERT_NE(it, rows.end()) << family << chunks;
+      EXPECT_EQ(it->second["chunks"], 2) << family << chunks;
+      EXPECT_FALSE(it->second.contains("error")) << family << chunks << ": " << it->second;
+    }
+  }
 }
 
 TEST_F(Cli, ValidateRejectsATamperedPlan) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "planner/base/error.h"
@@ -35,7 +36,7 @@ TEST(FamilyMemory, EveryFamilyPeaksWhereItsMemoryModelSays) {
                                  .microbatches = m,
                                  .chunks = v,
                                  .schedule = family->name(),
-                                 .backward = family->default_backward(),
+                                 .backward = resolve_backward_mode(*family, std::nullopt),
                                  .mem_f = 1,
                                  .mem_p1 = 0,
                                  .mem_p2 = -1,
