@@ -18,7 +18,7 @@ namespace {
 
 // ---- Efficiency factors (fractions of the datasheet peak) -------------------------------------
 // Large bf16 GEMMs reach ~75-80 % of the dense peak on A100/H100 with cuBLAS; MFU reports of
-// 45-50 % for whole training steps (Megatron-LM, llm.c; BRIEF.md §2) are consistent with that
+// 45-50 % for whole training steps (Megatron-LM, llm.c) are consistent with that
 // once attention, elementwise ops and bubbles are added.
 constexpr double kGemmEfficiencyMax = 0.80;
 // GEMM efficiency saturates with the token count M (rows of X): eff(M) = max · M / (M + M_half).

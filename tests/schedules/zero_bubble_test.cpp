@@ -1,6 +1,6 @@
 // Zero Bubble families, breadth-first looping and the V schedules against their closed forms
-// (BRIEF.md §1; uniform stages, comm = 0). Conditions under which the forms hold: m >= P, and for
-// ZB-H2 T_F + T_B >= 2·T_W (otherwise p2 work alone exceeds the ramp it fills).
+// (Zero Bubble, arXiv 2401.10241; uniform stages, comm = 0). Conditions under which the forms hold:
+// m >= P, and for ZB-H2 T_F + T_B >= 2·T_W (otherwise p2 work alone exceeds the ramp it fills).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The simulator against the closed forms of BRIEF.md (uniform stages, comm = 0) and basic
+// The simulator against the published closed forms (uniform stages, comm = 0) and basic
 // communication behaviour.
 #include "planner/graph/simulator.h"
 

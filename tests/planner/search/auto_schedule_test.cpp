@@ -19,7 +19,7 @@ namespace {
 using testing::kGiBBytes;
 
 // Bubble is measured on the largest stage span (steady-state iteration time), as Zero Bubble's
-// published rates are (BRIEF.md §1): 1 - sum busy / (P * max span).
+// published rates are (Zero Bubble, arXiv 2401.10241): 1 - sum busy / (P * max span).
 TEST(AutoSchedule, UniformWithTwicePMbIsBelowOnePercentBubble) {
   for (const int p : {4, 8, 16}) {
     for (const int m : {3 * p, 4 * p}) {
