@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole-process start-up cost of pipeplan binaries: median wall time (hyperfine, no shell,
 # 3 warm-ups, 30 runs) and median peak RSS (/usr/bin/time -f %M over RSS_RUNS runs) of
-# `pipeplan --version` and of a small plan, for every binary given. docs/cuda-backend.md
+# `pipeplan --version` and of a small plan, for every binary given. docs/design/cuda-backend.md
 # ("Plugin") quotes its output for the binary before and after the CUDA backend became a module.
 #
 # Usage: bench/startup.sh BINARY [BINARY...]     (e.g. /tmp/pipeplan.before build/tools/pipeplan)

@@ -1,5 +1,5 @@
 // Analytic profile: per-layer FLOPs, HBM traffic and memory from the model shape, turned into
-// times with the efficiency factors below. See docs/analytic-model.md for the derivation.
+// times with the efficiency factors below. See docs/design/analytic-model.md for the derivation.
 #include "profiles/analytic.h"
 
 #include <charconv>
@@ -297,7 +297,7 @@ std::string efficiency_notes() {
          " (flash); elementwise at " + fmt(kHbmEfficiency) + " of HBM bandwidth; " +
          fmt(kKernelOverheadUs) +
          " us per kernel; weights bf16, grads fp32, AdamW fp32 master+m+v (2/4/12 bytes per "
-         "parameter). See docs/analytic-model.md.";
+         "parameter). See docs/design/analytic-model.md.";
 }
 
 LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,

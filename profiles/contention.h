@@ -6,7 +6,7 @@
 //
 // Stored in a profile (its optional "contention" object) and copied into the plan's meta by the
 // planner, so the simulator, the runtime's report and `diff` read one prediction. Fitted from
-// measured traces by tools/calibrate/fit_contention.py (docs/profile-format.md).
+// measured traces by tools/calibrate/fit_contention.py (docs/reference/profile-format.md).
 #pragma once
 
 #include <map>

@@ -1,5 +1,6 @@
 // Per-layer cost profile: time and memory of forward, p1 (input gradient) and p2 (weight
-// gradient) per layer kind and micro-batch size. Versioned JSON; see docs/formats.md.
+// gradient) per layer kind and micro-batch size. Versioned JSON; see
+// docs/reference/profile-format.md.
 #pragma once
 
 #include <cstdint>

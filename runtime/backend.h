@@ -7,7 +7,7 @@
 // Memory is explicit: everything a layer keeps from F until p1 lives in a `Stash`, everything it
 // keeps from p1 until p2 (X and dY of its parameterised ops) in a `Retained`, and both count
 // their bytes, so a run can report the same quantities the planner predicts (LayerCost's
-// stash_bytes and retained_bytes). See docs/runtime-layers.md for the per-layer contents.
+// stash_bytes and retained_bytes). See docs/design/runtime-layers.md for the per-layer contents.
 #pragma once
 
 #include <algorithm>

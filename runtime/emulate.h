@@ -1,6 +1,6 @@
 // The host-side rules of an emulated pipeline (`pipeplan run --backend cuda --emulate P`): P
 // stages share one GPU, each in its own green context (runtime/cuda/green_context.h) with an
-// equal share of the SMs (BRIEF §4). Kept free of CUDA so the rules are tested on any machine.
+// equal share of the SMs. Kept free of CUDA so the rules are tested on any machine.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace pipeplan {
 
-// Hopper gives green contexts SMs in multiples of 8, at least 8 (BRIEF §4).
+// Hopper gives green contexts SMs in multiples of 8, at least 8.
 constexpr int kGreenContextSmGranularity = 8;
 
 // The SMs each of `stages` emulated stages gets on a GPU of `total_sms`: total / stages rounded

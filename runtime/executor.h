@@ -4,7 +4,7 @@
 // overlap. A node starts once the nodes it has data edges from on the same device are done;
 // cross-device edges are the Transport's send/recv, matched per link in planned order. Every
 // wait has a timeout, and the first failure cancels the step and is what step() throws.
-// docs/runtime.md describes the mapping, the transport contract and the measured trace.
+// docs/design/runtime.md describes the mapping, the transport contract and the measured trace.
 //
 // In a multi-process run (ExecutorOptions::group, one rank per plan device) the executor of rank
 // r runs only plan device r's worker and streams; the transport reaches the other ranks. A step

@@ -1,4 +1,4 @@
-// Whether `pipeplan run` is one rank of a multi-process run (docs/runtime.md, "Multi-process
+// Whether `pipeplan run` is one rank of a multi-process run (docs/design/runtime.md, "Multi-process
 // runs"): asked for (launcher mpi), refused (none), or detected (auto, the default) from the
 // variables that mpirun, MPICH-style launchers and Slurm's srun set for every rank they start.
 // Nothing here needs MPI: detection decides whether MPI is initialised at all.

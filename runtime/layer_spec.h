@@ -1,5 +1,5 @@
-// The pipeline layers every backend implements, spelled out once (docs/runtime-layers.md): per
-// layer kind the ordered parameters, the tensors forward stashes and the tensors p1 retains for
+// The pipeline layers every backend implements, spelled out once (docs/design/runtime-layers.md):
+// per layer kind the ordered parameters, the tensors forward stashes and the tensors p1 retains for
 // p2, with their shapes; the deterministic initial values; the model family the runtime runs.
 // The CPU reference and the CUDA backend build their layers from these lists, so the two cannot
 // drift apart: init streams are keyed by parameter position, and tests/runtime/cuda compares

@@ -41,7 +41,7 @@ struct MeasuredHardware {
 };
 
 // A measured step beside the plan's prediction. MFU is PaLM's (model FLOPs only,
-// plan.meta.flops_per_token, BRIEF §2): tokens/s x FLOPs per token / peak of the GPUs used. An
+// plan.meta.flops_per_token): tokens/s x FLOPs per token / peak of the GPUs used. An
 // emulated run also gets it against the SMs its stages were granted (stages x share / total).
 // Errors are (measured - predicted) / predicted in %.
 struct RunComparison {

@@ -1,8 +1,8 @@
-// The processes of a multi-process run (one rank per plan device, docs/runtime.md, "Multi-process
-// runs"), as the executor and the GPU plugin see them: a rank, a world size and small messages
-// between ranks, on a channel of their own (not the transport's). The MPI implementation lives
-// in runtime/mpi/; tests use threads. Nothing here names MPI, so the executor and the CUDA module
-// need no MPI library.
+// The processes of a multi-process run (one rank per plan device, docs/design/runtime.md,
+// "Multi-process runs"), as the executor and the GPU plugin see them: a rank, a world size and
+// small messages between ranks, on a channel of their own (not the transport's). The MPI
+// implementation lives in runtime/mpi/; tests use threads. Nothing here names MPI, so the executor
+// and the CUDA module need no MPI library.
 //
 // Every collective below waits at most `timeout` and names the ranks that did not arrive, so a
 // dead or hung rank is an Error, never a hang. After such a timeout the group is broken():

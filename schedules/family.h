@@ -8,7 +8,7 @@
 // 2bp) or planner/plan/backward_fill.h (2bp-fill) split into p1/p2; families that place p2
 // themselves (Zero Bubble style) emit P1 and P2 and accept --backward 2bp only.
 //
-// Adding a family (docs/architecture.md has a complete example):
+// Adding a family (docs/design/architecture.md has a complete example):
 //   namespace {
 //   Schedule make_reverse(const ScheduleRequest& request) { ... }
 //   const ScheduleFamilyRegistration kReverse({.name = "reverse", .description = "...",

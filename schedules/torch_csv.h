@@ -4,7 +4,7 @@
 // Import also takes what PyTorch writes by default (`compute_comms`): communication, FSDP and
 // wait cells are skipped and counted, and DualPipeV's `(0F7;7B3)OVERLAP_F_B` cells become their
 // sub-actions in order. A concatenated P2 leaves as one W cell per micro-batch. See
-// docs/torch-csv.md for every form.
+// docs/reference/torch-csv.md for every form.
 #pragma once
 
 #include <filesystem>
@@ -61,7 +61,7 @@ void save_torch_csv(const Schedule& schedule, const std::filesystem::path& path)
 
 // The stage-to-layers split, which PyTorch's CSV has no place for: `export -o sched.csv` writes
 // it beside the CSV as sched.csv.layers.json (format pipeplan-torch-csv-layers, version 1;
-// docs/torch-csv.md) and `import sched.csv` reads it back.
+// docs/reference/torch-csv.md) and `import sched.csv` reads it back.
 struct TorchCsvLayers {
   std::string model;                      // the plan's model name; import uses the split for it
   std::vector<int> blocks_per_stage;      // transformer blocks per virtual stage

@@ -15,7 +15,7 @@ namespace {
 // PyTorch's _ComputationType names (str(_ComputationType)). Compute types become actions; the
 // others have no task-graph node of their own: pipeplan derives every send and receive when it
 // lowers the schedule, and FSDP's unshard/reshard and the gradient reduction after the last
-// backward are outside the pipeline schedule (docs/torch-csv.md).
+// backward are outside the pipeline schedule (docs/reference/torch-csv.md).
 constexpr std::string_view kCompute = "FIWB";
 constexpr std::array<std::string_view, 11> kSkipped = {
     "SEND_F",      "RECV_F",      "SEND_B",      "RECV_B",      "UNSHARD",    "RESHARD",

@@ -1,6 +1,6 @@
 // The cells of a torch.distributed.pipelining schedule CSV, as PyTorch writes them
 // (`_Action.__repr__`, `csv.writer`): the reader behind schedules/torch_csv.h. Internal to the
-// schedules layer; docs/torch-csv.md lists every form.
+// schedules layer; docs/reference/torch-csv.md lists every form.
 #pragma once
 
 #include <map>

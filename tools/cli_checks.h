@@ -14,7 +14,7 @@ namespace pipeplan {
 // Refuses an empty value. run_cli adds it to every option that takes a value.
 const CLI::Validator& non_empty();
 // An integer in [lo, hi]: "must be at least <lo>", "<v> is above the limit of <hi>
-// (docs/limits.md)". Values that are not integers are left to CLI11's conversion error.
+// (docs/reference/limits.md)". Values that are not integers are left to CLI11's conversion error.
 CLI::Validator int_range(std::int64_t lo, std::int64_t hi);
 // A finite number above `above` and at most `hi` ("nan", "inf", "-1" are refused).
 CLI::Validator finite_range(double above, double hi);

@@ -92,7 +92,8 @@ struct BpipeCommand {
 Command add_bpipe_command(CLI::App& app) {
   auto cmd = std::make_shared<BpipeCommand>();
   auto* sub = app.add_subcommand(
-      "bpipe", "estimate BPipe's benefit: best 1f1b plan without and with it (docs/bpipe.md)");
+      "bpipe",
+      "estimate BPipe's benefit: best 1f1b plan without and with it (docs/design/bpipe.md)");
   PlanOptions& o = cmd->options;
   sub->add_option("--model", o.model, "model preset or a Hugging Face config.json");
   sub->add_option("--gpu", o.gpu,

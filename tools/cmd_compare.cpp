@@ -119,7 +119,7 @@ struct CompareCommand {
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations). speedup: step time "
         "of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step time above the lower bound "
-        "(docs/auto-schedule.md).\n");
+        "(docs/design/auto-schedule.md).\n");
     // Not one schedule plans these inputs: a failure, although each row said why.
     return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
   }

@@ -85,7 +85,7 @@ struct ImportCommand {
               << " ranks";
     if (report.skipped_total > 0) {
       std::cout << "; skipped " << report.skipped_total << " cells with no task-graph node ("
-                << report.skipped_text() << "; docs/torch-csv.md)";
+                << report.skipped_text() << "; docs/reference/torch-csv.md)";
     }
     std::cout << "\n" << layers_note << short_summary(plan.graph, plan.sim);
     if (!output.empty()) std::cout << "wrote " << output << "\n";

@@ -33,7 +33,7 @@ struct PlanOptions {
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
 };
 
-// What a plan may not use of a GPU's memory because no profile counts it (docs/bpipe.md,
+// What a plan may not use of a GPU's memory because no profile counts it (docs/design/bpipe.md,
 // "Memory reserve"): the CUDA context with its loaded kernels (~0.5 GiB with lazy module
 // loading), NCCL communicator buffers (NCCL_BUFFSIZE = 4 MiB per channel and peer, ~0.5 GiB for
 // the TP ring and the PP peers), and 4 % of the memory for the caching allocator's

@@ -1,6 +1,6 @@
 // `pipeplan run`: its options and the run itself, either in one process that drives every plan
 // device (tools/cmd_run.cpp) or as one rank of a multi-process run under mpirun or srun, one
-// rank per plan device (tools/run_ranks.cpp, docs/runtime.md "Multi-process runs"). Both go
+// rank per plan device (tools/run_ranks.cpp, docs/design/runtime.md "Multi-process runs"). Both go
 // through the same run_cpu / run_cuda; a rank differs only in RunRanks.
 #pragma once
 

@@ -1,4 +1,4 @@
-// `pipeplan run` as one rank of a multi-process run (docs/runtime.md, "Multi-process runs"):
+// `pipeplan run` as one rank of a multi-process run (docs/design/runtime.md, "Multi-process runs"):
 // MPI_Init, then every rank loads and checks the plan and all agree before anything runs (the
 // plan's device count equals the world size; every rank's plan and options have rank 0's
 // fingerprint); then the same run as in one process, rank r driving plan device r, and rank 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: set up, build (warnings are errors), check formatting
 # and clang-tidy, run every test; then the unit tests again under ASan + UBSan and a short run of
-# every fuzz target (docs/fuzzing.md). Each stage's wall time is printed as it ends and again as a
+# every fuzz target (docs/development/fuzzing.md). Each stage's wall time is printed as it ends and again as a
 # summary, so a slow CI run shows where its time went. Usage: bash tools/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

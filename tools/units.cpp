@@ -46,7 +46,7 @@ double parse_bytes(std::string_view text, std::string_view option) {
   }
   if (value * scale > limits::kMaxMemoryBytes) {
     throw Error(std::string(option) + ": '" + s +
-                "' is above the limit of 1 PiB per device (docs/limits.md)");
+                "' is above the limit of 1 PiB per device (docs/reference/limits.md)");
   }
   return value * scale;
 }

@@ -266,7 +266,7 @@ def pipeline_table(results):
         if worst_stage is not None and "accounted_bytes" in worst_stage:
             # The runtime's account of the plan's tensors at their measured times on that stage:
             # near the prediction while the allocator is far above it, the excess is memory the
-            # plan's timeline never held (docs/design/runtime.md, "Fidelity").
+            # plan's timeline never held (docs/design/runtime.md, "What measurement on a GPU put into the runtime").
             worst_cell += (f" (stage {worst_stage.get('device', '?')}: plan's tensors "
                            f"{worst_stage['accounted_bytes'] / GIB:.2f})")
         flags = []

@@ -23,7 +23,7 @@ std::string number_text(double value) {
 
 std::string above_limit(std::string_view what, double limit, std::string_view unit) {
   return std::string(what) + " is above the limit of " + number_text(limit) +
-         (unit.empty() ? "" : " " + std::string(unit)) + " (docs/limits.md)";
+         (unit.empty() ? "" : " " + std::string(unit)) + " (docs/reference/limits.md)";
 }
 
 void check_limit(std::string_view field, std::int64_t value, std::int64_t limit) {

@@ -1,7 +1,7 @@
-// Upper bounds on every size pipeplan accepts, in one place (docs/limits.md). Each is checked
-// where the value comes in (request fields, file loaders, options), before anything is allocated
-// or looped over for it, so no input makes pipeplan run or allocate without bound. They are far
-// above any real pipeline (the largest published ones have ~200 blocks, 128 stages, a few
+// Upper bounds on every size pipeplan accepts, in one place (docs/reference/limits.md). Each is
+// checked where the value comes in (request fields, file loaders, options), before anything is
+// allocated or looped over for it, so no input makes pipeplan run or allocate without bound. They
+// are far above any real pipeline (the largest published ones have ~200 blocks, 128 stages, a few
 // thousand micro-batches); what they rule out are typos and hostile files.
 #pragma once
 
@@ -52,11 +52,11 @@ inline constexpr int kMaxRunSteps = 10000;  // run --steps
 // run/profile --gemm-candidates: cuBLASLt answers timed per GEMM shape (each runs 4 times).
 inline constexpr int kMaxGemmCandidates = 64;
 
-// "<what> is above the limit of <limit>[ <unit>] (docs/limits.md)", the text every limit error
-// carries.
+// "<what> is above the limit of <limit>[ <unit>] (docs/reference/limits.md)", the text every limit
+// error carries.
 std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
 
-// Throws FieldError(field, "<value> is above the limit of <limit> (docs/limits.md)") when
+// Throws FieldError(field, "<value> is above the limit of <limit> (docs/reference/limits.md)") when
 // value > limit.
 void check_limit(std::string_view field, std::int64_t value, std::int64_t limit);
 

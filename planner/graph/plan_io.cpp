@@ -1,4 +1,4 @@
-// Plan (task graph) JSON and Graphviz DOT. Format: docs/plan-format.md.
+// Plan (task graph) JSON and Graphviz DOT. Format: docs/reference/plan-format.md.
 #include <algorithm>
 #include <ostream>
 
@@ -189,7 +189,7 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
       if (!ok) {
         throw Error(ctx + ": field '" + std::string(field) + "' must hold " +
                     (integers ? "integers" : "numbers") + " from 0 to " +
-                    std::to_string(static_cast<std::int64_t>(hi)) + " (docs/limits.md)");
+                    std::to_string(static_cast<std::int64_t>(hi)) + " (docs/reference/limits.md)");
       }
     }
     return a;

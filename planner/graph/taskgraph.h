@@ -2,7 +2,7 @@
 // visualisers and the runtime all consume. Nodes are compute ops and point-to-point
 // send/recv halves; each node runs on one stream of one device, streams execute in order, and
 // edges carry data dependencies (stream order is implied by each stream's node list).
-// Saved as versioned JSON (docs/plan-format.md) and exported to Graphviz DOT.
+// Saved as versioned JSON (docs/reference/plan-format.md) and exported to Graphviz DOT.
 //
 // Every send/recv says what it carries in `transfer`, never in its label: a forward's output
 // (activation) or a backward's input gradient (gradient) on the send/recv streams, or a BPipe

@@ -1,6 +1,6 @@
 // Chrome / Perfetto JSON trace of a simulated task graph (opens in ui.perfetto.dev and
 // chrome://tracing). One process per device, one thread per stream, one complete slice per node,
-// a memory counter per device and flow arrows for every transfer. docs/trace-format.md
+// a memory counter per device and flow arrows for every transfer. docs/reference/trace-format.md
 // describes the tracks, names and args.
 #pragma once
 

@@ -227,7 +227,7 @@ std::optional<BpipePlan> plan_bpipe(const TaskGraph& graph, const std::vector<St
     throw FieldError("bpipe",
                      "schedule '" + family +
                          "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
-                         "(docs/bpipe.md)");
+                         "(docs/design/bpipe.md)");
   }
   if (s.stage_count() != s.devices) {
     throw FieldError("bpipe", "needs one stage per device (got " + std::to_string(s.stage_count()) +
@@ -276,7 +276,7 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
         // The memory the stash leaves is what the evictor's op after next allocates (replay():
         // it is counted until the next op has allocated): that op waits for the send to end, so
         // a runtime whose host runs ahead of the GPU cannot allocate it while the stash is still
-        // there (docs/bpipe.md, "The op after next waits for the eviction").
+        // there (docs/design/bpipe.md, "Transfer plan": the op after next waits for the eviction).
         const std::size_t reuser = static_cast<std::size_t>(move.evict_after) + 2;
         if (reuser < compute.size()) graph.add_data_edge(s, compute[reuser]);
         evict_recv[i] = r;

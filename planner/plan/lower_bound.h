@@ -1,6 +1,6 @@
 // A provable lower bound on a plan's step time from its inputs alone (stage costs, stage ->
 // device map, link, micro-batch count), valid for every schedule, backward mode and memory limit
-// (docs/auto-schedule.md derives it). For device d holding stages S_d:
+// (docs/design/auto-schedule.md derives it). For device d holding stages S_d:
 //
 //   head_d  = min over s in S_d of  sum_{j<s} (F_j + c_j)          earliest first op on d
 //   work_d  = sum over s in S_d of  m (F_s + P1_s) + m * w_s        w_s = min_k p2_s(k) / k

@@ -1,4 +1,4 @@
-// `auto`'s list scheduler (docs/auto-schedule.md): an event simulation of the pipeline that
+// `auto`'s list scheduler (docs/design/auto-schedule.md): an event simulation of the pipeline that
 // builds each device's action order as it goes, for any layout of virtual stages on devices (one
 // chunk per device, a V, interleaved). The device that can act earliest decides next (ties: the
 // lower device); it takes

@@ -1,4 +1,4 @@
-// `auto`'s scores and its local search on an order (docs/auto-schedule.md): candidates are
+// `auto`'s scores and its local search on an order (docs/design/auto-schedule.md): candidates are
 // evaluated on compact arrays (planner/graph/schedule_sim.h), never as task graphs, and ranked by
 // the objective with the other figure breaking ties.
 #pragma once
@@ -44,8 +44,8 @@ struct EvalContext {
 std::optional<AutoEval> evaluate_order(const Schedule& schedule, const EvalContext& context,
                                        bool keep_times, std::string& first_error);
 
-// First-improvement hill climbing (docs/auto-schedule.md): moves aimed at the idle gaps of the
-// current timeline, then any action up to four places earlier or later; each move evaluated and
+// First-improvement hill climbing (docs/design/auto-schedule.md): moves aimed at the idle gaps of
+// the current timeline, then any action up to four places earlier or later; each move evaluated and
 // kept when it improves the score. Spends at most `budget` evaluations (decremented); returns the
 // number of moves kept. `current` must hold the times of `schedule`.
 int improve_by_moves(Schedule& schedule, AutoEval& current, const EvalContext& context,

@@ -1,6 +1,6 @@
 // `--schedule auto`: the best per-device action order, and the layout of the model's stages on
 // the devices, from the real per-stage costs and the per-device memory limits
-// (docs/auto-schedule.md).
+// (docs/design/auto-schedule.md).
 //
 // Layouts: one chunk per device, and, when the model can be cut into 2P stages, a V (stage v on
 // device v, then 2P - 1 - v) and interleaved (v mod P), each on the balanced cut. For each layout

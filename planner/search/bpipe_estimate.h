@@ -1,7 +1,7 @@
 // Whether BPipe pays before training (arXiv 2401.02088 §5): the best 1f1b configuration without
 // BPipe and the best one that only BPipe makes fit, both simulated, with the transfer volume and
 // how much of it the simulation hides behind compute; plus the paper's simpler per-stage-MFU
-// estimate, iteration ≈ (m + P − 1)·t_stage(b), as a second opinion. docs/bpipe.md.
+// estimate, iteration ≈ (m + P − 1)·t_stage(b), as a second opinion. docs/design/bpipe.md.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // Exact minimum step time for small instances (P <= 4, m <= 8 in the tests) by branch and bound,
-// to measure how far `auto` is from the optimum (docs/auto-schedule.md).
+// to measure how far `auto` is from the optimum (docs/design/auto-schedule.md).
 //
 // The class searched: one stage per device; every backward split into P1 and an unconcatenated
 // P2; a transfer is a pure latency c_j = latency + bytes / bandwidth on each cross-stage edge

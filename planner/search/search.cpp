@@ -76,7 +76,7 @@ std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
                      std::to_string(global_batch) + " samples need more than " +
                          std::to_string(limits::kMaxMicrobatches) +
                          " micro-batches at every candidate micro-batch size, above the limit "
-                         "on micro-batches (docs/limits.md)");
+                         "on micro-batches (docs/reference/limits.md)");
   }
   return sizes;
 }

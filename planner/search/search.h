@@ -1,6 +1,7 @@
 // `pipeplan plan --search`: the best plan over micro-batch size (global batch fixed), schedule
 // family (auto included), backward mode, chunks and partition (balanced, and one block moved at
-// either end), with the Pareto front of step time against peak memory (docs/auto-schedule.md).
+// either end), with the Pareto front of step time against peak memory
+// (docs/design/auto-schedule.md).
 #pragma once
 
 #include <cstdint>

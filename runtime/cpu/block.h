@@ -1,6 +1,6 @@
 // One transformer block as a pipeline layer, composed from the per-op kernels on host tensors:
 //   x1 = x + attention(rmsnorm(x; g_attn));  y = x1 + swiglu_mlp(rmsnorm(x1; g_mlp)).
-// The stash and retained sets hold named tensors (see docs/runtime-layers.md for the list).
+// The stash and retained sets hold named tensors (see docs/design/runtime-layers.md for the list).
 // T is float (the backend) or double (gradient checks).
 #pragma once
 

@@ -31,9 +31,10 @@ namespace pipeplan::cuda {
 // default; more streams than that share queues, and work on one stream then waits behind another
 // stream's cross-stream wait (a false dependency). An emulated 8-stage run has 8 compute and up
 // to 28 transfer streams: on an H200 its compute streams stalled 90 to 150 ms per device and
-// step at 8 queues, 2 to 17 ms at 32 (docs/runtime.md, "Fidelity"). This asks for 32, the
-// most, unless the variable is set; it takes effect only before the process's first CUDA call
-// (the plugin's entry point calls it). Returns the value in effect from then on.
+// step at 8 queues, 2 to 17 ms at 32 (docs/design/runtime.md, "What measurement on a GPU put into
+// the runtime"). This asks for 32, the most, unless the variable is set; it takes effect only
+// before the process's first CUDA call (the plugin's entry point calls it). Returns the value in
+// effect from then on.
 int prefer_many_work_queues();
 // The work queues per context as the environment sets them (8 when unset or not a number).
 int work_queues();

@@ -45,7 +45,8 @@ Choice choice_from_env(const char* name, Choice fallback, const std::array<Choic
 }  // namespace
 
 DeviceCopy device_copy_from_env() {
-  // priority by default: on an H200 it cut the copies beside compute fourfold (docs/runtime.md).
+  // priority by default: on an H200 it cut the copies beside compute fourfold
+  // (docs/design/runtime.md).
   const DeviceCopy copy =
       choice_from_env(kDeviceCopyEnv, DeviceCopy::priority,
                       std::array{DeviceCopy::memcpy, DeviceCopy::overlap, DeviceCopy::priority});
@@ -185,7 +186,8 @@ DeviceLocalTransport::Link& DeviceLocalTransport::link(int from, int to, Channel
   // `copied` for as long as the producing op runs (milliseconds): with blocking sync, or polling
   // (CopyWait::poll), it sleeps instead of spinning. Spinning, the 2P - 2 receiving threads and
   // the P compute threads of an emulated pipeline outnumber a 16-core host's cores from P = 7;
-  // the suspected cause of the compute stalls measured at 8 stages (docs/runtime.md, "Fidelity").
+  // the suspected cause of the compute stalls measured at 8 stages (docs/design/runtime.md, "What
+  // measurement on a GPU put into the runtime").
   link.copied =
       create_event_for(link.stream, cudaEventDisableTiming |
                                         (wait_ == CopyWait::blocking ? cudaEventBlockingSync : 0U));
@@ -323,9 +325,10 @@ Message DeviceLocalTransport::deliver(int from, int to, Channel channel, Pending
   // The receiver's cache may have handed out blocks that kernels queued on its stream still read
   // (freed by one of its threads after queueing them): the copy waits for the first event the
   // receiver recorded after the latest of those frees (its fence), not for everything queued
-  // there since, which can be many ops ahead of the GPU (docs/runtime.md, "Fidelity"). Without a
-  // recorded fence, it waits for what is queued there once the blocks are taken, so that record
-  // comes after the allocations. Fresh blocks need no wait.
+  // there since, which can be many ops ahead of the GPU (docs/design/runtime.md, "What measurement
+  // on a GPU put into the runtime"). Without a recorded fence, it waits for what is queued there
+  // once the blocks are taken, so that record comes after the allocations. Fresh blocks need no
+  // wait.
   cudaEvent_t last_use = nullptr;
   if (freed_at != DeviceAllocator::kNeverUsed) {
     last_use = events_ != nullptr ? events_->fence_after(to, freed_at) : nullptr;

@@ -49,9 +49,9 @@ namespace pipeplan::cuda {
 // overlaps compute work on the SMs. `priority`: cudaMemcpyAsync on link streams of the device's
 // greatest stream priority (the compute streams keep the default, the least), so that as the
 // sender's running kernel drains, the block scheduler dispatches the copy's blocks before the
-// next compute kernel's. Chosen by $PIPEPLAN_DEVICE_COPY (docs/runtime.md). Measured on an H200
-// at 8 emulated stages (BPipe, mbs 2): the hint changed nothing (a copy took 1.3 ms beside idle
-// SMs, 8.7 ms median beside a forward, either way); priority streams cut the copies beside the
+// next compute kernel's. Chosen by $PIPEPLAN_DEVICE_COPY (docs/design/runtime.md). Measured on an
+// H200 at 8 emulated stages (BPipe, mbs 2): the hint changed nothing (a copy took 1.3 ms beside
+// idle SMs, 8.7 ms median beside a forward, either way); priority streams cut the copies beside the
 // sender's compute from 15.9 ms median to 3.7 ms (the same run, 2026-11-27), so they are the
 // default.
 enum class DeviceCopy { memcpy, overlap, priority };
@@ -65,14 +65,14 @@ const char* to_string(DeviceCopy copy);
 // blocking-sync event (cudaEventSynchronize), asleep until the driver wakes it, and the recv
 // returns once the copy is complete. `poll`: the same, by cudaEventQuery every kCopyPollInterval,
 // asleep between queries. Measured on an H200 with `blocking`, a hop took 0.20 to 0.64 ms (median
-// per run) from the copy's end to the recv's end on the host (docs/runtime.md, "Fidelity"), and
-// only then could the consumer's thread queue the op that reads it. `stream`: no thread waits;
-// recv returns once the copy is queued, with an Arrival (the copy's own event) that the executor
-// has the consumer's stream wait for on the GPU before the consumer's kernels, so the consumer is
-// queued ahead and starts as the copy ends; the sources go back to the sender's cache from a
-// thread per link that waits for each copy in turn (flush() waits for that). Chosen by
-// $PIPEPLAN_COPY_WAIT: unset or empty gives `blocking`; anything but "blocking", "poll" or
-// "stream" is an Error naming the variable.
+// per run) from the copy's end to the recv's end on the host (docs/design/runtime.md, "What
+// measurement on a GPU put into the runtime"), and only then could the consumer's thread queue the
+// op that reads it. `stream`: no thread waits; recv returns once the copy is queued, with an
+// Arrival (the copy's own event) that the executor has the consumer's stream wait for on the GPU
+// before the consumer's kernels, so the consumer is queued ahead and starts as the copy ends; the
+// sources go back to the sender's cache from a thread per link that waits for each copy in turn
+// (flush() waits for that). Chosen by $PIPEPLAN_COPY_WAIT: unset or empty gives `blocking`;
+// anything but "blocking", "poll" or "stream" is an Error naming the variable.
 enum class CopyWait { blocking, poll, stream };
 inline constexpr const char* kCopyWaitEnv = "PIPEPLAN_COPY_WAIT";
 inline constexpr std::chrono::microseconds kCopyPollInterval{20};

@@ -1,4 +1,4 @@
-// One GPU as several pipeline stages (BRIEF §4): a CUDA green context owns a partition of the
+// One GPU as several pipeline stages: a CUDA green context owns a partition of the
 // SMs (Hopper: multiples of 8, at least 8); kernels on its stream run on those SMs only. HBM
 // bandwidth and L2 stay shared, so a profile taken inside one is an *emulated* stage's profile.
 #pragma once

@@ -261,7 +261,7 @@ void NcclTransport::add_side(int device, const TransportLink& link, ncclComm_t c
 
 void NcclTransport::connect() {
   // Both sides of every link this process holds in one group: NCCL sets up the connections
-  // without one side blocking on the other (BRIEF §4: grouped where both must progress).
+  // without one side blocking on the other (grouped where both must progress).
   NCCL_CHECK(ncclGroupStart());
   for (auto& [key, side] : sides_) {
     CUDA_CHECK(cudaSetDevice(endpoint_gpu(side->device)));

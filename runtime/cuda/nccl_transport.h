@@ -1,4 +1,4 @@
-// Stages on distinct GPUs exchange tensors with NCCL point-to-point (BRIEF §4). Each directed
+// Stages on distinct GPUs exchange tensors with NCCL point-to-point. Each directed
 // link of the plan (from -> to, channel) gets its own two-rank communicator (rank 0 sends, rank
 // 1 receives) and its own stream on each side, so the link is one FIFO in the plan's per-peer
 // order: the sender issues ncclSend in its send stream's planned order, the receiver ncclRecv in
@@ -17,7 +17,7 @@
 //
 // Two ways to make the communicators: one process driving every GPU (ncclCommInitAll per link),
 // or one process per GPU (ncclCommInitRank into a world communicator from a shared unique id,
-// then ncclCommSplit per link; see docs/runtime.md for the mpirun / srun launch).
+// then ncclCommSplit per link; see docs/design/runtime.md for the mpirun / srun launch).
 #pragma once
 
 #include <nccl.h>

@@ -1,6 +1,6 @@
-// MPI for `pipeplan run` under mpirun or srun (docs/runtime.md, "Multi-process runs"): one rank
-// per plan device, ranks and world size from MPI_Comm_rank/size. This header names no MPI type,
-// so the CLI compiles the same with or without MPI; without it (CMake found no MPI) start()
+// MPI for `pipeplan run` under mpirun or srun (docs/design/runtime.md, "Multi-process runs"): one
+// rank per plan device, ranks and world size from MPI_Comm_rank/size. This header names no MPI
+// type, so the CLI compiles the same with or without MPI; without it (CMake found no MPI) start()
 // throws a one-line Error. MPI_Init runs only in start(), which only `run` under MPI calls:
 // every other command starts without initialising MPI.
 #pragma once

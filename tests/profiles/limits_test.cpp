@@ -31,7 +31,7 @@ json llama_config(std::int64_t layers) {
 TEST(ModelLimits, HfConfigWithABillionLayersNamesFileAndField) {
   EXPECT_EQ(error_of([] { hf_config_from_json(llama_config(1'000'000'000), "c.json", "m"); }),
             "c.json: field 'num_hidden_layers' (1000000000) is above the limit of 1024 "
-            "(docs/limits.md)");
+            "(docs/reference/limits.md)");
   EXPECT_EQ(hf_config_from_json(llama_config(limits::kMaxLayers), "c.json", "m").layers,
             limits::kMaxLayers);
 }
@@ -56,7 +56,7 @@ TEST(ModelLimits, CheckModelLimitsNamesTheModelField) {
   ModelConfig m = model_preset("tiny");
   m.layers = 2000;
   EXPECT_EQ(error_of([&] { check_model_limits(m); }),
-            "model: layers (2000) is above the limit of 1024 (docs/limits.md)");
+            "model: layers (2000) is above the limit of 1024 (docs/reference/limits.md)");
 }
 
 json tiny_profile() {
@@ -70,7 +70,7 @@ TEST(ProfileLimits, AbsurdTimesStashSizesAndUnknownGpusAreRefused) {
   j["layers"]["block"]["1"]["forward_us"] = 1e300;
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
             "p.json: field 'layers.block.1.forward_us' (1e+300) is above the limit of 1000000000 "
-            "us (docs/limits.md)");
+            "us (docs/reference/limits.md)");
   j = tiny_profile();
   j["layers"]["head"]["1"]["stash_bytes"] = std::int64_t{1} << 50;
   EXPECT_NE(error_of([&] {
@@ -101,7 +101,7 @@ TEST(AnalyticLimits, ConcatTokensAndLayerSizesAreBounded) {
   AnalyticOptions options;
   options.max_p2_concat = 100'000'000;
   EXPECT_EQ(error_of([&] { analytic_profile(model_preset("tiny"), gpu, options); }),
-            "max_p2_concat: 100000000 is above the limit of 65536 (docs/limits.md)");
+            "max_p2_concat: 100000000 is above the limit of 65536 (docs/reference/limits.md)");
   options = {};
   options.seq = 1 << 20;
   options.micro_batch_sizes = {64};
@@ -119,7 +119,7 @@ TEST(AnalyticLimits, ConcatTokensAndLayerSizesAreBounded) {
 
 TEST(UniformLimits, TimesAndMemoryAreFiniteAndBounded) {
   EXPECT_EQ(error_of([] { parse_uniform("1e308:1:1:0", ""); }),
-            "uniform_times: 1e+308 ms is above the limit of 1000000 ms (docs/limits.md)");
+            "uniform_times: 1e+308 ms is above the limit of 1000000 ms (docs/reference/limits.md)");
   EXPECT_NE(error_of([] { parse_uniform("nan:1:1:0", ""); }).find("'nan' is not a number"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_uniform("1:1:1:0", "4096:-4096:0"); }).find("GiB"),

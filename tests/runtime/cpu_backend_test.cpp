@@ -1,7 +1,7 @@
 // The CPU backend through the Backend interface: a block's and the whole model's gradients
 // against finite differences (in the f64 compute mode, see gradcheck.h for the tolerance), p2
 // over concatenated micro-batches, the stash and retained byte formulas of
-// docs/runtime-layers.md, and the errors it raises.
+// docs/design/runtime-layers.md, and the errors it raises.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -202,7 +202,7 @@ TEST(CpuBackend, BackwardP2OverConcatenatedMicroBatchesEqualsSumOfSingleCalls) {
   }
 }
 
-// Closed forms of docs/runtime-layers.md, fp32 (4 bytes), N = B·T tokens.
+// Closed forms of docs/design/runtime-layers.md, fp32 (4 bytes), N = B·T tokens.
 TEST(CpuBackend, StashAndRetainedBytesFollowTheDocumentedFormulas) {
   cpu::CpuBackend backend;
   const ModelConfig m = testing::tiny_model();

@@ -1,5 +1,5 @@
-// docs/architecture.md's example: a new schedule family is this one file and nothing else. It
-// registers itself; every generic test over schedule_families() (validity, deadlock freedom,
+// docs/design/architecture.md's example: a new schedule family is this one file and nothing else.
+// It registers itself; every generic test over schedule_families() (validity, deadlock freedom,
 // round trips, the declared memory model against the simulator, the property test over
 // make_plan) then covers it, and make_plan, the search and `compare` offer it.
 //

@@ -1,6 +1,6 @@
 // What PyTorch writes, read as PyTorch writes it: the fixtures in fixtures/torch/ are written by
 // hand from torch.distributed.pipelining's format (`_Action.__repr__`, `csv.writer` with CRLF
-// line ends, None as an empty cell), one per form docs/torch-csv.md lists.
+// line ends, None as an empty cell), one per form docs/reference/torch-csv.md lists.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -105,7 +105,7 @@ TEST(TorchCsvForms, MalformedFormsAndLimitsNameRowAndCell) {
             std::string::npos);
   EXPECT_EQ(error_of("0F70000\n"),
             "s.csv row 1 cell 1 ('0F70000'): micro-batch 70000 is above the limit of 65535 "
-            "(docs/limits.md)");
+            "(docs/reference/limits.md)");
   EXPECT_NE(error_of("5000F0\n").find("stage 5000 is above the limit of 1023"), std::string::npos);
   EXPECT_NE(error_of("0F0,0B0\n1F0,1B0\n2F0,2B0\n3F0,3B0\n4F65535\n")
                 .find("5 stages x 65536 micro-batches is above the limit of 262144"),

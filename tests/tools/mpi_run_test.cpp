@@ -1,5 +1,5 @@
-// `pipeplan run` under `mpirun -np 4`, one rank per plan device (docs/runtime.md, "Multi-process
-// runs"): the acceptance command prints the single-process run's five losses; GPipe,
+// `pipeplan run` under `mpirun -np 4`, one rank per plan device (docs/design/runtime.md,
+// "Multi-process runs"): the acceptance command prints the single-process run's five losses; GPipe,
 // interleaved and BPipe plans train alike; rank 0 writes one measured trace `pipeplan diff`
 // reads. Failures end every rank within the timeout with one error: a plan of another device
 // count, plans that differ between ranks, a corrupted message, a rank that dies, a rank that

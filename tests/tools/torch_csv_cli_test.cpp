@@ -1,6 +1,6 @@
 // `pipeplan export --format torch-csv` and `pipeplan import` end to end through the binary:
 // a plan exported, imported and re-exported gives the identical CSV; a bad CSV ends in one line
-// naming the file, row and cell, a non-zero exit and no output file (docs/torch-csv.md).
+// naming the file, row and cell, a non-zero exit and no output file (docs/reference/torch-csv.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,7 +79,7 @@ class TorchCsvCli : public pipeplan::testing::TempDirTest {
 TEST_F(TorchCsvCli, ZbH1ExportsTheDocumentedCsvAndRoundTrips) {
   expect_round_trip("--uniform 1:1:1:0 --stages 2 --microbatches 3 --schedule zb-h1 --backward 2bp",
                     "--uniform 1:1:1:0");
-  // The example of docs/torch-csv.md, cell for cell.
+  // The example of docs/reference/torch-csv.md, cell for cell.
   EXPECT_EQ(read_file(path("sched.csv")),
             "0F0,0F1,0I0,0W0,0F2,0I1,0W1,0I2,0W2\n1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n");
 }
@@ -129,7 +129,7 @@ TEST_F(TorchCsvCli, ImportSaysWhichCellsItSkipped) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("24 actions on 2 ranks; skipped 36 cells with no task-graph node (6 "
                        "RECV_B, 6 RECV_F, 4 REDUCE_GRAD, 4 RESHARD, 6 SEND_B, 6 SEND_F, 4 "
-                       "UNSHARD; docs/torch-csv.md)"),
+                       "UNSHARD; docs/reference/torch-csv.md)"),
             std::string::npos)
       << r.out;
   EXPECT_EQ(run("validate " + path("p.json")).status, 0);

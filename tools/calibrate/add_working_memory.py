@@ -3,7 +3,7 @@
 
 `pipeplan profile --backend cuda` measures each pass's working memory (forward_work_bytes,
 p1_work_bytes, p2_work_bytes: the allocator's peak during the pass above the larger of its level
-before and after; docs/profile-format.md). A calibrated profile (tools/calibrate/fit_contention.py) made
+before and after; docs/reference/profile-format.md). A calibrated profile (tools/calibrate/fit_contention.py) made
 from an earlier measurement has the times and the contention model the runs were predicted
 from, but no working memory. This writes a copy of PROFILE with the three fields of every
 layer kind and micro-batch size taken from MEASURED, so that the plans keep their times and gain

@@ -44,7 +44,7 @@ that profile:
         the slowdowns fitted to earlier runs, so plans made from it predict before they run.
 
 A RUN is a path prefix: RUN.plan.json and RUN.trace.json (and, for eval, RUN.plan.txt, as
-bench/gpu/run.sh writes them). Format: docs/profile-format.md ("contention").
+bench/gpu/run.sh writes them). Format: docs/reference/profile-format.md ("contention").
 
   python3 tools/calibrate/fit_contention.py fit --profile P.json -o P.fit.json DIR/1f1b-m4-2bp ...
   python3 tools/calibrate/fit_contention.py eval --pipeplan build/tools/pipeplan --profile P.fit.json \\

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layering rules of docs/architecture.md, checked on the sources (not tests or benchmarks):
+# The layering rules of docs/design/architecture.md, checked on the sources (not tests or benchmarks):
 #  1. an #include points to the file's own layer or one below it; runtime/cpu and runtime/cuda
 #     and runtime/mpi are siblings (none includes another) and tools/ includes nothing of
 #     runtime/cuda (a plugin loaded on demand);
@@ -55,7 +55,7 @@ while IFS= read -r hit; do
 done < <(git grep -n -E 'Error\("--|Error\([^,]*, *"--' -- planner profiles schedules runtime || true)
 
 if [ "$violations" -gt 0 ]; then
-  echo "layers: $violations violation(s) (docs/architecture.md)"
+  echo "layers: $violations violation(s) (docs/design/architecture.md)"
   exit 1
 fi
 echo "layers: clean"

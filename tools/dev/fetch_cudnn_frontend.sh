@@ -9,7 +9,7 @@
 # Usage: bash tools/dev/fetch_cudnn_frontend.sh [destination-root]   (default .deps/cudnn-frontend)
 # Without network or pip it says so and exits 0: the backend then builds without fused
 # attention, configure says so, and --attention flash is refused at run time in one line
-# (docs/cuda-backend.md, "Build").
+# (docs/development/building.md, "The CUDA backend").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 version=1.32.0  # cudnn_frontend_version.h: 1.32.0; compiled against cuDNN 9.19 (CUDA 13.0)

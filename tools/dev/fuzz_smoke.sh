@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short libFuzzer run of every fuzz target (tests/fuzz, docs/fuzzing.md) from the seed corpus,
+# A short libFuzzer run of every fuzz target (tests/fuzz, docs/development/fuzzing.md) from the seed corpus,
 # in the sanitizer build that tools/dev/sanitize.sh makes (ASan + UBSan + coverage). Fails when a
 # target finds anything (a crash, a sanitizer report, a hang over 10 s, an allocation over 2 GiB,
 # an error that says "internal") or runs fewer than FUZZ_MIN_RUNS inputs in its time.

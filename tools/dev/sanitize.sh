@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The unit tests once under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build
 # folder (clang, CUDA off, no benchmarks), which also holds the fuzz targets that
-# tools/dev/fuzz_smoke.sh runs (docs/fuzzing.md). Any sanitizer report fails its test.
+# tools/dev/fuzz_smoke.sh runs (docs/development/fuzzing.md). Any sanitizer report fails its test.
 # Usage: bash tools/dev/sanitize.sh [BUILD_DIR]   (default build-sanitize; needs clang, libclang-rt-dev)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

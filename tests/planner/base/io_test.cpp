@@ -95,7 +95,7 @@ TEST(Limits, CheckLimitNamesTheField) {
     FAIL();
   } catch (const FieldError& e) {
     EXPECT_EQ(e.field(), "microbatches");
-    EXPECT_EQ(e.detail(), "1000000000 is above the limit of 65536 (docs/limits.md)");
+    EXPECT_EQ(e.detail(), "1000000000 is above the limit of 65536 (docs/reference/limits.md)");
   }
   EXPECT_NO_THROW(limits::check_limit("microbatches", 65536, limits::kMaxMicrobatches));
 }

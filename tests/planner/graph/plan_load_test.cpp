@@ -40,7 +40,7 @@ TEST(PlanLoad, SizesAboveTheLimitsAreRefused) {
             "p.json: meta: field 'devices' must be an integer");
   EXPECT_EQ(load_error([](json& p) { p["meta"]["static_bytes"][0] = 1e300; }),
             "p.json: meta: field 'static_bytes' must hold integers from 0 to 1152921504606846976 "
-            "(docs/limits.md)");
+            "(docs/reference/limits.md)");
   EXPECT_NE(load_error([](json& p) {
               p["nodes"][0]["alloc_bytes"] = std::int64_t{1} << 61;
             }).find("p.json: nodes[0]: field 'alloc_bytes' = 2305843009213693952 is out of range"),

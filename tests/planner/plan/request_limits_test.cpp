@@ -32,27 +32,27 @@ TEST(RequestLimits, EverySizeNamesItsField) {
     return field_error([&] { check_plan_request(r); });
   };
   EXPECT_EQ(with([](PlanRequest& r) { r.microbatches = 1'000'000'000; }),
-            "microbatches: 1000000000 is above the limit of 65536 (docs/limits.md)");
+            "microbatches: 1000000000 is above the limit of 65536 (docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) { r.devices = 5000; }),
-            "devices: 5000 is above the limit of 1024 (docs/limits.md)");
+            "devices: 5000 is above the limit of 1024 (docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) { r.chunks = 100; }),
-            "chunks: 100 is above the limit of 64 (docs/limits.md)");
+            "chunks: 100 is above the limit of 64 (docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) {
               r.devices = 512;
               r.chunks = 4;
             }),
             "chunks: 512 devices x 4 chunks = 2048 stages is above the limit of 1024 "
-            "(docs/limits.md)");
+            "(docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) {
               r.devices = 64;
               r.microbatches = 65536;
             }),
             "microbatches: 64 stages x 65536 micro-batches = 4194304 stage micro-batches is "
-            "above the limit of 262144 (docs/limits.md)");
+            "above the limit of 262144 (docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) { r.mbs = 1 << 20; }),
-            "mbs: 1048576 is above the limit of 65536 (docs/limits.md)");
+            "mbs: 1048576 is above the limit of 65536 (docs/reference/limits.md)");
   EXPECT_EQ(with([](PlanRequest& r) { r.p2_concat = 1 << 20; }),
-            "p2_concat: 1048576 is above the limit of 65536 (docs/limits.md)");
+            "p2_concat: 1048576 is above the limit of 65536 (docs/reference/limits.md)");
   EXPECT_NE(with([](PlanRequest& r) { r.memory_limit_bytes = 1e30; }).find("memory_limit_bytes"),
             std::string::npos);
   EXPECT_EQ(with([](PlanRequest& r) { r.memory_limit_bytes = std::nan(""); }),
@@ -72,7 +72,7 @@ TEST(RequestLimits, GlobalBatchSplitsStayWithinTheMicroBatchLimit) {
   EXPECT_EQ(field_error([] {
               global_batch_splits(2147483647, {1, 2, 4, 8});
             }),
-            "global_batch: 2147483647 is above the limit of 16777216 (docs/limits.md)");
+            "global_batch: 2147483647 is above the limit of 16777216 (docs/reference/limits.md)");
   EXPECT_NE(field_error([] {
               global_batch_splits(1 << 24, {1, 2, 4, 8});
             }).find("need more than 65536 micro-batches at every candidate"),

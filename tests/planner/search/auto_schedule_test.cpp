@@ -123,16 +123,16 @@ TEST(AutoSchedule, HeterogeneousStagesBeatEveryFixedScheduleAtEqualMemory) {
   }
   // Measured at m = 12 (fixed -> auto): zb-h1 52.2 -> 51.1, zb-h2 51.2 -> 49.1 (the lower bound),
   // gpipe 59.5 / 57.7 -> 49.1, 1f1b fused 57.1 -> 53.6, 1f1b 2bp / 2bp-fill 57.7 / 55.3 -> 49.1 /
-  // 50.0 (docs/auto-schedule.md).
+  // 50.0 (docs/design/auto-schedule.md).
 }
 
 // Where only the head is slow (stages 1 and 2 uniform), ZB-H1 at its own memory is optimal, so
-// auto can only tie it. Proof (docs/auto-schedule.md): the last device may start its last forward
-// with at most n = (limit - static - stash) / retained p2s pending, so it ran at least m - 1 - n
-// p2s before; its last P1 therefore ends no sooner than head + m (F + P1) + (m - 1 - n) p2, and
-// that micro-batch's gradient still crosses every upstream stage, and stage 0 runs its P1 and P2.
-// The test computes that bound and checks that ZB-H1 and auto both reach it, while auto strictly
-// beats the seven other fixed schedules.
+// auto can only tie it. Proof (docs/design/auto-schedule.md): the last device may start its last
+// forward with at most n = (limit - static - stash) / retained p2s pending, so it ran at least m -
+// 1 - n p2s before; its last P1 therefore ends no sooner than head + m (F + P1) + (m - 1 - n) p2,
+// and that micro-batch's gradient still crosses every upstream stage, and stage 0 runs its P1 and
+// P2. The test computes that bound and checks that ZB-H1 and auto both reach it, while auto
+// strictly beats the seven other fixed schedules.
 TEST(AutoSchedule, TiesZbH1OnlyWhereZbH1MeetsTheMemoryBoundOfTheHead) {
   const std::vector<StageCost> costs = {testing::stage(1.2, 1.2, 1.2, 1.0, 0.5, 3.0),
                                         testing::stage(1, 1, 1), testing::stage(1, 1, 1),

@@ -20,7 +20,7 @@
   do {                                                                                    \
     if (::pipeplan::cuda::cuda_device_count() == 0) {                                     \
       GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none (run on a GPU, see " \
-                      "docs/cuda-backend.md)";                                            \
+                      "docs/design/cuda-backend.md)";                                     \
     }                                                                                     \
   } while (0)
 
@@ -28,13 +28,14 @@
 // the cudnn-frontend headers (the build said so); FAILS where it was built with them but cuDNN
 // does not load here, so a GPU run of a build with fused attention cannot skip its flash tests
 // unnoticed.
-#define PIPEPLAN_REQUIRE_FUSED_ATTENTION()                                                        \
-  do {                                                                                            \
-    if (!::pipeplan::cuda::fused_attention_built()) {                                             \
-      GTEST_SKIP() << "built without the cudnn-frontend headers (tools/dev/fetch_cudnn_frontend.sh)"; \
-    }                                                                                             \
-    const std::string pipeplan_why_ = ::pipeplan::cuda::fused_attention_unavailable();            \
-    ASSERT_TRUE(pipeplan_why_.empty()) << "fused attention unavailable: " << pipeplan_why_;       \
+#define PIPEPLAN_REQUIRE_FUSED_ATTENTION()                                                   \
+  do {                                                                                       \
+    if (!::pipeplan::cuda::fused_attention_built()) {                                        \
+      GTEST_SKIP()                                                                           \
+          << "built without the cudnn-frontend headers (tools/dev/fetch_cudnn_frontend.sh)"; \
+    }                                                                                        \
+    const std::string pipeplan_why_ = ::pipeplan::cuda::fused_attention_unavailable();       \
+    ASSERT_TRUE(pipeplan_why_.empty()) << "fused attention unavailable: " << pipeplan_why_;  \
   } while (0)
 
 namespace pipeplan::testing {

@@ -1,7 +1,7 @@
-// `pipeplan run --backend cuda` under mpirun, one rank per GPU (docs/runtime.md, "Multi-process
-// runs"): the CUDA module's per-rank set-up is collective, so without a GPU every rank stops and
-// rank 0 prints one line; with two GPUs, two ranks over NCCL (unique id sent through MPI) train
-// as one process driving both GPUs. Skipped without mpirun or a pipeplan built with MPI.
+// `pipeplan run --backend cuda` under mpirun, one rank per GPU (docs/design/runtime.md,
+// "Multi-process runs"): the CUDA module's per-rank set-up is collective, so without a GPU every
+// rank stops and rank 0 prints one line; with two GPUs, two ranks over NCCL (unique id sent through
+// MPI) train as one process driving both GPUs. Skipped without mpirun or a pipeplan built with MPI.
 #include <gtest/gtest.h>
 
 #include <string>
