@@ -1,6 +1,6 @@
 // The boundary between `pipeplan` and the CUDA backend, which is built as a module
 // (libpipeplan_cuda.so) and loaded only when a command asks for `--backend cuda`, so every other
-// command starts without cudart, cuBLAS, cuBLASLt and NCCL (docs/cuda-backend.md, "Plugin").
+// command starts without cudart, cuBLAS, cuBLASLt and NCCL (docs/design/cuda-backend.md, "Plugin").
 // Nothing here names a CUDA type: the CLI compiles and links without CUDA.
 //
 // The module exports one extern "C" function, kGpuPluginEntry, of type GpuPluginEntry. Its C++
@@ -31,7 +31,8 @@ namespace pipeplan {
 // 3: Backend::upload_loss_gradient (the head's dy in f32, not bf16).
 // 4: GpuProfileOptions::gpu (the profile's gpus.json entry, checked before measuring).
 // 5: GpuProfileOptions::gemm_candidates and GpuRunOptions::gemm_candidates.
-inline constexpr int kGpuPluginVersion = 5;
+// 6: GpuPlugin::environment (`pipeplan env`).
+inline constexpr int kGpuPluginVersion = 6;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
@@ -59,11 +60,11 @@ struct GpuProfileOptions {
 
 // `pipeplan run --backend cuda`.
 struct GpuRunOptions {
-  int emulate = 0;  // > 0: emulate that many stages on GPU 0 (docs/runtime.md, "On GPUs")
+  int emulate = 0;  // > 0: emulate that many stages on GPU 0 (docs/design/runtime.md, "On GPUs")
   std::string gpu;  // gpus.json entry for the MFU peak; empty: from the device name
-  // One process per GPU (docs/runtime.md, "Multi-process runs"): this process runs plan device
-  // group->rank() on visible GPU group->local_rank() % (GPUs visible), and talks to the other
-  // ranks over NCCL, one communicator per directed link, made from a unique id that rank 0
+  // One process per GPU (docs/design/runtime.md, "Multi-process runs"): this process runs plan
+  // device group->rank() on visible GPU group->local_rank() % (GPUs visible), and talks to the
+  // other ranks over NCCL, one communicator per directed link, made from a unique id that rank 0
   // sends the others through the group (so the module itself needs no MPI). The run's setup is
   // collective: every rank calls prepare_run. Null: this process drives every plan device.
   ProcessGroup* group = nullptr;
@@ -93,6 +94,39 @@ class GpuRun {
   virtual void reset_peaks() = 0;
 };
 
+// One visible CUDA device, as cudaGetDeviceProperties reports it.
+struct GpuDeviceInfo {
+  int index = 0;  // the CUDA ordinal, after CUDA_VISIBLE_DEVICES
+  std::string name;
+  int sms = 0;
+  std::int64_t memory_bytes = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+};
+
+// A library the module uses, where the dynamic loader mapped it from.
+struct GpuLibraryInfo {
+  std::string name;     // "libcudart", "libcublas", "libcublasLt", "libcudnn", "libnccl"
+  std::string path;     // absolute, symbolic links resolved; empty when not loaded
+  std::string version;  // as the library reports it, e.g. "13.0" or "9.19.0"; empty: none
+  std::string error;    // why it is not loaded; empty when it is
+};
+
+// `pipeplan env`: what the module sees on this machine. Gathering it never throws for a missing
+// GPU or library: those are what it reports.
+struct GpuEnvironment {
+  int built_cuda_version = 0;          // CUDART_VERSION the module was compiled with (13000: 13.0)
+  int driver_version = 0;              // cudaDriverGetVersion: 0 without a driver
+  int runtime_version = 0;             // cudaRuntimeGetVersion
+  bool fused_attention_built = false;  // compiled with the cudnn-frontend headers
+  // Empty when fused attention runs here (cuDNN loaded), else why not.
+  std::string fused_attention_error;
+  bool nccl_built = false;
+  std::vector<GpuDeviceInfo> gpus;
+  std::string gpu_error;  // why `gpus` is empty or lacks a device (the CUDA runtime's reason)
+  std::vector<GpuLibraryInfo> libraries;
+};
+
 class GpuPlugin {
  public:
   virtual ~GpuPlugin() = default;
@@ -101,6 +135,8 @@ class GpuPlugin {
   // Also throws Error naming --emulate or the plan when the GPUs cannot hold it.
   virtual std::unique_ptr<GpuRun> prepare_run(const TaskGraph& plan,
                                               const GpuRunOptions& options) = 0;
+  // Loads cuDNN as --attention flash would, so its path and version are known.
+  virtual GpuEnvironment environment() = 0;
 };
 
 // The module's entry point: sets *module_version to the kGpuPluginVersion it was built with and

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -24,5 +26,9 @@ Command add_import_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_bpipe_command(CLI::App& app);
+Command add_env_command(CLI::App& app);
+// The NVIDIA kernel module's version in the text of /proc/driver/nvidia/version ("NVRM version:
+// NVIDIA UNIX x86_64 Kernel Module  580.95.05  ..."), "" when the text names none.
+std::string nvidia_kernel_driver(std::string_view proc_version_text);
 
 }  // namespace pipeplan

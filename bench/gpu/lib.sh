@@ -40,10 +40,11 @@ first = gpus[0] if gpus else {}
 out = {"gpu_name": first.get("name", ""), "gpu_entry": first.get("gpu_entry", ""),
        "gpu_count": len(gpus), "total_sms": first.get("sms", ""),
        "memory_bytes": first.get("memory_bytes", ""),
-       "driver_version": first.get("driver_version", "")}
+       "driver_version": (env.get("cuda_module") or {}).get("kernel_driver")
+                         or first.get("driver_version", "")}
 for key, value in out.items():
     print(f"{key}\t{value}")
-for share in env.get("emulate_sm_share") or []:
+for share in first.get("emulate_sm_share") or []:
     print(f"share\t{share['stages']} {share['sms_per_stage']}")
 PY
   )
@@ -261,7 +262,9 @@ manifest = {
     "gpu": first.get("name"), "gpu_entry": first.get("gpu_entry"), "gpus": len(gpus),
     "sms": first.get("sms"), "memory_bytes": first.get("memory_bytes"),
     "compute_capability": first.get("compute_capability"),
-    "driver": first.get("driver_version"), "cuda_runtime": first.get("runtime_version"),
+    "driver": (env.get("cuda_module") or {}).get("kernel_driver"),
+    "cuda_driver_api": first.get("driver_version"),
+    "cuda_runtime": first.get("runtime_version"),
     "cudnn": version("cudnn"), "nccl": version("nccl"), "cublas": version("cublas"),
     "libraries": libraries, "pipeplan": env.get("pipeplan"),
     "commit": commit or None, "staged_commit": build_info or None, "date": date,

@@ -1,9 +1,11 @@
 // The entry point of libpipeplan_cuda.so, the CUDA backend as a module (runtime/gpu_plugin.h):
-// `pipeplan` dlopens it for `--backend cuda` and reaches CudaRun and the profiler through it.
+// `pipeplan` dlopens it for `--backend cuda` (and `pipeplan env`) and reaches CudaRun, the
+// profiler and the environment query through it.
 #include <memory>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_run.h"
+#include "runtime/cuda/env_query.h"
 #include "runtime/cuda/profiler.h"
 #include "runtime/gpu_plugin.h"
 
@@ -20,6 +22,7 @@ class CudaPlugin final : public GpuPlugin {
                                       const GpuRunOptions& options) override {
     return std::make_unique<CudaRun>(plan, options);
   }
+  GpuEnvironment environment() override { return query_environment(); }
 };
 
 }  // namespace

@@ -50,11 +50,12 @@ cat > "$work/bin/pipeplan" << 'PIPEPLAN'
 if [[ ${1:-} == env && ${2:-} == --json ]]; then
   cat << 'JSON'
 {"pipeplan": {"version": "0.1.0", "cuda_backend": true, "fused_attention": true, "mpi": false},
- "cuda_module": {"path": "/opt/pipeplan/libpipeplan_cuda.so", "loaded": true, "error": null},
+ "cuda_module": {"path": "/opt/pipeplan/libpipeplan_cuda.so", "loaded": true, "error": null,
+                 "kernel_driver": "580.159.04"},
  "gpus": [{"index": 0, "name": "NVIDIA H200", "gpu_entry": "h200", "sms": 132,
            "memory_bytes": 150754820096, "compute_capability": "9.0",
-           "driver_version": "580.159.04", "runtime_version": "13.0"}],
- "emulate_sm_share": [{"stages": 4, "sms_per_stage": 32}, {"stages": 8, "sms_per_stage": 16}],
+           "driver_version": "13.0", "runtime_version": "13.0",
+  "emulate_sm_share": [{"stages": 4, "sms_per_stage": 32}, {"stages": 8, "sms_per_stage": 16}]}],
  "libraries": [{"name": "cudnn", "path": "/x/libcudnn.so.9", "version": "9.19.0"},
                {"name": "nccl", "path": "/x/libnccl.so.2", "version": "2.28.3"}],
  "environment": {}}

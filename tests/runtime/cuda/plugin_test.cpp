@@ -2,11 +2,16 @@
 // symbol the executable does not export fails here): without a GPU, --backend cuda fails in one
 // line from inside the module; with one, a tiny plan runs emulated on it, and a flash plan runs
 // cuDNN's fused attention or is refused in one line; a module whose CUDA runtime is missing fails
-// to load in one line with dlerror().
+// to load in one line with dlerror(); `pipeplan env` reports the libraries the module loaded
+// (with or without a GPU) and, with one, the device as the CUDA runtime describes it.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -15,6 +20,7 @@
 
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/sdpa.h"
+#include "runtime/emulate.h"
 #include "tests/cli_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 
@@ -106,6 +112,69 @@ TEST_F(CudaPluginCli, AModuleWhoseCudaRuntimeIsMissingFailsToLoadInOneLine) {
       std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("cannot open shared object file"), std::string::npos) << r.out;
+}
+
+// `pipeplan env --json` on the real module: loaded, and every library it links is found on disk
+// with a version; cuDNN too where fused attention is available here. The module sets
+// CUDA_DEVICE_MAX_CONNECTIONS for itself when it loads; the report shows the user's environment.
+nlohmann::json env_report() {
+  const Result r = pipeplan::testing::run_pipeplan(
+      "env --json", "env -u CUDA_DEVICE_MAX_CONNECTIONS " + kModuleEnv);
+  EXPECT_EQ(r.status, 0) << r.out;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(report.at("cuda_module").at("loaded").get<bool>()) << r.out;
+  EXPECT_FALSE(report.at("environment").contains("CUDA_DEVICE_MAX_CONNECTIONS")) << r.out;
+  for (const nlohmann::json& library : report.at("libraries")) {
+    const std::string name = library.at("name").get<std::string>();
+    if (name == "libcudnn" && !cuda::fused_attention_unavailable().empty()) {
+      EXPECT_TRUE(library.at("path").is_null()) << library.dump();
+      continue;
+    }
+    if (name == "libnccl" && !report.at("pipeplan").at("nccl").get<bool>()) continue;
+    EXPECT_TRUE(library.at("path").is_string()) << library.dump();
+    if (!library.at("path").is_string()) continue;
+    const std::string path = library.at("path").get<std::string>();
+    EXPECT_TRUE(std::filesystem::is_regular_file(path)) << path;
+    EXPECT_NE(std::filesystem::path(path).filename().string().find(name + ".so"), std::string::npos)
+        << path;
+    EXPECT_TRUE(library.at("version").is_string()) << library.dump();
+  }
+  return report;
+}
+
+TEST_F(CudaPluginCli, EnvWithoutAGpuSaysWhyAndListsTheLibraries) {
+  if (cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  const nlohmann::json report = env_report();
+  EXPECT_TRUE(report.at("gpus").empty());
+  EXPECT_TRUE(report.at("gpu_error").is_string()) << report.dump(2);
+  const Result text = pipeplan::testing::run_pipeplan("env", kModuleEnv);
+  EXPECT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("\n  no GPU found: "), std::string::npos) << text.out;
+}
+
+TEST_F(CudaPluginCli, EnvWithAGpuDescribesItAsTheRuntimeDoes) {
+  if (cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const nlohmann::json report = env_report();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(report.at("gpus").size(), static_cast<std::size_t>(count)) << report.dump(2);
+  EXPECT_TRUE(report.at("gpu_error").is_null());
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const nlohmann::json& gpu = report.at("gpus").at(0);
+  EXPECT_EQ(gpu.at("name"), prop.name);
+  EXPECT_EQ(gpu.at("sms"), prop.multiProcessorCount);
+  EXPECT_EQ(gpu.at("memory_bytes").get<std::int64_t>(),
+            static_cast<std::int64_t>(prop.totalGlobalMem));
+  EXPECT_EQ(gpu.at("compute_capability"),
+            std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  EXPECT_TRUE(gpu.at("driver_version").is_string());
+  const nlohmann::json& shares = gpu.at("emulate_sm_share");
+  ASSERT_GE(shares.size(), 1U);
+  for (const nlohmann::json& share : shares) {
+    EXPECT_EQ(share.at("sms_per_stage").get<int>(),
+              emulated_sm_share(prop.multiProcessorCount, share.at("stages").get<int>()));
+  }
 }
 
 }  // namespace
