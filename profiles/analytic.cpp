@@ -350,12 +350,6 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
   throw FieldError(std::string(field), std::string(what));
 }
 
-std::string number_text(double x) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", x);
-  return buffer;
-}
-
 // A model too large for its sizes to stay exact: the profile must hold what a file may hold
 // (planner/base/limits.h), so that stage sums and memory totals stay far from overflow.
 void check_cost_limits(const LayerCost& c, LayerKind kind, int mbs, int seq) {
@@ -479,7 +473,8 @@ UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
   constexpr double kMaxMs = limits::kMaxLayerTimeUs / 1000.0;
   for (const double ms : {c.forward_ms, c.p1_ms, c.p2_ms, c.comm_ms}) {
     if (ms > kMaxMs)
-      fail_option("uniform_times", limits::above_limit(number_text(ms) + " ms", kMaxMs, "ms"));
+      fail_option("uniform_times",
+                  limits::above_limit(limits::general_number(ms) + " ms", kMaxMs, "ms"));
   }
   if (memory.empty()) return c;  // no memory model: every pass allocates nothing
   const auto m = parse_numbers(memory, 3, "uniform_memory", "F:P1:P2 in GiB");
@@ -490,7 +485,8 @@ UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
   constexpr double kMaxGib = static_cast<double>(limits::kMaxLayerBytes) / (1024.0 * 1024 * 1024);
   for (const double gib : {c.mem_f_gib, -c.mem_p1_gib, -c.mem_p2_gib}) {
     if (gib > kMaxGib)
-      fail_option("uniform_memory", limits::above_limit(number_text(gib) + " GiB", kMaxGib, "GiB"));
+      fail_option("uniform_memory",
+                  limits::above_limit(limits::general_number(gib) + " GiB", kMaxGib, "GiB"));
   }
   if (c.mem_p1_gib > 0 || c.mem_p2_gib > 0) {
     fail_option("uniform_memory", "P1 and P2 release memory and must be <= 0");

@@ -22,12 +22,6 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "pipeplan-profile";
 
-std::string number_text(double x) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", x);
-  return buffer;
-}
-
 // Reads one JSON object whose place in the document is `path` ("" for the root). Errors read
 // "<source>: field '<path>.<field>' must ...", so a user can find the value in the file.
 class Reader {
@@ -75,7 +69,7 @@ class Reader {
   }
   // At most `max`; above it names the limit (planner/base/limits.h).
   double at_most(std::string_view field, double x, double max, std::string_view unit = {}) const {
-    if (x > max) fail(field, limits::above_limit("(" + number_text(x) + ")", max, unit));
+    if (x > max) fail(field, limits::above_limit("(" + limits::general_number(x) + ")", max, unit));
     return x;
   }
   // A time of one layer's pass, µs: finite, >= 0 (> 0 when `positive`), at most 1000 s.

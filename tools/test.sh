@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: set up, build (warnings are errors), check formatting
-# and clang-tidy, run every test; then the unit tests again under ASan + UBSan and a short run of
-# every fuzz target (docs/development/fuzzing.md). Each stage's wall time is printed as it ends and again as a
+# The whole test suite on a fresh machine: set up, build (warnings are errors), check formatting,
+# clang-tidy and the narrative check, build the quickstart's unity build of the CLI, run every
+# test; then the unit tests again under ASan + UBSan and a short run of every fuzz target
+# (docs/development/fuzzing.md). Each stage's wall time is printed as it ends and again as a
 # summary, so a slow CI run shows where its time went. Usage: bash tools/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +17,7 @@ stage() {
 }
 stage setup bash tools/setup.sh
 stage lint bash tools/dev/lint.sh
+stage unity bash tools/dev/check_unity_build.sh
 stage ctest ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
 stage sanitize bash tools/dev/sanitize.sh
 stage fuzz bash tools/dev/fuzz_smoke.sh

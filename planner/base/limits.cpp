@@ -33,4 +33,10 @@ void check_limit(std::string_view field, std::int64_t value, std::int64_t limit)
   }
 }
 
+std::string general_number(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
+
 }  // namespace pipeplan::limits

@@ -55,6 +55,8 @@ inline constexpr int kMaxGemmCandidates = 64;
 // "<what> is above the limit of <limit>[ <unit>] (docs/reference/limits.md)", the text every limit
 // error carries.
 std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
+// A value as printf's %g writes it ("1.5", "1e+20"), for the value a message quotes.
+std::string general_number(double value);
 
 // Throws FieldError(field, "<value> is above the limit of <limit> (docs/reference/limits.md)") when
 // value > limit.

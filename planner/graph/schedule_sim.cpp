@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "planner/base/index.h"
 #include "planner/graph/validator.h"
 #include "profiles/link.h"
 
@@ -11,10 +12,6 @@ namespace pipeplan {
 namespace {
 
 constexpr double kUnset = -1.0;
-
-std::size_t at(int a) {
-  return static_cast<std::size_t>(a);
-}
 
 // Per virtual stage, what its ops cost and where their outputs go, read once per call.
 struct StageInfo {
@@ -35,22 +32,22 @@ class CompactRun {
         devices_(schedule.devices),
         stages_(schedule.stage_count()),
         m_(schedule.microbatches),
-        cells_(at(stages_) * at(std::max(m_, 0))),
+        cells_(idx(stages_) * idx(std::max(m_, 0))),
         activation_at_(cells_, kUnset),
         gradient_at_(cells_, kUnset),
         forward_end_(cells_, kUnset),
         p1_end_(cells_, kUnset),
-        link_end_(at(devices_) * at(devices_), 0.0),
-        position_(at(devices_), 0),
-        free_at_(at(devices_), 0.0),
-        memory_(at(devices_), 0),
-        queued_(at(devices_), 1),
-        blocked_(at(devices_), 0) {
-    stage_.resize(at(stages_));
+        link_end_(idx(devices_) * idx(devices_), 0.0),
+        position_(idx(devices_), 0),
+        free_at_(idx(devices_), 0.0),
+        memory_(idx(devices_), 0),
+        queued_(idx(devices_), 1),
+        blocked_(idx(devices_), 0) {
+    stage_.resize(idx(stages_));
     for (int s = 0; s < stages_; ++s) {
-      const StageCost& c = costs[at(s)];
-      StageInfo& info = stage_[at(s)];
-      info.device = schedule.stage_device[at(s)];
+      const StageCost& c = costs[idx(s)];
+      StageInfo& info = stage_[idx(s)];
+      info.device = schedule.stage_device[idx(s)];
       info.forward_us = c.forward_us;
       info.p1_us = c.p1_us;
       info.fused_us = c.p1_us + c.p2_us;
@@ -65,35 +62,35 @@ class CompactRun {
 
   ScheduleSim run() {
     ScheduleSim out;
-    out.busy_us.assign(at(devices_), 0.0);
-    out.first_start_us.assign(at(devices_), 0.0);
-    out.last_end_us.assign(at(devices_), 0.0);
-    out.peak_memory_bytes.assign(at(devices_), 0);
-    if (options_.keep_times) out.times.resize(at(devices_));
+    out.busy_us.assign(idx(devices_), 0.0);
+    out.first_start_us.assign(idx(devices_), 0.0);
+    out.last_end_us.assign(idx(devices_), 0.0);
+    out.peak_memory_bytes.assign(idx(devices_), 0);
+    if (options_.keep_times) out.times.resize(idx(devices_));
     for (int d = 0; d < devices_; ++d) {
-      memory_[at(d)] =
-          d < static_cast<int>(meta_.static_bytes.size()) ? meta_.static_bytes[at(d)] : 0;
-      out.peak_memory_bytes[at(d)] = memory_[at(d)];
-      if (options_.keep_times) out.times[at(d)].reserve(schedule_.per_device[at(d)].size());
-      if (!fits(d, memory_[at(d)])) {
-        fail_memory(out, d, memory_[at(d)], true);
+      memory_[idx(d)] =
+          d < static_cast<int>(meta_.static_bytes.size()) ? meta_.static_bytes[idx(d)] : 0;
+      out.peak_memory_bytes[idx(d)] = memory_[idx(d)];
+      if (options_.keep_times) out.times[idx(d)].reserve(schedule_.per_device[idx(d)].size());
+      if (!fits(d, memory_[idx(d)])) {
+        fail_memory(out, d, memory_[idx(d)], true);
         return out;
       }
     }
     std::vector<int> work;
-    work.reserve(at(devices_));
+    work.reserve(idx(devices_));
     for (int d = devices_ - 1; d >= 0; --d)
       work.push_back(d);
     while (!work.empty()) {
       const int d = work.back();
       work.pop_back();
-      queued_[at(d)] = 0;
+      queued_[idx(d)] = 0;
       if (!advance(d, out, work)) return out;
     }
     for (int d = 0; d < devices_; ++d) {
-      if (position_[at(d)] < schedule_.per_device[at(d)].size()) {
+      if (position_[idx(d)] < schedule_.per_device[idx(d)].size()) {
         out.error = "device " + std::to_string(d) + " waits forever at action " +
-                    format_action(schedule_.per_device[at(d)][position_[at(d)]]) +
+                    format_action(schedule_.per_device[idx(d)][position_[idx(d)]]) +
                     " (an input that comes later in some order, or a deadlock)";
         return out;
       }
@@ -103,17 +100,18 @@ class CompactRun {
   }
 
  private:
-  std::size_t cell(int s, int mb) const { return at(s) * at(m_) + at(mb); }
+  std::size_t cell(int s, int mb) const { return idx(s) * idx(m_) + idx(mb); }
 
   bool fits(int d, std::int64_t bytes) const {
-    const double limit =
-        d < static_cast<int>(meta_.memory_limit_bytes.size()) ? meta_.memory_limit_bytes[at(d)] : 0;
+    const double limit = d < static_cast<int>(meta_.memory_limit_bytes.size())
+                             ? meta_.memory_limit_bytes[idx(d)]
+                             : 0;
     return !options_.check_memory || limit <= 0 || static_cast<double>(bytes) <= limit;
   }
 
   void fail_memory(ScheduleSim& out, int d, std::int64_t bytes, bool static_only) const {
     out.memory_ok = false;
-    const double limit = meta_.memory_limit_bytes[at(d)];
+    const double limit = meta_.memory_limit_bytes[idx(d)];
     out.error =
         static_only
             ? "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(bytes)) +
@@ -128,31 +126,31 @@ class CompactRun {
   // for the pair's previous one.
   void deliver(std::vector<double>& table, int from, int to, int mb, double end, double send_us,
                std::vector<int>& work) {
-    const int dst = stage_[at(to)].device;
+    const int dst = stage_[idx(to)].device;
     double arrival = end;
     if (dst != from) {
-      double& link = link_end_[at(from) * at(devices_) + at(dst)];
+      double& link = link_end_[idx(from) * idx(devices_) + idx(dst)];
       arrival = std::max(end, link) + send_us;
       link = arrival;
     }
     table[cell(to, mb)] = arrival;
-    if (blocked_[at(dst)] && !queued_[at(dst)]) {
-      queued_[at(dst)] = 1;
-      blocked_[at(dst)] = 0;
+    if (blocked_[idx(dst)] && !queued_[idx(dst)]) {
+      queued_[idx(dst)] = 1;
+      blocked_[idx(dst)] = 0;
       work.push_back(dst);
     }
   }
 
   // Runs device d's actions until one waits for an input; false when the run must stop (memory).
   bool advance(int d, ScheduleSim& out, std::vector<int>& work) {
-    const std::vector<Action>& actions = schedule_.per_device[at(d)];
-    std::size_t& pos = position_[at(d)];
-    double& free_at = free_at_[at(d)];
-    std::int64_t& memory = memory_[at(d)];
+    const std::vector<Action>& actions = schedule_.per_device[idx(d)];
+    std::size_t& pos = position_[idx(d)];
+    double& free_at = free_at_[idx(d)];
+    std::int64_t& memory = memory_[idx(d)];
     while (pos < actions.size()) {
       const Action& a = actions[pos];
       const int s = a.stage;
-      const StageInfo& info = stage_[at(s)];
+      const StageInfo& info = stage_[idx(s)];
       const int mb = a.microbatches.front();
       double ready = free_at;
       double duration = 0;
@@ -194,8 +192,8 @@ class CompactRun {
       memory += alloc;
       const std::int64_t during =
           memory + op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
-      if (during > out.peak_memory_bytes[at(d)]) {
-        out.peak_memory_bytes[at(d)] = during;
+      if (during > out.peak_memory_bytes[idx(d)]) {
+        out.peak_memory_bytes[idx(d)] = during;
         if (!fits(d, during)) {
           fail_memory(out, d, during, false);
           return false;
@@ -203,10 +201,10 @@ class CompactRun {
       }
       memory -= release;
       const double end = ready + duration;
-      if (pos == 0 || ready < out.first_start_us[at(d)]) out.first_start_us[at(d)] = ready;
-      out.last_end_us[at(d)] = std::max(out.last_end_us[at(d)], end);
-      out.busy_us[at(d)] += end - ready;  // as step_metrics sums it
-      if (options_.keep_times) out.times[at(d)].push_back({ready, end});
+      if (pos == 0 || ready < out.first_start_us[idx(d)]) out.first_start_us[idx(d)] = ready;
+      out.last_end_us[idx(d)] = std::max(out.last_end_us[idx(d)], end);
+      out.busy_us[idx(d)] += end - ready;  // as step_metrics sums it
+      if (options_.keep_times) out.times[idx(d)].push_back({ready, end});
       free_at = end;
       ++pos;
       switch (a.op) {
@@ -217,7 +215,7 @@ class CompactRun {
         case OpType::P1:
         case OpType::B:
           p1_end_[cell(s, mb)] = end;
-          if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[at(s - 1)].send_us, work);
+          if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
           break;
         case OpType::P2:
           break;
@@ -227,7 +225,7 @@ class CompactRun {
   }
 
   bool block(int d) {
-    blocked_[at(d)] = 1;
+    blocked_[idx(d)] = 1;
     return true;
   }
 
@@ -235,14 +233,14 @@ class CompactRun {
     double first = std::numeric_limits<double>::max(), last = 0, busy = 0;
     bool any = false;
     for (int d = 0; d < devices_; ++d) {
-      busy += out.busy_us[at(d)];
-      out.sum_last_end_us += out.last_end_us[at(d)];
-      if (schedule_.per_device[at(d)].empty()) continue;
+      busy += out.busy_us[idx(d)];
+      out.sum_last_end_us += out.last_end_us[idx(d)];
+      if (schedule_.per_device[idx(d)].empty()) continue;
       any = true;
-      first = std::min(first, out.first_start_us[at(d)]);
-      last = std::max(last, out.last_end_us[at(d)]);
+      first = std::min(first, out.first_start_us[idx(d)]);
+      last = std::max(last, out.last_end_us[idx(d)]);
       out.max_stage_span_us =
-          std::max(out.max_stage_span_us, out.last_end_us[at(d)] - out.first_start_us[at(d)]);
+          std::max(out.max_stage_span_us, out.last_end_us[idx(d)] - out.first_start_us[idx(d)]);
     }
     out.makespan_us = any ? last - first : 0.0;
     const double devices = static_cast<double>(devices_);

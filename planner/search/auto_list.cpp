@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/index.h"
 #include "planner/base/limits.h"
 
 namespace pipeplan {
@@ -32,10 +33,6 @@ std::string ListVariant::name() const {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::size_t at(int i) {
-  return static_cast<std::size_t>(i);
-}
 
 enum class Kind : std::uint8_t { wait, forward, p1, p2 };
 
@@ -65,29 +62,29 @@ static_assert(limits::kMaxStages <= std::numeric_limits<std::int16_t>::max());
 // selects then chain through every level where predicted branches let the replay run ahead.
 class Tournament {
  public:
-  explicit Tournament(int n) : key_(at(n), kInf) {
+  explicit Tournament(int n) : key_(idx(n), kInf) {
     size_ = 1;
     while (size_ < n)
       size_ *= 2;
-    tree_.assign(at(2 * size_), Entry{order_key(kInf), std::numeric_limits<int>::max()});
+    tree_.assign(idx(2 * size_), Entry{order_key(kInf), std::numeric_limits<int>::max()});
     for (int d = 0; d < n; ++d)
-      tree_[at(size_ + d)] = Entry{order_key(kInf), d};
+      tree_[idx(size_ + d)] = Entry{order_key(kInf), d};
     for (int i = size_ - 1; i >= 1; --i)
-      tree_[at(i)] = pick(tree_[at(2 * i)], tree_[at(2 * i + 1)]);
+      tree_[idx(i)] = pick(tree_[idx(2 * i)], tree_[idx(2 * i + 1)]);
   }
   void set(int d, double key) {
-    if (key_[at(d)] == key) return;  // its place in every match is unchanged
-    key_[at(d)] = key;
+    if (key_[idx(d)] == key) return;  // its place in every match is unchanged
+    key_[idx(d)] = key;
     int i = size_ + d;
     Entry winner{order_key(key), d};
-    tree_[at(i)] = winner;
+    tree_[idx(i)] = winner;
     for (; i > 1; i /= 2) {
-      winner = pick(winner, tree_[at(i ^ 1)]);
-      tree_[at(i / 2)] = winner;
+      winner = pick(winner, tree_[idx(i ^ 1)]);
+      tree_[idx(i / 2)] = winner;
     }
   }
   int winner() const { return tree_[1].device; }
-  double key(int d) const { return key_[at(d)]; }
+  double key(int d) const { return key_[idx(d)]; }
 
  private:
   struct Entry {
@@ -159,31 +156,31 @@ class ListScheduler {
         p_(in.devices),
         m_(in.microbatches),
         s_(static_cast<int>(in.stage_device.size())),
-        device_(at(p_)),
-        next_f_(at(s_), 0),
-        f_done_(at(s_), 0),
-        p1_done_(at(s_), 0),
-        gradients_(at(s_)),
-        pending_(at(s_)),
-        forward_at_(at(s_) * at(m_), kInf),
-        comm_(at(s_), 0.0),
-        link_free_(at(p_) * at(p_), 0.0) {
+        device_(idx(p_)),
+        next_f_(idx(s_), 0),
+        f_done_(idx(s_), 0),
+        p1_done_(idx(s_), 0),
+        gradients_(idx(s_)),
+        pending_(idx(s_)),
+        forward_at_(idx(s_) * idx(m_), kInf),
+        comm_(idx(s_), 0.0),
+        link_free_(idx(p_) * idx(p_), 0.0) {
     for (int s = 0; s < s_; ++s) {
-      device(in.stage_device[at(s)]).stages.push_back(s);
-      if (s + 1 < s_ && in.stage_device[at(s)] != in.stage_device[at(s + 1)])
-        comm_[at(s)] = transfer_time_us(in.link, costs_[at(s)].send_bytes);
+      device(in.stage_device[idx(s)]).stages.push_back(s);
+      if (s + 1 < s_ && in.stage_device[idx(s)] != in.stage_device[idx(s + 1)])
+        comm_[idx(s)] = transfer_time_us(in.link, costs_[idx(s)].send_bytes);
     }
     for (int mb = 0; mb < m_; ++mb)
-      forward_at_[at(mb)] = 0.0;  // stage 0's input is there at the start
+      forward_at_[idx(mb)] = 0.0;  // stage 0's input is there at the start
     for (int s = 0; s < s_; ++s) {
-      gradients_[at(s)].reserve(at(m_));
-      pending_[at(s)].reserve(at(m_));
+      gradients_[idx(s)].reserve(idx(m_));
+      pending_[idx(s)].reserve(idx(m_));
     }
     for (int d = 0; d < p_; ++d) {
       Device& dev = device(d);
-      dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[at(d)] : 0;
+      dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[idx(d)] : 0;
       dev.limit =
-          d < static_cast<int>(in.memory_limit_bytes.size()) ? in.memory_limit_bytes[at(d)] : 0;
+          d < static_cast<int>(in.memory_limit_bytes.size()) ? in.memory_limit_bytes[idx(d)] : 0;
       dev.first = dev.stages.empty() ? 0 : dev.stages.front();
       for (const int s : dev.stages) {
         if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
@@ -191,14 +188,14 @@ class ListScheduler {
         dev.max_work = std::max(dev.max_work, cost(s).max_work_bytes());
         for (const int t : {s - 1, s + 1}) {
           if (t < 0 || t >= s_) continue;
-          const int e = in.stage_device[at(t)];
+          const int e = in.stage_device[idx(t)];
           if (e != d &&
               std::find(dev.neighbours.begin(), dev.neighbours.end(), e) == dev.neighbours.end())
             dev.neighbours.push_back(e);
         }
       }
       dev.backward_total = static_cast<int>(dev.stages.size()) * m_;
-      dev.actions.reserve(dev.stages.size() * at(m_) * 3);
+      dev.actions.reserve(dev.stages.size() * idx(m_) * 3);
       const int k = std::max(1, static_cast<int>(dev.stages.size()));
       const double cap = variant.depth_factor > 0
                              ? std::ceil(variant.depth_factor * (s_ - dev.first) / k - 1e-9)
@@ -213,18 +210,18 @@ class ListScheduler {
   Schedule run() {
     // Each device's decision, recomputed only when an action can have changed it; the next to
     // act is the earliest (ties: the lower device), kept at the root of a tournament tree.
-    std::vector<Decision> decision(at(p_));
-    std::vector<char> done(at(p_), 0);
+    std::vector<Decision> decision(idx(p_));
+    std::vector<char> done(idx(p_), 0);
     Tournament earliest(p_);
     int unfinished = 0;
     const auto refresh = [&](int d) {
-      if (done[at(d)]) return;
-      decision[at(d)] = decide(d);
-      earliest.set(d, decision[at(d)].start);
+      if (done[idx(d)]) return;
+      decision[idx(d)] = decide(d);
+      earliest.set(d, decision[idx(d)].start);
     };
     for (int d = 0; d < p_; ++d) {
-      done[at(d)] = finished(d) ? 1 : 0;
-      if (!done[at(d)]) ++unfinished;
+      done[idx(d)] = finished(d) ? 1 : 0;
+      if (!done[idx(d)]) ++unfinished;
       refresh(d);
     }
     while (unfinished > 0) {
@@ -236,11 +233,11 @@ class ListScheduler {
           if (device(e).pending_p2 > 0) d = e;
         }
         if (d < 0) throw Error("auto schedule: internal deadlock");
-        decision[at(d)] = Decision{device(d).free_at, Kind::p2, oldest_pending(d), 1};
+        decision[idx(d)] = Decision{device(d).free_at, Kind::p2, oldest_pending(d), 1};
       }
-      apply(d, decision[at(d)]);
+      apply(d, decision[idx(d)]);
       if (finished(d)) {
-        done[at(d)] = 1;
+        done[idx(d)] = 1;
         earliest.set(d, kInf);
         --unfinished;
       }
@@ -251,7 +248,7 @@ class ListScheduler {
       // the inputs there at its start, so one arriving later leaves it as it is. Re-deciding in
       // any other case gives the same decision.
       for (const int e : device(d).neighbours) {
-        const Decision& current = decision[at(e)];
+        const Decision& current = decision[idx(e)];
         const Kind k = current.kind;
         const bool reached = delivered_to_ == e && ((k != Kind::forward && k != Kind::p1) ||
                                                     delivered_at_ <= current.start);
@@ -268,20 +265,20 @@ class ListScheduler {
   }
 
  private:
-  Device& device(int d) { return device_[at(d)]; }
-  const StageCost& cost(int s) const { return costs_[at(s)]; }
-  double& forward_at(int s, int mb) { return forward_at_[at(s) * at(m_) + at(mb)]; }
+  Device& device(int d) { return device_[idx(d)]; }
+  const StageCost& cost(int s) const { return costs_[idx(s)]; }
+  double& forward_at(int s, int mb) { return forward_at_[idx(s) * idx(m_) + idx(mb)]; }
   // Whether decide(d) may read other devices' free times: its P2 branch with the gap estimate.
   bool reads_neighbours(int d) { return split_ && device(d).pending_p2 > device(d).p2_lag; }
   bool finished(int d) {
     const Device& dev = device(d);
     if (dev.backward_done < dev.backward_total || dev.pending_p2 > 0) return false;
     return std::all_of(dev.stages.begin(), dev.stages.end(),
-                       [&](int s) { return next_f_[at(s)] == m_; });
+                       [&](int s) { return next_f_[idx(s)] == m_; });
   }
   bool fits(int d, std::int64_t bytes) const {
     // With room for the working memory of whichever op runs next (the task graph holds it).
-    const Device& dev = device_[at(d)];
+    const Device& dev = device_[idx(d)];
     return dev.limit <= 0 || static_cast<double>(bytes + dev.max_work) <= dev.limit;
   }
   // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
@@ -314,7 +311,7 @@ class ListScheduler {
     int oldest = -1;
     std::int64_t when = std::numeric_limits<std::int64_t>::max();
     for (const int s : device(d).stages) {
-      const Fifo<std::pair<std::int64_t, int>>& queue = pending_[at(s)];
+      const Fifo<std::pair<std::int64_t, int>>& queue = pending_[idx(s)];
       if (!queue.empty() && queue.front().first < when) {
         when = queue.front().first;
         oldest = s;
@@ -324,10 +321,10 @@ class ListScheduler {
   }
 
   void set_p2_lags(double factor) {
-    std::vector<double> head(at(s_), 0.0), tail(at(s_), 0.0);
+    std::vector<double> head(idx(s_), 0.0), tail(idx(s_), 0.0);
     for (int s = 1; s < s_; ++s) {
-      head[at(s)] = head[at(s - 1)] + cost(s - 1).forward_us + comm_[at(s - 1)];
-      tail[at(s)] = tail[at(s - 1)] + cost(s - 1).p1_us + comm_[at(s - 1)];
+      head[idx(s)] = head[idx(s - 1)] + cost(s - 1).forward_us + comm_[idx(s - 1)];
+      tail[idx(s)] = tail[idx(s - 1)] + cost(s - 1).p1_us + comm_[idx(s - 1)];
     }
     for (int d = 0; d < p_; ++d) {
       Device& dev = device(d);
@@ -336,7 +333,7 @@ class ListScheduler {
       for (const int s : dev.stages)
         w = std::min(w, cost(s).p2_us);
       if (w <= 0) continue;
-      const double lag = factor * (head[at(dev.first)] + tail[at(dev.first)]) / w;
+      const double lag = factor * (head[idx(dev.first)] + tail[idx(dev.first)]) / w;
       dev.p2_lag = static_cast<int>(std::min(std::ceil(lag - 1e-9), static_cast<double>(m_)));
     }
   }
@@ -344,8 +341,8 @@ class ListScheduler {
   // The P2 group of stage s (its device's oldest pending P2's) for a gap of `gap` us (kInf: no
   // deadline): the most efficient size that fits, larger on ties; 0 when none fits.
   int group_for_gap(int s, double gap) {
-    const int limit = std::min(static_cast<int>(pending_[at(s)].size()), max_group_);
-    const auto row = at(s) * at(max_group_);
+    const int limit = std::min(static_cast<int>(pending_[idx(s)].size()), max_group_);
+    const auto row = idx(s) * idx(max_group_);
     const double* prefix_max = group_prefix_max_us_.data() + row;
     // The loop "k = 1, 2, ... while p2(k) fits the gap" stops at the first k that does not fit:
     // scanned for the first few (groups are mostly small, and a binary search's branches were
@@ -358,15 +355,15 @@ class ListScheduler {
     if (k == kScan && k < limit) {
       k = static_cast<int>(std::upper_bound(prefix_max + k, prefix_max + limit, fits) - prefix_max);
     }
-    return k == 0 ? 0 : group_best_upto_[row + at(k - 1)];
+    return k == 0 ? 0 : group_best_upto_[row + idx(k - 1)];
   }
 
   // Per stage, for the P2 group choice, in rows of max_group_ (k = 1 .. max_group_): the running
   // maximum of p2(k) over k, and the most efficient size (the smallest p2(k)/k, larger on ties)
   // among 1..k.
   void build_group_tables() {
-    group_prefix_max_us_.resize(at(s_) * at(max_group_));
-    group_best_upto_.resize(at(s_) * at(max_group_));
+    group_prefix_max_us_.resize(idx(s_) * idx(max_group_));
+    group_best_upto_.resize(idx(s_) * idx(max_group_));
     for (int s = 0; s < s_; ++s) {
       double best_rate = kInf, prefix = 0;
       int best = 0;
@@ -378,8 +375,8 @@ class ListScheduler {
           best_rate = std::min(best_rate, rate);
           best = k;
         }
-        group_prefix_max_us_[at(s) * at(max_group_) + at(k - 1)] = prefix;
-        group_best_upto_[at(s) * at(max_group_) + at(k - 1)] = best;
+        group_prefix_max_us_[idx(s) * idx(max_group_) + idx(k - 1)] = prefix;
+        group_best_upto_[idx(s) * idx(max_group_) + idx(k - 1)] = best;
       }
     }
   }
@@ -390,23 +387,23 @@ class ListScheduler {
     Device& dev = device(d);
     double next = kInf;
     for (const int s : dev.stages) {
-      if (!gradients_[at(s)].empty()) next = std::min(next, gradients_[at(s)].front().first);
-      const int mb = next_f_[at(s)];
+      if (!gradients_[idx(s)].empty()) next = std::min(next, gradients_[idx(s)].front().first);
+      const int mb = next_f_[idx(s)];
       if (mb < m_ && (s != dev.first || entry_allowed)) {
         const double f = forward_at(s, mb);
         if (f < kInf) {
           next = std::min(next, f);
-        } else if (s > 0 && in_.stage_device[at(s - 1)] != d) {
-          const Device& from = device(in_.stage_device[at(s - 1)]);
+        } else if (s > 0 && in_.stage_device[idx(s - 1)] != d) {
+          const Device& from = device(in_.stage_device[idx(s - 1)]);
           next = std::min(next,
-                          std::max(from.free_at, now) + cost(s - 1).forward_us + comm_[at(s - 1)]);
+                          std::max(from.free_at, now) + cost(s - 1).forward_us + comm_[idx(s - 1)]);
         }
       }
-      const int expected = f_done_[at(s)] - p1_done_[at(s)];
-      if (s + 1 < s_ && expected > static_cast<int>(gradients_[at(s)].size()) &&
-          in_.stage_device[at(s + 1)] != d) {
-        const Device& from = device(in_.stage_device[at(s + 1)]);
-        next = std::min(next, std::max(from.free_at, now) + cost(s + 1).p1_us + comm_[at(s)]);
+      const int expected = f_done_[idx(s)] - p1_done_[idx(s)];
+      if (s + 1 < s_ && expected > static_cast<int>(gradients_[idx(s)].size()) &&
+          in_.stage_device[idx(s + 1)] != d) {
+        const Device& from = device(in_.stage_device[idx(s + 1)]);
+        next = std::min(next, std::max(from.free_at, now) + cost(s + 1).p1_us + comm_[idx(s)]);
       }
     }
     return next;
@@ -415,10 +412,11 @@ class ListScheduler {
   // The forward device d would run now (Kind::forward), if any is ready and admitted.
   Decision ready_forward(int d, double now) {
     Device& dev = device(d);
-    const bool entry = next_f_[at(dev.first)] < m_ && entry_fits(d) && dev.inflight < dev.depth_cap;
+    const bool entry =
+        next_f_[idx(dev.first)] < m_ && entry_fits(d) && dev.inflight < dev.depth_cap;
     for (std::size_t i = dev.stages.size(); i-- > 0;) {
       const int s = dev.stages[i];
-      const int mb = next_f_[at(s)];
+      const int mb = next_f_[idx(s)];
       if (mb >= m_ || (s == dev.first && !entry) || (s != dev.first && !later_fits(d, s))) continue;
       if (forward_at(s, mb) <= now) return {now, Kind::forward, s, 1};
     }
@@ -433,8 +431,8 @@ class ListScheduler {
     int p1_stage = -1;
     for (std::size_t i = dev.stages.size(); i-- > 0;) {
       const int s = dev.stages[i];
-      if (gradients_[at(s)].empty()) continue;
-      const double arrival = gradients_[at(s)].front().first;
+      if (gradients_[idx(s)].empty()) continue;
+      const double arrival = gradients_[idx(s)].front().first;
       gradient_at = std::min(gradient_at, arrival);
       if (arrival <= now && p1_stage < 0) p1_stage = s;
     }
@@ -451,14 +449,14 @@ class ListScheduler {
     }
     // F: the stage furthest down the model among the arrived inputs, a new micro-batch entering
     // the device only within its depth cap and memory.
-    const bool more_entries = next_f_[at(dev.first)] < m_;
+    const bool more_entries = next_f_[idx(dev.first)] < m_;
     const bool entry_memory = more_entries && entry_fits(d);
     const bool entry_allowed = entry_memory && dev.inflight < dev.depth_cap;
     double forward_at_min = kInf;
     bool later_blocked = false;  // a later stage's input is there but its stash does not fit
     for (std::size_t i = dev.stages.size(); i-- > 0;) {
       const int s = dev.stages[i];
-      const int mb = next_f_[at(s)];
+      const int mb = next_f_[idx(s)];
       if (mb >= m_ || (s == dev.first && !entry_allowed)) continue;
       const double arrival = forward_at(s, mb);
       if (s != dev.first && !later_fits(d, s)) {
@@ -494,19 +492,19 @@ class ListScheduler {
   // An output of device d, ready at `ready`, to stage `to`: a message waits for the pair's
   // previous one (the simulator's model).
   void send(int d, int to, int mb, double ready, bool forward) {
-    const int dst = in_.stage_device[at(to)];
+    const int dst = in_.stage_device[idx(to)];
     delivered_to_ = dst;
     double arrival = ready;
     if (dst != d) {
-      double& free = link_free_[at(d) * at(p_) + at(dst)];
-      arrival = std::max(ready, free) + comm_[at(forward ? to - 1 : to)];
+      double& free = link_free_[idx(d) * idx(p_) + idx(dst)];
+      arrival = std::max(ready, free) + comm_[idx(forward ? to - 1 : to)];
       free = arrival;
     }
     delivered_at_ = arrival;
     if (forward) {
       forward_at(to, mb) = arrival;
     } else {
-      gradients_[at(to)].push({arrival, mb});
+      gradients_[idx(to)].push({arrival, mb});
     }
   }
 
@@ -531,8 +529,8 @@ class ListScheduler {
         dev.free_at = start;
         return;
       case Kind::forward: {
-        const int mb = next_f_[at(s)]++;
-        ++f_done_[at(s)];
+        const int mb = next_f_[idx(s)]++;
+        ++f_done_[idx(s)];
         dev.free_at = start + c.forward_us;
         dev.memory += c.stash_bytes;
         if (s == dev.first) {
@@ -542,20 +540,20 @@ class ListScheduler {
         if (s + 1 < s_) {
           send(d, s + 1, mb, dev.free_at, true);
         } else {
-          gradients_[at(s)].push({dev.free_at, mb});
+          gradients_[idx(s)].push({dev.free_at, mb});
         }
         return;
       }
       case Kind::p1: {
-        const int mb = gradients_[at(s)].front().second;
-        gradients_[at(s)].pop();
-        ++p1_done_[at(s)];
+        const int mb = gradients_[idx(s)].front().second;
+        gradients_[idx(s)].pop();
+        ++p1_done_[idx(s)];
         if (s == dev.first) --dev.inflight;
         ++dev.backward_done;
         if (split_) {
           dev.free_at = start + c.p1_us;
           dev.memory += c.retained_bytes - c.stash_bytes;
-          pending_[at(s)].push({next_pending_++, mb});
+          pending_[idx(s)].push({next_pending_++, mb});
           ++dev.pending_p2;
           dev.pending_retained += c.retained_bytes;
           add_action(dev, OpType::P1, s).microbatches.push_back(mb);
@@ -570,7 +568,7 @@ class ListScheduler {
       case Kind::p2: {
         const int k = std::max(1, dec.group);
         Action& a = add_action(dev, OpType::P2, s);
-        Fifo<std::pair<std::int64_t, int>>& queue = pending_[at(s)];
+        Fifo<std::pair<std::int64_t, int>>& queue = pending_[idx(s)];
         for (int i = 0; i < k && !queue.empty(); ++i) {
           a.microbatches.push_back(queue.front().second);
           queue.pop();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/index.h"
 #include "planner/plan/lower_bound.h"
 #include "planner/plan/make_plan.h"
 #include "planner/search/auto_list.h"
@@ -18,10 +19,6 @@ double boundary_transfer_us(const P2pLink& link, const StageCost& sender) {
 }
 
 namespace {
-
-std::size_t at(int i) {
-  return static_cast<std::size_t>(i);
-}
 
 // A layout of virtual stages on devices, on one cut of the model, with what its candidates are
 // evaluated under and the lower bounds no order of it can beat.
@@ -51,14 +48,14 @@ Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stag
   l.meta.p2_concat = r.p2_concat;
   l.meta.link = r.link;
   l.meta.memory_limit_bytes = r.memory_limit_bytes;
-  l.meta.memory_limit_bytes.resize(at(r.devices), 0.0);
+  l.meta.memory_limit_bytes.resize(idx(r.devices), 0.0);
   if (static_bytes != nullptr) {
     l.meta.static_bytes = *static_bytes;
-    l.meta.static_bytes.resize(at(r.devices), 0);
+    l.meta.static_bytes.resize(idx(r.devices), 0);
   } else {
-    l.meta.static_bytes.assign(at(r.devices), 0);
+    l.meta.static_bytes.assign(idx(r.devices), 0);
     for (std::size_t s = 0; s < stage_device.size(); ++s)
-      l.meta.static_bytes[at(stage_device[s])] += l.costs[s].static_bytes;
+      l.meta.static_bytes[idx(stage_device[s])] += l.costs[s].static_bytes;
   }
   const LowerBound bound = step_time_lower_bound(l.costs, stage_device, r.link, r.microbatches);
   l.bound_step_us = bound.makespan_us;
@@ -70,9 +67,9 @@ Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stag
 // the balanced cut into 2P stages (when the model has blocks enough).
 std::vector<Layout> layouts(const AutoRequest& r) {
   std::vector<Layout> out;
-  std::vector<int> one(at(r.devices));
+  std::vector<int> one(idx(r.devices));
   for (int d = 0; d < r.devices; ++d)
-    one[at(d)] = d;
+    one[idx(d)] = d;
   out.push_back(make_layout(r, "one chunk", one, {{}, r.costs}, &r.static_bytes));
   if (!r.cut || r.devices < 2) return out;
   StageCut two;

@@ -39,7 +39,7 @@ void rope_rotate(T* qkv,  // (B, T, (H + 2·KV)·D): q and k heads in place
 }
 
 template <typename T>
-T dot(const T* a, const T* b, std::int64_t len) {
+T serial_dot(const T* a, const T* b, std::int64_t len) {
   T sum = 0;
   for (std::int64_t i = 0; i < len; ++i)
     sum += a[i] * b[i];
@@ -73,7 +73,7 @@ void attention_core_forward(T* out,        // (B, T, H·D) overwritten
         const T* q = base + t * width + off.q;
         T max_score = -std::numeric_limits<T>::infinity();
         for (std::int64_t j = 0; j <= t; ++j) {
-          p[j] = scale * dot(q, base + j * width + off.k, d);
+          p[j] = scale * serial_dot(q, base + j * width + off.k, d);
           max_score = std::max(max_score, p[j]);
         }
         T sum = 0;
@@ -113,7 +113,7 @@ void attention_core_backward(T* dqkv,         // (B, T, (H + 2·KV)·D) accumula
         const T* g = dout + (b * s + t) * dims.channels + h * d;
         T weighted = 0;
         for (std::int64_t j = 0; j <= t; ++j) {
-          dp[j] = dot(g, base + j * width + off.v, d);
+          dp[j] = serial_dot(g, base + j * width + off.v, d);
           weighted += p[j] * dp[j];
           T* dv = dbase + j * width + off.v;
           for (std::int64_t i = 0; i < d; ++i)

@@ -13,7 +13,7 @@ namespace pipeplan::cpu {
 namespace {
 
 template <typename T>
-T* ptr(const Tensor& tensor) {
+T* data_of(const Tensor& tensor) {
   return tensor.data_as<T>();
 }
 
@@ -28,8 +28,8 @@ Shape token_shape(const Tensor& tokens, std::string_view what) {
 
 template <typename T>
 HeadStash<T> head_stash(const TensorSet& set) {
-  return {ptr<T>(set.at("norm.xhat")), ptr<T>(set.at("norm.rstd")), ptr<T>(set.at("lm_head.x")),
-          ptr<T>(set.at("lm_head.probs"))};
+  return {data_of<T>(set.at("norm.xhat")), data_of<T>(set.at("norm.rstd")),
+          data_of<T>(set.at("lm_head.x")), data_of<T>(set.at("lm_head.probs"))};
 }
 
 template <typename T>
@@ -44,8 +44,9 @@ Tensor embedding_layer_forward(const LayerParams& layer, const Tensor& tokens, S
   const Shape shape = token_shape(tokens, "embedding input");
   const std::int64_t c = layer.model.hidden;
   Tensor y = host_zeros({shape[0], shape[1], c}, dtype_of<T>());
-  embedding_forward(ptr<T>(y), ptr<std::int32_t>(tokens), layer.at("wte").weight.data_as<T>(),
-                    tokens.numel(), c, std::int64_t{layer.model.vocab});
+  embedding_forward(data_of<T>(y), data_of<std::int32_t>(tokens),
+                    layer.at("wte").weight.data_as<T>(), tokens.numel(), c,
+                    std::int64_t{layer.model.vocab});
   stash.put("tokens", tokens);
   return y;
 }
@@ -66,7 +67,7 @@ void embedding_layer_backward_p2(LayerParams& layer, std::span<const Retained* c
   std::vector<EmbeddingRows<T>> rows;
   for (const Retained* set : retained) {
     const Tensor& tokens = set->at("tokens");
-    rows.push_back({ptr<std::int32_t>(tokens), ptr<T>(set->at("dy")), tokens.numel()});
+    rows.push_back({data_of<std::int32_t>(tokens), data_of<T>(set->at("dy")), tokens.numel()});
   }
   embedding_backward_p2<T>(layer.at("wte").grad.data_as<T>(), rows, layer.model.hidden);
 }
@@ -82,8 +83,8 @@ Tensor head_layer_forward(const LayerParams& layer, const Tensor& x, const Tenso
     stash.put(spec.name, host_zeros(spec.shape, dtype));
   stash.put("targets", targets);
   Tensor loss = host_zeros({1}, dtype);
-  head_forward(ptr<T>(loss), head_stash<T>(stash), ptr<T>(x), ptr<std::int32_t>(targets),
-               head_weights<T>(layer), b * s, c, v);
+  head_forward(data_of<T>(loss), head_stash<T>(stash), data_of<T>(x),
+               data_of<std::int32_t>(targets), head_weights<T>(layer), b * s, c, v);
   return loss;
 }
 
@@ -97,8 +98,9 @@ Tensor head_layer_backward_p1(const LayerParams& layer, Stash& stash, const Tens
   const Tensor dxn = host_zeros(shape, dtype_of<T>());
   // dlogits overwrite the probabilities in place: same size, and probs are dead after p1.
   const Tensor dlogits = stash.at("lm_head.probs");
-  head_backward_p1(ptr<T>(dx), ptr<T>(dlogits), ptr<T>(dxn), ptr<T>(dloss)[0], head_stash<T>(stash),
-                   ptr<std::int32_t>(stash.at("targets")), head_weights<T>(layer), n, c, v);
+  head_backward_p1(data_of<T>(dx), data_of<T>(dlogits), data_of<T>(dxn), data_of<T>(dloss)[0],
+                   head_stash<T>(stash), data_of<std::int32_t>(stash.at("targets")),
+                   head_weights<T>(layer), n, c, v);
   fill_retained(retained_specs(layer.model, LayerKind::head, shape[0], shape[1]), stash,
                 {{"norm.dy", dxn}}, retained);
   return dx;
@@ -109,8 +111,9 @@ void head_layer_backward_p2(LayerParams& layer, std::span<const Retained* const>
   std::vector<HeadRows<T>> rows;
   for (const Retained* set : retained) {
     const Tensor& xhat = set->at("norm.xhat");
-    rows.push_back({ptr<T>(xhat), ptr<T>(set->at("norm.dy")), ptr<T>(set->at("lm_head.x")),
-                    ptr<T>(set->at("lm_head.dy")), xhat.shape()[0] * xhat.shape()[1]});
+    rows.push_back({data_of<T>(xhat), data_of<T>(set->at("norm.dy")),
+                    data_of<T>(set->at("lm_head.x")), data_of<T>(set->at("lm_head.dy")),
+                    xhat.shape()[0] * xhat.shape()[1]});
   }
   head_backward_p2<T>(
       {layer.at("final_norm").grad.data_as<T>(), layer.at("lm_head").grad.data_as<T>()}, rows,
