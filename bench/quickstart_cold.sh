@@ -14,14 +14,15 @@ times=()
 for ((i = 1; i <= runs; i++)); do
   work=$(mktemp -d)
   git clone -q "$repo" "$work/src"
-  start=$(date +%s.%N)
+  start_ms=$(($(date +%s%N) / 1000000))
   if ! (cd "$work/src" && CCACHE_DIR="$work/ccache" bash tools/quickstart.sh >"$work/log" 2>&1); then
     tail -20 "$work/log" >&2
     echo "quickstart_cold: run $i failed (log above)" >&2
     rm -rf "$work"
     exit 1
   fi
-  t=$(echo "$(date +%s.%N) - $start" | bc)
+  ms=$(($(date +%s%N) / 1000000 - start_ms))
+  t=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
   times+=("$t")
   printf 'run %d: %.1f s\n' "$i" "$t"
   rm -rf "$work"
