@@ -7,8 +7,8 @@
 # A new build/ made for --cli is a unity build (CMAKE_UNITY_BUILD: each library's sources compiled
 # as a few combined files, so the large headers are parsed once per file, not once per source):
 # the CLI and the CUDA module then build from a cold compiler cache in under 3 minutes on 2 cores
-# (docs/results.md). The full build compiles every source on its own, as clang-tidy and the tests check them,
-# and turns a unity build/ back into one (the next build then compiles everything again).
+# (docs/results.md). The full build compiles every source on its own, as clang-tidy and the tests
+# check them, and turns a unity build/ back into one (the next build then compiles it all again).
 # tools/dev/check_unity_build.sh keeps the unity build compiling.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -153,20 +153,18 @@ for conn in "${connection_counts[@]}"; do
   [[ $conn == default || $conn =~ ^[1-9][0-9]*$ ]] ||
     die "--connections: '$conn' is neither 'default' nor a positive integer"
 done
+# one_of OPTION WORD VALUE ALLOWED...: VALUE is one of ALLOWED, or the run stops naming OPTION.
+one_of() {
+  local option=$1 word=$2 value=$3
+  shift 3
+  local allowed
+  for allowed in "$@"; do [[ $value == "$allowed" ]] && return 0; done
+  die "$option: unknown $word '$value' ($*)"
+}
 read -r -a copy_mode_list <<< "$(list "$copy_modes")"
-for mode in "${copy_mode_list[@]}"; do
-  case $mode in
-    memcpy | priority | overlap) ;;
-    *) die "--copy-modes: unknown mode '$mode' (memcpy priority overlap)" ;;
-  esac
-done
+for mode in "${copy_mode_list[@]}"; do one_of --copy-modes mode "$mode" memcpy priority overlap; done
 read -r -a copy_wait_list <<< "$(list "$copy_waits")"
-for wait in "${copy_wait_list[@]}"; do
-  case $wait in
-    blocking | poll | stream) ;;
-    *) die "--copy-waits: unknown wait '$wait' (blocking poll stream)" ;;
-  esac
-done
+for wait in "${copy_wait_list[@]}"; do one_of --copy-waits wait "$wait" blocking poll stream; done
 wait_m=${opt_wait_m:-$((2 * stages))}
 for file in "$sm_profile" "$gpu_profile" "$bpipe_profile"; do
   [[ -z $file || -f $file || $dry == 1 ]] || die "no profile '$file'"
