@@ -58,8 +58,10 @@ TEST(EnvCli, WithoutTheModuleSaysSoAndExitsZero) {
   const CliResult text = env_command("", missing);
   EXPECT_EQ(text.status, 0) << text.out;
   EXPECT_NE(text.out.find("no GPU found: "), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("\n  loads  no: the CUDA backend is not installed ("), std::string::npos)
+  EXPECT_NE(text.out.find("\n  loads          no: the CUDA backend is not installed ("),
+            std::string::npos)
       << text.out;
+  EXPECT_NE(text.out.find("\n  kernel driver  "), std::string::npos) << text.out;
 
   const nlohmann::json j = env_json(missing);
   EXPECT_EQ(j.at("cuda_module").at("path"), missing);
