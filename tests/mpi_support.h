@@ -32,8 +32,8 @@ inline std::string mpirun(int ranks, const std::string& btl = "vader", int secon
                      btl;
   if (btl == "vader") line += " --mca btl_vader_single_copy_mechanism none";
   if (btl == "tcp") line += " --mca btl_tcp_if_include lo";
-  // In the ASan build (tools/dev/sanitize.sh) the ranks keep every check but the leak check: Open MPI
-  // does not free what libmpi, its plugins and hwloc allocate by MPI_Finalize (LeakSanitizer
+  // In the ASan build (tools/dev/sanitize.sh) the ranks keep every check but the leak check: Open
+  // MPI does not free what libmpi, its plugins and hwloc allocate by MPI_Finalize (LeakSanitizer
   // reported only allocations made from those libraries). Other builds ignore the variable.
   const char* asan = std::getenv("ASAN_OPTIONS");
   line += " -x 'ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") + ":detect_leaks=0'";
