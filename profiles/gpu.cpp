@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/base/limits.h"
 
 #ifndef PIPEPLAN_DEFAULT_DATA_DIR
 #define PIPEPLAN_DEFAULT_DATA_DIR "profiles"
@@ -50,12 +52,17 @@ struct GpuReader {
     if (!v.is_string()) fail(field, "must be a string");
     return v.get<std::string>();
   }
-  double number(std::string_view field, bool positive) const {
+  // A number in [lo, hi] (docs/reference/limits.md); `positive` refuses 0 as well.
+  double number(std::string_view field, bool positive, double hi, double lo = 0) const {
     const json& v = get(field);
     if (!v.is_number() || !std::isfinite(v.get<double>())) fail(field, "must be a number");
     const double x = v.get<double>();
     if (positive && x <= 0) fail(field, "must be positive");
     if (x < 0) fail(field, "must not be negative");
+    if (x < lo)
+      fail(field, "= " + limits::general_number(x) + " is below the least of " +
+                      limits::general_number(lo) + " (docs/reference/limits.md)");
+    if (x > hi) fail(field, limits::above_limit("(" + limits::general_number(x) + ")", hi));
     return x;
   }
 };
@@ -73,12 +80,15 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
     if (!a.is_string()) r.fail("aliases", "must be an array of strings");
     g.aliases.push_back(lower(a.get<std::string>()));
   }
-  g.peak_bf16_tflops = r.number("peak_bf16_tflops", true);
-  g.hbm_bytes = r.number("hbm_gib", true) * kBytesPerGiB;
-  g.hbm_bandwidth_GBps = r.number("hbm_bandwidth_GBps", true);
-  g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false);  // 0: no NVLink
-  g.pcie_bandwidth_GBps = r.number("pcie_bandwidth_GBps", true);
-  g.p2p_latency_us = r.number("p2p_latency_us", false);
+  g.peak_bf16_tflops = r.number("peak_bf16_tflops", true, limits::kMaxGpuTflops);
+  g.hbm_bytes =
+      r.number("hbm_gib", true, limits::kMaxMemoryBytes / kBytesPerGiB, limits::kMinGpuMemoryGiB) *
+      kBytesPerGiB;
+  g.hbm_bandwidth_GBps = r.number("hbm_bandwidth_GBps", true, limits::kMaxBandwidthGBps);
+  // 0: no NVLink
+  g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false, limits::kMaxBandwidthGBps);
+  g.pcie_bandwidth_GBps = r.number("pcie_bandwidth_GBps", true, limits::kMaxBandwidthGBps);
+  g.p2p_latency_us = r.number("p2p_latency_us", false, limits::kMaxLinkLatencyUs);
   return g;
 }
 
@@ -97,16 +107,23 @@ std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json) {
   require_format(j, "pipeplan-gpus", 1, source);
   const json& list = require_field(j, "gpus", source);
   if (!list.is_array()) throw Error(source + ": field 'gpus' must be an array");
+  if (list.size() > static_cast<std::size_t>(limits::kMaxGpuEntries)) {
+    throw Error(
+        source + ": field 'gpus' " +
+        limits::above_limit(std::to_string(list.size()) + " entries", limits::kMaxGpuEntries));
+  }
   std::vector<GpuSpec> gpus;
+  // Every name and alias seen so far, with the GPU that has it: one lookup per name.
+  std::unordered_map<std::string, std::size_t> owner;
   for (std::size_t i = 0; i < list.size(); ++i) {
     GpuSpec g = gpu_from_json(list[i], source, i);
-    for (const auto& other : gpus) {
-      auto clash = [&](const std::string& n) {
-        return n == other.name || std::count(other.aliases.begin(), other.aliases.end(), n) > 0;
-      };
-      if (clash(g.name) || std::any_of(g.aliases.begin(), g.aliases.end(), clash)) {
+    std::vector<std::string> names = g.aliases;
+    names.push_back(g.name);
+    for (const std::string& n : names) {
+      const auto [it, fresh] = owner.try_emplace(n, i);
+      if (!fresh && it->second != i) {
         throw Error(source + ": field 'gpus[" + std::to_string(i) + "].name' repeats a name of '" +
-                    other.name + "'");
+                    gpus[it->second].name + "'");
       }
     }
     gpus.push_back(std::move(g));

@@ -204,8 +204,8 @@ Attention attention_from_string(std::string_view text) {
   if (text == "materialized") return Attention::materialized;
   if (text == "recompute") return Attention::recompute;
   if (text == "flash") return Attention::flash;
-  throw Error("unknown attention '" + std::string(text) +
-              "' (expected materialized, recompute, flash)");
+  throw FieldError("attention", "unknown attention '" + std::string(text) +
+                                    "' (expected materialized, recompute, flash)");
 }
 
 double LayerCost::p2_time_us(int k) const {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 
 namespace pipeplan {
@@ -132,11 +133,10 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
     if (node == nullptr || !node->is_number_integer() || node->get<std::int64_t>() < 0 ||
         (node->is_number_unsigned() && node->get<std::uint64_t>() > (std::uint64_t{1} << 62)) ||
         node->get<std::int64_t>() >= plan.node_count()) {
-      bad_slice(
-          source, index, event,
-          "field 'args.node' " +
-              (node == nullptr ? std::string("is missing") : "= " + node->dump().substr(0, 40)) +
-              ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
+      bad_slice(source, index, event,
+                "field 'args.node' " +
+                    (node == nullptr ? std::string("is missing") : "= " + json_excerpt(*node)) +
+                    ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
     }
     const int id = static_cast<int>(node->get<std::int64_t>());
     check_slice(plan, id, event, source, index);

@@ -230,10 +230,6 @@ Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport&
   return schedule_from_torch_csv(read_text_file(path), path.string(), options, report);
 }
 
-void save_torch_csv(const Schedule& schedule, const std::filesystem::path& path) {
-  write_file_atomic(path, schedule_to_torch_csv(schedule));
-}
-
 // ---------------------------------------------------------------------------------------------
 // The stage-to-layers side file.
 
@@ -297,10 +293,6 @@ TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::strin
     out.blocks_per_stage.push_back(b.get<int>());
   }
   return out;
-}
-
-void save_torch_csv_layers(const TorchCsvLayers& layers, const std::filesystem::path& csv) {
-  write_file_atomic(torch_csv_layers_path(csv), torch_csv_layers_to_json(layers).dump(2) + "\n");
 }
 
 std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv) {

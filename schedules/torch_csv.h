@@ -57,7 +57,6 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
 
 Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options = {},
                         TorchCsvReport* report = nullptr);
-void save_torch_csv(const Schedule& schedule, const std::filesystem::path& path);
 
 // The stage-to-layers split, which PyTorch's CSV has no place for: `export -o sched.csv` writes
 // it beside the CSV as sched.csv.layers.json (format pipeplan-torch-csv-layers, version 1;
@@ -73,7 +72,6 @@ TorchCsvLayers torch_csv_layers(const ModelConfig& model,
 nlohmann::json torch_csv_layers_to_json(const TorchCsvLayers& layers);
 // Throws Error naming `source` and the field.
 TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::string_view source);
-void save_torch_csv_layers(const TorchCsvLayers& layers, const std::filesystem::path& csv);
 // The side file of `csv`, if there is one.
 std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv);
 

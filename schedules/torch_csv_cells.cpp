@@ -25,8 +25,14 @@ constexpr std::string_view kTypes =
     "F, I, W, B, OVERLAP_F_B; skipped: SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, "
     "REDUCE_GRAD, WAIT_*";
 
+// The listed types, and any wait torch adds (WAIT_REDUCE_GRAD after each REDUCE_GRAD in torch
+// 2.15's default dumps, WAIT_SEND_F, ...): "WAIT_" and a name of capitals and underscores.
 bool is_skipped(std::string_view type) {
-  return std::find(kSkipped.begin(), kSkipped.end(), type) != kSkipped.end();
+  if (std::find(kSkipped.begin(), kSkipped.end(), type) != kSkipped.end()) return true;
+  constexpr std::string_view kWait = "WAIT_";
+  return type.size() > kWait.size() && type.starts_with(kWait) &&
+         std::all_of(type.begin() + static_cast<std::ptrdiff_t>(kWait.size()), type.end(),
+                     [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; });
 }
 
 bool is_digit(char c) {

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/fields.h"
@@ -85,6 +86,8 @@ int run_cli(int argc, char** argv) {
     return e.get_exit_code();
   }
   try {
+    // No output of the command replaces a file it read or wrote.
+    const FileGuard guard;
     for (const Command& command : commands) {
       if (command.app->parsed()) return command.run();
     }

@@ -49,9 +49,31 @@ CLI::Validator finite_range(double above, double hi) {
           "", "finite-range"};
 }
 
+CLI::Validator decimal_integer(bool is_signed) {
+  return {[is_signed](std::string& text) -> std::string {
+            const std::size_t digits = text.starts_with('-') ? 1 : 0;
+            const bool all_digits =
+                text.size() > digits &&
+                std::all_of(text.begin() + static_cast<std::ptrdiff_t>(digits), text.end(),
+                            [](char c) { return c >= '0' && c <= '9'; });
+            if (!all_digits) return "'" + text + "' is not a decimal integer";
+            if (digits == 1 && !is_signed) return "'" + text + "' must not be negative";
+            if (digits == 1 && text.find_first_not_of('0', 1) == std::string::npos) {
+              return "'" + text + "' is not a decimal integer (a zero has no sign)";
+            }
+            return "";
+          },
+          "", "decimal-integer"};
+}
+
 void refuse_empty_values(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
-    if (option->get_type_size() != 0) option->check(non_empty());
+    if (option->get_type_size() == 0) continue;
+    option->check(non_empty());
+    // CLI11 reads 0x10 as 16 and wraps -1 into an unsigned option: integers are decimal only.
+    const std::string type = option->get_type_name();
+    if (type.starts_with("INT")) option->check(decimal_integer(true));
+    if (type.starts_with("UINT")) option->check(decimal_integer(false));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     refuse_empty_values(*sub);

@@ -19,7 +19,11 @@ CLI::Validator int_range(std::int64_t lo, std::int64_t hi);
 // A finite number above `above` and at most `hi` ("nan", "inf", "-1" are refused).
 CLI::Validator finite_range(double above, double hi);
 
-// Adds non_empty() to every option of `app` and of its subcommands that takes a value.
+// A decimal integer: digits with an optional '-' when `is_signed` ("0x10", "1e3", "-0", and "-1"
+// for an unsigned option are refused; CLI11 would read the first as 16 and wrap the last).
+CLI::Validator decimal_integer(bool is_signed);
+// Adds non_empty() to every option of `app` and of its subcommands that takes a value, and
+// decimal_integer() to every integer option.
 void refuse_empty_values(CLI::App& app);
 
 }  // namespace pipeplan

@@ -40,7 +40,7 @@ struct BpipeCommand {
     const SearchRequest request = make_search_request(o, global_batch, mbs_list, "--mbs-list");
     BpipeEstimate e = estimate_bpipe(request);
     e.tensor_parallel = t;
-    e.memory_note = memory_budget_text(o, find_gpu(request.base.gpu).hbm_bytes);
+    e.memory_note = memory_budget_text(o, find_gpu(request.base.gpu));
     return e;
   }
 
@@ -58,18 +58,28 @@ struct BpipeCommand {
       e.tensor_parallel_note = "auto: a profile is per pipeline device";
       return e;
     }
-    std::optional<NoBaselineError> last;
+    // Degrees that do not divide the model's heads are not candidates (the user gave none).
+    std::string last;
+    int last_degree = 0;
     for (const int t : kAutoTensorParallel) {
       try {
         BpipeEstimate e = estimate_at(t);
         e.tensor_parallel_note = "auto: smallest of 1, 2, 4, 8 at which a plan fits without BPipe";
         return e;
       } catch (const NoBaselineError& e) {
-        last = e;
+        last = e.what();
+        last_degree = t;
+      } catch (const FieldError& e) {
+        if (e.field() != "tensor_parallel") throw;
       }
     }
-    throw Error("--tensor-parallel: auto found no degree up to 8 that fits without BPipe (TP 8: " +
-                std::string(last->what()) + ")");
+    if (last_degree == 0) {
+      throw Error("--tensor-parallel: auto found no degree of 1, 2, 4, 8 that divides the heads");
+    }
+    throw Error(
+        "--tensor-parallel: auto found no degree of 1, 2, 4, 8 that fits without BPipe "
+        "(TP " +
+        std::to_string(last_degree) + ": " + last + ")");
   }
 
   int run() const {
@@ -100,7 +110,9 @@ Command add_bpipe_command(CLI::App& app) {
                   "GPU from profiles/gpus.json (default: the --profile's, else h100)");
   sub->add_option("--profile", o.profile, "profile JSON with several micro-batch sizes");
   sub->add_option("--stages", o.stages, "pipeline devices P")->required();
-  sub->add_option("--global-batch", cmd->global_batch, "samples per step")->required();
+  sub->add_option("--global-batch", cmd->global_batch, "samples per step")
+      ->required()
+      ->check(int_range(1, limits::kMaxGlobalBatch));
   sub->add_option("--seq", o.seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
   sub->add_option("--memory", o.memory, "memory per GPU, e.g. 80GiB (default: HBM)");

@@ -61,10 +61,18 @@ struct CompareCommand {
     const auto table = rows();
     const auto failed = [](const Row& r) { return !r.error.empty(); };
     if (std::all_of(table.begin(), table.end(), failed)) {
-      // The same error on every row is one about the inputs: say it once.
-      const bool same = std::all_of(table.begin(), table.end(),
-                                    [&](const Row& r) { return r.error == table.front().error; });
-      if (same && !table.empty()) throw Error(table.front().error);
+      // Not one schedule plans these inputs: one line with each distinct reason, once.
+      std::vector<std::string> reasons;
+      for (const Row& r : table) {
+        if (std::find(reasons.begin(), reasons.end(), r.error) == reasons.end())
+          reasons.push_back(r.error);
+      }
+      if (reasons.size() == 1) throw Error(reasons.front());
+      std::string text = "no schedule plans these inputs: ";
+      for (std::size_t i = 0; i < reasons.size() && i < 3; ++i)
+        text += (i > 0 ? "; " : "") + reasons[i];
+      if (reasons.size() > 3) text += "; and " + std::to_string(reasons.size() - 3) + " more";
+      throw Error(text);
     }
     double baseline = 0;
     for (const Row& r : table) {
@@ -90,7 +98,7 @@ struct CompareCommand {
         out.push_back(j);
       }
       std::cout << out.dump(2) << "\n";
-      return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
+      return 0;
     }
     std::printf("objective: %s (auto minimises the %s, the %s breaks ties)\n",
                 options.objective.c_str(),
@@ -120,8 +128,7 @@ struct CompareCommand {
         "span bbl: bubble of the largest stage span (overlapping iterations). speedup: step time "
         "of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step time above the lower bound "
         "(docs/design/auto-schedule.md).\n");
-    // Not one schedule plans these inputs: a failure, although each row said why.
-    return std::all_of(table.begin(), table.end(), failed) ? 1 : 0;
+    return 0;
   }
 };
 

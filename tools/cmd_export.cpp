@@ -2,7 +2,9 @@
 #include <memory>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/graph/taskgraph.h"
+#include "planner/graph/validator.h"
 #include "schedules/torch_csv.h"
 #include "tools/commands.h"
 
@@ -18,6 +20,10 @@ struct ExportCommand {
     if (format != "torch-csv")
       throw Error("--format: unknown export format '" + format + "' (valid: torch-csv)");
     const TaskGraph graph = load_plan(plan_path);
+    // A plan that cannot run exports nothing (a cycle, an unmatched send, a bad stage, ...).
+    if (const auto violation = find_violation(graph)) {
+      throw Error("invalid plan: " + violation->message);
+    }
     int stash_moves = 0;
     for (int id = 0; id < graph.node_count(); ++id) {
       const Node& n = graph.node(id);
@@ -32,9 +38,15 @@ struct ExportCommand {
       std::cout << schedule_to_torch_csv(graph.schedule);
       return 0;
     }
-    // The split first: a CSV is never left without the split it was exported with.
-    save_torch_csv_layers(torch_csv_layers(graph.meta.model, graph.meta.stage_layers), output);
-    save_torch_csv(graph.schedule, output);
+    // The CSV and its split, both or neither.
+    OutputFiles outputs;
+    outputs.add(output, schedule_to_torch_csv(graph.schedule));
+    outputs.add(
+        torch_csv_layers_path(output),
+        torch_csv_layers_to_json(torch_csv_layers(graph.meta.model, graph.meta.stage_layers))
+                .dump(2) +
+            "\n");
+    outputs.commit();
     std::cout << "wrote " << output << " (" << graph.schedule.devices << " ranks, "
               << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches
               << " micro-batches) and its stage-to-layers split "

@@ -103,7 +103,10 @@ Command add_import_command(CLI::App& app) {
   add_plan_options(*sub, cmd->options, false);
   // Ranks and micro-batches come from the CSV.
   sub->get_option("--stages")->required(false);
-  sub->get_option("--microbatches")->required(false);
+  sub->get_option("--stages")->description("pipeline devices P (default: the CSV's ranks)");
+  sub->get_option("--microbatches")
+      ->required(false)
+      ->description("micro-batches per step m (default: the CSV's)");
   sub->add_flag("--join-w", cmd->join_w,
                 "run consecutive W cells of one stage as one concatenated p2");
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");

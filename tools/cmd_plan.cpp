@@ -6,8 +6,11 @@
 #include <memory>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/base/limits.h"
 #include "planner/plan/make_plan.h"
 #include "planner/search/bpipe_estimate.h"
+#include "tools/cli_checks.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
 
@@ -26,6 +29,7 @@ struct PlanCommand {
     if (search) return run_search();
     if (options.bpipe == "auto") return run_bpipe_auto();
     const PlanRequest request = make_request(options);
+    check_output_early();
     // The planner's own time: make_plan alone (schedule, lowering, validation, simulation).
     const auto started = std::chrono::steady_clock::now();
     const Plan plan = make_plan(request);
@@ -44,6 +48,10 @@ struct PlanCommand {
     }
     return 0;
   }
+  // Once the inputs are read: a target that cannot be written fails before the planning.
+  void check_output_early() const {
+    if (!output.empty()) check_output(output);
+  }
   static std::string bound_line(const Plan& plan) {
     char line[160];
     std::snprintf(line, sizeof line, "lower bound on step time %.3f ms, gap %.1f %%\n",
@@ -55,8 +63,10 @@ struct PlanCommand {
   int run_bpipe_auto() const {
     if (global_batch < 1) throw Error("--global-batch: required by --bpipe auto");
     BpipeConfig chosen;
-    const Plan plan = best_bpipe_plan(
-        make_search_request(options, global_batch, search_mbs, "--search-mbs"), &chosen);
+    const SearchRequest request =
+        make_search_request(options, global_batch, search_mbs, "--search-mbs");
+    check_output_early();
+    const Plan plan = best_bpipe_plan(request, &chosen);
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
       std::cout << metrics_json(plan.graph, plan.sim).dump(2) << "\n";
@@ -71,8 +81,10 @@ struct PlanCommand {
   int run_search() const {
     if (global_batch == 0 && options.microbatches < 1)
       throw Error("--global-batch: required by --search (or give --microbatches)");
-    const SearchResult result =
-        search_plans(make_search_request(options, global_batch, search_mbs, "--search-mbs"));
+    const SearchRequest request =
+        make_search_request(options, global_batch, search_mbs, "--search-mbs");
+    check_output_early();
+    const SearchResult result = search_plans(request);
     if (!output.empty()) save_plan(result.best.graph, output);
     if (json) {
       std::cout << metrics_json(result.best.graph, result.best.sim).dump(2) << "\n";
@@ -97,7 +109,8 @@ Command add_plan_command(CLI::App& app) {
                 "search mbs, schedule (auto included), backward, chunks and partition; print the "
                 "Pareto front of step time vs peak memory, write the best plan with -o");
   sub->add_option("--global-batch", cmd->global_batch,
-                  "samples per step for --search (m = global batch / mbs)");
+                  "samples per step for --search (m = global batch / mbs)")
+      ->check(int_range(1, limits::kMaxGlobalBatch));
   sub->add_option("--search-mbs", cmd->search_mbs,
                   "micro-batch sizes --search tries, e.g. 1,2,4 (default 1,2,4,8)");
   return {sub, [cmd] { return cmd->run(); }};

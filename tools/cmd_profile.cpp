@@ -37,6 +37,10 @@ struct ProfileCommand {
   int gemm_candidates = 1;
   std::string output;
   int run() const {
+    if (analytic && !backend.empty()) {
+      throw Error("--backend: " + backend +
+                  " measures on a GPU; --analytic estimates without one (give one of them)");
+    }
     if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic) throw Error("profile: give --analytic, or --backend cuda to measure on a GPU");
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/trace.h"
@@ -71,6 +72,7 @@ std::string RunCommand::header(const TaskGraph& plan, const std::string& backend
 TaskGraph RunCommand::load_and_check(bool under_mpi) const {
   TaskGraph plan = load_plan(plan_path);
   validate(plan);
+  if (!trace.empty()) check_output(trace);  // before the run, not after it
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {
     throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");

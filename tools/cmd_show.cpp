@@ -49,12 +49,15 @@ struct ShowCommand {
     CheckedSimulation checked = validate_and_simulate(graph);
     if (checked.violation) throw Error("invalid plan: " + checked.violation->message);
     const SimResult sim = std::move(checked.sim);
-    if (!trace.empty()) write_perfetto_trace(graph, sim, trace, plan_path);
+    // Both outputs or neither.
+    OutputFiles outputs;
+    if (!trace.empty()) outputs.add(trace, perfetto_trace(graph, sim, plan_path).dump() + "\n");
     if (!dot.empty()) {
       std::ostringstream out;
       write_dot(graph, out);
-      write_file_atomic(dot, out.str());
+      outputs.add(dot, out.str());
     }
+    outputs.commit();
     if (json) {
       std::cout << metrics_json(graph, sim).dump(2) << "\n";
       return 0;

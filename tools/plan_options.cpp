@@ -55,7 +55,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--p2-concat", o.p2_concat,
                  "micro-batches per concatenated p2 call in 2bp modes (0 = all)")
       ->capture_default_str();
-  app.add_option("--memory", o.memory, "memory limit per device, e.g. 80GiB (default: HBM)");
+  app.add_option("--memory", o.memory,
+                 "memory limit per device, e.g. 80GiB (default: HBM; 0: no limit)");
   app.add_option("--reserve", o.reserve,
                  "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
                  "+ 4 %)");
@@ -89,10 +90,10 @@ struct MemoryBudget {
   double memory = 0, reserve = 0;
 };
 
-MemoryBudget memory_budget(const PlanOptions& o, double hbm_bytes) {
+MemoryBudget memory_budget(const PlanOptions& o, const GpuSpec& gpu) {
   MemoryBudget b;
-  b.memory =
-      o.memory.empty() ? (o.uniform.empty() ? hbm_bytes : 0.0) : parse_bytes(o.memory, "--memory");
+  b.memory = o.memory.empty() ? (o.uniform.empty() ? gpu.hbm_bytes : 0.0)
+                              : parse_bytes(o.memory, "--memory");
   if (!o.reserve.empty()) {
     b.reserve = parse_bytes(o.reserve, "--reserve");
     if (b.reserve < 0) throw Error("--reserve: must not be negative");
@@ -100,8 +101,12 @@ MemoryBudget memory_budget(const PlanOptions& o, double hbm_bytes) {
     b.reserve = default_reserve_bytes(b.memory);
   }
   if (b.memory > 0 && b.reserve >= b.memory) {
-    throw Error("--reserve: " + format_gib(b.reserve) + " leaves nothing of --memory " +
-                format_gib(b.memory));
+    // Without --memory the memory is the GPU's, from gpus.json: say where it came from.
+    const std::string of = o.memory.empty()
+                               ? "the " + format_gib(b.memory) + " of " + gpu.name +
+                                     " (hbm_gib in " + (data_dir() / "gpus.json").string() + ")"
+                               : "--memory " + format_gib(b.memory);
+    throw Error("--reserve: " + format_gib(b.reserve) + " leaves nothing of " + of);
   }
   if (b.memory <= 0) b.reserve = 0;  // unlimited stays unlimited
   return b;
@@ -109,13 +114,13 @@ MemoryBudget memory_budget(const PlanOptions& o, double hbm_bytes) {
 
 }  // namespace
 
-double usable_memory_bytes(const PlanOptions& options, double hbm_bytes) {
-  const MemoryBudget b = memory_budget(options, hbm_bytes);
+double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu) {
+  const MemoryBudget b = memory_budget(options, gpu);
   return b.memory - b.reserve;
 }
 
-std::string memory_budget_text(const PlanOptions& options, double hbm_bytes) {
-  const MemoryBudget b = memory_budget(options, hbm_bytes);
+std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
+  const MemoryBudget b = memory_budget(options, gpu);
   if (b.memory <= 0) return "";
   return "--memory " + format_gib(b.memory) + " - reserve " + format_gib(b.reserve) + " = " +
          format_gib(b.memory - b.reserve) + " per GPU";
@@ -230,7 +235,13 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   const GpuSpec requested = find_gpu(o.gpu.empty() ? "h100" : o.gpu);
   Profile profile = load_request_profile(o, requested);
   const GpuSpec gpu = o.gpu.empty() && !profile.gpu.empty() ? find_gpu(profile.gpu) : requested;
-  r.memory_limit_bytes = usable_memory_bytes(o, gpu.hbm_bytes);
+  // A measured profile's costs are its GPU's: labelling them another GPU would mix two machines.
+  if (!o.gpu.empty() && !o.profile.empty() && !profile.gpu.empty() &&
+      find_gpu(profile.gpu).name != requested.name) {
+    throw FieldError("gpu", "'" + o.gpu + "' is not the GPU of profile " + o.profile + " (" +
+                                profile.gpu + "); profile that GPU, or leave --gpu out");
+  }
+  r.memory_limit_bytes = usable_memory_bytes(o, gpu);
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }

@@ -7,6 +7,7 @@
 
 #include "planner/plan/make_plan.h"
 #include "planner/search/search.h"
+#include "profiles/gpu.h"
 
 namespace pipeplan {
 
@@ -41,10 +42,11 @@ struct PlanOptions {
 // that recompute re-creates during p1). 1 GiB + 4 % of `memory_bytes`: 4.2 GiB of 80 GiB.
 double default_reserve_bytes(double memory_bytes);
 // The per-device limit a plan must fit: --memory (default HBM) less --reserve (default above;
-// none for --uniform, which has no runtime). 0 = unlimited. Throws Error naming the option.
-double usable_memory_bytes(const PlanOptions& options, double hbm_bytes);
+// none for --uniform, which has no runtime). 0 = unlimited (`--memory 0`, and --uniform without
+// --memory). Throws Error naming the option, or gpus.json when the memory is the GPU's.
+double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu);
 // "--memory 80.00 GiB - reserve 4.20 GiB = 75.80 GiB per GPU" (empty when unlimited).
-std::string memory_budget_text(const PlanOptions& options, double hbm_bytes);
+std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu);
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);

@@ -7,19 +7,23 @@
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
+#include "planner/graph/validator.h"
 
 namespace pipeplan {
 
 double parse_bytes(std::string_view text, std::string_view option) {
   const std::string s(text);
-  std::size_t used = 0;
+  // A decimal number (digits, an optional fraction and exponent) and a unit: no sign, no hex,
+  // no "inf" or "nan", no spaces.
   double value = 0;
-  try {
-    value = std::stod(s, &used);
-  } catch (const std::exception&) {
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) == 0
+                             ? std::from_chars_result{s.data(), std::errc::invalid_argument}
+                             : std::from_chars(s.data(), end, value, std::chars_format::general);
+  if (ec != std::errc()) {
     throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
   }
-  std::string unit = s.substr(used);
+  std::string unit(ptr, end);
   for (char& c : unit)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
@@ -70,9 +74,7 @@ std::vector<int> parse_int_list(std::string_view text, std::string_view option) 
 }
 
 std::string format_gib(double bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buffer;
+  return gib_text(bytes);
 }
 
 }  // namespace pipeplan

@@ -13,6 +13,6 @@ namespace pipeplan {
 double parse_bytes(std::string_view text, std::string_view option);
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
 std::vector<int> parse_int_list(std::string_view text, std::string_view option);
-std::string format_gib(double bytes);  // "12.34 GiB"
+std::string format_gib(double bytes);  // gib_text: "12.34 GiB", "300.00 KiB"
 
 }  // namespace pipeplan

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
-#include <system_error>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -100,26 +97,45 @@ std::string key_before(std::string_view text, std::size_t at) {
   throw Error(message);
 }
 
+// Refuses arrays and objects nested deeper than limits::kMaxJsonDepth before the parser sees
+// them: nlohmann parses any depth, but printing, comparing or copying such a value recurses once
+// per level. Brackets inside strings do not count; malformed text is left to the parser.
+void check_json_depth(std::string_view text, std::string_view source) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits::kMaxJsonDepth) {
+        throw Error(std::string(source) + ": " +
+                    limits::above_limit("JSON nested " + std::to_string(depth) + " deep",
+                                        limits::kMaxJsonDepth, "levels") +
+                    " at byte " + std::to_string(i + 1));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 }  // namespace
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(path.string() + ": is a directory");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec && size > static_cast<std::uintmax_t>(limits::kMaxFileBytes)) {
-    throw Error(path.string() + ": " +
-                limits::above_limit(std::to_string(size) + " bytes",
-                                    static_cast<double>(limits::kMaxFileBytes)));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(path.string() + ": read failed");
-  return buffer.str();
+std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > max_chars) text = text.substr(0, max_chars) + "...";
+  return text;
 }
 
 nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
+  check_json_depth(text, source);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -128,32 +144,6 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
     number_out_of_range(text, source, e.what());
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string(source) + ": malformed JSON (" + std::string(e.what()) + ")");
-  }
-}
-
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  return parse_json_text(read_text_file(path), path.string());
-}
-
-void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path.string() + ": cannot write file");
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      throw Error(path.string() + ": write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw Error(path.string() + ": cannot replace file");
   }
 }
 

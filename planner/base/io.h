@@ -6,21 +6,70 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace pipeplan {
 
-// Both throw Error naming the file: missing, a directory, above limits::kMaxFileBytes (checked
-// before reading), or unreadable.
+// Reads a whole input file. Only a regular file is read (a directory, FIFO, device or socket is
+// refused without blocking on it); limits::kMaxFileBytes is checked before reading and again
+// while reading; a NUL byte is refused with its offset (every format pipeplan reads is text).
+// Every failure is one Error line naming the file. Inside a FileGuard the file is remembered as
+// an input, so that no output of the same command replaces it.
 std::string read_text_file(const std::filesystem::path& path);
 // read_text_file, then parse_json_text.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 // Parses JSON text; every failure is one Error line naming `source`: malformed JSON with its
-// byte, and a number outside the range of a double (nlohmann's out_of_range.406, e.g. 1e999)
-// with its field, line and byte.
+// byte, arrays and objects nested deeper than limits::kMaxJsonDepth (checked before parsing, so
+// nothing that walks the value recurses without bound) with its byte, and a number outside the
+// range of a double (nlohmann's out_of_range.406, e.g. 1e999) with its field, line and byte.
 nlohmann::json parse_json_text(std::string_view text, std::string_view source);
+// A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
+std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
+
+// The files one command writes, written all or none. add() checks a target at once: it must be
+// a regular file or not exist (a directory, device, FIFO or socket is refused), must not be a
+// file this command read (by device and inode, links resolved) nor another output of it.
+// commit() writes each file to a temporary created exclusively (O_EXCL, O_NOFOLLOW) beside its
+// target, and only when every one is written renames them over their targets: a failure leaves
+// every target as it was and no temporary behind. A target that is a symbolic link is replaced
+// by the file, never written through. Two commands writing one file at once: the file is the
+// last successful one's, never a failed one's.
+class OutputFiles {
+ public:
+  void add(const std::filesystem::path& path, std::string content);
+  // The same without a copy: `content` must outlive commit().
+  void add_view(const std::filesystem::path& path, std::string_view content);
+  void commit();
+
+ private:
+  struct Pending {
+    std::filesystem::path path;
+    std::string owned;
+    std::string_view borrowed;
+    bool is_borrowed = false;
+    [[nodiscard]] std::string_view text() const { return is_borrowed ? borrowed : owned; }
+  };
+  void check_new(const std::filesystem::path& path) const;
+  std::vector<Pending> pending_;
+};
+// The checks OutputFiles::add makes, alone: a command whose work is long checks its outputs before
+// starting it, so that a bad target fails at once rather than after the work.
+void check_output(const std::filesystem::path& path);
+// One output: OutputFiles with a single file.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+
+// While one is alive (the command line holds one for each command), every file read through
+// read_text_file and every file written is remembered, and an output that is one of them is
+// refused: `plan --profile p.json -o p.json` fails instead of destroying its input. Nests.
+class FileGuard {
+ public:
+  FileGuard();
+  ~FileGuard();
+  FileGuard(const FileGuard&) = delete;
+  FileGuard& operator=(const FileGuard&) = delete;
+};
 
 // Field access with errors that name the field and the source, e.g.
 // "plan.json: field 'nodes[3].duration_us' must be a number".

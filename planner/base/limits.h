@@ -36,10 +36,17 @@ inline constexpr std::int64_t kMaxLayerBytes = 1LL << 40;      // 1 TiB
 inline constexpr double kMaxMemoryBytes = 1125899906842624.0;  // 1 PiB: --memory, limits
 inline constexpr double kMaxLinkLatencyUs = 1e9;               // p2p latency
 
+// GPUs (profiles/gpus.json).
+inline constexpr int kMaxGpuEntries = 4096;       // entries of gpus.json
+inline constexpr double kMaxGpuTflops = 1e6;      // peak_bf16_tflops
+inline constexpr double kMaxBandwidthGBps = 1e9;  // HBM, NVLink, PCIe bandwidth
+inline constexpr double kMinGpuMemoryGiB = 1.0;   // hbm_gib: a GPU one can train on
+
 // Files and task graphs.
 inline constexpr std::int64_t kMaxFileBytes = 1LL << 30;  // any file pipeplan reads
-inline constexpr int kMaxPlanNodes = 1 << 22;             // task-graph nodes in a plan file
-inline constexpr int kMaxCsvCells = 1 << 22;              // cells of a PyTorch schedule CSV
+inline constexpr int kMaxJsonDepth = 64;       // nesting of arrays and objects in any JSON read
+inline constexpr int kMaxPlanNodes = 1 << 22;  // task-graph nodes in a plan file
+inline constexpr int kMaxCsvCells = 1 << 22;   // cells of a PyTorch schedule CSV
 // Everything a plan allocates, summed over its nodes and devices: keeps running memory totals
 // (simulator, validator) far from int64 overflow.
 inline constexpr std::int64_t kMaxPlanBytes = 1LL << 60;

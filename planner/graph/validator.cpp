@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -213,6 +214,11 @@ Result check_acyclic(const Context& c) {
   }
   std::vector<int> indegree(n, 0);
   for (auto [it, end] = boost::edges(graph); it != end; ++it) {
+    // A node waiting on itself never runs (an edge inside one send/recv event is the pair's own).
+    if (boost::source(*it, graph) == boost::target(*it, graph)) {
+      return make_violation(g, static_cast<int>(boost::source(*it, graph)), "acyclic",
+                            "depends on itself");
+    }
     const auto a = rep[boost::source(*it, graph)];
     const auto b = rep[boost::target(*it, graph)];
     if (a != b) ++indegree[b];
@@ -460,8 +466,20 @@ Violation make_violation(const TaskGraph& graph, int node, const std::string& ru
 }
 
 std::string gib_text(double bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  constexpr double kKiB = 1024.0;
+  constexpr double kMiB = kKiB * 1024;
+  constexpr double kGiB = kMiB * 1024;
+  char buffer[40];
+  // Two decimals of the largest unit that shows them: "0.00 GiB" says nothing of 300 KiB.
+  if (bytes == 0 || std::abs(bytes) >= 0.01 * kGiB) {
+    std::snprintf(buffer, sizeof buffer, "%.2f GiB", bytes / kGiB);
+  } else if (std::abs(bytes) >= 0.01 * kMiB) {
+    std::snprintf(buffer, sizeof buffer, "%.2f MiB", bytes / kMiB);
+  } else if (std::abs(bytes) >= kKiB) {
+    std::snprintf(buffer, sizeof buffer, "%.2f KiB", bytes / kKiB);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.0f bytes", bytes);
+  }
   return buffer;
 }
 

@@ -21,7 +21,8 @@ std::optional<Violation> find_violation(const TaskGraph& graph);
 std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acyclic);
 
 // For the checks (here and planner/graph/bpipe_check.cpp): the violation of `rule` at `node` (-1
-// for none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB".
+// for none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB" (MiB, KiB or bytes
+// below 0.01 GiB).
 Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
                          const std::string& what);
 std::string gib_text(double bytes);

@@ -387,9 +387,17 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
                 field_name("chunks") + " " + std::to_string(request.chunks) + ", " +
                 field_name("microbatches") + " " + std::to_string(request.microbatches));
   }
+  if (request.bpipe == BpipeMode::automatic)
+    throw FieldError("bpipe", "auto searches micro-batch sizes and needs a global batch");
+  if (request.bpipe == BpipeMode::on && schedule.stage_count() != schedule.devices) {
+    throw FieldError("bpipe",
+                     "the schedule has " + std::to_string(schedule.stage_count()) + " stages on " +
+                         std::to_string(schedule.devices) +
+                         " devices; BPipe pairs the stages of one-stage-per-device orders");
+  }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, request.bpipe,
                             true);
 }
 

@@ -3,13 +3,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
 
@@ -134,20 +135,18 @@ ncclUniqueId exchange_unique_id(int rank, const std::filesystem::path& path,
   if (rank == 0) {
     ncclUniqueId id{};
     NCCL_CHECK(ncclGetUniqueId(&id));
-    const std::filesystem::path temporary = path.string() + ".tmp";
-    {
-      std::ofstream out(temporary);
-      out << unique_id_hex(id) << "\n";
-      if (!out) throw Error(path.string() + ": cannot write the NCCL unique id");
-    }
-    std::filesystem::rename(temporary, path);  // readers never see a partial id
+    write_file_atomic(path, unique_id_hex(id) + "\n");  // readers never see a partial id
     return id;
   }
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    std::ifstream in(path);
-    std::string hex;
-    if (in >> hex) return unique_id_from_hex(hex);
+    std::error_code missing;
+    if (std::filesystem::exists(path, missing)) {
+      std::string hex = read_text_file(path);
+      while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r'))
+        hex.pop_back();
+      return unique_id_from_hex(hex);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw Error(path.string() + ": no NCCL unique id from rank 0 after " +

@@ -55,6 +55,34 @@ TEST(TorchCsvForms, DefaultComputeCommsDumpSkipsCommunicationAndFsdpCells) {
   EXPECT_FALSE(find_deadlock(s));
 }
 
+// torch 2.15's default dump writes <stage>WAIT_REDUCE_GRAD after every <stage>REDUCE_GRAD: the
+// fixture with that cell added imports to the same schedule, each wait counted as skipped.
+TEST(TorchCsvForms, WaitReduceGradCellsAreSkippedAndCounted) {
+  const std::string plain = read_text_file(kFixtures / "interleaved_zb_compute_comms.csv");
+  std::string waits;
+  for (std::size_t at = 0;;) {
+    const std::size_t found = plain.find("REDUCE_GRAD", at);
+    const std::size_t end = found == std::string::npos ? plain.size() : found + 11;
+    waits += plain.substr(at, end - at);
+    if (found == std::string::npos) break;
+    std::size_t digits = found;
+    while (digits > 0 && plain[digits - 1] >= '0' && plain[digits - 1] <= '9')
+      --digits;
+    waits += "," + plain.substr(digits, found - digits) + "WAIT_REDUCE_GRAD";
+    at = end;
+  }
+  TorchCsvReport plain_report;
+  TorchCsvReport report;
+  const Schedule expected = schedule_from_torch_csv(plain, "plain.csv", {}, &plain_report);
+  const Schedule s = schedule_from_torch_csv(waits, "waits.csv", {}, &report);
+  EXPECT_EQ(s.per_device, expected.per_device);
+  EXPECT_EQ(report.skipped.at("WAIT_REDUCE_GRAD"), plain_report.skipped.at("REDUCE_GRAD"));
+  EXPECT_EQ(report.skipped_total, plain_report.skipped_total + 4);
+  // Any other wait torch may add is skipped too; a name that is not one stays an error.
+  EXPECT_NO_THROW(schedule_from_torch_csv("0F0,0WAIT_UNSHARD,0B0\n", "w.csv"));
+  EXPECT_NE(error_of("0F0,0WAIT_x,0B0\n").find("unknown action type 'WAIT_x'"), std::string::npos);
+}
+
 TEST(TorchCsvForms, OverlapCellsSplitIntoTheirActionsInOrder) {
   const Schedule s = load_torch_csv(kFixtures / "dualpipev_compute_only.csv");
   EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 1, 0}));

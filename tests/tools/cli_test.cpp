@@ -134,8 +134,8 @@ TEST_F(Cli, ShippedProfilePlans) {
   ASSERT_EQ(r.status, 0) << r.out;
 }
 
-// A measured H200 profile with a contention model: planned for the profile's GPU
-// unless --gpu says otherwise, and the summary names the model behind its step time.
+// A measured H200 profile with a contention model: planned for the profile's GPU, and the summary
+// names the model behind its step time.
 TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   const std::string shipped =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json";
@@ -147,9 +147,14 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   EXPECT_NE(r.out.find("; sustained load: x(1 + 0.7 H), H over 30 ms (the slowdowns at H = 0)"),
             std::string::npos)
       << r.out;
+  // Its costs are the H200's: another GPU's name on them is refused, its own accepted.
   const Result h100 = run("plan --profile " + shipped + args + " --gpu h100");
-  ASSERT_EQ(h100.status, 0) << h100.out;
-  EXPECT_NE(h100.out.find("on 4 x h100-sxm:"), std::string::npos) << h100.out;
+  EXPECT_EQ(h100.status, 1);
+  EXPECT_EQ(h100.out, "pipeplan: error: --gpu: 'h100' is not the GPU of profile " + shipped +
+                          " (h200); profile that GPU, or leave --gpu out\n");
+  const Result h200 = run("plan --profile " + shipped + args + " --gpu H200");
+  ASSERT_EQ(h200.status, 0) << h200.out;
+  EXPECT_NE(h200.out.find("on 4 x h200:"), std::string::npos) << h200.out;
 }
 
 // The 16-SM H200 profile measured again on 2026-11-27 (with each pass's working memory), its

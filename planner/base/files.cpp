@@ -1,0 +1,334 @@
+// Reading and writing whole files (planner/base/io.h): one reader for every input and one writer
+// for every output, on POSIX descriptors so that the file's type and identity are those of what
+// is actually opened.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/base/limits.h"
+
+namespace pipeplan {
+
+namespace {
+
+// A file's identity: the same (device, inode) is the same file under any name or link.
+using FileId = std::pair<dev_t, ino_t>;
+
+FileId id_of(const struct stat& st) {
+  return {st.st_dev, st.st_ino};
+}
+
+// What a FileGuard remembers; active only while at least one guard lives.
+struct Registry {
+  std::mutex mutex;
+  int guards = 0;
+  std::set<FileId> inputs;
+  std::set<FileId> outputs;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void remember(const FileId& id, bool input) {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  if (r.guards == 0) return;
+  (input ? r.inputs : r.outputs).insert(id);
+}
+
+// What is at `path` besides a regular file, for a message; "" for a regular file.
+std::string kind_of(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string system_error_text(int error) {
+  return std::strerror(error);
+}
+
+// Closes a descriptor when it goes out of scope.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+  // Closes now and reports close's own error (a delayed write error surfaces here).
+  int close() {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string too_large(const std::filesystem::path& path, std::int64_t bytes, bool at_least) {
+  return path.string() + ": " +
+         limits::above_limit((at_least ? "more than " : "") + std::to_string(bytes) + " bytes",
+                             static_cast<double>(limits::kMaxFileBytes));
+}
+
+// A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target.
+std::filesystem::path temporary_name(const std::filesystem::path& target) {
+  static std::atomic<std::uint64_t> counter{0};
+  static const std::uint64_t seed = [] {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32U) ^ device() ^
+           static_cast<std::uint64_t>(::getpid());
+  }();
+  std::uint64_t value =
+      seed + 0x9E3779B97F4A7C15ULL * (counter.fetch_add(1) + 1) +
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  static constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::string suffix;
+  for (int i = 0; i < 10; ++i) {
+    suffix += kDigits[value % 36];
+    value /= 36;
+  }
+  const std::filesystem::path dir = target.parent_path();
+  const std::string name = "." + target.filename().string() + "." + suffix + ".tmp";
+  return dir.empty() ? std::filesystem::path(name) : dir / name;
+}
+
+// Why a temporary could not be created beside `target`, in words.
+std::string cannot_create(const std::filesystem::path& target, int error) {
+  const std::filesystem::path dir = target.parent_path();
+  if (error == ENOENT) {
+    return target.string() + ": cannot write: folder '" + (dir.empty() ? "." : dir.string()) +
+           "' does not exist";
+  }
+  if (error == ENOTDIR) {
+    return target.string() + ": cannot write: '" + dir.string() + "' is not a folder";
+  }
+  return target.string() + ": cannot write: " + system_error_text(error);
+}
+
+// The checked state of an output's target.
+struct Target {
+  bool exists = false;
+  mode_t mode = 0;
+};
+
+Target check_target(const std::filesystem::path& path) {
+  if (path.empty()) throw Error("output file name is empty");
+  if (path.filename().empty() || path.filename() == "." || path.filename() == "..") {
+    throw Error(path.string() + ": cannot write: is a directory");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error == ENOENT) return {};
+    if (error == ENOTDIR) throw Error(cannot_create(path, error));
+    throw Error(path.string() + ": cannot write: " + system_error_text(error));
+  }
+  if (const std::string kind = kind_of(st.st_mode); !kind.empty()) {
+    throw Error(path.string() + ": cannot write: is " + kind +
+                " (pipeplan writes regular files only)");
+  }
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  if (r.inputs.contains(id_of(st))) {
+    throw Error(path.string() + ": cannot write: it is an input of this command");
+  }
+  if (r.outputs.contains(id_of(st))) {
+    throw Error(path.string() + ": cannot write: this command already wrote it");
+  }
+  return {true, st.st_mode};
+}
+
+// Creates and fills a temporary beside `target`; returns its name. Throws Error (nothing left).
+std::filesystem::path write_temporary(const std::filesystem::path& target, std::string_view content,
+                                      const Target& state) {
+  for (int attempt = 0;; ++attempt) {
+    const std::filesystem::path tmp = temporary_name(target);
+    const int fd =
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EEXIST && attempt < 100) continue;
+      throw Error(cannot_create(target, error));
+    }
+    Descriptor file(fd);
+    const auto fail = [&](int error) {
+      ::unlink(tmp.c_str());
+      throw Error(target.string() + ": write failed: " + system_error_text(error));
+    };
+    std::size_t done = 0;
+    while (done < content.size()) {
+      const ssize_t n = ::write(file.get(), content.data() + done, content.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail(errno);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    // A file replaced keeps its permissions; a new one gets 0666 less the umask, as any tool's.
+    if (state.exists && ::fchmod(file.get(), state.mode & 07777) != 0) fail(errno);
+    if (file.close() != 0) fail(errno);
+    return tmp;
+  }
+}
+
+}  // namespace
+
+std::string read_text_file(const std::filesystem::path& path) {
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer; a regular file ignores it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) throw Error(path.string() + ": no such file");
+    throw Error(path.string() + ": cannot open file: " + system_error_text(error));
+  }
+  Descriptor file(fd);
+  struct stat st {};
+  if (::fstat(file.get(), &st) != 0) {
+    throw Error(path.string() + ": cannot read file: " + system_error_text(errno));
+  }
+  if (S_ISDIR(st.st_mode)) throw Error(path.string() + ": is a directory");
+  if (const std::string kind = kind_of(st.st_mode); !kind.empty()) {
+    throw Error(path.string() + ": is " + kind + ", not a regular file");
+  }
+  if (st.st_size > limits::kMaxFileBytes) throw Error(too_large(path, st.st_size, false));
+  std::string text;
+  text.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  // The size read is bounded by the limit, not by what fstat said: a file that grows while it is
+  // read is still refused past the limit.
+  while (true) {
+    if (done == text.size()) {
+      if (text.size() > static_cast<std::size_t>(limits::kMaxFileBytes)) {
+        throw Error(too_large(path, limits::kMaxFileBytes, true));
+      }
+      text.resize(std::min<std::size_t>(std::max<std::size_t>(2 * text.size(), 4096),
+                                        static_cast<std::size_t>(limits::kMaxFileBytes) + 1));
+    }
+    const ssize_t n = ::read(file.get(), text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(path.string() + ": read failed: " + system_error_text(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    throw Error(path.string() + ": NUL byte at offset " + std::to_string(nul) +
+                " (pipeplan reads text files)");
+  }
+  remember(id_of(st), true);
+  return text;
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  return parse_json_text(read_text_file(path), path.string());
+}
+
+void OutputFiles::add(const std::filesystem::path& path, std::string content) {
+  check_new(path);
+  Pending p;
+  p.path = path;
+  p.owned = std::move(content);
+  pending_.push_back(std::move(p));
+}
+
+void OutputFiles::add_view(const std::filesystem::path& path, std::string_view content) {
+  check_new(path);
+  Pending p;
+  p.path = path;
+  p.borrowed = content;
+  p.is_borrowed = true;
+  pending_.push_back(std::move(p));
+}
+
+void OutputFiles::check_new(const std::filesystem::path& path) const {
+  check_target(path);
+  // Two outputs of one command naming one file (under any spelling of the name).
+  std::error_code ec;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  for (const Pending& other : pending_) {
+    std::error_code other_ec;
+    if (!ec && std::filesystem::weakly_canonical(other.path, other_ec) == resolved && !other_ec) {
+      throw Error(path.string() + ": cannot write: named twice as an output (also as " +
+                  other.path.string() + ")");
+    }
+  }
+}
+
+void OutputFiles::commit() {
+  std::vector<Pending> pending = std::move(pending_);
+  pending_.clear();
+  std::vector<std::filesystem::path> temporaries;
+  const auto remove_temporaries = [&](std::size_t from) {
+    for (std::size_t i = from; i < temporaries.size(); ++i)
+      ::unlink(temporaries[i].c_str());
+  };
+  try {
+    for (const Pending& p : pending) {
+      temporaries.push_back(write_temporary(p.path, p.text(), check_target(p.path)));
+    }
+  } catch (...) {
+    remove_temporaries(0);
+    throw;
+  }
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    // rename(2) replaces the name: a link at the target is replaced, never followed.
+    if (::rename(temporaries[i].c_str(), pending[i].path.c_str()) != 0) {
+      const int error = errno;
+      remove_temporaries(i);
+      throw Error(pending[i].path.string() + ": cannot replace file: " + system_error_text(error));
+    }
+    struct stat st {};
+    if (::stat(pending[i].path.c_str(), &st) == 0) remember(id_of(st), false);
+  }
+}
+
+void check_output(const std::filesystem::path& path) {
+  check_target(path);
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+  OutputFiles files;
+  files.add_view(path, content);
+  files.commit();
+}
+
+FileGuard::FileGuard() {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  ++r.guards;
+}
+
+FileGuard::~FileGuard() {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  if (--r.guards == 0) {
+    r.inputs.clear();
+    r.outputs.clear();
+  }
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,216 @@
+// The one reader and the one writer of files: what they refuse, and that a failure leaves every
+// file as it was.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/base/limits.h"
+#include "tests/cli_support.h"
+
+namespace pipeplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string contents(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void put(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every entry of a folder, by name.
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class Files : public testing::TempDirTest {};
+
+TEST_F(Files, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = path("plan.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { read_text_file(fifo); }), fifo + ": is a FIFO, not a regular file");
+}
+
+TEST_F(Files, DevicesAreRefusedNotReadWithoutBound) {
+  EXPECT_EQ(error_of([] { read_text_file("/dev/zero"); }),
+            "/dev/zero: is a character device, not a regular file");
+  EXPECT_EQ(error_of([] { read_text_file("/dev/urandom"); }),
+            "/dev/urandom: is a character device, not a regular file");
+}
+
+TEST_F(Files, ANulByteIsRefusedWithItsOffset) {
+  const std::string file = path("p.json");
+  put(file, std::string("{\"a\": 1}\0{\"b\": 2}", 17));
+  EXPECT_EQ(error_of([&] { read_json_file(file); }),
+            file + ": NUL byte at offset 8 (pipeplan reads text files)");
+}
+
+TEST_F(Files, AMissingFileIsOneLine) {
+  EXPECT_EQ(error_of([&] { read_text_file(path("missing.json")); }),
+            path("missing.json") + ": no such file");
+}
+
+TEST_F(Files, JsonNestedPastTheLimitIsRefusedBeforeParsing) {
+  const int depth = limits::kMaxJsonDepth;
+  const std::string ok = std::string(static_cast<std::size_t>(depth), '[') +
+                         std::string(static_cast<std::size_t>(depth), ']');
+  EXPECT_NO_THROW(parse_json_text(ok, "t.json"));
+  // 53,000 levels: printing such a value recursed once per level and overflowed the stack.
+  const std::string deep =
+      "{\"args\": {\"node\": " + std::string(53000, '[') + std::string(53000, ']') + "}}";
+  EXPECT_EQ(error_of([&] { parse_json_text(deep, "t.json"); }),
+            "t.json: JSON nested 65 deep is above the limit of 64 levels "
+            "(docs/reference/limits.md) at byte 81");
+  // Brackets inside strings are text, not nesting.
+  EXPECT_NO_THROW(parse_json_text("{\"a\": \"" + std::string(100, '[') + "\\\"{\"}", "t.json"));
+}
+
+TEST(JsonExcerpt, CutsLongValues) {
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1,2]")), "[1,2]");
+  EXPECT_EQ(json_excerpt(nlohmann::json(std::string(100, 'x')), 10), "\"xxxxxxxxx...");
+}
+
+TEST_F(Files, AWrittenFileReplacesTheTargetAndLeavesNoTemporary) {
+  const fs::path out = path("out.json");
+  put(out, "old");
+  ::chmod(out.c_str(), 0640);
+  write_file_atomic(out, "new\n");
+  EXPECT_EQ(contents(out), "new\n");
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"out.json"});
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640U) << "a replaced file keeps its permissions";
+}
+
+TEST_F(Files, ALinkAtTheTargetIsReplacedNeverWrittenThrough) {
+  const fs::path other = path("other.txt");
+  put(other, "precious");
+  const fs::path out = path("out.json");
+  fs::create_symlink(other, out);
+  write_file_atomic(out, "plan");
+  EXPECT_EQ(contents(other), "precious");
+  EXPECT_FALSE(fs::is_symlink(out));
+  EXPECT_EQ(contents(out), "plan");
+}
+
+TEST_F(Files, TheOldFixedTemporaryNameIsNotFollowed) {
+  // A link planted at "<target>.tmp" (where writers used to put their temporary) stays as it is.
+  const fs::path other = path("other.txt");
+  put(other, "precious");
+  fs::create_symlink(other, path("out.json.tmp"));
+  write_file_atomic(path("out.json"), "plan");
+  EXPECT_EQ(contents(other), "precious");
+  EXPECT_EQ(contents(path("out.json")), "plan");
+}
+
+TEST_F(Files, TargetsThatAreNotRegularFilesAreRefused) {
+  EXPECT_EQ(error_of([] { write_file_atomic("/dev/null", "x"); }),
+            "/dev/null: cannot write: is a character device (pipeplan writes regular files only)");
+  EXPECT_EQ(error_of([&] { write_file_atomic(dir_, "x"); }),
+            dir_.string() + ": cannot write: is a directory (pipeplan writes regular files only)");
+  const std::string fifo = path("out.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { write_file_atomic(fifo, "x"); }),
+            fifo + ": cannot write: is a FIFO (pipeplan writes regular files only)");
+  EXPECT_EQ(
+      error_of([&] { write_file_atomic(path("missing") + "/out.json", "x"); }),
+      path("missing") + "/out.json: cannot write: folder '" + path("missing") + "' does not exist");
+}
+
+TEST_F(Files, SeveralOutputsAreWrittenAllOrNone) {
+  const fs::path kept = path("trace.json");
+  put(kept, "old trace");
+  OutputFiles outputs;
+  outputs.add(kept, "new trace");
+  outputs.add(path("fresh.json"), "fresh");
+  // The folder of a third output disappears between add and commit: nothing may change.
+  fs::create_directory(path("sub"));
+  outputs.add(path("sub") + "/g.dot", "digraph {}");
+  fs::remove(path("sub"));
+  EXPECT_NE(error_of([&] { outputs.commit(); }).find("sub/g.dot: cannot write"), std::string::npos);
+  EXPECT_EQ(contents(kept), "old trace");
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"trace.json"});
+}
+
+TEST_F(Files, OneFileNamedTwiceAsAnOutputIsRefused) {
+  OutputFiles outputs;
+  outputs.add(path("x.json"), "a");
+  EXPECT_NE(error_of([&] {
+              outputs.add(dir_ / "." / "x.json", "b");
+            }).find("cannot write: named twice as an output"),
+            std::string::npos);
+}
+
+TEST_F(Files, UnderAGuardAnInputIsNeverAnOutput) {
+  const fs::path input = path("p.json");
+  put(input, "{}");
+  const fs::path link = path("link.json");
+  fs::create_symlink(input, link);
+  {
+    const FileGuard guard;
+    read_json_file(input);
+    EXPECT_EQ(error_of([&] { write_file_atomic(input, "x"); }),
+              input.string() + ": cannot write: it is an input of this command");
+    EXPECT_EQ(error_of([&] { check_output(link); }),
+              link.string() + ": cannot write: it is an input of this command");
+    write_file_atomic(path("out.json"), "1");
+    EXPECT_EQ(error_of([&] { write_file_atomic(path("out.json"), "2"); }),
+              path("out.json") + ": cannot write: this command already wrote it");
+  }
+  EXPECT_EQ(contents(input), "{}");
+  EXPECT_EQ(contents(path("out.json")), "1");
+  // Without a guard (a library caller) files are not remembered.
+  read_json_file(input);
+  EXPECT_NO_THROW(write_file_atomic(input, "{}"));
+}
+
+TEST_F(Files, ConcurrentWritersLeaveOneWholeFile) {
+  const fs::path out = path("out.json");
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w) {
+    writers.emplace_back([&out, w] {
+      const std::string text(100000, static_cast<char>('a' + w));
+      for (int round = 0; round < 20; ++round)
+        write_file_atomic(out, text);
+    });
+  }
+  for (auto& t : writers)
+    t.join();
+  const std::string text = contents(out);
+  ASSERT_EQ(text.size(), 100000U);
+  EXPECT_EQ(text.find_first_not_of(text[0]), std::string::npos) << "one writer's file, whole";
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"out.json"});
+}
+
+}  // namespace
+}  // namespace pipeplan
