@@ -102,8 +102,10 @@ std::filesystem::path data_dir() {
 }
 
 std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json) {
-  const json j = read_json_file(gpus_json);
-  const std::string source = gpus_json.string();
+  return gpus_from_json(read_json_file(gpus_json), gpus_json.string());
+}
+
+std::vector<GpuSpec> gpus_from_json(const nlohmann::json& j, const std::string& source) {
   require_format(j, "pipeplan-gpus", 1, source);
   const json& list = require_field(j, "gpus", source);
   if (!list.is_array()) throw Error(source + ": field 'gpus' must be an array");

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace pipeplan {
 
 struct GpuSpec {
@@ -23,7 +25,10 @@ struct GpuSpec {
 // Directory holding gpus.json and shipped profiles: $PIPEPLAN_DATA_DIR, else the source tree's
 // profiles/ folder compiled in.
 std::filesystem::path data_dir();
+// The GPUs of a gpus.json (docs/reference/gpus-json.md); every error is one line naming
+// `source` and the field, values within docs/reference/limits.md.
 std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json);
+std::vector<GpuSpec> gpus_from_json(const nlohmann::json& json, const std::string& source);
 GpuSpec find_gpu(std::string_view name_or_alias);  // throws Error naming the unknown GPU
 
 }  // namespace pipeplan

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Replays known bad inputs against a pipeplan binary and checks
 # each one ends cleanly: exactly one line of output (stdout and stderr together), a non-zero
-# exit, no file written, within the time limit, and never "internal error".
+# exit, no file written, created or replaced (every file's type, link and checksum compared),
+# within the time limit, and never "internal error".
 # Usage: bash tests/bad_inputs.sh PIPEPLAN [SECONDS]   (ctest runs it as BadInputs.Replay)
 set -uo pipefail
 
@@ -13,7 +14,9 @@ trap 'rm -rf "$work"' EXIT
 
 # Inputs, made by this pipeplan and then broken.
 inputs=$work/inputs
-mkdir -p "$inputs/cfg"
+mkdir -p "$inputs/cfg" "$inputs/gpus" "$inputs/gpus_tiny_hbm" "$inputs/gpus_absurd_peak" \
+  "$inputs/gpus_100k"
+cp "$(dirname "${BASH_SOURCE[0]}")/../profiles/gpus.json" "$inputs/gpus/gpus.json"
 (
   cd "$inputs" || exit 1
   "$pipeplan" plan --model tiny --stages 2 -m 2 -o plan.json >/dev/null &&
@@ -34,6 +37,47 @@ cat >cfg/config.json <<'EOF'
  "max_position_embeddings": 32}
 EOF
 cp "$fixtures/deadlock.csv" deadlock.csv
+"$pipeplan" export plan.json -o sched.csv >/dev/null || { echo "bad_inputs: export failed"; exit 1; }
+"$pipeplan" show plan.json --trace trace.json >/dev/null || { echo "bad_inputs: show failed"; exit 1; }
+# Plans whose JSON loads but that cannot run; the gpus.json variants; a NUL byte; deep nesting.
+python3 - <<'PY' || { echo "bad_inputs: could not break the plan"; exit 1; }
+import copy, json
+plan = json.load(open("plan.json"))
+def write(name, p):
+    json.dump(p, open(name, "w"))
+p = copy.deepcopy(plan); p["edges"].append([3, 3]); write("plan_self_edge.json", p)
+p = copy.deepcopy(plan); a, b = p["edges"][0]; p["edges"].append([b, a]); write("plan_cycle.json", p)
+p = copy.deepcopy(plan)
+send = next(n for n in p["nodes"] if n["kind"] == "send")
+send["match"] = 0
+write("plan_send_without_recv.json", p)
+p = copy.deepcopy(plan); p["nodes"][0]["stage"] = 1; write("plan_bad_stage.json", p)
+p = copy.deepcopy(plan); p["nodes"].append(copy.deepcopy(p["nodes"][0])); write("plan_repeated_node.json", p)
+p = copy.deepcopy(plan); p["nodes"] = []; p["edges"] = []
+for s in p["streams"]: s["order"] = []
+write("plan_no_nodes.json", p)
+gpus = json.load(open("gpus/gpus.json"))
+g = copy.deepcopy(gpus); g["gpus"][0]["hbm_gib"] = 1e-9
+json.dump(g, open("gpus_tiny_hbm/gpus.json", "w"))
+g = copy.deepcopy(gpus); g["gpus"][0]["peak_bf16_tflops"] = 1e300
+json.dump(g, open("gpus_absurd_peak/gpus.json", "w"))
+entry = gpus["gpus"][0]
+g = {"format": "pipeplan-gpus", "version": 1, "gpus": []}
+for i in range(100000):
+    e = dict(entry); e["name"] = "gpu%d" % i; e["aliases"] = []
+    g["gpus"].append(e)
+json.dump(g, open("gpus_100k/gpus.json", "w"))
+open("plan_nul.json", "wb").write(open("plan.json", "rb").read() + b"\0garbage")
+trace = json.load(open("trace.json"))
+text = json.dumps(trace)
+deep = "[" * 53000 + "]" * 53000
+marker = '"node": '
+at = text.index(marker) + len(marker)
+end = at
+while text[end].isdigit():
+    end += 1
+open("trace_deep.json", "w").write(text[:at] + deep + text[end:])
+PY
 for f in profile_1e9_layers profile_unknown_gpu profile_absurd_time profile_absurd_stash \
   profile_1e999 plan_1e999; do
   cmp -s "$f.json" profile.json && { echo "bad_inputs: $f.json is not broken"; exit 1; }
@@ -41,6 +85,11 @@ done
 
 failures=0
 cases=0
+# Every entry of a folder: its type, where a link points, and a regular file's checksum.
+snapshot() {
+  (cd "$1" && find . -printf '%y %p %l\n' | sort &&
+    find . -type f -exec md5sum {} + | sort -k 2)
+}
 # check NAME ARGS...: runs pipeplan ARGS in a copy of the inputs; {out} is a file that must not
 # appear.
 check() {
@@ -52,12 +101,14 @@ check() {
   local args=()
   for a in "$@"; do args+=("${a//\{out\}/$dir/out.file}"); done
   local before after start end status output lines
-  before=$(cd "$dir" && find . | sort)
+  # SETUP, when set, runs in the case's folder first (a FIFO, a link, a folder to plant).
+  if [ -n "${SETUP:-}" ]; then (cd "$dir" && eval "$SETUP") || echo "bad_inputs: setup of '$name' failed"; fi
+  before=$(snapshot "$dir")
   start=$(date +%s.%N)
   output=$(cd "$dir" && timeout "$limit" "$pipeplan" "${args[@]}" 2>&1)
   status=$?
   end=$(date +%s.%N)
-  after=$(cd "$dir" && find . | sort)
+  after=$(snapshot "$dir")
   lines=$(printf '%s\n' "$output" | wc -l)
   local why=""
   if [ "$status" -eq 124 ]; then
@@ -69,7 +120,7 @@ check() {
   elif [[ $output == *"internal error"* ]]; then
     why="internal error"
   elif [ "$before" != "$after" ]; then
-    why="wrote $(comm -13 <(echo "$before") <(echo "$after") | tr '\n' ' ')"
+    why="changed $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | tr '\n' ' ' | cut -c1-300)"
   fi
   local seconds
   seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
@@ -127,6 +178,49 @@ check "unknown option" plan --model tiny --stages 2 -m 2 --frobnicate -o '{out}'
 check "unknown option before a missing one" plan --frobnicate
 # PyTorch interop.
 check "import: deadlocking CSV" import deadlock.csv --uniform 1:1:1:0 -o '{out}'
+check "import --bpipe on" import sched.csv --model tiny --bpipe on -o '{out}'
+check "import --bpipe auto" import sched.csv --model tiny --bpipe auto -o '{out}'
+# Outputs that would destroy an input or something that is not a regular file.
+check "plan -o onto its --profile" plan --profile profile.json --stages 2 -m 2 -o profile.json
+check "export -o onto its plan" export plan.json -o plan.json
+check "import -o onto its CSV" import sched.csv --model tiny -o sched.csv
+check "show --trace onto its plan" show plan.json --trace plan.json
+check "run --trace onto its plan" run plan.json --trace plan.json
+SETUP='ln -s plan.json alias.json' check "show --trace onto a link to its plan" show plan.json --trace alias.json
+check "show --trace and --dot onto one file" show plan.json --trace trace.json --dot trace.json
+check "show --dot in a missing folder" show plan.json --trace trace.json --dot missing/g.dot
+check "export -o a folder" export plan.json -o cfg
+SETUP='ln -s /dev/null devnull' check "plan -o a link to /dev/null" plan --model tiny --stages 2 -m 2 -o devnull
+SETUP='mkfifo out.fifo' check "plan -o a FIFO" plan --model tiny --stages 2 -m 2 -o out.fifo
+check "plan -o a folder" plan --model tiny --stages 2 -m 2 -o cfg
+# Inputs that are not regular files or not text.
+SETUP='mkfifo fifo.json' check "show: a FIFO as the plan" show fifo.json
+SETUP='mkfifo gpus/gpus.json.fifo && mv gpus/gpus.json.fifo gpus/gpus.json' \
+  PIPEPLAN_DATA_DIR=gpus check "plan: a FIFO as gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
+check "show /dev/zero" show /dev/zero
+check "plan --profile /dev/urandom" plan --profile /dev/urandom --stages 2 -m 2 -o '{out}'
+check "show: a NUL byte in the plan" show plan_nul.json
+check "diff: args.node nested 53,000 deep" diff plan.json trace_deep.json
+PIPEPLAN_DATA_DIR=gpus_100k check "plan: 100,000 GPUs in gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
+PIPEPLAN_DATA_DIR=gpus_tiny_hbm check "plan: gpus.json hbm_gib 1e-9" plan --model tiny --stages 2 -m 2 -o '{out}'
+PIPEPLAN_DATA_DIR=gpus_absurd_peak check "plan: gpus.json peak 1e300" plan --model tiny --stages 2 -m 2 -o '{out}'
+# Plans validate must refuse, and export with them.
+for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes; do
+  check "validate: plan_$bad" validate "plan_$bad.json"
+  check "export: plan_$bad" export "plan_$bad.json" -o '{out}'
+done
+# Accepted nonsense and unclear messages.
+check "plan --gpu a100 on an H100 profile" plan --profile profile.json --gpu a100 --stages 2 -m 2 -o '{out}'
+check "profile --analytic --backend cuda" profile --analytic --model tiny --backend cuda -o '{out}'
+check "plan --memory 0x10GiB" plan --model tiny --stages 2 -m 2 --memory 0x10GiB -o '{out}'
+check "plan --memory -0GiB" plan --model tiny --stages 2 -m 2 --memory -0GiB -o '{out}'
+check "plan -m 0x2" plan --model tiny --stages 2 -m 0x2 -o '{out}'
+check "run --seed -1" run plan.json --seed -1 --trace '{out}'
+check "plan --attention sparse" plan --model tiny --stages 2 -m 2 --attention sparse -o '{out}'
+check "plan --search --global-batch 0" plan --model tiny --stages 2 --search --global-batch 0 -o '{out}'
+check "bpipe --stages 16 on tiny" bpipe --model tiny --stages 16 --global-batch 8
+check "plan --memory 300KiB --reserve 0" plan --model tiny --stages 2 -m 2 --memory 300KiB --reserve 0 -o '{out}'
+check "compare: no schedule fits" compare --model tiny --stages 9 -m 9
 
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]

@@ -357,6 +357,10 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
       const int p2 = table.find(OpType::P2, s, mb);
       if (f < 0) return make_violation(g, -1, "coverage", what() + " has no forward");
       const bool fused = b >= 0;
+      if (fused && (p1 >= 0 || p2 >= 0)) {
+        return make_violation(g, b, "coverage",
+                              "is a fused backward of " + what() + ", which also has a p1 or p2");
+      }
       if (!fused && (p1 < 0 || p2 < 0)) {
         return make_violation(g, f, "coverage", what() + " lacks its p1 or p2");
       }
@@ -398,6 +402,9 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
   const auto& graph = g.graph();
   const int stages = g.schedule.stage_count();
   const auto need = [&](int producer, int consumer, const char* what) -> Result {
+    if (producer < 0) {  // check_coverage refuses this first; never index with it
+      return make_violation(g, consumer, "inputs", std::string("has nothing to wait for: ") + what);
+    }
     if (feeds(c, graph, producer, consumer)) return std::nullopt;
     return make_violation(
         g, consumer, "inputs",

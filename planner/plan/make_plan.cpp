@@ -387,17 +387,16 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
                 field_name("chunks") + " " + std::to_string(request.chunks) + ", " +
                 field_name("microbatches") + " " + std::to_string(request.microbatches));
   }
-  if (request.bpipe == BpipeMode::automatic)
-    throw FieldError("bpipe", "auto searches micro-batch sizes and needs a global batch");
-  if (request.bpipe == BpipeMode::on && schedule.stage_count() != schedule.devices) {
+  // BPipe's transfers are placed by the structure of pipeplan's own 1f1b (planner/plan/bpipe.h);
+  // a given order runs as written.
+  if (request.bpipe != BpipeMode::off) {
     throw FieldError("bpipe",
-                     "the schedule has " + std::to_string(schedule.stage_count()) + " stages on " +
-                         std::to_string(schedule.devices) +
-                         " devices; BPipe pairs the stages of one-stage-per-device orders");
+                     "a given schedule runs as written; BPipe transfers are planned for "
+                     "pipeplan's own 1f1b (plan --schedule 1f1b --bpipe on)");
   }
   const StageInputs inputs = stage_inputs(request);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
-  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, request.bpipe,
+  return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
                             true);
 }
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The seed corpus of every fuzz target, from the shipped files: the shipped profile, the PyTorch
 # CSV fixtures, the Hugging Face configs in tests/fuzz/seeds, and plans, profiles, CSVs and a
-# trace that `pipeplan` makes from the shipped model presets. Written to OUT/<target>/.
+# trace that `pipeplan` makes from the shipped model presets, and the shipped gpus.json. Written to OUT/<target>/.
 # Usage: bash tests/fuzz/seed_corpus.sh OUT PIPEPLAN
 set -euo pipefail
 out=${1:?usage: seed_corpus.sh OUT PIPEPLAN}
 pipeplan=$(realpath "${2:?usage: seed_corpus.sh OUT PIPEPLAN}")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-mkdir -p "$out"/{plan,profile,hf_config,torch_csv,trace}
+mkdir -p "$out"/{plan,profile,hf_config,torch_csv,trace,gpus}
 out=$(realpath "$out")
 cd "$out"
 
@@ -39,6 +39,9 @@ rm -f zb.json torch_csv/*.layers.json
 
 # A trace of the plan fuzz_trace holds (uniform 1:1:1:0.1, 2 stages, 2 micro-batches).
 "$pipeplan" show plan/uniform-1f1b.json --trace trace/uniform-1f1b.json >/dev/null
-for target in plan profile hf_config torch_csv trace; do
+
+# The shipped GPU table.
+cp "$root/profiles/gpus.json" gpus/
+for target in plan profile hf_config torch_csv trace gpus; do
   echo "seed_corpus: $target: $(ls "$target" | wc -l) files, $(du -sk "$target" | cut -f1) KiB"
 done

@@ -22,7 +22,7 @@ bash tests/fuzz/seed_corpus.sh "$work/seeds" "$build/tools/pipeplan" >/dev/null
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=0
-for target in plan profile hf_config torch_csv trace; do
+for target in plan profile hf_config torch_csv trace gpus; do
   dict=tests/fuzz/json.dict
   [ "$target" = torch_csv ] && dict=tests/fuzz/csv.dict
   mkdir -p "$work/corpus/$target"
