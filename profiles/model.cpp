@@ -299,6 +299,7 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
   if (model_type == "gpt2" || (model_type.empty() && r.find("n_embd") != nullptr)) {
     // GPT-2 names (transformers GPT2Config).
     m.family = "gpt";
+    m.hf_model_type = "gpt2";
     m.layers = r.positive_int("n_layer", limits::kMaxLayers);
     m.hidden = r.positive_int("n_embd", limits::kMaxHidden);
     m.heads = r.positive_int("n_head", limits::kMaxHeads);
@@ -315,6 +316,7 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
   } else if (model_type == "gpt_neox") {
     // GPT-NeoX names (Pythia): rotary positions, GeLU MLP, LayerNorm, untied output.
     m.family = "gpt";
+    m.hf_model_type = "gpt_neox";
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
     m.hidden = r.positive_int("hidden_size", limits::kMaxHidden);
     m.heads = r.positive_int("num_attention_heads", limits::kMaxHeads);
@@ -328,6 +330,7 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
   } else if (model_type.empty() || model_type == "llama" || model_type == "mistral") {
     // LLaMA names (transformers LlamaConfig / MistralConfig): SwiGLU, RMSNorm, rotary.
     m.family = "llama";
+    m.hf_model_type = model_type.empty() ? "llama" : model_type;
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
     m.hidden = r.positive_int("hidden_size", limits::kMaxHidden);
     m.heads = r.positive_int("num_attention_heads", limits::kMaxHeads);
@@ -352,19 +355,22 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
 }
 
 json model_to_json(const ModelConfig& m) {
-  return json{{"name", m.name},
-              {"family", m.family},
-              {"layers", m.layers},
-              {"hidden", m.hidden},
-              {"heads", m.heads},
-              {"kv_heads", m.kv_heads},
-              {"ffn_hidden", m.ffn_hidden},
-              {"vocab", m.vocab},
-              {"seq", m.seq},
-              {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
-              {"norm", m.norm == NormKind::rmsnorm ? "rmsnorm" : "layernorm"},
-              {"tied_embeddings", m.tied_embeddings},
-              {"learned_positions", m.learned_positions}};
+  json j{{"name", m.name},
+         {"family", m.family},
+         {"layers", m.layers},
+         {"hidden", m.hidden},
+         {"heads", m.heads},
+         {"kv_heads", m.kv_heads},
+         {"ffn_hidden", m.ffn_hidden},
+         {"vocab", m.vocab},
+         {"seq", m.seq},
+         {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
+         {"norm", m.norm == NormKind::rmsnorm ? "rmsnorm" : "layernorm"},
+         {"tied_embeddings", m.tied_embeddings},
+         {"learned_positions", m.learned_positions}};
+  // Only for a model read from a config.json: files of preset models stay as they were.
+  if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
+  return j;
 }
 
 ModelConfig model_from_json(const json& j, std::string_view source) {
@@ -414,6 +420,13 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.learned_positions = r.nonnegative_int("learned_positions", limits::kMaxSeq);
+  if (r.find("hf_model_type") != nullptr) {
+    m.hf_model_type = r.string("hf_model_type");
+    static constexpr std::array<std::string_view, 4> kTypes{"llama", "mistral", "gpt2", "gpt_neox"};
+    if (std::find(kTypes.begin(), kTypes.end(), m.hf_model_type) == kTypes.end()) {
+      r.fail("hf_model_type", "must be one of llama, mistral, gpt2, gpt_neox");
+    }
+  }
   check_shape(m, r);
   return m;
 }

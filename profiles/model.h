@@ -35,6 +35,9 @@ struct ModelConfig {
   bool tied_embeddings = false;
   // Rows of a learned position-embedding table (GPT-2/GPT-3/BERT); 0 for rotary (LLaMA, NeoX).
   int learned_positions = 0;
+  // The model_type of the Hugging Face config.json it was read from (llama, mistral, gpt2,
+  // gpt_neox); empty for a preset. It names the modules in the torchtitan lists (layout.h).
+  std::string hf_model_type;
 
   int head_dim() const { return hidden / heads; }
   std::int64_t block_parameters() const;

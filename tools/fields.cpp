@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 26> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -33,6 +33,7 @@ std::string flag_for_field(std::string_view field) {
       {"launcher", "--launcher"},
       {"objective", "--objective"},
       {"attention", "--attention"},
+      {"layout", "--layout"},
   }};
   for (const auto& [name, flag] : kFlags) {
     if (name == field) return std::string(flag);

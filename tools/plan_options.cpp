@@ -10,6 +10,7 @@
 #include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
+#include "profiles/layout.h"
 #include "profiles/tensor_parallel.h"
 #include "schedules/family.h"
 #include "tools/cli_checks.h"
@@ -64,6 +65,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
       ->capture_default_str();
   app.add_option("--layers-per-stage", o.layers_per_stage,
                  "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
+  app.add_option("--layout", o.layout,
+                 "the split as a Megatron-LM layout, e.g. 'Et*3|(tt|)*29,t|tL' (E embedding, t "
+                 "transformer layer, L loss; stages in Megatron's virtual-stage order)");
   app.add_option("--uniform", o.uniform, "identical stages F:B:W:COMM in ms (no model)");
   app.add_option("--uniform-mem", o.uniform_mem, "GiB allocated by F:P1:P2, summing to 0");
   app.add_option("--bpipe", o.bpipe,
@@ -212,6 +216,28 @@ namespace {
 // make_request; with `given`, make_request_for_schedule.
 PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   PlanOptions o = options;
+  if (!o.layout.empty()) {
+    if (!o.layers_per_stage.empty()) {
+      throw Error("--layout: give it or --layers-per-stage, not both");
+    }
+    if (given == nullptr && o.schedule == kAutoScheduleName) {
+      throw Error(
+          "--layout: --schedule auto chooses its own split; give the family to run the "
+          "layout with");
+    }
+    // The layout's stages are the plan's virtual stages: P x V of them.
+    const int stages = megatron_layout_stages(o.layout);
+    if (o.stages < 1 || stages % o.stages != 0) {
+      throw Error("--layout: " + std::to_string(stages) + " stages do not divide among --stages " +
+                  std::to_string(o.stages));
+    }
+    if (given == nullptr && o.chunks != 0 && o.chunks != stages / o.stages) {
+      throw Error("--layout: " + std::to_string(stages) + " stages on " + std::to_string(o.stages) +
+                  " devices are " + std::to_string(stages / o.stages) + " chunks, not --chunks " +
+                  std::to_string(o.chunks));
+    }
+    if (given == nullptr) o.chunks = stages / o.stages;
+  }
   if (given != nullptr) {
     o.schedule = given->family;
     o.chunks = given->devices > 0 ? given->stage_count() / given->devices : 0;
@@ -245,6 +271,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }
+  if (!o.layout.empty()) r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
   check_plan_request(r);
   r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
   r.gpu = gpu.name;

@@ -27,6 +27,7 @@ struct PlanOptions {
   std::string reserve;  // kept back from --memory per GPU; empty: default_reserve_bytes
   std::string attention = "flash";
   std::string layers_per_stage;
+  std::string layout;  // a Megatron-LM --pipeline-model-parallel-layout (profiles/layout.h)
   std::string uniform;
   std::string uniform_mem;
   std::string bpipe = "off";       // off, on, auto (planner/plan/bpipe.h)

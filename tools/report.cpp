@@ -3,9 +3,50 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "profiles/layout.h"
 #include "tools/units.h"
 
 namespace pipeplan {
+
+namespace {
+
+// Whether the plan places virtual stage s on device s mod P, as Megatron's interleaving does.
+bool megatron_placement(const TaskGraph& graph) {
+  const Schedule& s = graph.schedule;
+  for (int stage = 0; stage < s.stage_count(); ++stage) {
+    if (s.stage_device[static_cast<std::size_t>(stage)] != stage % s.devices) return false;
+  }
+  return true;
+}
+
+bool has_split(const TaskGraph& graph) {
+  return !graph.meta.stage_layers.empty() && graph.meta.model.layers > 0 &&
+         static_cast<int>(graph.meta.stage_layers.size()) == graph.schedule.stage_count();
+}
+
+}  // namespace
+
+std::string layout_summary(const TaskGraph& graph) {
+  if (!has_split(graph)) return "";
+  const PlanMeta& m = graph.meta;
+  std::string out = "Megatron-LM: --pipeline-model-parallel-layout '" +
+                    megatron_layout(m.model, m.stage_layers) + "'";
+  if (!megatron_placement(graph)) {
+    out += " (Megatron runs virtual stage s on rank s mod " + std::to_string(m.devices) +
+           "; this plan's " + m.schedule + " places them otherwise)";
+  }
+  out += "\ntorchtitan: module_fqns_per_model_part = " +
+         nlohmann::json(module_names_per_stage(m.model, m.stage_layers)).dump() + "\n";
+  return out;
+}
+
+nlohmann::json layout_json(const TaskGraph& graph) {
+  if (!has_split(graph)) return nullptr;
+  const PlanMeta& m = graph.meta;
+  return {{"megatron", megatron_layout(m.model, m.stage_layers)},
+          {"megatron_placement", megatron_placement(graph)},
+          {"torchtitan", module_names_per_stage(m.model, m.stage_layers)}};
+}
 
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
   const PlanMeta& m = graph.meta;
@@ -47,6 +88,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"per_device", devices},
                       {"profile", m.profile_source}};
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
+  j["layout"] = layout_json(graph);
   return j;
 }
 
@@ -73,6 +115,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
+  out += layout_summary(graph);
   if (!m.contention.empty()) {  // stages sharing one GPU: say the model behind the step time
     out += "contention (ops at once: slowdown):";
     for (std::size_t k = 0; k < m.contention.slowdown.size(); ++k) {

@@ -15,5 +15,11 @@ namespace pipeplan {
 // null when the model's FLOPs are unknown), and per-device rows.
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim);
 std::string short_summary(const TaskGraph& graph, const SimResult& sim);
+// The partition as Megatron-LM's layout and torchtitan's module lists (profiles/layout.h), two
+// lines; empty for a plan without a stage split.
+std::string layout_summary(const TaskGraph& graph);
+// The same as JSON: {"megatron": ..., "megatron_placement": bool, "torchtitan": [[...], ...]}, or
+// null.
+nlohmann::json layout_json(const TaskGraph& graph);
 
 }  // namespace pipeplan

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "tools/report.h"
 
 namespace pipeplan {
 namespace {
@@ -430,6 +431,7 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
                             format("%.1f %%", sim.span_bubble_ratio * 100) + ")");
   total("tokens/s", format("%.0f", sim.tokens_per_s));
   total("MFU (PaLM model FLOPs)", sim.mfu > 0 ? format("%.1f %%", sim.mfu * 100) : "n/a");
+  out += layout_summary(graph);
   return out;
 }
 

@@ -164,7 +164,7 @@ Target check_target(const std::filesystem::path& path) {
 std::filesystem::path write_temporary(const std::filesystem::path& target, std::string_view content,
                                       const Target& state) {
   for (int attempt = 0;; ++attempt) {
-    const std::filesystem::path tmp = temporary_name(target);
+    std::filesystem::path tmp = temporary_name(target);
     const int fd =
         ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666);
     if (fd < 0) {

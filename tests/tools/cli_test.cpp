@@ -54,6 +54,45 @@ TEST_F(Cli, PlanWritesAValidPlanAndJsonMetrics) {
   EXPECT_NE(v.out.find("valid"), std::string::npos);
 }
 
+// The split a plan prints as a Megatron-LM layout, given back with --layout, makes the same
+// plan; show and --json print it too, with torchtitan's module lists.
+TEST_F(Cli, APrintedLayoutGivenBackReproducesThePlan) {
+  for (const std::string& args :
+       {kLlama + " --schedule 1f1b", kLlama + " --schedule interleaved --chunks 2",
+        std::string("plan --model gpt-1.5b --stages 4 -m 8 --schedule zb-v")}) {
+    const Result first = run(args + " --json -o " + path("a.json"));
+    ASSERT_EQ(first.status, 0) << first.out;
+    const auto layout = nlohmann::json::parse(first.out)["layout"];
+    const std::string megatron = layout["megatron"].get<std::string>();
+    EXPECT_EQ(layout["megatron_placement"].get<bool>(), args.find("zb-v") == std::string::npos);
+    EXPECT_EQ(layout["torchtitan"].front().front(), "tok_embeddings");
+    const Result again = run(args + " --layout '" + megatron + "' -o " + path("b.json"));
+    ASSERT_EQ(again.status, 0) << again.out;
+    EXPECT_NE(again.out.find("Megatron-LM: --pipeline-model-parallel-layout '" + megatron + "'"),
+              std::string::npos)
+        << again.out;
+    auto a = nlohmann::json::parse(std::ifstream(path("a.json")));
+    auto b = nlohmann::json::parse(std::ifstream(path("b.json")));
+    // The profile's time stamp (to the second) may differ between the two runs.
+    a["meta"].erase("profile_source");
+    b["meta"].erase("profile_source");
+    EXPECT_EQ(a, b) << args << " --layout " << megatron;
+    const Result shown = run("show " + path("b.json"));
+    EXPECT_NE(shown.out.find("torchtitan: module_fqns_per_model_part = [[\"tok_embeddings\""),
+              std::string::npos)
+        << shown.out;
+  }
+  expect_error(kLlama + " --layout 'Et*16|t*16L'",
+               "--layout: 2 stages do not divide among --stages 4");
+  expect_error(kLlama + " --layout 'Et*4|(t*4|)*6t*4L' --chunks 1",
+               "--layout: 8 stages on 4 devices are 2 chunks, not --chunks 1");
+  expect_error(kLlama + " --layout 'Et*3|(tt|)*29,m|L'", "holds an MTP layer (m)");
+  expect_error(kLlama + " --schedule auto --layout 'Et*8|t*8|t*8|t*8L'",
+               "--layout: --schedule auto chooses its own split");
+  expect_error(kLlama + " --layout 'Et*8|t*8|t*8|t*8L' --layers-per-stage 8,8,8,8",
+               "--layout: give it or --layers-per-stage, not both");
+}
+
 TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
   ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
   for (const int width : {80, 200}) {
