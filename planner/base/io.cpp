@@ -26,10 +26,10 @@ bool continues_number(std::string_view token, char c) {
   return false;
 }
 
-// Where `token` first stands as a number in `text` (outside strings, not part of a longer
-// number); npos when it does not. The text before the number that overflowed is valid JSON
-// (nlohmann stops at the first error), so the first such place is the one.
-std::size_t find_number(std::string_view text, std::string_view token) {
+// Calls visit(i) for each byte i of JSON `text` outside strings (a string's quotes and content
+// are skipped) until it returns true; returns that byte, or npos.
+template <typename Visit>
+std::size_t scan_outside_strings(std::string_view text, Visit&& visit) {
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -39,18 +39,23 @@ std::size_t find_number(std::string_view text, std::string_view token) {
       } else if (c == '"') {
         in_string = false;
       }
-      continue;
-    }
-    if (c == '"') {
+    } else if (c == '"') {
       in_string = true;
-    } else if (text.compare(i, token.size(), token) == 0 &&
-               (i == 0 || !is_number_char(text[i - 1])) &&
-               (i + token.size() == text.size() ||
-                !continues_number(token, text[i + token.size()]))) {
+    } else if (visit(i)) {
       return i;
     }
   }
   return std::string_view::npos;
+}
+
+// Where `token` first stands as a number in `text` (outside strings, not part of a longer
+// number); npos when it does not. The text before the number that overflowed is valid JSON
+// (nlohmann stops at the first error), so the first such place is the one.
+std::size_t find_number(std::string_view text, std::string_view token) {
+  return scan_outside_strings(text, [&](std::size_t i) {
+    return text.compare(i, token.size(), token) == 0 && (i == 0 || !is_number_char(text[i - 1])) &&
+           (i + token.size() == text.size() || !continues_number(token, text[i + token.size()]));
+  });
 }
 
 // The object key just before byte `at` ("key": <at>), or "" when the value is not one.
@@ -102,18 +107,9 @@ std::string key_before(std::string_view text, std::size_t at) {
 // per level. Brackets inside strings do not count; malformed text is left to the parser.
 void check_json_depth(std::string_view text, std::string_view source) {
   int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
+  scan_outside_strings(text, [&](std::size_t i) {
     const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (c == '[' || c == '{') {
       if (++depth > limits::kMaxJsonDepth) {
         throw Error(std::string(source) + ": " +
                     limits::above_limit("JSON nested " + std::to_string(depth) + " deep",
@@ -123,7 +119,8 @@ void check_json_depth(std::string_view text, std::string_view source) {
     } else if (c == ']' || c == '}') {
       --depth;
     }
-  }
+    return false;
+  });
 }
 
 }  // namespace
