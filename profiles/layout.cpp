@@ -1,6 +1,5 @@
 #include "profiles/layout.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "planner/base/error.h"
@@ -159,30 +158,16 @@ std::string megatron_layout(const ModelConfig& model, const std::vector<StageLay
 
 namespace {
 
-std::string expand_layout(std::string_view text) {
+// The stages of a layout, repeats expanded and commas dropped, within the length, expansion and
+// stage-count bounds.
+std::vector<std::string> layout_stages(std::string_view text) {
   if (text.empty()) bad_layout("is empty");
   if (text.size() > kMaxLayoutChars) {
     bad_layout(limits::above_limit(std::to_string(text.size()) + " characters",
                                    static_cast<double>(kMaxLayoutChars)));
   }
-  return expand(text);
-}
-
-}  // namespace
-
-int megatron_layout_stages(std::string_view text) {
-  const std::string symbols = expand_layout(text);
-  const auto bars = std::count(symbols.begin(), symbols.end(), '|');
-  if (bars >= limits::kMaxStages) {
-    bad_layout(limits::above_limit(std::to_string(bars + 1) + " stages", limits::kMaxStages));
-  }
-  return static_cast<int>(bars) + 1;
-}
-
-std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelConfig& model) {
-  const std::string symbols = expand_layout(text);
   std::vector<std::string> stages(1);
-  for (const char c : symbols) {
+  for (const char c : expand(text)) {
     if (c == '|') {
       stages.emplace_back();
     } else {
@@ -192,6 +177,17 @@ std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelC
   if (stages.size() > static_cast<std::size_t>(limits::kMaxStages)) {
     bad_layout(limits::above_limit(std::to_string(stages.size()) + " stages", limits::kMaxStages));
   }
+  return stages;
+}
+
+}  // namespace
+
+int megatron_layout_stages(std::string_view text) {
+  return static_cast<int>(layout_stages(text).size());
+}
+
+std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelConfig& model) {
+  const std::vector<std::string> stages = layout_stages(text);
   const bool ends = model.family != "uniform";  // a synthetic model has blocks only
   std::vector<int> blocks;
   int total = 0;

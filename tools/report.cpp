@@ -26,26 +26,24 @@ bool has_split(const TaskGraph& graph) {
 
 }  // namespace
 
-std::string layout_summary(const TaskGraph& graph) {
-  if (!has_split(graph)) return "";
-  const PlanMeta& m = graph.meta;
-  std::string out = "Megatron-LM: --pipeline-model-parallel-layout '" +
-                    megatron_layout(m.model, m.stage_layers) + "'";
-  if (!megatron_placement(graph)) {
-    out += " (Megatron runs virtual stage s on rank s mod " + std::to_string(m.devices) +
-           "; this plan's " + m.schedule + " places them otherwise)";
-  }
-  out += "\ntorchtitan: module_fqns_per_model_part = " +
-         nlohmann::json(module_names_per_stage(m.model, m.stage_layers)).dump() + "\n";
-  return out;
-}
-
 nlohmann::json layout_json(const TaskGraph& graph) {
   if (!has_split(graph)) return nullptr;
   const PlanMeta& m = graph.meta;
   return {{"megatron", megatron_layout(m.model, m.stage_layers)},
           {"megatron_placement", megatron_placement(graph)},
           {"torchtitan", module_names_per_stage(m.model, m.stage_layers)}};
+}
+
+std::string layout_summary(const TaskGraph& graph) {
+  const nlohmann::json layout = layout_json(graph);
+  if (layout.is_null()) return "";
+  std::string out = "Megatron-LM: --pipeline-model-parallel-layout '" +
+                    layout["megatron"].get<std::string>() + "'";
+  if (!layout["megatron_placement"].get<bool>()) {
+    out += " (Megatron runs virtual stage s on rank s mod " + std::to_string(graph.meta.devices) +
+           "; this plan's " + graph.meta.schedule + " places them otherwise)";
+  }
+  return out + "\ntorchtitan: module_fqns_per_model_part = " + layout["torchtitan"].dump() + "\n";
 }
 
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
