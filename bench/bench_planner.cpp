@@ -1,13 +1,19 @@
-// Planner hot path: lower + validate + simulate a 1F1B schedule with 2BP backward.
+// Planner hot path: lower + validate + simulate a 1F1B schedule with 2BP backward, and each phase
+// (with the plan file's writer and reader) from 10^4 to 10^6 nodes.
 // Target: P = 32, m = 256 in <= 20 ms on a 2-core machine (validation and simulation
 // on two threads, as make_plan runs them; the one-thread figure is measured beside it). Run:
 //   ./build/bench/bench_planner --benchmark_repetitions=10 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <cstdint>
+#include <string>
+
 #include "bench/bench_main.h"
 #include "planner/graph/evaluate.h"
 #include "planner/graph/schedule_sim.h"
 #include "planner/graph/simulator.h"
+#include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
 #include "profiles/analytic.h"
 #include "profiles/partition.h"
@@ -73,17 +79,34 @@ void BM_LowerValidateSimulateOneThread(benchmark::State& state) {
   }
 }
 
-// The three phases alone (P = 32, m = 256), to see where the time goes.
+// The phases alone, at about 10^4, 10^5 and 10^6 task-graph nodes (1F1B-2bp: P = 16, m = 104;
+// P = 32, m = 512; P = 128, m = 1280): each stays linear in nodes, which the per-node time
+// ("s_per_node", the same at every size) shows. Also the plan file's writer and reader.
+constexpr std::array<std::array<std::int64_t, 2>, 3> kScaleSizes = {
+    {{16, 104}, {32, 512}, {128, 1280}}};
+
+void per_node(benchmark::State& state, const TaskGraph& graph) {
+  state.counters["nodes"] = graph.node_count();
+  state.counters["s_per_node"] =
+      benchmark::Counter(graph.node_count(), benchmark::Counter::kIsIterationInvariantRate |
+                                                 benchmark::Counter::kInvert);
+}
+
+Inputs scale_inputs(const benchmark::State& state) {
+  return make_inputs(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+}
+
 void BM_Lower(benchmark::State& state) {
-  const Inputs in = make_inputs(32, 256);
+  const Inputs in = scale_inputs(state);
   for (auto _ : state) {
     const TaskGraph graph = lower(in.schedule, in.costs, in.meta);
     benchmark::DoNotOptimize(graph.node_count());
   }
+  per_node(state, lower(in.schedule, in.costs, in.meta));
 }
 
 void BM_Validate(benchmark::State& state) {
-  const Inputs in = make_inputs(32, 256);
+  const Inputs in = scale_inputs(state);
   const TaskGraph lowered = lower(in.schedule, in.costs, in.meta);
   for (auto _ : state) {
     state.PauseTiming();
@@ -91,16 +114,48 @@ void BM_Validate(benchmark::State& state) {
     state.ResumeTiming();
     validate(graph);
   }
+  per_node(state, lowered);
 }
 
 void BM_Simulate(benchmark::State& state) {
-  const Inputs in = make_inputs(32, 256);
+  const Inputs in = scale_inputs(state);
   const TaskGraph graph = lower(in.schedule, in.costs, in.meta);
   validate(graph);  // builds the Boost.Graph view once
   for (auto _ : state) {
     const SimResult sim = simulate(graph);
     benchmark::DoNotOptimize(sim.makespan_us);
   }
+  per_node(state, graph);
+}
+
+void BM_WritePlan(benchmark::State& state) {
+  const Inputs in = scale_inputs(state);
+  const TaskGraph graph = lower(in.schedule, in.costs, in.meta);
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    const std::string text = plan_to_text(graph);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text.data());
+  }
+  per_node(state, graph);
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+
+void BM_ReadPlan(benchmark::State& state) {
+  const Inputs in = scale_inputs(state);
+  const TaskGraph graph = lower(in.schedule, in.costs, in.meta);
+  const std::string text = plan_to_text(graph);
+  for (auto _ : state) {
+    const TaskGraph read = plan_from_text(text, "plan.json");
+    benchmark::DoNotOptimize(read.node_count());
+  }
+  per_node(state, graph);
+}
+
+void scale_sizes(benchmark::internal::Benchmark* b) {
+  for (const auto& size : kScaleSizes)
+    b->Args({size[0], size[1]});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
 // The compact schedule simulation the planner's searches evaluate candidates with
@@ -130,9 +185,11 @@ BENCHMARK(BM_LowerValidateSimulateOneThread)
     ->Args({32, 256})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_Lower)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Validate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Simulate)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Lower)->Apply(scale_sizes);
+BENCHMARK(BM_Validate)->Apply(scale_sizes);
+BENCHMARK(BM_Simulate)->Apply(scale_sizes);
+BENCHMARK(BM_WritePlan)->Apply(scale_sizes);
+BENCHMARK(BM_ReadPlan)->Apply(scale_sizes);
 
 }  // namespace
 }  // namespace pipeplan

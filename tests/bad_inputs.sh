@@ -30,7 +30,7 @@ sed -E '0,/"stash_bytes": [0-9]+/s//"stash_bytes": 9000000000000000000/' profile
   >profile_absurd_stash.json
 sed -E '0,/"forward_us": [0-9.e+-]+/s//"forward_us": 1e999/' profile.json >profile_1e999.json
 head -c 200 profile.json >profile_malformed.json
-sed -E '0,/"duration_us": [0-9.e+-]+/s//"duration_us": 1e999/' plan.json >plan_1e999.json
+sed -E '0,/"duration_values": \[/s//"duration_values": [1e999,/' plan.json >plan_1e999.json
 cat >cfg/config.json <<'EOF'
 {"model_type": "llama", "num_hidden_layers": 1000000000, "hidden_size": 64,
  "num_attention_heads": 4, "intermediate_size": 172, "vocab_size": 256,
@@ -45,16 +45,25 @@ import copy, json
 plan = json.load(open("plan.json"))
 def write(name, p):
     json.dump(p, open(name, "w"))
-p = copy.deepcopy(plan); p["edges"].append([3, 3]); write("plan_self_edge.json", p)
-p = copy.deepcopy(plan); a, b = p["edges"][0]; p["edges"].append([b, a]); write("plan_cycle.json", p)
-p = copy.deepcopy(plan)
-send = next(n for n in p["nodes"] if n["kind"] == "send")
-send["match"] = 0
+# The plan file keeps its nodes as columns (docs/reference/plan-format.md, version 3).
+COLUMNS = ("stream", "stage", "microbatch", "duration", "alloc_bytes", "free_bytes", "work_bytes",
+           "bytes", "match")
+p = copy.deepcopy(plan); p["data_edges"] += [3, 3]; write("plan_self_edge.json", p)
+# An edge between two compute nodes turned back (inside one send/recv pair it would be no cycle).
+p = copy.deepcopy(plan); e = p["data_edges"]; kinds = p["nodes"]["kind"]
+a, b = next((e[k], e[k + 1]) for k in range(0, len(e), 2) if kinds[e[k]] == kinds[e[k + 1]] == "c")
+p["data_edges"] += [b, a]; write("plan_cycle.json", p)
+p = copy.deepcopy(plan); p["nodes"]["match"][p["nodes"]["kind"].index("s")] = 0
 write("plan_send_without_recv.json", p)
-p = copy.deepcopy(plan); p["nodes"][0]["stage"] = 1; write("plan_bad_stage.json", p)
-p = copy.deepcopy(plan); p["nodes"].append(copy.deepcopy(p["nodes"][0])); write("plan_repeated_node.json", p)
-p = copy.deepcopy(plan); p["nodes"] = []; p["edges"] = []
-for s in p["streams"]: s["order"] = []
+p = copy.deepcopy(plan); p["nodes"]["stage"][0] = 1; write("plan_bad_stage.json", p)
+p = copy.deepcopy(plan); t = p["nodes"]; t["count"] += 1
+for c in COLUMNS: t[c].append(t[c][0])
+for c in ("kind", "op", "transfer"): t[c] += t[c][0]
+write("plan_repeated_node.json", p)
+p = copy.deepcopy(plan); t = p["nodes"]; t["count"] = 0; p["data_edges"] = []
+for c in COLUMNS: t[c] = []
+for c in ("kind", "op", "transfer"): t[c] = ""
+for s in p["streams"]: s.pop("order", None)
 write("plan_no_nodes.json", p)
 gpus = json.load(open("gpus/gpus.json"))
 g = copy.deepcopy(gpus); g["gpus"][0]["hbm_gib"] = 1e-9

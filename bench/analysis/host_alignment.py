@@ -26,6 +26,10 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "calibrate"))
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def measured_order(results):
     """RESULTS's run folders in the order they were measured: by the UTC time on the first line of
@@ -49,7 +53,7 @@ def measured_order(results):
 
 
 def analyse(trace_path):
-    plan = json.load(open(trace_path[: -len(".trace.json")] + ".plan.json"))
+    plan = plan_json.as_rows(json.load(open(trace_path[: -len(".trace.json")] + ".plan.json")))
     trace = json.load(open(trace_path))
     nodes = {n["id"]: n for n in plan["nodes"]}
     preds = {}  # the data edges, and each node's predecessor on its stream (the order edges)

@@ -11,6 +11,10 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "calibrate"))
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def main():
     if len(sys.argv) < 3:
@@ -20,7 +24,7 @@ def main():
         with open(prefix + ".trace.json", encoding="utf-8") as f:
             events = json.load(f)["traceEvents"]
         with open(prefix + ".plan.json", encoding="utf-8") as f:
-            plan = json.load(f)
+            plan = plan_json.as_rows(json.load(f))
         measured, planned = {}, {}
         for e in events:
             if e.get("ph") == "X" and e.get("cat") in ("F", "B", "P1", "P2"):

@@ -14,13 +14,17 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "calibrate"))
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def ops(prefix):
     with open(prefix + ".trace.json", encoding="utf-8") as f:
         events = [e for e in json.load(f)["traceEvents"]
                   if e.get("ph") == "X" and e.get("cat") in ("F", "B", "P1", "P2")]
     with open(prefix + ".plan.json", encoding="utf-8") as f:
-        profiled = {n["id"]: n["duration_us"] for n in json.load(f)["nodes"]
+        profiled = {n["id"]: n["duration_us"] for n in plan_json.as_rows(json.load(f))["nodes"]
                     if n.get("kind") == "compute"}
     for e in events:
         start, end = e["ts"], e["ts"] + e["dur"]

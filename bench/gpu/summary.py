@@ -34,6 +34,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "calibrate"))
 import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = float(1 << 30)
 STEP_TOLERANCE_PCT = 5.0
@@ -390,7 +391,8 @@ def mean_share_computing(plan, trace):
     the sustained-load model (contention.sustained) it is also the step's mean load H: H follows
     the share with a lag, and the step repeats."""
     devices = int(plan.get("meta", {}).get("devices", 0))
-    compute = {n.get("id") for n in plan.get("nodes", []) if n.get("kind") == "compute"}
+    compute = {n.get("id") for n in plan_json.as_rows(plan).get("nodes", [])
+               if n.get("kind") == "compute"}
     events = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["args"]["node"])
               for e in trace.get("traceEvents", [])
               if e.get("ph") == "X" and e.get("args", {}).get("node") in compute]

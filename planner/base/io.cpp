@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -58,9 +59,17 @@ std::size_t find_number(std::string_view text, std::string_view token) {
   });
 }
 
-// The object key just before byte `at` ("key": <at>), or "" when the value is not one.
+// The object key just before byte `at` ("key": <at>), or "" when the value is not one. A number
+// inside an array of numbers is named by the array's key ("key": [1, 2, <at>).
 std::string key_before(std::string_view text, std::size_t at) {
   std::size_t i = at;
+  while (i > 0 && (is_number_char(text[i - 1]) || text[i - 1] == ',' || text[i - 1] == ' ' ||
+                   text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
+    --i;
+  if (i == 0 || text[i - 1] != '[')
+    i = at;  // not in an array of numbers
+  else
+    --i;
   while (i > 0 &&
          (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
     --i;
@@ -142,6 +151,159 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string(source) + ": malformed JSON (" + std::string(e.what()) + ")");
   }
+}
+
+namespace {
+
+// nlohmann's SAX events turned into a document as its own parser builds it, except that the
+// arrays at the requested paths go into integer columns. A path is the keys from the top-level
+// object down ("data_edges", "nodes.stream").
+class ColumnSax {
+ public:
+  ColumnSax(std::string_view source, const std::vector<std::string>& paths, JsonColumns& out)
+      : source_(source), paths_(paths), out_(out) {}
+
+  bool null() { return value(nullptr); }
+  bool boolean(bool v) { return value(v); }
+  bool number_integer(std::int64_t v) {
+    if (column_ == nullptr) return value(v);
+    column_->push_back(v);
+    return true;
+  }
+  bool number_unsigned(std::uint64_t v) {
+    if (column_ == nullptr) return value(v);
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      refuse("holds an integer outside the range of int64");
+    }
+    column_->push_back(static_cast<std::int64_t>(v));
+    return true;
+  }
+  bool number_float(double v, const std::string& /*text*/) {
+    if (column_ != nullptr) refuse("must hold integers only");
+    return value(v);
+  }
+  bool string(std::string& v) {
+    if (column_ != nullptr) refuse("must hold integers only");
+    return value(std::move(v));
+  }
+  bool binary(nlohmann::json::binary_t& /*v*/) { return false; }  // not in JSON text
+  bool start_object(std::size_t /*size*/) {
+    if (column_ != nullptr) refuse("must hold integers only");
+    return open(nlohmann::json::object());
+  }
+  bool key(std::string& k) {
+    key_ = k;
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t /*size*/) {
+    if (column_ != nullptr) refuse("must hold integers only");
+    if (const std::string path = column_path(); !path.empty()) {
+      auto [it, added] = out_.columns.try_emplace(path);
+      if (!added) {
+        throw Error(std::string(source_) + ": field '" + path + "' appears twice");
+      }
+      column_ = &it->second;
+      column_name_ = path;
+      return true;
+    }
+    return open(nlohmann::json::array());
+  }
+  bool end_array() {
+    if (column_ != nullptr) {
+      column_ = nullptr;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const nlohmann::json::exception& e) {
+    error_byte_ = position;
+    error_id_ = e.id;
+    error_what_ = e.what();
+    return false;
+  }
+
+  std::size_t error_byte() const { return error_byte_; }
+  int error_id() const { return error_id_; }
+  const std::string& error_what() const { return error_what_; }
+
+ private:
+  struct Frame {
+    nlohmann::json* value;
+    std::string key;  // this container's key in its parent object; "" under an array
+  };
+
+  [[noreturn]] void refuse(const std::string& what) const {
+    throw Error(std::string(source_) + ": field '" + column_name_ + "' " + what);
+  }
+
+  // Where the next value goes: the root, the open array's end, or the open object's key_.
+  nlohmann::json& slot() {
+    if (stack_.empty()) return out_.json;
+    nlohmann::json& parent = *stack_.back().value;
+    if (parent.is_array()) return parent.emplace_back();
+    return parent[key_];
+  }
+  template <typename T>
+  bool value(T&& v) {
+    slot() = nlohmann::json(std::forward<T>(v));
+    return true;
+  }
+  bool open(nlohmann::json container) {
+    const bool in_object = !stack_.empty() && stack_.back().value->is_object();
+    std::string key = in_object ? key_ : std::string();
+    nlohmann::json& at = slot();
+    at = std::move(container);
+    stack_.push_back({&at, std::move(key)});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+  // The path of an array about to open when it is one of the requested columns, else "".
+  std::string column_path() const {
+    if (stack_.empty() || !stack_.back().value->is_object()) return "";
+    std::string path;
+    for (std::size_t i = 1; i < stack_.size(); ++i) {
+      if (stack_[i - 1].value->is_array()) return "";  // under an array: never a column
+      path.append(stack_[i].key).push_back('.');
+    }
+    path.append(key_);
+    return std::find(paths_.begin(), paths_.end(), path) == paths_.end() ? "" : path;
+  }
+
+  std::string_view source_;
+  const std::vector<std::string>& paths_;
+  JsonColumns& out_;
+  std::vector<Frame> stack_;
+  std::string key_;
+  std::vector<std::int64_t>* column_ = nullptr;
+  std::string column_name_;
+  std::size_t error_byte_ = 0;
+  int error_id_ = 0;
+  std::string error_what_;
+};
+
+}  // namespace
+
+const std::vector<std::int64_t>* JsonColumns::column(const std::string& path) const {
+  const auto it = columns.find(path);
+  return it == columns.end() ? nullptr : &it->second;
+}
+
+JsonColumns parse_json_columns(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& paths) {
+  check_json_depth(text, source);
+  JsonColumns out;
+  ColumnSax sax(source, paths, out);
+  if (!nlohmann::json::sax_parse(text, &sax)) {
+    if (sax.error_id() == 406) number_out_of_range(text, source, sax.error_what());
+    throw Error(std::string(source) + ": malformed JSON at byte " +
+                std::to_string(sax.error_byte()));
+  }
+  return out;
 }
 
 const nlohmann::json& require_field(const nlohmann::json& object, std::string_view field,

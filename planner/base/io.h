@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,22 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // nothing that walks the value recurses without bound) with its byte, and a number outside the
 // range of a double (nlohmann's out_of_range.406, e.g. 1e999) with its field, line and byte.
 nlohmann::json parse_json_text(std::string_view text, std::string_view source);
+// JSON text whose large integer arrays are read straight into vectors: parse_json_columns.
+struct JsonColumns {
+  nlohmann::json json;  // the document without the arrays read as columns
+  // Each column read, by its path ("nodes.stream"): the array's integers in order.
+  std::unordered_map<std::string, std::vector<std::int64_t>> columns;
+  // The column at `path`, or nullptr when the document has none there.
+  [[nodiscard]] const std::vector<std::int64_t>* column(const std::string& path) const;
+};
+// parse_json_text for documents with arrays of millions of integers: an array whose path (the
+// keys from the top-level object down, joined by '.': "data_edges", "nodes.stream") is one of
+// `paths` is read into JsonColumns::columns, not into the JSON value (16 bytes per element there,
+// 8 here, and no per-element allocation). Such an array must hold integers in int64's range
+// only; anything else in it, or a second array at the same path, is one Error line naming the
+// path. The same errors as parse_json_text otherwise.
+JsonColumns parse_json_columns(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& paths);
 // A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 

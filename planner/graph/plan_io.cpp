@@ -1,6 +1,11 @@
 // Plan (task graph) JSON and Graphviz DOT. Format: docs/reference/plan-format.md.
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <charconv>
+#include <optional>
 #include <ostream>
+#include <unordered_map>
 
 #include <boost/graph/graphviz.hpp>
 #include <nlohmann/json.hpp>
@@ -15,9 +20,10 @@ namespace pipeplan {
 namespace {
 
 constexpr std::string_view kPlanFormat = "pipeplan-plan";
-// Version 2 stores each send/recv's `transfer` kind; version 1 plans are still read (see
-// transfer_of_v1).
-constexpr int kPlanVersion = 2;
+// Version 3 stores nodes as columns (plan_to_text); version 2, one object per node (plan_to_json),
+// and version 1, without each send/recv's `transfer` kind (see transfer_of_v1), are still read.
+constexpr int kPlanVersion = 3;
+constexpr int kRowsPlanVersion = 2;
 constexpr int kOldestPlanVersion = 1;
 
 NodeKind node_kind_from_string(std::string_view text, const std::string& context) {
@@ -298,7 +304,7 @@ nlohmann::json plan_to_json(const TaskGraph& graph) {
     edges.push_back({boost::source(*it, graph.graph()), boost::target(*it, graph.graph())});
   }
   return {{"format", kPlanFormat},
-          {"version", kPlanVersion},
+          {"version", kRowsPlanVersion},
           {"meta", meta_to_json(graph.meta)},
           {"schedule", schedule_to_text(graph.schedule)},
           {"streams", streams},
@@ -306,10 +312,15 @@ nlohmann::json plan_to_json(const TaskGraph& graph) {
           {"edges", edges}};
 }
 
-TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_view) {
-  const std::string source(source_view);
-  const int version = require_format(json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
-  TaskGraph g;
+namespace {
+
+// What every version shares: meta, the schedule (checked against meta) and the streams. Returns
+// each stream's order as the file gives it; in version 3 a stream may leave it out (nullopt):
+// its nodes in id order.
+std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::json& json,
+                                                              const std::string& source,
+                                                              int version, int node_total,
+                                                              TaskGraph& g) {
   g.meta = meta_from_json(require_field(json, "meta", source), source);
   g.schedule = named(source, "schedule", [&] {
     Schedule schedule = schedule_from_text(require_string(json, "schedule", source));
@@ -325,20 +336,14 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
                 std::to_string(g.meta.devices) + ", " + std::to_string(g.meta.microbatches) +
                 " and " + std::to_string(g.meta.stage_layers.size()));
   }
-
   const auto& streams = require_field(json, "streams", source);
   if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
-  const auto& nodes = require_field(json, "nodes", source);
-  if (!nodes.is_array()) throw Error(source + ": field 'nodes' must be an array");
-  if (nodes.size() > static_cast<std::size_t>(limits::kMaxPlanNodes) ||
-      streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
-    throw Error(source + ": " +
-                limits::above_limit(std::to_string(nodes.size()) + " nodes and " +
-                                        std::to_string(streams.size()) + " streams",
-                                    limits::kMaxPlanNodes));
+  if (streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
+    throw Error(
+        source + ": " +
+        limits::above_limit(std::to_string(streams.size()) + " streams", limits::kMaxPlanNodes));
   }
-  const int node_total = static_cast<int>(nodes.size());
-  std::vector<std::vector<int>> orders;
+  std::vector<std::optional<std::vector<int>>> orders;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const std::string ctx = source + ": streams[" + std::to_string(i) + "]";
     const int device = require_int(streams[i], "device", ctx, 0, g.meta.devices - 1);
@@ -347,38 +352,87 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     if (g.stream(device, role, peer) != static_cast<int>(i)) {
       throw Error(ctx + ": duplicate stream");
     }
-    const auto& order = require_field(streams[i], "order", ctx);
-    if (!order.is_array()) throw Error(ctx + ": field 'order' must be an array of node ids");
+    const auto order = streams[i].find("order");
+    if (order == streams[i].end() && version >= 3) {
+      orders.emplace_back();
+      continue;
+    }
+    if (order == streams[i].end() || !order->is_array()) {
+      throw Error(ctx + ": field 'order' must be an array of node ids");
+    }
     std::vector<int> ids;
-    for (const auto& id : order) {
+    ids.reserve(order->size());
+    for (const auto& id : *order) {
       if (!int_in(id, 0, node_total - 1)) {
         throw Error(ctx + ": field 'order' holds an unknown node id");
       }
       ids.push_back(id.get<int>());
     }
-    orders.push_back(std::move(ids));
+    orders.emplace_back(std::move(ids));
   }
-  const int stream_total = static_cast<int>(g.streams().size());
-  // Running memory totals add every allocation: their sum stays within kMaxPlanBytes.
-  std::int64_t allocated = 0;
-  for (const std::int64_t bytes : g.meta.static_bytes)
-    allocated += bytes;
+  return orders;
+}
+
+// Running memory totals add every allocation: their sum stays within kMaxPlanBytes.
+class AllocationTotal {
+ public:
+  explicit AllocationTotal(const PlanMeta& meta) {
+    for (const std::int64_t bytes : meta.static_bytes)
+      total_ += bytes;
+  }
+  void add(const Node& node, const std::string& ctx) {
+    total_ += node.alloc_bytes;
+    if (total_ > limits::kMaxPlanBytes || total_ < 0) {
+      throw Error(ctx + ": field 'alloc_bytes': " +
+                  limits::above_limit("the plan's allocations",
+                                      static_cast<double>(limits::kMaxPlanBytes), "bytes"));
+    }
+  }
+
+ private:
+  std::int64_t total_ = 0;
+};
+
+// Gives each stream its order: the file's, or (version 3, none given) its nodes in id order.
+void set_stream_orders(TaskGraph& g, std::vector<std::optional<std::vector<int>>>& orders) {
+  std::vector<std::vector<int>> implied(orders.size());
+  for (int id = 0; id < g.node_count(); ++id) {
+    const auto s = static_cast<std::size_t>(g.node(id).stream);
+    if (!orders[s]) implied[s].push_back(id);
+  }
+  for (std::size_t s = 0; s < orders.size(); ++s) {
+    g.set_stream_order(static_cast<int>(s),
+                       orders[s] ? std::move(*orders[s]) : std::move(implied[s]));
+  }
+}
+
+}  // namespace
+
+TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_view) {
+  const std::string source(source_view);
+  const int version =
+      require_format(json, kPlanFormat, kOldestPlanVersion, kRowsPlanVersion, source);
+  const auto& nodes = require_field(json, "nodes", source);
+  if (!nodes.is_array()) throw Error(source + ": field 'nodes' must be an array");
+  if (nodes.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
+    throw Error(
+        source + ": " +
+        limits::above_limit(std::to_string(nodes.size()) + " nodes", limits::kMaxPlanNodes));
+  }
+  const int node_total = static_cast<int>(nodes.size());
+  TaskGraph g;
+  auto orders = read_plan_header(json, source, version, node_total, g);
+  AllocationTotal allocated(g.meta);
   for (int i = 0; i < node_total; ++i) {
     const std::string ctx = source + ": nodes[" + std::to_string(i) + "]";
     const auto& j = nodes[static_cast<std::size_t>(i)];
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
     Node node = node_from_json(j, ctx, g, node_total, version);
-    allocated += node.alloc_bytes;
-    if (allocated > limits::kMaxPlanBytes || allocated < 0) {
-      throw Error(ctx + ": field 'alloc_bytes': " +
-                  limits::above_limit("the plan's allocations",
-                                      static_cast<double>(limits::kMaxPlanBytes), "bytes"));
-    }
+    allocated.add(node, ctx);
     g.add_node_unordered(std::move(node));
   }
-  for (int s = 0; s < stream_total; ++s)
-    g.set_stream_order(s, orders[static_cast<std::size_t>(s)]);
+  set_stream_orders(g, orders);
 
   const auto& edges = require_field(json, "edges", source);
   if (!edges.is_array()) throw Error(source + ": field 'edges' must be an array");
@@ -393,12 +447,389 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
   return g;
 }
 
+namespace {
+
+// Version 3's one-character codes for the node columns "kind", "op" and "transfer".
+constexpr std::string_view kKindCodes = "csr";        // NodeKind order
+constexpr std::string_view kOpCodes = "FB12";         // OpType order: F, B, P1, P2
+constexpr std::string_view kTransferCodes = "-agel";  // Transfer order
+
+template <typename E>
+char code_of(E value, std::string_view codes) {
+  return codes[static_cast<std::size_t>(value)];
+}
+
+// The integer columns of version 3, in the order they are written.
+constexpr std::array<std::string_view, 9> kIntColumns = {"stream",     "stage",       "microbatch",
+                                                         "duration",   "alloc_bytes", "free_bytes",
+                                                         "work_bytes", "bytes",       "match"};
+
+// Appends decimal integers, comma-separated, as fast as the bytes can be copied.
+class IntWriter {
+ public:
+  explicit IntWriter(std::string& out) : out_(out) {}
+  void add(std::int64_t v) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    std::array<char, 24> buffer{};
+    const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), v);
+    out_.append(buffer.data(), result.ptr);
+  }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+// The distinct durations, in order of first appearance, and each node's index among them: a
+// plan's durations come from a few per-stage costs and message sizes, so the indices are short.
+struct DurationTable {
+  std::vector<double> values;
+  std::vector<std::int64_t> index;
+};
+
+DurationTable duration_table(const TaskGraph& g) {
+  DurationTable table;
+  std::unordered_map<std::uint64_t, std::int64_t> seen;  // by bit pattern: -0 and 0 stay apart
+  table.index.reserve(static_cast<std::size_t>(g.node_count()));
+  for (const Node& n : g.nodes()) {
+    const auto bits = std::bit_cast<std::uint64_t>(n.duration_us);
+    const auto [it, added] = seen.try_emplace(bits, static_cast<std::int64_t>(table.values.size()));
+    if (added) table.values.push_back(n.duration_us);
+    table.index.push_back(it->second);
+  }
+  return table;
+}
+
+// Whether stream `s` lists exactly its nodes in id order (version 3 then leaves its order out).
+std::vector<bool> streams_in_id_order(const TaskGraph& g) {
+  const std::size_t stream_total = g.streams().size();
+  std::vector<std::size_t> next(stream_total, 0);
+  std::vector<bool> in_order(stream_total, true);
+  for (int id = 0; id < g.node_count(); ++id) {
+    const auto s = static_cast<std::size_t>(g.node(id).stream);
+    if (s >= stream_total) continue;  // a graph built by hand; the validator names it
+    const std::vector<int>& order = g.stream_order(static_cast<int>(s));
+    in_order[s] = in_order[s] && next[s] < order.size() && order[next[s]] == id;
+    ++next[s];
+  }
+  for (std::size_t s = 0; s < stream_total; ++s) {
+    if (next[s] != g.stream_order(static_cast<int>(s)).size()) in_order[s] = false;
+  }
+  return in_order;
+}
+
+std::int64_t int_column_value(const Node& n, std::size_t column, const DurationTable& durations,
+                              int id) {
+  switch (column) {
+    case 0:
+      return n.stream;
+    case 1:
+      return n.stage;
+    case 2:
+      return n.microbatches.empty() ? 0 : n.microbatches[0];
+    case 3:
+      return durations.index[static_cast<std::size_t>(id)];
+    case 4:
+      return n.alloc_bytes;
+    case 5:
+      return n.free_bytes;
+    case 6:
+      return n.work_bytes;
+    case 7:
+      return n.bytes;
+    default:
+      return n.match;
+  }
+}
+
+}  // namespace
+
+std::string plan_to_text(const TaskGraph& g) {
+  const auto node_total = static_cast<std::size_t>(g.node_count());
+  std::string out;
+  out.reserve(4096 + g.schedule.action_count() * 8 + node_total * 56 +
+              g.edge_records().size() * 16);
+  out += R"({"format": ")";
+  out += kPlanFormat;
+  out += R"(", "version": )" + std::to_string(kPlanVersion) + ",\n";
+  out += R"("meta": )" + meta_to_json(g.meta).dump() + ",\n";
+  out += R"("schedule": )" + nlohmann::json(schedule_to_text(g.schedule)).dump() + ",\n";
+  out += R"("streams": [)";
+  const std::vector<bool> in_order = streams_in_id_order(g);
+  for (std::size_t i = 0; i < g.streams().size(); ++i) {
+    const Stream& st = g.streams()[i];
+    out += i == 0 ? "\n" : ",\n";
+    out += R"({"device": )" + std::to_string(st.device) + R"(, "role": ")" +
+           std::string(to_string(st.role)) + R"(", "peer": )" + std::to_string(st.peer);
+    if (!in_order[i]) {
+      out += R"(, "order": [)";
+      IntWriter ids(out);
+      for (const int id : g.stream_order(static_cast<int>(i)))
+        ids.add(id);
+      out += "]";
+    }
+    out += "}";
+  }
+  out += "],\n";
+  out += R"("nodes": {"count": )" + std::to_string(node_total);
+  const auto codes = [&](std::string_view name, auto code) {
+    out += ",\n\"";
+    out += name;
+    out += R"(": ")";
+    for (const Node& n : g.nodes())
+      out.push_back(code(n));
+    out += "\"";
+  };
+  codes("kind", [](const Node& n) { return code_of(n.kind, kKindCodes); });
+  codes("op", [](const Node& n) { return code_of(n.op, kOpCodes); });
+  codes("transfer", [](const Node& n) { return code_of(n.transfer, kTransferCodes); });
+  const DurationTable durations = duration_table(g);
+  out += ",\n\"duration_values\": " + nlohmann::json(durations.values).dump();
+  for (std::size_t c = 0; c < kIntColumns.size(); ++c) {
+    out += ",\n\"";
+    out += kIntColumns[c];
+    out += "\": [";
+    IntWriter column(out);
+    for (std::size_t id = 0; id < node_total; ++id)
+      column.add(int_column_value(g.nodes()[id], c, durations, static_cast<int>(id)));
+    out += "]";
+  }
+  // The rare nodes with more than one micro-batch (a concatenated P2): [id, second, third, ...].
+  out += ",\n\"more_microbatches\": [";
+  bool first = true;
+  for (std::size_t id = 0; id < node_total; ++id) {
+    const MicroBatches& mbs = g.nodes()[id].microbatches;
+    if (mbs.size() < 2) continue;
+    out += first ? "[" : ",[";
+    first = false;
+    IntWriter row(out);
+    row.add(static_cast<std::int64_t>(id));
+    for (std::size_t k = 1; k < mbs.size(); ++k)
+      row.add(mbs[k]);
+    out += "]";
+  }
+  // Labels other than the one a node's fields spell: [id, "label"].
+  nlohmann::json labels = nlohmann::json::array();
+  for (std::size_t id = 0; id < node_total; ++id) {
+    if (const std::string* label = g.nodes()[id].custom_label.get()) labels.push_back({id, *label});
+  }
+  out += "],\n\"labels\": " + labels.dump() + "},\n";
+  out += R"("data_edges": [)";
+  IntWriter edges(out);
+  for (const TaskGraph::EdgeRecord& e : g.edge_records()) {
+    if (e.kind != EdgeKind::data) continue;
+    edges.add(e.from);
+    edges.add(e.to);
+  }
+  out += "]}\n";
+  return out;
+}
+
+namespace {
+
+// A version 3 plan's columns, read with their bounds (PlanColumns::at names the column and node).
+class PlanColumns {
+ public:
+  PlanColumns(const JsonColumns& doc, const nlohmann::json& table, std::string source)
+      : doc_(doc), table_(table), source_(std::move(source)) {
+    if (!table_.is_object()) {
+      throw Error(source_ + ": field 'nodes' must be an object of columns (version 3)");
+    }
+    count_ = require_int(table_, "count", source_ + ": nodes", 0, limits::kMaxPlanNodes);
+  }
+  int count() const { return count_; }
+  const std::string& source() const { return source_; }
+
+  // The column of one-character codes; each code is checked when read (code()).
+  std::string_view codes(std::string_view name) const {
+    const auto& v = require_field(table_, name, source_ + ": nodes");
+    if (!v.is_string() ||
+        v.get_ref<const std::string&>().size() != static_cast<std::size_t>(count_)) {
+      throw Error(source_ + ": field 'nodes." + std::string(name) + "' must be a string of " +
+                  std::to_string(count_) + " characters (one per node)");
+    }
+    return v.get_ref<const std::string&>();
+  }
+  const std::vector<std::int64_t>& ints(std::string_view name) const {
+    const std::vector<std::int64_t>* column = doc_.column("nodes." + std::string(name));
+    if (column == nullptr || column->size() != static_cast<std::size_t>(count_)) {
+      throw Error(source_ + ": field 'nodes." + std::string(name) + "' must be an array of " +
+                  std::to_string(count_) + " integers (one per node)");
+    }
+    return *column;
+  }
+  // The value of node `id` in `column`, within [lo, hi].
+  std::int64_t at(const std::vector<std::int64_t>& column, std::string_view name, int id,
+                  std::int64_t lo, std::int64_t hi) const {
+    const std::int64_t v = column[static_cast<std::size_t>(id)];
+    if (v < lo || v > hi) {
+      throw Error(source_ + ": node " + std::to_string(id) + ": field '" + std::string(name) +
+                  "' = " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "]");
+    }
+    return v;
+  }
+  template <typename E>
+  E code(std::string_view column, std::string_view name, std::string_view codes, int id) const {
+    const std::size_t at = codes.find(column[static_cast<std::size_t>(id)]);
+    if (at == std::string_view::npos) {
+      throw Error(source_ + ": node " + std::to_string(id) + ": field '" + std::string(name) +
+                  "' must be one of the characters '" + std::string(codes) + "'");
+    }
+    return static_cast<E>(at);
+  }
+
+ private:
+  const JsonColumns& doc_;
+  const nlohmann::json& table_;
+  std::string source_;
+  int count_ = 0;
+};
+
+// Rows [id, value...] of a sparse column, ids increasing: calls take(id, row).
+template <typename Take>
+void sparse_rows(const nlohmann::json& table, std::string_view name, const std::string& source,
+                 int node_total, Take&& take) {
+  const auto& rows = require_field(table, name, source + ": nodes");
+  const std::string field = "nodes." + std::string(name);
+  if (!rows.is_array()) throw Error(source + ": field '" + field + "' must be an array");
+  int last = -1;
+  for (const auto& row : rows) {
+    if (!row.is_array() || row.empty() || !int_in(row[0], last + 1, node_total - 1)) {
+      throw Error(source + ": field '" + field +
+                  "' must hold rows [node id, ...] with increasing node ids");
+    }
+    last = row[0].get<int>();
+    take(last, row);
+  }
+}
+
+TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
+  const nlohmann::json& json = doc.json;
+  const PlanColumns columns(doc, require_field(json, "nodes", source), source);
+  const int node_total = columns.count();
+  TaskGraph g;
+  auto orders = read_plan_header(json, source, kPlanVersion, node_total, g);
+  const int devices = g.meta.devices;
+  const int stream_total = static_cast<int>(g.streams().size());
+  const std::string_view kinds = columns.codes("kind");
+  const std::string_view ops = columns.codes("op");
+  const std::string_view transfers = columns.codes("transfer");
+  const auto& table = json["nodes"];
+  const auto& values = require_field(table, "duration_values", source + ": nodes");
+  std::vector<double> durations;
+  if (!values.is_array()) {
+    throw Error(source + ": field 'nodes.duration_values' must be an array of numbers");
+  }
+  for (const auto& v : values) {
+    if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > limits::kMaxNodeTimeUs) {
+      throw Error(source + ": field 'nodes.duration_values' holds " + json_excerpt(v) + ": " +
+                  "durations are numbers from 0 to 1e18 us (docs/reference/limits.md)");
+    }
+    durations.push_back(v.get<double>());
+  }
+  if (durations.empty() && node_total > 0) {
+    throw Error(source + ": field 'nodes.duration_values' must hold the nodes' durations");
+  }
+  std::array<const std::vector<std::int64_t>*, kIntColumns.size()> ints{};
+  for (std::size_t c = 0; c < kIntColumns.size(); ++c)
+    ints[c] = &columns.ints(kIntColumns[c]);
+  const auto col = [&](std::size_t c, int id, std::int64_t lo, std::int64_t hi) {
+    return columns.at(*ints[c], kIntColumns[c], id, lo, hi);
+  };
+  const int last_mb = g.meta.microbatches - 1;
+  const auto duration_count = static_cast<std::int64_t>(durations.size());
+  g.reserve(static_cast<std::size_t>(node_total), 0);
+  AllocationTotal allocated(g.meta);
+  for (int id = 0; id < node_total; ++id) {
+    Node n;
+    n.kind = columns.code<NodeKind>(kinds, "kind", kKindCodes, id);
+    n.op = columns.code<OpType>(ops, "op", kOpCodes, id);
+    n.transfer = columns.code<Transfer>(transfers, "transfer", kTransferCodes, id);
+    n.stream = static_cast<int>(col(0, id, 0, stream_total - 1));
+    n.device = g.streams()[static_cast<std::size_t>(n.stream)].device;
+    n.stage = static_cast<int>(col(1, id, 0, limits::kMaxStages - 1));
+    n.microbatches.push_back(static_cast<int>(col(2, id, 0, last_mb)));
+    n.duration_us = durations[static_cast<std::size_t>(col(3, id, 0, duration_count - 1))];
+    n.alloc_bytes = col(4, id, 0, limits::kMaxPlanBytes);
+    n.free_bytes = col(5, id, 0, limits::kMaxPlanBytes);
+    n.work_bytes = col(6, id, 0, limits::kMaxPlanBytes);
+    const bool compute = n.kind == NodeKind::compute;
+    if (compute != (n.transfer == Transfer::none)) {
+      throw Error(source + ": node " + std::to_string(id) +
+                  ": field 'transfer' must be '-' for a compute node and one of 'agel' for a "
+                  "send or recv");
+    }
+    n.bytes = col(7, id, 0, compute ? 0 : limits::kMaxPlanBytes);
+    n.match = static_cast<int>(col(8, id, -1, compute ? -1 : node_total - 1));
+    n.peer = compute ? -1 : g.streams()[static_cast<std::size_t>(n.stream)].peer;
+    if (!compute && (n.peer < 0 || n.peer >= devices)) {
+      throw Error(source + ": node " + std::to_string(id) + ": a " +
+                  std::string(to_string(n.kind)) + " must be on a stream with a peer device");
+    }
+    allocated.add(n, source + ": node " + std::to_string(id));
+    g.add_node_unordered(std::move(n));
+  }
+  sparse_rows(table, "more_microbatches", source, node_total,
+              [&](int id, const nlohmann::json& row) {
+                MicroBatches& mbs = g.node(id).microbatches;
+                if (row.size() > static_cast<std::size_t>(g.meta.microbatches)) {
+                  throw Error(source + ": node " + std::to_string(id) + ": more than meta's " +
+                              std::to_string(g.meta.microbatches) + " micro-batches");
+                }
+                for (std::size_t k = 1; k < row.size(); ++k) {
+                  if (!int_in(row[k], 0, last_mb)) {
+                    throw Error(source + ": node " + std::to_string(id) +
+                                ": field 'more_microbatches' must hold integers from 0 to " +
+                                std::to_string(last_mb));
+                  }
+                  mbs.push_back(row[k].get<int>());
+                }
+              });
+  sparse_rows(table, "labels", source, node_total, [&](int id, const nlohmann::json& row) {
+    if (row.size() != 2 || !row[1].is_string()) {
+      throw Error(source + ": field 'nodes.labels' must hold rows [node id, \"label\"]");
+    }
+    set_label(g.node(id), row[1].get<std::string>());
+  });
+  set_stream_orders(g, orders);
+  const std::vector<std::int64_t>* edges = doc.column("data_edges");
+  if (edges == nullptr || edges->size() % 2 != 0) {
+    throw Error(source + ": field 'data_edges' must be an array of node ids, two per edge");
+  }
+  g.reserve(0, edges->size() / 2 + static_cast<std::size_t>(node_total));
+  for (std::size_t i = 0; i < edges->size(); i += 2) {
+    const std::int64_t from = (*edges)[i], to = (*edges)[i + 1];
+    if (from < 0 || from >= node_total || to < 0 || to >= node_total) {
+      throw Error(source + ": data_edges[" + std::to_string(i / 2) +
+                  "] must be [from, to] node ids");
+    }
+    g.add_data_edge(static_cast<int>(from), static_cast<int>(to));
+  }
+  return g;
+}
+
+}  // namespace
+
+TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
+  const std::string source(source_view);
+  std::vector<std::string> paths = {"data_edges"};
+  for (const std::string_view name : kIntColumns)
+    paths.push_back("nodes." + std::string(name));
+  const JsonColumns doc = parse_json_columns(text, source, paths);
+  const int version =
+      require_format(doc.json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
+  if (version < kPlanVersion) return plan_from_json(doc.json, source);
+  return plan_from_columns(doc, source);
+}
+
 TaskGraph load_plan(const std::filesystem::path& path) {
-  return plan_from_json(read_json_file(path), path.string());
+  return plan_from_text(read_text_file(path), path.string());
 }
 
 void save_plan(const TaskGraph& graph, const std::filesystem::path& path) {
-  write_file_atomic(path, plan_to_json(graph).dump(1) + "\n");
+  write_file_atomic(path, plan_to_text(graph));
 }
 
 namespace {

@@ -230,10 +230,17 @@ inline constexpr std::size_t kConcurrentActions = 2048;
 // the bounds it checks. The check's error, if any, is the one thrown.
 TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
 
+// The plan file (docs/reference/plan-format.md): version 3, nodes as columns, written and read
+// without a JSON value per node. plan_from_text reads every version (1 and 2 through
+// plan_from_json); every error is one line naming `source`.
+std::string plan_to_text(const TaskGraph& graph);
+TaskGraph plan_from_text(std::string_view text, std::string_view source);
+// Version 2, one JSON object per node: what tests and tools edit node by node (plan_from_json
+// reads versions 1 and 2; plan_from_text reads it back too).
 nlohmann::json plan_to_json(const TaskGraph& graph);
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);
 TaskGraph load_plan(const std::filesystem::path& path);
-void save_plan(const TaskGraph& graph, const std::filesystem::path& path);  // atomic
+void save_plan(const TaskGraph& graph, const std::filesystem::path& path);  // atomic, version 3
 void write_dot(const TaskGraph& graph, std::ostream& out);
 
 }  // namespace pipeplan

@@ -1,5 +1,5 @@
-// The plan loader and everything `pipeplan show` does with what it loads: validate, simulate,
-// draw the timeline and summary, write the trace.
+// The plan loader (every version) and everything `pipeplan show` does with what it loads: validate,
+// simulate, draw the timeline and summary, write the trace.
 #include "planner/base/io.h"
 #include "planner/graph/evaluate.h"
 #include "planner/graph/taskgraph.h"
@@ -10,8 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace pipeplan;
   return fuzz::run([&] {
-    const TaskGraph graph =
-        plan_from_json(parse_json_text(fuzz::text_of(data, size), "p.json"), "p.json");
+    const TaskGraph graph = plan_from_text(fuzz::text_of(data, size), "p.json");
     CheckedSimulation checked = validate_and_simulate(graph);
     if (checked.violation) return;
     static_cast<void>(render_timeline(graph, checked.sim, 100, true));

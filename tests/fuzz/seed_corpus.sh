@@ -12,13 +12,14 @@ out=$(realpath "$out")
 cd "$out"
 
 # Plans: the shapes that exercise the most code (2BP, interleaved chunks, BPipe transfers, a
-# version 1 file), kept small: libFuzzer mutates small inputs faster.
+# version 2 and a version 1 file), kept small: libFuzzer mutates small inputs faster.
 "$pipeplan" plan --model tiny --stages 2 -m 2 --backward 2bp -o plan/tiny-1f1b-2bp.json >/dev/null
 "$pipeplan" plan --uniform 1:1:1:0.1 --stages 2 -m 2 -o plan/uniform-1f1b.json >/dev/null
 "$pipeplan" plan --uniform 1:1:1:0 --uniform-mem 1:-0.5:-0.5 --stages 2 -m 4 --chunks 2 \
   --schedule interleaved --backward 2bp-fill -o plan/uniform-interleaved.json >/dev/null
 "$pipeplan" plan --model tiny --stages 2 -m 2 --bpipe on -o plan/tiny-bpipe.json >/dev/null
-perl -0pe 's/"version": 2/"version": 1/; s/,\n\s*"transfer": "[a-z]+"//g' plan/uniform-1f1b.json \
+python3 "$root/tools/calibrate/plan_json.py" plan/uniform-1f1b.json plan/uniform-1f1b-v2.json
+perl -0pe 's/"version": 2/"version": 1/; s/,\n\s*"transfer": "[a-z]+"//g' plan/uniform-1f1b-v2.json \
   >plan/uniform-1f1b-v1.json
 
 # Profiles: the shipped one and two small analytic ones.

@@ -147,9 +147,12 @@ TEST_F(BadInput, FilesWithAbsurdValuesNameFileAndField) {
   ASSERT_EQ(run_pipeplan(kTiny + " -o " + path("p.json")).status, 0);
   std::ifstream in(path("p.json"));
   std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  plan.replace(plan.find("\"duration_us\":") + 14, 0, " 1e999, \"was\":");
+  const std::string durations = "\"duration_values\":";
+  ASSERT_NE(plan.find(durations), std::string::npos);
+  plan.replace(plan.find(durations) + durations.size(), 0, " 1e999, \"was\":");
   expect_refused("show " + write("p999.json", plan) + " --trace {out}",
-                 "p999.json: field 'duration_us' number '1e999' is outside the range of a double");
+                 "p999.json: field 'duration_values' number '1e999' is outside the range of a "
+                 "double");
   expect_refused("run " + path("p999.json") + " --trace {out}", "p999.json");
   expect_refused("export " + path("p999.json") + " -o {out}", "p999.json");
 }

@@ -321,12 +321,10 @@ TEST_F(Cli, CompareListsTheVFamiliesAtTwoChunks) {
 TEST_F(Cli, ValidateRejectsATamperedPlan) {
   ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
   auto plan = nlohmann::json::parse(std::ifstream(path("plan.json")));
-  for (auto& node : plan["nodes"]) {
-    if (node["kind"] == "send") {
-      node["bytes"] = node["bytes"].get<long long>() + 1;
-      break;
-    }
-  }
+  auto& nodes = plan["nodes"];  // version 3: one column per field
+  const std::size_t send = nodes["kind"].get<std::string>().find('s');
+  ASSERT_NE(send, std::string::npos);
+  nodes["bytes"][send] = nodes["bytes"][send].get<long long>() + 1;
   std::ofstream(path("tampered.json")) << plan.dump();
   const Result r = run("validate " + path("tampered.json"));
   EXPECT_EQ(r.status, 1);

@@ -63,6 +63,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_json import ProfileError, load_json, load_profile, write_json_atomic  # noqa: E402
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
 
 
 class FitError(ProfileError):
@@ -78,7 +79,7 @@ def load_run(prefix):
         raise FitError(f"{plan_path}: not a pipeplan plan (field 'format')")
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise FitError(f"{trace_path}: not a pipeplan trace (field 'traceEvents')")
-    nodes = {n["id"]: n for n in plan["nodes"]}
+    nodes = {n["id"]: n for n in plan_json.as_rows(plan)["nodes"]}
     events, sends = [], []
     for e in trace["traceEvents"]:
         if e.get("ph") != "X":

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -46,6 +47,63 @@ TEST(ParseJson, NumberBeyondADoubleFollowedByGarbageIsFoundWhereItStands) {
             "of a double (line 1, byte 2)");
   EXPECT_EQ(parse_error("{\"a\\\"b\": 1e999}"),
             "p.json: number '1e999' is outside the range of a double (line 1, byte 10)");
+}
+
+TEST(ParseJson, NumberBeyondADoubleInAnArrayOfNumbersNamesTheArraysField) {
+  EXPECT_EQ(parse_error("{\"durations\": [1, 2.5,\n 1e999]}"),
+            "p.json: field 'durations' number '1e999' is outside the range of a double (line 2, "
+            "byte 25)");
+}
+
+std::string columns_error(std::string_view text) {
+  try {
+    parse_json_columns(text, "p.json", {"edges", "nodes.stream"});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParseJsonColumns, ArraysAtTheGivenPathsBecomeColumnsAndTheRestStaysJson) {
+  const JsonColumns doc = parse_json_columns(
+      R"({"edges": [1, -2, 9223372036854775807], "nodes": {"stream": [4, 5], "op": "FB",
+          "stage": [7]}, "other": {"nodes": {"stream": [8]}}, "list": [{"edges": [3]}]})",
+      "p.json", {"edges", "nodes.stream"});
+  ASSERT_NE(doc.column("edges"), nullptr);
+  EXPECT_EQ(*doc.column("edges"), (std::vector<std::int64_t>{1, -2, 9223372036854775807}));
+  ASSERT_NE(doc.column("nodes.stream"), nullptr);
+  EXPECT_EQ(*doc.column("nodes.stream"), (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(doc.column("nodes.stage"), nullptr);
+  EXPECT_EQ(doc.columns.size(), 2U);  // not other.nodes.stream, not list[0].edges
+  EXPECT_FALSE(doc.json.contains("edges"));
+  EXPECT_FALSE(doc.json["nodes"].contains("stream"));
+  EXPECT_EQ(doc.json["nodes"]["op"], "FB");
+  EXPECT_EQ(doc.json["nodes"]["stage"], nlohmann::json::array({7}));
+  EXPECT_EQ(doc.json["other"]["nodes"]["stream"], nlohmann::json::array({8}));
+  EXPECT_EQ(doc.json["list"][0]["edges"], nlohmann::json::array({3}));
+  // Everything else as parse_json_text gives it.
+  const std::string plain = R"({"a": [1, {"b": null, "c": [true, 2.5, "x"]}], "d": {}})";
+  EXPECT_EQ(parse_json_columns(plain, "p.json", {"edges"}).json, parse_json_text(plain, "p.json"));
+}
+
+TEST(ParseJsonColumns, AnythingButInt64sInAColumnIsOneLineNamingIt) {
+  EXPECT_EQ(columns_error(R"({"edges": [1, 2.5]})"),
+            "p.json: field 'edges' must hold integers only");
+  EXPECT_EQ(columns_error(R"({"edges": [1, "2"]})"),
+            "p.json: field 'edges' must hold integers only");
+  EXPECT_EQ(columns_error(R"({"edges": [[1, 2]]})"),
+            "p.json: field 'edges' must hold integers only");
+  EXPECT_EQ(columns_error(R"({"nodes": {"stream": [{}]}})"),
+            "p.json: field 'nodes.stream' must hold integers only");
+  EXPECT_EQ(columns_error(R"({"edges": [9223372036854775808]})"),
+            "p.json: field 'edges' holds an integer outside the range of int64");
+  EXPECT_EQ(columns_error(R"({"edges": [1], "edges": [2]})"),
+            "p.json: field 'edges' appears twice");
+  EXPECT_EQ(columns_error(R"({"edges": [1, 2,]})"), "p.json: malformed JSON at byte 17");
+  EXPECT_EQ(columns_error(R"({"edges": [1, 1e999]})"),
+            "p.json: field 'edges' number '1e999' is outside the range of a double (line 1, "
+            "byte 15)");
+  EXPECT_EQ(columns_error(std::string(100, '[')).substr(0, 29), "p.json: JSON nested 65 deep i");
 }
 
 TEST(Error, MessagesAreOneLineWhateverTheyQuote) {

@@ -1,0 +1,260 @@
+// The plan file, version 3 (docs/reference/plan-format.md): nodes as columns, written and read
+// without a JSON value per node. Every plan round-trips exactly, versions 1 and 2 are still read,
+// and every bad column is one line naming the field (and node).
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/graph/taskgraph.h"
+#include "planner/graph/validator.h"
+#include "tests/planner/plan_fixtures.h"
+
+namespace pipeplan {
+namespace {
+
+using nlohmann::json;
+
+Plan bpipe_plan() {
+  PlanRequest r = testing::uniform_request(
+      {.devices = 4, .microbatches = 8, .backward = BackwardMode::twobp, .comm = 0.1});
+  r.bpipe = BpipeMode::on;
+  return make_plan(r);
+}
+
+std::string fixture(const std::string& name) {
+  const std::string path =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/tests/planner/graph/fixtures/" + name;
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Every shape lowering makes: 2bp with concatenated P2 (several micro-batches in one node),
+// interleaved stages, a V, and BPipe's evict/load transfers.
+std::vector<TaskGraph> sample_graphs() {
+  std::vector<TaskGraph> graphs;
+  graphs.push_back(testing::uniform_plan({.devices = 2, .microbatches = 2}).graph);
+  graphs.push_back(
+      testing::uniform_plan(
+          {.devices = 4, .microbatches = 8, .backward = BackwardMode::twobp, .p2_concat = 3})
+          .graph);
+  graphs.push_back(testing::uniform_plan(
+                       {.devices = 4, .microbatches = 8, .chunks = 2, .schedule = "interleaved"})
+                       .graph);
+  graphs.push_back(testing::uniform_plan({.devices = 4,
+                                          .microbatches = 8,
+                                          .chunks = 2,
+                                          .schedule = "zb-v",
+                                          .backward = BackwardMode::twobp})
+                       .graph);
+  graphs.push_back(bpipe_plan().graph);
+  return graphs;
+}
+
+TEST(PlanText, EveryPlanRoundTripsExactly) {
+  for (const TaskGraph& g : sample_graphs()) {
+    const std::string text = plan_to_text(g);
+    const TaskGraph back = plan_from_text(text, "p.json");
+    EXPECT_EQ(plan_to_json(back), plan_to_json(g)) << g.meta.schedule;
+    EXPECT_EQ(plan_to_text(back), text) << g.meta.schedule;  // bit for bit
+    EXPECT_FALSE(find_violation(back).has_value()) << g.meta.schedule;
+  }
+}
+
+TEST(PlanText, SamplesHoldEveryTransferKind) {
+  const std::string transfers = json::parse(plan_to_text(bpipe_plan().graph))["nodes"]["transfer"];
+  for (const char kind : std::string("-agel"))
+    EXPECT_NE(transfers.find(kind), std::string::npos) << kind;
+}
+
+// A committed version 3 file (BPipe, 2bp, P2 over two micro-batches) and the version 2 file
+// tools/calibrate/plan_json.py made from it: this reader reads both as one plan, and this writer
+// writes the version 3 file byte for byte (the format does not drift unnoticed).
+TEST(PlanText, TheCommittedFilesOfBothVersionsAreOnePlan) {
+  const std::string v3 = fixture("bpipe-2bp.v3.json");
+  const TaskGraph from_v3 = plan_from_text(v3, "bpipe-2bp.v3.json");
+  const TaskGraph from_v2 = plan_from_text(fixture("bpipe-2bp.v2.json"), "bpipe-2bp.v2.json");
+  EXPECT_EQ(plan_to_json(from_v3), plan_to_json(from_v2));
+  EXPECT_EQ(plan_to_text(from_v3), v3);
+  EXPECT_FALSE(find_violation(from_v3).has_value());
+}
+
+TEST(PlanText, ConcatenatedP2KeepsEveryMicroBatch) {
+  const TaskGraph g = sample_graphs()[1];
+  const TaskGraph back = plan_from_text(plan_to_text(g), "p.json");
+  int concatenated = 0;
+  for (int id = 0; id < g.node_count(); ++id) {
+    EXPECT_EQ(back.node(id).microbatches, g.node(id).microbatches) << g.node_name(id);
+    concatenated += g.node(id).microbatches.size() > 1 ? 1 : 0;
+  }
+  EXPECT_GT(concatenated, 0);
+  EXPECT_FALSE(json::parse(plan_to_text(g))["nodes"]["more_microbatches"].empty());
+}
+
+TEST(PlanText, CustomLabelsWorkBytesAndStreamOrdersOutOfIdOrderSurvive) {
+  TaskGraph g = testing::uniform_plan({.devices = 2, .microbatches = 4}).graph;
+  set_label(g.node(3), "my label");
+  g.node(5).work_bytes = 123456789;
+  // A stream whose order is not its nodes' id order is written out in full.
+  std::vector<int> order = g.stream_order(0);
+  ASSERT_GE(order.size(), 2U);
+  std::swap(order[0], order[1]);
+  g.set_stream_order(0, order);
+  const std::string text = plan_to_text(g);
+  const json j = json::parse(text);
+  EXPECT_TRUE(j["streams"][0].contains("order"));
+  EXPECT_FALSE(j["streams"][1].contains("order"));
+  EXPECT_EQ(j["nodes"]["labels"], json::parse(R"([[3, "my label"]])"));
+  const TaskGraph back = plan_from_text(text, "p.json");
+  EXPECT_EQ(node_label(back.node(3)), "my label");
+  EXPECT_EQ(back.node(5).work_bytes, 123456789);
+  EXPECT_EQ(back.stream_order(0), order);
+  EXPECT_EQ(plan_to_json(back), plan_to_json(g));
+}
+
+TEST(PlanText, Versions1And2AreStillRead) {
+  const TaskGraph g = bpipe_plan().graph;
+  json v2 = plan_to_json(g);
+  EXPECT_EQ(v2["version"], 2);
+  EXPECT_EQ(plan_to_json(plan_from_text(v2.dump(1), "v2.json")), v2);
+  json v1 = v2;
+  v1["version"] = 1;
+  for (auto& node : v1["nodes"])
+    node.erase("transfer");
+  EXPECT_EQ(plan_to_json(plan_from_text(v1.dump(), "v1.json")), v2);
+}
+
+TEST(PlanText, ColumnsAreSmallerThanRows) {
+  const TaskGraph g = testing::uniform_plan({.devices = 8, .microbatches = 32}).graph;
+  const std::size_t columns = plan_to_text(g).size();
+  const std::size_t rows = plan_to_json(g).dump(1).size();
+  EXPECT_LT(columns * 4, rows) << columns << " bytes as columns, " << rows << " as rows";
+}
+
+// plan_from_text's error for the version 3 file after `change`.
+std::string load_error(const std::function<void(json&)>& change) {
+  json plan = json::parse(plan_to_text(bpipe_plan().graph));
+  change(plan);
+  try {
+    plan_from_text(plan.dump(), "p.json");
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a pipeplan error: ") + e.what();
+  }
+  return "<no error>";
+}
+
+// The first node whose kind code is `kind`.
+std::size_t first(const json& plan, char kind) {
+  return plan["nodes"]["kind"].get<std::string>().find(kind);
+}
+
+TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["stream"].push_back(0); }),
+            "p.json: field 'nodes.stream' must be an array of " +
+                std::to_string(bpipe_plan().graph.node_count()) + " integers (one per node)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["stage"][2] = 1.5; }),
+            "p.json: field 'nodes.stage' must hold integers only");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["match"][0] = "x"; }),
+            "p.json: field 'nodes.match' must hold integers only");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["bytes"][0] = json::array({1}); }),
+            "p.json: field 'nodes.bytes' must hold integers only");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["alloc_bytes"][0] = 18446744073709551615ULL; }),
+            "p.json: field 'nodes.alloc_bytes' holds an integer outside the range of int64");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["stream"][4] = 100000; }),
+            "p.json: node 4: field 'stream' = 100000 is out of range [0, " +
+                std::to_string(bpipe_plan().graph.streams().size() - 1) + "]");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["microbatch"][1] = 8; }),
+            "p.json: node 1: field 'microbatch' = 8 is out of range [0, 7]");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["duration"][0] = 99; }).substr(0, 47),
+            "p.json: node 0: field 'duration' = 99 is out of");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["duration_values"][0] = -1; }),
+            "p.json: field 'nodes.duration_values' holds -1: durations are numbers from 0 to "
+            "1e18 us (docs/reference/limits.md)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["kind"] = "c"; }),
+            "p.json: field 'nodes.kind' must be a string of " +
+                std::to_string(bpipe_plan().graph.node_count()) + " characters (one per node)");
+  EXPECT_EQ(load_error([](json& p) {
+              std::string ops = p["nodes"]["op"];
+              ops[6] = 'X';
+              p["nodes"]["op"] = ops;
+            }),
+            "p.json: node 6: field 'op' must be one of the characters 'FB12'");
+  EXPECT_EQ(load_error([](json& p) {
+              std::string transfers = p["nodes"]["transfer"];
+              transfers[0] = 'a';
+              p["nodes"]["transfer"] = transfers;
+            }),
+            "p.json: node 0: field 'transfer' must be '-' for a compute node and one of 'agel' "
+            "for a send or recv");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["bytes"][0] = 4; }),
+            "p.json: node 0: field 'bytes' = 4 is out of range [0, 0]");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["match"][first(p, 's')] = -2; }),
+            "p.json: node " +
+                std::to_string(first(json::parse(plan_to_text(bpipe_plan().graph)), 's')) +
+                ": field 'match' = -2 is out of range [-1, " +
+                std::to_string(bpipe_plan().graph.node_count() - 1) + "]");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"] = json::array(); }),
+            "p.json: field 'nodes' must be an object of columns (version 3)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"].erase("work_bytes"); }).substr(0, 35),
+            "p.json: field 'nodes.work_bytes' mu");
+  EXPECT_EQ(load_error([](json& p) { p["data_edges"].push_back(1); }),
+            "p.json: field 'data_edges' must be an array of node ids, two per edge");
+  EXPECT_NE(load_error([](json& p) {
+              p["data_edges"].push_back(0);
+              p["data_edges"].push_back(1 << 30);
+            }).find("] must be [from, to] node ids"),
+            std::string::npos);
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["more_microbatches"] = {{3, 1}, {2, 1}};
+            }),
+            "p.json: field 'nodes.more_microbatches' must hold rows [node id, ...] with "
+            "increasing node ids");
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["more_microbatches"] = {{3, 9}};
+            }),
+            "p.json: node 3: field 'more_microbatches' must hold integers from 0 to 7");
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["labels"] = {{3, 4}};
+            }),
+            "p.json: field 'nodes.labels' must hold rows [node id, \"label\"]");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["count"] = -1; }),
+            "p.json: nodes: field 'count' = -1 is out of range [0, 4194304]");
+}
+
+TEST(PlanText, AColumnGivenTwiceIsRefused) {
+  std::string text = plan_to_text(bpipe_plan().graph);
+  const std::string key = "\"stage\": [";
+  const std::size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"stage\": [0], ");
+  try {
+    plan_from_text(text, "p.json");
+    ADD_FAILURE() << "a column given twice was read";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "p.json: field 'nodes.stage' appears twice");
+  }
+}
+
+TEST(PlanText, AnEmptyPlanReadsAsNoNodes) {
+  json p =
+      json::parse(plan_to_text(testing::uniform_plan({.devices = 2, .microbatches = 2}).graph));
+  for (auto& [name, column] : p["nodes"].items()) {
+    if (column.is_array()) column = json::array();
+    if (column.is_string()) column = "";
+  }
+  p["nodes"]["count"] = 0;
+  p["data_edges"] = json::array();
+  const TaskGraph g = plan_from_text(p.dump(), "p.json");
+  EXPECT_EQ(g.node_count(), 0);
+  ASSERT_TRUE(find_violation(g).has_value());  // a plan without its schedule's nodes is invalid
+}
+
+}  // namespace
+}  // namespace pipeplan
