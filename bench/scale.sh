@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# How writing, reading, validating and drawing a plan grow with its size: for 1F1B-2bp plans of
-# uniform costs at about 10^4, 10^5 and 10^6 task-graph nodes, and the 28.3B Zero Bubble case
-# (P = 32, m = 96), the median over RUNS runs of
+# How writing, reading, validating and drawing a plan grow with its size: for 2bp plans of uniform
+# costs at about 10^4, 10^5 and 10^6 task-graph nodes (1F1B), and the size of the Zero Bubble
+# paper's 28.3B case (P = 32, m = 96; 1F1B and ZB-V), the median over RUNS runs of
 #   plan -o     wall time, planner time (its own planning_ms), peak RSS, file size, nodes
 #   validate    wall time, peak RSS
 #   show        wall time, peak RSS (timeline and summary to /dev/null)
-# Wall time and peak RSS come from /usr/bin/time; each run is a fresh process.
+# Wall time and peak RSS come from /usr/bin/time (10 ms resolution); each run is a fresh process.
 #
 # Usage: bench/scale.sh PIPEPLAN [OUT.tsv]     (RUNS, default 3; SIZES, default "16:96 32:512
-#   128:1024 32:96" as P:m pairs)
+#   128:1024 32:96 32:96:zb-v" as P:m or P:m:schedule, schedule 1f1b when left out)
 set -euo pipefail
 pipeplan=$(realpath "${1:?usage: bench/scale.sh PIPEPLAN [OUT.tsv]}")
 out=${2:-/dev/stdout}
 runs=${RUNS:-3}
-sizes=${SIZES:-"16:96 32:512 128:1024 32:96"}
+sizes=${SIZES:-"16:96 32:512 128:1024 32:96 32:96:zb-v"}
 command -v /usr/bin/time >/dev/null || { echo "bench/scale.sh: needs /usr/bin/time" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/pipeplan_scale.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -28,12 +28,12 @@ timed() {
   cat "$work/time" >>"$file"
 }
 
-printf 'P\tm\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\n' >"$out"
+printf 'P\tm\tschedule\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\n' >"$out"
 for size in $sizes; do
-  p=${size%%:*}
-  m=${size##*:}
-  plan_file=$work/plan-$p-$m.json
-  args=(plan --uniform 10:10:8:0.4 --stages "$p" --microbatches "$m" --schedule 1f1b
+  IFS=: read -r p m schedule <<<"$size"
+  schedule=${schedule:-1f1b}
+  plan_file=$work/plan-$p-$m-$schedule.json
+  args=(plan --uniform 10:10:8:0.4 --stages "$p" --microbatches "$m" --schedule "$schedule"
     --backward 2bp -o "$plan_file")
   rm -f "$work"/{plan,validate,show,planning}
   for _ in $(seq "$runs"); do
@@ -46,7 +46,7 @@ for size in $sizes; do
   bytes=$(stat -c %s "$plan_file")
   col() { awk -v c="$2" '{ print $c }' "$work/$1" | median; }
   mb() { awk '{ printf "%.1f\n", $1 / 1024 }'; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$m" "$nodes" "$bytes" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$m" "$schedule" "$nodes" "$bytes" \
     "$(col plan 1)" "$(median <"$work/planning")" "$(col plan 2 | mb)" \
     "$(col validate 1)" "$(col validate 2 | mb)" "$(col show 1)" "$(col show 2 | mb)" >>"$out"
 done
