@@ -347,7 +347,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
 }
 
 Profile load_profile(const std::filesystem::path& path) {
-  return profile_from_json(read_json_file(path), path.string());
+  return profile_from_json(read_json_file(path), input_name(path));
 }
 
 void save_profile(const Profile& profile, const std::filesystem::path& path) {

@@ -227,7 +227,7 @@ std::string TorchCsvReport::skipped_text() const {
 
 Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options,
                         TorchCsvReport* report) {
-  return schedule_from_torch_csv(read_text_file(path), path.string(), options, report);
+  return schedule_from_torch_csv(read_text_file(path), input_name(path), options, report);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,6 +296,7 @@ TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::strin
 }
 
 std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv) {
+  if (csv == "-") return std::nullopt;  // standard input has no file beside it
   const std::filesystem::path side = torch_csv_layers_path(csv);
   std::error_code ec;
   if (!std::filesystem::exists(side, ec)) return std::nullopt;

@@ -207,6 +207,9 @@ SETUP='mkfifo fifo.json' check "show: a FIFO as the plan" show fifo.json
 SETUP='mkfifo gpus/gpus.json.fifo && mv gpus/gpus.json.fifo gpus/gpus.json' \
   PIPEPLAN_DATA_DIR=gpus check "plan: a FIFO as gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
 check "show /dev/zero" show /dev/zero
+check "show - from /dev/zero" show - </dev/zero
+check "diff - -: standard input twice" diff - - <plan.json
+check "show -: a truncated plan piped in" show - < <(head -c 300 plan.json)
 check "plan --profile /dev/urandom" plan --profile /dev/urandom --stages 2 -m 2 -o '{out}'
 check "show: a NUL byte in the plan" show plan_nul.json
 check "diff: args.node nested 53,000 deep" diff plan.json trace_deep.json

@@ -46,7 +46,7 @@ struct DiffCommand {
 Command add_diff_command(CLI::App& app) {
   auto cmd = std::make_shared<DiffCommand>();
   auto* sub = app.add_subcommand("diff", "line a plan's predicted ops up with a measured trace");
-  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("plan", cmd->plan_path, "plan JSON (- reads standard input)")->required();
   sub->add_option("measured", cmd->measured_path, "trace JSON written by `pipeplan run --trace`")
       ->required();
   sub->add_option("--top", cmd->top, "worst ops to show")

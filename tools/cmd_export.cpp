@@ -60,7 +60,7 @@ struct ExportCommand {
 Command add_export_command(CLI::App& app) {
   auto cmd = std::make_shared<ExportCommand>();
   auto* sub = app.add_subcommand("export", "write a plan's schedule in another tool's format");
-  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("plan", cmd->plan_path, "plan JSON (- reads standard input)")->required();
   sub->add_option("--format", cmd->format, "torch-csv (torch.distributed.pipelining)")
       ->capture_default_str();
   sub->add_option("-o,--output", cmd->output, "output file (default: stdout)");

@@ -99,7 +99,9 @@ Command add_import_command(CLI::App& app) {
   auto cmd = std::make_shared<ImportCommand>();
   auto* sub = app.add_subcommand(
       "import", "read a torch.distributed.pipelining schedule CSV, validate and simulate it");
-  sub->add_option("csv", cmd->csv_path, "per-rank schedule CSV (compute-only form)")->required();
+  sub->add_option("csv", cmd->csv_path,
+                  "per-rank schedule CSV (compute-only form; - reads standard input)")
+      ->required();
   add_plan_options(*sub, cmd->options, false);
   // Ranks and micro-batches come from the CSV.
   sub->get_option("--stages")->required(false);

@@ -76,7 +76,7 @@ struct ShowCommand {
 Command add_show_command(CLI::App& app) {
   auto cmd = std::make_shared<ShowCommand>();
   auto* sub = app.add_subcommand("show", "draw a plan's simulated timeline and metrics");
-  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("plan", cmd->plan_path, "plan JSON (- reads standard input)")->required();
   sub->add_option("--trace", cmd->trace, "write a Chrome/Perfetto trace");
   sub->add_option("--dot", cmd->dot, "write the task graph as Graphviz DOT");
   sub->add_option("--width", cmd->width, "columns (default: the terminal's)")

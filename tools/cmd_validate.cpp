@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "planner/base/io.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
 
@@ -15,7 +16,7 @@ struct ValidateCommand {
   int run() const {
     const TaskGraph graph = load_plan(plan_path);
     validate(graph);
-    std::cout << plan_path << ": valid (" << graph.node_count() << " nodes, "
+    std::cout << input_name(plan_path) << ": valid (" << graph.node_count() << " nodes, "
               << graph.streams().size() << " streams)\n";
     return 0;
   }
@@ -26,7 +27,7 @@ struct ValidateCommand {
 Command add_validate_command(CLI::App& app) {
   auto cmd = std::make_shared<ValidateCommand>();
   auto* sub = app.add_subcommand("validate", "check a plan's rules");
-  sub->add_option("plan", cmd->plan_path, "plan JSON")->required();
+  sub->add_option("plan", cmd->plan_path, "plan JSON (- reads standard input)")->required();
   return {sub, [cmd] { return cmd->run(); }};
 }
 

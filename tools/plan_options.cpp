@@ -23,7 +23,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--gpu", o.gpu,
                  "GPU from profiles/gpus.json (h100, h200, a100; default: the --profile's GPU, "
                  "else h100)");
-  app.add_option("--profile", o.profile, "profile JSON (default: the analytic model)");
+  app.add_option("--profile", o.profile,
+                 "profile JSON (default: the analytic model; - reads standard input)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
   app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();

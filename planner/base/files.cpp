@@ -36,6 +36,7 @@ struct Registry {
   int guards = 0;
   std::set<FileId> inputs;
   std::set<FileId> outputs;
+  bool stdin_read = false;  // standard input ("-") was read by this command
 };
 
 Registry& registry() {
@@ -87,7 +88,7 @@ class Descriptor {
 };
 
 std::string too_large(const std::filesystem::path& path, std::int64_t bytes, bool at_least) {
-  return path.string() + ": " +
+  return input_name(path) + ": " +
          limits::above_limit((at_least ? "more than " : "") + std::to_string(bytes) + " bytes",
                              static_cast<double>(limits::kMaxFileBytes));
 }
@@ -195,22 +196,62 @@ std::filesystem::path write_temporary(const std::filesystem::path& target, std::
 
 }  // namespace
 
+namespace {
+
+// Standard input for "-": a descriptor of its own (closed after reading), once per command (a
+// second "-" would read nothing), and only a pipe, socket or redirected file (a terminal would
+// wait for typing; a device or directory is no text file).
+int open_stdin(struct stat& st) {
+  {
+    Registry& r = registry();
+    const std::lock_guard lock(r.mutex);
+    if (r.stdin_read) throw Error("stdin: already read by this command (give '-' for one input)");
+    if (r.guards > 0) r.stdin_read = true;
+  }
+  const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw Error("stdin: cannot read: " + system_error_text(errno));
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw Error("stdin: cannot read: " + system_error_text(error));
+  }
+  if (::isatty(fd) != 0) {
+    ::close(fd);
+    throw Error("stdin: is a terminal (pipe or redirect a file into '-')");
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode)) {
+    ::close(fd);
+    throw Error("stdin: is " + kind_of(st.st_mode) + ", not a file, pipe or socket");
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string input_name(const std::filesystem::path& path) {
+  return path == "-" ? "stdin" : path.string();
+}
+
 std::string read_text_file(const std::filesystem::path& path) {
+  struct stat st {};
+  const bool from_stdin = path == "-";
   // O_NONBLOCK: opening a FIFO for reading must not wait for a writer; a regular file ignores it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  const int fd = from_stdin ? open_stdin(st)
+                            : ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     const int error = errno;
     if (error == ENOENT) throw Error(path.string() + ": no such file");
     throw Error(path.string() + ": cannot open file: " + system_error_text(error));
   }
   Descriptor file(fd);
-  struct stat st {};
-  if (::fstat(file.get(), &st) != 0) {
-    throw Error(path.string() + ": cannot read file: " + system_error_text(errno));
-  }
-  if (S_ISDIR(st.st_mode)) throw Error(path.string() + ": is a directory");
-  if (const std::string kind = kind_of(st.st_mode); !kind.empty()) {
-    throw Error(path.string() + ": is " + kind + ", not a regular file");
+  if (!from_stdin) {
+    if (::fstat(file.get(), &st) != 0) {
+      throw Error(path.string() + ": cannot read file: " + system_error_text(errno));
+    }
+    if (S_ISDIR(st.st_mode)) throw Error(path.string() + ": is a directory");
+    if (const std::string kind = kind_of(st.st_mode); !kind.empty()) {
+      throw Error(path.string() + ": is " + kind + ", not a regular file");
+    }
   }
   if (st.st_size > limits::kMaxFileBytes) throw Error(too_large(path, st.st_size, false));
   std::string text;
@@ -229,22 +270,22 @@ std::string read_text_file(const std::filesystem::path& path) {
     const ssize_t n = ::read(file.get(), text.data() + done, text.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(path.string() + ": read failed: " + system_error_text(errno));
+      throw Error(input_name(path) + ": read failed: " + system_error_text(errno));
     }
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
   text.resize(done);
   if (const auto nul = text.find('\0'); nul != std::string::npos) {
-    throw Error(path.string() + ": NUL byte at offset " + std::to_string(nul) +
+    throw Error(input_name(path) + ": NUL byte at offset " + std::to_string(nul) +
                 " (pipeplan reads text files)");
   }
-  remember(id_of(st), true);
+  if (S_ISREG(st.st_mode)) remember(id_of(st), true);  // a pipe is no file an output could be
   return text;
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  return parse_json_text(read_text_file(path), path.string());
+  return parse_json_text(read_text_file(path), input_name(path));
 }
 
 void OutputFiles::add(const std::filesystem::path& path, std::string content) {
@@ -328,6 +369,7 @@ FileGuard::~FileGuard() {
   if (--r.guards == 0) {
     r.inputs.clear();
     r.outputs.clear();
+    r.stdin_read = false;
   }
 }
 

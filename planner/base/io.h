@@ -18,7 +18,11 @@ namespace pipeplan {
 // while reading; a NUL byte is refused with its offset (every format pipeplan reads is text).
 // Every failure is one Error line naming the file. Inside a FileGuard the file is remembered as
 // an input, so that no output of the same command replaces it.
+// The path "-" reads standard input instead, named "stdin" in errors: a pipe, a socket or a
+// redirected file (a terminal, device or directory is refused), once per command.
 std::string read_text_file(const std::filesystem::path& path);
+// How errors name an input: "stdin" for "-", else the path.
+std::string input_name(const std::filesystem::path& path);
 // read_text_file, then parse_json_text.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 // Parses JSON text; every failure is one Error line naming `source`: malformed JSON with its

@@ -825,7 +825,7 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
 }
 
 TaskGraph load_plan(const std::filesystem::path& path) {
-  return plan_from_text(read_text_file(path), path.string());
+  return plan_from_text(read_text_file(path), input_name(path));
 }
 
 void save_plan(const TaskGraph& graph, const std::filesystem::path& path) {

@@ -334,6 +334,36 @@ TEST_F(Cli, ValidateRejectsATamperedPlan) {
   EXPECT_NE(missing.out.find("nowhere.json"), std::string::npos);
 }
 
+// "-" reads standard input: a pipe or a redirected file, once per command, named "stdin".
+TEST_F(Cli, ADashReadsStandardInput) {
+  ASSERT_EQ(run(kLlama + " -o " + path("plan.json")).status, 0);
+  const Result piped = run("validate - < " + path("plan.json"));
+  EXPECT_EQ(piped.status, 0) << piped.out;
+  EXPECT_EQ(piped.out.rfind("stdin: valid (", 0), 0U) << piped.out;
+  const Result shown = run("show - --width 60 < " + path("plan.json"));
+  EXPECT_EQ(shown.status, 0) << shown.out;
+  EXPECT_EQ(run("export - -o " + path("s.csv") + " < " + path("plan.json")).status, 0);
+  const Result imported = run("import - --model tiny -o " + path("i.json") + " < " + path("s.csv"));
+  EXPECT_EQ(imported.status, 0) << imported.out;
+  const Result twice = run("diff - - < " + path("plan.json"));
+  EXPECT_EQ(twice.status, 1);
+  EXPECT_EQ(twice.out,
+            "pipeplan: error: stdin: already read by this command (give '-' for one "
+            "input)\n");
+  const Result garbage = run("validate - < /dev/null");
+  EXPECT_EQ(garbage.status, 1);
+  EXPECT_EQ(garbage.out,
+            "pipeplan: error: stdin: is a character device, not a file, pipe or socket\n");
+  const Result csv = run("validate - < " + path("s.csv"));
+  EXPECT_EQ(csv.status, 1);
+  EXPECT_EQ(csv.out.rfind("pipeplan: error: stdin: malformed JSON at byte ", 0), 0U) << csv.out;
+  // The redirected file is an input: no output may replace it.
+  const Result onto = run("show - --trace " + path("plan.json") + " < " + path("plan.json"));
+  EXPECT_EQ(onto.status, 1);
+  EXPECT_NE(onto.out.find("cannot write: it is an input of this command"), std::string::npos)
+      << onto.out;
+}
+
 TEST_F(Cli, UsageErrorsExitNonZero) {
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("plan --stages 4").status, 0);  // --microbatches is required
