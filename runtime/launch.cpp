@@ -1,5 +1,9 @@
 #include "runtime/launch.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 
@@ -10,22 +14,55 @@ namespace pipeplan {
 Launcher parse_launcher(std::string_view text) {
   if (text == "none") return Launcher::none;
   if (text == "mpi") return Launcher::mpi;
+  if (text == "env") return Launcher::env;
   if (text == "auto") return Launcher::automatic;
-  throw FieldError("launcher", "unknown launcher '" + std::string(text) + "' (none, mpi, auto)");
+  throw FieldError("launcher",
+                   "unknown launcher '" + std::string(text) + "' (none, mpi, env, auto)");
 }
+
+namespace {
+
+bool is_set(const char* value) {
+  return value != nullptr && *value != '\0';
+}
+
+// A decimal integer of at most 9 digits and nothing else; -1 otherwise.
+long strict_decimal(std::string_view text) {
+  if (text.empty() || text.size() > 9) return -1;
+  long value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return -1;
+    value = value * 10 + (c - '0');
+  }
+  return value;
+}
+
+}  // namespace
 
 LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv) {
   static constexpr std::array<const char*, 4> kVariables = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                                             "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
+  LaunchEnvironment environment;
   for (const char* name : kVariables) {
     const char* value = getenv(name);
-    if (value == nullptr || *value == '\0') continue;
+    if (!is_set(value)) continue;
     char* end = nullptr;
     const long ranks = std::strtol(value, &end, 10);
     if (end == value || *end != '\0' || ranks < 1 || ranks > 1'000'000) continue;
-    return {static_cast<int>(ranks), std::string(name) + "=" + value};
+    environment.ranks = static_cast<int>(ranks);
+    environment.variable = std::string(name) + "=" + value;
+    break;
   }
-  return {};
+  const char* world = getenv("WORLD_SIZE");
+  if (is_set(world) && is_set(getenv("RANK")) && is_set(getenv("MASTER_ADDR")) &&
+      is_set(getenv("MASTER_PORT"))) {
+    const long ranks = strict_decimal(world);
+    if (ranks > 1) {
+      environment.env_ranks = static_cast<int>(std::min<long>(ranks, 1'000'000));
+      environment.env_variable = std::string("WORLD_SIZE=") + world;
+    }
+  }
+  return environment;
 }
 
 LaunchEnvironment detect_launch_environment() {
@@ -41,6 +78,149 @@ bool runs_under_mpi(Launcher launcher, const LaunchEnvironment& environment, boo
                                    " ranks (" + environment.variable + "), but " +
                                    std::string(kMpiNotBuilt) + "; " + field_name("launcher") +
                                    " none runs the whole plan in each of them");
+}
+
+LaunchMode choose_launch(Launcher launcher, const LaunchEnvironment& environment, bool mpi_built) {
+  switch (launcher) {
+    case Launcher::none:
+      return LaunchMode::single;
+    case Launcher::env:
+      return LaunchMode::env;
+    case Launcher::mpi:
+      runs_under_mpi(launcher, environment, mpi_built);  // throws when MPI is not built
+      return LaunchMode::mpi;
+    case Launcher::automatic:
+      break;
+  }
+  const bool mpi = environment.ranks > 1;
+  const bool env = environment.env_ranks > 1;
+  if (mpi && env) {
+    throw FieldError("launcher", "auto: the environment shows both an MPI or Slurm launch (" +
+                                     environment.variable + ") and a torchrun-style one (" +
+                                     environment.env_variable +
+                                     " with RANK, MASTER_ADDR, MASTER_PORT); " +
+                                     field_name("launcher") + " mpi or " + field_name("launcher") +
+                                     " env says which started this process");
+  }
+  if (env) return LaunchMode::env;
+  return runs_under_mpi(launcher, environment, mpi_built) ? LaunchMode::mpi : LaunchMode::single;
+}
+
+std::string EnvLaunch::endpoint() const {
+  const bool v6 = address.find(':') != std::string::npos;
+  return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
+namespace {
+
+std::string single_quoted(std::string_view text) {
+  return "'" + std::string(text) + "'";
+}
+
+class EnvReader {
+ public:
+  explicit EnvReader(const EnvironmentReader& getenv) : getenv_(getenv) {}
+
+  std::string text(const char* name) const {
+    const char* value = getenv_(name);
+    if (!is_set(value)) {
+      throw Error(std::string(name) +
+                  ": not set (a torchrun-style launch sets RANK, WORLD_SIZE, LOCAL_RANK, "
+                  "MASTER_ADDR and MASTER_PORT for every process it starts)");
+    }
+    return value;
+  }
+
+  int number(const char* name) const {
+    const std::string value = text(name);
+    const long parsed = strict_decimal(value);
+    if (parsed < 0) {
+      throw Error(std::string(name) + ": " + single_quoted(value) +
+                  " is not a non-negative decimal integer");
+    }
+    return static_cast<int>(parsed);
+  }
+
+ private:
+  const EnvironmentReader& getenv_;
+};
+
+bool host_name_like(std::string_view text) {
+  if (text.empty() || text.size() > 253) return false;
+  for (const char c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.' || c == '_';
+    if (!ok) return false;
+  }
+  return text.front() != '-' && text.front() != '.';
+}
+
+bool ipv6_literal(const std::string& text) {
+  // A zone ("fe80::1%eth0") is allowed: it names an interface, checked by the resolver.
+  const std::string address = text.substr(0, text.find('%'));
+  in6_addr parsed{};
+  return inet_pton(AF_INET6, address.c_str(), &parsed) == 1;
+}
+
+}  // namespace
+
+EnvLaunch parse_env_launch(const EnvironmentReader& getenv) {
+  const EnvReader env(getenv);
+  EnvLaunch launch;
+  launch.world_size = env.number("WORLD_SIZE");
+  if (launch.world_size < 1) throw Error("WORLD_SIZE: 0 ranks (at least 1: one per plan device)");
+  if (launch.world_size > kMaxEnvRanks) {
+    throw Error("WORLD_SIZE: " + std::to_string(launch.world_size) + " ranks, above the limit of " +
+                std::to_string(kMaxEnvRanks) + " (one rank per plan device)");
+  }
+  launch.rank = env.number("RANK");
+  if (launch.rank >= launch.world_size) {
+    throw Error("RANK: " + std::to_string(launch.rank) + " is not below WORLD_SIZE " +
+                std::to_string(launch.world_size) + " (ranks are 0 to WORLD_SIZE - 1)");
+  }
+  launch.local_rank = env.number("LOCAL_RANK");
+  if (launch.local_rank >= launch.world_size) {
+    throw Error("LOCAL_RANK: " + std::to_string(launch.local_rank) + " is not below WORLD_SIZE " +
+                std::to_string(launch.world_size));
+  }
+  std::string address = env.text("MASTER_ADDR");
+  if (address.size() > 2 && address.front() == '[' && address.back() == ']') {
+    address = address.substr(1, address.size() - 2);  // "[::1]"
+    if (!ipv6_literal(address)) {
+      throw Error("MASTER_ADDR: " + single_quoted("[" + address + "]") +
+                  " is not an IPv6 address in brackets");
+    }
+  } else if (address.find(':') != std::string::npos ? !ipv6_literal(address)
+                                                    : !host_name_like(address)) {
+    throw Error("MASTER_ADDR: " + single_quoted(address) +
+                " is not a host name or an IPv4 or IPv6 address");
+  }
+  launch.address = address;
+  auto port = [&](const char* name) {
+    const std::string text = env.text(name);
+    const long parsed = strict_decimal(text);
+    if (parsed < 1 || parsed > 65535) {
+      throw Error(std::string(name) + ": " + single_quoted(text) +
+                  " is not a port (a decimal integer, 1 to 65535)");
+    }
+    return static_cast<int>(parsed);
+  };
+  launch.port = port("MASTER_PORT");
+  if (is_set(getenv("PIPEPLAN_MASTER_PORT"))) {
+    launch.port = port("PIPEPLAN_MASTER_PORT");
+    launch.port_source = "PIPEPLAN_MASTER_PORT";
+  } else if (const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+             agent != nullptr && std::string_view(agent) == "True") {
+    // torchrun's agent serves its own store on MASTER_PORT: the next port, on every rank alike.
+    if (launch.port == 65535) {
+      throw Error(
+          "MASTER_PORT: 65535 is torchrun's store (TORCHELASTIC_USE_AGENT_STORE=True) and no port "
+          "follows it; set PIPEPLAN_MASTER_PORT to a free port on every rank");
+    }
+    launch.port += 1;
+    launch.port_source = "MASTER_PORT + 1";
+  }
+  return launch;
 }
 
 }  // namespace pipeplan

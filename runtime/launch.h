@@ -1,33 +1,42 @@
 // Whether `pipeplan run` is one rank of a multi-process run (docs/design/runtime.md, "Multi-process
-// runs"): asked for (launcher mpi), refused (none), or detected (auto, the default) from the
-// variables that mpirun, MPICH-style launchers and Slurm's srun set for every rank they start.
-// Nothing here needs MPI: detection decides whether MPI is initialised at all.
+// runs"): asked for (launcher mpi or env), refused (none), or detected (auto, the default) from the
+// variables that mpirun, MPICH-style launchers and Slurm's srun set for every rank they start
+// (MPI), or that torchrun, Kubernetes' PyTorchJob and Slurm scripts written for PyTorch set
+// (env: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Nothing here needs MPI or a
+// socket: detection decides whether MPI is initialised, or a rendezvous made, at all.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <string_view>
 
+#include "planner/base/limits.h"
+
 namespace pipeplan {
 
-enum class Launcher { none, mpi, automatic };
+enum class Launcher { none, mpi, env, automatic };
 
 inline constexpr std::string_view kMpiNotBuilt =
     "MPI support is not built into this pipeplan (CMake found no MPI: install libopenmpi-dev and "
     "openmpi-bin, then configure again)";
 
-// "none", "mpi", "auto"; throws FieldError("launcher", ...) otherwise.
+// "none", "mpi", "env", "auto"; throws FieldError("launcher", ...) otherwise.
 Launcher parse_launcher(std::string_view text);
 
 struct LaunchEnvironment {
-  int ranks = 1;         // tasks the launcher started (1: none detected)
+  int ranks = 1;         // tasks the MPI or Slurm launcher started (1: none detected)
   std::string variable;  // what said so, e.g. "OMPI_COMM_WORLD_SIZE=4"; empty when none
+  // A torchrun-style launch: WORLD_SIZE (1: none detected) when it holds a number above 1 and
+  // RANK, MASTER_ADDR and MASTER_PORT are set (not checked further: parse_env_launch does).
+  int env_ranks = 1;
+  std::string env_variable;  // e.g. "WORLD_SIZE=4"; empty when none
 };
 
 using EnvironmentReader = std::function<const char*(const char* name)>;
 
-// The first of OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMI_SIZE (MPICH, Intel MPI; Slurm with
-// --mpi=pmi2), SLURM_STEP_NUM_TASKS and SLURM_NTASKS (srun) that holds a positive number.
+// MPI: the first of OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMI_SIZE (MPICH, Intel MPI; Slurm
+// with --mpi=pmi2), SLURM_STEP_NUM_TASKS and SLURM_NTASKS (srun) that holds a positive number.
+// Env: WORLD_SIZE as above.
 LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv);
 LaunchEnvironment detect_launch_environment();  // from the process environment
 
@@ -35,5 +44,42 @@ LaunchEnvironment detect_launch_environment();  // from the process environment
 // environment shows more than one rank. Throws FieldError("launcher", ...) when MPI is needed and
 // `mpi_built` is false, naming the variable that showed the ranks.
 bool runs_under_mpi(Launcher launcher, const LaunchEnvironment& environment, bool mpi_built);
+
+enum class LaunchMode { single, mpi, env };
+
+// How to run: none → single; mpi → mpi (as runs_under_mpi); env → env; auto → mpi when only the
+// MPI/Slurm variables show more than one rank, env when only the torchrun-style ones do, single
+// when neither does. When both do, auto cannot tell which launcher started this process (Slurm's
+// variables are inherited by everything a job starts, torchrun's can be exported by a script):
+// throws FieldError("launcher", ...) naming both and asking for mpi or env.
+LaunchMode choose_launch(Launcher launcher, const LaunchEnvironment& environment, bool mpi_built);
+
+// This process's place in a torchrun-style launch, from its environment.
+struct EnvLaunch {
+  int rank = 0;         // RANK
+  int world_size = 1;   // WORLD_SIZE
+  int local_rank = 0;   // LOCAL_RANK: this rank's index on its node (which GPU it takes)
+  std::string address;  // MASTER_ADDR: a host name or an IPv4/IPv6 literal ([brackets] removed)
+  int port = 0;         // where rank 0 listens: see port_source
+  // What chose `port`: "MASTER_PORT"; "MASTER_PORT + 1" when torchrun's agent holds MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True: its store listens there); "PIPEPLAN_MASTER_PORT" when
+  // that variable is set (on every rank alike), which wins over both.
+  std::string port_source = "MASTER_PORT";
+
+  // "127.0.0.1:29500", "[::1]:29500"
+  std::string endpoint() const;
+};
+
+// The most ranks an env launch may have: one per plan device.
+inline constexpr int kMaxEnvRanks = limits::kMaxDevices;
+
+// Reads and checks RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT strictly: each must
+// be set; the numbers decimal integers without sign, spaces or leading junk, 0 <= RANK <
+// WORLD_SIZE <= kMaxEnvRanks, 0 <= LOCAL_RANK < WORLD_SIZE, 1 <= MASTER_PORT <= 65535; MASTER_ADDR
+// a host name (letters, digits, '-', '.', '_') or an IPv4/IPv6 literal. PIPEPLAN_MASTER_PORT,
+// when set, is checked as MASTER_PORT and chooses the port (EnvLaunch::port_source). Throws an
+// Error whose message starts with the variable's name. MASTER_ADDR is resolved later, by the
+// rendezvous.
+EnvLaunch parse_env_launch(const EnvironmentReader& getenv);
 
 }  // namespace pipeplan

@@ -1,13 +1,14 @@
 // The processes of a multi-process run (one rank per plan device, docs/design/runtime.md,
 // "Multi-process runs"), as the executor and the GPU plugin see them: a rank, a world size and
 // small messages between ranks, on a channel of their own (not the transport's). The MPI
-// implementation lives in runtime/mpi/; tests use threads. Nothing here names MPI, so the executor
-// and the CUDA module need no MPI library.
+// implementation lives in runtime/mpi/, the TCP one of torchrun-style launches in runtime/tcp/;
+// tests use threads. Nothing here names MPI, so the executor and the CUDA module need no MPI
+// library.
 //
 // Every collective below waits at most `timeout` and names the ranks that did not arrive, so a
 // dead or hung rank is an Error, never a hang. After such a timeout the group is broken():
-// messages may still be in flight, and the process must end the whole job (MPI_Abort) rather
-// than finish cleanly.
+// messages may still be in flight, and the process must end the whole job (MPI_Abort;
+// TcpProcessGroup::abort) rather than finish cleanly.
 #pragma once
 
 #include <chrono>

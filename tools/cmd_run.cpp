@@ -33,7 +33,8 @@ void print_step(const StepResult& r) {
               r.loss, r.step_time_us / 1e3, r.measured.makespan_us / 1e3, r.tokens_per_s);
 }
 
-// "mpi, 4 ranks" under MPI; the transport's own name in one process.
+// "mpi, 4 mpi ranks" under MPI, "nccl, 4 env ranks" under an env launch; the transport's own
+// name in one process.
 std::string transport_label(const std::string& name, const RunRanks& ranks) {
   if (!ranks.group) return name;
   return name + ", " + std::to_string(ranks.group->size()) + " " + ranks.group->name() + " ranks";
@@ -69,7 +70,7 @@ std::string RunCommand::header(const TaskGraph& plan, const std::string& backend
          transport_name + ", seed " + std::to_string(seed) + "\n";
 }
 
-TaskGraph RunCommand::load_and_check(bool under_mpi) const {
+TaskGraph RunCommand::load_and_check(bool as_rank) const {
   TaskGraph plan = load_plan(plan_path);
   validate(plan);
   if (!trace.empty()) check_output(trace);  // before the run, not after it
@@ -82,10 +83,11 @@ TaskGraph RunCommand::load_and_check(bool under_mpi) const {
   if (gemm_candidates != 1 && backend != "cuda") {
     throw Error("--gemm-candidates: only with --backend cuda");
   }
-  if (under_mpi && emulate > 0) {
+  if (as_rank && emulate > 0) {
     throw Error(
-        "--emulate: runs every stage on one GPU in one process; under MPI each rank has "
-        "a GPU of its own (drop --emulate, or run without mpirun/srun)");
+        "--emulate: runs every stage on one GPU in one process; as one rank of a multi-process "
+        "run each rank has a GPU of its own (drop --emulate, or run without "
+        "mpirun/srun/torchrun)");
   }
   return plan;
 }
@@ -99,8 +101,13 @@ std::string RunCommand::shared_options() const {
 int RunCommand::run() const {
   const Launcher chosen = parse_launcher(launcher);
   const LaunchEnvironment environment = detect_launch_environment();
-  if (runs_under_mpi(chosen, environment, mpi_support_built())) {
-    return run_under_mpi(*this, environment);
+  switch (choose_launch(chosen, environment, mpi_support_built())) {
+    case LaunchMode::mpi:
+      return run_under_mpi(*this, environment);
+    case LaunchMode::env:
+      return run_under_env(*this, environment);
+    case LaunchMode::single:
+      break;
   }
   TaskGraph plan = load_and_check(false);
   if (backend == "cpu") return run_cpu(std::move(plan), {});
@@ -295,8 +302,11 @@ Command add_run_command(CLI::App& app) {
       ->check(int_range(1, limits::kMaxGemmCandidates));
   sub->add_option("--launcher", cmd->launcher,
                   "none (one process runs every device), mpi (one rank per plan device under "
-                  "mpirun/srun), auto (mpi when OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS "
-                  "shows more than one rank)")
+                  "mpirun/srun), env (one rank per plan device from RANK, WORLD_SIZE, LOCAL_RANK, "
+                  "MASTER_ADDR, MASTER_PORT as torchrun sets them; cuda only), auto (mpi when "
+                  "OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS shows more than one rank, env "
+                  "when WORLD_SIZE does with RANK, MASTER_ADDR and MASTER_PORT set; refused when "
+                  "both do)")
       ->capture_default_str();
   return {sub, [cmd] { return cmd->run(); }};
 }

@@ -1,7 +1,8 @@
 // `pipeplan run`: its options and the run itself, either in one process that drives every plan
-// device (tools/cmd_run.cpp) or as one rank of a multi-process run under mpirun or srun, one
-// rank per plan device (tools/run_ranks.cpp, docs/design/runtime.md "Multi-process runs"). Both go
-// through the same run_cpu / run_cuda; a rank differs only in RunRanks.
+// device (tools/cmd_run.cpp) or as one rank of a multi-process run, one rank per plan device,
+// under mpirun or srun (MPI) or a torchrun-style launcher (env: a TCP rendezvous at
+// MASTER_ADDR:MASTER_PORT) (tools/run_ranks.cpp, docs/design/runtime.md "Multi-process runs").
+// All go through the same run_cpu / run_cuda; a rank differs only in RunRanks.
 #pragma once
 
 #include <cstdint>
@@ -23,15 +24,15 @@ namespace pipeplan {
 
 // How this process takes part in the run.
 struct RunRanks {
-  MpiSession* session = nullptr;        // null: one process runs every plan device
-  std::shared_ptr<ProcessGroup> group;  // this rank and the others (null with session)
+  MpiSession* session = nullptr;        // MPI only: its transport (CPU runs)
+  std::shared_ptr<ProcessGroup> group;  // this rank and the others; null: one process
   // Test-only fault injection (PIPEPLAN_TEST_FAULT, tools/run_ranks.cpp); may be empty.
   std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)> wrap_transport;
   std::function<void(int node)> before_node;
 
   bool prints() const { return group == nullptr || group->rank() == 0; }
-  // Under MPI, every rank says whether its part of a set-up step failed (`error`) and all throw
-  // the same AgreedError if one did; in one process, rethrows `error` as an Error.
+  // As one rank, every rank says whether its part of a set-up step failed (`error`) and all
+  // throw the same AgreedError if one did; in one process, rethrows `error` as an Error.
   void agree(const std::optional<std::string>& error, std::string_view what,
              std::chrono::milliseconds timeout) const;
 };
@@ -50,10 +51,10 @@ struct RunCommand {
   int gemm_candidates = 1;  // cuda: cuBLASLt answers timed per GEMM shape
   std::string launcher = "auto";
 
-  // Chooses one process or one rank (--launcher, the MPI/Slurm environment) and runs.
+  // Chooses one process or one rank (--launcher, the MPI/Slurm or torchrun environment) and runs.
   int run() const;
-  // Loads, validates and checks the plan against the options (`under_mpi`: as one rank).
-  TaskGraph load_and_check(bool under_mpi) const;
+  // Loads, validates and checks the plan against the options (`as_rank`: as one rank).
+  TaskGraph load_and_check(bool as_rank) const;
   int run_cpu(TaskGraph plan, const RunRanks& ranks) const;
   int run_cuda(TaskGraph plan, const RunRanks& ranks) const;
   // The options every rank must share, with the plan: ranks compare a fingerprint of both.
@@ -75,5 +76,10 @@ struct RunCommand {
 // tools/run_ranks.cpp: this process as one rank of `environment`'s ranks; MPI_Init happens here.
 // Returns the exit status (every rank non-zero when the run failed; rank 0 printed why).
 int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environment);
+// tools/run_ranks.cpp: this process as one rank of a torchrun-style launch (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT; runtime/tcp/tcp_process_group.h). GPU runs only: a CPU
+// run is refused, pointing at mpirun. Returns the exit status as run_under_mpi; a rank that ends
+// the job because another is missing exits from inside (non-zero).
+int run_under_env(const RunCommand& command, const LaunchEnvironment& environment);
 
 }  // namespace pipeplan

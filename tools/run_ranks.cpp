@@ -1,17 +1,20 @@
 // `pipeplan run` as one rank of a multi-process run (docs/design/runtime.md, "Multi-process runs"):
-// MPI_Init, then every rank loads and checks the plan and all agree before anything runs (the
-// plan's device count equals the world size; every rank's plan and options have rank 0's
-// fingerprint); then the same run as in one process, rank r driving plan device r, and rank 0
-// printing. Errors every rank shares (AgreedError) print once, on rank 0; an error only one rank
-// sees (a rank that did not answer in time) prints on that rank, naming it. Every rank then
-// ends MPI: cleanly (drain, MPI_Finalize, status 1 after a failure), or, when a rank is missing,
-// by MPI_Abort, which the launcher turns into the end of every rank.
+// MPI_Init (mpirun, srun) or the TCP rendezvous (a torchrun-style launch), then every rank loads
+// and checks the plan and all agree before anything runs (the plan's device count equals the
+// world size; every rank's plan and options have rank 0's fingerprint); then the same run as in
+// one process, rank r driving plan device r, and rank 0 printing. Errors every rank shares
+// (AgreedError) print once, on rank 0; an error only one rank sees (a rank that did not answer in
+// time) prints on that rank, naming it. Every rank then ends: cleanly (MPI: drain, MPI_Finalize;
+// env: a barrier and a goodbye on every connection; status 1 after a failure), or, when a rank is
+// missing, by ending the job (MPI_Abort, which the launcher turns into the end of every rank; env:
+// an abort frame to every rank, each of which prints it in one line and exits non-zero).
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -19,15 +22,18 @@
 
 #include "planner/base/error.h"
 #include "runtime/faulty_transport.h"
+#include "runtime/tcp/tcp_process_group.h"
 #include "tools/run_command.h"
 
 namespace pipeplan {
 
 namespace {
 
-// PIPEPLAN_TEST_FAULT=KIND:RANK, for the tests only (tests/tools/mpi_run_test.cpp): on rank RANK,
-// `corrupt-size` declares its first message 4 bytes larger than it is, `die` kills the process
-// (SIGKILL) at its first node of step 1, `hang` stops at that node (sleeps for a day).
+// PIPEPLAN_TEST_FAULT=KIND:RANK, for the tests only (tests/tools/mpi_run_test.cpp,
+// env_run_test.cpp): on rank RANK, `corrupt-size` declares its first message 4 bytes larger than
+// it is, `die` kills the process (SIGKILL) at its first node of step 1, `hang` stops at that node
+// (sleeps for a day); `die-at-setup` and `hang-at-setup` do the same as soon as the ranks are
+// connected, before they load the plan.
 void install_test_fault(RunRanks& ranks) {
   const char* spec = std::getenv("PIPEPLAN_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
@@ -46,8 +52,13 @@ void install_test_fault(RunRanks& ranks) {
     ranks.before_node = [](int) { std::raise(SIGKILL); };
   } else if (kind == "hang") {
     ranks.before_node = [](int) { std::this_thread::sleep_for(std::chrono::hours(24)); };
+  } else if (kind == "die-at-setup") {
+    std::raise(SIGKILL);
+  } else if (kind == "hang-at-setup") {
+    std::this_thread::sleep_for(std::chrono::hours(24));
   } else {
-    throw Error("PIPEPLAN_TEST_FAULT: unknown fault '" + kind + "' (corrupt-size, die, hang)");
+    throw Error("PIPEPLAN_TEST_FAULT: unknown fault '" + kind +
+                "' (corrupt-size, die, hang, die-at-setup, hang-at-setup)");
   }
 }
 
@@ -55,30 +66,35 @@ void print_error(const std::string& text) {
   std::cerr << "pipeplan: error: " << text << "\n" << std::flush;
 }
 
+// How this launcher starts a world of `devices` ranks, for the messages.
+using StartHint = std::string (*)(int devices);
+
+std::string mpi_start_hint(int devices) {
+  return "mpirun -np " + std::to_string(devices) + ", srun -n " + std::to_string(devices);
+}
+
+std::string env_start_hint(int devices) {
+  return "WORLD_SIZE=" + std::to_string(devices) + ", e.g. torchrun --nproc-per-node " +
+         std::to_string(devices);
+}
+
 // Load and check on every rank, then agree: the same plan and options everywhere, one rank per
-// plan device, and as many ranks as the launcher said it started.
-TaskGraph set_up(const RunCommand& command, const LaunchEnvironment& environment,
-                 ProcessGroup& group) {
+// plan device, and (`check_world`, may be empty) what the launcher itself says of the world.
+TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
+                 const std::function<void()>& check_world, StartHint start_hint) {
   std::optional<TaskGraph> plan;
   std::optional<std::string> error;
   std::uint64_t hash = 0;
   try {
     plan = command.load_and_check(true);
     const int devices = plan->meta.devices;
-    if (environment.ranks > 1 && environment.ranks != group.size()) {
-      throw Error("the launcher started " + std::to_string(environment.ranks) + " ranks (" +
-                  environment.variable + "), but MPI sees a world of " +
-                  std::to_string(group.size()) +
-                  " (is this pipeplan's MPI the launcher's? with Slurm: srun --mpi=pmix; "
-                  "--launcher none runs one process)");
-    }
+    if (check_world) check_world();
     if (devices != group.size()) {
       throw Error("plan: " + std::to_string(devices) + " devices, but " +
                   std::to_string(group.size()) + (group.size() == 1 ? " rank was" : " ranks were") +
-                  " started (one rank per plan device: mpirun -np " + std::to_string(devices) +
-                  ", srun -n " + std::to_string(devices) + ")");
+                  " started (one rank per plan device: " + start_hint(devices) + ")");
     }
-    hash = fingerprint(plan_to_json(*plan).dump() + "\n" + command.shared_options());
+    hash = fingerprint(plan_to_text(*plan) + command.shared_options());
   } catch (const Error& e) {
     error = e.what();
   }
@@ -111,7 +127,16 @@ int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environmen
   int status = 1;
   try {
     install_test_fault(ranks);
-    TaskGraph plan = set_up(command, environment, group);
+    auto check_world = [&] {
+      if (environment.ranks > 1 && environment.ranks != group.size()) {
+        throw Error("the launcher started " + std::to_string(environment.ranks) + " ranks (" +
+                    environment.variable + "), but MPI sees a world of " +
+                    std::to_string(group.size()) +
+                    " (is this pipeplan's MPI the launcher's? with Slurm: srun --mpi=pmix; "
+                    "--launcher none runs one process)");
+      }
+    };
+    TaskGraph plan = set_up(command, group, check_world, mpi_start_hint);
     status = command.backend == "cpu" ? command.run_cpu(std::move(plan), ranks)
                                       : command.run_cuda(std::move(plan), ranks);
   } catch (const AgreedError& e) {
@@ -126,6 +151,40 @@ int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environmen
   std::fflush(stdout);
   session.finish(command.timeout());  // MPI_Abort instead when a rank is missing
   return status;
+}
+
+int run_under_env(const RunCommand& command, const LaunchEnvironment& environment) {
+  if (command.backend == "cpu") {
+    // Before the rendezvous: no rank waits for another to say this.
+    const std::string started = environment.env_variable.empty()
+                                    ? std::string("--launcher env")
+                                    : "a torchrun-style launch (" + environment.env_variable + ")";
+    throw Error("--backend cpu: a CPU run's ranks exchange tensors over MPI, which " + started +
+                " does not provide; start CPU runs with mpirun -np P pipeplan run " +
+                command.plan_path +
+                " --backend cpu (one rank per plan device), or use --backend cuda (NCCL) here; "
+                "--launcher none runs the whole plan in this one process");
+  }
+  tcp::TcpOptions options;
+  options.launch = parse_env_launch([](const char* name) { return std::getenv(name); });
+  options.timeout = command.timeout();
+  options.end_process_on_failure = true;
+  const std::shared_ptr<tcp::TcpProcessGroup> group = tcp::TcpProcessGroup::connect(options);
+  RunRanks ranks;
+  ranks.group = group;
+  return tcp::run_as_rank(
+      *group,
+      [&] {
+        install_test_fault(ranks);
+        TaskGraph plan = set_up(command, *group, {}, env_start_hint);
+        if (group->rank() == 0 && !command.json) {
+          std::cout << "launcher env: rank 0 of " << group->size() << " via " << group->endpoint()
+                    << " (MASTER_ADDR:" << group->port_source() << ")\n"
+                    << std::flush;
+        }
+        return command.run_cuda(std::move(plan), ranks);
+      },
+      command.timeout());
 }
 
 }  // namespace pipeplan

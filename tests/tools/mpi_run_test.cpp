@@ -190,7 +190,8 @@ class MpiRunCliWithoutMpi : public testing::TinyPlanTest {};
 TEST_F(MpiRunCliWithoutMpi, LauncherChoicesAreCheckedInOneLine) {
   const CliResult bogus = testing::run_pipeplan("run " + plan_ + " --launcher bogus");
   EXPECT_NE(bogus.status, 0);
-  EXPECT_EQ(bogus.out, "pipeplan: error: --launcher: unknown launcher 'bogus' (none, mpi, auto)\n");
+  EXPECT_EQ(bogus.out,
+            "pipeplan: error: --launcher: unknown launcher 'bogus' (none, mpi, env, auto)\n");
   // --launcher none under an MPI environment runs the plan in this one process.
   const CliResult none = testing::run_pipeplan("run " + plan_ + " --launcher none --steps 1",
                                                "OMPI_COMM_WORLD_SIZE=4");
