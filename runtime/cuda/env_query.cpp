@@ -93,21 +93,6 @@ GpuLibraryInfo cublas_lt() {
           dotted(cublasLtGetVersion(), 10000), ""};
 }
 
-GpuLibraryInfo nccl() {
-#ifdef PIPEPLAN_HAVE_NCCL
-  GpuLibraryInfo library{"libnccl", library_of_function(&ncclGetVersion), "", ""};
-  int version = 0;
-  // NCCL 2.9 and later number versions major·10000 + minor·100 + patch.
-  if (ncclGetVersion(&version) == ncclSuccess) {
-    library.version = dotted(static_cast<std::size_t>(version), 10000);
-  }
-  return library;
-#else
-  return {"libnccl", "", "",
-          "this CUDA module was built without NCCL (set PIPEPLAN_NCCL_ROOT and configure again)"};
-#endif
-}
-
 // cuDNN is opened with RTLD_LOCAL (sdpa.cpp), so its symbols are not global: find the mapped
 // object that defines cudnnGetVersion among those whose name mentions cudnn.
 GpuLibraryInfo cudnn() {
@@ -174,8 +159,32 @@ GpuEnvironment query_environment() {
   env.nccl_built = true;
 #endif
   query_gpus(env);
-  env.libraries = {cudart(), cublas(), cublas_lt(), cudnn(), nccl()};
+  env.libraries = {cudart(), cublas(), cublas_lt(), cudnn(), loaded_nccl()};
   return env;
+}
+
+GpuLibraryInfo loaded_nccl() {
+#ifdef PIPEPLAN_HAVE_NCCL
+  GpuLibraryInfo library{"libnccl", library_of_function(&ncclGetVersion), "", ""};
+  int version = 0;
+  // NCCL 2.9 and later number versions major·10000 + minor·100 + patch.
+  if (ncclGetVersion(&version) == ncclSuccess) {
+    library.version = dotted(static_cast<std::size_t>(version), 10000);
+  }
+  return library;
+#else
+  return {"libnccl", "", "",
+          "this CUDA module was built without NCCL (set PIPEPLAN_NCCL_ROOT and configure again)"};
+#endif
+}
+
+std::string loaded_nccl_text() {
+  const GpuLibraryInfo nccl = loaded_nccl();
+  if (!nccl.error.empty()) return "NCCL (not built)";
+  std::string text = "NCCL";
+  if (!nccl.version.empty()) text += " " + nccl.version;
+  if (!nccl.path.empty()) text += " from " + nccl.path;
+  return text;
 }
 
 }  // namespace pipeplan::cuda

@@ -12,6 +12,7 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/env_query.h"
 #include "runtime/cuda/green_context.h"
 
 namespace pipeplan::cuda {
@@ -277,6 +278,10 @@ void NcclTransport::connect() {
     CUDA_CHECK(cudaEventRecord(side->done, side->stream));
     wait(*side, side->done, send_timeout_, "connection setup");
   }
+}
+
+std::string NcclTransport::name() const {
+  return "nccl (" + loaded_nccl_text() + ")";
 }
 
 NcclTransport::~NcclTransport() {

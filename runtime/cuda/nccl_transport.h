@@ -64,7 +64,8 @@ class NcclTransport final : public Transport {
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
 
-  std::string name() const override { return "nccl"; }
+  // "nccl (NCCL 2.32.3 from /path/libnccl.so.2)": which NCCL the run loaded.
+  std::string name() const override;
   void send(int from, int to, Channel channel, Message message) override;
   // Waits for the link's sends in flight (each within the send timeout), which then give their
   // tensors back to the sender's cache.

@@ -18,6 +18,7 @@
 #include "tests/error_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 #ifdef PIPEPLAN_HAVE_NCCL
+#include "runtime/cuda/env_query.h"
 #include "runtime/cuda/nccl_transport.h"
 #endif
 
@@ -344,6 +345,15 @@ TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
 }
 
 #ifdef PIPEPLAN_HAVE_NCCL
+
+// Which NCCL a run over NCCL loaded (its transport's name, in the run's header): asked of the
+// library itself, no GPU needed.
+TEST(NcclTransport, TheLoadedNcclIsNamedWithItsVersionAndFile) {
+  const std::string text = cuda::loaded_nccl_text();
+  EXPECT_EQ(text.rfind("NCCL 2.", 0), 0U) << text;
+  EXPECT_NE(text.find(" from /"), std::string::npos) << text;
+  EXPECT_NE(text.find("libnccl.so"), std::string::npos) << text;
+}
 
 int gpus_or_skip() {
   const int gpus = cuda::cuda_device_count();
