@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -81,6 +82,35 @@ TEST(TorchCsvForms, WaitReduceGradCellsAreSkippedAndCounted) {
   // Any other wait torch may add is skipped too; a name that is not one stays an error.
   EXPECT_NO_THROW(schedule_from_torch_csv("0F0,0WAIT_UNSHARD,0B0\n", "w.csv"));
   EXPECT_NE(error_of("0F0,0WAIT_x,0B0\n").find("unknown action type 'WAIT_x'"), std::string::npos);
+}
+
+// Every dump PyTorch's own _dump_csv wrote (dumps/, by dump_torch_schedules.py; torch version in
+// dumps/VERSION), for every multi-stage schedule class torch ships: the default form (with
+// communication, FSDP and WAIT_* cells) imports to the very schedule of the compute-only form,
+// which checks and has no deadlock.
+TEST(TorchCsvForms, EveryDumpOfTorchsOwnScheduleClassesImports) {
+  int dumps = 0;
+  std::set<std::string> classes;
+  for (const auto& entry : std::filesystem::directory_iterator(kFixtures / "dumps")) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".csv") || name.ends_with(".compute_only.csv")) continue;
+    SCOPED_TRACE(name);
+    const std::string stem = name.substr(0, name.size() - 4);
+    TorchCsvReport report;
+    const Schedule full = load_torch_csv(entry.path(), {}, &report);
+    const Schedule compute = load_torch_csv(kFixtures / "dumps" / (stem + ".compute_only.csv"));
+    EXPECT_EQ(full.per_device, compute.per_device);
+    EXPECT_EQ(full.stage_device, compute.stage_device);
+    EXPECT_GT(report.skipped_total, 0);  // the default form has communication cells
+    EXPECT_NO_THROW(check_schedule(full));
+    EXPECT_FALSE(find_deadlock(full));
+    classes.insert(stem.substr(0, stem.find('-')));
+    ++dumps;
+  }
+  EXPECT_EQ(dumps, 15);
+  EXPECT_EQ(classes, (std::set<std::string>{"ScheduleDualPipeV", "ScheduleInterleaved1F1B",
+                                            "ScheduleInterleavedZeroBubble", "ScheduleLoopedBFS",
+                                            "ScheduleZBVZeroBubble"}));
 }
 
 TEST(TorchCsvForms, OverlapCellsSplitIntoTheirActionsInOrder) {
