@@ -716,7 +716,7 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   const std::string_view kinds = columns.codes("kind");
   const std::string_view ops = columns.codes("op");
   const std::string_view transfers = columns.codes("transfer");
-  const auto& table = json["nodes"];
+  const auto& table = require_field(json, "nodes", source);
   const auto& values = require_field(table, "duration_values", source + ": nodes");
   std::vector<double> durations;
   if (!values.is_array()) {
