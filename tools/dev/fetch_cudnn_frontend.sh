@@ -19,21 +19,15 @@ if [[ -f "$dest/include/cudnn_frontend.h" && -f "$stamp" && $(cat "$stamp") == "
   echo "cudnn-frontend $version: already in $dest/include"
   exit 0
 fi
-python=$(command -v python3 || true)
-if [[ -z $python ]] || ! "$python" -m pip --version > /dev/null 2>&1; then
-  echo "cudnn-frontend: no python3 with pip here; building without fused attention" >&2
-  exit 0
-fi
+# shellcheck source=tools/dev/pip_wheel.sh
+source tools/dev/pip_wheel.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: \
-  "nvidia-cudnn-frontend==$version" -d "$tmp" > "$tmp/pip.log" 2>&1; then
-  echo "cudnn-frontend: pip download nvidia-cudnn-frontend==$version failed (no network?);" \
-    "building without fused attention:" >&2
-  tail -n 3 "$tmp/pip.log" >&2
+if ! wheel=$(download_wheel cudnn-frontend "nvidia-cudnn-frontend==$version" "$tmp"); then
+  echo "cudnn-frontend: building without fused attention" >&2
   exit 0
 fi
-wheel=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl | head -n 1)
+python=$(command -v python3)
 rm -rf "$dest.partial"
 mkdir -p "$dest.partial"
 # zipfile, not unzip: python3 is there already, unzip may not be.

@@ -22,20 +22,12 @@ if [[ -f "$dest/include/nccl.h" && -f "$dest/lib/libnccl.so.2" && -f "$stamp" &&
   echo "NCCL $version: already in $dest"
   exit 0
 fi
-python=$(command -v python3 || true)
-if [[ -z $python ]] || ! "$python" -m pip --version > /dev/null 2>&1; then
-  echo "fetch_nccl: no python3 with pip here" >&2
-  exit 1
-fi
+# shellcheck source=tools/dev/pip_wheel.sh
+source tools/dev/pip_wheel.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$dest.partial"' EXIT
-if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: \
-  "nvidia-nccl-cu13==$version" -d "$tmp" > "$tmp/pip.log" 2>&1; then
-  echo "fetch_nccl: pip download nvidia-nccl-cu13==$version failed (no network?):" >&2
-  tail -n 3 "$tmp/pip.log" >&2
-  exit 1
-fi
-wheel=$(ls "$tmp"/nvidia_nccl_cu13-*.whl | head -n 1)
+wheel=$(download_wheel fetch_nccl "nvidia-nccl-cu13==$version" "$tmp") || exit 1
+python=$(command -v python3)
 rm -rf "$dest.partial"
 mkdir -p "$dest.partial/include" "$dest.partial/lib"
 # zipfile, not unzip: python3 is there already, unzip may not be. Only the host API header and
