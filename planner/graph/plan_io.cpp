@@ -380,10 +380,12 @@ class AllocationTotal {
     for (const std::int64_t bytes : meta.static_bytes)
       total_ += bytes;
   }
-  void add(const Node& node, const std::string& ctx) {
+  // `context()` names the node, spelt only for the error.
+  template <typename Context>
+  void add(const Node& node, const Context& context) {
     total_ += node.alloc_bytes;
     if (total_ > limits::kMaxPlanBytes || total_ < 0) {
-      throw Error(ctx + ": field 'alloc_bytes': " +
+      throw Error(context() + ": field 'alloc_bytes': " +
                   limits::above_limit("the plan's allocations",
                                       static_cast<double>(limits::kMaxPlanBytes), "bytes"));
     }
@@ -429,7 +431,7 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
     Node node = node_from_json(j, ctx, g, node_total, version);
-    allocated.add(node, ctx);
+    allocated.add(node, [&]() -> const std::string& { return ctx; });
     g.add_node_unordered(std::move(node));
   }
   set_stream_orders(g, orders);
@@ -459,10 +461,22 @@ char code_of(E value, std::string_view codes) {
   return codes[static_cast<std::size_t>(value)];
 }
 
-// The integer columns of version 3, in the order they are written.
+// The integer columns of version 3, in the order they are written: IntColumn indexes kIntColumns.
+enum IntColumn : std::uint8_t {
+  kStream,
+  kStage,
+  kMicrobatch,
+  kDuration,
+  kAllocBytes,
+  kFreeBytes,
+  kWorkBytes,
+  kBytes,
+  kMatch,
+};
 constexpr std::array<std::string_view, 9> kIntColumns = {"stream",     "stage",       "microbatch",
                                                          "duration",   "alloc_bytes", "free_bytes",
                                                          "work_bytes", "bytes",       "match"};
+static_assert(kIntColumns.size() == kMatch + 1);
 
 // Appends decimal integers, comma-separated, as fast as the bytes can be copied.
 class IntWriter {
@@ -519,28 +533,29 @@ std::vector<bool> streams_in_id_order(const TaskGraph& g) {
   return in_order;
 }
 
-std::int64_t int_column_value(const Node& n, std::size_t column, const DurationTable& durations,
+std::int64_t int_column_value(const Node& n, IntColumn column, const DurationTable& durations,
                               int id) {
   switch (column) {
-    case 0:
+    case kStream:
       return n.stream;
-    case 1:
+    case kStage:
       return n.stage;
-    case 2:
+    case kMicrobatch:
       return n.microbatches.empty() ? 0 : n.microbatches[0];
-    case 3:
+    case kDuration:
       return durations.index[static_cast<std::size_t>(id)];
-    case 4:
+    case kAllocBytes:
       return n.alloc_bytes;
-    case 5:
+    case kFreeBytes:
       return n.free_bytes;
-    case 6:
+    case kWorkBytes:
       return n.work_bytes;
-    case 7:
+    case kBytes:
       return n.bytes;
-    default:
+    case kMatch:
       return n.match;
   }
+  return 0;
 }
 
 }  // namespace
@@ -592,7 +607,8 @@ std::string plan_to_text(const TaskGraph& g) {
     out += "\": [";
     IntWriter column(out);
     for (std::size_t id = 0; id < node_total; ++id)
-      column.add(int_column_value(g.nodes()[id], c, durations, static_cast<int>(id)));
+      column.add(int_column_value(g.nodes()[id], static_cast<IntColumn>(c), durations,
+                                  static_cast<int>(id)));
     out += "]";
   }
   // The rare nodes with more than one micro-batch (a concatenated P2): [id, second, third, ...].
@@ -639,7 +655,6 @@ class PlanColumns {
     count_ = require_int(table_, "count", source_ + ": nodes", 0, limits::kMaxPlanNodes);
   }
   int count() const { return count_; }
-  const std::string& source() const { return source_; }
 
   // The column of one-character codes; each code is checked when read (code()).
   std::string_view codes(std::string_view name) const {
@@ -707,7 +722,8 @@ void sparse_rows(const nlohmann::json& table, std::string_view name, const std::
 
 TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   const nlohmann::json& json = doc.json;
-  const PlanColumns columns(doc, require_field(json, "nodes", source), source);
+  const auto& table = require_field(json, "nodes", source);
+  const PlanColumns columns(doc, table, source);
   const int node_total = columns.count();
   TaskGraph g;
   auto orders = read_plan_header(json, source, kPlanVersion, node_total, g);
@@ -716,7 +732,6 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   const std::string_view kinds = columns.codes("kind");
   const std::string_view ops = columns.codes("op");
   const std::string_view transfers = columns.codes("transfer");
-  const auto& table = require_field(json, "nodes", source);
   const auto& values = require_field(table, "duration_values", source + ": nodes");
   std::vector<double> durations;
   if (!values.is_array()) {
@@ -735,7 +750,7 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   std::array<const std::vector<std::int64_t>*, kIntColumns.size()> ints{};
   for (std::size_t c = 0; c < kIntColumns.size(); ++c)
     ints[c] = &columns.ints(kIntColumns[c]);
-  const auto col = [&](std::size_t c, int id, std::int64_t lo, std::int64_t hi) {
+  const auto col = [&](IntColumn c, int id, std::int64_t lo, std::int64_t hi) {
     return columns.at(*ints[c], kIntColumns[c], id, lo, hi);
   };
   const int last_mb = g.meta.microbatches - 1;
@@ -747,28 +762,28 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     n.kind = columns.code<NodeKind>(kinds, "kind", kKindCodes, id);
     n.op = columns.code<OpType>(ops, "op", kOpCodes, id);
     n.transfer = columns.code<Transfer>(transfers, "transfer", kTransferCodes, id);
-    n.stream = static_cast<int>(col(0, id, 0, stream_total - 1));
+    n.stream = static_cast<int>(col(kStream, id, 0, stream_total - 1));
     n.device = g.streams()[static_cast<std::size_t>(n.stream)].device;
-    n.stage = static_cast<int>(col(1, id, 0, limits::kMaxStages - 1));
-    n.microbatches.push_back(static_cast<int>(col(2, id, 0, last_mb)));
-    n.duration_us = durations[static_cast<std::size_t>(col(3, id, 0, duration_count - 1))];
-    n.alloc_bytes = col(4, id, 0, limits::kMaxPlanBytes);
-    n.free_bytes = col(5, id, 0, limits::kMaxPlanBytes);
-    n.work_bytes = col(6, id, 0, limits::kMaxPlanBytes);
+    n.stage = static_cast<int>(col(kStage, id, 0, limits::kMaxStages - 1));
+    n.microbatches.push_back(static_cast<int>(col(kMicrobatch, id, 0, last_mb)));
+    n.duration_us = durations[static_cast<std::size_t>(col(kDuration, id, 0, duration_count - 1))];
+    n.alloc_bytes = col(kAllocBytes, id, 0, limits::kMaxPlanBytes);
+    n.free_bytes = col(kFreeBytes, id, 0, limits::kMaxPlanBytes);
+    n.work_bytes = col(kWorkBytes, id, 0, limits::kMaxPlanBytes);
     const bool compute = n.kind == NodeKind::compute;
     if (compute != (n.transfer == Transfer::none)) {
       throw Error(source + ": node " + std::to_string(id) +
                   ": field 'transfer' must be '-' for a compute node and one of 'agel' for a "
                   "send or recv");
     }
-    n.bytes = col(7, id, 0, compute ? 0 : limits::kMaxPlanBytes);
-    n.match = static_cast<int>(col(8, id, -1, compute ? -1 : node_total - 1));
+    n.bytes = col(kBytes, id, 0, compute ? 0 : limits::kMaxPlanBytes);
+    n.match = static_cast<int>(col(kMatch, id, -1, compute ? -1 : node_total - 1));
     n.peer = compute ? -1 : g.streams()[static_cast<std::size_t>(n.stream)].peer;
     if (!compute && (n.peer < 0 || n.peer >= devices)) {
       throw Error(source + ": node " + std::to_string(id) + ": a " +
                   std::string(to_string(n.kind)) + " must be on a stream with a peer device");
     }
-    allocated.add(n, source + ": node " + std::to_string(id));
+    allocated.add(n, [&] { return source + ": node " + std::to_string(id); });
     g.add_node_unordered(std::move(n));
   }
   sparse_rows(table, "more_microbatches", source, node_total,
