@@ -46,9 +46,8 @@ LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv) {
   for (const char* name : kVariables) {
     const char* value = getenv(name);
     if (!is_set(value)) continue;
-    char* end = nullptr;
-    const long ranks = std::strtol(value, &end, 10);
-    if (end == value || *end != '\0' || ranks < 1 || ranks > 1'000'000) continue;
+    const long ranks = strict_decimal(value);
+    if (ranks < 1 || ranks > 1'000'000) continue;
     environment.ranks = static_cast<int>(ranks);
     environment.variable = std::string(name) + "=" + value;
     break;

@@ -45,6 +45,7 @@ TEST(Launch, DetectsMpirunMpichAndSlurmInThatOrder) {
   EXPECT_EQ(detect({{"SLURM_NTASKS", "8"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).ranks, 2);
   // Junk is no launch.
   EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "four"}}).ranks, 1);
+  EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "+4"}}).ranks, 1);  // digits only, as for WORLD_SIZE
   EXPECT_EQ(detect({{"PMI_SIZE", "0"}, {"SLURM_NTASKS", "3"}}).ranks, 3);
 }
 
