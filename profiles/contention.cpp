@@ -15,6 +15,15 @@ const std::vector<double>& Contention::curve(std::string_view op) const {
   return it != by_op.end() ? it->second : slowdown;
 }
 
+double sustained_work(const SustainedLoad& load, double dt, double share, double h) {
+  if (dt <= 0) return 0;
+  if (load.factor <= 0) return dt;
+  const double a = 1 + load.factor * share;
+  const double b = load.factor * (h - share);
+  const double tau = load.time_constant_us;
+  return (dt + tau * std::log((a + b * std::exp(-dt / tau)) / (a + b))) / a;
+}
+
 double Contention::factor(const std::vector<double>& curve, std::size_t running) {
   if (curve.empty() || running == 0) return 1.0;
   return curve[std::min(running, curve.size()) - 1];

@@ -6,7 +6,8 @@
 //
 // Stored in a profile (its optional "contention" object) and copied into the plan's meta by the
 // planner, so the simulator, the runtime's report and `diff` read one prediction. Fitted from
-// measured traces by tools/calibrate/fit_contention.py (docs/reference/profile-format.md).
+// measured traces by `pipeplan calibrate fit` (planner/calibrate/contention_fit.h,
+// docs/reference/profile-format.md).
 #pragma once
 
 #include <map>
@@ -41,6 +42,11 @@ struct SustainedLoad {
   double time_constant_us = 1;
   bool operator==(const SustainedLoad&) const = default;
 };
+
+// The profiled work an op of slowdown 1 gets done in `dt` µs while the load moves from `h`
+// towards `share` (the share of the devices computing, constant over `dt`): the integral of
+// dt' / (1 + factor * H(t')), in closed form. `dt` itself without a factor; 0 for dt <= 0.
+double sustained_work(const SustainedLoad& load, double dt, double share, double h);
 
 struct Contention {
   // slowdown[k - 1]: an op's time over its profiled time while k compute ops run on the GPU at

@@ -39,6 +39,8 @@ EOF
 cp "$fixtures/deadlock.csv" deadlock.csv
 "$pipeplan" export plan.json -o sched.csv >/dev/null || { echo "bad_inputs: export failed"; exit 1; }
 "$pipeplan" show plan.json --trace trace.json >/dev/null || { echo "bad_inputs: show failed"; exit 1; }
+# A recorded run for calibrate: RUN.plan.json + RUN.trace.json.
+cp plan.json run.plan.json && cp trace.json run.trace.json
 # Plans whose JSON loads but that cannot run; the gpus.json variants; a NUL byte; deep nesting.
 python3 - <<'PY' || { echo "bad_inputs: could not break the plan"; exit 1; }
 import copy, json
@@ -233,6 +235,21 @@ check "plan --search --global-batch 0" plan --model tiny --stages 2 --search --g
 check "bpipe --stages 16 on tiny" bpipe --model tiny --stages 16 --global-batch 8
 check "plan --memory 300KiB --reserve 0" plan --model tiny --stages 2 -m 2 --memory 300KiB --reserve 0 -o '{out}'
 check "compare: no schedule fits" compare --model tiny --stages 9 -m 9
+# calibrate: missing and mismatched inputs, flags that contradict, outputs onto inputs.
+check "calibrate fit: a run that is not there" calibrate fit --profile profile.json -o '{out}' missing
+check "calibrate fit -o onto its profile" calibrate fit --profile profile.json -o profile.json run
+check "calibrate fit -o onto a run's trace" calibrate fit --profile profile.json -o run.trace.json run
+check "calibrate fit --sustained --copy-only" calibrate fit --sustained --copy-only --profile profile.json -o '{out}' run
+check "calibrate fit --copy-only without contention" calibrate fit --copy-only --profile profile.json -o '{out}' run
+check "calibrate fit --max-factor -1" calibrate fit --sustained --max-factor -1 --profile profile.json -o '{out}' run
+check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-constants-ms 30,0 --profile profile.json -o '{out}' run
+check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
+check "calibrate eval: a profile that is not there" calibrate eval --profile missing.json run
+check "calibrate copy: from a profile without contention" calibrate copy --from profile.json -o '{out}' profile.json
+check "calibrate copy -o onto its input" calibrate copy --from profile.json -o profile.json profile.json
+check "calibrate working-memory: none measured" calibrate working-memory --from profile.json -o '{out}' profile.json
+check "calibrate working-memory: from a plan" calibrate working-memory --from plan.json -o '{out}' profile.json
+check "calibrate: no subcommand" calibrate
 
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]

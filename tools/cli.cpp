@@ -70,7 +70,7 @@ int run_cli(int argc, char** argv) {
       add_plan_command(app),    add_show_command(app),    add_validate_command(app),
       add_compare_command(app), add_profile_command(app), add_export_command(app),
       add_import_command(app),  add_run_command(app),     add_diff_command(app),
-      add_bpipe_command(app),   add_env_command(app),
+      add_bpipe_command(app),   add_env_command(app),     add_calibrate_command(app),
   };
   refuse_empty_values(app);
   try {

@@ -27,6 +27,7 @@ Command add_run_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_bpipe_command(CLI::App& app);
 Command add_env_command(CLI::App& app);
+Command add_calibrate_command(CLI::App& app);
 // The NVIDIA kernel module's version in the text of /proc/driver/nvidia/version ("NVRM version:
 // NVIDIA UNIX x86_64 Kernel Module  580.95.05  ..."), "" when the text names none.
 std::string nvidia_kernel_driver(std::string_view proc_version_text);

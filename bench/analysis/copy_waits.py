@@ -1,25 +1,40 @@
 #!/usr/bin/env python3
 """Where the stream-ordered copy wait's step went: for each run of bench/gpu/run.sh's `waits`
 (waits-<mode>-<plan>, in every run folder of RESULTS, by name), from its traced step (the last) and its plan: the step (first op start to last op
-end), each device's compute time (sum of its compute ops, as tools/calibrate/fit_contention.py
-loads them) and idle time on its compute stream, and the median of measured / profiled over all
+end), each device's compute time (sum of its compute ops, as `pipeplan calibrate fit` counts
+them) and idle time on its compute stream, and the median of measured / profiled over all
 compute ops.
 
   python3 bench/analysis/copy_waits.py RESULTS
 """
 import glob
+import json
 import os
 import statistics
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# tools/calibrate/fit_contention.py's loader: a run's plan and its compute ops as (start, end, node).
+# tools/calibrate/plan_json.py: a plan's nodes as rows, whatever its version.
 sys.path.insert(0, os.path.join(REPO, "tools", "calibrate"))
-import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
+import plan_json  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def compute_ops(prefix):
+    """A run's compute ops as (start, end, node) from RUN.plan.json and RUN.trace.json."""
+    with open(prefix + ".plan.json", encoding="utf-8") as f:
+        nodes = {n["id"]: n for n in plan_json.as_rows(json.load(f))["nodes"]}
+    with open(prefix + ".trace.json", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    compute = []
+    for e in events:
+        node = nodes.get(e.get("args", {}).get("node")) if e.get("ph") == "X" else None
+        if node is not None and node["kind"] == "compute":
+            compute.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), node))
+    return compute
 
 
 def summary(prefix):
-    _, compute, _ = fit_contention.load_run(prefix)
+    compute = compute_ops(prefix)
     start = min(s for s, _, _ in compute)
     end = max(e for _, e, _ in compute)
     devices = sorted({node["device"] for _, _, node in compute})

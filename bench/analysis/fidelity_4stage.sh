@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fidelity analysis of a results folder's emulated 4-stage runs (no GPU): fits the
-# simulator's contention model (tools/calibrate/fit_contention.py) to the runs at m = 4 and 8 and
+# simulator's contention model (`pipeplan calibrate fit`) to the runs at m = 4 and 8 and
 # re-predicts them, and diffs every other run (stalls: compute waiting with its inputs ready).
 #
 # Usage: bash bench/analysis/fidelity_4stage.sh RESULTS [PIPEPLAN]
@@ -22,7 +22,7 @@ pipeplan=${2:-build/tools/pipeplan}
 [[ -x $pipeplan ]] || { echo "fidelity_4stage.sh: no pipeplan at '$pipeplan'" >&2; exit 2; }
 out="$results/fidelity"
 mkdir -p "$out"
-fit=(python3 tools/calibrate/fit_contention.py)
+fit=("$pipeplan" calibrate)
 
 # shellcheck source=bench/analysis/keep.sh
 source bench/analysis/keep.sh
@@ -63,14 +63,14 @@ if [[ -n $runs_folder ]]; then
     {
       run_and_keep "$out/fit-m4$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
         --profile "$source_profile" -o "$out/fit-m4$suffix.profile.json" "${m4[@]}"
-      run_and_keep "$out/fit-m4$suffix.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+      run_and_keep "$out/fit-m4$suffix.eval.txt" "${fit[@]}" eval \
         --profile "$out/fit-m4$suffix.profile.json" "${m4[@]}" "${m8[@]}"
     } > /dev/null
     all_profile="$out/fit-all-count.profile.json"
     [[ $model == sustained ]] && all_profile=$calibrated
     run_and_keep "$out/fit-all$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
       --profile "$source_profile" -o "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
-    run_and_keep "$out/fit-all$suffix.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+    run_and_keep "$out/fit-all$suffix.eval.txt" "${fit[@]}" eval \
       --profile "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
     echo "== $model: fit on m = 4 (m = 8 held out)"; tail -n +2 "$out/fit-m4$suffix.eval.txt"
     echo "== $model: fit on all ten ($all_profile)"; tail -n +2 "$out/fit-all$suffix.eval.txt"
@@ -94,7 +94,7 @@ if [[ -n $runs_folder ]]; then
       suffix=""
       [[ $all_profile == "$calibrated" ]] || suffix="-count"
       heldout="$out/heldout-$(basename "$other")$suffix.eval.txt"
-      run_and_keep "$heldout" "${fit[@]}" eval --pipeplan "$pipeplan" --profile "$all_profile" \
+      run_and_keep "$heldout" "${fit[@]}" eval --profile "$all_profile" \
         "${held[@]}" > /dev/null
       echo "== held out: $(basename "$other") from $all_profile"; tail -n +2 "$heldout"
     done

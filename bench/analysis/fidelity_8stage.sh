@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The 8-stage fidelity analysis of a results folder (no GPU): fits the contention model of the
-# 16-SM profile (tools/calibrate/fit_contention.py) to ONE 8-stage run and re-predicts every
+# 16-SM profile (`pipeplan calibrate fit`) to ONE 8-stage run and re-predicts every
 # other 8-stage run from it, BPipe included (held out); diffs every run of every folder (stalls
 # split into the host's part and the GPU's).
 #
@@ -24,7 +24,7 @@ pipeplan=${4:-build/tools/pipeplan}
   { echo "fidelity_8stage.sh: no run '$results/$fit_run' (.trace.json)" >&2; exit 2; }
 out="$results/fidelity"
 mkdir -p "$out"
-fit=(python3 tools/calibrate/fit_contention.py)
+fit=("$pipeplan" calibrate)
 
 # shellcheck source=bench/analysis/keep.sh
 source bench/analysis/keep.sh
@@ -43,7 +43,7 @@ done
 calibrated="profiles/$(basename "${profile%.measured.json}").calibrated.json"
 run_and_keep "$out/fit-8stage.fit.txt" "${fit[@]}" fit --profile "$profile" -o "$calibrated" \
   "$results/$fit_run" > /dev/null
-run_and_keep "$out/fit-8stage.eval.txt" "${fit[@]}" eval --pipeplan "$pipeplan" \
+run_and_keep "$out/fit-8stage.eval.txt" "${fit[@]}" eval \
   --profile "$calibrated" "${eight[@]}" > /dev/null
 echo "== contention fitted on $fit_run ($calibrated)"
 tail -n +2 "$out/fit-8stage.fit.txt"

@@ -219,7 +219,7 @@ what_gemm() {
   cap_s=300 record "gemm$gemm_tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
     --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
     --sm-partition "$share" --gemm-candidates "$gemm_tuned" -o "$measured" || return 0
-  record "gemm$gemm_tuned-contention.txt" python3 tools/calibrate/fit_contention.py copy \
+  record "gemm$gemm_tuned-contention.txt" "$pipeplan" calibrate copy \
     --from "$sm_profile" -o "$calibrated" "$measured" || return 0
   local cap_s=120
   for m in "$stages" $((2 * stages)); do

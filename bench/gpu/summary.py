@@ -30,10 +30,9 @@ import os
 import statistics
 import sys
 
-# tools/calibrate/fit_contention.py: the traces' concurrency, as the contention fit counts it.
+# tools/calibrate/plan_json.py: a plan's nodes as rows, whatever its version.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "calibrate"))
-import fit_contention  # noqa: E402  pylint: disable=wrong-import-position
 import plan_json  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = float(1 << 30)
@@ -385,6 +384,21 @@ def clocks_table(results):
     return out + [""]
 
 
+def concurrency(events):
+    """(points, running): the compute events' start and end points in order, and how many ops
+    ran between each point and the next, as `pipeplan calibrate fit` counts them."""
+    points = sorted({t for s, e, _ in events for t in (s, e)})
+    delta = {}
+    for s, e, _ in events:
+        delta[s] = delta.get(s, 0) + 1
+        delta[e] = delta.get(e, 0) - 1
+    running, k = [], 0
+    for a in points[:-1]:
+        k += delta[a]
+        running.append(k)
+    return points, running
+
+
 def mean_share_computing(plan, trace):
     """The share of the plan's devices running a compute op, averaged over the traced step (from
     its first op's start to its last op's end), or None where the trace has no compute op. Under
@@ -398,7 +412,7 @@ def mean_share_computing(plan, trace):
               if e.get("ph") == "X" and e.get("args", {}).get("node") in compute]
     if devices <= 0 or not events:
         return None
-    points, running, _ = fit_contention.concurrency(events)
+    points, running = concurrency(events)
     if points[-1] <= points[0]:
         return None
     busy = sum((b - a) * min(1.0, k / devices) for a, b, k in zip(points, points[1:], running))

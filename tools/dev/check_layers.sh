@@ -17,6 +17,7 @@ rank() {
     schedules/*) echo 2 ;;
     planner/graph/*) echo 4 ;;
     planner/plan/*) echo 5 ;;
+    planner/calibrate/*) echo 5 ;;
     planner/search/*) echo 6 ;;
     runtime/cpu/*) echo 8 ;;
     runtime/cuda/*) echo 8 ;;

@@ -92,7 +92,7 @@ expect 'env PIPEPLAN_DEVICE_COPY=priority .*run .*copies-priority-auto-m8.plan.j
 for mode in blocking stream poll; do
   expect "env PIPEPLAN_COPY_WAIT=$mode .*run .*waits-$mode-1f1b-m8-2bp.plan.json --backend cuda --emulate 4"
 done
-expect 'fit_contention.py copy --from .*sm32.measured.json -o .*sm32-gemm8.calibrated.json .*sm32-gemm8.measured.json'
+expect 'calibrate copy --from .*sm32.measured.json -o .*sm32-gemm8.calibrated.json .*sm32-gemm8.measured.json'
 expect 'run .*gemm8-1f1b-m4-2bp.plan.json --backend cuda --emulate 4 --steps 3 --gemm-candidates 8 --json'
 # multi-gpu: planned from the whole-GPU profile, run on 4 GPUs without --emulate.
 expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 .*-o .*gpus4-1f1b-m4-2bp.plan.json'

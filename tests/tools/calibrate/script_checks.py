@@ -1,6 +1,5 @@
 """What the Python tool tests share: checks that record a failure and go on, a command run that
-checks its exit status, JSON files written and read back, tools/calibrate/fit_contention.py eval's
-percentages, and the verdict. Imported by tests/tools/*_test.py (their folder is on
+checks its exit status, JSON files written and read back, and the verdict. Imported by tests/tools/*_test.py (their folder is on
 sys.path when they run)."""
 import json
 import shlex
@@ -26,16 +25,6 @@ def run(argv, expect=0):
 def write_json(path, data):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
-
-
-def eval_percentages(script, pipeplan, profile, prefix, columns):
-    """Runs `script eval` (tools/calibrate/fit_contention.py) on one run and returns the given columns of
-    its row as numbers (their '%' dropped)."""
-    out = run([sys.executable, script, "eval", "--pipeplan", pipeplan, "--profile", profile,
-               prefix])
-    print(out.stdout)
-    row = out.stdout.strip().splitlines()[-1].split()
-    return [float(row[c].rstrip("%")) for c in columns]
 
 
 def finish(name):

@@ -1,0 +1,485 @@
+#include "planner/calibrate/contention_fit.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "planner/base/error.h"
+#include "planner/graph/simulator.h"
+
+namespace pipeplan {
+
+namespace contention_fit {
+
+namespace {
+
+constexpr double kMinLevelShare = 0.01;  // a level or copy case with less of the time is not fitted
+constexpr double kDigits = 1e4;          // fitted factors are stored to 4 decimals
+constexpr double kFactorStep = 0.05;     // the sustained-load grid
+
+double rounded(double x) {
+  return std::round(x * kDigits) / kDigits;
+}
+
+std::vector<double> rounded(std::vector<double> curve) {
+  for (double& x : curve)
+    x = rounded(x);
+  return curve;
+}
+
+// x minimising sum (row . x - target)^2, by the normal equations and Gaussian elimination with
+// partial pivoting; nullopt when singular.
+std::optional<std::vector<double>> least_squares(
+    const std::vector<std::pair<std::vector<double>, double>>& rows) {
+  if (rows.empty()) return std::nullopt;
+  const std::size_t n = rows.front().first.size();
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+  for (const auto& [row, target] : rows) {
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i][n] += row[i] * target;
+      for (std::size_t j = 0; j < n; ++j)
+        a[i][j] += row[i] * row[j];
+    }
+  }
+  for (std::size_t col = 0; col < n; ++col) {
+    std::size_t pivot = col;
+    for (std::size_t r = col + 1; r < n; ++r) {
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+    }
+    if (std::abs(a[pivot][col]) < 1e-12) return std::nullopt;
+    std::swap(a[col], a[pivot]);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == col) continue;
+      const double factor = a[r][col] / a[col][col];
+      for (std::size_t c = 0; c <= n; ++c)
+        a[r][c] -= factor * a[col][c];
+    }
+  }
+  std::vector<double> x(n);
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = a[i][n] / a[i][i];
+  return x;
+}
+
+// The compute ops of a run in time: each op's [start, end) as indices into `points` (every start
+// and end, in order), how many ops ran between each point and the next, and the share of the
+// devices that computing makes.
+struct Concurrency {
+  struct Op {
+    int node;
+    std::size_t first;
+    std::size_t last;
+  };
+  std::vector<Op> ops;
+  std::vector<double> points;
+  std::vector<int> running;  // per segment [points[i], points[i + 1])
+  std::vector<double> shares;
+};
+
+Concurrency concurrency(const MeasuredRun& run, int devices) {
+  Concurrency c;
+  const TaskGraph& plan = run.plan;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).kind != NodeKind::compute) continue;
+    const NodeTime& t = run.times.at(static_cast<std::size_t>(id));
+    c.points.push_back(t.start_us);
+    c.points.push_back(t.end_us);
+  }
+  std::sort(c.points.begin(), c.points.end());
+  c.points.erase(std::unique(c.points.begin(), c.points.end()), c.points.end());
+  std::vector<int> delta(c.points.size(), 0);
+  const auto index = [&](double t) {
+    return static_cast<std::size_t>(std::lower_bound(c.points.begin(), c.points.end(), t) -
+                                    c.points.begin());
+  };
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).kind != NodeKind::compute) continue;
+    const NodeTime& t = run.times.at(static_cast<std::size_t>(id));
+    const Concurrency::Op op{id, index(t.start_us), index(t.end_us)};
+    ++delta[op.first];
+    --delta[op.last];
+    c.ops.push_back(op);
+  }
+  int k = 0;
+  for (std::size_t i = 0; i + 1 < c.points.size(); ++i) {
+    k += delta[i];
+    c.running.push_back(k);
+    c.shares.push_back(std::min(1.0, static_cast<double>(k) / devices));
+  }
+  return c;
+}
+
+std::size_t level_of(int running, int devices) {
+  return static_cast<std::size_t>(std::clamp(running, 1, devices) - 1);
+}
+
+}  // namespace
+
+std::vector<double> periodic_load(const std::vector<double>& points,
+                                  const std::vector<double>& shares, double time_constant_us) {
+  if (points.size() < 2 || points.back() <= points.front()) return {};
+  std::vector<double> starts(shares.size());
+  const auto run_from = [&](double h) {
+    for (std::size_t i = 0; i < shares.size(); ++i) {
+      starts[i] = h;
+      h = shares[i] + (h - shares[i]) * std::exp(-(points[i + 1] - points[i]) / time_constant_us);
+    }
+    return h;
+  };
+  // The end is affine in the start with slope exp(-span / tau): from an idle GPU, the load a
+  // step ends at is the fixed point's part that does not depend on the start.
+  const double end = run_from(0.0);
+  run_from(end / (1 - std::exp(-(points.back() - points.front()) / time_constant_us)));
+  return starts;
+}
+
+std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
+                                 const std::optional<SustainedLoad>& sustained) {
+  const Concurrency c = concurrency(run, devices);
+  const std::vector<double> load =
+      sustained ? periodic_load(c.points, c.shares, sustained->time_constant_us)
+                : std::vector<double>{};
+  std::vector<OpSample> samples;
+  for (const Concurrency::Op& op : c.ops) {
+    const Node& node = run.plan.node(op.node);
+    if (node.duration_us <= 0) continue;
+    OpSample sample{node.op, node.duration_us,
+                    std::vector<double>(static_cast<std::size_t>(devices))};
+    for (std::size_t i = op.first; i < op.last; ++i) {
+      const double dt = c.points[i + 1] - c.points[i];
+      sample.levels[level_of(c.running[i], devices)] +=
+          sustained && !load.empty() ? sustained_work(*sustained, dt, c.shares[i], load[i]) : dt;
+    }
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+std::vector<CopySample> copy_samples(const MeasuredRun& run) {
+  const TaskGraph& plan = run.plan;
+  // Per device, its compute ops' times by end (one compute stream: they do not overlap).
+  std::map<int, std::vector<NodeTime>> busy;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).kind == NodeKind::compute)
+      busy[plan.node(id).device].push_back(run.times.at(static_cast<std::size_t>(id)));
+  }
+  for (auto& [device, times] : busy) {
+    std::sort(times.begin(), times.end(),
+              [](const NodeTime& a, const NodeTime& b) { return a.end_us < b.end_us; });
+  }
+  std::vector<CopySample> samples;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    if (node.kind != NodeKind::send || node.duration_us <= 0) continue;
+    const NodeTime& t = run.times.at(static_cast<std::size_t>(id));
+    double overlap = 0;
+    if (const auto it = busy.find(node.device); it != busy.end()) {
+      const std::vector<NodeTime>& ops = it->second;
+      auto op = std::upper_bound(ops.begin(), ops.end(), t.start_us,
+                                 [](double start, const NodeTime& o) { return start < o.end_us; });
+      for (; op != ops.end() && op->start_us < t.end_us; ++op)
+        overlap +=
+            std::max(0.0, std::min(t.end_us, op->end_us) - std::max(t.start_us, op->start_us));
+    }
+    const double span = t.end_us - t.start_us;
+    overlap = std::min(overlap, span);
+    samples.push_back({node.duration_us, span - overlap, overlap});
+  }
+  return samples;
+}
+
+std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>& samples,
+                                             int devices, const std::vector<double>* fallback) {
+  const auto n = static_cast<std::size_t>(devices);
+  std::vector<double> total(n, 0.0);
+  for (const OpSample* s : samples) {
+    for (std::size_t k = 0; k < n; ++k)
+      total[k] += s->levels[k];
+  }
+  double grand = 0;
+  for (const double t : total)
+    grand += t;
+  std::vector<std::size_t> used;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (total[k] >= kMinLevelShare * grand) used.push_back(k);
+  }
+  if (used.empty() || samples.empty()) return std::nullopt;
+  // Each row scaled by 1 / d: relative error, target d / d = 1.
+  std::vector<std::pair<std::vector<double>, double>> rows;
+  rows.reserve(samples.size());
+  for (const OpSample* s : samples) {
+    std::vector<double> row;
+    row.reserve(used.size());
+    for (const std::size_t k : used)
+      row.push_back(s->levels[k] / s->profiled_us);
+    rows.emplace_back(std::move(row), 1.0);
+  }
+  const std::optional<std::vector<double>> rates = least_squares(rows);
+  if (!rates || std::any_of(rates->begin(), rates->end(), [](double r) { return !(r > 0); }))
+    return std::nullopt;
+  std::vector<double> fitted(n, 0.0);
+  std::vector<char> is_fitted(n, 0);
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    fitted[used[i]] = 1.0 / (*rates)[i];
+    is_fitted[used[i]] = 1;
+  }
+  std::vector<double> curve(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (is_fitted[k]) {
+      curve[k] = fitted[k];
+    } else if (fallback != nullptr) {
+      curve[k] = Contention::factor(*fallback, k + 1);
+    } else {
+      // The nearest fitted level, the lower one on a tie.
+      std::size_t nearest = used.front();
+      for (const std::size_t u : used) {
+        const auto distance = [&](std::size_t level) { return level > k ? level - k : k - level; };
+        if (distance(u) < distance(nearest)) nearest = u;
+      }
+      curve[k] = fitted[nearest];
+    }
+  }
+  return curve;
+}
+
+std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies) {
+  if (samples.empty() || static_cast<int>(samples.size()) < min_copies) return std::nullopt;
+  double idle = 0;
+  double computing = 0;
+  for (const CopySample& s : samples) {
+    idle += s.sender_idle_us;
+    computing += s.sender_computing_us;
+  }
+  if (std::min(idle, computing) < kMinLevelShare * (idle + computing)) return std::nullopt;
+  // Rows in microseconds (d = T_idle * r_idle + T_busy * r_busy): the long copies, BPipe's stash
+  // moves, weigh most; they are the ones whose length decides what memory is held.
+  std::vector<std::pair<std::vector<double>, double>> rows;
+  rows.reserve(samples.size());
+  for (const CopySample& s : samples)
+    rows.push_back({{s.sender_idle_us, s.sender_computing_us}, s.link_us});
+  const std::optional<std::vector<double>> rates = least_squares(rows);
+  if (!rates || !((*rates)[0] > 0) || !((*rates)[1] > 0)) return std::nullopt;
+  return CopySlowdown{1.0 / (*rates)[0], 1.0 / (*rates)[1]};
+}
+
+double op_error(const std::vector<OpSample>& samples, const Contention& contention) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (const OpSample& s : samples) {
+    const std::vector<double>& curve = contention.curve(to_string(s.op));
+    // The profiled time the op gets done in its measured time and concurrency; its predicted
+    // time at that concurrency is measured * d / done.
+    double done = 0;
+    for (std::size_t k = 0; k < s.levels.size(); ++k)
+      done += s.levels[k] / Contention::factor(curve, k + 1);
+    sum += done > 0 ? std::abs(s.profiled_us / done - 1) : 0;
+  }
+  return sum / static_cast<double>(samples.size());
+}
+
+double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> errors;
+  errors.reserve(samples.size());
+  for (const CopySample& s : samples) {
+    errors.push_back(std::abs(
+        (s.sender_idle_us / copy.sender_idle + s.sender_computing_us / copy.sender_computing) /
+            s.link_us -
+        1));
+  }
+  std::sort(errors.begin(), errors.end());
+  return errors[errors.size() / 2];
+}
+
+std::vector<double> factor_grid(double min_factor, double max_factor) {
+  std::set<double> grid{min_factor, max_factor};
+  const auto steps = static_cast<int>(std::round(max_factor / kFactorStep));
+  for (int i = 0; i <= steps; ++i) {
+    const double f = std::round(kFactorStep * i * 100) / 100;
+    if (f >= min_factor && f <= max_factor) grid.insert(f);
+  }
+  return {grid.begin(), grid.end()};
+}
+
+}  // namespace contention_fit
+
+namespace {
+
+using contention_fit::OpSample;
+
+constexpr std::array<OpType, 4> kOpTypes = {OpType::F, OpType::B, OpType::P1, OpType::P2};
+
+// The curves from every run's ops: one over all, and one per op type with min_ops ops or more.
+std::optional<Contention> fit_curves(const std::vector<std::vector<OpSample>>& samples_by_run,
+                                     int devices, int min_ops) {
+  std::vector<const OpSample*> all;
+  for (const auto& run : samples_by_run) {
+    for (const OpSample& s : run)
+      all.push_back(&s);
+  }
+  const std::optional<std::vector<double>> slowdown =
+      contention_fit::fit_curve(all, devices, nullptr);
+  if (!slowdown) return std::nullopt;
+  Contention model;
+  model.slowdown = *slowdown;
+  // Per op type where it has enough ops of its own (backward GEMMs suffer more than forward).
+  for (const OpType op : kOpTypes) {
+    std::vector<const OpSample*> own;
+    for (const OpSample* s : all) {
+      if (s->op == op) own.push_back(s);
+    }
+    if (static_cast<int>(own.size()) < min_ops) continue;
+    if (auto curve = contention_fit::fit_curve(own, devices, &model.slowdown))
+      model.by_op.emplace(std::string(to_string(op)), std::move(*curve));
+  }
+  return model;
+}
+
+double mean_op_error(const std::vector<std::vector<OpSample>>& samples_by_run,
+                     const Contention& model) {
+  double sum = 0;
+  for (const auto& run : samples_by_run)
+    sum += contention_fit::op_error(run, model);
+  return sum / static_cast<double>(samples_by_run.size());
+}
+
+[[noreturn]] void cannot_fit() {
+  throw Error(
+      "contention.slowdown: cannot be fitted from these runs (too few distinct concurrency "
+      "levels, or no op time measured)");
+}
+
+// The sustained-load term and the curves under it with the least mean op error over the runs.
+Contention fit_sustained(const std::vector<MeasuredRun>& runs, int devices,
+                         const ContentionFitOptions& options,
+                         const std::function<void(const std::string&)>& progress) {
+  const std::vector<double> factors =
+      contention_fit::factor_grid(options.min_factor, options.max_factor);
+  std::optional<Contention> best;
+  double best_error = 0;
+  std::size_t step = 0;
+  for (const double tau : options.time_constants_us) {
+    if (progress) {
+      char line[120];
+      std::snprintf(line, sizeof line, "sustained load: time constant %g ms (%zu of %zu)",
+                    tau / 1e3, ++step, options.time_constants_us.size());
+      progress(line);
+    }
+    for (const double factor : factors) {
+      const SustainedLoad load{factor, tau};
+      std::vector<std::vector<OpSample>> samples_by_run;
+      samples_by_run.reserve(runs.size());
+      for (const MeasuredRun& run : runs)
+        samples_by_run.push_back(contention_fit::op_samples(run, devices, load));
+      std::optional<Contention> model = fit_curves(samples_by_run, devices, options.min_ops);
+      if (!model) continue;
+      const double error = mean_op_error(samples_by_run, *model);
+      if (!best || error < best_error - 1e-12) {
+        model->sustained = load;
+        best = std::move(model);
+        best_error = error;
+      }
+    }
+  }
+  if (!best) cannot_fit();
+  return *best;
+}
+
+}  // namespace
+
+double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention) {
+  if (!contention) return simulate(plan).makespan_us;
+  TaskGraph copy = plan;
+  copy.meta.contention = *contention;
+  return simulate(copy).makespan_us;
+}
+
+double measured_makespan(const TaskGraph& plan, const std::vector<NodeTime>& times) {
+  return step_metrics(plan, times).makespan_us;
+}
+
+ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Contention& given,
+                             const ContentionFitOptions& options,
+                             const std::function<void(const std::string&)>& progress) {
+  if (runs.empty()) throw Error("runs: none given");
+  int devices = 0;
+  for (const MeasuredRun& run : runs) {
+    if (run.times.size() != static_cast<std::size_t>(run.plan.node_count()))
+      throw Error(run.name + ": the trace's node times do not match its plan");
+    bool computes = false;
+    for (const Node& node : run.plan.nodes())
+      computes = computes || (node.kind == NodeKind::compute && node.duration_us > 0);
+    if (!computes) throw Error(run.name + ": no compute op with a profiled time");
+    devices = std::max(devices, run.plan.meta.devices);
+  }
+  std::vector<std::vector<OpSample>> plain;
+  std::vector<std::vector<contention_fit::CopySample>> copies;
+  std::vector<contention_fit::CopySample> all_copies;
+  for (const MeasuredRun& run : runs) {
+    plain.push_back(contention_fit::op_samples(run, devices, std::nullopt));
+    copies.push_back(contention_fit::copy_samples(run));
+    all_copies.insert(all_copies.end(), copies.back().begin(), copies.back().end());
+  }
+  const std::optional<CopySlowdown> copy = contention_fit::fit_copy(all_copies, options.min_ops);
+
+  ContentionFit fit;
+  if (options.copy_only) {
+    if (given.empty()) throw Error("contention.slowdown: no compute curves to keep");
+    if (!copy) {
+      throw Error(
+          "contention.copy: too few transfers, or none beside (or away from) its sender's "
+          "compute, to fit the copy factors");
+    }
+    fit.contention = given;
+  } else if (options.sustained) {
+    fit.contention = fit_sustained(runs, devices, options, progress);
+  } else {
+    std::optional<Contention> model = fit_curves(plain, devices, options.min_ops);
+    if (!model) cannot_fit();
+    fit.contention = std::move(*model);
+  }
+  if (!options.copy_only) {
+    fit.contention.slowdown = contention_fit::rounded(fit.contention.slowdown);
+    for (auto& [op, curve] : fit.contention.by_op)
+      curve = contention_fit::rounded(curve);
+  }
+  if (copy) {
+    fit.contention.copy = CopySlowdown{contention_fit::rounded(copy->sender_idle),
+                                       contention_fit::rounded(copy->sender_computing)};
+    fit.copy_fitted = true;
+  }
+
+  // The curves alone: the op samples under the sustained term carry it already.
+  Contention curves = fit.contention;
+  curves.sustained.reset();
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const MeasuredRun& run = runs[r];
+    RunFitReport report;
+    report.name = run.name;
+    report.ops = static_cast<int>(plain[r].size());
+    report.op_error_before = contention_fit::op_error(plain[r], Contention{});
+    report.op_error_after = contention_fit::op_error(
+        fit.contention.sustained
+            ? contention_fit::op_samples(run, devices, fit.contention.sustained)
+            : plain[r],
+        curves);
+    report.sends = static_cast<int>(copies[r].size());
+    report.copy_error_before = contention_fit::copy_error(copies[r], CopySlowdown{});
+    report.copy_error_after = fit.contention.copy
+                                  ? contention_fit::copy_error(copies[r], *fit.contention.copy)
+                                  : std::numeric_limits<double>::quiet_NaN();
+    report.measured_makespan_us = measured_makespan(run.plan, run.times);
+    report.predicted_before_us = simulated_makespan(run.plan, std::nullopt);
+    report.predicted_after_us = simulated_makespan(run.plan, fit.contention);
+    fit.runs.push_back(std::move(report));
+  }
+  return fit;
+}
+
+}  // namespace pipeplan

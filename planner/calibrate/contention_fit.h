@@ -1,0 +1,125 @@
+// Fitting a profile's contention model (profiles/contention.h) from measured runs: plans made
+// from the profile, run with their stages emulated on one GPU, and the node times their traces
+// recorded. The model is the simulator's (planner/graph/simulator.h): while k compute ops run, an
+// op advances through its profiled time at rate 1 / slowdown[k - 1], further divided by
+// 1 + factor * H under a sustained load, and a transfer through its link time at rate
+// 1 / sender_computing or 1 / sender_idle. Processor sharing makes an op's profiled time
+// d = sum_k T_k / slowdown_k (T_k: the time it ran while k compute ops ran, itself included),
+// linear in 1 / slowdown_k, so the curves are least-squares fits; the sustained-load term is
+// chosen on a grid. Format and method: docs/reference/profile-format.md ("contention").
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/graph/metrics.h"
+#include "planner/graph/taskgraph.h"
+#include "profiles/contention.h"
+
+namespace pipeplan {
+
+// One measured run: the plan that ran and the times its trace recorded, by node id.
+struct MeasuredRun {
+  std::string name;  // how reports name it
+  TaskGraph plan;
+  std::vector<NodeTime> times;
+};
+
+struct ContentionFitOptions {
+  // Ops of one type needed for a curve of its own, and transfers needed for the copy factors.
+  int min_ops = 20;
+  // Keep `given`'s compute curves and sustained term; fit the copy factors alone.
+  bool copy_only = false;
+  // Also fit the sustained-load term: every factor from min_factor to max_factor by 0.05 (the
+  // bounds included) with every time constant; the pair whose fitted curves give the least mean
+  // op error is kept. Equal bounds and one time constant fix the term and fit the curves alone.
+  bool sustained = false;
+  double min_factor = 0;
+  double max_factor = 2;
+  std::vector<double> time_constants_us = {10e3,  20e3,  30e3,  50e3, 70e3,
+                                           100e3, 150e3, 200e3, 300e3};
+};
+
+// How one run is predicted, before (the plan as it was made) and after (the fitted model).
+struct RunFitReport {
+  std::string name;
+  int ops = 0;                   // compute ops with a profiled time
+  double op_error_before = 0;    // mean |relative error| of op times, no contention model
+  double op_error_after = 0;     // the same under the fitted model
+  int sends = 0;                 // transfers with a link time
+  double copy_error_before = 0;  // median |relative error| of copies, no copy factors
+  double copy_error_after = 0;   // under the fitted copy factors; NaN without them
+  double measured_makespan_us = 0;
+  double predicted_before_us = 0;  // the recorded plan simulated as it was made
+  double predicted_after_us = 0;   // the recorded plan simulated under the fitted model
+};
+
+struct ContentionFit {
+  Contention contention;  // the fitted model ("source" left to the caller)
+  bool copy_fitted = false;
+  std::vector<RunFitReport> runs;
+};
+
+// Fits the model on `runs` (each plan's "duration_us" is its profiled time). `given` is the
+// profile's model: with copy_only its curves and sustained term are kept (it must have curves).
+// `progress`, when set, gets a line per step of the sustained-load grid. Throws Error naming the
+// run or the field that cannot be fitted (no compute op, too few distinct concurrency levels,
+// copy_only with too few transfers).
+ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Contention& given,
+                             const ContentionFitOptions& options,
+                             const std::function<void(const std::string&)>& progress = {});
+
+// The plan's simulated step time (makespan) with `contention` in its meta in place of its own.
+double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention);
+// The step time the measured node times show (first op anywhere to last op anywhere).
+double measured_makespan(const TaskGraph& plan, const std::vector<NodeTime>& times);
+
+// The pieces of the fit, for tests and for reports that need them alone.
+namespace contention_fit {
+
+// One compute op of a run: its op type, profiled time and the time it spent at each level of
+// concurrency (levels[k - 1]: while k compute ops ran; under a sustained-load term, each piece
+// divided by that term as the simulator applies it).
+struct OpSample {
+  OpType op = OpType::F;
+  double profiled_us = 0;
+  std::vector<double> levels;
+};
+// One transfer: its link time, and its measured time while its sender ran no compute op and
+// while it ran one.
+struct CopySample {
+  double link_us = 0;
+  double sender_idle_us = 0;
+  double sender_computing_us = 0;
+};
+
+// Per compute op with a profiled time, in node order; `devices` levels (the last takes more).
+std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
+                                 const std::optional<SustainedLoad>& sustained);
+std::vector<CopySample> copy_samples(const MeasuredRun& run);
+// Per segment between consecutive starts and ends of the compute ops (in time order): the
+// sustained load H at its start, the step repeating (it starts at the load its end leaves).
+// Empty where the ops take no time.
+std::vector<double> periodic_load(const std::vector<double>& points,
+                                  const std::vector<double>& shares, double time_constant_us);
+// slowdown[0 .. devices - 1] by least squares in 1 / slowdown (each op's row relative). A level
+// with under 1 % of the time takes `fallback`'s factor there, else the nearest fitted level's.
+// nullopt when no time was measured or the fit is degenerate.
+std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>& samples,
+                                             int devices, const std::vector<double>* fallback);
+// (sender_idle, sender_computing); nullopt with fewer than `min_copies` transfers, where either
+// case has under 1 % of the time, or a degenerate fit.
+std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies);
+// Mean |relative error| of the op times `contention` predicts from the measured concurrency.
+double op_error(const std::vector<OpSample>& samples, const Contention& contention);
+// Median |relative error| of the copies' link times under `copy`.
+double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy);
+// The sustained-load factors tried: min_factor..max_factor by 0.05, both bounds included.
+std::vector<double> factor_grid(double min_factor, double max_factor);
+
+}  // namespace contention_fit
+
+}  // namespace pipeplan

@@ -1,0 +1,148 @@
+#include "planner/calibrate/recorded_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+
+namespace pipeplan {
+
+std::vector<std::string> split_command_line(std::string_view line, std::string_view source) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '\'') {
+      const std::size_t end = line.find('\'', i + 1);
+      if (end == std::string_view::npos)
+        throw Error(std::string(source) + ": the recorded command has an unterminated quote");
+      word.append(line.substr(i + 1, end - i - 1));
+      i = end;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size())
+          throw Error(std::string(source) + ": the recorded command has an unterminated quote");
+        if (line[i] == '"') break;
+        if (line[i] == '\\' && i + 1 < line.size() &&
+            std::string_view("\"\\$`").find(line[i + 1]) != std::string_view::npos) {
+          ++i;
+        }
+        word += line[i];
+      }
+    } else if (c == '\\' && i + 1 < line.size()) {
+      word += line[++i];
+    } else {
+      word += c;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+std::vector<std::string> recorded_command(std::string_view text, std::string_view source) {
+  constexpr std::string_view kHeader = "# command: ";
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    if (line.starts_with(kHeader)) return split_command_line(line.substr(kHeader.size()), source);
+    at = end + 1;
+  }
+  throw Error(std::string(source) + ": no '# command:' line");
+}
+
+RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
+  std::string body;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    if (!line.starts_with('#')) {
+      body += line;
+      body += '\n';
+    }
+    at = end + 1;
+  }
+  const nlohmann::json report = parse_json_text(body, source);
+  const std::string context(source);
+  if (!report.is_object() || !report.contains("peak_memory") || !report["peak_memory"].is_array() ||
+      report["peak_memory"].empty()) {
+    throw Error(context + ": no 'peak_memory' rows");
+  }
+  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> by_device;
+  for (std::size_t i = 0; i < report["peak_memory"].size(); ++i) {
+    const nlohmann::json& row = report["peak_memory"][i];
+    const std::string where = context + ": peak_memory[" + std::to_string(i) + "]";
+    if (!row.is_object()) throw Error(where + " must be an object");
+    by_device[require_integer(row, "device", where)] = {
+        require_integer(row, "measured_bytes", where),
+        require_integer(row, "predicted_bytes", where)};
+  }
+  RecordedPeaks peaks;
+  for (const auto& [device, pair] : by_device) {
+    peaks.measured_bytes.push_back(pair.first);
+    peaks.predicted_bytes.push_back(pair.second);
+  }
+  return peaks;
+}
+
+double worst_memory_error_pct(const std::vector<std::int64_t>& predicted,
+                              const std::vector<std::int64_t>& measured) {
+  double worst = std::numeric_limits<double>::quiet_NaN();
+  const std::size_t n = std::min(predicted.size(), measured.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (predicted[i] <= 0) continue;
+    const double error =
+        100 * (static_cast<double>(measured[i]) / static_cast<double>(predicted[i]) - 1);
+    if (std::isnan(worst) || std::abs(error) > std::abs(worst)) worst = error;
+  }
+  return worst;
+}
+
+std::vector<std::string> run_labels(const std::vector<std::string>& prefixes) {
+  namespace fs = std::filesystem;
+  // The name of the folder `up` levels above the run.
+  const auto folder = [](const std::string& prefix, int up) {
+    fs::path p = fs::absolute(fs::path(prefix)).lexically_normal();
+    for (int i = 0; i < up; ++i)
+      p = p.parent_path();
+    return p.filename().string();
+  };
+  std::vector<std::string> labels;
+  labels.reserve(prefixes.size());
+  for (const std::string& prefix : prefixes)
+    labels.push_back(fs::path(prefix).filename().string());
+  const auto add = [&](auto&& with) {
+    const std::vector<std::string> before = labels;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (std::count(before.begin(), before.end(), before[i]) > 1)
+        labels[i] = with(prefixes[i], before[i]);
+    }
+  };
+  add([&](const std::string& prefix, const std::string& label) {
+    const std::string name = folder(prefix, 1);
+    return name.substr(0, name.find('-')) + "/" + label;
+  });
+  add([&](const std::string& prefix, const std::string& label) {
+    return folder(prefix, 2) + "/" + label;
+  });
+  return labels;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,228 @@
+// The contention fit recovers the model that made a trace: the simulator predicts a plan's step
+// under known slowdowns, and that prediction stands for a measurement of the same plan made
+// without them.
+#include "planner/calibrate/contention_fit.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "planner/base/error.h"
+#include "planner/graph/simulator.h"
+#include "planner/plan/make_plan.h"
+#include "profiles/profile.h"
+
+namespace pipeplan {
+namespace {
+
+const std::vector<double> kTruth = {1.1, 1.2, 1.3, 1.45};
+const CopySlowdown kCopy{1.3, 6.0};
+
+Plan shipped_plan() {
+  PlanRequest r;
+  r.profile =
+      load_profile(std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json");
+  r.gpu = "h100-sxm";
+  r.devices = 4;
+  r.microbatches = 8;
+  r.schedule = "1f1b";
+  r.backward = BackwardMode::twobp;
+  return make_plan(r);
+}
+
+// The plan, "measured" as the simulator predicts it under `truth`.
+MeasuredRun measured_under(const Plan& plan, const Contention& truth) {
+  TaskGraph made = plan.graph;
+  made.meta.contention = truth;
+  return {"run", plan.graph, simulate(made).times};
+}
+
+void expect_curve_near(const std::vector<double>& got, const std::vector<double>& want,
+                       double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_NEAR(got[k], want[k], tolerance) << "level " << k + 1;
+}
+
+class ContentionFitTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { plan_ = new Plan(shipped_plan()); }
+  static void TearDownTestSuite() {
+    delete plan_;
+    plan_ = nullptr;
+  }
+  static Plan* plan_;
+};
+Plan* ContentionFitTest::plan_ = nullptr;
+
+TEST_F(ContentionFitTest, RecoversTheSlowdownsAndCopyFactorsThatMadeTheTrace) {
+  Contention truth;
+  truth.slowdown = kTruth;
+  truth.copy = kCopy;
+  const MeasuredRun run = measured_under(*plan_, truth);
+  const ContentionFit fit = fit_contention({run}, Contention{}, ContentionFitOptions{});
+  expect_curve_near(fit.contention.slowdown, kTruth, 2e-3);
+  for (const auto& [op, curve] : fit.contention.by_op) {
+    SCOPED_TRACE(op);
+    expect_curve_near(curve, kTruth, 2e-3);
+  }
+  ASSERT_TRUE(fit.copy_fitted);
+  EXPECT_NEAR(fit.contention.copy->sender_idle, kCopy.sender_idle, 2e-3 * kCopy.sender_idle);
+  EXPECT_NEAR(fit.contention.copy->sender_computing, kCopy.sender_computing,
+              2e-3 * kCopy.sender_computing);
+  EXPECT_FALSE(fit.contention.sustained.has_value());
+
+  ASSERT_EQ(fit.runs.size(), 1U);
+  const RunFitReport& r = fit.runs[0];
+  EXPECT_GT(r.ops, 0);
+  EXPECT_GT(r.op_error_before, 0.05);
+  EXPECT_LT(r.op_error_after, 1e-3);
+  EXPECT_LT(r.op_error_after, r.op_error_before);
+  EXPECT_LT(r.copy_error_after, r.copy_error_before);
+  // The simulator, run on the recorded plan with the fitted model, predicts the measured step.
+  EXPECT_GT(r.measured_makespan_us / r.predicted_before_us - 1, 0.05);
+  EXPECT_NEAR(r.predicted_after_us / r.measured_makespan_us, 1.0, 2e-3);
+}
+
+TEST_F(ContentionFitTest, CopyOnlyKeepsTheGivenCurves) {
+  Contention truth;
+  truth.slowdown = kTruth;
+  truth.copy = kCopy;
+  const MeasuredRun run = measured_under(*plan_, truth);
+  Contention given;
+  given.slowdown = {1.5};
+  given.source = "given";
+  ContentionFitOptions options;
+  options.copy_only = true;
+  const ContentionFit fit = fit_contention({run}, given, options);
+  EXPECT_EQ(fit.contention.slowdown, std::vector<double>{1.5});
+  ASSERT_TRUE(fit.contention.copy.has_value());
+  EXPECT_NEAR(fit.contention.copy->sender_computing, 6.0, 0.012);
+  // Without curves to keep there is nothing to fit the copies beside.
+  EXPECT_THROW(fit_contention({run}, Contention{}, options), Error);
+}
+
+TEST_F(ContentionFitTest, SustainedFitRecoversTheTermAndTheCurves) {
+  Contention truth;
+  truth.slowdown = {1.0, 1.05, 1.1, 1.15};
+  truth.sustained = SustainedLoad{0.6, 20000.0};
+  const MeasuredRun run = measured_under(*plan_, truth);
+  ContentionFitOptions options;
+  options.sustained = true;
+  int lines = 0;
+  const ContentionFit fit =
+      fit_contention({run}, Contention{}, options, [&](const std::string&) { ++lines; });
+  EXPECT_EQ(lines, static_cast<int>(options.time_constants_us.size()));
+  ASSERT_TRUE(fit.contention.sustained.has_value());
+  EXPECT_EQ(*fit.contention.sustained, *truth.sustained);
+  expect_curve_near(fit.contention.slowdown, truth.slowdown, 2e-3);
+  EXPECT_NEAR(fit.runs[0].predicted_after_us / fit.runs[0].measured_makespan_us, 1.0, 2e-3);
+
+  // The term fixed: kept as given; the true term gives the true curves back.
+  options.min_factor = options.max_factor = 0.6;
+  options.time_constants_us = {20000.0};
+  const ContentionFit fixed = fit_contention({run}, Contention{}, options);
+  EXPECT_EQ(*fixed.contention.sustained, (SustainedLoad{0.6, 20000.0}));
+  expect_curve_near(fixed.contention.slowdown, truth.slowdown, 2e-3);
+  options.min_factor = options.max_factor = 1.2;
+  options.time_constants_us = {50000.0};
+  EXPECT_EQ(*fit_contention({run}, Contention{}, options).contention.sustained,
+            (SustainedLoad{1.2, 50000.0}));
+
+  // Without the term the same trace is predicted worse: the model that made it is out of reach.
+  const ContentionFit plain = fit_contention({run}, Contention{}, ContentionFitOptions{});
+  EXPECT_GT(plain.runs[0].op_error_after, fit.runs[0].op_error_after);
+  EXPECT_GT(std::abs(plain.runs[0].predicted_after_us / plain.runs[0].measured_makespan_us - 1),
+            std::abs(fit.runs[0].predicted_after_us / fit.runs[0].measured_makespan_us - 1));
+}
+
+TEST_F(ContentionFitTest, ARunWithoutContentionGivesFactorsOfOne) {
+  const MeasuredRun run = measured_under(*plan_, Contention{});
+  const ContentionFit fit = fit_contention({run}, Contention{}, ContentionFitOptions{});
+  expect_curve_near(fit.contention.slowdown, {1, 1, 1, 1}, 1e-6);
+  EXPECT_NEAR(fit.runs[0].predicted_after_us, fit.runs[0].measured_makespan_us, 1e-3);
+}
+
+TEST_F(ContentionFitTest, TooFewTransfersLeaveTheCopyFactorsOut) {
+  const MeasuredRun run = measured_under(*plan_, Contention{});
+  ContentionFitOptions options;
+  options.min_ops = 100000;
+  const ContentionFit fit = fit_contention({run}, Contention{}, options);
+  EXPECT_FALSE(fit.copy_fitted);
+  EXPECT_FALSE(fit.contention.copy.has_value());
+  EXPECT_TRUE(fit.contention.by_op.empty());
+}
+
+TEST_F(ContentionFitTest, NodeTimesThatDoNotMatchThePlanAreRefusedNamingTheRun) {
+  MeasuredRun run = measured_under(*plan_, Contention{});
+  run.name = "runs/p";
+  run.times.pop_back();
+  try {
+    fit_contention({run}, Contention{}, ContentionFitOptions{});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs/p"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fit_contention({}, Contention{}, ContentionFitOptions{}), Error);
+}
+
+TEST(ContentionFitPieces, TheStepStartsAtTheLoadItEndsAt) {
+  // Ops of 500 and 250 us on two devices, tau 1000 us: share 1 for 250 us, then 1/2.
+  const std::vector<double> points = {0, 250, 500};
+  const std::vector<double> shares = {1.0, 0.5};
+  const std::vector<double> load = contention_fit::periodic_load(points, shares, 1000.0);
+  ASSERT_EQ(load.size(), 2U);
+  const double end = shares[1] + (load[1] - shares[1]) * std::exp(-250.0 / 1000.0);
+  EXPECT_NEAR(end, load[0], 1e-12);
+  EXPECT_GT(end, 0.5);
+  EXPECT_LT(end, 1.0);
+  // Ops that take no time, or none: no load.
+  EXPECT_TRUE(contention_fit::periodic_load({5}, {}, 1000.0).empty());
+  EXPECT_TRUE(contention_fit::periodic_load({}, {}, 1000.0).empty());
+}
+
+TEST(ContentionFitPieces, SustainedWorkIsTheIntegralOfTheRate) {
+  const SustainedLoad load{0.8, 3000.0};
+  const double share = 0.75;
+  const double h = 0.2;
+  const double dt = 1700;
+  // The midpoint rule on 1 / (1 + factor * H(t)).
+  constexpr int kSteps = 20000;
+  double sum = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const double t = (i + 0.5) * dt / kSteps;
+    const double hh = share + (h - share) * std::exp(-t / load.time_constant_us);
+    sum += dt / kSteps / (1 + load.factor * hh);
+  }
+  EXPECT_NEAR(sustained_work(load, dt, share, h), sum, 1e-6 * sum);
+  EXPECT_EQ(sustained_work(SustainedLoad{0, 3000.0}, dt, share, h), dt);
+  EXPECT_EQ(sustained_work(load, -1, share, h), 0);
+}
+
+TEST(ContentionFitPieces, FactorGridHasBothBoundsAndTheStepsBetween) {
+  EXPECT_EQ(contention_fit::factor_grid(0.6, 0.6), std::vector<double>{0.6});
+  EXPECT_EQ(contention_fit::factor_grid(0.12, 0.2), (std::vector<double>{0.12, 0.15, 0.2}));
+  EXPECT_EQ(contention_fit::factor_grid(0, 2).size(), 41U);
+}
+
+TEST(ContentionFitPieces, CopyFitNeedsBothCases) {
+  std::vector<contention_fit::CopySample> idle_only(30, {100, 130, 0});
+  EXPECT_FALSE(contention_fit::fit_copy(idle_only, 20).has_value());
+  std::vector<contention_fit::CopySample> both;
+  for (int i = 0; i < 30; ++i) {
+    const double idle = 10.0 * (i % 5 + 1);
+    const double busy = 7.0 * (i % 3);
+    both.push_back({idle / 2 + busy / 4, idle, busy});
+  }
+  const auto copy = contention_fit::fit_copy(both, 20);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_NEAR(copy->sender_idle, 2, 1e-9);
+  EXPECT_NEAR(copy->sender_computing, 4, 1e-9);
+  EXPECT_NEAR(contention_fit::copy_error(both, *copy), 0, 1e-9);
+  EXPECT_FALSE(contention_fit::fit_copy(both, 31).has_value());
+}
+
+}  // namespace
+}  // namespace pipeplan

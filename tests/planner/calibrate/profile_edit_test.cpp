@@ -1,0 +1,118 @@
+// Carrying a contention model or working memory from one profile into another: the fields that
+// must agree, what is copied, what stays, and the provenance notes.
+#include "planner/calibrate/profile_edit.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+
+namespace pipeplan {
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+Profile shipped() {
+  return load_profile(std::string(PIPEPLAN_SOURCE_DIR) +
+                      "/profiles/h100-sxm-llama-7b.analytic.json");
+}
+
+std::string error_of(const auto& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The shipped profile with working memory added to every block pass.
+Profile with_work(Profile p) {
+  p.provenance = {"measured", "TEST GPU", "2026-11-26", "pipeplan profile --test", ""};
+  for (auto& [kind, by_mbs] : p.layers) {
+    for (auto& [mbs, cost] : by_mbs) {
+      const std::int64_t scale = kind == "block" ? mbs : 0;
+      cost.forward_work_bytes = 16 * kMiB * scale;
+      cost.p1_work_bytes = 1500 * kMiB * scale;
+      for (int k = 2; k <= 4; ++k)
+        cost.p2_work_bytes[k] = 64 * kMiB * k * scale;
+    }
+  }
+  return p;
+}
+
+TEST(ProfileEdit, SmPartitionIsReadFromTheMeasuringCommand) {
+  Profile p = shipped();
+  p.provenance.command = "pipeplan profile --backend cuda --sm-partition 32 --mbs 1";
+  EXPECT_EQ(measured_sm_partition(p), 32);
+  p.provenance.command = "pipeplan profile --backend cuda --sm-partition=16";
+  EXPECT_EQ(measured_sm_partition(p), 16);
+  p.provenance.command = "pipeplan profile --backend cuda";
+  EXPECT_EQ(measured_sm_partition(p), std::nullopt);
+}
+
+TEST(ProfileEdit, CopiesTheContentionModelAndKeepsTheTimes) {
+  Profile source = shipped();
+  source.contention.slowdown = {1.1, 1.2};
+  source.contention.copy = CopySlowdown{1.3, 6};
+  source.contention.source = "fitted";
+  const Profile target = shipped();
+  const Profile out = with_contention_of(target, "dir/new.json", source, "dir/fitted.json");
+  EXPECT_EQ(out.contention.slowdown, source.contention.slowdown);
+  EXPECT_EQ(out.contention.copy, source.contention.copy);
+  EXPECT_EQ(out.contention.source, "copied from fitted.json by pipeplan calibrate copy: fitted");
+  EXPECT_NE(out.provenance.notes.find("fitted.json"), std::string::npos);
+  EXPECT_EQ(profile_to_json(out)["layers"], profile_to_json(target)["layers"]);
+}
+
+TEST(ProfileEdit, CopyRefusesAnotherSequenceShareOrNoModel) {
+  Profile source = shipped();
+  source.contention.slowdown = {1.1};
+  Profile other = shipped();
+  other.seq *= 2;
+  EXPECT_EQ(error_of([&] { with_contention_of(other, "other.json", source, "fitted.json"); }),
+            "other.json: field 'seq' differs from fitted.json's");
+  Profile share = shipped();
+  share.provenance.command = "pipeplan profile --sm-partition 16";
+  EXPECT_NE(error_of([&] {
+              with_contention_of(share, "new.json", source, "fitted.json");
+            }).find("new.json: field 'provenance.command' measured in 16 SMs"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { with_contention_of(shipped(), "new.json", shipped(), "plain.json"); }),
+            "plain.json: field 'contention' is missing (nothing to copy)");
+}
+
+TEST(ProfileEdit, CopiesWorkingMemoryAndKeepsTimesAndContention) {
+  const Profile measured = with_work(shipped());
+  Profile target = shipped();
+  target.contention.slowdown = {1.2};
+  const Profile out = with_working_memory_of(target, "p.json", measured, profile_to_json(measured),
+                                             "dir/measured.json");
+  const LayerCost& block = out.layers.at("block").at(1);
+  EXPECT_EQ(block.p1_work_bytes, 1500 * kMiB);
+  EXPECT_EQ(block.p2_work(3), 192 * kMiB);
+  EXPECT_EQ(block.forward_us, target.layers.at("block").at(1).forward_us);
+  EXPECT_EQ(out.contention.slowdown, target.contention.slowdown);
+  EXPECT_NE(out.provenance.notes.find("measured.json (TEST GPU, 2026-11-26"), std::string::npos)
+      << out.provenance.notes;
+}
+
+TEST(ProfileEdit, WorkingMemoryRefusesAnotherSequenceOrAProfileWithoutIt) {
+  Profile measured = with_work(shipped());
+  measured.seq *= 2;
+  EXPECT_EQ(error_of([&] {
+              with_working_memory_of(shipped(), "p.json", measured, profile_to_json(measured),
+                                     "m.json");
+            }),
+            "m.json: field 'seq' differs from p.json's");
+  const Profile plain = shipped();
+  EXPECT_NE(error_of([&] {
+              with_working_memory_of(shipped(), "p.json", plain, profile_to_json(plain), "m.json");
+            }).find("forward_work_bytes' is missing"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipeplan

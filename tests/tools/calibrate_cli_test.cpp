@@ -1,0 +1,269 @@
+// `pipeplan calibrate`: a "measured" run made by the simulator under a known contention model
+// (the plan made with it, drawn as a trace) is fitted back from the plan made without it; eval
+// then predicts the measured step; copy and working-memory carry a model and working memory
+// between profiles. Bad input: one line naming the file or flag, nothing written.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_support.h"
+
+namespace pipeplan::testing {
+namespace {
+
+const std::string kProfile =
+    std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json";
+const std::string kPlanArgs =
+    "--stages 4 --microbatches 8 --schedule 1f1b --backward 2bp --seq 2048";
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int lines(const std::string& text) {
+  int n = 0;
+  for (const char c : text)
+    n += c == '\n' ? 1 : 0;
+  return n;
+}
+
+// The words of the output's last line.
+std::vector<std::string> last_row(const std::string& out) {
+  std::string text = out;
+  while (!text.empty() && text.back() == '\n')
+    text.pop_back();
+  std::istringstream row(text.substr(text.rfind('\n') + 1));
+  std::vector<std::string> words;
+  for (std::string w; row >> w;)
+    words.push_back(w);
+  return words;
+}
+
+double percent_at(const std::vector<std::string>& row, std::size_t column) {
+  return std::stod(row.at(column).substr(0, row.at(column).size() - 1));
+}
+
+class CalibrateCliTest : public TempDirTest {
+ protected:
+  // RUN: planned from the shipped profile, "measured" under `contention`.
+  void make_run(const nlohmann::json& contention, const std::string& extra = "") {
+    run_ = path("run");
+    const std::string plan_command =
+        "plan " + kPlanArgs + extra + " --profile " + kProfile + " -o " + run_ + ".plan.json";
+    const CliResult planned = run_pipeplan(plan_command);
+    ASSERT_EQ(planned.status, 0) << planned.out;
+    write_text(run_ + ".plan.txt", "# command: pipeplan " + plan_command + "\n" + planned.out);
+    nlohmann::json truth = read_json(kProfile);
+    truth["contention"] = contention;
+    std::ofstream(path("truth.json")) << truth.dump();
+    const CliResult made = run_pipeplan("plan " + kPlanArgs + extra + " --profile " +
+                                        path("truth.json") + " -o " + path("truth.plan.json"));
+    ASSERT_EQ(made.status, 0) << made.out;
+    const CliResult drawn =
+        run_pipeplan("show " + path("truth.plan.json") + " --trace " + run_ + ".trace.json");
+    ASSERT_EQ(drawn.status, 0) << drawn.out;
+  }
+  std::string run_;
+};
+
+const nlohmann::json kTruth = {{"slowdown", {1.1, 1.2, 1.3, 1.45}},
+                               {"copy", {{"sender_idle", 1.3}, {"sender_computing", 6.0}}},
+                               {"source", "test"}};
+
+TEST_F(CalibrateCliTest, FitRecoversTheModelAndEvalPredictsTheMeasuredStep) {
+  make_run(kTruth);
+  const std::string fitted = path("fitted.json");
+  const CliResult fit =
+      run_pipeplan("calibrate fit --profile " + kProfile + " -o " + fitted + " " + run_);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  EXPECT_NE(fit.out.find("slowdown by compute ops running at once"), std::string::npos);
+  EXPECT_NE(fit.out.find("step time, the recorded plans simulated"), std::string::npos);
+  const nlohmann::json profile = read_json(fitted);
+  const nlohmann::json& c = profile["contention"];
+  for (std::size_t k = 0; k < 4; ++k)
+    EXPECT_NEAR(c["slowdown"][k].get<double>(), kTruth["slowdown"][k].get<double>(), 2e-3);
+  EXPECT_NEAR(c["copy"]["sender_computing"].get<double>(), 6.0, 0.012);
+  EXPECT_EQ(c["source"].get<std::string>().rfind("fitted by pipeplan calibrate fit from 1 "
+                                                 "measured run(s) (run) on h100-sxm",
+                                                 0),
+            0U)
+      << c["source"];
+  // The provenance lists the runs it was fitted on.
+  EXPECT_NE(profile["provenance"]["notes"].get<std::string>().find(
+                "Contention fitted by pipeplan calibrate fit on 1 measured run(s): " + run_),
+            std::string::npos)
+      << profile["provenance"]["notes"];
+
+  // Eval re-plans the recorded command with the fitted profile, in this process.
+  const CliResult eval = run_pipeplan("calibrate eval --profile " + fitted + " " + run_);
+  ASSERT_EQ(eval.status, 0) << eval.out;
+  std::vector<std::string> row = last_row(eval.out);
+  EXPECT_GT(percent_at(row, 3), 5) << eval.out;              // the plain plan under-predicts
+  EXPECT_LT(std::abs(percent_at(row, 5)), 0.2) << eval.out;  // the fitted one matches
+  // ... or simulates the recorded plan under the fitted model.
+  const CliResult again =
+      run_pipeplan("calibrate eval --resimulate --profile " + fitted + " " + run_);
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("(re-simulated)"), std::string::npos) << again.out;
+  row = last_row(again.out);
+  EXPECT_LT(std::abs(percent_at(row, 5)), 0.2) << again.out;
+
+  // copy: the fitted model into a new measurement of the same ops.
+  const CliResult copy = run_pipeplan("calibrate copy --from " + fitted + " -o " +
+                                      path("copied.json") + " " + kProfile);
+  ASSERT_EQ(copy.status, 0) << copy.out;
+  const nlohmann::json copied = read_json(path("copied.json"));
+  EXPECT_EQ(copied["contention"]["slowdown"], c["slowdown"]);
+  EXPECT_EQ(copied["contention"]["copy"], c["copy"]);
+  EXPECT_EQ(copied["layers"], read_json(kProfile)["layers"]);
+  nlohmann::json other = read_json(kProfile);
+  other["seq"] = 4096;
+  std::ofstream(path("other.json")) << other.dump();
+  const CliResult refused = run_pipeplan("calibrate copy --from " + fitted + " -o " +
+                                         path("none.json") + " " + path("other.json"));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_EQ(lines(refused.out), 1) << refused.out;
+  EXPECT_NE(refused.out.find("other.json: field 'seq'"), std::string::npos) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(path("none.json")));
+}
+
+TEST_F(CalibrateCliTest, CopyOnlyKeepsTheCurvesAndSustainedFixedKeepsTheTerm) {
+  make_run(kTruth);
+  nlohmann::json kept = read_json(kProfile);
+  kept["contention"] = {{"slowdown", {1.5}}, {"source", "given"}};
+  std::ofstream(path("kept.json")) << kept.dump();
+  const CliResult fit = run_pipeplan("calibrate fit --copy-only --profile " + path("kept.json") +
+                                     " -o " + path("copy_only.json") + " " + run_);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  const nlohmann::json c = read_json(path("copy_only.json"))["contention"];
+  EXPECT_EQ(c["slowdown"], nlohmann::json({1.5}));
+  EXPECT_EQ(c["source"].get<std::string>().rfind("given; copy fitted", 0), 0U) << c["source"];
+  EXPECT_NEAR(c["copy"]["sender_computing"].get<double>(), 6.0, 0.012);
+
+  const CliResult fixed = run_pipeplan(
+      "calibrate fit --sustained --min-factor 0.6 --max-factor 0.6 --time-constants-ms 20 "
+      "--progress --profile " +
+      kProfile + " -o " + path("fixed.json") + " " + run_);
+  ASSERT_EQ(fixed.status, 0) << fixed.out;
+  EXPECT_NE(fixed.out.find("calibrate: sustained load: time constant 20 ms (1 of 1)"),
+            std::string::npos)
+      << fixed.out;
+  EXPECT_EQ(read_json(path("fixed.json"))["contention"]["sustained"],
+            nlohmann::json({{"factor", 0.6}, {"time_constant_us", 20000.0}}));
+}
+
+TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
+  make_run(kTruth);
+  const std::string none = path("none.json");
+  const auto refused = [&](const std::string& args, const std::string& named) {
+    const CliResult r = run_pipeplan("calibrate " + args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(lines(r.out), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(named), std::string::npos) << args << ": " << r.out;
+    EXPECT_FALSE(std::filesystem::exists(none)) << args;
+  };
+  refused("fit --profile " + kProfile + " -o " + none + " " + path("missing"), "missing.plan.json");
+  refused("fit --sustained --copy-only --profile " + kProfile + " -o " + none + " " + run_,
+          "--copy-only");
+  refused("fit --sustained --max-factor -1 --profile " + kProfile + " -o " + none + " " + run_,
+          "--max-factor");
+  refused("fit --sustained --min-factor 0.5 --max-factor 0.4 --profile " + kProfile + " -o " +
+              none + " " + run_,
+          "--max-factor");
+  refused(
+      "fit --sustained --time-constants-ms 30,0 --profile " + kProfile + " -o " + none + " " + run_,
+      "--time-constants-ms");
+  refused("fit --copy-only --profile " + kProfile + " -o " + none + " " + run_,
+          "h100-sxm-llama-7b.analytic.json: field 'contention' is missing");
+  refused("copy --from " + kProfile + " -o " + none + " " + kProfile,
+          "field 'contention' is missing");
+  refused("working-memory --from " + kProfile + " -o " + none + " " + kProfile,
+          "forward_work_bytes' is missing");
+  refused("eval --profile " + path("missing.json") + " " + run_, "missing.json");
+  // Never onto an input: the profile stays as it was.
+  std::filesystem::copy_file(kProfile, path("p.json"));
+  const std::string before = read_text(path("p.json"));
+  refused("fit --profile " + path("p.json") + " -o " + path("p.json") + " " + run_, "p.json");
+  EXPECT_EQ(read_text(path("p.json")), before);
+  refused("fit --profile " + kProfile + " -o " + run_ + ".trace.json " + run_, "trace.json");
+}
+
+TEST_F(CalibrateCliTest, WorkingMemoryRemovesTheMemoryErrorEvalReports) {
+  nlohmann::json measured = read_json(kProfile);
+  measured["provenance"] = {{"source", "measured"},
+                            {"gpu", "TEST GPU"},
+                            {"date", "2026-11-26"},
+                            {"command", "pipeplan profile --test"},
+                            {"notes", ""}};
+  for (auto& [kind, by_mbs] : measured["layers"].items()) {
+    for (auto& [mbs, cost] : by_mbs.items()) {
+      const std::int64_t scale = std::stoll(mbs) * (kind == "block" ? 1 : 0);
+      cost["forward_work_bytes"] = 16 * kMiB * scale;
+      cost["p1_work_bytes"] = 1500 * kMiB * scale;
+      nlohmann::json p2 = nlohmann::json::object();
+      for (int k = 1; k <= 4; ++k)
+        p2[std::to_string(k)] = k > 1 ? 64 * kMiB * k * scale : 0;
+      cost["p2_work_bytes"] = p2;
+    }
+  }
+  std::ofstream(path("measured.json")) << measured.dump();
+  const std::string merged = path("merged.json");
+  const CliResult merge = run_pipeplan("calibrate working-memory --from " + path("measured.json") +
+                                       " " + kProfile + " -o " + merged);
+  ASSERT_EQ(merge.status, 0) << merge.out;
+  const nlohmann::json m = read_json(merged);
+  EXPECT_EQ(m["layers"]["block"]["1"]["p1_work_bytes"], 1500 * kMiB);
+  EXPECT_EQ(m["layers"]["block"]["1"]["forward_us"],
+            read_json(kProfile)["layers"]["block"]["1"]["forward_us"]);
+  EXPECT_NE(m["provenance"]["notes"].get<std::string>().find("measured.json (TEST GPU, 2026-11-26"),
+            std::string::npos);
+
+  // A run planned from the plain profile whose allocator saw the working memory.
+  const std::string run = path("run");
+  const std::string plan_command =
+      "plan " + kPlanArgs + " --p2-concat 4 --profile " + kProfile + " -o " + run + ".plan.json";
+  const CliResult planned = run_pipeplan(plan_command + " --json");
+  ASSERT_EQ(planned.status, 0) << planned.out;
+  write_text(run + ".plan.txt", "# command: pipeplan " + plan_command + "\n");
+  const auto predicted = nlohmann::json::parse(planned.out)["peak_memory_bytes"];
+  const CliResult with =
+      run_pipeplan("plan " + kPlanArgs + " --p2-concat 4 --profile " + merged + " --json");
+  ASSERT_EQ(with.status, 0) << with.out;
+  const auto with_work = nlohmann::json::parse(with.out)["peak_memory_bytes"];
+  ASSERT_EQ(with_work.size(), predicted.size());
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t d = 0; d < predicted.size(); ++d) {
+    EXPECT_GT(with_work[d].get<std::int64_t>(), predicted[d].get<std::int64_t>());
+    rows.push_back(
+        {{"device", d}, {"measured_bytes", with_work[d]}, {"predicted_bytes", predicted[d]}});
+  }
+  ASSERT_EQ(run_pipeplan("show " + run + ".plan.json --trace " + run + ".trace.json").status, 0);
+  write_text(run + ".run.json", "# command: pipeplan run (test)\n" +
+                                    nlohmann::json({{"peak_memory", rows}}).dump() +
+                                    "\n# exit status: 0\n");
+  const CliResult eval = run_pipeplan("calibrate eval --profile " + merged + " " + run);
+  ASSERT_EQ(eval.status, 0) << eval.out;
+  const std::vector<std::string> row = last_row(eval.out);
+  EXPECT_GT(percent_at(row, 6), 1) << eval.out;
+  EXPECT_LT(std::abs(percent_at(row, 7)), 0.05) << eval.out;
+}
+
+}  // namespace
+}  // namespace pipeplan::testing

@@ -1,0 +1,435 @@
+// `pipeplan calibrate`: what a profile could not measure, fitted from measured runs
+// (planner/calibrate/): fit, eval, copy and working-memory. A RUN is a path prefix:
+// RUN.plan.json (the plan that ran) and RUN.trace.json (`pipeplan run --trace`), and for eval
+// RUN.plan.txt (the plan command, under a "# command:" line) and RUN.run.json (the run report)
+// where they are there.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/base/error.h"
+#include "planner/base/io.h"
+#include "planner/calibrate/contention_fit.h"
+#include "planner/calibrate/profile_edit.h"
+#include "planner/calibrate/recorded_run.h"
+#include "planner/graph/simulator.h"
+#include "planner/plan/make_plan.h"
+#include "runtime/trace_diff.h"
+#include "tools/cli_checks.h"
+#include "tools/commands.h"
+#include "tools/plan_options.h"
+
+namespace pipeplan {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxMinOps = 1000000;
+constexpr double kMaxTimeConstantMs = kMaxTimeConstantUs / 1e3;
+
+std::string format(const char* pattern, auto... values) {
+  char line[512];
+  std::snprintf(line, sizeof line, pattern, values...);
+  return line;
+}
+
+// "12.3%", or "-" for NaN.
+std::string percent(double fraction, int width) {
+  if (std::isnan(fraction)) return format("%*s", width, "-");
+  return format("%*.1f%%", width - 1, 100 * fraction);
+}
+
+std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
+  const std::vector<std::string> labels = run_labels(prefixes);
+  std::vector<MeasuredRun> runs;
+  runs.reserve(prefixes.size());
+  for (std::size_t i = 0; i < prefixes.size(); ++i) {
+    MeasuredRun run;
+    run.name = labels[i];
+    run.plan = load_plan(prefixes[i] + ".plan.json");
+    const std::string trace = prefixes[i] + ".trace.json";
+    run.times = node_times_from_trace(run.plan, read_json_file(trace), trace);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+// A line of progress on stderr: when it is a terminal, or asked for.
+std::function<void(const std::string&)> progress_sink(bool asked) {
+  if (!asked && isatty(STDERR_FILENO) == 0) return {};
+  return [](const std::string& line) { std::cerr << "calibrate: " << line << "\n"; };
+}
+
+struct FitCommand {
+  std::string profile_path;
+  std::string output;
+  std::vector<std::string> runs;
+  bool copy_only = false;
+  bool sustained = false;
+  int min_ops = 20;
+  double min_factor = 0;
+  double max_factor = 2;
+  std::vector<double> time_constants_ms = {10, 20, 30, 50, 70, 100, 150, 200, 300};
+  bool progress = false;
+
+  void check_options() const {
+    if (sustained && copy_only)
+      throw Error("--copy-only: keeps the compute curves, which --sustained fits (give one)");
+    if (min_factor < 0) throw Error("--min-factor: must be at least 0");
+    if (max_factor < min_factor) {
+      throw Error(format("--max-factor: %g is below --min-factor %g", max_factor, min_factor));
+    }
+    for (const double ms : time_constants_ms) {
+      if (!(ms > 0) || ms > kMaxTimeConstantMs) {
+        throw Error(format("--time-constants-ms: %g is not in (0, %g]", ms, kMaxTimeConstantMs));
+      }
+    }
+  }
+
+  int run() const {
+    check_options();
+    Profile profile = load_profile(profile_path);
+    if (copy_only && profile.contention.empty()) {
+      throw Error(profile_path +
+                  ": field 'contention' is missing (--copy-only keeps its compute curves)");
+    }
+    const std::vector<MeasuredRun> measured = load_runs(runs);
+    check_output(output);
+    ContentionFitOptions options;
+    options.min_ops = min_ops;
+    options.copy_only = copy_only;
+    options.sustained = sustained;
+    options.min_factor = min_factor;
+    options.max_factor = max_factor;
+    options.time_constants_us.clear();
+    for (const double ms : time_constants_ms)
+      options.time_constants_us.push_back(ms * 1e3);
+    const ContentionFit fit =
+        fit_contention(measured, profile.contention, options, progress_sink(progress));
+
+    std::string names;
+    for (const MeasuredRun& run : measured)
+      names += (names.empty() ? "" : ", ") + run.name;
+    const std::string source = "fitted by pipeplan calibrate fit from " +
+                               std::to_string(measured.size()) + " measured run(s) (" + names +
+                               ") on " + measured.front().plan.meta.gpu;
+    const std::string given_source = profile.contention.source;
+    profile.contention = fit.contention;
+    profile.contention.source =
+        copy_only ? given_source + (given_source.empty() ? "copy " : "; copy ") + source : source;
+    std::string listed;
+    for (const std::string& prefix : runs)
+      listed += (listed.empty() ? "" : ", ") + prefix;
+    add_provenance_note(profile, std::string(copy_only ? "Copy factors" : "Contention") +
+                                     " fitted by pipeplan calibrate fit on " +
+                                     std::to_string(runs.size()) + " measured run(s): " + listed +
+                                     ".");
+    save_profile(profile, output);
+    print(fit);
+    std::cout << "wrote " << output << "\n";
+    return 0;
+  }
+
+  void print(const ContentionFit& fit) const {
+    const Contention& c = fit.contention;
+    if (!copy_only) {
+      if (c.sustained) {
+        std::cout << format(
+            "sustained load: x (1 + %.2f H), H the share of devices computing over %g ms (the "
+            "curves below are at H = 0)\n",
+            c.sustained->factor, c.sustained->time_constant_us / 1e3);
+      }
+      std::cout << "slowdown by compute ops running at once (1 = alone):\n";
+      const auto curve_line = [](const std::string& name, const std::vector<double>& curve) {
+        std::string line = format("  %-4s", name.c_str());
+        for (std::size_t k = 0; k < curve.size(); ++k)
+          line += format(" %zu: %.3f", k + 1, curve[k]);
+        return line + "\n";
+      };
+      std::cout << curve_line("all", c.slowdown);
+      for (const auto& [op, curve] : c.by_op)
+        std::cout << curve_line(op, curve);
+    }
+    std::size_t width = 28;
+    for (const RunFitReport& r : fit.runs)
+      width = std::max(width, r.name.size());
+    const int w = static_cast<int>(width);
+    if (!copy_only) {
+      std::cout << format("%-*s %5s %16s %8s\n", w, "run", "ops", "op error before", "after");
+      for (const RunFitReport& r : fit.runs) {
+        std::cout << format("%-*s %5d %s %s\n", w, r.name.c_str(), r.ops,
+                            percent(r.op_error_before, 16).c_str(),
+                            percent(r.op_error_after, 8).c_str());
+      }
+    }
+    if (!fit.copy_fitted) {
+      std::cout << "copies: too few to fit (or none beside / away from the sender's compute); "
+                   "no copy factors\n";
+    } else {
+      std::cout << format(
+          "copies between stages: %.3f x link time with the sender idle, %.3f x beside its "
+          "compute\n",
+          c.copy->sender_idle, c.copy->sender_computing);
+      std::cout << format("%-*s %5s %18s %8s\n", w, "run", "sends", "copy error before", "after");
+      for (const RunFitReport& r : fit.runs) {
+        std::cout << format("%-*s %5d %s %s\n", w, r.name.c_str(), r.sends,
+                            percent(r.copy_error_before, 18).c_str(),
+                            percent(r.copy_error_after, 8).c_str());
+      }
+    }
+    std::cout << "step time, the recorded plans simulated (before: as planned; after: the fit):\n"
+              << format("%-*s %12s %10s %8s %10s %8s\n", w, "run", "measured ms", "before ms",
+                        "error", "after ms", "error");
+    for (const RunFitReport& r : fit.runs) {
+      std::cout << format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%%\n", w, r.name.c_str(),
+                          r.measured_makespan_us / 1e3, r.predicted_before_us / 1e3,
+                          100 * (r.measured_makespan_us / r.predicted_before_us - 1),
+                          r.predicted_after_us / 1e3,
+                          100 * (r.measured_makespan_us / r.predicted_after_us - 1));
+    }
+  }
+};
+
+// The recorded plan command of a run, made again in this process with `profile_path`: its
+// --profile replaced and its output dropped. A plan the memory limit refuses under the new
+// model is made without the limit (`over_memory`).
+Plan replan(const std::string& prefix, const std::string& profile_path, bool& over_memory) {
+  const std::string source = prefix + ".plan.txt";
+  std::vector<std::string> words = recorded_command(read_text_file(source), source);
+  if (words.size() < 2 || words[1] != "plan")
+    throw Error(source + ": the recorded command is not 'pipeplan plan'");
+  // bench/gpu/run.sh writes its output folder as "{out}": the folder the run lies in.
+  std::string folder = fs::path(prefix).parent_path().string();
+  if (folder.empty()) folder = ".";
+  for (std::string& word : words) {
+    for (std::size_t at = word.find("{out}"); at != std::string::npos;
+         at = word.find("{out}", at + folder.size()))
+      word.replace(at, 5, folder);
+  }
+  CLI::App app{"plan"};
+  PlanOptions options;
+  std::string output;
+  std::string search_mbs;
+  bool json = false;
+  bool search = false;
+  int global_batch = 0;
+  add_plan_options(app, options, true);
+  app.add_option("-o,--output", output);
+  app.add_option("--search-mbs", search_mbs);
+  app.add_option("--global-batch", global_batch);
+  app.add_flag("--json", json);
+  app.add_flag("--search", search);
+  std::vector<std::string> args(words.rbegin(), words.rend() - 2);  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw Error(source + ": the recorded command does not parse (" + e.what() + ")");
+  }
+  if (options.profile.empty()) throw Error(source + ": the recorded command has no --profile");
+  if (search || options.bpipe == "auto") {
+    throw Error(source +
+                ": a --search or --bpipe auto command is not re-planned (give --resimulate)");
+  }
+  options.profile = profile_path;
+  try {
+    try {
+      return make_plan(make_request(options));
+    } catch (const FieldError& e) {
+      if (e.field() != "memory_limit_bytes") throw;
+      over_memory = true;
+      options.memory = "0";
+      return make_plan(make_request(options));
+    }
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(source + ": re-planning failed: " + e.what());
+  }
+}
+
+struct EvalCommand {
+  std::string profile_path;
+  std::vector<std::string> runs;
+  bool resimulate = false;
+  bool progress = false;
+
+  int run() const {
+    const Profile profile = load_profile(profile_path);
+    const std::vector<std::string> labels = run_labels(runs);
+    const auto report = progress_sink(progress);
+    std::size_t width = 28;
+    for (const std::string& label : labels)
+      width = std::max(width, label.size());
+    const int w = static_cast<int>(width);
+    std::cout << format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
+                        "before ms", "error", "after ms", "error", "memory before", "after");
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const std::string& prefix = runs[i];
+      if (report) report(format("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
+      const TaskGraph recorded = load_plan(prefix + ".plan.json");
+      const std::string trace = prefix + ".trace.json";
+      const std::vector<NodeTime> times =
+          node_times_from_trace(recorded, read_json_file(trace), trace);
+      const double measured = measured_makespan(recorded, times);
+      const SimResult before = simulate(recorded);
+      SimResult after;
+      bool over_memory = false;
+      const bool replanned = !resimulate && fs::exists(prefix + ".plan.txt");
+      if (replanned) {
+        Plan plan = replan(prefix, profile_path, over_memory);
+        if (!(plan.graph.schedule == recorded.schedule)) {
+          throw Error(prefix + ".plan.txt: the re-planned schedule is not the one that ran");
+        }
+        after = std::move(plan.sim);
+      } else {
+        TaskGraph again = recorded;
+        again.meta.contention = profile.contention;
+        after = simulate(again);
+      }
+      std::string memory = format("%14s %8s", "-", "-");
+      if (fs::exists(prefix + ".run.json")) {
+        const std::string path = prefix + ".run.json";
+        const RecordedPeaks peaks = recorded_peaks(read_text_file(path), path);
+        memory = format("%+13.1f%% %+7.1f%%",
+                        worst_memory_error_pct(peaks.predicted_bytes, peaks.measured_bytes),
+                        worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
+      }
+      std::cout << format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
+                          labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,
+                          100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
+                          100 * (measured / after.makespan_us - 1), memory.c_str(),
+                          replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
+    }
+    return 0;
+  }
+};
+
+struct CopyCommand {
+  std::string from;
+  std::string profile_path;
+  std::string output;
+  int run() const {
+    const Profile source = load_profile(from);
+    const Profile profile = load_profile(profile_path);
+    check_output(output);
+    save_profile(with_contention_of(profile, profile_path, source, from), output);
+    std::cout << "contention of " << from << " into " << output << "\n";
+    return 0;
+  }
+};
+
+struct WorkingMemoryCommand {
+  std::string from;
+  std::string profile_path;
+  std::string output;
+  int run() const {
+    const nlohmann::json measured_json = read_json_file(from);
+    const Profile measured = profile_from_json(measured_json, from);
+    const Profile profile = load_profile(profile_path);
+    check_output(output);
+    save_profile(with_working_memory_of(profile, profile_path, measured, measured_json, from),
+                 output);
+    std::cout << "wrote " << output << "\n";
+    return 0;
+  }
+};
+
+struct CalibrateCommand {
+  FitCommand fit;
+  EvalCommand eval;
+  CopyCommand copy;
+  WorkingMemoryCommand working_memory;
+  CLI::App* fit_app = nullptr;
+  CLI::App* eval_app = nullptr;
+  CLI::App* copy_app = nullptr;
+  int run() const {
+    if (fit_app->parsed()) return fit.run();
+    if (eval_app->parsed()) return eval.run();
+    if (copy_app->parsed()) return copy.run();
+    return working_memory.run();
+  }
+};
+
+}  // namespace
+
+Command add_calibrate_command(CLI::App& app) {
+  auto cmd = std::make_shared<CalibrateCommand>();
+  auto* sub = app.add_subcommand(
+      "calibrate",
+      "fit a profile's contention model from measured runs; carry a model or working memory "
+      "between profiles");
+  sub->require_subcommand(1);
+
+  auto* fit = sub->add_subcommand(
+      "fit",
+      "fit the contention model from runs (RUN.plan.json + RUN.trace.json), write a profile");
+  fit->add_option("--profile", cmd->fit.profile_path, "the profile the runs were planned from")
+      ->required();
+  fit->add_option("-o,--output", cmd->fit.output, "the profile to write")->required();
+  fit->add_flag("--copy-only", cmd->fit.copy_only,
+                "keep the profile's compute curves; fit the copy factors alone");
+  fit->add_flag("--sustained", cmd->fit.sustained,
+                "also fit the sustained-load term: a factor in [--min-factor, --max-factor] by "
+                "0.05 and a time constant of --time-constants-ms");
+  fit->add_option("--min-factor", cmd->fit.min_factor, "the smallest sustained-load factor tried")
+      ->capture_default_str()
+      ->check(finite_range(-1, kMaxSlowdown));
+  fit->add_option("--max-factor", cmd->fit.max_factor, "the largest sustained-load factor tried")
+      ->capture_default_str()
+      ->check(finite_range(-1, kMaxSlowdown));
+  fit->add_option("--time-constants-ms", cmd->fit.time_constants_ms,
+                  "the time constants tried, ms, comma-separated (default "
+                  "10,20,30,50,70,100,150,200,300)")
+      ->delimiter(',');
+  fit->add_option("--min-ops", cmd->fit.min_ops,
+                  "ops of one type needed for a curve of its own, and transfers for the copy "
+                  "factors")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxMinOps));
+  fit->add_flag("--progress", cmd->fit.progress,
+                "report progress on stderr also when it is not a terminal");
+  fit->add_option("runs", cmd->fit.runs, "RUN: path prefix of RUN.plan.json and RUN.trace.json")
+      ->required();
+  cmd->fit_app = fit;
+
+  auto* eval = sub->add_subcommand(
+      "eval", "predicted against measured step time and peak memory, before and after");
+  eval->add_option("--profile", cmd->eval.profile_path, "the profile to predict with")->required();
+  eval->add_flag("--resimulate", cmd->eval.resimulate,
+                 "simulate each recorded plan with the profile's contention model instead of "
+                 "re-planning its RUN.plan.txt command");
+  eval->add_flag("--progress", cmd->eval.progress,
+                 "report progress on stderr also when it is not a terminal");
+  eval->add_option("runs", cmd->eval.runs,
+                   "RUN: RUN.plan.json + RUN.trace.json (+ RUN.plan.txt, RUN.run.json)")
+      ->required();
+  cmd->eval_app = eval;
+
+  auto* copy = sub->add_subcommand(
+      "copy", "a profile with the contention model of another of the same model and SM share");
+  copy->add_option("--from", cmd->copy.from, "the profile whose contention to copy")->required();
+  copy->add_option("-o,--output", cmd->copy.output, "the profile to write")->required();
+  copy->add_option("profile", cmd->copy.profile_path, "the profile to copy it into")->required();
+  cmd->copy_app = copy;
+
+  auto* memory = sub->add_subcommand(
+      "working-memory", "a profile with the working memory of a measured profile of its model");
+  memory->add_option("--from", cmd->working_memory.from, "the measured profile with working memory")
+      ->required();
+  memory->add_option("-o,--output", cmd->working_memory.output, "the profile to write")->required();
+  memory->add_option("profile", cmd->working_memory.profile_path, "the profile to copy it into")
+      ->required();
+  return {sub, [cmd] { return cmd->run(); }};
+}
+
+}  // namespace pipeplan
