@@ -276,6 +276,7 @@ json profile_to_json(const Profile& p) {
            {"p2p", {{"latency_us", p.p2p.latency_us}, {"bandwidth_GBps", p.p2p.bandwidth_GBps}}},
            {"layers", layers}};
   if (!p.contention.empty()) out["contention"] = contention_to_json(p.contention);
+  if (!p.overlap.is_default()) out["overlap"] = overlap_to_json(p.overlap);
   return out;
 }
 
@@ -324,6 +325,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
   if (const auto c = j.find("contention"); c != j.end()) {
     p.contention = contention_from_json(*c, source);
   }
+  if (const auto o = j.find("overlap"); o != j.end()) p.overlap = overlap_from_json(*o, source);
 
   const Reader layers = root.object("layers");
   const auto needed = kinds_needed(p.model);

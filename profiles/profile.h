@@ -16,6 +16,7 @@
 #include "profiles/contention.h"
 #include "profiles/link.h"
 #include "profiles/model.h"
+#include "profiles/overlap.h"
 
 namespace pipeplan {
 
@@ -87,6 +88,8 @@ struct Profile {
   P2pLink p2p;
   // Emulated stages sharing this GPU (an --sm-partition profile): optional, empty elsewhere.
   Contention contention;
+  // An overlapped pair's time (DualPipe's F&B): measured, else the sequential default.
+  OverlapModel overlap;
   // layer kind ("embedding", "block", "head") -> micro-batch size -> cost
   std::map<std::string, std::map<int, LayerCost>> layers;
 

@@ -78,12 +78,18 @@ std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
     auto& at = head[static_cast<std::size_t>(d)];
     blocked[static_cast<std::size_t>(d)].reset();
     while (at < static_cast<int>(actions.size())) {
-      const Action& a = actions[static_cast<std::size_t>(at)];
+      // An overlapped pair starts when the inputs of both its actions are there.
+      const bool pair = actions[static_cast<std::size_t>(at)].overlaps_next &&
+                        at + 1 < static_cast<int>(actions.size());
+      const int count = pair ? 2 : 1;
       std::optional<Input> missing;
-      for (const Input& in : inputs(a, stages)) {
-        if (!done.contains(in.key)) {
-          missing = in;
-          break;
+      for (int i = 0; i < count && !missing; ++i) {
+        for (const Input& in :
+             inputs(actions[static_cast<std::size_t>(at) + static_cast<std::size_t>(i)], stages)) {
+          if (!done.contains(in.key)) {
+            missing = in;
+            break;
+          }
         }
       }
       if (missing) {
@@ -91,15 +97,18 @@ std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
         blocked[static_cast<std::size_t>(d)] = missing;
         break;
       }
-      for (const Key k : outputs(a)) {
-        done[k] = 1;
-        if (auto it = waiting.find(k); it != waiting.end()) {
-          for (const int other : it->second)
-            ready.push_back(other);
-          waiting.erase(it);
+      for (int i = 0; i < count; ++i) {
+        for (const Key k :
+             outputs(actions[static_cast<std::size_t>(at) + static_cast<std::size_t>(i)])) {
+          done[k] = 1;
+          if (auto it = waiting.find(k); it != waiting.end()) {
+            for (const int other : it->second)
+              ready.push_back(other);
+            waiting.erase(it);
+          }
         }
       }
-      ++at;
+      at += count;
     }
   }
   // A stuck device's input is produced by a device stuck before it: follow them to a cycle.

@@ -43,6 +43,7 @@ struct StageCostContext {
   std::vector<StageCost> costs;            // per virtual stage of the request's cut, model order
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   P2pLink link;                            // every device pair
+  OverlapModel overlap;                    // an overlapped pair's time (profiles/overlap.h)
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
   // cut into `stage_count` virtual stages when `blocks` is empty, else those blocks per stage.
   // Throws Error when the model cannot be cut so. Unset: only `costs` is known.

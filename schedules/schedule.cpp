@@ -252,10 +252,19 @@ std::vector<Action> parse_device_line(std::string_view line, int line_number, in
     bad_line(line_number, words.empty() ? line : words[0], "expected '" + label + "', got");
   std::vector<Action> actions;
   for (std::size_t i = 1; i < words.size(); ++i) {
+    const std::string_view word = words[i];
     try {
-      actions.push_back(parse_action(words[i]));
+      if (word.starts_with('(')) {  // an overlapped pair, "(0F7;7B3)"
+        const std::size_t semicolon = word.find(';');
+        if (!word.ends_with(')') || semicolon == std::string_view::npos) throw Error("pair");
+        actions.push_back(parse_action(word.substr(1, semicolon - 1)));
+        actions.back().overlaps_next = true;
+        actions.push_back(parse_action(word.substr(semicolon + 1, word.size() - semicolon - 2)));
+      } else {
+        actions.push_back(parse_action(word));
+      }
     } catch (const Error&) {
-      bad_line(line_number, words[i], "malformed action");
+      bad_line(line_number, word, "malformed action");
     }
   }
   return actions;
@@ -270,8 +279,13 @@ std::string schedule_to_text(const Schedule& schedule) {
       << " stages=" << join_ints(schedule.stage_device) << '\n';
   for (std::size_t d = 0; d < schedule.per_device.size(); ++d) {
     out << d << ':';
-    for (const Action& action : schedule.per_device[d])
-      out << ' ' << format_action(action);
+    bool in_pair = false;
+    for (const Action& action : schedule.per_device[d]) {
+      out << (in_pair ? ";" : action.overlaps_next ? " (" : " ") << format_action(action);
+      if (in_pair) out << ')';
+      in_pair = action.overlaps_next && !in_pair;
+    }
+    if (in_pair) out << ')';  // a pair cut short (check_schedule refuses it): kept readable
     out << '\n';
   }
   return out.str();
@@ -452,6 +466,27 @@ void check_complete(const Schedule& schedule,
 
 }  // namespace
 
+namespace {
+
+// An overlapped pair: an F then a B or P1, independent of each other, the second not overlapping
+// further.
+void check_pair(const std::vector<Action>& actions, int device, int position) {
+  const Action& first = actions[static_cast<std::size_t>(position)];
+  if (!first.overlaps_next) return;
+  if (position + 1 >= static_cast<int>(actions.size()))
+    bad_action_at(device, position, first, "overlaps the next action but is the device's last");
+  const Action& second = actions[static_cast<std::size_t>(position) + 1];
+  if (first.op != OpType::F || (second.op != OpType::B && second.op != OpType::P1))
+    bad_action_at(device, position, first,
+                  "an overlapped pair is an F then a B or P1, got " + format_action(second));
+  if (second.overlaps_next)
+    bad_action_at(device, position + 1, second, "overlaps both the action before and after it");
+  if (first.stage == second.stage && first.microbatches == second.microbatches)
+    bad_action_at(device, position, first, "overlapped with its own backward");
+}
+
+}  // namespace
+
 void check_schedule(const Schedule& schedule) {
   check_shape(schedule);
   std::vector<std::vector<MicrobatchState>> states(
@@ -462,6 +497,7 @@ void check_schedule(const Schedule& schedule) {
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
       const Action& action = actions[static_cast<std::size_t>(i)];
       check_placement(schedule, d, i, action);
+      check_pair(actions, d, i);
       for (int mb : action.microbatches) {
         MicrobatchState& seen =
             states[static_cast<std::size_t>(action.stage)][static_cast<std::size_t>(mb)];

@@ -2,6 +2,9 @@
 // (round-trips): `<stage><op><microbatch>` with op F (forward), B (fused backward: p1 then p2),
 // P1_ (input gradient), P2_ (weight gradient, possibly over several micro-batches joined by '+'):
 //   0F3   0B3   0P1_3   0P2_3   0P2_4+5+6+7
+// An overlapped pair (DualPipe's F&B: one micro-batch's forward and another's backward run at
+// once on one device, each hiding the other's communication) is written in parentheses:
+//   (0F7;7B3)
 // Stages are virtual stages (model order); Schedule::stage_device maps them to devices.
 #pragma once
 
@@ -26,6 +29,9 @@ struct Action {
   OpType op = OpType::F;
   int stage = 0;              // virtual stage
   MicroBatches microbatches;  // one, except a concatenated P2
+  // Runs overlapped with the next action of its device: the two start together and end together
+  // (an F followed by a B or P1 of another stage or micro-batch; check_schedule's rules).
+  bool overlaps_next = false;
   bool operator==(const Action&) const = default;
 };
 
@@ -57,12 +63,14 @@ struct Schedule {
 //   schedule v1 family=1f1b backward=2bp devices=4 microbatches=8 stages=0,1,2,3
 //   0: 0F0 0F1 ...
 //   1: ...
+// with an overlapped pair as one word, "(0F7;7B3)".
 std::string schedule_to_text(const Schedule& schedule);
 Schedule schedule_from_text(std::string_view text);  // throws Error naming line and token
 
 // Structural check: every (stage, micro-batch) has exactly one F and either one B or one P1 and
-// one P2, each on the stage's device, F before P1/B before P2 in the device's order. Throws Error
-// naming the first offending action and rule.
+// one P2, each on the stage's device, F before P1/B before P2 in the device's order. An
+// overlapped pair is an F followed by a B or P1 of another stage or micro-batch, the last pair
+// member not overlapping further. Throws Error naming the first offending action and rule.
 void check_schedule(const Schedule& schedule);
 
 }  // namespace pipeplan

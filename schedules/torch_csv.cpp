@@ -23,16 +23,32 @@ std::string schedule_to_torch_csv(const Schedule& schedule) {
   std::string out;
   for (const std::vector<Action>& actions : schedule.per_device) {
     std::string row;
+    bool in_pair = false;
     for (const Action& action : actions) {
       const char type = action.op == OpType::F    ? 'F'
                         : action.op == OpType::B  ? 'B'
                         : action.op == OpType::P1 ? 'I'
                                                   : 'W';
+      // An overlapped pair is one cell, "(0F7;7B3)OVERLAP_F_B", as ScheduleDualPipeV writes it.
+      if (in_pair) {
+        row += ';' + std::to_string(action.stage) + type +
+               std::to_string(action.microbatches.front()) + ")OVERLAP_F_B";
+        in_pair = false;
+        continue;
+      }
+      if (action.overlaps_next) {
+        if (!row.empty()) row += ',';
+        row +=
+            '(' + std::to_string(action.stage) + type + std::to_string(action.microbatches.front());
+        in_pair = true;
+        continue;
+      }
       for (const int mb : action.microbatches) {  // a concatenated P2: one W per micro-batch
         if (!row.empty()) row += ',';
         row += std::to_string(action.stage) + type + std::to_string(mb);
       }
     }
+    if (in_pair) row += ")OVERLAP_F_B";  // a pair cut short (check_schedule refuses it)
     out += row + '\n';
   }
   return out;
@@ -165,6 +181,20 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
   bad_cell(source, *cell(steps.back().device, steps.back().position), why);
 }
 
+// Whether cells[i] opens an overlapped pair: the first of exactly two compute sub-actions of one
+// OVERLAP_F_B cell, an F then a B or I (DualPipeV's form). Other OVERLAP_F_B cells run their
+// sub-actions in the order written.
+bool overlapped_pair(const std::vector<Cell>& cells, std::size_t i) {
+  const Cell& c = cells[i];
+  if (c.part != 1 || i + 1 >= cells.size()) return false;
+  const Cell& next = cells[i + 1];
+  const bool same_cell = next.row == c.row && next.column == c.column && next.part == 2;
+  const bool two_parts =
+      i + 2 >= cells.size() || cells[i + 2].column != c.column || cells[i + 2].row != c.row;
+  return same_cell && two_parts && c.type == 'F' && (next.type == 'B' || next.type == 'I') &&
+         (next.stage != c.stage || next.microbatch != c.microbatch);
+}
+
 }  // namespace
 
 void check_torch_csv(std::string_view text, std::string_view source) {
@@ -186,7 +216,9 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
   std::vector<std::vector<const Cell*>> cell_of(p.rows.rows.size());
   for (std::size_t r = 0; r < p.rows.rows.size(); ++r) {
     std::vector<Action>& actions = schedule.per_device[r];
-    for (const Cell& c : p.rows.rows[r]) {
+    const std::vector<Cell>& cells = p.rows.rows[r];
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      const Cell& c = cells[i];
       const OpType op = c.type == 'F'   ? OpType::F
                         : c.type == 'B' ? OpType::B
                         : c.type == 'I' ? OpType::P1
@@ -198,6 +230,7 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
         continue;
       }
       actions.push_back({op, c.stage, {c.microbatch}});
+      actions.back().overlaps_next = overlapped_pair(cells, i);
       cell_of[r].push_back(&c);
     }
   }

@@ -30,6 +30,8 @@ sed -E '0,/"stash_bytes": [0-9]+/s//"stash_bytes": 9000000000000000000/' profile
   >profile_absurd_stash.json
 sed -E '0,/"forward_us": [0-9.e+-]+/s//"forward_us": 1e999/' profile.json >profile_1e999.json
 head -c 200 profile.json >profile_malformed.json
+sed -E '0,/"attention": "flash",/s//"attention": "flash", "overlap": {"efficiency": 2},/' profile.json \
+  >profile_bad_overlap.json
 sed -E '0,/"duration_values": \[/s//"duration_values": [1e999,/' plan.json >plan_1e999.json
 cat >cfg/config.json <<'EOF'
 {"model_type": "llama", "num_hidden_layers": 1000000000, "hidden_size": 64,
@@ -162,9 +164,13 @@ check "plan --memory 1e30GiB" plan --model tiny --stages 2 -m 2 --memory 1e30GiB
 check "plan --memory ''" plan --model tiny --stages 2 -m 2 --memory '' -o '{out}'
 check "plan --uniform 1e308:..." plan --uniform 1e308:1:1:0 --stages 2 -m 2 -o '{out}'
 check "plan --tensor-parallel 3 with 4 heads" plan --model tiny --stages 2 -m 2 --tensor-parallel 3 -o '{out}'
+check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
+check "plan --overlap-efficiency nan" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency nan -o '{out}'
+check "plan dualpipe-v, m below 2P" plan --model tiny --stages 2 -m 3 --schedule dualpipe-v -o '{out}'
 check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''
 check "plan: profile naming an unknown GPU" plan --profile profile_unknown_gpu.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with absurd times" plan --profile profile_absurd_time.json --stages 2 -m 2 -o '{out}'
+check "plan: profile with overlap efficiency 2" plan --profile profile_bad_overlap.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
 check "show --width -5" show plan.json --width -5 --trace '{out}'
 check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'

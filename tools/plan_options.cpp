@@ -77,6 +77,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--tensor-parallel", o.tensor_parallel,
                  "GPUs per stage T: divides per-stage time and memory by T (analytic)")
       ->capture_default_str();
+  app.add_option("--overlap-efficiency", o.overlap_efficiency,
+                 "how much of the shorter op an overlapped pair (dualpipe-v's F&B) hides, 0..1: "
+                 "F&B = max(F,B) + (1-E)*min(F,B) (default: the profile's, else 0)");
   app.add_option("--objective", o.objective,
                  "what auto minimises: step (step time, synchronising optimizer) or steady "
                  "(largest stage span: overlapping iterations); the other breaks ties")
@@ -275,6 +278,10 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   if (!o.layout.empty()) r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
   check_plan_request(r);
   r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
+  if (!o.overlap_efficiency.empty()) {
+    r.profile.overlap = {parse_fraction(o.overlap_efficiency, "--overlap-efficiency"),
+                         "--overlap-efficiency " + o.overlap_efficiency};
+  }
   r.gpu = gpu.name;
   // With tensor parallelism a pipeline device is a group of T GPUs.
   r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;

@@ -33,6 +33,9 @@ struct PlanOptions {
   std::string bpipe = "off";       // off, on, auto (planner/plan/bpipe.h)
   int tensor_parallel = 1;         // GPUs per pipeline stage (profiles/tensor_parallel.h)
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
+  // An overlapped pair's efficiency (profiles/overlap.h) in place of the profile's; empty: the
+  // profile's.
+  std::string overlap_efficiency;
 };
 
 // What a plan may not use of a GPU's memory because no profile counts it (docs/design/bpipe.md,

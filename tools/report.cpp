@@ -87,6 +87,10 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"profile", m.profile_source}};
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
   j["layout"] = layout_json(graph);
+  if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
+    j["overlap"] = {
+        {"pairs", pairs}, {"efficiency", m.overlap.efficiency}, {"source", m.overlap.source}};
+  }
   return j;
 }
 
@@ -136,6 +140,16 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
       out += line;
     }
     out += "\n";
+  }
+  if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
+    // The one assumption behind the pairs' times: say it, and where it comes from.
+    std::snprintf(
+        line, sizeof line,
+        "overlapped F&B: %zu pairs, each max(F, B) + %.3g x min(F, B) (overlap "
+        "efficiency %.3g: %s)\n",
+        pairs, 1 - m.overlap.efficiency, m.overlap.efficiency,
+        m.overlap.source.empty() ? "not measured, the ops in sequence" : m.overlap.source.c_str());
+    out += line;
   }
   return out;
 }

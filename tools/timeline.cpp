@@ -208,9 +208,24 @@ std::string op_cells(const Node& node, char letter, int length) {
   return cells;
 }
 
+// An overlapped pair (DualPipe's F&B) is drawn as one op: '&', the backward's micro-batch.
+constexpr char kPairLetter = '&';
+constexpr std::string_view kPairColor = "\x1b[48;5;91m\x1b[38;5;231m";  // violet-magenta
+
+// Per node, whether it belongs to an overlapped pair.
+std::vector<char> pair_members(const TaskGraph& graph) {
+  std::vector<char> member(static_cast<std::size_t>(graph.node_count()), 0);
+  for (const OverlapPair& p : overlap_pairs(graph)) {
+    member[static_cast<std::size_t>(p.first)] = 1;
+    member[static_cast<std::size_t>(p.second)] = 1;
+  }
+  return member;
+}
+
 // One stream's cells: compute ops by op letter, BPipe transfers as e (evict) / l (load).
 std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream, const Scale& scale,
                        bool color) {
+  const std::vector<char> paired = pair_members(graph);
   const std::vector<int> owners = stream >= 0
                                       ? raster(graph, sim, stream, scale)
                                       : std::vector<int>(static_cast<std::size_t>(scale.lanes), -1);
@@ -226,9 +241,14 @@ std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream,
         row += kIdle;
     } else {
       const Node& node = graph.node(owner);
-      const char letter = transfer ? transfer_letter(node) : op_letter(node.op);
+      const bool pair = paired[static_cast<std::size_t>(owner)] != 0;
+      const char letter = transfer ? transfer_letter(node)
+                          : pair   ? kPairLetter
+                                   : op_letter(node.op);
       const std::string cells = op_cells(node, letter, end - begin);
-      const std::string paint = transfer ? transfer_color(letter) : op_color(node.op);
+      const std::string paint = transfer ? transfer_color(letter)
+                                : pair   ? std::string(kPairColor)
+                                         : op_color(node.op);
       row += color ? paint + cells + std::string(kReset) : cells;
     }
     begin = end;
@@ -249,6 +269,13 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool c
     items.emplace_back(
         static_cast<int>(2 + meaning.size()),
         (color ? op_color(op) + swatch + std::string(kReset) : swatch) + " " + meaning);
+  }
+  if (!overlap_pairs(graph).empty()) {
+    const std::string meaning = "overlapped F&B (backward's micro-batch)";
+    items.emplace_back(static_cast<int>(2 + meaning.size()),
+                       (color ? std::string(kPairColor) + kPairLetter + std::string(kReset)
+                              : std::string(1, kPairLetter)) +
+                           " " + meaning);
   }
   bool evict = false, load = false;
   for (int id = 0; id < graph.node_count(); ++id) {

@@ -55,6 +55,19 @@ double parse_bytes(std::string_view text, std::string_view option) {
   return value * scale;
 }
 
+double parse_fraction(std::string_view text, std::string_view option) {
+  const std::string s(text);
+  double value = 0;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) == 0
+                             ? std::from_chars_result{s.data(), std::errc::invalid_argument}
+                             : std::from_chars(s.data(), end, value, std::chars_format::general);
+  if (ec != std::errc() || ptr != end || !(value >= 0 && value <= 1)) {
+    throw Error(std::string(option) + ": '" + s + "' is not a number from 0 to 1");
+  }
+  return value;
+}
+
 std::vector<int> parse_int_list(std::string_view text, std::string_view option) {
   std::vector<int> out;
   std::size_t pos = 0;

@@ -88,10 +88,20 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
     }
     if (n.kind != NodeKind::compute) continue;
     DeviceMetrics& m = result.devices[d];
-    m.busy_us += t.end_us - t.start_us;
+    if (!n.overlaps_next) m.busy_us += t.end_us - t.start_us;  // a pair's first: counted below
     m.first_start_us = seen[d] ? std::min(m.first_start_us, t.start_us) : t.start_us;
     m.last_end_us = seen[d] ? std::max(m.last_end_us, t.end_us) : t.end_us;
     seen[d] = 1;
+  }
+  // An overlapped pair keeps its device busy over the union of its members' times (equal when
+  // simulated; on two streams when measured): the second member counted its own time above.
+  for (const OverlapPair& p : overlap_pairs(graph)) {
+    const NodeTime& a = times[static_cast<std::size_t>(p.first)];
+    const NodeTime& b = times[static_cast<std::size_t>(p.second)];
+    const double overlap =
+        std::max(0.0, std::min(a.end_us, b.end_us) - std::max(a.start_us, b.start_us));
+    result.devices[static_cast<std::size_t>(graph.node(p.first).device)].busy_us +=
+        a.end_us - a.start_us - overlap;
   }
   if (n_nodes == 0) first = 0;
   result.makespan_us = last - first;

@@ -135,6 +135,7 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
       {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
       {"profile_source", m.profile_source}};
   if (!m.contention.empty()) j["contention"] = contention_to_json(m.contention);
+  if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
 }
 
@@ -212,6 +213,7 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   m.profile_source = require_string(j, "profile_source", ctx);
   if (const auto c = j.find("contention"); c != j.end())
     m.contention = contention_from_json(*c, ctx);
+  if (const auto o = j.find("overlap"); o != j.end()) m.overlap = overlap_from_json(*o, ctx);
   return m;
 }
 
@@ -229,6 +231,7 @@ nlohmann::json node_to_json(int id, const Node& n) {
                       {"free_bytes", n.free_bytes}};
   // Written only when the profile gave working memory: plans without it stay as they were.
   if (n.work_bytes > 0) j["work_bytes"] = n.work_bytes;
+  if (n.overlaps_next) j["overlaps_next"] = true;
   if (n.kind != NodeKind::compute) {
     j["transfer"] = std::string(to_string(n.transfer));
     j["bytes"] = n.bytes;
@@ -267,6 +270,12 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
   n.free_bytes = require_int64(j, "free_bytes", ctx, 0, limits::kMaxPlanBytes);
   if (j.contains("work_bytes")) {
     n.work_bytes = require_int64(j, "work_bytes", ctx, 0, limits::kMaxPlanBytes);
+  }
+  if (const auto o = j.find("overlaps_next"); o != j.end()) {
+    if (!o->is_boolean()) throw Error(ctx + ": field 'overlaps_next' must be true or false");
+    if (o->get<bool>() && n.kind != NodeKind::compute)
+      throw Error(ctx + ": field 'overlaps_next' is for compute nodes only");
+    n.overlaps_next = o->get<bool>();
   }
   if (n.kind == NodeKind::compute) {
     if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
@@ -630,7 +639,19 @@ std::string plan_to_text(const TaskGraph& g) {
   for (std::size_t id = 0; id < node_total; ++id) {
     if (const std::string* label = g.nodes()[id].custom_label.get()) labels.push_back({id, *label});
   }
-  out += "],\n\"labels\": " + labels.dump() + "},\n";
+  out += "],\n\"labels\": " + labels.dump();
+  // The first node of every overlapped pair, when the plan has any (its partner is the next node
+  // of its stream).
+  std::optional<IntWriter> overlapped;
+  for (std::size_t id = 0; id < node_total; ++id) {
+    if (!g.nodes()[id].overlaps_next) continue;
+    if (!overlapped) {
+      out += ",\n\"overlapped\": [";
+      overlapped.emplace(out);
+    }
+    overlapped->add(static_cast<std::int64_t>(id));
+  }
+  out += overlapped ? "]},\n" : "},\n";
   out += R"("data_edges": [)";
   IntWriter edges(out);
   for (const TaskGraph::EdgeRecord& e : g.edge_records()) {
@@ -808,6 +829,24 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     }
     set_label(g.node(id), row[1].get<std::string>());
   });
+  if (const auto overlapped = table.find("overlapped"); overlapped != table.end()) {
+    const std::string field = source + ": field 'nodes.overlapped'";
+    if (!overlapped->is_array()) throw Error(field + " must be an array of node ids");
+    int last = -1;
+    for (const auto& id : *overlapped) {
+      if (!int_in(id, last + 1, node_total - 1)) {
+        throw Error(field + " must hold increasing node ids from 0 to " +
+                    std::to_string(node_total - 1));
+      }
+      last = id.get<int>();
+      Node& n = g.node(last);
+      if (n.kind != NodeKind::compute) {
+        throw Error(source + ": node " + std::to_string(last) +
+                    ": only a compute node can be in field 'nodes.overlapped'");
+      }
+      n.overlaps_next = true;
+    }
+  }
   set_stream_orders(g, orders);
   const std::vector<std::int64_t>* edges = doc.column("data_edges");
   if (edges == nullptr || edges->size() % 2 != 0) {

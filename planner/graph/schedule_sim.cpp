@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "planner/base/index.h"
 #include "planner/graph/validator.h"
@@ -141,7 +142,78 @@ class CompactRun {
     }
   }
 
+  // What an action needs before it starts and does: its inputs' ready time (nullopt while one is
+  // missing), its duration and its memory.
+  struct Step {
+    double ready = 0;
+    double duration = 0;
+    std::int64_t alloc = 0, release = 0, work = 0;
+  };
+  std::optional<Step> prepare(const Action& a) const {
+    const int s = a.stage;
+    const StageInfo& info = stage_[idx(s)];
+    const int mb = a.microbatches.front();
+    Step step;
+    switch (a.op) {
+      case OpType::F: {
+        const double input = s == 0 ? 0.0 : activation_at_[cell(s, mb)];
+        if (input < 0) return std::nullopt;
+        step.ready = input;
+        step.duration = info.forward_us;
+        step.alloc = info.stash;
+        break;
+      }
+      case OpType::P1:
+      case OpType::B: {
+        const double input = s + 1 == stages_ ? 0.0 : gradient_at_[cell(s, mb)];
+        if (input < 0 || forward_end_[cell(s, mb)] < 0) return std::nullopt;
+        step.ready = input;
+        if (a.op == OpType::P1) {
+          step.duration = info.p1_us;
+          step.alloc = info.p1_alloc;
+          step.release = info.p1_free;
+        } else {
+          step.duration = info.fused_us;
+          step.release = info.stash;
+        }
+        break;
+      }
+      case OpType::P2: {
+        for (const int x : a.microbatches) {
+          if (p1_end_[cell(s, x)] < 0) return std::nullopt;
+        }
+        const int k = static_cast<int>(a.microbatches.size());
+        step.duration = info.cost->p2_time_us(k);
+        step.release = static_cast<std::int64_t>(k) * info.retained;
+        break;
+      }
+    }
+    step.work = op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
+    return step;
+  }
+
+  // The action's outputs, ready at `end`.
+  void complete(int d, const Action& a, double end, std::vector<int>& work) {
+    const int s = a.stage;
+    const int mb = a.microbatches.front();
+    switch (a.op) {
+      case OpType::F:
+        forward_end_[cell(s, mb)] = end;
+        if (s + 1 < stages_)
+          deliver(activation_at_, d, s + 1, mb, end, stage_[idx(s)].send_us, work);
+        break;
+      case OpType::P1:
+      case OpType::B:
+        p1_end_[cell(s, mb)] = end;
+        if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
+        break;
+      case OpType::P2:
+        break;
+    }
+  }
+
   // Runs device d's actions until one waits for an input; false when the run must stop (memory).
+  // An overlapped pair starts when both its actions can, and lasts their overlapped time.
   bool advance(int d, ScheduleSim& out, std::vector<int>& work) {
     const std::vector<Action>& actions = schedule_.per_device[idx(d)];
     std::size_t& pos = position_[idx(d)];
@@ -149,49 +221,21 @@ class CompactRun {
     std::int64_t& memory = memory_[idx(d)];
     while (pos < actions.size()) {
       const Action& a = actions[pos];
-      const int s = a.stage;
-      const StageInfo& info = stage_[idx(s)];
-      const int mb = a.microbatches.front();
-      double ready = free_at;
-      double duration = 0;
-      std::int64_t alloc = 0, release = 0;
-      switch (a.op) {
-        case OpType::F: {
-          const double input = s == 0 ? 0.0 : activation_at_[cell(s, mb)];
-          if (input < 0) return block(d);
-          ready = std::max(ready, input);
-          duration = info.forward_us;
-          alloc = info.stash;
-          break;
-        }
-        case OpType::P1:
-        case OpType::B: {
-          const double input = s + 1 == stages_ ? 0.0 : gradient_at_[cell(s, mb)];
-          if (input < 0 || forward_end_[cell(s, mb)] < 0) return block(d);
-          ready = std::max(ready, input);
-          if (a.op == OpType::P1) {
-            duration = info.p1_us;
-            alloc = info.p1_alloc;
-            release = info.p1_free;
-          } else {
-            duration = info.fused_us;
-            release = info.stash;
-          }
-          break;
-        }
-        case OpType::P2: {
-          for (const int x : a.microbatches) {
-            if (p1_end_[cell(s, x)] < 0) return block(d);
-          }
-          const int k = static_cast<int>(a.microbatches.size());
-          duration = info.cost->p2_time_us(k);
-          release = static_cast<std::int64_t>(k) * info.retained;
-          break;
-        }
+      const bool pair = a.overlaps_next && pos + 1 < actions.size();
+      std::optional<Step> step = prepare(a);
+      if (!step) return block(d);
+      if (pair) {
+        const std::optional<Step> second = prepare(actions[pos + 1]);
+        if (!second) return block(d);
+        step->ready = std::max(step->ready, second->ready);
+        step->duration = overlapped_time_us(step->duration, second->duration, meta_.overlap);
+        step->alloc += second->alloc;
+        step->release += second->release;
+        step->work += second->work;
       }
-      memory += alloc;
-      const std::int64_t during =
-          memory + op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
+      const double ready = std::max(free_at, step->ready);
+      memory += step->alloc;
+      const std::int64_t during = memory + step->work;
       if (during > out.peak_memory_bytes[idx(d)]) {
         out.peak_memory_bytes[idx(d)] = during;
         if (!fits(d, during)) {
@@ -199,27 +243,18 @@ class CompactRun {
           return false;
         }
       }
-      memory -= release;
-      const double end = ready + duration;
+      memory -= step->release;
+      const double end = ready + step->duration;
       if (pos == 0 || ready < out.first_start_us[idx(d)]) out.first_start_us[idx(d)] = ready;
       out.last_end_us[idx(d)] = std::max(out.last_end_us[idx(d)], end);
-      out.busy_us[idx(d)] += end - ready;  // as step_metrics sums it
-      if (options_.keep_times) out.times[idx(d)].push_back({ready, end});
-      free_at = end;
-      ++pos;
-      switch (a.op) {
-        case OpType::F:
-          forward_end_[cell(s, mb)] = end;
-          if (s + 1 < stages_) deliver(activation_at_, d, s + 1, mb, end, info.send_us, work);
-          break;
-        case OpType::P1:
-        case OpType::B:
-          p1_end_[cell(s, mb)] = end;
-          if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
-          break;
-        case OpType::P2:
-          break;
+      out.busy_us[idx(d)] += end - ready;  // as step_metrics sums it (a pair once)
+      const int count = pair ? 2 : 1;
+      for (int i = 0; i < count; ++i) {
+        if (options_.keep_times) out.times[idx(d)].push_back({ready, end});
+        complete(d, actions[pos + static_cast<std::size_t>(i)], end, work);
       }
+      free_at = end;
+      pos += static_cast<std::size_t>(count);
     }
     return true;
   }

@@ -62,7 +62,7 @@ namespace {
 // label and micro-batch list never used here). Payload sizes live apart: only transfers read them.
 struct HotNode {
   double duration_us;
-  int match;
+  int match;  // send/recv: the other half; compute: the other member of an overlapped pair
   std::int16_t device;
   NodeKind kind;
   OpType op;  // the contention curve of a shared GPU
@@ -97,6 +97,15 @@ class ReadyNodes {
   std::vector<Event> items_;
 };
 
+// An overlapped pair whose members are both ready: both start at `start` and end
+// `duration_us` later (overlapped_time_us of their two durations).
+struct OverlapStart {
+  int first;
+  int second;
+  double start;
+  double duration_us;
+};
+
 // A send/recv pair whose halves are both ready: a transfer from `src` to `dst`.
 struct Rendezvous {
   int send;
@@ -123,10 +132,10 @@ struct Rendezvous {
 // 1 / sender_computing while the sender runs a compute op and 1 / sender_idle otherwise, and
 // the transfers over one directed link go one at a time, first come, first served (the link
 // stream is in order).
-template <typename Finish, typename Rendezvoused, typename FixedTransfer>
+template <typename Finish, typename Rendezvoused, typename FixedTransfer, typename PairStart>
 void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int devices,
                          const Contention& contention, Finish& finish, Rendezvoused& rendezvous,
-                         FixedTransfer& fixed_transfer, double& load) {
+                         FixedTransfer& fixed_transfer, PairStart& overlap_start, double& load) {
   std::array<const std::vector<double>*, 4> curves{};  // by OpType
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
     curves[static_cast<std::size_t>(op)] = &contention.curve(to_string(op));
@@ -135,6 +144,7 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
     double start;
     double work_us;  // profiled time still to do
     const std::vector<double>* curve;
+    int partner;  // an overlapped pair runs as one op (its overlapped time) and ends both: -1
   };
   struct Copy {
     Rendezvous pair;
@@ -167,11 +177,11 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
     return Course{1 + sustained->factor * share(), sustained->factor * (load - share()),
                   sustained->time_constant_us};
   };
-  // The profiled work an op of factor 1 gets done in the next `dt` (the rate's integral).
+  // The profiled work an op of factor 1 gets done in the next `dt` (the rate's integral,
+  // profiles/contention.h: the formula `calibrate` fits with).
   const auto work_in = [&](double dt) {
     if (!sustained || dt <= 0) return std::max(dt, 0.0);
-    const auto [a, b, tau] = course();
-    return (dt + tau * std::log((a + b * std::exp(-dt / tau)) / (a + b))) / a;
+    return sustained_work(*sustained, dt, share(), load);
   };
   // Its inverse: how long an op of factor 1 takes to do `work` from now.
   const auto time_for = [&](double work) {
@@ -253,6 +263,7 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(first));
         --computing[static_cast<std::size_t>(hot[static_cast<std::size_t>(done.id)].device)];
         finish(done.id, done.start, end);
+        if (done.partner >= 0) finish(done.partner, done.start, end);
       }
       continue;
     }
@@ -272,10 +283,23 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
       } else {
         link.busy = start_copy(*pair, pair->ready);
       }
+    } else if (n.match >= 0) {
+      const std::optional<OverlapStart> pair = overlap_start(time, id);
+      if (!pair) continue;
+      if (pair->duration_us <= 0) {
+        finish(pair->first, pair->start, pair->start);
+        finish(pair->second, pair->start, pair->start);
+        continue;
+      }
+      // The pair takes the curve of its backward, the heavier op of the two.
+      const OpType op = hot[static_cast<std::size_t>(pair->second)].op;
+      running.push_back({pair->first, pair->start, pair->duration_us,
+                         curves[static_cast<std::size_t>(op)], pair->second});
+      ++computing[static_cast<std::size_t>(n.device)];
     } else if (n.duration_us <= 0) {
       finish(id, time, time);
     } else {
-      running.push_back({id, time, n.duration_us, curves[static_cast<std::size_t>(n.op)]});
+      running.push_back({id, time, n.duration_us, curves[static_cast<std::size_t>(n.op)], -1});
       ++computing[static_cast<std::size_t>(n.device)];
     }
   }
@@ -315,7 +339,7 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
       throw Error("simulate: " + graph.node_name(id) + " runs on unknown device " +
                   std::to_string(n.device));
     }
-    hot[static_cast<std::size_t>(id)] = {n.duration_us, n.match,
+    hot[static_cast<std::size_t>(id)] = {n.duration_us, n.kind == NodeKind::compute ? -1 : n.match,
                                          static_cast<std::int16_t>(n.device), n.kind, n.op};
     payload_bytes[static_cast<std::size_t>(id)] = n.bytes;
     if (n.kind == NodeKind::send && !shared_link) {
@@ -330,6 +354,15 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
       if (owner != n.stream) shared_link = true;
     }
   }
+  // Overlapped pairs: each member's match is the other, and the stream-order edge between them
+  // is not a wait (the pair starts once both members' inputs are ready).
+  const std::vector<OverlapPair> pairs = overlap_pairs(graph);
+  std::vector<char> pair_first(pairs.empty() ? 0 : static_cast<std::size_t>(n_nodes), 0);
+  for (const OverlapPair& p : pairs) {
+    hot[static_cast<std::size_t>(p.first)].match = p.second;
+    hot[static_cast<std::size_t>(p.second)].match = p.first;
+    pair_first[static_cast<std::size_t>(p.first)] = 1;
+  }
   // Per node: when its inputs are ready, how many it still waits for, and (send/recv) whether
   // this half has reached the rendezvous. One record, so a wake-up touches one cache line.
   struct State {
@@ -338,10 +371,11 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
     bool half_ready = false;
   };
   std::vector<State> state(static_cast<std::size_t>(n_nodes));
-  // The edge from a send to its matched recv is the rendezvous itself, not a wait.
+  // The edge from a send to its matched recv is the rendezvous itself, not a wait; so is the
+  // stream-order edge from an overlapped pair's first member to its second.
   auto is_pair_edge = [&](std::size_t from, std::size_t to) {
     const HotNode& f = hot[from];
-    return f.kind == NodeKind::send && f.match == static_cast<int>(to);
+    return f.kind != NodeKind::recv && f.match == static_cast<int>(to);
   };
   // Waits per node, from the edge records: a flat pass that needs no adjacency (the Boost.Graph
   // view, which validate_and_simulate's helper builds meanwhile).
@@ -390,6 +424,21 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
                       is_send ? n.device : other.device, is_send ? other.device : n.device,
                       std::max(time, state[static_cast<std::size_t>(n.match)].ready_at)};
   };
+  // An overlapped pair: the member that is ready second starts both.
+  const OverlapModel overlap = graph.meta.overlap;
+  auto overlap_start = [&](double time, int id) -> std::optional<OverlapStart> {
+    State& st = state[static_cast<std::size_t>(id)];
+    st.half_ready = true;
+    const int other = hot[static_cast<std::size_t>(id)].match;
+    const State& ot = state[static_cast<std::size_t>(other)];
+    if (!ot.half_ready) return std::nullopt;
+    const bool first = pair_first[static_cast<std::size_t>(id)] != 0;
+    const int a = first ? id : other;
+    const int b = first ? other : id;
+    return OverlapStart{a, b, std::max(time, ot.ready_at),
+                        overlapped_time_us(hot[static_cast<std::size_t>(a)].duration_us,
+                                           hot[static_cast<std::size_t>(b)].duration_us, overlap)};
+  };
   // A transfer of fixed duration that claims its link for bytes / bandwidth.
   auto fixed_transfer = [&](const Rendezvous& pair) {
     double& link_free = links.free_at(pair.src, pair.dst);
@@ -402,12 +451,17 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
 
   if (shared_gpu) {
     simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer,
-                        load);
+                        overlap_start, load);
   } else {
     while (!queue.empty()) {
       const auto [time, id] = queue.pop();
       const HotNode& n = hot[static_cast<std::size_t>(id)];
-      if (n.kind == NodeKind::compute) {
+      if (n.kind == NodeKind::compute && n.match >= 0) {
+        if (const std::optional<OverlapStart> pair = overlap_start(time, id)) {
+          finish(pair->first, pair->start, pair->start + pair->duration_us);
+          finish(pair->second, pair->start, pair->start + pair->duration_us);
+        }
+      } else if (n.kind == NodeKind::compute) {
         finish(id, time, time + n.duration_us);
       } else if (const std::optional<Rendezvous> pair = rendezvous(time, id)) {
         fixed_transfer(*pair);

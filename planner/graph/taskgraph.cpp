@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include <boost/iterator/transform_iterator.hpp>
@@ -285,6 +286,7 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
   n.work_bytes = op_work_bytes(cost, action.op, static_cast<int>(action.microbatches.size()));
   n.kind = NodeKind::compute;
   n.op = action.op;
+  n.overlaps_next = action.overlaps_next;
   n.device = device;
   n.stage = action.stage;
   n.microbatches = action.microbatches;
@@ -481,6 +483,22 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
 }
 
 }  // namespace
+
+std::vector<OverlapPair> overlap_pairs(const TaskGraph& graph) {
+  const std::span<const Node> nodes = graph.nodes();
+  std::vector<OverlapPair> pairs;
+  if (std::none_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.overlaps_next; }))
+    return pairs;
+  for (std::size_t s = 0; s < graph.streams().size(); ++s) {
+    const std::vector<int>& order = graph.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+      if (!nodes[static_cast<std::size_t>(order[i])].overlaps_next) continue;
+      pairs.push_back({order[i], order[i + 1]});
+      ++i;  // the second member starts no pair
+    }
+  }
+  return pairs;
+}
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta) {
   return lower(Schedule(schedule), costs, std::move(meta));

@@ -81,6 +81,10 @@ struct Node {
   NodeKind kind = NodeKind::compute;
   OpType op = OpType::F;  // compute nodes; for send/recv, the op that produced the payload
   Transfer transfer = Transfer::none;  // send/recv: what the payload is
+  // Compute: starts together with the next node of its stream, and the two end together (an
+  // overlapped pair, schedules/schedule.h; the simulator gives the pair the profile's
+  // overlapped time, overlapped_time_us).
+  bool overlaps_next = false;
   int device = 0;
   int stream = 0;                // index into TaskGraph::streams()
   int stage = 0;                 // virtual stage of the op (for send/recv: of the producer)
@@ -129,9 +133,20 @@ struct PlanMeta {
   P2pLink link;                            // every device pair
   std::string profile_source;              // provenance summary of the profile used
   Contention contention;  // stages sharing one GPU (emulation): the simulator's slowdowns
+  OverlapModel overlap;   // an overlapped pair's time (profiles/overlap.h)
 };
 
 class GraphBuilder;
+class TaskGraph;
+
+// The overlapped pairs: each flagged compute node (Node::overlaps_next) and the next node of its
+// stream, by stream; a flagged node that ends its stream, or follows a flagged node as its
+// pair's second member, starts none (the validator names it). Linear in nodes.
+struct OverlapPair {
+  int first;
+  int second;
+};
+std::vector<OverlapPair> overlap_pairs(const TaskGraph& graph);
 
 class TaskGraph {
  public:

@@ -124,6 +124,61 @@ Result check_streams(const Context& c) {
   return std::nullopt;
 }
 
+// Overlapped pairs: a flagged node is a forward followed in its compute stream by a B or P1 that
+// is not flagged itself and takes no data from it, and the pairs are the schedule's.
+Result check_overlap(const Context& c) {
+  const TaskGraph& g = c.g;
+  // The schedule's pairs, by the forward's (stage, micro-batch).
+  std::map<std::pair<int, int>, Action> planned;
+  for (const std::vector<Action>& actions : g.schedule.per_device) {
+    for (std::size_t i = 0; i + 1 < actions.size(); ++i) {
+      if (actions[i].overlaps_next)
+        planned[{actions[i].stage, actions[i].microbatches.front()}] = actions[i + 1];
+    }
+  }
+  std::size_t pairs = 0;
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const std::vector<int>& order = g.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int id = order[i];
+      const Node& first = g.node(id);
+      if (!first.overlaps_next) continue;
+      const auto fail = [&](const std::string& what) {
+        return make_violation(g, id, "overlap", what);
+      };
+      if (first.kind != NodeKind::compute) return fail("is overlapped but not a compute node");
+      if (i + 1 == order.size()) return fail("overlaps the next node but ends its stream");
+      const int next = order[i + 1];
+      const Node& second = g.node(next);
+      if (first.op != OpType::F || (second.op != OpType::B && second.op != OpType::P1)) {
+        return fail("an overlapped pair is a forward then a B or P1, got " + node_label(second));
+      }
+      if (second.overlaps_next) return fail("is followed by a node that overlaps further");
+      const auto& graph = g.graph();
+      for (auto [it, last] = boost::out_edges(static_cast<std::size_t>(id), graph); it != last;
+           ++it) {
+        if (boost::target(*it, graph) == static_cast<std::size_t>(next) &&
+            graph[*it] == EdgeKind::data) {
+          return fail("feeds " + node_label(second) + ", the node it overlaps");
+        }
+      }
+      const auto it = planned.find({first.stage, first.microbatches.front()});
+      if (it == planned.end() || it->second.op != second.op || it->second.stage != second.stage ||
+          it->second.microbatches != second.microbatches) {
+        return fail("overlaps " + node_label(second) + ", a pair the schedule does not have");
+      }
+      ++pairs;
+      ++i;
+    }
+  }
+  if (pairs != planned.size()) {
+    return make_violation(g, -1, "overlap",
+                          "the schedule has " + std::to_string(planned.size()) +
+                              " overlapped pairs, the graph " + std::to_string(pairs));
+  }
+  return std::nullopt;
+}
+
 // Each send/recv names a match of the other kind that names it back, on the device it names as
 // its peer, with the same transfer kind, size and tag. Every test is symmetric, so a node whose
 // match comes before it, is a send or recv and names it back passed them all when that match was
@@ -497,7 +552,7 @@ std::optional<Violation> find_violation(const TaskGraph& graph) {
 std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acyclic) {
   const Context c(graph);
   const bool transfers = has_transfers(graph);
-  for (const auto check : {check_streams, check_matches, check_pair_order}) {
+  for (const auto check : {check_streams, check_matches, check_pair_order, check_overlap}) {
     if (auto v = check(c)) return v;
   }
   if (transfers) {

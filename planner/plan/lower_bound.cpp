@@ -25,7 +25,7 @@ double p2_per_microbatch_us(const StageCost& c) {
 
 LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
                                  const std::vector<int>& stage_device, const P2pLink& link,
-                                 int microbatches) {
+                                 int microbatches, double overlap_efficiency) {
   if (costs.size() != stage_device.size() || costs.empty()) {
     throw Error("lower bound: " + std::to_string(costs.size()) + " stage costs for " +
                 std::to_string(stage_device.size()) + " stages");
@@ -67,7 +67,7 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
   for (int d = 0; d < devices; ++d) {
     double first = std::numeric_limits<double>::infinity();
     double first_p1 = first, tail = first;
-    double non_p2 = 0, p2 = 0, forwards = 0;
+    double non_p2 = 0, p2 = 0, forwards = 0, backwards = 0;
     int count = 0;
     for (std::size_t s = 0; s < stages; ++s) {
       if (stage_device[s] != d) continue;
@@ -76,6 +76,7 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
       tail = std::min(tail, up[s]);
       non_p2 += m * (costs[s].forward_us + costs[s].p1_us);
       forwards += m * costs[s].forward_us;
+      backwards += m * (costs[s].p1_us + costs[s].p2_us);
       p2 += m * w[s];
       ++count;
     }
@@ -83,12 +84,13 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
     // Before its first P1 a device can only run forwards; after its last P1, only P2s, while
     // that P1's gradient still crosses every stage below it (the closest to stage 0 is the least).
     const double ramp_up = std::max(0.0, first_p1 - first - forwards);
-    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up;
+    const double saved = overlap_efficiency * std::min(forwards, backwards);  // overlapped pairs
+    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up - saved;
     if (device_bound > bound.makespan_us) {
       bound.makespan_us = device_bound;
       bound.binding_device = d;
     }
-    bound.stage_span_us = std::max(bound.stage_span_us, non_p2 + p2 + ramp_up);
+    bound.stage_span_us = std::max(bound.stage_span_us, non_p2 + p2 + ramp_up - saved);
   }
   return bound;
 }

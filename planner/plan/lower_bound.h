@@ -19,6 +19,10 @@
 // bandwidth when stages j and j+1 sit on different devices, else 0.
 // Largest stage span >= max_d (work_d + ramp-up_d): a span starts at the device's own first op,
 // which runs its lowest stage, and the ramp-up holds relative to it.
+// Overlapped pairs (profiles/overlap.h, efficiency e > 0) save at most e·min(F, B) each, and each
+// F and each backward is in one pair at most, so work_d drops by at most
+//   e · m · min(sum_{s in S_d} F_s, sum_{s in S_d} (P1_s + P2_s)),
+// which the bound subtracts when given e (the chain stands: a pair lasts at least its longer op).
 #pragma once
 
 #include <vector>
@@ -36,7 +40,7 @@ struct LowerBound {
 
 LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
                                  const std::vector<int>& stage_device, const P2pLink& link,
-                                 int microbatches);
+                                 int microbatches, double overlap_efficiency = 0);
 
 // (value - bound) / bound; 0 when bound <= 0.
 double gap_to_bound(double value_us, double bound_us);

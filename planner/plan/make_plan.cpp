@@ -61,6 +61,7 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.link = r.profile.p2p;
   m.contention = r.profile.contention;
+  m.overlap = r.profile.overlap;
   const Provenance& p = r.profile.provenance;
   m.profile_source =
       p.source + (p.gpu.empty() ? "" : " on " + p.gpu) + (p.date.empty() ? "" : " " + p.date);
@@ -170,14 +171,25 @@ CheckedSimulation add_bpipe_within_memory(TaskGraph& graph, const std::vector<St
   return std::move(first->second);
 }
 
+// The overlap efficiency the lower bound must allow for: the profile's when the schedule has
+// overlapped pairs, else 0 (the bound of every other schedule stays as tight as it was).
+double pair_efficiency(const Schedule& schedule, const PlanMeta& meta) {
+  for (const std::vector<Action>& actions : schedule.per_device) {
+    for (const Action& a : actions) {
+      if (a.overlaps_next) return meta.overlap.efficiency;
+    }
+  }
+  return 0;
+}
+
 // The rest of lower_and_simulate, from the lowered graph on.
 Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
                       const std::optional<LowerBound>& known, BpipeMode bpipe, bool given) {
   Plan plan{std::move(graph), {}, {}};
-  plan.bound = known
-                   ? *known
-                   : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
-                                           plan.graph.meta.link, plan.graph.schedule.microbatches);
+  plan.bound = known ? *known
+                     : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
+                                             plan.graph.meta.link, plan.graph.schedule.microbatches,
+                                             pair_efficiency(plan.graph.schedule, plan.graph.meta));
   CheckedSimulation checked = bpipe == BpipeMode::on ? add_bpipe_within_memory(plan.graph, costs)
                                                      : validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
@@ -309,6 +321,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   context.memory_limit_bytes.assign(static_cast<std::size_t>(request.devices),
                                     request.memory_limit_bytes);
   context.link = request.profile.p2p;
+  context.overlap = request.profile.overlap;
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
     context.cut = [&request](int stage_count, const std::vector<int>& blocks) {
@@ -337,8 +350,9 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   out.meta = make_meta(request, inputs.partition, inputs.costs, generated);
   out.schedule =
       with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, out.meta);
-  out.bound = step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
-                                    out.schedule.microbatches);
+  out.bound =
+      step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
+                            out.schedule.microbatches, pair_efficiency(out.schedule, out.meta));
   if (context.bound_step_us > 0 && context.bound_step_us < out.bound.makespan_us) {
     out.bound.makespan_us = context.bound_step_us;
     out.bound.binding_device = -1;

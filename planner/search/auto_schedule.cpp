@@ -47,6 +47,7 @@ Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stag
   l.meta.backward = r.mode;
   l.meta.p2_concat = r.p2_concat;
   l.meta.link = r.link;
+  l.meta.overlap = r.overlap;
   l.meta.memory_limit_bytes = r.memory_limit_bytes;
   l.meta.memory_limit_bytes.resize(idx(r.devices), 0.0);
   if (static_bytes != nullptr) {
@@ -57,7 +58,9 @@ Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stag
     for (std::size_t s = 0; s < stage_device.size(); ++s)
       l.meta.static_bytes[idx(stage_device[s])] += l.costs[s].static_bytes;
   }
-  const LowerBound bound = step_time_lower_bound(l.costs, stage_device, r.link, r.microbatches);
+  // Any schedule of the layout, overlapped pairs (a dualpipe-v seed) included.
+  const LowerBound bound = step_time_lower_bound(l.costs, stage_device, r.link, r.microbatches,
+                                                 l.meta.overlap.efficiency);
   l.bound_step_us = bound.makespan_us;
   l.bound_span_us = bound.stage_span_us;
   return l;

@@ -42,6 +42,7 @@ struct AutoRequest {
   std::vector<std::int64_t> static_bytes;  // per device, for `costs`
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   P2pLink link;
+  OverlapModel overlap;  // an overlapped pair's time: the dualpipe-v seed's
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
   std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.

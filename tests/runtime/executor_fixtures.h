@@ -99,12 +99,10 @@ inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
     return std::pair{s, r};
   };
   std::map<std::pair<int, int>, Node> forwards;
-  int previous = -1;  // the compute op before the current one
-  for (const int id : std::vector<int>(g.stream_order(compute))) {
+  const auto visit = [&](int id, int before) {
     const Node node = g.node(id);
-    const int before = std::exchange(previous, id);
     const std::pair key{node.stage, node.microbatches.front()};
-    if (node.microbatches.front() % 2 != 0) continue;
+    if (node.microbatches.front() % 2 != 0) return;
     if (node.op == OpType::F) {
       const auto [s, r] = add_pair(node, "evict " + node_label(node), true);
       g.add_data_edge(id, s);
@@ -115,6 +113,19 @@ inline TaskGraph with_bpipe_transfers(TaskGraph g, int evictor, int acceptor) {
       g.add_data_edge(evict_recv[key], s);
       if (before >= 0) g.add_data_edge(before, r);
       g.add_data_edge(r, id);
+    }
+  };
+  const std::vector<int> order = g.stream_order(compute);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int before = i > 0 ? order[i - 1] : -1;  // the compute op before this one (or pair)
+    // An overlapped pair starts its two ops together: its backward's load comes first (before
+    // the pair), then its forward's eviction (after the pair), in the in-order transfer stream.
+    if (g.node(order[i]).overlaps_next && i + 1 < order.size()) {
+      visit(order[i + 1], before);
+      visit(order[i], before);
+      ++i;
+    } else {
+      visit(order[i], before);
     }
   }
   return g;

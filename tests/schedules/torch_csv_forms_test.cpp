@@ -113,14 +113,27 @@ TEST(TorchCsvForms, EveryDumpOfTorchsOwnScheduleClassesImports) {
                                             "ScheduleZBVZeroBubble"}));
 }
 
-TEST(TorchCsvForms, OverlapCellsSplitIntoTheirActionsInOrder) {
+TEST(TorchCsvForms, OverlapCellsBecomeOverlappedPairs) {
   const Schedule s = load_torch_csv(kFixtures / "dualpipev_compute_only.csv");
   EXPECT_EQ(s.stage_device, (std::vector<int>{0, 1, 1, 0}));
   const std::vector<Action>& rank0 = s.per_device[0];
   ASSERT_GE(rank0.size(), 6u);
-  EXPECT_EQ(rank0[4], (Action{OpType::F, 0, {3}}));  // (0F3;3B0)OVERLAP_F_B: F first
+  Action forward{OpType::F, 0, {3}};  // (0F3;3B0)OVERLAP_F_B: F first, overlapping the B
+  forward.overlaps_next = true;
+  EXPECT_EQ(rank0[4], forward);
   EXPECT_EQ(rank0[5], (Action{OpType::B, 3, {0}}));
   EXPECT_EQ(rank0.size(), 16u);  // 15 cells, one of them two actions
+  // Written back as the one cell it came from.
+  EXPECT_NE(schedule_to_torch_csv(s).find(",(0F3;3B0)OVERLAP_F_B,"), std::string::npos);
+}
+
+// An OVERLAP_F_B cell that is not a forward then a backward of another micro-batch runs its
+// sub-actions one after the other, as written.
+TEST(TorchCsvForms, OtherOverlapCellsRunInOrder) {
+  const Schedule s = schedule_from_torch_csv("0F0,0F1,(0B0;0F2)OVERLAP_F_B,0B1,0B2\r\n", "o.csv");
+  ASSERT_EQ(s.per_device[0].size(), 6u);
+  for (const Action& a : s.per_device[0])
+    EXPECT_FALSE(a.overlaps_next) << format_action(a);
 }
 
 TEST(TorchCsvForms, WaitCellsQuotedCellsAndAByteOrderMarkAreRead) {

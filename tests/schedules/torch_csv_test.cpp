@@ -37,7 +37,18 @@ std::string pytorch_rules(const std::string& csv) {
   std::istringstream rows(csv);
   std::string row;
   for (int rank = 0; std::getline(rows, row); ++rank) {
-    std::istringstream cells(row);
+    // An overlapped pair's cell, "(0F7;7B3)OVERLAP_F_B", holds its sub-actions in order.
+    std::string flat;
+    std::istringstream whole(row);
+    for (std::string cell; std::getline(whole, cell, ',');) {
+      if (cell.starts_with('(')) {
+        if (!cell.ends_with(")OVERLAP_F_B")) return cell + ": unknown compound cell";
+        cell = cell.substr(1, cell.size() - 1 - std::string_view(")OVERLAP_F_B").size());
+        std::replace(cell.begin(), cell.end(), ';', ',');
+      }
+      flat += (flat.empty() ? "" : ",") + cell;
+    }
+    std::istringstream cells(flat);
     std::string cell;
     while (std::getline(cells, cell, ',')) {
       std::size_t i = 0;

@@ -35,7 +35,7 @@ std::string fixture(const std::string& name) {
 }
 
 // Every shape lowering makes: 2bp with concatenated P2 (several micro-batches in one node),
-// interleaved stages, a V, and BPipe's evict/load transfers.
+// interleaved stages, a V, overlapped pairs (dualpipe-v), and BPipe's evict/load transfers.
 std::vector<TaskGraph> sample_graphs() {
   std::vector<TaskGraph> graphs;
   graphs.push_back(testing::uniform_plan({.devices = 2, .microbatches = 2}).graph);
@@ -50,6 +50,12 @@ std::vector<TaskGraph> sample_graphs() {
                                           .microbatches = 8,
                                           .chunks = 2,
                                           .schedule = "zb-v",
+                                          .backward = BackwardMode::twobp})
+                       .graph);
+  graphs.push_back(testing::uniform_plan({.devices = 4,
+                                          .microbatches = 8,
+                                          .chunks = 2,
+                                          .schedule = "dualpipe-v",
                                           .backward = BackwardMode::twobp})
                        .graph);
   graphs.push_back(bpipe_plan().graph);

@@ -105,7 +105,10 @@ TEST(LowerBound, NeverAboveAnyChunkedPlan) {
         meta.chunks = v;
         meta.static_bytes.assign(static_cast<std::size_t>(p), 0);
         meta.memory_limit_bytes.assign(static_cast<std::size_t>(p), 0.0);
-        const LowerBound b = step_time_lower_bound(costs, generated.stage_device, meta.link, m);
+        // Overlapped pairs (dualpipe-v) from sequential to fully hidden.
+        meta.overlap.efficiency = 0.5 * ((trial / 3) % 3);
+        const LowerBound b = step_time_lower_bound(costs, generated.stage_device, meta.link, m,
+                                                   meta.overlap.efficiency);
         for (const BackwardMode mode : family->backward_modes()) {
           ScheduleRequest r = request;
           r.backward = mode;

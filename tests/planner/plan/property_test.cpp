@@ -55,6 +55,7 @@ void check_random_pipelines(bool uneven) {
       const int chunks = family->traits().chunks.preferred;
       int microbatches = mb_dist(rng);
       if (chunks > 1) microbatches = devices * std::max(1, microbatches / devices);
+      if (family->name() == "dualpipe-v") microbatches = std::max(microbatches, 2 * devices);
       const PlanRequest base = random_request(rng, devices, chunks, microbatches, uneven);
       double fused_ms = 0, twobp_ms = 0;
       // Families that place p2 themselves run only as 2bp (make_plan refuses the others).
