@@ -50,4 +50,28 @@ OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
   return {median(samples), *min, *max};
 }
 
+OpTiming time_pair(cudaStream_t a, cudaStream_t b, int warmup, int repetitions,
+                   const std::function<void()>& setup, const std::function<void()>& on_a,
+                   const std::function<void()>& on_b) {
+  const EventPair events(a);
+  const EventPair joins(b);  // joins.start: b's end, which a waits for
+  std::vector<double> samples;
+  for (int i = 0; i < warmup + repetitions; ++i) {
+    if (setup) setup();
+    CUDA_CHECK(cudaEventRecord(events.start, a));
+    CUDA_CHECK(cudaStreamWaitEvent(b, events.start, 0));
+    on_a();
+    on_b();
+    CUDA_CHECK(cudaEventRecord(joins.start, b));
+    CUDA_CHECK(cudaStreamWaitEvent(a, joins.start, 0));
+    CUDA_CHECK(cudaEventRecord(events.stop, a));
+    CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    if (i >= warmup) samples.push_back(1000.0 * ms);
+  }
+  const auto [min, max] = std::minmax_element(samples.begin(), samples.end());
+  return {median(samples), *min, *max};
+}
+
 }  // namespace pipeplan::cuda

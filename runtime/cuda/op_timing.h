@@ -19,4 +19,11 @@ struct OpTiming {
 OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
                  const std::function<void()>& setup, const std::function<void()>& timed);
 
+// Times two pieces of work at once: `on_a` queued on stream `a` and `on_b` on stream `b` (both
+// in one context), from an event on `a` that `b` waits for to the later of the two ends (`a`
+// waits for `b`'s), as time_op does otherwise. What an overlapped pair takes (profiles/overlap.h).
+OpTiming time_pair(cudaStream_t a, cudaStream_t b, int warmup, int repetitions,
+                   const std::function<void()>& setup, const std::function<void()>& on_a,
+                   const std::function<void()>& on_b);
+
 }  // namespace pipeplan::cuda

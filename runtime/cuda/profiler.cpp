@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 
 #include "profiles/gpu.h"
@@ -187,6 +188,47 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
   return cost;
 }
 
+// The overlap efficiency (profiles/overlap.h) of a block's forward on the stage's stream beside
+// another block's full backward (p1 then p2) on a second stream of the same SMs: each alone, then
+// both at once, as dualpipe-v's overlapped pairs run them.
+OverlapModel measure_overlap(CudaBackend& backend, CudaBackend& side, int mbs, int seq,
+                             const GpuProfileOptions& options) {
+  const ModelConfig& model = options.model;
+  LayerParams forward_layer = backend.init_layer(model, LayerKind::block, 1, 1);
+  LayerParams backward_layer = side.init_layer(model, LayerKind::block, 2, 1);
+  const KindInput in_f = make_inputs(backend, LayerKind::block, model, mbs, seq);
+  const KindInput in_b = make_inputs(side, LayerKind::block, model, mbs, seq);
+  ForwardResult fwd, stashed;
+  BackwardP1Result p1;
+  const auto forward = [&] { fwd = backend.forward(forward_layer, in_f.input, in_f.targets); };
+  const auto backward = [&] {
+    p1 = side.backward_p1(backward_layer, std::move(stashed.stash), in_b.dy);
+    const Retained* retained = &p1.retained;
+    side.backward_p2(backward_layer, std::span<const Retained* const>(&retained, 1));
+  };
+  // Untimed: a fresh stash for the backward, and both streams idle.
+  const auto prepare = [&] {
+    fwd = {};
+    p1 = {};
+    stashed = side.forward(backward_layer, in_b.input, in_b.targets);
+    side.synchronize();
+    backend.synchronize();
+  };
+  cudaStream_t a = backend.context().stream(), b = side.context().stream();
+  const OpTiming f = time_op(a, options.warmup, options.repetitions, prepare, forward);
+  const OpTiming full_b = time_op(b, options.warmup, options.repetitions, prepare, backward);
+  const OpTiming pair =
+      time_pair(a, b, options.warmup, options.repetitions, prepare, forward, backward);
+  prepare();
+  const double efficiency = overlap_efficiency_from(f.median_us, full_b.median_us, pair.median_us);
+  std::ostringstream source;
+  source << "measured: a block's forward beside another block's full backward, mbs " << mbs
+         << ", on two streams of " << (options.sm_partition > 0 ? "one SM partition" : "the GPU")
+         << ": F " << f.median_us << " us, B " << full_b.median_us << " us, together "
+         << pair.median_us << " us";
+  return {efficiency, source.str()};
+}
+
 }  // namespace
 
 Profile measure_profile(const GpuProfileOptions& options) {
@@ -220,7 +262,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   if (green) notes << "(EMULATED stage: green context of " << green->sm_count() << " SMs) ";
   const std::vector<LayerKind> kinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
   Progress progress(options.progress,
-                    static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 1);
+                    static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 2);
   for (const int mbs : options.micro_batch_sizes) {
     for (const LayerKind kind : kinds) {
       profile.layers[std::string(to_string(kind))][mbs] =
@@ -231,6 +273,15 @@ Profile measure_profile(const GpuProfileOptions& options) {
   }
   profile.p2p = measure_p2p(backend.context(), devices, options);
   progress.step("p2p");
+  if (!options.micro_batch_sizes.empty()) {
+    // A second stream on the same SMs (the green context's, when emulating a stage).
+    CudaBackend side(
+        {options.attention, green ? green->create_stream() : nullptr, options.gemm_candidates});
+    profile.overlap =
+        measure_overlap(backend, side, options.micro_batch_sizes.front(), profile.seq, options);
+    backend.context().allocator().release_cached();
+  }
+  progress.step("overlapped F&B");
   profile.provenance = {"measured", prop.name, iso_now(), options.command, notes.str()};
   return profile;
 }

@@ -132,6 +132,11 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
             loaded.cost(LayerKind::block, 1).forward_work_bytes);
   EXPECT_GT(loaded.p2p.bandwidth_GBps, 0);
   EXPECT_GT(loaded.p2p.latency_us, 0);
+  // The overlapped pair's efficiency, measured on two streams and kept with how it was measured.
+  EXPECT_GE(loaded.overlap.efficiency, 0.0);
+  EXPECT_LE(loaded.overlap.efficiency, 1.0);
+  EXPECT_EQ(loaded.overlap.source.rfind("measured: a block's forward beside", 0), 0u)
+      << loaded.overlap.source;
 }
 
 // `profile --backend cuda --gemm-candidates 3`: the answers are timed in the warm-up (so the
