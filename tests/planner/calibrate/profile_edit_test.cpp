@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -19,14 +20,7 @@ Profile shipped() {
                       "/profiles/h100-sxm-llama-7b.analytic.json");
 }
 
-std::string error_of(const auto& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // The shipped profile with working memory added to every block pass.
 Profile with_work(Profile p) {
