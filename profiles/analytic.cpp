@@ -297,7 +297,34 @@ std::string efficiency_notes() {
          " (flash); elementwise at " + fmt(kHbmEfficiency) + " of HBM bandwidth; " +
          fmt(kKernelOverheadUs) +
          " us per kernel; weights bf16, grads fp32, AdamW fp32 master+m+v (2/4/12 bytes per "
-         "parameter). See docs/design/analytic-model.md.";
+         "parameter); optimizer step: 34 bytes moved per parameter at HBM speed, two kernels "
+         "per tensor. See docs/design/analytic-model.md.";
+}
+
+// The optimizer step over `params` parameters held in `tensors` tensors, as the runtime runs it
+// (runtime/cuda/adamw.cu): AdamW reads the fp32 master weights, both moments and the gradient and
+// writes the first three and the bf16 weights (30 bytes per parameter), then the gradients are
+// zeroed (4 more); memory-bound, one AdamW kernel and one memset per tensor.
+double optimizer_time_us(std::int64_t params, int tensors, const GpuSpec& gpu) {
+  constexpr double kBytesPerParameter = 34;
+  const double hbm_bytes_per_us = gpu.hbm_bandwidth_GBps * 1e3;  // GB/s -> B/us
+  return kBytesPerParameter * static_cast<double>(params) / (hbm_bytes_per_us * kHbmEfficiency) +
+         2 * tensors * kKernelOverheadUs;
+}
+
+// Parameter tensors of a layer (the optimizer's kernels): a block's two norms, four attention
+// and three MLP projections (two for a non-gated MLP, and their biases where the model has
+// them); the embedding's token table (and learned positions); the head's norm and projection.
+int parameter_tensors(const ModelConfig& m, LayerKind kind) {
+  switch (kind) {
+    case LayerKind::block:
+      return 6 + (m.mlp == MlpKind::swiglu ? 3 : 2);
+    case LayerKind::embedding:
+      return m.learned_positions > 0 ? 2 : 1;
+    case LayerKind::head:
+      return 2;
+  }
+  return 1;
 }
 
 LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
@@ -343,6 +370,7 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
   c.param_bytes = kWeightBytes * params;
   c.grad_bytes = kGradBytes * params;
   c.optimizer_bytes = kOptimizerBytes * params;
+  if (params > 0) c.optimizer_us = optimizer_time_us(params, parameter_tensors(m, kind), gpu);
   return c;
 }
 

@@ -216,6 +216,7 @@ void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_pea
   stage.forward_us += layer.forward_us;
   stage.p1_us += layer.p1_us;
   stage.p2_us += layer.p2_us;
+  stage.optimizer_us += layer.optimizer_us;
   for (std::size_t i = 0; i < kind.p2_us.size(); ++i)
     stage.p2_concat_us[i] += kind.p2_us[i];
   stage.stash_bytes += layer.stash_bytes;

@@ -44,6 +44,7 @@ struct StageCost {
   std::int64_t p1_work_bytes = 0;
   std::int64_t fused_work_bytes = 0;        // a fused backward (B): p1 then p2, layer by layer
   std::vector<std::int64_t> p2_work_bytes;  // index k-1: one p2 call over k micro-batches
+  double optimizer_us = 0;  // the optimizer step over the stage's layers (0: not profiled)
   double p2_time_us(int k) const;
   std::int64_t p2_work(int k) const;  // beyond the table, linear in k (as p2_time_us)
   // The most any op of the stage holds while it runs (P2 up to the table's k): a reserve for the

@@ -137,6 +137,8 @@ LayerCost cost_from_json(const Reader& r) {
   // Optional (profiles before working memory was measured have none: 0).
   if (r.raw().contains("forward_work_bytes")) c.forward_work_bytes = r.bytes("forward_work_bytes");
   if (r.raw().contains("p1_work_bytes")) c.p1_work_bytes = r.bytes("p1_work_bytes");
+  // Optional (profiles before the optimizer step was profiled have none: 0).
+  if (r.raw().contains("optimizer_us")) c.optimizer_us = r.time_us("optimizer_us", false);
   if (r.raw().contains("p2_work_bytes")) {
     const Reader work = r.object("p2_work_bytes");
     if (!work.raw().is_object()) r.fail("p2_work_bytes", "must be an object");
@@ -145,9 +147,9 @@ LayerCost cost_from_json(const Reader& r) {
   }
   for (const auto& [key, value] : r.raw().items()) {
     static const std::set<std::string> kKnown{
-        "forward_us",         "p1_us",         "p2_us",        "p2_concat_us",    "stash_bytes",
-        "retained_bytes",     "param_bytes",   "grad_bytes",   "optimizer_bytes", "send_bytes",
-        "forward_work_bytes", "p1_work_bytes", "p2_work_bytes"};
+        "forward_us",         "p1_us",         "p2_us",         "p2_concat_us",    "stash_bytes",
+        "retained_bytes",     "param_bytes",   "grad_bytes",    "optimizer_bytes", "send_bytes",
+        "forward_work_bytes", "p1_work_bytes", "p2_work_bytes", "optimizer_us"};
     if (kKnown.count(key) == 0) r.fail(key, "is not a field of a layer cost");
   }
   return c;
@@ -167,6 +169,7 @@ json cost_to_json(const LayerCost& c) {
          {"grad_bytes", c.grad_bytes},
          {"optimizer_bytes", c.optimizer_bytes},
          {"send_bytes", c.send_bytes}};
+  if (c.optimizer_us > 0) j["optimizer_us"] = c.optimizer_us;
   // Written only when known, so a profile without them reads back the same.
   if (c.forward_work_bytes > 0 || c.p1_work_bytes > 0 || !c.p2_work_bytes.empty()) {
     json work = json::object();

@@ -62,6 +62,10 @@ struct LayerCost {
   std::int64_t forward_work_bytes = 0;
   std::int64_t p1_work_bytes = 0;
   std::map<int, std::int64_t> p2_work_bytes;  // k concatenated micro-batches -> bytes
+  // One optimizer step over the layer's parameters (AdamW on fp32 master weights and moments,
+  // then the gradients zeroed): measured, or estimated from HBM bandwidth (it is memory-bound).
+  // 0 where not known: plans then have no optimizer step (planner/graph/taskgraph.h).
+  double optimizer_us = 0;
   // Time of one p2 over k micro-batches: the measured/estimated entry for k, else linear in k
   // from the nearest smaller entry.
   double p2_time_us(int k) const;

@@ -193,6 +193,9 @@ void DeviceWorker::run_compute(const Node& node) {
     case OpType::P2:
       backward_p2(node.stage, node.microbatches);
       break;
+    case OpType::O:
+      if (train_) optimizer_step(adamw_, step_);
+      break;
   }
 }
 

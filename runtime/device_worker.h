@@ -62,6 +62,14 @@ class DeviceWorker {
   std::int64_t expected_bytes(const Node& node) const;
   void store_payload(const Node& node, Message message);
   void optimizer_step(const AdamWConfig& config, int step);
+  // What the plan's optimizer node (OpType::O) does this step: AdamW with `config` at `step`
+  // and the gradients zeroed (optimizer_step) when `train`, nothing when only the gradients
+  // are wanted. Set before the step's threads start.
+  void set_optimizer_node(bool train, const AdamWConfig& config, int step) {
+    train_ = train;
+    adamw_ = config;
+    step_ = step;
+  }
 
   int device() const { return device_; }
   Backend& backend() { return *backend_; }
@@ -75,6 +83,9 @@ class DeviceWorker {
   }
 
  private:
+  bool train_ = false;  // set_optimizer_node
+  AdamWConfig adamw_;
+  int step_ = 0;
   void forward(const Node& node);
   void backward_p1(const Node& node, bool with_p2);
   void backward_p2(int stage, const std::vector<int>& microbatches);

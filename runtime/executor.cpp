@@ -95,6 +95,11 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
     local_device_ = options_.group->rank();
   }
   workers_.resize(static_cast<std::size_t>(devices));  // null: another rank's device
+  optimizer_node_.assign(static_cast<std::size_t>(devices), 0);
+  for (const Node& n : plan_.nodes()) {
+    if (n.kind == NodeKind::compute && n.op == OpType::O && n.device >= 0 && n.device < devices)
+      optimizer_node_[static_cast<std::size_t>(n.device)] = 1;
+  }
   for (int d = 0; d < devices; ++d) {
     if (!runs(d)) continue;
     workers_[static_cast<std::size_t>(d)] =
@@ -242,7 +247,10 @@ StepResult Executor::step(StepMode mode) {
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
   arrivals_.assign(static_cast<std::size_t>(plan_.node_count()), nullptr);
   for (auto& worker : workers_) {
-    if (worker) worker->prepare_step();
+    if (worker) {
+      worker->prepare_step();
+      worker->set_optimizer_node(mode == StepMode::train, options_.adamw, step_number);
+    }
   }
   for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();  // the clock starts on idle devices
@@ -272,9 +280,11 @@ StepResult Executor::step(StepMode mode) {
   if (failed && !options_.group)
     throw Error("step " + std::to_string(step_number) + ": " + *sync_->first_error);
   if (!failed && mode == StepMode::train) {
+    // Devices whose plan has no optimizer node (a profile without its time) step here, after
+    // the graph; the others did in their node.
     std::vector<std::jthread> threads;
     for (auto& worker : workers_) {
-      if (!worker) continue;
+      if (!worker || optimizer_node_[static_cast<std::size_t>(worker->device())] != 0) continue;
       threads.emplace_back(
           [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
     }

@@ -108,6 +108,7 @@ class Executor {
   ExecutorOptions options_;
   std::unique_ptr<Transport> transport_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
+  std::vector<char> optimizer_node_;  // per device: its plan has an optimizer node (OpType::O)
   std::vector<std::vector<int>> local_inputs_;  // per node: same-device data-edge sources
   // Per node: a send that a node of its own device waits for (a BPipe eviction, whose memory the
   // op after next reuses): done only once the transport gave its tensors back (flush).

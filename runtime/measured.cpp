@@ -1,5 +1,6 @@
 #include "runtime/measured.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -40,6 +41,11 @@ RunComparison compare_with_prediction(const TaskGraph& plan, const SimResult& pr
   c.measured_makespan_us = measured.makespan_us;
   c.makespan_error_pct = percent_error(measured.makespan_us, predicted.makespan_us);
   c.measured_step_time_us = step_time_us;
+  const auto nodes = plan.nodes();
+  if (std::any_of(nodes.begin(), nodes.end(),
+                  [](const Node& n) { return n.kind == NodeKind::compute && n.op == OpType::O; })) {
+    c.predicted_step_time_us = predicted.makespan_us;
+  }
   c.predicted_tokens_per_s = predicted.tokens_per_s;
   c.measured_tokens_per_s = measured.tokens_per_s;
   c.predicted_mfu = predicted.mfu;

@@ -49,6 +49,10 @@ struct RunComparison {
   double measured_makespan_us = 0;
   double makespan_error_pct = 0;
   double measured_step_time_us = 0;  // wall clock: task graph + optimizer
+  // The same quantity predicted: the makespan where the plan has its optimizer steps as nodes
+  // (OpType::O, then the step is the graph); 0 where it has none (the optimizer then runs after
+  // the graph, outside any prediction).
+  double predicted_step_time_us = 0;
   double predicted_tokens_per_s = 0;
   double measured_tokens_per_s = 0;  // over the measured makespan, like the prediction
   double predicted_mfu = 0;          // against the plan's GPU (meta.peak_flops_per_device)

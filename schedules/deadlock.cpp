@@ -37,6 +37,8 @@ std::vector<Input> inputs(const Action& a, int stages) {
       case OpType::P2:
         out.push_back({key(1, a.stage, mb), {OpType::P1, a.stage, {mb}}});
         break;
+      case OpType::O:  // never in a schedule (check_schedule refuses it)
+        break;
     }
   }
   return out;

@@ -16,7 +16,7 @@ namespace pipeplan {
 namespace {
 
 // Indexed by OpType: the name, and the spelling inside an action ("0P1_3").
-constexpr std::array<std::string_view, 4> kOpNames = {"F", "B", "P1", "P2"};
+constexpr std::array<std::string_view, 5> kOpNames = {"F", "B", "P1", "P2", "O"};
 constexpr std::array<std::string_view, 4> kOpSpellings = {"F", "B", "P1_", "P2_"};
 
 }  // namespace
@@ -66,6 +66,10 @@ void append_action(std::string& out, const Action& action) {
 }
 
 void append_action(std::string& out, OpType op, int stage, const MicroBatches& microbatches) {
+  if (op == OpType::O) {  // a device's optimizer step: no stage or micro-batch of its own
+    out += "optimizer";
+    return;
+  }
   // Written into a stack buffer, then appended in one go: this runs for every node a plan file or
   // a trace names (39k for 64 stages and 96 micro-batches), and a short label (SSO) never touches
   // the heap. A long concatenated P2 flushes the buffer as it fills.
@@ -401,6 +405,8 @@ bool fits_order(OpType op, const MicrobatchState& seen) {
       return seen.forward && !seen.fused_backward && !seen.p1;
     case OpType::P2:
       return !seen.fused_backward && !seen.p2 && seen.p1;
+    case OpType::O:  // the optimizer step is the task graph's, never a schedule's
+      return false;
   }
   return false;
 }
@@ -422,6 +428,8 @@ std::string order_violation(OpType op, const MicrobatchState& seen, int mb) {
       if (seen.p2) return "micro-batch " + std::to_string(mb) + " already in an earlier P2";
       if (!seen.p1) return "P2 before P1" + which();
       return "";
+    case OpType::O:
+      return "the optimizer step is not a schedule action";
   }
   return "";
 }
@@ -438,6 +446,8 @@ void record(OpType op, MicrobatchState& seen, int device, int position) {
       seen.p1 = true;
       seen.p1_device = device;
       seen.p1_position = position;
+      break;
+    case OpType::O:
       break;
     case OpType::P2:
       seen.p2 = true;

@@ -18,7 +18,10 @@
 
 namespace pipeplan {
 
-enum class OpType : std::uint8_t { F, B, P1, P2 };
+// F, B, P1 and P2 are a schedule's actions. O, the optimizer step (AdamW over a device's
+// layers), is no action: lowering appends one per device after its last weight gradient, when
+// the profile gives its time (planner/graph/taskgraph.h); its label is "optimizer".
+enum class OpType : std::uint8_t { F, B, P1, P2, O };
 std::string_view to_string(OpType op);
 
 enum class BackwardMode { fused, twobp, twobp_fill };

@@ -52,8 +52,14 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
                          run.predicted_makespan_us / 1e3, run.steady_makespan_us / 1e3,
                          run.steady_error_pct);
   }
-  out += printf_string("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
-                       run.measured_step_time_us / 1e3);
+  if (run.predicted_step_time_us > 0) {  // the plan's optimizer nodes: one quantity
+    out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (wall, +AdamW)",
+                         run.predicted_step_time_us / 1e3, run.measured_step_time_us / 1e3,
+                         percent_error(run.measured_step_time_us, run.predicted_step_time_us));
+  } else {
+    out += printf_string("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
+                         run.measured_step_time_us / 1e3);
+  }
   out += printf_string("%-26s %14.0f %14.0f %+8.2f %%\n", "tokens/s", run.predicted_tokens_per_s,
                        run.measured_tokens_per_s,
                        percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s));
@@ -129,23 +135,29 @@ nlohmann::json run_report_json(const RunComparison& run, const MeasuredHardware&
   nlohmann::json errors = {
       {"makespan", run.makespan_error_pct},
       {"tokens_per_s", percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s)}};
+  if (run.predicted_step_time_us > 0) {
+    errors["step_time"] = percent_error(run.measured_step_time_us, run.predicted_step_time_us);
+  }
   if (run.steady_steps > 0) {
     measured["steady"] = {{"makespan_us", run.steady_makespan_us},
                           {"steps", run.steady_steps},
                           {"first_step", run.steady_first_step}};
     errors["steady_makespan"] = run.steady_error_pct;
   }
-  return {{"hardware", std::move(hardware)},
-          {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
-          {"predicted",
-           {{"makespan_us", run.predicted_makespan_us},
-            {"tokens_per_s", run.predicted_tokens_per_s},
-            {"mfu", run.predicted_mfu},
-            {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
-                                                   : nlohmann::json(nullptr)}}},
-          {"measured", std::move(measured)},
-          {"error_pct", std::move(errors)},
-          {"peak_memory", std::move(memory)}};
+  return {
+      {"hardware", std::move(hardware)},
+      {"mfu_kind", "PaLM model FLOPs (no recomputation)"},
+      {"predicted",
+       {{"makespan_us", run.predicted_makespan_us},
+        {"step_time_us", run.predicted_step_time_us > 0 ? nlohmann::json(run.predicted_step_time_us)
+                                                        : nlohmann::json(nullptr)},
+        {"tokens_per_s", run.predicted_tokens_per_s},
+        {"mfu", run.predicted_mfu},
+        {"mfu_on_gpus_used", hw.peak_flops > 0 ? nlohmann::json(run.predicted_mfu_on_gpus_used)
+                                               : nlohmann::json(nullptr)}}},
+      {"measured", std::move(measured)},
+      {"error_pct", std::move(errors)},
+      {"peak_memory", std::move(memory)}};
 }
 
 }  // namespace pipeplan

@@ -24,7 +24,7 @@ constexpr std::string_view kArrows = "\u2194";  // ↔
 constexpr std::string_view kReset = "\x1b[0m";
 constexpr int kMinLanes = 8;
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr OpType kOpTypes[] = {OpType::F, OpType::P1, OpType::P2, OpType::B};
+constexpr OpType kOpTypes[] = {OpType::F, OpType::P1, OpType::P2, OpType::B, OpType::O};
 
 char op_letter(OpType op) {
   switch (op) {
@@ -36,6 +36,8 @@ char op_letter(OpType op) {
       return 'b';
     case OpType::P2:
       return 'w';
+    case OpType::O:
+      return 'O';
   }
   return '?';
 }
@@ -50,11 +52,14 @@ std::string_view op_meaning(OpType op) {
       return "p1 (input grad)";
     case OpType::P2:
       return "p2 (weight grad)";
+    case OpType::O:
+      return "optimizer step";
   }
   return "";
 }
 
-// ANSI 256-colour background and a readable foreground: F blue, B and P1 greens, P2 orange.
+// ANSI 256-colour background and a readable foreground: F blue, B and P1 greens, P2 orange, the
+// optimizer step grey.
 std::string op_color(OpType op) {
   switch (op) {
     case OpType::F:
@@ -65,6 +70,8 @@ std::string op_color(OpType op) {
       return "\x1b[48;5;77m\x1b[38;5;16m";
     case OpType::P2:
       return "\x1b[48;5;208m\x1b[38;5;16m";
+    case OpType::O:
+      return "\x1b[48;5;245m\x1b[38;5;16m";
   }
   return "";
 }

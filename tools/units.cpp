@@ -11,15 +11,34 @@
 
 namespace pipeplan {
 
+namespace {
+
+// The decimal number at the front of `s` (digits, an optional fraction and exponent: no sign, no
+// hex, no "inf" or "nan", no spaces) and where it ends; ec set when there is none.
+struct Leading {
+  double value = 0;
+  const char* ptr = nullptr;
+  std::errc ec{};
+};
+Leading leading_decimal(const std::string& s) {
+  Leading out;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] =
+      s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) == 0
+          ? std::from_chars_result{s.data(), std::errc::invalid_argument}
+          : std::from_chars(s.data(), end, out.value, std::chars_format::general);
+  out.ptr = ptr;
+  out.ec = ec;
+  return out;
+}
+
+}  // namespace
+
 double parse_bytes(std::string_view text, std::string_view option) {
   const std::string s(text);
-  // A decimal number (digits, an optional fraction and exponent) and a unit: no sign, no hex,
-  // no "inf" or "nan", no spaces.
-  double value = 0;
+  // A decimal number and a unit.
+  const auto [value, ptr, ec] = leading_decimal(s);
   const char* end = s.data() + s.size();
-  const auto [ptr, ec] = s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) == 0
-                             ? std::from_chars_result{s.data(), std::errc::invalid_argument}
-                             : std::from_chars(s.data(), end, value, std::chars_format::general);
   if (ec != std::errc()) {
     throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
   }
@@ -57,12 +76,8 @@ double parse_bytes(std::string_view text, std::string_view option) {
 
 double parse_fraction(std::string_view text, std::string_view option) {
   const std::string s(text);
-  double value = 0;
-  const char* end = s.data() + s.size();
-  const auto [ptr, ec] = s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) == 0
-                             ? std::from_chars_result{s.data(), std::errc::invalid_argument}
-                             : std::from_chars(s.data(), end, value, std::chars_format::general);
-  if (ec != std::errc() || ptr != end || !(value >= 0 && value <= 1)) {
+  const auto [value, ptr, ec] = leading_decimal(s);
+  if (ec != std::errc() || ptr != s.data() + s.size() || !(value >= 0 && value <= 1)) {
     throw Error(std::string(option) + ": '" + s + "' is not a number from 0 to 1");
   }
   return value;

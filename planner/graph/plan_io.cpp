@@ -64,10 +64,10 @@ Transfer transfer_of_v1(const Node& n, const std::string& label, StreamRole role
 }
 
 OpType op_from_string(std::string_view text, const std::string& context) {
-  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2}) {
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2, OpType::O}) {
     if (text == to_string(op)) return op;
   }
-  throw Error(context + ": field 'op' must be F, B, P1 or P2");
+  throw Error(context + ": field 'op' must be F, B, P1, P2 or O");
 }
 
 // An integer JSON value in [lo, hi] (unsigned values beyond int64 count as out of range).
@@ -462,7 +462,7 @@ namespace {
 
 // Version 3's one-character codes for the node columns "kind", "op" and "transfer".
 constexpr std::string_view kKindCodes = "csr";        // NodeKind order
-constexpr std::string_view kOpCodes = "FB12";         // OpType order: F, B, P1, P2
+constexpr std::string_view kOpCodes = "FB12O";        // OpType order: F, B, P1, P2, O
 constexpr std::string_view kTransferCodes = "-agel";  // Transfer order
 
 template <typename E>
@@ -898,6 +898,8 @@ std::string op_color(const Node& n) {
       return "palegreen";
     case OpType::P2:
       return "orange";
+    case OpType::O:
+      return "plum";
   }
   return "white";
 }

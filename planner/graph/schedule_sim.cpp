@@ -45,10 +45,12 @@ class CompactRun {
         queued_(idx(devices_), 1),
         blocked_(idx(devices_), 0) {
     stage_.resize(idx(stages_));
+    optimizer_us_.assign(idx(devices_), 0.0);
     for (int s = 0; s < stages_; ++s) {
       const StageCost& c = costs[idx(s)];
       StageInfo& info = stage_[idx(s)];
       info.device = schedule.stage_device[idx(s)];
+      optimizer_us_[idx(info.device)] += c.optimizer_us;
       info.forward_us = c.forward_us;
       info.p1_us = c.p1_us;
       info.fused_us = c.p1_us + c.p2_us;
@@ -187,6 +189,8 @@ class CompactRun {
         step.release = static_cast<std::int64_t>(k) * info.retained;
         break;
       }
+      case OpType::O:  // never an action (check_schedule refuses it)
+        return std::nullopt;
     }
     step.work = op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
     return step;
@@ -208,6 +212,7 @@ class CompactRun {
         if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
         break;
       case OpType::P2:
+      case OpType::O:
         break;
     }
   }
@@ -267,6 +272,17 @@ class CompactRun {
   void finish(ScheduleSim& out) const {
     double first = std::numeric_limits<double>::max(), last = 0, busy = 0;
     bool any = false;
+    // Each device's optimizer step (lowering's last node on its compute stream), after its
+    // last action.
+    for (int d = 0; d < devices_; ++d) {
+      const double step = optimizer_us_[idx(d)];
+      if (step <= 0) continue;
+      if (schedule_.per_device[idx(d)].empty()) out.first_start_us[idx(d)] = 0;
+      const double start = out.last_end_us[idx(d)], end = start + step;
+      if (options_.keep_times) out.times[idx(d)].push_back({start, end});
+      out.last_end_us[idx(d)] = end;
+      out.busy_us[idx(d)] += end - start;  // as step_metrics sums it
+    }
     for (int d = 0; d < devices_; ++d) {
       busy += out.busy_us[idx(d)];
       out.sum_last_end_us += out.last_end_us[idx(d)];
@@ -295,6 +311,7 @@ class CompactRun {
   std::vector<double> link_end_;  // per directed device pair: when its last message arrived
   std::vector<std::size_t> position_;
   std::vector<double> free_at_;
+  std::vector<double> optimizer_us_;  // per device: its optimizer step (0: none)
   std::vector<std::int64_t> memory_;
   std::vector<char> queued_, blocked_;
 };

@@ -1,4 +1,5 @@
-// A schedule's step on compact arrays, without building its task graph: the times, spans, busy
+// A schedule's step on compact arrays, without building its task graph (each device's optimizer
+// step, StageCost::optimizer_us, after its last action): the times, spans, busy
 // time and peak memory that lower() + validate() + simulate() would give, for the planner's
 // searches (auto, 2bp-fill, --search), which evaluate many candidate orders and keep one.
 //
@@ -36,7 +37,8 @@ struct ScheduleSim {
   double sum_last_end_us = 0;  // Σ over devices of their last end (a tie-breaker for searches)
   std::vector<double> busy_us, first_start_us, last_end_us;  // per device
   std::vector<std::int64_t> peak_memory_bytes;               // per device, static included
-  // Per device, per action in order: its start and end (filled when asked for).
+  // Per device, per action in order: its start and end, then its optimizer step's where the
+  // costs give one (the compute stream's order; filled when asked for).
   std::vector<std::vector<NodeTime>> times;
 };
 

@@ -136,8 +136,8 @@ template <typename Finish, typename Rendezvoused, typename FixedTransfer, typena
 void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int devices,
                          const Contention& contention, Finish& finish, Rendezvoused& rendezvous,
                          FixedTransfer& fixed_transfer, PairStart& overlap_start, double& load) {
-  std::array<const std::vector<double>*, 4> curves{};  // by OpType
-  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
+  std::array<const std::vector<double>*, 5> curves{};  // by OpType
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2, OpType::O})
     curves[static_cast<std::size_t>(op)] = &contention.curve(to_string(op));
   struct Running {
     int id;

@@ -313,6 +313,8 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
       n.duration_us = cost.p2_time_us(static_cast<int>(k));
       n.free_bytes = k * cost.retained_bytes;
       break;
+    case OpType::O:  // appended by lowering itself, never from an action
+      throw InternalError("lower: an optimizer step in the schedule");
   }
 }
 
@@ -328,6 +330,8 @@ std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k) {
       return cost.p1_work_bytes;
     case OpType::P2:
       return cost.p2_work(k);
+    case OpType::O:
+      return 0;
   }
   return 0;
 }
@@ -396,6 +400,26 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
         ComputeIndex::at(table, a.stage, mb) = id;
       }
     }
+  }
+
+  // The optimizer step of each device whose stages the profile gives one for: last on its
+  // compute stream, after every weight gradient (stream order is the dependency).
+  for (int d = 0; d < schedule.devices; ++d) {
+    double optimizer_us = 0;
+    int first_stage = -1;
+    for (int s = 0; s < stages; ++s) {
+      if (schedule.stage_device[static_cast<std::size_t>(s)] != d) continue;
+      optimizer_us += costs[static_cast<std::size_t>(s)].optimizer_us;
+      if (first_stage < 0) first_stage = s;
+    }
+    if (optimizer_us <= 0) continue;
+    Node& n = build.node(build.append(g.stream(d, StreamRole::compute)));
+    n.kind = NodeKind::compute;
+    n.op = OpType::O;
+    n.device = d;
+    n.stage = first_stage;
+    n.microbatches = {0};
+    n.duration_us = optimizer_us;
   }
 
   // Messages in the producer's device order, so each peer pair's sends and receives share one

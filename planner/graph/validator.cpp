@@ -179,6 +179,25 @@ Result check_overlap(const Context& c) {
   return std::nullopt;
 }
 
+// The optimizer step: on a compute stream, the last node there (after every weight gradient of
+// its device), at most one per device.
+Result check_optimizer(const Context& c) {
+  const TaskGraph& g = c.g;
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const std::vector<int>& order = g.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const PackedNode& n = c.node(static_cast<std::size_t>(order[i]));
+      if (n.op != OpType::O || n.kind != NodeKind::compute) continue;
+      if (i + 1 != order.size()) {
+        return make_violation(g, order[i], "optimizer",
+                              "runs before " + node_label(g.node(order[i + 1])) +
+                                  " on its stream: the optimizer step is a device's last op");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // Each send/recv names a match of the other kind that names it back, on the device it names as
 // its peer, with the same transfer kind, size and tag. Every test is symmetric, so a node whose
 // match comes before it, is a send or recv and names it back passed them all when that match was
@@ -371,6 +390,7 @@ Result index_compute(const Context& c, ComputeTable& table) {
     if (g.schedule.stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
       return make_violation(g, id, "coverage", "runs on a device that does not hold its stage");
     }
+    if (n.op == OpType::O) continue;  // check_optimizer's
     for (const int mb : n.microbatches) {
       if (mb < 0 || mb >= g.meta.microbatches) {
         return make_violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
@@ -552,7 +572,8 @@ std::optional<Violation> find_violation(const TaskGraph& graph) {
 std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acyclic) {
   const Context c(graph);
   const bool transfers = has_transfers(graph);
-  for (const auto check : {check_streams, check_matches, check_pair_order, check_overlap}) {
+  for (const auto check :
+       {check_streams, check_matches, check_pair_order, check_overlap, check_optimizer}) {
     if (auto v = check(c)) return v;
   }
   if (transfers) {

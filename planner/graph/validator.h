@@ -11,7 +11,8 @@ namespace pipeplan {
 struct Violation {
   int node = -1;
   std::string rule;     // "acyclic", "send-recv-match", "send-recv-order", "f-before-p1",
-                        // "p1-before-p2", "coverage", "memory-limit", "stream", "overlap"
+                        // "p1-before-p2", "coverage", "memory-limit", "stream", "overlap",
+                        // "optimizer"
   std::string message;  // one line, names the node
 };
 

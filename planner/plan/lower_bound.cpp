@@ -59,9 +59,14 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
   }
 
   LowerBound bound;
-  // One micro-batch's path: every F, every P1 and both transfers of each boundary, one p2.
-  const double chain =
-      head[stages - 1] + costs[stages - 1].forward_us + costs[stages - 1].p1_us + up[stages - 1];
+  // Each device's optimizer step (lowering's last node on its compute stream), after all its work.
+  std::vector<double> optimizer(static_cast<std::size_t>(devices), 0.0);
+  for (std::size_t s = 0; s < stages; ++s)
+    optimizer[static_cast<std::size_t>(stage_device[s])] += costs[s].optimizer_us;
+  // One micro-batch's path: every F, every P1 and both transfers of each boundary, one p2, and
+  // the optimizer step of the device that runs that p2.
+  const double chain = head[stages - 1] + costs[stages - 1].forward_us + costs[stages - 1].p1_us +
+                       up[stages - 1] + optimizer[static_cast<std::size_t>(stage_device[0])];
   bound.makespan_us = chain;
 
   for (int d = 0; d < devices; ++d) {
@@ -85,12 +90,13 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
     // that P1's gradient still crosses every stage below it (the closest to stage 0 is the least).
     const double ramp_up = std::max(0.0, first_p1 - first - forwards);
     const double saved = overlap_efficiency * std::min(forwards, backwards);  // overlapped pairs
-    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up - saved;
+    const double step = optimizer[static_cast<std::size_t>(d)];
+    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up - saved + step;
     if (device_bound > bound.makespan_us) {
       bound.makespan_us = device_bound;
       bound.binding_device = d;
     }
-    bound.stage_span_us = std::max(bound.stage_span_us, non_p2 + p2 + ramp_up - saved);
+    bound.stage_span_us = std::max(bound.stage_span_us, non_p2 + p2 + ramp_up - saved + step);
   }
   return bound;
 }

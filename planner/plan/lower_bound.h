@@ -13,8 +13,10 @@
 //                below s and stage 0 runs at least one p2: t_s = sum_{j<s} (c_j + P1_j) + w_0;
 //                only P2s run on d in that time, so the P2 term becomes
 //                max(m sum w_s, min over s in S_d of t_s)
-//   chain   = sum_s (F_s + P1_s) + 2 sum_j c_j + w_0                  one micro-batch's path
+//   chain   = sum_s (F_s + P1_s) + 2 sum_j c_j + w_0 + O_{dev(0)}    one micro-batch's path
 //   step time >= max(chain, max_d bound_d)
+// O_d, the optimizer step of device d (StageCost::optimizer_us summed over S_d), ends bound_d and
+// the chain: it runs after every op of its device.
 // One stage per device, a V and interleaved chunks alike. c_j = latency + send_bytes_j /
 // bandwidth when stages j and j+1 sit on different devices, else 0.
 // Largest stage span >= max_d (work_d + ramp-up_d): a span starts at the device's own first op,

@@ -30,17 +30,14 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-}  // namespace
-
-OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
-                 const std::function<void()>& setup, const std::function<void()>& timed) {
-  const EventPair events(stream);
+// Runs `once` (which records `events`) `warmup` + `repetitions` times, `setup` before each, and
+// returns the timed runs' median, min and max of the time between the two events.
+OpTiming sample(const EventPair& events, int warmup, int repetitions,
+                const std::function<void()>& setup, const std::function<void()>& once) {
   std::vector<double> samples;
   for (int i = 0; i < warmup + repetitions; ++i) {
     if (setup) setup();
-    CUDA_CHECK(cudaEventRecord(events.start, stream));
-    timed();
-    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    once();
     CUDA_CHECK(cudaEventSynchronize(events.stop));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
@@ -50,14 +47,24 @@ OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
   return {median(samples), *min, *max};
 }
 
+}  // namespace
+
+OpTiming time_op(cudaStream_t stream, int warmup, int repetitions,
+                 const std::function<void()>& setup, const std::function<void()>& timed) {
+  const EventPair events(stream);
+  return sample(events, warmup, repetitions, setup, [&] {
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    timed();
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+  });
+}
+
 OpTiming time_pair(cudaStream_t a, cudaStream_t b, int warmup, int repetitions,
                    const std::function<void()>& setup, const std::function<void()>& on_a,
                    const std::function<void()>& on_b) {
   const EventPair events(a);
   const EventPair joins(b);  // joins.start: b's end, which a waits for
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + repetitions; ++i) {
-    if (setup) setup();
+  return sample(events, warmup, repetitions, setup, [&] {
     CUDA_CHECK(cudaEventRecord(events.start, a));
     CUDA_CHECK(cudaStreamWaitEvent(b, events.start, 0));
     on_a();
@@ -65,13 +72,7 @@ OpTiming time_pair(cudaStream_t a, cudaStream_t b, int warmup, int repetitions,
     CUDA_CHECK(cudaEventRecord(joins.start, b));
     CUDA_CHECK(cudaStreamWaitEvent(a, joins.start, 0));
     CUDA_CHECK(cudaEventRecord(events.stop, a));
-    CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    if (i >= warmup) samples.push_back(1000.0 * ms);
-  }
-  const auto [min, max] = std::minmax_element(samples.begin(), samples.end());
-  return {median(samples), *min, *max};
+  });
 }
 
 }  // namespace pipeplan::cuda

@@ -179,6 +179,15 @@ LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
             << "]; ";
     }
   }
+  // The optimizer step over the layer, as the runtime's optimizer node runs it: AdamW, then the
+  // gradients zeroed (both memory-bound; independent of the micro-batch size).
+  int step = 0;
+  const OpTiming opt = time_op(stream, options.warmup, options.repetitions, {}, [&] {
+    backend.adamw_step(layer, AdamWConfig{}, ++step);
+    backend.zero_grads(layer);
+  });
+  cost.optimizer_us = opt.median_us;
+  notes << to_string(kind) << " optimizer step " << opt.median_us << " us; ";
   cost.forward_us = f.median_us;
   cost.p1_us = b1.median_us;
   cost.param_bytes = layer.param_bytes();

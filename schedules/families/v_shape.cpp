@@ -142,6 +142,7 @@ class VScheduler {
         --reserved_[size(d)];
         break;
       case OpType::B:
+      case OpType::O:
         break;
     }
   }

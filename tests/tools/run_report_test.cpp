@@ -75,6 +75,22 @@ TEST(RunReport, JsonCarriesTheNoteTheShareAndTheErrors) {
   EXPECT_NE(j.at("mfu_kind").get<std::string>().find("PaLM"), std::string::npos);
 }
 
+// A plan with its optimizer steps as nodes predicts the wall-clock step: the report sets the two
+// side by side, as one quantity; without them the predicted step is null.
+TEST(RunReport, AnOptimizerNodeMakesTheStepTimeOneQuantity) {
+  Fake f;
+  EXPECT_TRUE(run_report_json(f.run, f.hw).at("predicted").at("step_time_us").is_null());
+  EXPECT_FALSE(run_report_json(f.run, f.hw).at("error_pct").contains("step_time"));
+  f.run.predicted_step_time_us = 100000;
+  const nlohmann::json j = run_report_json(f.run, f.hw);
+  EXPECT_DOUBLE_EQ(j.at("predicted").at("step_time_us").get<double>(), 100000);
+  EXPECT_DOUBLE_EQ(j.at("error_pct").at("step_time").get<double>(), 10.0);
+  const std::string text = format_run_report(f.run, f.hw);
+  EXPECT_NE(text.find("step time (wall, +AdamW)       100.000 ms     110.000 ms   +10.00 %"),
+            std::string::npos)
+      << text;
+}
+
 // The median of steps 2..N beside the last step; the work queues the run had.
 TEST(RunReport, SteadyStepsAndWorkQueues) {
   Fake f;

@@ -8,14 +8,16 @@ match), "edges" ([from, to] data edges) and "streams" (each with its "order").
     python3 plan_json.py PLAN OUT     writes PLAN (any version) as version 2 to OUT"""
 
 KINDS = {"c": "compute", "s": "send", "r": "recv"}
-OPS = {"F": "F", "B": "B", "1": "P1", "2": "P2"}
+OPS = {"F": "F", "B": "B", "1": "P1", "2": "P2", "O": "O"}
 TRANSFERS = {"-": "none", "a": "activation", "g": "gradient", "e": "evict", "l": "load"}
 SPELLINGS = {"F": "F", "B": "B", "P1": "P1_", "P2": "P2_"}
 
 
 def label(node):
     """The label a node's fields spell: its action ("0F3", "1P2_4+5"), after "evict " or "load "
-    for a BPipe stash move."""
+    for a BPipe stash move; a device's optimizer step is "optimizer"."""
+    if node["op"] == "O":
+        return "optimizer"
     text = str(node["stage"]) + SPELLINGS[node["op"]] + "+".join(map(str, node["microbatches"]))
     if node.get("transfer") in ("evict", "load"):
         text = node["transfer"] + " " + text
@@ -32,6 +34,7 @@ def as_rows(plan):
     streams = plan["streams"]
     more = {row[0]: row[1:] for row in table["more_microbatches"]}
     labels = dict(table["labels"])
+    overlapped = set(table.get("overlapped", []))
     nodes = []
     for i in range(count):
         stream = table["stream"][i]
@@ -45,6 +48,8 @@ def as_rows(plan):
                 "work_bytes": table["work_bytes"][i]}
         if node["work_bytes"] == 0:
             del node["work_bytes"]
+        if i in overlapped:
+            node["overlaps_next"] = True
         if kind != "compute":
             node.update(transfer=TRANSFERS[table["transfer"][i]], bytes=table["bytes"][i],
                         peer=streams[stream]["peer"], match=table["match"][i])

@@ -191,7 +191,7 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
               ops[6] = 'X';
               p["nodes"]["op"] = ops;
             }),
-            "p.json: node 6: field 'op' must be one of the characters 'FB12'");
+            "p.json: node 6: field 'op' must be one of the characters 'FB12O'");
   EXPECT_EQ(load_error([](json& p) {
               std::string transfers = p["nodes"]["transfer"];
               transfers[0] = 'a';

@@ -34,6 +34,7 @@ std::vector<StageCost> random_costs(std::mt19937& rng, int stages) {
     c.retained_bytes = bytes(rng);  // above or below the stash: p1 grows or shrinks memory
     c.static_bytes = bytes(rng);
     c.send_bytes = bytes(rng);
+    if (s % 3 == 0) c.optimizer_us = time(rng);  // an optimizer step on some devices
     if (s % 2 == 1) {  // working memory on every other stage: held only while an op runs
       c.forward_work_bytes = bytes(rng);
       c.p1_work_bytes = bytes(rng);

@@ -67,6 +67,9 @@ TEST(Lowering, MemoryEffectsFollowTheBackwardMode) {
       case OpType::B:
         ADD_FAILURE() << "no fused backward in 2bp";
         break;
+      case OpType::O:
+        ADD_FAILURE() << "no optimizer step: the uniform profile gives none";
+        break;
     }
   }
 }

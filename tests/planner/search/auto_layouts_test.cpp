@@ -85,13 +85,13 @@ TEST(AutoLayouts, FirstOnTheReadmesCompareExamples) {
     const PlanOptions o = model_options("llama-7b", 4, m, 2048);
     EXPECT_GE(expect_auto_first(o, "llama-7b m=" + std::to_string(m)), 17);
   }
-  // Measured (step ms): m = 8, interleaved 2bp-fill 326.1, zb-v 330.4, auto 314.6 (a V);
-  // m = 4, interleaved 2bp-fill 180.6, auto 180.4.
+  // Predicted (step ms, the optimizer step included): m = 8, interleaved 2bp-fill 348.9, zb-v
+  // 351.5, auto 334.5 (a V); m = 4, interleaved 2bp-fill 203.4, auto 203.2.
   PlanOptions a = model_options("llama-7b", 4, 8, 2048);
   a.schedule = "auto";
   a.backward = "2bp";
   const Plan plan = make_plan(make_request(a));
-  EXPECT_LT(plan.sim.makespan_us, 320e3);
+  EXPECT_LT(plan.sim.makespan_us, 340e3);
   EXPECT_EQ(plan.graph.meta.chunks, 2);
   EXPECT_LE(plan.bound.makespan_us, plan.sim.makespan_us);
 }
@@ -100,8 +100,8 @@ TEST(AutoLayouts, FirstOnTheReadmesCompareExamples) {
 // 50k-token head, LLaMA-13B's at 8 stages), and a memory limit that some fixed rows break.
 TEST(AutoLayouts, FirstOnUnevenStages) {
   EXPECT_GE(expect_auto_first(model_options("gpt-1.5b", 4, 8, 1024), "gpt-1.5b P=4"), 15);
-  // At 50 GiB (47 GiB after the reserve) 12 of 17 rows break the limit; auto still beats the
-  // rest: 682.4 ms against zb-h1's 702.9, the fastest that fits.
+  // At 50 GiB (47 GiB after the reserve) 13 of 19 rows break the limit; auto still beats the
+  // rest: 705.0 ms against zb-h1's 725.5, the fastest that fits.
   PlanOptions tight = model_options("llama-13b", 8, 16, 2048);
   tight.memory = "50GiB";
   EXPECT_GE(expect_auto_first(tight, "llama-13b P=8 50GiB"), 5);

@@ -119,6 +119,7 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
       EXPECT_GT(cost.stash_bytes, 0) << to_string(kind);
       EXPECT_GT(cost.retained_bytes, 0) << to_string(kind);
       EXPECT_GT(cost.param_bytes, 0) << to_string(kind);
+      EXPECT_GT(cost.optimizer_us, 0) << to_string(kind);
       // Working memory is measured for every pass and read back; the head's forward holds its
       // logits, the block's p2 joins its micro-batches' inputs, so joining two holds more.
       EXPECT_EQ(cost.p2_work_bytes.size(), 2u) << to_string(kind);
