@@ -219,7 +219,8 @@ std::string op_cells(const Node& node, char letter, int length) {
 constexpr char kPairLetter = '&';
 constexpr std::string_view kPairColor = "\x1b[48;5;91m\x1b[38;5;231m";  // violet-magenta
 
-// Per node, whether it belongs to an overlapped pair.
+// Per node, whether it belongs to an overlapped pair (computed once per drawing: a pass over
+// every node).
 std::vector<char> pair_members(const TaskGraph& graph) {
   std::vector<char> member(static_cast<std::size_t>(graph.node_count()), 0);
   for (const OverlapPair& p : overlap_pairs(graph)) {
@@ -231,8 +232,7 @@ std::vector<char> pair_members(const TaskGraph& graph) {
 
 // One stream's cells: compute ops by op letter, BPipe transfers as e (evict) / l (load).
 std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream, const Scale& scale,
-                       bool color) {
-  const std::vector<char> paired = pair_members(graph);
+                       const std::vector<char>& paired, bool color) {
   const std::vector<int> owners = stream >= 0
                                       ? raster(graph, sim, stream, scale)
                                       : std::vector<int>(static_cast<std::size_t>(scale.lanes), -1);
@@ -263,7 +263,7 @@ std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream,
   return row;
 }
 
-std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool color) {
+std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool pairs, bool color) {
   std::set<OpType> present;
   for (int id = 0; id < graph.node_count(); ++id) {
     if (graph.node(id).kind == NodeKind::compute) present.insert(graph.node(id).op);
@@ -277,7 +277,7 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool c
         static_cast<int>(2 + meaning.size()),
         (color ? op_color(op) + swatch + std::string(kReset) : swatch) + " " + meaning);
   }
-  if (!overlap_pairs(graph).empty()) {
+  if (pairs) {
     const std::string meaning = "overlapped F&B (backward's micro-batch)";
     items.emplace_back(static_cast<int>(2 + meaning.size()),
                        (color ? std::string(kPairColor) + kPairLetter + std::string(kReset)
@@ -400,6 +400,7 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
                 std::to_string(label_width + kMinLanes) + " columns)");
   }
   const Scale scale = make_scale(graph, sim, width - label_width);
+  const std::vector<char> paired = pair_members(graph);
   std::string out = header_lines(scale, label_width);
   const auto& streams = graph.streams();
   for (int device = 0; device < devices; ++device) {
@@ -415,16 +416,17 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
         transfers.push_back(s);
     }
     out += "dev " + label + " " + std::string(kBar) +
-           stream_row(graph, sim, compute, scale, color) + "\n";
+           stream_row(graph, sim, compute, scale, paired, color) + "\n";
     // "   ↔7 │": the transfer stream to device 7, under its device's compute row.
     for (const int s : transfers) {
       const std::string peer = std::to_string(streams[static_cast<std::size_t>(s)].peer);
       const std::size_t pad = static_cast<std::size_t>(label_width - 2) - 1 - peer.size();
       out += std::string(pad, ' ') + std::string(kArrows) + peer + " " + std::string(kBar) +
-             stream_row(graph, sim, s, scale, color) + "\n";
+             stream_row(graph, sim, s, scale, paired, color) + "\n";
     }
   }
-  return out + legend(graph, scale, width, color);
+  const bool pairs = std::find(paired.begin(), paired.end(), 1) != paired.end();
+  return out + legend(graph, scale, width, pairs, color);
 }
 
 std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
