@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -24,13 +26,165 @@ double sustained_work(const SustainedLoad& load, double dt, double share, double
   return (dt + tau * std::log((a + b * std::exp(-dt / tau)) / (a + b))) / a;
 }
 
+double sustained_time(const SustainedLoad& load, double work, double share, double h) {
+  if (work <= 0 || load.factor <= 0) return work;
+  const double a = 1 + load.factor * share;
+  const double b = load.factor * (h - share);
+  const double tau = load.time_constant_us;
+  // The rate 1 / (a + b exp(-t / tau)) lies between 1 / (a + max(b, 0)) and 1 / (a + min(b, 0)).
+  double lo = work * (a + std::min(b, 0.0));
+  double hi = work * (a + std::max(b, 0.0));
+  double t = work * a;
+  for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
+    const double excess = sustained_work(load, t, share, h) - work;
+    if (std::abs(excess) <= 1e-12 * work) break;
+    (excess > 0 ? hi : lo) = t;
+    const double next = t - excess * (a + b * std::exp(-t / tau));  // Newton
+    t = next > lo && next < hi ? next : (lo + hi) / 2;
+  }
+  return t;
+}
+
+double sustained_load_after(const SustainedLoad& load, double dt, double share, double h) {
+  if (dt <= 0) return h;
+  return share + (h - share) * std::exp(-dt / load.time_constant_us);
+}
+
+double DeviceLoad::at(const SustainedLoad& load, double t) const {
+  return t < busy_until_ ? sustained_load_after(load, t - start_, 1, h_)
+                         : sustained_load_after(load, t - busy_until_, 0, h_end_);
+}
+
+double DeviceLoad::run(const SustainedLoad& load, double start, double work) {
+  const double h = at(load, start);
+  const double duration = sustained_time(load, work, 1, h);
+  start_ = start;
+  h_ = h;
+  // An op that ends within the busy time before it leaves the load at its end as it was.
+  if (start + duration > busy_until_) {
+    busy_until_ = start + duration;
+    h_end_ = sustained_load_after(load, duration, 1, h);
+  }
+  return duration;
+}
+
+namespace {
+
+// The least-squares combination gamma of `columns` closest to `target` (normal equations, a
+// few columns at most), or nothing where they are (nearly) dependent.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& columns,
+                                  const std::vector<double>& target) {
+  const std::size_t m = columns.size();
+  const auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double sum = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      sum += a[i] * b[i];
+    return sum;
+  };
+  // [A | b], A = C^T C, b = C^T target.
+  std::vector<std::vector<double>> rows(m, std::vector<double>(m + 1, 0.0));
+  double largest = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    for (std::size_t k = 0; k < m; ++k)
+      rows[j][k] = dot(columns[j], columns[k]);
+    rows[j][m] = dot(columns[j], target);
+    largest = std::max(largest, rows[j][j]);
+  }
+  if (!(largest > 0)) return {};
+  for (std::size_t j = 0; j < m; ++j)
+    rows[j][j] += 1e-12 * largest;
+  for (std::size_t j = 0; j < m; ++j) {  // Gaussian elimination, partial pivoting
+    std::size_t pivot = j;
+    for (std::size_t r = j + 1; r < m; ++r) {
+      if (std::abs(rows[r][j]) > std::abs(rows[pivot][j])) pivot = r;
+    }
+    if (!(std::abs(rows[pivot][j]) > 1e-14 * largest)) return {};
+    std::swap(rows[j], rows[pivot]);
+    for (std::size_t r = j + 1; r < m; ++r) {
+      const double f = rows[r][j] / rows[j][j];
+      for (std::size_t k = j; k <= m; ++k)
+        rows[r][k] -= f * rows[j][k];
+    }
+  }
+  std::vector<double> gamma(m, 0.0);
+  for (std::size_t j = m; j-- > 0;) {
+    double sum = rows[j][m];
+    for (std::size_t k = j + 1; k < m; ++k)
+      sum -= rows[j][k] * gamma[k];
+    gamma[j] = sum / rows[j][j];
+    if (!std::isfinite(gamma[j])) return {};
+  }
+  return gamma;
+}
+
+}  // namespace
+
+std::vector<double> periodic_loads(const SustainedLoad& load, std::size_t count,
+                                   const std::function<double(std::vector<double>&)>& pass) {
+  constexpr std::size_t kMemory = 4;  // passes whose secant steps are mixed into the next start
+  std::vector<double> start(count, 0.0);
+  std::vector<double> end;
+  // Per earlier pass: its secant step and where that step led (its start plus the step).
+  std::deque<std::vector<double>> steps;
+  std::deque<std::vector<double>> targets;
+  for (int pass_index = 0; pass_index < kMaxPeriodicPasses; ++pass_index) {
+    end = start;
+    const double length = pass(end);
+    double gap = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      gap = std::max(gap, std::abs(end[i] - start[i]));
+    if (gap <= kPeriodicLoadTolerance) break;
+    const double slope = std::exp(-length / load.time_constant_us);
+    if (slope <= kPeriodicLoadTolerance) break;
+    std::vector<double> step(count);
+    std::vector<double> target(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      step[i] = (end[i] - start[i]) / (1 - slope);
+      target[i] = start[i] + step[i];
+    }
+    std::vector<double> next = target;
+    if (!steps.empty()) {
+      // Anderson mixing: the steps' differences, and the combination that leaves the least step.
+      std::vector<std::vector<double>> step_changes;
+      std::vector<std::vector<double>> target_changes;
+      for (std::size_t j = 0; j < steps.size(); ++j) {
+        const std::vector<double>& later_step = j + 1 < steps.size() ? steps[j + 1] : step;
+        const std::vector<double>& later_target = j + 1 < targets.size() ? targets[j + 1] : target;
+        std::vector<double> ds(count);
+        std::vector<double> dt(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          ds[i] = later_step[i] - steps[j][i];
+          dt[i] = later_target[i] - targets[j][i];
+        }
+        step_changes.push_back(std::move(ds));
+        target_changes.push_back(std::move(dt));
+      }
+      const std::vector<double> gamma = least_squares(step_changes, step);
+      for (std::size_t j = 0; j < gamma.size(); ++j) {
+        for (std::size_t i = 0; i < count; ++i)
+          next[i] -= gamma[j] * target_changes[j][i];
+      }
+    }
+    steps.push_back(std::move(step));
+    targets.push_back(std::move(target));
+    if (steps.size() > kMemory) {
+      steps.pop_front();
+      targets.pop_front();
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      start[i] = std::clamp(next[i], 0.0, 1.0);
+  }
+  return end;
+}
+
 double Contention::factor(const std::vector<double>& curve, std::size_t running) {
   if (curve.empty() || running == 0) return 1.0;
   return curve[std::min(running, curve.size()) - 1];
 }
 
 nlohmann::json contention_to_json(const Contention& contention) {
-  nlohmann::json j = {{"slowdown", contention.slowdown}, {"source", contention.source}};
+  nlohmann::json j = {{"source", contention.source}};
+  if (!contention.slowdown.empty()) j["slowdown"] = contention.slowdown;
   if (!contention.by_op.empty()) j["by_op"] = contention.by_op;
   if (contention.copy) {
     j["copy"] = {{"sender_idle", contention.copy->sender_idle},
@@ -138,8 +292,18 @@ Contention contention_from_json(const nlohmann::json& json, std::string_view con
   if (!json.is_object()) throw Error(ctx + ": field 'contention' must be an object");
   const auto slowdown = json.find("slowdown");
   Contention c;
-  c.slowdown =
-      read_curve(slowdown != json.end() ? *slowdown : nlohmann::json(), "contention.slowdown", ctx);
+  // Without a curve only a sustained term is there: separate GPUs, each with its own clock.
+  if (slowdown != json.end() || !json.contains("sustained")) {
+    c.slowdown = read_curve(slowdown != json.end() ? *slowdown : nlohmann::json(),
+                            "contention.slowdown", ctx);
+  } else {
+    for (const char* field : {"by_op", "copy"}) {
+      if (json.contains(field)) {
+        throw Error(ctx + ": field 'contention." + field +
+                    "' needs 'contention.slowdown' (stages sharing one GPU)");
+      }
+    }
+  }
   if (const auto by_op = json.find("by_op"); by_op != json.end()) {
     if (!by_op->is_object()) throw Error(ctx + ": field 'contention.by_op' must be an object");
     for (const auto& [op, curve] : by_op->items()) {

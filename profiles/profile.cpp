@@ -278,8 +278,9 @@ json profile_to_json(const Profile& p) {
            {"attention", to_string(p.attention)},
            {"p2p", {{"latency_us", p.p2p.latency_us}, {"bandwidth_GBps", p.p2p.bandwidth_GBps}}},
            {"layers", layers}};
-  if (!p.contention.empty()) out["contention"] = contention_to_json(p.contention);
+  if (p.contention.has_model()) out["contention"] = contention_to_json(p.contention);
   if (!p.overlap.is_default()) out["overlap"] = overlap_to_json(p.overlap);
+  if (p.sustained_load) out["sustained_load"] = sustained_measurement_to_json(*p.sustained_load);
   return out;
 }
 
@@ -329,6 +330,9 @@ Profile profile_from_json(const json& j, std::string_view source) {
     p.contention = contention_from_json(*c, source);
   }
   if (const auto o = j.find("overlap"); o != j.end()) p.overlap = overlap_from_json(*o, source);
+  if (const auto s = j.find("sustained_load"); s != j.end()) {
+    p.sustained_load = sustained_measurement_from_json(*s, source);
+  }
 
   const Reader layers = root.object("layers");
   const auto needed = kinds_needed(p.model);

@@ -15,6 +15,7 @@
 
 #include "profiles/contention.h"
 #include "profiles/link.h"
+#include "profiles/load_measurement.h"
 #include "profiles/model.h"
 #include "profiles/overlap.h"
 
@@ -94,6 +95,9 @@ struct Profile {
   Contention contention;
   // An overlapped pair's time (DualPipe's F&B): measured, else the sequential default.
   OverlapModel overlap;
+  // The GPU under a long load, measured by the profiler (its model is also in
+  // `contention.sustained`, where the simulator reads it): absent where not measured.
+  std::optional<SustainedMeasurement> sustained_load;
   // layer kind ("embedding", "block", "head") -> micro-batch size -> cost
   std::map<std::string, std::map<int, LayerCost>> layers;
 

@@ -54,6 +54,11 @@ struct GpuProfileOptions {
   // The gpus.json entry the profile names (the planner's peak FLOP/s and memory); empty: from
   // the device name, and a device with no entry is refused before anything is measured.
   std::string gpu;
+  // The load run (runtime/cuda/load_profile.h): a block's ops back to back for this long on the
+  // whole GPU, or on every emulated stage at once; 0: none, the profile has no sustained-load
+  // model. The idle pause before it, also the longest before each contention burst.
+  double sustain_seconds = 20;
+  double cooldown_seconds = 5;
   std::string command;    // for the provenance
   bool progress = false;  // a progress bar on stderr
 };

@@ -32,6 +32,8 @@ sed -E '0,/"forward_us": [0-9.e+-]+/s//"forward_us": 1e999/' profile.json >profi
 head -c 200 profile.json >profile_malformed.json
 sed -E '0,/"attention": "flash",/s//"attention": "flash", "overlap": {"efficiency": 2},/' profile.json \
   >profile_bad_overlap.json
+sed -E '0,/"attention": "flash",/s//"attention": "flash", "sustained_load": {"devices": 0},/' profile.json \
+  >profile_bad_sustained_load.json
 sed -E '0,/"duration_values": \[/s//"duration_values": [1e999,/' plan.json >plan_1e999.json
 cat >cfg/config.json <<'EOF'
 {"model_type": "llama", "num_hidden_layers": 1000000000, "hidden_size": 64,
@@ -171,6 +173,11 @@ check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''
 check "plan: profile naming an unknown GPU" plan --profile profile_unknown_gpu.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with absurd times" plan --profile profile_absurd_time.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with overlap efficiency 2" plan --profile profile_bad_overlap.json --stages 2 -m 2 -o '{out}'
+check "plan: profile with a load run of 0 devices" plan --profile profile_bad_sustained_load.json --stages 2 -m 2 -o '{out}'
+check "profile --sustain-seconds -1" profile --backend cuda --model tiny --sustain-seconds -1 -o '{out}'
+check "profile --sustain-seconds 0x10" profile --backend cuda --model tiny --sustain-seconds 0x10 -o '{out}'
+check "profile --cooldown-seconds 1e9" profile --backend cuda --model tiny --cooldown-seconds 1e9 -o '{out}'
+check "profile --analytic --sustain-seconds 5" profile --analytic --model tiny --sustain-seconds 5 -o '{out}'
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
 check "show --width -5" show plan.json --width -5 --trace '{out}'
 check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'

@@ -19,8 +19,9 @@ namespace pipeplan {
 
 namespace {
 
-constexpr int kMaxSms = 4096;           // --sm-partition: more SMs than any GPU has
-constexpr int kMaxRepetitions = 10000;  // timed runs per pass
+constexpr double kMaxLoadSeconds = 3600;  // --sustain-seconds, --cooldown-seconds: an hour
+constexpr int kMaxSms = 4096;             // --sm-partition: more SMs than any GPU has
+constexpr int kMaxRepetitions = 10000;    // timed runs per pass
 
 struct ProfileCommand {
   std::string model;
@@ -35,6 +36,9 @@ struct ProfileCommand {
   int sm_partition = 0;
   int repetitions = 20;
   int gemm_candidates = 1;
+  std::string sustain_seconds = "20";
+  std::string cooldown_seconds = "5";
+  bool load_given = false;  // --sustain-seconds or --cooldown-seconds on the command line
   std::string output;
   int run() const {
     if (analytic && !backend.empty()) {
@@ -44,6 +48,11 @@ struct ProfileCommand {
     if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic) throw Error("profile: give --analytic, or --backend cuda to measure on a GPU");
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
+    if (load_given) {
+      throw Error(
+          "--sustain-seconds, --cooldown-seconds: only with --backend cuda (a load run "
+          "measures the GPU)");
+    }
     if (model.empty()) throw Error("--model: required");
     if (max_concat < 1) throw Error("--max-concat: must be at least 1");
     AnalyticOptions options;
@@ -74,15 +83,22 @@ struct ProfileCommand {
     options.repetitions = repetitions;
     options.sm_partition = sm_partition;
     options.gemm_candidates = gemm_candidates;
+    options.sustain_seconds =
+        parse_number_in(sustain_seconds, "--sustain-seconds", 0, kMaxLoadSeconds);
+    options.cooldown_seconds =
+        parse_number_in(cooldown_seconds, "--cooldown-seconds", 0, kMaxLoadSeconds);
     if (gpu_given) options.gpu = gpu;
     options.progress = isatty(STDERR_FILENO) != 0;
     options.command = "pipeplan profile --backend cuda --model " + model + " --mbs " + mbs +
                       " --attention " + attention + " --max-concat " + std::to_string(max_concat);
     if (seq > 0) options.command += " --seq " + std::to_string(seq);
+    options.command +=
+        " --sustain-seconds " + sustain_seconds + " --cooldown-seconds " + cooldown_seconds;
     if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
     if (gpu_given) options.command += " --gpu " + gpu;
     if (gemm_candidates > 1)
       options.command += " --gemm-candidates " + std::to_string(gemm_candidates);
+
     const Profile profile = load_gpu_plugin().measure_profile(options);
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";
@@ -122,6 +138,16 @@ Command add_profile_command(CLI::App& app) {
                   "warm-up; 1: the heuristic's first)")
       ->capture_default_str()
       ->check(int_range(1, limits::kMaxGemmCandidates));
+  sub->add_option("--sustain-seconds", cmd->sustain_seconds,
+                  "cuda: seconds of a block's ops back to back at full load, for the sustained "
+                  "clock (0: none)")
+      ->capture_default_str()
+      ->each([cmd](const std::string&) { cmd->load_given = true; });
+  sub->add_option("--cooldown-seconds", cmd->cooldown_seconds,
+                  "cuda: idle seconds before the load run (and at most before each contention "
+                  "burst)")
+      ->capture_default_str()
+      ->each([cmd](const std::string&) { cmd->load_given = true; });
   sub->add_option("-o,--output", cmd->output, "profile JSON to write");
   return {sub, [cmd] { return cmd->run(); }};
 }

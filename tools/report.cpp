@@ -118,7 +118,14 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
   out += layout_summary(graph);
-  if (!m.contention.empty()) {  // stages sharing one GPU: say the model behind the step time
+  if (m.contention.empty() && m.contention.sustained) {  // separate GPUs, each its own clock
+    const SustainedLoad& sustained = *m.contention.sustained;
+    std::snprintf(line, sizeof line,
+                  "sustained load per GPU: x(1 + %.3g H), H its busy share averaged over %.3g "
+                  "ms\n",
+                  sustained.factor, sustained.time_constant_us / 1e3);
+    out += line;
+  } else if (!m.contention.empty()) {  // stages sharing one GPU: say the model behind the step
     out += "contention (ops at once: slowdown):";
     for (std::size_t k = 0; k < m.contention.slowdown.size(); ++k) {
       std::snprintf(line, sizeof line, " %zu: %.3g", k + 1, m.contention.slowdown[k]);

@@ -83,6 +83,16 @@ double parse_fraction(std::string_view text, std::string_view option) {
   return value;
 }
 
+double parse_number_in(std::string_view text, std::string_view option, double lo, double hi) {
+  const std::string s(text);
+  const auto [value, ptr, ec] = leading_decimal(s);
+  if (ec != std::errc() || ptr != s.data() + s.size() || !(value >= lo && value <= hi)) {
+    throw Error(std::string(option) + ": '" + s + "' is not a number from " +
+                limits::general_number(lo) + " to " + limits::general_number(hi));
+  }
+  return value;
+}
+
 std::vector<int> parse_int_list(std::string_view text, std::string_view option) {
   std::vector<int> out;
   std::size_t pos = 0;

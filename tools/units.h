@@ -13,6 +13,8 @@ namespace pipeplan {
 double parse_bytes(std::string_view text, std::string_view option);
 // A decimal number from 0 to 1 ("0.35", "1", "5e-1"). Throws Error naming `option`.
 double parse_fraction(std::string_view text, std::string_view option);
+// A decimal number from `lo` to `hi` ("20", "0.5"). Throws Error naming `option` and the range.
+double parse_number_in(std::string_view text, std::string_view option, double lo, double hi);
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
 std::vector<int> parse_int_list(std::string_view text, std::string_view option);
 std::string format_gib(double bytes);  // gib_text: "12.34 GiB", "300.00 KiB"

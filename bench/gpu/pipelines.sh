@@ -64,6 +64,33 @@ what_pipelines() {
   schedule_runs ""
 }
 
+# Predicted before any run, then calibrated: from the stages' profile as the profiler wrote it
+# (its contention and sustained-load model measured at profile time, nothing fitted to a run),
+# 1F1B-2bp and ZB-V at m = 2P are planned and run; then the other schedules at m = P are run,
+# `pipeplan calibrate fit` fits the contention model to those alone, and `calibrate eval`
+# predicts the first two again from the calibrated profile.
+what_predict() {
+  need_profile predict || return 0
+  local cap_s=120 m2=$((2 * stages)) m1=$stages
+  local measured=$sm_profile
+  local calibrated="$out/$(basename "${measured%.measured.json}").predict.calibrated.json"
+  run_plan "predict-1f1b-m$m2-2bp" --schedule 1f1b --backward 2bp --microbatches "$m2"
+  run_plan "predict-zbv-m$m2" --schedule zb-v --backward 2bp --microbatches "$m2"
+  local -a fit_runs=()
+  local name
+  for name in 1f1b-fused 1f1b-2bp gpipe-2bp; do
+    run_plan "fit-${name%-*}-m$m1-${name#*-}" --schedule "${name%-*}" --backward "${name#*-}" \
+      --microbatches "$m1"
+    fit_runs+=("$out/fit-${name%-*}-m$m1-${name#*-}")
+  done
+  cap_s=300 record predict-calibrate-fit.txt "$pipeplan" calibrate fit --profile "$measured" \
+    --sustained -o "$calibrated" "${fit_runs[@]}" || return 0
+  record predict-calibrate-eval.txt "$pipeplan" calibrate eval --profile "$calibrated" \
+    "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
+  record predict-uncalibrated-eval.txt "$pipeplan" calibrate eval --profile "$measured" \
+    "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
+}
+
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.
 bpipe_common() {  # bpipe_common PROFILE
   emulate=(--emulate "$bpipe_stages")

@@ -11,8 +11,12 @@
 #   flash       the fused-attention tests alone
 #   block       one LLaMA-7B block's MFU, pipeplan (bench_block) beside PyTorch (torch_block.py)
 #   profile     the whole-GPU profile of LLaMA-7B (pipeplan profile --backend cuda)
+#   step        one stage on the whole GPU, planned from that profile and run: the step with
+#               its optimizer, predicted against measured
 #   profile-sm  the profile of the emulated stages: the --layers model at one stage's SM share
 #   pipelines   emulated pipelines on one GPU, predicted (plan) against measured (run --emulate)
+#   predict     1F1B-2bp and ZB-V at 2P from the profile as measured, then again after
+#               pipeplan calibrate fit on other schedules' runs
 #   bpipe       8 emulated stages: a micro-batch size that fits only with BPipe, run with it
 #   stalls      where emulated stages wait with their inputs ready, per work-queue count
 #   copies      device-local copies issued each way (PIPEPLAN_DEVICE_COPY)
@@ -47,6 +51,7 @@
 #   --gpu-profile FILE    the whole-GPU profile multi-gpu plans from (default: profile's, else
 #                         multi-gpu profiles the --multi-gpu-model itself)
 #   --multi-gpu-model M   the model of multi-gpu (llama-7b)
+#   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less)
 #   --gemm-candidates N   cuBLASLt answers timed per GEMM shape in every profile and run (1)
 #   --gemm-tuned N        the answers gemm compares with the heuristic's first (8)
 #   --bpipe-profile FILE  the 8-stage profile (bpipe skips profiling; stalls and copies need it)
@@ -73,7 +78,7 @@ usage() {
 
 pipeplan='' tests_binary='' bench_block='' staged='' out='' dry=0 deadline_s=0 test_cap_s=150
 clock_ms=20 stages=4 layers=8 seq=2048 steps=3 opt_m='' opt_runs='' opt_sm_share='' sm_profile=''
-gpu_profile='' multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
+gpu_profile='' step_layers='' multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
 bpipe_stages=8 bpipe_layers=8 bpipe_mbs=2,4 stall_steps=6 connections=default,32
 copy_modes=memcpy,priority copies_limit=9.107GiB opt_wait_m='' copy_waits=blocking,stream,poll
 whats=()
@@ -108,6 +113,7 @@ while (($#)); do
         --sm-profile) sm_profile=$2 ;;
         --gpu-profile) gpu_profile=$2 ;;
         --multi-gpu-model) multi_gpu_model=$2 ;;
+        --step-layers) positive "$1" "$2"; step_layers=$2 ;;
         --gemm-candidates) positive "$1" "$2"; gemm_candidates=$2 ;;
         --gemm-tuned) positive "$1" "$2"; gemm_tuned=$2 ;;
         --bpipe-profile) bpipe_profile=$2 ;;
@@ -126,9 +132,9 @@ while (($#)); do
     -*) die "unknown option '$1' (--help lists them)" ;;
     *)
       case $1 in
-        env | tests | flash | block | profile | profile-sm | pipelines | bpipe | stalls | copies | \
-          waits | gemm | multi-gpu | summary) whats+=("$1") ;;
-        *) die "unknown WHAT '$1' (env tests flash block profile profile-sm pipelines bpipe stalls copies waits gemm multi-gpu summary)" ;;
+        env | tests | flash | block | profile | step | profile-sm | pipelines | predict | bpipe | \
+          stalls | copies | waits | gemm | multi-gpu | summary) whats+=("$1") ;;
+        *) die "unknown WHAT '$1' (env tests flash block profile step profile-sm pipelines predict bpipe stalls copies waits gemm multi-gpu summary)" ;;
       esac
       shift ;;
   esac

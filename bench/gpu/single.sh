@@ -1,5 +1,5 @@
 # bench/gpu/run.sh's measurements of one GPU as a whole: env, tests, flash, block, profile,
-# summary (sourced; the variables are run.sh's).
+# step, summary (sourced; the variables are run.sh's).
 # shellcheck shell=bash
 # shellcheck disable=SC2154,SC2317,SC2034  # run.sh's variables; record reads cap_s
 
@@ -65,6 +65,32 @@ what_profile() {
   whole_gpu_profile="$out/$gpu_key-llama-7b.measured.json"
   record profile.txt "$pipeplan" profile --backend cuda --model llama-7b --seq "$seq" \
     --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$whole_gpu_profile" || true
+}
+
+# One stage on the whole GPU: LLaMA-7B (--step-layers blocks of it; default all 32 where the GPU
+# has over 100 GiB, else 16) at mbs 1, m = 4, fused and 2bp backward, planned from a whole-GPU
+# profile with nothing fitted to a run (--gpu-profile; else, for 32 blocks, profile's from this
+# invocation; else measured here), and run for --steps steps: the step the run reports (task
+# graph and optimizer) against the planned one, and the peak memory against the plan's.
+what_step() {
+  local blocks=${step_layers:-32}
+  if [[ -z $step_layers ]] && ((!dry && memory_bytes > 0 && memory_bytes < 100 * 1073741824)); then
+    blocks=16
+  fi
+  local profile=$gpu_profile
+  if [[ -z $profile && $blocks == 32 ]]; then profile=$whole_gpu_profile; fi
+  if [[ -z $profile ]]; then
+    local step_model="$out/llama-7b-blocks$blocks.json"
+    write_model "$step_model" "$blocks"
+    profile="$out/$gpu_key-llama-7b-blocks$blocks.measured.json"
+    cap_s=300 record profile-step.txt "$pipeplan" profile --backend cuda --model "$step_model" \
+      --seq "$seq" --mbs 1 --attention flash "${gemm[@]}" -o "$profile" || return 0
+  fi
+  local cap_s=300 backward run_steps=$steps
+  local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages 1 --seq "$seq" --mbs 1)
+  for backward in fused 2bp; do
+    run_plan "step-m4-$backward" --schedule 1f1b --backward "$backward" --microbatches 4
+  done
 }
 
 what_summary() {

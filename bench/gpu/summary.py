@@ -15,6 +15,11 @@ Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
   predicted (for the worst stage also the runtime's account of the plan's tensors, where the
   report has it), and the measured vs predicted speedup of 2bp over fused for each schedule and m.
   Rows whose step error exceeds 5 % or memory error 10 % are flagged.
+- Whole steps: the runs whose plan has optimizer nodes, the step the run reports (task graph and
+  optimizer) against the planned one; beyond 3 % flagged.
+- Profiles under load: every profile with a `sustained_load` record, the sustained-load model
+  the profiler fitted (factor, time constant), the op-time spread it explains, each op's cold
+  and steady time, and the SM clock, power-cap share and power it sampled.
 - GPU clock and power: every NAME.clocks.csv (nvidia-smi sampled while the emulated run or the
   SM-share profile NAME ran): of the samples under load (GPU utilization at least 90 %), the SM
   clock's median and minimum, the power's median and maximum, the hottest temperature, and the
@@ -37,6 +42,7 @@ import plan_json  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = float(1 << 30)
 STEP_TOLERANCE_PCT = 5.0
+WHOLE_STEP_TOLERANCE_PCT = 3.0  # a whole step with its optimizer, one stage on the whole GPU
 MEMORY_TOLERANCE_PCT = 10.0
 LOADED_UTILIZATION_PCT = 90.0
 # NVML's clock-event reasons (nvmlClocksEventReason*), the bits nvidia-smi prints in hex.
@@ -463,13 +469,65 @@ def clock_model_table(results):
              "|---|---|---|---|"] + rows + [""])
 
 
+def step_table(results):
+    """Runs whose plan has optimizer nodes: the whole step (task graph and optimizer) the run
+    reports beside the planned one, the same quantity (run_report_json's step_time_us)."""
+    rows = []
+    for row in run_rows(results):
+        report = row["report"] or {}
+        predicted = (report.get("predicted") or {}).get("step_time_us")
+        if not predicted or "measured" not in report:
+            continue
+        measured = report["measured"]["step_time_us"]
+        error = report["error_pct"]["step_time"]
+        flag = "step > 3 %" if abs(error) > WHOLE_STEP_TOLERANCE_PCT else ""
+        rows.append(f"| {row['name']} | {predicted / 1e3:.1f} | {measured / 1e3:.1f} "
+                    f"| {error:+.1f} % | {flag} |")
+    if not rows:
+        return []
+    return (["## Whole steps (task graph and optimizer, last step)", "",
+             "| run | predicted ms | measured ms | error | flag |", "|---|---|---|---|---|"] +
+            rows + [""])
+
+
+def load_table(results):
+    """Each profile's load run (`sustained_load`): the sustained-load model the profiler fitted,
+    how much it explains, and the clock it saw."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        if path.endswith((".run.json", ".plan.json", ".trace.json")):
+            continue
+        profile = load_json(path)
+        load = profile.get("sustained_load") if isinstance(profile, dict) else None
+        if not load:
+            continue
+        model = load["model"]
+        clock = load.get("clock")
+        clock_cell = (f"{clock['start_mhz']:.0f} → {clock['steady_mhz']:.0f} MHz, "
+                      f"{100 * clock['power_capped']:.0f} % capped, "
+                      f"{clock['steady_power_w']:.0f} W") if clock else "not sampled"
+        ops = ", ".join(f"{op} {t['burst_us'] / 1e3:.2f} → {t['steady_us'] / 1e3:.2f}"
+                        for op, t in sorted(load["ops"].items()))
+        rows.append(f"| {os.path.basename(path)} | {load['devices']} | {load['seconds']:.1f} "
+                    f"| {model['factor']:.3f} | {model['time_constant_us'] / 1e3:.0f} "
+                    f"| {load['error_pct']['constant']:.2f} → {load['error_pct']['model']:.2f} % "
+                    f"| {ops} | {clock_cell} |")
+    if not rows:
+        return []
+    return (["## Profiles under load (the sustained-load model measured at profile time)", "",
+             "| profile | contexts | s | factor | τ ms | op spread, constant → model | ops ms, "
+             "cold → steady | SM clock, start → steady |",
+             "|---|---|---|---|---|---|---|---|"] + rows + [""])
+
+
 def main(argv):
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
     print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
-                    clocks_table(results) + clock_model_table(results)))
+                    step_table(results) + load_table(results) + clocks_table(results) +
+                    clock_model_table(results)))
     return 0
 
 

@@ -52,7 +52,7 @@ std::optional<int> measured_sm_partition(const Profile& profile) {
 
 Profile with_contention_of(const Profile& profile, std::string_view profile_name,
                            const Profile& source, std::string_view source_name) {
-  if (source.contention.empty())
+  if (!source.contention.has_model())
     throw Error(std::string(source_name) + ": field 'contention' is missing (nothing to copy)");
   const nlohmann::json a = profile_to_json(profile);
   const nlohmann::json b = profile_to_json(source);

@@ -134,7 +134,7 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
       {"peak_flops_per_device", m.peak_flops_per_device},
       {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
       {"profile_source", m.profile_source}};
-  if (!m.contention.empty()) j["contention"] = contention_to_json(m.contention);
+  if (m.contention.has_model()) j["contention"] = contention_to_json(m.contention);
   if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
 }

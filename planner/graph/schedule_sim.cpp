@@ -6,6 +6,7 @@
 
 #include "planner/base/index.h"
 #include "planner/graph/validator.h"
+#include "profiles/contention.h"
 #include "profiles/link.h"
 
 namespace pipeplan {
@@ -25,8 +26,10 @@ struct StageInfo {
 
 class CompactRun {
  public:
+  // `loads`: under a sustained-load model on separate GPUs, each device's H at the start (in)
+  // and at the step's end (out, once run); else null.
   CompactRun(const Schedule& schedule, const std::vector<StageCost>& costs, const PlanMeta& meta,
-             const ScheduleSimOptions& options)
+             const ScheduleSimOptions& options, std::vector<double>* loads)
       : schedule_(schedule),
         meta_(meta),
         options_(options),
@@ -43,7 +46,14 @@ class CompactRun {
         free_at_(idx(devices_), 0.0),
         memory_(idx(devices_), 0),
         queued_(idx(devices_), 1),
-        blocked_(idx(devices_), 0) {
+        blocked_(idx(devices_), 0),
+        loads_(loads) {
+    if (loads_ != nullptr) {
+      sustained_ = &*meta.contention.sustained;
+      device_loads_.reserve(idx(devices_));
+      for (int d = 0; d < devices_; ++d)
+        device_loads_.emplace_back(idx(d) < loads_->size() ? (*loads_)[idx(d)] : 0.0);
+    }
     stage_.resize(idx(stages_));
     optimizer_us_.assign(idx(devices_), 0.0);
     for (int s = 0; s < stages_; ++s) {
@@ -249,7 +259,7 @@ class CompactRun {
         }
       }
       memory -= step->release;
-      const double end = ready + step->duration;
+      const double end = ready + compute_time(d, ready, step->duration);
       if (pos == 0 || ready < out.first_start_us[idx(d)]) out.first_start_us[idx(d)] = ready;
       out.last_end_us[idx(d)] = std::max(out.last_end_us[idx(d)], end);
       out.busy_us[idx(d)] += end - ready;  // as step_metrics sums it (a pair once)
@@ -264,12 +274,19 @@ class CompactRun {
     return true;
   }
 
+  // How long a compute op of profiled time `work` on device d that starts at `start` lasts: its
+  // profiled time, or under the sustained-load model the simulator's DeviceLoad time.
+  double compute_time(int d, double start, double work) {
+    if (sustained_ == nullptr) return work;
+    return device_loads_[idx(d)].run(*sustained_, start, work);
+  }
+
   bool block(int d) {
     blocked_[idx(d)] = 1;
     return true;
   }
 
-  void finish(ScheduleSim& out) const {
+  void finish(ScheduleSim& out) {
     double first = std::numeric_limits<double>::max(), last = 0, busy = 0;
     bool any = false;
     // Each device's optimizer step (lowering's last node on its compute stream), after its
@@ -278,7 +295,8 @@ class CompactRun {
       const double step = optimizer_us_[idx(d)];
       if (step <= 0) continue;
       if (schedule_.per_device[idx(d)].empty()) out.first_start_us[idx(d)] = 0;
-      const double start = out.last_end_us[idx(d)], end = start + step;
+      const double start = out.last_end_us[idx(d)];
+      const double end = start + compute_time(d, start, step);
       if (options_.keep_times) out.times[idx(d)].push_back({start, end});
       out.last_end_us[idx(d)] = end;
       out.busy_us[idx(d)] += end - start;  // as step_metrics sums it
@@ -294,6 +312,14 @@ class CompactRun {
           std::max(out.max_stage_span_us, out.last_end_us[idx(d)] - out.first_start_us[idx(d)]);
     }
     out.makespan_us = any ? last - first : 0.0;
+    if (loads_ != nullptr) {  // the loads the step leaves at its last end (the simulator's)
+      double step_end = 0;
+      for (int d = 0; d < devices_; ++d)
+        step_end = std::max(step_end, out.last_end_us[idx(d)]);
+      loads_->resize(idx(devices_));
+      for (int d = 0; d < devices_; ++d)
+        (*loads_)[idx(d)] = device_loads_[idx(d)].at(*sustained_, step_end);
+    }
     const double devices = static_cast<double>(devices_);
     if (out.makespan_us > 0) out.bubble_ratio = 1.0 - busy / (devices * out.makespan_us);
     if (out.max_stage_span_us > 0)
@@ -314,6 +340,9 @@ class CompactRun {
   std::vector<double> optimizer_us_;  // per device: its optimizer step (0: none)
   std::vector<std::int64_t> memory_;
   std::vector<char> queued_, blocked_;
+  std::vector<double>* loads_;
+  const SustainedLoad* sustained_ = nullptr;
+  std::vector<DeviceLoad> device_loads_;  // per device, under the sustained-load model
 };
 
 }  // namespace
@@ -327,7 +356,31 @@ ScheduleSim simulate_schedule(const Schedule& schedule, const std::vector<StageC
                 std::to_string(schedule.stage_count()) + " stages";
     return out;
   }
-  return CompactRun(schedule, costs, meta, options).run();
+  const Contention& contention = meta.contention;
+  if (!contention.empty() || !contention.sustained)
+    return CompactRun(schedule, costs, meta, options, nullptr).run();
+  // Separate GPUs under a sustained-load model: the step starts at the per-device loads its own
+  // end leaves, found by the simulator's passes (periodic_loads), so that the two agree.
+  ScheduleSimOptions pass_options = options;
+  pass_options.keep_times = false;
+  bool failed = false;
+  std::vector<double> loads = periodic_loads(
+      *contention.sustained, static_cast<std::size_t>(std::max(schedule.devices, 0)),
+      [&](std::vector<double>& pass_loads) {
+        const std::vector<double> start = pass_loads;
+        const ScheduleSim pass = CompactRun(schedule, costs, meta, pass_options, &pass_loads).run();
+        if (!pass.ok) {  // the order cannot run at any load: stop, the last run says why
+          failed = true;
+          pass_loads = start;
+          return 0.0;
+        }
+        double span = 0;  // the simulator's: its last end
+        for (const double end : pass.last_end_us)
+          span = std::max(span, end);
+        return span;
+      });
+  if (failed) return CompactRun(schedule, costs, meta, options, nullptr).run();
+  return CompactRun(schedule, costs, meta, options, &loads).run();
 }
 
 }  // namespace pipeplan

@@ -8,10 +8,13 @@
 // messages of one directed device pair run one after another in the sender's order (the
 // lowering's send and receive streams), so a message starts when its producer has ended and the
 // pair's previous message has arrived, and lasts latency + bytes / bandwidth; memory follows the
-// validator's order semantics (an op's allocation at its start, its release at its end). The
-// chosen plan is still lowered, validated and simulated for real; a property test
-// (tests/planner/graph/schedule_sim_test.cpp) holds this to the simulator on every family and
-// backward mode with random costs and links.
+// validator's order semantics (an op's allocation at its start, its release at its end). Under
+// a sustained-load term on separate GPUs (meta.contention: `sustained` without a curve) each
+// device follows its own load as the simulator does (DeviceLoad, profiles/contention.h), and the
+// step starts at the loads its end leaves (the same passes); a shared GPU's contention curves are
+// not modelled. The chosen plan is still lowered, validated and simulated for real; property
+// tests (tests/planner/graph/schedule_sim_test.cpp) hold this to the simulator on every family
+// and backward mode with random costs and links, with and without a sustained term.
 #pragma once
 
 #include <cstdint>

@@ -168,15 +168,8 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
   const auto share = [&] {
     return std::min(1.0, static_cast<double>(running.size()) / static_cast<double>(devices));
   };
-  // Until the next event an op of factor 1 runs at rate 1 / (a + b exp(-t / tau)), t from now:
-  // 1 + factor * H(t) with H(t) = L + (H - L) exp(-t / tau), L the share computing now.
-  struct Course {
-    double a, b, tau;
-  };
-  const auto course = [&] {
-    return Course{1 + sustained->factor * share(), sustained->factor * (load - share()),
-                  sustained->time_constant_us};
-  };
+  // Until the next event an op of factor 1 runs at rate 1 / (1 + factor * H(t)), t from now,
+  // with H(t) = L + (H - L) exp(-t / tau), L the share computing now.
   // The profiled work an op of factor 1 gets done in the next `dt` (the rate's integral,
   // profiles/contention.h: the formula `calibrate` fits with).
   const auto work_in = [&](double dt) {
@@ -186,19 +179,7 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
   // Its inverse: how long an op of factor 1 takes to do `work` from now.
   const auto time_for = [&](double work) {
     if (!sustained || work <= 0) return work;
-    const auto [a, b, tau] = course();
-    // The rate 1 / (a + b exp(-t / tau)) lies between 1 / (a + max(b, 0)) and 1 / (a + min(b, 0)).
-    double lo = work * (a + std::min(b, 0.0));
-    double hi = work * (a + std::max(b, 0.0));
-    double t = work * a;
-    for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
-      const double excess = work_in(t) - work;
-      if (std::abs(excess) <= 1e-12 * work) break;
-      (excess > 0 ? hi : lo) = t;
-      const double next = t - excess * (a + b * std::exp(-t / tau));  // Newton
-      t = next > lo && next < hi ? next : (lo + hi) / 2;
-    }
-    return t;
+    return sustained_time(*sustained, work, share(), load);
   };
   const auto advance = [&](double t) {
     const double dt = t - now;
@@ -207,10 +188,7 @@ void simulate_shared_gpu(ReadyNodes& queue, const std::vector<HotNode>& hot, int
       r.work_us = std::max(0.0, r.work_us - work / Contention::factor(*r.curve, running.size()));
     for (Copy& c : copies)
       c.work_us = std::max(0.0, c.work_us - dt / copy_factor(c));
-    if (sustained && dt > 0) {
-      const double target = share();
-      load = target + (load - target) * std::exp(-dt / sustained->time_constant_us);
-    }
+    if (sustained && dt > 0) load = sustained_load_after(*sustained, dt, share(), load);
     now = std::max(now, t);
   };
   const auto start_copy = [&](const Rendezvous& pair, double start) {
@@ -313,9 +291,30 @@ SimResult simulate(const TaskGraph& graph) {
 
 namespace {
 
-// One step from `load` (the sustained-load model's H at its start; at its end when it returns);
-// the step's metrics only where `with_metrics` (a pass run only for the load it leaves skips them).
-SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bool with_metrics) {
+// Whether some device has two compute streams. Separate GPUs under a sustained-load model (no
+// curve) give each device its own load H_d (DeviceLoad, profiles/contention.h), 1 while one of
+// its compute ops runs and 0 while none does, averaged exponentially; an op (an overlapped pair
+// as one) lasts the time its profiled work takes from H_d at its start. A device's compute ops
+// must then come in order of start: they do with one compute stream per device (what lowering
+// makes), whatever order ready nodes leave in; two compute streams on a device need the by-time
+// order.
+bool compute_streams_overlap(const TaskGraph& graph) {
+  std::vector<char> seen(static_cast<std::size_t>(graph.meta.devices), 0);
+  for (const Stream& stream : graph.streams()) {
+    if (stream.role != StreamRole::compute || stream.device < 0 ||
+        stream.device >= graph.meta.devices) {
+      continue;
+    }
+    if (seen[static_cast<std::size_t>(stream.device)]++ != 0) return true;
+  }
+  return false;
+}
+
+// One step from `loads` (the sustained-load model's H at its start, periodic_start_loads' sizes;
+// at its end when it returns); the step's metrics only where `with_metrics` (a pass run only for
+// the loads it leaves skips them).
+SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<double>& loads,
+                        bool with_metrics) {
   const int n_nodes = graph.node_count();
   const int n_devices = graph.meta.devices;
   SimResult result;
@@ -389,7 +388,9 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
   // once, so the loop must go in time order.
   const Contention& contention = graph.meta.contention;
   const bool shared_gpu = !contention.empty();
-  ReadyNodes queue(shared_link || shared_gpu);
+  const bool per_device_load = !shared_gpu && contention.sustained;
+  ReadyNodes queue(shared_link || shared_gpu ||
+                   (per_device_load && compute_streams_overlap(graph)));
   for (int id = 0; id < n_nodes; ++id) {
     if (state[static_cast<std::size_t>(id)].pending == 0) queue.push(0.0, id);
   }
@@ -449,24 +450,50 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
     finish(pair.recv, start, end);
   };
 
-  if (shared_gpu) {
-    simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer,
-                        overlap_start, load);
-  } else {
+  // Separate GPUs: a compute op lasts compute_time(device, start, profiled time).
+  const auto run_separate = [&](auto&& compute_time) {
     while (!queue.empty()) {
       const auto [time, id] = queue.pop();
       const HotNode& n = hot[static_cast<std::size_t>(id)];
       if (n.kind == NodeKind::compute && n.match >= 0) {
         if (const std::optional<OverlapStart> pair = overlap_start(time, id)) {
-          finish(pair->first, pair->start, pair->start + pair->duration_us);
-          finish(pair->second, pair->start, pair->start + pair->duration_us);
+          const double end = pair->start + compute_time(n.device, pair->start, pair->duration_us);
+          finish(pair->first, pair->start, end);
+          finish(pair->second, pair->start, end);
         }
       } else if (n.kind == NodeKind::compute) {
-        finish(id, time, time + n.duration_us);
+        finish(id, time, time + compute_time(n.device, time, n.duration_us));
       } else if (const std::optional<Rendezvous> pair = rendezvous(time, id)) {
         fixed_transfer(*pair);
       }
     }
+  };
+  if (shared_gpu) {
+    double load = loads.empty() ? 0.0 : loads.front();
+    simulate_shared_gpu(queue, hot, n_devices, contention, finish, rendezvous, fixed_transfer,
+                        overlap_start, load);
+    if (!loads.empty()) loads.front() = load;
+  } else if (per_device_load) {
+    const SustainedLoad& sustained = *contention.sustained;
+    std::vector<DeviceLoad> device_loads;
+    device_loads.reserve(static_cast<std::size_t>(n_devices));
+    for (int d = 0; d < n_devices; ++d)
+      device_loads.emplace_back(
+          static_cast<std::size_t>(d) < loads.size() ? loads[static_cast<std::size_t>(d)] : 0.0);
+    run_separate([&](std::int16_t device, double start, double work) {
+      return device_loads[static_cast<std::size_t>(device)].run(sustained, start, work);
+    });
+    // The loads the step leaves at its end (the last node's end).
+    double step_end = 0;
+    for (const NodeTime& t : result.times)
+      step_end = std::max(step_end, t.end_us);
+    loads.resize(static_cast<std::size_t>(n_devices));
+    for (int d = 0; d < n_devices; ++d) {
+      loads[static_cast<std::size_t>(d)] =
+          device_loads[static_cast<std::size_t>(d)].at(sustained, step_end);
+    }
+  } else {
+    run_separate([](std::int16_t /*device*/, double /*start*/, double work) { return work; });
   }
   if (finished != n_nodes) {
     std::vector<int> pending;
@@ -480,40 +507,40 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, double& load, bo
   return result;
 }
 
-// Steps repeat: under a sustained-load model a step starts at the load the step before it left,
-// the load at which a step ends where it began. For fixed op times the end is affine in the
-// start with slope exp(-span / tau) (H relaxes towards the share computing at rate 1 / tau all
-// through the step), so from a pass started on an idle GPU one secant step with that slope
-// lands on it; op times move with the load, so passes go on from there until start and end
-// agree. A step many time constants long forgets its start: its first pass's end is the load.
-double periodic_start_load(const TaskGraph& graph, SimOrder order, double tau_us) {
-  constexpr int kMaxPasses = 8;
-  constexpr double kTolerance = 1e-9;
-  double start = 0;
-  double end = 0;
-  for (int pass = 0; pass < kMaxPasses; ++pass) {
-    end = start;
-    const SimResult step = simulate_step(graph, order, end, false);
-    const double gap = end - start;
-    if (std::abs(gap) <= kTolerance) break;
-    double span = 0;
-    for (const NodeTime& t : step.times)
-      span = std::max(span, t.end_us);
-    const double slope = std::exp(-span / tau_us);
-    if (slope <= kTolerance) break;
-    start = std::clamp(start + gap / (1 - slope), 0.0, 1.0);
-  }
-  return end;
+// How many loads the sustained-load model follows: one per device on separate GPUs (no curve),
+// one on a shared GPU, none without the term.
+std::size_t load_count(const TaskGraph& graph) {
+  const Contention& contention = graph.meta.contention;
+  if (!contention.sustained) return 0;
+  return contention.empty() ? static_cast<std::size_t>(std::max(graph.meta.devices, 0)) : 1;
 }
 
 }  // namespace
 
-SimResult simulate(const TaskGraph& graph, SimOrder order) {
+std::vector<double> periodic_start_loads(const TaskGraph& graph, SimOrder order) {
   const Contention& contention = graph.meta.contention;
-  double load = contention.sustained && !contention.empty()
-                    ? periodic_start_load(graph, order, contention.sustained->time_constant_us)
-                    : 0.0;
-  return simulate_step(graph, order, load, true);
+  if (!contention.sustained) return {};
+  return periodic_loads(*contention.sustained, load_count(graph), [&](std::vector<double>& loads) {
+    const SimResult step = simulate_step(graph, order, loads, false);
+    double span = 0;
+    for (const NodeTime& t : step.times)
+      span = std::max(span, t.end_us);
+    return span;
+  });
+}
+
+SimResult simulate_from(const TaskGraph& graph, std::vector<double>& loads, SimOrder order) {
+  const std::size_t count = load_count(graph);
+  if (loads.size() != count) {
+    throw Error("simulate: " + std::to_string(loads.size()) + " start loads for a model that has " +
+                std::to_string(count));
+  }
+  return simulate_step(graph, order, loads, true);
+}
+
+SimResult simulate(const TaskGraph& graph, SimOrder order) {
+  std::vector<double> loads = periodic_start_loads(graph, order);
+  return simulate_step(graph, order, loads, true);
 }
 
 }  // namespace pipeplan

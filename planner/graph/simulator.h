@@ -30,4 +30,15 @@ SimResult simulate(const TaskGraph& graph);
 enum class SimOrder : std::uint8_t { automatic, by_ready_time };
 SimResult simulate(const TaskGraph& graph, SimOrder order);
 
+// The sustained-load model's H (meta.contention.sustained, profiles/contention.h) at a step's
+// start: one per device where the devices are separate GPUs (no curve: each its own clock), one
+// for a shared GPU, none without the term. Steps repeat, so these are the loads a step's own end
+// leaves; simulate() starts every step there.
+std::vector<double> periodic_start_loads(const TaskGraph& graph,
+                                         SimOrder order = SimOrder::automatic);
+// One step started at `loads` (periodic_start_loads' sizes, else Error); on return `loads` holds
+// the loads the step leaves at its end (its last node's end).
+SimResult simulate_from(const TaskGraph& graph, std::vector<double>& loads,
+                        SimOrder order = SimOrder::automatic);
+
 }  // namespace pipeplan

@@ -25,6 +25,9 @@
 // F and each backward is in one pair at most, so work_d drops by at most
 //   e · m · min(sum_{s in S_d} F_s, sum_{s in S_d} (P1_s + P2_s)),
 // which the bound subtracts when given e (the chain stands: a pair lasts at least its longer op).
+// The sustained-load term (profiles/contention.h, on a shared GPU or per separate GPU) divides
+// an op's rate by 1 + factor * H >= 1 (factor >= 0, H in [0, 1]): every op then takes at least
+// its profiled time, each term above stays a time that must pass, and the bound holds unchanged.
 #pragma once
 
 #include <vector>

@@ -193,6 +193,13 @@ GreenContext::Registration::~Registration() {
 GreenContext::~GreenContext() {
   // Destructors do not throw: failures here are left for the next checked call to report.
   try {
+    // Made current by the one-partition constructor: this thread goes back to no context (the
+    // runtime's primary one on its next call) rather than keep a destroyed one current.
+    CUcontext current = nullptr;
+    if (context_ != nullptr && PIPEPLAN_DRIVER(cuCtxGetCurrent)(&current) == CUDA_SUCCESS &&
+        current == context_) {
+      PIPEPLAN_DRIVER(cuCtxSetCurrent)(nullptr);
+    }
     for (cudaStream_t extra : extra_streams_)
       PIPEPLAN_DRIVER(cuStreamDestroy)(extra);
     if (stream_ != nullptr) PIPEPLAN_DRIVER(cuStreamDestroy)(stream_);

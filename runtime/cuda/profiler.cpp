@@ -16,6 +16,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/green_context.h"
+#include "runtime/cuda/load_profile.h"
 #include "runtime/cuda/op_timing.h"
 #include "runtime/emulate.h"
 #include "runtime/random.h"
@@ -80,10 +81,6 @@ P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& op
   return {tiny.median_us, static_cast<double>(big * 4) / (bulk.median_us * 1e3)};
 }
 
-struct KindInput {
-  Tensor input, targets, dy;
-};
-
 // The working memory of `pass` (run once, synchronised): the allocator's peak while it ran
 // minus the larger of its level before and after (LayerCost::forward_work_bytes).
 std::int64_t work_bytes(CudaBackend& backend, const std::function<void()>& pass) {
@@ -97,31 +94,13 @@ std::int64_t work_bytes(CudaBackend& backend, const std::function<void()>& pass)
   return after.peak_bytes - std::max(before, after.current_bytes);
 }
 
-KindInput make_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model, int mbs,
-                      int seq) {
-  const TokenBatch batch = backend.synthetic_batch(mbs, seq, model.vocab, 7);
-  const std::int64_t n = std::int64_t{mbs} * seq * model.hidden;
-  std::vector<double> values(static_cast<std::size_t>(n));
-  fill_normal(values, 1.0, 11);  // never zeros: they time faster than real data
-  const Tensor activation = backend.upload(values, {mbs, seq, model.hidden});
-  switch (kind) {
-    case LayerKind::embedding:
-      return {batch.inputs, {}, activation};
-    case LayerKind::block:
-      return {activation, {}, activation};
-    case LayerKind::head:
-      return {activation, batch.targets, backend.upload_loss_gradient(1.0)};
-  }
-  throw Error("unknown layer kind");
-}
-
 LayerCost measure_kind(CudaBackend& backend, LayerKind kind, int mbs, int seq,
                        const GpuProfileOptions& options, std::ostringstream& notes) {
   const ModelConfig& model = options.model;
   DeviceAllocator& allocator = backend.context().allocator();
   cudaStream_t stream = backend.context().stream();
   LayerParams layer = backend.init_layer(model, kind, kind == LayerKind::block ? 1 : 0, 1);
-  const KindInput in = make_inputs(backend, kind, model, mbs, seq);
+  const LayerInputs in = make_layer_inputs(backend, kind, model, mbs, seq);
   LayerCost cost;
   ForwardResult fwd;
   const auto forward = [&] { fwd = backend.forward(layer, in.input, in.targets); };
@@ -205,8 +184,8 @@ OverlapModel measure_overlap(CudaBackend& backend, CudaBackend& side, int mbs, i
   const ModelConfig& model = options.model;
   LayerParams forward_layer = backend.init_layer(model, LayerKind::block, 1, 1);
   LayerParams backward_layer = side.init_layer(model, LayerKind::block, 2, 1);
-  const KindInput in_f = make_inputs(backend, LayerKind::block, model, mbs, seq);
-  const KindInput in_b = make_inputs(side, LayerKind::block, model, mbs, seq);
+  const LayerInputs in_f = make_layer_inputs(backend, LayerKind::block, model, mbs, seq);
+  const LayerInputs in_b = make_layer_inputs(side, LayerKind::block, model, mbs, seq);
   ForwardResult fwd, stashed;
   BackwardP1Result p1;
   const auto forward = [&] { fwd = backend.forward(forward_layer, in_f.input, in_f.targets); };
@@ -270,8 +249,10 @@ Profile measure_profile(const GpuProfileOptions& options) {
   notes << "(" << backend.note() << ") ";
   if (green) notes << "(EMULATED stage: green context of " << green->sm_count() << " SMs) ";
   const std::vector<LayerKind> kinds = {LayerKind::embedding, LayerKind::block, LayerKind::head};
+  const int load_parts = (options.sustain_seconds > 0 ? 1 : 0) + (green ? 1 : 0);
   Progress progress(options.progress,
-                    static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 2);
+                    static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 2 +
+                        (options.micro_batch_sizes.empty() ? 0 : load_parts));
   for (const int mbs : options.micro_batch_sizes) {
     for (const LayerKind kind : kinds) {
       profile.layers[std::string(to_string(kind))][mbs] =
@@ -291,6 +272,34 @@ Profile measure_profile(const GpuProfileOptions& options) {
     backend.context().allocator().release_cached();
   }
   progress.step("overlapped F&B");
+  // Under load: the sustained clock (whole GPU, or every emulated stage at once) and, for an
+  // emulated stage's profile, the contention between the stages sharing the GPU.
+  const int stages = green ? prop.multiProcessorCount / green->sm_count() : 0;
+  if (!options.micro_batch_sizes.empty() && (options.sustain_seconds > 0 || stages > 0)) {
+    LoadProfileOptions load;
+    load.model = options.model;
+    load.mbs = options.micro_batch_sizes.front();
+    load.seq = profile.seq;
+    load.attention = options.attention;
+    load.gemm_candidates = options.gemm_candidates;
+    load.stages = stages;
+    load.sm_per_stage = green ? green->sm_count() : 0;
+    load.warmup = options.warmup;
+    load.repetitions = options.repetitions;
+    load.sustain_seconds = options.sustain_seconds;
+    load.cooldown_seconds = options.cooldown_seconds;
+    load.progress = [&](const std::string& label) { progress.step(label); };
+    const LoadProfileResult measured = measure_load(load);
+    if (measured.contention) profile.contention = *measured.contention;
+    if (measured.sustained) {
+      profile.sustained_load = measured.sustained;
+      if (measured.sustained->model.factor > 0) {
+        profile.contention.sustained = measured.sustained->model;
+        if (profile.contention.source.empty())
+          profile.contention.source = measured.sustained->source;
+      }
+    }
+  }
   profile.provenance = {"measured", prop.name, iso_now(), options.command, notes.str()};
   return profile;
 }

@@ -99,6 +99,13 @@ TEST_F(BadInput, CommandLineValuesAreChecked) {
                  "--gemm-candidates: only with --backend cuda");
   expect_refused("profile --backend cuda --model tiny --gemm-candidates 0 -o {out}",
                  "--gemm-candidates");
+  // The load run is measured on a GPU only, for 0 to 3600 s, after 0 to 3600 s idle.
+  expect_refused("profile --analytic --model tiny --sustain-seconds 5 -o {out}",
+                 "--sustain-seconds, --cooldown-seconds: only with --backend cuda");
+  expect_refused("profile --backend cuda --model tiny --sustain-seconds -1 -o {out}",
+                 "--sustain-seconds: '-1' is not a number from 0 to 3600");
+  expect_refused("profile --backend cuda --model tiny --cooldown-seconds inf -o {out}",
+                 "--cooldown-seconds: 'inf' is not a number from 0 to 3600");
 }
 
 TEST_F(BadInput, UsageErrorsAreOneLine) {

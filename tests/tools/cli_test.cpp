@@ -196,6 +196,31 @@ TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
   EXPECT_NE(h200.out.find("on 4 x h200:"), std::string::npos) << h200.out;
 }
 
+// A sustained term without a curve (separate GPUs, each with its own clock): the summary says so
+// instead of printing a curve, and the step is longer than without it.
+TEST_F(Cli, ASustainedTermAloneIsShownPerGpu) {
+  const std::string shipped =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json";
+  nlohmann::json profile = nlohmann::json::parse(std::ifstream(shipped));
+  profile["contention"] = {{"sustained", {{"factor", 0.5}, {"time_constant_us", 20000}}},
+                           {"source", "a power cap"}};
+  std::ofstream(path("capped.json")) << profile.dump();
+  const std::string args = " --stages 4 --microbatches 8 --schedule 1f1b --backward 2bp";
+  const Result r = run("plan --profile " + path("capped.json") + args);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("sustained load per GPU: x(1 + 0.5 H), H its busy share averaged over "
+                       "20 ms\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("contention (ops at once"), std::string::npos) << r.out;
+  const Result with = run("plan --profile " + path("capped.json") + args + " --json");
+  const Result without = run("plan --profile " + shipped + args + " --json");
+  ASSERT_EQ(with.status, 0) << with.out;
+  ASSERT_EQ(without.status, 0) << without.out;
+  EXPECT_GT(nlohmann::json::parse(with.out)["step_time_ms"].get<double>(),
+            1.2 * nlohmann::json::parse(without.out)["step_time_ms"].get<double>());
+}
+
 // The 16-SM H200 profile measured again on 2026-11-27 (with each pass's working memory), its
 // contention fitted on the 8-stage runs at mbs 1 without BPipe (m = 16, and
 // 1F1B fused and 2bp at m = 8) with the 32-SM profile's sustained-load term: the runs the fit

@@ -108,6 +108,21 @@ if grep -e '--gemm-candidates' "$log" | grep -v -e bench_block -e gemm8 -e 'gemm
   fail "--gemm-candidates without --gemm-candidates"
 fi
 
+# step and predict: one whole-GPU stage from the profile (32 blocks on a 140 GiB GPU, a profile of
+# its own for another count), then the stages' profile as measured, calibrated on other runs.
+dry profile step profile-sm predict
+expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 1 --seq 2048 --mbs 1 --schedule 1f1b --backward fused --microbatches 4 -o .*step-m4-fused.plan.json'
+expect 'run .*step-m4-2bp.plan.json --backend cuda --steps 3 --json --trace'
+if grep -q 'step-.*--emulate' "$log"; then fail "step runs emulated"; fi
+expect 'plan --profile .*sm32.measured.json .*--schedule zb-v --backward 2bp --microbatches 8 -o .*predict-zbv-m8.plan.json'
+expect 'calibrate fit --profile .*sm32.measured.json --sustained -o .*sm32.predict.calibrated.json .*fit-1f1b-m4-fused .*fit-1f1b-m4-2bp .*fit-gpipe-m4-2bp'
+expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*predict-1f1b-m8-2bp .*predict-zbv-m8'
+in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' '--sm-partition 32' 'predict-1f1b-m8-2bp.plan' \
+  'predict-zbv-m8.plan' 'fit-gpipe-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
+dry --step-layers 16 step
+expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
+expect 'plan --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 1'
+
 # --gemm-candidates 8: every profile and every run times the GEMM answers alike.
 dry --gemm-candidates 8 profile profile-sm pipelines bpipe
 expect 'profile --backend cuda --model llama-7b --seq 2048 --mbs 1\\,2\\,4 --attention flash --gemm-candidates 8'

@@ -287,6 +287,44 @@ class Summary(unittest.TestCase):
         self.assertIn("| 1f1b-m4-2bp | 0.67 | 1.067x |  |",
                       "\n".join(summary.clock_model_table(self.folder)))
 
+    def test_whole_steps_with_the_optimizer(self):
+        report = json.loads(run_report(500.0, 510.0, [120.0], [121.0]))
+        report["predicted"]["step_time_us"] = 560e3
+        report["measured"]["step_time_us"] = 580e3
+        report["error_pct"]["step_time"] = 100 * (580 - 560) / 560
+        write(self.folder, "step-m4-fused.run.json", HEADER + json.dumps(report) + "\n" + FOOTER)
+        exact = json.loads(run_report(500.0, 500.0, [120.0], [120.0]))
+        exact["predicted"]["step_time_us"] = 560e3
+        exact["measured"]["step_time_us"] = 565.6e3
+        exact["error_pct"]["step_time"] = 1.0
+        write(self.folder, "step-m4-2bp.run.json", HEADER + json.dumps(exact) + "\n" + FOOTER)
+        # A plan without optimizer nodes: no row.
+        write(self.folder, "1f1b-m4-fused.run.json",
+              HEADER + run_report(100.0, 103.0, [10.0], [10.2]) + "\n" + FOOTER)
+        text = "\n".join(summary.step_table(self.folder))
+        self.assertIn("| step-m4-fused | 560.0 | 580.0 | +3.6 % | step > 3 % |", text)
+        self.assertIn("| step-m4-2bp | 560.0 | 565.6 | +1.0 % |  |", text)
+        self.assertNotIn("1f1b-m4-fused", text)
+
+    def test_profiles_under_load(self):
+        load = {"devices": 1, "seconds": 20.04,
+                "ops": {"F": {"burst_us": 6000.0, "steady_us": 6900.0, "count": 600},
+                        "P1": {"burst_us": 12000.0, "steady_us": 13800.0, "count": 600}},
+                "model": {"factor": 0.152, "time_constant_us": 2.1e6},
+                "error_pct": {"constant": 5.31, "model": 0.42},
+                "clock": {"start_mhz": 1980.0, "steady_mhz": 1695.0, "power_capped": 0.93,
+                          "steady_power_w": 689.6, "samples": 1000},
+                "source": "measured at profile time"}
+        write(self.folder, "h200-llama-7b.measured.json", json.dumps({"sustained_load": load}))
+        write(self.folder, "h100-llama-7b.measured.json", json.dumps({"layers": {}}))
+        text = "\n".join(summary.load_table(self.folder))
+        self.assertIn("| h200-llama-7b.measured.json | 1 | 20.0 | 0.152 | 2100 | 5.31 → 0.42 % "
+                      "| F 6.00 → 6.90, P1 12.00 → 13.80 | 1980 → 1695 MHz, 93 % capped, 690 W |",
+                      text)
+        self.assertNotIn("h100", text)
+        with tempfile.TemporaryDirectory() as empty:
+            self.assertEqual(summary.load_table(empty), [])
+
     def test_no_clock_samples_no_section(self):
         self.assertEqual(summary.clocks_table(self.folder), [])
         self.assertEqual(summary.clock_model_table(self.folder), [])

@@ -61,6 +61,21 @@ TEST(ProfileEdit, CopiesTheContentionModelAndKeepsTheTimes) {
   EXPECT_EQ(profile_to_json(out)["layers"], profile_to_json(target)["layers"]);
 }
 
+// A sustained term alone (separate GPUs, each with its own clock) is a model to copy too, and it
+// survives the profile file.
+TEST(ProfileEdit, CopiesASustainedTermAlone) {
+  Profile source = shipped();
+  source.contention.sustained = SustainedLoad{.factor = 0.3, .time_constant_us = 40000};
+  source.contention.source = "power cap";
+  const Profile out = with_contention_of(shipped(), "new.json", source, "capped.json");
+  EXPECT_TRUE(out.contention.slowdown.empty());
+  EXPECT_EQ(out.contention.sustained, source.contention.sustained);
+  const nlohmann::json j = profile_to_json(out);
+  ASSERT_TRUE(j.contains("contention"));
+  EXPECT_FALSE(j["contention"].contains("slowdown"));
+  EXPECT_EQ(profile_from_json(j, "new.json").contention.sustained, source.contention.sustained);
+}
+
 TEST(ProfileEdit, CopyRefusesAnotherSequenceShareOrNoModel) {
   Profile source = shipped();
   source.contention.slowdown = {1.1};

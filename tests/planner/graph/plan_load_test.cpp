@@ -142,6 +142,42 @@ TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {
             "p.json: meta: field 'contention.copy.sender_computing' must be a number in (0, 100]");
 }
 
+// A sustained term without a curve (separate GPUs, each with its own clock) reaches the plan's
+// meta, survives the profile and the plan file without a "slowdown", and lengthens the step; a
+// curve's companions are refused without the curve.
+TEST(PlanLoad, ASustainedTermAloneComesFromTheProfileAndRoundTrips) {
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 4, .comm = 0.1});
+  const double plain = make_plan(r).sim.makespan_us;
+  r.profile.contention.sustained = SustainedLoad{.factor = 0.4, .time_constant_us = 2000};
+  r.profile.contention.source = "power cap";
+  const json profile = profile_to_json(r.profile);
+  ASSERT_TRUE(profile.contains("contention"));
+  EXPECT_FALSE(profile["contention"].contains("slowdown"));
+  EXPECT_EQ(profile_from_json(profile, "p.json").contention.sustained,
+            r.profile.contention.sustained);
+  const Plan plan = make_plan(r);
+  EXPECT_TRUE(plan.graph.meta.contention.empty());
+  EXPECT_EQ(plan.graph.meta.contention.sustained, r.profile.contention.sustained);
+  EXPECT_GT(plan.sim.makespan_us, 1.1 * plain);
+  EXPECT_LT(plan.sim.makespan_us, 1.4 * plain);
+  const json j = plan_to_json(plan.graph);
+  ASSERT_TRUE(j["meta"].contains("contention"));
+  EXPECT_FALSE(j["meta"]["contention"].contains("slowdown"));
+  const TaskGraph back = plan_from_json(j, "p.json");
+  EXPECT_EQ(back.meta.contention.sustained, r.profile.contention.sustained);
+  EXPECT_TRUE(back.meta.contention.slowdown.empty());
+  EXPECT_EQ(back.meta.contention.source, "power cap");
+  EXPECT_DOUBLE_EQ(simulate(back).makespan_us, plan.sim.makespan_us);
+
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["contention"] = {
+                  {"sustained", {{"factor", 0.4}, {"time_constant_us", 2000}}},
+                  {"by_op", {{"F", {1.1}}}}};
+            }),
+            "p.json: meta: field 'contention.by_op' needs 'contention.slowdown' (stages sharing "
+            "one GPU)");
+}
+
 // Working memory from the profile rides on the compute nodes, is held while each runs (a fused
 // 1F1B peaks at a forward's start, so by exactly the forward's work), round-trips through the
 // plan file, and is refused above the limits like any byte count.

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/graph/schedule_sim.h"
@@ -109,8 +113,11 @@ void expect_same(const Schedule& schedule, const std::vector<StageCost>& costs,
   EXPECT_TRUE(simulate_schedule(schedule, costs, tight).ok) << label;
 }
 
-TEST(ScheduleSim, MatchesTheTaskGraphSimulatorOnEveryFamily) {
-  std::mt19937 rng(1414);
+// Every registered family (auto excepted) at several shapes, in every backward mode it takes,
+// with random costs and links: `check(schedule, costs, meta, label)` on each; returns how many.
+int for_every_family(std::mt19937& rng,
+                     const std::function<void(const Schedule&, const std::vector<StageCost>&,
+                                              PlanMeta&, const std::string&)>& check) {
   int checked = 0;
   for (const ScheduleFamily* family : schedule_families()) {
     if (family->traits().needs_costs) continue;
@@ -126,20 +133,54 @@ TEST(ScheduleSim, MatchesTheTaskGraphSimulatorOnEveryFamily) {
             continue;  // a shape the family does not take
           }
           const std::vector<StageCost> costs = random_costs(rng, p * v);
-          const PlanMeta meta = random_meta(rng, generated, costs);
+          PlanMeta meta = random_meta(rng, generated, costs);
           for (const BackwardMode mode : family->backward_modes()) {
             request.backward = mode;
             const Schedule s = with_backward_mode(*family, generated, request, costs, meta);
-            expect_same(s, costs, meta,
-                        family->name() + " " + std::string(to_string(mode)) +
-                            " P=" + std::to_string(p) + " V=" + std::to_string(v) +
-                            " m=" + std::to_string(m));
+            check(s, costs, meta,
+                  family->name() + " " + std::string(to_string(mode)) + " P=" + std::to_string(p) +
+                      " V=" + std::to_string(v) + " m=" + std::to_string(m));
             ++checked;
           }
         }
       }
     }
   }
+  return checked;
+}
+
+TEST(ScheduleSim, MatchesTheTaskGraphSimulatorOnEveryFamily) {
+  std::mt19937 rng(1414);
+  const int checked = for_every_family(
+      rng, [](const Schedule& s, const std::vector<StageCost>& costs, PlanMeta& meta,
+              const std::string& label) { expect_same(s, costs, meta, label); });
+  EXPECT_GT(checked, 300);
+}
+
+// Separate GPUs under a sustained-load model (a sustained term without a curve, random factor
+// and time constant from a fraction of an op to many steps): each device's own load, the
+// periodic start included, gives the simulator's times.
+TEST(ScheduleSim, MatchesTheSimulatorUnderASustainedLoadOnSeparateGpus) {
+  std::mt19937 rng(2718);
+  std::uniform_real_distribution<double> factor(0, 3);
+  std::uniform_real_distribution<double> log_tau(std::log(0.3), std::log(300.0));
+  const int checked =
+      for_every_family(rng, [&](const Schedule& s, const std::vector<StageCost>& costs,
+                                PlanMeta& meta, const std::string& label) {
+        const SustainedLoad load{.factor = factor(rng), .time_constant_us = std::exp(log_tau(rng))};
+        meta.contention.sustained = load;
+        expect_same(s, costs, meta,
+                    label + " factor " + std::to_string(load.factor) + " tau " +
+                        std::to_string(load.time_constant_us));
+        // The term lengthens the step (some devices compute from the start).
+        PlanMeta plain = meta;
+        plain.contention = {};
+        if (load.factor > 0.1) {
+          EXPECT_GT(simulate_schedule(s, costs, meta).makespan_us,
+                    simulate_schedule(s, costs, plain).makespan_us)
+              << label;
+        }
+      });
   EXPECT_GT(checked, 300);
 }
 

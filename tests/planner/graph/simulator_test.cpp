@@ -5,14 +5,18 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tests/error_support.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
 namespace {
 
+using testing::error_of;
 using testing::kGiB;
 using testing::uniform_plan;
 using testing::UniformPlan;
@@ -541,16 +545,21 @@ TEST(SimulatorSustainedLoad, AStepStartsAtTheLoadItsOwnEndLeaves) {
   EXPECT_LT(numeric_duration(kTau / 2, 0.5, 0.0), kTau / 2 * (1 + kBeta / 2) - 0.01 * kTau);
 }
 
-// Steps repeat, so a step starts at the load it ends at, also where the step is not many time
-// constants long (here under one): a graph of the step twice over, the second copy after the
-// first, runs each copy exactly as the step alone. Two stages: an op of tau / 2 on one and of
-// tau / 4 on the other, both from the start (share 1, then 1/2).
-TEST(SimulatorSustainedLoad, AShortStepRunsAsEachOfItsRepeats) {
-  SustainedGraph once(2);
+// A graph of a short step twice over (an op of tau / 2 on one device and of tau / 4 on the
+// other, both from the start), the second copy after the first, runs each copy exactly as the
+// step alone: the step starts at the load(s) it ends at. `separate`: separate GPUs (no curve).
+// Returns the step's length.
+double expect_repeats_run_as_the_step_alone(bool separate) {
+  const auto graph = [&] {
+    SustainedGraph g(2);
+    if (separate) g.g.meta.contention.slowdown.clear();
+    return g;
+  };
+  SustainedGraph once = graph();
   const int a = once.compute(0, kTau / 2);
   const int b = once.compute(1, kTau / 4);
   const SimResult one = simulate(once.g);
-  SustainedGraph twice(2);
+  SustainedGraph twice = graph();
   const int a1 = twice.compute(0, kTau / 2);
   const int b1 = twice.compute(1, kTau / 4);
   const int a2 = twice.compute(0, kTau / 2);
@@ -559,8 +568,7 @@ TEST(SimulatorSustainedLoad, AShortStepRunsAsEachOfItsRepeats) {
   twice.g.add_data_edge(a1, b2);
   const SimResult two = simulate(twice.g);
   const double step = once.time(one, a).end_us;
-  ASSERT_GT(once.time(one, a).end_us, once.time(one, b).end_us);
-  EXPECT_LT(step, kTau);
+  EXPECT_GT(step, once.time(one, b).end_us);
   for (const auto& [op, first, second] : {std::tuple{a, a1, a2}, std::tuple{b, b1, b2}}) {
     const NodeTime alone = once.time(one, op);
     EXPECT_NEAR(twice.time(two, first).start_us, alone.start_us, 1e-6 * kTau);
@@ -568,6 +576,13 @@ TEST(SimulatorSustainedLoad, AShortStepRunsAsEachOfItsRepeats) {
     EXPECT_NEAR(twice.time(two, second).start_us, step + alone.start_us, 1e-6 * kTau);
     EXPECT_NEAR(twice.time(two, second).end_us, step + alone.end_us, 1e-6 * kTau);
   }
+  return step;
+}
+
+// Steps repeat, so a step starts at the load it ends at, also where the step is not many time
+// constants long (here under one; share 1, then 1/2).
+TEST(SimulatorSustainedLoad, AShortStepRunsAsEachOfItsRepeats) {
+  EXPECT_LT(expect_repeats_run_as_the_step_alone(false), kTau);
 }
 
 // Factor 0 is the model without it, on whole plans with transfers.
@@ -580,6 +595,204 @@ TEST(SimulatorSustainedLoad, FactorZeroChangesNothing) {
     expect_same_times(simulate(plan.graph), plain, schedule);
     plan.graph.meta.contention.sustained = SustainedLoad{.factor = 0.5, .time_constant_us = 500};
     EXPECT_GT(simulate(plan.graph).makespan_us, plain.makespan_us * 1.05) << schedule;
+  }
+}
+
+// Separate GPUs under a sustained-load model (a sustained term without a curve): each device is
+// its own GPU with its own clock, H_d following 1 while device d computes and 0 while it idles.
+// Plans to run them on: the 4-stage 2BP plans with transfers, a one-device plan, and dualpipe-v
+// (overlapped pairs, each one op).
+std::vector<std::pair<std::string, Plan>> separate_gpu_plans() {
+  std::vector<std::pair<std::string, Plan>> plans;
+  for (const char* schedule : {"gpipe", "1f1b"})
+    plans.emplace_back(schedule, comm_plan(schedule));
+  plans.emplace_back("one device", uniform_plan({.devices = 1,
+                                                 .microbatches = 4,
+                                                 .backward = BackwardMode::twobp,
+                                                 .f = 0.3,
+                                                 .b = 0.5,
+                                                 .w = 0.2}));
+  PlanRequest v = testing::uniform_request({.devices = 4,
+                                            .microbatches = 8,
+                                            .chunks = 2,
+                                            .schedule = "dualpipe-v",
+                                            .backward = BackwardMode::twobp,
+                                            .f = 0.2,
+                                            .b = 0.3,
+                                            .w = 0.1,
+                                            .comm = 0.05});
+  v.profile.overlap = {0.5, "test"};
+  plans.emplace_back("dualpipe-v", make_plan(v));
+  return plans;
+}
+
+void expect_times_within(const SimResult& got, const SimResult& want, double relative,
+                         const std::string& label) {
+  ASSERT_EQ(got.times.size(), want.times.size()) << label;
+  for (std::size_t i = 0; i < got.times.size(); ++i) {
+    const double scale = std::max(1.0, want.times[i].end_us);
+    EXPECT_NEAR(got.times[i].start_us, want.times[i].start_us, relative * scale) << label << i;
+    EXPECT_NEAR(got.times[i].end_us, want.times[i].end_us, relative * scale) << label << i;
+  }
+}
+
+// Factor 0 is no model, bit for bit, in either order; a factor lengthens every plan's step.
+TEST(SimulatorSeparateGpus, FactorZeroIsNoModelExactly) {
+  for (auto& [label, plan] : separate_gpu_plans()) {
+    TaskGraph& g = plan.graph;
+    ASSERT_FALSE(g.meta.contention.has_model()) << label;
+    const SimResult plain = simulate(g);
+    g.meta.contention.sustained = SustainedLoad{.factor = 0, .time_constant_us = 700};
+    for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+      const SimResult zero = simulate(g, order);
+      ASSERT_EQ(zero.times.size(), plain.times.size());
+      for (std::size_t i = 0; i < zero.times.size(); ++i) {
+        EXPECT_EQ(zero.times[i].start_us, plain.times[i].start_us) << label << " " << i;
+        EXPECT_EQ(zero.times[i].end_us, plain.times[i].end_us) << label << " " << i;
+      }
+      EXPECT_EQ(zero.makespan_us, plain.makespan_us) << label;
+    }
+    g.meta.contention.sustained = SustainedLoad{.factor = 0.5, .time_constant_us = 700};
+    const SimResult slower = simulate(g);
+    EXPECT_GT(slower.makespan_us, plain.makespan_us * 1.1) << label;
+    EXPECT_LE(slower.makespan_us, plain.makespan_us * 1.5 + 1e-6) << label;
+    // Both orders give the same times.
+    expect_times_within(simulate(g, SimOrder::by_ready_time), slower, 1e-12, label);
+  }
+}
+
+// One device: its own GPU is the whole GPU, so the model is the shared one with the curve [1]
+// and the same term.
+TEST(SimulatorSeparateGpus, OneDeviceIsTheSharedModelWithACurveOfOne) {
+  for (const double beta : {0.2, 0.7, 3.0}) {
+    for (const double tau : {50.0, 400.0, 5000.0}) {
+      Plan one = uniform_plan({.devices = 1,
+                               .microbatches = 4,
+                               .backward = BackwardMode::twobp,
+                               .f = 0.3,
+                               .b = 0.5,
+                               .w = 0.2});
+      const std::string label = "factor " + std::to_string(beta) + " tau " + std::to_string(tau);
+      one.graph.meta.contention.sustained = SustainedLoad{.factor = beta, .time_constant_us = tau};
+      const SimResult separate = simulate(one.graph);
+      one.graph.meta.contention.slowdown = {1.0};
+      const SimResult shared = simulate(one.graph);
+      expect_times_within(separate, shared, 1e-9, label);
+      EXPECT_NEAR(separate.makespan_us, shared.makespan_us, 1e-9 * shared.makespan_us) << label;
+      ASSERT_EQ(periodic_start_loads(one.graph).size(), 1U);
+      one.graph.meta.contention.slowdown.clear();
+      const std::vector<double> loads = periodic_start_loads(one.graph);
+      ASSERT_EQ(loads.size(), 1U);
+      one.graph.meta.contention.slowdown = {1.0};
+      EXPECT_NEAR(loads.front(), periodic_start_loads(one.graph).front(), 1e-9) << label;
+    }
+  }
+}
+
+// Two devices by hand, from given start loads (0.3, 0.6): A (device 0) from 0, then B (device
+// 1) on A's output, then C (device 0) on B's. Device 0 idles while B runs and its load decays;
+// device 1 idles until B and after it. Each op lasts what the numbers give for its start load.
+TEST(SimulatorSeparateGpus, EachDeviceFollowsItsOwnLoad) {
+  SustainedGraph c(2);
+  c.g.meta.contention.slowdown.clear();
+  const double wa = 0.8 * kTau, wb = 1.5 * kTau, wc = 0.6 * kTau;
+  const int a = c.compute(0, wa);
+  const int b = c.compute(1, wb);
+  const int last = c.compute(0, wc);
+  c.g.add_data_edge(a, b);
+  c.g.add_data_edge(b, last);
+  std::vector<double> loads = {0.3, 0.6};
+  const SimResult sim = simulate_from(c.g, loads);
+  const double da = numeric_duration(wa, 1.0, 0.3);
+  EXPECT_NEAR(c.time(sim, a).end_us, da, 1e-6 * kTau);
+  const double ta = c.time(sim, a).end_us;
+  const double h0_after_a = 1 + (0.3 - 1) * std::exp(-ta / kTau);
+  const double h1_at_b = 0.6 * std::exp(-ta / kTau);  // idle since 0
+  const NodeTime tb = c.time(sim, b);
+  EXPECT_DOUBLE_EQ(tb.start_us, ta);
+  EXPECT_NEAR(tb.end_us - tb.start_us, numeric_duration(wb, 1.0, h1_at_b), 1e-6 * kTau);
+  const double db = tb.end_us - tb.start_us;
+  const double h0_at_c = h0_after_a * std::exp(-db / kTau);  // device 0 idled through B
+  const NodeTime tc = c.time(sim, last);
+  EXPECT_DOUBLE_EQ(tc.start_us, tb.end_us);
+  const double dc = tc.end_us - tc.start_us;
+  EXPECT_NEAR(dc, numeric_duration(wc, 1.0, h0_at_c), 1e-6 * kTau);
+  // The gap cost device 0 its load: C runs faster than it would have right after A.
+  EXPECT_LT(dc, numeric_duration(wc, 1.0, h0_after_a) - 1e-3 * kTau);
+  // The loads the step leaves at its end (C's end).
+  const double h1_after_b = 1 + (h1_at_b - 1) * std::exp(-db / kTau);
+  ASSERT_EQ(loads.size(), 2U);
+  EXPECT_NEAR(loads[0], 1 + (h0_at_c - 1) * std::exp(-dc / kTau), 1e-12);
+  EXPECT_NEAR(loads[1], h1_after_b * std::exp(-dc / kTau), 1e-12);
+  EXPECT_EQ(error_of([&] {
+              std::vector<double> one = {0.5};
+              simulate_from(c.g, one);
+            }),
+            "simulate: 1 start loads for a model that has 2");
+}
+
+// Steps repeat: simulate() starts at the per-device loads a step's own end leaves, so a step
+// started there ends there, and a second step from the first one's end loads equals the first.
+TEST(SimulatorSeparateGpus, AStepStartsAtTheLoadsItsOwnEndLeaves) {
+  for (auto& [label, plan] : separate_gpu_plans()) {
+    TaskGraph& g = plan.graph;
+    const double step = plan.sim.makespan_us;
+    // Time constants from a tenth of the step to ten steps.
+    for (const double tau : {step / 10, step, 10 * step}) {
+      g.meta.contention.sustained = SustainedLoad{.factor = 0.6, .time_constant_us = tau};
+      const std::vector<double> start = periodic_start_loads(g);
+      ASSERT_EQ(start.size(), static_cast<std::size_t>(g.meta.devices)) << label;
+      std::vector<double> loads = start;
+      const SimResult first = simulate_from(g, loads);
+      for (std::size_t d = 0; d < start.size(); ++d) {
+        EXPECT_NEAR(loads[d], start[d], 1e-9) << label << " device " << d;
+        EXPECT_GT(start[d], 0.0) << label << " device " << d;
+        EXPECT_LE(start[d], 1.0) << label << " device " << d;
+      }
+      expect_times_within(first, simulate(g), 0, label);
+      const SimResult second = simulate_from(g, loads);
+      expect_times_within(second, first, 1e-9, label);
+      // An idle start is not the periodic one where the step is shorter than many tau.
+      std::vector<double> idle(start.size(), 0.0);
+      if (tau >= step) {
+        EXPECT_LT(simulate_from(g, idle).makespan_us, first.makespan_us) << label;
+      }
+    }
+  }
+}
+
+// The periodic loads per device, on a step under one time constant. Device 0 computes all
+// through the step: its load is 1 and its op runs at 1 / (1 + factor).
+TEST(SimulatorSeparateGpus, AShortStepRunsAsEachOfItsRepeats) {
+  EXPECT_NEAR(expect_repeats_run_as_the_step_alone(true), kTau / 2 * (1 + kBeta), 1e-6 * kTau);
+}
+
+// A device with two compute streams (a plan file may give one; lowering never does) computes
+// while either runs: the ops are taken in order of start whatever order the graph lists them
+// in. Q on a second stream from 0; P1 then P2 on the first from 0. From an idle start each runs
+// from the load of a device busy since 0.
+TEST(SimulatorSeparateGpus, TwoComputeStreamsOnOneDeviceKeepItBusy) {
+  SustainedGraph c(1);
+  c.g.meta.contention.slowdown.clear();
+  Node q;
+  q.device = 0;
+  q.stream = c.g.stream(0, StreamRole::compute, 0);  // a second compute stream
+  q.duration_us = 3 * kTau;
+  set_label(q, "0F9");
+  const int qid = c.g.add_node(std::move(q));
+  const int p1 = c.compute(0, kTau);
+  const int p2 = c.compute(0, kTau / 2);
+  for (const SimOrder order : {SimOrder::automatic, SimOrder::by_ready_time}) {
+    std::vector<double> loads = {0.0};
+    const SimResult sim = simulate_from(c.g, loads, order);
+    EXPECT_NEAR(c.time(sim, qid).end_us, numeric_duration(3 * kTau, 1.0, 0.0), 1e-6 * kTau);
+    const double d1 = c.time(sim, p1).end_us;
+    EXPECT_NEAR(d1, numeric_duration(kTau, 1.0, 0.0), 1e-6 * kTau);
+    EXPECT_DOUBLE_EQ(c.time(sim, p2).start_us, d1);
+    const double h = 1 - std::exp(-d1 / kTau);  // busy since 0
+    EXPECT_NEAR(c.time(sim, p2).end_us - d1, numeric_duration(kTau / 2, 1.0, h), 1e-6 * kTau);
+    // Busy until Q's end: the load there is 1 - exp(-end / tau).
+    EXPECT_NEAR(loads.front(), 1 - std::exp(-c.time(sim, qid).end_us / kTau), 1e-12);
   }
 }
 

@@ -140,6 +140,43 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
       << loaded.overlap.source;
 }
 
+// Under load: a short load run on every emulated stage's green context at once gives the
+// sustained-load record (and its model where the GPU slowed), and bursts on k = 1..P contexts give
+// one contention curve entry per stage, 1 alone.
+TEST(CudaProfiler, MeasuresTheGpuUnderLoad) {
+  PIPEPLAN_REQUIRE_GPU();
+  GpuProfileOptions options = pipeplan::testing::quick_profile_options(Attention::recompute, 1, 3);
+  options.max_concat = 1;
+  options.sm_partition = 32;
+  options.sustain_seconds = 0.5;
+  options.cooldown_seconds = 0.2;
+  const Profile profile = cuda::measure_profile(options);
+  ASSERT_TRUE(profile.sustained_load);
+  const SustainedMeasurement& load = *profile.sustained_load;
+  EXPECT_GE(load.devices, 2);
+  EXPECT_GE(load.seconds, 0.4);
+  for (const char* op : {"F", "P1", "P2"}) {
+    ASSERT_TRUE(load.ops.contains(op)) << op;
+    EXPECT_GE(load.ops.at(op).count, kMinOpsPerType) << op;
+    EXPECT_GT(load.ops.at(op).burst_us, 0) << op;
+    EXPECT_GT(load.ops.at(op).steady_us, 0) << op;
+  }
+  EXPECT_EQ(load.source.rfind("measured at profile time", 0), 0u) << load.source;
+  if (load.clock) {
+    EXPECT_GT(load.clock->steady_mhz, 0);
+    EXPECT_GT(load.clock->samples, 0);
+  }
+  EXPECT_EQ(profile.contention.slowdown.size(), static_cast<std::size_t>(load.devices));
+  EXPECT_EQ(profile.contention.slowdown.front(), 1.0);
+  for (const char* op : {"F", "B", "P1", "P2"})
+    EXPECT_TRUE(profile.contention.by_op.contains(op)) << op;
+  EXPECT_EQ(profile.contention.sustained.has_value(), load.model.factor > 0);
+  // What it wrote, the planner reads.
+  const Profile back = profile_from_json(profile_to_json(profile), "measured");
+  EXPECT_EQ(back.contention.slowdown, profile.contention.slowdown);
+  EXPECT_EQ(*back.sustained_load, load);
+}
+
 // `profile --backend cuda --gemm-candidates 3`: the answers are timed in the warm-up (so the
 // profile needs one) and the notes say which GEMMs the times are of.
 TEST(CudaProfiler, NotesTheGemmAnswersItTimed) {

@@ -85,6 +85,7 @@ inline GpuProfileOptions quick_profile_options(Attention attention, int warmup, 
   options.max_concat = 1;
   options.warmup = warmup;
   options.repetitions = repetitions;
+  options.sustain_seconds = 0;  // no load run: tests that want one ask for it
   return options;
 }
 

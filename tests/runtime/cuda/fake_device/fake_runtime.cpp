@@ -247,6 +247,16 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+// The stand-in's address on a bus no management library knows (the profiler's clock sampler
+// then finds no device in NVML, where NVML is there at all).
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (pci_bus_id == nullptr || len < 13) return fail(cudaErrorInvalidValue);
+  std::strncpy(pci_bus_id, "00000000:FF:00.0", static_cast<std::size_t>(len) - 1);
+  pci_bus_id[len - 1] = '\0';
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError() {
   const cudaError_t last = thread_state.last_error;
   thread_state.last_error = cudaSuccess;
@@ -643,6 +653,12 @@ CUresult fake_cuCtxSetCurrent(CUcontext context) {
   return CUDA_SUCCESS;
 }
 
+CUresult fake_cuCtxGetCurrent(CUcontext* context) {
+  const std::vector<CUctx_st*>& stack = thread_state.stack;
+  *context = stack.empty() ? nullptr : stack.back();
+  return CUDA_SUCCESS;
+}
+
 template <typename Fn>
 void* entry(Fn function) {
   return reinterpret_cast<void*>(function);
@@ -664,6 +680,7 @@ const std::unordered_map<std::string, void*>& driver_entries() {
       {"cuCtxPushCurrent", entry(&fake_cuCtxPushCurrent)},
       {"cuCtxPopCurrent", entry(&fake_cuCtxPopCurrent)},
       {"cuCtxSetCurrent", entry(&fake_cuCtxSetCurrent)},
+      {"cuCtxGetCurrent", entry(&fake_cuCtxGetCurrent)},
   };
   return entries;
 }

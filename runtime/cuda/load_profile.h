@@ -1,0 +1,49 @@
+// The profiler's measurements under load (profiles/load_measurement.h says what and why): a
+// block's ops back to back for a while on the whole GPU or on every emulated stage's green
+// context at once (the sustained-load model, with the SM clock sampled), and the same op run at
+// once on k = 1..P green contexts in short bursts from a cool GPU (the contention curves).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "profiles/contention.h"
+#include "profiles/load_measurement.h"
+#include "profiles/profile.h"
+#include "runtime/cuda/cuda_backend.h"
+
+namespace pipeplan::cuda {
+
+// The inputs a layer kind's passes take at one micro-batch size: never zeros (they time faster
+// than real data).
+struct LayerInputs {
+  Tensor input, targets, dy;
+};
+LayerInputs make_layer_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model,
+                              int mbs, int seq);
+
+struct LoadProfileOptions {
+  ModelConfig model;
+  int mbs = 1;
+  int seq = 0;
+  Attention attention = Attention::flash;
+  int gemm_candidates = 1;
+  int stages = 0;  // green contexts of sm_per_stage SMs each; 0: the whole GPU, no curves
+  int sm_per_stage = 0;
+  int warmup = 3;               // untimed ops before each burst's timed ones
+  int repetitions = 20;         // timed ops per context in each burst
+  double sustain_seconds = 20;  // the load run; 0: none (no sustained-load model)
+  double cooldown_seconds = 5;  // idle before the load run (and, capped, before each burst)
+  std::function<void(const std::string&)> progress;  // one call per finished part; may be empty
+};
+
+struct LoadProfileResult {
+  std::optional<SustainedMeasurement> sustained;  // with sustain_seconds > 0
+  std::optional<Contention> contention;           // with stages > 0: curves, `sustained` set
+};
+
+// Throws Error from CUDA failures or a load run too short to fit (fit_sustained_load).
+LoadProfileResult measure_load(const LoadProfileOptions& options);
+
+}  // namespace pipeplan::cuda
