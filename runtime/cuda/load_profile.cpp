@@ -211,8 +211,8 @@ void idle(double seconds) {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-// Forward, p1 and p2 back to back on every stage for `sustain_seconds`, at most kDepth cycles
-// queued ahead of the GPU on each.
+// Forward, p1 and p2 back to back on every stage for `sustain_seconds` (and at least
+// kMinOpsPerType cycles), at most kDepth cycles queued ahead of the GPU on each.
 SustainedMeasurement sustained_run(LoadRunner& runner, const LoadProfileOptions& options,
                                    std::ostringstream& source) {
   constexpr std::size_t kDepth = 3;
@@ -223,8 +223,9 @@ SustainedMeasurement sustained_run(LoadRunner& runner, const LoadProfileOptions&
   const auto until = origin + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(options.sustain_seconds));
   std::deque<const QueuedOp*> cycle_ends;
-  while (Clock::now() < until) {
-    if (cycle_ends.size() >= kDepth * static_cast<std::size_t>(runner.devices())) {
+  // Also past `until` until each stage has run enough cycles to fit (a short run on a slow op).
+  for (int cycles = 0; Clock::now() < until || cycles < kMinOpsPerType; ++cycles) {
+    while (cycle_ends.size() >= kDepth * static_cast<std::size_t>(runner.devices())) {
       runner.wait_for(*cycle_ends.front());
       cycle_ends.pop_front();
     }
