@@ -105,8 +105,8 @@ struct QueuedOp {
 
 class LoadRunner {
  public:
-  LoadRunner(const LoadProfileOptions& options, std::vector<std::unique_ptr<GreenContext>>& greens)
-      : options_(options) {
+  LoadRunner(const LoadProfileOptions& options,
+             std::vector<std::unique_ptr<GreenContext>>& greens) {
     const int count = std::max(options.stages, 1);
     for (int s = 0; s < count; ++s) {
       auto stage = std::make_unique<LoadStage>();
@@ -202,7 +202,6 @@ class LoadRunner {
     queued_.clear();
   }
 
-  const LoadProfileOptions& options_;
   std::vector<std::unique_ptr<LoadStage>> stages_;
   std::deque<QueuedOp> queued_;  // stable addresses for the references queue() returns
 };
