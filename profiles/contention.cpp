@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/stats.h"
 
 namespace pipeplan {
 
@@ -68,57 +69,6 @@ double DeviceLoad::run(const SustainedLoad& load, double start, double work) {
   return duration;
 }
 
-namespace {
-
-// The least-squares combination gamma of `columns` closest to `target` (normal equations, a
-// few columns at most), or nothing where they are (nearly) dependent.
-std::vector<double> least_squares(const std::vector<std::vector<double>>& columns,
-                                  const std::vector<double>& target) {
-  const std::size_t m = columns.size();
-  const auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
-    double sum = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      sum += a[i] * b[i];
-    return sum;
-  };
-  // [A | b], A = C^T C, b = C^T target.
-  std::vector<std::vector<double>> rows(m, std::vector<double>(m + 1, 0.0));
-  double largest = 0;
-  for (std::size_t j = 0; j < m; ++j) {
-    for (std::size_t k = 0; k < m; ++k)
-      rows[j][k] = dot(columns[j], columns[k]);
-    rows[j][m] = dot(columns[j], target);
-    largest = std::max(largest, rows[j][j]);
-  }
-  if (!(largest > 0)) return {};
-  for (std::size_t j = 0; j < m; ++j)
-    rows[j][j] += 1e-12 * largest;
-  for (std::size_t j = 0; j < m; ++j) {  // Gaussian elimination, partial pivoting
-    std::size_t pivot = j;
-    for (std::size_t r = j + 1; r < m; ++r) {
-      if (std::abs(rows[r][j]) > std::abs(rows[pivot][j])) pivot = r;
-    }
-    if (!(std::abs(rows[pivot][j]) > 1e-14 * largest)) return {};
-    std::swap(rows[j], rows[pivot]);
-    for (std::size_t r = j + 1; r < m; ++r) {
-      const double f = rows[r][j] / rows[j][j];
-      for (std::size_t k = j; k <= m; ++k)
-        rows[r][k] -= f * rows[j][k];
-    }
-  }
-  std::vector<double> gamma(m, 0.0);
-  for (std::size_t j = m; j-- > 0;) {
-    double sum = rows[j][m];
-    for (std::size_t k = j + 1; k < m; ++k)
-      sum -= rows[j][k] * gamma[k];
-    gamma[j] = sum / rows[j][j];
-    if (!std::isfinite(gamma[j])) return {};
-  }
-  return gamma;
-}
-
-}  // namespace
-
 std::vector<double> periodic_loads(const SustainedLoad& load, std::size_t count,
                                    const std::function<double(std::vector<double>&)>& pass) {
   constexpr std::size_t kMemory = 4;  // passes whose secant steps are mixed into the next start
@@ -159,7 +109,14 @@ std::vector<double> periodic_loads(const SustainedLoad& load, std::size_t count,
         step_changes.push_back(std::move(ds));
         target_changes.push_back(std::move(dt));
       }
-      const std::vector<double> gamma = least_squares(step_changes, step);
+      // The combination gamma of the step changes closest to this step (least squares).
+      std::vector<std::pair<std::vector<double>, double>> rows(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        for (const std::vector<double>& change : step_changes)
+          rows[i].first.push_back(change[i]);
+        rows[i].second = step[i];
+      }
+      const std::vector<double> gamma = least_squares(rows).value_or(std::vector<double>{});
       for (std::size_t j = 0; j < gamma.size(); ++j) {
         for (std::size_t i = 0; i < count; ++i)
           next[i] -= gamma[j] * target_changes[j][i];

@@ -1,6 +1,7 @@
 #include "planner/base/stats.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "planner/base/error.h"
 
@@ -11,6 +12,49 @@ double median(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   const std::size_t n = samples.size();
   return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
+std::optional<std::vector<double>> least_squares(
+    const std::vector<std::pair<std::vector<double>, double>>& rows) {
+  if (rows.empty()) return std::nullopt;
+  const std::size_t m = rows.front().first.size();
+  // [A | b], A = C^T C, b = C^T target.
+  std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0.0));
+  for (const auto& [row, target] : rows) {
+    for (std::size_t j = 0; j < m; ++j) {
+      a[j][m] += row[j] * target;
+      for (std::size_t k = 0; k < m; ++k)
+        a[j][k] += row[j] * row[k];
+    }
+  }
+  double largest = 0;
+  for (std::size_t j = 0; j < m; ++j)
+    largest = std::max(largest, a[j][j]);
+  if (!(largest > 0)) return std::nullopt;
+  for (std::size_t j = 0; j < m; ++j)
+    a[j][j] += 1e-12 * largest;
+  for (std::size_t j = 0; j < m; ++j) {
+    std::size_t pivot = j;
+    for (std::size_t r = j + 1; r < m; ++r) {
+      if (std::abs(a[r][j]) > std::abs(a[pivot][j])) pivot = r;
+    }
+    if (!(std::abs(a[pivot][j]) > 1e-14 * largest)) return std::nullopt;
+    std::swap(a[j], a[pivot]);
+    for (std::size_t r = j + 1; r < m; ++r) {
+      const double f = a[r][j] / a[j][j];
+      for (std::size_t k = j; k <= m; ++k)
+        a[r][k] -= f * a[j][k];
+    }
+  }
+  std::vector<double> x(m, 0.0);
+  for (std::size_t j = m; j-- > 0;) {
+    double sum = a[j][m];
+    for (std::size_t k = j + 1; k < m; ++k)
+      sum -= a[j][k] * x[k];
+    x[j] = sum / a[j][j];
+    if (!std::isfinite(x[j])) return std::nullopt;
+  }
+  return x;
 }
 
 }  // namespace pipeplan

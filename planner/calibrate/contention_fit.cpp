@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/stats.h"
 #include "planner/graph/simulator.h"
 
 namespace pipeplan {
@@ -31,40 +32,6 @@ std::vector<double> rounded(std::vector<double> curve) {
   for (double& x : curve)
     x = rounded(x);
   return curve;
-}
-
-// x minimising sum (row . x - target)^2, by the normal equations and Gaussian elimination with
-// partial pivoting; nullopt when singular.
-std::optional<std::vector<double>> least_squares(
-    const std::vector<std::pair<std::vector<double>, double>>& rows) {
-  if (rows.empty()) return std::nullopt;
-  const std::size_t n = rows.front().first.size();
-  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
-  for (const auto& [row, target] : rows) {
-    for (std::size_t i = 0; i < n; ++i) {
-      a[i][n] += row[i] * target;
-      for (std::size_t j = 0; j < n; ++j)
-        a[i][j] += row[i] * row[j];
-    }
-  }
-  for (std::size_t col = 0; col < n; ++col) {
-    std::size_t pivot = col;
-    for (std::size_t r = col + 1; r < n; ++r) {
-      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
-    }
-    if (std::abs(a[pivot][col]) < 1e-12) return std::nullopt;
-    std::swap(a[col], a[pivot]);
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r == col) continue;
-      const double factor = a[r][col] / a[col][col];
-      for (std::size_t c = 0; c <= n; ++c)
-        a[r][c] -= factor * a[col][c];
-    }
-  }
-  std::vector<double> x(n);
-  for (std::size_t i = 0; i < n; ++i)
-    x[i] = a[i][n] / a[i][i];
-  return x;
 }
 
 // The compute ops of a run in time: each op's [start, end) as indices into `points` (every start
