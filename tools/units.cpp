@@ -75,12 +75,7 @@ double parse_bytes(std::string_view text, std::string_view option) {
 }
 
 double parse_fraction(std::string_view text, std::string_view option) {
-  const std::string s(text);
-  const auto [value, ptr, ec] = leading_decimal(s);
-  if (ec != std::errc() || ptr != s.data() + s.size() || !(value >= 0 && value <= 1)) {
-    throw Error(std::string(option) + ": '" + s + "' is not a number from 0 to 1");
-  }
-  return value;
+  return parse_number_in(text, option, 0, 1);
 }
 
 double parse_number_in(std::string_view text, std::string_view option, double lo, double hi) {
