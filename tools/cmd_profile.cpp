@@ -98,7 +98,6 @@ struct ProfileCommand {
     if (gpu_given) options.command += " --gpu " + gpu;
     if (gemm_candidates > 1)
       options.command += " --gemm-candidates " + std::to_string(gemm_candidates);
-
     const Profile profile = load_gpu_plugin().measure_profile(options);
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";

@@ -105,19 +105,19 @@ struct QueuedOp {
 
 class LoadRunner {
  public:
-  LoadRunner(const LoadProfileOptions& options,
+  LoadRunner(const GpuProfileOptions& profile, const LoadRun& run,
              std::vector<std::unique_ptr<GreenContext>>& greens) {
-    const int count = std::max(options.stages, 1);
+    const int count = std::max(run.stages, 1);
     for (int s = 0; s < count; ++s) {
       auto stage = std::make_unique<LoadStage>();
       stage->green = greens.empty() ? nullptr : greens[static_cast<std::size_t>(s)].get();
       const ScopedContext current(stage->context());
       stage->backend = std::make_unique<CudaBackend>(CudaBackendOptions{
-          options.attention, stage->green != nullptr ? stage->green->stream() : nullptr,
-          options.gemm_candidates});
-      stage->layer = stage->backend->init_layer(options.model, LayerKind::block, s + 1, 1);
-      stage->in = make_layer_inputs(*stage->backend, LayerKind::block, options.model, options.mbs,
-                                    options.seq);
+          profile.attention, stage->green != nullptr ? stage->green->stream() : nullptr,
+          profile.gemm_candidates});
+      stage->layer = stage->backend->init_layer(profile.model, LayerKind::block, s + 1, 1);
+      stage->in =
+          make_layer_inputs(*stage->backend, LayerKind::block, profile.model, run.mbs, run.seq);
       stage->reference = create_event_for(stage->stream(), cudaEventDefault);
       stages_.push_back(std::move(stage));
     }
@@ -172,12 +172,18 @@ class LoadRunner {
     return queued_.back();
   }
 
-  // Waits for everything queued and returns it as timed ops from the reference events (and,
-  // per op, whether it counts), forgetting it.
-  std::vector<std::pair<TimedOp, bool>> collect() {
+  // Everything queued, waited for: the timed ops from the reference events, and per op whether
+  // it counts.
+  struct Collected {
+    std::vector<TimedOp> ops;
+    std::vector<bool> counted;
+  };
+  // Waits for everything queued and returns it, forgetting it.
+  Collected collect() {
     synchronize();
-    std::vector<std::pair<TimedOp, bool>> ops;
-    ops.reserve(queued_.size());
+    Collected out;
+    out.ops.reserve(queued_.size());
+    out.counted.reserve(queued_.size());
     for (const QueuedOp& q : queued_) {
       const LoadStage& stage = *stages_[q.stage];
       const ScopedContext current(stage.context());
@@ -185,10 +191,11 @@ class LoadRunner {
       float start_ms = 0, end_ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&start_ms, reference, q.start));
       CUDA_CHECK(cudaEventElapsedTime(&end_ms, reference, q.end));
-      ops.emplace_back(TimedOp{name_of(q.op), 1000.0 * start_ms, 1000.0 * end_ms}, q.counted);
+      out.ops.push_back({name_of(q.op), 1000.0 * start_ms, 1000.0 * end_ms});
+      out.counted.push_back(q.counted);
     }
     release();
-    return ops;
+    return out;
   }
 
   void wait_for(const QueuedOp& q) { CUDA_CHECK(cudaEventSynchronize(q.end)); }
@@ -212,15 +219,15 @@ void idle(double seconds) {
 
 // Forward, p1 and p2 back to back on every stage for `sustain_seconds` (and at least
 // kMinOpsPerType cycles), at most kDepth cycles queued ahead of the GPU on each.
-SustainedMeasurement sustained_run(LoadRunner& runner, const LoadProfileOptions& options,
-                                   std::ostringstream& source) {
+SustainedMeasurement sustained_run(LoadRunner& runner, const GpuProfileOptions& profile,
+                                   const LoadRun& run) {
   constexpr std::size_t kDepth = 3;
-  idle(options.cooldown_seconds);
+  idle(profile.cooldown_seconds);
   ClockSampler sampler(0);
   const Clock::time_point origin = runner.mark_start();
   sampler.start(origin);
   const auto until = origin + std::chrono::duration_cast<Clock::duration>(
-                                  std::chrono::duration<double>(options.sustain_seconds));
+                                  std::chrono::duration<double>(profile.sustain_seconds));
   std::deque<const QueuedOp*> cycle_ends;
   // Also past `until` until each stage has run enough cycles to fit (a short run on a slow op).
   for (int cycles = 0; Clock::now() < until || cycles < kMinOpsPerType; ++cycles) {
@@ -234,18 +241,17 @@ SustainedMeasurement sustained_run(LoadRunner& runner, const LoadProfileOptions&
       cycle_ends.push_back(&runner.queue(s, LoadOp::P2, true));
     }
   }
-  std::vector<TimedOp> ops;
-  for (auto& [op, counted] : runner.collect())
-    ops.push_back(std::move(op));
+  const std::vector<TimedOp> ops = runner.collect().ops;
   const std::vector<ClockSample> samples = sampler.stop();
   SustainedMeasurement m = fit_sustained_load(ops, runner.devices());
   m.clock = summarize_clock(samples, m.seconds);
+  std::ostringstream source;
   source << "measured at profile time: a block's F, p1 and p2 back to back for " << m.seconds
          << " s on "
-         << (options.stages > 0 ? std::to_string(options.stages) + " green contexts of " +
-                                      std::to_string(options.sm_per_stage) + " SMs at once"
-                                : std::string("the whole GPU"))
-         << ", mbs " << options.mbs << ", after " << options.cooldown_seconds << " s idle; "
+         << (run.stages > 0 ? std::to_string(run.stages) + " green contexts of " +
+                                  std::to_string(run.sm_per_stage) + " SMs at once"
+                            : std::string("the whole GPU"))
+         << ", mbs " << run.mbs << ", after " << profile.cooldown_seconds << " s idle; "
          << sampler.note();
   m.source = source.str();
   return m;
@@ -253,7 +259,7 @@ SustainedMeasurement sustained_run(LoadRunner& runner, const LoadProfileOptions&
 
 // The same op on k = 1..P stages at once, short bursts, each after an idle pause; medians of the
 // timed ops' cold work under `model` (their times where it has no factor).
-std::vector<double> burst_medians(LoadRunner& runner, LoadOp op, const LoadProfileOptions& options,
+std::vector<double> burst_medians(LoadRunner& runner, LoadOp op, const GpuProfileOptions& profile,
                                   const SustainedLoad& model, double pause_seconds) {
   std::vector<double> medians;
   for (int k = 1; k <= runner.devices(); ++k) {
@@ -265,21 +271,17 @@ std::vector<double> burst_medians(LoadRunner& runner, LoadOp op, const LoadProfi
         runner.queue(s, LoadOp::P1, false);
       }
     }
-    for (int i = 0; i < options.warmup + options.repetitions; ++i) {
+    for (int i = 0; i < profile.warmup + profile.repetitions; ++i) {
       for (std::size_t s = 0; s < static_cast<std::size_t>(k); ++s) {
         if (op == LoadOp::P1) runner.queue(s, LoadOp::F, false);
-        runner.queue(s, op, i >= options.warmup);
+        runner.queue(s, op, i >= profile.warmup);
       }
     }
-    const auto queued = runner.collect();
-    std::vector<TimedOp> ops;
-    ops.reserve(queued.size());
-    for (const auto& [timed, counted] : queued)
-      ops.push_back(timed);
-    const std::vector<double> cold = cold_work_of(ops, runner.devices(), model);
+    const LoadRunner::Collected queued = runner.collect();
+    const std::vector<double> cold = cold_work_of(queued.ops, runner.devices(), model);
     std::vector<double> counted_work;
-    for (std::size_t i = 0; i < queued.size(); ++i) {
-      if (queued[i].second) counted_work.push_back(cold[i]);
+    for (std::size_t i = 0; i < cold.size(); ++i) {
+      if (queued.counted[i]) counted_work.push_back(cold[i]);
     }
     medians.push_back(median(counted_work));
   }
@@ -288,37 +290,35 @@ std::vector<double> burst_medians(LoadRunner& runner, LoadOp op, const LoadProfi
 
 }  // namespace
 
-LoadProfileResult measure_load(const LoadProfileOptions& options) {
-  if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
+LoadProfileResult measure_load(const GpuProfileOptions& profile, const LoadRun& run) {
   std::vector<std::unique_ptr<GreenContext>> greens;
-  if (options.stages > 0) greens = GreenContext::partition(0, options.stages, options.sm_per_stage);
-  LoadRunner runner(options, greens);
+  if (run.stages > 0) greens = GreenContext::partition(0, run.stages, run.sm_per_stage);
+  LoadRunner runner(profile, run, greens);
   LoadProfileResult result;
   SustainedLoad model{0, 1};
-  if (options.sustain_seconds > 0) {
-    std::ostringstream source;
-    result.sustained = sustained_run(runner, options, source);
+  if (profile.sustain_seconds > 0) {
+    result.sustained = sustained_run(runner, profile, run);
     model = result.sustained->model;
-    if (options.progress) options.progress("sustained load");
+    if (run.progress) run.progress("sustained load");
   }
-  if (options.stages > 0) {
+  if (run.stages > 0) {
     // Long enough for the load the last run left to fade (five time constants), within the
     // cool-down the user allowed.
     const double pause =
         model.factor > 0
-            ? std::min(options.cooldown_seconds, std::max(0.2, 5 * model.time_constant_us / 1e6))
-            : std::min(options.cooldown_seconds, 1.0);
+            ? std::min(profile.cooldown_seconds, std::max(0.2, 5 * model.time_constant_us / 1e6))
+            : std::min(profile.cooldown_seconds, 1.0);
     std::map<std::string, std::vector<double>> medians;
     for (const LoadOp op : {LoadOp::F, LoadOp::P1, LoadOp::P2})
-      medians[name_of(op)] = burst_medians(runner, op, options, model, pause);
+      medians[name_of(op)] = burst_medians(runner, op, profile, model, pause);
     std::ostringstream source;
-    source << "measured at profile time: a block's F, p1 and p2 (mbs " << options.mbs
-           << ") at once on k = 1.." << options.stages << " green contexts of "
-           << options.sm_per_stage << " SMs, median of " << options.repetitions << " per context"
+    source << "measured at profile time: a block's F, p1 and p2 (mbs " << run.mbs
+           << ") at once on k = 1.." << run.stages << " green contexts of " << run.sm_per_stage
+           << " SMs, median of " << profile.repetitions << " per context"
            << (model.factor > 0 ? ", as cold work under the sustained-load model" : "");
     result.contention = contention_from_bursts(medians, source.str());
     if (model.factor > 0) result.contention->sustained = model;
-    if (options.progress) options.progress("contention");
+    if (run.progress) run.progress("contention");
   }
   return result;
 }

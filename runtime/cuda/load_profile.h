@@ -12,6 +12,7 @@
 #include "profiles/load_measurement.h"
 #include "profiles/profile.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/gpu_plugin.h"
 
 namespace pipeplan::cuda {
 
@@ -23,27 +24,22 @@ struct LayerInputs {
 LayerInputs make_layer_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model,
                               int mbs, int seq);
 
-struct LoadProfileOptions {
-  ModelConfig model;
+// What a load run takes beside the profile's options (the model, attention, GEMM answers,
+// warm-up and repetitions of each burst, --sustain-seconds, --cooldown-seconds).
+struct LoadRun {
   int mbs = 1;
   int seq = 0;
-  Attention attention = Attention::flash;
-  int gemm_candidates = 1;
   int stages = 0;  // green contexts of sm_per_stage SMs each; 0: the whole GPU, no curves
   int sm_per_stage = 0;
-  int warmup = 3;               // untimed ops before each burst's timed ones
-  int repetitions = 20;         // timed ops per context in each burst
-  double sustain_seconds = 20;  // the load run; 0: none (no sustained-load model)
-  double cooldown_seconds = 5;  // idle before the load run (and, capped, before each burst)
   std::function<void(const std::string&)> progress;  // one call per finished part; may be empty
 };
 
 struct LoadProfileResult {
-  std::optional<SustainedMeasurement> sustained;  // with sustain_seconds > 0
+  std::optional<SustainedMeasurement> sustained;  // with profile.sustain_seconds > 0
   std::optional<Contention> contention;           // with stages > 0: curves, `sustained` set
 };
 
 // Throws Error from CUDA failures or a load run too short to fit (fit_sustained_load).
-LoadProfileResult measure_load(const LoadProfileOptions& options);
+LoadProfileResult measure_load(const GpuProfileOptions& profile, const LoadRun& run);
 
 }  // namespace pipeplan::cuda

@@ -276,20 +276,13 @@ Profile measure_profile(const GpuProfileOptions& options) {
   // emulated stage's profile, the contention between the stages sharing the GPU.
   const int stages = green ? prop.multiProcessorCount / green->sm_count() : 0;
   if (!options.micro_batch_sizes.empty() && (options.sustain_seconds > 0 || stages > 0)) {
-    LoadProfileOptions load;
-    load.model = options.model;
-    load.mbs = options.micro_batch_sizes.front();
-    load.seq = profile.seq;
-    load.attention = options.attention;
-    load.gemm_candidates = options.gemm_candidates;
-    load.stages = stages;
-    load.sm_per_stage = green ? green->sm_count() : 0;
-    load.warmup = options.warmup;
-    load.repetitions = options.repetitions;
-    load.sustain_seconds = options.sustain_seconds;
-    load.cooldown_seconds = options.cooldown_seconds;
-    load.progress = [&](const std::string& label) { progress.step(label); };
-    const LoadProfileResult measured = measure_load(load);
+    LoadRun run;
+    run.mbs = options.micro_batch_sizes.front();
+    run.seq = profile.seq;
+    run.stages = stages;
+    run.sm_per_stage = green ? green->sm_count() : 0;
+    run.progress = [&](const std::string& label) { progress.step(label); };
+    const LoadProfileResult measured = measure_load(options, run);
     if (measured.contention) profile.contention = *measured.contention;
     if (measured.sustained) {
       profile.sustained_load = measured.sustained;
