@@ -11,6 +11,7 @@
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
+#include "profiles/json_reader.h"
 
 namespace pipeplan {
 
@@ -187,6 +188,14 @@ Candidate best_factor(const Timeline& t, double tau, std::span<const std::size_t
   return best;
 }
 
+// Every op of the run, by index.
+std::vector<std::size_t> every_op(const Timeline& t) {
+  std::vector<std::size_t> all(t.ops.size());
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  return all;
+}
+
 double median_of(const std::vector<double>& values) {
   return values.empty() ? 0.0 : median(values);
 }
@@ -196,10 +205,7 @@ double median_of(const std::vector<double>& values) {
 std::vector<double> cold_work_of(std::span<const TimedOp> ops, int devices,
                                  const SustainedLoad& model) {
   const Timeline t = make_timeline(ops, devices);
-  std::vector<std::size_t> all(t.ops.size());
-  for (std::size_t i = 0; i < all.size(); ++i)
-    all[i] = i;
-  return cold_work(t, model, load_course(t, model), all);
+  return cold_work(t, model, load_course(t, model), every_op(t));
 }
 
 SustainedMeasurement fit_sustained_load(std::span<const TimedOp> ops, int devices) {
@@ -211,9 +217,7 @@ SustainedMeasurement fit_sustained_load(std::span<const TimedOp> ops, int device
                   " needed (a longer load run)");
     }
   }
-  std::vector<std::size_t> all(t.ops.size());
-  for (std::size_t i = 0; i < all.size(); ++i)
-    all[i] = i;
+  const std::vector<std::size_t> all = every_op(t);
   std::vector<std::size_t> sample;  // every k-th op: the search's cost stays bounded
   const std::size_t stride = (all.size() + kMaxSearchOps - 1) / kMaxSearchOps;
   for (std::size_t i = 0; i < all.size(); i += stride)
@@ -320,11 +324,12 @@ Contention contention_from_bursts(const std::map<std::string, std::vector<double
       }
     }
   }
-  const auto curve_of = [&](std::initializer_list<std::string_view> ops) {
+  // The summed times of `ops` at each level over their sum alone.
+  const auto curve_of = [&](const std::vector<std::string>& ops) {
     std::vector<double> curve(stages, 0);
     double alone = 0;
-    for (const std::string_view op : ops) {
-      const auto& times = median_us.find(std::string(op))->second;
+    for (const std::string& op : ops) {
+      const auto& times = median_us.find(op)->second;
       alone += times[0];
       for (std::size_t k = 0; k < stages; ++k)
         curve[k] += times[k];
@@ -339,20 +344,15 @@ Contention contention_from_bursts(const std::map<std::string, std::vector<double
     return curve;
   };
   Contention c;
-  std::vector<double> total(stages, 0);
-  double alone = 0;
+  std::vector<std::string> all;
   for (const auto& [op, times] : median_us) {
     c.by_op[op] = curve_of({op});
-    alone += times[0];
-    for (std::size_t k = 0; k < stages; ++k)
-      total[k] += times[k];
+    all.push_back(op);
   }
   if (median_us.contains("P1") && median_us.contains("P2") && !median_us.contains("B")) {
     c.by_op["B"] = curve_of({"P1", "P2"});
   }
-  c.slowdown = total;
-  for (double& x : c.slowdown)
-    x /= alone;
+  c.slowdown = curve_of(all);
   c.source = std::move(source);
   return c;
 }
@@ -380,50 +380,6 @@ nlohmann::json sustained_measurement_to_json(const SustainedMeasurement& m) {
 
 namespace {
 
-// A field of the record: "<context>: field 'sustained_load.<path>' must ...".
-class Fields {
- public:
-  Fields(const nlohmann::json& object, std::string_view context, std::string path)
-      : object_(object), context_(context), path_(std::move(path)) {
-    if (!object_.is_object()) fail("", "must be an object");
-  }
-  [[noreturn]] void fail(std::string_view field, std::string_view what) const {
-    const std::string name = field.empty() ? path_ : path_ + "." + std::string(field);
-    throw Error(std::string(context_) + ": field '" + name + "' " + std::string(what));
-  }
-  const nlohmann::json& get(std::string_view field) const {
-    const auto it = object_.find(field);
-    if (it == object_.end()) fail(field, "is missing");
-    return *it;
-  }
-  bool has(std::string_view field) const { return object_.contains(field); }
-  Fields object(std::string_view field) const {
-    return {get(field), context_, path_ + "." + std::string(field)};
-  }
-  double number(std::string_view field, double lo, double hi) const {
-    const nlohmann::json& v = get(field);
-    const double x = v.is_number() ? v.get<double>() : std::nan("");
-    if (!std::isfinite(x) || x < lo || x > hi) {
-      fail(field, "must be a number from " + limits::general_number(lo) + " to " +
-                      limits::general_number(hi));
-    }
-    return x;
-  }
-  int integer(std::string_view field, int lo, int hi) const {
-    const nlohmann::json& v = get(field);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi) {
-      fail(field, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
-    }
-    return static_cast<int>(v.get<std::int64_t>());
-  }
-  const nlohmann::json& json() const { return object_; }
-
- private:
-  const nlohmann::json& object_;
-  std::string_view context_;
-  std::string path_;
-};
-
 constexpr double kMaxClockMhz = 1e5;
 constexpr double kMaxPowerW = 1e5;
 constexpr double kMaxLoadSeconds = 1e6;
@@ -433,33 +389,34 @@ constexpr int kMaxCount = 1'000'000'000;
 
 SustainedMeasurement sustained_measurement_from_json(const nlohmann::json& json,
                                                      std::string_view context) {
-  const Fields root(json, context, "sustained_load");
+  const JsonReader root(json, context, "sustained_load");
   SustainedMeasurement m;
-  m.devices = root.integer("devices", 1, static_cast<int>(kMaxContentionEntries));
-  m.seconds = root.number("seconds", 0, kMaxLoadSeconds);
-  const Fields ops = root.object("ops");
-  for (const auto& [op, value] : ops.json().items()) {
+  m.devices = root.integer_in("devices", 1, static_cast<int>(kMaxContentionEntries));
+  m.seconds = root.number_in("seconds", 0, kMaxLoadSeconds);
+  const JsonReader ops = root.object("ops");
+  for (const auto& [op, value] : ops.raw().items()) {
     if (op != "F" && op != "B" && op != "P1" && op != "P2") {
       ops.fail(op, "is not an op type (F, B, P1 or P2)");
     }
-    const Fields t = ops.object(op);
-    m.ops[op] = {t.number("burst_us", 0, limits::kMaxLayerTimeUs),
-                 t.number("steady_us", 0, limits::kMaxLayerTimeUs),
-                 t.integer("count", 0, kMaxCount)};
+    const JsonReader t = ops.object(op);
+    m.ops[op] = {t.number_in("burst_us", 0, limits::kMaxLayerTimeUs),
+                 t.number_in("steady_us", 0, limits::kMaxLayerTimeUs),
+                 t.integer_in("count", 0, kMaxCount)};
   }
-  const Fields model = root.object("model");
-  m.model.factor = model.number("factor", 0, kMaxSlowdown);
-  m.model.time_constant_us = model.number("time_constant_us", 0, kMaxTimeConstantUs);
+  const JsonReader model = root.object("model");
+  m.model.factor = model.number_in("factor", 0, kMaxSlowdown);
+  m.model.time_constant_us = model.number_in("time_constant_us", 0, kMaxTimeConstantUs);
   if (m.model.time_constant_us <= 0) model.fail("time_constant_us", "must be positive");
-  const Fields error = root.object("error_pct");
-  m.error_constant_pct = error.number("constant", 0, limits::kMaxLayerTimeUs);
-  m.error_model_pct = error.number("model", 0, limits::kMaxLayerTimeUs);
+  const JsonReader error = root.object("error_pct");
+  m.error_constant_pct = error.number_in("constant", 0, limits::kMaxLayerTimeUs);
+  m.error_model_pct = error.number_in("model", 0, limits::kMaxLayerTimeUs);
   if (root.has("clock")) {
-    const Fields clock = root.object("clock");
-    m.clock = ClockSummary{
-        clock.number("start_mhz", 0, kMaxClockMhz), clock.number("steady_mhz", 0, kMaxClockMhz),
-        clock.number("power_capped", 0, 1), clock.number("steady_power_w", 0, kMaxPowerW),
-        clock.integer("samples", 0, kMaxCount)};
+    const JsonReader clock = root.object("clock");
+    m.clock = ClockSummary{clock.number_in("start_mhz", 0, kMaxClockMhz),
+                           clock.number_in("steady_mhz", 0, kMaxClockMhz),
+                           clock.number_in("power_capped", 0, 1),
+                           clock.number_in("steady_power_w", 0, kMaxPowerW),
+                           clock.integer_in("samples", 0, kMaxCount)};
   }
   const nlohmann::json& source = root.get("source");
   if (!source.is_string()) root.fail("source", "must be a string");

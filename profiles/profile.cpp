@@ -13,6 +13,7 @@
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "profiles/gpu.h"
+#include "profiles/json_reader.h"
 
 namespace pipeplan {
 
@@ -22,106 +23,13 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "pipeplan-profile";
 
-// Reads one JSON object whose place in the document is `path` ("" for the root). Errors read
-// "<source>: field '<path>.<field>' must ...", so a user can find the value in the file.
-class Reader {
- public:
-  Reader(const json& object, std::string_view source, std::string path)
-      : object_(object), source_(source), path_(std::move(path)) {
-    if (!object_.is_object()) {
-      throw Error(std::string(source_) + ": field '" + path_ + "' must be an object");
-    }
-  }
-
-  std::string path_of(std::string_view field) const {
-    return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
-  }
-  [[noreturn]] void fail(std::string_view field, std::string_view what) const {
-    throw Error(std::string(source_) + ": field '" + path_of(field) + "' " + std::string(what));
-  }
-  const json& get(std::string_view field) const {
-    auto it = object_.find(field);
-    if (it == object_.end()) fail(field, "is missing");
-    return *it;
-  }
-  Reader object(std::string_view field) const {
-    return Reader(get(field), source_, path_of(field));
-  }
-  std::string string(std::string_view field) const {
-    const json& v = get(field);
-    if (!v.is_string()) fail(field, "must be a string");
-    return v.get<std::string>();
-  }
-  double number(std::string_view field) const {
-    const json& v = get(field);
-    if (!v.is_number() || !std::isfinite(v.get<double>())) fail(field, "must be a finite number");
-    return v.get<double>();
-  }
-  double nonnegative(std::string_view field) const {
-    const double x = number(field);
-    if (x < 0) fail(field, "must not be negative");
-    return x;
-  }
-  double positive(std::string_view field) const {
-    const double x = nonnegative(field);
-    if (x == 0) fail(field, "must be positive");
-    return x;
-  }
-  // At most `max`; above it names the limit (planner/base/limits.h).
-  double at_most(std::string_view field, double x, double max, std::string_view unit = {}) const {
-    if (x > max) fail(field, limits::above_limit("(" + limits::general_number(x) + ")", max, unit));
-    return x;
-  }
-  // A time of one layer's pass, µs: finite, >= 0 (> 0 when `positive`), at most 1000 s.
-  double time_us(std::string_view field, bool is_positive) const {
-    return at_most(field, is_positive ? positive(field) : nonnegative(field),
-                   limits::kMaxLayerTimeUs, "us");
-  }
-  std::int64_t bytes(std::string_view field) const {
-    const json& v = get(field);
-    if (!v.is_number_integer()) fail(field, "must be an integer number of bytes");
-    if (v.is_number_unsigned() &&
-        v.get<std::uint64_t>() >
-            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      fail(field, limits::above_limit("(" + std::to_string(v.get<std::uint64_t>()) + ")",
-                                      static_cast<double>(limits::kMaxLayerBytes), "bytes"));
-    }
-    const std::int64_t x = v.get<std::int64_t>();
-    if (x < 0) fail(field, "must not be negative");
-    if (x > limits::kMaxLayerBytes) {
-      fail(field, limits::above_limit("(" + std::to_string(x) + ")",
-                                      static_cast<double>(limits::kMaxLayerBytes), "bytes"));
-    }
-    return x;
-  }
-  // A key that must be a decimal integer in 1..max ("1", "16").
-  int positive_key(const std::string& key, int max) const {
-    int value = 0;
-    const char* end = key.data() + key.size();
-    auto [ptr, ec] = std::from_chars(key.data(), end, value);
-    if (ec != std::errc() || ptr != end || value < 1 || key[0] == '0') {
-      if (ec == std::errc::result_out_of_range) fail(key, limits::above_limit("the key", max));
-      fail(key, "has a key that is not a positive integer");
-    }
-    if (value > max) fail(key, limits::above_limit("the key", max));
-    return value;
-  }
-  const json& raw() const { return object_; }
-  const std::string& path() const { return path_; }
-
- private:
-  const json& object_;
-  std::string_view source_;
-  std::string path_;
-};
-
-LayerCost cost_from_json(const Reader& r) {
+LayerCost cost_from_json(const JsonReader& r) {
   LayerCost c;
   c.forward_us = r.time_us("forward_us", true);
   c.p1_us = r.time_us("p1_us", true);
   // 0 is allowed: a parameter-free layer kind has no weight gradient.
   c.p2_us = r.time_us("p2_us", false);
-  const Reader concat = r.object("p2_concat_us");
+  const JsonReader concat = r.object("p2_concat_us");
   for (const auto& [key, value] : concat.raw().items()) {
     const int k = concat.positive_key(key, limits::kMaxMicrobatches);
     // k micro-batches in one call: at most k times the limit of one pass.
@@ -140,7 +48,7 @@ LayerCost cost_from_json(const Reader& r) {
   // Optional (profiles before the optimizer step was profiled have none: 0).
   if (r.raw().contains("optimizer_us")) c.optimizer_us = r.time_us("optimizer_us", false);
   if (r.raw().contains("p2_work_bytes")) {
-    const Reader work = r.object("p2_work_bytes");
+    const JsonReader work = r.object("p2_work_bytes");
     if (!work.raw().is_object()) r.fail("p2_work_bytes", "must be an object");
     for (const auto& [key, value] : work.raw().items())
       c.p2_work_bytes[work.positive_key(key, limits::kMaxMicrobatches)] = work.bytes(key);
@@ -287,10 +195,10 @@ json profile_to_json(const Profile& p) {
 Profile profile_from_json(const json& j, std::string_view source) {
   if (!j.is_object()) throw Error(std::string(source) + ": expected a JSON object");
   require_format(j, kFormat, Profile::kVersion, source);
-  const Reader root(j, source, "");
+  const JsonReader root(j, source, "");
   Profile p;
 
-  const Reader prov = root.object("provenance");
+  const JsonReader prov = root.object("provenance");
   p.provenance.source = prov.string("source");
   if (p.provenance.source != "analytic" && p.provenance.source != "measured" &&
       p.provenance.source != "uniform") {
@@ -322,7 +230,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
   } catch (const Error&) {
     root.fail("attention", "must be 'materialized', 'recompute' or 'flash'");
   }
-  const Reader p2p = root.object("p2p");
+  const JsonReader p2p = root.object("p2p");
   p.p2p.latency_us =
       p2p.at_most("latency_us", p2p.nonnegative("latency_us"), limits::kMaxLinkLatencyUs, "us");
   p.p2p.bandwidth_GBps = p2p.nonnegative("bandwidth_GBps");
@@ -334,7 +242,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
     p.sustained_load = sustained_measurement_from_json(*s, source);
   }
 
-  const Reader layers = root.object("layers");
+  const JsonReader layers = root.object("layers");
   const auto needed = kinds_needed(p.model);
   for (const auto& [kind, entries] : layers.raw().items()) {
     if (needed.count(kind) == 0) {
@@ -342,7 +250,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
                             ? "is not a layer kind of a uniform model (only 'block')"
                             : "is not a layer kind (embedding, block, head)");
     }
-    const Reader by_mbs = layers.object(kind);
+    const JsonReader by_mbs = layers.object(kind);
     if (by_mbs.raw().empty()) layers.fail(kind, "has no micro-batch sizes");
     for (const auto& [key, value] : by_mbs.raw().items()) {
       const int mbs = by_mbs.positive_key(key, limits::kMaxMicroBatchSize);
