@@ -29,6 +29,12 @@ Channel channel_of(const Stream& stream) {
 // Stage layers must tile the model's layer list in order; each stage's device must exist.
 void check_stage_layers(const TaskGraph& plan) {
   const PlanMeta& meta = plan.meta;
+  if (plan.schedule.replicas != 1) {
+    throw Error("plan: schedule '" + meta.schedule + "' holds " +
+                std::to_string(plan.schedule.replicas) +
+                " copies of the model (field 'schedule', replicas), which the runtime does not "
+                "run: it keeps one copy of each layer and sums no gradients between copies");
+  }
   const int stages = plan.schedule.stage_count();
   if (static_cast<int>(meta.stage_layers.size()) != stages) {
     throw Error("plan: field 'meta.stage_layers' has " + std::to_string(meta.stage_layers.size()) +

@@ -21,17 +21,19 @@ struct Input {
 };
 
 // The inputs of `a` that another action produces, in the order they are checked.
-std::vector<Input> inputs(const Action& a, int stages) {
+// A micro-batch flows from its first stage to its last (Schedule::first_stage_of, last_stage_of).
+std::vector<Input> inputs(const Action& a, const Schedule& schedule) {
   std::vector<Input> out;
   for (const int mb : a.microbatches) {
     switch (a.op) {
       case OpType::F:
-        if (a.stage > 0) out.push_back({key(0, a.stage - 1, mb), {OpType::F, a.stage - 1, {mb}}});
+        if (a.stage > schedule.first_stage_of(mb))
+          out.push_back({key(0, a.stage - 1, mb), {OpType::F, a.stage - 1, {mb}}});
         break;
       case OpType::B:
       case OpType::P1:
         out.push_back({key(0, a.stage, mb), {OpType::F, a.stage, {mb}}});
-        if (a.stage + 1 < stages)
+        if (a.stage < schedule.last_stage_of(mb))
           out.push_back({key(1, a.stage + 1, mb), {OpType::P1, a.stage + 1, {mb}}});
         break;
       case OpType::P2:
@@ -56,7 +58,6 @@ std::vector<Key> outputs(const Action& a) {
 
 std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
   const int devices = schedule.devices;
-  const int stages = schedule.stage_count();
   // Where each output is produced: (device, position).
   std::unordered_map<Key, std::pair<int, int>> producer;
   for (int d = 0; d < devices; ++d) {
@@ -86,8 +87,8 @@ std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
       const int count = pair ? 2 : 1;
       std::optional<Input> missing;
       for (int i = 0; i < count && !missing; ++i) {
-        for (const Input& in :
-             inputs(actions[static_cast<std::size_t>(at) + static_cast<std::size_t>(i)], stages)) {
+        for (const Input& in : inputs(
+                 actions[static_cast<std::size_t>(at) + static_cast<std::size_t>(i)], schedule)) {
           if (!done.contains(in.key)) {
             missing = in;
             break;

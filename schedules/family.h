@@ -127,6 +127,9 @@ struct ScheduleFamilyTraits {
   bool needs_costs = false;
   // BPipe activation transfers can be added to its plans (planner/plan/bpipe.h).
   bool bpipe = false;
+  // Copies of the model its virtual stages hold (Schedule::replicas): the planner cuts the model
+  // into stages / replicas and gives every copy that cut.
+  int replicas = 1;
 };
 
 class ScheduleFamily {

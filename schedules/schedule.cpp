@@ -225,7 +225,13 @@ void parse_header(std::string_view line, Schedule& schedule) {
     if (!fields.contains(key)) bad_line(1, key, "missing key");
   }
   for (const auto& [key, value] : fields) {
-    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) bad_line(1, key, "unknown key");
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end() && key != "replicas")
+      bad_line(1, key, "unknown key");
+  }
+  if (const auto it = fields.find("replicas"); it != fields.end()) {
+    schedule.replicas = parse_int(it->second, 1, "replicas");
+    if (schedule.replicas != 1 && schedule.replicas != 2)
+      bad_line(1, it->second, "replicas: expected 1 or 2, got");
   }
   schedule.family = std::string(fields["family"]);
   try {
@@ -280,7 +286,9 @@ std::string schedule_to_text(const Schedule& schedule) {
   std::ostringstream out;
   out << "schedule v1 family=" << schedule.family << " backward=" << to_string(schedule.backward)
       << " devices=" << schedule.devices << " microbatches=" << schedule.microbatches
-      << " stages=" << join_ints(schedule.stage_device) << '\n';
+      << " stages=" << join_ints(schedule.stage_device);
+  if (schedule.replicas != 1) out << " replicas=" << schedule.replicas;
+  out << '\n';
   for (std::size_t d = 0; d < schedule.per_device.size(); ++d) {
     out << d << ':';
     bool in_pair = false;
@@ -366,6 +374,16 @@ void check_shape(const Schedule& schedule) {
   if (static_cast<int>(schedule.per_device.size()) != schedule.devices)
     throw Error("schedule check: " + std::to_string(schedule.per_device.size()) +
                 " device lists for devices=" + std::to_string(schedule.devices));
+  if (schedule.replicas != 1 && schedule.replicas != 2)
+    throw Error("schedule check: replicas must be 1 or 2, got " +
+                std::to_string(schedule.replicas));
+  if (schedule.stage_count() % schedule.replicas != 0 ||
+      schedule.microbatches % schedule.replicas != 0 ||
+      (schedule.replicas != 1 && schedule.stage_count() == 0))
+    throw Error("schedule check: " + std::to_string(schedule.replicas) +
+                " copies of the model need stages (" + std::to_string(schedule.stage_count()) +
+                ") and micro-batches (" + std::to_string(schedule.microbatches) +
+                ") in multiples of " + std::to_string(schedule.replicas));
   for (int s = 0; s < schedule.stage_count(); ++s) {
     const int device = schedule.stage_device[static_cast<std::size_t>(s)];
     if (device < 0 || device >= schedule.devices)
@@ -391,6 +409,11 @@ void check_placement(const Schedule& schedule, int device, int position, const A
       bad_action_at(device, position, action,
                     "micro-batch " + std::to_string(mb) + " outside 0.." +
                         std::to_string(schedule.microbatches - 1));
+    if (!schedule.passes(action.stage, mb))
+      bad_action_at(device, position, action,
+                    "micro-batch " + std::to_string(mb) + " passes stages " +
+                        std::to_string(schedule.first_stage_of(mb)) + ".." +
+                        std::to_string(schedule.last_stage_of(mb)) + " only");
   }
 }
 
@@ -459,6 +482,7 @@ void check_complete(const Schedule& schedule,
                     const std::vector<std::vector<MicrobatchState>>& states) {
   for (int s = 0; s < schedule.stage_count(); ++s) {
     for (int mb = 0; mb < schedule.microbatches; ++mb) {
+      if (!schedule.passes(s, mb)) continue;
       const MicrobatchState& seen =
           states[static_cast<std::size_t>(s)][static_cast<std::size_t>(mb)];
       const auto where = [&] {

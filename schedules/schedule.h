@@ -8,6 +8,7 @@
 // Stages are virtual stages (model order); Schedule::stage_device maps them to devices.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -51,8 +52,30 @@ struct Schedule {
   int microbatches = 0;
   std::vector<int> stage_device;  // virtual stage -> device
   std::vector<std::vector<Action>> per_device;
+  // Copies of the model that the virtual stages hold: 1, or 2 for a bidirectional pipeline
+  // (DualPipe). With c copies of S / c stages each, copy k is stages k S/c .. (k+1) S/c - 1,
+  // holding the model's stages in order (stage k S/c + s is a replica of model stage s: the same
+  // layers, with parameters of its own whose weight gradients the replicas sum before the
+  // optimizer step), and micro-batch mb passes copy mb c / m only: the first m / c micro-batches
+  // enter at stage 0, the next m / c at stage S / c, and so on.
+  int replicas = 1;
 
   int stage_count() const { return static_cast<int>(stage_device.size()); }
+  int model_stage_count() const { return stage_count() / replicas; }
+  int model_stage(int stage) const { return stage % model_stage_count(); }
+  int replica_of_microbatch(int mb) const {
+    return replicas == 1
+               ? 0
+               : static_cast<int>(std::int64_t{mb} * replicas / std::max(microbatches, 1));
+  }
+  // The first and last virtual stage that micro-batch mb passes.
+  int first_stage_of(int mb) const { return replica_of_microbatch(mb) * model_stage_count(); }
+  int last_stage_of(int mb) const { return first_stage_of(mb) + model_stage_count() - 1; }
+  bool passes(int stage, int mb) const {
+    return replicas == 1 || stage / model_stage_count() == replica_of_microbatch(mb);
+  }
+  // Micro-batches that pass each stage: m / replicas.
+  int microbatches_per_stage() const { return microbatches / replicas; }
   std::size_t action_count() const {  // over every device
     std::size_t actions = 0;
     for (const std::vector<Action>& list : per_device)
@@ -66,12 +89,14 @@ struct Schedule {
 //   schedule v1 family=1f1b backward=2bp devices=4 microbatches=8 stages=0,1,2,3
 //   0: 0F0 0F1 ...
 //   1: ...
-// with an overlapped pair as one word, "(0F7;7B3)".
+// with an overlapped pair as one word, "(0F7;7B3)", and "replicas=2" in the header of a
+// schedule holding two copies of the model (absent when 1).
 std::string schedule_to_text(const Schedule& schedule);
 Schedule schedule_from_text(std::string_view text);  // throws Error naming line and token
 
-// Structural check: every (stage, micro-batch) has exactly one F and either one B or one P1 and
-// one P2, each on the stage's device, F before P1/B before P2 in the device's order. An
+// Structural check: every (stage, micro-batch) that the micro-batch passes (Schedule::passes)
+// has exactly one F and either one B or one P1 and one P2, each on the stage's device, and no
+// other pair has any, F before P1/B before P2 in the device's order. An
 // overlapped pair is an F followed by a B or P1 of another stage or micro-batch, the last pair
 // member not overlapping further. Throws Error naming the first offending action and rule.
 void check_schedule(const Schedule& schedule);

@@ -20,6 +20,7 @@ cp "$(dirname "${BASH_SOURCE[0]}")/../profiles/gpus.json" "$inputs/gpus/gpus.jso
 (
   cd "$inputs" || exit 1
   "$pipeplan" plan --model tiny --stages 2 -m 2 -o plan.json >/dev/null &&
+    "$pipeplan" plan --model tiny --stages 2 -m 4 --schedule dualpipe -o dualpipe.json >/dev/null &&
     "$pipeplan" profile --analytic --model tiny --gpu h100 -o profile.json >/dev/null
 ) || { echo "bad_inputs: could not make the inputs"; exit 1; }
 cd "$inputs" || exit 1
@@ -35,6 +36,7 @@ sed -E '0,/"attention": "flash",/s//"attention": "flash", "overlap": {"efficienc
 sed -E '0,/"attention": "flash",/s//"attention": "flash", "sustained_load": {"devices": 0},/' profile.json \
   >profile_bad_sustained_load.json
 sed -E '0,/"duration_values": \[/s//"duration_values": [1e999,/' plan.json >plan_1e999.json
+sed 's/stages=0,1\\n/stages=0,1 replicas=3\\n/' plan.json >plan_replicas_3.json
 cat >cfg/config.json <<'EOF'
 {"model_type": "llama", "num_hidden_layers": 1000000000, "hidden_size": 64,
  "num_attention_heads": 4, "intermediate_size": 172, "vocab_size": 256,
@@ -169,6 +171,11 @@ check "plan --tensor-parallel 3 with 4 heads" plan --model tiny --stages 2 -m 2 
 check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
 check "plan --overlap-efficiency nan" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency nan -o '{out}'
 check "plan dualpipe-v, m below 2P" plan --model tiny --stages 2 -m 3 --schedule dualpipe-v -o '{out}'
+check "plan dualpipe, odd device count" plan --model tiny --stages 3 -m 6 --schedule dualpipe -o '{out}'
+check "plan dualpipe, odd micro-batch count" plan --model tiny --stages 2 -m 5 --schedule dualpipe -o '{out}'
+check "run: dualpipe plan (two copies)" run dualpipe.json --trace '{out}'
+check "export: dualpipe plan to torch CSV" export dualpipe.json --format torch-csv -o '{out}'
+check "validate: schedule with replicas=3" validate plan_replicas_3.json
 check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''
 check "plan: profile naming an unknown GPU" plan --profile profile_unknown_gpu.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with absurd times" plan --profile profile_absurd_time.json --stages 2 -m 2 -o '{out}'

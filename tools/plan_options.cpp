@@ -229,8 +229,11 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
           "--layout: --schedule auto chooses its own split; give the family to run the "
           "layout with");
     }
-    // The layout's stages are the plan's virtual stages: P x V of them.
-    const int stages = megatron_layout_stages(o.layout);
+    // The layout's stages are the plan's virtual stages: P x V of them (a family holding the
+    // model twice, dualpipe, has each of them twice).
+    const int replicas =
+        given != nullptr ? given->replicas : find_schedule_family(o.schedule).traits().replicas;
+    const int stages = megatron_layout_stages(o.layout) * replicas;
     if (o.stages < 1 || stages % o.stages != 0) {
       throw Error("--layout: " + std::to_string(stages) + " stages do not divide among --stages " +
                   std::to_string(o.stages));

@@ -29,9 +29,12 @@ bool has_split(const TaskGraph& graph) {
 nlohmann::json layout_json(const TaskGraph& graph) {
   if (!has_split(graph)) return nullptr;
   const PlanMeta& m = graph.meta;
-  return {{"megatron", megatron_layout(m.model, m.stage_layers)},
-          {"megatron_placement", megatron_placement(graph)},
-          {"torchtitan", module_names_per_stage(m.model, m.stage_layers)}};
+  // Two copies of the model (dualpipe) share one cut: the layout is the model's stages, once.
+  const std::vector<StageLayers> cut(m.stage_layers.begin(),
+                                     m.stage_layers.begin() + graph.schedule.model_stage_count());
+  return {{"megatron", megatron_layout(m.model, cut)},
+          {"megatron_placement", graph.schedule.replicas == 1 && megatron_placement(graph)},
+          {"torchtitan", module_names_per_stage(m.model, cut)}};
 }
 
 std::string layout_summary(const TaskGraph& graph) {
@@ -39,7 +42,10 @@ std::string layout_summary(const TaskGraph& graph) {
   if (layout.is_null()) return "";
   std::string out = "Megatron-LM: --pipeline-model-parallel-layout '" +
                     layout["megatron"].get<std::string>() + "'";
-  if (!layout["megatron_placement"].get<bool>()) {
+  if (graph.schedule.replicas != 1) {
+    out += " (the model's cut, once: " + graph.meta.schedule +
+           " also runs a second copy of it from the last device back, which Megatron does not)";
+  } else if (!layout["megatron_placement"].get<bool>()) {
     out += " (Megatron runs virtual stage s on rank s mod " + std::to_string(graph.meta.devices) +
            "; this plan's " + graph.meta.schedule + " places them otherwise)";
   }

@@ -168,7 +168,7 @@ class CompactRun {
     Step step;
     switch (a.op) {
       case OpType::F: {
-        const double input = s == 0 ? 0.0 : activation_at_[cell(s, mb)];
+        const double input = s == schedule_.first_stage_of(mb) ? 0.0 : activation_at_[cell(s, mb)];
         if (input < 0) return std::nullopt;
         step.ready = input;
         step.duration = info.forward_us;
@@ -177,7 +177,7 @@ class CompactRun {
       }
       case OpType::P1:
       case OpType::B: {
-        const double input = s + 1 == stages_ ? 0.0 : gradient_at_[cell(s, mb)];
+        const double input = s == schedule_.last_stage_of(mb) ? 0.0 : gradient_at_[cell(s, mb)];
         if (input < 0 || forward_end_[cell(s, mb)] < 0) return std::nullopt;
         step.ready = input;
         if (a.op == OpType::P1) {
@@ -213,13 +213,14 @@ class CompactRun {
     switch (a.op) {
       case OpType::F:
         forward_end_[cell(s, mb)] = end;
-        if (s + 1 < stages_)
+        if (s < schedule_.last_stage_of(mb))
           deliver(activation_at_, d, s + 1, mb, end, stage_[idx(s)].send_us, work);
         break;
       case OpType::P1:
       case OpType::B:
         p1_end_[cell(s, mb)] = end;
-        if (s > 0) deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
+        if (s > schedule_.first_stage_of(mb))
+          deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
         break;
       case OpType::P2:
       case OpType::O:

@@ -347,6 +347,12 @@ void check_bounds(const Schedule& schedule) {
   for (const int d : schedule.stage_device) {
     if (d < 0 || d >= schedule.devices) throw Error("lower: stage mapped to unknown device");
   }
+  if (schedule.replicas < 1 || (schedule.replicas > 1 && stages == 0) ||
+      stages % schedule.replicas != 0 || schedule.microbatches % schedule.replicas != 0) {
+    throw Error("lower: " + std::to_string(stages) + " stages and " +
+                std::to_string(schedule.microbatches) + " micro-batches do not hold " +
+                std::to_string(schedule.replicas) + " copies of the model");
+  }
   for (int d = 0; d < schedule.devices; ++d) {
     for (const Action& a : schedule.per_device[static_cast<std::size_t>(d)]) {
       const bool ok = a.stage >= 0 && a.stage < stages && !a.microbatches.empty() &&
@@ -481,10 +487,11 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
       const int s = a.stage;
       const int mb = a.microbatches.front();
       const StageCost& cost = costs[static_cast<std::size_t>(s)];
-      if (a.op == OpType::F && s + 1 < stages) {
+      // A micro-batch flows between its first and last stage (one copy of the model).
+      if (a.op == OpType::F && s < schedule.last_stage_of(mb)) {
         connect(ComputeIndex::at(index.forward, s, mb), ComputeIndex::at(index.forward, s + 1, mb),
                 s, s + 1, cost.send_bytes, Transfer::activation);
-      } else if ((a.op == OpType::B || a.op == OpType::P1) && s > 0) {
+      } else if ((a.op == OpType::B || a.op == OpType::P1) && s > schedule.first_stage_of(mb)) {
         // The gradient w.r.t. this stage's input has the size of the previous stage's output.
         connect(ComputeIndex::at(index.backward, s, mb),
                 ComputeIndex::at(index.backward, s - 1, mb), s, s - 1,

@@ -395,6 +395,13 @@ Result index_compute(const Context& c, ComputeTable& table) {
       if (mb < 0 || mb >= g.meta.microbatches) {
         return make_violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
       }
+      if (!g.schedule.passes(n.stage, mb)) {
+        return make_violation(g, id, "coverage",
+                              "runs micro-batch " + std::to_string(mb) + " on stage " +
+                                  std::to_string(n.stage) + ", which it does not pass (stages " +
+                                  std::to_string(g.schedule.first_stage_of(mb)) + ".." +
+                                  std::to_string(g.schedule.last_stage_of(mb)) + ")");
+      }
       const bool backward = n.op == OpType::B || n.op == OpType::P1;
       const bool repeated =
           backward ? table.backward(n.stage, mb) >= 0 : table.find(n.op, n.stage, mb) >= 0;
@@ -423,6 +430,7 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
   const auto pos = [&](int id) { return position[static_cast<std::size_t>(id)]; };
   for (int s = 0; s < stages; ++s) {
     for (int mb = 0; mb < g.meta.microbatches; ++mb) {
+      if (!g.schedule.passes(s, mb)) continue;  // another copy of the model's
       const auto what = [&] {
         return "stage " + std::to_string(s) + " micro-batch " + std::to_string(mb);
       };
@@ -491,11 +499,12 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
         const int id = table.find(op, s, mb);
         if (id < 0) continue;
         Result r;
-        if (op == OpType::F && s > 0) {
+        if (op == OpType::F && s > g.schedule.first_stage_of(mb)) {
           r = need(table.find(OpType::F, s - 1, mb), id, "the activation from");
         } else if (op == OpType::B || op == OpType::P1) {
           r = need(table.find(OpType::F, s, mb), id, "its forward");
-          if (!r && s + 1 < stages) r = need(table.backward(s + 1, mb), id, "the gradient from");
+          if (!r && s < g.schedule.last_stage_of(mb))
+            r = need(table.backward(s + 1, mb), id, "the gradient from");
         } else if (op == OpType::P2) {
           r = need(table.find(OpType::P1, s, mb), id, "its p1");
         }

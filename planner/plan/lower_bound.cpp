@@ -25,13 +25,20 @@ double p2_per_microbatch_us(const StageCost& c) {
 
 LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
                                  const std::vector<int>& stage_device, const P2pLink& link,
-                                 int microbatches, double overlap_efficiency) {
+                                 int microbatches, double overlap_efficiency, int replicas) {
   if (costs.size() != stage_device.size() || costs.empty()) {
     throw Error("lower bound: " + std::to_string(costs.size()) + " stage costs for " +
                 std::to_string(stage_device.size()) + " stages");
   }
   const std::size_t stages = costs.size();
-  const double m = static_cast<double>(microbatches);
+  // Each copy of the model is its own chain of stages, passed by its share of the micro-batches.
+  const std::size_t length = replicas < 1 ? 0 : stages / static_cast<std::size_t>(replicas);
+  if (length == 0 || length * static_cast<std::size_t>(replicas) != stages) {
+    throw Error("lower bound: " + std::to_string(stages) + " stages do not hold " +
+                std::to_string(replicas) + " copies of the model");
+  }
+  const auto copy_start = [length](std::size_t s) { return s - s % length; };
+  const double m = static_cast<double>(microbatches) / replicas;
   int devices = 0;
   for (const int d : stage_device)
     devices = std::max(devices, d + 1);
@@ -39,7 +46,7 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
   // comm[j]: transfer across boundary j -> j+1 (0 inside one device).
   std::vector<double> comm(stages, 0.0);
   for (std::size_t j = 0; j + 1 < stages; ++j) {
-    if (stage_device[j] == stage_device[j + 1]) continue;
+    if (stage_device[j] == stage_device[j + 1] || (j + 1) % length == 0) continue;
     comm[j] = transfer_time_us(link, costs[j].send_bytes);
   }
   std::vector<double> w(stages), head(stages, 0.0), down(stages, 0.0), up(stages, 0.0);
@@ -48,13 +55,15 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
   // head[s]: earliest start of any F on stage s; up[s]: gradient path from stage s's P1 end to
   // the end of one p2 on stage 0.
   for (std::size_t s = 1; s < stages; ++s) {
+    if (s % length == 0) continue;  // a copy's first stage
     head[s] = head[s - 1] + costs[s - 1].forward_us + comm[s - 1];
     up[s] = up[s - 1] + comm[s - 1] + costs[s - 1].p1_us;
   }
   for (std::size_t s = 0; s < stages; ++s)
-    up[s] += w[0];
+    up[s] += w[copy_start(s)];
   // down[s]: from the end of F_s of one micro-batch to the start of its P1_s.
   for (std::size_t s = stages - 1; s-- > 0;) {
+    if ((s + 1) % length == 0) continue;  // a copy's last stage
     down[s] = down[s + 1] + comm[s] + costs[s + 1].forward_us + costs[s + 1].p1_us + comm[s];
   }
 
@@ -65,9 +74,11 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
     optimizer[static_cast<std::size_t>(stage_device[s])] += costs[s].optimizer_us;
   // One micro-batch's path: every F, every P1 and both transfers of each boundary, one p2, and
   // the optimizer step of the device that runs that p2.
-  const double chain = head[stages - 1] + costs[stages - 1].forward_us + costs[stages - 1].p1_us +
-                       up[stages - 1] + optimizer[static_cast<std::size_t>(stage_device[0])];
-  bound.makespan_us = chain;
+  for (std::size_t last = length - 1; last < stages; last += length) {
+    const double chain = head[last] + costs[last].forward_us + costs[last].p1_us + up[last] +
+                         optimizer[static_cast<std::size_t>(stage_device[copy_start(last)])];
+    bound.makespan_us = std::max(bound.makespan_us, chain);
+  }
 
   for (int d = 0; d < devices; ++d) {
     double first = std::numeric_limits<double>::infinity();

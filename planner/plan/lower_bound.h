@@ -17,6 +17,9 @@
 //   step time >= max(chain, max_d bound_d)
 // O_d, the optimizer step of device d (StageCost::optimizer_us summed over S_d), ends bound_d and
 // the chain: it runs after every op of its device.
+// With R copies of the model (Schedule::replicas, DualPipe), each copy's stages form their own
+// chain (sums over j run from the copy's first stage, w_0 is the copy's first stage's, the chain
+// is the longest copy's) and m / R micro-batches pass each stage.
 // One stage per device, a V and interleaved chunks alike. c_j = latency + send_bytes_j /
 // bandwidth when stages j and j+1 sit on different devices, else 0.
 // Largest stage span >= max_d (work_d + ramp-up_d): a span starts at the device's own first op,
@@ -45,7 +48,7 @@ struct LowerBound {
 
 LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
                                  const std::vector<int>& stage_device, const P2pLink& link,
-                                 int microbatches, double overlap_efficiency = 0);
+                                 int microbatches, double overlap_efficiency = 0, int replicas = 1);
 
 // (value - bound) / bound; 0 when bound <= 0.
 double gap_to_bound(double value_us, double bound_us);

@@ -86,29 +86,44 @@ std::vector<int> blocks_of(const ModelConfig& model, const Partition& partition)
   return blocks;
 }
 
-// The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty.
+// The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty. With
+// `replicas` copies of the model (Schedule::replicas), the model is cut into stage_count /
+// replicas stages (`blocks` counts those) and the virtual stages are that cut `replicas` times.
 StageInputs stage_inputs(const PlanRequest& request, int stage_count,
-                         const std::vector<int>& blocks) {
+                         const std::vector<int>& blocks, int replicas = 1) {
   const ModelConfig& model = request.profile.model;
+  const int model_stages = stage_count / replicas;
   Partition partition;
   if (blocks.empty()) {
-    partition = partition_balanced(model, request.profile, request.mbs, stage_count);
+    partition = partition_balanced(model, request.profile, request.mbs, model_stages);
   } else {
-    if (static_cast<int>(blocks.size()) != stage_count) {
-      throw FieldError("layers_per_stage", std::to_string(blocks.size()) + " counts for " +
-                                               std::to_string(stage_count) + " stages");
+    if (static_cast<int>(blocks.size()) != model_stages) {
+      throw FieldError(
+          "layers_per_stage",
+          std::to_string(blocks.size()) + " counts for " + std::to_string(model_stages) +
+              " stages" +
+              (replicas > 1 ? " of the model (held " + std::to_string(replicas) + " times by the " +
+                                  std::to_string(stage_count) + " virtual stages)"
+                            : std::string()));
     }
     partition = partition_fixed(model, blocks);
   }
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
   auto costs = stage_costs(model, request.profile, request.mbs, partition,
-                           std::min(max_concat, request.microbatches));
-  check_plan_bytes(costs, request.microbatches);
+                           std::min(max_concat, request.microbatches / replicas));
+  for (int copy = 1; copy < replicas; ++copy) {
+    for (int s = 0; s < model_stages; ++s) {
+      partition.stages.push_back(partition.stages[static_cast<std::size_t>(s)]);
+      costs.push_back(costs[static_cast<std::size_t>(s)]);
+    }
+  }
+  check_plan_bytes(costs, request.microbatches / replicas);
   return {std::move(partition), std::move(costs)};
 }
 
-StageInputs stage_inputs(const PlanRequest& request) {
-  return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage);
+StageInputs stage_inputs(const PlanRequest& request, int replicas) {
+  return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage,
+                      replicas);
 }
 
 // `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
@@ -189,7 +204,8 @@ Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
   plan.bound = known ? *known
                      : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
                                              plan.graph.meta.link, plan.graph.schedule.microbatches,
-                                             pair_efficiency(plan.graph.schedule, plan.graph.meta));
+                                             pair_efficiency(plan.graph.schedule, plan.graph.meta),
+                                             plan.graph.schedule.replicas);
   CheckedSimulation checked = bpipe == BpipeMode::on ? add_bpipe_within_memory(plan.graph, costs)
                                                      : validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
@@ -315,7 +331,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
                                   "' is not supported; BPipe pairs the stages of 1f1b (one "
                                   "stage per device)");
   }
-  StageInputs inputs = stage_inputs(request);
+  StageInputs inputs = stage_inputs(request, family.traits().replicas);
   StageCostContext context;
   context.costs = inputs.costs;
   context.memory_limit_bytes.assign(static_cast<std::size_t>(request.devices),
@@ -350,9 +366,9 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   out.meta = make_meta(request, inputs.partition, inputs.costs, generated);
   out.schedule =
       with_backward_mode(family, std::move(generated), schedule_request, inputs.costs, out.meta);
-  out.bound =
-      step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
-                            out.schedule.microbatches, pair_efficiency(out.schedule, out.meta));
+  out.bound = step_time_lower_bound(inputs.costs, out.schedule.stage_device, out.meta.link,
+                                    out.schedule.microbatches,
+                                    pair_efficiency(out.schedule, out.meta), out.schedule.replicas);
   if (context.bound_step_us > 0 && context.bound_step_us < out.bound.makespan_us) {
     out.bound.makespan_us = context.bound_step_us;
     out.bound.binding_device = -1;
@@ -408,7 +424,7 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
                      "a given schedule runs as written; BPipe transfers are planned for "
                      "pipeplan's own 1f1b (plan --schedule 1f1b --bpipe on)");
   }
-  const StageInputs inputs = stage_inputs(request);
+  const StageInputs inputs = stage_inputs(request, schedule.replicas);
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
   return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
                             true);

@@ -134,7 +134,11 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
   const bool split = mode != BackwardMode::fused;
   const PlanMeta& meta = layout.meta;
   for (const ScheduleFamily* family : schedule_families()) {
-    if (family->traits().needs_costs || !family->traits().chunks.accepts(layout.chunks)) continue;
+    // A family holding the model twice (dualpipe) cuts it into half as many stages: not this
+    // layout's costs.
+    if (family->traits().needs_costs || family->traits().replicas != 1 ||
+        !family->traits().chunks.accepts(layout.chunks))
+      continue;
     ScheduleRequest request{meta.devices, layout.chunks, meta.microbatches,
                             std::nullopt, p2_concat,     nullptr};
     Schedule generated;

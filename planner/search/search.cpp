@@ -132,7 +132,8 @@ SearchResult search_plans(const SearchRequest& request) {
         // A family that chooses the layout (auto) cuts the model itself.
         parts = family->traits().needs_costs
                     ? std::vector<std::vector<int>>{{}}
-                    : partitions(r, r.devices * chunks, request.shift_partition);
+                    : partitions(r, r.devices * chunks / family->traits().replicas,
+                                 request.shift_partition);
       } catch (const Error& e) {
         if (first_error.empty()) first_error = e.what();
         ++result.infeasible;

@@ -1,4 +1,4 @@
-// DualPipeV (schedules/families/dualpipe_v.cpp) against what it claims: PyTorch's own
+// DualPipeV (schedules/families/dualpipe.cpp) against what it claims: PyTorch's own
 // ScheduleDualPipeV orders (dumped by torch 2.15's `_dump_csv`, fixtures/torch/dumps/), the
 // paper's bubble (P - 1)(F&B + B - 3W) at uniform costs for F&B between max(F, B) and F + B, and
 // the overlapped pair's notation, checks and deadlock rule.

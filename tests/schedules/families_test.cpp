@@ -33,11 +33,11 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 // Runs the fused schedule with unit-time ops in list order: F(s, mb) waits for F(s-1, mb),
-// B(s, mb) for F(s, mb) and B(s+1, mb). True when every action runs (no cyclic wait).
+// B(s, mb) for F(s, mb) and B(s+1, mb), within the stages the micro-batch passes. True when every
+// action runs (no cyclic wait).
 bool runs_to_completion(const Schedule& schedule) {
   std::map<std::tuple<OpType, int, int>, bool> done;
   std::vector<std::size_t> next(schedule.per_device.size(), 0);
-  const int last_stage = schedule.stage_count() - 1;
   bool progress = true;
   while (progress) {
     progress = false;
@@ -47,9 +47,11 @@ bool runs_to_completion(const Schedule& schedule) {
       const int mb = a.microbatches[0];
       // P1 stands in for B (the gradient leaves after it); P2 only needs its own P1.
       const OpType op = a.op == OpType::P1 ? OpType::B : a.op;
-      const bool ready = op == OpType::F ? (a.stage == 0 || done[{OpType::F, a.stage - 1, mb}])
-                         : op == OpType::P2
-                             ? done[{OpType::B, a.stage, mb}]
+      const int first_stage = schedule.first_stage_of(mb);
+      const int last_stage = schedule.last_stage_of(mb);
+      const bool ready =
+          op == OpType::F    ? (a.stage == first_stage || done[{OpType::F, a.stage - 1, mb}])
+          : op == OpType::P2 ? done[{OpType::B, a.stage, mb}]
                              : (done[{OpType::F, a.stage, mb}] &&
                                 (a.stage == last_stage || done[{OpType::B, a.stage + 1, mb}]));
       if (!ready) continue;
@@ -69,14 +71,16 @@ TEST(Families, RegistryListsEveryFamily) {
     names.push_back(family->name());
     EXPECT_FALSE(family->traits().description.empty());
   }
-  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 10),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1",
-                                      "zb-h2", "zb-v", "dualpipe-v", "v-half", "v-min"}));
+  EXPECT_EQ(
+      std::vector<std::string>(names.begin(), names.begin() + 11),
+      (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2",
+                                "zb-v", "dualpipe-v", "dualpipe", "v-half", "v-min"}));
   EXPECT_TRUE(find_schedule_family("interleaved").traits().chunks.accepts(3));
   EXPECT_FALSE(find_schedule_family("1f1b").traits().chunks.accepts(2));
   EXPECT_EQ(error_of([] { find_schedule_family("zb-h3"); })
                 .rfind("schedule: unknown schedule family 'zb-h3' (valid: gpipe, 1f1b, "
-                       "interleaved, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, v-half, v-min",
+                       "interleaved, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, dualpipe, v-half, "
+                       "v-min",
                        0),
             0u);
 }
@@ -138,6 +142,7 @@ TEST(Families, EveryGeneratedScheduleIsValidRunsAndRoundTrips) {
         for (int v = chunks.min; v <= std::min(chunks.max, 3); ++v) {
           if (family->name() == "interleaved" && m % p != 0) continue;
           if (family->name() == "dualpipe-v" && m < 2 * p) continue;  // one per stage at least
+          if (family->name() == "dualpipe" && (p % 2 != 0 || m % 2 != 0 || m < 2 * p)) continue;
           const Schedule s = family->generate({p, v, m});
           const std::string where = family->name() + " P=" + std::to_string(p) +
                                     " m=" + std::to_string(m) + " V=" + std::to_string(v);

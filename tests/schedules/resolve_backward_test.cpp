@@ -50,6 +50,7 @@ const std::map<std::string, Expected>& expected() {
       {"zb-h2", places("zb-h2", 1)},
       {"zb-v", places("zb-v", 2)},
       {"dualpipe-v", places("dualpipe-v", 2)},
+      {"dualpipe", places("dualpipe", 2)},
       {"v-half", places("v-half", 2)},
       {"v-min", places("v-min", 2)},
       {"auto", places("auto", 1)},

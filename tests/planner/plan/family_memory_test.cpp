@@ -45,8 +45,11 @@ TEST(FamilyMemory, EveryFamilyPeaksWhereItsMemoryModelSays) {
           try {
             plan = testing::uniform_plan(u);
           } catch (const FieldError& e) {
-            // Shapes a family does not take (interleaved: m a multiple of P) are refused by name.
-            EXPECT_EQ(e.field(), "microbatches") << family->name() << ": " << e.what();
+            // Shapes a family does not take (interleaved: m a multiple of P; dualpipe: P even)
+            // are refused by name.
+            EXPECT_TRUE(e.field() == "microbatches" ||
+                        (family->name() == "dualpipe" && e.field() == "devices"))
+                << family->name() << ": " << e.what();
             continue;
           }
           std::int64_t peak = 0;

@@ -109,7 +109,7 @@ TEST(LowerBound, NeverAboveAnyChunkedPlan) {
         // Overlapped pairs (dualpipe-v) from sequential to fully hidden.
         meta.overlap.efficiency = 0.5 * ((trial / 3) % 3);
         const LowerBound b = step_time_lower_bound(costs, generated.stage_device, meta.link, m,
-                                                   meta.overlap.efficiency);
+                                                   meta.overlap.efficiency, generated.replicas);
         for (const BackwardMode mode : family->backward_modes()) {
           ScheduleRequest r = request;
           r.backward = mode;
