@@ -222,6 +222,7 @@ void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_pea
   stage.stash_bytes += layer.stash_bytes;
   stage.retained_bytes += layer.retained_bytes;
   stage.static_bytes += layer.param_bytes + layer.grad_bytes + layer.optimizer_bytes;
+  stage.grad_bytes += layer.grad_bytes;
   stage.send_bytes = layer.send_bytes;  // the last layer's output crosses to the next stage
 }
 

@@ -35,6 +35,7 @@ struct StageCost {
   std::vector<double> p2_concat_us;  // index k-1: one p2 call over k micro-batches
   std::int64_t stash_bytes = 0, retained_bytes = 0;
   std::int64_t static_bytes = 0;  // parameters + gradients + optimizer state
+  std::int64_t grad_bytes = 0;    // the weight gradients alone (what two copies of it exchange)
   std::int64_t send_bytes = 0;    // activation crossing to the next virtual stage
   // Working memory held only while an op of the stage runs (LayerCost::forward_work_bytes), above
   // what the plan's alloc/free accounting holds then (a stage op charges its whole stash or

@@ -223,6 +223,26 @@ struct LayerParams {
   }
 };
 
+// Throws Error naming the layer and parameter unless `grads` has one tensor per parameter of
+// `layer`, each of its gradient's shape and dtype and in this backend's memory (`device`).
+inline void check_grads_match(const LayerParams& layer, std::span<const Tensor> grads,
+                              Device device) {
+  if (grads.size() != layer.params.size()) {
+    throw Error("layer " + std::to_string(layer.layer_index) + ": " + std::to_string(grads.size()) +
+                " gradients for " + std::to_string(layer.params.size()) + " parameters");
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& mine = layer.params[i].grad;
+    if (grads[i].shape() != mine.shape() || grads[i].dtype() != mine.dtype() ||
+        grads[i].device() != device) {
+      throw Error("layer " + std::to_string(layer.layer_index) + " parameter '" +
+                  layer.params[i].name + "': a gradient of " + shape_string(grads[i].shape()) +
+                  " " + std::string(to_string(grads[i].dtype())) + " to add to one of " +
+                  shape_string(mine.shape()) + " " + std::string(to_string(mine.dtype())));
+    }
+  }
+}
+
 struct TokenBatch {
   Tensor inputs;   // (B, T) i32
   Tensor targets;  // (B, T) i32: the next token of each input
@@ -281,6 +301,11 @@ class Backend {
   // concatenated GEMM per weight: dW += [dY_1; ...; dY_k]^T · [X_1; ...; X_k].
   virtual void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) = 0;
   virtual void zero_grads(LayerParams& layer) = 0;
+  // Adds another copy of the layer's weight gradients into its own: `grads` holds one tensor per
+  // parameter, in the layer's order, each of its parameter's gradient shape and dtype (checked by
+  // check_grads_match). The two copies of a stage in a bidirectional pipeline (DualPipe) sum
+  // their gradients this way before the optimizer step.
+  virtual void add_grads(LayerParams& layer, std::span<const Tensor> grads) = 0;
   // step counts from 1 (bias correction).
   virtual void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) = 0;
   // Waits for queued work (a no-op where every call is synchronous).

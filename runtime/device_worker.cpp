@@ -88,12 +88,19 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
                            std::uint64_t seed)
     : plan_(plan), device_(device), backend_(std::move(backend)), seed_(seed) {
   const std::vector<LayerKind> kinds = plan.meta.model.layer_list();
-  for (int stage = 0; stage < plan.schedule.stage_count(); ++stage) {
-    if (plan.schedule.stage_device[static_cast<std::size_t>(stage)] != device) continue;
+  const Schedule& schedule = plan.schedule;
+  for (int stage = 0; stage < schedule.stage_count(); ++stage) {
+    if (schedule.stage_device[static_cast<std::size_t>(stage)] != device) continue;
+    // With two copies of the model, a stage whose other copy lies on another device also keeps
+    // a buffer for that copy's weight gradients (as the plan's static memory counts it).
+    const int copy = schedule.model_stage_count();
+    const int other = schedule.replicas > 1 ? (stage < copy ? stage + copy : stage - copy) : stage;
+    const bool receives = schedule.stage_device[static_cast<std::size_t>(other)] != device;
     for (const int index : stage_layers(stage)) {
       LayerParams layer = backend_->init_layer(plan.meta.model,
                                                kinds[static_cast<std::size_t>(index)], index, seed);
       static_bytes_ += layer.param_bytes() + layer.grad_bytes() + backend_->optimizer_bytes(layer);
+      if (receives) static_bytes_ += layer.grad_bytes();
       layers_.emplace(index, std::move(layer));
     }
   }
@@ -126,6 +133,7 @@ void DeviceWorker::begin_step(Clock::time_point start) {
   retained_.clear();
   held_.clear();
   evicted_bytes_.clear();
+  received_grads_.clear();
   losses_.clear();
   loss_tensors_.clear();
   bpipe_ = BpipeBytes{};
@@ -194,6 +202,7 @@ void DeviceWorker::run_compute(const Node& node) {
       backward_p2(node.stage, node.microbatches);
       break;
     case OpType::O:
+      add_received_grads();
       if (train_) optimizer_step(adamw_, step_);
       break;
   }
@@ -269,7 +278,8 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
     }
   }
   const std::lock_guard lock(mutex_);
-  if (dy.defined() && stage > 0) input_grads_[{stage, mb}] = std::move(dy);
+  if (dy.defined() && stage > plan_.schedule.first_stage_of(mb))
+    input_grads_[{stage, mb}] = std::move(dy);
   if (!with_p2) {
     account(retained_bytes(sets));
     retained_[{stage, mb}] = std::move(sets);
@@ -338,6 +348,14 @@ Message DeviceWorker::take_payload(const Node& node) {
   }
   Message message;
   message.tag = node_label(node);
+  if (node.transfer == Transfer::grads) {  // this stage's weight gradients, as they stand
+    for (const int index : stage_layers(node.stage)) {
+      for (const Parameter& param : layers_.at(index).params)
+        message.tensors.emplace_back(std::to_string(index) + "/" + param.name, param.grad);
+    }
+    message.bytes = message.payload_bytes();
+    return message;
+  }
   const bool activation = carries_activation(node);
   message.tensors.emplace_back(activation ? "activation" : "input_grad",
                                take_tensor(activation ? activations_ : input_grads_, key,
@@ -355,6 +373,12 @@ std::int64_t DeviceWorker::expected_bytes(const Node& node) const {
     return it == evicted_bytes_.end() ? -1 : it->second;
   }
   if (node.transfer == Transfer::none) no_payload_kind(node);
+  if (node.transfer == Transfer::grads) {  // the other copy's: the same layers as this one's
+    std::int64_t bytes = 0;
+    for (const int index : stage_layers(node.stage))
+      bytes += layers_.at(index).grad_bytes();
+    return bytes;
+  }
   const PlanMeta& meta = plan_.meta;
   return std::int64_t{meta.mbs} * meta.seq * meta.model.hidden *
          dtype_bytes(backend_->compute_dtype());
@@ -378,6 +402,11 @@ void DeviceWorker::store_payload(const Node& node, Message message) {
     stashes_[key] = std::move(stashes);
     return;
   }
+  if (node.transfer == Transfer::grads) {  // added in by add_received_grads
+    const std::lock_guard lock(mutex_);
+    received_grads_.emplace_back(node.stage, std::move(message));
+    return;
+  }
   if (message.tensors.size() != 1) {
     throw Error("message '" + message.tag + "' holds " + std::to_string(message.tensors.size()) +
                 " tensors, expected 1");
@@ -386,6 +415,37 @@ void DeviceWorker::store_payload(const Node& node, Message message) {
   const std::lock_guard lock(mutex_);
   auto& table = activation ? activations_ : input_grads_;
   table[key] = std::move(message.tensors.front().second);
+}
+
+void DeviceWorker::add_received_grads() {
+  std::vector<std::pair<int, Message>> received;
+  {
+    const std::lock_guard lock(mutex_);
+    received.swap(received_grads_);
+  }
+  for (auto& [stage, message] : received) {
+    // A payload still in flight (a stream-ordered receive): the additions queue behind it.
+    if (message.arrival) message.arrival->order_reader();
+    std::size_t next = 0;
+    for (const int index : stage_layers(stage)) {
+      LayerParams& layer = layers_.at(index);
+      std::vector<Tensor> grads;
+      for (const Parameter& param : layer.params) {
+        const std::string name = std::to_string(index) + "/" + param.name;
+        if (next >= message.tensors.size() || message.tensors[next].first != name) {
+          throw Error("gradient message '" + message.tag + "' lacks '" + name +
+                      "' where it is due");
+        }
+        grads.push_back(message.tensors[next++].second);
+      }
+      backend_->add_grads(layer, grads);
+    }
+    if (next != message.tensors.size()) {
+      throw Error("gradient message '" + message.tag + "' holds " +
+                  std::to_string(message.tensors.size() - next) + " tensors beyond its stage's");
+    }
+    grads_written_ = true;
+  }
 }
 
 void DeviceWorker::optimizer_step(const AdamWConfig& config, int step) {

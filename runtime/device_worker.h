@@ -62,6 +62,10 @@ class DeviceWorker {
   std::int64_t expected_bytes(const Node& node) const;
   void store_payload(const Node& node, Message message);
   void optimizer_step(const AdamWConfig& config, int step);
+  // Adds the weight gradients received from the devices holding the other copy of this device's
+  // stages (grads messages, two copies of the model) into its own; a no-op when none came. The
+  // optimizer node does it first; without one, the executor calls it after the step's graph.
+  void add_received_grads();
   // What the plan's optimizer node (OpType::O) does this step: AdamW with `config` at `step`
   // and the gradients zeroed (optimizer_step) when `train`, nothing when only the gradients
   // are wanted. Set before the step's threads start.
@@ -104,12 +108,13 @@ class DeviceWorker {
   std::atomic<bool> grads_written_{true};  // unknown at first: zeroed before the first step
 
   mutable std::mutex mutex_;
-  std::map<StageMb, Tensor> activations_;              // output of stage s, input of s + 1
-  std::map<StageMb, Tensor> input_grads_;              // dX of stage s, dY of s - 1
-  std::map<StageMb, std::vector<Stash>> stashes_;      // one per layer of the stage
-  std::map<StageMb, std::vector<Retained>> retained_;  // one per layer of the stage
-  std::map<StageMb, Message> held_;                    // BPipe: a peer's stash, in transit form
-  std::map<StageMb, std::int64_t> evicted_bytes_;      // BPipe: what must come back
+  std::map<StageMb, Tensor> activations_;                // output of stage s, input of s + 1
+  std::map<StageMb, Tensor> input_grads_;                // dX of stage s, dY of s - 1
+  std::map<StageMb, std::vector<Stash>> stashes_;        // one per layer of the stage
+  std::map<StageMb, std::vector<Retained>> retained_;    // one per layer of the stage
+  std::map<StageMb, Message> held_;                      // BPipe: a peer's stash, in transit form
+  std::map<StageMb, std::int64_t> evicted_bytes_;        // BPipe: what must come back
+  std::vector<std::pair<int, Message>> received_grads_;  // by stage: the other copy's, not added
   std::map<int, double> losses_;
   std::map<int, Tensor> loss_tensors_;  // the head's losses until collect_losses
   std::map<int, TokenBatch> batches_;   // by micro-batch, where a stage takes tokens

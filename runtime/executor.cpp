@@ -29,20 +29,26 @@ Channel channel_of(const Stream& stream) {
 // Stage layers must tile the model's layer list in order; each stage's device must exist.
 void check_stage_layers(const TaskGraph& plan) {
   const PlanMeta& meta = plan.meta;
-  if (plan.schedule.replicas != 1) {
-    throw Error("plan: schedule '" + meta.schedule + "' holds " +
-                std::to_string(plan.schedule.replicas) +
-                " copies of the model (field 'schedule', replicas), which the runtime does not "
-                "run: it keeps one copy of each layer and sums no gradients between copies");
-  }
+  // With two copies of the model (Schedule::replicas) the first copy's stages tile the layer
+  // list and every other copy repeats that cut.
   const int stages = plan.schedule.stage_count();
   if (static_cast<int>(meta.stage_layers.size()) != stages) {
     throw Error("plan: field 'meta.stage_layers' has " + std::to_string(meta.stage_layers.size()) +
                 " entries for " + std::to_string(stages) + " stages");
   }
+  const int copy = plan.schedule.model_stage_count();
   int next = 0;
   for (int s = 0; s < stages; ++s) {
     const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
+    if (s >= copy) {
+      const StageLayers& first = meta.stage_layers[static_cast<std::size_t>(s % copy)];
+      if (range.first_layer != first.first_layer || range.layer_count != first.layer_count) {
+        throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
+                    "]' is not the same layers as stage " + std::to_string(s % copy) +
+                    ", whose copy it runs");
+      }
+      continue;
+    }
     if (range.first_layer != next || range.layer_count <= 0) {
       throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
                   "]' does not continue the layer list at layer " + std::to_string(next));
@@ -127,12 +133,19 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
 
 Executor::~Executor() = default;
 
-const LayerParams& Executor::layer(int layer_index) const {
+std::vector<const LayerParams*> Executor::layer_copies(int layer_index) const {
+  std::vector<const LayerParams*> copies;
   for (const auto& worker : workers_) {
     if (!worker) continue;
     const auto it = worker->layers().find(layer_index);
-    if (it != worker->layers().end()) return it->second;
+    if (it != worker->layers().end()) copies.push_back(&it->second);
   }
+  return copies;
+}
+
+const LayerParams& Executor::layer(int layer_index) const {
+  const std::vector<const LayerParams*> copies = layer_copies(layer_index);
+  if (!copies.empty()) return *copies.front();
   throw Error("executor: no device holds layer " + std::to_string(layer_index) +
               (local_device_ >= 0
                    ? " in this process (device " + std::to_string(local_device_) + ")"
@@ -285,12 +298,26 @@ StepResult Executor::step(StepMode mode) {
   const bool failed = sync_->first_error.has_value();
   if (failed && !options_.group)
     throw Error("step " + std::to_string(step_number) + ": " + *sync_->first_error);
-  if (!failed && mode == StepMode::train) {
-    // Devices whose plan has no optimizer node (a profile without its time) step here, after
-    // the graph; the others did in their node.
+  if (!failed) {
+    // Devices whose plan has no optimizer node (a profile without its time) add the other copy's
+    // weight gradients (two copies of the model) once their own grads sends are complete, and
+    // step, here after the graph; the others did in their node.
+    for (int id = 0; id < plan_.node_count(); ++id) {
+      const Node& n = plan_.node(id);
+      if (n.kind == NodeKind::send && n.transfer == Transfer::grads && runs(n.device) &&
+          optimizer_node_[static_cast<std::size_t>(n.device)] == 0) {
+        transport_->flush(n.device, n.peer, Channel::pipeline, options_.timeout);
+      }
+    }
+    const auto steps_here = [this](const std::unique_ptr<DeviceWorker>& worker) {
+      return worker && optimizer_node_[static_cast<std::size_t>(worker->device())] == 0;
+    };
+    for (auto& worker : workers_) {
+      if (steps_here(worker)) worker->add_received_grads();
+    }
     std::vector<std::jthread> threads;
     for (auto& worker : workers_) {
-      if (!worker || optimizer_node_[static_cast<std::size_t>(worker->device())] != 0) continue;
+      if (!steps_here(worker) || mode != StepMode::train) continue;
       threads.emplace_back(
           [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
     }

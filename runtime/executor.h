@@ -84,6 +84,9 @@ class Executor {
   // The device holding `layer_index` (ModelConfig::layer_list() position) and its weights (in a
   // multi-process run: only layers of this rank's device).
   const LayerParams& layer(int layer_index) const;
+  // Every copy of the layer this process holds: one, or two with two copies of the model
+  // (Schedule::replicas) on two of its devices; the first is layer()'s.
+  std::vector<const LayerParams*> layer_copies(int layer_index) const;
   // This process's plan device in a multi-process run; -1 when it runs every device.
   int local_device() const { return local_device_; }
   Transport& transport() { return *transport_; }

@@ -173,7 +173,6 @@ check "plan --overlap-efficiency nan" plan --model tiny --stages 2 -m 4 --schedu
 check "plan dualpipe-v, m below 2P" plan --model tiny --stages 2 -m 3 --schedule dualpipe-v -o '{out}'
 check "plan dualpipe, odd device count" plan --model tiny --stages 3 -m 6 --schedule dualpipe -o '{out}'
 check "plan dualpipe, odd micro-batch count" plan --model tiny --stages 2 -m 5 --schedule dualpipe -o '{out}'
-check "run: dualpipe plan (two copies)" run dualpipe.json --trace '{out}'
 check "export: dualpipe plan to torch CSV" export dualpipe.json --format torch-csv -o '{out}'
 check "validate: schedule with replicas=3" validate plan_replicas_3.json
 check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''

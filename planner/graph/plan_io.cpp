@@ -42,11 +42,11 @@ StreamRole stream_role_from_string(std::string_view text, const std::string& con
 }
 
 Transfer transfer_from_string(std::string_view text, const std::string& context) {
-  for (const Transfer t :
-       {Transfer::activation, Transfer::gradient, Transfer::evict, Transfer::load}) {
+  for (const Transfer t : {Transfer::activation, Transfer::gradient, Transfer::evict,
+                           Transfer::load, Transfer::grads}) {
     if (text == to_string(t)) return t;
   }
-  throw Error(context + ": field 'transfer' must be activation, gradient, evict or load");
+  throw Error(context + ": field 'transfer' must be activation, gradient, evict, load or grads");
 }
 
 // Version 1 had no transfer kind: BPipe moves were told apart by their label alone. This is
@@ -461,9 +461,9 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
 namespace {
 
 // Version 3's one-character codes for the node columns "kind", "op" and "transfer".
-constexpr std::string_view kKindCodes = "csr";        // NodeKind order
-constexpr std::string_view kOpCodes = "FB12O";        // OpType order: F, B, P1, P2, O
-constexpr std::string_view kTransferCodes = "-agel";  // Transfer order
+constexpr std::string_view kKindCodes = "csr";         // NodeKind order
+constexpr std::string_view kOpCodes = "FB12O";         // OpType order: F, B, P1, P2, O
+constexpr std::string_view kTransferCodes = "-agelw";  // Transfer order
 
 template <typename E>
 char code_of(E value, std::string_view codes) {

@@ -19,7 +19,9 @@ constexpr double kUnset = -1.0;
 struct StageInfo {
   int device = 0;
   double forward_us = 0, p1_us = 0, fused_us = 0;
-  double send_us = 0;  // activation to stage s + 1 (and the gradient back over the same boundary)
+  double send_us = 0;   // activation to stage s + 1 (and the gradient back over the same boundary)
+  double grads_us = 0;  // its weight gradients to the other copy of the stage (two copies)
+  double weights_done = -1;  // when its last weight gradient (P2 or B) ended; -1 before
   std::int64_t stash = 0, p1_alloc = 0, p1_free = 0, retained = 0;
   const StageCost* cost = nullptr;
 };
@@ -65,6 +67,7 @@ class CompactRun {
       info.p1_us = c.p1_us;
       info.fused_us = c.p1_us + c.p2_us;
       info.send_us = transfer_time_us(meta.link, c.send_bytes);
+      info.grads_us = transfer_time_us(meta.link, c.grad_bytes);
       info.stash = c.stash_bytes;
       info.p1_alloc = std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
       info.p1_free = std::max<std::int64_t>(c.stash_bytes - c.retained_bytes, 0);
@@ -135,18 +138,20 @@ class CompactRun {
                   ", above its limit " + gib_text(limit);
   }
 
+  // When a message from device `from` to `dst`, ready at `end`, arrives: after the pair's previous
+  // one.
+  double arrival(int from, int dst, double end, double send_us) {
+    double& link = link_end_[idx(from) * idx(devices_) + idx(dst)];
+    link = std::max(end, link) + send_us;
+    return link;
+  }
+
   // Delivers an output of device `from` to stage `to`'s input table; a cross-device message waits
   // for the pair's previous one.
   void deliver(std::vector<double>& table, int from, int to, int mb, double end, double send_us,
                std::vector<int>& work) {
     const int dst = stage_[idx(to)].device;
-    double arrival = end;
-    if (dst != from) {
-      double& link = link_end_[idx(from) * idx(devices_) + idx(dst)];
-      arrival = std::max(end, link) + send_us;
-      link = arrival;
-    }
-    table[cell(to, mb)] = arrival;
+    table[cell(to, mb)] = dst != from ? arrival(from, dst, end, send_us) : end;
     if (blocked_[idx(dst)] && !queued_[idx(dst)]) {
       queued_[idx(dst)] = 1;
       blocked_[idx(dst)] = 0;
@@ -221,8 +226,11 @@ class CompactRun {
         p1_end_[cell(s, mb)] = end;
         if (s > schedule_.first_stage_of(mb))
           deliver(gradient_at_, d, s - 1, mb, end, stage_[idx(s - 1)].send_us, work);
+        if (a.op == OpType::B) stage_[idx(s)].weights_done = end;
         break;
       case OpType::P2:
+        stage_[idx(s)].weights_done = end;
+        break;
       case OpType::O:
         break;
     }
@@ -290,13 +298,30 @@ class CompactRun {
   void finish(ScheduleSim& out) {
     double first = std::numeric_limits<double>::max(), last = 0, busy = 0;
     bool any = false;
+    // With two copies of the model, each stage's weight gradients go to the device of its other
+    // copy, both ways, stage by stage of the first copy (lowering's grads messages): a device's
+    // optimizer step waits for what it receives and for what it sends.
+    std::vector<double> exchanged(idx(devices_), 0.0);
+    double messages_end = 0;
+    const int copy = schedule_.replicas > 1 ? schedule_.model_stage_count() : stages_;
+    for (int s = 0; s + copy < stages_; ++s) {
+      const StageInfo& a = stage_[idx(s)];
+      const StageInfo& b = stage_[idx(s + copy)];
+      if (a.device == b.device || a.weights_done < 0 || b.weights_done < 0) continue;
+      for (const double end : {arrival(a.device, b.device, a.weights_done, a.grads_us),
+                               arrival(b.device, a.device, b.weights_done, b.grads_us)}) {
+        for (const int d : {a.device, b.device})
+          exchanged[idx(d)] = std::max(exchanged[idx(d)], end);
+        messages_end = std::max(messages_end, end);
+      }
+    }
     // Each device's optimizer step (lowering's last node on its compute stream), after its
     // last action.
     for (int d = 0; d < devices_; ++d) {
       const double step = optimizer_us_[idx(d)];
       if (step <= 0) continue;
       if (schedule_.per_device[idx(d)].empty()) out.first_start_us[idx(d)] = 0;
-      const double start = out.last_end_us[idx(d)];
+      const double start = std::max(out.last_end_us[idx(d)], exchanged[idx(d)]);
       const double end = start + compute_time(d, start, step);
       if (options_.keep_times) out.times[idx(d)].push_back({start, end});
       out.last_end_us[idx(d)] = end;
@@ -312,6 +337,9 @@ class CompactRun {
       out.max_stage_span_us =
           std::max(out.max_stage_span_us, out.last_end_us[idx(d)] - out.first_start_us[idx(d)]);
     }
+    // Without an optimizer step the exchange's messages may end the step (the simulator's
+    // makespan runs to its last node of any kind).
+    if (any) last = std::max(last, messages_end);
     out.makespan_us = any ? last - first : 0.0;
     if (loads_ != nullptr) {  // the loads the step leaves at its last end (the simulator's)
       double step_end = 0;

@@ -51,6 +51,8 @@ std::string_view to_string(Transfer transfer) {
       return "evict";
     case Transfer::load:
       return "load";
+    case Transfer::grads:
+      return "grads";
   }
   return "?";
 }
@@ -185,9 +187,12 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
 
 namespace {
 
-// The part of a label that its transfer kind spells: "evict " or "load " for a stash move.
+// The part of a label that its transfer kind spells: "evict " or "load " for a stash move,
+// "grads " for a stage's weight gradients.
 Transfer label_prefix(const Node& n) {
-  return n.kind != NodeKind::compute && is_stash_move(n.transfer) ? n.transfer : Transfer::none;
+  return n.kind != NodeKind::compute && (is_stash_move(n.transfer) || n.transfer == Transfer::grads)
+             ? n.transfer
+             : Transfer::none;
 }
 
 }  // namespace
@@ -392,12 +397,17 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
   g.reserve(3 * actions, 8 * actions);
 
   GraphBuilder build(g);
+  // Per stage, its last weight-gradient op (P2 or B) in its device's order: where its weight
+  // gradients are complete (read with two copies of the model).
+  std::vector<int> last_weight(static_cast<std::size_t>(schedule.replicas > 1 ? stages : 0), -1);
   for (int d = 0; d < schedule.devices; ++d) {
     const int cs = g.stream(d, StreamRole::compute);
     const auto& actions_here = schedule.per_device[static_cast<std::size_t>(d)];
     build.reserve_order(cs, actions_here.size());
     for (const Action& a : actions_here) {
       const int id = build.append(cs);
+      if (!last_weight.empty() && (a.op == OpType::P2 || a.op == OpType::B))
+        last_weight[static_cast<std::size_t>(a.stage)] = id;
       fill_compute(build.node(id), a, costs[static_cast<std::size_t>(a.stage)], d);
       for (const int mb : a.microbatches) {
         auto& table = a.op == OpType::F    ? index.forward
@@ -410,6 +420,7 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
 
   // The optimizer step of each device whose stages the profile gives one for: last on its
   // compute stream, after every weight gradient (stream order is the dependency).
+  std::vector<int> optimizer(static_cast<std::size_t>(schedule.devices), -1);
   for (int d = 0; d < schedule.devices; ++d) {
     double optimizer_us = 0;
     int first_stage = -1;
@@ -419,7 +430,8 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
       if (first_stage < 0) first_stage = s;
     }
     if (optimizer_us <= 0) continue;
-    Node& n = build.node(build.append(g.stream(d, StreamRole::compute)));
+    optimizer[static_cast<std::size_t>(d)] = build.append(g.stream(d, StreamRole::compute));
+    Node& n = build.node(optimizer[static_cast<std::size_t>(d)]);
     n.kind = NodeKind::compute;
     n.op = OpType::O;
     n.device = d;
@@ -439,19 +451,12 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
       static_cast<std::size_t>(schedule.devices) * static_cast<std::size_t>(schedule.devices);
   std::vector<int> send_streams(pairs, -1);
   std::vector<int> recv_streams(pairs, -1);
-  // The edges in add_message's order: send and recv each after their stream's last node, the
-  // pair's data edge, then producer -> send and recv -> consumer. The devices are those of the
-  // two stages (where check_bounds put every node), not read from the consumer's node: it lies
-  // anywhere in the graph, and reading it was a cache miss per message.
-  auto connect = [&](int producer, int consumer, int from_stage, int to_stage, std::int64_t bytes,
-                     Transfer what) {
-    if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
-    const int src = schedule.stage_device[static_cast<std::size_t>(from_stage)];
-    const int dst = schedule.stage_device[static_cast<std::size_t>(to_stage)];
-    if (src == dst) {
-      build.edge(producer, consumer, EdgeKind::data);
-      return;
-    }
+  // A message from `producer` on device src to device dst, in add_message's edge order: send and
+  // recv each after their stream's last node, the pair's data edge, then producer -> send.
+  // Returns {send, recv}. The devices are the caller's (those of the two stages, where
+  // check_bounds put every node), not read from the consumer's node: it lies anywhere in the
+  // graph, and reading it was a cache miss per message.
+  auto message = [&](int producer, int src, int dst, std::int64_t bytes, Transfer what) {
     int& send_stream = send_streams[pair_index(src, dst)];
     if (send_stream < 0) send_stream = g.stream(src, StreamRole::send, dst);
     int& recv_stream = recv_streams[pair_index(src, dst)];
@@ -479,7 +484,20 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
     build.node(s).match = r;
     build.edge(s, r, EdgeKind::data);
     build.edge(producer, s, EdgeKind::data);
-    build.edge(r, consumer, EdgeKind::data);
+    return std::pair{s, r};
+  };
+  // An activation or input gradient: a message, then recv -> consumer, unless the two stages
+  // share a device (a data edge then).
+  auto connect = [&](int producer, int consumer, int from_stage, int to_stage, std::int64_t bytes,
+                     Transfer what) {
+    if (producer < 0 || consumer < 0) return;  // a missing op: the validator names it
+    const int src = schedule.stage_device[static_cast<std::size_t>(from_stage)];
+    const int dst = schedule.stage_device[static_cast<std::size_t>(to_stage)];
+    if (src == dst) {
+      build.edge(producer, consumer, EdgeKind::data);
+      return;
+    }
+    build.edge(message(producer, src, dst, bytes, what).second, consumer, EdgeKind::data);
   };
 
   for (int d = 0; d < schedule.devices; ++d) {
@@ -497,6 +515,33 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
                 ComputeIndex::at(index.backward, s - 1, mb), s, s - 1,
                 costs[static_cast<std::size_t>(s - 1)].send_bytes, Transfer::gradient);
       }
+    }
+  }
+
+  // Two copies of a stage on two devices exchange their weight gradients: each device sends its
+  // own once its last weight gradient of the stage has run and receives the other's into a buffer
+  // of its own; its optimizer step adds them in and so waits for both the recv and its own send
+  // (whose source it is about to change). No recv waits for its own device's send: with a
+  // rendezvous transport each end's send would then wait for the other's. A link's messages keep
+  // one order on both ends: stage by stage of the first copy, each way. Two copies on one device
+  // share their layers' gradients and exchange nothing.
+  const int copy = schedule.replicas > 1 ? schedule.model_stage_count() : stages;
+  for (int s = 0; s + copy < stages; ++s) {
+    const auto a = static_cast<std::size_t>(s);
+    const auto b = static_cast<std::size_t>(s) + static_cast<std::size_t>(copy);
+    const int w0 = last_weight[a];
+    const int w1 = last_weight[b];
+    const int d0 = schedule.stage_device[a];
+    const int d1 = schedule.stage_device[b];
+    if (w0 < 0 || w1 < 0 || d0 == d1) continue;  // a missing op: the validator names it
+    const auto there = message(w0, d0, d1, costs[a].grad_bytes, Transfer::grads);
+    const auto back = message(w1, d1, d0, costs[b].grad_bytes, Transfer::grads);
+    for (const auto& [in, out, device] :
+         {std::tuple{there.second, back.first, d1}, std::tuple{back.second, there.first, d0}}) {
+      const int step = optimizer[static_cast<std::size_t>(device)];
+      if (step < 0) continue;  // the runtime adds them in after the step's graph
+      build.edge(in, step, EdgeKind::data);
+      build.edge(out, step, EdgeKind::data);
     }
   }
 

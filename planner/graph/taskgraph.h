@@ -10,8 +10,13 @@
 // that the peer's transfer stream mirrors): evict (evictor -> acceptor, right after the forward)
 // or load (acceptor -> evictor, before the backward that needs the stash). For a stash move, op,
 // stage and microbatches are those of the forward whose stash moves, and alloc/free bytes record
-// the memory that leaves one device and arrives on the other. Labels are for people (and the
-// transport's tag check); nothing reads meaning from them.
+// the memory that leaves one device and arrives on the other. With two copies of the model
+// (Schedule::replicas), each stage's weight gradients go to the device holding its other copy
+// on the send/recv streams (grads), after the stage's last weight gradient; op, stage and
+// microbatches are that op's, and the receiver adds them into its own copy's in its optimizer
+// step (which waits for the recv and for its own grads send), or after the step's graph when
+// the plan has none. Labels are for people (and the transport's tag check); nothing reads meaning
+// from them.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +44,9 @@ namespace pipeplan {
 enum class NodeKind : std::uint8_t { compute, send, recv };
 enum class StreamRole : std::uint8_t { compute, send, recv, transfer };
 enum class EdgeKind : std::uint8_t { data, order };
-// What a send/recv pair moves; none for compute nodes.
-enum class Transfer : std::uint8_t { none, activation, gradient, evict, load };
+// What a send/recv pair moves; none for compute nodes. grads: a stage's weight gradients, sent to
+// the device holding the other copy of the stage (Schedule::replicas) before the optimizer step.
+enum class Transfer : std::uint8_t { none, activation, gradient, evict, load, grads };
 std::string_view to_string(NodeKind kind);
 std::string_view to_string(StreamRole role);
 std::string_view to_string(Transfer transfer);
@@ -223,7 +229,10 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
 // activation and gradient that crosses devices (sends in the producer's order, receives in the
 // same order per peer pair), memory effects (F allocates the stash; P1 turns the stash into the
 // retained X/dY, charging the net change at its start if it grows and at its end if it shrinks;
-// P2 frees the retained bytes; a fused B frees the stash).
+// P2 frees the retained bytes; a fused B frees the stash), and with two copies of the model the
+// weight-gradient exchange between the devices holding a stage's two copies (a grads send/recv
+// each way, each send after its end's last weight gradient of the stage; each end's optimizer
+// step waits for its recv and its send).
 // The working memory an op of a stage holds while it runs (StageCost::forward_work_bytes; P2 over
 // k micro-batches).
 std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k);

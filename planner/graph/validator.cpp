@@ -66,6 +66,9 @@ bool transfer_fits(const PackedNode& n, StreamRole role) {
     case Transfer::evict:
     case Transfer::load:
       return role == StreamRole::transfer && n.op == OpType::F;
+    case Transfer::grads:
+      return (role == StreamRole::send || role == StreamRole::recv) &&
+             (n.op == OpType::B || n.op == OpType::P2);
   }
   return false;
 }

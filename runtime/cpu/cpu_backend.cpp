@@ -76,6 +76,22 @@ void CpuBackend::zero_grads(LayerParams& layer) {
   }
 }
 
+void CpuBackend::add_grads(LayerParams& layer, std::span<const Tensor> grads) {
+  check_grads_match(layer, grads, Device::cpu);
+  const auto add = [](auto* into, const auto* from, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+      into[i] += from[i];
+  };
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Tensor& mine = layer.params[i].grad;
+    if (mine.dtype() == DType::f64) {
+      add(mine.data_as<double>(), grads[i].data_as<double>(), mine.numel());
+    } else {
+      add(mine.data_as<float>(), grads[i].data_as<float>(), mine.numel());
+    }
+  }
+}
+
 void CpuBackend::adamw_step(LayerParams& layer, const AdamWConfig& config, int step) {
   const auto update = [&](auto zero) {
     using T = decltype(zero);

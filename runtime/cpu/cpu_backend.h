@@ -14,6 +14,7 @@ class CpuBackend final : public LayerBackend {
   std::string name() const override;
   DType compute_dtype() const override { return dtype_; }
   void zero_grads(LayerParams& layer) override;
+  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override;
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override;
 
  protected:

@@ -95,6 +95,14 @@ void CudaBackend::zero_grads(LayerParams& layer) {
   }
 }
 
+void CudaBackend::add_grads(LayerParams& layer, std::span<const Tensor> grads) {
+  check_grads_match(layer, grads, Device::cuda);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Tensor& mine = layer.params[i].grad;  // fp32, as zero_grads and AdamW take them
+    add_f32(mine.data_as<float>(), grads[i].data_as<float>(), mine.numel(), ctx_->stream());
+  }
+}
+
 void CudaBackend::adamw_step(LayerParams& layer, const AdamWConfig& config, int step) {
   if (step < 1) throw Error("AdamW step must count from 1, got " + std::to_string(step));
   for (Parameter& p : layer.params) {

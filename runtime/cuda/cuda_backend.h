@@ -34,6 +34,7 @@ class CudaBackend final : public LayerBackend {
   std::string name() const override { return "cuda-bf16"; }
   DType compute_dtype() const override { return DType::bf16; }
   void zero_grads(LayerParams& layer) override;
+  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override;
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override;
   void synchronize() override;
 

@@ -86,6 +86,10 @@ class GreenBackend final : public Backend {
     const ScopedContext current(context_);
     inner_->zero_grads(layer);
   }
+  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override {
+    const ScopedContext current(context_);
+    inner_->add_grads(layer, grads);
+  }
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
     const ScopedContext current(context_);
     inner_->adamw_step(layer, config, step);

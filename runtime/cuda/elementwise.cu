@@ -1,4 +1,5 @@
-// Small elementwise helpers: fill and fp32 → bf16 cast (uploads, AdamW's bf16 weight copy).
+// Small elementwise helpers: fill, fp32 add (another copy's weight gradients) and fp32 → bf16
+// cast (uploads, AdamW's bf16 weight copy).
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -11,6 +12,11 @@ __global__ void fill_f32_kernel(float* out, std::int64_t n, float value) {
   if (i < n) out[i] = value;
 }
 
+__global__ void add_f32_kernel(float* out, const float* in, std::int64_t n) {
+  const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += in[i];
+}
+
 __global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, std::int64_t n) {
   const std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16(in[i]);
@@ -21,6 +27,11 @@ __global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, std::int64_t
 void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return;
   launch(fill_f32_kernel, grid_for(n, 256), 256, stream, out, n, value);
+}
+
+void add_f32(float* out, const float* in, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(add_f32_kernel, grid_for(n, 256), 256, stream, out, in, n);
 }
 
 void cast_f32_to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream) {

@@ -13,7 +13,8 @@ namespace pipeplan::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---- elementwise.cu
-void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream);  // (n)
+void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream);     // (n)
+void add_f32(float* out, const float* in, std::int64_t n, cudaStream_t stream);  // out += in, (n)
 void cast_f32_to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream);
 
 // ---- rmsnorm.cu: y = x̂ ⊙ g with x̂ = x · rstd, rstd = 1/sqrt(mean(x²) + eps) (fp32 math).

@@ -76,6 +76,9 @@ class CountingBackend final : public Backend {
     if (!counts_->timer_running) ++counts_->zero_grads_before_timer;
     inner_.zero_grads(layer);
   }
+  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override {
+    inner_.add_grads(layer, grads);
+  }
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
     inner_.adamw_step(layer, config, step);
   }

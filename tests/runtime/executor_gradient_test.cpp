@@ -35,8 +35,6 @@ struct Case {
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const ScheduleFamily* family : schedule_families()) {
-    // The runtime refuses two copies of the model (ExecutorTraining.RefusesTwoCopiesOfTheModel).
-    if (family->traits().replicas != 1) continue;
     for (const BackwardMode mode : family->backward_modes()) {
       for (const bool bpipe : {false, true})
         cases.push_back({family->name(), mode, bpipe});
@@ -91,17 +89,24 @@ TEST_P(ExecutorGradients, MatchTheUnpipelinedReference) {
   EXPECT_NEAR(result.loss, ref.loss, kTolerance * ref.loss);
   cpu::CpuBackend host;
   int checked = 0;
+  // Every copy of a layer (two with dualpipe, which sums them between its devices) holds the
+  // reference's gradients.
+  const std::size_t copies = static_cast<std::size_t>(family.traits().replicas);
   for (const auto& [index, ref_layer] : ref.layers) {
-    const LayerParams& layer = executor.layer(index);
-    for (const Parameter& ref_param : ref_layer.params) {
-      const Parameter& param = layer.at(ref_param.name);
-      const double error =
-          testing::relative_error(host.download(param.grad), host.download(ref_param.grad));
-      EXPECT_LE(error, kTolerance) << "layer " << index << " " << ref_param.name;
-      ++checked;
+    const std::vector<const LayerParams*> layers = executor.layer_copies(index);
+    ASSERT_EQ(layers.size(), copies) << "layer " << index;
+    for (const LayerParams* layer : layers) {
+      for (const Parameter& ref_param : ref_layer.params) {
+        const Parameter& param = layer->at(ref_param.name);
+        const double error =
+            testing::relative_error(host.download(param.grad), host.download(ref_param.grad));
+        EXPECT_LE(error, kTolerance) << "layer " << index << " " << ref_param.name;
+        ++checked;
+      }
     }
   }
-  EXPECT_EQ(checked, 1 + 7 * model.layers + 2);  // embedding, 7 per block, head
+  // Embedding, 7 per block, head; per copy.
+  EXPECT_EQ(checked, static_cast<int>(copies) * (1 + 7 * model.layers + 2));
   if (c.bpipe) {
     // The stashes left the evictor, lived on the acceptor and came back, all of them.
     const BpipeBytes& evictor = result.bpipe.at(0);
@@ -111,6 +116,50 @@ TEST_P(ExecutorGradients, MatchTheUnpipelinedReference) {
     EXPECT_EQ(acceptor.returned, evictor.evicted);
     EXPECT_EQ(evictor.loaded, evictor.evicted);
   }
+}
+
+// A profile without optimizer times gives a plan without optimizer nodes: the two copies of each
+// dualpipe stage then sum their weight gradients after the step's graph, once the sends are out.
+TEST(ExecutorGradients, TwoCopiesSumTheirGradientsWithoutAnOptimizerNode) {
+  const ScheduleFamily& family = find_schedule_family("dualpipe");
+  AnalyticOptions analytic;
+  analytic.seq = testing::kSeq;
+  analytic.max_p2_concat = kMicrobatches;
+  PlanRequest request;
+  request.profile = analytic_profile(testing::tiny_for(family), find_gpu("h100"), analytic);
+  for (auto& [kind, by_mbs] : request.profile.layers) {
+    for (auto& [mbs, cost] : by_mbs)
+      cost.optimizer_us = 0;
+  }
+  request.gpu = "h100";
+  request.devices = kDevices;
+  request.chunks = 2;
+  request.microbatches = kMicrobatches;
+  request.schedule = family.name();
+  request.backward = BackwardMode::twobp;
+  TaskGraph plan = make_plan(request).graph;
+  for (const Node& n : plan.nodes())
+    ASSERT_NE(n.op == OpType::O && n.kind == NodeKind::compute, true);
+  ExecutorOptions options;
+  options.seed = kSeed;
+  const ModelConfig model = plan.meta.model;
+  Executor executor(std::move(plan), testing::cpu_backends(), options);
+  executor.step(StepMode::gradients_only);
+  const testing::Reference& ref = reference_for(model);
+  cpu::CpuBackend host;
+  int checked = 0;
+  for (const auto& [index, ref_layer] : ref.layers) {
+    for (const LayerParams* layer : executor.layer_copies(index)) {
+      for (const Parameter& ref_param : ref_layer.params) {
+        EXPECT_LE(testing::relative_error(host.download(layer->at(ref_param.name).grad),
+                                          host.download(ref_param.grad)),
+                  kTolerance)
+            << "layer " << index << " " << ref_param.name;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * (1 + 7 * model.layers + 2));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, ExecutorGradients, ::testing::ValuesIn(all_cases()),

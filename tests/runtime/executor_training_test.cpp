@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "tests/error_support.h"
 #include "tests/runtime/executor_fixtures.h"
 
 namespace pipeplan {
@@ -33,7 +32,6 @@ TEST(ExecutorTraining, EverySchedulesLossesAgreeAndFall) {
   std::map<int, std::vector<double>> baseline;  // by block count
   int families = 0;
   for (const ScheduleFamily* family : schedule_families()) {
-    if (family->traits().replicas != 1) continue;  // refused: RefusesTwoCopiesOfTheModel
     std::optional<TaskGraph> plan = testing::tiny_plan(*family, BackwardMode::twobp);
     if (!plan) plan = testing::tiny_plan(*family, BackwardMode::fused);
     ASSERT_TRUE(plan) << family->name();
@@ -62,20 +60,6 @@ TEST(ExecutorTraining, RunsAreReproducible) {
   const std::vector<double> a = train(*testing::tiny_plan(family, BackwardMode::twobp), 3);
   const std::vector<double> b = train(*testing::tiny_plan(family, BackwardMode::twobp), 3);
   EXPECT_EQ(a, b);
-}
-
-// DualPipe's two copies of a stage would need their weight gradients summed between the two
-// devices that hold it: the runtime does not do that, and says so rather than train apart.
-TEST(ExecutorTraining, RefusesTwoCopiesOfTheModel) {
-  std::string why;
-  std::optional<TaskGraph> plan =
-      testing::tiny_plan(find_schedule_family("dualpipe"), BackwardMode::twobp, &why);
-  ASSERT_TRUE(plan) << why;
-  ASSERT_EQ(plan->schedule.replicas, 2);
-  EXPECT_EQ(testing::error_of([&] { train(std::move(*plan), 1); }),
-            "plan: schedule 'dualpipe' holds 2 copies of the model (field 'schedule', replicas), "
-            "which the runtime does not run: it keeps one copy of each layer and sums no "
-            "gradients between copies");
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include "planner/base/error.h"
 #include "planner/graph/validator.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
 #include "schedules/deadlock.h"
 #include "schedules/family.h"
 #include "schedules/torch_csv.h"
@@ -145,6 +147,55 @@ TEST(DualPipe, CopiesShareOneCutAndDoubleTheParameters) {
               one_way.graph.meta.static_bytes[d] + one_way.graph.meta.static_bytes[7 - d]);
   }
   EXPECT_EQ(two, 2 * one_copy);
+}
+
+// Each stage's two copies sum their weight gradients: a grads message each way after each end's
+// last weight gradient of the stage, which both ends' optimizer steps wait for; the receive
+// buffer counts in the device's static memory, and the simulated step includes the messages.
+TEST(DualPipe, ExchangesTheCopiesWeightGradientsBeforeTheOptimizerStep) {
+  PlanRequest r;
+  r.profile = analytic_profile(model_preset("tiny"), find_gpu("h100"), AnalyticOptions{});
+  r.gpu = "h100";
+  r.devices = 4;
+  r.chunks = 2;
+  r.microbatches = 8;
+  r.schedule = "dualpipe";
+  r.backward = BackwardMode::twobp;
+  const Plan plan = make_plan(r);
+  const TaskGraph& g = plan.graph;
+  const auto preds = predecessors(g);
+  std::vector<int> sends_from(4, 0);
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.transfer != Transfer::grads || n.kind != NodeKind::send) continue;
+    ++sends_from[static_cast<std::size_t>(n.device)];
+    // To the device holding the stage's other copy: device P - 1 - d.
+    EXPECT_EQ(n.peer, 3 - n.device) << g.node_name(id);
+    EXPECT_GT(n.bytes, 0);
+    EXPECT_TRUE(n.op == OpType::P2 || n.op == OpType::B) << g.node_name(id);
+    EXPECT_EQ(node_label(n).rfind("grads ", 0), 0U) << node_label(n);
+    // Both ends' optimizer steps wait for the message.
+    for (const int end : {id, n.match}) {
+      bool into_step = false;
+      for (int to = 0; to < g.node_count(); ++to) {
+        if (g.node(to).op != OpType::O || g.node(to).kind != NodeKind::compute) continue;
+        for (const auto& [from, kind] : preds[static_cast<std::size_t>(to)])
+          into_step = into_step || (from == end && kind == EdgeKind::data);
+      }
+      EXPECT_TRUE(into_step) << g.node_name(end);
+    }
+  }
+  EXPECT_EQ(sends_from, (std::vector<int>{2, 2, 2, 2}));  // one per stage it holds
+  EXPECT_FALSE(find_violation(g));
+  // The receive buffer: the other copy's weight gradients of both its stages.
+  const std::vector<StageCost> costs =
+      stage_costs(r.profile.model, r.profile, 1, Partition{g.meta.stage_layers}, 1);
+  for (int d = 0; d < 4; ++d) {
+    const auto at = [&](int s) { return costs[static_cast<std::size_t>(s)]; };
+    EXPECT_EQ(
+        g.meta.static_bytes[static_cast<std::size_t>(d)],
+        at(d).static_bytes + at(7 - d).static_bytes + at(d).grad_bytes + at(7 - d).grad_bytes);
+  }
 }
 
 TEST(DualPipe, TextFormCarriesTheCopies) {
