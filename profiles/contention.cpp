@@ -51,6 +51,23 @@ double sustained_load_after(const SustainedLoad& load, double dt, double share, 
   return share + (h - share) * std::exp(-dt / load.time_constant_us);
 }
 
+std::vector<DeviceLoad> device_loads_from(const std::vector<double>& loads, int devices) {
+  std::vector<DeviceLoad> out;
+  out.reserve(static_cast<std::size_t>(std::max(devices, 0)));
+  for (int d = 0; d < devices; ++d) {
+    const auto i = static_cast<std::size_t>(d);
+    out.emplace_back(i < loads.size() ? loads[i] : 0.0);
+  }
+  return out;
+}
+
+void write_loads_at(const std::vector<DeviceLoad>& devices, const SustainedLoad& load, double end,
+                    std::vector<double>& loads) {
+  loads.resize(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d)
+    loads[d] = devices[d].at(load, end);
+}
+
 double DeviceLoad::at(const SustainedLoad& load, double t) const {
   return t < busy_until_ ? sustained_load_after(load, t - start_, 1, h_)
                          : sustained_load_after(load, t - busy_until_, 0, h_end_);

@@ -83,6 +83,13 @@ class DeviceLoad {
   double h_end_ = 0;       // H at busy_until_
 };
 
+// One DeviceLoad per device, each at its entry of `loads` (0 past its end): a step's start.
+std::vector<DeviceLoad> device_loads_from(const std::vector<double>& loads, int devices);
+// Each device's H at `end` (the step's last end), written over `loads` (resized to the devices):
+// what periodic_loads' pass gives back.
+void write_loads_at(const std::vector<DeviceLoad>& devices, const SustainedLoad& load, double end,
+                    std::vector<double>& loads);
+
 // Steps repeat, so a step starts at the loads (one per GPU, or one for a shared GPU) its own end
 // leaves. `pass` runs one step from the loads it is given, writes the loads it leaves in their
 // place and returns the step's length. For fixed op times each end load is affine in its start

@@ -171,6 +171,16 @@ Partition partition_fixed(const ModelConfig& model, const std::vector<int>& bloc
   return partition_from_counts(span, blocks_per_stage);
 }
 
+std::vector<double> device_optimizer_us(const std::vector<StageCost>& costs,
+                                        const std::vector<int>& stage_device, int devices) {
+  std::vector<double> out(static_cast<std::size_t>(std::max(devices, 0)), 0.0);
+  for (std::size_t s = 0; s < stage_device.size() && s < costs.size(); ++s) {
+    const int d = stage_device[s];
+    if (d >= 0 && d < devices) out[static_cast<std::size_t>(d)] += costs[s].optimizer_us;
+  }
+  return out;
+}
+
 double StageCost::p2_time_us(int k) const {
   if (k < 1) return 0;
   return p2_table_at(p2_concat_us, k).value_or(p2_us * k);

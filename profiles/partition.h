@@ -57,4 +57,10 @@ struct StageCost {
 std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,
                                    const Partition& partition, int max_concat);
 
+// Each device's optimizer step: the optimizer_us of the stages `stage_device` puts on it, summed
+// (0: none). Lowering's optimizer node takes it, as do the simulations and the lower bound.
+// Stages mapped outside 0..devices-1 are left out.
+std::vector<double> device_optimizer_us(const std::vector<StageCost>& costs,
+                                        const std::vector<int>& stage_device, int devices);
+
 }  // namespace pipeplan

@@ -52,17 +52,14 @@ class CompactRun {
         loads_(loads) {
     if (loads_ != nullptr) {
       sustained_ = &*meta.contention.sustained;
-      device_loads_.reserve(idx(devices_));
-      for (int d = 0; d < devices_; ++d)
-        device_loads_.emplace_back(idx(d) < loads_->size() ? (*loads_)[idx(d)] : 0.0);
+      device_loads_ = device_loads_from(*loads_, devices_);
     }
     stage_.resize(idx(stages_));
-    optimizer_us_.assign(idx(devices_), 0.0);
+    optimizer_us_ = device_optimizer_us(costs, schedule.stage_device, devices_);
     for (int s = 0; s < stages_; ++s) {
       const StageCost& c = costs[idx(s)];
       StageInfo& info = stage_[idx(s)];
       info.device = schedule.stage_device[idx(s)];
-      optimizer_us_[idx(info.device)] += c.optimizer_us;
       info.forward_us = c.forward_us;
       info.p1_us = c.p1_us;
       info.fused_us = c.p1_us + c.p2_us;
@@ -342,12 +339,10 @@ class CompactRun {
     if (any) last = std::max(last, messages_end);
     out.makespan_us = any ? last - first : 0.0;
     if (loads_ != nullptr) {  // the loads the step leaves at its last end (the simulator's)
-      double step_end = 0;
+      double step_end = messages_end;
       for (int d = 0; d < devices_; ++d)
         step_end = std::max(step_end, out.last_end_us[idx(d)]);
-      loads_->resize(idx(devices_));
-      for (int d = 0; d < devices_; ++d)
-        (*loads_)[idx(d)] = device_loads_[idx(d)].at(*sustained_, step_end);
+      write_loads_at(device_loads_, *sustained_, step_end, *loads_);
     }
     const double devices = static_cast<double>(devices_);
     if (out.makespan_us > 0) out.bubble_ratio = 1.0 - busy / (devices * out.makespan_us);

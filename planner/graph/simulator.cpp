@@ -475,11 +475,7 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<doub
     if (!loads.empty()) loads.front() = load;
   } else if (per_device_load) {
     const SustainedLoad& sustained = *contention.sustained;
-    std::vector<DeviceLoad> device_loads;
-    device_loads.reserve(static_cast<std::size_t>(n_devices));
-    for (int d = 0; d < n_devices; ++d)
-      device_loads.emplace_back(
-          static_cast<std::size_t>(d) < loads.size() ? loads[static_cast<std::size_t>(d)] : 0.0);
+    std::vector<DeviceLoad> device_loads = device_loads_from(loads, n_devices);
     run_separate([&](std::int16_t device, double start, double work) {
       return device_loads[static_cast<std::size_t>(device)].run(sustained, start, work);
     });
@@ -487,11 +483,7 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<doub
     double step_end = 0;
     for (const NodeTime& t : result.times)
       step_end = std::max(step_end, t.end_us);
-    loads.resize(static_cast<std::size_t>(n_devices));
-    for (int d = 0; d < n_devices; ++d) {
-      loads[static_cast<std::size_t>(d)] =
-          device_loads[static_cast<std::size_t>(d)].at(sustained, step_end);
-    }
+    write_loads_at(device_loads, sustained, step_end, loads);
   } else {
     run_separate([](std::int16_t /*device*/, double /*start*/, double work) { return work; });
   }

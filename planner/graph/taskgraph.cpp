@@ -421,15 +421,13 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
   // The optimizer step of each device whose stages the profile gives one for: last on its
   // compute stream, after every weight gradient (stream order is the dependency).
   std::vector<int> optimizer(static_cast<std::size_t>(schedule.devices), -1);
+  const std::vector<double> optimizer_time =
+      device_optimizer_us(costs, schedule.stage_device, schedule.devices);
   for (int d = 0; d < schedule.devices; ++d) {
-    double optimizer_us = 0;
-    int first_stage = -1;
-    for (int s = 0; s < stages; ++s) {
-      if (schedule.stage_device[static_cast<std::size_t>(s)] != d) continue;
-      optimizer_us += costs[static_cast<std::size_t>(s)].optimizer_us;
-      if (first_stage < 0) first_stage = s;
-    }
+    const double optimizer_us = optimizer_time[static_cast<std::size_t>(d)];
     if (optimizer_us <= 0) continue;
+    const auto first = std::find(schedule.stage_device.begin(), schedule.stage_device.end(), d);
+    const auto first_stage = static_cast<int>(first - schedule.stage_device.begin());
     optimizer[static_cast<std::size_t>(d)] = build.append(g.stream(d, StreamRole::compute));
     Node& n = build.node(optimizer[static_cast<std::size_t>(d)]);
     n.kind = NodeKind::compute;

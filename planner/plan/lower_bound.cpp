@@ -69,9 +69,7 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
 
   LowerBound bound;
   // Each device's optimizer step (lowering's last node on its compute stream), after all its work.
-  std::vector<double> optimizer(static_cast<std::size_t>(devices), 0.0);
-  for (std::size_t s = 0; s < stages; ++s)
-    optimizer[static_cast<std::size_t>(stage_device[s])] += costs[s].optimizer_us;
+  const std::vector<double> optimizer = device_optimizer_us(costs, stage_device, devices);
   // One micro-batch's path: every F, every P1 and both transfers of each boundary, one p2, and
   // the optimizer step of the device that runs that p2.
   for (std::size_t last = length - 1; last < stages; last += length) {
