@@ -41,10 +41,11 @@ void check_stage_layers(const TaskGraph& plan) {
   for (int s = 0; s < stages; ++s) {
     const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
     if (s >= copy) {
-      const StageLayers& first = meta.stage_layers[static_cast<std::size_t>(s % copy)];
+      const int model_stage = plan.schedule.model_stage(s);
+      const StageLayers& first = meta.stage_layers[static_cast<std::size_t>(model_stage)];
       if (range.first_layer != first.first_layer || range.layer_count != first.layer_count) {
         throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
-                    "]' is not the same layers as stage " + std::to_string(s % copy) +
+                    "]' is not the same layers as stage " + std::to_string(model_stage) +
                     ", whose copy it runs");
       }
       continue;
@@ -111,6 +112,11 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
   for (const Node& n : plan_.nodes()) {
     if (n.kind == NodeKind::compute && n.op == OpType::O && n.device >= 0 && n.device < devices)
       optimizer_node_[static_cast<std::size_t>(n.device)] = 1;
+  }
+  for (const Node& n : plan_.nodes()) {
+    if (n.kind == NodeKind::send && n.transfer == Transfer::grads && runs(n.device) &&
+        optimizer_node_[static_cast<std::size_t>(n.device)] == 0)
+      grads_flushes_.emplace_back(n.device, n.peer);
   }
   for (int d = 0; d < devices; ++d) {
     if (!runs(d)) continue;
@@ -302,13 +308,8 @@ StepResult Executor::step(StepMode mode) {
     // Devices whose plan has no optimizer node (a profile without its time) add the other copy's
     // weight gradients (two copies of the model) once their own grads sends are complete, and
     // step, here after the graph; the others did in their node.
-    for (int id = 0; id < plan_.node_count(); ++id) {
-      const Node& n = plan_.node(id);
-      if (n.kind == NodeKind::send && n.transfer == Transfer::grads && runs(n.device) &&
-          optimizer_node_[static_cast<std::size_t>(n.device)] == 0) {
-        transport_->flush(n.device, n.peer, Channel::pipeline, options_.timeout);
-      }
-    }
+    for (const auto& [device, peer] : grads_flushes_)
+      transport_->flush(device, peer, Channel::pipeline, options_.timeout);
     const auto steps_here = [this](const std::unique_ptr<DeviceWorker>& worker) {
       return worker && optimizer_node_[static_cast<std::size_t>(worker->device())] == 0;
     };

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/graph/simulator.h"
@@ -112,6 +113,10 @@ class Executor {
   std::unique_ptr<Transport> transport_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   std::vector<char> optimizer_node_;  // per device: its plan has an optimizer node (OpType::O)
+  // The grads sends (two copies of the model) of this process's devices without an optimizer
+  // node, as (device, peer): flushed after the step's graph, before the received gradients are
+  // added in.
+  std::vector<std::pair<int, int>> grads_flushes_;
   std::vector<std::vector<int>> local_inputs_;  // per node: same-device data-edge sources
   // Per node: a send that a node of its own device waits for (a BPipe eviction, whose memory the
   // op after next reuses): done only once the transport gave its tensors back (flush).

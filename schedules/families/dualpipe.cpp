@@ -37,6 +37,7 @@
 #include <array>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/base/error.h"
@@ -168,14 +169,16 @@ Schedule make_dualpipe(const ScheduleRequest& request) {
   Schedule schedule = v_skeleton(request, "dualpipe");
   schedule.replicas = 2;
   for (int r = 0; r < p; ++r) {
-    const int mirror = p - 1 - r;
-    const std::array<int, 2> down{r, 0};                // copy 0: stage r, micro-batches from 0
-    const std::array<int, 2> up{2 * p - 1 - r, m / 2};  // copy 1: model stage P - 1 - r
-    const bool second_half = r >= p / 2;
-    DualPipeOrder o(second_half ? std::array{up[0], down[0]} : std::array{down[0], up[0]},
-                    second_half ? std::array{up[1], down[1]} : std::array{down[1], up[1]},
-                    schedule.per_device[static_cast<std::size_t>(r)]);
-    eight_phases(o, p / 2, std::min(r, mirror), m / 2);
+    // Chunk 0 is copy 0's stage r (micro-batches from 0), chunk 1 copy 1's model stage P - 1 - r
+    // (from m/2); on the second half of the devices the other way round.
+    std::array<int, 2> stage{r, 2 * p - 1 - r};
+    std::array<int, 2> first_mb{0, m / 2};
+    if (r >= p / 2) {
+      std::swap(stage[0], stage[1]);
+      std::swap(first_mb[0], first_mb[1]);
+    }
+    DualPipeOrder o(stage, first_mb, schedule.per_device[static_cast<std::size_t>(r)]);
+    eight_phases(o, p / 2, std::min(r, p - 1 - r), m / 2);
   }
   return schedule;
 }
