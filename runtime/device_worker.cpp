@@ -93,8 +93,7 @@ DeviceWorker::DeviceWorker(const TaskGraph& plan, int device, std::unique_ptr<Ba
     if (schedule.stage_device[static_cast<std::size_t>(stage)] != device) continue;
     // With two copies of the model, a stage whose other copy lies on another device also keeps
     // a buffer for that copy's weight gradients (as the plan's static memory counts it).
-    const int copy = schedule.model_stage_count();
-    const int other = schedule.replicas > 1 ? (stage < copy ? stage + copy : stage - copy) : stage;
+    const int other = schedule.other_copy(stage);
     const bool receives = schedule.stage_device[static_cast<std::size_t>(other)] != device;
     for (const int index : stage_layers(stage)) {
       LayerParams layer = backend_->init_layer(plan.meta.model,

@@ -374,16 +374,11 @@ void check_shape(const Schedule& schedule) {
   if (static_cast<int>(schedule.per_device.size()) != schedule.devices)
     throw Error("schedule check: " + std::to_string(schedule.per_device.size()) +
                 " device lists for devices=" + std::to_string(schedule.devices));
-  if (schedule.replicas != 1 && schedule.replicas != 2)
-    throw Error("schedule check: replicas must be 1 or 2, got " +
-                std::to_string(schedule.replicas));
-  if (schedule.stage_count() % schedule.replicas != 0 ||
-      schedule.microbatches % schedule.replicas != 0 ||
-      (schedule.replicas != 1 && schedule.stage_count() == 0))
-    throw Error("schedule check: " + std::to_string(schedule.replicas) +
-                " copies of the model need stages (" + std::to_string(schedule.stage_count()) +
-                ") and micro-batches (" + std::to_string(schedule.microbatches) +
-                ") in multiples of " + std::to_string(schedule.replicas));
+  if (!schedule.copies_divide())
+    throw Error("schedule check: replicas=" + std::to_string(schedule.replicas) +
+                ": a schedule holds 1 or 2 copies of the model, with stages (" +
+                std::to_string(schedule.stage_count()) + ") and micro-batches (" +
+                std::to_string(schedule.microbatches) + ") in multiples of the copies");
   for (int s = 0; s < schedule.stage_count(); ++s) {
     const int device = schedule.stage_device[static_cast<std::size_t>(s)];
     if (device < 0 || device >= schedule.devices)

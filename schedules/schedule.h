@@ -76,6 +76,16 @@ struct Schedule {
   }
   // Micro-batches that pass each stage: m / replicas.
   int microbatches_per_stage() const { return microbatches / replicas; }
+  // Whether the copies are well formed: 1 or 2 of them, with stages and micro-batches in
+  // multiples of their number (and at least one stage when there are two).
+  bool copies_divide() const {
+    return (replicas == 1 || replicas == 2) && stage_count() % replicas == 0 &&
+           microbatches % replicas == 0 && (replicas == 1 || stage_count() > 0);
+  }
+  // The same model stage in the other copy (the stage itself when there is one copy).
+  int other_copy(int stage) const {
+    return replicas == 1 ? stage : (stage + model_stage_count()) % stage_count();
+  }
   std::size_t action_count() const {  // over every device
     std::size_t actions = 0;
     for (const std::vector<Action>& list : per_device)

@@ -352,8 +352,7 @@ void check_bounds(const Schedule& schedule) {
   for (const int d : schedule.stage_device) {
     if (d < 0 || d >= schedule.devices) throw Error("lower: stage mapped to unknown device");
   }
-  if (schedule.replicas < 1 || (schedule.replicas > 1 && stages == 0) ||
-      stages % schedule.replicas != 0 || schedule.microbatches % schedule.replicas != 0) {
+  if (!schedule.copies_divide()) {
     throw Error("lower: " + std::to_string(stages) + " stages and " +
                 std::to_string(schedule.microbatches) + " micro-batches do not hold " +
                 std::to_string(schedule.replicas) + " copies of the model");

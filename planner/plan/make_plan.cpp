@@ -58,12 +58,9 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
     m.static_bytes[d] += costs[static_cast<std::size_t>(s)].static_bytes;
     // With two copies of the model, a stage whose other copy lies on another device also holds,
     // for the step, the buffer that receives that copy's weight gradients (a grads message).
-    if (schedule.replicas > 1) {
-      const int copy = schedule.model_stage_count();
-      const auto other = static_cast<std::size_t>(s < copy ? s + copy : s - copy);
-      if (schedule.stage_device[other] != schedule.stage_device[static_cast<std::size_t>(s)])
-        m.static_bytes[d] += costs[other].grad_bytes;
-    }
+    const auto other = static_cast<std::size_t>(schedule.other_copy(s));
+    if (schedule.stage_device[other] != schedule.stage_device[static_cast<std::size_t>(s)])
+      m.static_bytes[d] += costs[other].grad_bytes;
   }
   m.flops_per_token = r.profile.model.flops_per_token(r.profile.seq);
   m.peak_flops_per_device = r.peak_flops_per_device;
