@@ -310,6 +310,15 @@ class Backend {
   virtual void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) = 0;
   // Waits for queued work (a no-op where every call is synchronous).
   virtual void synchronize() {}
+  // An overlapped pair (Node::overlaps_next: a forward beside another micro-batch's backward).
+  // The executor, on the thread that runs both ops, calls begin_pair() once the inputs of both
+  // are ready and before the first op is queued, begin_second() between the two ops, and
+  // end_pair() after the second (also when either failed). An asynchronous backend may then run
+  // the second op beside the first (CUDA: on a side stream of the stage, forked at begin_pair and
+  // joined at end_pair); by default the two run one after the other, as they are called.
+  virtual void begin_pair() {}
+  virtual void begin_second() {}
+  virtual void end_pair() {}
   // The optimizer state this backend keeps for `layer`, in bytes: the AdamW moments, plus
   // whatever else it holds beside them (the CUDA backend's fp32 master weights). A stage's static
   // memory is parameters + gradients + this, as the planner counts it (profiles/partition.cpp).

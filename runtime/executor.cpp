@@ -194,18 +194,20 @@ void Executor::wait_for_inputs(int node) {
   }
 }
 
-void Executor::run_node(DeviceWorker& worker, int id) {
+void Executor::order_inputs(int id) {
+  for (const int input : local_inputs_[static_cast<std::size_t>(id)]) {
+    const auto& arrival = arrivals_[static_cast<std::size_t>(input)];
+    if (arrival) arrival->order_reader();
+  }
+}
+
+void Executor::run_node(DeviceWorker& worker, int id, bool order_inputs) {
   const Node& node = plan_.node(id);
   const Stream& stream = plan_.streams()[static_cast<std::size_t>(node.stream)];
   times_[static_cast<std::size_t>(id)].start_us = micros_since(start_);
   // A payload still in flight (a stream-ordered recv): its reader's work goes behind it, before
   // the node timer's start, so that the op's device time does not include the wait.
-  if (node.kind == NodeKind::compute) {
-    for (const int input : local_inputs_[static_cast<std::size_t>(id)]) {
-      const auto& arrival = arrivals_[static_cast<std::size_t>(input)];
-      if (arrival) arrival->order_reader();
-    }
-  }
+  if (node.kind == NodeKind::compute && order_inputs) this->order_inputs(id);
   if (options_.node_timer) options_.node_timer->begin_node(plan_, id);
   switch (node.kind) {
     case NodeKind::compute:
@@ -231,26 +233,65 @@ void Executor::run_node(DeviceWorker& worker, int id) {
   times_[static_cast<std::size_t>(id)].end_us = micros_since(start_);
 }
 
+void Executor::run_pair(DeviceWorker& worker, int first, int second, int& running) {
+  // Both ops' in-flight inputs go ahead of the pair's start, which the second op's stream (where
+  // the backend has one) waits for.
+  order_inputs(first);
+  order_inputs(second);
+  Backend& backend = worker.backend();
+  backend.begin_pair();
+  try {
+    run_node(worker, first, false);
+    mark_done(first);  // its sends need not wait for the second op
+    running = second;
+    if (options_.before_node) options_.before_node(second);
+    backend.begin_second();
+    run_node(worker, second, false);
+  } catch (...) {
+    try {
+      backend.end_pair();
+    } catch (const std::exception&) {  // the op's own failure is the one to report
+    }
+    throw;
+  }
+  backend.end_pair();
+}
+
 void Executor::run_stream(int stream) {
   const Stream& s = plan_.streams()[static_cast<std::size_t>(stream)];
   DeviceWorker& worker = *workers_[static_cast<std::size_t>(s.device)];
-  for (const int id : plan_.stream_order(stream)) {
+  const std::vector<int>& order = plan_.stream_order(stream);
+  for (std::size_t i = 0; i < order.size(); ++i) {
     if (sync_->failed) return;
+    const int id = order[i];
+    // An overlapped pair starts once both of its ops have their inputs, as the simulator has it.
+    const int second = plan_.node(id).overlaps_next && i + 1 < order.size() ? order[i + 1] : -1;
+    int running = id;
     try {
       wait_for_inputs(id);
+      if (second >= 0) wait_for_inputs(second);
       if (options_.before_node) options_.before_node(id);
-      run_node(worker, id);
+      if (second >= 0) {
+        run_pair(worker, id, second, running);
+      } else {
+        run_node(worker, id);
+      }
     } catch (const Cancelled& e) {
-      fail(Error(plan_.node_name(id) + ": " + e.what()), true);
+      fail(Error(plan_.node_name(running) + ": " + e.what()), true);
       return;
     } catch (const Error& e) {
-      fail(Error(plan_.node_name(id) + ": " + e.what()));
+      fail(Error(plan_.node_name(running) + ": " + e.what()));
       return;
     } catch (const std::exception& e) {
       fail(e);
       return;
     }
-    mark_done(id);
+    if (second >= 0) {
+      mark_done(second);
+      ++i;
+    } else {
+      mark_done(id);
+    }
   }
 }
 

@@ -94,7 +94,12 @@ class Executor {
 
  private:
   void run_stream(int stream);
-  void run_node(DeviceWorker& worker, int id);
+  // `order_inputs`: queue the node's in-flight inputs ahead of it (run_pair does it for both).
+  void run_node(DeviceWorker& worker, int id, bool order_inputs = true);
+  // An overlapped pair (Node::overlaps_next), both inputs ready: the two ops between the
+  // backend's begin_pair and end_pair. `running` names the op under way, for errors.
+  void run_pair(DeviceWorker& worker, int first, int second, int& running);
+  void order_inputs(int id);
   void wait_for_inputs(int node);
   void mark_done(int node);
   void fail(const std::exception& error, bool consequence = false);

@@ -12,13 +12,40 @@ std::int64_t round_up(std::int64_t bytes) {
   return (bytes + DeviceAllocator::kAlignment - 1) / DeviceAllocator::kAlignment *
          DeviceAllocator::kAlignment;
 }
+
+// The allocator whose side lane this thread is queueing (set_side_lane), if any.
+thread_local const void* side_lane_of = nullptr;
 }  // namespace
 
 void DeviceAllocator::State::release(void* block, std::int64_t requested, std::int64_t rounded) {
+  const bool side = side_lane_of == this;
   const std::lock_guard lock(mutex);
   stats.current_bytes -= requested;
   // Read after the last owner let go: every kernel that used the block was queued before now.
-  free_blocks.emplace(rounded, CachedBlock{block, fences->now()});
+  free_blocks.emplace(rounded, CachedBlock{block, fences->now(), ++releases, side && pair_open});
+}
+
+bool DeviceAllocator::State::usable(const CachedBlock& cached, bool side) const {
+  if (!pair_open) return true;
+  const bool since_fork = cached.serial > fork_serial;
+  // The side lane: what the fork covers, or what it freed itself. Anyone else: not what the
+  // side lane freed in this pair (the stage's stream has not joined it yet).
+  return side ? !since_fork || cached.side : !(since_fork && cached.side);
+}
+
+void DeviceAllocator::begin_pair() {
+  const std::lock_guard lock(state_->mutex);
+  state_->pair_open = true;
+  state_->fork_serial = state_->releases;
+}
+
+void DeviceAllocator::set_side_lane(bool on) {
+  side_lane_of = on ? state_.get() : nullptr;
+}
+
+void DeviceAllocator::end_pair() {
+  const std::lock_guard lock(state_->mutex);
+  state_->pair_open = false;
 }
 
 void DeviceAllocator::State::release_cached_locked() {
@@ -44,12 +71,15 @@ DeviceAllocator::FencedBlock DeviceAllocator::allocate_fenced(std::int64_t bytes
   void* block = nullptr;
   std::int64_t freed_at = kNeverUsed;
   {
+    const bool side = side_lane_of == state_.get();
     const std::lock_guard lock(state_->mutex);
     // Exact size only: a larger cached block would hide fragmentation in the reserved figure.
     // Blocks of one size come back oldest free first (multimap keeps insertion order): the one
     // whose readers are most likely done.
-    const auto it = state_->free_blocks.lower_bound(rounded);
-    if (it != state_->free_blocks.end() && it->first == rounded) {
+    auto [it, end] = state_->free_blocks.equal_range(rounded);
+    while (it != end && !state_->usable(it->second, side))
+      ++it;
+    if (it != end) {
       block = it->second.block;
       freed_at = it->second.freed_at;
       state_->free_blocks.erase(it);

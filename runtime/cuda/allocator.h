@@ -10,6 +10,17 @@
 // kernels. The stage's FenceClock counts the events recorded on its stream (StepEvents records one
 // after every compute node); a cached block remembers the count when it was freed, so the first
 // event recorded after that follows every kernel that could read it (allocate_fenced).
+//
+// Overlapped pairs: a stage may run an overlapped pair's second op on a side stream (CudaBackend's
+// begin_pair / begin_second / end_pair), which waits for the stage's stream at the pair's start
+// (the fork) and which the stage's stream waits for at its end (the join). While a pair is open,
+// the stage's stream may still be reading blocks freed since the fork (the pair's first op runs
+// beside the second), and the side stream may be reading blocks it freed itself. So, between
+// begin_pair and end_pair, the side lane (the thread that called set_side_lane(true)) takes only
+// blocks freed before the fork or freed by the side lane in this pair, and every other
+// allocation skips the blocks the side lane freed in this pair. After end_pair the stage's stream
+// has joined the side stream and every block is for anyone again. A block the side lane frees
+// must not still be read by the pair's first op: the two ops of a pair share no tensors.
 #pragma once
 
 #include <atomic>
@@ -69,18 +80,32 @@ class DeviceAllocator {
   // cudaFree of every cached (unused) block.
   void release_cached();
 
+  // An overlapped pair's lanes (see the top of this file). begin_pair: the fork, before the
+  // pair's first op is queued; set_side_lane(true) on the thread that queues the second op, before
+  // it, and (false) after; end_pair once the stage's stream waits for the side stream.
+  void begin_pair();
+  void set_side_lane(bool on);
+  void end_pair();
+
  private:
   struct CachedBlock {
     void* block = nullptr;
     std::int64_t freed_at = 0;  // the fence clock's count when it was freed
+    std::int64_t serial = 0;    // State::releases when it was freed
+    bool side = false;          // freed by the side lane
   };
   struct State {
     std::mutex mutex;
     std::multimap<std::int64_t, CachedBlock> free_blocks;  // rounded size -> block
     AllocatorStats stats;
     std::shared_ptr<FenceClock> fences = std::make_shared<FenceClock>();
+    std::int64_t releases = 0;  // blocks freed so far
+    bool pair_open = false;
+    std::int64_t fork_serial = 0;  // `releases` at begin_pair
     void release(void* block, std::int64_t requested, std::int64_t rounded);
     void release_cached_locked();
+    // Whether a block may go to the side lane (side) or to anyone else now (caller holds mutex).
+    bool usable(const CachedBlock& cached, bool side) const;
   };
   std::shared_ptr<State> state_;
 };

@@ -1,10 +1,14 @@
 #include "runtime/cuda/context.h"
 
+#include <utility>
+
 #include "runtime/cuda/cuda_check.h"
 
 namespace pipeplan::cuda {
 
-DeviceContext::DeviceContext(cudaStream_t stream) : stream_(stream) {
+DeviceContext::DeviceContext(cudaStream_t stream, std::shared_ptr<DeviceAllocator> allocator)
+    : allocator_(allocator ? std::move(allocator) : std::make_shared<DeviceAllocator>()),
+      stream_(stream) {
   if (cuda_device_count() == 0) throw Error("no CUDA device found");
   if (stream_ == nullptr) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -31,7 +35,7 @@ DeviceContext::~DeviceContext() {
 
 Tensor DeviceContext::empty(const Shape& shape, DType dtype) {
   const std::int64_t bytes = shape_numel(shape) * dtype_bytes(dtype);
-  return Tensor(allocator_.allocate(bytes), shape, dtype, Device::cuda);
+  return Tensor(allocator_->allocate(bytes), shape, dtype, Device::cuda);
 }
 
 Tensor DeviceContext::zeros(const Shape& shape, DType dtype) {

@@ -19,7 +19,10 @@ class OpMarks;  // op_marks.h
 class DeviceContext {
  public:
   // `stream` may be null: the context then creates (and owns) its own non-blocking stream.
-  explicit DeviceContext(cudaStream_t stream = nullptr);
+  // `allocator`: another context's, to share (an overlapped pair's side stream allocates from its
+  // stage's allocator, allocator.h); null: one of its own.
+  explicit DeviceContext(cudaStream_t stream = nullptr,
+                         std::shared_ptr<DeviceAllocator> allocator = nullptr);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -29,7 +32,8 @@ class DeviceContext {
   cublasHandle_t blas() const { return blas_; }
   void* workspace() const { return workspace_; }
   std::size_t workspace_bytes() const { return kWorkspaceBytes; }
-  DeviceAllocator& allocator() { return allocator_; }
+  DeviceAllocator& allocator() { return *allocator_; }
+  const std::shared_ptr<DeviceAllocator>& shared_allocator() const { return allocator_; }
 
   // State one component keeps per context (= per stage), made on its first use and dropped
   // after the stream drains, before the stream goes: the fused attention's cuDNN handle and
@@ -51,7 +55,7 @@ class DeviceContext {
 
  private:
   static constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt: 32 MiB on Hopper
-  DeviceAllocator allocator_;
+  std::shared_ptr<DeviceAllocator> allocator_;
   cudaStream_t stream_ = nullptr;
   bool owns_stream_ = false;
   cublasLtHandle_t lt_ = nullptr;

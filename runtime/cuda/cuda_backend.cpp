@@ -11,8 +11,14 @@
 
 namespace pipeplan::cuda {
 
+namespace {
+// The backend whose side lane this thread is queueing (begin_second .. end_pair), if any.
+thread_local const CudaBackend* side_lane = nullptr;
+}  // namespace
+
 CudaBackend::CudaBackend(CudaBackendOptions options)
     : ctx_(std::make_unique<DeviceContext>(options.stream)),
+      side_stream_(options.side_stream),
       attention_(options.attention),
       attention_note_("attention " + std::string(to_string(options.attention))),
       gemm_candidates_(options.gemm_candidates) {
@@ -22,31 +28,31 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   set_gemm_candidates(*ctx_, gemm_candidates_);  // throws Error below 1
   LayerPasses embedding{
       [this](const LayerParams& layer, const Tensor& tokens, const Tensor&, Stash& stash) {
-        return embedding_layer_forward(*ctx_, layer, tokens, stash);
+        return embedding_layer_forward(lane(), layer, tokens, stash);
       },
       embedding_layer_backward_p1,
       [this](LayerParams& layer, std::span<const Retained* const> retained) {
-        embedding_layer_backward_p2(*ctx_, layer, retained);
+        embedding_layer_backward_p2(lane(), layer, retained);
       }};
   LayerPasses block{
       [this](const LayerParams& layer, const Tensor& x, const Tensor&, Stash& stash) {
-        return block_forward(*ctx_, layer, x, attention_, stash);
+        return block_forward(lane(), layer, x, attention_, stash);
       },
       [this](const LayerParams& layer, Stash& stash, const Tensor& dy, Retained& retained) {
-        return block_backward_p1(*ctx_, layer, stash, dy, retained);
+        return block_backward_p1(lane(), layer, stash, dy, retained);
       },
       [this](LayerParams& layer, std::span<const Retained* const> retained) {
-        block_backward_p2(*ctx_, layer, retained);
+        block_backward_p2(lane(), layer, retained);
       }};
   LayerPasses head{
       [this](const LayerParams& layer, const Tensor& x, const Tensor& targets, Stash& stash) {
-        return head_layer_forward(*ctx_, layer, x, targets, stash);
+        return head_layer_forward(lane(), layer, x, targets, stash);
       },
       [this](const LayerParams& layer, Stash& stash, const Tensor& dloss, Retained& retained) {
-        return head_layer_backward_p1(*ctx_, layer, stash, dloss, retained);
+        return head_layer_backward_p1(lane(), layer, stash, dloss, retained);
       },
       [this](LayerParams& layer, std::span<const Retained* const> retained) {
-        head_layer_backward_p2(*ctx_, layer, retained);
+        head_layer_backward_p2(lane(), layer, retained);
       }};
   set_passes(std::move(embedding), std::move(block), std::move(head));
 }
@@ -125,8 +131,51 @@ std::string CudaBackend::note() const {
          " cuBLASLt answers per shape";
 }
 
+CudaBackend::~CudaBackend() {
+  // No throwing from a destructor: the side context drains its stream before the events go.
+  side_.reset();
+  if (fork_ != nullptr) cudaEventDestroy(fork_);
+  if (join_ != nullptr) cudaEventDestroy(join_);
+}
+
 void CudaBackend::synchronize() {
+  if (side_) CUDA_CHECK(cudaStreamSynchronize(side_->stream()));
   CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
+}
+
+DeviceContext& CudaBackend::lane() {
+  return side_lane == this ? *side_ : *ctx_;
+}
+
+void CudaBackend::begin_pair() {
+  if (!side_) {
+    side_ = std::make_unique<DeviceContext>(side_stream_, ctx_->shared_allocator());
+    set_gemm_candidates(*side_, gemm_candidates_);
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  }
+  side_->set_op_marks(ctx_->op_marks());
+  CUDA_CHECK(cudaEventRecord(fork_, ctx_->stream()));
+  ctx_->allocator().begin_pair();
+  pair_open_ = true;
+}
+
+void CudaBackend::begin_second() {
+  if (!pair_open_) throw Error("CUDA backend: begin_second outside an overlapped pair");
+  CUDA_CHECK(cudaStreamWaitEvent(side_->stream(), fork_, 0));
+  ctx_->allocator().set_side_lane(true);
+  side_lane = this;
+}
+
+void CudaBackend::end_pair() {
+  if (!pair_open_) return;
+  side_lane = nullptr;
+  ctx_->allocator().set_side_lane(false);
+  pair_open_ = false;
+  // The side lane's blocks are for the stage's stream again only once it waits for the side.
+  CUDA_CHECK(cudaEventRecord(join_, side_->stream()));
+  CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream(), join_, 0));
+  ctx_->allocator().end_pair();
 }
 
 Tensor CudaBackend::master(const Parameter& param) const {

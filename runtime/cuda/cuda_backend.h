@@ -23,6 +23,9 @@ struct CudaBackendOptions {
   // cuBLASLt answers timed per GEMM shape, the fastest kept (matmul.h, set_gemm_candidates); 1:
   // the heuristic's first answer.
   int gemm_candidates = 1;
+  // The stream an overlapped pair's second op runs on (begin_second); null: the backend creates
+  // its own at the first pair, in the context current then.
+  cudaStream_t side_stream = nullptr;
 };
 
 class CudaBackend final : public LayerBackend {
@@ -30,6 +33,9 @@ class CudaBackend final : public LayerBackend {
   // Throws "no CUDA device found" without a GPU, and FieldError("attention", …) for flash where
   // cuDNN's fused attention is unavailable (runtime/cuda/sdpa.h says why).
   explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda-bf16"; }
   DType compute_dtype() const override { return DType::bf16; }
@@ -37,6 +43,14 @@ class CudaBackend final : public LayerBackend {
   void add_grads(LayerParams& layer, std::span<const Tensor> grads) override;
   void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override;
   void synchronize() override;
+  // An overlapped pair's second op runs on a side stream with a cuBLAS context and workspace of
+  // its own and the stage's allocator (allocator.h, "Overlapped pairs"): begin_pair records a
+  // fork on the stage's stream, begin_second makes the side stream wait for it and sends this
+  // thread's layer calls there, end_pair makes the stage's stream wait for the side stream.
+  // Other threads' calls stay on the stage's stream throughout.
+  void begin_pair() override;
+  void begin_second() override;
+  void end_pair() override;
 
   // The fp32 master copy of a parameter's bf16 weights (what AdamW updates).
   Tensor master(const Parameter& param) const;
@@ -51,7 +65,11 @@ class CudaBackend final : public LayerBackend {
   // The attention note, then "; GEMMs: the fastest of N cuBLASLt answers per shape" where the
   // backend times them: for run reports and profile notes.
   std::string note() const;
+  // The stage's context (its stream, handles and allocator).
   DeviceContext& context() { return *ctx_; }
+  // The context this thread's layer calls go to now: the side one between begin_second and
+  // end_pair, the stage's otherwise.
+  DeviceContext& lane();
 
  protected:
   Tensor from_host(const void* bytes, const Shape& shape, DType dtype) override;
@@ -67,6 +85,11 @@ class CudaBackend final : public LayerBackend {
   };
 
   std::unique_ptr<DeviceContext> ctx_;
+  cudaStream_t side_stream_;             // CudaBackendOptions::side_stream
+  std::unique_ptr<DeviceContext> side_;  // made at the first pair; goes before ctx_
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_ = nullptr;
+  bool pair_open_ = false;  // between begin_pair and end_pair (the pair's thread only)
   Attention attention_;
   std::string attention_note_;
   int gemm_candidates_;

@@ -101,11 +101,31 @@ class GreenBackend final : public Backend {
     const ScopedContext current(context_);
     inner_->synchronize();
   }
+  void begin_pair() override {
+    const ScopedContext current(context_);
+    inner_->begin_pair();
+  }
+  void begin_second() override {
+    const ScopedContext current(context_);
+    inner_->begin_second();
+  }
+  void end_pair() override {
+    const ScopedContext current(context_);
+    inner_->end_pair();
+  }
 
  private:
   std::unique_ptr<CudaBackend> inner_;
   CUcontext context_;
 };
+
+// Whether the plan has overlapped pairs: their second ops run on a side stream of the stage.
+bool has_pairs(const TaskGraph& plan) {
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).overlaps_next) return true;
+  }
+  return false;
+}
 
 constexpr const char* kWorkQueuesEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
 constexpr int kDefaultWorkQueues = 8;  // the driver's default
@@ -162,6 +182,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   std::vector<StageEndpoint> endpoints(static_cast<std::size_t>(devices));
   std::vector<int> cuda_devices;
   std::vector<cudaStream_t> streams;
+  std::vector<cudaStream_t> side_streams(static_cast<std::size_t>(devices), nullptr);
+  const bool pairs = has_pairs(plan);
   if (options.emulate > 0) {
     green_ = GreenContext::partition(0, options.emulate, hardware_.sm_per_stage);
     // The driver may round a share up to its granularity: report what each stage really has.
@@ -171,8 +193,10 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       std::unique_ptr<CudaBackend> backend;
       {
         const ScopedContext current(green.context());
+        if (pairs) side_streams[static_cast<std::size_t>(d)] = green.create_stream();
         backend = std::make_unique<CudaBackend>(
-            CudaBackendOptions{plan.meta.attention, green.stream(), options.gemm_candidates});
+            CudaBackendOptions{plan.meta.attention, green.stream(), options.gemm_candidates,
+                               side_streams[static_cast<std::size_t>(d)]});
       }
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {0, green.stream(), &backend->context().allocator(),
@@ -190,11 +214,11 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
     }
     for (int d = 0; d < devices; ++d) {
       CUDA_CHECK(cudaSetDevice(d));
-      cudaStream_t stream = nullptr;
-      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      own_streams_.push_back(stream);
+      const cudaStream_t stream = own_stream();
+      const cudaStream_t side = pairs ? own_stream() : nullptr;
+      side_streams[static_cast<std::size_t>(d)] = side;
       auto backend = std::make_unique<CudaBackend>(
-          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates});
+          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {d, stream, &backend->context().allocator(),
                                                 nullptr};
@@ -209,7 +233,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   fence_clocks.reserve(endpoints.size());
   for (const StageEndpoint& endpoint : endpoints)
     fence_clocks.push_back(endpoint.allocator->fence_clock());
-  events_ = std::make_shared<StepEvents>(cuda_devices, streams, std::move(fence_clocks));
+  events_ = std::make_shared<StepEvents>(cuda_devices, streams, std::move(fence_clocks),
+                                         std::move(side_streams));
   if (options.emulate > 0 || devices == 1) {
     auto local = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
     local->open_links(transport_links(plan));  // before any executor thread runs
@@ -237,6 +262,7 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
   std::string id_hex;
   int gpu = 0;
   cudaStream_t stream = nullptr;
+  cudaStream_t side = nullptr;
   CudaBackend* local = nullptr;
   try {
     if (options.emulate > 0) {
@@ -252,10 +278,10 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     gpu = group.local_rank() % gpus;
     hardware_ = describe_hardware(options, devices, gpu);
     CUDA_CHECK(cudaSetDevice(gpu));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    own_streams_.push_back(stream);
+    stream = own_stream();
+    if (has_pairs(plan)) side = own_stream();
     auto backend = std::make_unique<CudaBackend>(
-        CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates});
+        CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
     local = backend.get();
     pending_.resize(static_cast<std::size_t>(devices));
     backends_.assign(static_cast<std::size_t>(devices), nullptr);
@@ -280,14 +306,22 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
   id_hex = group.broadcast(id_hex, "the NCCL unique id", options.timeout);
   // Every plan device's events on this rank's GPU and stream: only its own nodes record any.
   const auto count = static_cast<std::size_t>(devices);
-  events_ = std::make_shared<StepEvents>(std::vector<int>(count, gpu),
-                                         std::vector<cudaStream_t>(count, stream));
+  events_ = std::make_shared<StepEvents>(
+      std::vector<int>(count, gpu), std::vector<cudaStream_t>(count, stream),
+      std::vector<std::shared_ptr<FenceClock>>{}, std::vector<cudaStream_t>(count, side));
   transport_ = NcclTransport::multi_process(
       rank, devices, unique_id_from_hex(id_hex),
       StageEndpoint{gpu, stream, &local->context().allocator(), nullptr}, transport_links(plan),
       events_.get());
   transport_name_ = transport_->name() + " (one process per GPU)";
 #endif
+}
+
+cudaStream_t CudaRun::own_stream() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  own_streams_.push_back(stream);
+  return stream;
 }
 
 CudaRun::~CudaRun() {

@@ -62,9 +62,11 @@ class CudaRun final : public GpuRun {
 
  private:
   void prepare_rank(const TaskGraph& plan, const GpuRunOptions& options);
+  // A non-blocking stream on the current device, destroyed with this run.
+  cudaStream_t own_stream();
 
   std::vector<std::unique_ptr<GreenContext>> green_;  // emulated: one per stage
-  std::vector<cudaStream_t> own_streams_;             // not emulated: one per device
+  std::vector<cudaStream_t> own_streams_;             // not emulated: per device, 1 or 2
   std::vector<std::unique_ptr<Backend>> pending_;     // until the executor takes them
   std::vector<CudaBackend*> backends_;                // by plan device; null: another rank's
   std::shared_ptr<StepEvents> events_;

@@ -25,9 +25,11 @@ double elapsed_us(cudaEvent_t from, cudaEvent_t to) {
 }  // namespace
 
 StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams,
-                       std::vector<std::shared_ptr<FenceClock>> fence_clocks)
+                       std::vector<std::shared_ptr<FenceClock>> fence_clocks,
+                       std::vector<cudaStream_t> side_streams)
     : cuda_devices_(std::move(cuda_devices)),
       compute_streams_(std::move(compute_streams)),
+      side_streams_(std::move(side_streams)),
       fence_clocks_(std::move(fence_clocks)) {
   if (cuda_devices_.size() != compute_streams_.size()) {
     throw Error("step events: " + std::to_string(cuda_devices_.size()) + " devices but " +
@@ -36,6 +38,10 @@ StepEvents::StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> 
   if (!fence_clocks_.empty() && fence_clocks_.size() != cuda_devices_.size()) {
     throw Error("step events: " + std::to_string(cuda_devices_.size()) + " devices but " +
                 std::to_string(fence_clocks_.size()) + " fence clocks");
+  }
+  if (!side_streams_.empty() && side_streams_.size() != cuda_devices_.size()) {
+    throw Error("step events: " + std::to_string(cuda_devices_.size()) + " devices but " +
+                std::to_string(side_streams_.size()) + " side streams");
   }
   fence_base_.assign(cuda_devices_.size(), 0);
   fence_nodes_.assign(cuda_devices_.size(), {});
@@ -80,10 +86,14 @@ void StepEvents::prepare(const TaskGraph& plan) {
   // The payload of a send is made by the compute node it has a data edge from (the last one in
   // the compute stream's order when there are several).
   std::vector<int> position(nodes, 0);  // in its stream's order
+  second_.assign(nodes, 0);
   for (int s = 0; s < static_cast<int>(plan.streams().size()); ++s) {
     const std::vector<int>& order = plan.stream_order(s);
-    for (std::size_t i = 0; i < order.size(); ++i)
+    for (std::size_t i = 0; i < order.size(); ++i) {
       position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+      if (i > 0 && plan.node(order[i - 1]).overlaps_next)
+        second_[static_cast<std::size_t>(order[i])] = 1;
+    }
   }
   const auto& g = plan.graph();
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
@@ -149,13 +159,19 @@ void StepEvents::align_host_times(const TaskGraph& plan,
   }
 }
 
+cudaStream_t StepEvents::stream_of(int id, std::size_t device) const {
+  const bool side = second_[static_cast<std::size_t>(id)] != 0 && !side_streams_.empty() &&
+                    side_streams_[device] != nullptr;
+  return side ? side_streams_[device] : compute_streams_[device];
+}
+
 void StepEvents::begin_node(const TaskGraph& plan, int id) {
   const Node& node = plan.node(id);
   const auto index = static_cast<std::size_t>(id);
   if (node.kind == NodeKind::compute) {
     const auto device = static_cast<std::size_t>(node.device);
     const ScopedContext current(contexts_[device]);
-    CUDA_CHECK(cudaEventRecord(begin_[index], compute_streams_[device]));
+    CUDA_CHECK(cudaEventRecord(begin_[index], stream_of(id, device)));
     return;
   }
   const std::lock_guard lock(mutex_);
@@ -167,12 +183,13 @@ void StepEvents::end_node(const TaskGraph& plan, int id) {
   const auto index = static_cast<std::size_t>(id);
   if (node.kind == NodeKind::compute) {
     const auto device = static_cast<std::size_t>(node.device);
+    const cudaStream_t stream = stream_of(id, device);
     {
       const ScopedContext current(contexts_[device]);
-      CUDA_CHECK(cudaEventRecord(end_[index], compute_streams_[device]));
+      CUDA_CHECK(cudaEventRecord(end_[index], stream));
     }
     recorded_[index] = 1;
-    if (!fence_clocks_.empty()) {
+    if (!fence_clocks_.empty() && stream == compute_streams_[device]) {
       {
         const std::lock_guard lock(mutex_);
         fence_nodes_[device].push_back(id);

@@ -14,6 +14,11 @@
 // With the stages' fence clocks (DeviceAllocator::fence_clock), each compute node's end event is
 // also a fence: fence_after() says which event a copy into a block the stage freed must wait for,
 // so that the copy waits for the block's last reader and not for everything queued on the stage.
+//
+// An overlapped pair's second op runs on its stage's side stream (CudaBackend::begin_second):
+// its two events go there, so its time is its own. Its end is no fence: a block freed while it
+// was queued may still be read by the pair's first op on the stage's stream, and the next
+// compute node's end (after the stage's stream joined the side stream) follows both.
 #pragma once
 
 #include <chrono>
@@ -37,8 +42,11 @@ class StepEvents final : public NodeTimer {
  public:
   // Per plan device: the CUDA device it runs on and the stream its backend queues on.
   // `fence_clocks` (empty, or one per plan device): advanced after each compute node's end event.
+  // `side_streams` (empty, or one per plan device, null where the device runs no pairs): where
+  // the backend runs an overlapped pair's second op (CudaBackendOptions::side_stream).
   StepEvents(std::vector<int> cuda_devices, std::vector<cudaStream_t> compute_streams,
-             std::vector<std::shared_ptr<FenceClock>> fence_clocks = {});
+             std::vector<std::shared_ptr<FenceClock>> fence_clocks = {},
+             std::vector<cudaStream_t> side_streams = {});
   ~StepEvents() override;
   StepEvents(const StepEvents&) = delete;
   StepEvents& operator=(const StepEvents&) = delete;
@@ -69,16 +77,22 @@ class StepEvents final : public NodeTimer {
   LinkSide link_side(const TaskGraph& plan, int id) const;
   void prepare(const TaskGraph& plan);
 
+  // The stream node `id`'s events go on: its device's compute stream, or its side stream for
+  // the second op of an overlapped pair.
+  cudaStream_t stream_of(int id, std::size_t device) const;
+
   std::vector<int> cuda_devices_;
   std::vector<cudaStream_t> compute_streams_;
-  std::vector<CUcontext> contexts_;      // per plan device: its stream's (ScopedContext)
-  std::vector<cudaEvent_t> step_start_;  // per plan device
+  std::vector<cudaStream_t> side_streams_;  // per plan device, or empty
+  std::vector<CUcontext> contexts_;         // per plan device: its stream's (ScopedContext)
+  std::vector<cudaEvent_t> step_start_;     // per plan device
   // Per plan device: the host's clock when its step_start_ was queued. The device is idle then,
   // so the event completes a launch latency later: the zero of the device's times, on the host.
   std::vector<std::chrono::steady_clock::time_point> host_origin_;
   std::vector<cudaEvent_t> begin_, end_;  // per node
   std::vector<int> producer_;             // per send node: its payload's compute node, or -1
   std::vector<char> recorded_;            // per node
+  std::vector<char> second_;              // per node: the second op of an overlapped pair
   mutable std::mutex mutex_;
   std::map<LinkSide, int> running_;  // send/recv node running on each link side
   std::vector<std::shared_ptr<FenceClock>> fence_clocks_;  // per plan device, or empty

@@ -1,6 +1,8 @@
 // The caching allocator's byte accounting, the stash bytes it measures, and the profiler's
 // output going through the planner's profile loader.
 #include <filesystem>
+#include <memory>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -57,6 +59,47 @@ TEST(CudaAllocator, ACachedBlockCarriesTheFenceCountOfItsFree) {
   EXPECT_EQ(again2.freed_at, 3);
   EXPECT_EQ(allocator.stats().malloc_calls, mallocs);
   EXPECT_EQ(allocator.allocate_fenced(4096).freed_at, cuda::DeviceAllocator::kNeverUsed);
+}
+
+// An overlapped pair's lanes: while a pair is open, the side lane takes only blocks freed before
+// the fork or freed by itself, and everyone else skips what the side lane freed; after the join
+// every block is for anyone again. Blocks are told apart by address.
+TEST(CudaAllocator, AnOpenPairKeepsEachLaneToTheBlocksItMayReuse) {
+  PIPEPLAN_REQUIRE_GPU();
+  cuda::DeviceAllocator allocator;
+  // Frees a block of `bytes` on the given lane and says where it was.
+  const auto freed = [&](std::int64_t bytes, bool side) {
+    allocator.set_side_lane(side);
+    auto block = allocator.allocate(bytes);
+    const void* where = block.get();
+    block.reset();
+    allocator.set_side_lane(false);
+    return where;
+  };
+  // Takes a block of `bytes` on the given lane, keeps it out of the cache until the test ends.
+  std::vector<std::shared_ptr<void>> held;
+  const auto take = [&](std::int64_t bytes, bool side) {
+    allocator.set_side_lane(side);
+    held.push_back(allocator.allocate(bytes));
+    allocator.set_side_lane(false);
+    return held.back().get();
+  };
+  const void* before_fork = freed(1024, false);
+  allocator.begin_pair();
+  const void* first_op = freed(2048, false);  // the pair's first op may still read it
+  EXPECT_EQ(take(1024, true), before_fork) << "the fork covers a block freed before it";
+  EXPECT_NE(take(2048, true), first_op) << "the stage's stream may still read it";
+  EXPECT_EQ(take(2048, false), first_op) << "the stage's stream reuses it in stream order";
+  const void* side_op = freed(4096, true);
+  EXPECT_NE(take(4096, false), side_op) << "the stage's stream has not joined the side yet";
+  held.push_back(allocator.allocate_fenced(4096).data);
+  EXPECT_NE(held.back().get(), side_op) << "a copy from another stream must not take it either";
+  EXPECT_EQ(take(4096, true), side_op) << "the side lane reuses its own in stream order";
+  const void* side_again = freed(8192, true);
+  allocator.end_pair();
+  EXPECT_EQ(take(8192, false), side_again) << "after the join the side lane's blocks are anyone's";
+  const void* no_pair = freed(16384, false);
+  EXPECT_EQ(take(16384, true), no_pair) << "no pair open: no lanes";
 }
 
 // Block stash in bf16 (2 bytes) with fp32 rstd, N = B·T: 2N(5C + W + 3F) + 2·4N, plus the

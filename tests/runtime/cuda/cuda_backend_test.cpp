@@ -16,7 +16,9 @@
 // flip is a real error and the update must agree to 5e-2.
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -218,6 +220,55 @@ TEST(CudaBackend, LossGradientIsF32NotBf16) {
   const Tensor third = backend.upload_loss_gradient(1.0 / 3);
   EXPECT_EQ(third.dtype(), DType::f32);
   EXPECT_EQ(backend.download(third), Vec{static_cast<float>(1.0 / 3)});
+}
+
+// An overlapped pair: a block's forward on the stage's stream and another block's whole backward
+// on the side stream (begin_second) give what they give one after the other, and only the pair's
+// thread is sent to the side stream. Run twice, so the second pair reuses the side context and
+// the blocks each lane freed.
+TEST(CudaBackend, AnOverlappedPairsSecondOpRunsOnTheSideStreamWithTheSameResults) {
+  PIPEPLAN_REQUIRE_GPU();
+  const ModelConfig m = pipeplan::testing::tiny_model();
+  const int b = 2;
+  const std::int64_t n = std::int64_t{b} * m.seq * m.hidden;
+  cuda::CudaBackend backend({Attention::recompute, nullptr});
+  const LayerParams forward_layer = backend.init_layer(m, LayerKind::block, 1, 5);
+  LayerParams backward_layer = backend.init_layer(m, LayerKind::block, 2, 5);
+  const Tensor x = backend.upload(random_values(n, 30), {b, m.seq, m.hidden});
+  const Tensor dy = backend.upload(random_values(n, 40), {b, m.seq, m.hidden});
+  const auto run = [&](bool pair) {
+    ForwardResult stashed = backend.forward(backward_layer, x, Tensor());
+    backend.zero_grads(backward_layer);
+    if (pair) backend.begin_pair();
+    EXPECT_EQ(backend.lane().stream(), backend.context().stream());
+    const ForwardResult fwd = backend.forward(forward_layer, x, Tensor());
+    if (pair) {
+      backend.begin_second();
+      EXPECT_NE(backend.lane().stream(), backend.context().stream());
+      cudaStream_t elsewhere = nullptr;
+      std::thread([&] { elsewhere = backend.lane().stream(); }).join();
+      EXPECT_EQ(elsewhere, backend.context().stream()) << "another thread stays on the stage's";
+    }
+    BackwardP1Result p1 = backend.backward_p1(backward_layer, std::move(stashed.stash), dy);
+    const Retained* retained = &p1.retained;
+    backend.backward_p2(backward_layer, std::span<const Retained* const>(&retained, 1));
+    if (pair) backend.end_pair();
+    EXPECT_EQ(backend.lane().stream(), backend.context().stream());
+    std::vector<Vec> out = {backend.download(fwd.output), backend.download(p1.input_grad)};
+    for (const Parameter& p : backward_layer.params)
+      out.push_back(backend.download(p.grad));
+    return out;
+  };
+  const std::vector<Vec> sequence = run(false);
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    const std::vector<Vec> paired = run(true);
+    ASSERT_EQ(paired.size(), sequence.size());
+    // The same GEMM answers on both streams; a split reduction may order its sums otherwise on
+    // a GPU, far below a wrong or stale input's O(1).
+    for (std::size_t i = 0; i < sequence.size(); ++i)
+      EXPECT_LT(relative_error(paired[i], sequence[i]), 1e-3)
+          << "output " << i << ", pair " << repeat;
+  }
 }
 
 TEST(CudaBackend, ConstructionWithoutGpuSaysSo) {

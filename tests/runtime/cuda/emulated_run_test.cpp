@@ -19,6 +19,7 @@
 #include "runtime/cuda/matmul.h"
 #include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
+#include "schedules/family.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 
 namespace pipeplan {
@@ -47,6 +48,7 @@ TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
   request.devices = devices;
   request.microbatches = kMicrobatches;
   request.schedule = schedule;
+  request.chunks = find_schedule_family(schedule).traits().chunks.preferred;
   request.backward = mode;
   request.p2_concat = 0;
   request.bpipe = bpipe;
@@ -62,6 +64,8 @@ struct Run {
   std::string backend_name;
   std::string transport_name;
   std::vector<std::size_t> gemm_shapes_timed;  // per stage: shapes whose answers were timed
+  // Parameters whose second copy (dualpipe) holds other gradients than the first.
+  std::vector<std::string> copies_apart;
 };
 
 Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1) {
@@ -86,6 +90,15 @@ Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1) {
   for (int l = 0; l < layers; ++l) {
     for (const Parameter& p : executor.layer(l).params) {
       run.grads[std::to_string(l) + "/" + p.name] = cuda_run.backend(0).download(p.grad);
+    }
+    // Two copies sum the same two gradients, each in its own order: a + b = b + a exactly.
+    const std::vector<const LayerParams*> copies = executor.layer_copies(l);
+    for (std::size_t c = 1; c < copies.size(); ++c) {
+      for (const Parameter& p : copies[c]->params) {
+        const std::string name = std::to_string(l) + "/" + p.name;
+        if (cuda_run.backend(0).download(p.grad) != run.grads.at(name))
+          run.copies_apart.push_back(name);
+      }
     }
   }
   return run;
@@ -145,6 +158,40 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
+}
+
+int overlapped_pairs(const TaskGraph& plan) {
+  int pairs = 0;
+  for (int id = 0; id < plan.node_count(); ++id)
+    pairs += plan.node(id).overlaps_next ? 1 : 0;
+  return pairs;
+}
+
+// DualPipeV's overlapped pairs: each pair's second op runs on its stage's side stream beside the
+// first (CudaBackend::begin_second), with the stage's allocator; the same gradients, with the
+// copies waited for on the host and on the GPU (PIPEPLAN_COPY_WAIT=stream).
+TEST(EmulatedRun, DualPipeVRunsItsPairsOnTwoStreamsWithTheSingleStageGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const TaskGraph plan = tiny_plan(2, "dualpipe-v", BackwardMode::twobp);
+  ASSERT_GT(overlapped_pairs(plan), 0) << "the plan has no overlapped pair";
+  expect_matches_reference(run_on_gpu(plan, 2), 2);
+  const testing::ScopedEnv wait(cuda::kCopyWaitEnv, "stream");
+  expect_matches_reference(run_on_gpu(plan, 2), 2);
+}
+
+// Bidirectional DualPipe: two copies of the model, each stage's copies on two emulated stages
+// that exchange their weight gradients (grads messages through the device-local transport) and
+// add them in (the CUDA add kernel); both copies end with the single-stage run's gradients.
+TEST(EmulatedRun, DualPipesTwoCopiesEndWithTheSingleStageGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
+  const TaskGraph plan = tiny_plan(4, "dualpipe", BackwardMode::twobp);
+  ASSERT_GT(overlapped_pairs(plan), 0) << "the plan has no overlapped pair";
+  const auto run = run_on_gpu(plan, 4);
+  expect_matches_reference(run, 4);
+  EXPECT_TRUE(run.copies_apart.empty())
+      << run.copies_apart.front() << " and " << run.copies_apart.size() - 1 << " more";
 }
 
 // PIPEPLAN_COPY_WAIT=stream: the readers of every received activation, gradient and BPipe stash
@@ -276,6 +323,50 @@ TEST(StepEvents, TheFenceAfterAFreeIsTheNextComputeNodesEnd) {
     EXPECT_EQ(events.fence_after(1, 0), nullptr) << "a device beyond the plan's has no fences";
     events.end_step(plan, times);
   }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// An overlapped pair's second op is timed on the side stream and is no fence: a block freed while
+// it was queued waits for the next compute node's end on the stage's stream, after the join.
+TEST(StepEvents, APairsSecondOpIsTimedOnTheSideStreamAndIsNoFence) {
+  PIPEPLAN_REQUIRE_GPU();
+  const TaskGraph plan = tiny_plan(2, "dualpipe-v", BackwardMode::twobp);
+  int compute = 0;
+  while (plan.streams()[static_cast<std::size_t>(compute)].device != 0 ||
+         plan.streams()[static_cast<std::size_t>(compute)].role != StreamRole::compute)
+    ++compute;
+  const std::vector<int>& order = plan.stream_order(compute);
+  std::size_t at = 0;
+  while (at + 2 < order.size() && !plan.node(order[at]).overlaps_next)
+    ++at;
+  ASSERT_LT(at + 2, order.size()) << "no overlapped pair followed by another compute node";
+  const int first = order[at], second = order[at + 1], next = order[at + 2];
+  cudaStream_t stream = nullptr, side = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  {
+    // Device 0's nodes only; device 1 (same GPU and streams) records nothing here.
+    auto clock = std::make_shared<cuda::FenceClock>();
+    cuda::StepEvents events({0, 0}, {stream, stream}, {clock, std::make_shared<cuda::FenceClock>()},
+                            {side, side});
+    events.begin_step(plan);
+    for (std::size_t i = 0; i < at; ++i) {
+      events.begin_node(plan, order[i]);
+      events.end_node(plan, order[i]);
+    }
+    const std::int64_t before = clock->now();
+    events.begin_node(plan, first);
+    events.end_node(plan, first);
+    EXPECT_EQ(clock->now(), before + 1);
+    events.begin_node(plan, second);
+    events.end_node(plan, second);
+    EXPECT_EQ(clock->now(), before + 1) << "the second op's end is no fence";
+    EXPECT_EQ(events.fence_after(0, before + 1), nullptr) << "not until the next node's end";
+    events.begin_node(plan, next);
+    events.end_node(plan, next);
+    EXPECT_NE(events.fence_after(0, before + 1), nullptr);
+  }
+  CUDA_CHECK(cudaStreamDestroy(side));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
