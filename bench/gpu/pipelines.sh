@@ -91,6 +91,19 @@ what_predict() {
     "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
 }
 
+# Overlapped pairs (a forward beside another micro-batch's backward, the second on a side stream
+# of the stage): dualpipe-v and zb-v on the same V layout, and bidirectional dualpipe (P even),
+# at m = 2P, planned with the overlap efficiency the stages' profile measured.
+what_pairs() {
+  need_profile pairs || return 0
+  local cap_s=120 m2=$((2 * stages))
+  run_plan "pairs-dualpipev-m$m2-2bp" --schedule dualpipe-v --backward 2bp --microbatches "$m2"
+  run_plan "pairs-zbv-m$m2-2bp" --schedule zb-v --backward 2bp --microbatches "$m2"
+  if ((stages % 2 == 0)); then
+    run_plan "pairs-dualpipe-m$m2-2bp" --schedule dualpipe --backward 2bp --microbatches "$m2"
+  fi
+}
+
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.
 bpipe_common() {  # bpipe_common PROFILE
   emulate=(--emulate "$bpipe_stages")

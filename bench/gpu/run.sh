@@ -17,6 +17,8 @@
 #   pipelines   emulated pipelines on one GPU, predicted (plan) against measured (run --emulate)
 #   predict     1F1B-2bp and ZB-V at 2P from the profile as measured, then again after
 #               pipeplan calibrate fit on other schedules' runs
+#   pairs       overlapped pairs on two streams: dualpipe-v beside zb-v, and dualpipe, at m = 2P,
+#               planned from the stages' profile (its measured overlap efficiency) and run
 #   bpipe       8 emulated stages: a micro-batch size that fits only with BPipe, run with it
 #   stalls      where emulated stages wait with their inputs ready, per work-queue count
 #   copies      device-local copies issued each way (PIPEPLAN_DEVICE_COPY)
@@ -132,9 +134,9 @@ while (($#)); do
     -*) die "unknown option '$1' (--help lists them)" ;;
     *)
       case $1 in
-        env | tests | flash | block | profile | step | profile-sm | pipelines | predict | bpipe | \
-          stalls | copies | waits | gemm | multi-gpu | summary) whats+=("$1") ;;
-        *) die "unknown WHAT '$1' (env tests flash block profile step profile-sm pipelines predict bpipe stalls copies waits gemm multi-gpu summary)" ;;
+        env | tests | flash | block | profile | step | profile-sm | pipelines | predict | pairs | \
+          bpipe | stalls | copies | waits | gemm | multi-gpu | summary) whats+=("$1") ;;
+        *) die "unknown WHAT '$1' (env tests flash block profile step profile-sm pipelines predict pairs bpipe stalls copies waits gemm multi-gpu summary)" ;;
       esac
       shift ;;
   esac

@@ -119,6 +119,13 @@ expect 'calibrate fit --profile .*sm32.measured.json --sustained -o .*sm32.predi
 expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*predict-1f1b-m8-2bp .*predict-zbv-m8'
 in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' '--sm-partition 32' 'predict-1f1b-m8-2bp.plan' \
   'predict-zbv-m8.plan' 'fit-gpipe-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
+
+# pairs: dualpipe-v, zb-v and dualpipe at m = 2P from the stages' profile, each run and diffed.
+dry profile-sm pairs
+expect 'plan --profile .*sm32.measured.json .*--schedule dualpipe-v --backward 2bp --microbatches 8 -o .*pairs-dualpipev-m8-2bp.plan.json'
+expect 'run .*pairs-dualpipev-m8-2bp.plan.json --backend cuda --emulate 4'
+in_order '--sm-partition 32' 'pairs-dualpipev-m8-2bp.plan' 'diff .*pairs-dualpipev-m8-2bp' \
+  'pairs-zbv-m8-2bp.plan' '--schedule dualpipe --backward 2bp --microbatches 8' 'diff .*pairs-dualpipe-m8-2bp'
 dry --step-layers 16 step
 expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
 expect 'plan --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 1'
