@@ -9,6 +9,8 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
+#include "planner/base/stats.h"
+#include "profiles/overlap.h"
 
 namespace pipeplan {
 
@@ -164,6 +166,57 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
   return times;
 }
 
+namespace {
+
+PairsDiff diff_pairs(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured) {
+  PairsDiff out;
+  out.planned_efficiency = plan.meta.overlap.efficiency;
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan);
+  out.pairs = static_cast<int>(pairs.size());
+  if (pairs.empty()) return out;
+  const auto span = [](const SimResult& sim, const OverlapPair& pair) {
+    const NodeTime& a = sim.times.at(static_cast<std::size_t>(pair.first));
+    const NodeTime& b = sim.times.at(static_cast<std::size_t>(pair.second));
+    return std::max(a.end_us, b.end_us) - std::min(a.start_us, b.start_us);
+  };
+  // The measured times of each (stage, op) run alone.
+  std::vector<char> paired(static_cast<std::size_t>(plan.node_count()), 0);
+  for (const OverlapPair& pair : pairs) {
+    paired[static_cast<std::size_t>(pair.first)] = 1;
+    paired[static_cast<std::size_t>(pair.second)] = 1;
+  }
+  std::map<std::pair<int, OpType>, std::vector<double>> alone;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& node = plan.node(id);
+    if (node.kind != NodeKind::compute || paired[static_cast<std::size_t>(id)] != 0) continue;
+    const NodeTime& t = measured.times.at(static_cast<std::size_t>(id));
+    alone[{node.stage, node.op}].push_back(t.end_us - t.start_us);
+  }
+  std::map<std::pair<int, OpType>, double> alone_median;
+  for (auto& [key, times] : alone)
+    alone_median[key] = median(std::move(times));
+  std::vector<double> predicted_spans, measured_spans, efficiencies;
+  for (const OverlapPair& pair : pairs) {
+    predicted_spans.push_back(span(predicted, pair));
+    const double measured_span = span(measured, pair);
+    measured_spans.push_back(measured_span);
+    const Node& a = plan.node(pair.first);
+    const Node& b = plan.node(pair.second);
+    const auto a_alone = alone_median.find({a.stage, a.op});
+    const auto b_alone = alone_median.find({b.stage, b.op});
+    if (a_alone == alone_median.end() || b_alone == alone_median.end()) continue;
+    efficiencies.push_back(
+        overlap_efficiency_from(a_alone->second, b_alone->second, measured_span));
+  }
+  out.predicted_median_us = median(std::move(predicted_spans));
+  out.measured_median_us = median(std::move(measured_spans));
+  out.measured_from = static_cast<int>(efficiencies.size());
+  if (!efficiencies.empty()) out.measured_efficiency = median(std::move(efficiencies));
+  return out;
+}
+
+}  // namespace
+
 TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured) {
   TraceDiff diff;
   double mape_sum = 0;
@@ -242,6 +295,7 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
   diff.measured_makespan_us = measured.makespan_us;
   diff.makespan_error_pct = pct(measured.makespan_us, predicted.makespan_us);
   diff.compute_mape_pct = compute_ops > 0 ? mape_sum / compute_ops : 0.0;
+  diff.pairs = diff_pairs(plan, predicted, measured);
   return diff;
 }
 
@@ -283,14 +337,25 @@ json diff_to_json(const TraceDiff& diff, int top) {
                       {"host_late_us", optional_us(st.host_late_us)},
                       {"last_input", st.last_input}});
   }
-  return {{"overall",
-           {{"predicted_makespan_us", diff.predicted_makespan_us},
-            {"measured_makespan_us", diff.measured_makespan_us},
-            {"makespan_error_pct", diff.makespan_error_pct},
-            {"compute_mape_pct", diff.compute_mape_pct}}},
-          {"devices", std::move(devices)},
-          {"ops", std::move(ops)},
-          {"stalls", std::move(stalls)}};
+  json out = {{"overall",
+               {{"predicted_makespan_us", diff.predicted_makespan_us},
+                {"measured_makespan_us", diff.measured_makespan_us},
+                {"makespan_error_pct", diff.makespan_error_pct},
+                {"compute_mape_pct", diff.compute_mape_pct}}},
+              {"devices", std::move(devices)},
+              {"ops", std::move(ops)},
+              {"stalls", std::move(stalls)}};
+  if (diff.pairs.pairs > 0) {
+    const PairsDiff& p = diff.pairs;
+    out["pairs"] = {{"pairs", p.pairs},
+                    {"predicted_median_us", p.predicted_median_us},
+                    {"measured_median_us", p.measured_median_us},
+                    {"planned_efficiency", p.planned_efficiency},
+                    {"measured_efficiency",
+                     p.measured_efficiency < 0 ? json(nullptr) : json(p.measured_efficiency)},
+                    {"measured_from", p.measured_from}};
+  }
+  return out;
 }
 
 std::string format_diff(const TraceDiff& diff, int top) {
@@ -351,6 +416,21 @@ std::string format_diff(const TraceDiff& diff, int top) {
       std::snprintf(line, sizeof line, "  %5d  %-22s %3d %12.1f %12.1f %s  %s\n", st.node,
                     st.label.c_str(), st.device, st.ready_us, st.stall_us, host,
                     st.last_input.c_str());
+      out += line;
+    }
+  }
+  if (diff.pairs.pairs > 0) {
+    const PairsDiff& p = diff.pairs;
+    std::snprintf(line, sizeof line,
+                  "overlapped pairs: %d, median time predicted %.1f us, measured %.1f us; overlap "
+                  "efficiency planned %.2f, ",
+                  p.pairs, p.predicted_median_us, p.measured_median_us, p.planned_efficiency);
+    out += line;
+    if (p.measured_efficiency < 0) {
+      out += "measured unknown (no pair's ops also ran alone)\n";
+    } else {
+      std::snprintf(line, sizeof line, "measured %.2f (from %d pairs beside their ops alone)\n",
+                    p.measured_efficiency, p.measured_from);
       out += line;
     }
   }

@@ -57,8 +57,23 @@ struct StallDiff {
   std::string last_input;    // the node whose end made it ready
 };
 
+// The overlapped pairs of the step (Node::overlaps_next): each pair's time, from the first start
+// to the last end of its two ops, predicted and measured; and the overlap efficiency the measured
+// step shows. A pair's efficiency is what its measured time gives (overlap_efficiency_from,
+// profiles/overlap.h) beside the median times of the same stage's same ops run alone in the
+// step (not in a pair); the step's is the median over the pairs whose two ops were also run
+// alone, `measured_from` of them.
+struct PairsDiff {
+  int pairs = 0;
+  double predicted_median_us = 0, measured_median_us = 0;
+  double planned_efficiency = 0;    // the plan's (meta.overlap)
+  double measured_efficiency = -1;  // -1: no pair's two ops were also run alone
+  int measured_from = 0;
+};
+
 struct TraceDiff {
   std::vector<OpDiff> ops;  // every node, worst |error_us| first
+  PairsDiff pairs;          // pairs == 0: the plan has none
   std::vector<DeviceDiff> devices;
   double predicted_makespan_us = 0, measured_makespan_us = 0;
   double makespan_error_pct = 0;

@@ -27,11 +27,14 @@ Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
   each run with a trace: its mean share of stages computing, the sustained-load model's
   slowdown from it against the profile's (where the plan has the model), and the SM-share
   profile's loaded clock over the run's (does the model stand for the clock?).
+- Overlapped pairs: per run whose diff has them, the median pair time predicted and measured, and
+  the overlap efficiency planned beside the one the run shows.
 Missing or failed runs are listed, not hidden.
 """
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -520,14 +523,43 @@ def load_table(results):
              "|---|---|---|---|---|---|---|---|"] + rows + [""])
 
 
+PAIRS_LINE = re.compile(
+    r"overlapped pairs: (\d+), median time predicted ([\d.]+) us, measured ([\d.]+) us; "
+    r"overlap efficiency planned ([\d.]+), measured (?:([\d.]+) \(from (\d+) pairs|unknown)")
+
+
+def pairs_table(results):
+    """The overlapped pairs of each run whose diff has them (pipeplan diff's 'overlapped pairs'
+    line): the median pair time predicted and measured, and the overlap efficiency planned (the
+    profile's) beside the one the run shows."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*.diff.txt"))):
+        with open(path, encoding="utf-8") as f:
+            match = next((PAIRS_LINE.search(line) for line in f if PAIRS_LINE.search(line)), None)
+        if match is None:
+            continue
+        name = os.path.basename(path)[: -len(".diff.txt")]
+        pairs, predicted, measured, planned, efficiency, count = match.groups()
+        measured_cell = f"{float(efficiency):.2f} ({count} pairs)" if efficiency else "unknown"
+        rows.append(f"| {name} | {pairs} | {float(predicted) / 1e3:.2f} | "
+                    f"{float(measured) / 1e3:.2f} | {float(planned):.2f} | {measured_cell} |")
+    if not rows:
+        return []
+    return (["## Overlapped pairs (a forward beside another micro-batch's backward, on two "
+             "streams)", "",
+             "| run | pairs | median pair ms, predicted | measured | overlap efficiency, planned "
+             "| measured (from pairs whose ops also ran alone) |",
+             "|---|---|---|---|---|---|"] + rows + [""])
+
+
 def main(argv):
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
     print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
-                    step_table(results) + load_table(results) + clocks_table(results) +
-                    clock_model_table(results)))
+                    pairs_table(results) + step_table(results) + load_table(results) +
+                    clocks_table(results) + clock_model_table(results)))
     return 0
 
 

@@ -176,5 +176,60 @@ TEST(TraceDiff, SplitsAStallIntoHostAndGpuParts) {
   EXPECT_TRUE(diff_to_json(unknown, 10)["stalls"][0]["host_late_us"].is_null());
 }
 
+// dualpipe-v on uniform stages (F = P1 = P2 = 10 ms) with a planned overlap efficiency of 0.5.
+Plan paired_plan() {
+  PlanRequest r;
+  r.profile = uniform_profile(parse_uniform("10:10:10:0", ""), 8, 1);
+  r.profile.overlap = {0.5, "test"};
+  r.devices = 4;
+  r.chunks = 2;
+  r.microbatches = 8;
+  r.schedule = "dualpipe-v";
+  r.backward = BackwardMode::twobp;
+  return make_plan(r);
+}
+
+// The pairs' measured efficiency: as planned when the step ran as predicted; 0 when every pair
+// took its two ops' time in sequence.
+TEST(TraceDiff, MeasuresThePairsOverlapEfficiencyFromTheirOpsRunAlone) {
+  const Plan plan = paired_plan();
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan.graph);
+  ASSERT_FALSE(pairs.empty());
+  const TraceDiff as_planned = diff_trace(plan.graph, plan.sim, plan.sim);
+  EXPECT_EQ(as_planned.pairs.pairs, static_cast<int>(pairs.size()));
+  EXPECT_NEAR(as_planned.pairs.planned_efficiency, 0.5, 1e-12);
+  EXPECT_NEAR(as_planned.pairs.measured_efficiency, 0.5, 1e-9);
+  EXPECT_GT(as_planned.pairs.measured_from, 0);
+  EXPECT_NEAR(as_planned.pairs.measured_median_us, as_planned.pairs.predicted_median_us, 1e-9);
+
+  // Each pair's second op starts when its first ends: the two in sequence.
+  SimResult sequential = plan.sim;
+  for (const OverlapPair& pair : pairs) {
+    NodeTime& a = sequential.times[static_cast<std::size_t>(pair.first)];
+    NodeTime& b = sequential.times[static_cast<std::size_t>(pair.second)];
+    const double a_us = plan.graph.node(pair.first).duration_us;
+    const double b_us = plan.graph.node(pair.second).duration_us;
+    a.end_us = a.start_us + a_us;
+    b.start_us = a.end_us;
+    b.end_us = b.start_us + b_us;
+  }
+  const TraceDiff diff = diff_trace(plan.graph, plan.sim, sequential);
+  EXPECT_NEAR(diff.pairs.measured_efficiency, 0, 1e-9);
+  EXPECT_GT(diff.pairs.measured_median_us, diff.pairs.predicted_median_us);
+  const std::string text = format_diff(diff, 5);
+  EXPECT_NE(text.find("overlapped pairs: " + std::to_string(pairs.size())), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("overlap efficiency planned 0.50, measured 0.00"), std::string::npos) << text;
+  const json j = diff_to_json(diff, 5);
+  EXPECT_NEAR(j["pairs"]["measured_efficiency"].get<double>(), 0, 1e-9);
+
+  // A plan without pairs reports none.
+  const Plan plain = small_plan();
+  const TraceDiff none = diff_trace(plain.graph, plain.sim, plain.sim);
+  EXPECT_EQ(none.pairs.pairs, 0);
+  EXPECT_EQ(format_diff(none, 5).find("overlapped pairs"), std::string::npos);
+  EXPECT_FALSE(diff_to_json(none, 5).contains("pairs"));
+}
+
 }  // namespace
 }  // namespace pipeplan

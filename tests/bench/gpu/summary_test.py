@@ -213,6 +213,25 @@ class Summary(unittest.TestCase):
         # 2bp speedup: predicted 100/80, measured 103/88.
         self.assertIn("| 1f1b-m4 | 1.250x | 1.170x |", text)
 
+    def test_overlapped_pairs_from_the_diff(self):
+        write(self.folder, "pairs-dualpipev-m8-2bp.diff.txt", HEADER + "\n".join([
+            "overlapped pairs: 44, median time predicted 30100.0 us, measured 33250.5 us; overlap "
+            "efficiency planned 0.50, measured 0.31 (from 40 pairs beside their ops alone)",
+            "step time (makespan): predicted 200.0 us, measured 220.0 us, error +10.0%"]) + "\n")
+        write(self.folder, "pairs-dualpipe-m8-2bp.diff.txt", HEADER +
+              "overlapped pairs: 8, median time predicted 1000.0 us, measured 2000.0 us; overlap "
+              "efficiency planned 0.00, measured unknown (no pair's ops also ran alone)\n")
+        write(self.folder, "1f1b-m4-2bp.diff.txt", HEADER + "step time (makespan): predicted "
+              "200.0 us, measured 220.0 us, error +10.0%\n")
+        text = "\n".join(summary.pairs_table(self.folder))
+        self.assertIn("| pairs-dualpipev-m8-2bp | 44 | 30.10 | 33.25 | 0.50 | 0.31 (40 pairs) |",
+                      text)
+        self.assertIn("| pairs-dualpipe-m8-2bp | 8 | 1.00 | 2.00 | 0.00 | unknown |", text)
+        self.assertNotIn("1f1b-m4-2bp", text)
+
+    def test_no_pairs_no_section(self):
+        self.assertEqual(summary.pairs_table(self.folder), [])
+
     def test_copy_waits_side_by_side(self):
         for mode, measured in (("blocking", 620.0), ("stream", 600.0), ("poll", 615.0)):
             name = f"waits-{mode}-1f1b-m12-2bp"
