@@ -10,7 +10,7 @@
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
-#include "profiles/overlap.h"
+#include "planner/graph/pair_overlap.h"
 
 namespace pipeplan {
 
@@ -179,35 +179,12 @@ PairsDiff diff_pairs(const TaskGraph& plan, const SimResult& predicted, const Si
     const NodeTime& b = sim.times.at(static_cast<std::size_t>(pair.second));
     return std::max(a.end_us, b.end_us) - std::min(a.start_us, b.start_us);
   };
-  // The measured times of each (stage, op) run alone.
-  std::vector<char> paired(static_cast<std::size_t>(plan.node_count()), 0);
-  for (const OverlapPair& pair : pairs) {
-    paired[static_cast<std::size_t>(pair.first)] = 1;
-    paired[static_cast<std::size_t>(pair.second)] = 1;
-  }
-  std::map<std::pair<int, OpType>, std::vector<double>> alone;
-  for (int id = 0; id < plan.node_count(); ++id) {
-    const Node& node = plan.node(id);
-    if (node.kind != NodeKind::compute || paired[static_cast<std::size_t>(id)] != 0) continue;
-    const NodeTime& t = measured.times.at(static_cast<std::size_t>(id));
-    alone[{node.stage, node.op}].push_back(t.end_us - t.start_us);
-  }
-  std::map<std::pair<int, OpType>, double> alone_median;
-  for (auto& [key, times] : alone)
-    alone_median[key] = median(std::move(times));
-  std::vector<double> predicted_spans, measured_spans, efficiencies;
+  std::vector<double> predicted_spans, measured_spans;
   for (const OverlapPair& pair : pairs) {
     predicted_spans.push_back(span(predicted, pair));
-    const double measured_span = span(measured, pair);
-    measured_spans.push_back(measured_span);
-    const Node& a = plan.node(pair.first);
-    const Node& b = plan.node(pair.second);
-    const auto a_alone = alone_median.find({a.stage, a.op});
-    const auto b_alone = alone_median.find({b.stage, b.op});
-    if (a_alone == alone_median.end() || b_alone == alone_median.end()) continue;
-    efficiencies.push_back(
-        overlap_efficiency_from(a_alone->second, b_alone->second, measured_span));
+    measured_spans.push_back(span(measured, pair));
   }
+  std::vector<double> efficiencies = pair_efficiencies(plan, measured.times);
   out.predicted_median_us = median(std::move(predicted_spans));
   out.measured_median_us = median(std::move(measured_spans));
   out.measured_from = static_cast<int>(efficiencies.size());

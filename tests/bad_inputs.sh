@@ -263,6 +263,7 @@ check "calibrate fit --copy-only without contention" calibrate fit --copy-only -
 check "calibrate fit --max-factor -1" calibrate fit --sustained --max-factor -1 --profile profile.json -o '{out}' run
 check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-constants-ms 30,0 --profile profile.json -o '{out}' run
 check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
+check "calibrate fit --overlap without pairs" calibrate fit --overlap --profile profile.json -o '{out}' run
 check "calibrate eval: a profile that is not there" calibrate eval --profile missing.json run
 check "calibrate copy: from a profile without contention" calibrate copy --from profile.json -o '{out}' profile.json
 check "calibrate copy -o onto its input" calibrate copy --from profile.json -o profile.json profile.json

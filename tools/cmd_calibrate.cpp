@@ -76,6 +76,7 @@ struct FitCommand {
   std::vector<std::string> runs;
   bool copy_only = false;
   bool sustained = false;
+  bool overlap = false;
   int min_ops = 20;
   double min_factor = 0;
   double max_factor = 2;
@@ -105,6 +106,9 @@ struct FitCommand {
     }
     const std::vector<MeasuredRun> measured = load_runs(runs);
     check_output(output);
+    const double given_overlap = profile.overlap.efficiency;
+    std::optional<OverlapFit> pairs;  // before the longer fit: a run without pairs fails first
+    if (overlap) pairs = fit_overlap(measured);
     ContentionFitOptions options;
     options.min_ops = min_ops;
     options.copy_only = copy_only;
@@ -114,7 +118,7 @@ struct FitCommand {
     options.time_constants_us.clear();
     for (const double ms : time_constants_ms)
       options.time_constants_us.push_back(ms * 1e3);
-    const ContentionFit fit =
+    ContentionFit fit =
         fit_contention(measured, profile.contention, options, progress_sink(progress));
 
     std::string names;
@@ -131,10 +135,28 @@ struct FitCommand {
     for (const std::string& prefix : runs)
       listed += (listed.empty() ? "" : ", ") + prefix;
     add_provenance_note(profile, std::string(copy_only ? "Copy factors" : "Contention") +
+                                     (pairs ? " and overlap efficiency" : "") +
                                      " fitted by pipeplan calibrate fit on " +
                                      std::to_string(runs.size()) + " measured run(s): " + listed +
                                      ".");
+    if (pairs) {
+      profile.overlap = {pairs->efficiency,
+                         source + ": the median over " + std::to_string(pairs->pairs) +
+                             " overlapped pairs of each pair's efficiency beside its ops run "
+                             "alone"};
+      // The step after the fit: with the fitted overlap too.
+      for (std::size_t i = 0; i < fit.runs.size(); ++i) {
+        fit.runs[i].predicted_after_us =
+            simulated_makespan(measured[i].plan, fit.contention, profile.overlap);
+      }
+    }
     save_profile(profile, output);
+    if (pairs) {
+      std::cout << format(
+          "overlap efficiency of overlapped pairs: %.2f -> %.2f (the median over %d pairs whose "
+          "ops also ran alone)\n",
+          given_overlap, pairs->efficiency, pairs->pairs);
+    }
     print(fit);
     std::cout << "wrote " << output << "\n";
     return 0;
@@ -381,6 +403,10 @@ Command add_calibrate_command(CLI::App& app) {
   fit->add_flag("--sustained", cmd->fit.sustained,
                 "also fit the sustained-load term: a factor in [--min-factor, --max-factor] by "
                 "0.05 and a time constant of --time-constants-ms");
+  fit->add_flag("--overlap", cmd->fit.overlap,
+                "also fit the overlap efficiency of overlapped pairs (dualpipe-v, dualpipe): the "
+                "median, over the runs' pairs whose ops also ran alone, of the efficiency each "
+                "pair's measured time gives");
   fit->add_option("--min-factor", cmd->fit.min_factor, "the smallest sustained-load factor tried")
       ->capture_default_str()
       ->check(finite_range(-1, kMaxSlowdown));

@@ -94,14 +94,20 @@ what_predict() {
 # Overlapped pairs (a forward beside another micro-batch's backward, the second on a side stream
 # of the stage): dualpipe-v and zb-v on the same V layout, and bidirectional dualpipe (P even),
 # at m = 2P, planned with the overlap efficiency the stages' profile measured.
+# Then `calibrate fit --overlap` on the pair runs: the efficiency the pipelines show beside the one
+# the profiler measured.
 what_pairs() {
   need_profile pairs || return 0
   local cap_s=120 m2=$((2 * stages))
+  local -a pair_runs=("$out/pairs-dualpipev-m$m2-2bp")
   run_plan "pairs-dualpipev-m$m2-2bp" --schedule dualpipe-v --backward 2bp --microbatches "$m2"
   run_plan "pairs-zbv-m$m2-2bp" --schedule zb-v --backward 2bp --microbatches "$m2"
   if ((stages % 2 == 0)); then
     run_plan "pairs-dualpipe-m$m2-2bp" --schedule dualpipe --backward 2bp --microbatches "$m2"
+    pair_runs+=("$out/pairs-dualpipe-m$m2-2bp")
   fi
+  record pairs-calibrate-fit.txt "$pipeplan" calibrate fit --overlap --profile "$sm_profile" \
+    -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
 }
 
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.

@@ -12,6 +12,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/stats.h"
+#include "planner/graph/pair_overlap.h"
 #include "planner/graph/simulator.h"
 
 namespace pipeplan {
@@ -34,14 +35,48 @@ std::vector<double> rounded(std::vector<double> curve) {
   return curve;
 }
 
-// The compute ops of a run in time: each op's [start, end) as indices into `points` (every start
-// and end, in order), how many ops ran between each point and the next, and the share of the
-// devices that computing makes.
+// The compute work of a run: every compute op alone, and each overlapped pair as one op over the
+// union of its two ops' times (the simulator runs a pair as one op under contention). A pair is
+// no sample of an op's own time: `pair` marks it.
+struct ComputeSpan {
+  int node;  // the op, or a pair's first
+  NodeTime time;
+  bool pair;
+};
+
+std::vector<ComputeSpan> compute_spans(const MeasuredRun& run) {
+  const TaskGraph& plan = run.plan;
+  const auto time_of = [&](int id) { return run.times.at(static_cast<std::size_t>(id)); };
+  std::vector<int> second_of(static_cast<std::size_t>(plan.node_count()), -1);
+  std::vector<char> is_second(static_cast<std::size_t>(plan.node_count()), 0);
+  for (const OverlapPair& pair : overlap_pairs(plan)) {
+    second_of[static_cast<std::size_t>(pair.first)] = pair.second;
+    is_second[static_cast<std::size_t>(pair.second)] = 1;
+  }
+  std::vector<ComputeSpan> spans;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).kind != NodeKind::compute || is_second[static_cast<std::size_t>(id)] != 0)
+      continue;
+    NodeTime t = time_of(id);
+    const int second = second_of[static_cast<std::size_t>(id)];
+    if (second >= 0) {
+      t.start_us = std::min(t.start_us, time_of(second).start_us);
+      t.end_us = std::max(t.end_us, time_of(second).end_us);
+    }
+    spans.push_back({id, t, second >= 0});
+  }
+  return spans;
+}
+
+// The compute work of a run in time (compute_spans): each op's [start, end) as indices into
+// `points` (every start and end, in order), how many ran between each point and the next, and
+// the share of the devices that computing makes.
 struct Concurrency {
   struct Op {
     int node;
     std::size_t first;
     std::size_t last;
+    bool pair;
   };
   std::vector<Op> ops;
   std::vector<double> points;
@@ -51,12 +86,10 @@ struct Concurrency {
 
 Concurrency concurrency(const MeasuredRun& run, int devices) {
   Concurrency c;
-  const TaskGraph& plan = run.plan;
-  for (int id = 0; id < plan.node_count(); ++id) {
-    if (plan.node(id).kind != NodeKind::compute) continue;
-    const NodeTime& t = run.times.at(static_cast<std::size_t>(id));
-    c.points.push_back(t.start_us);
-    c.points.push_back(t.end_us);
+  const std::vector<ComputeSpan> spans = compute_spans(run);
+  for (const ComputeSpan& span : spans) {
+    c.points.push_back(span.time.start_us);
+    c.points.push_back(span.time.end_us);
   }
   std::sort(c.points.begin(), c.points.end());
   c.points.erase(std::unique(c.points.begin(), c.points.end()), c.points.end());
@@ -65,10 +98,9 @@ Concurrency concurrency(const MeasuredRun& run, int devices) {
     return static_cast<std::size_t>(std::lower_bound(c.points.begin(), c.points.end(), t) -
                                     c.points.begin());
   };
-  for (int id = 0; id < plan.node_count(); ++id) {
-    if (plan.node(id).kind != NodeKind::compute) continue;
-    const NodeTime& t = run.times.at(static_cast<std::size_t>(id));
-    const Concurrency::Op op{id, index(t.start_us), index(t.end_us)};
+  for (const ComputeSpan& span : spans) {
+    const Concurrency::Op op{span.node, index(span.time.start_us), index(span.time.end_us),
+                             span.pair};
     ++delta[op.first];
     --delta[op.last];
     c.ops.push_back(op);
@@ -115,7 +147,7 @@ std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
   std::vector<OpSample> samples;
   for (const Concurrency::Op& op : c.ops) {
     const Node& node = run.plan.node(op.node);
-    if (node.duration_us <= 0) continue;
+    if (node.duration_us <= 0 || op.pair) continue;
     OpSample sample{node.op, node.duration_us,
                     std::vector<double>(static_cast<std::size_t>(devices))};
     for (std::size_t i = op.first; i < op.last; ++i) {
@@ -130,12 +162,10 @@ std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
 
 std::vector<CopySample> copy_samples(const MeasuredRun& run) {
   const TaskGraph& plan = run.plan;
-  // Per device, its compute ops' times by end (one compute stream: they do not overlap).
+  // Per device, its compute work by end (one compute stream, a pair as one: they do not overlap).
   std::map<int, std::vector<NodeTime>> busy;
-  for (int id = 0; id < plan.node_count(); ++id) {
-    if (plan.node(id).kind == NodeKind::compute)
-      busy[plan.node(id).device].push_back(run.times.at(static_cast<std::size_t>(id)));
-  }
+  for (const ComputeSpan& span : compute_spans(run))
+    busy[plan.node(span.node).device].push_back(span.time);
   for (auto& [device, times] : busy) {
     std::sort(times.begin(), times.end(),
               [](const NodeTime& a, const NodeTime& b) { return a.end_us < b.end_us; });
@@ -360,11 +390,28 @@ Contention fit_sustained(const std::vector<MeasuredRun>& runs, int devices,
 
 }  // namespace
 
-double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention) {
-  if (!contention) return simulate(plan).makespan_us;
+double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention,
+                          const std::optional<OverlapModel>& overlap) {
+  if (!contention && !overlap) return simulate(plan).makespan_us;
   TaskGraph copy = plan;
-  copy.meta.contention = *contention;
+  if (contention) copy.meta.contention = *contention;
+  if (overlap) copy.meta.overlap = *overlap;
   return simulate(copy).makespan_us;
+}
+
+OverlapFit fit_overlap(const std::vector<MeasuredRun>& runs) {
+  std::vector<double> efficiencies;
+  for (const MeasuredRun& run : runs) {
+    const std::vector<double> pairs = pair_efficiencies(run.plan, run.times);
+    efficiencies.insert(efficiencies.end(), pairs.begin(), pairs.end());
+  }
+  if (efficiencies.empty()) {
+    throw Error(
+        "overlap: no run has an overlapped pair whose two ops also ran alone (plan a "
+        "dualpipe-v or dualpipe run)");
+  }
+  const int pairs = static_cast<int>(efficiencies.size());
+  return {median(std::move(efficiencies)), pairs};
 }
 
 double measured_makespan(const TaskGraph& plan, const std::vector<NodeTime>& times) {

@@ -18,6 +18,7 @@
 #include "planner/graph/metrics.h"
 #include "planner/graph/taskgraph.h"
 #include "profiles/contention.h"
+#include "profiles/overlap.h"
 
 namespace pipeplan {
 
@@ -72,8 +73,19 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
                              const ContentionFitOptions& options,
                              const std::function<void(const std::string&)>& progress = {});
 
-// The plan's simulated step time (makespan) with `contention` in its meta in place of its own.
-double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention);
+// The plan's simulated step time (makespan) with `contention` in its meta in place of its own,
+// and `overlap` in place of its overlap model where given.
+double simulated_makespan(const TaskGraph& plan, const std::optional<Contention>& contention,
+                          const std::optional<OverlapModel>& overlap = std::nullopt);
+
+// The overlap efficiency of the runs' overlapped pairs (planner/graph/pair_overlap.h): the median
+// over every pair whose two ops also ran alone in its run, and how many such pairs there were.
+// Throws Error when no run has one.
+struct OverlapFit {
+  double efficiency = 0;
+  int pairs = 0;
+};
+OverlapFit fit_overlap(const std::vector<MeasuredRun>& runs);
 // The step time the measured node times show (first op anywhere to last op anywhere).
 double measured_makespan(const TaskGraph& plan, const std::vector<NodeTime>& times);
 

@@ -2,6 +2,7 @@
 // (the plan made with it, drawn as a trace) is fitted back from the plan made without it; eval
 // then predicts the measured step; copy and working-memory carry a model and working memory
 // between profiles. Bad input: one line naming the file or flag, nothing written.
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -169,6 +170,37 @@ TEST_F(CalibrateCliTest, CopyOnlyKeepsTheCurvesAndSustainedFixedKeepsTheTerm) {
             nlohmann::json({{"factor", 0.6}, {"time_constant_us", 20000.0}}));
 }
 
+// --overlap: a dualpipe-v run "measured" with overlap efficiency 0.4 (the plan made with it, drawn
+// as a trace) gives 0.4 back into the profile, and the step the recorded plan then predicts is
+// the measured one.
+TEST_F(CalibrateCliTest, OverlapFitsTheEfficiencyThePairsRanWith) {
+  const std::string args =
+      "--stages 4 --chunks 2 --microbatches 8 --schedule dualpipe-v "
+      "--backward 2bp --seq 2048 --profile " +
+      kProfile;
+  const std::string run = path("pairs");
+  ASSERT_EQ(run_pipeplan("plan " + args + " -o " + run + ".plan.json").status, 0);
+  const CliResult made =
+      run_pipeplan("plan " + args + " --overlap-efficiency 0.4 -o " + path("truth.plan.json"));
+  ASSERT_EQ(made.status, 0) << made.out;
+  ASSERT_EQ(
+      run_pipeplan("show " + path("truth.plan.json") + " --trace " + run + ".trace.json").status,
+      0);
+  const CliResult fit = run_pipeplan("calibrate fit --overlap --profile " + kProfile + " -o " +
+                                     path("fitted.json") + " " + run);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  EXPECT_NE(fit.out.find("overlap efficiency of overlapped pairs: 0.00 -> 0.40"), std::string::npos)
+      << fit.out;
+  const nlohmann::json fitted = read_json(path("fitted.json"));
+  EXPECT_NEAR(fitted["overlap"]["efficiency"].get<double>(), 0.4, 1e-9);
+  EXPECT_NE(fitted["overlap"]["source"].get<std::string>().find("pairs"), std::string::npos);
+  // The step table's last row: run, measured, before, error, after, error.
+  const std::vector<std::string> row = last_row(fit.out.substr(0, fit.out.rfind("wrote")));
+  ASSERT_EQ(row.size(), 6u) << fit.out;
+  EXPECT_LT(std::abs(percent_at(row, 5)), 0.05) << fit.out;
+  EXPECT_GT(std::abs(percent_at(row, 3)), 1.0) << "the pairs made the step shorter: " << fit.out;
+}
+
 TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   make_run(kTruth);
   const std::string none = path("none.json");
@@ -192,6 +224,8 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
       "--time-constants-ms");
   refused("fit --copy-only --profile " + kProfile + " -o " + none + " " + run_,
           "h100-sxm-llama-7b.analytic.json: field 'contention' is missing");
+  refused("fit --overlap --profile " + kProfile + " -o " + none + " " + run_,
+          "overlap: no run has an overlapped pair");
   refused("copy --from " + kProfile + " -o " + none + " " + kProfile,
           "field 'contention' is missing");
   refused("working-memory --from " + kProfile + " -o " + none + " " + kProfile,

@@ -168,6 +168,64 @@ TEST_F(ContentionFitTest, NodeTimesThatDoNotMatchThePlanAreRefusedNamingTheRun) 
   EXPECT_THROW(fit_contention({}, Contention{}, ContentionFitOptions{}), Error);
 }
 
+// The shipped LLaMA-7B profile's dualpipe-v plan at 4 devices, m = 8, simulated with overlap
+// efficiency `efficiency` (the plan itself keeps the profile's, 0).
+MeasuredRun paired_run(double efficiency) {
+  PlanRequest r;
+  r.profile =
+      load_profile(std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json");
+  r.gpu = "h100-sxm";
+  r.devices = 4;
+  r.chunks = 2;
+  r.microbatches = 8;
+  r.schedule = "dualpipe-v";
+  r.backward = BackwardMode::twobp;
+  const Plan plan = make_plan(r);
+  TaskGraph made = plan.graph;
+  made.meta.overlap = {efficiency, "truth"};
+  return {"pairs at " + std::to_string(efficiency), plan.graph, simulate(made).times};
+}
+
+// The overlap efficiency that made the runs' pair times, from each pair beside its ops run alone,
+// pooled over the runs; a run without pairs adds nothing, and runs without any are refused.
+TEST(OverlapFit, RecoversTheEfficiencyThatMadeThePairTimes) {
+  const MeasuredRun half = paired_run(0.5);
+  const OverlapFit fit = fit_overlap({half});
+  EXPECT_NEAR(fit.efficiency, 0.5, 1e-9);
+  EXPECT_GT(fit.pairs, 0);
+  // With a plan of no pairs beside it: the same, from the same pairs.
+  const MeasuredRun plain = measured_under(shipped_plan(), Contention{});
+  const OverlapFit pooled = fit_overlap({plain, half});
+  EXPECT_NEAR(pooled.efficiency, 0.5, 1e-9);
+  EXPECT_EQ(pooled.pairs, fit.pairs);
+  EXPECT_NEAR(fit_overlap({paired_run(1.0)}).efficiency, 1.0, 1e-9);
+  // The fitted figure in the plan's meta predicts the run it came from.
+  EXPECT_NEAR(simulated_makespan(half.plan, std::nullopt, OverlapModel{fit.efficiency, ""}),
+              measured_makespan(half.plan, half.times), 1e-6);
+  try {
+    fit_overlap({plain});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("overlap: no run has an overlapped pair", 0), 0u)
+        << e.what();
+  }
+}
+
+// A run with overlapped pairs under known slowdowns: the fit counts each pair as one op running
+// (as the simulator runs it) and takes no pair as a sample of an op's own time, so it recovers
+// the slowdowns that made the trace.
+TEST(OverlapFit, PairsCountAsOneOpInTheContentionFit) {
+  MeasuredRun run = paired_run(0.5);
+  TaskGraph made = run.plan;
+  made.meta.overlap = {0.5, "truth"};
+  made.meta.contention.slowdown = kTruth;
+  run.times = simulate(made).times;
+  ContentionFitOptions options;
+  options.min_ops = 1;
+  const ContentionFit fit = fit_contention({run}, Contention{}, options);
+  expect_curve_near(fit.contention.slowdown, kTruth, 1e-6);
+}
+
 TEST(ContentionFitPieces, TheStepStartsAtTheLoadItEndsAt) {
   // Ops of 500 and 250 us on two devices, tau 1000 us: share 1 for 250 us, then 1/2.
   const std::vector<double> points = {0, 250, 500};

@@ -1,0 +1,44 @@
+#include "planner/graph/pair_overlap.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "planner/base/stats.h"
+#include "profiles/overlap.h"
+
+namespace pipeplan {
+
+std::vector<double> pair_efficiencies(const TaskGraph& graph, std::span<const NodeTime> times) {
+  const std::vector<OverlapPair> pairs = overlap_pairs(graph);
+  if (pairs.empty()) return {};
+  const auto at = [&](int id) -> const NodeTime& { return times[static_cast<std::size_t>(id)]; };
+  std::vector<char> paired(static_cast<std::size_t>(graph.node_count()), 0);
+  for (const OverlapPair& pair : pairs) {
+    paired[static_cast<std::size_t>(pair.first)] = 1;
+    paired[static_cast<std::size_t>(pair.second)] = 1;
+  }
+  std::map<std::pair<int, OpType>, std::vector<double>> alone;
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != NodeKind::compute || paired[static_cast<std::size_t>(id)] != 0) continue;
+    alone[{node.stage, node.op}].push_back(at(id).end_us - at(id).start_us);
+  }
+  std::map<std::pair<int, OpType>, double> alone_median;
+  for (auto& [key, durations] : alone)
+    alone_median[key] = median(std::move(durations));
+  std::vector<double> out;
+  for (const OverlapPair& pair : pairs) {
+    const Node& a = graph.node(pair.first);
+    const Node& b = graph.node(pair.second);
+    const auto a_alone = alone_median.find({a.stage, a.op});
+    const auto b_alone = alone_median.find({b.stage, b.op});
+    if (a_alone == alone_median.end() || b_alone == alone_median.end()) continue;
+    const double span = std::max(at(pair.first).end_us, at(pair.second).end_us) -
+                        std::min(at(pair.first).start_us, at(pair.second).start_us);
+    out.push_back(overlap_efficiency_from(a_alone->second, b_alone->second, span));
+  }
+  return out;
+}
+
+}  // namespace pipeplan
