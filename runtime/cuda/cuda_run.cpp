@@ -18,15 +18,19 @@ namespace pipeplan::cuda {
 
 namespace {
 
-// A stage's backend whose every call runs with the stage's green context current, and only
-// during the call: the driver does not synchronise threads sharing a green context, and the
-// executor calls one stage from its compute thread, the step's main thread and the optimizer.
-class GreenBackend final : public Backend {
+// A stage's backend whose every call runs with the stage's context current, and only during the
+// call. An emulated stage's is its green context: the driver does not synchronise threads sharing
+// one, and the executor calls one stage from its compute thread, the step's main thread and the
+// optimizer. A whole GPU's is the GPU's primary context: the executor's threads are its own, and
+// a thread's current device is GPU 0 until set, so without it a stage on GPU 3 would allocate,
+// and make its cuBLAS handles, on GPU 0.
+class StageBackend final : public Backend {
  public:
-  GreenBackend(std::unique_ptr<CudaBackend> inner, CUcontext context)
-      : inner_(std::move(inner)), context_(context) {}
+  // `label`: what name() adds to the inner backend's (" (green context)" or nothing).
+  StageBackend(std::unique_ptr<CudaBackend> inner, CUcontext context, std::string label = {})
+      : inner_(std::move(inner)), context_(context), label_(std::move(label)) {}
   // The stage's handles (cuBLAS, cuDNN) go with the context they were made in current.
-  ~GreenBackend() override {
+  ~StageBackend() override {
     try {
       const ScopedContext current(context_);
       inner_.reset();
@@ -34,11 +38,11 @@ class GreenBackend final : public Backend {
       inner_.reset();
     }
   }
-  GreenBackend(const GreenBackend&) = delete;
-  GreenBackend& operator=(const GreenBackend&) = delete;
+  StageBackend(const StageBackend&) = delete;
+  StageBackend& operator=(const StageBackend&) = delete;
 
   CudaBackend& inner() { return *inner_; }
-  std::string name() const override { return inner_->name() + " (green context)"; }
+  std::string name() const override { return inner_->name() + label_; }
   DType compute_dtype() const override { return inner_->compute_dtype(); }
   Tensor upload(std::span<const double> values, const Shape& shape) override {
     const ScopedContext current(context_);
@@ -117,6 +121,7 @@ class GreenBackend final : public Backend {
  private:
   std::unique_ptr<CudaBackend> inner_;
   CUcontext context_;
+  std::string label_;
 };
 
 // Whether the plan has overlapped pairs: their second ops run on a side stream of the stage.
@@ -201,7 +206,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {0, green.stream(), &backend->context().allocator(),
                                                 &green};
-      pending_.push_back(std::make_unique<GreenBackend>(std::move(backend), green.context()));
+      pending_.push_back(
+          std::make_unique<StageBackend>(std::move(backend), green.context(), " (green context)"));
       cuda_devices.push_back(0);
       streams.push_back(green.stream());
     }
@@ -222,7 +228,7 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
       backends_.push_back(backend.get());
       endpoints[static_cast<std::size_t>(d)] = {d, stream, &backend->context().allocator(),
                                                 nullptr};
-      pending_.push_back(std::move(backend));
+      pending_.push_back(std::make_unique<StageBackend>(std::move(backend), context_of(stream)));
       cuda_devices.push_back(d);
       streams.push_back(stream);
     }
@@ -285,7 +291,8 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     local = backend.get();
     pending_.resize(static_cast<std::size_t>(devices));
     backends_.assign(static_cast<std::size_t>(devices), nullptr);
-    pending_[static_cast<std::size_t>(rank)] = std::move(backend);
+    pending_[static_cast<std::size_t>(rank)] =
+        std::make_unique<StageBackend>(std::move(backend), context_of(stream));
     backends_[static_cast<std::size_t>(rank)] = local;
 #ifdef PIPEPLAN_HAVE_NCCL
     if (rank == 0) {

@@ -68,9 +68,10 @@ CUcontext context_of(cudaStream_t stream);
 // driver wants a green context current on one thread at a time and does not synchronise API
 // calls that reach one from several threads, while an emulated stage has several (compute, send,
 // receive). So every API call on a stage's streams or events goes inside one of these: the
-// backend's calls (GreenBackend), the step's event records (StepEvents), the device-local
-// transport's records, waits and copies. Blocking waits stay outside (cudaEventSynchronize), and
-// during a step the backend's calls only queue work. A null context does nothing.
+// backend's calls (StageBackend in cuda_run.cpp), the step's event records (StepEvents), the
+// device-local transport's records, waits and copies. Blocking waits stay outside
+// (cudaEventSynchronize), and during a step the backend's calls only queue work. A null context
+// does nothing.
 class ScopedContext {
  public:
   explicit ScopedContext(CUcontext context);
