@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/runtime/executor_fixtures.h"
+#include "tests/runtime/forwarding_backend.h"
 
 namespace pipeplan {
 namespace {
@@ -27,60 +28,33 @@ struct Counts {
   std::atomic<bool> timer_running{false};
 };
 
-class CountingBackend final : public Backend {
+class CountingBackend final : public testing::ForwardingBackend {
  public:
   explicit CountingBackend(std::shared_ptr<Counts> counts) : counts_(std::move(counts)) {}
-  std::string name() const override { return inner_.name(); }
-  DType compute_dtype() const override { return inner_.compute_dtype(); }
-  Tensor upload(std::span<const double> values, const Shape& shape) override {
-    return inner_.upload(values, shape);
-  }
   Tensor upload_loss_gradient(double value) override {
     note_transfer();
     ++counts_->loss_gradients;
-    return inner_.upload_loss_gradient(value);
-  }
-  Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override {
-    return inner_.upload_tokens(tokens, shape);
+    return ForwardingBackend::upload_loss_gradient(value);
   }
   std::vector<double> download(const Tensor& tensor) override {
     note_transfer();
     ++counts_->downloads;
-    return inner_.download(tensor);
-  }
-  std::vector<std::int32_t> download_tokens(const Tensor& tensor) override {
-    return inner_.download_tokens(tensor);
-  }
-  LayerParams init_layer(const ModelConfig& model, LayerKind kind, int layer_index,
-                         std::uint64_t seed) override {
-    return inner_.init_layer(model, kind, layer_index, seed);
+    return ForwardingBackend::download(tensor);
   }
   TokenBatch synthetic_batch(int batch, int seq, int vocab, std::uint64_t seed) override {
     note_transfer();
     ++counts_->batches;
-    return inner_.synthetic_batch(batch, seq, vocab, seed);
+    return ForwardingBackend::synthetic_batch(batch, seq, vocab, seed);
   }
   ForwardResult forward(const LayerParams& layer, const Tensor& input,
                         const Tensor& targets) override {
     counts_->in_step = true;
-    return inner_.forward(layer, input, targets);
-  }
-  BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override {
-    return inner_.backward_p1(layer, std::move(stash), dy);
-  }
-  void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override {
-    inner_.backward_p2(layer, retained);
+    return ForwardingBackend::forward(layer, input, targets);
   }
   void zero_grads(LayerParams& layer) override {
     ++counts_->zero_grads;
     if (!counts_->timer_running) ++counts_->zero_grads_before_timer;
-    inner_.zero_grads(layer);
-  }
-  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override {
-    inner_.add_grads(layer, grads);
-  }
-  void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
-    inner_.adamw_step(layer, config, step);
+    ForwardingBackend::zero_grads(layer);
   }
   void synchronize() override { counts_->in_step = false; }  // the step's work is done
 
@@ -88,7 +62,6 @@ class CountingBackend final : public Backend {
   void note_transfer() {
     if (counts_->in_step) ++counts_->transfers_in_step;
   }
-  cpu::CpuBackend inner_;
   std::shared_ptr<Counts> counts_;
 };
 

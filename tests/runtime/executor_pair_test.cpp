@@ -9,17 +9,17 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cpu/cpu_backend.h"
 #include "runtime/executor.h"
 #include "schedules/family.h"
 #include "tests/runtime/executor_fixtures.h"
+#include "tests/runtime/forwarding_backend.h"
 
 namespace pipeplan {
 namespace {
 
 // The CPU backend, with every pair hook and layer pass written to a shared log as
 // "<device>:<what>".
-class LoggingBackend final : public Backend {
+class LoggingBackend final : public testing::ForwardingBackend {
  public:
   LoggingBackend(int device, std::shared_ptr<std::vector<std::string>> log,
                  std::shared_ptr<std::mutex> mutex, int fail_second_backward)
@@ -28,47 +28,20 @@ class LoggingBackend final : public Backend {
         mutex_(std::move(mutex)),
         fail_second_backward_(fail_second_backward) {}
 
-  std::string name() const override { return inner_.name(); }
-  DType compute_dtype() const override { return inner_.compute_dtype(); }
-  Tensor upload(std::span<const double> values, const Shape& shape) override {
-    return inner_.upload(values, shape);
-  }
-  Tensor upload_tokens(std::span<const std::int32_t> tokens, const Shape& shape) override {
-    return inner_.upload_tokens(tokens, shape);
-  }
-  Tensor upload_loss_gradient(double value) override { return inner_.upload_loss_gradient(value); }
-  std::vector<double> download(const Tensor& tensor) override { return inner_.download(tensor); }
-  std::vector<std::int32_t> download_tokens(const Tensor& tensor) override {
-    return inner_.download_tokens(tensor);
-  }
-  LayerParams init_layer(const ModelConfig& model, LayerKind kind, int layer_index,
-                         std::uint64_t seed) override {
-    return inner_.init_layer(model, kind, layer_index, seed);
-  }
-  TokenBatch synthetic_batch(int batch, int seq, int vocab, std::uint64_t seed) override {
-    return inner_.synthetic_batch(batch, seq, vocab, seed);
-  }
   ForwardResult forward(const LayerParams& layer, const Tensor& input,
                         const Tensor& targets) override {
     note("F");
-    return inner_.forward(layer, input, targets);
+    return ForwardingBackend::forward(layer, input, targets);
   }
   BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override {
     note("B");
     if (second_ && ++second_backwards_ == fail_second_backward_)
       throw Error("injected failure in a pair's second op");
-    return inner_.backward_p1(layer, std::move(stash), dy);
+    return ForwardingBackend::backward_p1(layer, std::move(stash), dy);
   }
   void backward_p2(LayerParams& layer, std::span<const Retained* const> retained) override {
     note("W");
-    inner_.backward_p2(layer, retained);
-  }
-  void zero_grads(LayerParams& layer) override { inner_.zero_grads(layer); }
-  void add_grads(LayerParams& layer, std::span<const Tensor> grads) override {
-    inner_.add_grads(layer, grads);
-  }
-  void adamw_step(LayerParams& layer, const AdamWConfig& config, int step) override {
-    inner_.adamw_step(layer, config, step);
+    ForwardingBackend::backward_p2(layer, retained);
   }
   void begin_pair() override { note("pair"); }
   void begin_second() override {
@@ -86,7 +59,6 @@ class LoggingBackend final : public Backend {
     log_->push_back(std::to_string(device_) + ":" + what);
   }
 
-  cpu::CpuBackend inner_;
   int device_;
   std::shared_ptr<std::vector<std::string>> log_;
   std::shared_ptr<std::mutex> mutex_;

@@ -20,14 +20,16 @@ namespace {
 const std::vector<double> kTruth = {1.1, 1.2, 1.3, 1.45};
 const CopySlowdown kCopy{1.3, 6.0};
 
-Plan shipped_plan() {
+// The shipped LLaMA-7B profile on 4 devices, m = 8, 2bp.
+Plan shipped_plan(const std::string& schedule = "1f1b", int chunks = 1) {
   PlanRequest r;
   r.profile =
       load_profile(std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json");
   r.gpu = "h100-sxm";
   r.devices = 4;
+  r.chunks = chunks;
   r.microbatches = 8;
-  r.schedule = "1f1b";
+  r.schedule = schedule;
   r.backward = BackwardMode::twobp;
   return make_plan(r);
 }
@@ -171,16 +173,7 @@ TEST_F(ContentionFitTest, NodeTimesThatDoNotMatchThePlanAreRefusedNamingTheRun) 
 // The shipped LLaMA-7B profile's dualpipe-v plan at 4 devices, m = 8, simulated with overlap
 // efficiency `efficiency` (the plan itself keeps the profile's, 0).
 MeasuredRun paired_run(double efficiency) {
-  PlanRequest r;
-  r.profile =
-      load_profile(std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json");
-  r.gpu = "h100-sxm";
-  r.devices = 4;
-  r.chunks = 2;
-  r.microbatches = 8;
-  r.schedule = "dualpipe-v";
-  r.backward = BackwardMode::twobp;
-  const Plan plan = make_plan(r);
+  const Plan plan = shipped_plan("dualpipe-v", 2);
   TaskGraph made = plan.graph;
   made.meta.overlap = {efficiency, "truth"};
   return {"pairs at " + std::to_string(efficiency), plan.graph, simulate(made).times};
