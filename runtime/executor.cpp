@@ -269,7 +269,11 @@ void Executor::run_stream(int stream) {
     int running = id;
     try {
       wait_for_inputs(id);
-      if (second >= 0) wait_for_inputs(second);
+      if (second >= 0) {
+        running = second;  // a wait that times out names the op it was for
+        wait_for_inputs(second);
+        running = id;
+      }
       if (options_.before_node) options_.before_node(id);
       if (second >= 0) {
         run_pair(worker, id, second, running);
