@@ -175,9 +175,8 @@ PairsDiff diff_pairs(const TaskGraph& plan, const SimResult& predicted, const Si
   out.pairs = static_cast<int>(pairs.size());
   if (pairs.empty()) return out;
   const auto span = [](const SimResult& sim, const OverlapPair& pair) {
-    const NodeTime& a = sim.times.at(static_cast<std::size_t>(pair.first));
-    const NodeTime& b = sim.times.at(static_cast<std::size_t>(pair.second));
-    return std::max(a.end_us, b.end_us) - std::min(a.start_us, b.start_us);
+    const NodeTime t = pair_time(pair, sim.times);
+    return t.end_us - t.start_us;
   };
   std::vector<double> predicted_spans, measured_spans;
   for (const OverlapPair& pair : pairs) {

@@ -46,24 +46,20 @@ struct ComputeSpan {
 
 std::vector<ComputeSpan> compute_spans(const MeasuredRun& run) {
   const TaskGraph& plan = run.plan;
-  const auto time_of = [&](int id) { return run.times.at(static_cast<std::size_t>(id)); };
-  std::vector<int> second_of(static_cast<std::size_t>(plan.node_count()), -1);
-  std::vector<char> is_second(static_cast<std::size_t>(plan.node_count()), 0);
-  for (const OverlapPair& pair : overlap_pairs(plan)) {
-    second_of[static_cast<std::size_t>(pair.first)] = pair.second;
-    is_second[static_cast<std::size_t>(pair.second)] = 1;
+  // Per node: -1 alone, -2 a pair's second, else the index of the pair it is the first of.
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan);
+  std::vector<int> role(static_cast<std::size_t>(plan.node_count()), -1);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    role[static_cast<std::size_t>(pairs[i].first)] = static_cast<int>(i);
+    role[static_cast<std::size_t>(pairs[i].second)] = -2;
   }
   std::vector<ComputeSpan> spans;
   for (int id = 0; id < plan.node_count(); ++id) {
-    if (plan.node(id).kind != NodeKind::compute || is_second[static_cast<std::size_t>(id)] != 0)
-      continue;
-    NodeTime t = time_of(id);
-    const int second = second_of[static_cast<std::size_t>(id)];
-    if (second >= 0) {
-      t.start_us = std::min(t.start_us, time_of(second).start_us);
-      t.end_us = std::max(t.end_us, time_of(second).end_us);
-    }
-    spans.push_back({id, t, second >= 0});
+    const int r = role[static_cast<std::size_t>(id)];
+    if (plan.node(id).kind != NodeKind::compute || r == -2) continue;
+    spans.push_back(
+        r < 0 ? ComputeSpan{id, run.times.at(static_cast<std::size_t>(id)), false}
+              : ComputeSpan{id, pair_time(pairs[static_cast<std::size_t>(r)], run.times), true});
   }
   return spans;
 }

@@ -9,6 +9,12 @@
 
 namespace pipeplan {
 
+NodeTime pair_time(const OverlapPair& pair, std::span<const NodeTime> times) {
+  const NodeTime& a = times[static_cast<std::size_t>(pair.first)];
+  const NodeTime& b = times[static_cast<std::size_t>(pair.second)];
+  return {std::min(a.start_us, b.start_us), std::max(a.end_us, b.end_us)};
+}
+
 std::vector<double> pair_efficiencies(const TaskGraph& graph, std::span<const NodeTime> times) {
   const std::vector<OverlapPair> pairs = overlap_pairs(graph);
   if (pairs.empty()) return {};
@@ -34,9 +40,9 @@ std::vector<double> pair_efficiencies(const TaskGraph& graph, std::span<const No
     const auto a_alone = alone_median.find({a.stage, a.op});
     const auto b_alone = alone_median.find({b.stage, b.op});
     if (a_alone == alone_median.end() || b_alone == alone_median.end()) continue;
-    const double span = std::max(at(pair.first).end_us, at(pair.second).end_us) -
-                        std::min(at(pair.first).start_us, at(pair.second).start_us);
-    out.push_back(overlap_efficiency_from(a_alone->second, b_alone->second, span));
+    const NodeTime span = pair_time(pair, times);
+    out.push_back(
+        overlap_efficiency_from(a_alone->second, b_alone->second, span.end_us - span.start_us));
   }
   return out;
 }

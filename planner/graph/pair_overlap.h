@@ -13,6 +13,9 @@
 
 namespace pipeplan {
 
+// A pair's time in `times` (by node id): from the first start to the last end of its two ops.
+NodeTime pair_time(const OverlapPair& pair, std::span<const NodeTime> times);
+
 // One per pair whose two ops' (stage, op) also ran alone in `times` (by node id), in the order of
 // overlap_pairs(graph); each in [0, 1]. Empty when there is none.
 std::vector<double> pair_efficiencies(const TaskGraph& graph, std::span<const NodeTime> times);

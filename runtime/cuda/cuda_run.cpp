@@ -124,14 +124,6 @@ class StageBackend final : public Backend {
   std::string label_;
 };
 
-// Whether the plan has overlapped pairs: their second ops run on a side stream of the stage.
-bool has_pairs(const TaskGraph& plan) {
-  for (int id = 0; id < plan.node_count(); ++id) {
-    if (plan.node(id).overlaps_next) return true;
-  }
-  return false;
-}
-
 constexpr const char* kWorkQueuesEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
 constexpr int kDefaultWorkQueues = 8;  // the driver's default
 constexpr int kMaxWorkQueues = 32;     // the most the driver gives
@@ -188,7 +180,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   std::vector<int> cuda_devices;
   std::vector<cudaStream_t> streams;
   std::vector<cudaStream_t> side_streams(static_cast<std::size_t>(devices), nullptr);
-  const bool pairs = has_pairs(plan);
+  // A plan with overlapped pairs runs their second ops on a side stream of each stage.
+  const bool pairs = !overlap_pairs(plan).empty();
   if (options.emulate > 0) {
     green_ = GreenContext::partition(0, options.emulate, hardware_.sm_per_stage);
     // The driver may round a share up to its granularity: report what each stage really has.
@@ -285,7 +278,7 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     hardware_ = describe_hardware(options, devices, gpu);
     CUDA_CHECK(cudaSetDevice(gpu));
     stream = own_stream();
-    if (has_pairs(plan)) side = own_stream();
+    if (!overlap_pairs(plan).empty()) side = own_stream();
     auto backend = std::make_unique<CudaBackend>(
         CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
     local = backend.get();

@@ -86,15 +86,14 @@ void StepEvents::prepare(const TaskGraph& plan) {
   // The payload of a send is made by the compute node it has a data edge from (the last one in
   // the compute stream's order when there are several).
   std::vector<int> position(nodes, 0);  // in its stream's order
-  second_.assign(nodes, 0);
   for (int s = 0; s < static_cast<int>(plan.streams().size()); ++s) {
     const std::vector<int>& order = plan.stream_order(s);
-    for (std::size_t i = 0; i < order.size(); ++i) {
+    for (std::size_t i = 0; i < order.size(); ++i)
       position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
-      if (i > 0 && plan.node(order[i - 1]).overlaps_next)
-        second_[static_cast<std::size_t>(order[i])] = 1;
-    }
   }
+  second_.assign(nodes, 0);
+  for (const OverlapPair& pair : overlap_pairs(plan))
+    second_[static_cast<std::size_t>(pair.second)] = 1;
   const auto& g = plan.graph();
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
     if (g[*it] != EdgeKind::data) continue;

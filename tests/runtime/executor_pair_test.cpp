@@ -3,6 +3,8 @@
 // ready, on the compute thread; a failing op ends the pair and is named in the step's error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,11 +95,11 @@ TaskGraph dualpipe_v_plan() {
   return std::move(*plan);
 }
 
-int pairs_on(const TaskGraph& plan, int device) {
-  int pairs = 0;
-  for (int id = 0; id < plan.node_count(); ++id)
-    pairs += plan.node(id).overlaps_next && plan.node(id).device == device ? 1 : 0;
-  return pairs;
+std::ptrdiff_t pairs_on(const TaskGraph& plan, int device) {
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan);
+  return std::count_if(pairs.begin(), pairs.end(), [&](const OverlapPair& pair) {
+    return plan.node(pair.first).device == device;
+  });
 }
 
 TEST(ExecutorPairs, EachPairRunsItsTwoOpsBetweenTheBackendsHooks) {
@@ -109,7 +111,7 @@ TEST(ExecutorPairs, EachPairRunsItsTwoOpsBetweenTheBackendsHooks) {
     const std::vector<std::string> entries = logged.of(d);
     // Each pair: its forward's layer passes, then begin_second, then the other micro-batch's
     // backward passes, then end_pair; nothing else in between.
-    int pairs = 0;
+    std::ptrdiff_t pairs = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (entries[i] != "pair") continue;
       ++pairs;

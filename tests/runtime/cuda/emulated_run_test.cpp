@@ -160,13 +160,6 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
 }
 
-int overlapped_pairs(const TaskGraph& plan) {
-  int pairs = 0;
-  for (int id = 0; id < plan.node_count(); ++id)
-    pairs += plan.node(id).overlaps_next ? 1 : 0;
-  return pairs;
-}
-
 // DualPipeV's overlapped pairs: each pair's second op runs on its stage's side stream beside the
 // first (CudaBackend::begin_second), with the stage's allocator; the same gradients, with the
 // copies waited for on the host and on the GPU (PIPEPLAN_COPY_WAIT=stream).
@@ -174,7 +167,7 @@ TEST(EmulatedRun, DualPipeVRunsItsPairsOnTwoStreamsWithTheSingleStageGradients) 
   PIPEPLAN_REQUIRE_GPU();
   if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
   const TaskGraph plan = tiny_plan(2, "dualpipe-v", BackwardMode::twobp);
-  ASSERT_GT(overlapped_pairs(plan), 0) << "the plan has no overlapped pair";
+  ASSERT_FALSE(overlap_pairs(plan).empty()) << "the plan has no overlapped pair";
   expect_matches_reference(run_on_gpu(plan, 2), 2);
   const testing::ScopedEnv wait(cuda::kCopyWaitEnv, "stream");
   expect_matches_reference(run_on_gpu(plan, 2), 2);
@@ -187,7 +180,7 @@ TEST(EmulatedRun, DualPipesTwoCopiesEndWithTheSingleStageGradients) {
   PIPEPLAN_REQUIRE_GPU();
   if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
   const TaskGraph plan = tiny_plan(4, "dualpipe", BackwardMode::twobp);
-  ASSERT_GT(overlapped_pairs(plan), 0) << "the plan has no overlapped pair";
+  ASSERT_FALSE(overlap_pairs(plan).empty()) << "the plan has no overlapped pair";
   const auto run = run_on_gpu(plan, 4);
   expect_matches_reference(run, 4);
   EXPECT_TRUE(run.copies_apart.empty())
