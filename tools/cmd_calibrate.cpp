@@ -118,7 +118,8 @@ struct FitCommand {
     options.time_constants_us.clear();
     for (const double ms : time_constants_ms)
       options.time_constants_us.push_back(ms * 1e3);
-    ContentionFit fit =
+    if (pairs) options.overlap = OverlapModel{pairs->efficiency, ""};  // the step after the fit
+    const ContentionFit fit =
         fit_contention(measured, profile.contention, options, progress_sink(progress));
 
     std::string names;
@@ -144,11 +145,6 @@ struct FitCommand {
                          source + ": the median over " + std::to_string(pairs->pairs) +
                              " overlapped pairs of each pair's efficiency beside its ops run "
                              "alone"};
-      // The step after the fit: with the fitted overlap too.
-      for (std::size_t i = 0; i < fit.runs.size(); ++i) {
-        fit.runs[i].predicted_after_us =
-            simulated_makespan(measured[i].plan, fit.contention, profile.overlap);
-      }
     }
     save_profile(profile, output);
     if (pairs) {

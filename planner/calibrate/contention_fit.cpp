@@ -486,7 +486,7 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
                                   : std::numeric_limits<double>::quiet_NaN();
     report.measured_makespan_us = measured_makespan(run.plan, run.times);
     report.predicted_before_us = simulated_makespan(run.plan, std::nullopt);
-    report.predicted_after_us = simulated_makespan(run.plan, fit.contention);
+    report.predicted_after_us = simulated_makespan(run.plan, fit.contention, options.overlap);
     fit.runs.push_back(std::move(report));
   }
   return fit;

@@ -42,6 +42,9 @@ struct ContentionFitOptions {
   double max_factor = 2;
   std::vector<double> time_constants_us = {10e3,  20e3,  30e3,  50e3, 70e3,
                                            100e3, 150e3, 200e3, 300e3};
+  // The overlap model the step after the fit is simulated with (fit_overlap's, where fitted);
+  // unset: each plan's own.
+  std::optional<OverlapModel> overlap;
 };
 
 // How one run is predicted, before (the plan as it was made) and after (the fitted model).
