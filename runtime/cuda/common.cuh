@@ -109,7 +109,8 @@ template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
             const Args&... args) {
 #ifdef PIPEPLAN_KERNEL_SIM
-  sim::run(grid, block, stream, [&] { kernel(args...); });
+  // By value: the simulator may run the kernel after this returns, as a GPU does.
+  sim::run(grid, block, stream, [=] { kernel(args...); });
 #else
   // clang-format reads a .cuh as plain C++ and would split the >>>.
   // clang-format off

@@ -198,18 +198,21 @@ cublasStatus_t cublasGemmStridedBatchedEx_64(
       !supported(c_type)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  // alpha and beta are host scalars the caller may reuse once this returns: read now.
   const float alpha_value = *static_cast<const float*>(alpha);
   const float beta_value = *static_cast<const float*>(beta);
   const auto element = [](cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; };
-  for (std::int64_t i = 0; i < batch; ++i) {
-    const Matrix am{static_cast<const char*>(a) + i * stride_a * element(a_type), a_type, lda,
-                    transa != CUBLAS_OP_N};
-    const Matrix bm{static_cast<const char*>(b) + i * stride_b * element(b_type), b_type, ldb,
-                    transb != CUBLAS_OP_N};
-    void* ci = static_cast<char*>(c) + i * stride_c * element(c_type);
-    gemm(m, n, k, alpha_value, am, bm, beta_value, ci, ci, c_type, ldc);
-  }
   count_gemm();
+  run_or_defer(handle->stream, [=] {
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const Matrix am{static_cast<const char*>(a) + i * stride_a * element(a_type), a_type, lda,
+                      transa != CUBLAS_OP_N};
+      const Matrix bm{static_cast<const char*>(b) + i * stride_b * element(b_type), b_type, ldb,
+                      transb != CUBLAS_OP_N};
+      void* ci = static_cast<char*>(c) + i * stride_c * element(c_type);
+      gemm(m, n, k, alpha_value, am, bm, beta_value, ci, ci, c_type, ldc);
+    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -340,15 +343,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t /*handle*/, cublasLtMatmulDesc_t 
   const bool ta = op.transa != CUBLAS_OP_N;
   const auto m = static_cast<std::int64_t>(dl.rows), n = static_cast<std::int64_t>(dl.cols);
   const auto k = static_cast<std::int64_t>(ta ? al.rows : al.cols);
+  // alpha and beta are host scalars, the descriptors host objects: read now, as cuBLASLt does.
+  const float alpha_value = *static_cast<const float*>(alpha);
   const float beta_value = *static_cast<const float*>(beta);
-  if (beta_value != 0.0f && c != d) {
-    // D = alpha·AB + beta·C with C elsewhere: copy C into D first, then accumulate in place.
-    const std::size_t bytes =
-        (cl.type == CUDA_R_16BF ? 2 : 4) * static_cast<std::size_t>(cl.ld * (n - 1) + m);
-    std::memmove(d, c, bytes);
-  }
-  gemm(m, n, k, *static_cast<const float*>(alpha), Matrix{a, al.type, al.ld, ta},
-       Matrix{b, bl.type, bl.ld, op.transb != CUBLAS_OP_N}, beta_value, d, d, dl.type, dl.ld);
+  const Matrix am{a, al.type, al.ld, ta};
+  const Matrix bm{b, bl.type, bl.ld, op.transb != CUBLAS_OP_N};
   count_gemm();
+  run_or_defer(stream, [=] {
+    if (beta_value != 0.0f && c != d) {
+      // D = alpha·AB + beta·C with C elsewhere: copy C into D first, then accumulate in place.
+      const std::size_t bytes =
+          (cl.type == CUDA_R_16BF ? 2 : 4) * static_cast<std::size_t>(cl.ld * (n - 1) + m);
+      std::memmove(d, c, bytes);
+    }
+    gemm(m, n, k, alpha_value, am, bm, beta_value, d, d, dl.type, dl.ld);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -5,14 +5,24 @@
 //
 // One device, shaped like an H100 SXM (132 SMs, 80 GiB, compute capability 9.0; its name,
 // kDefaultDeviceName, contains "H100" so that the backend picks that gpus.json entry). "Device"
-// memory is host memory, so ASan sees every access. Work runs synchronously when it is queued (a
-// GPU that is infinitely fast), except device-to-device copies (cudaMemcpyAsync,
-// cudaMemcpyBatchAsync): those run only when something must follow them, namely later work on
-// their stream, a wait on or a synchronisation with an event recorded after them, a
-// synchronisation of their stream or the device, or cudaFree. Both are legal CUDA schedules; the
-// second makes a reader on another stream that does not wait for a copy (the transports' copies
-// between stages) read stale memory, so the tests check that cross-stream order, not only what the
-// backend computes. Times mean nothing.
+// memory is host memory, so ASan sees every access. Times mean nothing.
+//
+// When queued work runs, in one of two orders (both legal CUDA schedules):
+// - copies deferred (the default): kernels, GEMMs and memsets run when they are queued (a GPU that
+//   is infinitely fast); device-to-device copies (cudaMemcpyAsync, cudaMemcpyBatchAsync) run only
+//   when something must follow them, namely later work on their stream, a wait on or a
+//   synchronisation with an event recorded after them, a synchronisation of their stream or the
+//   device, or cudaFree. A reader on another stream that does not wait for a copy (the
+//   transports' copies between stages) reads stale memory.
+// - all deferred (set_all_work_deferred, or PIPEPLAN_FAKE_DEVICE_ORDER=deferred in the
+//   environment): kernels, GEMMs and memsets too wait on their stream until something must follow
+//   them. A stream that waits on an event runs the work the event follows at that moment, so
+//   whatever another stream reads without such a wait has not been written yet: a missing wait
+//   between two streams of kernels (a stage's stream and its side stream, say) or a block reused
+//   on another stream without one shows as wrong results. Copies to or from the host run at once,
+//   after their stream's queue (the host may reuse a pageable source as soon as the call
+//   returns).
+// So the tests check the order between streams, not only what the backend computes.
 //
 // It enforces the CUDA rules the backend is written against, each a call that fails with an
 // error naming the rule (the driver would fail, or silently misbehave):
@@ -47,5 +57,11 @@ inline constexpr const char* kDefaultDeviceName = "fake_device: CPU stand-in sha
 
 // The name cudaGetDeviceProperties reports from now on ("" restores the default).
 void set_device_name(const std::string& name);
+
+// Whether kernels, GEMMs and memsets wait on their stream like copies do (the "all deferred"
+// order above). Starts as PIPEPLAN_FAKE_DEVICE_ORDER says ("deferred", or "copies", the default);
+// a change applies to work queued from then on.
+void set_all_work_deferred(bool deferred);
+bool all_work_deferred();
 
 }  // namespace pipeplan::fake_cuda

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <latch>
 #include <memory>
@@ -85,10 +86,25 @@ TEST(FakeDeviceRules, AStreamWaitsOnlyOnARecordedEvent) {
   EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
 }
 
+// Sets the stand-in's order (fake_device.h) for one scope.
+class AllWorkDeferred {
+ public:
+  explicit AllWorkDeferred(bool deferred) : before_(fake_cuda::all_work_deferred()) {
+    fake_cuda::set_all_work_deferred(deferred);
+  }
+  AllWorkDeferred(const AllWorkDeferred&) = delete;
+  AllWorkDeferred& operator=(const AllWorkDeferred&) = delete;
+  ~AllWorkDeferred() { fake_cuda::set_all_work_deferred(before_); }
+
+ private:
+  bool before_;
+};
+
 // A device-to-device copy runs only once something must follow it (fake_device.h), so a reader
 // on another stream that does not wait for it reads what was there before; a wait on an event
 // recorded after it, or work queued behind it on its stream, runs it first.
 TEST(FakeDevice, ADeviceCopyRunsOnceSomethingFollowsIt) {
+  const AllWorkDeferred order(false);  // the memsets run at once
   constexpr std::size_t kBytes = 64;
   unsigned char* from = nullptr;
   unsigned char* to = nullptr;
@@ -118,6 +134,46 @@ TEST(FakeDevice, ADeviceCopyRunsOnceSomethingFollowsIt) {
   EXPECT_EQ(cudaFree(to), cudaSuccess);
 }
 
+// With all work deferred, a kernel too runs only once something must follow it: a stream that
+// reads what another stream's kernel writes, without waiting for it, reads what was there before,
+// and with the wait it reads what the kernel wrote.
+TEST(FakeDevice, WithAllWorkDeferredAKernelRunsOnceSomethingFollowsIt) {
+  const AllWorkDeferred order(true);
+  constexpr std::int64_t kCount = 64;
+  float* written = nullptr;
+  float* sum = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&written), kCount * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sum), kCount * sizeof(float)), cudaSuccess);
+  std::fill_n(written, kCount, 0.0f);  // device memory is host memory here
+  std::fill_n(sum, kCount, 0.0f);
+  cudaStream_t writing = nullptr, reading = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&writing, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&reading, cudaStreamNonBlocking), cudaSuccess);
+
+  cuda::fill_f32(written, kCount, 3.0f, writing);
+  EXPECT_EQ(written[0], 0.0f) << "the kernel ran before anything had to follow it";
+  cuda::add_f32(sum, written, kCount, reading);  // no wait: reads the 0s
+  ASSERT_EQ(cudaStreamSynchronize(reading), cudaSuccess);
+  EXPECT_EQ(sum[kCount - 1], 0.0f);
+  EXPECT_EQ(written[0], 0.0f) << "a synchronisation of one stream ran another's work";
+
+  cudaEvent_t filled = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(filled, writing), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(reading, filled, 0), cudaSuccess);
+  EXPECT_EQ(written[kCount - 1], 3.0f);
+  cuda::add_f32(sum, written, kCount, reading);
+  EXPECT_EQ(sum[0], 0.0f);
+  ASSERT_EQ(cudaStreamSynchronize(reading), cudaSuccess);
+  EXPECT_EQ(sum[0], 3.0f);
+
+  EXPECT_EQ(cudaEventDestroy(filled), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(writing), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(reading), cudaSuccess);
+  EXPECT_EQ(cudaFree(written), cudaSuccess);
+  EXPECT_EQ(cudaFree(sum), cudaSuccess);
+}
+
 TEST(FakeDeviceRules, AKernelGoesOnlyToAStreamOfTheCurrentContext) {
   const auto stages = two_stages();
   float* values = nullptr;
@@ -134,6 +190,7 @@ TEST(FakeDeviceRules, AKernelGoesOnlyToAStreamOfTheCurrentContext) {
           << error.what();
     }
     cuda::fill_f32(values, 64, 2.0f, stages[0]->stream());
+    ASSERT_EQ(cudaStreamSynchronize(stages[0]->stream()), cudaSuccess);
   }
   EXPECT_EQ(values[63], 2.0f);
   EXPECT_EQ(cudaFree(values), cudaSuccess);

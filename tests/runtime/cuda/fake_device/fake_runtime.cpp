@@ -119,24 +119,54 @@ void run_deferred(cudaStream_t stream, std::int64_t upto) {
       run_deferred(s, upto);
     return;
   }
+  // The stream's lock is held while its work runs, so that two threads run it in order. Taken
+  // off the queue first: work that throws (a kernel's error) is not run again.
   const std::lock_guard lock(stream->mutex);
   while (!stream->deferred.empty() && stream->deferred.front().first <= upto) {
-    stream->deferred.front().second();
+    const std::function<void()> work = std::move(stream->deferred.front().second);
     stream->deferred.pop_front();
+    work();
+  }
+}
+
+void defer(cudaStream_t stream, std::function<void()> work) {
+  if (stream == nullptr) {
+    run_deferred(nullptr);
+    work();
+    return;
+  }
+  const std::lock_guard lock(stream->mutex);
+  stream->deferred.emplace_back(++stream->queued, std::move(work));
+}
+
+namespace {
+std::atomic<bool>& all_deferred() {
+  static std::atomic<bool> deferred = [] {
+    const char* order = std::getenv("PIPEPLAN_FAKE_DEVICE_ORDER");
+    return order != nullptr && std::string(order) == "deferred";
+  }();
+  return deferred;
+}
+}  // namespace
+
+void set_all_work_deferred(bool deferred) {
+  all_deferred().store(deferred);
+}
+
+bool all_work_deferred() {
+  return all_deferred().load();
+}
+
+void run_or_defer(cudaStream_t stream, std::function<void()> work) {
+  if (all_work_deferred()) {
+    defer(stream, std::move(work));
+  } else {
+    run_deferred(stream);  // stream order: the copies queued before it run first
+    work();
   }
 }
 
 namespace {
-// A device-to-device copy on a stream runs when something must follow it (run_deferred).
-void defer(cudaStream_t stream, std::function<void()> copy) {
-  if (stream == nullptr) {
-    run_deferred(nullptr);
-    copy();
-    return;
-  }
-  const std::lock_guard lock(stream->mutex);
-  stream->deferred.emplace_back(++stream->queued, std::move(copy));
-}
 
 // Runs what a recorded event follows (nothing for one never recorded).
 void run_before(cudaEvent_t event) {
@@ -163,7 +193,6 @@ void delete_stream(CUstream_st* stream) {
 }  // namespace
 
 std::string check_launch_stream(cudaStream_t stream, const char* call, int status) {
-  run_deferred(stream);  // stream order: the copies queued before this run first
   CUctx_st* current = current_context();
   CUctx_st* owner = context_of(stream);
   if (owner == current) return "";
@@ -201,10 +230,11 @@ std::string last_rule_error() {
 namespace {
 // Kernels run through kernel_sim; its hook checks each launch's stream here.
 const bool hook_installed = [] {
-  cuda::sim::set_launch_hook([](cudaStream_t stream) {
+  cuda::sim::set_launch_hook([](cudaStream_t stream, std::function<void()> kernel) {
     const std::string broken = check_launch_stream(stream, "kernel launch", cudaErrorLaunchFailure);
     if (!broken.empty()) throw std::runtime_error(broken);
     count_launch();
+    run_or_defer(stream, std::move(kernel));
   });
   return true;
 }();
@@ -403,8 +433,8 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 }
 
 cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t count, cudaStream_t stream) {
-  run_deferred(stream);
-  if (count > 0) std::memset(pointer, value, count);
+  if (count > 0)
+    run_or_defer(stream, [pointer, value, count] { std::memset(pointer, value, count); });
   return cudaSuccess;
 }
 

@@ -30,7 +30,7 @@ struct CUctx_st {
 struct CUstream_st {
   CUctx_st* context = nullptr;
   int priority = 0;  // as created (cudaStreamGetPriority reads it back)
-  // Device-to-device copies queued on the stream and not run yet (fake_device.h), each with its
+  // Work queued on the stream and not run yet (fake_device.h: copies, or all work), each with its
   // number in the stream's order; `queued` numbers the stream's deferred work so far.
   std::mutex mutex;
   std::deque<std::pair<std::int64_t, std::function<void()>>> deferred;
@@ -79,9 +79,18 @@ std::string check_launch_stream(cudaStream_t stream, const char* call, int statu
 void count_launch();
 void count_gemm();
 
-// Runs the copies deferred on `stream` (the null stream: on every stream), in order, up to number
+// Runs the work deferred on `stream` (the null stream: on every stream), in order, up to number
 // `upto`: what a wait on an event, a synchronisation or work queued after them on that stream
 // needs done first.
 void run_deferred(cudaStream_t stream, std::int64_t upto = INT64_MAX);
+
+// Queues `work` on `stream` to run when something must follow it (run_deferred); on the null
+// stream, runs it now, after everything queued on the device.
+void defer(cudaStream_t stream, std::function<void()> work);
+
+// A kernel, GEMM or memset on `stream` (checked by check_launch_stream): deferred in the "all
+// deferred" order, else run now, after the copies deferred before it on its stream. It must own
+// what it reads but device memory; it runs on whichever thread makes it run.
+void run_or_defer(cudaStream_t stream, std::function<void()> work);
 
 }  // namespace pipeplan::fake_cuda

@@ -295,29 +295,15 @@ std::mutex& launch_mutex() {
   return mutex;
 }
 
-std::function<void(cudaStream_t)>& launch_hook() {
-  static std::function<void(cudaStream_t)> hook;
+LaunchHook& launch_hook() {
+  static LaunchHook hook;
   return hook;
 }
 
-}  // namespace
-
-void set_launch_hook(std::function<void(cudaStream_t)> hook) {
+// Runs one launch's blocks, one at a time, on the calling thread.
+void execute(dim3 grid, dim3 block, const std::function<void()>& body) {
   const std::lock_guard lock(launch_mutex());
-  launch_hook() = std::move(hook);
-}
-
-void run(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body) {
-  const std::lock_guard lock(launch_mutex());
-  if (launch_hook()) launch_hook()(stream);
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
-  if (threads == 0 || threads > kMaxThreads)
-    throw std::runtime_error("kernel_sim: a block of " + std::to_string(threads) +
-                             " threads (1 to 1024 allowed)");
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
-    throw std::runtime_error("kernel_sim: grid (" + std::to_string(grid.x) + "," +
-                             std::to_string(grid.y) + "," + std::to_string(grid.z) +
-                             ") is not launchable");
   static StackPool stacks;  // guarded by the launch mutex
   std::vector<Fiber> fibers(static_cast<std::size_t>(threads));
   gridDim = grid;
@@ -337,6 +323,35 @@ void run(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>
   }
   running = Running{};
   if (!error.empty()) throw std::runtime_error("kernel_sim: " + error);
+}
+
+}  // namespace
+
+void set_launch_hook(LaunchHook hook) {
+  const std::lock_guard lock(launch_mutex());
+  launch_hook() = std::move(hook);
+}
+
+void run(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> body) {
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > kMaxThreads)
+    throw std::runtime_error("kernel_sim: a block of " + std::to_string(threads) +
+                             " threads (1 to 1024 allowed)");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+    throw std::runtime_error("kernel_sim: grid (" + std::to_string(grid.x) + "," +
+                             std::to_string(grid.y) + "," + std::to_string(grid.z) +
+                             ") is not launchable");
+  LaunchHook hook;
+  {
+    const std::lock_guard lock(launch_mutex());
+    hook = launch_hook();
+  }
+  auto kernel = [grid, block, body = std::move(body)] { execute(grid, block, body); };
+  if (hook) {
+    hook(stream, std::move(kernel));
+  } else {
+    kernel();
+  }
 }
 
 void syncthreads() {

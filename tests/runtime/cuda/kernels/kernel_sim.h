@@ -12,9 +12,10 @@
 // - __shared__ is `static`: one copy per kernel, which is one per block since blocks never overlap.
 // - A thread that returns leaves the block's barriers (as on sm_70 and later). A full-mask shuffle
 //   in a warp that lost a lane, a partial warp, or any other mask is reported as an error.
-// - atomicAdd is a relaxed atomic add. Launches are synchronous and one at a time (so a static
-//   __shared__ is never shared by two launches from two host threads); the stream is handed to
-//   the launch hook, where the CPU stand-in for the CUDA runtime (../fake_device) checks it.
+// - atomicAdd is a relaxed atomic add. Kernels run one at a time (so a static __shared__ is never
+//   shared by two launches from two host threads). Each launch goes to the launch hook where
+//   one is set: the CPU stand-in for the CUDA runtime (../fake_device) checks its stream there
+//   and runs it at once or queues it on that stream.
 // - Not modelled: memory ordering weaker than C++'s, warp-synchronous code without shuffles,
 //   timing, occupancy and dynamic shared memory (no kernel here uses them).
 #pragma once
@@ -38,12 +39,17 @@ extern thread_local dim3 gridDim;
 
 namespace pipeplan::cuda::sim {
 
-// Runs `body` once per thread of a grid × block launch on `stream`; throws std::runtime_error
-// naming what a thread did wrong (a bad shuffle, an exception), after every thread has finished.
-void run(dim3 grid, dim3 block, cudaStream_t stream, const std::function<void()>& body);
+// Launches a grid × block kernel on `stream` that runs `body` once per thread; throws
+// std::runtime_error naming what a thread did wrong (a bad shuffle, an exception), after every
+// thread has finished. Without a launch hook the kernel runs at once, on the calling thread.
+// A launch whose shape no GPU can launch is refused here, at once.
+void run(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> body);
 
-// Called before every launch with its stream (may throw to refuse it); none by default.
-void set_launch_hook(std::function<void(cudaStream_t)> hook);
+// A launch hook is handed every launch: its stream and the kernel itself, to run now or later
+// (a stand-in for a device's queue), on any thread; it may throw to refuse the launch. `body`
+// must then own what it reads (launch() in common.cuh captures the kernel's arguments by value).
+using LaunchHook = std::function<void(cudaStream_t stream, std::function<void()> kernel)>;
+void set_launch_hook(LaunchHook hook);  // none by default
 
 void syncthreads();
 float shfl_xor(unsigned int mask, float value, int lane_mask);
