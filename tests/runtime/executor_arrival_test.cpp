@@ -1,7 +1,8 @@
 // Payloads still arriving when recv returns (Message::arrival; the device-local transport with
 // PIPEPLAN_COPY_WAIT=stream): the executor orders every same-device reader of a recv behind its
-// arrival, on the reader's own thread, before the reader's node timer starts; a held BPipe stash
-// is sent back carrying the arrival it came with; and the step computes what it computes without.
+// arrival, on the reader's own thread, before the reader's node timer starts (for an overlapped
+// pair, before the pair starts, the second op's inputs too); a held BPipe stash is sent back
+// carrying the arrival it came with; and the step computes what it computes without.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "planner/graph/validator.h"
 #include "tests/runtime/executor_fixtures.h"
+#include "tests/runtime/forwarding_backend.h"
 
 namespace pipeplan {
 namespace {
@@ -189,6 +191,78 @@ TEST(ExecutorArrivals, ReadersWaitBehindTheArrivalBeforeTheirTimerStarts) {
   plain.timeout = milliseconds(20000);
   Executor without(plan, testing::cpu_backends(), plain);
   EXPECT_EQ(without.step(StepMode::gradients_only).loss, loss);
+}
+
+// The CPU backend, noting when each overlapped pair starts (begin_pair) and on which thread.
+class PairStartLog final : public testing::ForwardingBackend {
+ public:
+  PairStartLog(Recorder& recorder, std::shared_ptr<std::vector<Event>> starts,
+               std::shared_ptr<std::mutex> mutex)
+      : recorder_(recorder), starts_(std::move(starts)), mutex_(std::move(mutex)) {}
+  void begin_pair() override {
+    const std::lock_guard lock(*mutex_);
+    starts_->push_back(recorder_.now());
+  }
+
+ private:
+  Recorder& recorder_;
+  std::shared_ptr<std::vector<Event>> starts_;
+  std::shared_ptr<std::mutex> mutex_;
+};
+
+// A pair's second op runs on the backend's side stream, which waits for the pair's start: so the
+// arrivals of both ops' inputs are ordered, on the pair's thread, before the pair starts.
+TEST(ExecutorArrivals, BothOpsOfAnOverlappedPairWaitBehindTheirArrivalsBeforeThePairStarts) {
+  const TaskGraph plan =
+      *testing::tiny_plan(find_schedule_family("dualpipe-v"), BackwardMode::twobp);
+  Recorder recorder;
+  auto transport = std::make_unique<ArrivingTransport>(recorder);
+  ArrivingTransport& arriving = *transport;
+  std::vector<std::shared_ptr<std::vector<Event>>> pair_starts;
+  for (int d = 0; d < plan.meta.devices; ++d)
+    pair_starts.push_back(std::make_shared<std::vector<Event>>());
+  const auto mutex = std::make_shared<std::mutex>();
+  ExecutorOptions options;
+  options.timeout = milliseconds(20000);
+  Executor executor(
+      plan,
+      [&](int device) {
+        return std::make_unique<PairStartLog>(recorder,
+                                              pair_starts[static_cast<std::size_t>(device)], mutex);
+      },
+      options, std::move(transport));
+  executor.step(StepMode::gradients_only);
+
+  const auto inputs = predecessors(plan);
+  int ordered_inputs = 0;
+  for (int d = 0; d < plan.meta.devices; ++d) {
+    // The device's pairs start in its compute stream's order.
+    std::vector<OverlapPair> pairs;
+    for (const OverlapPair& pair : overlap_pairs(plan)) {
+      if (plan.node(pair.first).device == d) pairs.push_back(pair);
+    }
+    const std::vector<Event>& starts = *pair_starts[static_cast<std::size_t>(d)];
+    ASSERT_EQ(starts.size(), pairs.size()) << "device " << d;
+    ASSERT_FALSE(pairs.empty()) << "device " << d;
+    for (std::size_t p = 0; p < pairs.size(); ++p) {
+      for (const int op : {pairs[p].first, pairs[p].second}) {
+        for (const auto& [from, kind] : inputs[static_cast<std::size_t>(op)]) {
+          if (kind != EdgeKind::data || plan.node(from).kind != NodeKind::recv) continue;
+          const auto arrival = arriving.arrival(key_of(plan, plan.node(from)));
+          ASSERT_NE(arrival, nullptr) << plan.node_name(from) << " received nothing";
+          bool ordered = false;
+          for (const Event& order : arrival->orders())
+            ordered |= order.thread == starts[p].thread && order.seq < starts[p].seq;
+          EXPECT_TRUE(ordered) << "the pair of " << plan.node_name(pairs[p].first) << " and "
+                               << plan.node_name(pairs[p].second) << " started before "
+                               << plan.node_name(op) << " was ordered behind "
+                               << plan.node_name(from);
+          ++ordered_inputs;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ordered_inputs, 0) << "no pair reads a received payload";
 }
 
 }  // namespace
