@@ -183,6 +183,27 @@ const char* cublasGetStatusString(cublasStatus_t status) {
   }
 }
 
+// The versions of the headers it is built with (the backend reports which libraries it loaded).
+cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUBLAS_VER_MAJOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUBLAS_VER_MINOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUBLAS_VER_PATCH;
+      return CUBLAS_STATUS_SUCCESS;
+    default:
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
+}
+
+size_t cublasLtGetVersion() {
+  return CUBLAS_VERSION;  // cuBLASLt ships with cuBLAS and numbers its versions the same way
+}
+
 cublasStatus_t cublasGemmStridedBatchedEx_64(
     cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
     std::int64_t n, std::int64_t k, const void* alpha, const void* a, cudaDataType a_type,

@@ -1,7 +1,8 @@
-// A CPU stand-in for the parts of the CUDA runtime, driver, cuBLAS and cuBLASLt that runtime/cuda
-// calls, so that the GPU tests (tests/runtime/cuda/*.cpp) run in CI, where there is no GPU, on the
-// real backend code: its host side, its hand-written kernels (through ../kernels/kernel_sim.h)
-// and its GEMMs (fp32 loops here). Linked instead of libcudart, libcublas and libcublasLt.
+// A CPU stand-in for the parts of the CUDA runtime, driver, cuBLAS, cuBLASLt and NCCL that
+// runtime/cuda calls, so that the GPU tests (tests/runtime/cuda/*.cpp) run in CI, where there is no
+// GPU, on the real backend code: its host side, its hand-written kernels (through
+// ../kernels/kernel_sim.h), its GEMMs (fp32 loops here) and its NCCL transport (communicators in
+// one process). Linked instead of libcudart, libcublas, libcublasLt and libnccl.
 //
 // One device, shaped like an H100 SXM (132 SMs, 80 GiB, compute capability 9.0; its name,
 // kDefaultDeviceName, contains "H100" so that the backend picks that gpus.json entry). "Device"
@@ -24,6 +25,19 @@
 //   returns).
 // So the tests check the order between streams, not only what the backend computes.
 //
+// NCCL's sends and receives are deferred work in both orders. A send, when it runs, reads its
+// buffer into a message to its peer; a receive, when it runs, takes the message of the matching
+// send (the k-th receive from a peer matches its k-th send), first running the sender's stream up
+// to that send. Until that send has been queued the receive is not ready: it stays queued, and so
+// does everything behind it on its stream. Then an event recorded after it is not ready
+// (cudaEventQuery), a stream that waits on that event queues the wait, work queued behind it
+// waits in either order, and synchronisations (and cudaFree, and destroying the stream) wait until
+// it has run. Calls in a group are issued at its outermost end, sends first. Every rank is on the
+// one GPU, so a communicator of several ranks needs what NCCL needs for that (NCCL 2.30+, whose
+// version set_nccl_version sets, and NCCL_MULTI_RANK_GPU_ENABLE=1). A receive whose byte count
+// differs from its send's stays pending with an asynchronous error; ncclCommAbort completes what is
+// queued on the communicator without moving data.
+//
 // It enforces the CUDA rules the backend is written against, each a call that fails with an
 // error naming the rule (the driver would fail, or silently misbehave):
 // - an event is recorded only on a stream of the context the event was created in;
@@ -33,7 +47,9 @@
 //   context (the backend pushes a stage's context around every call);
 // - a green context is current on at most one thread at a time (driver documentation of
 //   cuGreenCtxCreate: "a green context can be current to only one thread at a time");
-// - cudaFree and cudaFreeHost take only what cudaMalloc and cudaMallocHost gave.
+// - cudaFree and cudaFreeHost take only what cudaMalloc and cudaMallocHost gave;
+// - several NCCL ranks on one GPU need NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL refuses
+//   a GPU taken twice), and NCCL's sends and receives obey the kernels' rule above.
 #pragma once
 
 #include <cstdint>
@@ -63,5 +79,9 @@ void set_device_name(const std::string& name);
 // a change applies to work queued from then on.
 void set_all_work_deferred(bool deferred);
 bool all_work_deferred();
+
+// The version ncclGetVersion reports from now on (NCCL_VERSION(2, 31, 2) = 23102 by default; 0
+// restores it). Built where NCCL's header is found (CMakeLists.txt).
+void set_nccl_version(int code);
 
 }  // namespace pipeplan::fake_cuda

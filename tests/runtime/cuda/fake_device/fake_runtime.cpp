@@ -1,6 +1,7 @@
 // The CUDA runtime and driver calls of runtime/cuda, on the CPU (fake_device.h).
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -22,6 +23,9 @@ struct State {
   std::string device_name = kDefaultDeviceName;
   std::map<void*, std::size_t> device_blocks, host_blocks;
   std::set<CUstream_st*> streams;  // live ones: a device-wide synchronisation runs their copies
+  // Destroyed streams, emptied, kept until exit: work on other streams, events and NCCL's records
+  // of queued sends may still name them (and find nothing left to run).
+  std::vector<std::unique_ptr<CUstream_st>> destroyed;
   // Everything the driver hands out lives until exit (reachable, so LeakSanitizer is quiet about
   // what the backend never destroys, such as resource descriptors).
   std::vector<std::unique_ptr<CUdevResourceDesc_st>> descs;
@@ -112,31 +116,77 @@ const char* rule_message_for(int status) {
   return thread_state.rule_status == status ? thread_state.rule_message.c_str() : nullptr;
 }
 
-void run_deferred(cudaStream_t stream, std::int64_t upto) {
-  if (stream == nullptr) {  // the legacy stream: after all work queued on the device
-    const std::lock_guard lock(state().mutex);
-    for (CUstream_st* s : state().streams)
-      run_deferred(s, upto);
-    return;
-  }
-  // The stream's lock is held while its work runs, so that two threads run it in order. Taken
-  // off the queue first: work that throws (a kernel's error) is not run again.
-  const std::lock_guard lock(stream->mutex);
+namespace {
+
+// The streams whose work this thread is running, outermost first (work may run another stream's).
+thread_local std::vector<CUstream_st*> running;
+
+// Runs `stream`'s work up to `upto`, its lock held. Work is taken off the queue first, so work
+// that throws (a kernel's error) is not run again; work that is not ready goes back.
+bool run_locked(CUstream_st* stream, std::int64_t upto) {
+  running.push_back(stream);
+  struct Leave {
+    ~Leave() { running.pop_back(); }
+  } leave;
   while (!stream->deferred.empty() && stream->deferred.front().first <= upto) {
-    const std::function<void()> work = std::move(stream->deferred.front().second);
+    auto [number, work] = std::move(stream->deferred.front());
     stream->deferred.pop_front();
-    work();
+    if (!work()) {
+      stream->deferred.emplace_front(number, std::move(work));
+      return false;
+    }
+    stream->ran.store(number);
   }
+  return true;
+}
+
+}  // namespace
+
+bool run_deferred(cudaStream_t stream, std::int64_t upto) {
+  if (stream == nullptr) {  // the legacy stream: after all work queued on the device
+    std::vector<CUstream_st*> streams;
+    {
+      const std::lock_guard lock(state().mutex);
+      streams.assign(state().streams.begin(), state().streams.end());
+    }
+    bool done = true;
+    for (CUstream_st* s : streams)
+      done = run_deferred(s, upto) && done;
+    return done;
+  }
+  // The stream's lock is held while its work runs, so that two threads run it in order.
+  const std::lock_guard lock(stream->mutex);
+  return run_locked(stream, upto);
+}
+
+bool run_deferred_from_work(cudaStream_t stream, std::int64_t upto) {
+  if (stream->ran.load() >= upto) return true;
+  if (std::find(running.begin(), running.end(), stream) != running.end()) return false;
+  const std::unique_lock lock(stream->mutex, std::try_to_lock);
+  return lock.owns_lock() && run_locked(stream, upto);
+}
+
+void run_deferred_until_done(cudaStream_t stream, std::int64_t upto) {
+  while (!run_deferred(stream, upto))
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+std::int64_t queue(cudaStream_t stream, std::function<bool()> work) {
+  const std::lock_guard lock(stream->mutex);
+  stream->deferred.emplace_back(++stream->queued, std::move(work));
+  return stream->queued;
 }
 
 void defer(cudaStream_t stream, std::function<void()> work) {
   if (stream == nullptr) {
-    run_deferred(nullptr);
+    run_deferred_until_done(nullptr);
     work();
     return;
   }
-  const std::lock_guard lock(stream->mutex);
-  stream->deferred.emplace_back(++stream->queued, std::move(work));
+  queue(stream, [work = std::move(work)] {
+    work();
+    return true;
+  });
 }
 
 namespace {
@@ -158,19 +208,19 @@ bool all_work_deferred() {
 }
 
 void run_or_defer(cudaStream_t stream, std::function<void()> work) {
-  if (all_work_deferred()) {
-    defer(stream, std::move(work));
-  } else {
-    run_deferred(stream);  // stream order: the copies queued before it run first
+  // Stream order: the work queued before it runs first, or it queues behind what is not ready.
+  if (!all_work_deferred() && run_deferred(stream)) {
     work();
+  } else {
+    defer(stream, std::move(work));
   }
 }
 
 namespace {
 
-// Runs what a recorded event follows (nothing for one never recorded).
-void run_before(cudaEvent_t event) {
-  if (event->recorded.load()) run_deferred(event->stream, event->upto);
+// Runs what a recorded event follows (nothing for one never recorded); whether it all ran.
+bool run_before(cudaEvent_t event) {
+  return !event->recorded.load() || run_deferred(event->stream, event->upto);
 }
 
 CUstream_st* new_stream(CUctx_st* context, int priority) {
@@ -183,12 +233,10 @@ CUstream_st* new_stream(CUctx_st* context, int priority) {
 }
 
 void delete_stream(CUstream_st* stream) {
-  run_deferred(stream);
-  {
-    const std::lock_guard lock(state().mutex);
-    state().streams.erase(stream);
-  }
-  delete stream;
+  run_deferred_until_done(stream);
+  const std::lock_guard lock(state().mutex);
+  state().streams.erase(stream);
+  state().destroyed.emplace_back(stream);
 }
 }  // namespace
 
@@ -287,6 +335,17 @@ cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device) {
   return cudaSuccess;
 }
 
+// The versions of the headers it is built with (the backend reports which libraries it loaded).
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDA_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError() {
   const cudaError_t last = thread_state.last_error;
   thread_state.last_error = cudaSuccess;
@@ -312,13 +371,15 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle:
       return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
     default:
       return "fake_device: unexpected error";
   }
 }
 
 cudaError_t cudaDeviceSynchronize() {
-  run_deferred(nullptr);
+  run_deferred_until_done(nullptr);
   return cudaSuccess;
 }
 
@@ -338,7 +399,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t size) {
 
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;  // also the runtime's "initialise" idiom
-  run_deferred(nullptr);                       // cudaFree synchronises the device
+  run_deferred_until_done(nullptr);            // cudaFree synchronises the device
   bool known = false;
   {
     const std::lock_guard lock(state().mutex);
@@ -385,17 +446,24 @@ cudaError_t cudaFreeHost(void* pointer) {
   return cudaSuccess;
 }
 
-// Device-to-device: deferred (fake_device.h); to or from the host: at once (the host may reuse a
-// pageable source as soon as the call returns), after the stream's deferred copies.
+// Device-to-device: deferred (fake_device.h); to or from the host: at once, after the stream's
+// deferred work, or, when some of it is not ready, queued behind it, with a host source copied
+// first (the host may reuse a pageable source as soon as the call returns).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (kind == cudaMemcpyDeviceToDevice) {
     defer(stream, [dst, src, count] { std::memmove(dst, src, count); });
-    return cudaSuccess;
+  } else if (run_deferred(stream)) {
+    std::memmove(dst, src, count);
+  } else if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) {
+    const auto* from = static_cast<const unsigned char*>(src);
+    defer(stream, [dst, staged = std::vector<unsigned char>(from, from + count)] {
+      std::memcpy(dst, staged.data(), staged.size());
+    });
+  } else {
+    defer(stream, [dst, src, count] { std::memmove(dst, src, count); });
   }
-  run_deferred(stream);
-  std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
@@ -427,8 +495,12 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 std::size_t count, cudaStream_t stream) {
   if (dst_device != 0 || src_device != 0) return fail(cudaErrorInvalidDevice);
-  run_deferred(stream);
-  if (count > 0) std::memmove(dst, src, count);
+  if (count == 0) return cudaSuccess;
+  if (run_deferred(stream)) {
+    std::memmove(dst, src, count);
+  } else {
+    defer(stream, [dst, src, count] { std::memmove(dst, src, count); });
+  }
   return cudaSuccess;
 }
 
@@ -475,13 +547,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  run_deferred(stream);
+  run_deferred_until_done(stream);
   return cudaSuccess;
 }
 
-// The waiting stream's later work follows the event's: the copies it follows run now.
-cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
-                                unsigned int /*flags*/) {
+// The waiting stream's later work follows the event's: the work it follows runs now, or, when
+// some of it is not ready, the waiting stream queues a wait that is ready once it has run.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
   // Allowed across contexts; the work it waits for has run already. A GPU lets a stream wait on
   // an event never recorded and orders nothing: in the backend that is a lost dependency.
   if (!event->recorded.load()) {
@@ -489,7 +561,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/, cudaEvent_t event,
                cudaErrorInvalidResourceHandle);
     return fail(cudaErrorInvalidResourceHandle);
   }
-  run_before(event);
+  if (run_before(event)) return cudaSuccess;
+  CUstream_st* waited = event->stream;
+  if (stream == nullptr || waited == nullptr) {  // the legacy stream waits here
+    run_deferred_until_done(waited, event->upto);
+  } else {
+    queue(stream, [waited, upto = event->upto] { return run_deferred_from_work(waited, upto); });
+  }
   return cudaSuccess;
 }
 
@@ -527,13 +605,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// Complete once asked about: the copies it follows run now.
+// Complete once asked about, unless some of the work it follows is not ready: that work runs now.
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  run_before(event);
-  return cudaSuccess;
+  return run_before(event) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  run_before(event);
+  if (event->recorded.load()) run_deferred_until_done(event->stream, event->upto);
   return cudaSuccess;
 }
 

@@ -1,5 +1,5 @@
 // The stand-in's objects and shared state (fake_device.h says what it models), used by
-// fake_runtime.cpp (runtime and driver) and fake_cublas.cpp.
+// fake_runtime.cpp (runtime and driver), fake_cublas.cpp and fake_nccl.cpp.
 #pragma once
 
 #include <atomic>
@@ -31,10 +31,13 @@ struct CUstream_st {
   CUctx_st* context = nullptr;
   int priority = 0;  // as created (cudaStreamGetPriority reads it back)
   // Work queued on the stream and not run yet (fake_device.h: copies, or all work), each with its
-  // number in the stream's order; `queued` numbers the stream's deferred work so far.
+  // number in the stream's order; `queued` numbers the stream's deferred work so far, and `ran` is
+  // the number up to which all of it has run (read without the lock). Work returns false when it
+  // cannot run yet (not ready): it stays at the front, and everything behind it waits.
   std::mutex mutex;
-  std::deque<std::pair<std::int64_t, std::function<void()>>> deferred;
+  std::deque<std::pair<std::int64_t, std::function<bool()>>> deferred;
   std::int64_t queued = 0;
+  std::atomic<std::int64_t> ran = 0;
 };
 
 struct CUevent_st {
@@ -81,16 +84,30 @@ void count_gemm();
 
 // Runs the work deferred on `stream` (the null stream: on every stream), in order, up to number
 // `upto`: what a wait on an event, a synchronisation or work queued after them on that stream
-// needs done first.
-void run_deferred(cudaStream_t stream, std::int64_t upto = INT64_MAX);
+// needs done first. Returns whether it got there (false: work that is not ready stopped it).
+bool run_deferred(cudaStream_t stream, std::int64_t upto = INT64_MAX);
 
-// Queues `work` on `stream` to run when something must follow it (run_deferred); on the null
-// stream, runs it now, after everything queued on the device.
+// The same from inside deferred work, which holds its own stream's lock: a stream (not the null
+// one) that another thread is running, or this one further out, is not waited for (that could
+// wait in a circle); the caller's work is then not ready and is tried again later.
+bool run_deferred_from_work(cudaStream_t stream, std::int64_t upto);
+
+// A synchronisation: run_deferred until it gets there, sleeping briefly between tries.
+void run_deferred_until_done(cudaStream_t stream, std::int64_t upto = INT64_MAX);
+
+// Queues `work` on `stream` (not the null stream) to run when something must follow it
+// (run_deferred), where it may report that it is not ready; returns its number in the stream's
+// order.
+std::int64_t queue(cudaStream_t stream, std::function<bool()> work);
+
+// Queues `work`, which is always ready, on `stream`; on the null stream, runs it now, after
+// everything queued on the device.
 void defer(cudaStream_t stream, std::function<void()> work);
 
 // A kernel, GEMM or memset on `stream` (checked by check_launch_stream): deferred in the "all
-// deferred" order, else run now, after the copies deferred before it on its stream. It must own
-// what it reads but device memory; it runs on whichever thread makes it run.
+// deferred" order, else run now, after the copies deferred before it on its stream (deferred
+// behind them when some of them are not ready). It must own what it reads but device memory; it
+// runs on whichever thread makes it run.
 void run_or_defer(cudaStream_t stream, std::function<void()> work);
 
 }  // namespace pipeplan::fake_cuda

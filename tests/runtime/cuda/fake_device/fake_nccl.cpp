@@ -1,0 +1,498 @@
+// NCCL's point-to-point calls of runtime/cuda/nccl_transport.cpp, on the CPU (fake_device.h):
+// communicators in one process, whose sends and receives are deferred work on their streams.
+//
+// The ranks of one communicator form a clique: those of one unique id (ncclCommInitRank), of one
+// ncclCommInitAll, or of one colour of one ncclCommSplit. Every rank is on the stand-in's one
+// GPU, so a clique of two or more ranks needs what NCCL needs for several ranks on one GPU.
+// Between two ranks of a clique, messages go in the order they were sent: the k-th ncclRecv from a
+// peer takes the k-th ncclSend to it, which must carry the same number of bytes.
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/runtime/cuda/fake_device/fake_state.h"
+
+namespace pipeplan::fake_cuda {
+
+namespace {
+
+constexpr int kDefaultVersion = NCCL_VERSION(2, 31, 2);
+constexpr int kMultiRankVersion = NCCL_VERSION(2, 30, 0);
+std::atomic<int> version_code = 0;  // 0: kDefaultVersion
+
+int version() {
+  const int code = version_code.load();
+  return code != 0 ? code : kDefaultVersion;
+}
+
+std::string dotted(int code) {  // NCCL 2.9 and later: major·10000 + minor·100 + patch
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+// One send on a channel: where it is queued (its stream, and its number there once queue()
+// returned; 0 until then) and, once it has run, the bytes it read.
+struct Sent {
+  cudaStream_t stream = nullptr;
+  std::int64_t number = 0;
+  bool ran = false;
+  std::vector<unsigned char> bytes;
+};
+
+// The messages from one rank of a clique to another, by the order they were sent in.
+struct Channel {
+  std::int64_t sends = 0;               // issued so far
+  std::int64_t receives = 0;            // issued so far
+  std::map<std::int64_t, Sent> queued;  // sends not yet received
+};
+
+struct Clique {
+  int nranks = 0;                                   // 0 for a split's: as many as join
+  std::set<int> ranks;                              // those that joined
+  std::map<std::pair<int, int>, Channel> channels;  // by (from, to)
+};
+
+// One rank's side of a communicator. Deferred work holds it, so it outlives ncclCommDestroy.
+struct Member {
+  std::shared_ptr<Clique> clique;
+  int rank = 0;
+  int splits = 0;  // ncclCommSplit calls made on it so far
+  std::atomic<bool> aborted = false;
+  // The asynchronous error and its text (under the lock); whether it was counted as a rule.
+  ncclResult_t error = ncclSuccess;
+  std::string error_text;
+  bool error_counted = false;
+};
+
+struct State {
+  std::mutex mutex;  // never held while a stream's lock is taken
+  std::int64_t ids = 0;
+  std::map<std::string, std::shared_ptr<Clique>> by_id;
+  std::map<std::tuple<const Clique*, int, int>, std::shared_ptr<Clique>> splits;
+  std::set<ncclComm_t> aborted;  // kept until destroyed (callers may drop an aborted one)
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed, like the runtime's
+  return *s;
+}
+
+// A send or a receive, as called.
+struct Call {
+  bool send = false;
+  void* buffer = nullptr;
+  std::size_t bytes = 0;
+  int peer = 0;
+  std::shared_ptr<Member> member;
+  cudaStream_t stream = nullptr;
+};
+// This thread's last error (ncclGetLastError) and its group: depth and the calls it holds.
+thread_local std::string last_error;
+thread_local int group_depth = 0;
+thread_local std::vector<Call> grouped;
+
+ncclResult_t refuse(ncclResult_t code, const std::string& text) {
+  last_error = text;
+  return code;
+}
+
+// A rule of the stand-in (fake_device.h): counted, and named by ncclGetErrorString too.
+ncclResult_t refuse_rule(ncclResult_t code, const std::string& text) {
+  last_error = break_rule(text, code);
+  return code;
+}
+
+// By ncclDataType_t: int8 (char), uint8, int32, uint32, int64, uint64, float16, float32, float64,
+// bfloat16; 0: not modelled (the 8-bit floats, which not every NCCL has).
+std::size_t size_of(ncclDataType_t type) {
+  constexpr std::size_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  const auto index = static_cast<std::size_t>(type);
+  return index < std::size(kSizes) ? kSizes[index] : 0;
+}
+
+// NCCL refuses a GPU taken by two ranks of one communicator, except, from 2.30, with
+// NCCL_MULTI_RANK_GPU_ENABLE=1.
+ncclResult_t check_ranks_on_one_gpu(int ranks, const char* call) {
+  if (ranks < 2) return ncclSuccess;
+  const char* enable = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const bool enabled = enable != nullptr && std::string(enable) == "1";
+  if (enabled && version() >= kMultiRankVersion) return ncclSuccess;
+  return refuse_rule(
+      ncclInvalidUsage,
+      std::string(call) + ": " + std::to_string(ranks) +
+          " ranks on GPU 0 (the only one); several ranks on one GPU need NCCL 2.30+ and "
+          "NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL " +
+          dotted(version()) + " here, NCCL_MULTI_RANK_GPU_ENABLE " +
+          (enable != nullptr ? "is '" + std::string(enable) + "'" : std::string("unset")) + ")");
+}
+
+}  // namespace
+}  // namespace pipeplan::fake_cuda
+
+struct ncclComm {
+  std::shared_ptr<pipeplan::fake_cuda::Member> member;
+};
+
+namespace pipeplan::fake_cuda {
+
+void set_nccl_version(int code) {
+  version_code.store(code);
+}
+
+namespace {
+
+ncclComm_t join(std::shared_ptr<Clique> clique, int rank) {
+  auto member = std::make_shared<Member>();
+  member->clique = std::move(clique);
+  member->rank = rank;
+  return new ncclComm{std::move(member)};
+}
+
+ncclResult_t check_usable(ncclComm_t comm, const char* call) {
+  if (comm == nullptr)
+    return refuse(ncclInvalidArgument, std::string(call) + ": null communicator");
+  if (comm->member->aborted.load()) {
+    return refuse(ncclInvalidUsage, std::string(call) + ": the communicator was aborted");
+  }
+  return ncclSuccess;
+}
+
+// A send, when it runs: reads its bytes into the channel (an aborted communicator's: none).
+void run_send(const Call& call, std::int64_t k) {
+  std::vector<unsigned char> bytes;
+  const bool aborted = call.member->aborted.load();
+  if (!aborted && call.bytes > 0) {
+    const auto* from = static_cast<const unsigned char*>(call.buffer);
+    bytes.assign(from, from + call.bytes);
+  }
+  const std::lock_guard lock(state().mutex);
+  Channel& channel = call.member->clique->channels[{call.member->rank, call.peer}];
+  if (aborted) {
+    channel.queued.erase(k);
+  } else {
+    Sent& sent = channel.queued[k];
+    sent.ran = true;
+    sent.bytes = std::move(bytes);
+  }
+}
+
+// A receive, when it runs: takes the k-th message from the peer, first running the peer's stream
+// up to the send that carries it when that send is queued and has not run. Not ready while that
+// send is not queued (or cannot run yet), or while its byte count differs (an asynchronous error:
+// on a GPU the kernel would wait for bytes that never come). Once aborted, done at once.
+bool run_receive(const Call& call, std::int64_t k) {
+  Member& me = *call.member;
+  if (me.aborted.load()) return true;
+  std::unique_lock lock(state().mutex);
+  Channel& channel = me.clique->channels[{call.peer, me.rank}];  // stays where it is in the map
+  auto it = channel.queued.find(k);
+  if (it == channel.queued.end()) return false;
+  if (!it->second.ran) {
+    const cudaStream_t stream = it->second.stream;
+    const std::int64_t number = it->second.number;
+    lock.unlock();
+    if (number == 0 || !run_deferred_from_work(stream, number)) return false;
+    lock.lock();
+    it = channel.queued.find(k);
+    if (it == channel.queued.end() || !it->second.ran) return false;
+  }
+  if (it->second.bytes.size() != call.bytes) {
+    if (me.error == ncclSuccess) {
+      me.error = ncclInvalidUsage;
+      me.error_text = "ncclRecv of " + std::to_string(call.bytes) + " bytes from rank " +
+                      std::to_string(call.peer) + " met an ncclSend of " +
+                      std::to_string(it->second.bytes.size()) +
+                      " bytes (the byte counts of a send and its receive must match)";
+    }
+    return false;
+  }
+  const std::vector<unsigned char> bytes = std::move(it->second.bytes);
+  channel.queued.erase(it);
+  lock.unlock();
+  if (!bytes.empty()) std::memcpy(call.buffer, bytes.data(), bytes.size());
+  return true;
+}
+
+// Queues a call on its stream, numbered in its channel's order.
+void issue(const Call& call) {
+  Member& me = *call.member;
+  if (!call.send) {
+    std::int64_t k = 0;
+    {
+      const std::lock_guard lock(state().mutex);
+      k = me.clique->channels[{call.peer, me.rank}].receives++;
+    }
+    queue(call.stream, [call, k] { return run_receive(call, k); });
+    return;
+  }
+  std::int64_t k = 0;
+  {
+    const std::lock_guard lock(state().mutex);
+    Channel& channel = me.clique->channels[{me.rank, call.peer}];
+    k = channel.sends++;
+    channel.queued[k].stream = call.stream;
+  }
+  // Numbered once queued: a receive that finds no number yet is not ready, and tries again.
+  const std::int64_t number = queue(call.stream, [call, k] {
+    run_send(call, k);
+    return true;
+  });
+  const std::lock_guard lock(state().mutex);
+  Channel& channel = me.clique->channels[{me.rank, call.peer}];
+  if (const auto it = channel.queued.find(k); it != channel.queued.end()) {
+    it->second.number = number;
+  }
+}
+
+ncclResult_t point_to_point(bool send, const void* buffer, std::size_t count, ncclDataType_t type,
+                            int peer, ncclComm_t comm, cudaStream_t stream) {
+  const char* name = send ? "ncclSend" : "ncclRecv";
+  if (const ncclResult_t status = check_usable(comm, name); status != ncclSuccess) return status;
+  const std::size_t size = size_of(type);
+  if (size == 0) {
+    return refuse(ncclInvalidArgument,
+                  std::string(name) + ": datatype " + std::to_string(type) + " is not modelled");
+  }
+  const int nranks = comm->member->clique->nranks;
+  if (peer < 0 || (nranks > 0 && peer >= nranks)) {
+    return refuse(ncclInvalidArgument, std::string(name) + ": peer " + std::to_string(peer) +
+                                           " outside a communicator of " + std::to_string(nranks) +
+                                           " ranks");
+  }
+  if (stream == nullptr) {
+    return refuse(ncclInvalidArgument,
+                  std::string(name) + ": the stand-in runs NCCL on created streams only");
+  }
+  if (count > 0 && buffer == nullptr) {
+    return refuse(ncclInvalidArgument, std::string(name) + ": null buffer");
+  }
+  // NCCL launches a kernel on the stream: the rule kernels obey (fake_device.h).
+  if (const std::string broken = check_launch_stream(stream, name, ncclInvalidUsage);
+      !broken.empty()) {
+    last_error = broken;
+    return ncclInvalidUsage;
+  }
+  Call call{send, const_cast<void*>(buffer), count * size, peer, comm->member, stream};
+  if (group_depth > 0) {
+    grouped.push_back(std::move(call));
+  } else {
+    issue(call);
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+}  // namespace pipeplan::fake_cuda
+
+using namespace pipeplan::fake_cuda;  // NOLINT(google-build-using-namespace): the C API below
+
+ncclResult_t ncclGetVersion(int* code) {
+  if (code == nullptr) return refuse(ncclInvalidArgument, "ncclGetVersion: null pointer");
+  *code = version();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (id == nullptr) return refuse(ncclInvalidArgument, "ncclGetUniqueId: null pointer");
+  std::int64_t number = 0;
+  {
+    const std::lock_guard lock(state().mutex);
+    number = ++state().ids;
+  }
+  *id = ncclUniqueId{};
+  const std::string text = "fake_nccl id " + std::to_string(number);
+  std::memcpy(id->internal, text.data(), text.size());
+  return ncclSuccess;
+}
+
+// Joins the clique of `id` at once (on a GPU, from several threads or within one group).
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    return refuse(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
+                                           std::to_string(nranks));
+  }
+  *comm = nullptr;
+  if (const ncclResult_t status = check_ranks_on_one_gpu(nranks, "ncclCommInitRank");
+      status != ncclSuccess) {
+    return status;
+  }
+  std::shared_ptr<Clique> clique;
+  bool joined = false;
+  {
+    const std::lock_guard lock(state().mutex);
+    std::shared_ptr<Clique>& known = state().by_id[std::string(id.internal, sizeof(id.internal))];
+    if (known == nullptr) {
+      known = std::make_shared<Clique>();
+      known->nranks = nranks;
+    }
+    clique = known;
+    joined = clique->nranks == nranks && clique->ranks.insert(rank).second;
+  }
+  if (!joined) {
+    return refuse(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
+                                           std::to_string(nranks) +
+                                           " is taken, or the id's communicator has " +
+                                           std::to_string(clique->nranks) + " ranks");
+  }
+  *comm = join(std::move(clique), rank);
+  return ncclSuccess;
+}
+
+// A null `devlist` means devices 0 to ndev - 1, as in NCCL; only device 0 exists here.
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr || ndev < 1) {
+    return refuse(ncclInvalidArgument, "ncclCommInitAll: " + std::to_string(ndev) + " devices");
+  }
+  for (int i = 0; i < ndev; ++i) {
+    const int device = devlist != nullptr ? devlist[i] : i;
+    if (device != 0) {
+      return refuse(ncclInvalidArgument, "ncclCommInitAll: device " + std::to_string(device) +
+                                             " does not exist (the stand-in has GPU 0 only)");
+    }
+  }
+  if (const ncclResult_t status = check_ranks_on_one_gpu(ndev, "ncclCommInitAll");
+      status != ncclSuccess) {
+    return status;
+  }
+  auto clique = std::make_shared<Clique>();
+  clique->nranks = ndev;
+  for (int rank = 0; rank < ndev; ++rank)
+    clique->ranks.insert(rank);
+  for (int rank = 0; rank < ndev; ++rank)
+    comms[rank] = join(clique, rank);
+  return ncclSuccess;
+}
+
+// NCCL ranks a colour's members by key, then by their old rank. Here the key is the new rank
+// itself, so each colour's keys must be 0, 1, ... (distinct); the clique is that of the parent's
+// split with the same count (the k-th split of each member) and colour.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t* /*config*/) {
+  if (const ncclResult_t status = check_usable(comm, "ncclCommSplit"); status != ncclSuccess) {
+    return status;
+  }
+  if (newcomm == nullptr || (color != NCCL_SPLIT_NOCOLOR && (color < 0 || key < 0))) {
+    return refuse(ncclInvalidArgument, "ncclCommSplit: colour " + std::to_string(color) + ", key " +
+                                           std::to_string(key));
+  }
+  *newcomm = nullptr;
+  Member& me = *comm->member;
+  std::shared_ptr<Clique> clique;
+  {
+    const std::lock_guard lock(state().mutex);
+    const int split = me.splits++;
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    std::shared_ptr<Clique>& known = state().splits[{me.clique.get(), split, color}];
+    if (known == nullptr) known = std::make_shared<Clique>();
+    if (known->ranks.insert(key).second) clique = known;
+  }
+  if (clique == nullptr) {
+    return refuse(ncclInvalidArgument, "ncclCommSplit: key " + std::to_string(key) +
+                                           " taken twice in colour " + std::to_string(color) +
+                                           " (the stand-in makes each key its member's rank)");
+  }
+  *newcomm = join(std::move(clique), key);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+// The outermost end issues the group's calls: its sends first, then its receives, each in call
+// order. On a GPU a group is one kernel whose calls progress together; here sends never wait, so
+// issuing them first lets a group that receives before it sends complete as it does there.
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--group_depth > 0) return ncclSuccess;
+  std::vector<Call> calls = std::move(grouped);
+  grouped.clear();
+  std::stable_partition(calls.begin(), calls.end(), [](const Call& call) { return call.send; });
+  for (const Call& call : calls)
+    issue(call);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* buffer, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return point_to_point(true, buffer, count, type, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void* buffer, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return point_to_point(false, buffer, count, type, peer, comm, stream);
+}
+
+// The error is counted as a broken rule when it is first asked about (deferred work, which found
+// it, never takes the runtime's lock).
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  if (const ncclResult_t status = check_usable(comm, "ncclCommGetAsyncError");
+      status != ncclSuccess) {
+    return status;
+  }
+  if (error == nullptr) return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: null pointer");
+  Member& me = *comm->member;
+  std::string first;
+  {
+    const std::lock_guard lock(state().mutex);
+    *error = me.error;
+    if (me.error != ncclSuccess && !me.error_counted) {
+      me.error_counted = true;
+      first = me.error_text;
+    }
+  }
+  if (!first.empty()) break_rule(first, *error);
+  return ncclSuccess;
+}
+
+// Its queued sends and receives complete without moving data; later calls on it are refused.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  comm->member->aborted.store(true);
+  const std::lock_guard lock(state().mutex);
+  state().aborted.insert(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  {
+    const std::lock_guard lock(state().mutex);
+    state().aborted.erase(comm);
+  }
+  delete comm;
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t code) {
+  if (const char* rule = rule_message_for(code)) return rule;
+  static constexpr const char* kTexts[] = {"no error",
+                                           "unhandled cuda error",
+                                           "unhandled system error",
+                                           "internal error",
+                                           "invalid argument",
+                                           "invalid usage",
+                                           "remote process exited or there was a network error",
+                                           "NCCL operation in progress"};
+  const auto index = static_cast<std::size_t>(code);
+  return index < std::size(kTexts) ? kTexts[index] : "unknown result code";
+}
+
+// This thread's last refused call; for a communicator with an asynchronous error, that error.
+const char* ncclGetLastError(ncclComm_t comm) {
+  if (comm != nullptr) {
+    const std::lock_guard lock(state().mutex);
+    if (comm->member->error != ncclSuccess) last_error = comm->member->error_text;
+  }
+  return last_error.c_str();
+}
