@@ -32,7 +32,8 @@ namespace pipeplan {
 // 4: GpuProfileOptions::gpu (the profile's gpus.json entry, checked before measuring).
 // 5: GpuProfileOptions::gemm_candidates and GpuRunOptions::gemm_candidates.
 // 6: GpuPlugin::environment (`pipeplan env`).
-inline constexpr int kGpuPluginVersion = 6;
+// 7: GpuRunOptions::transport (NCCL between stages of one GPU).
+inline constexpr int kGpuPluginVersion = 7;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
@@ -63,6 +64,12 @@ struct GpuProfileOptions {
   bool progress = false;  // a progress bar on stderr
 };
 
+// `pipeplan run --transport`: automatic is device-local copies between stages on one GPU (emulated,
+// or a one-device plan) and NCCL otherwise; device_local asks for the copies (one GPU only); nccl
+// asks for NCCL, also between stages of one GPU, which needs NCCL 2.30 or later with
+// NCCL_MULTI_RANK_GPU_ENABLE=1 (several NCCL ranks on one GPU).
+enum class GpuTransport { automatic, device_local, nccl };
+
 // `pipeplan run --backend cuda`.
 struct GpuRunOptions {
   int emulate = 0;  // > 0: emulate that many stages on GPU 0 (docs/design/runtime.md, "On GPUs")
@@ -77,6 +84,8 @@ struct GpuRunOptions {
   // As GpuProfileOptions::gemm_candidates, per stage: each stage times the answers on its own SMs
   // (in the first step, beside the other stages' work).
   int gemm_candidates = 1;
+  // How stages exchange tensors (docs/design/runtime.md, "NCCL on one GPU").
+  GpuTransport transport = GpuTransport::automatic;
 };
 
 // What the executor needs for one run on GPUs, prepared before it starts: one backend per plan

@@ -89,13 +89,36 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
         "run each rank has a GPU of its own (drop --emulate, or run without "
         "mpirun/srun/torchrun)");
   }
+  const GpuTransport chosen = gpu_transport();
+  if (chosen != GpuTransport::automatic && backend != "cuda") {
+    throw Error(
+        "--transport: only with --backend cuda (CPU stages exchange tensors in the "
+        "process, or over MPI between ranks)");
+  }
+  if (chosen == GpuTransport::device_local &&
+      (as_rank || (emulate == 0 && plan.meta.devices > 1))) {
+    throw Error(
+        "--transport device-local: copies between stages on one GPU in one process; this "
+        "run has " +
+        std::string(as_rank ? "one rank per plan device" : "one GPU per plan device") +
+        " (use --emulate " + std::to_string(plan.meta.devices) +
+        " in one process, or --transport nccl)");
+  }
   return plan;
+}
+
+GpuTransport RunCommand::gpu_transport() const {
+  if (transport_kind == "auto") return GpuTransport::automatic;
+  if (transport_kind == "device-local") return GpuTransport::device_local;
+  if (transport_kind == "nccl") return GpuTransport::nccl;
+  throw Error("--transport: unknown transport '" + transport_kind + "' (auto, device-local, nccl)");
 }
 
 std::string RunCommand::shared_options() const {
   return "backend=" + backend + " steps=" + std::to_string(steps) +
          " seed=" + std::to_string(seed) + " timeout_ms=" + std::to_string(timeout_ms) +
-         " gpu=" + gpu + " gemm_candidates=" + std::to_string(gemm_candidates);
+         " gpu=" + gpu + " gemm_candidates=" + std::to_string(gemm_candidates) +
+         " transport=" + transport_kind;
 }
 
 int RunCommand::run() const {
@@ -181,8 +204,8 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   }
   const SimResult predicted = simulate(plan);
   // Collective under MPI: the ranks agree on their GPUs and exchange the NCCL unique id.
-  const std::unique_ptr<GpuRun> gpu_run =
-      plugin->prepare_run(plan, {emulate, gpu, ranks.group.get(), timeout(), gemm_candidates});
+  const std::unique_ptr<GpuRun> gpu_run = plugin->prepare_run(
+      plan, {emulate, gpu, ranks.group.get(), timeout(), gemm_candidates, gpu_transport()});
   std::unique_ptr<Executor> executor;
   {
     std::optional<std::string> error;
@@ -307,6 +330,11 @@ Command add_run_command(CLI::App& app) {
                   "OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS shows more than one rank, env "
                   "when WORLD_SIZE does with RANK, MASTER_ADDR and MASTER_PORT set; refused when "
                   "both do)")
+      ->capture_default_str();
+  sub->add_option("--transport", cmd->transport_kind,
+                  "cuda: auto (device-local copies between stages on one GPU, NCCL between "
+                  "GPUs), device-local (one GPU), nccl (also between the stages of one GPU: NCCL "
+                  "2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1)")
       ->capture_default_str();
   return {sub, [cmd] { return cmd->run(); }};
 }

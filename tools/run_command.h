@@ -15,6 +15,7 @@
 
 #include "planner/graph/taskgraph.h"
 #include "runtime/executor.h"
+#include "runtime/gpu_plugin.h"
 #include "runtime/launch.h"
 #include "runtime/mpi/mpi_session.h"
 #include "runtime/process_group.h"
@@ -50,6 +51,7 @@ struct RunCommand {
   std::string gpu;
   int gemm_candidates = 1;  // cuda: cuBLASLt answers timed per GEMM shape
   std::string launcher = "auto";
+  std::string transport_kind = "auto";  // --transport (cuda): auto, device-local, nccl
 
   // Chooses one process or one rank (--launcher, the MPI/Slurm or torchrun environment) and runs.
   int run() const;
@@ -60,6 +62,7 @@ struct RunCommand {
   // The options every rank must share, with the plan: ranks compare a fingerprint of both.
   std::string shared_options() const;
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms); }
+  GpuTransport gpu_transport() const;  // --transport, parsed (throws naming the option)
 
  private:
   std::string header(const TaskGraph& plan, const std::string& backend_name,

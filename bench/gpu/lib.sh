@@ -215,7 +215,7 @@ environment_line() {
   local line switch
   line="PIPEPLAN_DATA_DIR=$(portable "$PIPEPLAN_DATA_DIR")"
   for switch in LD_LIBRARY_PATH PIPEPLAN_CUDA_PLUGIN PIPEPLAN_CUDNN_LIBRARY PIPEPLAN_COPY_WAIT \
-    PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS; do
+    PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS NCCL_MULTI_RANK_GPU_ENABLE; do
     if [[ -n ${!switch:-} ]]; then line+=" $switch=$(portable "${!switch}")"; fi
   done
   echo "$line"

@@ -110,6 +110,65 @@ what_pairs() {
     -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
 }
 
+# NCCL on one GPU (NCCL 2.30 or later, several ranks on one GPU): GPipe fused, 1F1B-2bp,
+# interleaved, ZB-V and 1F1B-2bp with BPipe at m = 2P, planned from the stages' profile, each run
+# with device-local copies (--emulate P), over NCCL between the emulated stages (--transport
+# nccl) and, where torchrun is on the PATH, as P processes sharing the GPU; nccl-losses.txt
+# compares the losses. Then the NCCL GPU tests, and a rank killed at its first node (every rank
+# must end, non-zero, within --timeout-ms).
+what_nccl() {
+  need_profile nccl || return 0
+  local cap_s=180 m2=$((2 * stages)) name plan
+  local -a runs=()
+  local NCCL_MULTI_RANK_GPU_ENABLE=1
+  export NCCL_MULTI_RANK_GPU_ENABLE
+  local -a plans=("gpipe fused" "1f1b 2bp" "interleaved 2bp" "zb-v 2bp" "1f1b 2bp bpipe")
+  local entry schedule backward bpipe
+  for entry in "${plans[@]}"; do
+    read -r schedule backward bpipe <<< "$entry"
+    name="nccl-$schedule-m$m2-$backward${bpipe:+-bpipe}"
+    plan="$out/$name.plan.json"
+    record "$name.plan.txt" "$pipeplan" plan "${common[@]}" --schedule "$schedule" \
+      --backward "$backward" --microbatches "$m2" ${bpipe:+--bpipe on} -o "$plan" || continue
+    record "$name.local.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
+      --steps "$steps" --json --trace "$out/$name.local.trace.json" || true
+    record "$name.nccl.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
+      --transport nccl --steps "$steps" --json --trace "$out/$name.nccl.trace.json" || true
+    record "$name.nccl.diff.txt" "$pipeplan" diff "$plan" "$out/$name.nccl.trace.json" \
+      --top 15 || true
+    runs+=("$out/$name.local.json" "$out/$name.nccl.json")
+    if ((dry)) || command -v torchrun > /dev/null; then
+      record "$name.torchrun.json" torchrun --nproc-per-node "$stages" --no-python \
+        "$pipeplan" run "$plan" --backend cuda --steps "$steps" --json \
+        --trace "$out/$name.torchrun.trace.json" || true
+      runs+=("$out/$name.torchrun.json")
+    fi
+  done
+  if ((!dry)) && ! command -v torchrun > /dev/null; then
+    note "nccl: no torchrun on the PATH: the runs of one process per stage were skipped"
+  fi
+  record nccl-losses.txt python3 "$here/summary.py" --losses "${runs[@]}" || true
+  cap_s=$test_cap_s record tests-nccl.txt "$tests_binary" \
+    --gtest_filter='NcclTransport.*:EmulatedRun.OverNccl*:CudaMpiRun.*:GpuShare.*' \
+    --gtest_output="json:$out/tests-nccl.json" || true
+  if ((dry)) || command -v torchrun > /dev/null; then
+    # Rank 2 dies at its first node: every rank ends with one line, non-zero, within the timeout.
+    plan="$out/nccl-1f1b-m$m2-2bp.plan.json"
+    local status=0
+    cap_s=60 record nccl-rank-killed.txt env PIPEPLAN_TEST_FAULT=die:2 torchrun \
+      --nproc-per-node "$stages" --no-python "$pipeplan" run "$plan" --backend cuda --steps 1 \
+      --timeout-ms 20000 || status=$?
+    if ((!dry)); then
+      if ((status == 0 || status == 124)); then
+        note "nccl: the run with rank 2 killed ended with status $status; expected non-zero within 60 s"
+        if ((status == 0)); then failures=$((failures + 1)); fi
+      else
+        failures=$((failures - 1))  # record counted the exit this run is meant to have
+      fi
+    fi
+  fi
+}
+
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.
 bpipe_common() {  # bpipe_common PROFILE
   emulate=(--emulate "$bpipe_stages")

@@ -19,6 +19,9 @@
 #               pipeplan calibrate fit on other schedules' runs
 #   pairs       overlapped pairs on two streams: dualpipe-v beside zb-v, and dualpipe, at m = 2P,
 #               planned from the stages' profile (its measured overlap efficiency) and run
+#   nccl        NCCL on one GPU (NCCL 2.30+): five schedules at m = 2P run with device-local
+#               copies, over NCCL between emulated stages, and as P torchrun processes sharing
+#               the GPU, losses compared; the NCCL GPU tests; a rank killed mid-step
 #   bpipe       8 emulated stages: a micro-batch size that fits only with BPipe, run with it
 #   stalls      where emulated stages wait with their inputs ready, per work-queue count
 #   copies      device-local copies issued each way (PIPEPLAN_DEVICE_COPY)
@@ -135,8 +138,8 @@ while (($#)); do
     *)
       case $1 in
         env | tests | flash | block | profile | step | profile-sm | pipelines | predict | pairs | \
-          bpipe | stalls | copies | waits | gemm | multi-gpu | summary) whats+=("$1") ;;
-        *) die "unknown WHAT '$1' (env tests flash block profile step profile-sm pipelines predict pairs bpipe stalls copies waits gemm multi-gpu summary)" ;;
+          nccl | bpipe | stalls | copies | waits | gemm | multi-gpu | summary) whats+=("$1") ;;
+        *) die "unknown WHAT '$1' (env tests flash block profile step profile-sm pipelines predict pairs nccl bpipe stalls copies waits gemm multi-gpu summary)" ;;
       esac
       shift ;;
   esac

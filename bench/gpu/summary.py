@@ -29,7 +29,13 @@ Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
   profile's loaded clock over the run's (does the model stand for the clock?).
 - Overlapped pairs: per run whose diff has them, the median pair time predicted and measured, and
   the overlap efficiency planned beside the one the run shows.
+- NCCL on one GPU: per plan, the losses of its device-local run (NAME.local.json), its run over
+  NCCL between the emulated stages (NAME.nccl.json) and its torchrun run (NAME.torchrun.json):
+  the same, or how far apart.
 Missing or failed runs are listed, not hidden.
+
+Usage: summary.py --losses RUN.json...   (the NCCL table of those runs alone; exit 1 when a
+loss differs or a run is missing)
 """
 import glob
 import json
@@ -552,13 +558,65 @@ def pairs_table(results):
              "|---|---|---|---|---|---|"] + rows + [""])
 
 
+LOSS_RUNS = [("local", "device-local copies"), ("nccl", "over NCCL"), ("torchrun", "torchrun")]
+
+
+def run_losses(path):
+    """The per-step losses of a `pipeplan run --json` report, or None."""
+    report = load_json(path)
+    if report is None or "steps" not in report:
+        return None
+    return [step["loss"] for step in report["steps"]]
+
+
+def losses_table(paths):
+    """Per plan (NAME.local.json, NAME.nccl.json, NAME.torchrun.json), the device-local run's
+    losses and whether the other ways gave the same; with whether all are the same."""
+    plans = {}
+    for path in paths:
+        base = os.path.basename(path)
+        for kind, _ in LOSS_RUNS:
+            if base.endswith(f".{kind}.json"):
+                plans.setdefault(base[: -len(f".{kind}.json")], {})[kind] = path
+    rows, same = [], bool(plans)
+    for name, runs in sorted(plans.items()):
+        reference = run_losses(runs["local"]) if "local" in runs else None
+        cells = [" ".join(f"{x:.6f}" for x in reference) if reference else "missing"]
+        same = same and reference is not None
+        for kind, _ in LOSS_RUNS[1:]:
+            if kind not in runs:
+                cells.append("not run")
+                continue
+            losses = run_losses(runs[kind])
+            if losses is None or reference is None or len(losses) != len(reference):
+                cells.append("missing")
+                same = False
+            elif losses == reference:
+                cells.append("same")
+            else:
+                apart = max(abs(a - b) for a, b in zip(losses, reference))
+                cells.append(f"**differs** (up to {apart:.3g})")
+                same = False
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    if not rows:
+        return [], False
+    return (["## NCCL on one GPU: losses of each plan run three ways", "",
+             "| plan | " + " | ".join(title for _, title in LOSS_RUNS) + " |",
+             "|---|---|---|---|"] + rows + [""]), same
+
+
 def main(argv):
+    if argv[:1] == ["--losses"]:
+        lines, same = losses_table(argv[1:])
+        print("\n".join(lines) if lines else "no NCCL runs given")
+        return 0 if same else 1
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
+    nccl = losses_table(sorted(glob.glob(os.path.join(results, "nccl-*.json"))))[0]
     print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
-                    pairs_table(results) + step_table(results) + load_table(results) +
+                    pairs_table(results) + nccl + step_table(results) + load_table(results) +
                     clocks_table(results) + clock_model_table(results)))
     return 0
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_local_transport.h"
@@ -167,6 +168,41 @@ int prefer_many_work_queues() {
   return work_queues();
 }
 
+GpuShare gpu_share(int local_rank, int local_size, int gpus) {
+  if (gpus < 1) throw Error("no CUDA device found");
+  if (local_size > 0 && local_rank >= local_size) {
+    throw Error("local rank " + std::to_string(local_rank) + " is not below the node's " +
+                std::to_string(local_size) + " ranks");
+  }
+  GpuShare share;
+  share.gpu = local_rank % gpus;
+  share.index = local_rank / gpus;
+  if (local_size > 0) {
+    share.ranks = local_size > share.gpu ? (local_size - 1 - share.gpu) / gpus + 1 : 1;
+  } else if (local_rank >= gpus) {
+    throw Error("local rank " + std::to_string(local_rank) + " shares GPU " +
+                std::to_string(share.gpu) + " (" + std::to_string(gpus) +
+                " visible), and the launcher does not say how many ranks run on this node "
+                "(LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS)");
+  }
+  return share;
+}
+
+int local_size_from_environment() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long size = std::strtol(value, &end, 10);
+    if (*end != '\0' || size < 1 || size > limits::kMaxDevices) {
+      throw Error(std::string(name) + ": '" + value + "' is not a rank count (1 to " +
+                  std::to_string(limits::kMaxDevices) + ")");
+    }
+    return static_cast<int>(size);
+  }
+  return 0;
+}
+
 CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   if (options.group != nullptr) {
     prepare_rank(plan, options);
@@ -234,7 +270,12 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
     fence_clocks.push_back(endpoint.allocator->fence_clock());
   events_ = std::make_shared<StepEvents>(cuda_devices, streams, std::move(fence_clocks),
                                          std::move(side_streams));
-  if (options.emulate > 0 || devices == 1) {
+  const bool one_gpu = options.emulate > 0 || devices == 1;
+  if (!one_gpu && options.transport == GpuTransport::device_local) {
+    throw FieldError("transport", "device-local copies join stages on one GPU; this run has " +
+                                      std::to_string(devices) + " GPUs");
+  }
+  if (one_gpu && options.transport != GpuTransport::nccl) {
     auto local = std::make_unique<DeviceLocalTransport>(std::move(endpoints), events_.get());
     local->open_links(transport_links(plan));  // before any executor thread runs
     transport_ = std::move(local);
@@ -243,9 +284,12 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
     transport_ =
         NcclTransport::single_process(std::move(endpoints), transport_links(plan), events_.get());
 #else
-    throw Error("plan: " + std::to_string(devices) +
-                " GPUs need the NCCL transport, and this binary was built without NCCL (use " +
-                field_name("emulate") + " " + std::to_string(devices) + " on one GPU)");
+    throw Error(
+        one_gpu ? field_name("transport") + ": nccl, and this CUDA module was built without NCCL"
+                : "plan: " + std::to_string(devices) +
+                      " GPUs need the NCCL transport, and this CUDA module was built "
+                      "without NCCL (use " +
+                      field_name("emulate") + " " + std::to_string(devices) + " on one GPU)");
 #endif
   }
   transport_name_ = transport_->name();
@@ -267,6 +311,11 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     if (options.emulate > 0) {
       throw FieldError("emulate", "not with one process per GPU: each rank has a GPU of its own");
     }
+    if (options.transport == GpuTransport::device_local) {
+      throw FieldError("transport",
+                       "device-local copies join stages in one process; ranks "
+                       "talk over NCCL");
+    }
     if (devices != group.size()) {
       throw Error("plan: " + std::to_string(devices) + " devices, but " +
                   std::to_string(group.size()) + (group.size() == 1 ? " rank was" : " ranks were") +
@@ -274,19 +323,58 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     }
     const int gpus = cuda_device_count();
     if (gpus == 0) throw Error("no CUDA device found");
-    gpu = group.local_rank() % gpus;
+    const GpuShare share = gpu_share(group.local_rank(), local_size_from_environment(), gpus);
+    gpu = share.gpu;
     hardware_ = describe_hardware(options, devices, gpu);
     CUDA_CHECK(cudaSetDevice(gpu));
-    stream = own_stream();
-    if (!overlap_pairs(plan).empty()) side = own_stream();
-    auto backend = std::make_unique<CudaBackend>(
-        CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
+    const bool pairs = !overlap_pairs(plan).empty();
+    std::unique_ptr<CudaBackend> backend;
+    std::string placement = "one process per GPU";
+    if (share.ranks > 1) {
+      // Ranks sharing a GPU: NCCL must allow it; each rank computes in a green context of its
+      // share of the SMs where the driver has them (without MPS the processes still take turns
+      // on the GPU), else on the whole GPU.
+#ifdef PIPEPLAN_HAVE_NCCL
+      if (const std::string refusal = multi_rank_gpu_refusal(); !refusal.empty()) {
+        throw Error("GPU " + std::to_string(gpu) + " is shared by " + std::to_string(share.ranks) +
+                    " ranks: " + refusal);
+      }
+#endif
+      placement = std::to_string(share.ranks) + " processes on GPU " + std::to_string(gpu);
+      hardware_.gpus = (devices + share.ranks - 1) / share.ranks;  // MFU per GPU, not per rank
+      try {
+        auto parts = GreenContext::partition(gpu, share.ranks,
+                                             emulated_sm_share(hardware_.total_sms, share.ranks));
+        green_.push_back(std::move(parts[static_cast<std::size_t>(share.index)]));
+      } catch (const Error& e) {
+        placement += ", each on the whole GPU (no green contexts: " + std::string(e.what()) + ")";
+      }
+    }
+    if (!green_.empty()) {
+      GreenContext& green = *green_.front();
+      hardware_.emulated_stages = share.ranks;
+      hardware_.sm_per_stage = green.sm_count();
+      placement += ", each in a green context of " + std::to_string(green.sm_count()) + " SMs";
+      const ScopedContext current(green.context());
+      stream = green.stream();
+      if (pairs) side = green.create_stream();
+      backend = std::make_unique<CudaBackend>(
+          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
+    } else {
+      stream = own_stream();
+      if (pairs) side = own_stream();
+      backend = std::make_unique<CudaBackend>(
+          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
+    }
     local = backend.get();
     pending_.resize(static_cast<std::size_t>(devices));
     backends_.assign(static_cast<std::size_t>(devices), nullptr);
     pending_[static_cast<std::size_t>(rank)] =
-        std::make_unique<StageBackend>(std::move(backend), context_of(stream));
+        green_.empty() ? std::make_unique<StageBackend>(std::move(backend), context_of(stream))
+                       : std::make_unique<StageBackend>(
+                             std::move(backend), green_.front()->context(), " (green context)");
     backends_[static_cast<std::size_t>(rank)] = local;
+    placement_ = placement;
 #ifdef PIPEPLAN_HAVE_NCCL
     if (rank == 0) {
       ncclUniqueId id{};
@@ -309,11 +397,12 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
   events_ = std::make_shared<StepEvents>(
       std::vector<int>(count, gpu), std::vector<cudaStream_t>(count, stream),
       std::vector<std::shared_ptr<FenceClock>>{}, std::vector<cudaStream_t>(count, side));
-  transport_ = NcclTransport::multi_process(
-      rank, devices, unique_id_from_hex(id_hex),
-      StageEndpoint{gpu, stream, &local->context().allocator(), nullptr}, transport_links(plan),
-      events_.get());
-  transport_name_ = transport_->name() + " (one process per GPU)";
+  transport_ =
+      NcclTransport::multi_process(rank, devices, unique_id_from_hex(id_hex),
+                                   StageEndpoint{gpu, stream, &local->context().allocator(),
+                                                 green_.empty() ? nullptr : green_.front().get()},
+                                   transport_links(plan), events_.get());
+  transport_name_ = transport_->name() + " (" + placement_ + ")";
 #endif
 }
 

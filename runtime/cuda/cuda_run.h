@@ -39,6 +39,20 @@ int prefer_many_work_queues();
 // The work queues per context as the environment sets them (8 when unset or not a number).
 int work_queues();
 
+// Where a rank of a multi-process run computes: GPU local_rank % gpus, shared by the node's ranks
+// that map to it (their count from the launcher's local size: LOCAL_WORLD_SIZE under torchrun,
+// OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI, MPI_LOCALNRANKS under MPICH; 0: not given).
+struct GpuShare {
+  int gpu = 0;
+  int ranks = 1;  // ranks on this GPU
+  int index = 0;  // this rank's place among them (its green context's)
+};
+// Throws Error when a rank shares its GPU (local_rank >= gpus) and the local size is not given,
+// or the local rank is not below it.
+GpuShare gpu_share(int local_rank, int local_size, int gpus);
+// The node's rank count as the launcher gives it (above), 0 when none does.
+int local_size_from_environment();
+
 class CudaRun final : public GpuRun {
  public:
   // Throws Error("no CUDA device found") without a GPU, and names --emulate or the plan when
@@ -65,13 +79,15 @@ class CudaRun final : public GpuRun {
   // A non-blocking stream on the current device, destroyed with this run.
   cudaStream_t own_stream();
 
-  std::vector<std::unique_ptr<GreenContext>> green_;  // emulated: one per stage
-  std::vector<cudaStream_t> own_streams_;             // not emulated: per device, 1 or 2
-  std::vector<std::unique_ptr<Backend>> pending_;     // until the executor takes them
-  std::vector<CudaBackend*> backends_;                // by plan device; null: another rank's
+  // Emulated: one per stage; a rank sharing its GPU with other ranks: its own.
+  std::vector<std::unique_ptr<GreenContext>> green_;
+  std::vector<cudaStream_t> own_streams_;          // not emulated: per device, 1 or 2
+  std::vector<std::unique_ptr<Backend>> pending_;  // until the executor takes them
+  std::vector<CudaBackend*> backends_;             // by plan device; null: another rank's
   std::shared_ptr<StepEvents> events_;
   std::unique_ptr<Transport> transport_;
   std::string transport_name_;
+  std::string placement_;  // one process per GPU: where this rank computes, in words
   MeasuredHardware hardware_;
 };
 

@@ -77,7 +77,33 @@ Message decode_header(const char* header, const std::string& where) {
   return message;
 }
 
+// The context an endpoint's work is queued under: its green context, or the GPU's primary one
+// (null: none pushed, cudaSetDevice made it current).
+CUcontext context_of(const StageEndpoint& endpoint) {
+  return endpoint.green != nullptr ? endpoint.green->context() : nullptr;
+}
+
 }  // namespace
+
+std::string multi_rank_gpu_refusal() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "the loaded NCCL does not say its version";
+  // NCCL_VERSION(X, Y, Z) is X*10000 + Y*100 + Z from 2.9 on.
+  const std::string text = std::to_string(version / 10000) + "." +
+                           std::to_string(version / 100 % 100) + "." +
+                           std::to_string(version % 100);
+  if (version < 23000) {
+    return "NCCL " + text +
+           " is loaded, and several ranks on one GPU need NCCL 2.30 or later (bash "
+           "tools/dev/fetch_nccl.sh, or LD_LIBRARY_PATH to a newer libnccl.so.2)";
+  }
+  const char* enabled = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  if (enabled == nullptr || std::string(enabled) != "1") {
+    return "several ranks on one GPU need NCCL_MULTI_RANK_GPU_ENABLE=1 in the environment (NCCL " +
+           text + " is loaded)";
+  }
+  return "";
+}
 
 // One side (sender or receiver) of one link: its communicator, stream, header buffers, events.
 struct NcclTransport::Side {
@@ -171,17 +197,29 @@ std::unique_ptr<NcclTransport> NcclTransport::single_process(
     const auto [it, inserted] =
         plan_device_of_gpu.emplace(endpoints[d].cuda_device, static_cast<int>(d));
     if (!inserted) {
-      throw Error("NCCL transport: plan devices " + std::to_string(it->second) + " and " +
-                  std::to_string(d) + " are both on GPU " + std::to_string(it->first) + " (NCCL " +
-                  std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) +
-                  " refuses two ranks on one GPU; use " + field_name("emulate") + " for one GPU)");
+      if (const std::string refusal = multi_rank_gpu_refusal(); !refusal.empty()) {
+        throw Error("NCCL transport: plan devices " + std::to_string(it->second) + " and " +
+                    std::to_string(d) + " are both on GPU " + std::to_string(it->first) + ": " +
+                    refusal);
+      }
     }
   }
   std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
   for (const TransportLink& link : links) {
-    const int gpus[] = {transport->endpoint_gpu(link.from), transport->endpoint_gpu(link.to)};
+    // Rank 0 sends, rank 1 receives; each made with its stage's GPU and context current, in one
+    // group (ncclCommInitAll does the same with the GPUs' primary contexts).
+    ncclUniqueId id{};
+    NCCL_CHECK(ncclGetUniqueId(&id));
     ncclComm_t comms[2] = {nullptr, nullptr};
-    NCCL_CHECK(ncclCommInitAll(comms, 2, gpus));  // rank 0 = sender, rank 1 = receiver
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < 2; ++r) {
+      const StageEndpoint& endpoint =
+          transport->endpoints_[static_cast<std::size_t>(r == 0 ? link.from : link.to)];
+      CUDA_CHECK(cudaSetDevice(transport->endpoint_gpu(r == 0 ? link.from : link.to)));
+      const ScopedContext current(context_of(endpoint));
+      NCCL_CHECK(ncclCommInitRank(&comms[r], 2, id, r));
+    }
+    NCCL_CHECK(ncclGroupEnd());
     transport->add_side(link.from, link, comms[0]);
     transport->add_side(link.to, link, comms[1]);
   }
@@ -204,6 +242,7 @@ std::unique_ptr<NcclTransport> NcclTransport::multi_process(int rank, int world,
   endpoints[static_cast<std::size_t>(rank)] = local;
   std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
   CUDA_CHECK(cudaSetDevice(local.cuda_device));
+  const ScopedContext current(context_of(local));  // a rank sharing its GPU: its green context
   ncclComm_t world_comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&world_comm, world, id, rank));
   transport->world_.push_back(world_comm);
@@ -265,6 +304,7 @@ void NcclTransport::connect() {
   NCCL_CHECK(ncclGroupStart());
   for (auto& [key, side] : sides_) {
     CUDA_CHECK(cudaSetDevice(endpoint_gpu(side->device)));
+    const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(side->device)]));
     if (side->device == side->link.from) {
       NCCL_CHECK(
           ncclSend(side->header_device, 1, ncclUint8, side->peer_rank, side->comm, side->stream));
@@ -275,7 +315,10 @@ void NcclTransport::connect() {
   }
   NCCL_CHECK(ncclGroupEnd());
   for (auto& [key, side] : sides_) {
-    CUDA_CHECK(cudaEventRecord(side->done, side->stream));
+    {
+      const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(side->device)]));
+      CUDA_CHECK(cudaEventRecord(side->done, side->stream));
+    }
     wait(*side, side->done, send_timeout_, "connection setup");
   }
 }
@@ -402,6 +445,7 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
   {
     const std::lock_guard lock(device_mutex(from));
     CUDA_CHECK(cudaSetDevice(sender.cuda_device));
+    const ScopedContext current(context_of(sender));
     cudaEvent_t ready =
         events_ != nullptr ? events_->payload_ready(from, from, to, channel) : nullptr;
     if (ready == nullptr) {
@@ -468,6 +512,7 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+    const ScopedContext current(context_of(receiver));
     if (events_ != nullptr) marks = events_->transfer_marks(to, from, to, channel);
     if (marks.first != nullptr) CUDA_CHECK(cudaEventRecord(marks.first, s.stream));
     NCCL_CHECK(ncclRecv(s.header_device, static_cast<std::size_t>(kHeaderBytes), ncclUint8,
@@ -482,6 +527,7 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+    const ScopedContext current(context_of(receiver));
     for (auto& entry : message.tensors) {
       Tensor& tensor = entry.second;
       tensor = Tensor(receiver.allocator->allocate(tensor.bytes()), tensor.shape(), tensor.dtype(),

@@ -45,13 +45,18 @@ namespace pipeplan::cuda {
 ncclUniqueId exchange_unique_id(int rank, const std::filesystem::path& path,
                                 std::chrono::milliseconds timeout);
 std::string unique_id_hex(const ncclUniqueId& id);
+// Several NCCL ranks on one GPU (stages emulated on one GPU over NCCL, or processes sharing a
+// GPU) need NCCL 2.30 or later, loaded, and NCCL_MULTI_RANK_GPU_ENABLE=1: "" where both hold,
+// else what is missing, in one clause ("NCCL 2.28.9 is loaded; ...").
+std::string multi_rank_gpu_refusal();
 ncclUniqueId unique_id_from_hex(const std::string& hex);  // throws Error on a malformed id
 
 class NcclTransport final : public Transport {
  public:
   static constexpr std::int64_t kHeaderBytes = 64 * 1024;
 
-  // One process drives every plan device (endpoints[d].cuda_device, all distinct).
+  // One process drives every plan device: endpoints[d].cuda_device, distinct GPUs, or stages in
+  // green contexts of one GPU (endpoints[d].green) where multi_rank_gpu_refusal() allows it.
   static std::unique_ptr<NcclTransport> single_process(std::vector<StageEndpoint> endpoints,
                                                        const std::vector<TransportLink>& links,
                                                        StepEvents* events = nullptr);

@@ -7,6 +7,8 @@
 # libnccl.so link a linker looks for). The library is about 330 MB.
 #
 # Usage: bash tools/dev/fetch_nccl.sh [destination-root]   (default .deps/nccl), then configure
+# (PIPEPLAN_NCCL_VERSION=X.Y.Z picks another wheel than the pinned one; 2.30 or later for several
+# ranks on one GPU)
 # again (a build folder that found another NCCL keeps it: remove PIPEPLAN_NCCL_INCLUDE_DIR and
 # PIPEPLAN_NCCL_LIBRARY from its cache, or configure a fresh folder). `pipeplan env` and the
 # header of a run over NCCL say which NCCL was loaded, from where.
@@ -14,7 +16,7 @@
 # NCCL stays in use).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-version=2.32.3
+version=${PIPEPLAN_NCCL_VERSION:-2.31.2}
 dest=${1:-.deps/nccl}
 stamp="$dest/VERSION"
 if [[ -f "$dest/include/nccl.h" && -f "$dest/lib/libnccl.so.2" && -f "$stamp" &&

@@ -120,6 +120,18 @@ expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*predict-1f1b-m
 in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' '--sm-partition 32' 'predict-1f1b-m8-2bp.plan' \
   'predict-zbv-m8.plan' 'fit-gpipe-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
 
+# nccl: five plans at m = 2P, each run over device-local copies, over NCCL between the emulated
+# stages and under torchrun; the losses compared; the NCCL tests; a rank killed.
+dry profile-sm nccl
+expect 'plan --profile .*sm32.measured.json .*--schedule 1f1b --backward 2bp --microbatches 8 --bpipe on -o .*nccl-1f1b-m8-2bp-bpipe.plan.json'
+in_order 'nccl-gpipe-m8-fused.plan.json' 'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --steps 3 --json' \
+  'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --transport nccl' \
+  'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.nccl.trace.json' \
+  'torchrun --nproc-per-node 4 --no-python .*pipeplan run .*nccl-gpipe-m8-fused.plan.json --backend cuda' \
+  'nccl-interleaved-m8-2bp.plan' 'nccl-zb-v-m8-2bp.plan' \
+  'summary.py --losses .*nccl-gpipe-m8-fused.local.json .*nccl-gpipe-m8-fused.nccl.json .*nccl-gpipe-m8-fused.torchrun.json' \
+  "--gtest_filter=NcclTransport" 'PIPEPLAN_TEST_FAULT=die:2 torchrun --nproc-per-node 4'
+
 # pairs: dualpipe-v, zb-v and dualpipe at m = 2P from the stages' profile, each run and diffed.
 dry profile-sm pairs
 expect 'plan --profile .*sm32.measured.json .*--schedule dualpipe-v --backward 2bp --microbatches 8 -o .*pairs-dualpipev-m8-2bp.plan.json'

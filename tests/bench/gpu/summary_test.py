@@ -232,6 +232,30 @@ class Summary(unittest.TestCase):
     def test_no_pairs_no_section(self):
         self.assertEqual(summary.pairs_table(self.folder), [])
 
+    def test_nccl_losses_side_by_side(self):
+        def report(losses):
+            return HEADER + json.dumps({"steps": [{"step": i + 1, "loss": loss}
+                                                  for i, loss in enumerate(losses)]}) + "\n" + FOOTER
+        write(self.folder, "nccl-1f1b-m8-2bp.local.json", report([5.25, 5.125]))
+        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.25, 5.125]))
+        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.1255]))
+        write(self.folder, "nccl-gpipe-m8-fused.local.json", report([5.5]))
+        write(self.folder, "nccl-gpipe-m8-fused.nccl.json", HEADER + "error\n")
+        paths = sorted(os.path.join(self.folder, f) for f in os.listdir(self.folder))
+        lines, same = summary.losses_table(paths)
+        text = "\n".join(lines)
+        self.assertFalse(same)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 | same | **differs** (up to 0.0005) |",
+                      text)
+        self.assertIn("| nccl-gpipe-m8-fused | 5.500000 | missing | not run |", text)
+        os.remove(os.path.join(self.folder, "nccl-gpipe-m8-fused.nccl.json"))
+        os.remove(os.path.join(self.folder, "nccl-1f1b-m8-2bp.torchrun.json"))
+        paths = sorted(os.path.join(self.folder, f) for f in os.listdir(self.folder))
+        self.assertTrue(summary.losses_table(paths)[1])
+
+    def test_no_nccl_runs_no_section(self):
+        self.assertEqual(summary.losses_table([]), ([], False))
+
     def test_copy_waits_side_by_side(self):
         for mode, measured in (("blocking", 620.0), ("stream", 600.0), ("poll", 615.0)):
             name = f"waits-{mode}-1f1b-m12-2bp"

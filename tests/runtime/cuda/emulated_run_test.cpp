@@ -1,7 +1,8 @@
 // `pipeplan run --backend cuda --emulate P` end to end through CudaRun: the tiny model on 2 and 4
 // emulated stages (1F1B with 2BP, GPipe fused, 1F1B 2BP with the planner's BPipe transfers) gives
 // the loss and every gradient of the single-stage CUDA run of the same seed, within bf16 tolerance;
-// device times come from CUDA events and the allocators count every stage's memory.
+// device times come from CUDA events and the allocators count every stage's memory. Over NCCL
+// (--transport nccl) the stages give the device-local run's results bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,9 @@
 #include "runtime/cuda/cuda_run.h"
 #include "runtime/cuda/device_local_transport.h"
 #include "runtime/cuda/matmul.h"
+#ifdef PIPEPLAN_HAVE_NCCL
+#include "runtime/cuda/nccl_transport.h"
+#endif
 #include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
 #include "schedules/family.h"
@@ -68,9 +72,11 @@ struct Run {
   std::vector<std::string> copies_apart;
 };
 
-Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1) {
+Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1,
+               GpuTransport transport = GpuTransport::automatic) {
   GpuRunOptions run_options{emulate, ""};
   run_options.gemm_candidates = gemm_candidates;
+  run_options.transport = transport;
   cuda::CudaRun cuda_run(plan, run_options);
   ExecutorOptions options;
   options.seed = kSeed;
@@ -368,6 +374,82 @@ TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
   if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
   const cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::twobp), {2, ""});
   EXPECT_EQ(run.hardware().work_queues, cuda::work_queues());
+}
+
+// --transport nccl: the emulated stages of one GPU exchange tensors through NCCL (several ranks on
+// one GPU) instead of device-local copies; every schedule gives the loss and the gradients of the
+// same plan run over device-local copies, bit for bit (the same kernels on the same SM shares).
+TEST(EmulatedRun, OverNcclStagesOfOneGpuGiveTheDeviceLocalRunsGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+#ifndef PIPEPLAN_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)";
+#else
+  if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  if (const std::string refusal = cuda::multi_rank_gpu_refusal(); !refusal.empty())
+    GTEST_SKIP() << refusal;
+  struct Case {
+    std::string name;
+    TaskGraph plan;
+  };
+  const std::vector<Case> cases = {
+      {"1f1b 2bp", tiny_plan(4, "1f1b", BackwardMode::twobp)},
+      {"gpipe fused", tiny_plan(4, "gpipe", BackwardMode::fused)},
+      {"interleaved 2bp", tiny_plan(2, "interleaved", BackwardMode::twobp)},
+      {"zb-v", tiny_plan(2, "zb-v", BackwardMode::twobp)},
+      {"1f1b 2bp with BPipe",
+       tiny_plan(4, "1f1b", BackwardMode::twobp, BpipeMode::on, 8, {3, 2, 2, 1})},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int devices = c.plan.meta.devices;
+    const auto local = run_on_gpu(c.plan, devices, 1, GpuTransport::device_local);
+    const auto nccl = run_on_gpu(c.plan, devices, 1, GpuTransport::nccl);
+    EXPECT_NE(nccl.transport_name.find("nccl"), std::string::npos) << nccl.transport_name;
+    EXPECT_EQ(nccl.loss, local.loss);
+    ASSERT_EQ(nccl.grads.size(), local.grads.size());
+    for (const auto& [name, grad] : local.grads)
+      EXPECT_EQ(nccl.grads.at(name), grad) << name;
+  }
+#endif
+}
+
+// Stages of one GPU over NCCL need NCCL_MULTI_RANK_GPU_ENABLE=1 (and NCCL 2.30+): without it the
+// run is refused in one line naming the variable, before any communicator is made.
+TEST(EmulatedRun, OverNcclStagesOfOneGpuNeedMultiRankNccl) {
+  PIPEPLAN_REQUIRE_GPU();
+#ifndef PIPEPLAN_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)";
+#else
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", nullptr);
+  GpuRunOptions options{2, ""};
+  options.transport = GpuTransport::nccl;
+  try {
+    cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::twobp), options);
+    FAIL() << "two stages of one GPU ran over NCCL without NCCL_MULTI_RANK_GPU_ENABLE";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("both on GPU 0"), std::string::npos) << message;
+    EXPECT_TRUE(message.find("NCCL_MULTI_RANK_GPU_ENABLE=1") != std::string::npos ||
+                message.find("NCCL 2.30 or later") != std::string::npos)
+        << message;
+  }
+#endif
+}
+
+TEST(EmulatedRun, RefusesDeviceLocalCopiesBetweenGpus) {
+  PIPEPLAN_REQUIRE_GPU();
+  const int gpus = cuda::cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
+  GpuRunOptions options{0, ""};
+  options.transport = GpuTransport::device_local;
+  try {
+    cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::fused), options);
+    FAIL() << "device-local copies between 2 GPUs were not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(field_name("transport")), std::string::npos) << e.what();
+  }
 }
 
 TEST(EmulatedRun, RefusesAPlanWithMoreDevicesThanGpusWithoutEmulate) {
