@@ -80,6 +80,20 @@ void set_device_name(const std::string& name);
 void set_all_work_deferred(bool deferred);
 bool all_work_deferred();
 
+// Sets the order (set_all_work_deferred) for one scope, then restores the one before.
+class AllWorkDeferred {
+ public:
+  explicit AllWorkDeferred(bool deferred) : before_(all_work_deferred()) {
+    set_all_work_deferred(deferred);
+  }
+  AllWorkDeferred(const AllWorkDeferred&) = delete;
+  AllWorkDeferred& operator=(const AllWorkDeferred&) = delete;
+  ~AllWorkDeferred() { set_all_work_deferred(before_); }
+
+ private:
+  bool before_;
+};
+
 // The version ncclGetVersion reports from now on (NCCL_VERSION(2, 31, 2) = 23102 by default; 0
 // restores it). Built where NCCL's header is found (CMakeLists.txt).
 void set_nccl_version(int code);

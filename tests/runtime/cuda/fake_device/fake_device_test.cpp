@@ -86,25 +86,11 @@ TEST(FakeDeviceRules, AStreamWaitsOnlyOnARecordedEvent) {
   EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
 }
 
-// Sets the stand-in's order (fake_device.h) for one scope.
-class AllWorkDeferred {
- public:
-  explicit AllWorkDeferred(bool deferred) : before_(fake_cuda::all_work_deferred()) {
-    fake_cuda::set_all_work_deferred(deferred);
-  }
-  AllWorkDeferred(const AllWorkDeferred&) = delete;
-  AllWorkDeferred& operator=(const AllWorkDeferred&) = delete;
-  ~AllWorkDeferred() { fake_cuda::set_all_work_deferred(before_); }
-
- private:
-  bool before_;
-};
-
 // A device-to-device copy runs only once something must follow it (fake_device.h), so a reader
 // on another stream that does not wait for it reads what was there before; a wait on an event
 // recorded after it, or work queued behind it on its stream, runs it first.
 TEST(FakeDevice, ADeviceCopyRunsOnceSomethingFollowsIt) {
-  const AllWorkDeferred order(false);  // the memsets run at once
+  const fake_cuda::AllWorkDeferred order(false);  // the memsets run at once
   constexpr std::size_t kBytes = 64;
   unsigned char* from = nullptr;
   unsigned char* to = nullptr;
@@ -138,7 +124,7 @@ TEST(FakeDevice, ADeviceCopyRunsOnceSomethingFollowsIt) {
 // reads what another stream's kernel writes, without waiting for it, reads what was there before,
 // and with the wait it reads what the kernel wrote.
 TEST(FakeDevice, WithAllWorkDeferredAKernelRunsOnceSomethingFollowsIt) {
-  const AllWorkDeferred order(true);
+  const fake_cuda::AllWorkDeferred order(true);
   constexpr std::int64_t kCount = 64;
   float* written = nullptr;
   float* sum = nullptr;

@@ -28,20 +28,6 @@ using testing::ScopedEnv;
 
 constexpr std::int64_t kCount = 64;
 
-// Sets the stand-in's order (fake_device.h) for one scope.
-class AllWorkDeferred {
- public:
-  explicit AllWorkDeferred(bool deferred) : before_(fake_cuda::all_work_deferred()) {
-    fake_cuda::set_all_work_deferred(deferred);
-  }
-  AllWorkDeferred(const AllWorkDeferred&) = delete;
-  AllWorkDeferred& operator=(const AllWorkDeferred&) = delete;
-  ~AllWorkDeferred() { fake_cuda::set_all_work_deferred(before_); }
-
- private:
-  bool before_;
-};
-
 // Sets the version ncclGetVersion reports for one scope.
 class NcclVersion {
  public:
@@ -138,7 +124,7 @@ TEST_F(FakeNccl, AMessageCrossesFromOneStreamToAnotherInBothOrders) {
   const auto comms = pair();
   for (const bool deferred : {false, true}) {
     SCOPED_TRACE(deferred ? "all work deferred" : "copies deferred");
-    const AllWorkDeferred order(deferred);
+    const fake_cuda::AllWorkDeferred order(deferred);
     cudaStream_t sending = stream(), receiving = stream();
     float* from = buffer(0.0f);
     float* to = buffer(-1.0f);
