@@ -222,4 +222,22 @@ EnvLaunch parse_env_launch(const EnvironmentReader& getenv) {
   return launch;
 }
 
+int local_ranks_from_environment(const EnvironmentReader& getenv) {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = getenv(name);
+    if (!is_set(value)) continue;
+    const long ranks = strict_decimal(value);
+    if (ranks < 1 || ranks > kMaxEnvRanks) {
+      throw Error(std::string(name) + ": " + single_quoted(value) + " is not a rank count (1 to " +
+                  std::to_string(kMaxEnvRanks) + ")");
+    }
+    return static_cast<int>(ranks);
+  }
+  return 0;
+}
+
+int local_ranks_from_environment() {
+  return local_ranks_from_environment([](const char* name) { return std::getenv(name); });
+}
+
 }  // namespace pipeplan

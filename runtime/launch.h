@@ -82,4 +82,10 @@ inline constexpr int kMaxEnvRanks = limits::kMaxDevices;
 // rendezvous.
 EnvLaunch parse_env_launch(const EnvironmentReader& getenv);
 
+// The ranks on this process's node as its launcher gives them: the first set of LOCAL_WORLD_SIZE
+// (torchrun), OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI), MPI_LOCALNRANKS (MPICH); 0 when none is.
+// Throws an Error naming the variable when it is not a decimal count of 1 to kMaxEnvRanks.
+int local_ranks_from_environment(const EnvironmentReader& getenv);
+int local_ranks_from_environment();  // from the process environment
+
 }  // namespace pipeplan

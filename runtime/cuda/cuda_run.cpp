@@ -6,11 +6,11 @@
 #include <string>
 
 #include "planner/base/error.h"
-#include "planner/base/limits.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_local_transport.h"
 #include "runtime/emulate.h"
+#include "runtime/launch.h"
 #ifdef PIPEPLAN_HAVE_NCCL
 #include "runtime/cuda/nccl_transport.h"
 #endif
@@ -188,21 +188,6 @@ GpuShare gpu_share(int local_rank, int local_size, int gpus) {
   return share;
 }
 
-int local_size_from_environment() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long size = std::strtol(value, &end, 10);
-    if (*end != '\0' || size < 1 || size > limits::kMaxDevices) {
-      throw Error(std::string(name) + ": '" + value + "' is not a rank count (1 to " +
-                  std::to_string(limits::kMaxDevices) + ")");
-    }
-    return static_cast<int>(size);
-  }
-  return 0;
-}
-
 CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   if (options.group != nullptr) {
     prepare_rank(plan, options);
@@ -323,12 +308,11 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     }
     const int gpus = cuda_device_count();
     if (gpus == 0) throw Error("no CUDA device found");
-    const GpuShare share = gpu_share(group.local_rank(), local_size_from_environment(), gpus);
+    const GpuShare share = gpu_share(group.local_rank(), local_ranks_from_environment(), gpus);
     gpu = share.gpu;
     hardware_ = describe_hardware(options, devices, gpu);
     CUDA_CHECK(cudaSetDevice(gpu));
     const bool pairs = !overlap_pairs(plan).empty();
-    std::unique_ptr<CudaBackend> backend;
     std::string placement = "one process per GPU";
     if (share.ranks > 1) {
       // Ranks sharing a GPU: NCCL must allow it; each rank computes in a green context of its
@@ -350,29 +334,29 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
         placement += ", each on the whole GPU (no green contexts: " + std::string(e.what()) + ")";
       }
     }
-    if (!green_.empty()) {
-      GreenContext& green = *green_.front();
+    GreenContext* green = green_.empty() ? nullptr : green_.front().get();
+    if (green != nullptr) {
       hardware_.emulated_stages = share.ranks;
-      hardware_.sm_per_stage = green.sm_count();
-      placement += ", each in a green context of " + std::to_string(green.sm_count()) + " SMs";
-      const ScopedContext current(green.context());
-      stream = green.stream();
-      if (pairs) side = green.create_stream();
-      backend = std::make_unique<CudaBackend>(
-          CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
+      hardware_.sm_per_stage = green->sm_count();
+      placement += ", each in a green context of " + std::to_string(green->sm_count()) + " SMs";
+      stream = green->stream();
+      if (pairs) side = green->create_stream();
     } else {
       stream = own_stream();
       if (pairs) side = own_stream();
+    }
+    const CUcontext context = green != nullptr ? green->context() : context_of(stream);
+    std::unique_ptr<CudaBackend> backend;
+    {
+      const ScopedContext current(green != nullptr ? context : nullptr);
       backend = std::make_unique<CudaBackend>(
           CudaBackendOptions{plan.meta.attention, stream, options.gemm_candidates, side});
     }
     local = backend.get();
     pending_.resize(static_cast<std::size_t>(devices));
     backends_.assign(static_cast<std::size_t>(devices), nullptr);
-    pending_[static_cast<std::size_t>(rank)] =
-        green_.empty() ? std::make_unique<StageBackend>(std::move(backend), context_of(stream))
-                       : std::make_unique<StageBackend>(
-                             std::move(backend), green_.front()->context(), " (green context)");
+    pending_[static_cast<std::size_t>(rank)] = std::make_unique<StageBackend>(
+        std::move(backend), context, green != nullptr ? " (green context)" : "");
     backends_[static_cast<std::size_t>(rank)] = local;
     placement_ = placement;
 #ifdef PIPEPLAN_HAVE_NCCL

@@ -40,8 +40,8 @@ int prefer_many_work_queues();
 int work_queues();
 
 // Where a rank of a multi-process run computes: GPU local_rank % gpus, shared by the node's ranks
-// that map to it (their count from the launcher's local size: LOCAL_WORLD_SIZE under torchrun,
-// OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI, MPI_LOCALNRANKS under MPICH; 0: not given).
+// that map to it (local_size: the node's rank count, local_ranks_from_environment in
+// runtime/launch.h; 0: not given).
 struct GpuShare {
   int gpu = 0;
   int ranks = 1;  // ranks on this GPU
@@ -50,8 +50,6 @@ struct GpuShare {
 // Throws Error when a rank shares its GPU (local_rank >= gpus) and the local size is not given,
 // or the local rank is not below it.
 GpuShare gpu_share(int local_rank, int local_size, int gpus);
-// The node's rank count as the launcher gives it (above), 0 when none does.
-int local_size_from_environment();
 
 class CudaRun final : public GpuRun {
  public:

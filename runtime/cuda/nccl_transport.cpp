@@ -88,11 +88,8 @@ CUcontext context_of(const StageEndpoint& endpoint) {
 std::string multi_rank_gpu_refusal() {
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) return "the loaded NCCL does not say its version";
-  // NCCL_VERSION(X, Y, Z) is X*10000 + Y*100 + Z from 2.9 on.
-  const std::string text = std::to_string(version / 10000) + "." +
-                           std::to_string(version / 100 % 100) + "." +
-                           std::to_string(version % 100);
-  if (version < 23000) {
+  const std::string text = loaded_nccl().version;
+  if (version < NCCL_VERSION(2, 30, 0)) {
     return "NCCL " + text +
            " is loaded, and several ranks on one GPU need NCCL 2.30 or later (bash "
            "tools/dev/fetch_nccl.sh, or LD_LIBRARY_PATH to a newer libnccl.so.2)";
@@ -213,10 +210,10 @@ std::unique_ptr<NcclTransport> NcclTransport::single_process(
     ncclComm_t comms[2] = {nullptr, nullptr};
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < 2; ++r) {
-      const StageEndpoint& endpoint =
-          transport->endpoints_[static_cast<std::size_t>(r == 0 ? link.from : link.to)];
-      CUDA_CHECK(cudaSetDevice(transport->endpoint_gpu(r == 0 ? link.from : link.to)));
-      const ScopedContext current(context_of(endpoint));
+      const int device = r == 0 ? link.from : link.to;
+      CUDA_CHECK(cudaSetDevice(transport->endpoint_gpu(device)));
+      const ScopedContext current(
+          context_of(transport->endpoints_[static_cast<std::size_t>(device)]));
       NCCL_CHECK(ncclCommInitRank(&comms[r], 2, id, r));
     }
     NCCL_CHECK(ncclGroupEnd());

@@ -138,6 +138,28 @@ TEST(Launch, AutoChoosesByTheVariablesAndRefusesBoth) {
   EXPECT_THROW(choose_launch(Launcher::mpi, detect({}), false), FieldError);
 }
 
+int local_ranks(const Variables& variables) {
+  return local_ranks_from_environment([&](const char* name) -> const char* {
+    const auto it = variables.find(name);
+    return it == variables.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Launch, TheNodesRankCountComesFromTheLauncher) {
+  EXPECT_EQ(local_ranks({}), 0);
+  EXPECT_EQ(local_ranks({{"MPI_LOCALNRANKS", "3"}}), 3);
+  EXPECT_EQ(local_ranks({{"MPI_LOCALNRANKS", "3"}, {"LOCAL_WORLD_SIZE", "4"}}), 4);
+  EXPECT_EQ(local_ranks({{"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MPI_LOCALNRANKS", "3"}}), 2);
+  for (const char* bad : {"4x", "0", "+4", " 4", "99999999"}) {
+    try {
+      local_ranks({{"LOCAL_WORLD_SIZE", bad}});
+      FAIL() << "LOCAL_WORLD_SIZE=" << bad << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("LOCAL_WORLD_SIZE: ", 0), 0u) << e.what();
+    }
+  }
+}
+
 EnvLaunch parse(const Variables& variables) {
   return parse_env_launch([&](const char* name) -> const char* {
     const auto it = variables.find(name);

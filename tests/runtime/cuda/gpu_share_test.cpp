@@ -1,13 +1,11 @@
 // Where a rank of a multi-process run computes (cuda::gpu_share): GPU local_rank % GPUs, shared
-// by the node's ranks that map to it, each with its own place (its green context's), and the
-// node's rank count from the launcher's environment.
+// by the node's ranks that map to it, each with its own place (its green context's).
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "planner/base/error.h"
 #include "runtime/cuda/cuda_run.h"
-#include "tests/runtime/cuda/gpu_test_support.h"
 
 namespace pipeplan {
 namespace {
@@ -43,28 +41,6 @@ TEST(GpuShare, ASharedGpuNeedsTheNodesRankCount) {
     EXPECT_NE(std::string(e.what()).find("LOCAL_WORLD_SIZE"), std::string::npos) << e.what();
   }
   EXPECT_THROW(gpu_share(4, 4, 1), Error);  // the local rank is not below the local size
-}
-
-TEST(GpuShare, TheNodesRankCountComesFromTheLauncher) {
-  const testing::ScopedEnv torchrun("LOCAL_WORLD_SIZE", nullptr);
-  const testing::ScopedEnv open_mpi("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
-  const testing::ScopedEnv mpich("MPI_LOCALNRANKS", nullptr);
-  EXPECT_EQ(cuda::local_size_from_environment(), 0);
-  {
-    const testing::ScopedEnv set("MPI_LOCALNRANKS", "3");
-    EXPECT_EQ(cuda::local_size_from_environment(), 3);
-  }
-  {
-    const testing::ScopedEnv set("LOCAL_WORLD_SIZE", "4");
-    EXPECT_EQ(cuda::local_size_from_environment(), 4);
-  }
-  const testing::ScopedEnv bad("LOCAL_WORLD_SIZE", "4x");
-  try {
-    cuda::local_size_from_environment();
-    FAIL() << "LOCAL_WORLD_SIZE=4x was taken";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LOCAL_WORLD_SIZE"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace
