@@ -1,7 +1,8 @@
 // Whether BPipe pays before training (arXiv 2401.02088 §5): the best 1f1b configuration without
 // BPipe and the best one that only BPipe makes fit, both simulated, with the transfer volume and
 // how much of it the simulation hides behind compute; plus the paper's simpler per-stage-MFU
-// estimate, iteration ≈ (m + P − 1)·t_stage(b), as a second opinion. docs/design/bpipe.md.
+// estimate, iteration ≈ (m + P − 1)·t_stage(b) (+ the optimizer step, once a step), as a second
+// opinion. docs/design/bpipe.md.
 #pragma once
 
 #include <optional>
@@ -23,7 +24,9 @@ struct BpipeConfig {
   double step_time_us = 0;             // simulated makespan
   double mfu = 0;                      // PaLM model FLOPs
   double stage_mfu = 0;                // model FLOPs of one stage's micro-batch / its busy time
-  double stage_time_us = 0;            // busiest device's busy time per micro-batch
+  double stage_time_us = 0;            // busiest device's busy time per micro-batch, less its
+                                       // optimizer step (once a step)
+  double optimizer_us = 0;             // longest device optimizer step (0: none in the plan)
   std::int64_t peak_memory_bytes = 0;  // largest device
 };
 
@@ -42,7 +45,7 @@ struct BpipeEstimate {
   double exposed_us = 0;            // step time they add (vs. the same plan with free transfers)
   double hidden_fraction = 1;
   double gain = 0;         // simulated: step time without / with − 1
-  double simple_gain = 0;  // (m0 + P − 1)·t(b0) / ((m1 + P − 1)·t(b1)) − 1
+  double simple_gain = 0;  // ((m0 + P − 1)·t(b0) + o0) / ((m1 + P − 1)·t(b1) + o1) − 1
   std::string verdict;     // one line with its reason
   std::string second_opinion;
   std::vector<std::string> infeasible;  // "mbs 4 fused bpipe on: --memory: ..."

@@ -320,6 +320,41 @@ TEST(BpipeEstimate, SignFollowsTheMfuCurve) {
   EXPECT_EQ(flat.verdict.rfind("no benefit", 0), 0u) << flat.verdict;
 }
 
+// The optimizer step runs once a step: it lengthens both steps by the same time (so it shrinks
+// the relative gain), and stays out of the per-micro-batch stage time and stage MFU.
+TEST(BpipeEstimate, TheOptimizerStepIsInTheStepOnceAndOutOfTheStageTime) {
+  const SearchRequest plain = synthetic(1.5);
+  SearchRequest with_optimizer = plain;
+  constexpr double kOptimizerUs = 20000;  // per layer: 20 ms, against 64 micro-batches of ~1 ms
+  for (auto& [kind, by_mbs] : with_optimizer.base.profile.layers) {
+    for (auto& [mbs, cost] : by_mbs)
+      cost.optimizer_us = kOptimizerUs;
+  }
+  const BpipeEstimate a = estimate_bpipe(plain);
+  const BpipeEstimate b = estimate_bpipe(with_optimizer);
+  ASSERT_TRUE(a.with.has_value() && b.with.has_value());
+  EXPECT_EQ(a.without->optimizer_us, 0);
+  for (const auto& [x, y] : {std::pair{*a.without, *b.without}, std::pair{*a.with, *b.with}}) {
+    EXPECT_EQ(x.mbs, y.mbs);
+    EXPECT_GE(y.optimizer_us, kOptimizerUs);  // one stage holds at least one layer
+    EXPECT_NEAR(y.stage_time_us, x.stage_time_us, 1e-6 * x.stage_time_us);
+    EXPECT_NEAR(y.stage_mfu, x.stage_mfu, 1e-9);
+    EXPECT_GE(y.step_time_us, x.step_time_us + kOptimizerUs - 1e-6);
+  }
+  EXPECT_LT(b.gain, a.gain);
+  const double p = b.devices;
+  const BpipeConfig& w = *b.without;
+  const BpipeConfig& v = *b.with;
+  EXPECT_NEAR(b.simple_gain,
+              ((w.microbatches + p - 1) * w.stage_time_us + w.optimizer_us) /
+                      ((v.microbatches + p - 1) * v.stage_time_us + v.optimizer_us) -
+                  1,
+              1e-12);
+  EXPECT_LT(b.simple_gain, a.simple_gain);
+  EXPECT_NE(b.second_opinion.find("t_optimizer"), std::string::npos) << b.second_opinion;
+  EXPECT_EQ(a.second_opinion.find("t_optimizer"), std::string::npos) << a.second_opinion;
+}
+
 TEST(BpipeEstimate, AutoIsNeverSlowerThanWithout) {
   for (const double scale : {1.5, 2.0}) {
     const SearchRequest s = synthetic(scale);
