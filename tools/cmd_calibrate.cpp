@@ -80,7 +80,8 @@ struct FitCommand {
   int min_ops = 20;
   double min_factor = 0;
   double max_factor = 2;
-  std::vector<double> time_constants_ms = {10, 20, 30, 50, 70, 100, 150, 200, 300};
+  std::vector<double> time_constants_ms = {10,  20,  30,  50,   70,   100,  150,  200,
+                                           300, 500, 700, 1000, 1500, 2000, 3000, 5000};
   bool progress = false;
 
   void check_options() const {
@@ -163,9 +164,10 @@ struct FitCommand {
     if (!copy_only) {
       if (c.sustained) {
         std::cout << format(
-            "sustained load: x (1 + %.2f H), H the share of devices computing over %g ms (the "
-            "curves below are at H = 0)\n",
-            c.sustained->factor, c.sustained->time_constant_us / 1e3);
+            "sustained load: x (1 + %.2f H), H the share of devices computing over %g ms, %s "
+            "(the curves below are at H = 0)\n",
+            c.sustained->factor, c.sustained->time_constant_us / 1e3,
+            fit.sustained_kept ? "kept from the profile" : "fitted");
       }
       std::cout << "slowdown by compute ops running at once (1 = alone):\n";
       const auto curve_line = [](const std::string& name, const std::vector<double>& curve) {

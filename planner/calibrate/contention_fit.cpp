@@ -449,6 +449,18 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     fit.contention = given;
   } else if (options.sustained) {
     fit.contention = fit_sustained(runs, devices, options, progress);
+  } else if (given.sustained) {
+    // The profile measured the sustained-load term (profiles/load_measurement.h): keep it and
+    // fit the curves under it, as the simulator will apply both.
+    std::vector<std::vector<OpSample>> under;
+    under.reserve(runs.size());
+    for (const MeasuredRun& run : runs)
+      under.push_back(contention_fit::op_samples(run, devices, given.sustained));
+    std::optional<Contention> model = fit_curves(under, devices, options.min_ops);
+    if (!model) cannot_fit();
+    fit.contention = std::move(*model);
+    fit.contention.sustained = given.sustained;
+    fit.sustained_kept = true;
   } else {
     std::optional<Contention> model = fit_curves(plain, devices, options.min_ops);
     if (!model) cannot_fit();

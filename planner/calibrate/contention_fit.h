@@ -40,8 +40,10 @@ struct ContentionFitOptions {
   bool sustained = false;
   double min_factor = 0;
   double max_factor = 2;
-  std::vector<double> time_constants_us = {10e3,  20e3,  30e3,  50e3, 70e3,
-                                           100e3, 150e3, 200e3, 300e3};
+  // From tens of ms (emulated stages sharing one GPU's clock) to seconds (a whole GPU settling at
+  // its power cap, as the profiler measures it).
+  std::vector<double> time_constants_us = {10e3,  20e3,  30e3,  50e3, 70e3,  100e3, 150e3, 200e3,
+                                           300e3, 500e3, 700e3, 1e6,  1.5e6, 2e6,   3e6,   5e6};
   // The overlap model the step after the fit is simulated with (fit_overlap's, where fitted);
   // unset: each plan's own.
   std::optional<OverlapModel> overlap;
@@ -64,11 +66,14 @@ struct RunFitReport {
 struct ContentionFit {
   Contention contention;  // the fitted model ("source" left to the caller)
   bool copy_fitted = false;
+  bool sustained_kept = false;  // the given sustained-load term kept (neither flag, one given)
   std::vector<RunFitReport> runs;
 };
 
 // Fits the model on `runs` (each plan's "duration_us" is its profiled time). `given` is the
-// profile's model: with copy_only its curves and sustained term are kept (it must have curves).
+// profile's model: with copy_only its curves and sustained term are kept (it must have curves);
+// with neither copy_only nor sustained, its sustained term (where it has one) is kept and the
+// curves are fitted under it.
 // `progress`, when set, gets a line per step of the sustained-load grid. Throws Error naming the
 // run or the field that cannot be fitted (no compute op, too few distinct concurrency levels,
 // copy_only with too few transfers).

@@ -140,6 +140,30 @@ TEST_F(ContentionFitTest, SustainedFitRecoversTheTermAndTheCurves) {
             std::abs(fit.runs[0].predicted_after_us / fit.runs[0].measured_makespan_us - 1));
 }
 
+// A profile that measured its sustained-load term (profile --sustain-seconds) keeps it through a
+// plain fit: the curves are fitted under it, and they are the true ones.
+TEST_F(ContentionFitTest, APlainFitKeepsTheProfilesSustainedTermAndFitsTheCurvesUnderIt) {
+  Contention truth;
+  truth.slowdown = {1.0, 1.05, 1.1, 1.15};
+  truth.sustained = SustainedLoad{0.6, 20000.0};
+  const MeasuredRun run = measured_under(*plan_, truth);
+  Contention given;
+  given.slowdown = {1.5, 1.5, 1.5, 1.5};
+  given.sustained = truth.sustained;
+  const ContentionFit fit = fit_contention({run}, given, ContentionFitOptions{});
+  EXPECT_TRUE(fit.sustained_kept);
+  ASSERT_TRUE(fit.contention.sustained.has_value());
+  EXPECT_EQ(*fit.contention.sustained, *truth.sustained);
+  expect_curve_near(fit.contention.slowdown, truth.slowdown, 2e-3);
+  EXPECT_NEAR(fit.runs[0].predicted_after_us / fit.runs[0].measured_makespan_us, 1.0, 2e-3);
+
+  // A profile without the term: none is invented, and the curves absorb what they can.
+  const ContentionFit plain = fit_contention({run}, Contention{}, ContentionFitOptions{});
+  EXPECT_FALSE(plain.sustained_kept);
+  EXPECT_FALSE(plain.contention.sustained.has_value());
+  EXPECT_GT(plain.runs[0].op_error_after, fit.runs[0].op_error_after);
+}
+
 TEST_F(ContentionFitTest, ARunWithoutContentionGivesFactorsOfOne) {
   const MeasuredRun run = measured_under(*plan_, Contention{});
   const ContentionFit fit = fit_contention({run}, Contention{}, ContentionFitOptions{});
