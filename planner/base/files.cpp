@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -162,8 +163,9 @@ Target check_target(const std::filesystem::path& path) {
 }
 
 // Creates and fills a temporary beside `target`; returns its name. Throws Error (nothing left).
-std::filesystem::path write_temporary(const std::filesystem::path& target, std::string_view content,
-                                      const Target& state) {
+std::filesystem::path write_temporary(
+    const std::filesystem::path& target,
+    const std::function<void(const OutputFiles::Writer&)>& produce, const Target& state) {
   for (int attempt = 0;; ++attempt) {
     std::filesystem::path tmp = temporary_name(target);
     const int fd =
@@ -178,14 +180,22 @@ std::filesystem::path write_temporary(const std::filesystem::path& target, std::
       ::unlink(tmp.c_str());
       throw Error(target.string() + ": write failed: " + system_error_text(error));
     };
-    std::size_t done = 0;
-    while (done < content.size()) {
-      const ssize_t n = ::write(file.get(), content.data() + done, content.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail(errno);
+    const OutputFiles::Writer write = [&](std::string_view content) {
+      std::size_t done = 0;
+      while (done < content.size()) {
+        const ssize_t n = ::write(file.get(), content.data() + done, content.size() - done);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          fail(errno);
+        }
+        done += static_cast<std::size_t>(n);
       }
-      done += static_cast<std::size_t>(n);
+    };
+    try {
+      produce(write);
+    } catch (...) {
+      ::unlink(tmp.c_str());  // a failed write unlinked it already; a second unlink is harmless
+      throw;
     }
     // A file replaced keeps its permissions; a new one gets 0666 less the umask, as any tool's.
     if (state.exists && ::fchmod(file.get(), state.mode & 07777) != 0) fail(errno);
@@ -305,6 +315,15 @@ void OutputFiles::add_view(const std::filesystem::path& path, std::string_view c
   pending_.push_back(std::move(p));
 }
 
+void OutputFiles::add_stream(const std::filesystem::path& path,
+                             std::function<void(const Writer&)> produce) {
+  check_new(path);
+  Pending p;
+  p.path = path;
+  p.produce = std::move(produce);
+  pending_.push_back(std::move(p));
+}
+
 void OutputFiles::check_new(const std::filesystem::path& path) const {
   check_target(path);
   // Two outputs of one command naming one file (under any spelling of the name).
@@ -329,7 +348,11 @@ void OutputFiles::commit() {
   };
   try {
     for (const Pending& p : pending) {
-      temporaries.push_back(write_temporary(p.path, p.text(), check_target(p.path)));
+      const Target state = check_target(p.path);
+      temporaries.push_back(
+          p.produce ? write_temporary(p.path, p.produce, state)
+                    : write_temporary(
+                          p.path, [&](const Writer& write) { write(p.text()); }, state));
     }
   } catch (...) {
     remove_temporaries(0);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,6 +63,11 @@ class OutputFiles {
   void add(const std::filesystem::path& path, std::string content);
   // The same without a copy: `content` must outlive commit().
   void add_view(const std::filesystem::path& path, std::string_view content);
+  // Content written piece by piece as commit() produces it: `produce` is called once, in
+  // commit(), with a function that appends a piece to the temporary file (so a large output is
+  // never whole in memory). An exception from `produce` leaves every target as it was.
+  using Writer = std::function<void(std::string_view)>;
+  void add_stream(const std::filesystem::path& path, std::function<void(const Writer&)> produce);
   void commit();
 
  private:
@@ -70,6 +76,7 @@ class OutputFiles {
     std::string owned;
     std::string_view borrowed;
     bool is_borrowed = false;
+    std::function<void(const Writer&)> produce;  // set: streamed, `owned`/`borrowed` unused
     [[nodiscard]] std::string_view text() const { return is_borrowed ? borrowed : owned; }
   };
   void check_new(const std::filesystem::path& path) const;

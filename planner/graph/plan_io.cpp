@@ -3,6 +3,7 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <unordered_map>
@@ -569,11 +570,23 @@ std::int64_t int_column_value(const Node& n, IntColumn column, const DurationTab
 
 }  // namespace
 
-std::string plan_to_text(const TaskGraph& g) {
+namespace {
+
+// The version 3 text, handed to `sink` in pieces of about kPiece bytes (at most one piece is in
+// memory at once when the sink writes them out).
+constexpr std::size_t kPiece = std::size_t{1} << 20;
+
+void write_plan_text(const TaskGraph& g, const std::function<void(std::string_view)>& sink) {
   const auto node_total = static_cast<std::size_t>(g.node_count());
   std::string out;
-  out.reserve(4096 + g.schedule.action_count() * 8 + node_total * 56 +
-              g.edge_records().size() * 16);
+  out.reserve(kPiece + 4096);
+  // Called between values (IntWriter keeps its place across it): hands over what is there once
+  // it is a piece's worth.
+  const auto pass_on = [&] {
+    if (out.size() < kPiece) return;
+    sink(out);
+    out.clear();
+  };
   out += R"({"format": ")";
   out += kPlanFormat;
   out += R"(", "version": )" + std::to_string(kPlanVersion) + ",\n";
@@ -589,8 +602,10 @@ std::string plan_to_text(const TaskGraph& g) {
     if (!in_order[i]) {
       out += R"(, "order": [)";
       IntWriter ids(out);
-      for (const int id : g.stream_order(static_cast<int>(i)))
+      for (const int id : g.stream_order(static_cast<int>(i))) {
         ids.add(id);
+        pass_on();
+      }
       out += "]";
     }
     out += "}";
@@ -601,8 +616,10 @@ std::string plan_to_text(const TaskGraph& g) {
     out += ",\n\"";
     out += name;
     out += R"(": ")";
-    for (const Node& n : g.nodes())
+    for (const Node& n : g.nodes()) {
       out.push_back(code(n));
+      pass_on();
+    }
     out += "\"";
   };
   codes("kind", [](const Node& n) { return code_of(n.kind, kKindCodes); });
@@ -615,9 +632,11 @@ std::string plan_to_text(const TaskGraph& g) {
     out += kIntColumns[c];
     out += "\": [";
     IntWriter column(out);
-    for (std::size_t id = 0; id < node_total; ++id)
+    for (std::size_t id = 0; id < node_total; ++id) {
       column.add(int_column_value(g.nodes()[id], static_cast<IntColumn>(c), durations,
                                   static_cast<int>(id)));
+      pass_on();
+    }
     out += "]";
   }
   // The rare nodes with more than one micro-batch (a concatenated P2): [id, second, third, ...].
@@ -633,6 +652,7 @@ std::string plan_to_text(const TaskGraph& g) {
     for (std::size_t k = 1; k < mbs.size(); ++k)
       row.add(mbs[k]);
     out += "]";
+    pass_on();
   }
   // Labels other than the one a node's fields spell: [id, "label"].
   nlohmann::json labels = nlohmann::json::array();
@@ -650,6 +670,7 @@ std::string plan_to_text(const TaskGraph& g) {
       overlapped.emplace(out);
     }
     overlapped->add(static_cast<std::int64_t>(id));
+    pass_on();
   }
   out += overlapped ? "]},\n" : "},\n";
   out += R"("data_edges": [)";
@@ -658,9 +679,20 @@ std::string plan_to_text(const TaskGraph& g) {
     if (e.kind != EdgeKind::data) continue;
     edges.add(e.from);
     edges.add(e.to);
+    pass_on();
   }
   out += "]}\n";
-  return out;
+  sink(out);
+}
+
+}  // namespace
+
+std::string plan_to_text(const TaskGraph& g) {
+  std::string text;
+  text.reserve(4096 + g.schedule.action_count() * 8 +
+               static_cast<std::size_t>(g.node_count()) * 56 + g.edge_records().size() * 16);
+  write_plan_text(g, [&](std::string_view piece) { text += piece; });
+  return text;
 }
 
 namespace {
@@ -883,7 +915,9 @@ TaskGraph load_plan(const std::filesystem::path& path) {
 }
 
 void save_plan(const TaskGraph& graph, const std::filesystem::path& path) {
-  write_file_atomic(path, plan_to_text(graph));
+  OutputFiles files;
+  files.add_stream(path, [&](const OutputFiles::Writer& write) { write_plan_text(graph, write); });
+  files.commit();
 }
 
 namespace {

@@ -162,6 +162,36 @@ TEST_F(Files, SeveralOutputsAreWrittenAllOrNone) {
   EXPECT_EQ(entries(dir_), std::vector<std::string>{"trace.json"});
 }
 
+TEST_F(Files, AStreamedOutputIsWrittenPieceByPieceAndAFailureInItChangesNothing) {
+  const fs::path out = path("plan.json");
+  put(out, "old plan");
+  {
+    OutputFiles outputs;
+    int calls = 0;
+    outputs.add_stream(out, [&](const OutputFiles::Writer& write) {
+      ++calls;
+      write("{\"a\": ");
+      write("");
+      write("1}\n");
+    });
+    EXPECT_EQ(calls, 0) << "nothing is produced before commit";
+    outputs.commit();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(contents(out), "{\"a\": 1}\n");
+  }
+  // The producer fails half way: the target keeps its old content, no temporary is left, and
+  // the other output of the command is not written either.
+  OutputFiles outputs;
+  outputs.add(path("trace.json"), "trace");
+  outputs.add_stream(out, [](const OutputFiles::Writer& write) {
+    write("half a plan");
+    throw Error("plan.json: field 'nodes' broke");
+  });
+  EXPECT_EQ(error_of([&] { outputs.commit(); }), "plan.json: field 'nodes' broke");
+  EXPECT_EQ(contents(out), "{\"a\": 1}\n");
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"plan.json"});
+}
+
 TEST_F(Files, OneFileNamedTwiceAsAnOutputIsRefused) {
   OutputFiles outputs;
   outputs.add(path("x.json"), "a");

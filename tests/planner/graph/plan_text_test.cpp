@@ -1,6 +1,7 @@
 // The plan file, version 3 (docs/reference/plan-format.md): nodes as columns, written and read
 // without a JSON value per node. Every plan round-trips exactly, versions 1 and 2 are still read,
 // and every bad column is one line naming the field (and node).
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -70,6 +71,22 @@ TEST(PlanText, EveryPlanRoundTripsExactly) {
     EXPECT_EQ(plan_to_text(back), text) << g.meta.schedule;  // bit for bit
     EXPECT_FALSE(find_violation(back).has_value()) << g.meta.schedule;
   }
+}
+
+// save_plan streams the text to its file in pieces of about 1 MiB; the file is plan_to_text's
+// bytes, also across many pieces.
+TEST(PlanText, SavedFileIsTheTextAcrossPieces) {
+  const Plan plan = make_plan(testing::uniform_request(
+      {.devices = 16, .microbatches = 1024, .backward = BackwardMode::twobp, .comm = 0.1}));
+  const std::string text = plan_to_text(plan.graph);
+  ASSERT_GT(text.size(), std::size_t{3} << 20) << "several pieces";
+  const std::string path = ::testing::TempDir() + "/pipeplan-saved-plan.json";
+  save_plan(plan.graph, path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string saved{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::remove(path.c_str());
+  EXPECT_EQ(saved.size(), text.size());
+  EXPECT_TRUE(saved == text);
 }
 
 TEST(PlanText, SamplesHoldEveryTransferKind) {
