@@ -495,23 +495,31 @@ void check_complete(const Schedule& schedule,
 
 }  // namespace
 
+std::optional<PairFault> overlapped_pair_fault(const std::vector<Action>& actions, int position) {
+  const Action& first = actions[static_cast<std::size_t>(position)];
+  if (!first.overlaps_next) return std::nullopt;
+  if (position + 1 >= static_cast<int>(actions.size()))
+    return PairFault{position, "overlaps the next action but is the device's last"};
+  const Action& second = actions[static_cast<std::size_t>(position) + 1];
+  if (first.op != OpType::F || (second.op != OpType::B && second.op != OpType::P1))
+    return PairFault{position,
+                     "an overlapped pair is an F then a B or P1, got " + format_action(second)};
+  if (second.overlaps_next)
+    return PairFault{position + 1, "overlaps both the action before and after it"};
+  if (first.stage == second.stage && first.microbatches == second.microbatches)
+    return PairFault{position, "overlapped with its own backward"};
+  return std::nullopt;
+}
+
 namespace {
 
 // An overlapped pair: an F then a B or P1, independent of each other, the second not overlapping
 // further.
 void check_pair(const std::vector<Action>& actions, int device, int position) {
-  const Action& first = actions[static_cast<std::size_t>(position)];
-  if (!first.overlaps_next) return;
-  if (position + 1 >= static_cast<int>(actions.size()))
-    bad_action_at(device, position, first, "overlaps the next action but is the device's last");
-  const Action& second = actions[static_cast<std::size_t>(position) + 1];
-  if (first.op != OpType::F || (second.op != OpType::B && second.op != OpType::P1))
-    bad_action_at(device, position, first,
-                  "an overlapped pair is an F then a B or P1, got " + format_action(second));
-  if (second.overlaps_next)
-    bad_action_at(device, position + 1, second, "overlaps both the action before and after it");
-  if (first.stage == second.stage && first.microbatches == second.microbatches)
-    bad_action_at(device, position, first, "overlapped with its own backward");
+  if (const std::optional<PairFault> fault = overlapped_pair_fault(actions, position)) {
+    bad_action_at(device, fault->position, actions[static_cast<std::size_t>(fault->position)],
+                  fault->rule);
+  }
 }
 
 }  // namespace

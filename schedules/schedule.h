@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,5 +111,14 @@ Schedule schedule_from_text(std::string_view text);  // throws Error naming line
 // overlapped pair is an F followed by a B or P1 of another stage or micro-batch, the last pair
 // member not overlapping further. Throws Error naming the first offending action and rule.
 void check_schedule(const Schedule& schedule);
+
+// The overlapped-pair rule of check_schedule for the pair that starts at `position` of one
+// device's actions: the position of the offending action and the rule it breaks, or nothing
+// where that action does not overlap its next or the pair is well formed.
+struct PairFault {
+  int position = 0;
+  std::string rule;
+};
+std::optional<PairFault> overlapped_pair_fault(const std::vector<Action>& actions, int position);
 
 }  // namespace pipeplan

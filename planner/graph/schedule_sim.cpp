@@ -90,6 +90,7 @@ class CompactRun {
         return out;
       }
     }
+    if (!pairs_ok(out)) return out;
     std::vector<int> work;
     work.reserve(idx(devices_));
     for (int d = devices_ - 1; d >= 0; --d)
@@ -114,6 +115,23 @@ class CompactRun {
 
  private:
   std::size_t cell(int s, int mb) const { return idx(s) * idx(m_) + idx(mb); }
+
+  // Whether every overlapped pair has check_schedule's form (an F then a B or P1 of another
+  // stage or micro-batch, not overlapping further); else `error` names the first that does not,
+  // in check_schedule's words, and the order is not run.
+  bool pairs_ok(ScheduleSim& out) const {
+    for (int d = 0; d < devices_; ++d) {
+      const std::vector<Action>& actions = schedule_.per_device[idx(d)];
+      for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+        const std::optional<PairFault> fault = overlapped_pair_fault(actions, i);
+        if (!fault) continue;
+        out.error = "device " + std::to_string(d) + " position " + std::to_string(fault->position) +
+                    " (" + format_action(actions[idx(fault->position)]) + "): " + fault->rule;
+        return false;
+      }
+    }
+    return true;
+  }
 
   bool fits(int d, std::int64_t bytes) const {
     const double limit = d < static_cast<int>(meta_.memory_limit_bytes.size())
@@ -242,7 +260,7 @@ class CompactRun {
     std::int64_t& memory = memory_[idx(d)];
     while (pos < actions.size()) {
       const Action& a = actions[pos];
-      const bool pair = a.overlaps_next && pos + 1 < actions.size();
+      const bool pair = a.overlaps_next;  // with its next action (pairs_ok)
       std::optional<Step> step = prepare(a);
       if (!step) return block(d);
       if (pair) {

@@ -29,8 +29,9 @@
 namespace pipeplan {
 
 struct ScheduleSim {
-  // False when the order cannot run (an action before its input, a deadlock) or breaks a device's
-  // memory limit; `error` then says which, in the validator's words for memory.
+  // False when the order cannot run (an action before its input, a deadlock, an overlapped pair
+  // that check_schedule refuses) or breaks a device's memory limit; `error` then says which, in
+  // check_schedule's words for a pair and the validator's for memory.
   bool ok = false;
   bool memory_ok = true;
   std::string error;

@@ -6,6 +6,7 @@
 
 #include "planner/base/error.h"
 #include "planner/graph/schedule_sim.h"
+#include "schedules/schedule.h"
 
 namespace pipeplan {
 
@@ -47,30 +48,56 @@ bool may_swap(const Action& a, const Action& b) {
   return true;
 }
 
-// Moves one action of a device from position `from` to position `to` (the actions between shift
-// by one); false, with nothing changed, when that would put an action before one of its own
-// micro-batch's earlier ops (F -> P1 -> P2) on this device.
-bool move_action(std::vector<Action>& actions, std::size_t from, std::size_t to) {
-  if (from == to) return false;
-  const std::size_t lo = std::min(from, to), hi = std::max(from, to);
-  for (std::size_t k = lo; k <= hi; ++k) {
-    if (k != from && !may_swap(actions[std::min(k, from)], actions[std::max(k, from)]))
-      return false;
-  }
-  if (from < to) {
-    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(from),
-                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1,
-                actions.begin() + static_cast<std::ptrdiff_t>(to) + 1);
-  } else {
-    std::rotate(actions.begin() + static_cast<std::ptrdiff_t>(to),
-                actions.begin() + static_cast<std::ptrdiff_t>(from),
-                actions.begin() + static_cast<std::ptrdiff_t>(from) + 1);
-  }
-  return true;
+// Whether position i of a device's order holds the second action of an overlapped pair.
+bool pair_second(const std::vector<Action>& actions, std::size_t i) {
+  return i > 0 && i < actions.size() && actions[i - 1].overlaps_next;
 }
 
-void undo_move(std::vector<Action>& actions, std::size_t from, std::size_t to) {
-  move_action(actions, to, from);
+// Undoes move_action(actions, from, length, to) (below) that moved the actions.
+void undo_move(std::vector<Action>& actions, std::size_t from, std::size_t length, std::size_t to) {
+  const auto at = [&](std::size_t i) { return actions.begin() + static_cast<std::ptrdiff_t>(i); };
+  if (to < from) {
+    std::rotate(at(to), at(to + length), at(from + length));
+  } else {
+    std::rotate(at(from), at(to + 1 - length), at(to + 1));
+  }
+}
+
+// Moves `length` actions of a device that start at `from` (one, or an overlapped pair as a whole:
+// its F and the B or P1 after it) so that they start at `to` when moved earlier, or end at `to`
+// when moved later; the actions between shift. False, with nothing changed, when `to` lies
+// inside the moved actions, when the move would put an action before one of its own
+// micro-batch's earlier ops (F -> P1 -> P2) on this device, or when it would leave an overlapped
+// pair out of check_schedule's form (an action moved in between a pair's two, a pair's F moved
+// away from its backward).
+bool move_action(std::vector<Action>& actions, std::size_t from, std::size_t length,
+                 std::size_t to) {
+  if (length == 0 || from + length > actions.size() || to >= actions.size()) return false;
+  const std::size_t last = from + length - 1;
+  if (to >= from && to <= last) return false;
+  const bool earlier = to < from;
+  const std::size_t lo = earlier ? to : last + 1, hi = earlier ? from : to + 1;  // crossed
+  for (std::size_t k = lo; k < hi; ++k) {
+    for (std::size_t u = from; u <= last; ++u) {
+      if (!may_swap(earlier ? actions[k] : actions[u], earlier ? actions[u] : actions[k]))
+        return false;
+    }
+  }
+  const auto at = [&](std::size_t i) { return actions.begin() + static_cast<std::ptrdiff_t>(i); };
+  if (earlier) {
+    std::rotate(at(to), at(from), at(last + 1));
+  } else {
+    std::rotate(at(from), at(last + 1), at(to + 1));
+  }
+  // The positions whose action or next action changed: a pair there must still be one.
+  const std::size_t first_changed = earlier ? to : from, last_changed = earlier ? last : to;
+  for (std::size_t k = first_changed > 0 ? first_changed - 1 : 0; k <= last_changed; ++k) {
+    if (overlapped_pair_fault(actions, static_cast<int>(k))) {
+      undo_move(actions, from, length, to);
+      return false;
+    }
+  }
+  return true;
 }
 
 // Position of the action on `device` that produces the input `a` waits for: the forward of the
@@ -119,25 +146,34 @@ std::vector<Gap> idle_gaps(const AutoEval& e) {
   return gaps;
 }
 
-// One candidate move: the action of `device` at `from` goes to `to`.
+// One candidate move: `length` actions of `device` at `from` (an action, or an overlapped pair)
+// go to `to`.
 struct Move {
-  std::size_t device = 0, from = 0, to = 0;
+  std::size_t device = 0, from = 0, to = 0, length = 1;
 };
 
 // Moves aimed at the measured idle gaps, longest gap first: fill the gap with one of the next
 // kMaxShift actions of the same device (e.g. a P2 or a forward whose input is already there), or
-// pull the action that produces the waiting input one to kMaxShift places earlier on its device.
+// pull the action that produces the waiting input one to kMaxShift places earlier on its device;
+// an action of an overlapped pair also with its partner, as a whole.
 std::vector<Move> gap_moves(const Schedule& schedule, const AutoEval& e) {
   constexpr std::size_t kMaxShift = 4;
   std::vector<Move> moves;
   for (const Gap& g : idle_gaps(e)) {
     const std::vector<Action>& actions = schedule.per_device[g.device];
-    for (std::size_t j = g.position + 1; j <= g.position + kMaxShift && j < actions.size(); ++j)
-      moves.push_back({g.device, j, g.position});
+    for (std::size_t j = g.position + 1; j <= g.position + kMaxShift && j < actions.size(); ++j) {
+      moves.push_back({g.device, j, g.position, 1});
+      if (actions[j].overlaps_next) moves.push_back({g.device, j, g.position, 2});
+    }
     if (const auto producer = producer_of(schedule, actions[g.position])) {
       const auto [d, q] = *producer;
-      for (std::size_t shift = 1; shift <= kMaxShift && shift <= q; ++shift)
-        moves.push_back({d, q, q - shift});
+      const std::vector<Action>& on = schedule.per_device[d];
+      const std::size_t pair = pair_second(on, q) ? q - 1 : q;  // the pair's F
+      const bool paired = on[pair].overlaps_next;
+      for (std::size_t shift = 1; shift <= kMaxShift && shift <= q; ++shift) {
+        moves.push_back({d, q, q - shift, 1});
+        if (paired && shift <= pair) moves.push_back({d, pair, pair - shift, 2});
+      }
     }
   }
   return moves;
@@ -147,7 +183,10 @@ std::vector<Move> gap_moves(const Schedule& schedule, const AutoEval& e) {
 // the first improving move taken:
 //  1. gap moves (gap_moves above), recomputed from the new timeline after every accepted move;
 //  2. when none improves, every action of every device one to kMaxShift positions earlier or
-//     later (an adjacent swap is a shift by one); after an accepted move, back to 1.
+//     later (an adjacent swap is a shift by one), and every overlapped pair as a whole; after an
+//     accepted move, back to 1.
+// A move that breaks a pair's form is not tried (move_action), so every order evaluated has
+// check_schedule's pairs, as many as the start.
 // Ends when neither improves or `budget` evaluations are spent.
 }  // namespace
 
@@ -155,10 +194,10 @@ int improve_by_moves(Schedule& schedule, AutoEval& current, const EvalContext& c
                      std::string& first_error, int& budget) {
   constexpr std::size_t kMaxShift = 4;
   int accepted = 0;
-  const auto try_move = [&](std::size_t device, std::size_t from, std::size_t to) {
-    std::vector<Action>& actions = schedule.per_device[device];
-    if (from >= actions.size() || to >= actions.size() || !move_action(actions, from, to))
-      return false;
+  const auto try_move = [&](const Move& mv) {
+    if (budget <= 0) return false;
+    std::vector<Action>& actions = schedule.per_device[mv.device];
+    if (!move_action(actions, mv.from, mv.length, mv.to)) return false;
     --budget;
     std::optional<AutoEval> e = evaluate_order(schedule, context, true, first_error);
     if (e && better(e->score, current.score, context.objective)) {
@@ -166,21 +205,27 @@ int improve_by_moves(Schedule& schedule, AutoEval& current, const EvalContext& c
       ++accepted;
       return true;
     }
-    undo_move(actions, from, to);
+    undo_move(actions, mv.from, mv.length, mv.to);
     return false;
   };
   while (budget > 0) {
     bool improved = false;
     for (const Move& mv : gap_moves(schedule, current)) {
       if (budget <= 0) break;
-      if ((improved = try_move(mv.device, mv.from, mv.to))) break;
+      if ((improved = try_move(mv))) break;
     }
     if (improved) continue;
     for (std::size_t d = 0; d < schedule.per_device.size() && !improved && budget > 0; ++d) {
-      for (std::size_t i = 0; i < schedule.per_device[d].size() && !improved && budget > 0; ++i) {
+      const std::vector<Action>& actions = schedule.per_device[d];
+      for (std::size_t i = 0; i < actions.size() && !improved && budget > 0; ++i) {
+        const bool paired = actions[i].overlaps_next;
         for (std::size_t shift = 1; shift <= kMaxShift && !improved && budget > 0; ++shift) {
-          if (i >= shift) improved = try_move(d, i, i - shift);
-          if (!improved && budget > 0) improved = try_move(d, i, i + shift);
+          improved =
+              (i >= shift && try_move({d, i, i - shift, 1})) || try_move({d, i, i + shift, 1});
+          if (paired && !improved) {
+            improved = (i >= shift && try_move({d, i, i - shift, 2})) ||
+                       try_move({d, i, i + 1 + shift, 2});
+          }
         }
       }
     }

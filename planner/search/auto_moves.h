@@ -45,9 +45,11 @@ std::optional<AutoEval> evaluate_order(const Schedule& schedule, const EvalConte
                                        bool keep_times, std::string& first_error);
 
 // First-improvement hill climbing (docs/design/auto-schedule.md): moves aimed at the idle gaps of
-// the current timeline, then any action up to four places earlier or later; each move evaluated and
-// kept when it improves the score. Spends at most `budget` evaluations (decremented); returns the
-// number of moves kept. `current` must hold the times of `schedule`.
+// the current timeline, then any action up to four places earlier or later, an overlapped pair
+// (an F and the B or P1 it runs with) also as a whole; a move that would break a pair's form is
+// not tried. Each move evaluated and kept when it improves the score. Spends at most `budget`
+// evaluations (decremented); returns the number of moves kept. `current` must hold the times of
+// `schedule`.
 int improve_by_moves(Schedule& schedule, AutoEval& current, const EvalContext& context,
                      std::string& first_error, int& budget);
 
