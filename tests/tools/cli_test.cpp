@@ -1,10 +1,13 @@
 // The pipeplan binary end to end: commands, outputs and error exits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -54,34 +57,98 @@ TEST_F(Cli, PlanWritesAValidPlanAndJsonMetrics) {
   EXPECT_NE(v.out.find("valid"), std::string::npos);
 }
 
-// The split a plan prints as a Megatron-LM layout, given back with --layout, makes the same
-// plan; show and --json print it too, with torchtitan's module lists.
+// A config.json of tests/tools/fixtures/ (public model shapes, written for the tests).
+std::string fixture(const std::string& name) {
+  return std::string(PIPEPLAN_SOURCE_DIR) + "/tests/tools/fixtures/" + name;
+}
+
+std::string file_bytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Where two texts first differ, with a little of each around it (empty when they are equal).
+std::string first_difference(const std::string& a, const std::string& b) {
+  if (a == b) return "";
+  const auto at = static_cast<std::size_t>(
+      std::mismatch(a.begin(),
+                    a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())),
+                    b.begin())
+          .first -
+      a.begin());
+  const std::size_t from = at > 60 ? at - 60 : 0;
+  return "byte " + std::to_string(at) + " of " + std::to_string(a.size()) + " and " +
+         std::to_string(b.size()) + ": '" + a.substr(from, 120) + "' against '" +
+         b.substr(from, 120) + "'";
+}
+
+// The split a plan prints as a Megatron-LM layout, given back with --layout, makes the same plan
+// file byte for byte, planned from one profile file; show and --json print it too, with
+// torchtitan's module lists (the Hugging Face names for a model from a config.json). dualpipe's
+// layout is the model's cut once, which --layout runs as two copies.
 TEST_F(Cli, APrintedLayoutGivenBackReproducesThePlan) {
-  for (const std::string& args :
-       {kLlama + " --schedule 1f1b", kLlama + " --schedule interleaved --chunks 2",
-        std::string("plan --model gpt-1.5b --stages 4 -m 8 --schedule zb-v")}) {
-    const Result first = run(args + " --json -o " + path("a.json"));
-    ASSERT_EQ(first.status, 0) << first.out;
+  const std::string llama_70b = fixture("llama-2-70b/config.json");
+  for (const auto& [name, model] :
+       std::map<std::string, std::string>{{"llama-7b", "llama-7b --seq 2048"},
+                                          {"gpt-1.5b", "gpt-1.5b"},
+                                          {"llama-2-70b", llama_70b + " --seq 4096"}}) {
+    const Result p = run("profile --analytic --model " + model + " --gpu h100 -o " +
+                         path(name + ".profile.json"));
+    ASSERT_EQ(p.status, 0) << p.out;
+  }
+  struct Case {
+    std::string args;
+    bool megatron_placement;
+    std::string first_module, last_module;
+  };
+  const std::string llama = "plan --profile " + path("llama-7b.profile.json") + " --stages 4 -m 8";
+  const std::string gpt = "plan --profile " + path("gpt-1.5b.profile.json") + " --stages 4 -m 8";
+  const std::string hf = "plan --profile " + path("llama-2-70b.profile.json") +
+                         " --stages 8 -m 16 --tensor-parallel 8";
+  const Case cases[] = {
+      {llama + " --schedule 1f1b", true, "tok_embeddings", "output"},
+      {llama + " --schedule interleaved --chunks 2", true, "tok_embeddings", "output"},
+      {llama + " --schedule dualpipe-v", false, "tok_embeddings", "output"},
+      {gpt + " --schedule zb-v", false, "tok_embeddings", "output"},
+      {gpt + " --schedule dualpipe", false, "tok_embeddings", "output"},
+      {hf + " --schedule interleaved --chunks 2", true, "model.embed_tokens", "lm_head"},
+      {hf + " --schedule dualpipe", false, "model.embed_tokens", "lm_head"},
+  };
+  for (const Case& c : cases) {
+    const Result first = run(c.args + " --json -o " + path("a.json"));
+    ASSERT_EQ(first.status, 0) << c.args << "\n" << first.out;
     const auto layout = nlohmann::json::parse(first.out)["layout"];
     const std::string megatron = layout["megatron"].get<std::string>();
-    EXPECT_EQ(layout["megatron_placement"].get<bool>(), args.find("zb-v") == std::string::npos);
-    EXPECT_EQ(layout["torchtitan"].front().front(), "tok_embeddings");
-    const Result again = run(args + " --layout '" + megatron + "' -o " + path("b.json"));
-    ASSERT_EQ(again.status, 0) << again.out;
+    EXPECT_EQ(layout["megatron_placement"].get<bool>(), c.megatron_placement) << c.args;
+    EXPECT_EQ(layout["torchtitan"].front().front(), c.first_module) << c.args;
+    EXPECT_EQ(layout["torchtitan"].back().back(), c.last_module) << c.args;
+    const Result again = run(c.args + " --layout '" + megatron + "' -o " + path("b.json"));
+    ASSERT_EQ(again.status, 0) << c.args << "\n" << again.out;
     EXPECT_NE(again.out.find("Megatron-LM: --pipeline-model-parallel-layout '" + megatron + "'"),
               std::string::npos)
         << again.out;
-    auto a = nlohmann::json::parse(std::ifstream(path("a.json")));
-    auto b = nlohmann::json::parse(std::ifstream(path("b.json")));
-    // The profile's time stamp (to the second) may differ between the two runs.
-    a["meta"].erase("profile_source");
-    b["meta"].erase("profile_source");
-    EXPECT_EQ(a, b) << args << " --layout " << megatron;
+    const std::string a = file_bytes(path("a.json")), b = file_bytes(path("b.json"));
+    EXPECT_FALSE(a.empty()) << c.args;
+    EXPECT_EQ(first_difference(a, b), "") << c.args << " --layout '" << megatron << "'";
     const Result shown = run("show " + path("b.json"));
-    EXPECT_NE(shown.out.find("torchtitan: module_fqns_per_model_part = [[\"tok_embeddings\""),
-              std::string::npos)
+    EXPECT_NE(
+        shown.out.find("torchtitan: module_fqns_per_model_part = [[\"" + c.first_module + "\""),
+        std::string::npos)
         << shown.out;
   }
+  // Without --profile each run makes its analytic profile afresh: the two plans differ only in
+  // the profile's time stamp (to the second), meta.profile_source.
+  const Result first = run(kLlama + " --schedule 1f1b --json -o " + path("a.json"));
+  ASSERT_EQ(first.status, 0) << first.out;
+  const std::string megatron =
+      nlohmann::json::parse(first.out)["layout"]["megatron"].get<std::string>();
+  ASSERT_EQ(
+      run(kLlama + " --schedule 1f1b --layout '" + megatron + "' -o " + path("b.json")).status, 0);
+  auto a = nlohmann::json::parse(std::ifstream(path("a.json")));
+  auto b = nlohmann::json::parse(std::ifstream(path("b.json")));
+  a["meta"].erase("profile_source");
+  b["meta"].erase("profile_source");
+  EXPECT_EQ(a, b);
   expect_error(kLlama + " --layout 'Et*16|t*16L'",
                "--layout: 2 stages do not divide among --stages 4");
   expect_error(kLlama + " --layout 'Et*4|(t*4|)*6t*4L' --chunks 1",
@@ -91,6 +158,72 @@ TEST_F(Cli, APrintedLayoutGivenBackReproducesThePlan) {
                "--layout: --schedule auto chooses its own split");
   expect_error(kLlama + " --layout 'Et*8|t*8|t*8|t*8L' --layers-per-stage 8,8,8,8",
                "--layout: give it or --layers-per-stage, not both");
+}
+
+// docs/reference/layouts.md's examples, run as the page shows them: LLaMA-7B on 4 stages,
+// LLaMA-7B on 16 virtual stages, the LLaMA-2-70B shape from a config.json, and DeepSeek-V3's
+// 32-stage layout on a dense 61-layer stack (its MTP stage refused, its place taken by blocks
+// accepted).
+TEST_F(Cli, TheLayoutReferenceExamplesPrintAsDocumented) {
+  const auto megatron_line = [](const std::string& layout) {
+    return "Megatron-LM: --pipeline-model-parallel-layout '" + layout + "'";
+  };
+  const Result llama = run("plan --model llama-7b --stages 4 -m 8 --schedule 1f1b --backward 2bp");
+  ASSERT_EQ(llama.status, 0) << llama.out;
+  EXPECT_NE(llama.out.find(megatron_line("Et*8|t*8|t*8|t*8L") + "\n"), std::string::npos)
+      << llama.out;
+  EXPECT_NE(llama.out.find("torchtitan: module_fqns_per_model_part = "
+                           "[[\"tok_embeddings\",\"layers.0\","),
+            std::string::npos)
+      << llama.out;
+  EXPECT_NE(llama.out.find("\"layers.31\",\"norm\",\"output\"]]\n"), std::string::npos)
+      << llama.out;
+  const Result json =
+      run("plan --model llama-7b --stages 4 -m 8 --schedule 1f1b --backward 2bp --json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  const auto layout = nlohmann::json::parse(json.out)["layout"];
+  EXPECT_EQ(layout["megatron"], "Et*8|t*8|t*8|t*8L");
+  EXPECT_EQ(layout["megatron_placement"], true);
+
+  const Result sixteen = run(
+      "plan --model llama-7b --stages 8 -m 16 --schedule interleaved --layout 'Et*3|(tt|)*14,tL'");
+  ASSERT_EQ(sixteen.status, 0) << sixteen.out;
+  EXPECT_NE(sixteen.out.find(megatron_line("Et*3|(tt|)*14tL") + "\n"), std::string::npos)
+      << sixteen.out;
+
+  const Result seventy = run("plan --model " + fixture("llama-2-70b/config.json") +
+                             " --stages 8 --chunks 2 --schedule interleaved -m 16 --seq 4096"
+                             " --tensor-parallel 8");
+  ASSERT_EQ(seventy.status, 0) << seventy.out;
+  EXPECT_EQ(seventy.out.rfind("llama-2-70b on 8 x h100-sxm: interleaved, backward fused, m=16, "
+                              "mbs=1, seq=4096, chunks=2\n",
+                              0),
+            0u)
+      << seventy.out;
+  EXPECT_NE(seventy.out.find(megatron_line("Et*5|(t*5|)*14t*5L") + "\n"), std::string::npos)
+      << seventy.out;
+  EXPECT_NE(seventy.out.find("torchtitan: module_fqns_per_model_part = "
+                             "[[\"model.embed_tokens\",\"model.layers.0\",\"model.layers.1\","
+                             "\"model.layers.2\",\"model.layers.3\",\"model.layers.4\"],"),
+            std::string::npos)
+      << seventy.out;
+  EXPECT_NE(seventy.out.find("[\"model.layers.75\",\"model.layers.76\",\"model.layers.77\","
+                             "\"model.layers.78\",\"model.layers.79\",\"model.norm\",\"lm_head\"]]"
+                             "\n"),
+            std::string::npos)
+      << seventy.out;
+
+  const std::string dense = "plan --model " + fixture("deepseek-v3-dense/config.json") +
+                            " --stages 16 -m 32 --schedule interleaved --seq 4096"
+                            " --tensor-parallel 8";
+  const Result blocks = run(dense + " --layout 'Et*3|(tt|)*27,t|t|t|tL'");
+  ASSERT_EQ(blocks.status, 0) << blocks.out;
+  EXPECT_EQ(blocks.out.rfind("deepseek-v3-dense on 16 x h100-sxm: interleaved", 0), 0u)
+      << blocks.out;
+  EXPECT_NE(blocks.out.find(megatron_line("Et*3|(tt|)*27t|t|t|tL") + "\n"), std::string::npos)
+      << blocks.out;
+  expect_error(dense + " --layout 'Et*3|(tt|)*29,m|L'",
+               "--layout: stage 30 ('m') holds an MTP layer (m), which pipeplan does not model");
 }
 
 TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
@@ -334,13 +467,56 @@ TEST_F(Cli, CompareListsTheVFamiliesAtTwoChunks) {
     std::map<std::string, nlohmann::json> rows;
     for (const auto& row : nlohmann::json::parse(r.out))
       rows[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
-    for (const char* family : {"zb-v", "v-half", "v-min"}) {
+    for (const char* family : {"zb-v", "v-half", "v-min", "dualpipe-v", "dualpipe"}) {
       const auto it = rows.find(std::string(family) + "/2bp");
       ASSERT_NE(it, rows.end()) << family << chunks;
       EXPECT_EQ(it->second["chunks"], 2) << family << chunks;
       EXPECT_FALSE(it->second.contains("error")) << family << chunks << ": " << it->second;
     }
   }
+}
+
+// compare's dualpipe-v and dualpipe rows, at a micro-batch count they take (at least 2P, even for
+// dualpipe), are the plans `plan --schedule` makes; below 2P each row says why instead.
+TEST_F(Cli, CompareListsTheDualPipeFamilies) {
+  const std::string inputs = " --uniform 2:2:1:0.1 --stages 4 --json";
+  for (const int m : {8, 12}) {
+    const std::string shape = inputs + " --microbatches " + std::to_string(m);
+    const Result r = run("compare" + shape);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::map<std::string, nlohmann::json> rows;
+    for (const auto& row : nlohmann::json::parse(r.out))
+      rows[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
+    for (const std::string family : {"dualpipe-v", "dualpipe"}) {
+      const std::string label = family + " m=" + std::to_string(m);
+      const auto it = rows.find(family + "/2bp");
+      ASSERT_NE(it, rows.end()) << label;
+      const nlohmann::json& row = it->second;
+      ASSERT_FALSE(row.contains("error")) << label << ": " << row;
+      EXPECT_EQ(row["chunks"], 2) << label;
+      EXPECT_EQ(row["microbatches"], m) << label;
+      const Result plan = run("plan" + shape + " --schedule " + family);
+      ASSERT_EQ(plan.status, 0) << label << "\n" << plan.out;
+      const auto planned = nlohmann::json::parse(plan.out);
+      EXPECT_EQ(row["step_time_ms"], planned["step_time_ms"]) << label;
+      EXPECT_EQ(row["max_stage_span_ms"], planned["max_stage_span_ms"]) << label;
+      EXPECT_EQ(row["peak_memory_bytes"], planned["peak_memory_bytes"]) << label;
+      EXPECT_EQ(row["layout"], planned["layout"]) << label;
+    }
+  }
+  const Result few = run("compare" + inputs + " --microbatches 6");
+  ASSERT_EQ(few.status, 0) << few.out;
+  std::map<std::string, std::string> errors;
+  for (const auto& row : nlohmann::json::parse(few.out)) {
+    if (row.contains("error"))
+      errors[row["schedule"].get<std::string>()] = row["error"].get<std::string>();
+  }
+  EXPECT_EQ(errors["dualpipe-v"],
+            "--microbatches: schedule 'dualpipe-v' needs at least 2P = 8 micro-batches (one per "
+            "stage), got 6");
+  EXPECT_EQ(errors["dualpipe"],
+            "--microbatches: schedule 'dualpipe' needs an even number of at least 2P = 8 "
+            "micro-batches (half fed from each end), got 6");
 }
 
 TEST_F(Cli, ValidateRejectsATamperedPlan) {
