@@ -64,14 +64,65 @@ share_for() {
   fi
 }
 
+# --- the NCCL the binaries load ------------------------------------------------------------------
+
+# choose_nccl: the folder of the libnccl.so.2 to load, the first found of: --nccl-lib-dir,
+# $PIPEPLAN_NCCL_LIB_DIR, .deps/nccl/lib (tools/dev/fetch_nccl.sh). Sets nccl_dir and
+# nccl_source (empty: none of them; the binaries then load the NCCL their own search finds: a
+# staged copy's the CUDA toolkit's or python3's site-packages', a build's its link-time one). A
+# folder named by the option or the variable without libnccl.so.2 stops the run before anything
+# runs.
+nccl_dir='' nccl_source=''
+choose_nccl() {
+  if [[ -n $opt_nccl_lib_dir ]]; then
+    nccl_dir=$opt_nccl_lib_dir nccl_source=--nccl-lib-dir
+  elif [[ -n ${PIPEPLAN_NCCL_LIB_DIR:-} ]]; then
+    nccl_dir=$PIPEPLAN_NCCL_LIB_DIR nccl_source=PIPEPLAN_NCCL_LIB_DIR
+  elif [[ -f $repo/.deps/nccl/lib/libnccl.so.2 ]]; then
+    nccl_dir=$repo/.deps/nccl/lib nccl_source=.deps/nccl/lib
+  fi
+  [[ -z $nccl_dir || -f $nccl_dir/libnccl.so.2 || $dry == 1 ]] ||
+    die "$nccl_source: no libnccl.so.2 in '$nccl_dir'"
+  if [[ -n $nccl_dir && -d $nccl_dir ]]; then nccl_dir=$(cd "$nccl_dir" && pwd); fi
+}
+
+# use_nccl: the chosen NCCL's folder first on LD_LIBRARY_PATH (before a staged copy's folders).
+use_nccl() {
+  [[ -n $nccl_dir ]] || return 0
+  export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# nccl_loaded FILE: three lines, VERSION, PATH and NEW, from a `pipeplan env --json` output
+# (libraries[] libnccl; NEW 1 where the version is 2.30 or later, 0 where older or unknown); empty
+# lines where it reports none.
+nccl_loaded() {
+  python3 - "$1" << 'PY'
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        text = "".join(line for line in f if not line.startswith("#"))
+    env = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
+except (OSError, ValueError):
+    env = {}
+nccl = next((lib for lib in env.get("libraries") or [] if lib.get("name") == "libnccl"), {})
+version, path = nccl.get("version") or "", nccl.get("path") or ""
+try:
+    new = tuple(int(part) for part in version.split(".")[:2]) >= (2, 30)
+except ValueError:
+    new = False
+print(version, path, int(new), sep="\n")
+PY
+}
+
 # --- libraries for a staged copy -----------------------------------------------------------------
 
 # find_staged_libraries: for binaries from a staged copy (bench/gpu/stage.sh) on a machine whose
 # CUDA libraries are not where the build machine's were: the CUDA toolkit's folders, then
 # python3's site-packages (PyTorch's nvidia-* wheels hold cuDNN and NCCL), then wherever python3's
-# `nvidia` namespace package is. Sets LD_LIBRARY_PATH for the binaries (python3 keeps its own
-# environment) and PIPEPLAN_CUDNN_LIBRARY; the staged libstdc++ only where the machine's is older
-# than the binaries need.
+# `nvidia` namespace package is; NCCL only where choose_nccl found none (use_nccl puts that one
+# first). Sets LD_LIBRARY_PATH for the binaries (python3 keeps its own environment) and
+# PIPEPLAN_CUDNN_LIBRARY; the staged libstdc++ only where the machine's is older than the
+# binaries need.
 find_staged_libraries() {
   local site nvidia lib root path dir
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2> /dev/null || true)
@@ -84,6 +135,7 @@ find_staged_libraries() {
   # libnvrtc: cuDNN compiles some fused-attention engines at run time (not linked; found if there).
   for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9 \
     libnvrtc.so.13; do
+    if [[ $lib == libnccl.so.2 && -n $nccl_dir ]]; then continue; fi
     for root in "${roots[@]}"; do
       [[ -d $root ]] || continue
       path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1)
@@ -204,6 +256,25 @@ record() {
   return "$status"
 }
 
+# not_run NAME REASON: a command this machine cannot run, recorded as a failure: $out/NAME holds
+# the header and "# not run: REASON", index.txt and the manifest list it as not run (skipped).
+not_run() {
+  local name=$1 reason=$2
+  if ((dry)); then
+    echo "# not run here: $name ($reason)"
+    return 0
+  fi
+  {
+    echo "# gpu: $gpu_line"
+    echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# not run: $reason"
+  } > "$out/$name"
+  printf '%-44s not run (%s)\n' "$name" "$reason" >> "$out/index.txt"
+  printf '%s\t%s\tskipped\t0\n' "$name" "(not run: $reason)" >> "$commands_tsv"
+  echo "[not run] $name: $reason"
+  failures=$((failures + 1))
+}
+
 # note TEXT: a line for the reader (index.txt and stdout; stderr too when it is a problem).
 note() {
   echo "$*"
@@ -232,11 +303,15 @@ write_manifest() {
   fi
   local build_info=''
   [[ -n $staged && -f $staged/BUILD_INFO ]] && build_info=$(sed -n 's/^commit: //p' "$staged/BUILD_INFO")
+  local chosen_nccl=''
+  [[ -n $nccl_dir ]] && chosen_nccl=$(portable "$nccl_dir")
   python3 - "$out/manifest.json" "$commands_tsv" "$env_json" "$commit" "$build_info" \
-    "$run_date" "${whats[*]}" "$(portable "$pipeplan")" "${options_used[@]}" << 'PY'
+    "$run_date" "${whats[*]}" "$(portable "$pipeplan")" "$chosen_nccl" "$nccl_source" \
+    "${options_used[@]}" << 'PY'
 import json, sys
 path, commands_tsv, env_json, commit, build_info, date, whats, pipeplan = sys.argv[1:9]
-options = sys.argv[9:]
+nccl_dir, nccl_source = sys.argv[9:11]
+options = sys.argv[11:]
 try:
     env = json.loads(env_json) if env_json else {}
 except ValueError:
@@ -245,11 +320,15 @@ gpus = env.get("gpus") or []
 first = gpus[0] if gpus else {}
 libraries = env.get("libraries") or []
 
+def library(word):
+    for entry in libraries:
+        if word in str(entry.get("name", "")).lower():
+            return entry
+    return {}
+
+
 def version(word):
-    for library in libraries:
-        if word in str(library.get("name", "")).lower():
-            return library.get("version")
-    return None
+    return library(word).get("version")
 
 commands = []
 with open(commands_tsv, encoding="utf-8") as f:
@@ -266,6 +345,8 @@ manifest = {
     "cuda_driver_api": first.get("driver_version"),
     "cuda_runtime": first.get("runtime_version"),
     "cudnn": version("cudnn"), "nccl": version("nccl"), "cublas": version("cublas"),
+    "nccl_path": library("nccl").get("path"),
+    "nccl_chosen": {"folder": nccl_dir, "from": nccl_source} if nccl_dir else None,
     "libraries": libraries, "pipeplan": env.get("pipeplan"),
     "commit": commit or None, "staged_commit": build_info or None, "date": date,
     "what": whats.split(), "options": options, "pipeplan_binary": pipeplan,

@@ -66,28 +66,32 @@ what_pipelines() {
 
 # Predicted before any run, then calibrated: from the stages' profile as the profiler wrote it
 # (its contention and sustained-load model measured at profile time, nothing fitted to a run),
-# 1F1B-2bp and ZB-V at m = 2P are planned and run; then the other schedules at m = P are run,
-# `pipeplan calibrate fit` fits the contention model to those alone, and `calibrate eval`
-# predicts the first two again from the calibrated profile.
+# 1F1B-2bp and ZB-V at m = 2P are planned and run; then other schedules (GPipe fused, interleaved
+# 2bp, ZB-H1 2bp) at m = P are run, `pipeplan calibrate fit` fits the contention model to those
+# alone, and `calibrate eval` predicts the first two again from the calibrated profile (its
+# "before" column is the prediction from the profile as measured, its "after" the calibrated one;
+# summary.py sets both against the runs' median of steps 2..N).
 what_predict() {
   need_profile predict || return 0
   local cap_s=120 m2=$((2 * stages)) m1=$stages
-  local measured=$sm_profile
-  local calibrated="$out/$(basename "${measured%.measured.json}").predict.calibrated.json"
+  local measured=$sm_profile base
+  base=$(basename "$measured" .json)
+  base=${base%.measured}
+  base=${base%.calibrated}
+  local calibrated="$out/$base.predict.calibrated.json"
   run_plan "predict-1f1b-m$m2-2bp" --schedule 1f1b --backward 2bp --microbatches "$m2"
   run_plan "predict-zbv-m$m2" --schedule zb-v --backward 2bp --microbatches "$m2"
   local -a fit_runs=()
-  local name
-  for name in 1f1b-fused 1f1b-2bp gpipe-2bp; do
-    run_plan "fit-${name%-*}-m$m1-${name#*-}" --schedule "${name%-*}" --backward "${name#*-}" \
-      --microbatches "$m1"
-    fit_runs+=("$out/fit-${name%-*}-m$m1-${name#*-}")
+  local entry schedule backward name
+  for entry in "gpipe fused" "interleaved 2bp" "zb-h1 2bp"; do
+    read -r schedule backward <<< "$entry"
+    name="fit-$schedule-m$m1-$backward"
+    run_plan "$name" --schedule "$schedule" --backward "$backward" --microbatches "$m1"
+    fit_runs+=("$out/$name")
   done
   cap_s=300 record predict-calibrate-fit.txt "$pipeplan" calibrate fit --profile "$measured" \
     --sustained -o "$calibrated" "${fit_runs[@]}" || return 0
   record predict-calibrate-eval.txt "$pipeplan" calibrate eval --profile "$calibrated" \
-    "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
-  record predict-uncalibrated-eval.txt "$pipeplan" calibrate eval --profile "$measured" \
     "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
 }
 
@@ -110,63 +114,134 @@ what_pairs() {
     -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
 }
 
-# NCCL on one GPU (NCCL 2.30 or later, several ranks on one GPU): GPipe fused, 1F1B-2bp,
-# interleaved, ZB-V and 1F1B-2bp with BPipe at m = 2P, planned from the stages' profile, each run
-# with device-local copies (--emulate P), over NCCL between the emulated stages (--transport
-# nccl) and, where torchrun is on the PATH, as P processes sharing the GPU; nccl-losses.txt
-# compares the losses. Then the NCCL GPU tests, and a rank killed at its first node (every rank
-# must end, non-zero, within --timeout-ms).
+# NCCL on one GPU (several ranks on one GPU need NCCL 2.30 or later and
+# NCCL_MULTI_RANK_GPU_ENABLE=1, set here). First the NCCL the runs will load, as `pipeplan env
+# --json` reports it (nccl-env.json): older than 2.30, or none, stops the stage in one line. Then
+# each plan of --nccl-plans at m = 2P, planned from the stages' profile, run --nccl-steps steps
+# three ways: with device-local copies (--emulate P), over NCCL between the emulated stages
+# (--transport nccl), and as P processes sharing the GPU under torchrun (else `python3 -m
+# torch.distributed.run`; with neither, recorded as not run: a failure); each way's trace is
+# `pipeplan diff --json`ed, and nccl-losses.txt compares the losses. Then the NCCL GPU tests, and
+# a rank killed at its first node (nccl_rank_killed).
 what_nccl() {
   need_profile nccl || return 0
-  local cap_s=180 m2=$((2 * stages)) name plan
-  local -a runs=()
+  if ((stages < 2)); then
+    note "nccl: needs 2 or more stages (--stages $stages)" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  local cap_s=180 m2=$((2 * stages)) name plan way
   local NCCL_MULTI_RANK_GPU_ENABLE=1
   export NCCL_MULTI_RANK_GPU_ENABLE
-  local -a plans=("gpipe fused" "1f1b 2bp" "interleaved 2bp" "zb-v 2bp" "1f1b 2bp bpipe")
+  record nccl-env.json "$pipeplan" env --json || true
+  if ((dry)); then
+    note "(dry run: the stage goes on only where nccl-env.json reports NCCL 2.30 or later)"
+  else
+    local version path new
+    {
+      read -r version
+      read -r path
+      read -r new
+    } < <(nccl_loaded "$out/nccl-env.json")
+    if [[ -z $version ]]; then
+      note "nccl: stopped: pipeplan env --json reports no NCCL version (see nccl-env.json)" >&2
+      failures=$((failures + 1))
+      return 0
+    fi
+    if ((new != 1)); then
+      note "nccl: stopped: NCCL $version from $path is loaded; several ranks on one GPU need" \
+        "NCCL 2.30 or later (--nccl-lib-dir DIR, PIPEPLAN_NCCL_LIB_DIR, or bash" \
+        "tools/dev/fetch_nccl.sh)" >&2
+      failures=$((failures + 1))
+      return 0
+    fi
+    local chosen=''
+    if [[ -n $nccl_dir && $path == "$nccl_dir"/* ]]; then
+      chosen=" (chosen by $nccl_source, first on LD_LIBRARY_PATH)"
+    elif [[ -n $nccl_dir ]]; then
+      chosen=", not from $nccl_dir (chosen by $nccl_source): see nccl-env.json"
+    fi
+    note "nccl: NCCL $version from $path$chosen"
+  fi
+  # The launcher of one process per stage.
+  local -a launcher=()
+  if command -v torchrun > /dev/null; then
+    launcher=(torchrun)
+  elif env LD_LIBRARY_PATH="$original_ld_library_path" python3 -c 'import torch.distributed.run' \
+    > /dev/null 2>&1; then
+    launcher=(python3 -m torch.distributed.run)
+  elif ((dry)); then
+    launcher=(torchrun)
+    note "(dry run: neither torchrun nor python3 -m torch.distributed.run is here; shown as" \
+      "torchrun)"
+  else
+    note "nccl: no torchrun on the PATH and no python3 -m torch.distributed.run (PyTorch): the" \
+      "runs of one process per stage cannot start" >&2
+  fi
+  local -a losses=() planned=()
   local entry schedule backward bpipe
-  for entry in "${plans[@]}"; do
-    read -r schedule backward bpipe <<< "$entry"
+  for entry in "${nccl_plan_list[@]}"; do
+    bpipe=''
+    case $entry in
+      gpipe-fused) schedule=gpipe backward=fused ;;
+      1f1b-2bp) schedule=1f1b backward=2bp ;;
+      interleaved-2bp) schedule=interleaved backward=2bp ;;
+      zb-v-2bp) schedule=zb-v backward=2bp ;;
+      1f1b-2bp-bpipe) schedule=1f1b backward=2bp bpipe=on ;;
+    esac
     name="nccl-$schedule-m$m2-$backward${bpipe:+-bpipe}"
     plan="$out/$name.plan.json"
     record "$name.plan.txt" "$pipeplan" plan "${common[@]}" --schedule "$schedule" \
       --backward "$backward" --microbatches "$m2" ${bpipe:+--bpipe on} -o "$plan" || continue
+    planned+=("$name")
     record "$name.local.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
-      --steps "$steps" --json --trace "$out/$name.local.trace.json" || true
+      --steps "$nccl_steps" --json --trace "$out/$name.local.trace.json" || true
     record "$name.nccl.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
-      --transport nccl --steps "$steps" --json --trace "$out/$name.nccl.trace.json" || true
-    record "$name.nccl.diff.txt" "$pipeplan" diff "$plan" "$out/$name.nccl.trace.json" \
-      --top 15 || true
-    runs+=("$out/$name.local.json" "$out/$name.nccl.json")
-    if ((dry)) || command -v torchrun > /dev/null; then
-      record "$name.torchrun.json" torchrun --nproc-per-node "$stages" --no-python \
-        "$pipeplan" run "$plan" --backend cuda --steps "$steps" --json \
+      --transport nccl --steps "$nccl_steps" --json --trace "$out/$name.nccl.trace.json" || true
+    if ((${#launcher[@]})); then
+      record "$name.torchrun.json" "${launcher[@]}" --nproc-per-node "$stages" --no-python \
+        "$pipeplan" run "$plan" --backend cuda --steps "$nccl_steps" --json \
         --trace "$out/$name.torchrun.trace.json" || true
-      runs+=("$out/$name.torchrun.json")
+    else
+      not_run "$name.torchrun.json" "no torchrun and no python3 -m torch.distributed.run here"
     fi
+    for way in local nccl torchrun; do
+      if ((dry)) || [[ -s $out/$name.$way.trace.json ]]; then
+        record "$name.$way.diff.json" "$pipeplan" diff "$plan" "$out/$name.$way.trace.json" \
+          --json --all || true
+      fi
+    done
+    losses+=("$out/$name.local.json" "$out/$name.nccl.json" "$out/$name.torchrun.json")
   done
-  if ((!dry)) && ! command -v torchrun > /dev/null; then
-    note "nccl: no torchrun on the PATH: the runs of one process per stage were skipped"
+  if ((${#losses[@]})); then
+    record nccl-losses.txt python3 "$here/summary.py" --losses "${losses[@]}" || true
   fi
-  record nccl-losses.txt python3 "$here/summary.py" --losses "${runs[@]}" || true
   cap_s=$test_cap_s record tests-nccl.txt "$tests_binary" \
     --gtest_filter='NcclTransport.*:EmulatedRun.OverNccl*:CudaMpiRun.*:GpuShare.*' \
     --gtest_output="json:$out/tests-nccl.json" || true
-  if ((dry)) || command -v torchrun > /dev/null; then
-    # Rank 2 dies at its first node: every rank ends with one line, non-zero, within the timeout.
-    plan="$out/nccl-1f1b-m$m2-2bp.plan.json"
-    local status=0
-    cap_s=60 record nccl-rank-killed.txt env PIPEPLAN_TEST_FAULT=die:2 torchrun \
-      --nproc-per-node "$stages" --no-python "$pipeplan" run "$plan" --backend cuda --steps 1 \
-      --timeout-ms 20000 || status=$?
-    if ((!dry)); then
-      if ((status == 0 || status == 124)); then
-        note "nccl: the run with rank 2 killed ended with status $status; expected non-zero within 60 s"
-        if ((status == 0)); then failures=$((failures + 1)); fi
-      else
-        failures=$((failures - 1))  # record counted the exit this run is meant to have
-      fi
-    fi
+  if ((${#planned[@]} == 0)); then
+    note "nccl: no plan was made: no rank killed" >&2
+    return 0
   fi
+  name=${planned[0]}
+  if [[ " ${planned[*]} " == *" nccl-1f1b-m$m2-2bp "* ]]; then name="nccl-1f1b-m$m2-2bp"; fi
+  nccl_rank_killed "$out/$name.plan.json"
+}
+
+# A rank killed (bench/gpu/rank_killed.sh): the P ranks of PLAN started as torchrun starts them,
+# PIPEPLAN_TEST_FAULT=die:K killing rank K (2, or 1 with two stages) at its first node of step 1;
+# nccl-rank-killed.txt lists each rank's exit status and end, nccl-rank-killed.rank<R>.txt its
+# output. summary.py --rank-killed (nccl-rank-killed-check.txt, exit 1 on a miss) requires rank K
+# killed, and every other rank to exit non-zero with one error line naming rank K ("rank K closed
+# its connection") within --timeout-ms (rank_timeout_ms) plus rank_slack_s of rank K's end.
+rank_timeout_ms=20000 rank_slack_s=10 rank_limit_s=120
+nccl_rank_killed() {  # nccl_rank_killed PLAN
+  local killed=$((stages > 2 ? 2 : 1))
+  cap_s=$((rank_limit_s + 30)) record nccl-rank-killed.txt bash "$here/rank_killed.sh" "$out" \
+    "$stages" "$killed" "$rank_timeout_ms" "$rank_slack_s" "$rank_limit_s" \
+    "$pipeplan" run "$1" --backend cuda --steps 1 --json --timeout-ms "$rank_timeout_ms" || true
+  record nccl-rank-killed-check.txt python3 "$here/summary.py" --rank-killed \
+    "$out/nccl-rank-killed.txt" || true
 }
 
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.

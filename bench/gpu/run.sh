@@ -12,16 +12,18 @@
 #   block       one LLaMA-7B block's MFU, pipeplan (bench_block) beside PyTorch (torch_block.py)
 #   profile     the whole-GPU profile of LLaMA-7B (pipeplan profile --backend cuda)
 #   step        one stage on the whole GPU, planned from that profile and run: the step with
-#               its optimizer, predicted against measured
+#               its optimizer and each device's peak memory, predicted against measured; then
+#               pipeplan bpipe's verdict from the same profile (the optimizer in every step)
 #   profile-sm  the profile of the emulated stages: the --layers model at one stage's SM share
 #   pipelines   emulated pipelines on one GPU, predicted (plan) against measured (run --emulate)
 #   predict     1F1B-2bp and ZB-V at 2P from the profile as measured, then again after
-#               pipeplan calibrate fit on other schedules' runs
+#               pipeplan calibrate fit on other schedules' runs (GPipe, interleaved, ZB-H1)
 #   pairs       overlapped pairs on two streams: dualpipe-v beside zb-v, and dualpipe, at m = 2P,
 #               planned from the stages' profile (its measured overlap efficiency) and run
-#   nccl        NCCL on one GPU (NCCL 2.30+): five schedules at m = 2P run with device-local
-#               copies, over NCCL between emulated stages, and as P torchrun processes sharing
-#               the GPU, losses compared; the NCCL GPU tests; a rank killed mid-step
+#   nccl        NCCL on one GPU (NCCL 2.30+, checked first): the --nccl-plans at m = 2P run with
+#               device-local copies, over NCCL between emulated stages, and as P torchrun
+#               processes sharing the GPU, losses, step times and transfers compared; the NCCL
+#               GPU tests; a rank killed mid-step
 #   bpipe       8 emulated stages: a micro-batch size that fits only with BPipe, run with it
 #   stalls      where emulated stages wait with their inputs ready, per work-queue count
 #   copies      device-local copies issued each way (PIPEPLAN_DEVICE_COPY)
@@ -36,6 +38,9 @@
 #   --bench-block BIN     default build/bench/cuda/bench_block
 #   --staged DIR          a staged copy (bench/gpu/stage.sh): DIR/bin/ holds all three, and the
 #                         CUDA, cuDNN and NCCL libraries are looked for on this machine
+#   --nccl-lib-dir DIR    the folder of the libnccl.so.2 to load, put first on LD_LIBRARY_PATH
+#                         (default: $PIPEPLAN_NCCL_LIB_DIR, else .deps/nccl/lib where
+#                         tools/dev/fetch_nccl.sh put one, else the binaries' own search)
 # Output:
 #   --out DIR             default bench/results/<gpu>/<YYYY-MM-DD>-<what...> (gpu: the gpus.json
 #                         entry, else the lower-case device name; -2, -3 ... if it exists)
@@ -51,12 +56,16 @@
 #   --m LIST              micro-batch counts of pipelines and multi-gpu (P,2P)
 #   --runs LIST           of 1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto (all five)
 #   --sm-share N          SMs per emulated stage (default: what pipeplan env --json reports)
-#   --sm-profile FILE     the stages' profile for pipelines, stalls, copies, waits, gemm
+#   --sm-profile FILE     the stages' profile of pipelines, predict, pairs, nccl, stalls, copies,
+#                         waits, gemm
 #                         (default: the one profile-sm wrote earlier in this invocation)
 #   --gpu-profile FILE    the whole-GPU profile multi-gpu plans from (default: profile's, else
 #                         multi-gpu profiles the --multi-gpu-model itself)
 #   --multi-gpu-model M   the model of multi-gpu (llama-7b)
 #   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less)
+#   --step-steps N        steps of step's runs; the median of steps 2..N is compared (6)
+#   --nccl-plans LIST     of gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe (all five)
+#   --nccl-steps N        steps of each nccl run (5)
 #   --gemm-candidates N   cuBLASLt answers timed per GEMM shape in every profile and run (1)
 #   --gemm-tuned N        the answers gemm compares with the heuristic's first (8)
 #   --bpipe-profile FILE  the 8-stage profile (bpipe skips profiling; stalls and copies need it)
@@ -83,7 +92,8 @@ usage() {
 
 pipeplan='' tests_binary='' bench_block='' staged='' out='' dry=0 deadline_s=0 test_cap_s=150
 clock_ms=20 stages=4 layers=8 seq=2048 steps=3 opt_m='' opt_runs='' opt_sm_share='' sm_profile=''
-gpu_profile='' step_layers='' multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
+gpu_profile='' step_layers='' step_steps=6 nccl_plans='' nccl_steps=5 opt_nccl_lib_dir=''
+multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
 bpipe_stages=8 bpipe_layers=8 bpipe_mbs=2,4 stall_steps=6 connections=default,32
 copy_modes=memcpy,priority copies_limit=9.107GiB opt_wait_m='' copy_waits=blocking,stream,poll
 whats=()
@@ -119,6 +129,10 @@ while (($#)); do
         --gpu-profile) gpu_profile=$2 ;;
         --multi-gpu-model) multi_gpu_model=$2 ;;
         --step-layers) positive "$1" "$2"; step_layers=$2 ;;
+        --step-steps) positive "$1" "$2"; step_steps=$2 ;;
+        --nccl-plans) nccl_plans=$2 ;;
+        --nccl-steps) positive "$1" "$2"; nccl_steps=$2 ;;
+        --nccl-lib-dir) opt_nccl_lib_dir=$2 ;;
         --gemm-candidates) positive "$1" "$2"; gemm_candidates=$2 ;;
         --gemm-tuned) positive "$1" "$2"; gemm_tuned=$2 ;;
         --bpipe-profile) bpipe_profile=$2 ;;
@@ -177,6 +191,11 @@ for mode in "${copy_mode_list[@]}"; do one_of --copy-modes mode "$mode" memcpy p
 read -r -a copy_wait_list <<< "$(list "$copy_waits")"
 for wait in "${copy_wait_list[@]}"; do one_of --copy-waits wait "$wait" blocking poll stream; done
 wait_m=${opt_wait_m:-$((2 * stages))}
+nccl_plans=${nccl_plans:-gpipe-fused,1f1b-2bp,interleaved-2bp,zb-v-2bp,1f1b-2bp-bpipe}
+read -r -a nccl_plan_list <<< "$(list "$nccl_plans")"
+for entry in "${nccl_plan_list[@]}"; do
+  one_of --nccl-plans plan "$entry" gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe
+done
 for file in "$sm_profile" "$gpu_profile" "$bpipe_profile"; do
   [[ -z $file || -f $file || $dry == 1 ]] || die "no profile '$file'"
 done
@@ -186,6 +205,7 @@ absolute() { [[ -z $1 || $1 == /* ]] && echo "$1" || echo "$OLDPWD/$1"; }
 if [[ ${OLDPWD:-$repo} != "$repo" ]]; then
   sm_profile=$(absolute "$sm_profile") gpu_profile=$(absolute "$gpu_profile")
   bpipe_profile=$(absolute "$bpipe_profile") out=$(absolute "$out") staged=$(absolute "$staged")
+  opt_nccl_lib_dir=$(absolute "$opt_nccl_lib_dir")
   pipeplan=$(absolute "$pipeplan") tests_binary=$(absolute "$tests_binary")
   bench_block=$(absolute "$bench_block")
 fi
@@ -206,6 +226,7 @@ if ((!dry)); then
   [[ -x $pipeplan ]] || die "--pipeplan: no executable '$pipeplan' (build it, or --staged DIR)"
 fi
 export PIPEPLAN_DATA_DIR="$repo/profiles"  # gpus.json
+choose_nccl
 if [[ -n $staged ]]; then
   export PIPEPLAN_CUDA_PLUGIN="$staged/bin/libpipeplan_cuda.so"
   # The tests that run the CLI, pointed at the staged binaries (their compiled-in paths are the
@@ -213,6 +234,7 @@ if [[ -n $staged ]]; then
   export PIPEPLAN_TEST_BINARY="$pipeplan" PIPEPLAN_TEST_CUDA_MODULE="$staged/bin/libpipeplan_cuda.so"
   if ((!dry)); then find_staged_libraries; fi
 fi
+use_nccl
 
 # --- the machine, the output folder ---------------------------------------------------------------
 
@@ -239,6 +261,7 @@ gemm=()  # the GEMM algorithm choice, the same for every profile and run
 if ((gemm_candidates != 1)); then gemm=(--gemm-candidates "$gemm_candidates"); fi
 if ((dry)); then
   echo "# dry run: ${whats[*]} on ${gpu_name:-an unknown GPU}; output folder $out"
+  if [[ -n $nccl_dir ]]; then echo "# NCCL: $nccl_dir ($nccl_source) first on LD_LIBRARY_PATH"; fi
 else
   echo "# run.sh ${whats[*]} on $gpu_line, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit" \
     "$(git rev-parse --short HEAD 2> /dev/null || echo '?'), pipeplan $(portable "$pipeplan")" > "$out/index.txt"

@@ -18,6 +18,34 @@ what_env() {
     for f in "$@"; do [[ -e $f ]] || continue; echo; echo "== ldd $f"; ldd "$f"; done
   ' env "$staged" "$pipeplan" "${PIPEPLAN_CUDA_PLUGIN:-$(dirname "$pipeplan")/libpipeplan_cuda.so}" \
     "$tests_binary" "$bench_block"
+  # MPS (several processes sharing the GPU at once rather than time-sliced): whether its control
+  # program is installed and its daemon answers; the line "MPS: ..." says it for summary.py.
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  record env-mps.txt bash -c '
+    control=$(command -v nvidia-cuda-mps-control || true)
+    pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
+    echo "nvidia-cuda-mps-control: ${control:-not found}"
+    echo "CUDA_MPS_PIPE_DIRECTORY: ${CUDA_MPS_PIPE_DIRECTORY:-not set}"
+    if [[ -e $pipe/control ]]; then echo "pipe directory: $pipe (control pipe present)"
+    elif [[ -d $pipe ]]; then echo "pipe directory: $pipe (no control pipe)"
+    else echo "pipe directory: $pipe (absent)"; fi
+    daemon=no
+    # The process name, cut to 15 characters as the kernel keeps it (the control daemon and the
+    # server alike).
+    if pgrep -x nvidia-cuda-mps > /dev/null 2>&1; then daemon=yes; fi
+    echo "control daemon running: $daemon"
+    mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2> /dev/null | head -n 1)
+    echo "compute mode: ${mode:-unknown}"
+    if [[ -e $pipe/control || $daemon == yes ]]; then
+      echo "MPS: running (processes sharing the GPU run at once)"
+    elif [[ -n $control ]]; then
+      echo "MPS: available, not started (nvidia-cuda-mps-control -d starts it; processes" \
+        "sharing the GPU are time-sliced)"
+    else
+      echo "MPS: not available (no nvidia-cuda-mps-control; processes sharing the GPU are" \
+        "time-sliced)"
+    fi
+  ' || true
 }
 
 what_tests() {
@@ -70,8 +98,12 @@ what_profile() {
 # One stage on the whole GPU: LLaMA-7B (--step-layers blocks of it; default all 32 where the GPU
 # has over 100 GiB, else 16) at mbs 1, m = 4, fused and 2bp backward, planned from a whole-GPU
 # profile with nothing fitted to a run (--gpu-profile; else, for 32 blocks, profile's from this
-# invocation; else measured here), and run for --steps steps: the step the run reports (task
-# graph and optimizer) against the planned one, and the peak memory against the plan's.
+# invocation; else measured here, at mbs 1, 2 and 4), and run for --step-steps steps: the step
+# the run reports (task graph and optimizer; summary.py takes the median of steps 2..N) against
+# the planned one, and each device's peak memory against the plan's. Then `pipeplan bpipe` from
+# the same profile: BPipe's verdict for that model on --stages GPUs at a global batch of 8 per
+# stage, micro-batch sizes 1, 2 and 4 (the optimizer in every step where the profile measured
+# it, as `pipeplan profile --backend cuda` does).
 what_step() {
   local blocks=${step_layers:-32}
   if [[ -z $step_layers ]] && ((!dry && memory_bytes > 0 && memory_bytes < 100 * 1073741824)); then
@@ -84,13 +116,18 @@ what_step() {
     write_model "$step_model" "$blocks"
     profile="$out/$gpu_key-llama-7b-blocks$blocks.measured.json"
     cap_s=300 record profile-step.txt "$pipeplan" profile --backend cuda --model "$step_model" \
-      --seq "$seq" --mbs 1 --attention flash "${gemm[@]}" -o "$profile" || return 0
+      --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$profile" || return 0
   fi
-  local cap_s=300 backward run_steps=$steps
+  local cap_s=300 backward run_steps=$step_steps
   local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages 1 --seq "$seq" --mbs 1)
   for backward in fused 2bp; do
     run_plan "step-m4-$backward" --schedule 1f1b --backward "$backward" --microbatches 4
   done
+  local pipeline=$((stages > 1 ? stages : 2))  # BPipe pairs two stages
+  local -a estimate=("$pipeplan" bpipe --profile "$profile" --gpu "$gpu_key" --stages "$pipeline"
+    --global-batch $((8 * pipeline)) --seq "$seq" --mbs-list "1,2,4")
+  cap_s=120 record bpipe-estimate.txt "${estimate[@]}" || true
+  cap_s=120 record bpipe-estimate.json "${estimate[@]}" --json || true
 }
 
 what_summary() {

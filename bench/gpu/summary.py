@@ -15,8 +15,16 @@ Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
   predicted (for the worst stage also the runtime's account of the plan's tensors, where the
   report has it), and the measured vs predicted speedup of 2bp over fused for each schedule and m.
   Rows whose step error exceeds 5 % or memory error 10 % are flagged.
+- Predicted, then calibrated (the `predict` WHAT): each predict-*.run.json's median of steps 2..N
+  against the plan from the stages' profile as measured (flagged beyond 5 %) and against
+  `calibrate eval`'s re-plan from the profile `calibrate fit` wrote from other schedules' runs
+  (predict-calibrate-eval.txt's "after ms"; flagged beyond 2 %, or where it is missing).
 - Whole steps: the runs whose plan has optimizer nodes, the step the run reports (task graph and
-  optimizer) against the planned one; beyond 3 % flagged.
+  optimizer; the median of steps 2..N) against the planned one. Runs on a whole GPU (the report's
+  hardware.emulated false) with each device's peak memory, step or memory beyond 3 % flagged;
+  emulated runs in a table of their own, the step beyond 5 % flagged.
+- BPipe's verdict (bpipe-estimate.json, `pipeplan bpipe --json` from the whole-GPU profile): the
+  best plan without BPipe and the best that fits only with it, the gain, the verdict.
 - Profiles under load: every profile with a `sustained_load` record, the sustained-load model
   the profiler fitted (factor, time constant), the op-time spread it explains, each op's cold
   and steady time, and the SM clock, power-cap share and power it sampled.
@@ -31,11 +39,18 @@ Usage: summary.py RESULTS_DIR   (prints Markdown on stdout)
   the overlap efficiency planned beside the one the run shows.
 - NCCL on one GPU: per plan, the losses of its device-local run (NAME.local.json), its run over
   NCCL between the emulated stages (NAME.nccl.json) and its torchrun run (NAME.torchrun.json):
-  the same, or how far apart.
+  the same, or how far apart (a run missing or not run is a failure); each way's step time
+  against the plan's; per link, the transfers' time predicted and measured each way
+  (NAME.<way>.diff.json, `pipeplan diff --json --all`); and the rank killed mid-step
+  (nccl-rank-killed.txt): per rank, pass or fail.
+- The machine: the NCCL pipeplan loads (nccl-env.json, else env.json) and whether MPS runs
+  (env-mps.txt).
 Missing or failed runs are listed, not hidden.
 
-Usage: summary.py --losses RUN.json...   (the NCCL table of those runs alone; exit 1 when a
-loss differs or a run is missing)
+Usage: summary.py --losses RUN.json...   (the NCCL losses table of those runs alone; exit 1 when
+a loss differs or a run is missing or was not run)
+       summary.py --rank-killed nccl-rank-killed.txt   (the killed-rank table; exit 1 unless
+every rank passes)
 """
 import glob
 import json
@@ -52,7 +67,11 @@ import plan_json  # noqa: E402  pylint: disable=wrong-import-position
 GIB = float(1 << 30)
 STEP_TOLERANCE_PCT = 5.0
 WHOLE_STEP_TOLERANCE_PCT = 3.0  # a whole step with its optimizer, one stage on the whole GPU
+WHOLE_STEP_MEMORY_TOLERANCE_PCT = 3.0  # each device's peak memory there
 MEMORY_TOLERANCE_PCT = 10.0
+UNCALIBRATED_TOLERANCE_PCT = 5.0  # predicted from the profile as measured
+CALIBRATED_TOLERANCE_PCT = 2.0  # predicted after `pipeplan calibrate fit` on other schedules
+SIGKILL_STATUS = 128 + 9  # a process killed by SIGKILL, as the shell reports it
 LOADED_UTILIZATION_PCT = 90.0
 # NVML's clock-event reasons (nvmlClocksEventReason*), the bits nvidia-smi prints in hex.
 CLOCK_EVENT_REASONS = [(0x1, "idle"), (0x2, "application clocks"), (0x4, "SW power cap"),
@@ -478,25 +497,174 @@ def clock_model_table(results):
              "|---|---|---|---|"] + rows + [""])
 
 
+def measured_step_time(report):
+    """(the measured whole step in us, the steps it is from): the median of steps 2..N of the
+    report's per-step rows (`pipeplan run --json` "steps"), else its last step."""
+    times = [step["step_time_us"] for step in report.get("steps") or [] if "step_time_us" in step]
+    if len(times) > 1:
+        steady = times[1:]
+        cell = f"2-{len(times)}" if len(steady) > 1 else "2"
+        return statistics.median(steady), cell
+    return report["measured"]["step_time_us"], "last"
+
+
 def step_table(results):
     """Runs whose plan has optimizer nodes: the whole step (task graph and optimizer) the run
-    reports beside the planned one, the same quantity (run_report_json's step_time_us)."""
-    rows = []
+    reports beside the planned one, the same quantity (run_report_json's step_time_us). Runs on
+    a whole GPU (hardware.emulated false) with each device's peak memory, bounded by 3 % each;
+    emulated runs apart, bounded by 5 % as the pipelines are."""
+    whole, emulated = [], []
     for row in run_rows(results):
         report = row["report"] or {}
         predicted = (report.get("predicted") or {}).get("step_time_us")
         if not predicted or "measured" not in report:
             continue
-        measured = report["measured"]["step_time_us"]
-        error = report["error_pct"]["step_time"]
-        flag = "step > 3 %" if abs(error) > WHOLE_STEP_TOLERANCE_PCT else ""
-        rows.append(f"| {row['name']} | {predicted / 1e3:.1f} | {measured / 1e3:.1f} "
-                    f"| {error:+.1f} % | {flag} |")
-    if not rows:
+        measured, steps_cell = measured_step_time(report)
+        error = 100 * (measured - predicted) / predicted
+        if (report.get("hardware") or {}).get("emulated") is False:
+            memory = report.get("peak_memory", [])
+            cells = ", ".join(f"{m['measured_bytes'] / GIB:.2f} ({m['predicted_bytes'] / GIB:.2f})"
+                              for m in memory)
+            worst = max((abs(m["error_pct"]) for m in memory), default=None)
+            flags = []
+            if abs(error) > WHOLE_STEP_TOLERANCE_PCT:
+                flags.append(f"step > {WHOLE_STEP_TOLERANCE_PCT:.0f} %")
+            if worst is None:
+                flags.append("no peak memory")
+            elif worst > WHOLE_STEP_MEMORY_TOLERANCE_PCT:
+                flags.append(f"memory > {WHOLE_STEP_MEMORY_TOLERANCE_PCT:.0f} %")
+            worst_cell = "" if worst is None else f"{worst:.1f} %"
+            whole.append(f"| {row['name']} | {steps_cell} | {predicted / 1e3:.1f} "
+                         f"| {measured / 1e3:.1f} | {error:+.1f} % | {cells} | {worst_cell} "
+                         f"| {', '.join(flags)} |")
+        else:
+            flag = f"step > {STEP_TOLERANCE_PCT:.0f} %" if abs(error) > STEP_TOLERANCE_PCT else ""
+            emulated.append(f"| {row['name']} | {steps_cell} | {predicted / 1e3:.1f} "
+                            f"| {measured / 1e3:.1f} | {error:+.1f} % | {flag} |")
+    out = []
+    if whole:
+        out += ["## Whole steps on a whole GPU (task graph and optimizer; not emulated)", "",
+                "Measured: the median of the steps after the first. Bounds: "
+                f"{WHOLE_STEP_TOLERANCE_PCT:.0f} % on the step, "
+                f"{WHOLE_STEP_MEMORY_TOLERANCE_PCT:.0f} % on each device's peak memory.", "",
+                "| run | steps | predicted ms | measured ms | error | peak GiB per device, "
+                "measured (predicted) | worst memory error | flag |",
+                "|---|---|---|---|---|---|---|---|"] + whole + [""]
+    if emulated:
+        out += ["## Whole steps, emulated stages (task graph and optimizer)", "",
+                "Measured: the median of the steps after the first. Bound: "
+                f"{STEP_TOLERANCE_PCT:.0f} % on the step (peak memory: the pipelines' table).", "",
+                "| run | steps | predicted ms | measured ms | error | flag |",
+                "|---|---|---|---|---|---|"] + emulated + [""]
+    return out
+
+
+EVAL_ROW = re.compile(r"^(\S+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+[+-]?\d+(?:\.\d+)?%"
+                      r"\s+(\d+(?:\.\d+)?)\s+[+-]?\d+(?:\.\d+)?%")
+
+
+def read_eval(path):
+    """`pipeplan calibrate eval`'s rows: {run: (measured ms, before ms, after ms)}; empty where
+    the file is missing. Header lines ('#', 'run ...') and anything else are skipped."""
+    rows = {}
+    if not os.path.exists(path):
+        return rows
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            match = EVAL_ROW.match(line)
+            if match and not line.startswith("#"):
+                name, measured, before, after = match.groups()
+                rows[name] = (float(measured), float(before), float(after))
+    return rows
+
+
+def steady_makespan(report):
+    """(measured makespan ms, the steps it is from): the run's median of steps 2..N where the
+    report has it, else its last step."""
+    steady = report["measured"].get("steady")
+    if steady:
+        first, count = steady["first_step"], steady["steps"]
+        cell = f"{first}-{first + count - 1}" if count > 1 else f"{first}"
+        return steady["makespan_us"] / 1e3, cell
+    return report["measured"]["makespan_us"] / 1e3, "last"
+
+
+def predict_table(results):
+    """The `predict` WHAT: each predict-* run's measured step (the median of steps 2..N, one
+    definition for both columns) against its plan from the stages' profile as measured, and
+    against `calibrate eval`'s re-plan from the calibrated profile (its "after ms")."""
+    names = sorted(os.path.basename(p)[: -len(".run.json")]
+                   for p in glob.glob(os.path.join(results, "predict-*.run.json")))
+    eval_path = os.path.join(results, "predict-calibrate-eval.txt")
+    if not names and not os.path.exists(eval_path):
         return []
-    return (["## Whole steps (task graph and optimizer, last step)", "",
-             "| run | predicted ms | measured ms | error | flag |", "|---|---|---|---|---|"] +
-            rows + [""])
+    evaluated = read_eval(eval_path)
+    fits = sorted(os.path.basename(p)[: -len(".run.json")]
+                  for p in glob.glob(os.path.join(results, "fit-*.run.json")))
+    out = ["## Predicted before any run, then calibrated on other schedules", "",
+           "Measured: the run's median of the steps after the first. Uncalibrated: the plan from "
+           "the stages' profile as measured; calibrated: `calibrate eval`'s re-plan from the "
+           f"profile `calibrate fit` wrote from {', '.join(fits) if fits else 'the fit-* runs'}. "
+           f"Bounds: {UNCALIBRATED_TOLERANCE_PCT:.0f} % uncalibrated, "
+           f"{CALIBRATED_TOLERANCE_PCT:.0f} % calibrated.", "",
+           "| run | steps | measured ms | uncalibrated ms | error | calibrated ms | error | flag |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        report = load_json(os.path.join(results, name + ".run.json"))
+        if report is None or "measured" not in report:
+            out.append(f"| {name} | | | | | | | run failed or missing (see its .run.json) |")
+            continue
+        measured, steps_cell = steady_makespan(report)
+        uncalibrated = report["predicted"]["makespan_us"] / 1e3
+        error = 100 * (measured - uncalibrated) / uncalibrated
+        flags = []
+        if abs(error) > UNCALIBRATED_TOLERANCE_PCT:
+            flags.append(f"uncalibrated > {UNCALIBRATED_TOLERANCE_PCT:.0f} %")
+        calibrated_cells = "| | |"
+        if name in evaluated:
+            calibrated = evaluated[name][2]
+            calibrated_error = 100 * (measured - calibrated) / calibrated
+            calibrated_cells = f"| {calibrated:.1f} | {calibrated_error:+.1f} % |"
+            if abs(calibrated_error) > CALIBRATED_TOLERANCE_PCT:
+                flags.append(f"calibrated > {CALIBRATED_TOLERANCE_PCT:.0f} %")
+        else:
+            flags.append("not calibrated (see predict-calibrate-fit.txt, -eval.txt)")
+        out.append(f"| {name} | {steps_cell} | {measured:.1f} | {uncalibrated:.1f} "
+                   f"| {error:+.1f} % {calibrated_cells} {', '.join(flags)} |")
+    if not names:
+        out.append("| (no predict-*.run.json) | | | | | | | |")
+    return out + [""]
+
+
+def bpipe_estimate_table(results):
+    """`pipeplan bpipe --json` from the whole-GPU profile (the `step` WHAT): the best plan without
+    BPipe and the best that fits only with it, the gain and the verdict."""
+    path = os.path.join(results, "bpipe-estimate.json")
+    if not os.path.exists(path):
+        return []
+    out = ["## BPipe's verdict from the whole-GPU profile", "",
+           "Each plan's step has the optimizer step in it where the profile has `optimizer_us` "
+           "(`pipeplan profile --backend cuda` measures it).", ""]
+    estimate = load_json(path)
+    if estimate is None or "verdict" not in estimate:
+        return out + ["(no estimate: see bpipe-estimate.txt and bpipe-estimate.json)", ""]
+    limit = estimate.get("memory_limit_bytes")
+    out.append(f"{estimate.get('stages', '?')} stages, global batch "
+               f"{estimate.get('global_batch', '?')}" +
+               (f", {limit / GIB:.2f} GiB per GPU" if limit else "") + ".")
+    out += ["", "| plan | mbs | m | backward | BPipe | step ms | stage MFU | peak GiB |",
+            "|---|---|---|---|---|---|---|---|"]
+    for label, key in (("without BPipe", "without"), ("with BPipe", "with")):
+        c = estimate.get(key)
+        if not c:
+            out.append(f"| {label} | none needs it | | | | | | |")
+            continue
+        out.append(f"| {label} | {c['mbs']} | {c['microbatches']} | {c['backward']} "
+                   f"| {'on' if c['bpipe'] else 'off'} | {c['step_time_ms']:.1f} "
+                   f"| {100 * c['stage_mfu']:.1f} % | {c['peak_memory_bytes'] / GIB:.2f} |")
+    out += ["", f"Verdict: {estimate['verdict']}",
+            f"Second opinion: {estimate.get('second_opinion', '')}", ""]
+    return out
 
 
 def load_table(results):
@@ -561,6 +729,18 @@ def pairs_table(results):
 LOSS_RUNS = [("local", "device-local copies"), ("nccl", "over NCCL"), ("torchrun", "torchrun")]
 
 
+def not_run_reason(path):
+    """The reason run.sh wrote into a file for a command it could not run ("# not run: ..."),
+    or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("# not run: "):
+                return line[len("# not run: "):].strip()
+    return None
+
+
 def run_losses(path):
     """The per-step losses of a `pipeplan run --json` report, or None."""
     report = load_json(path)
@@ -569,23 +749,36 @@ def run_losses(path):
     return [step["loss"] for step in report["steps"]]
 
 
-def losses_table(paths):
-    """Per plan (NAME.local.json, NAME.nccl.json, NAME.torchrun.json), the device-local run's
-    losses and whether the other ways gave the same; with whether all are the same."""
+def nccl_plans(paths):
+    """{plan: {kind: path}} of NAME.local.json, NAME.nccl.json, NAME.torchrun.json paths."""
     plans = {}
     for path in paths:
         base = os.path.basename(path)
         for kind, _ in LOSS_RUNS:
             if base.endswith(f".{kind}.json"):
                 plans.setdefault(base[: -len(f".{kind}.json")], {})[kind] = path
+    return plans
+
+
+def losses_table(paths):
+    """Per plan (NAME.local.json, NAME.nccl.json, NAME.torchrun.json), the device-local run's
+    losses and whether the other ways gave the same; with whether all are the same. A run not
+    given, missing, or recorded as not run is a failure."""
+    plans = nccl_plans(paths)
     rows, same = [], bool(plans)
     for name, runs in sorted(plans.items()):
         reference = run_losses(runs["local"]) if "local" in runs else None
         cells = [" ".join(f"{x:.6f}" for x in reference) if reference else "missing"]
         same = same and reference is not None
         for kind, _ in LOSS_RUNS[1:]:
-            if kind not in runs:
-                cells.append("not run")
+            reason = not_run_reason(runs[kind]) if kind in runs else None
+            if kind not in runs or not os.path.exists(runs[kind]):
+                cells.append("**not run**")
+                same = False
+                continue
+            if reason is not None:
+                cells.append(f"**not run** ({reason})")
+                same = False
                 continue
             losses = run_losses(runs[kind])
             if losses is None or reference is None or len(losses) != len(reference):
@@ -602,7 +795,182 @@ def losses_table(paths):
         return [], False
     return (["## NCCL on one GPU: losses of each plan run three ways", "",
              "| plan | " + " | ".join(title for _, title in LOSS_RUNS) + " |",
-             "|---|---|---|---|"] + rows + [""]), same
+             "|---|---|---|---|"] + rows + ["",
+             "All three ways agree." if same else
+             "**Not every way ran and agreed** (a way missing or not run counts).", ""]), same
+
+
+def nccl_run_paths(results):
+    """The NCCL runs run.sh meant for this folder: for every plan with a nccl-*.plan.txt or a run
+    of any way, the path of each way's report (existing or not)."""
+    names = {os.path.basename(p)[: -len(".plan.txt")]
+             for p in glob.glob(os.path.join(results, "nccl-*.plan.txt"))}
+    names |= set(nccl_plans(glob.glob(os.path.join(results, "nccl-*.json"))))
+    return [os.path.join(results, f"{name}.{kind}.json")
+            for name in sorted(names) for kind, _ in LOSS_RUNS]
+
+
+def nccl_times_table(paths):
+    """Per plan, each way's measured step (the median of steps 2..N) beside the plan's."""
+    rows = []
+    for name, runs in sorted(nccl_plans(paths).items()):
+        predicted, cells = None, []
+        for kind, _ in LOSS_RUNS:
+            report = load_json(runs[kind]) if kind in runs else None
+            if report is None or "measured" not in report:
+                reason = not_run_reason(runs[kind]) if kind in runs else None
+                cells.append("not run" if reason or kind not in runs or
+                             not os.path.exists(runs[kind]) else "missing")
+                continue
+            predicted = report["predicted"]["makespan_us"] / 1e3
+            measured, steps_cell = steady_makespan(report)
+            cells.append(f"{measured:.1f} ({100 * (measured - predicted) / predicted:+.1f} %, "
+                         f"steps {steps_cell})")
+        predicted_cell = f"{predicted:.1f}" if predicted is not None else ""
+        rows.append(f"| {name} | {predicted_cell} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return (["## NCCL on one GPU: step time of each way (ms; error against the plan)", "",
+             "torchrun: P processes share the GPU (time-sliced unless MPS runs): reported, "
+             "not bounded.", "",
+             "| plan | predicted | " + " | ".join(title for _, title in LOSS_RUNS) + " |",
+             "|---|---|---|---|---|"] + rows + [""])
+
+
+def link_times(diff):
+    """{(from device, to device): {"send"/"recv": [count, predicted us, measured us]}} from a
+    `pipeplan diff --json --all`: the ops on each send>PEER and recv<PEER stream, summed."""
+    links = {}
+    for op in (diff or {}).get("ops", []):
+        stream, device = str(op.get("stream", "")), int(op.get("device", -1))
+        match = re.fullmatch(r"(send)>(\d+)|(recv)<(\d+)", stream)
+        if match is None:
+            continue
+        if match.group(1):
+            key, kind = (device, int(match.group(2))), "send"
+        else:
+            key, kind = (int(match.group(4)), device), "recv"
+        entry = links.setdefault(key, {}).setdefault(kind, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += float(op["predicted_us"])
+        entry[2] += float(op["measured_us"])
+    return links
+
+
+def nccl_links_table(results, paths):
+    """Per plan and link, the transfers' time in the traced step: predicted, and measured each
+    way (NAME.<way>.diff.json)."""
+    rows = []
+    for name in sorted(nccl_plans(paths)):
+        ways = {kind: link_times(load_json(os.path.join(results, f"{name}.{kind}.diff.json")))
+                for kind, _ in LOSS_RUNS}
+        keys = sorted(set().union(*(set(links) for links in ways.values())))
+        for key in keys:
+            cells, count = [], 0
+            for kind in ("send", "recv"):
+                predicted = next((links[key][kind][1] for links in ways.values()
+                                  if kind in links.get(key, {})), None)
+                cells.append(f"{predicted / 1e3:.2f}" if predicted is not None else "")
+                for way, _ in LOSS_RUNS:
+                    entry = ways[way].get(key, {}).get(kind)
+                    cells.append(f"{entry[2] / 1e3:.2f}" if entry else "")
+                    if entry:
+                        count = max(count, entry[0])
+            rows.append(f"| {name} | {key[0]}→{key[1]} | {count} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    titles = " | ".join(title for _, title in LOSS_RUNS)
+    return (["## NCCL on one GPU: transfers per link (the traced step, ms summed over the "
+             "link's transfers)", "",
+             f"| plan | link | transfers | send predicted | {titles} | recv predicted | "
+             f"{titles} |", "|---|---|---|---|---|---|---|---|---|---|---|"] + rows + [""])
+
+
+def rank_killed_table(path):
+    """The killed-rank check (bench/gpu/rank_killed.sh's output): (Markdown lines, whether every
+    rank passed). Rank K must have been killed (SIGKILL); every other rank must exit non-zero
+    (not at the harness's limit) with exactly one error line, "pipeplan: error: rank R: ..."
+    naming rank K ("rank K closed its connection"), and end within --timeout-ms plus the slack of
+    rank K's end."""
+    facts = load_json_line(path)
+    title = "## NCCL: a rank killed at its first node"
+    if facts is None or "ranks" not in facts:
+        return [title, "", f"(no result: see {os.path.basename(path)})", ""], False
+    folder = os.path.dirname(path)
+    killed, bound = facts["killed_rank"], facts["timeout_ms"] + facts["slack_ms"]
+    ranks = {r["rank"]: r for r in facts["ranks"]}
+    killed_end = ranks.get(killed, {}).get("end_ms", -1)
+    rows, passed = [], True
+    for rank in sorted(ranks):
+        entry = ranks[rank]
+        status, end = entry["status"], entry["end_ms"]
+        try:
+            with open(os.path.join(folder, entry["output"]), encoding="utf-8",
+                      errors="replace") as f:
+                errors = [line.rstrip("\n") for line in f
+                          if line.startswith(("pipeplan: error", "pipeplan: internal error"))]
+        except OSError:
+            errors = None
+        problems = []
+        after = end - killed_end if killed_end >= 0 and end >= 0 else None
+        if rank == killed:
+            if status != SIGKILL_STATUS:
+                problems.append(f"not killed (exit {status})")
+        else:
+            if status in (0, -1, 124):
+                problems.append({0: "exit 0", -1: "no exit status",
+                                 124: f"hit the limit of {facts.get('limit_s', '?')} s"}[status])
+            if errors is None:
+                problems.append("no output")
+            elif len(errors) != 1:
+                problems.append(f"{len(errors)} error lines")
+            elif not (errors[0].startswith(f"pipeplan: error: rank {rank}: ") and
+                      f"rank {killed} closed its connection" in errors[0]):
+                problems.append(f"the error line does not name rank {killed}")
+            if after is None or after > bound:
+                problems.append(f"not ended within {bound / 1e3:.0f} s of rank {killed}")
+        passed = passed and not problems
+        line = (errors[0] if errors else "")[:160].replace("|", "\\|")
+        verdict = "pass" if not problems else "**fail**: " + ", ".join(problems)
+        rows.append(f"| {rank} | {status} | {end} | {'' if after is None else after} "
+                    f"| {line} | {verdict} |")
+    missing = [r for r in range(facts.get("world", len(ranks))) if r not in ranks]
+    if missing or killed not in ranks:
+        passed = False
+    return ([f"{title} (PIPEPLAN_TEST_FAULT=die:{killed})", "",
+             f"Rank {killed} killed (SIGKILL); every other rank must exit non-zero with one "
+             f"error line naming rank {killed}, within --timeout-ms {facts['timeout_ms']} ms "
+             f"plus {facts['slack_ms'] / 1e3:.0f} s of rank {killed}'s end.", "",
+             "| rank | exit | ended ms after the start | ms after the killed rank | error line "
+             "| verdict |", "|---|---|---|---|---|---|"] + rows +
+            (["", f"Ranks without a result: {missing}"] if missing else []) +
+            ["", "Every rank passed." if passed else "**Not every rank passed.**", ""]), passed
+
+
+def machine_table(results):
+    """The NCCL pipeplan loads (nccl-env.json, else env.json) and whether MPS runs
+    (env-mps.txt's "MPS:" line)."""
+    lines = []
+    for name in ("nccl-env.json", "env.json"):
+        env = load_json(os.path.join(results, name))
+        if env is None:
+            continue
+        nccl = next((lib for lib in env.get("libraries") or [] if lib.get("name") == "libnccl"),
+                    None)
+        if nccl is None:
+            continue
+        version = nccl.get("version") or "unknown version"
+        lines.append(f"- NCCL: {version} from {nccl.get('path') or '?'} ({name})" +
+                     (f"; {nccl['error']}" if nccl.get("error") else ""))
+        break
+    mps_path = os.path.join(results, "env-mps.txt")
+    if os.path.exists(mps_path):
+        with open(mps_path, encoding="utf-8", errors="replace") as f:
+            mps = [line.strip() for line in f if line.startswith("MPS: ")]
+        lines.append(f"- {mps[-1]}" if mps else "- MPS: unknown (see env-mps.txt)")
+    if not lines:
+        return []
+    return ["## Machine", ""] + lines + [""]
 
 
 def main(argv):
@@ -610,14 +978,24 @@ def main(argv):
         lines, same = losses_table(argv[1:])
         print("\n".join(lines) if lines else "no NCCL runs given")
         return 0 if same else 1
+    if argv[:1] == ["--rank-killed"] and len(argv) == 2:
+        lines, passed = rank_killed_table(argv[1])
+        print("\n".join(lines))
+        return 0 if passed else 1
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
-    nccl = losses_table(sorted(glob.glob(os.path.join(results, "nccl-*.json"))))[0]
-    print("\n".join(tests_table(results) + block_table(results) + pipeline_table(results) +
-                    pairs_table(results) + nccl + step_table(results) + load_table(results) +
-                    clocks_table(results) + clock_model_table(results)))
+    nccl_paths = nccl_run_paths(results)
+    nccl = (losses_table(nccl_paths)[0] + nccl_times_table(nccl_paths) +
+            nccl_links_table(results, nccl_paths))
+    killed = os.path.join(results, "nccl-rank-killed.txt")
+    if os.path.exists(killed):
+        nccl += rank_killed_table(killed)[0]
+    print("\n".join(machine_table(results) + tests_table(results) + block_table(results) +
+                    pipeline_table(results) + predict_table(results) + pairs_table(results) +
+                    nccl + step_table(results) + bpipe_estimate_table(results) +
+                    load_table(results) + clocks_table(results) + clock_model_table(results)))
     return 0
 
 

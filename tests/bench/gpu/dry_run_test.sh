@@ -2,7 +2,9 @@
 # bench/gpu/run.sh --dry-run (prints every command, runs none, needs no GPU) over every WHAT, with
 # a fake pipeplan that answers `env --json` as an H200 machine would: each WHAT must reach its
 # commands, in order, with the SM share pipeplan reports; bad options are refused in one line
-# naming the option, exit 2. Usage: dry_run_test.sh REPO
+# naming the option, exit 2. Then the nccl stage for real on a fake GPU machine (the NCCL version
+# check, the launcher, the killed-rank check and its summary), and bench/gpu/rank_killed.sh alone.
+# Usage: dry_run_test.sh REPO
 set -euo pipefail
 repo=$1
 work=$(mktemp -d)
@@ -65,6 +67,8 @@ dry env tests flash block profile profile-sm pipelines bpipe stalls copies waits
   summary
 expect 'pipeplan env --json'
 expect 'nvidia-smi'
+# MPS: the control program, the pipe directory, the daemon, in one word for the summary.
+expect "bash -c .*nvidia-cuda-mps-control.*CUDA_MPS_PIPE_DIRECTORY.*pgrep -x nvidia-cuda-mps.*MPS: "
 expect 'pipeplan_cuda_tests --gtest_filter=SUITE.\\\* --gtest_output=json:.*/tests-SUITE.json'
 expect "pipeplan_cuda_tests --gtest_filter=FlashAttention"
 expect 'bench_block --model llama-7b --seq 2048 --mbs 1\\,2 --attention flash --warmup 5 --repetitions 20 --breakdown'
@@ -109,28 +113,90 @@ if grep -e '--gemm-candidates' "$log" | grep -v -e bench_block -e gemm8 -e 'gemm
 fi
 
 # step and predict: one whole-GPU stage from the profile (32 blocks on a 140 GiB GPU, a profile of
-# its own for another count), then the stages' profile as measured, calibrated on other runs.
+# its own for another count), --step-steps steps (6), then BPipe's verdict from the same profile;
+# then the stages' profile as measured, calibrated on other schedules' runs.
 dry profile step profile-sm predict
 expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 1 --seq 2048 --mbs 1 --schedule 1f1b --backward fused --microbatches 4 -o .*step-m4-fused.plan.json'
-expect 'run .*step-m4-2bp.plan.json --backend cuda --steps 3 --json --trace'
+expect 'run .*step-m4-2bp.plan.json --backend cuda --steps 6 --json --trace'
 if grep -q 'step-.*--emulate' "$log"; then fail "step runs emulated"; fi
+expect 'bpipe --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 --global-batch 32 --seq 2048 --mbs-list 1\\,2\\,4 *$'
+expect 'bpipe --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 --global-batch 32 --seq 2048 --mbs-list 1\\,2\\,4 --json'
 expect 'plan --profile .*sm32.measured.json .*--schedule zb-v --backward 2bp --microbatches 8 -o .*predict-zbv-m8.plan.json'
-expect 'calibrate fit --profile .*sm32.measured.json --sustained -o .*sm32.predict.calibrated.json .*fit-1f1b-m4-fused .*fit-1f1b-m4-2bp .*fit-gpipe-m4-2bp'
+# The calibration set holds no predicted schedule (1F1B, ZB-V): GPipe, interleaved, ZB-H1.
+expect 'calibrate fit --profile .*sm32.measured.json --sustained -o .*/h200-llama-7b-blocks8-sm32.predict.calibrated.json .*fit-gpipe-m4-fused .*fit-interleaved-m4-2bp .*fit-zb-h1-m4-2bp *$'
+if grep -e 'calibrate fit' -e 'plan .*fit-' "$log" | grep -q -e 'fit-1f1b' -e 'fit-zb-v' -e '--schedule 1f1b' -e '--schedule zb-v'; then
+  cat "$log"
+  fail "a predicted schedule is in the calibration set"
+fi
 expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*predict-1f1b-m8-2bp .*predict-zbv-m8'
-in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' '--sm-partition 32' 'predict-1f1b-m8-2bp.plan' \
-  'predict-zbv-m8.plan' 'fit-gpipe-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
+# One eval: the calibrated one (the profile as measured is its "before" column).
+[[ $(grep -c 'calibrate eval' "$log") == 1 ]] || { cat "$log"; fail "calibrate eval more than once"; }
+in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' 'bpipe --profile' '--sm-partition 32' \
+  'predict-1f1b-m8-2bp.plan' 'predict-zbv-m8.plan' 'fit-zb-h1-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
+# A calibrated stages' profile names the calibrated one of predict sanely.
+dry --sm-profile "$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" predict
+expect 'calibrate fit --profile .*sm32.calibrated.json --sustained -o .*/out/h200-llama-7b-blocks8-sm32.predict.calibrated.json '
+dry --step-steps 8 step
+expect 'run .*step-m4-fused.plan.json --backend cuda --steps 8 --json'
 
-# nccl: five plans at m = 2P, each run over device-local copies, over NCCL between the emulated
-# stages and under torchrun; the losses compared; the NCCL tests; a rank killed.
-dry profile-sm nccl
+# nccl: the NCCL pipeplan loads first; five plans at m = 2P, each run --nccl-steps (5) steps over
+# device-local copies, over NCCL between the emulated stages and under torchrun, each way's trace
+# diffed; the losses compared; the NCCL tests; a rank killed.
+fakes="$work/fakes"
+mkdir -p "$fakes"
+printf '#!/bin/sh\nexit 0\n' > "$fakes/torchrun"
+chmod +x "$fakes/torchrun"
+PATH="$fakes:$PATH" dry profile-sm nccl
 expect 'plan --profile .*sm32.measured.json .*--schedule 1f1b --backward 2bp --microbatches 8 --bpipe on -o .*nccl-1f1b-m8-2bp-bpipe.plan.json'
-in_order 'nccl-gpipe-m8-fused.plan.json' 'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --steps 3 --json' \
-  'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --transport nccl' \
-  'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.nccl.trace.json' \
-  'torchrun --nproc-per-node 4 --no-python .*pipeplan run .*nccl-gpipe-m8-fused.plan.json --backend cuda' \
+in_order 'pipeplan env --json' 'stage goes on only where nccl-env.json reports NCCL 2.30 or later' \
+  'nccl-gpipe-m8-fused.plan.json' 'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --steps 5 --json' \
+  'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --transport nccl --steps 5' \
+  '^torchrun --nproc-per-node 4 --no-python .*pipeplan run .*nccl-gpipe-m8-fused.plan.json --backend cuda --steps 5 --json --trace .*nccl-gpipe-m8-fused.torchrun.trace.json' \
+  'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.local.trace.json --json --all' \
+  'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.nccl.trace.json --json --all' \
+  'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.torchrun.trace.json --json --all' \
   'nccl-interleaved-m8-2bp.plan' 'nccl-zb-v-m8-2bp.plan' \
   'summary.py --losses .*nccl-gpipe-m8-fused.local.json .*nccl-gpipe-m8-fused.nccl.json .*nccl-gpipe-m8-fused.torchrun.json' \
-  "--gtest_filter=NcclTransport" 'PIPEPLAN_TEST_FAULT=die:2 torchrun --nproc-per-node 4'
+  "--gtest_filter=NcclTransport" \
+  'bash .*bench/gpu/rank_killed.sh .*/out 4 2 20000 10 120 .*pipeplan run .*/nccl-1f1b-m8-2bp.plan.json --backend cuda --steps 1 --json --timeout-ms 20000' \
+  'summary.py --rank-killed .*/nccl-rank-killed.txt'
+[[ $(grep -c -e '--emulate 4 .*--steps 5' "$log") == 10 ]] || { cat "$log"; fail "not 5 x 2 emulated runs of 5 steps"; }
+# --nccl-plans picks the acceptance plan alone; without torchrun, python3 -m torch.distributed.run
+# (a python3 here that says it has it).
+real_python=$(command -v python3)
+# fake_python STATUS: a python3 in $fakes answering `import torch.distributed.run` with STATUS,
+# the real one otherwise.
+fake_python() {
+  # shellcheck disable=SC2016  # expanded by the fake python3
+  printf '#!/usr/bin/env bash\n[[ ${1:-} == -c && ${2:-} == "import torch.distributed.run" ]] && exit %s\nexec %q "$@"\n' \
+    "$1" "$real_python" > "$fakes/python3"
+  chmod +x "$fakes/python3"
+}
+fake_python 0
+rm -f "$fakes/torchrun"
+if ! command -v torchrun > /dev/null; then
+  PATH="$fakes:$PATH" dry --nccl-plans 1f1b-2bp --nccl-steps 7 profile-sm nccl
+  expect '^python3 -m torch.distributed.run --nproc-per-node 4 --no-python .*pipeplan run .*nccl-1f1b-m8-2bp.plan.json --backend cuda --steps 7'
+  planned=$(grep -o '[a-z0-9-]*\.plan\.json' "$log" | sort -u | tr '\n' ' ')
+  [[ $planned == "nccl-1f1b-m8-2bp.plan.json " ]] || { cat "$log"; fail "--nccl-plans 1f1b-2bp ran $planned"; }
+fi
+rm -f "$fakes/python3"
+
+# The NCCL to load: --nccl-lib-dir over PIPEPLAN_NCCL_LIB_DIR, said first in a dry run; a folder
+# without libnccl.so.2 is refused before anything runs.
+mkdir -p "$work/nccl-a" "$work/nccl-b"
+PIPEPLAN_NCCL_LIB_DIR="$work/nccl-b" dry --nccl-lib-dir "$work/nccl-a" env
+expect "^# NCCL: $work/nccl-a (--nccl-lib-dir) first on LD_LIBRARY_PATH"
+PIPEPLAN_NCCL_LIB_DIR="$work/nccl-b" dry env
+expect "^# NCCL: $work/nccl-b (PIPEPLAN_NCCL_LIB_DIR) first on LD_LIBRARY_PATH"
+status=0
+bash "$repo/bench/gpu/run.sh" --pipeplan "$work/pipeplan" --out "$work/out" --nccl-lib-dir \
+  "$work/nccl-a" env > "$log" 2>&1 || status=$?
+if [[ $status != 2 || $(wc -l < "$log") != 1 || -e $work/out ]] ||
+  ! grep -q -e "--nccl-lib-dir: no libnccl.so.2 in '$work/nccl-a'" "$log"; then
+  cat "$log"
+  fail "--nccl-lib-dir without libnccl.so.2 should fail in one line with status 2 (got $status)"
+fi
 
 # pairs: dualpipe-v, zb-v and dualpipe at m = 2P from the stages' profile, each run and diffed.
 dry profile-sm pairs
@@ -140,7 +206,8 @@ in_order '--sm-partition 32' 'pairs-dualpipev-m8-2bp.plan' 'diff .*pairs-dualpip
   'pairs-zbv-m8-2bp.plan' '--schedule dualpipe --backward 2bp --microbatches 8' 'diff .*pairs-dualpipe-m8-2bp' \
   'calibrate fit --overlap --profile .*sm32.measured.json -o .*sm32.measured.pairs.json .*pairs-dualpipev-m8-2bp .*pairs-dualpipe-m8-2bp'
 dry --step-layers 16 step
-expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
+expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1\\,2\\,4 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
+expect 'bpipe --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 4'
 expect 'plan --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 1'
 
 # --gemm-candidates 8: every profile and every run times the GEMM answers alike.
@@ -183,6 +250,168 @@ if ! bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/none" --sm-share 
 fi
 expect '--sm-partition 24'
 
+# The nccl stage for real on a fake GPU machine: a fake pipeplan answers `env --json` with NCCL
+# $FAKE_NCCL, plans, runs in one process (a JSON report, a trace) or as rank RANK of a
+# torchrun-style launch (PIPEPLAN_TEST_FAULT=die:K: rank K kills itself; the others end as
+# pipeplan's do, naming it, except rank $FAKE_RANK_OK, which exits 0), and diffs; a fake torchrun
+# runs the command once.
+machine="$work/machine"
+mkdir -p "$machine"
+cat > "$machine/pipeplan" << 'FAKE_PIPEPLAN'
+#!/usr/bin/env bash
+case ${1:-} in
+  env)
+    cat << JSON
+{"pipeplan": {"version": "0.1.0", "cuda_backend": true, "nccl": true, "mpi": false},
+ "cuda_module": {"path": "/fake/libpipeplan_cuda.so", "loaded": true, "error": null,
+                 "kernel_driver": "580.159.04"},
+ "gpus": [{"index": 0, "name": "NVIDIA H200", "gpu_entry": "h200", "sms": 132,
+           "memory_bytes": 150754820096, "driver_version": "13.0", "runtime_version": "13.0",
+           "emulate_sm_share": [{"stages": 4, "sms_per_stage": 32}]}],
+ "libraries": [{"name": "libnccl", "path": "${LD_LIBRARY_PATH%%:*}/libnccl.so.2",
+                "version": "${FAKE_NCCL:-2.31.2}", "error": null}],
+ "environment": {}}
+JSON
+    ;;
+  plan)
+    while (($#)); do
+      if [[ $1 == -o ]]; then echo '{"meta": {"devices": 4}}' > "$2"; fi
+      shift
+    done
+    ;;
+  run)
+    trace=''
+    while (($#)); do
+      if [[ $1 == --trace ]]; then trace=$2; fi
+      shift
+    done
+    if [[ -n ${RANK:-} ]]; then
+      killed=${PIPEPLAN_TEST_FAULT#die:}
+      if [[ $RANK == "$killed" ]]; then sleep 0.2; kill -9 $$; fi
+      sleep 0.6
+      if [[ $RANK == "${FAKE_RANK_OK:-}" ]]; then exit 0; fi
+      lost="rank $killed closed its connection (it exited or was killed)"
+      if [[ $RANK == 0 ]]; then
+        echo "pipeplan: error: rank 0: $lost" >&2
+      else
+        echo "pipeplan: error: rank $RANK: rank 0 ended the job: $lost" >&2
+      fi
+      exit 1
+    fi
+    if [[ -n $trace ]]; then echo '{"traceEvents": []}' > "$trace"; fi
+    cat << JSON
+{"hardware": {"emulated": true}, "predicted": {"makespan_us": 400000},
+ "measured": {"makespan_us": 410000, "steady": {"makespan_us": 404000, "steps": 4, "first_step": 2}},
+ "error_pct": {"makespan": 2.5, "steady_makespan": 1.0}, "peak_memory": [],
+ "steps": [{"step": 1, "loss": 10.5}, {"step": 2, "loss": 10.25}]}
+JSON
+    ;;
+  diff)
+    echo '{"ops": [{"node": 1, "label": "send 0F0→1", "device": 0, "stream": "send>1",'
+    echo '  "predicted_us": 100.0, "measured_us": 125.0}]}'
+    ;;
+  *) exit 1 ;;
+esac
+FAKE_PIPEPLAN
+mkdir -p "$machine/launcher"
+cat > "$machine/launcher/torchrun" << 'FAKE_TORCHRUN'
+#!/usr/bin/env bash
+while [[ $1 == --* ]]; do
+  case $1 in --no-python) shift ;; *) shift 2 ;; esac
+done
+exec "$@"
+FAKE_TORCHRUN
+chmod +x "$machine/pipeplan" "$machine/launcher/torchrun"
+echo '{}' > "$machine/profile.json"
+# on_machine NAME [VAR=VALUE...] -- OPTION... WHAT...: run.sh for real, its folder $machine/NAME.
+on_machine() {
+  local name=$1
+  shift
+  local -a vars=()
+  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
+  shift
+  status=0
+  env "${vars[@]}" bash "$repo/bench/gpu/run.sh" --pipeplan "$machine/pipeplan" \
+    --tests-binary /bin/true --sm-profile "$machine/profile.json" --out "$machine/$name" "$@" \
+    > "$machine/$name.log" 2>&1 || status=$?
+}
+# An NCCL before 2.30: the stage stops in one line, nothing planned.
+on_machine old FAKE_NCCL=2.28.3 -- nccl
+[[ $status == 1 ]] || { cat "$machine/old.log"; fail "an old NCCL: run.sh exited $status, not 1"; }
+grep -q '^nccl: stopped: NCCL 2.28.3 from .*/libnccl.so.2 is loaded; several ranks on one GPU need NCCL 2.30 or later' \
+  "$machine/old/index.txt" || { cat "$machine/old/index.txt"; fail "an old NCCL: no line saying so"; }
+if ls "$machine/old/"*.plan.* > /dev/null 2>&1; then fail "an old NCCL: the stage went on"; fi
+# 2.31 from the folder --nccl-lib-dir names (the fake loads it from the first folder on
+# LD_LIBRARY_PATH): every way runs, the losses agree, the killed rank passes; the summary has every
+# table; the folder is in the headers and the manifest.
+mkdir -p "$machine/nccl"
+: > "$machine/nccl/libnccl.so.2"
+on_machine good "PATH=$machine/launcher:$PATH" -- --nccl-lib-dir "$machine/nccl" \
+  --nccl-plans 1f1b-2bp,zb-v-2bp nccl summary
+[[ $status == 0 ]] || { cat "$machine/good.log" "$machine/good/index.txt"; fail "the nccl stage on the fake machine exited $status"; }
+good="$machine/good"
+grep -q "^nccl: NCCL 2.31.2 from $machine/nccl/libnccl.so.2 (chosen by --nccl-lib-dir, first on LD_LIBRARY_PATH)" \
+  "$good/index.txt" || { cat "$good/index.txt"; fail "the NCCL loaded is not recorded"; }
+grep -q "^# environment: .* LD_LIBRARY_PATH=$machine/nccl" "$good/nccl-1f1b-m8-2bp.nccl.json" ||
+  fail "the chosen NCCL folder is not in the headers"
+python3 - "$good/manifest.json" "$machine/nccl" << 'PY' || fail "manifest.json: not the NCCL chosen and loaded"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["nccl_chosen"] == {"folder": sys.argv[2], "from": "--nccl-lib-dir"}, m["nccl_chosen"]
+assert m["nccl"] == "2.31.2" and m["nccl_path"] == sys.argv[2] + "/libnccl.so.2", m
+PY
+for file in nccl-1f1b-m8-2bp.torchrun.json nccl-zb-v-m8-2bp.torchrun.diff.json nccl-1f1b-m8-2bp.local.diff.json \
+  nccl-rank-killed.rank3.txt; do
+  [[ -s $good/$file ]] || fail "no $file"
+done
+grep -q '"killed_rank": 2, "world": 4' "$good/nccl-rank-killed.txt" || { cat "$good/nccl-rank-killed.txt"; fail "no killed-rank facts"; }
+grep -q '^rank 2: exit 137,' "$good/nccl-rank-killed.txt" || { cat "$good/nccl-rank-killed.txt"; fail "rank 2 not killed"; }
+grep -q '^Every rank passed.' "$good/nccl-rank-killed-check.txt" || { cat "$good/nccl-rank-killed-check.txt"; fail "the killed rank check failed"; }
+for title in '## Machine' '## NCCL on one GPU: losses' '## NCCL on one GPU: step time of each way' \
+  '## NCCL on one GPU: transfers per link' '## NCCL: a rank killed at its first node' \
+  '| nccl-zb-v-m8-2bp | 0→1 | 1 | 0.10 | 0.12 | 0.12 | 0.12 |' 'All three ways agree.'; do
+  grep -q -F -e "$title" "$good/summary.md" || { cat "$good/summary.md"; fail "summary.md: no '$title'"; }
+done
+# A surviving rank that exits 0: the check fails, and so does run.sh.
+on_machine survivor "PATH=$machine/launcher:$PATH" FAKE_RANK_OK=3 -- --nccl-plans 1f1b-2bp nccl
+[[ $status == 1 ]] || fail "a surviving rank exiting 0: run.sh exited $status, not 1"
+grep -q '^| 3 | 0 | .* | \*\*fail\*\*: exit 0, 0 error lines |' "$machine/survivor/nccl-rank-killed-check.txt" ||
+  { cat "$machine/survivor/nccl-rank-killed-check.txt"; fail "a surviving rank exiting 0 passed"; }
+# Neither torchrun nor python3 -m torch.distributed.run: the runs of one process per stage are
+# not run, which is a failure (a python3 here that has no torch).
+if ! command -v torchrun > /dev/null; then
+  fake_python 1
+  on_machine bare "PATH=$fakes:$PATH" -- --nccl-plans 1f1b-2bp nccl summary
+  rm -f "$fakes/python3"
+  [[ $status == 1 ]] || fail "no torchrun: run.sh exited $status, not 1"
+  grep -q '^# not run: no torchrun and no python3 -m torch.distributed.run here' \
+    "$machine/bare/nccl-1f1b-m8-2bp.torchrun.json" || fail "no torchrun: not recorded as not run"
+  grep -q '| nccl-1f1b-m8-2bp | 10.500000 10.250000 | same | \*\*not run\*\* (no torchrun' \
+    "$machine/bare/summary.md" || { cat "$machine/bare/summary.md"; fail "no torchrun: the summary does not say so"; }
+  grep -q '^# exit status: 1' "$machine/bare/nccl-losses.txt" || fail "no torchrun: the losses agreed"
+fi
+# The env WHAT says whether MPS runs, and the summary repeats it.
+on_machine env -- env summary
+grep -q '^MPS: ' "$machine/env/env-mps.txt" || { cat "$machine/env/env-mps.txt"; fail "env-mps.txt: no MPS line"; }
+grep -q '^- MPS: ' "$machine/env/summary.md" || { cat "$machine/env/summary.md"; fail "summary.md: no MPS line"; }
+
+# The killed-rank harness alone, with a rank that dies at once and ranks that end at once: each
+# rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun
+# sets them, and its own output.
+mkdir -p "$work/harness"
+bash "$repo/bench/gpu/rank_killed.sh" "$work/harness" 3 1 2000 1 20 bash -c \
+  'echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE A=$MASTER_ADDR P=$MASTER_PORT F=$PIPEPLAN_TEST_FAULT"; exit $((RANK + 3))' \
+  > "$work/harness/out.txt"
+grep -q '^R=2 W=3 L=2 LW=3 A=127.0.0.1 P=[0-9][0-9]* F=die:1$' "$work/harness/nccl-rank-killed.rank2.txt" ||
+  { cat "$work/harness/nccl-rank-killed.rank2.txt"; fail "rank_killed.sh: not torchrun's variables"; }
+grep -q '^rank 1: exit 4, ended [0-9]* ms after the start' "$work/harness/out.txt" || { cat "$work/harness/out.txt"; fail "rank_killed.sh: no rank line"; }
+tail -n 1 "$work/harness/out.txt" | python3 -c '
+import json, sys
+facts = json.loads(sys.stdin.read())
+assert facts["killed_rank"] == 1 and facts["timeout_ms"] == 2000 and facts["slack_ms"] == 1000, facts
+assert [r["status"] for r in facts["ranks"]] == [3, 4, 5], facts
+' || fail "rank_killed.sh: its JSON line is not the ranks'"
+
 # Bad options: refused before anything runs, in one line naming the option, exit 2.
 for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
   "--m 6,twelve|--m: 'twelve' is not a positive integer" \
@@ -191,7 +420,10 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
   "--connections 8,many|--connections: 'many' is neither" \
   "--stages|--stages: needs a value" \
   "--frobnicate 1|unknown option '--frobnicate'" \
-  "--steps -1|--steps: '-1' is not a positive integer"; do
+  "--steps -1|--steps: '-1' is not a positive integer" \
+  "--step-steps 0|--step-steps: '0' is not a positive integer" \
+  "--nccl-steps five|--nccl-steps: 'five' is not a positive integer" \
+  "--nccl-plans 1f1b-2bp,gpipe-3bp|--nccl-plans: unknown plan 'gpipe-3bp'"; do
   status=0
   read -r -a arguments <<< "${bad%%|*}"
   bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/pipeplan" pipelines "${arguments[@]}" \
