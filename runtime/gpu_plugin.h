@@ -80,7 +80,9 @@ struct GpuRunOptions {
   // sends the others through the group (so the module itself needs no MPI). The run's setup is
   // collective: every rank calls prepare_run. Null: this process drives every plan device.
   ProcessGroup* group = nullptr;
-  std::chrono::milliseconds timeout{60000};  // the group's waits during setup
+  // The group's waits during setup and every NCCL wait (communicators made, connections, a
+  // send or receive completing): a peer that fails or hangs ends the run after this long.
+  std::chrono::milliseconds timeout{60000};
   // As GpuProfileOptions::gemm_candidates, per stage: each stage times the answers on its own SMs
   // (in the first step, beside the other stages' work).
   int gemm_candidates = 1;

@@ -216,7 +216,8 @@ what_nccl() {
   if ((${#losses[@]})); then
     record nccl-losses.txt python3 "$here/summary.py" --losses "${losses[@]}" || true
   fi
-  cap_s=$test_cap_s record tests-nccl.txt "$tests_binary" \
+  # A test over NCCL that cannot run here fails instead of skipping (the stage asked for NCCL).
+  PIPEPLAN_REQUIRE_NCCL=1 cap_s=$test_cap_s record tests-nccl.txt "$tests_binary" \
     --gtest_filter='NcclTransport.*:EmulatedRun.OverNccl*:CudaMpiRun.*:GpuShare.*' \
     --gtest_output="json:$out/tests-nccl.json" || true
   if ((${#planned[@]} == 0)); then

@@ -188,9 +188,10 @@ GpuShare gpu_share(int local_rank, int local_size, int gpus) {
   return share;
 }
 
-CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
+CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options,
+                 std::optional<int> local_ranks) {
   if (options.group != nullptr) {
-    prepare_rank(plan, options);
+    prepare_rank(plan, options, local_ranks);
     return;
   }
   const int devices = plan.meta.devices;
@@ -266,8 +267,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
     transport_ = std::move(local);
   } else {
 #ifdef PIPEPLAN_HAVE_NCCL
-    transport_ =
-        NcclTransport::single_process(std::move(endpoints), transport_links(plan), events_.get());
+    transport_ = NcclTransport::single_process(std::move(endpoints), transport_links(plan),
+                                               events_.get(), options.timeout);
 #else
     throw Error(
         one_gpu ? field_name("transport") + ": nccl, and this CUDA module was built without NCCL"
@@ -280,7 +281,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options) {
   transport_name_ = transport_->name();
 }
 
-void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) {
+void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options,
+                           std::optional<int> local_ranks) {
   ProcessGroup& group = *options.group;
   const int devices = plan.meta.devices;
   const int rank = group.rank();
@@ -308,7 +310,8 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
     }
     const int gpus = cuda_device_count();
     if (gpus == 0) throw Error("no CUDA device found");
-    const GpuShare share = gpu_share(group.local_rank(), local_ranks_from_environment(), gpus);
+    const GpuShare share = gpu_share(
+        group.local_rank(), local_ranks ? *local_ranks : local_ranks_from_environment(), gpus);
     gpu = share.gpu;
     hardware_ = describe_hardware(options, devices, gpu);
     CUDA_CHECK(cudaSetDevice(gpu));
@@ -385,7 +388,7 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options) 
       NcclTransport::multi_process(rank, devices, unique_id_from_hex(id_hex),
                                    StageEndpoint{gpu, stream, &local->context().allocator(),
                                                  green_.empty() ? nullptr : green_.front().get()},
-                                   transport_links(plan), events_.get());
+                                   transport_links(plan), events_.get(), options.timeout);
   transport_name_ = transport_->name() + " (" + placement_ + ")";
 #endif
 }

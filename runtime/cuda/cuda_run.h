@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,12 @@ GpuShare gpu_share(int local_rank, int local_size, int gpus);
 class CudaRun final : public GpuRun {
  public:
   // Throws Error("no CUDA device found") without a GPU, and names --emulate or the plan when
-  // the GPUs cannot hold it.
-  CudaRun(const TaskGraph& plan, const GpuRunOptions& options);
+  // the GPUs cannot hold it. A rank of options.group takes its node's rank count (gpu_share's
+  // local_size) from `local_ranks` where given, else from its launcher's environment
+  // (local_ranks_from_environment). options.timeout bounds every wait of the NCCL transport:
+  // making its communicators, and later each send's wait for its receiver.
+  CudaRun(const TaskGraph& plan, const GpuRunOptions& options,
+          std::optional<int> local_ranks = std::nullopt);
   ~CudaRun() override;
   CudaRun(const CudaRun&) = delete;
   CudaRun& operator=(const CudaRun&) = delete;
@@ -73,7 +78,8 @@ class CudaRun final : public GpuRun {
   CudaBackend& backend(int device) const;
 
  private:
-  void prepare_rank(const TaskGraph& plan, const GpuRunOptions& options);
+  void prepare_rank(const TaskGraph& plan, const GpuRunOptions& options,
+                    std::optional<int> local_ranks);
   // A non-blocking stream on the current device, destroyed with this run.
   cudaStream_t own_stream();
 

@@ -83,6 +83,18 @@ CUcontext context_of(const StageEndpoint& endpoint) {
   return endpoint.green != nullptr ? endpoint.green->context() : nullptr;
 }
 
+// Every communicator is nonblocking: its calls return at once (ncclInProgress while NCCL still
+// works on them) and are polled with a deadline.
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+std::string ms_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count()) + " ms";
+}
+
 }  // namespace
 
 std::string multi_rank_gpu_refusal() {
@@ -177,8 +189,9 @@ ncclUniqueId exchange_unique_id(int rank, const std::filesystem::path& path,
               std::to_string(timeout.count()) + " ms");
 }
 
-NcclTransport::NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events)
-    : endpoints_(std::move(endpoints)), events_(events) {
+NcclTransport::NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events,
+                             std::chrono::milliseconds send_timeout)
+    : endpoints_(std::move(endpoints)), events_(events), send_timeout_(send_timeout) {
   for (const StageEndpoint& endpoint : endpoints_) {
     if (endpoint.cuda_device >= 0 && !device_mutexes_.contains(endpoint.cuda_device)) {
       device_mutexes_.emplace(endpoint.cuda_device, std::make_unique<std::mutex>());
@@ -188,7 +201,7 @@ NcclTransport::NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* e
 
 std::unique_ptr<NcclTransport> NcclTransport::single_process(
     std::vector<StageEndpoint> endpoints, const std::vector<TransportLink>& links,
-    StepEvents* events) {
+    StepEvents* events, std::chrono::milliseconds timeout) {
   std::map<int, int> plan_device_of_gpu;
   for (std::size_t d = 0; d < endpoints.size(); ++d) {
     const auto [it, inserted] =
@@ -201,22 +214,33 @@ std::unique_ptr<NcclTransport> NcclTransport::single_process(
       }
     }
   }
-  std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
+  std::unique_ptr<NcclTransport> transport(
+      new NcclTransport(std::move(endpoints), events, timeout));
   for (const TransportLink& link : links) {
     // Rank 0 sends, rank 1 receives; each made with its stage's GPU and context current, in one
     // group (ncclCommInitAll does the same with the GPUs' primary contexts).
     ncclUniqueId id{};
     NCCL_CHECK(ncclGetUniqueId(&id));
     ncclComm_t comms[2] = {nullptr, nullptr};
+    ncclConfig_t configs[2] = {nonblocking_config(), nonblocking_config()};
     NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < 2; ++r) {
+    ncclResult_t status = ncclSuccess;
+    for (int r = 0; r < 2 && status == ncclSuccess; ++r) {
       const int device = r == 0 ? link.from : link.to;
       CUDA_CHECK(cudaSetDevice(transport->endpoint_gpu(device)));
       const ScopedContext current(
           context_of(transport->endpoints_[static_cast<std::size_t>(device)]));
-      NCCL_CHECK(ncclCommInitRank(&comms[r], 2, id, r));
+      status = ncclCommInitRankConfig(&comms[r], 2, id, r, &configs[r]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    const ncclResult_t ended = ncclGroupEnd();
+    if (status == ncclSuccess) status = ended;
+    const std::string what = "making the communicator of the " +
+                             link_name(link.from, link.to, link.channel) + " (plan devices " +
+                             std::to_string(link.from) + " and " + std::to_string(link.to) + ")";
+    if (const std::string why = transport->settle({comms[0], comms[1]}, status, timeout);
+        !why.empty()) {
+      transport->fail_setup(what, why, {comms[0], comms[1]});
+    }
     transport->add_side(link.from, link, comms[0]);
     transport->add_side(link.to, link, comms[1]);
   }
@@ -228,7 +252,8 @@ std::unique_ptr<NcclTransport> NcclTransport::multi_process(int rank, int world,
                                                             const ncclUniqueId& id,
                                                             StageEndpoint local,
                                                             const std::vector<TransportLink>& links,
-                                                            StepEvents* events) {
+                                                            StepEvents* events,
+                                                            std::chrono::milliseconds timeout) {
   if (rank < 0 || rank >= world) {
     throw Error("NCCL transport: rank " + std::to_string(rank) + " outside a world of " +
                 std::to_string(world));
@@ -237,24 +262,93 @@ std::unique_ptr<NcclTransport> NcclTransport::multi_process(int rank, int world,
   for (StageEndpoint& other : endpoints)
     other.cuda_device = -1;  // driven by another process
   endpoints[static_cast<std::size_t>(rank)] = local;
-  std::unique_ptr<NcclTransport> transport(new NcclTransport(std::move(endpoints), events));
+  std::unique_ptr<NcclTransport> transport(
+      new NcclTransport(std::move(endpoints), events, timeout));
   CUDA_CHECK(cudaSetDevice(local.cuda_device));
-  const ScopedContext current(context_of(local));  // a rank sharing its GPU: its green context
-  ncclComm_t world_comm = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&world_comm, world, id, rank));
-  transport->world_.push_back(world_comm);
-  // ncclCommSplit is collective over the world: every rank splits once per link, in the same
-  // (sorted) order, members with the link's color, the rest with NCCL_SPLIT_NOCOLOR.
-  for (std::size_t l = 0; l < links.size(); ++l) {
-    const TransportLink& link = links[l];
-    const bool member = rank == link.from || rank == link.to;
-    ncclComm_t comm = nullptr;
-    NCCL_CHECK(ncclCommSplit(world_comm, member ? static_cast<int>(l) : NCCL_SPLIT_NOCOLOR,
-                             rank == link.from ? 0 : 1, &comm, nullptr));
-    if (member) transport->add_side(rank, link, comm);
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(world);
+  {
+    const ScopedContext current(context_of(local));  // a rank sharing its GPU: its green context
+    ncclConfig_t config = nonblocking_config();
+    ncclComm_t world_comm = nullptr;
+    const ncclResult_t status = ncclCommInitRankConfig(&world_comm, world, id, rank, &config);
+    transport->world_.push_back(world_comm);  // aborted with the rest on a failure
+    if (const std::string why = transport->settle({world_comm}, status, timeout); !why.empty()) {
+      transport->fail_setup(
+          who + " joining the world communicator",
+          why + (why.find("timed out") != std::string::npos
+                     ? " (a rank did not join: it failed, hung or has another unique id)"
+                     : ""));
+    }
+    // ncclCommSplit is collective over the world: every rank splits once per link, in the same
+    // (sorted) order, members with the link's color, the rest with NCCL_SPLIT_NOCOLOR; each split
+    // settles before the next call on the world communicator.
+    for (std::size_t l = 0; l < links.size(); ++l) {
+      const TransportLink& link = links[l];
+      const bool member = rank == link.from || rank == link.to;
+      ncclComm_t comm = nullptr;
+      const ncclResult_t split =
+          ncclCommSplit(world_comm, member ? static_cast<int>(l) : NCCL_SPLIT_NOCOLOR,
+                        rank == link.from ? 0 : 1, &comm, &config);
+      if (const std::string why = transport->settle({world_comm, comm}, split, timeout);
+          !why.empty()) {
+        transport->fail_setup(who + " splitting the " +
+                                  link_name(link.from, link.to, link.channel) +
+                                  " off the world communicator",
+                              why + (why.find("timed out") != std::string::npos
+                                         ? " (a rank did not split: it failed or hung)"
+                                         : ""),
+                              {comm});
+      }
+      if (member) transport->add_side(rank, link, comm);
+    }
   }
   transport->connect();
   return transport;
+}
+
+std::string NcclTransport::settle(std::initializer_list<ncclComm_t> comms, ncclResult_t status,
+                                  std::chrono::milliseconds timeout) {
+  if (status == ncclSuccess) return "";
+  if (status != ncclInProgress) {
+    return std::string("NCCL error '") + ncclGetErrorString(status) +
+           "': " + ncclGetLastError(nullptr);
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  for (;;) {
+    bool busy = false;
+    for (ncclComm_t comm : comms) {
+      if (comm == nullptr) continue;
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+      if (asked != ncclSuccess) state = asked;
+      if (state == ncclInProgress) {
+        busy = true;
+      } else if (state != ncclSuccess) {
+        return std::string("NCCL error '") + ncclGetErrorString(state) +
+               "': " + ncclGetLastError(comm);
+      }
+    }
+    if (!busy) return "";
+    if (cancelled_) return "cancelled (another worker failed)";
+    const auto now = Clock::now();
+    if (now > deadline) return "timed out after " + ms_text(timeout);
+    if (now - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+void NcclTransport::fail_setup(const std::string& what, const std::string& why,
+                               std::initializer_list<ncclComm_t> also) {
+  const std::string message = "NCCL transport: " + what + ": " + why;
+  for (ncclComm_t comm : also) {
+    if (comm != nullptr) ncclCommAbort(comm);  // result ignored: already failing
+  }
+  abort_all(message);
+  throw Error(message);
 }
 
 int NcclTransport::endpoint_gpu(int device) const {
@@ -310,7 +404,14 @@ void NcclTransport::connect() {
           ncclRecv(side->header_device, 1, ncclUint8, side->peer_rank, side->comm, side->stream));
     }
   }
-  NCCL_CHECK(ncclGroupEnd());
+  const ncclResult_t ended = ncclGroupEnd();
+  // Each side's connection needs its peer's side: a peer that never connects is a timeout
+  // naming the first link still waiting.
+  for (auto& [key, side] : sides_) {
+    if (const std::string why = settle({side->comm}, ended, send_timeout_); !why.empty()) {
+      fail(*side, "connection setup", why);
+    }
+  }
   for (auto& [key, side] : sides_) {
     {
       const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(side->device)]));
@@ -439,7 +540,8 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
     }
   }
   reap(s, false);
-  {
+  std::string problem;
+  [&] {
     const std::lock_guard lock(device_mutex(from));
     CUDA_CHECK(cudaSetDevice(sender.cuda_device));
     const ScopedContext current(context_of(sender));
@@ -463,7 +565,8 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
       NCCL_CHECK(ncclSend(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),
                           ncclUint8, s.peer_rank, s.comm, s.stream));
     }
-    NCCL_CHECK(ncclGroupEnd());
+    problem = settle({s.comm}, ncclGroupEnd(), send_timeout_);
+    if (!problem.empty()) return;  // fails below, without this GPU's lock
     if (end != nullptr) CUDA_CHECK(cudaEventRecord(end, s.stream));
     Side::Pending pending;
     if (s.spare_events.empty()) {
@@ -475,18 +578,19 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
     CUDA_CHECK(cudaEventRecord(pending.done, s.stream));
     pending.message = std::move(message);
     s.in_flight.push_back(std::move(pending));
-  }
+  }();
+  if (!problem.empty()) fail(s, "send '" + message.tag + "'", problem);
 }
 
-void NcclTransport::flush(int from, int to, Channel channel, std::chrono::milliseconds) {
-  reap(side(from, from, to, channel, "flush"), true);
+void NcclTransport::flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) {
+  reap(side(from, from, to, channel, "flush"), true, timeout);
 }
 
-void NcclTransport::reap(Side& side, bool wait_all) {
+void NcclTransport::reap(Side& side, bool wait_all, std::chrono::milliseconds timeout) {
   while (!side.in_flight.empty()) {
     Side::Pending& oldest = side.in_flight.front();
     if (wait_all) {
-      wait(side, oldest.done, send_timeout_, "send '" + oldest.message.tag + "'");
+      wait(side, oldest.done, timeout, "send '" + oldest.message.tag + "'");
     } else {
       const cudaError_t status = cudaEventQuery(oldest.done);
       if (status == cudaErrorNotReady) return;
@@ -506,22 +610,27 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   const StageEndpoint& receiver = endpoints_[static_cast<std::size_t>(to)];
   const std::string what = "recv '" + std::string(expected_tag) + "'";
   std::pair<cudaEvent_t, cudaEvent_t> marks{};
-  {
+  std::string problem;
+  [&] {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
     const ScopedContext current(context_of(receiver));
     if (events_ != nullptr) marks = events_->transfer_marks(to, from, to, channel);
     if (marks.first != nullptr) CUDA_CHECK(cudaEventRecord(marks.first, s.stream));
-    NCCL_CHECK(ncclRecv(s.header_device, static_cast<std::size_t>(kHeaderBytes), ncclUint8,
-                        s.peer_rank, s.comm, s.stream));
+    problem = settle({s.comm},
+                     ncclRecv(s.header_device, static_cast<std::size_t>(kHeaderBytes), ncclUint8,
+                              s.peer_rank, s.comm, s.stream),
+                     timeout);
+    if (!problem.empty()) return;  // fails below, without this GPU's lock
     CUDA_CHECK(cudaMemcpyAsync(s.header_host, s.header_device,
                                static_cast<std::size_t>(kHeaderBytes), cudaMemcpyDeviceToHost,
                                s.stream));
     CUDA_CHECK(cudaEventRecord(s.header_done, s.stream));
-  }
+  }();
+  if (!problem.empty()) fail(s, what + " (header)", problem);
   wait(s, s.header_done, timeout, what + " (header)");
   Message message = decode_header(s.header_host, what);
-  {
+  [&] {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
     const ScopedContext current(context_of(receiver));
@@ -540,10 +649,12 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
       NCCL_CHECK(ncclRecv(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),
                           ncclUint8, s.peer_rank, s.comm, s.stream));
     }
-    NCCL_CHECK(ncclGroupEnd());
+    problem = settle({s.comm}, ncclGroupEnd(), timeout);
+    if (!problem.empty()) return;  // fails below, without this GPU's lock
     if (marks.second != nullptr) CUDA_CHECK(cudaEventRecord(marks.second, s.stream));
     CUDA_CHECK(cudaEventRecord(s.done, s.stream));
-  }
+  }();
+  if (!problem.empty()) fail(s, what, problem);
   wait(s, s.done, timeout, what);
   return message;
 }
@@ -561,7 +672,7 @@ void NcclTransport::reset() {
   cancelled_ = false;
   // Between steps no thread sends: every send of the last step must have been received.
   for (auto& [key, side] : sides_)
-    reap(*side, true);
+    reap(*side, true, send_timeout_);
 }
 
 }  // namespace pipeplan::cuda

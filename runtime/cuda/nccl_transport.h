@@ -13,11 +13,15 @@
 // until NCCL has read it; recv() waits for its transfer on the host, polling the event and
 // ncclCommGetAsyncError, so a hang is a timeout and an NCCL failure an Error naming the link,
 // the device and the tag; either aborts every communicator (ncclCommAbort): the step is lost.
-// reset() (before a step) waits for the previous step's sends the same way.
+// reset() (before a step) and flush() wait for sends the same way.
 //
-// Two ways to make the communicators: one process driving every GPU (ncclCommInitAll per link),
-// or one process per GPU (ncclCommInitRank into a world communicator from a shared unique id,
-// then ncclCommSplit per link; see docs/design/runtime.md for the mpirun / srun launch).
+// Two ways to make the communicators: one process driving every GPU (two ranks per link, made in
+// one group), or one process per GPU (a world communicator from a shared unique id, then
+// ncclCommSplit per link; see docs/design/runtime.md for the mpirun / srun launch). Every
+// communicator is nonblocking (ncclConfig_t::blocking = 0): making one, splitting one and every
+// call that returns ncclInProgress is polled (ncclCommGetAsyncError) until it settles, so a peer
+// that never joins, or hangs, is a timeout naming this rank, the link and the time waited, after
+// which every communicator is aborted, not a call that never returns.
 #pragma once
 
 #include <nccl.h>
@@ -25,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,16 +60,22 @@ class NcclTransport final : public Transport {
  public:
   static constexpr std::int64_t kHeaderBytes = 64 * 1024;
 
+  static constexpr std::chrono::milliseconds kDefaultTimeout{60000};
+
   // One process drives every plan device: endpoints[d].cuda_device, distinct GPUs, or stages in
   // green contexts of one GPU (endpoints[d].green) where multi_rank_gpu_refusal() allows it.
-  static std::unique_ptr<NcclTransport> single_process(std::vector<StageEndpoint> endpoints,
-                                                       const std::vector<TransportLink>& links,
-                                                       StepEvents* events = nullptr);
-  // One process per plan device: this one is plan device `rank` of `world`, on `local`.
-  static std::unique_ptr<NcclTransport> multi_process(int rank, int world, const ncclUniqueId& id,
-                                                      StageEndpoint local,
-                                                      const std::vector<TransportLink>& links,
-                                                      StepEvents* events = nullptr);
+  // `timeout` (the run's) bounds each wait of the set-up, and later each send's wait for its
+  // receiver in reset().
+  static std::unique_ptr<NcclTransport> single_process(
+      std::vector<StageEndpoint> endpoints, const std::vector<TransportLink>& links,
+      StepEvents* events = nullptr, std::chrono::milliseconds timeout = kDefaultTimeout);
+  // One process per plan device: this one is plan device `rank` of `world`, on `local`. Throws
+  // an Error naming the rank and `timeout` when the other ranks do not all join the world
+  // communicator, a split or the connection set-up in time.
+  static std::unique_ptr<NcclTransport> multi_process(
+      int rank, int world, const ncclUniqueId& id, StageEndpoint local,
+      const std::vector<TransportLink>& links, StepEvents* events = nullptr,
+      std::chrono::milliseconds timeout = kDefaultTimeout);
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -72,22 +83,37 @@ class NcclTransport final : public Transport {
   // "nccl (NCCL 2.32.3 from /path/libnccl.so.2)": which NCCL the run loaded.
   std::string name() const override;
   void send(int from, int to, Channel channel, Message message) override;
-  // Waits for the link's sends in flight (each within the send timeout), which then give their
-  // tensors back to the sender's cache.
+  // Waits for the link's sends in flight (each within `timeout`), which then give their tensors
+  // back to the sender's cache.
   void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
   void cancel() override;  // aborts every communicator: in-flight transfers cannot be resumed
-  void reset() override;   // throws once aborted: the communicators are gone
-  // Bounds a send's wait for its receiver (recv takes its timeout per call).
+  // Waits for every send in flight (each within the send timeout); throws once aborted: the
+  // communicators are gone.
+  void reset() override;
+  // Bounds a send's wait for its receiver in reset(), and the settling of a send's calls (recv
+  // and flush take their timeout per call). The factories set it to their `timeout`.
   void set_send_timeout(std::chrono::milliseconds timeout) { send_timeout_ = timeout; }
+  std::chrono::milliseconds send_timeout() const { return send_timeout_; }
 
  private:
   using LinkSide = std::tuple<int, int, int, Channel>;  // (device, from, to, channel)
   struct Side;
-  NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events);
+  NcclTransport(std::vector<StageEndpoint> endpoints, StepEvents* events,
+                std::chrono::milliseconds send_timeout);
   void add_side(int device, const TransportLink& link, ncclComm_t comm);
   void connect();  // one grouped 1-byte exchange per link: connection setup off the hot path
+  // A call on nonblocking communicators returned `status`: "" once it succeeded, or once every
+  // one of `comms` has left ncclInProgress (ncclCommGetAsyncError) within `timeout`; else why
+  // not (an NCCL error, the timeout, a cancel), for the caller to fail with. Only then is the
+  // call's work queued on its stream.
+  std::string settle(std::initializer_list<ncclComm_t> comms, ncclResult_t status,
+                     std::chrono::milliseconds timeout);
+  // Set-up failed (`what` of this process, `why`): aborts every communicator, those in `also`
+  // too (made, not yet a link's), and throws one line.
+  [[noreturn]] void fail_setup(const std::string& what, const std::string& why,
+                               std::initializer_list<ncclComm_t> also = {});
   Side& side(int device, int from, int to, Channel channel, std::string_view tag);
   std::mutex& device_mutex(int device);
   int endpoint_gpu(int device) const;  // throws for a device another process drives
@@ -95,8 +121,9 @@ class NcclTransport final : public Transport {
   // cancel. `what` names the operation for the error.
   void wait(Side& side, cudaEvent_t done, std::chrono::milliseconds timeout,
             const std::string& what);
-  // Releases the sends NCCL has finished (all of them, waiting, when `wait_all`).
-  void reap(Side& side, bool wait_all);
+  // Releases the sends NCCL has finished (all of them, each waited for within `timeout`, when
+  // `wait_all`).
+  void reap(Side& side, bool wait_all, std::chrono::milliseconds timeout = {});
   void abort_all(const std::string& reason);
   [[noreturn]] void fail(Side& side, const std::string& what, const std::string& why);
 
@@ -109,7 +136,7 @@ class NcclTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;
   std::string abort_reason_;
-  std::chrono::milliseconds send_timeout_{60000};
+  std::chrono::milliseconds send_timeout_;
 };
 
 }  // namespace pipeplan::cuda

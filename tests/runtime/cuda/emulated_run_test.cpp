@@ -2,10 +2,12 @@
 // emulated stages (1F1B with 2BP, GPipe fused, 1F1B 2BP with the planner's BPipe transfers) gives
 // the loss and every gradient of the single-stage CUDA run of the same seed, within bf16 tolerance;
 // device times come from CUDA events and the allocators count every stage's memory. Over NCCL
-// (--transport nccl) the stages give the device-local run's results bit for bit.
+// (--transport nccl) the stages give the device-local run's results bit for bit, and so do four
+// ranks sharing GPU 0 (one process per plan device, threads here), each in a green context.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -24,7 +26,9 @@
 #include "runtime/cuda/step_events.h"
 #include "runtime/device_worker.h"
 #include "schedules/family.h"
+#include "tests/error_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
+#include "tests/runtime/thread_ranks.h"
 
 namespace pipeplan {
 namespace {
@@ -67,6 +71,7 @@ struct Run {
   SimResult measured;
   std::string backend_name;
   std::string transport_name;
+  int sm_per_stage = 0;                        // emulated: each stage's SMs
   std::vector<std::size_t> gemm_shapes_timed;  // per stage: shapes whose answers were timed
   // Parameters whose second copy (dualpipe) holds other gradients than the first.
   std::vector<std::string> copies_apart;
@@ -90,6 +95,7 @@ Run run_on_gpu(const TaskGraph& plan, int emulate, int gemm_candidates = 1,
   run.allocator_peaks = cuda_run.allocator_peak_bytes();
   run.backend_name = cuda_run.backend_name();
   run.transport_name = cuda_run.transport_name();
+  run.sm_per_stage = cuda_run.hardware().sm_per_stage;
   for (int d = 0; d < plan.meta.devices; ++d)
     run.gemm_shapes_timed.push_back(cuda::gemm_choices(cuda_run.backend(d).context()).size());
   const int layers = static_cast<int>(plan.meta.model.layer_list().size());
@@ -379,15 +385,17 @@ TEST(EmulatedRun, ReportsTheWorkQueuesItRanWith) {
 // --transport nccl: the emulated stages of one GPU exchange tensors through NCCL (several ranks on
 // one GPU) instead of device-local copies; every schedule gives the loss and the gradients of the
 // same plan run over device-local copies, bit for bit (the same kernels on the same SM shares).
+// Where NCCL refuses (too old), the test is skipped, or fails under PIPEPLAN_REQUIRE_NCCL=1.
 TEST(EmulatedRun, OverNcclStagesOfOneGpuGiveTheDeviceLocalRunsGradients) {
   PIPEPLAN_REQUIRE_GPU();
 #ifndef PIPEPLAN_HAVE_NCCL
-  GTEST_SKIP() << "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)";
+  PIPEPLAN_NCCL_UNAVAILABLE(
+      "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)");
 #else
   if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
   const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
   if (const std::string refusal = cuda::multi_rank_gpu_refusal(); !refusal.empty())
-    GTEST_SKIP() << refusal;
+    PIPEPLAN_NCCL_UNAVAILABLE(refusal);
   struct Case {
     std::string name;
     TaskGraph plan;
@@ -410,6 +418,133 @@ TEST(EmulatedRun, OverNcclStagesOfOneGpuGiveTheDeviceLocalRunsGradients) {
     ASSERT_EQ(nccl.grads.size(), local.grads.size());
     for (const auto& [name, grad] : local.grads)
       EXPECT_EQ(nccl.grads.at(name), grad) << name;
+  }
+#endif
+}
+
+// The run's timeout (--timeout-ms, GpuRunOptions::timeout) bounds the NCCL transport's waits: a
+// send nobody receives ends the next reset() after that long, in one line naming it.
+TEST(EmulatedRun, OverNcclTheRunsTimeoutBoundsTheTransportsWaits) {
+  PIPEPLAN_REQUIRE_GPU();
+#ifndef PIPEPLAN_HAVE_NCCL
+  PIPEPLAN_NCCL_UNAVAILABLE(
+      "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)");
+#else
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  if (const std::string refusal = cuda::multi_rank_gpu_refusal(); !refusal.empty())
+    PIPEPLAN_NCCL_UNAVAILABLE(refusal);
+  GpuRunOptions options{2, ""};
+  options.transport = GpuTransport::nccl;
+  options.timeout = std::chrono::milliseconds(350);
+  cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::twobp), options);
+  std::unique_ptr<Transport> transport = run.take_transport();
+  auto* nccl = dynamic_cast<cuda::NcclTransport*>(transport.get());
+  ASSERT_NE(nccl, nullptr) << run.transport_name();
+  EXPECT_EQ(nccl->send_timeout(), options.timeout);
+  // On a GPU big enough (512 MiB) that NCCL cannot finish the send before a receiver posts.
+#ifdef PIPEPLAN_FAKE_DEVICE
+  constexpr std::int64_t kBytes = std::int64_t{1} << 16;
+#else
+  constexpr std::int64_t kBytes = std::int64_t{1} << 29;
+#endif
+  Message m;
+  m.tag = "0F0";
+  {
+    cuda::CudaBackend& stage = run.backend(0);
+    const cuda::ScopedContext current(cuda::context_of(stage.context().stream()));
+    m.tensors.emplace_back("x", Tensor(stage.context().allocator().allocate(kBytes), {kBytes / 2},
+                                       DType::bf16, Device::cuda));
+  }
+  m.bytes = m.payload_bytes();
+  transport->send(0, 1, Channel::pipeline, std::move(m));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string what = testing::error_of([&] { transport->reset(); });
+  EXPECT_EQ(what,
+            "NCCL transport: send '0F0' on the pipeline link 0->1 (device 0): timed out after "
+            "350 ms");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+#endif
+}
+
+// Four ranks (threads standing in for processes) share GPU 0: CudaRun with a process group and a
+// node of four ranks puts each in a green context of a quarter of the SMs, and they exchange
+// activations and gradients over NCCL (a world communicator split per link). Every rank's loss
+// and every gradient, wherever it was computed, are those of the same plan run with --emulate 4
+// over device-local copies, bit for bit (the same kernels on the same SM shares).
+TEST(SharedGpuRanks, FourRanksOnOneGpuGiveTheEmulatedRunsGradients) {
+  PIPEPLAN_REQUIRE_GPU();
+#ifndef PIPEPLAN_HAVE_NCCL
+  PIPEPLAN_NCCL_UNAVAILABLE(
+      "built without NCCL (runtime/cuda/CMakeLists.txt found no nccl.h / libnccl)");
+#else
+  if (sms_or_skip(4) == 0) GTEST_SKIP() << "GPU too small for 4 green contexts of 8 SMs";
+  // Set before the ranks start and restored after they end: NCCL reads it from the process.
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  if (const std::string refusal = cuda::multi_rank_gpu_refusal(); !refusal.empty())
+    PIPEPLAN_NCCL_UNAVAILABLE(refusal);
+  constexpr int kRanks = 4;
+  const TaskGraph plan = tiny_plan(kRanks, "1f1b", BackwardMode::twobp);
+  const auto emulated = run_on_gpu(plan, kRanks, 1, GpuTransport::device_local);
+
+  struct RankRun {
+    double loss = 0;
+    std::map<std::string, std::vector<double>> grads;  // of the layers this rank holds
+    std::string transport_name;
+    int sm_count = 0;
+    std::string error;
+  };
+  std::vector<RankRun> ranks(kRanks);
+  auto boxes = std::make_shared<testing::Mailboxes>();
+  testing::run_ranks(kRanks, [&](int rank) {
+    RankRun& out = ranks[static_cast<std::size_t>(rank)];
+    try {
+      auto group = std::make_shared<testing::ThreadGroup>(boxes, rank, kRanks);
+      GpuRunOptions run_options{0, ""};
+      run_options.group = group.get();
+      run_options.timeout = std::chrono::milliseconds(60000);
+      // The node's rank count passed in, as the launcher's LOCAL_WORLD_SIZE=4 would give it.
+      cuda::CudaRun run(plan, run_options, kRanks);
+      out.transport_name = run.transport_name();
+      out.sm_count = run.hardware().sm_per_stage;
+      ExecutorOptions options;
+      options.seed = kSeed;
+      options.node_timer = run.node_timer();
+      options.group = group;
+      options.timeout = run_options.timeout;
+      Executor executor(plan, run.backend_factory(), options, run.take_transport());
+      out.loss = executor.step(StepMode::gradients_only).loss;
+      cuda::CudaBackend& backend = run.backend(rank);
+      const cuda::ScopedContext current(cuda::context_of(backend.context().stream()));
+      for (int s = 0; s < plan.schedule.stage_count(); ++s) {
+        if (plan.schedule.stage_device[static_cast<std::size_t>(s)] != rank) continue;
+        const StageLayers& range = plan.meta.stage_layers[static_cast<std::size_t>(s)];
+        for (int l = range.first_layer; l < range.first_layer + range.layer_count; ++l) {
+          for (const Parameter& p : executor.layer(l).params)
+            out.grads[std::to_string(l) + "/" + p.name] = backend.download(p.grad);
+        }
+      }
+    } catch (const Error& e) {
+      out.error = e.what();
+    }
+  });
+  std::map<std::string, std::vector<double>> grads;
+  for (int r = 0; r < kRanks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const RankRun& run = ranks[static_cast<std::size_t>(r)];
+    ASSERT_EQ(run.error, "");
+    EXPECT_NE(run.transport_name.find("4 processes on GPU 0, each in a green context of"),
+              std::string::npos)
+        << run.transport_name;
+    EXPECT_EQ(run.sm_count, emulated.sm_per_stage);
+    EXPECT_EQ(run.loss, emulated.loss);
+    for (const auto& [name, grad] : run.grads)
+      EXPECT_TRUE(grads.emplace(name, grad).second) << name << " on two ranks";
+  }
+  ASSERT_EQ(grads.size(), emulated.grads.size());
+  for (const auto& [name, grad] : emulated.grads) {
+    ASSERT_TRUE(grads.contains(name)) << name << " on no rank";
+    EXPECT_EQ(grads.at(name), grad) << name;
   }
 #endif
 }

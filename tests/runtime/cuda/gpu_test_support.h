@@ -38,7 +38,25 @@
     ASSERT_TRUE(pipeplan_why_.empty()) << "fused attention unavailable: " << pipeplan_why_;  \
   } while (0)
 
+// NCCL cannot run the test here (`why`, a string): skipped, or FAILED where PIPEPLAN_REQUIRE_NCCL=1
+// (the GPU suite sets it), so a GPU run cannot skip its NCCL tests unnoticed. Returns from the
+// calling function, which must return void.
+#define PIPEPLAN_NCCL_UNAVAILABLE(why)                                                       \
+  do {                                                                                       \
+    const std::string pipeplan_nccl_why_ = (why);                                            \
+    if (::pipeplan::testing::nccl_required()) {                                              \
+      FAIL() << "PIPEPLAN_REQUIRE_NCCL=1, and NCCL cannot run here: " << pipeplan_nccl_why_; \
+    }                                                                                        \
+    GTEST_SKIP() << pipeplan_nccl_why_;                                                      \
+  } while (0)
+
 namespace pipeplan::testing {
+
+// PIPEPLAN_REQUIRE_NCCL=1: the NCCL tests must run (PIPEPLAN_NCCL_UNAVAILABLE fails them).
+inline bool nccl_required() {
+  const char* value = std::getenv("PIPEPLAN_REQUIRE_NCCL");
+  return value != nullptr && std::string(value) == "1";
+}
 
 // Sets an environment variable (nullptr: unsets it) for a scope, then restores what was there.
 class ScopedEnv {

@@ -1,9 +1,12 @@
 // The CUDA transports: device-local copies (plain streams and green contexts) and NCCL between
-// as many GPUs as there are (skipped below 2). Each delivers the tensors bit for bit, in per-link
-// FIFO order, into the receiver's allocator, and reports a missing message as an Error naming
-// the link and the tag instead of hanging.
+// as many GPUs as there are, or between several ranks on GPU 0 where NCCL allows that (2.30+ with
+// NCCL_MULTI_RANK_GPU_ENABLE=1). Each delivers the tensors bit for bit, in per-link FIFO order,
+// into the receiver's allocator, and reports a missing message as an Error naming the link and
+// the tag instead of hanging; NCCL's set-up and sends give up after the run's timeout, naming the
+// rank or the link.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -355,36 +358,55 @@ TEST(NcclTransport, TheLoadedNcclIsNamedWithItsVersionAndFile) {
   EXPECT_NE(text.find("libnccl.so"), std::string::npos) << text;
 }
 
-int gpus_or_skip() {
-  const int gpus = cuda::cuda_device_count();
-  return gpus;
+// The GPU of each of a test's NCCL ranks (plan devices). Where two or more GPUs are visible, one
+// rank per GPU: on every GPU (`every_gpu`), else on the first `ranks` GPUs (as many as there are).
+// Where one is, `ranks` ranks all on GPU 0, where NCCL lets ranks share a GPU (the caller sets
+// NCCL_MULTI_RANK_GPU_ENABLE=1 for its scope); where it does not, `gpus` is left empty and the
+// test skipped (failed under PIPEPLAN_REQUIRE_NCCL=1).
+void nccl_rank_gpus(int ranks, bool every_gpu, std::vector<int>& gpus) {
+  gpus.clear();
+  const int visible = cuda::cuda_device_count();
+  if (visible >= 2) {
+    const int used = every_gpu ? visible : std::min(visible, ranks);
+    for (int g = 0; g < used; ++g)
+      gpus.push_back(g);
+    return;
+  }
+  if (const std::string refusal = cuda::multi_rank_gpu_refusal(); !refusal.empty()) {
+    PIPEPLAN_NCCL_UNAVAILABLE("one GPU visible, and " + refusal);
+  }
+  gpus.assign(static_cast<std::size_t>(ranks), 0);
 }
 
+// Stages down a chain: one per GPU over every GPU, or three on GPU 0 where only one is visible.
 TEST(NcclTransport, SingleProcessChainOverEveryGpu) {
   PIPEPLAN_REQUIRE_GPU();
-  const int gpus = gpus_or_skip();
-  if (gpus < 2) GTEST_SKIP() << "NCCL transport needs 2 GPUs, found " << gpus;
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(3, true, gpu_of);
+  if (gpu_of.empty()) return;
+  const int stages = static_cast<int>(gpu_of.size());
   std::vector<std::unique_ptr<cuda::CudaBackend>> backends;
   std::vector<cuda::StageEndpoint> endpoints;
   std::vector<cuda::TransportLink> links;
-  for (int g = 0; g < gpus; ++g) {
-    ASSERT_EQ(cudaSetDevice(g), cudaSuccess);
+  for (int g = 0; g < stages; ++g) {
+    ASSERT_EQ(cudaSetDevice(gpu_of[static_cast<std::size_t>(g)]), cudaSuccess);
     backends.push_back(std::make_unique<cuda::CudaBackend>());
-    endpoints.push_back(endpoint_of(*backends.back(), g));
-    if (g + 1 < gpus) {
+    endpoints.push_back(endpoint_of(*backends.back(), gpu_of[static_cast<std::size_t>(g)]));
+    if (g + 1 < stages) {
       links.push_back({g, g + 1, Channel::pipeline});
       links.push_back({g + 1, g, Channel::pipeline});
     }
   }
-  links.push_back({0, gpus - 1, Channel::transfer});
+  links.push_back({0, stages - 1, Channel::transfer});
   auto transport = cuda::NcclTransport::single_process(endpoints, links);
   // Activations down the chain and gradients back up, each on its own link and thread, as the
   // executor drives them: both directions progress at once.
   std::vector<std::jthread> threads;
-  for (int g = 0; g + 1 < gpus; ++g) {
+  for (int g = 0; g + 1 < stages; ++g) {
     threads.emplace_back([&, g] {
       for (int i = 0; i < 3; ++i) {
-        ASSERT_EQ(cudaSetDevice(g), cudaSuccess);
+        ASSERT_EQ(cudaSetDevice(gpu_of[static_cast<std::size_t>(g)]), cudaSuccess);
         transport->send(g, g + 1, Channel::pipeline,
                         message_of(*backends[static_cast<std::size_t>(g)],
                                    std::to_string(g) + "F" + std::to_string(i), g + i));
@@ -392,14 +414,14 @@ TEST(NcclTransport, SingleProcessChainOverEveryGpu) {
     });
     threads.emplace_back([&, g] {
       for (int i = 0; i < 3; ++i) {
-        ASSERT_EQ(cudaSetDevice(g + 1), cudaSuccess);
+        ASSERT_EQ(cudaSetDevice(gpu_of[static_cast<std::size_t>(g + 1)]), cudaSuccess);
         transport->send(g + 1, g, Channel::pipeline,
                         message_of(*backends[static_cast<std::size_t>(g + 1)],
                                    std::to_string(g + 1) + "B" + std::to_string(i), -g - i));
       }
     });
   }
-  for (int g = 0; g + 1 < gpus; ++g) {
+  for (int g = 0; g + 1 < stages; ++g) {
     for (int i = 0; i < 3; ++i) {
       const std::string down = std::to_string(g) + "F" + std::to_string(i);
       expect_message(*backends[static_cast<std::size_t>(g + 1)],
@@ -412,22 +434,26 @@ TEST(NcclTransport, SingleProcessChainOverEveryGpu) {
   threads.clear();
   // A message that never comes is a timeout naming the link and tag; the transport aborts.
   try {
-    transport->recv(gpus - 1, 0, Channel::transfer, "evict 0F9", 300ms);
+    transport->recv(stages - 1, 0, Channel::transfer, "evict 0F9", 300ms);
     FAIL() << "recv of a message never sent returned";
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'evict 0F9'"), std::string::npos) << what;
-    EXPECT_NE(what.find("transfer link 0->" + std::to_string(gpus - 1)), std::string::npos) << what;
+    EXPECT_NE(what.find("transfer link 0->" + std::to_string(stages - 1)), std::string::npos)
+        << what;
     EXPECT_NE(what.find("timed out"), std::string::npos) << what;
   }
   EXPECT_THROW(transport->reset(), Error);
 }
 
+// Two ranks as threads, on GPUs 0 and 1, or both on GPU 0 where only one is visible.
 TEST(NcclTransport, OneRankPerThreadThroughInitRankAndSplit) {
   PIPEPLAN_REQUIRE_GPU();
-  const int gpus = gpus_or_skip();
-  if (gpus < 2) GTEST_SKIP() << "NCCL transport needs 2 GPUs, found " << gpus;
-  // Threads stand in for processes: the same ncclCommInitRank + ncclCommSplit path.
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(2, false, gpu_of);
+  if (gpu_of.empty()) return;
+  // Threads stand in for processes: the same world communicator + ncclCommSplit path.
   ncclUniqueId id{};
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   EXPECT_EQ(cuda::unique_id_hex(cuda::unique_id_from_hex(cuda::unique_id_hex(id))),
@@ -439,10 +465,11 @@ TEST(NcclTransport, OneRankPerThreadThroughInitRankAndSplit) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       try {
-        ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+        const int gpu = gpu_of[static_cast<std::size_t>(rank)];
+        ASSERT_EQ(cudaSetDevice(gpu), cudaSuccess);
         cuda::CudaBackend backend;
         auto transport =
-            cuda::NcclTransport::multi_process(rank, 2, id, endpoint_of(backend, rank), links);
+            cuda::NcclTransport::multi_process(rank, 2, id, endpoint_of(backend, gpu), links);
         const int peer = 1 - rank;
         transport->send(rank, peer, Channel::pipeline,
                         message_of(backend, "from " + std::to_string(rank), rank));
@@ -458,6 +485,162 @@ TEST(NcclTransport, OneRankPerThreadThroughInitRankAndSplit) {
   ranks.clear();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// How far the other rank of a two-rank world gets before it stops answering.
+enum class PeerStops { before_joining, before_splitting, before_connecting };
+
+// Rank 1 by hand, on `gpu`: joins the world communicator of `id` and makes the transport's two
+// splits as far as `stops` lets it, each settled (nonblocking, as the transport's), then waits
+// until `done` and aborts what it made. Errors go to `error`.
+void half_a_peer(PeerStops stops, const ncclUniqueId& id, int gpu, const std::atomic<bool>& done,
+                 std::string& error) {
+  std::vector<ncclComm_t> made;
+  const auto settle = [&](ncclComm_t comm, ncclResult_t status, const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    ncclResult_t state = status;
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+      std::this_thread::sleep_for(100us);
+    }
+    if (state != ncclSuccess && error.empty()) error = std::string(what) + " did not settle";
+  };
+  if (cudaSetDevice(gpu) != cudaSuccess) error = "cudaSetDevice failed";
+  if (stops != PeerStops::before_joining) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t world = nullptr;
+    settle(world, ncclCommInitRankConfig(&world, 2, id, 1, &config), "rank 1's world");
+    made.push_back(world);
+    if (stops == PeerStops::before_connecting) {
+      // The transport's links, sorted: pipeline 0->1 (rank 1 receives), then 1->0 (it sends).
+      for (int key : {1, 0}) {
+        ncclComm_t link = nullptr;
+        const ncclResult_t split = ncclCommSplit(world, key == 1 ? 0 : 1, key, &link, &config);
+        settle(world, split, "rank 1's split");
+        settle(link, split, "rank 1's split");
+        made.push_back(link);
+      }
+    }
+  }
+  while (!done)
+    std::this_thread::sleep_for(1ms);
+  for (ncclComm_t comm : made) {
+    if (comm != nullptr) ncclCommAbort(comm);
+  }
+}
+
+// A rank whose peer never joins, never makes a split or never connects gives up within the run's
+// timeout (the one it was made with), in one line naming itself, what it waited for and the time,
+// instead of waiting for ever.
+TEST(NcclTransport, SetUpWithAPeerThatStopsAnsweringTimesOutNamingWhatItWaitedFor) {
+  PIPEPLAN_REQUIRE_GPU();
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(2, false, gpu_of);
+  if (gpu_of.empty()) return;
+  const std::vector<cuda::TransportLink> links = {{0, 1, Channel::pipeline},
+                                                  {1, 0, Channel::pipeline}};
+  constexpr auto kTimeout = 400ms;
+  struct Case {
+    PeerStops stops;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {PeerStops::before_joining,
+       "NCCL transport: rank 0 of 2 joining the world communicator: timed out after 400 ms"},
+      {PeerStops::before_splitting,
+       "NCCL transport: rank 0 of 2 splitting the pipeline link 0->1 off the world "
+       "communicator: timed out after 400 ms"},
+      {PeerStops::before_connecting,
+       "NCCL transport: connection setup on the pipeline link 0->1 (device 0): timed out after "
+       "400 ms"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    ncclUniqueId id{};
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::atomic<bool> done = false;
+    std::string peer_error;
+    std::jthread peer([&] { half_a_peer(c.stops, id, gpu_of[1], done, peer_error); });
+    ASSERT_EQ(cudaSetDevice(gpu_of[0]), cudaSuccess);
+    cuda::CudaBackend backend;
+    const auto start = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      cuda::NcclTransport::multi_process(0, 2, id, endpoint_of(backend, gpu_of[0]), links, nullptr,
+                                         kTimeout);
+      what = "the transport was made";
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    done = true;
+    peer.join();
+    EXPECT_EQ(peer_error, "");
+    EXPECT_EQ(what.rfind(c.expected, 0), 0U) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_GE(waited, kTimeout);
+    EXPECT_LT(waited, 10s) << "the set-up waited far beyond its timeout";
+  }
+}
+
+// A message of one bf16 tensor that no receiver takes: on a GPU big enough (512 MiB) that NCCL
+// cannot finish sending it into its own buffers before the receiver posts.
+Message unreceived(cuda::CudaBackend& backend, const std::string& tag) {
+#ifdef PIPEPLAN_FAKE_DEVICE
+  constexpr std::int64_t kBytes = std::int64_t{1} << 16;
+#else
+  constexpr std::int64_t kBytes = std::int64_t{1} << 29;
+#endif
+  Message m;
+  m.tag = tag;
+  m.tensors.emplace_back("a", Tensor(backend.context().allocator().allocate(kBytes), {kBytes / 2},
+                                     DType::bf16, Device::cuda));
+  m.bytes = m.payload_bytes();
+  return m;
+}
+
+// A send whose receiver never posts: flush gives up after the timeout it is given, reset after
+// the transport's (the run's), each in one line naming the tag, the link and the time.
+TEST(NcclTransport, ASendWhoseReceiverNeverPostsTimesOutInFlushAndReset) {
+  PIPEPLAN_REQUIRE_GPU();
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(2, false, gpu_of);
+  if (gpu_of.empty()) return;
+  const std::vector<cuda::TransportLink> links = {{0, 1, Channel::pipeline}};
+  for (const bool flush : {true, false}) {
+    SCOPED_TRACE(flush ? "flush" : "reset");
+    std::vector<std::unique_ptr<cuda::CudaBackend>> backends;
+    std::vector<cuda::StageEndpoint> endpoints;
+    for (int d = 0; d < 2; ++d) {
+      ASSERT_EQ(cudaSetDevice(gpu_of[static_cast<std::size_t>(d)]), cudaSuccess);
+      backends.push_back(std::make_unique<cuda::CudaBackend>());
+      endpoints.push_back(endpoint_of(*backends.back(), gpu_of[static_cast<std::size_t>(d)]));
+    }
+    // The run's timeout: far above flush's own, for reset the one it waits.
+    const auto run_timeout = flush ? std::chrono::milliseconds(30s) : 300ms;
+    auto transport = cuda::NcclTransport::single_process(endpoints, links, nullptr, run_timeout);
+    EXPECT_EQ(transport->send_timeout(), run_timeout);
+    ASSERT_EQ(cudaSetDevice(gpu_of[0]), cudaSuccess);
+    transport->send(0, 1, Channel::pipeline, unreceived(*backends[0], "0F0"));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string what = testing::error_of([&] {
+      if (flush) {
+        transport->flush(0, 1, Channel::pipeline, 200ms);
+      } else {
+        transport->reset();
+      }
+    });
+    const auto waited = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(what,
+              "NCCL transport: send '0F0' on the pipeline link 0->1 (device 0): timed out "
+              "after " +
+                  std::string(flush ? "200" : "300") + " ms");
+    EXPECT_LT(waited, 10s) << "the wait ignored its timeout";
+    EXPECT_THROW(transport->reset(), Error) << "a transport that gave up is aborted";
+  }
 }
 
 #else

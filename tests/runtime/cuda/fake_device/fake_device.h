@@ -25,18 +25,22 @@
 //   returns).
 // So the tests check the order between streams, not only what the backend computes.
 //
-// NCCL's sends and receives are deferred work in both orders. A send, when it runs, reads its
-// buffer into a message to its peer; a receive, when it runs, takes the message of the matching
-// send (the k-th receive from a peer matches its k-th send), first running the sender's stream up
-// to that send. Until that send has been queued the receive is not ready: it stays queued, and so
-// does everything behind it on its stream. Then an event recorded after it is not ready
-// (cudaEventQuery), a stream that waits on that event queues the wait, work queued behind it
-// waits in either order, and synchronisations (and cudaFree, and destroying the stream) wait until
-// it has run. Calls in a group are issued at its outermost end, sends first. Every rank is on the
-// one GPU, so a communicator of several ranks needs what NCCL needs for that (NCCL 2.30+, whose
-// version set_nccl_version sets, and NCCL_MULTI_RANK_GPU_ENABLE=1). A receive whose byte count
-// differs from its send's stays pending with an asynchronous error; ncclCommAbort completes what is
-// queued on the communicator without moving data.
+// NCCL's sends and receives are deferred work in both orders. A send is not ready until its
+// receive is posted (nccl.h: a send is blocking for the GPU), so a send nobody receives holds its
+// stream; when it runs, it reads its buffer into a message to its peer. A receive, when it runs,
+// takes the message of the matching send (the k-th receive from a peer matches its k-th send),
+// first running the sender's stream up to that send. Until that send has been queued the receive
+// is not ready: it stays queued, and so does everything behind it on its stream. Then an event
+// recorded after it is not ready (cudaEventQuery), a stream that waits on that event queues the
+// wait, work queued behind it waits in either order, and synchronisations (and cudaFree, and
+// destroying the stream) wait until it has run. Calls in a group are issued at its outermost end,
+// sends first. Every rank is on the one GPU, so a communicator of several ranks needs what NCCL
+// needs for that (NCCL 2.30+, whose version set_nccl_version sets, and
+// NCCL_MULTI_RANK_GPU_ENABLE=1). A receive whose byte count differs from its send's stays pending
+// with an asynchronous error; ncclCommAbort completes what is queued on the communicator without
+// moving data. A nonblocking communicator (ncclConfig_t:: blocking = 0) is ncclInProgress until all
+// its ranks have joined (or made the split that makes it) and until each peer it called has called
+// it back; the call that leaves it so returns ncclInProgress.
 //
 // It enforces the CUDA rules the backend is written against, each a call that fails with an
 // error naming the rule (the driver would fail, or silently misbehave):
@@ -49,7 +53,9 @@
 //   cuGreenCtxCreate: "a green context can be current to only one thread at a time");
 // - cudaFree and cudaFreeHost take only what cudaMalloc and cudaMallocHost gave;
 // - several NCCL ranks on one GPU need NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL refuses
-//   a GPU taken twice), and NCCL's sends and receives obey the kernels' rule above.
+//   a GPU taken twice), and NCCL's sends and receives obey the kernels' rule above;
+// - a nonblocking communicator in progress takes no send, receive or split until
+//   ncclCommGetAsyncError has seen it settle (NCCL: poll its state until ncclSuccess first).
 #pragma once
 
 #include <cstdint>

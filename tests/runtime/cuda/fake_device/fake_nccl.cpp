@@ -1,14 +1,25 @@
 // NCCL's point-to-point calls of runtime/cuda/nccl_transport.cpp, on the CPU (fake_device.h):
 // communicators in one process, whose sends and receives are deferred work on their streams.
 //
-// The ranks of one communicator form a clique: those of one unique id (ncclCommInitRank), of one
-// ncclCommInitAll, or of one colour of one ncclCommSplit. Every rank is on the stand-in's one
-// GPU, so a clique of two or more ranks needs what NCCL needs for several ranks on one GPU.
-// Between two ranks of a clique, messages go in the order they were sent: the k-th ncclRecv from a
-// peer takes the k-th ncclSend to it, which must carry the same number of bytes.
+// The ranks of one communicator form a clique: those of one unique id (ncclCommInitRank,
+// ncclCommInitRankConfig), of one ncclCommInitAll, or of one colour of one ncclCommSplit. Every
+// rank is on the stand-in's one GPU, so a clique of two or more ranks needs what NCCL needs for
+// several ranks on one GPU. Between two ranks of a clique, messages go in the order they were
+// sent: the k-th ncclRecv from a peer takes the k-th ncclSend to it, which must carry the same
+// number of bytes. A send is blocking for the GPU (nccl.h): it runs only once its receive is
+// posted, so work behind it on its stream waits for the receiver.
+//
+// A blocking communicator (the default) is ready when its call returns. A nonblocking one
+// (ncclConfig_t::blocking = 0) is in progress (ncclCommGetAsyncError: ncclInProgress) until
+// every rank of its unique id has joined, or until every rank of the parent has made the split
+// that made it (the parent too), and, after its first call to a peer, until that peer has called
+// it back (NCCL connects the two on their first point-to-point calls); the call that leaves it in
+// progress returns ncclInProgress (in a group: ncclGroupEnd). Calling NCCL on it again before it
+// settles breaks a rule (NCCL: query the state until ncclSuccess before the next call).
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -56,9 +67,18 @@ struct Channel {
 };
 
 struct Clique {
-  int nranks = 0;                                   // 0 for a split's: as many as join
+  int nranks = 0;                                   // 0 for a split's until every rank split
+  int colour = 0;                                   // a split's
   std::set<int> ranks;                              // those that joined
   std::map<std::pair<int, int>, Channel> channels;  // by (from, to)
+  std::set<std::pair<int, int>> called;             // (rank, peer): rank has called peer
+};
+
+// One split of a parent clique: how many of its ranks made it so far, and the colours' cliques.
+struct SplitRound {
+  int expected = 0;  // the parent's ranks
+  int arrived = 0;
+  std::vector<std::shared_ptr<Clique>> children;
 };
 
 // One rank's side of a communicator. Deferred work holds it, so it outlives ncclCommDestroy.
@@ -71,13 +91,18 @@ struct Member {
   ncclResult_t error = ncclSuccess;
   std::string error_text;
   bool error_counted = false;
+  // Nonblocking (ncclConfig_t::blocking = 0), and what keeps it in progress (under the lock): a
+  // split of it not every rank has made yet; peers it called that have not called it back.
+  bool blocking = true;
+  std::shared_ptr<SplitRound> split;
+  std::set<int> connecting;
 };
 
 struct State {
   std::mutex mutex;  // never held while a stream's lock is taken
   std::int64_t ids = 0;
   std::map<std::string, std::shared_ptr<Clique>> by_id;
-  std::map<std::tuple<const Clique*, int, int>, std::shared_ptr<Clique>> splits;
+  std::map<std::pair<const Clique*, int>, std::shared_ptr<SplitRound>> splits;
   std::set<ncclComm_t> aborted;  // kept until destroyed (callers may drop an aborted one)
 };
 
@@ -95,10 +120,12 @@ struct Call {
   std::shared_ptr<Member> member;
   cudaStream_t stream = nullptr;
 };
-// This thread's last error (ncclGetLastError) and its group: depth and the calls it holds.
+// This thread's last error (ncclGetLastError) and its group: depth, the calls it holds and the
+// communicators made in it.
 thread_local std::string last_error;
 thread_local int group_depth = 0;
 thread_local std::vector<Call> grouped;
+thread_local std::vector<std::shared_ptr<Member>> grouped_members;
 
 ncclResult_t refuse(ncclResult_t code, const std::string& text) {
   last_error = text;
@@ -150,11 +177,32 @@ void set_nccl_version(int code) {
 
 namespace {
 
-ncclComm_t join(std::shared_ptr<Clique> clique, int rank) {
+ncclComm_t join(std::shared_ptr<Clique> clique, int rank, bool blocking = true) {
   auto member = std::make_shared<Member>();
   member->clique = std::move(clique);
   member->rank = rank;
+  member->blocking = blocking;
   return new ncclComm{std::move(member)};
+}
+
+// Whether a nonblocking member is still in progress (under the state's lock): not every rank has
+// joined its clique, a split of it waits for the parent's other ranks, or a peer it called has
+// not called it back. Settled peers are forgotten.
+bool in_progress(Member& me) {
+  if (me.blocking) return false;
+  const Clique& clique = *me.clique;
+  if (clique.nranks == 0 || static_cast<int>(clique.ranks.size()) < clique.nranks) return true;
+  if (me.split != nullptr) {
+    if (me.split->arrived < me.split->expected) return true;
+    me.split = nullptr;
+  }
+  std::erase_if(me.connecting, [&](int peer) { return clique.called.contains({peer, me.rank}); });
+  return !me.connecting.empty();
+}
+
+bool in_progress_now(Member& me) {
+  const std::lock_guard lock(state().mutex);
+  return in_progress(me);
 }
 
 ncclResult_t check_usable(ncclComm_t comm, const char* call) {
@@ -166,10 +214,42 @@ ncclResult_t check_usable(ncclComm_t comm, const char* call) {
   return ncclSuccess;
 }
 
-// A send, when it runs: reads its bytes into the channel (an aborted communicator's: none).
-void run_send(const Call& call, std::int64_t k) {
-  std::vector<unsigned char> bytes;
+// A call on a nonblocking communicator that has not settled breaks NCCL's rule.
+ncclResult_t check_settled(ncclComm_t comm, const char* call) {
+  if (!in_progress_now(*comm->member)) return ncclSuccess;
+  return refuse_rule(ncclInvalidUsage,
+                     std::string(call) +
+                         " on a nonblocking communicator still in progress (NCCL: "
+                         "poll ncclCommGetAsyncError until it leaves "
+                         "ncclInProgress before the next call)");
+}
+
+// The config NCCL_CONFIG_INITIALIZER made: whether the communicator blocks (NCCL's default).
+ncclResult_t read_config(const ncclConfig_t* config, const char* call, bool& blocking) {
+  blocking = true;
+  if (config == nullptr) return ncclSuccess;
+  if (config->magic != 0xcafebeef ||
+      config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
+    return refuse(ncclInvalidArgument,
+                  std::string(call) + ": the config was not set from NCCL_CONFIG_INITIALIZER");
+  }
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1) {
+    return refuse(ncclInvalidArgument, std::string(call) + ": config.blocking is " +
+                                           std::to_string(config->blocking) + " (0 or 1)");
+  }
+  blocking = config->blocking != 0;
+  return ncclSuccess;
+}
+
+// A send, when it runs: not ready until its receive is posted (a send is blocking for the GPU);
+// then reads its bytes into the channel (an aborted communicator's: none).
+bool run_send(const Call& call, std::int64_t k) {
   const bool aborted = call.member->aborted.load();
+  if (!aborted) {
+    const std::lock_guard lock(state().mutex);
+    if (call.member->clique->channels[{call.member->rank, call.peer}].receives <= k) return false;
+  }
+  std::vector<unsigned char> bytes;
   if (!aborted && call.bytes > 0) {
     const auto* from = static_cast<const unsigned char*>(call.buffer);
     bytes.assign(from, from + call.bytes);
@@ -183,6 +263,7 @@ void run_send(const Call& call, std::int64_t k) {
     sent.ran = true;
     sent.bytes = std::move(bytes);
   }
+  return true;
 }
 
 // A receive, when it runs: takes the k-th message from the peer, first running the peer's stream
@@ -222,6 +303,12 @@ bool run_receive(const Call& call, std::int64_t k) {
   return true;
 }
 
+// The first call of a rank to a peer opens their connection, made once the peer calls back.
+void open_connection(Member& me, int peer) {
+  me.clique->called.insert({me.rank, peer});
+  if (!me.blocking && !me.clique->called.contains({peer, me.rank})) me.connecting.insert(peer);
+}
+
 // Queues a call on its stream, numbered in its channel's order.
 void issue(const Call& call) {
   Member& me = *call.member;
@@ -229,6 +316,7 @@ void issue(const Call& call) {
     std::int64_t k = 0;
     {
       const std::lock_guard lock(state().mutex);
+      open_connection(me, call.peer);
       k = me.clique->channels[{call.peer, me.rank}].receives++;
     }
     queue(call.stream, [call, k] { return run_receive(call, k); });
@@ -237,15 +325,13 @@ void issue(const Call& call) {
   std::int64_t k = 0;
   {
     const std::lock_guard lock(state().mutex);
+    open_connection(me, call.peer);
     Channel& channel = me.clique->channels[{me.rank, call.peer}];
     k = channel.sends++;
     channel.queued[k].stream = call.stream;
   }
   // Numbered once queued: a receive that finds no number yet is not ready, and tries again.
-  const std::int64_t number = queue(call.stream, [call, k] {
-    run_send(call, k);
-    return true;
-  });
+  const std::int64_t number = queue(call.stream, [call, k] { return run_send(call, k); });
   const std::lock_guard lock(state().mutex);
   Channel& channel = me.clique->channels[{me.rank, call.peer}];
   if (const auto it = channel.queued.find(k); it != channel.queued.end()) {
@@ -275,6 +361,7 @@ ncclResult_t point_to_point(bool send, const void* buffer, std::size_t count, nc
   if (count > 0 && buffer == nullptr) {
     return refuse(ncclInvalidArgument, std::string(name) + ": null buffer");
   }
+  if (const ncclResult_t status = check_settled(comm, name); status != ncclSuccess) return status;
   // NCCL launches a kernel on the stream: the rule kernels obey (fake_device.h).
   if (const std::string broken = check_launch_stream(stream, name, ncclInvalidUsage);
       !broken.empty()) {
@@ -284,10 +371,47 @@ ncclResult_t point_to_point(bool send, const void* buffer, std::size_t count, nc
   Call call{send, const_cast<void*>(buffer), count * size, peer, comm->member, stream};
   if (group_depth > 0) {
     grouped.push_back(std::move(call));
-  } else {
-    issue(call);
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  issue(call);
+  return in_progress_now(*comm->member) ? ncclInProgress : ncclSuccess;
+}
+
+// Joins the clique of `id` at once (on a GPU, a blocking communicator waits for every rank).
+ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
+                       bool blocking, const char* call) {
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    return refuse(ncclInvalidArgument, std::string(call) + ": rank " + std::to_string(rank) +
+                                           " of " + std::to_string(nranks));
+  }
+  *comm = nullptr;
+  if (const ncclResult_t status = check_ranks_on_one_gpu(nranks, call); status != ncclSuccess) {
+    return status;
+  }
+  std::shared_ptr<Clique> clique;
+  bool joined = false;
+  {
+    const std::lock_guard lock(state().mutex);
+    std::shared_ptr<Clique>& known = state().by_id[std::string(id.internal, sizeof(id.internal))];
+    if (known == nullptr) {
+      known = std::make_shared<Clique>();
+      known->nranks = nranks;
+    }
+    clique = known;
+    joined = clique->nranks == nranks && clique->ranks.insert(rank).second;
+  }
+  if (!joined) {
+    return refuse(ncclInvalidArgument, std::string(call) + ": rank " + std::to_string(rank) +
+                                           " of " + std::to_string(nranks) +
+                                           " is taken, or the id's communicator has " +
+                                           std::to_string(clique->nranks) + " ranks");
+  }
+  *comm = join(std::move(clique), rank, blocking);
+  if (group_depth > 0) {
+    grouped_members.push_back((*comm)->member);
+    return ncclSuccess;
+  }
+  return in_progress_now(*(*comm)->member) ? ncclInProgress : ncclSuccess;
 }
 
 }  // namespace
@@ -316,35 +440,19 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 
 // Joins the clique of `id` at once (on a GPU, from several threads or within one group).
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
-    return refuse(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
-                                           std::to_string(nranks));
-  }
-  *comm = nullptr;
-  if (const ncclResult_t status = check_ranks_on_one_gpu(nranks, "ncclCommInitRank");
+  return init_rank(comm, nranks, id, rank, true, "ncclCommInitRank");
+}
+
+// As ncclCommInitRank; a nonblocking one (config->blocking = 0) returns ncclInProgress (outside
+// a group) until every rank has joined, and is in progress until then.
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t* config) {
+  bool blocking = true;
+  if (const ncclResult_t status = read_config(config, "ncclCommInitRankConfig", blocking);
       status != ncclSuccess) {
     return status;
   }
-  std::shared_ptr<Clique> clique;
-  bool joined = false;
-  {
-    const std::lock_guard lock(state().mutex);
-    std::shared_ptr<Clique>& known = state().by_id[std::string(id.internal, sizeof(id.internal))];
-    if (known == nullptr) {
-      known = std::make_shared<Clique>();
-      known->nranks = nranks;
-    }
-    clique = known;
-    joined = clique->nranks == nranks && clique->ranks.insert(rank).second;
-  }
-  if (!joined) {
-    return refuse(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
-                                           std::to_string(nranks) +
-                                           " is taken, or the id's communicator has " +
-                                           std::to_string(clique->nranks) + " ranks");
-  }
-  *comm = join(std::move(clique), rank);
-  return ncclSuccess;
+  return init_rank(comm, nranks, id, rank, blocking, "ncclCommInitRankConfig");
 }
 
 // A null `devlist` means devices 0 to ndev - 1, as in NCCL; only device 0 exists here.
@@ -374,9 +482,12 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 
 // NCCL ranks a colour's members by key, then by their old rank. Here the key is the new rank
 // itself, so each colour's keys must be 0, 1, ... (distinct); the clique is that of the parent's
-// split with the same count (the k-th split of each member) and colour.
+// split with the same count (the k-th split of each member) and colour. Once every rank of the
+// parent has made that split, each colour's clique has its members' count of ranks. The new
+// communicator inherits the parent's blocking unless `config` says; a nonblocking split (a
+// nonblocking parent, or child) leaves both in progress until every rank of the parent made it.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                           ncclConfig_t* /*config*/) {
+                           ncclConfig_t* config) {
   if (const ncclResult_t status = check_usable(comm, "ncclCommSplit"); status != ncclSuccess) {
     return status;
   }
@@ -384,24 +495,61 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return refuse(ncclInvalidArgument, "ncclCommSplit: colour " + std::to_string(color) + ", key " +
                                            std::to_string(key));
   }
+  bool blocking = comm->member->blocking;
+  if (config != nullptr) {
+    if (const ncclResult_t status = read_config(config, "ncclCommSplit", blocking);
+        status != ncclSuccess) {
+      return status;
+    }
+    if (config->blocking == NCCL_CONFIG_UNDEF_INT) blocking = comm->member->blocking;
+  }
+  if (const ncclResult_t status = check_settled(comm, "ncclCommSplit"); status != ncclSuccess) {
+    return status;
+  }
   *newcomm = nullptr;
   Member& me = *comm->member;
   std::shared_ptr<Clique> clique;
+  std::shared_ptr<SplitRound> round;
   {
     const std::lock_guard lock(state().mutex);
     const int split = me.splits++;
-    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-    std::shared_ptr<Clique>& known = state().splits[{me.clique.get(), split, color}];
-    if (known == nullptr) known = std::make_shared<Clique>();
-    if (known->ranks.insert(key).second) clique = known;
+    std::shared_ptr<SplitRound>& known = state().splits[{me.clique.get(), split}];
+    if (known == nullptr) {
+      known = std::make_shared<SplitRound>();
+      known->expected =
+          me.clique->nranks > 0 ? me.clique->nranks : static_cast<int>(me.clique->ranks.size());
+    }
+    round = known;
+    if (color != NCCL_SPLIT_NOCOLOR) {
+      const auto it = std::find_if(round->children.begin(), round->children.end(),
+                                   [&](const auto& child) { return child->colour == color; });
+      std::shared_ptr<Clique> child;
+      if (it != round->children.end()) {
+        child = *it;
+      } else {
+        child = std::make_shared<Clique>();
+        child->colour = color;
+        round->children.push_back(child);
+      }
+      if (child->ranks.insert(key).second) clique = child;
+    }
+    if (color == NCCL_SPLIT_NOCOLOR || clique != nullptr) {
+      if (++round->arrived == round->expected) {
+        for (const auto& child : round->children)
+          child->nranks = static_cast<int>(child->ranks.size());
+      }
+      if (!me.blocking) me.split = round;
+    }
   }
-  if (clique == nullptr) {
+  if (color != NCCL_SPLIT_NOCOLOR && clique == nullptr) {
     return refuse(ncclInvalidArgument, "ncclCommSplit: key " + std::to_string(key) +
                                            " taken twice in colour " + std::to_string(color) +
                                            " (the stand-in makes each key its member's rank)");
   }
-  *newcomm = join(std::move(clique), key);
-  return ncclSuccess;
+  if (clique != nullptr) *newcomm = join(std::move(clique), key, blocking);
+  const bool busy =
+      in_progress_now(me) || (*newcomm != nullptr && in_progress_now(*(*newcomm)->member));
+  return busy ? ncclInProgress : ncclSuccess;
 }
 
 ncclResult_t ncclGroupStart() {
@@ -417,10 +565,17 @@ ncclResult_t ncclGroupEnd() {
   if (--group_depth > 0) return ncclSuccess;
   std::vector<Call> calls = std::move(grouped);
   grouped.clear();
+  std::vector<std::shared_ptr<Member>> members = std::move(grouped_members);
+  grouped_members.clear();
   std::stable_partition(calls.begin(), calls.end(), [](const Call& call) { return call.send; });
-  for (const Call& call : calls)
+  for (const Call& call : calls) {
     issue(call);
-  return ncclSuccess;
+    members.push_back(call.member);
+  }
+  // A nonblocking communicator of the group not settled yet: the group is in progress.
+  const bool busy = std::any_of(members.begin(), members.end(),
+                                [](const auto& member) { return in_progress_now(*member); });
+  return busy ? ncclInProgress : ncclSuccess;
 }
 
 ncclResult_t ncclSend(const void* buffer, size_t count, ncclDataType_t type, int peer,
@@ -446,6 +601,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   {
     const std::lock_guard lock(state().mutex);
     *error = me.error;
+    if (me.error == ncclSuccess && in_progress(me)) *error = ncclInProgress;
     if (me.error != ncclSuccess && !me.error_counted) {
       me.error_counted = true;
       first = me.error_text;

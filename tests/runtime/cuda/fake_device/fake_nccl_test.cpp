@@ -1,7 +1,9 @@
 // The stand-in's NCCL (fake_device.h): a message crosses between streams in both orders; a receive
-// is not ready until its send is queued; groups issue their calls at their end; several ranks on
-// the one GPU need NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1; splits; a byte-count mismatch is
-// an asynchronous error; an abort ends a pending receive.
+// is not ready until its send is queued, nor a send until its receive is posted; groups issue
+// their calls at their end; several ranks on the one GPU need NCCL 2.30+ and
+// NCCL_MULTI_RANK_GPU_ENABLE=1; splits; nonblocking communicators are in progress until their
+// ranks joined, split and connected; a byte-count mismatch is an asynchronous error; an abort
+// ends a pending receive.
 #include <nccl.h>
 
 #include <gtest/gtest.h>
@@ -379,6 +381,112 @@ TEST_F(FakeNccl, AnAbortEndsAReceiveWhoseSendNeverComes) {
   ASSERT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
   EXPECT_EQ(cudaEventQuery(received), cudaSuccess);
   EXPECT_EQ(to[0], 0.0f);
+}
+
+// A send is blocking for the GPU: work behind it on its stream waits until its receive is posted.
+TEST_F(FakeNccl, ASendIsNotReadyUntilItsReceiveIsPosted) {
+  const auto comms = pair();
+  cudaStream_t sending = stream(), receiving = stream();
+  float* from = buffer(2.0f);
+  float* to = buffer(0.0f);
+  ASSERT_EQ(send(from, 1, comms[0], sending), ncclSuccess);
+  cudaEvent_t sent = recorded_on(sending);
+  EXPECT_FALSE(completes(sent, std::chrono::milliseconds(20)));
+  ASSERT_EQ(recv(to, 0, comms[1], receiving), ncclSuccess);
+  EXPECT_TRUE(completes(sent));
+  ASSERT_TRUE(completes(recorded_on(receiving)));
+  EXPECT_EQ(to[0], 2.0f);
+}
+
+ncclResult_t state_of(ncclComm_t comm) {
+  ncclResult_t state = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  return state;
+}
+
+// A nonblocking communicator (ncclConfig_t::blocking = 0) is in progress until every rank of its
+// id joined, and after its first call to a peer until the peer called back; a call on it before
+// it settled breaks NCCL's rule. A config not made by NCCL_CONFIG_INITIALIZER is refused.
+TEST_F(FakeNccl, ANonblockingCommunicatorIsInProgressUntilItsRanksJoinedAndConnected) {
+  const ScopedEnv enabled("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  ncclUniqueId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t ranks[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclCommInitRankConfig(&ranks[0], 2, id, 0, &config), ncclInProgress);
+  keep({ranks[0]});
+  EXPECT_EQ(state_of(ranks[0]), ncclInProgress);
+  cudaStream_t a = stream(), b = stream();
+  float* from = buffer(6.0f);
+  float* to = buffer(0.0f);
+  const std::int64_t rules = fake_cuda::counters().rule_errors;
+  EXPECT_EQ(send(from, 1, ranks[0], a), ncclInvalidUsage);
+  EXPECT_EQ(fake_cuda::counters().rule_errors, rules + 1);
+  EXPECT_NE(fake_cuda::last_rule_error().find("still in progress"), std::string::npos)
+      << fake_cuda::last_rule_error();
+  ASSERT_EQ(ncclCommInitRankConfig(&ranks[1], 2, id, 1, &config), ncclSuccess);
+  keep({ranks[1]});
+  EXPECT_EQ(state_of(ranks[0]), ncclSuccess);
+  // The first send connects: in progress until the peer's first call.
+  EXPECT_EQ(send(from, 1, ranks[0], a), ncclInProgress);
+  EXPECT_EQ(state_of(ranks[0]), ncclInProgress);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(recv(to, 0, ranks[1], b), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);  // the peer had called
+  EXPECT_EQ(state_of(ranks[0]), ncclSuccess);
+  ASSERT_TRUE(completes(recorded_on(b)));
+  EXPECT_EQ(to[0], 6.0f);
+
+  ncclConfig_t unset{};
+  unset.blocking = 0;
+  ncclComm_t refused = nullptr;
+  EXPECT_EQ(ncclCommInitRankConfig(&refused, 2, id, 0, &unset), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_CONFIG_INITIALIZER"),
+            std::string::npos);
+}
+
+// A nonblocking split leaves the parent and the new communicator in progress until every rank of
+// the parent made it, those without a colour too; the new communicator inherits nonblocking.
+TEST_F(FakeNccl, ANonblockingSplitSettlesOnceEveryRankOfTheParentMadeIt) {
+  const ScopedEnv enabled("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  ncclUniqueId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  std::vector<ncclComm_t> world(3, nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_EQ(ncclCommInitRankConfig(&world[static_cast<std::size_t>(rank)], 3, id, rank, &config),
+              ncclSuccess);
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);  // every rank joined within the group
+  keep(world);
+  std::vector<ncclComm_t> link(3, nullptr);
+  EXPECT_EQ(ncclCommSplit(world[0], 0, 0, &link[0], nullptr), ncclInProgress);
+  EXPECT_EQ(ncclCommSplit(world[1], 0, 1, &link[1], nullptr), ncclInProgress);
+  keep({link[0], link[1]});
+  EXPECT_EQ(state_of(world[0]), ncclInProgress);
+  EXPECT_EQ(state_of(link[1]), ncclInProgress);
+  EXPECT_EQ(ncclCommSplit(world[0], 1, 0, &link[2], nullptr), ncclInvalidUsage)
+      << "a second split before the first settled";
+  EXPECT_EQ(ncclCommSplit(world[2], NCCL_SPLIT_NOCOLOR, 0, &link[2], nullptr), ncclSuccess);
+  EXPECT_EQ(link[2], nullptr);
+  for (ncclComm_t comm : {world[0], world[1], link[0], link[1]})
+    EXPECT_EQ(state_of(comm), ncclSuccess);
+  cudaStream_t a = stream(), b = stream();
+  float* from = buffer(8.0f);
+  float* to = buffer(0.0f);
+  EXPECT_EQ(send(from, 2, link[0], a), ncclInvalidArgument) << "the link has two ranks";
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(send(from, 1, link[0], a), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclInProgress);  // connecting to rank 1
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(recv(to, 0, link[1], b), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(state_of(link[0]), ncclSuccess);
+  ASSERT_TRUE(completes(recorded_on(b)));
+  EXPECT_EQ(to[kCount - 1], 8.0f);
 }
 
 // NCCL launches kernels on the stream it is given: the stream must be the current context's.
