@@ -79,11 +79,13 @@ void BM_LowerValidateSimulateOneThread(benchmark::State& state) {
   }
 }
 
-// The phases alone, at about 10^4, 10^5 and 10^6 task-graph nodes (1F1B-2bp: P = 16, m = 104;
-// P = 32, m = 512; P = 128, m = 1280): each stays linear in nodes, which the per-node time
-// ("s_per_node", the same at every size) shows. Also the plan file's writer and reader.
-constexpr std::array<std::array<std::int64_t, 2>, 3> kScaleSizes = {
-    {{16, 104}, {32, 512}, {128, 1280}}};
+// The phases alone, at about 10^4, 10^5 and 10^6 task-graph nodes (1F1B-2bp): P = 16, m = 104;
+// P = 32, m = 512; P = 128, m = 1280 (the pipeline grows with the plan), and at P = 32 alone
+// with m = 52, 520 and 5200 (only the micro-batches grow). The per-node time ("s_per_node") of
+// each phase across a series shows how it grows with nodes; the fixed-P series separates the
+// node count from the pipeline's depth. Also the plan file's writer and reader.
+constexpr std::array<std::array<std::int64_t, 2>, 6> kScaleSizes = {
+    {{16, 104}, {32, 512}, {128, 1280}, {32, 52}, {32, 520}, {32, 5200}}};
 
 void per_node(benchmark::State& state, const TaskGraph& graph) {
   state.counters["nodes"] = graph.node_count();
