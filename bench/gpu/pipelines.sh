@@ -99,7 +99,7 @@ what_predict() {
 # of the stage): dualpipe-v and zb-v on the same V layout, and bidirectional dualpipe (P even),
 # at m = 2P, planned with the overlap efficiency the stages' profile measured.
 # Then `calibrate fit --overlap` on the pair runs: the efficiency the pipelines show beside the one
-# the profiler measured.
+# the profiler measured; and the dualpipe-v export checked against PyTorch's ScheduleDualPipeV.
 what_pairs() {
   need_profile pairs || return 0
   local cap_s=120 m2=$((2 * stages))
@@ -112,6 +112,10 @@ what_pairs() {
   fi
   record pairs-calibrate-fit.txt "$pipeplan" calibrate fit --overlap --profile "$sm_profile" \
     -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
+  # dualpipe-v exported against PyTorch's own ScheduleDualPipeV at 2 to 16 ranks, where this
+  # machine's python3 has torch (exit 77, recorded as such, where it has not).
+  record torch-dualpipe-v.txt python3 "$repo/tests/schedules/torch_dualpipe_v_test.py" \
+    "$pipeplan" "$repo" || true
 }
 
 # NCCL on one GPU (several ranks on one GPU need NCCL 2.30 or later and

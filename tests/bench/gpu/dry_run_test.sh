@@ -204,7 +204,8 @@ expect 'plan --profile .*sm32.measured.json .*--schedule dualpipe-v --backward 2
 expect 'run .*pairs-dualpipev-m8-2bp.plan.json --backend cuda --emulate 4'
 in_order '--sm-partition 32' 'pairs-dualpipev-m8-2bp.plan' 'diff .*pairs-dualpipev-m8-2bp' \
   'pairs-zbv-m8-2bp.plan' '--schedule dualpipe --backward 2bp --microbatches 8' 'diff .*pairs-dualpipe-m8-2bp' \
-  'calibrate fit --overlap --profile .*sm32.measured.json -o .*sm32.measured.pairs.json .*pairs-dualpipev-m8-2bp .*pairs-dualpipe-m8-2bp'
+  'calibrate fit --overlap --profile .*sm32.measured.json -o .*sm32.measured.pairs.json .*pairs-dualpipev-m8-2bp .*pairs-dualpipe-m8-2bp' \
+  'torch_dualpipe_v_test.py'
 dry --step-layers 16 step
 expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1\\,2\\,4 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
 expect 'bpipe --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 4'
