@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/cuda/context.h"
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/sdpa.h"
 #include "runtime/gpu_plugin.h"
 #include "tests/runtime/models.h"
@@ -83,6 +84,22 @@ class ScopedEnv {
   std::string name_;
   std::optional<std::string> saved_;
 };
+
+// A message of one bf16 tensor that no receiver takes: on a GPU big enough (512 MiB) that NCCL
+// cannot finish sending it into its own buffers before the receiver posts.
+inline Message unreceived(cuda::CudaBackend& backend, const std::string& tag) {
+#ifdef PIPEPLAN_FAKE_DEVICE
+  constexpr std::int64_t kBytes = std::int64_t{1} << 16;
+#else
+  constexpr std::int64_t kBytes = std::int64_t{1} << 29;
+#endif
+  Message m;
+  m.tag = tag;
+  m.tensors.emplace_back("a", Tensor(backend.context().allocator().allocate(kBytes), {kBytes / 2},
+                                     DType::bf16, Device::cuda));
+  m.bytes = m.payload_bytes();
+  return m;
+}
 
 // The attention mode of GPU tests that are not about attention: flash where this build has the
 // fused kernel (so every GPU run covers it), else recompute (flash would be refused).

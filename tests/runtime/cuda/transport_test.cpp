@@ -585,22 +585,6 @@ TEST(NcclTransport, SetUpWithAPeerThatStopsAnsweringTimesOutNamingWhatItWaitedFo
   }
 }
 
-// A message of one bf16 tensor that no receiver takes: on a GPU big enough (512 MiB) that NCCL
-// cannot finish sending it into its own buffers before the receiver posts.
-Message unreceived(cuda::CudaBackend& backend, const std::string& tag) {
-#ifdef PIPEPLAN_FAKE_DEVICE
-  constexpr std::int64_t kBytes = std::int64_t{1} << 16;
-#else
-  constexpr std::int64_t kBytes = std::int64_t{1} << 29;
-#endif
-  Message m;
-  m.tag = tag;
-  m.tensors.emplace_back("a", Tensor(backend.context().allocator().allocate(kBytes), {kBytes / 2},
-                                     DType::bf16, Device::cuda));
-  m.bytes = m.payload_bytes();
-  return m;
-}
-
 // A send whose receiver never posts: flush gives up after the timeout it is given, reset after
 // the transport's (the run's), each in one line naming the tag, the link and the time.
 TEST(NcclTransport, ASendWhoseReceiverNeverPostsTimesOutInFlushAndReset) {
@@ -624,7 +608,7 @@ TEST(NcclTransport, ASendWhoseReceiverNeverPostsTimesOutInFlushAndReset) {
     auto transport = cuda::NcclTransport::single_process(endpoints, links, nullptr, run_timeout);
     EXPECT_EQ(transport->send_timeout(), run_timeout);
     ASSERT_EQ(cudaSetDevice(gpu_of[0]), cudaSuccess);
-    transport->send(0, 1, Channel::pipeline, unreceived(*backends[0], "0F0"));
+    transport->send(0, 1, Channel::pipeline, testing::unreceived(*backends[0], "0F0"));
     const auto start = std::chrono::steady_clock::now();
     const std::string what = testing::error_of([&] {
       if (flush) {
