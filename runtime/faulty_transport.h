@@ -36,6 +36,7 @@ class FaultyTransport final : public Transport {
   }
   void cancel() override { inner_->cancel(); }
   void reset() override;
+  void close(std::chrono::milliseconds timeout) override { inner_->close(timeout); }
 
  private:
   void delay();

@@ -80,6 +80,12 @@ class Transport {
   virtual void cancel() = 0;
   // Forgets undelivered messages and a cancel; called before every step.
   virtual void reset() = 0;
+  // Ends a transport after its last step: waits for what it still has in flight and releases
+  // what it shares with its peers, each wait within `timeout`; throws Error naming what did not
+  // end (and then releases without waiting, as a transport destroyed after a failure does). A
+  // second call does nothing. A transport whose sends and receives end with their calls has
+  // nothing to wait for.
+  virtual void close(std::chrono::milliseconds timeout) { (void)timeout; }
 };
 
 // A transport owned elsewhere and shared: every call goes to `inner`, so an executor can own a
@@ -100,6 +106,7 @@ class SharedTransportRef : public Transport {
   }
   void cancel() override { inner_->cancel(); }
   void reset() override { inner_->reset(); }
+  // close() is the owner's: the transport outlives this handle.
 
  private:
   std::shared_ptr<Transport> inner_;

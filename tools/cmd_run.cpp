@@ -170,6 +170,7 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
   }
   nlohmann::json rows = nlohmann::json::array();
   const StepResult last = run_steps(*executor, rows, ranks, [] {});
+  executor->transport().close(timeout());
   if (!ranks.prints()) return 0;
   write_trace(executor->plan(), last, "");
   if (json) {
@@ -241,6 +242,8 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
     for (std::size_t r = 0; r < all.size(); ++r)
       peaks.at(r) = std::stoll(all[r]);
   }
+  // Every wait of the teardown bounded too: a peer gone after the last step is an error here.
+  executor->transport().close(timeout());
   if (!ranks.prints()) return 0;
   RunComparison comparison = compare_with_prediction(executor->plan(), predicted, last.measured,
                                                      last.step_time_us, peaks, hw);

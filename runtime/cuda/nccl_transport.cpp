@@ -426,10 +426,17 @@ std::string NcclTransport::name() const {
 }
 
 NcclTransport::~NcclTransport() {
-  // No throwing from a destructor; a healthy transport is idle here (every wait completed).
+  // No throwing from a destructor. A transport not closed is closed here within the send timeout;
+  // one that could not be has aborted every communicator, whose kernels then end, so the streams
+  // below are idle or soon are.
+  if (!closed_ && !aborted_) {
+    try {
+      close(send_timeout_);
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): aborted inside close()
+    }
+  }
   for (auto& [key, side] : sides_) {
     if (side->stream != nullptr) cudaStreamSynchronize(side->stream);
-    if (side->comm != nullptr) ncclCommDestroy(side->comm);
     if (side->owns_stream) cudaStreamDestroy(side->stream);
     if (side->header_device != nullptr) cudaFree(side->header_device);
     if (side->header_host != nullptr) cudaFreeHost(side->header_host);
@@ -441,9 +448,62 @@ NcclTransport::~NcclTransport() {
     for (cudaEvent_t event : side->spare_events)
       cudaEventDestroy(event);
   }
-  for (ncclComm_t comm : world_) {
-    if (comm != nullptr) ncclCommDestroy(comm);
+}
+
+void NcclTransport::close(std::chrono::milliseconds timeout) {
+  if (closed_) return;
+  if (aborted_) {
+    const std::lock_guard lock(abort_mutex_);
+    throw Error("NCCL transport aborted (" + abort_reason_ + "); nothing to close");
   }
+  // Every send received, then each link's stream idle: nothing of this process is left in NCCL.
+  for (auto& [key, side] : sides_)
+    reap(*side, true, timeout);
+  for (auto& [key, side] : sides_) {
+    {
+      const std::lock_guard lock(device_mutex(side->device));
+      CUDA_CHECK(cudaSetDevice(endpoint_gpu(side->device)));
+      const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(side->device)]));
+      CUDA_CHECK(cudaEventRecord(side->done, side->stream));
+    }
+    wait(*side, side->done, timeout, "closing");
+  }
+  // Finalize every communicator first, then poll them: NCCL finishes their work and their
+  // teardown with the peers asynchronously, after which ncclCommDestroy does not block.
+  const auto finalize = [&](int device, ncclComm_t comm) -> std::string {
+    const std::lock_guard lock(device_mutex(device));
+    CUDA_CHECK(cudaSetDevice(endpoint_gpu(device)));
+    const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(device)]));
+    return settle({comm}, ncclCommFinalize(comm), timeout);
+  };
+  const int local = [&] {
+    for (std::size_t d = 0; d < endpoints_.size(); ++d) {
+      if (endpoints_[d].cuda_device >= 0) return static_cast<int>(d);
+    }
+    return -1;
+  }();
+  for (auto& [key, side] : sides_) {
+    if (const std::string why = finalize(side->device, side->comm); !why.empty()) {
+      fail(*side, "closing (ncclCommFinalize)", why);
+    }
+  }
+  for (ncclComm_t comm : world_) {
+    if (comm == nullptr) continue;
+    if (const std::string why = finalize(local, comm); !why.empty()) {
+      const std::string message = "NCCL transport: closing the world communicator: " + why;
+      abort_all(message);
+      throw Error(message);
+    }
+  }
+  for (auto& [key, side] : sides_) {
+    ncclCommDestroy(side->comm);  // finalized: returns at once
+    side->comm = nullptr;
+  }
+  for (ncclComm_t& comm : world_) {
+    if (comm != nullptr) ncclCommDestroy(comm);
+    comm = nullptr;
+  }
+  closed_ = true;
 }
 
 std::mutex& NcclTransport::device_mutex(int device) {
@@ -455,6 +515,10 @@ NcclTransport::Side& NcclTransport::side(int device, int from, int to, Channel c
   if (aborted_) {
     const std::lock_guard lock(abort_mutex_);
     throw Error("NCCL transport aborted (" + abort_reason_ + "); '" + std::string(tag) +
+                "' cannot be transferred");
+  }
+  if (closed_) {
+    throw Error("NCCL transport closed after the last step; '" + std::string(tag) +
                 "' cannot be transferred");
   }
   const auto it = sides_.find(LinkSide{device, from, to, channel});

@@ -13,7 +13,8 @@
 // until NCCL has read it; recv() waits for its transfer on the host, polling the event and
 // ncclCommGetAsyncError, so a hang is a timeout and an NCCL failure an Error naming the link,
 // the device and the tag; either aborts every communicator (ncclCommAbort): the step is lost.
-// reset() (before a step) and flush() wait for sends the same way.
+// reset() (before a step) and flush() wait for sends the same way, and close() (after the last
+// step) for the streams and for ncclCommFinalize before ncclCommDestroy.
 //
 // Two ways to make the communicators: one process driving every GPU (two ranks per link, made in
 // one group), or one process per GPU (a world communicator from a shared unique id, then
@@ -92,6 +93,13 @@ class NcclTransport final : public Transport {
   // Waits for every send in flight (each within the send timeout); throws once aborted: the
   // communicators are gone.
   void reset() override;
+  // After the last step: waits for every send in flight and for each link's stream, then
+  // finalizes every communicator (ncclCommFinalize, polled) and destroys it, each wait within
+  // `timeout`. Where one does not end in time (a peer gone after the last step), every
+  // communicator is aborted and an Error names the link and what was waited for. The destructor
+  // does the same within the send timeout for a transport not closed, so no teardown waits
+  // without bound (ncclCommDestroy alone would wait for unfinished work and for peers).
+  void close(std::chrono::milliseconds timeout) override;
   // Bounds a send's wait for its receiver in reset(), and the settling of a send's calls (recv
   // and flush take their timeout per call). The factories set it to their `timeout`.
   void set_send_timeout(std::chrono::milliseconds timeout) { send_timeout_ = timeout; }
@@ -134,6 +142,7 @@ class NcclTransport final : public Transport {
   std::vector<ncclComm_t> world_;                              // multi-process: this rank's
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> aborted_{false};
+  bool closed_ = false;  // close() ended every communicator
   std::mutex abort_mutex_;
   std::string abort_reason_;
   std::chrono::milliseconds send_timeout_;

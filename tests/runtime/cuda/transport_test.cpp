@@ -20,6 +20,9 @@
 #include "runtime/emulate.h"
 #include "tests/error_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
+#ifdef PIPEPLAN_FAKE_DEVICE
+#include "tests/runtime/cuda/fake_device/fake_device.h"
+#endif
 #ifdef PIPEPLAN_HAVE_NCCL
 #include "runtime/cuda/env_query.h"
 #include "runtime/cuda/nccl_transport.h"
@@ -633,6 +636,109 @@ TEST(NcclTransport, ASendWhoseReceiverNeverPostsTimesOutInFlushAndReset) {
                   std::string(flush ? "200" : "300") + " ms");
     EXPECT_LT(waited, 10s) << "the wait ignored its timeout";
     EXPECT_THROW(transport->reset(), Error) << "a transport that gave up is aborted";
+  }
+}
+
+// The link of the teardown tests: 0 -> 1, one message, and the transport's send timeout.
+struct OneLink {
+  std::vector<std::unique_ptr<cuda::CudaBackend>> backends;
+  std::unique_ptr<cuda::NcclTransport> transport;
+};
+
+OneLink one_link(const std::vector<int>& gpu_of, std::chrono::milliseconds timeout) {
+  OneLink link;
+  std::vector<cuda::StageEndpoint> endpoints;
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(cudaSetDevice(gpu_of[static_cast<std::size_t>(d)]), cudaSuccess);
+    link.backends.push_back(std::make_unique<cuda::CudaBackend>());
+    endpoints.push_back(endpoint_of(*link.backends.back(), gpu_of[static_cast<std::size_t>(d)]));
+  }
+  link.transport =
+      cuda::NcclTransport::single_process(endpoints, {{0, 1, Channel::pipeline}}, nullptr, timeout);
+  EXPECT_EQ(cudaSetDevice(gpu_of[0]), cudaSuccess);
+  return link;
+}
+
+#ifdef PIPEPLAN_FAKE_DEVICE
+// What the stand-in counted between two points: communicators finalized, destroyed and aborted,
+// and rules broken (a destroy with calls not run would be one).
+struct Teardown {
+  fake_cuda::NcclCounts start = fake_cuda::nccl_counts();
+  std::int64_t rules = fake_cuda::counters().rule_errors;
+  void expect(std::int64_t finalized, std::int64_t destroyed, std::int64_t aborted) const {
+    const fake_cuda::NcclCounts now = fake_cuda::nccl_counts();
+    EXPECT_EQ(now.finalized - start.finalized, finalized);
+    EXPECT_EQ(now.destroyed - start.destroyed, destroyed);
+    EXPECT_EQ(now.aborted - start.aborted, aborted);
+    EXPECT_EQ(fake_cuda::counters().rule_errors, rules) << fake_cuda::last_rule_error();
+  }
+};
+#endif
+
+// After the last step close() finalizes both communicators of the link, polls them, then
+// destroys them; a second close does nothing and the closed transport takes no more messages.
+// Its destructor then has nothing left to end. A healthy transport never closed is closed by its
+// destructor the same way.
+TEST(NcclTransport, CloseFinalizesThenDestroysEveryCommunicator) {
+  PIPEPLAN_REQUIRE_GPU();
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(2, false, gpu_of);
+  if (gpu_of.empty()) return;
+  for (const bool closed : {true, false}) {
+    SCOPED_TRACE(closed ? "close()" : "destructor");
+    OneLink link = one_link(gpu_of, 20s);
+#ifdef PIPEPLAN_FAKE_DEVICE
+    const Teardown counted;
+#endif
+    link.transport->send(0, 1, Channel::pipeline, message_of(*link.backends[0], "0F0", 3));
+    expect_message(*link.backends[1], link.transport->recv(1, 0, Channel::pipeline, "0F0", 20s),
+                   "0F0", 3);
+    if (closed) {
+      link.transport->close(20s);
+      link.transport->close(20s);
+      EXPECT_EQ(testing::error_of([&] {
+                  link.transport->send(0, 1, Channel::pipeline,
+                                       message_of(*link.backends[0], "0F1", 4));
+                }),
+                "NCCL transport closed after the last step; '0F1' cannot be transferred");
+    }
+    link.transport.reset();
+#ifdef PIPEPLAN_FAKE_DEVICE
+    counted.expect(2, 2, 0);
+#endif
+  }
+}
+
+// A send never received (its peer gone after the last step): close() gives up within its
+// timeout naming the send and the link, and aborts every communicator instead of destroying it
+// (ncclCommDestroy would wait for the send without bound); so does the destructor of a transport
+// never closed, within the send timeout.
+TEST(NcclTransport, TeardownWithASendNeverReceivedEndsWithinItsTimeout) {
+  PIPEPLAN_REQUIRE_GPU();
+  const testing::ScopedEnv multi_rank("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+  std::vector<int> gpu_of;
+  nccl_rank_gpus(2, false, gpu_of);
+  if (gpu_of.empty()) return;
+  for (const bool closed : {true, false}) {
+    SCOPED_TRACE(closed ? "close()" : "destructor");
+    OneLink link = one_link(gpu_of, closed ? std::chrono::milliseconds(30s) : 300ms);
+#ifdef PIPEPLAN_FAKE_DEVICE
+    const Teardown counted;
+#endif
+    link.transport->send(0, 1, Channel::pipeline, testing::unreceived(*link.backends[0], "0F0"));
+    const auto start = std::chrono::steady_clock::now();
+    if (closed) {
+      EXPECT_EQ(testing::error_of([&] { link.transport->close(300ms); }),
+                "NCCL transport: send '0F0' on the pipeline link 0->1 (device 0): timed out after "
+                "300 ms");
+      EXPECT_THROW(link.transport->close(300ms), Error) << "a transport that gave up is aborted";
+    }
+    link.transport.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "the teardown ignored its timeout";
+#ifdef PIPEPLAN_FAKE_DEVICE
+    counted.expect(0, 0, 2);
+#endif
   }
 }
 

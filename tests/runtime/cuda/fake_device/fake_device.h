@@ -55,7 +55,9 @@
 // - several NCCL ranks on one GPU need NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL refuses
 //   a GPU taken twice), and NCCL's sends and receives obey the kernels' rule above;
 // - a nonblocking communicator in progress takes no send, receive or split until
-//   ncclCommGetAsyncError has seen it settle (NCCL: poll its state until ncclSuccess first).
+//   ncclCommGetAsyncError has seen it settle (NCCL: poll its state until ncclSuccess first);
+// - a communicator is destroyed only once its calls have run, or after ncclCommFinalize or
+//   ncclCommAbort (NCCL's destroy would wait for them without bound).
 #pragma once
 
 #include <cstdint>
@@ -99,6 +101,14 @@ class AllWorkDeferred {
  private:
   bool before_;
 };
+
+// Communicators finalized (ncclCommFinalize), destroyed and aborted since the process started.
+struct NcclCounts {
+  std::int64_t finalized = 0;
+  std::int64_t destroyed = 0;
+  std::int64_t aborted = 0;
+};
+NcclCounts nccl_counts();
 
 // The version ncclGetVersion reports from now on (NCCL_VERSION(2, 31, 2) = 23102 by default; 0
 // restores it). Built where NCCL's header is found (CMakeLists.txt).

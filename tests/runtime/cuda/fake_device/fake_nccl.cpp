@@ -16,6 +16,11 @@
 // it back (NCCL connects the two on their first point-to-point calls); the call that leaves it in
 // progress returns ncclInProgress (in a group: ncclGroupEnd). Calling NCCL on it again before it
 // settles breaks a rule (NCCL: query the state until ncclSuccess before the next call).
+//
+// ncclCommFinalize takes no new calls on the communicator from then on; a nonblocking one is in
+// progress until every call queued on it has run. ncclCommDestroy of a communicator neither
+// aborted nor finalized, with calls queued on it that have not run, breaks a rule: NCCL's destroy
+// would wait for them, without bound (finalize and poll first, or abort).
 #include <nccl.h>
 
 #include <algorithm>
@@ -96,6 +101,10 @@ struct Member {
   bool blocking = true;
   std::shared_ptr<SplitRound> split;
   std::set<int> connecting;
+  // Sends and receives issued on it, those that have run (under the lock), and ncclCommFinalize.
+  std::int64_t issued = 0;
+  std::int64_t completed = 0;
+  bool finalized = false;
 };
 
 struct State {
@@ -104,6 +113,7 @@ struct State {
   std::map<std::string, std::shared_ptr<Clique>> by_id;
   std::map<std::pair<const Clique*, int>, std::shared_ptr<SplitRound>> splits;
   std::set<ncclComm_t> aborted;  // kept until destroyed (callers may drop an aborted one)
+  NcclCounts counts;
 };
 
 State& state() {
@@ -190,6 +200,7 @@ ncclComm_t join(std::shared_ptr<Clique> clique, int rank, bool blocking = true) 
 // not called it back. Settled peers are forgotten.
 bool in_progress(Member& me) {
   if (me.blocking) return false;
+  if (me.finalized) return me.completed < me.issued;
   const Clique& clique = *me.clique;
   if (clique.nranks == 0 || static_cast<int>(clique.ranks.size()) < clique.nranks) return true;
   if (me.split != nullptr) {
@@ -263,6 +274,7 @@ bool run_send(const Call& call, std::int64_t k) {
     sent.ran = true;
     sent.bytes = std::move(bytes);
   }
+  ++call.member->completed;
   return true;
 }
 
@@ -272,8 +284,11 @@ bool run_send(const Call& call, std::int64_t k) {
 // on a GPU the kernel would wait for bytes that never come). Once aborted, done at once.
 bool run_receive(const Call& call, std::int64_t k) {
   Member& me = *call.member;
-  if (me.aborted.load()) return true;
   std::unique_lock lock(state().mutex);
+  if (me.aborted.load()) {
+    ++me.completed;
+    return true;
+  }
   Channel& channel = me.clique->channels[{call.peer, me.rank}];  // stays where it is in the map
   auto it = channel.queued.find(k);
   if (it == channel.queued.end()) return false;
@@ -298,6 +313,7 @@ bool run_receive(const Call& call, std::int64_t k) {
   }
   const std::vector<unsigned char> bytes = std::move(it->second.bytes);
   channel.queued.erase(it);
+  ++me.completed;
   lock.unlock();
   if (!bytes.empty()) std::memcpy(call.buffer, bytes.data(), bytes.size());
   return true;
@@ -317,6 +333,7 @@ void issue(const Call& call) {
     {
       const std::lock_guard lock(state().mutex);
       open_connection(me, call.peer);
+      ++me.issued;
       k = me.clique->channels[{call.peer, me.rank}].receives++;
     }
     queue(call.stream, [call, k] { return run_receive(call, k); });
@@ -326,6 +343,7 @@ void issue(const Call& call) {
   {
     const std::lock_guard lock(state().mutex);
     open_connection(me, call.peer);
+    ++me.issued;
     Channel& channel = me.clique->channels[{me.rank, call.peer}];
     k = channel.sends++;
     channel.queued[k].stream = call.stream;
@@ -362,6 +380,9 @@ ncclResult_t point_to_point(bool send, const void* buffer, std::size_t count, nc
     return refuse(ncclInvalidArgument, std::string(name) + ": null buffer");
   }
   if (const ncclResult_t status = check_settled(comm, name); status != ncclSuccess) return status;
+  if (comm->member->finalized) {
+    return refuse(ncclInvalidUsage, std::string(name) + ": the communicator was finalized");
+  }
   // NCCL launches a kernel on the stream: the rule kernels obey (fake_device.h).
   if (const std::string broken = check_launch_stream(stream, name, ncclInvalidUsage);
       !broken.empty()) {
@@ -617,17 +638,64 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   comm->member->aborted.store(true);
   const std::lock_guard lock(state().mutex);
   state().aborted.insert(comm);
+  ++state().counts.aborted;
   return ncclSuccess;
+}
+
+// No new calls from now on; a nonblocking communicator is in progress until every call queued on
+// it has run. A blocking one whose calls have not all run would block here: a broken rule.
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (const ncclResult_t status = check_usable(comm, "ncclCommFinalize"); status != ncclSuccess) {
+    return status;
+  }
+  if (const ncclResult_t status = check_settled(comm, "ncclCommFinalize"); status != ncclSuccess) {
+    return status;
+  }
+  Member& me = *comm->member;
+  std::int64_t pending = 0;
+  {
+    const std::lock_guard lock(state().mutex);
+    if (me.finalized) {
+      return refuse(ncclInvalidUsage, "ncclCommFinalize: the communicator was finalized already");
+    }
+    me.finalized = true;
+    ++state().counts.finalized;
+    pending = me.issued - me.completed;
+  }
+  if (pending == 0) return ncclSuccess;
+  if (me.blocking) {
+    return refuse_rule(ncclInvalidUsage,
+                       "ncclCommFinalize of a blocking communicator with " +
+                           std::to_string(pending) +
+                           " calls not run: it blocks until they end (make it nonblocking and "
+                           "poll ncclCommGetAsyncError)");
+  }
+  return ncclInProgress;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  std::int64_t pending = 0;
   {
     const std::lock_guard lock(state().mutex);
+    const Member& me = *comm->member;
+    if (!me.aborted.load() && !me.finalized) pending = me.issued - me.completed;
     state().aborted.erase(comm);
+    ++state().counts.destroyed;
   }
   delete comm;
+  if (pending > 0) {
+    return refuse_rule(ncclInvalidUsage,
+                       "ncclCommDestroy of a communicator with " + std::to_string(pending) +
+                           " calls not run, neither finalized nor aborted: it waits for them "
+                           "without bound (ncclCommFinalize and poll first, or ncclCommAbort)");
+  }
   return ncclSuccess;
+}
+
+NcclCounts pipeplan::fake_cuda::nccl_counts() {
+  const std::lock_guard lock(state().mutex);
+  return state().counts;
 }
 
 const char* ncclGetErrorString(ncclResult_t code) {
