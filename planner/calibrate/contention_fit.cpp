@@ -348,6 +348,17 @@ double mean_op_error(const std::vector<std::vector<OpSample>>& samples_by_run,
       "levels, or no op time measured)");
 }
 
+// Each run's op samples, their cold work taken under `load` (none: the plain times).
+std::vector<std::vector<OpSample>> samples_of_runs(const std::vector<MeasuredRun>& runs,
+                                                   int devices,
+                                                   const std::optional<SustainedLoad>& load) {
+  std::vector<std::vector<OpSample>> samples_by_run;
+  samples_by_run.reserve(runs.size());
+  for (const MeasuredRun& run : runs)
+    samples_by_run.push_back(contention_fit::op_samples(run, devices, load));
+  return samples_by_run;
+}
+
 // The sustained-load term and the curves under it with the least mean op error over the runs.
 Contention fit_sustained(const std::vector<MeasuredRun>& runs, int devices,
                          const ContentionFitOptions& options,
@@ -366,10 +377,8 @@ Contention fit_sustained(const std::vector<MeasuredRun>& runs, int devices,
     }
     for (const double factor : factors) {
       const SustainedLoad load{factor, tau};
-      std::vector<std::vector<OpSample>> samples_by_run;
-      samples_by_run.reserve(runs.size());
-      for (const MeasuredRun& run : runs)
-        samples_by_run.push_back(contention_fit::op_samples(run, devices, load));
+      const std::vector<std::vector<OpSample>> samples_by_run =
+          samples_of_runs(runs, devices, load);
       std::optional<Contention> model = fit_curves(samples_by_run, devices, options.min_ops);
       if (!model) continue;
       const double error = mean_op_error(samples_by_run, *model);
@@ -428,11 +437,10 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     if (!computes) throw Error(run.name + ": no compute op with a profiled time");
     devices = std::max(devices, run.plan.meta.devices);
   }
-  std::vector<std::vector<OpSample>> plain;
+  const std::vector<std::vector<OpSample>> plain = samples_of_runs(runs, devices, std::nullopt);
   std::vector<std::vector<contention_fit::CopySample>> copies;
   std::vector<contention_fit::CopySample> all_copies;
   for (const MeasuredRun& run : runs) {
-    plain.push_back(contention_fit::op_samples(run, devices, std::nullopt));
     copies.push_back(contention_fit::copy_samples(run));
     all_copies.insert(all_copies.end(), copies.back().begin(), copies.back().end());
   }
@@ -449,22 +457,16 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     fit.contention = given;
   } else if (options.sustained) {
     fit.contention = fit_sustained(runs, devices, options, progress);
-  } else if (given.sustained) {
-    // The profile measured the sustained-load term (profiles/load_measurement.h): keep it and
-    // fit the curves under it, as the simulator will apply both.
-    std::vector<std::vector<OpSample>> under;
-    under.reserve(runs.size());
-    for (const MeasuredRun& run : runs)
-      under.push_back(contention_fit::op_samples(run, devices, given.sustained));
-    std::optional<Contention> model = fit_curves(under, devices, options.min_ops);
+  } else {
+    // A sustained-load term the profile measured (profiles/load_measurement.h) is kept, and the
+    // curves fitted under it, as the simulator will apply both.
+    std::optional<Contention> model =
+        fit_curves(given.sustained ? samples_of_runs(runs, devices, given.sustained) : plain,
+                   devices, options.min_ops);
     if (!model) cannot_fit();
     fit.contention = std::move(*model);
     fit.contention.sustained = given.sustained;
-    fit.sustained_kept = true;
-  } else {
-    std::optional<Contention> model = fit_curves(plain, devices, options.min_ops);
-    if (!model) cannot_fit();
-    fit.contention = std::move(*model);
+    fit.sustained_kept = given.sustained.has_value();
   }
   if (!options.copy_only) {
     fit.contention.slowdown = contention_fit::rounded(fit.contention.slowdown);
