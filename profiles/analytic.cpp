@@ -275,15 +275,6 @@ std::int64_t block_retained_bytes(const Shape& x) {
   return kAct * x.t * (inputs + output_grads);
 }
 
-std::string utc_now_iso() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
 std::string efficiency_notes() {
   auto fmt = [](double value) {
     std::string s = std::to_string(value);

@@ -1,8 +1,10 @@
 #include "profiles/profile.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <set>
 #include <string>
@@ -269,6 +271,15 @@ Profile load_profile(const std::filesystem::path& path) {
 
 void save_profile(const Profile& profile, const std::filesystem::path& path) {
   write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+}
+
+std::string utc_now_iso() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
 }
 
 }  // namespace pipeplan

@@ -111,6 +111,8 @@ nlohmann::json profile_to_json(const Profile& profile);
 // format/version.
 Profile profile_from_json(const nlohmann::json& json, std::string_view source);
 Profile load_profile(const std::filesystem::path& path);
+// Now, as a profile's provenance dates it: "2026-11-29T02:31:03Z".
+std::string utc_now_iso();
 void save_profile(const Profile& profile, const std::filesystem::path& path);  // atomic
 
 }  // namespace pipeplan

@@ -192,7 +192,9 @@ struct FitCommand {
                             percent(r.op_error_after, 8).c_str());
       }
     }
-    if (!fit.copy_fitted) {
+    if (!fit.copy_note.empty()) {
+      std::cout << "copies: " << fit.copy_note << "\n";
+    } else if (!fit.copy_fitted) {
       std::cout << "copies: too few to fit (or none beside / away from the sender's compute); "
                    "no copy factors\n";
     } else {

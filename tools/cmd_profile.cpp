@@ -11,6 +11,7 @@
 #include "planner/base/limits.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
+#include "runtime/cpu_profile.h"
 #include "runtime/gpu_plugin.h"
 #include "tools/cli_checks.h"
 #include "tools/units.h"
@@ -30,6 +31,7 @@ struct ProfileCommand {
   int seq = 0;
   std::string mbs = "1";
   std::string attention = "flash";
+  bool attention_given = false;
   int max_concat = 8;
   bool analytic = false;
   std::string backend;  // "cuda": measure on the GPU (the CUDA plugin, runtime/gpu_plugin.h)
@@ -46,7 +48,13 @@ struct ProfileCommand {
                   " measures on a GPU; --analytic estimates without one (give one of them)");
     }
     if (!analytic && backend == "cuda") return run_cuda();
-    if (!analytic) throw Error("profile: give --analytic, or --backend cuda to measure on a GPU");
+    if (!analytic && backend == "cpu") return run_cpu();
+    if (!backend.empty()) throw Error("--backend: '" + backend + "' is not cuda or cpu");
+    if (!analytic) {
+      throw Error(
+          "profile: give --analytic, or --backend cuda to measure on a GPU (--backend cpu: on "
+          "this machine's CPU backend)");
+    }
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
     if (load_given) {
       throw Error(
@@ -65,13 +73,48 @@ struct ProfileCommand {
                           " --mbs " + mbs + " --attention " + attention;
     if (seq > 0) command += " --seq " + std::to_string(seq);
     profile.provenance.command = command;
+    write(profile);
+    return 0;
+  }
+  // The CPU reference backend on this machine: what `pipeplan run --backend cpu` runs.
+  int run_cpu() const {
+    if (gpu_given) {
+      throw Error("--gpu: a CPU profile names the gpus.json entry '" + std::string(kCpuDeviceName) +
+                  "' (leave --gpu out)");
+    }
+    if (sm_partition > 0) throw Error("--sm-partition: only with --backend cuda");
+    if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
+    if (load_given) {
+      throw Error(
+          "--sustain-seconds, --cooldown-seconds: only with --backend cuda (a load run "
+          "measures the GPU)");
+    }
+    if (attention_given && attention_from_string(attention) != Attention::materialized) {
+      throw Error(
+          "--attention: the CPU backend materialises the probabilities (materialized), not " +
+          attention);
+    }
+    CpuProfileOptions options;
+    options.model = resolve_model(model);
+    options.seq = seq;
+    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.max_concat = max_concat;
+    options.repetitions = repetitions;
+    options.progress = isatty(STDERR_FILENO) != 0;
+    options.command = "pipeplan profile --backend cpu --model " + model + " --mbs " + mbs +
+                      " --max-concat " + std::to_string(max_concat) + " --repetitions " +
+                      std::to_string(repetitions);
+    if (seq > 0) options.command += " --seq " + std::to_string(seq);
+    write(measure_cpu_profile(options));
+    return 0;
+  }
+  void write(const Profile& profile) const {
     if (output.empty()) {
       std::cout << profile_to_json(profile).dump(2) << "\n";
     } else {
       save_profile(profile, output);
       std::cout << "wrote " << output << "\n";
     }
-    return 0;
   }
   int run_cuda() const {
     GpuProfileOptions options;
@@ -98,13 +141,7 @@ struct ProfileCommand {
     if (gpu_given) options.command += " --gpu " + gpu;
     if (gemm_candidates > 1)
       options.command += " --gemm-candidates " + std::to_string(gemm_candidates);
-    const Profile profile = load_gpu_plugin().measure_profile(options);
-    if (output.empty()) {
-      std::cout << profile_to_json(profile).dump(2) << "\n";
-    } else {
-      save_profile(profile, output);
-      std::cout << "wrote " << output << "\n";
-    }
+    write(load_gpu_plugin().measure_profile(options));
     return 0;
   }
 };
@@ -121,15 +158,18 @@ Command add_profile_command(CLI::App& app) {
   sub->add_option("--seq", cmd->seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
   sub->add_option("--mbs", cmd->mbs, "micro-batch sizes, e.g. 1,2,4")->capture_default_str();
-  sub->add_option("--attention", cmd->attention, "materialized, recompute, flash")
-      ->capture_default_str();
+  sub->add_option("--attention", cmd->attention,
+                  "materialized, recompute, flash (cpu: materialized, its only one)")
+      ->capture_default_str()
+      ->each([cmd](const std::string&) { cmd->attention_given = true; });
   sub->add_option("--max-concat", cmd->max_concat, "p2 concatenation entries 1..K")
       ->capture_default_str();
   sub->add_flag("--analytic", cmd->analytic, "estimate from FLOPs and bandwidth");
-  sub->add_option("--backend", cmd->backend, "cuda: measure on the GPU");
+  sub->add_option("--backend", cmd->backend,
+                  "cuda: measure on the GPU; cpu: on the CPU reference backend");
   sub->add_option("--sm-partition", cmd->sm_partition, "cuda: run in a green context of N SMs")
       ->check(int_range(0, kMaxSms));
-  sub->add_option("--repetitions", cmd->repetitions, "cuda: timed runs per pass (median kept)")
+  sub->add_option("--repetitions", cmd->repetitions, "cuda, cpu: timed runs per pass (median kept)")
       ->capture_default_str()
       ->check(int_range(1, kMaxRepetitions));
   sub->add_option("--gemm-candidates", cmd->gemm_candidates,

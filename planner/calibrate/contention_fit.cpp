@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -342,6 +343,12 @@ double mean_op_error(const std::vector<std::vector<OpSample>>& samples_by_run,
   return sum / static_cast<double>(samples_by_run.size());
 }
 
+std::string shown(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", x);
+  return text;
+}
+
 [[noreturn]] void cannot_fit() {
   throw Error(
       "contention.slowdown: cannot be fitted from these runs (too few distinct concurrency "
@@ -472,8 +479,28 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     fit.contention.slowdown = contention_fit::rounded(fit.contention.slowdown);
     for (auto& [op, curve] : fit.contention.by_op)
       curve = contention_fit::rounded(curve);
+    // A profile holds slowdowns up to kMaxSlowdown: a fit beyond it is written nowhere.
+    const auto check = [](const std::vector<double>& curve, const std::string& field) {
+      for (std::size_t k = 0; k < curve.size(); ++k) {
+        if (curve[k] > kMaxSlowdown) {
+          throw Error(field + ": the fit gives " + shown(curve[k]) + " with " +
+                      std::to_string(k + 1) + " ops at once, above " + shown(kMaxSlowdown) +
+                      ": the profile's times are far from the runs' (profile the hardware that "
+                      "ran them)");
+        }
+      }
+    };
+    check(fit.contention.slowdown, "contention.slowdown");
+    for (const auto& [op, curve] : fit.contention.by_op)
+      check(curve, "contention.by_op." + op);
   }
-  if (copy) {
+  if (copy && std::max(copy->sender_idle, copy->sender_computing) > kMaxSlowdown) {
+    // The link's modelled time is far below the measured sends: factors a profile cannot hold.
+    fit.copy_note = "copy factors " + shown(copy->sender_idle) + " and " +
+                    shown(copy->sender_computing) + " exceed " + shown(kMaxSlowdown) +
+                    ": the profile's link is far faster than the measured sends (its p2p); no "
+                    "copy factors";
+  } else if (copy) {
     fit.contention.copy = CopySlowdown{contention_fit::rounded(copy->sender_idle),
                                        contention_fit::rounded(copy->sender_computing)};
     fit.copy_fitted = true;

@@ -66,6 +66,7 @@ struct RunFitReport {
 struct ContentionFit {
   Contention contention;  // the fitted model ("source" left to the caller)
   bool copy_fitted = false;
+  std::string copy_note;        // why copies fitted no factors a profile can hold ("" otherwise)
   bool sustained_kept = false;  // the given sustained-load term kept (neither flag, one given)
   std::vector<RunFitReport> runs;
 };

@@ -13,16 +13,9 @@
 #include "profiles/profile.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/gpu_plugin.h"
+#include "runtime/layer_inputs.h"
 
 namespace pipeplan::cuda {
-
-// The inputs a layer kind's passes take at one micro-batch size: never zeros (they time faster
-// than real data).
-struct LayerInputs {
-  Tensor input, targets, dy;
-};
-LayerInputs make_layer_inputs(CudaBackend& backend, LayerKind kind, const ModelConfig& model,
-                              int mbs, int seq);
 
 // What a load run takes beside the profile's options (the model, attention, GEMM answers,
 // warm-up and repetitions of each burst, --sustain-seconds, --cooldown-seconds).

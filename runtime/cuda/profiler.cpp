@@ -19,38 +19,12 @@
 #include "runtime/cuda/load_profile.h"
 #include "runtime/cuda/op_timing.h"
 #include "runtime/emulate.h"
+#include "runtime/progress.h"
 #include "runtime/random.h"
 
 namespace pipeplan::cuda {
 
 namespace {
-
-class Progress {
- public:
-  Progress(bool enabled, int total) : enabled_(enabled), total_(total) {}
-  void step(const std::string& label) {
-    ++done_;
-    if (!enabled_) return;
-    const int width = 30, filled = width * done_ / std::max(total_, 1);
-    std::fprintf(stderr, "\r[%s%s] %d/%d %-28s", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), done_, total_, label.c_str());
-    if (done_ == total_) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  bool enabled_;
-  int total_, done_ = 0;
-};
-
-std::string iso_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
 
 // p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when there are two): bandwidth from
 // 1 GiB, latency from 4-byte copies.
@@ -293,7 +267,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
       }
     }
   }
-  profile.provenance = {"measured", prop.name, iso_now(), options.command, notes.str()};
+  profile.provenance = {"measured", prop.name, utc_now_iso(), options.command, notes.str()};
   return profile;
 }
 

@@ -13,6 +13,7 @@
 #include "planner/graph/simulator.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/profile.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -179,6 +180,29 @@ TEST_F(ContentionFitTest, TooFewTransfersLeaveTheCopyFactorsOut) {
   EXPECT_FALSE(fit.copy_fitted);
   EXPECT_FALSE(fit.contention.copy.has_value());
   EXPECT_TRUE(fit.contention.by_op.empty());
+}
+
+// A profile holds slowdowns and copy factors up to 100 (profiles/contention.h): copy factors above
+// it are left out with the reason, and curves above it refused, so that no fit writes a profile
+// its reader refuses.
+TEST_F(ContentionFitTest, FactorsAProfileCannotHoldAreLeftOutOrRefused) {
+  Contention slow_copies;
+  slow_copies.slowdown = {1, 1, 1, 1};
+  slow_copies.copy = CopySlowdown{150, 300};
+  const ContentionFit fit =
+      fit_contention({measured_under(*plan_, slow_copies)}, Contention{}, ContentionFitOptions{});
+  EXPECT_FALSE(fit.copy_fitted);
+  EXPECT_FALSE(fit.contention.copy.has_value());
+  EXPECT_EQ(fit.copy_note.find("copy factors 150 and 300 exceed 100"), 0U) << fit.copy_note;
+
+  Contention slow_ops;
+  slow_ops.slowdown = {150, 150, 150, 150};
+  const std::string what = testing::error_of([&] {
+    fit_contention({measured_under(*plan_, slow_ops)}, Contention{}, ContentionFitOptions{});
+  });
+  EXPECT_EQ(what.rfind("contention.slowdown: the fit gives 150 with 1 ops at once, above 100", 0),
+            0U)
+      << what;
 }
 
 TEST_F(ContentionFitTest, NodeTimesThatDoNotMatchThePlanAreRefusedNamingTheRun) {

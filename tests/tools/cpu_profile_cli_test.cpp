@@ -1,0 +1,157 @@
+// `pipeplan profile --backend cpu`: the CPU reference backend measured on this machine, so that a
+// plan predicts `pipeplan run --backend cpu` and the loop profile, plan, run, diff, calibrate
+// runs without a GPU. Times are this machine's and vary: what is checked is what must hold on
+// any machine (every pass measured, the bytes the executor counts, the run's peak memory equal
+// to the plan's, calibrate taking the CPU runs), never a time.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "profiles/profile.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "tests/cli_support.h"
+
+namespace pipeplan::testing {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+class CpuProfileCli : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    profile_ = path("cpu.json");
+    const CliResult r = run_pipeplan(
+        "profile --backend cpu --model tiny --mbs 1,2 --max-concat 3 --repetitions 2 -o " +
+        profile_);
+    ASSERT_EQ(r.status, 0) << r.out;
+    ASSERT_EQ(r.out, "wrote " + profile_ + "\n");
+  }
+  std::string profile_;
+};
+
+TEST_F(CpuProfileCli, MeasuresEveryPassOfEveryLayerKindWithTheBytesTheBackendHolds) {
+  const Profile p = load_profile(profile_);
+  EXPECT_EQ(p.gpu, "cpu");
+  EXPECT_EQ(p.attention, Attention::materialized);
+  EXPECT_EQ(p.provenance.source, "measured");
+  EXPECT_EQ(p.provenance.command,
+            "pipeplan profile --backend cpu --model tiny --mbs 1,2 --max-concat 3 --repetitions 2");
+  EXPECT_NE(p.provenance.notes.find("cpu backend (cpu-f32"), std::string::npos);
+  EXPECT_EQ(p.micro_batch_sizes(), (std::vector<int>{1, 2}));
+  EXPECT_GT(p.p2p.latency_us, 0);
+  EXPECT_GT(p.p2p.bandwidth_GBps, 0);
+  cpu::CpuBackend backend;
+  for (const LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+    const LayerParams layer =
+        backend.init_layer(p.model, kind, kind == LayerKind::block ? 1 : 0, 1);
+    for (const int mbs : {1, 2}) {
+      SCOPED_TRACE(std::string(to_string(kind)) + " mbs " + std::to_string(mbs));
+      const LayerCost& c = p.cost(kind, mbs);
+      EXPECT_GT(c.forward_us, 0);
+      EXPECT_GT(c.p1_us, 0);
+      EXPECT_GT(c.optimizer_us, 0);
+      ASSERT_EQ(c.p2_concat_us.size(), 3U);
+      for (const auto& [k, us] : c.p2_concat_us)
+        EXPECT_GT(us, 0) << "k " << k;
+      EXPECT_EQ(c.p2_us, c.p2_concat_us.at(1));
+      EXPECT_EQ(c.param_bytes, layer.param_bytes());
+      EXPECT_EQ(c.grad_bytes, layer.grad_bytes());
+      EXPECT_EQ(c.optimizer_bytes, backend.optimizer_bytes(layer));
+      EXPECT_GT(c.stash_bytes, 0);
+      // f32 activations of (mbs, seq, hidden) go to the next stage; the head sends none.
+      EXPECT_EQ(c.send_bytes,
+                kind == LayerKind::head ? 0 : std::int64_t{4} * mbs * p.seq * p.model.hidden);
+    }
+  }
+  // The block's stash and retained sets grow with the micro-batch.
+  EXPECT_EQ(p.cost(LayerKind::block, 2).stash_bytes, 2 * p.cost(LayerKind::block, 1).stash_bytes);
+  EXPECT_EQ(p.cost(LayerKind::block, 2).retained_bytes,
+            2 * p.cost(LayerKind::block, 1).retained_bytes);
+}
+
+// The memory half of the prediction is exact: the profile holds the bytes the executor counts.
+TEST_F(CpuProfileCli, ARunOfAPlanFromItHasThePlansPeakMemoryOnEveryDevice) {
+  for (const std::string schedule : {"1f1b --backward 2bp", "zb-h1", "interleaved --chunks 2"}) {
+    SCOPED_TRACE(schedule);
+    const std::string plan = path("p.json");
+    const CliResult planned =
+        run_pipeplan("plan --profile " + profile_ + " --stages 2 -m 4 --schedule " + schedule +
+                     " -o " + plan + " --json");
+    ASSERT_EQ(planned.status, 0) << planned.out;
+    const CliResult ran = run_pipeplan("run " + plan + " --steps 2 --json");
+    ASSERT_EQ(ran.status, 0) << ran.out;
+    const auto predicted = nlohmann::json::parse(planned.out.substr(planned.out.find('{')))
+                               .at("peak_memory_bytes")
+                               .get<std::vector<std::int64_t>>();
+    const auto measured =
+        nlohmann::json::parse(ran.out).at("peak_memory_bytes").get<std::vector<std::int64_t>>();
+    EXPECT_EQ(measured, predicted);
+  }
+}
+
+// calibrate takes the CPU backend's own runs: it fits them, reports the error per run before and
+// after, and writes a profile whose provenance lists them, which eval then reads.
+TEST_F(CpuProfileCli, CalibrateFitsTheCpuBackendsOwnRuns) {
+  std::vector<std::string> runs;
+  for (const std::string schedule : {"1f1b --backward 2bp", "gpipe"}) {
+    const std::string run = path("run" + std::to_string(runs.size()));
+    ASSERT_EQ(run_pipeplan("plan --profile " + profile_ + " --stages 2 -m 4 --schedule " +
+                           schedule + " -o " + run + ".plan.json")
+                  .status,
+              0);
+    const CliResult ran =
+        run_pipeplan("run " + run + ".plan.json --steps 2 --trace " + run + ".trace.json");
+    ASSERT_EQ(ran.status, 0) << ran.out;
+    runs.push_back(run);
+  }
+  const std::string fitted = path("fitted.json");
+  const CliResult fit = run_pipeplan("calibrate fit --profile " + profile_ + " -o " + fitted + " " +
+                                     runs[0] + " " + runs[1]);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  EXPECT_NE(fit.out.find("op error before"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("wrote " + fitted), std::string::npos) << fit.out;
+  const nlohmann::json profile = read_json(fitted);
+  EXPECT_EQ(profile.at("gpu"), "cpu");
+  EXPECT_FALSE(profile.at("contention").at("slowdown").empty()) << profile.at("contention");
+  const std::string notes = profile.at("provenance").at("notes").get<std::string>();
+  for (const std::string& run : runs)
+    EXPECT_NE(notes.find(run), std::string::npos) << notes;
+  const CliResult eval =
+      run_pipeplan("calibrate eval --profile " + fitted + " " + runs[0] + " " + runs[1]);
+  EXPECT_EQ(eval.status, 0) << eval.out;
+}
+
+TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--gpu h100",
+       "pipeplan: error: --gpu: a CPU profile names the gpus.json entry 'cpu' (leave "
+       "--gpu out)\n"},
+      {"--attention flash",
+       "pipeplan: error: --attention: the CPU backend materialises the probabilities "
+       "(materialized), not flash\n"},
+      {"--sm-partition 16", "pipeplan: error: --sm-partition: only with --backend cuda\n"},
+      {"--sustain-seconds 1",
+       "pipeplan: error: --sustain-seconds, --cooldown-seconds: only with --backend cuda (a load "
+       "run measures the GPU)\n"},
+  };
+  for (const auto& [args, line] : cases) {
+    const std::string out = path("never.json");
+    const CliResult r = run_pipeplan("profile --backend cpu --model tiny " + args + " -o " + out);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.out, line) << args;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+  const CliResult other = run_pipeplan("profile --backend tpu --model tiny");
+  EXPECT_NE(other.status, 0);
+  EXPECT_EQ(other.out, "pipeplan: error: --backend: 'tpu' is not cuda or cpu\n");
+}
+
+}  // namespace
+}  // namespace pipeplan::testing
