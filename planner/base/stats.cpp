@@ -57,4 +57,37 @@ std::optional<std::vector<double>> least_squares(
   return x;
 }
 
+std::optional<std::vector<double>> least_absolute(
+    const std::vector<std::pair<std::vector<double>, double>>& rows) {
+  std::optional<std::vector<double>> x = least_squares(rows);
+  if (!x) return x;
+  double scale = 0;
+  for (const auto& [row, target] : rows)
+    scale += std::abs(target);
+  const double floor = 1e-6 * std::max(scale / static_cast<double>(rows.size()), 1e-300);
+  std::vector<std::pair<std::vector<double>, double>> weighted = rows;
+  constexpr int kRounds = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& [row, target] = rows[i];
+      double fitted = 0;
+      for (std::size_t j = 0; j < row.size(); ++j)
+        fitted += row[j] * (*x)[j];
+      // Squares weighted by 1 / |r| sum to sum |r|: the rows scaled by its square root.
+      const double w = 1 / std::sqrt(std::max(std::abs(fitted - target), floor));
+      for (std::size_t j = 0; j < row.size(); ++j)
+        weighted[i].first[j] = row[j] * w;
+      weighted[i].second = target * w;
+    }
+    const std::optional<std::vector<double>> next = least_squares(weighted);
+    if (!next) return x;
+    double moved = 0;
+    for (std::size_t j = 0; j < next->size(); ++j)
+      moved = std::max(moved, std::abs((*next)[j] - (*x)[j]) / std::max(std::abs((*x)[j]), 1e-300));
+    x = next;
+    if (moved <= 1e-9) break;
+  }
+  return x;
+}
+
 }  // namespace pipeplan

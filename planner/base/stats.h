@@ -19,4 +19,12 @@ double median(std::vector<double> samples);
 std::optional<std::vector<double>> least_squares(
     const std::vector<std::pair<std::vector<double>, double>>& rows);
 
+// The x minimising sum over rows of |row . x - target| (least absolute deviations: a few rows far
+// off, an op held up by something else, do not pull it as they pull least squares): iteratively
+// reweighted least squares from least_squares' answer, each row weighted by 1 / max(|residual|,
+// 1e-6 of the mean |target|), until no unknown moves by more than 1e-9 relative (at most 100
+// rounds). nullopt where least_squares gives none.
+std::optional<std::vector<double>> least_absolute(
+    const std::vector<std::pair<std::vector<double>, double>>& rows);
+
 }  // namespace pipeplan

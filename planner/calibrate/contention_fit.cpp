@@ -214,7 +214,7 @@ std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>&
       row.push_back(s->levels[k] / s->profiled_us);
     rows.emplace_back(std::move(row), 1.0);
   }
-  const std::optional<std::vector<double>> rates = least_squares(rows);
+  const std::optional<std::vector<double>> rates = least_absolute(rows);
   if (!rates || std::any_of(rates->begin(), rates->end(), [](double r) { return !(r > 0); }))
     return std::nullopt;
   std::vector<double> fitted(n, 0.0);

@@ -126,7 +126,9 @@ std::vector<CopySample> copy_samples(const MeasuredRun& run);
 // Empty where the ops take no time.
 std::vector<double> periodic_load(const std::vector<double>& points,
                                   const std::vector<double>& shares, double time_constant_us);
-// slowdown[0 .. devices - 1] by least squares in 1 / slowdown (each op's row relative). A level
+// slowdown[0 .. devices - 1] by least absolute deviations in 1 / slowdown (each op's row
+// relative, as op_error measures it: an op held up by something else, a few of them ten times
+// their time, does not pull the curve as it would pull least squares). A level
 // with under 1 % of the time takes `fallback`'s factor there, else the nearest fitted level's.
 // nullopt when no time was measured or the fit is degenerate.
 std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>& samples,

@@ -306,6 +306,26 @@ TEST(ContentionFitPieces, FactorGridHasBothBoundsAndTheStepsBetween) {
   EXPECT_EQ(contention_fit::factor_grid(0, 2).size(), 41U);
 }
 
+// 100 ops at 1.2 times their profiled time, alone, and 10 held up by something else (6 times):
+// the curve is the ops' slowdown, as op_error measures it, not pulled towards the ten.
+TEST(ContentionFitPieces, AFewOpsHeldUpDoNotPullTheCurve) {
+  std::vector<contention_fit::OpSample> samples;
+  for (int i = 0; i < 110; ++i) {
+    const double profiled = 100.0 + i;
+    samples.push_back({OpType::F, profiled, {(i < 100 ? 1.2 : 6.0) * profiled, 0.0}});
+  }
+  std::vector<const contention_fit::OpSample*> view;
+  for (const auto& s : samples)
+    view.push_back(&s);
+  const auto curve = contention_fit::fit_curve(view, 2, nullptr);
+  ASSERT_TRUE(curve.has_value());
+  EXPECT_NEAR((*curve)[0], 1.2, 1e-6);
+  EXPECT_NEAR((*curve)[1], 1.2, 1e-6) << "level 2 had no time: the nearest fitted level's";
+  Contention fitted;
+  fitted.slowdown = *curve;
+  EXPECT_LT(contention_fit::op_error(samples, fitted), contention_fit::op_error(samples, {}));
+}
+
 TEST(ContentionFitPieces, CopyFitNeedsBothCases) {
   std::vector<contention_fit::CopySample> idle_only(30, {100, 130, 0});
   EXPECT_FALSE(contention_fit::fit_copy(idle_only, 20).has_value());
