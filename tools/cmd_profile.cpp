@@ -11,7 +11,7 @@
 #include "planner/base/limits.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
-#include "runtime/cpu_profile.h"
+#include "runtime/cpu/profiler.h"
 #include "runtime/gpu_plugin.h"
 #include "tools/cli_checks.h"
 #include "tools/units.h"
@@ -79,8 +79,8 @@ struct ProfileCommand {
   // The CPU reference backend on this machine: what `pipeplan run --backend cpu` runs.
   int run_cpu() const {
     if (gpu_given) {
-      throw Error("--gpu: a CPU profile names the gpus.json entry '" + std::string(kCpuDeviceName) +
-                  "' (leave --gpu out)");
+      throw Error("--gpu: a CPU profile names the gpus.json entry '" +
+                  std::string(cpu::kCpuDeviceName) + "' (leave --gpu out)");
     }
     if (sm_partition > 0) throw Error("--sm-partition: only with --backend cuda");
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
@@ -94,7 +94,7 @@ struct ProfileCommand {
           "--attention: the CPU backend materialises the probabilities (materialized), not " +
           attention);
     }
-    CpuProfileOptions options;
+    cpu::CpuProfileOptions options;
     options.model = resolve_model(model);
     options.seq = seq;
     options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
@@ -105,7 +105,7 @@ struct ProfileCommand {
                       " --max-concat " + std::to_string(max_concat) + " --repetitions " +
                       std::to_string(repetitions);
     if (seq > 0) options.command += " --seq " + std::to_string(seq);
-    write(measure_cpu_profile(options));
+    write(cpu::measure_profile(options));
     return 0;
   }
   void write(const Profile& profile) const {

@@ -11,7 +11,7 @@
 
 #include "profiles/profile.h"
 
-namespace pipeplan {
+namespace pipeplan::cpu {
 
 struct CpuProfileOptions {
   ModelConfig model;
@@ -28,9 +28,9 @@ struct CpuProfileOptions {
 inline constexpr const char* kCpuDeviceName = "cpu";
 
 // Throws Error naming the option for a bad one, or a model the CPU backend cannot run.
-Profile measure_cpu_profile(const CpuProfileOptions& options);
+Profile measure_profile(const CpuProfileOptions& options);
 
 // The host's processor as /proc/cpuinfo names it ("" where it does not).
 std::string host_cpu_name();
 
-}  // namespace pipeplan
+}  // namespace pipeplan::cpu

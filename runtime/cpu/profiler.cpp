@@ -1,4 +1,4 @@
-#include "runtime/cpu_profile.h"
+#include "runtime/cpu/profiler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@
 #include "runtime/progress.h"
 #include "runtime/transport.h"
 
-namespace pipeplan {
+namespace pipeplan::cpu {
 
 namespace {
 
@@ -47,7 +47,7 @@ HostTiming time_host(int warmup, int repetitions, const std::function<void()>& s
   return {median(times), *lo, *hi};
 }
 
-LayerCost measure_kind(cpu::CpuBackend& backend, LayerKind kind, int mbs, int seq,
+LayerCost measure_kind(CpuBackend& backend, LayerKind kind, int mbs, int seq,
                        const CpuProfileOptions& options, std::ostringstream& notes) {
   const ModelConfig& model = options.model;
   const int warmup = options.warmup, reps = options.repetitions;
@@ -168,11 +168,11 @@ std::string host_cpu_name() {
   return "";
 }
 
-Profile measure_cpu_profile(const CpuProfileOptions& options) {
+Profile measure_profile(const CpuProfileOptions& options) {
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
-  if (options.repetitions < 1) throw Error("--repetitions: must be at least 1");
-  if (options.micro_batch_sizes.empty()) throw Error("--mbs: give at least one size");
-  cpu::CpuBackend backend;
+  if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
+  if (options.micro_batch_sizes.empty()) throw Error("profile: no micro-batch size given");
+  CpuBackend backend;
   Profile profile;
   profile.model = options.model;
   profile.seq = options.seq > 0 ? options.seq : options.model.seq;
@@ -207,4 +207,4 @@ Profile measure_cpu_profile(const CpuProfileOptions& options) {
   return profile;
 }
 
-}  // namespace pipeplan
+}  // namespace pipeplan::cpu
