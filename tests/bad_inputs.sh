@@ -161,6 +161,9 @@ check "bpipe: HF config with 1e9 layers" bpipe --model cfg/config.json --stages 
 check "bpipe --global-batch 2147483647" bpipe --model tiny --stages 2 --global-batch 2147483647
 check "show --width 2147483647" show plan.json --width 2147483647 --trace '{out}'
 check "profile --max-concat 100000000" profile --analytic --model tiny --max-concat 100000000 -o '{out}'
+check "profile --backend cpu --max-concat 100000000" profile --backend cpu --model tiny --max-concat 100000000 -o '{out}'
+check "profile --backend cpu --mbs 0" profile --backend cpu --model tiny --mbs 0 -o '{out}'
+check "profile --backend cpu --seq 0" profile --backend cpu --model tiny --seq 0 -o '{out}'
 check "run --steps 2147483647" run plan.json --steps 2147483647 --trace '{out}'
 # Nonsense accepted with exit 0.
 check "plan --seq 0" plan --model tiny --stages 2 -m 2 --seq 0 -o '{out}'

@@ -58,6 +58,8 @@ inline constexpr int kMaxWidth = 10000;     // show --width (terminal columns)
 inline constexpr int kMaxRunSteps = 10000;  // run --steps
 // run/profile --gemm-candidates: cuBLASLt answers timed per GEMM shape (each runs 4 times).
 inline constexpr int kMaxGemmCandidates = 64;
+// profile --max-concat when measuring (cuda, cpu): p2 over k micro-batches holds k retained sets.
+inline constexpr int kMaxMeasuredP2Concat = 64;
 
 // "<what> is above the limit of <limit>[ <unit>] (docs/reference/limits.md)", the text every limit
 // error carries.

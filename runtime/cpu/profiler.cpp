@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/base/stats.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/host_tensor.h"
@@ -170,12 +171,20 @@ std::string host_cpu_name() {
 
 Profile measure_profile(const CpuProfileOptions& options) {
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
+  limits::check_limit("max_p2_concat", options.max_concat, limits::kMaxMeasuredP2Concat);
+  const int seq = options.seq > 0 ? options.seq : options.model.seq;
+  for (const int mbs : options.micro_batch_sizes) {
+    if (mbs < 1) throw FieldError("micro_batch_sizes", "must be at least 1");
+    limits::check_limit("micro_batch_sizes", mbs, limits::kMaxMicroBatchSize);
+    limits::check_limit("tokens per micro-batch", std::int64_t{mbs} * seq,
+                        limits::kMaxTokensPerMicrobatch);
+  }
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
   if (options.micro_batch_sizes.empty()) throw Error("profile: no micro-batch size given");
   CpuBackend backend;
   Profile profile;
   profile.model = options.model;
-  profile.seq = options.seq > 0 ? options.seq : options.model.seq;
+  profile.seq = seq;
   // The CPU backend materialises the attention probabilities (runtime/cpu/attention.h).
   profile.attention = Attention::materialized;
   profile.gpu = kCpuDeviceName;

@@ -11,6 +11,7 @@
 #include <span>
 #include <sstream>
 
+#include "planner/base/limits.h"
 #include "profiles/gpu.h"
 #include "runtime/cuda/context.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -197,6 +198,7 @@ Profile measure_profile(const GpuProfileOptions& options) {
   const int devices = cuda_device_count();
   if (devices == 0) throw Error("no CUDA device found");
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
+  limits::check_limit("max_p2_concat", options.max_concat, limits::kMaxMeasuredP2Concat);
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
   // The answers are timed at a shape's first call, which must be an untimed one.
   if (options.gemm_candidates > 1 && options.warmup < 1) {
