@@ -468,13 +468,15 @@ void NcclTransport::close(std::chrono::milliseconds timeout) {
     }
     wait(*side, side->done, timeout, "closing");
   }
-  // Finalize every communicator first, then poll them: NCCL finishes their work and their
-  // teardown with the peers asynchronously, after which ncclCommDestroy does not block.
-  const auto finalize = [&](int device, ncclComm_t comm) -> std::string {
+  // Finalize every communicator first, then poll them all: NCCL finishes their work and their
+  // teardown asynchronously, once every rank of a communicator has finalized it (globally
+  // quiescent: both ranks of a link in this process, or this rank and another process's), after
+  // which ncclCommDestroy does not block.
+  const auto finalize = [&](int device, ncclComm_t comm) {
     const std::lock_guard lock(device_mutex(device));
     CUDA_CHECK(cudaSetDevice(endpoint_gpu(device)));
     const ScopedContext current(context_of(endpoints_[static_cast<std::size_t>(device)]));
-    return settle({comm}, ncclCommFinalize(comm), timeout);
+    return ncclCommFinalize(comm);
   };
   const int local = [&] {
     for (std::size_t d = 0; d < endpoints_.size(); ++d) {
@@ -482,14 +484,19 @@ void NcclTransport::close(std::chrono::milliseconds timeout) {
     }
     return -1;
   }();
+  std::vector<ncclResult_t> finalized;
+  for (auto& [key, side] : sides_)
+    finalized.push_back(finalize(side->device, side->comm));
+  for (ncclComm_t comm : world_)
+    finalized.push_back(comm != nullptr ? finalize(local, comm) : ncclSuccess);
+  std::size_t next = 0;
   for (auto& [key, side] : sides_) {
-    if (const std::string why = finalize(side->device, side->comm); !why.empty()) {
+    if (const std::string why = settle({side->comm}, finalized[next++], timeout); !why.empty()) {
       fail(*side, "closing (ncclCommFinalize)", why);
     }
   }
   for (ncclComm_t comm : world_) {
-    if (comm == nullptr) continue;
-    if (const std::string why = finalize(local, comm); !why.empty()) {
+    if (const std::string why = settle({comm}, finalized[next++], timeout); !why.empty()) {
       const std::string message = "NCCL transport: closing the world communicator: " + why;
       abort_all(message);
       throw Error(message);

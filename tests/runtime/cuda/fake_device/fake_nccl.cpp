@@ -18,9 +18,11 @@
 // settles breaks a rule (NCCL: query the state until ncclSuccess before the next call).
 //
 // ncclCommFinalize takes no new calls on the communicator from then on; a nonblocking one is in
-// progress until every call queued on it has run. ncclCommDestroy of a communicator neither
-// aborted nor finalized, with calls queued on it that have not run, breaks a rule: NCCL's destroy
-// would wait for them, without bound (finalize and poll first, or abort).
+// progress until every call queued on it has run and every rank of its clique has finalized
+// (NCCL: the state becomes ncclSuccess once the communicator is globally quiescent).
+// ncclCommDestroy of a communicator neither aborted nor finalized, with calls queued on it that
+// have not run, breaks a rule: NCCL's destroy would wait for them, without bound (finalize and poll
+// first, or abort).
 #include <nccl.h>
 
 #include <algorithm>
@@ -77,6 +79,7 @@ struct Clique {
   std::set<int> ranks;                              // those that joined
   std::map<std::pair<int, int>, Channel> channels;  // by (from, to)
   std::set<std::pair<int, int>> called;             // (rank, peer): rank has called peer
+  int finalized = 0;                                // ranks that called ncclCommFinalize
 };
 
 // One split of a parent clique: how many of its ranks made it so far, and the colours' cliques.
@@ -200,7 +203,7 @@ ncclComm_t join(std::shared_ptr<Clique> clique, int rank, bool blocking = true) 
 // not called it back. Settled peers are forgotten.
 bool in_progress(Member& me) {
   if (me.blocking) return false;
-  if (me.finalized) return me.completed < me.issued;
+  if (me.finalized) return me.completed < me.issued || me.clique->finalized < me.clique->nranks;
   const Clique& clique = *me.clique;
   if (clique.nranks == 0 || static_cast<int>(clique.ranks.size()) < clique.nranks) return true;
   if (me.split != nullptr) {
@@ -659,16 +662,19 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
       return refuse(ncclInvalidUsage, "ncclCommFinalize: the communicator was finalized already");
     }
     me.finalized = true;
+    ++me.clique->finalized;
     ++state().counts.finalized;
     pending = me.issued - me.completed;
+    if (pending == 0 && me.clique->finalized < me.clique->nranks) pending = -1;  // the others
   }
   if (pending == 0) return ncclSuccess;
   if (me.blocking) {
     return refuse_rule(ncclInvalidUsage,
-                       "ncclCommFinalize of a blocking communicator with " +
-                           std::to_string(pending) +
-                           " calls not run: it blocks until they end (make it nonblocking and "
-                           "poll ncclCommGetAsyncError)");
+                       "ncclCommFinalize of a blocking communicator " +
+                           (pending > 0 ? "with " + std::to_string(pending) + " calls not run"
+                                        : std::string("whose other ranks have not finalized")) +
+                           ": it blocks until they end (make it nonblocking and poll "
+                           "ncclCommGetAsyncError)");
   }
   return ncclInProgress;
 }
