@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/base/stats.h"
 #include "planner/graph/pair_overlap.h"
 #include "planner/graph/simulator.h"
@@ -343,12 +344,6 @@ double mean_op_error(const std::vector<std::vector<OpSample>>& samples_by_run,
   return sum / static_cast<double>(samples_by_run.size());
 }
 
-std::string shown(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", x);
-  return text;
-}
-
 [[noreturn]] void cannot_fit() {
   throw Error(
       "contention.slowdown: cannot be fitted from these runs (too few distinct concurrency "
@@ -483,8 +478,9 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     const auto check = [](const std::vector<double>& curve, const std::string& field) {
       for (std::size_t k = 0; k < curve.size(); ++k) {
         if (curve[k] > kMaxSlowdown) {
-          throw Error(field + ": the fit gives " + shown(curve[k]) + " with " +
-                      std::to_string(k + 1) + " ops at once, above " + shown(kMaxSlowdown) +
+          throw Error(field + ": the fit gives " + limits::general_number(curve[k]) + " with " +
+                      std::to_string(k + 1) + " ops at once, above " +
+                      limits::general_number(kMaxSlowdown) +
                       ": the profile's times are far from the runs' (profile the hardware that "
                       "ran them)");
         }
@@ -496,8 +492,9 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
   }
   if (copy && std::max(copy->sender_idle, copy->sender_computing) > kMaxSlowdown) {
     // The link's modelled time is far below the measured sends: factors a profile cannot hold.
-    fit.copy_note = "copy factors " + shown(copy->sender_idle) + " and " +
-                    shown(copy->sender_computing) + " exceed " + shown(kMaxSlowdown) +
+    fit.copy_note = "copy factors " + limits::general_number(copy->sender_idle) + " and " +
+                    limits::general_number(copy->sender_computing) + " exceed " +
+                    limits::general_number(kMaxSlowdown) +
                     ": the profile's link is far faster than the measured sends (its p2p); no "
                     "copy factors";
   } else if (copy) {

@@ -655,7 +655,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     return status;
   }
   Member& me = *comm->member;
-  std::int64_t pending = 0;
+  std::int64_t pending = 0;  // its own calls not run yet
+  bool others = false;       // ranks of its clique that have not finalized it
   {
     const std::lock_guard lock(state().mutex);
     if (me.finalized) {
@@ -665,9 +666,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     ++me.clique->finalized;
     ++state().counts.finalized;
     pending = me.issued - me.completed;
-    if (pending == 0 && me.clique->finalized < me.clique->nranks) pending = -1;  // the others
+    others = me.clique->finalized < me.clique->nranks;
   }
-  if (pending == 0) return ncclSuccess;
+  if (pending == 0 && !others) return ncclSuccess;
   if (me.blocking) {
     return refuse_rule(ncclInvalidUsage,
                        "ncclCommFinalize of a blocking communicator " +
