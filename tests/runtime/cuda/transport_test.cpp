@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -303,51 +304,48 @@ TEST(DeviceLocalTransport, CopiesBetweenGreenContextStagesOfOneGpu) {
   }
 }
 
+// An environment variable that picks one of a few modes: unset and empty give the default, each
+// name gives its mode, and a wrong value is refused naming the variable and the value.
+template <typename Mode>
+void expect_env_modes(const char* variable, Mode (*read)(),
+                      const std::vector<std::pair<std::string, Mode>>& modes, Mode fallback,
+                      const std::string& bad, const std::string& refusal) {
+  const testing::ScopedEnv restore(variable, nullptr);
+  EXPECT_EQ(read(), fallback) << variable << " unset";
+  setenv(variable, "", 1);
+  EXPECT_EQ(read(), fallback) << variable << " empty";
+  for (const auto& [name, mode] : modes) {
+    setenv(variable, name.c_str(), 1);
+    EXPECT_EQ(read(), mode) << variable << "=" << name;
+  }
+  setenv(variable, bad.c_str(), 1);
+  try {
+    (void)read();
+    ADD_FAILURE() << variable << "=" << bad << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
+  }
+}
+
 // $PIPEPLAN_DEVICE_COPY picks how copies are issued; a wrong value names the variable.
 TEST(DeviceLocalTransport, TheCopyModeComesFromTheEnvironment) {
-  const testing::ScopedEnv restore(cuda::kDeviceCopyEnv, nullptr);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
-  setenv(cuda::kDeviceCopyEnv, "", 1);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
-  setenv(cuda::kDeviceCopyEnv, "memcpy", 1);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::memcpy);
-  setenv(cuda::kDeviceCopyEnv, "overlap", 1);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::overlap);
-  setenv(cuda::kDeviceCopyEnv, "priority", 1);
-  EXPECT_EQ(cuda::device_copy_from_env(), cuda::DeviceCopy::priority);
-  setenv(cuda::kDeviceCopyEnv, "dma", 1);
-  try {
-    (void)cuda::device_copy_from_env();
-    ADD_FAILURE() << "an unknown copy mode was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("PIPEPLAN_DEVICE_COPY is 'dma'"), std::string::npos)
-        << e.what();
-  }
+  using cuda::DeviceCopy;
+  expect_env_modes<DeviceCopy>(cuda::kDeviceCopyEnv, &cuda::device_copy_from_env,
+                               {{"memcpy", DeviceCopy::memcpy},
+                                {"overlap", DeviceCopy::overlap},
+                                {"priority", DeviceCopy::priority}},
+                               DeviceCopy::priority, "dma", "PIPEPLAN_DEVICE_COPY is 'dma'");
 }
 
 // $PIPEPLAN_COPY_WAIT picks how the receiving thread waits for a copy; a wrong value names the
 // variable.
 TEST(DeviceLocalTransport, TheCopyWaitComesFromTheEnvironment) {
-  const testing::ScopedEnv restore(cuda::kCopyWaitEnv, nullptr);
-  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
-  setenv(cuda::kCopyWaitEnv, "", 1);
-  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
-  setenv(cuda::kCopyWaitEnv, "poll", 1);
-  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::poll);
-  setenv(cuda::kCopyWaitEnv, "blocking", 1);
-  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::blocking);
-  setenv(cuda::kCopyWaitEnv, "stream", 1);
-  EXPECT_EQ(cuda::copy_wait_from_env(), cuda::CopyWait::stream);
-  setenv(cuda::kCopyWaitEnv, "spin", 1);
-  try {
-    (void)cuda::copy_wait_from_env();
-    ADD_FAILURE() << "an unknown copy wait was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "PIPEPLAN_COPY_WAIT is 'spin' (expected blocking, poll or stream)"),
-              std::string::npos)
-        << e.what();
-  }
+  using cuda::CopyWait;
+  expect_env_modes<CopyWait>(
+      cuda::kCopyWaitEnv, &cuda::copy_wait_from_env,
+      {{"poll", CopyWait::poll}, {"blocking", CopyWait::blocking}, {"stream", CopyWait::stream}},
+      CopyWait::blocking, "spin",
+      "PIPEPLAN_COPY_WAIT is 'spin' (expected blocking, poll or stream)");
 }
 
 #ifdef PIPEPLAN_HAVE_NCCL
