@@ -187,9 +187,10 @@ void Executor::wait_for_inputs(int node) {
     });
     if (sync_->failed) throw Cancelled("cancelled");
     if (!ready) {
-      throw Error(plan_.node_name(node) + " (stage " + std::to_string(plan_.node(node).stage) +
-                  ") timed out after " + std::to_string(options_.timeout.count()) +
-                  " ms waiting for " + plan_.node_name(input));
+      // run_stream names the waiting op in front of this.
+      throw Error("stage " + std::to_string(plan_.node(node).stage) + " timed out after " +
+                  std::to_string(options_.timeout.count()) + " ms waiting for " +
+                  plan_.node_name(input));
     }
   }
 }
@@ -223,7 +224,7 @@ void Executor::run_node(DeviceWorker& worker, int id, bool order_inputs) {
       const std::string tag = node_label(node);
       Message message =
           transport_->recv(node.device, node.peer, channel_of(stream), tag, options_.timeout);
-      check_message(message, tag, worker.expected_bytes(node), plan_.node_name(id));
+      check_message(message, tag, worker.expected_bytes(node));
       arrivals_[static_cast<std::size_t>(id)] = message.arrival;  // a held stash keeps its own
       worker.store_payload(node, std::move(message));
       break;

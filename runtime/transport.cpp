@@ -23,19 +23,18 @@ std::int64_t Message::payload_bytes() const {
 }
 
 void check_message(const Message& message, std::string_view expected_tag,
-                   std::int64_t expected_bytes, std::string_view where) {
-  const std::string prefix = std::string(where) + ": ";
+                   std::int64_t expected_bytes) {
   if (message.tag != expected_tag) {
-    throw Error(prefix + "received tag '" + message.tag + "' where the plan expects '" +
+    throw Error("received tag '" + message.tag + "' where the plan expects '" +
                 std::string(expected_tag) + "' (a message was dropped or reordered)");
   }
   const std::int64_t payload = message.payload_bytes();
   if (message.bytes != payload) {
-    throw Error(prefix + "message '" + message.tag + "' declares " + std::to_string(message.bytes) +
+    throw Error("message '" + message.tag + "' declares " + std::to_string(message.bytes) +
                 " bytes but carries " + std::to_string(payload) + " (corrupted)");
   }
   if (expected_bytes >= 0 && payload != expected_bytes) {
-    throw Error(prefix + "message '" + message.tag + "' carries " + std::to_string(payload) +
+    throw Error("message '" + message.tag + "' carries " + std::to_string(payload) +
                 " bytes, expected " + std::to_string(expected_bytes));
   }
 }

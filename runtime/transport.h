@@ -112,10 +112,11 @@ class SharedTransportRef : public Transport {
   std::shared_ptr<Transport> inner_;
 };
 
-// Throws Error naming `where` when the tag differs, the declared size differs from the payload,
-// or (expected_bytes >= 0) the payload is not the size the receiver expects.
+// Throws Error when the tag differs, the declared size differs from the payload, or
+// (expected_bytes >= 0) the payload is not the size the receiver expects. The caller names the
+// receiving op.
 void check_message(const Message& message, std::string_view expected_tag,
-                   std::int64_t expected_bytes, std::string_view where);
+                   std::int64_t expected_bytes);
 
 // In-process channels between worker threads. send copies every tensor into fresh host memory
 // (the "wire"), so the devices share no storage; CPU tensors only.

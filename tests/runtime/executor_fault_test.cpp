@@ -73,6 +73,15 @@ TEST(ExecutorFaults, RandomDelaysChangeNothing) {
   EXPECT_EQ(delayed.grads, clean.grads);
 }
 
+// The failing op is named once, in front of what went wrong ("step 1: node 12 (...): ...").
+void expect_op_named_once(const std::string& message) {
+  const std::size_t name = message.find("node ");
+  const std::size_t name_end = message.find("): ", name);
+  ASSERT_NE(name_end, std::string::npos) << message;
+  const std::string op = message.substr(name, name_end + 1 - name);
+  EXPECT_EQ(message.find(op, name + 1), std::string::npos) << message;
+}
+
 void expect_fault_detected(const FaultPlan& faults, const std::string& needle) {
   const TaskGraph plan = bpipe_1f1b();
   const milliseconds timeout(400);
@@ -87,7 +96,7 @@ void expect_fault_detected(const FaultPlan& faults, const std::string& needle) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10 * timeout + std::chrono::seconds(5));
   ASSERT_FALSE(message.empty()) << "a tampered message went unnoticed";
   EXPECT_NE(message.find(needle), std::string::npos) << message;
-  EXPECT_NE(message.find("node "), std::string::npos) << message;  // names the node
+  expect_op_named_once(message);
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
@@ -118,6 +127,7 @@ TEST(ExecutorFaults, DroppedMessageIsDetected) {
       EXPECT_TRUE(message.find("received tag") != std::string::npos ||
                   message.find("timed out") != std::string::npos)
           << message;
+      expect_op_named_once(message);
     }
   }
 }

@@ -74,18 +74,17 @@ TEST(InProcessTransport, CancelWakesWaitersAndResetClears) {
 
 TEST(CheckMessage, ChecksTagDeclaredSizeAndExpectedSize) {
   const Message good = message("0F1", 8);
-  EXPECT_NO_THROW(check_message(good, "0F1", 32, "node 4"));
-  EXPECT_NO_THROW(check_message(good, "0F1", -1, "node 4"));
-  EXPECT_THROW(check_message(good, "0F2", 32, "node 4"), Error);
-  EXPECT_THROW(check_message(good, "0F1", 36, "node 4"), Error);
+  EXPECT_NO_THROW(check_message(good, "0F1", 32));
+  EXPECT_NO_THROW(check_message(good, "0F1", -1));
+  EXPECT_THROW(check_message(good, "0F2", 32), Error);
+  EXPECT_THROW(check_message(good, "0F1", 36), Error);
   Message corrupt = good;
   corrupt.bytes += 4;
   try {
-    check_message(corrupt, "0F1", -1, "node 4");
+    check_message(corrupt, "0F1", -1);
     FAIL() << "corruption unnoticed";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "node 4: message '0F1' declares 36 bytes but carries 32 (corrupted)");
+    EXPECT_EQ(std::string(e.what()), "message '0F1' declares 36 bytes but carries 32 (corrupted)");
   }
 }
 
