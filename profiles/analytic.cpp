@@ -304,8 +304,9 @@ double optimizer_time_us(std::int64_t params, int tensors, const GpuSpec& gpu) {
 }
 
 // Parameter tensors of a layer (the optimizer's kernels): a block's two norms, four attention
-// and three MLP projections (two for a non-gated MLP, and their biases where the model has
-// them); the embedding's token table (and learned positions); the head's norm and projection.
+// and three MLP projections (two for a non-gated MLP; biases are not counted as tensors of
+// their own); the embedding's token table (and learned positions); the head's norm and
+// projection.
 int parameter_tensors(const ModelConfig& m, LayerKind kind) {
   switch (kind) {
     case LayerKind::block:

@@ -29,17 +29,24 @@ Profile tensor_parallel_profile(Profile profile, int t) {
       c.p2_us /= td;
       for (auto& [k, us] : c.p2_concat_us)
         us /= td;
+      // Each GPU updates its own 1/T of the parameters.
+      c.optimizer_us /= td;
       c.stash_bytes /= t;
       c.retained_bytes /= t;
       c.param_bytes /= t;
       c.grad_bytes /= t;
       c.optimizer_bytes /= t;
       c.send_bytes /= t;
+      c.forward_work_bytes /= t;
+      c.p1_work_bytes /= t;
+      for (auto& [k, bytes] : c.p2_work_bytes)
+        bytes /= t;
     }
   }
-  profile.provenance.notes += " Tensor parallel " + std::to_string(t) +
-                              " applied analytically (profiles/tensor_parallel.h): per-stage "
-                              "times and bytes divided by T, TP communication not modelled.";
+  profile.provenance.notes +=
+      " Tensor parallel " + std::to_string(t) +
+      " applied analytically (profiles/tensor_parallel.h): per-stage "
+      "times (optimizer step included) and bytes divided by T, TP communication not modelled.";
   return profile;
 }
 

@@ -1,8 +1,9 @@
 // Megatron-style tensor parallelism applied analytically to a profile: each pipeline "device"
 // becomes a group of T GPUs that split every layer's GEMMs, attention heads and vocabulary
 // (Shoeybi et al. 2019) with sequence parallelism for the rest (Korthikanti et al. 2022), so
-// time, stash, retained X/dY, parameters, gradients, optimizer state and the activation sent to
-// the next stage all divide by T. GEMM efficiency is kept at its value for the same token count
+// time (the optimizer step's too: each GPU updates its 1/T of the parameters), stash, retained
+// X/dY, working memory, parameters, gradients, optimizer state and the activation sent to the
+// next stage all divide by T. GEMM efficiency is kept at its value for the same token count
 // (TP shrinks the N/K dimensions, not M). TP's own all-gather/reduce-scatter traffic is NOT
 // modelled (assumed overlapped on NVLink inside one node): absolute MFU is optimistic by that
 // amount, the same fraction for every micro-batch size, so BPipe comparisons are unaffected.
