@@ -44,6 +44,9 @@ struct StageCostContext {
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   P2pLink link;                            // every device pair
   OverlapModel overlap;                    // an overlapped pair's time (profiles/overlap.h)
+  // The profile's contention model (profiles/contention.h): a sustained-load term, a shared GPU's
+  // curves; empty where it has none.
+  Contention contention;
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
   // cut into `stage_count` virtual stages when `blocks` is empty, else those blocks per stage.
   // Throws Error when the model cannot be cut so. Unset: only `costs` is known.

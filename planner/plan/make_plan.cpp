@@ -343,6 +343,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
                                     request.memory_limit_bytes);
   context.link = request.profile.p2p;
   context.overlap = request.profile.overlap;
+  context.contention = request.profile.contention;
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
     context.cut = [&request](int stage_count, const std::vector<int>& blocks) {

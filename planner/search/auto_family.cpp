@@ -25,6 +25,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   r.memory_limit_bytes = context.memory_limit_bytes;
   r.link = context.link;
   r.overlap = context.overlap;
+  r.contention = context.contention;
   r.cut = context.cut;
   r.evaluate_first = context.evaluate_first;
   AutoResult result = make_auto_schedule(r);

@@ -43,6 +43,10 @@ struct AutoRequest {
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   P2pLink link;
   OverlapModel overlap;  // an overlapped pair's time: the dualpipe-v seed's
+  // The profile's contention model. A sustained-load term on separate GPUs is part of every
+  // compact evaluation; a shared GPU's curves are not, so with curves the finalists (every fixed
+  // family's order and the search's best) are ranked by the simulator itself.
+  Contention contention;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
   std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.
