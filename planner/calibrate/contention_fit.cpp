@@ -205,19 +205,31 @@ std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>&
     if (total[k] >= kMinLevelShare * grand) used.push_back(k);
   }
   if (used.empty() || samples.empty()) return std::nullopt;
-  // Each row scaled by 1 / d: relative error, target d / d = 1.
-  std::vector<std::pair<std::vector<double>, double>> rows;
-  rows.reserve(samples.size());
-  for (const OpSample* s : samples) {
-    std::vector<double> row;
-    row.reserve(used.size());
-    for (const std::size_t k : used)
-      row.push_back(s->levels[k] / s->profiled_us);
-    rows.emplace_back(std::move(row), 1.0);
+  // Each row scaled by 1 / d: relative error, target d / d = 1. A level whose rate comes out
+  // non-positive (its few ops' times contradict the others', as noisy runs can) is not
+  // identifiable from these runs: the one with the least time among them is left to the
+  // fallback or its nearest level, and the rest fitted again.
+  std::optional<std::vector<double>> rates;
+  while (!used.empty()) {
+    std::vector<std::pair<std::vector<double>, double>> rows;
+    rows.reserve(samples.size());
+    for (const OpSample* s : samples) {
+      std::vector<double> row;
+      row.reserve(used.size());
+      for (const std::size_t k : used)
+        row.push_back(s->levels[k] / s->profiled_us);
+      rows.emplace_back(std::move(row), 1.0);
+    }
+    rates = least_absolute(rows);
+    if (!rates) return std::nullopt;
+    std::optional<std::size_t> drop;
+    for (std::size_t i = 0; i < used.size(); ++i) {
+      if (!((*rates)[i] > 0) && (!drop || total[used[i]] < total[used[*drop]])) drop = i;
+    }
+    if (!drop) break;
+    used.erase(used.begin() + static_cast<std::ptrdiff_t>(*drop));
   }
-  const std::optional<std::vector<double>> rates = least_absolute(rows);
-  if (!rates || std::any_of(rates->begin(), rates->end(), [](double r) { return !(r > 0); }))
-    return std::nullopt;
+  if (used.empty()) return std::nullopt;
   std::vector<double> fitted(n, 0.0);
   std::vector<char> is_fitted(n, 0);
   for (std::size_t i = 0; i < used.size(); ++i) {

@@ -129,8 +129,9 @@ std::vector<double> periodic_load(const std::vector<double>& points,
 // slowdown[0 .. devices - 1] by least absolute deviations in 1 / slowdown (each op's row
 // relative, as op_error measures it: an op held up by something else, a few of them ten times
 // their time, does not pull the curve as it would pull least squares). A level
-// with under 1 % of the time takes `fallback`'s factor there, else the nearest fitted level's.
-// nullopt when no time was measured or the fit is degenerate.
+// with under 1 % of the time, or whose rate the runs leave non-positive, takes `fallback`'s
+// factor there, else the nearest fitted level's. nullopt when no time was measured or the fit is
+// degenerate.
 std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>& samples,
                                              int devices, const std::vector<double>* fallback);
 // (sender_idle, sender_computing); nullopt with fewer than `min_copies` transfers, where either

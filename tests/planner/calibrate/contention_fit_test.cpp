@@ -326,6 +326,31 @@ TEST(ContentionFitPieces, AFewOpsHeldUpDoNotPullTheCurve) {
   EXPECT_LT(contention_fit::op_error(samples, fitted), contention_fit::op_error(samples, {}));
 }
 
+// Half the ops ran alone at their profiled time; the other half spent 1.5x their time alone and a
+// little beside another op: exactly fitted only by a negative rate at level 2. That level is left
+// to its neighbour instead of failing the fit.
+TEST(ContentionFitPieces, ALevelTheRunsLeaveNonPositiveTakesItsNeighbours) {
+  std::vector<contention_fit::OpSample> samples;
+  for (int i = 0; i < 100; ++i) {
+    if (i % 2 == 0) {
+      samples.push_back({OpType::F, 100.0, {100.0, 0.0}});
+    } else {
+      samples.push_back({OpType::F, 100.0, {150.0, 10.0}});
+    }
+  }
+  std::vector<const contention_fit::OpSample*> view;
+  for (const auto& s : samples)
+    view.push_back(&s);
+  const auto curve = contention_fit::fit_curve(view, 2, nullptr);
+  ASSERT_TRUE(curve.has_value());
+  EXPECT_GT((*curve)[0], 0);
+  EXPECT_EQ((*curve)[1], (*curve)[0]) << "level 2 is not identifiable: level 1's factor";
+  const std::vector<double> fallback = {1.0, 1.7};
+  const auto with_fallback = contention_fit::fit_curve(view, 2, &fallback);
+  ASSERT_TRUE(with_fallback.has_value());
+  EXPECT_EQ((*with_fallback)[1], 1.7);
+}
+
 TEST(ContentionFitPieces, CopyFitNeedsBothCases) {
   std::vector<contention_fit::CopySample> idle_only(30, {100, 130, 0});
   EXPECT_FALSE(contention_fit::fit_copy(idle_only, 20).has_value());
