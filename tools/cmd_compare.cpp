@@ -124,10 +124,18 @@ struct CompareCommand {
                   baseline > 0 ? baseline / s.makespan_us : 0.0,
                   100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us));
     }
+    std::string basis;
+    for (const Row& r : table) {
+      if (r.error.empty()) {
+        basis = " " + mfu_basis(r.plan.graph.meta);
+        break;
+      }
+    }
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations). speedup: step time "
-        "of 1f1b fused / step time. MFU: PaLM model FLOPs. gap: step time above the lower bound "
-        "(docs/design/auto-schedule.md).\n");
+        "of 1f1b fused / step time. MFU: PaLM model FLOPs%s. gap: step time above the lower "
+        "bound (docs/design/auto-schedule.md).\n",
+        basis.c_str());
     return 0;
   }
 };

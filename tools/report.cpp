@@ -1,7 +1,10 @@
 #include "tools/report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "profiles/layout.h"
 #include "tools/units.h"
@@ -22,6 +25,15 @@ bool megatron_placement(const TaskGraph& graph) {
 bool has_split(const TaskGraph& graph) {
   return !graph.meta.stage_layers.empty() && graph.meta.model.layers > 0 &&
          static_cast<int>(graph.meta.stage_layers.size()) == graph.schedule.stage_count();
+}
+
+// Byte counts as whole bytes (a limit derived from GiB and a reserve can be fractional).
+std::vector<std::int64_t> whole_bytes(const std::vector<double>& bytes) {
+  std::vector<std::int64_t> out;
+  out.reserve(bytes.size());
+  for (const double b : bytes)
+    out.push_back(static_cast<std::int64_t>(std::floor(b)));
+  return out;
 }
 
 }  // namespace
@@ -86,18 +98,26 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"bubble_ratio", sim.bubble_ratio},
                       {"span_bubble_ratio", sim.span_bubble_ratio},
                       {"peak_memory_bytes", sim.peak_memory_bytes()},
-                      {"memory_limit_bytes", m.memory_limit_bytes},
+                      {"memory_limit_bytes", whole_bytes(m.memory_limit_bytes)},
                       {"tokens_per_s", sim.tokens_per_s},
                       {"mfu_kind", "PaLM model FLOPs"},
                       {"per_device", devices},
                       {"profile", m.profile_source}};
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
+  j["mfu_of"] = mfu_basis(m);
   j["layout"] = layout_json(graph);
   if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
     j["overlap"] = {
         {"pairs", pairs}, {"efficiency", m.overlap.efficiency}, {"source", m.overlap.source}};
   }
   return j;
+}
+
+std::string mfu_basis(const PlanMeta& meta) {
+  std::string basis =
+      "of " + std::to_string(meta.devices) + " whole GPU" + (meta.devices == 1 ? "" : "s");
+  if (!meta.contention.empty()) basis += "; the stages share one GPU (emulated)";
+  return basis;
 }
 
 std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
@@ -111,18 +131,30 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
                 std::string(to_string(m.backward)).c_str(), m.microbatches, m.mbs, m.seq,
                 m.chunks > 1 ? (", chunks=" + std::to_string(m.chunks)).c_str() : "");
   out += line;
-  char mfu[32] = "n/a";
-  if (sim.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f %% (PaLM)", sim.mfu * 100);
+  std::string mfu = "n/a";
+  if (sim.mfu > 0) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.1f %%", sim.mfu * 100);
+    mfu = std::string(value) + " (PaLM, " + mfu_basis(m) + ")";
+  }
   std::snprintf(line, sizeof line,
                 "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage "
                 "span %.1f %%), %.0f tokens/s, MFU %s\n",
                 sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
-                sim.span_bubble_ratio * 100, sim.tokens_per_s, mfu);
+                sim.span_bubble_ratio * 100, sim.tokens_per_s, mfu.c_str());
   out += line;
   out += "peak memory per device:";
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
+  const auto nodes = graph.nodes();
+  if (!nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [](const Node& n) {
+        return n.kind == NodeKind::compute && n.op == OpType::O;
+      })) {
+    out +=
+        "optimizer step: not in the plan (the profile gives it no time; `pipeplan profile` "
+        "measures it, the analytic model estimates it): the step time leaves it out\n";
+  }
   out += layout_summary(graph);
   if (m.contention.empty() && m.contention.sustained) {  // separate GPUs, each its own clock
     const SustainedLoad& sustained = *m.contention.sustained;

@@ -12,9 +12,13 @@ namespace pipeplan {
 
 // step_time_ms (= makespan), max_stage_span_ms, bubble_ratio, span_bubble_ratio,
 // peak_memory_bytes (per device), memory_limit_bytes, tokens_per_s, mfu (PaLM model FLOPs;
-// null when the model's FLOPs are unknown), and per-device rows.
+// null when the model's FLOPs are unknown; mfu_of says against what), and per-device rows.
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim);
 std::string short_summary(const TaskGraph& graph, const SimResult& sim);
+// What a plan's MFU is measured against: "N whole GPUs", and, for stages that share one GPU
+// (a profile with contention curves: emulated stages in green contexts), that they do, since the
+// MFU of their own SM share is then higher by the GPU's SMs over theirs.
+std::string mfu_basis(const PlanMeta& meta);
 // The partition as Megatron-LM's layout and torchtitan's module lists (profiles/layout.h), two
 // lines; empty for a plan without a stage split.
 std::string layout_summary(const TaskGraph& graph);

@@ -466,7 +466,9 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   total("bubble ratio", format("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
                             format("%.1f %%", sim.span_bubble_ratio * 100) + ")");
   total("tokens/s", format("%.0f", sim.tokens_per_s));
-  total("MFU (PaLM model FLOPs)", sim.mfu > 0 ? format("%.1f %%", sim.mfu * 100) : "n/a");
+  total(
+      "MFU (PaLM model FLOPs)",
+      sim.mfu > 0 ? format("%.1f %%", sim.mfu * 100) + " (" + mfu_basis(graph.meta) + ")" : "n/a");
   out += layout_summary(graph);
   return out;
 }

@@ -306,6 +306,33 @@ TEST_F(Cli, ShippedProfilePlans) {
   ASSERT_EQ(r.status, 0) << r.out;
 }
 
+// What a plan's MFU is against, and a step without an optimizer step, are said, not left to be
+// guessed: stages sharing one GPU (a profile with contention curves) are not P whole GPUs.
+TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
+  const std::string source = std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/";
+  const std::string args = " --stages 4 --microbatches 4 --schedule 1f1b --backward 2bp";
+  const Result shared =
+      run("plan --profile " + source + "h200-llama-7b-blocks8-sm32.calibrated.json" + args);
+  ASSERT_EQ(shared.status, 0) << shared.out;
+  EXPECT_NE(shared.out.find(" (PaLM, of 4 whole GPUs; the stages share one GPU (emulated))"),
+            std::string::npos)
+      << shared.out;
+  const Result whole = run("plan --profile " + source + "h200-llama-7b.measured.json" + args);
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  EXPECT_NE(whole.out.find(" (PaLM, of 4 whole GPUs)\n"), std::string::npos) << whole.out;
+  EXPECT_NE(whole.out.find("optimizer step: not in the plan"), std::string::npos) << whole.out;
+  const Result analytic = run(kLlama + " --schedule 1f1b --backward 2bp --json");
+  ASSERT_EQ(analytic.status, 0) << analytic.out;
+  EXPECT_EQ(analytic.out.find("optimizer step: not in the plan"), std::string::npos);
+  const auto metrics = nlohmann::json::parse(analytic.out);
+  EXPECT_EQ(metrics["mfu_of"], "of 4 whole GPUs");
+  for (const auto& limit : metrics["memory_limit_bytes"])
+    EXPECT_TRUE(limit.is_number_integer()) << limit;
+  const Result analytic_text = run(kLlama + " --schedule 1f1b --backward 2bp");
+  EXPECT_EQ(analytic_text.out.find("optimizer step: not in the plan"), std::string::npos)
+      << analytic_text.out;
+}
+
 // A measured H200 profile with a contention model: planned for the profile's GPU, and the summary
 // names the model behind its step time.
 TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
