@@ -23,7 +23,9 @@ using testing::UniformPlan;
 struct Costs {
   double f, b, w;
 };
-constexpr Costs kCosts[] = {{1, 1, 1}, {1, 2, 1}, {2, 2, 1}, {1, 1, 0.5}, {2, 3, 1}};
+// T_W ≤ T_F in the first five, T_W > T_F in the last three (each with T_F + T_B ≥ 2T_W).
+constexpr Costs kCosts[] = {{1, 1, 1}, {1, 2, 1},   {2, 2, 1}, {1, 1, 0.5},
+                            {2, 3, 1}, {1, 2, 1.5}, {1, 3, 2}, {2, 3, 2.5}};
 
 UniformPlan zb(const char* schedule, int p, int m, const Costs& c, int chunks = 1) {
   return {.devices = p,
@@ -37,14 +39,15 @@ UniformPlan zb(const char* schedule, int p, int m, const Costs& c, int chunks = 
           .p2_concat = 1};
 }
 
-// ZB-H1: makespan m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − T_W); every device holds at most P
-// micro-batches (stage 0 exactly P·M_B, the same as 1F1B).
+// ZB-H1: makespan m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − T_W), plus (P − 1)(T_W − T_F) where
+// T_W > T_F; every device holds at most P micro-batches (stage 0 exactly P·M_B, as 1F1B).
 TEST(ZeroBubble, H1ClosedForm) {
   for (const int p : {2, 4, 8}) {
     for (const int m : {p, 2 * p, 3 * p}) {
       for (const Costs& c : kCosts) {
         const Plan plan = uniform_plan(zb("zb-h1", p, m, c));
-        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - c.w);
+        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - c.w) +
+                                (p - 1) * std::max(0.0, c.w - c.f);
         EXPECT_NEAR(plan.sim.makespan_us, expected * 1e3, 1e-6) << "P=" << p << " m=" << m;
         const Plan one_f_one_b = uniform_plan({.devices = p, .microbatches = m});
         EXPECT_LE(plan.sim.devices[0].peak_memory_bytes,
@@ -57,14 +60,15 @@ TEST(ZeroBubble, H1ClosedForm) {
 }
 
 // ZB-H2: the largest stage span (Zero Bubble's steady-state step) is
-// m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − 2T_W) — no bubble at all when F = B = W — and every
-// device holds at most 2P − 1 micro-batches.
+// m(T_F + T_B + T_W) + (P − 1)(T_F + T_B − 2T_W) — no bubble at all when F = B = W — plus
+// 2(P − 1)(T_W − T_F) where T_W > T_F, and every device holds at most 2P − 1 micro-batches.
 TEST(ZeroBubble, H2ClosedForm) {
   for (const int p : {2, 4, 8}) {
     for (const int m : {2 * p, 3 * p}) {
       for (const Costs& c : kCosts) {
         const Plan plan = uniform_plan(zb("zb-h2", p, m, c));
-        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - 2 * c.w);
+        const double expected = m * (c.f + c.b + c.w) + (p - 1) * (c.f + c.b - 2 * c.w) +
+                                2 * (p - 1) * std::max(0.0, c.w - c.f);
         EXPECT_NEAR(plan.sim.max_stage_span_us, expected * 1e3, 1e-6) << "P=" << p << " m=" << m;
         EXPECT_NEAR(static_cast<double>(plan.sim.devices[0].peak_memory_bytes), (2 * p - 1) * kGiB,
                     1);
