@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -10,17 +11,39 @@
 
 namespace pipeplan {
 
-bool better(const AutoScore& a, const AutoScore& b, Objective objective) {
+namespace {
+
+// -1: a ranks before b on the objective's two figures, 1: after, 0: equal within rounding.
+int compare_figures(const AutoScore& a, const AutoScore& b, Objective objective) {
   const double first_a = objective == Objective::step ? a.makespan_us : a.span_us;
   const double first_b = objective == Objective::step ? b.makespan_us : b.span_us;
   const double second_a = objective == Objective::step ? a.span_us : a.makespan_us;
   const double second_b = objective == Objective::step ? b.span_us : b.makespan_us;
   const double tol = 1e-9 * std::max(1.0, std::isfinite(first_b) ? first_b : 1.0);
-  if (first_a < first_b - tol) return true;
-  if (first_a > first_b + tol) return false;
-  if (second_a < second_b - tol) return true;
-  if (second_a > second_b + tol) return false;
+  if (first_a < first_b - tol) return -1;
+  if (first_a > first_b + tol) return 1;
+  if (second_a < second_b - tol) return -1;
+  if (second_a > second_b + tol) return 1;
+  return 0;
+}
+
+bool smaller_sum(const AutoScore& a, const AutoScore& b) {
+  const double tol = 1e-9 * std::max(1.0, std::isfinite(b.makespan_us) ? b.makespan_us : 1.0);
   return a.sum_last_end_us < b.sum_last_end_us - tol;
+}
+
+}  // namespace
+
+bool better(const AutoScore& a, const AutoScore& b, Objective objective) {
+  const int order = compare_figures(a, b, objective);
+  return order != 0 ? order < 0 : smaller_sum(a, b);
+}
+
+bool preferred(const AutoScore& a, const AutoScore& b, Objective objective) {
+  const int order = compare_figures(a, b, objective);
+  if (order != 0) return order < 0;
+  if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+  return smaller_sum(a, b);
 }
 
 std::optional<AutoEval> evaluate_order(const Schedule& schedule, const EvalContext& context,
@@ -32,7 +55,10 @@ std::optional<AutoEval> evaluate_order(const Schedule& schedule, const EvalConte
       first_error = (sim.memory_ok ? "" : field_name("memory_limit_bytes") + ": ") + sim.error;
     return std::nullopt;
   }
-  return AutoEval{{sim.makespan_us, sim.max_stage_span_us, sim.sum_last_end_us},
+  double peak = 0;
+  for (const std::int64_t bytes : sim.peak_memory_bytes)
+    peak = std::max(peak, static_cast<double>(bytes));
+  return AutoEval{{sim.makespan_us, sim.max_stage_span_us, sim.sum_last_end_us, peak},
                   std::move(sim.times)};
 }
 

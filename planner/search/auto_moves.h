@@ -21,10 +21,14 @@ struct AutoScore {
   double makespan_us = 0;
   double span_us = 0;
   double sum_last_end_us = 0;
+  double peak_bytes = 0;  // the largest per-device peak memory
 };
 
 // a before b under `objective`: step (makespan, span, sum), steady (span, makespan, sum).
 bool better(const AutoScore& a, const AutoScore& b, Objective objective);
+// The order a search returns: as `better`, but of two orders equal on both figures the one with
+// the lower peak memory (then the smaller sum).
+bool preferred(const AutoScore& a, const AutoScore& b, Objective objective);
 
 // A scored order and, per device, the start and end of each of its actions in order.
 struct AutoEval {

@@ -192,7 +192,7 @@ class Leaders {
   Leaders(std::size_t keep, Objective objective) : keep_(keep), objective_(objective) {}
   void offer(Candidate c) {
     auto it = std::find_if(list_.begin(), list_.end(), [&](const Candidate& x) {
-      return better(c.eval.score, x.eval.score, objective_);
+      return preferred(c.eval.score, x.eval.score, objective_);
     });
     if (it == list_.end() && list_.size() >= keep_) return;
     list_.insert(it, std::move(c));
@@ -219,9 +219,11 @@ std::optional<AutoScore> simulated_score(const Schedule& schedule, const Layout&
       double& end = last_end[idx(graph.node(id).device)];
       end = std::max(end, sim.times[idx(id)].end_us);
     }
-    AutoScore score{sim.makespan_us, sim.max_stage_span_us, 0};
+    AutoScore score{sim.makespan_us, sim.max_stage_span_us, 0, 0};
     for (const double end : last_end)
       score.sum_last_end_us += end;
+    for (const std::int64_t bytes : sim.peak_memory_bytes())
+      score.peak_bytes = std::max(score.peak_bytes, static_cast<double>(bytes));
     return score;
   } catch (const Error&) {
     return std::nullopt;
@@ -363,7 +365,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     if (moves > 0) c.first = false;  // a rejected move is undone: none kept, the order is as it was
     budget -= (granted - evaluations) * per_evaluation;
     evaluations_left -= granted - evaluations;
-    if (i == 0 || better(c.eval.score, best[winner].eval.score, r.objective)) {
+    if (i == 0 || preferred(c.eval.score, best[winner].eval.score, r.objective)) {
       winner = i;
       suffix = moves > 0 ? " +" + std::to_string(moves) + " moves" : "";
     }
@@ -380,7 +382,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
           simulated_score(finalists[i].schedule, all[finalists[i].layout]);
       if (!score) continue;
       finalists[i].eval.score = *score;
-      if (!pick || better(*score, finalists[*pick].eval.score, r.objective)) pick = i;
+      if (!pick || preferred(*score, finalists[*pick].eval.score, r.objective)) pick = i;
     }
     best = std::move(finalists);  // the leaders first, at their places
     if (pick && *pick != winner) {

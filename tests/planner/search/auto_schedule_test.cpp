@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "planner/search/auto_moves.h"
 #include "tests/planner/plan_fixtures.h"
 #include "tests/planner/search/auto_fixtures.h"
 
@@ -20,6 +21,21 @@ using testing::kGiBBytes;
 
 // Bubble is measured on the largest stage span (steady-state iteration time), as Zero Bubble's
 // published rates are (Zero Bubble, arXiv 2401.10241): 1 - sum busy / (P * max span).
+// Of two orders equal on both figures, the one a search returns holds less memory; the local
+// search's own comparison ignores memory and crosses plateaus by the sum of last ends.
+TEST(AutoSchedule, OfTwoEqualOrdersTheOneWithLessMemoryIsPreferred) {
+  const AutoScore deep{100, 96, 500, 32.0 * (1 << 30)};
+  const AutoScore shallow{100, 96, 510, 8.0 * (1 << 30)};
+  for (const Objective objective : {Objective::step, Objective::steady}) {
+    EXPECT_TRUE(preferred(shallow, deep, objective));
+    EXPECT_FALSE(preferred(deep, shallow, objective));
+    EXPECT_TRUE(better(deep, shallow, objective));
+    // A shorter step wins whatever its memory (under steady the spans tie and the step decides).
+    const AutoScore faster{99, 96, 600, 64.0 * (1 << 30)};
+    EXPECT_TRUE(preferred(faster, shallow, objective));
+  }
+}
+
 TEST(AutoSchedule, UniformWithTwicePMbIsBelowOnePercentBubble) {
   for (const int p : {4, 8, 16}) {
     for (const int m : {3 * p, 4 * p}) {
