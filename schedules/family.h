@@ -57,6 +57,8 @@ struct StageCostContext {
   // stages from the first and reports the second.
   std::vector<int> chosen_blocks;
   double bound_step_us = 0, bound_span_us = 0;
+  // What it chose, in words (auto: the layout and the candidate, e.g. "V seed=zb-v +2 moves").
+  std::string chosen;
   // Set by a family that calls evaluate_first: true when the schedule it returned is the very
   // candidate it handed to the hook, unchanged (make_plan then takes the graph lowered from it
   // without comparing the two orders action by action).

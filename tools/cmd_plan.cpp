@@ -40,6 +40,7 @@ struct PlanCommand {
       nlohmann::json j = metrics_json(plan.graph, plan.sim);
       j["objective"] = options.objective;
       j["lower_bound_ms"] = plan.bound.makespan_us / 1e3;
+      if (!plan.chosen.empty()) j["chosen"] = plan.chosen;
       j["planning_ms"] = planning.count();
       std::cout << j.dump(2) << "\n";
     } else {
@@ -57,7 +58,10 @@ struct PlanCommand {
     std::snprintf(line, sizeof line, "lower bound on step time %.3f ms, gap %.1f %%\n",
                   plan.bound.makespan_us / 1e3,
                   100 * gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us));
-    return line;
+    std::string out = line;
+    if (!plan.chosen.empty())
+      out = plan.graph.meta.schedule + " chose: " + plan.chosen + "\n" + out;
+    return out;
   }
   // --bpipe auto: the fastest 1f1b plan over micro-batch size, backward mode and BPipe on/off.
   int run_bpipe_auto() const {

@@ -205,7 +205,7 @@ double pair_efficiency(const Schedule& schedule, const PlanMeta& meta) {
 // The rest of lower_and_simulate, from the lowered graph on.
 Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
                       const std::optional<LowerBound>& known, BpipeMode bpipe, bool given) {
-  Plan plan{std::move(graph), {}, {}};
+  Plan plan{std::move(graph), {}, {}, {}};
   plan.bound = known ? *known
                      : step_time_lower_bound(costs, plan.graph.schedule.stage_device,
                                              plan.graph.meta.link, plan.graph.schedule.microbatches,
@@ -382,6 +382,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   if (context.bound_span_us > 0)
     out.bound.stage_span_us = std::min(out.bound.stage_span_us, context.bound_span_us);
   out.costs = std::move(inputs.costs);
+  out.chosen = std::move(context.chosen);
   return out;
 }
 
@@ -405,10 +406,16 @@ Plan make_plan(const PlanRequest& request) {
     TaskGraph graph = std::move(prepared.graph);
     graph.meta = std::move(planned.meta);
     graph.schedule = std::move(planned.schedule);
-    return simulate_lowered(std::move(graph), planned.costs, planned.bound, request.bpipe, false);
+    Plan plan =
+        simulate_lowered(std::move(graph), planned.costs, planned.bound, request.bpipe, false);
+    plan.chosen = std::move(planned.chosen);
+    return plan;
   }
-  return lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
-                            planned.bound, request.bpipe, false, checked);
+  Plan plan =
+      lower_and_simulate(std::move(planned.schedule), planned.costs, std::move(planned.meta),
+                         planned.bound, request.bpipe, false, checked);
+  plan.chosen = std::move(planned.chosen);
+  return plan;
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {

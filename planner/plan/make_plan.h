@@ -42,6 +42,8 @@ struct Plan {
   // On step time for these inputs (planner/plan/lower_bound.h); for a family that chooses the
   // layout (auto), the smallest over every layout it considered.
   LowerBound bound;
+  // A family that chooses the layout and order (auto): what it chose, in words; else empty.
+  std::string chosen;
 };
 
 // A family's generated order with the request's backward mode applied: as generated for a
@@ -70,6 +72,7 @@ struct PlannedSchedule {
   std::vector<StageCost> costs;
   PlanMeta meta;
   LowerBound bound;
+  std::string chosen;  // Plan::chosen
 };
 PlannedSchedule plan_schedule(const PlanRequest& request);
 

@@ -33,6 +33,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   context.bound_step_us = result.bound_step_us;
   context.bound_span_us = result.bound_span_us;
   context.returned_first = result.first_candidate;
+  context.chosen = std::move(result.variant);
   return std::move(result.schedule);
 }
 

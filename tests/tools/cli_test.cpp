@@ -333,6 +333,20 @@ TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
       << analytic_text.out;
 }
 
+// auto says what it chose (the layout and the candidate), in the summary and in --json; a fixed
+// family has nothing to say.
+TEST_F(Cli, AutoSaysWhatItChose) {
+  const Result text = run(kLlama + " --schedule auto --backward 2bp");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("auto chose: V "), std::string::npos) << text.out;
+  const Result json = run(kLlama + " --schedule auto --backward 2bp --json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  EXPECT_EQ(nlohmann::json::parse(json.out).at("chosen").get<std::string>().substr(0, 2), "V ");
+  const Result fixed = run(kLlama + " --schedule 1f1b --backward 2bp --json");
+  ASSERT_EQ(fixed.status, 0) << fixed.out;
+  EXPECT_FALSE(nlohmann::json::parse(fixed.out).contains("chosen"));
+}
+
 // A measured H200 profile with a contention model: planned for the profile's GPU, and the summary
 // names the model behind its step time.
 TEST_F(Cli, AProfilesGpuIsTheDefaultAndItsContentionIsShown) {
