@@ -223,6 +223,8 @@ SETUP='ln -s plan.json alias.json' check "show --trace onto a link to its plan" 
 check "show --trace and --dot onto one file" show plan.json --trace trace.json --dot trace.json
 check "show --dot in a missing folder" show plan.json --trace trace.json --dot missing/g.dot
 check "export -o a folder" export plan.json -o cfg
+check "run --trace in a missing folder" run plan.json --trace missing/x.json
+check "export -o a file's name and '/'" export plan.json -o plan.json/
 SETUP='ln -s /dev/null devnull' check "plan -o a link to /dev/null" plan --model tiny --stages 2 -m 2 -o devnull
 SETUP='mkfifo out.fifo' check "plan -o a FIFO" plan --model tiny --stages 2 -m 2 -o out.fifo
 check "plan -o a folder" plan --model tiny --stages 2 -m 2 -o cfg
