@@ -83,10 +83,15 @@ struct FitCommand {
   std::vector<double> time_constants_ms = {10,  20,  30,  50,   70,   100,  150,  200,
                                            300, 500, 700, 1000, 1500, 2000, 3000, 5000};
   bool progress = false;
+  std::string
+      sustained_grid_flag;  // the first of --min-factor, --max-factor, --time-constants-ms given
 
   void check_options() const {
     if (sustained && copy_only)
       throw Error("--copy-only: keeps the compute curves, which --sustained fits (give one)");
+    if (!sustained && !sustained_grid_flag.empty()) {
+      throw Error(sustained_grid_flag + ": only with --sustained (the grid its fit tries)");
+    }
     if (min_factor < 0) throw Error("--min-factor: must be at least 0");
     if (max_factor < min_factor) {
       throw Error(format("--max-factor: %g is below --min-factor %g", max_factor, min_factor));
@@ -270,6 +275,7 @@ Plan replan(const std::string& prefix, const std::string& profile_path, bool& ov
       if (e.field() != "memory_limit_bytes") throw;
       over_memory = true;
       options.memory = "0";
+      options.reserve.clear();  // nothing is kept back from no limit
       return make_plan(make_request(options));
     }
   } catch (const InternalError&) {
@@ -407,16 +413,26 @@ Command add_calibrate_command(CLI::App& app) {
                 "also fit the overlap efficiency of overlapped pairs (dualpipe-v, dualpipe): the "
                 "median, over the runs' pairs whose ops also ran alone, of the efficiency each "
                 "pair's measured time gives");
-  fit->add_option("--min-factor", cmd->fit.min_factor, "the smallest sustained-load factor tried")
+  const auto grid_flag = [cmd](const char* flag) {
+    return [cmd, flag](const std::string&) {
+      if (cmd->fit.sustained_grid_flag.empty()) cmd->fit.sustained_grid_flag = flag;
+    };
+  };
+  fit->add_option("--min-factor", cmd->fit.min_factor,
+                  "--sustained: the smallest sustained-load factor tried")
       ->capture_default_str()
-      ->check(finite_range(-1, kMaxSlowdown));
-  fit->add_option("--max-factor", cmd->fit.max_factor, "the largest sustained-load factor tried")
+      ->check(finite_range(-1, kMaxSlowdown))
+      ->each(grid_flag("--min-factor"));
+  fit->add_option("--max-factor", cmd->fit.max_factor,
+                  "--sustained: the largest sustained-load factor tried")
       ->capture_default_str()
-      ->check(finite_range(-1, kMaxSlowdown));
+      ->check(finite_range(-1, kMaxSlowdown))
+      ->each(grid_flag("--max-factor"));
   fit->add_option("--time-constants-ms", cmd->fit.time_constants_ms,
-                  "the time constants tried, ms, comma-separated (default "
+                  "--sustained: the time constants tried, ms, comma-separated (default "
                   "10,20,30,50,70,100,150,200,300)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->each(grid_flag("--time-constants-ms"));
   fit->add_option("--min-ops", cmd->fit.min_ops,
                   "ops of one type needed for a curve of its own, and transfers for the copy "
                   "factors")

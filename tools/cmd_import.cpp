@@ -109,6 +109,8 @@ Command add_import_command(CLI::App& app) {
   sub->get_option("--microbatches")
       ->required(false)
       ->description("micro-batches per step m (default: the CSV's)");
+  sub->get_option("--bpipe")->description(
+      "BPipe activation transfers: off (an imported order runs as written)");
   sub->add_flag("--join-w", cmd->join_w,
                 "run consecutive W cells of one stage as one concatenated p2");
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");

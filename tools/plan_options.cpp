@@ -62,8 +62,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--reserve", o.reserve,
                  "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
                  "+ 4 %)");
-  app.add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
-      ->capture_default_str();
+  app.add_option("--attention", o.attention,
+                 "materialized, recompute, flash (analytic model; default: flash, a --profile's "
+                 "own)");
   app.add_option("--layers-per-stage", o.layers_per_stage,
                  "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
   app.add_option("--layout", o.layout,
@@ -105,6 +106,11 @@ MemoryBudget memory_budget(const PlanOptions& o, const GpuSpec& gpu) {
   if (!o.reserve.empty()) {
     b.reserve = parse_bytes(o.reserve, "--reserve");
     if (b.reserve < 0) throw Error("--reserve: must not be negative");
+    if (b.memory <= 0) {
+      throw Error("--reserve: " +
+                  std::string(o.memory.empty() ? "--uniform without --memory" : "--memory 0") +
+                  " sets no memory limit to keep it back from");
+    }
   } else if (o.uniform.empty()) {
     b.reserve = default_reserve_bytes(b.memory);
   }
@@ -136,10 +142,20 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
 
 namespace {
 
+// The attention the analytic model estimates: --attention, else flash.
+Attention analytic_attention(const PlanOptions& o) {
+  return o.attention.empty() ? Attention::flash : attention_from_string(o.attention);
+}
+
 Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
   if (!o.uniform.empty()) {
     if (!o.model.empty() || !o.profile.empty()) {
       throw Error("--uniform: cannot be combined with --model or --profile");
+    }
+    // Identical stages of given times: no model whose sequence or attention these could set.
+    if (o.seq != 0) throw Error("--seq: --uniform gives the times (no model to apply it to)");
+    if (!o.attention.empty()) {
+      throw Error("--attention: --uniform gives the times (no model to apply it to)");
     }
     const UniformCosts costs =
         parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
@@ -158,6 +174,10 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
       throw Error("--seq: " + std::to_string(o.seq) + " differs from the profile's sequence " +
                   std::to_string(profile.seq) + " (" + o.profile + ")");
     }
+    if (!o.attention.empty() && attention_from_string(o.attention) != profile.attention) {
+      throw Error("--attention: " + o.attention + " differs from the profile's attention " +
+                  std::string(to_string(profile.attention)) + " (" + o.profile + ")");
+    }
     return profile;
   }
   if (o.model.empty()) throw Error("--model: required (or give --profile or --uniform)");
@@ -165,7 +185,7 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
   AnalyticOptions analytic;
   analytic.seq = o.seq;
   analytic.micro_batch_sizes = {o.mbs};
-  analytic.attention = attention_from_string(o.attention);
+  analytic.attention = analytic_attention(o);
   analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? o.microbatches : o.p2_concat);
   return analytic_profile(model, gpu, analytic);
 }
@@ -203,7 +223,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       AnalyticOptions analytic;
       analytic.seq = o.seq;
       analytic.micro_batch_sizes = {mbs};
-      analytic.attention = attention_from_string(o.attention);
+      analytic.attention = analytic_attention(o);
       analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? global_batch / mbs : o.p2_concat);
       return tensor_parallel_profile(analytic_profile(model, gpu, analytic), o.tensor_parallel);
     };

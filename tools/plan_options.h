@@ -23,9 +23,9 @@ struct PlanOptions {
   std::string schedule = "1f1b";
   std::string backward;  // empty: the family's default (resolve_backward_mode)
   int p2_concat = 0;
-  std::string memory;   // empty: the GPU's HBM size
-  std::string reserve;  // kept back from --memory per GPU; empty: default_reserve_bytes
-  std::string attention = "flash";
+  std::string memory;     // empty: the GPU's HBM size
+  std::string reserve;    // kept back from --memory per GPU; empty: default_reserve_bytes
+  std::string attention;  // empty: flash for the analytic model, a --profile's own
   std::string layers_per_stage;
   std::string layout;  // a Megatron-LM --pipeline-model-parallel-layout (profiles/layout.h)
   std::string uniform;
