@@ -260,6 +260,8 @@ check "plan --memory 0x10GiB" plan --model tiny --stages 2 -m 2 --memory 0x10GiB
 check "plan --memory -0GiB" plan --model tiny --stages 2 -m 2 --memory -0GiB -o '{out}'
 check "plan -m 0x2" plan --model tiny --stages 2 -m 0x2 -o '{out}'
 check "run --seed -1" run plan.json --seed -1 --trace '{out}'
+check "run --seed 2^64" run plan.json --seed 18446744073709551616 --trace '{out}'
+check "run --seed 99999999999999999999" run plan.json --seed 99999999999999999999 --trace '{out}'
 check "run --transport nccl on the CPU" run plan.json --transport nccl --trace '{out}'
 check "run --transport carrier-pigeon" run plan.json --backend cuda --transport carrier-pigeon --trace '{out}'
 check "run --transport device-local, no --emulate" run plan.json --backend cuda --transport device-local --trace '{out}'
