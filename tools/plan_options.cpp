@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
@@ -26,7 +28,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--profile", o.profile,
                  "profile JSON (default: the analytic model; - reads standard input)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
-  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
+  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)")
+      ->each([&o](const std::string&) { o.microbatches_given = true; });
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
   app.add_option("--seq", o.seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
@@ -147,7 +150,9 @@ Attention analytic_attention(const PlanOptions& o) {
   return o.attention.empty() ? Attention::flash : attention_from_string(o.attention);
 }
 
-Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
+// `plan_mbs`: the profile must hold --mbs for every layer (a search with a global batch tries
+// the sizes it holds instead).
+Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan_mbs) {
   if (!o.uniform.empty()) {
     if (!o.model.empty() || !o.profile.empty()) {
       throw Error("--uniform: cannot be combined with --model or --profile");
@@ -178,6 +183,19 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
       throw Error("--attention: " + o.attention + " differs from the profile's attention " +
                   std::string(to_string(profile.attention)) + " (" + o.profile + ")");
     }
+    if (plan_mbs) {
+      const std::vector<LayerKind> layers = profile.model.layer_list();
+      for (const LayerKind kind : std::set<LayerKind>(layers.begin(), layers.end())) {
+        try {
+          static_cast<void>(profile.cost(kind, o.mbs));
+        } catch (const Error& e) {
+          // "profile has no cost for layer kind ..." with the profile's name.
+          const std::string what = e.what();
+          throw Error("--mbs: " + input_name(o.profile) + " " +
+                      what.substr(what.starts_with("profile ") ? 8 : 0));
+        }
+      }
+    }
     return profile;
   }
   if (o.model.empty()) throw Error("--model: required (or give --profile or --uniform)");
@@ -190,6 +208,10 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
   return analytic_profile(model, gpu, analytic);
 }
 
+}  // namespace
+
+namespace {
+PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool plan_mbs = true);
 }  // namespace
 
 SearchRequest make_search_request(const PlanOptions& options, int global_batch,
@@ -207,7 +229,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   // A placeholder that builds no profile for the global batch: the search sets m per size.
   if (global_batch > 0) o.microbatches = 1;
   SearchRequest s;
-  s.base = make_request(o);
+  s.base = request_for(o, nullptr, global_batch == 0);
   if (global_batch == 0) return s;
   s.global_batch = global_batch;
   if (!o.uniform.empty()) {
@@ -237,8 +259,32 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
 
 namespace {
 
+// --layout without --chunks sets the chunks (o.chunks, from its stage count): a count the
+// --schedule family does not run is refused naming the layout, not --chunks.
+void check_layout_chunks(const PlanOptions& o) {
+  const ScheduleFamily& family = find_schedule_family(o.schedule);
+  const ChunkRule& rule = family.traits().chunks;
+  if (rule.accepts(o.chunks)) return;
+  const int replicas = family.traits().replicas;
+  const auto layout_stages = [&](int chunks) {
+    return std::to_string(chunks * o.stages / replicas);
+  };
+  throw Error(
+      "--layout: " + layout_stages(o.chunks) + " stages on " + std::to_string(o.stages) +
+      " devices are " + std::to_string(o.chunks) + (o.chunks == 1 ? " chunk" : " chunks") +
+      " per device" +
+      (replicas > 1
+           ? " (" + o.schedule + " holds each stage " + std::to_string(replicas) + " times)"
+           : "") +
+      "; schedule '" + o.schedule + "' runs " +
+      (rule.min == rule.max
+           ? std::to_string(rule.min) + " (a layout of " + layout_stages(rule.min) + " stages)"
+           : std::to_string(rule.min) + " to " + std::to_string(rule.max) + " (a layout of " +
+                 layout_stages(rule.min) + " to " + layout_stages(rule.max) + " stages)"));
+}
+
 // make_request; with `given`, make_request_for_schedule.
-PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
+PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool plan_mbs) {
   PlanOptions o = options;
   if (!o.layout.empty()) {
     if (!o.layers_per_stage.empty()) {
@@ -271,6 +317,9 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   } else if (o.chunks == 0) {
     o.chunks = default_chunks(find_schedule_family(o.schedule));
   }
+  if (o.microbatches == 0 && !o.microbatches_given) {
+    throw Error("--microbatches: required (micro-batches per step)");
+  }
   PlanRequest r;
   r.devices = o.stages;
   r.chunks = o.chunks;
@@ -286,7 +335,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   // The GPU: --gpu, else the one a measured --profile records, else h100 (an analytic profile is
   // made for the first, so the profile is loaded once and names it either way).
   const GpuSpec requested = find_gpu(o.gpu.empty() ? "h100" : o.gpu);
-  Profile profile = load_request_profile(o, requested);
+  Profile profile = load_request_profile(o, requested, plan_mbs);
   const GpuSpec gpu = o.gpu.empty() && !profile.gpu.empty() ? find_gpu(profile.gpu) : requested;
   // A measured profile's costs are its GPU's: labelling them another GPU would mix two machines.
   if (!o.gpu.empty() && !o.profile.empty() && !profile.gpu.empty() &&
@@ -298,7 +347,11 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }
-  if (!o.layout.empty()) r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
+  if (!o.layout.empty()) {
+    r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
+    // The chunks come from the layout here: a count the family does not run is the layout's.
+    if (given == nullptr) check_layout_chunks(o);
+  }
   check_plan_request(r);
   r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
   if (!o.overlap_efficiency.empty()) {

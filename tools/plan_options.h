@@ -17,6 +17,7 @@ struct PlanOptions {
   std::string profile;  // a profile file; else analytic (or uniform)
   int stages = 0;
   int microbatches = 0;
+  bool microbatches_given = false;  // -m on the command line (0 given is refused as 0, not missing)
   int mbs = 1;
   int seq = 0;
   int chunks = 0;  // 0: the family's own count (default_chunks: 1, or 2 for the V families)

@@ -451,6 +451,34 @@ TEST_F(Cli, SearchKeepsToAGivenScheduleAndBackwardMode) {
   EXPECT_NE(r.out.find("tiny on 2 x h100-sxm: gpipe, backward 2bp"), std::string::npos) << r.out;
 }
 
+// A refusal names the option the user gave, or the one that is missing.
+TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
+  const auto error = [&](const std::string& args) { return run(args).out; };
+  EXPECT_EQ(error("plan --model tiny --stages 2"),
+            "pipeplan: error: --microbatches: required (micro-batches per step)\n");
+  EXPECT_EQ(error("compare --model tiny --stages 2"),
+            "pipeplan: error: --microbatches: required (micro-batches per step)\n");
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 0"),
+            "pipeplan: error: --microbatches: must be at least 1\n");
+  // The layout sets the chunks: dualpipe holds its stages twice.
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule dualpipe --layout 'Et|t|t|tL'"),
+            "pipeplan: error: --layout: 4 stages on 2 devices are 4 chunks per device (dualpipe "
+            "holds each stage 2 times); schedule 'dualpipe' runs 2 (a layout of 2 stages)\n");
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule zb-v --layout 'Et|tttL'"),
+            "pipeplan: error: --layout: 2 stages on 2 devices are 1 chunk per device; schedule "
+            "'zb-v' runs 2 (a layout of 4 stages)\n");
+  // A profile that lacks --mbs for one layer kind: the file and the option are named.
+  const std::string profile = path("p.json");
+  ASSERT_EQ(run("profile --analytic --model tiny --mbs 1,2 -o " + profile).status, 0);
+  auto j = nlohmann::json::parse(std::ifstream(profile));
+  j["layers"]["embedding"].erase("2");
+  std::ofstream(profile) << j.dump();
+  EXPECT_EQ(error("plan --profile " + profile + " --stages 2 -m 2 --mbs 2"),
+            "pipeplan: error: --mbs: " + profile +
+                " has no cost for layer kind 'embedding' at micro-batch size 2 (sizes present: "
+                "1)\n");
+}
+
 // The V families take two chunks per device and nothing else: without --chunks they run two,
 // the same plan as --chunks 2, in their own backward mode (2bp); any other count is refused.
 TEST_F(Cli, VFamiliesRunTheirOnlyChunkCountWithoutChunks) {
