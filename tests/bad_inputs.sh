@@ -281,6 +281,8 @@ check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-
 check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
 check "calibrate fit --overlap without pairs" calibrate fit --overlap --profile profile.json -o '{out}' run
 check "calibrate eval: a profile that is not there" calibrate eval --profile missing.json run
+SETUP="echo '# command: pipeplan show x' >run.plan.txt" \
+  check "calibrate eval: a recorded command that is not plan" calibrate eval --profile profile.json run
 check "calibrate copy: from a profile without contention" calibrate copy --from profile.json -o '{out}' profile.json
 check "calibrate copy -o onto its input" calibrate copy --from profile.json -o profile.json profile.json
 check "calibrate working-memory: none measured" calibrate working-memory --from profile.json -o '{out}' profile.json

@@ -299,8 +299,9 @@ struct EvalCommand {
     for (const std::string& label : labels)
       width = std::max(width, label.size());
     const int w = static_cast<int>(width);
-    std::cout << format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
-                        "before ms", "error", "after ms", "error", "memory before", "after");
+    // The table is printed once every run is read and predicted: a bad input is one line.
+    std::string table = format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
+                               "before ms", "error", "after ms", "error", "memory before", "after");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const std::string& prefix = runs[i];
       if (report) report(format("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
@@ -332,12 +333,13 @@ struct EvalCommand {
                         worst_memory_error_pct(peaks.predicted_bytes, peaks.measured_bytes),
                         worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
       }
-      std::cout << format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
-                          labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,
-                          100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
-                          100 * (measured / after.makespan_us - 1), memory.c_str(),
-                          replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
+      table += format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w, labels[i].c_str(),
+                      measured / 1e3, before.makespan_us / 1e3,
+                      100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
+                      100 * (measured / after.makespan_us - 1), memory.c_str(),
+                      replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
     }
+    std::cout << table;
     return 0;
   }
 };
