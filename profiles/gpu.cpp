@@ -119,13 +119,15 @@ std::vector<GpuSpec> gpus_from_json(const nlohmann::json& j, const std::string& 
   std::unordered_map<std::string, std::size_t> owner;
   for (std::size_t i = 0; i < list.size(); ++i) {
     GpuSpec g = gpu_from_json(list[i], source, i);
-    std::vector<std::string> names = g.aliases;
-    names.push_back(g.name);
-    for (const std::string& n : names) {
+    // Each name with the field that gives it: the one repeating another GPU's is named.
+    std::vector<std::pair<std::string, std::string>> names = {{g.name, "name"}};
+    for (std::size_t a = 0; a < g.aliases.size(); ++a)
+      names.emplace_back(g.aliases[a], "aliases[" + std::to_string(a) + "]");
+    for (const auto& [n, field] : names) {
       const auto [it, fresh] = owner.try_emplace(n, i);
       if (!fresh && it->second != i) {
-        throw Error(source + ": field 'gpus[" + std::to_string(i) + "].name' repeats a name of '" +
-                    gpus[it->second].name + "'");
+        throw Error(source + ": field 'gpus[" + std::to_string(i) + "]." + field + "' ('" + n +
+                    "') repeats a name of '" + gpus[it->second].name + "'");
       }
     }
     gpus.push_back(std::move(g));

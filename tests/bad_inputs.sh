@@ -84,6 +84,12 @@ for i in range(20000):
     e = dict(entry); e["name"] = "gpu%d" % i; e["aliases"] = []
     g["gpus"].append(e)
 json.dump(g, open("gpus_20k/gpus.json", "w"))
+# An analytic profile with working memory in it (as calibrate working-memory writes one).
+p = json.load(open("profile.json"))
+for by_mbs in p["layers"].values():
+    for cost in by_mbs.values():
+        cost["forward_work_bytes"] = cost["p1_work_bytes"] = 1024
+write("profile_analytic_work.json", p)
 open("plan_nul.json", "wb").write(open("plan.json", "rb").read() + b"\0garbage")
 trace = json.load(open("trace.json"))
 text = json.dumps(trace)
@@ -223,6 +229,8 @@ SETUP='ln -s plan.json alias.json' check "show --trace onto a link to its plan" 
 check "show --trace and --dot onto one file" show plan.json --trace trace.json --dot trace.json
 check "show --dot in a missing folder" show plan.json --trace trace.json --dot missing/g.dot
 check "export -o a folder" export plan.json -o cfg
+check "run --trace in a missing folder" run plan.json --trace missing/x.json
+check "export -o a file's name and '/'" export plan.json -o plan.json/
 SETUP='ln -s /dev/null devnull' check "plan -o a link to /dev/null" plan --model tiny --stages 2 -m 2 -o devnull
 SETUP='mkfifo out.fifo' check "plan -o a FIFO" plan --model tiny --stages 2 -m 2 -o out.fifo
 check "plan -o a folder" plan --model tiny --stages 2 -m 2 -o cfg
@@ -252,6 +260,8 @@ check "plan --memory 0x10GiB" plan --model tiny --stages 2 -m 2 --memory 0x10GiB
 check "plan --memory -0GiB" plan --model tiny --stages 2 -m 2 --memory -0GiB -o '{out}'
 check "plan -m 0x2" plan --model tiny --stages 2 -m 0x2 -o '{out}'
 check "run --seed -1" run plan.json --seed -1 --trace '{out}'
+check "run --seed 2^64" run plan.json --seed 18446744073709551616 --trace '{out}'
+check "run --seed 99999999999999999999" run plan.json --seed 99999999999999999999 --trace '{out}'
 check "run --transport nccl on the CPU" run plan.json --transport nccl --trace '{out}'
 check "run --transport carrier-pigeon" run plan.json --backend cuda --transport carrier-pigeon --trace '{out}'
 check "run --transport device-local, no --emulate" run plan.json --backend cuda --transport device-local --trace '{out}'
@@ -271,11 +281,33 @@ check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-
 check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
 check "calibrate fit --overlap without pairs" calibrate fit --overlap --profile profile.json -o '{out}' run
 check "calibrate eval: a profile that is not there" calibrate eval --profile missing.json run
+SETUP="echo '# command: pipeplan show x' >run.plan.txt" \
+  check "calibrate eval: a recorded command that is not plan" calibrate eval --profile profile.json run
 check "calibrate copy: from a profile without contention" calibrate copy --from profile.json -o '{out}' profile.json
 check "calibrate copy -o onto its input" calibrate copy --from profile.json -o profile.json profile.json
 check "calibrate working-memory: none measured" calibrate working-memory --from profile.json -o '{out}' profile.json
 check "calibrate working-memory: from a plan" calibrate working-memory --from plan.json -o '{out}' profile.json
 check "calibrate: no subcommand" calibrate
+check "calibrate working-memory: from an analytic profile" calibrate working-memory --from profile_analytic_work.json -o '{out}' profile.json
+check "calibrate fit --min-factor without --sustained" calibrate fit --min-factor 0.5 --profile profile.json -o '{out}' run
+# Options that a mode or an input decides, given beside it.
+check "plan --attention beside a profile's" plan --profile profile.json --stages 2 -m 2 --attention materialized -o '{out}'
+check "plan --uniform --attention" plan --uniform 1:1:1:0 --stages 2 -m 2 --attention flash -o '{out}'
+check "plan --uniform --seq" plan --uniform 1:1:1:0 --stages 2 -m 2 --seq 64 -o '{out}'
+check "plan --search --layout" plan --model tiny --stages 2 --search --global-batch 8 --layout 'Et|tttL' -o '{out}'
+check "plan --search --chunks" plan --model tiny --stages 2 --search --global-batch 8 --chunks 2 -o '{out}'
+check "plan --search --global-batch -m" plan --model tiny --stages 2 --search --global-batch 8 -m 4 -o '{out}'
+check "plan --search --search-mbs, no --global-batch" plan --model tiny --stages 2 --search -m 4 --search-mbs 1,2 -o '{out}'
+check "plan --search --bpipe auto" plan --model tiny --stages 2 --search --bpipe auto --global-batch 8 -o '{out}'
+check "plan --global-batch without --search" plan --model tiny --stages 2 -m 4 --global-batch 8 -o '{out}'
+check "plan --search-mbs without --search" plan --model tiny --stages 2 -m 4 --search-mbs 1,2 -o '{out}'
+check "plan --bpipe auto --schedule gpipe" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --schedule gpipe -o '{out}'
+check "plan --bpipe auto --backward 2bp" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --backward 2bp -o '{out}'
+check "plan --memory 0 --reserve 10GiB" plan --model tiny --stages 2 -m 2 --memory 0 --reserve 10GiB -o '{out}'
+check "plan --uniform --reserve, no --memory" plan --uniform 1:1:1:0 --stages 2 -m 2 --reserve 1GiB -o '{out}'
+check "compare --bpipe auto" compare --model tiny --stages 2 -m 2 --bpipe auto
+check "profile --analytic --sm-partition 8" profile --analytic --model tiny --sm-partition 8 -o '{out}'
+check "profile --analytic --repetitions 5" profile --analytic --model tiny --repetitions 5 -o '{out}'
 
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]

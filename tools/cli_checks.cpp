@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "planner/base/limits.h"
@@ -60,6 +61,15 @@ CLI::Validator decimal_integer(bool is_signed) {
             if (digits == 1 && !is_signed) return "'" + text + "' must not be negative";
             if (digits == 1 && text.find_first_not_of('0', 1) == std::string::npos) {
               return "'" + text + "' is not a decimal integer (a zero has no sign)";
+            }
+            // CLI11 reads an unsigned value past 64 bits as the largest one: refused instead.
+            if (!is_signed) {
+              std::uint64_t value = 0;
+              const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+              if (ec == std::errc::result_out_of_range) {
+                return "'" + text + "' is above the limit of " +
+                       std::to_string(std::numeric_limits<std::uint64_t>::max());
+              }
             }
             return "";
           },

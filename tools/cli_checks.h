@@ -20,7 +20,8 @@ CLI::Validator int_range(std::int64_t lo, std::int64_t hi);
 CLI::Validator finite_range(double above, double hi);
 
 // A decimal integer: digits with an optional '-' when `is_signed` ("0x10", "1e3", "-0", and "-1"
-// for an unsigned option are refused; CLI11 would read the first as 16 and wrap the last).
+// for an unsigned option are refused; CLI11 would read the first as 16 and wrap the last), and
+// for an unsigned option at most 2^64 - 1 (CLI11 would read a larger one as that).
 CLI::Validator decimal_integer(bool is_signed);
 // Adds non_empty() to every option of `app` and of its subcommands that takes a value, and
 // decimal_integer() to every integer option.

@@ -119,8 +119,9 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--reserve", o.reserve,
                   "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
                   "+ 4 %)");
-  sub->add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
-      ->capture_default_str();
+  sub->add_option("--attention", o.attention,
+                  "materialized, recompute, flash (analytic model; default: flash, a --profile's "
+                  "own)");
   sub->add_option("--tensor-parallel", cmd->tensor_parallel,
                   "GPUs per stage, or auto: the smallest of 1, 2, 4, 8 that fits without BPipe")
       ->capture_default_str();

@@ -83,10 +83,15 @@ struct FitCommand {
   std::vector<double> time_constants_ms = {10,  20,  30,  50,   70,   100,  150,  200,
                                            300, 500, 700, 1000, 1500, 2000, 3000, 5000};
   bool progress = false;
+  std::string
+      sustained_grid_flag;  // the first of --min-factor, --max-factor, --time-constants-ms given
 
   void check_options() const {
     if (sustained && copy_only)
       throw Error("--copy-only: keeps the compute curves, which --sustained fits (give one)");
+    if (!sustained && !sustained_grid_flag.empty()) {
+      throw Error(sustained_grid_flag + ": only with --sustained (the grid its fit tries)");
+    }
     if (min_factor < 0) throw Error("--min-factor: must be at least 0");
     if (max_factor < min_factor) {
       throw Error(format("--max-factor: %g is below --min-factor %g", max_factor, min_factor));
@@ -270,6 +275,7 @@ Plan replan(const std::string& prefix, const std::string& profile_path, bool& ov
       if (e.field() != "memory_limit_bytes") throw;
       over_memory = true;
       options.memory = "0";
+      options.reserve.clear();  // nothing is kept back from no limit
       return make_plan(make_request(options));
     }
   } catch (const InternalError&) {
@@ -293,8 +299,9 @@ struct EvalCommand {
     for (const std::string& label : labels)
       width = std::max(width, label.size());
     const int w = static_cast<int>(width);
-    std::cout << format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
-                        "before ms", "error", "after ms", "error", "memory before", "after");
+    // The table is printed once every run is read and predicted: a bad input is one line.
+    std::string table = format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
+                               "before ms", "error", "after ms", "error", "memory before", "after");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const std::string& prefix = runs[i];
       if (report) report(format("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
@@ -326,12 +333,13 @@ struct EvalCommand {
                         worst_memory_error_pct(peaks.predicted_bytes, peaks.measured_bytes),
                         worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
       }
-      std::cout << format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
-                          labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,
-                          100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
-                          100 * (measured / after.makespan_us - 1), memory.c_str(),
-                          replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
+      table += format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w, labels[i].c_str(),
+                      measured / 1e3, before.makespan_us / 1e3,
+                      100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
+                      100 * (measured / after.makespan_us - 1), memory.c_str(),
+                      replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
     }
+    std::cout << table;
     return 0;
   }
 };
@@ -407,16 +415,26 @@ Command add_calibrate_command(CLI::App& app) {
                 "also fit the overlap efficiency of overlapped pairs (dualpipe-v, dualpipe): the "
                 "median, over the runs' pairs whose ops also ran alone, of the efficiency each "
                 "pair's measured time gives");
-  fit->add_option("--min-factor", cmd->fit.min_factor, "the smallest sustained-load factor tried")
+  const auto grid_flag = [cmd](const char* flag) {
+    return [cmd, flag](const std::string&) {
+      if (cmd->fit.sustained_grid_flag.empty()) cmd->fit.sustained_grid_flag = flag;
+    };
+  };
+  fit->add_option("--min-factor", cmd->fit.min_factor,
+                  "--sustained: the smallest sustained-load factor tried")
       ->capture_default_str()
-      ->check(finite_range(-1, kMaxSlowdown));
-  fit->add_option("--max-factor", cmd->fit.max_factor, "the largest sustained-load factor tried")
+      ->check(finite_range(-1, kMaxSlowdown))
+      ->each(grid_flag("--min-factor"));
+  fit->add_option("--max-factor", cmd->fit.max_factor,
+                  "--sustained: the largest sustained-load factor tried")
       ->capture_default_str()
-      ->check(finite_range(-1, kMaxSlowdown));
+      ->check(finite_range(-1, kMaxSlowdown))
+      ->each(grid_flag("--max-factor"));
   fit->add_option("--time-constants-ms", cmd->fit.time_constants_ms,
-                  "the time constants tried, ms, comma-separated (default "
+                  "--sustained: the time constants tried, ms, comma-separated (default "
                   "10,20,30,50,70,100,150,200,300)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->each(grid_flag("--time-constants-ms"));
   fit->add_option("--min-ops", cmd->fit.min_ops,
                   "ops of one type needed for a curve of its own, and transfers for the copy "
                   "factors")

@@ -55,6 +55,11 @@ struct CompareCommand {
   }
 
   int run() const {
+    if (options.bpipe == "auto") {
+      throw Error(
+          "--bpipe: compare takes off or on (auto chooses micro-batch sizes for a global batch: "
+          "plan --bpipe auto --global-batch N)");
+    }
     // Inputs every row shares (model, GPU, profile, costs, sizes, memory) are checked once:
     // bad ones are one error line and a non-zero exit, not a table of rows that all failed.
     static_cast<void>(make_request(options));
@@ -146,6 +151,7 @@ Command add_compare_command(CLI::App& app) {
   auto cmd = std::make_shared<CompareCommand>();
   auto* sub = app.add_subcommand("compare", "every schedule x backward mode on the same inputs");
   add_plan_options(*sub, cmd->options, false);
+  sub->get_option("--bpipe")->description("BPipe activation transfers: off, on");
   sub->add_flag("--json", cmd->json, "machine-readable rows");
   return {sub, [cmd] { return cmd->run(); }};
 }

@@ -74,8 +74,11 @@ struct ImportCommand {
     std::string layers_note;
     if (const auto split = side_split(request, schedule, layers_note)) {
       if (!request.layers_per_stage.empty() && request.layers_per_stage != *split) {
-        throw Error("--layers-per-stage: " + options.layers_per_stage + " differs from " +
-                    layers_note.substr(0, layers_note.size() - 1));
+        // The split given: --layout's or --layers-per-stage's (make_request takes one of them).
+        const bool by_layout = !options.layout.empty();
+        throw Error(std::string(by_layout ? "--layout: '" : "--layers-per-stage: ") +
+                    (by_layout ? options.layout + "'" : options.layers_per_stage) +
+                    " differs from " + layers_note.substr(0, layers_note.size() - 1));
       }
       request.layers_per_stage = *split;
     }
@@ -109,6 +112,8 @@ Command add_import_command(CLI::App& app) {
   sub->get_option("--microbatches")
       ->required(false)
       ->description("micro-batches per step m (default: the CSV's)");
+  sub->get_option("--bpipe")->description(
+      "BPipe activation transfers: off (an imported order runs as written)");
   sub->add_flag("--join-w", cmd->join_w,
                 "run consecutive W cells of one stage as one concatenated p2");
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");

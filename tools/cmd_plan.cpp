@@ -19,13 +19,60 @@ namespace pipeplan {
 namespace {
 
 struct PlanCommand {
+  CLI::App* app = nullptr;
   PlanOptions options;
   std::string output;
   bool json = false;
   bool search = false;
   int global_batch = 0;
   std::string search_mbs;
+
+  bool given(const char* flag) const { return app->count(flag) > 0; }
+  // What a mode chooses itself is not an option beside it: each one given there is refused.
+  void check_modes() const {
+    const bool bpipe_auto = options.bpipe == "auto";
+    if (!search && !bpipe_auto) {
+      if (given("--global-batch")) {
+        throw Error(
+            "--global-batch: only with --search or --bpipe auto (a plan's batch is -m x --mbs)");
+      }
+      if (given("--search-mbs")) throw Error("--search-mbs: only with --search or --bpipe auto");
+      return;
+    }
+    if (search && bpipe_auto) {
+      throw Error(
+          "--bpipe: auto chooses BPipe among 1f1b plans and --search among schedules (give one "
+          "of them)");
+    }
+    const std::string mode = search ? "--search" : "--bpipe auto";
+    if (bpipe_auto && given("--schedule") && options.schedule != "1f1b") {
+      throw Error("--schedule: --bpipe auto plans 1f1b, not " + options.schedule);
+    }
+    if (bpipe_auto && given("--backward")) {
+      throw Error("--backward: --bpipe auto tries every backward mode (leave it out)");
+    }
+    for (const char* flag : {"--chunks", "--layers-per-stage", "--layout"}) {
+      if (given(flag)) {
+        throw Error(std::string(flag) + ": " + mode +
+                    " chooses the chunks and the split itself (leave it out)");
+      }
+    }
+    if (global_batch > 0) {
+      for (const char* flag : {"--microbatches", "--mbs"}) {
+        if (given(flag)) {
+          throw Error(std::string(flag) +
+                      ": --global-batch sets the micro-batch size (from --search-mbs) and m = "
+                      "global batch / mbs (leave it out)");
+        }
+      }
+    } else if (given("--search-mbs")) {
+      throw Error("--search-mbs: needs --global-batch (without it " + mode +
+                  " keeps -m and --mbs)");
+    }
+  }
+
   int run() const {
+    check_modes();
     if (search) return run_search();
     if (options.bpipe == "auto") return run_bpipe_auto();
     const PlanRequest request = make_request(options);
@@ -85,8 +132,10 @@ struct PlanCommand {
   int run_search() const {
     if (global_batch == 0 && options.microbatches < 1)
       throw Error("--global-batch: required by --search (or give --microbatches)");
-    const SearchRequest request =
-        make_search_request(options, global_batch, search_mbs, "--search-mbs");
+    SearchRequest request = make_search_request(options, global_batch, search_mbs, "--search-mbs");
+    // --schedule and --backward, when given, keep the search to that family and mode.
+    if (given("--schedule")) request.only_schedule = options.schedule;
+    if (given("--backward")) request.only_backward = backward_mode_from_string(options.backward);
     check_output_early();
     const SearchResult result = search_plans(request);
     if (!output.empty()) save_plan(result.best.graph, output);
@@ -106,17 +155,20 @@ struct PlanCommand {
 Command add_plan_command(CLI::App& app) {
   auto cmd = std::make_shared<PlanCommand>();
   auto* sub = app.add_subcommand("plan", "plan a schedule, write its task graph");
+  cmd->app = sub;
   add_plan_options(*sub, cmd->options, true);
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");
   sub->add_flag("--json", cmd->json, "print machine-readable metrics");
   sub->add_flag("--search", cmd->search,
-                "search mbs, schedule (auto included), backward, chunks and partition; print the "
-                "Pareto front of step time vs peak memory, write the best plan with -o");
+                "search mbs, schedule (auto included), backward, chunks and partition (--schedule "
+                "and --backward keep it to one family and mode); print the Pareto front of step "
+                "time vs peak memory, write the best plan with -o");
   sub->add_option("--global-batch", cmd->global_batch,
-                  "samples per step for --search (m = global batch / mbs)")
+                  "samples per step for --search and --bpipe auto (m = global batch / mbs)")
       ->check(int_range(1, limits::kMaxGlobalBatch));
   sub->add_option("--search-mbs", cmd->search_mbs,
-                  "micro-batch sizes --search tries, e.g. 1,2,4 (default 1,2,4,8)");
+                  "micro-batch sizes --search and --bpipe auto try with --global-batch, e.g. "
+                  "1,2,4 (default 1,2,4,8)");
   return {sub, [cmd] { return cmd->run(); }};
 }
 

@@ -36,7 +36,9 @@ struct ProfileCommand {
   bool analytic = false;
   std::string backend;  // "cuda": measure on the GPU (the CUDA plugin, runtime/gpu_plugin.h)
   int sm_partition = 0;
+  bool sm_partition_given = false;
   int repetitions = 20;
+  bool repetitions_given = false;
   int gemm_candidates = 1;
   std::string sustain_seconds = "20";
   std::string cooldown_seconds = "5";
@@ -56,6 +58,10 @@ struct ProfileCommand {
           "this machine's CPU backend)");
     }
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
+    if (sm_partition_given) throw Error("--sm-partition: only with --backend cuda");
+    if (repetitions_given) {
+      throw Error("--repetitions: only with --backend cuda or cpu (--analytic times nothing)");
+    }
     if (load_given) {
       throw Error(
           "--sustain-seconds, --cooldown-seconds: only with --backend cuda (a load run "
@@ -82,7 +88,7 @@ struct ProfileCommand {
       throw Error("--gpu: a CPU profile names the gpus.json entry '" +
                   std::string(cpu::kCpuDeviceName) + "' (leave --gpu out)");
     }
-    if (sm_partition > 0) throw Error("--sm-partition: only with --backend cuda");
+    if (sm_partition_given) throw Error("--sm-partition: only with --backend cuda");
     if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
     if (load_given) {
       throw Error(
@@ -168,10 +174,12 @@ Command add_profile_command(CLI::App& app) {
   sub->add_option("--backend", cmd->backend,
                   "cuda: measure on the GPU; cpu: on the CPU reference backend");
   sub->add_option("--sm-partition", cmd->sm_partition, "cuda: run in a green context of N SMs")
-      ->check(int_range(0, kMaxSms));
+      ->check(int_range(0, kMaxSms))
+      ->each([cmd](const std::string&) { cmd->sm_partition_given = true; });
   sub->add_option("--repetitions", cmd->repetitions, "cuda, cpu: timed runs per pass (median kept)")
       ->capture_default_str()
-      ->check(int_range(1, kMaxRepetitions));
+      ->check(int_range(1, kMaxRepetitions))
+      ->each([cmd](const std::string&) { cmd->repetitions_given = true; });
   sub->add_option("--gemm-candidates", cmd->gemm_candidates,
                   "cuda: run each GEMM shape with the fastest of N cuBLASLt answers (timed in the "
                   "warm-up; 1: the heuristic's first)")

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
@@ -26,7 +28,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--profile", o.profile,
                  "profile JSON (default: the analytic model; - reads standard input)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();
-  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)");
+  app.add_option("--microbatches,-m", o.microbatches, "micro-batches per step m (required)")
+      ->each([&o](const std::string&) { o.microbatches_given = true; });
   app.add_option("--mbs", o.mbs, "micro-batch size")->capture_default_str();
   app.add_option("--seq", o.seq, "sequence length (default: the model's)")
       ->check(int_range(1, limits::kMaxSeq));
@@ -62,8 +65,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--reserve", o.reserve,
                  "kept back from --memory for CUDA context, NCCL, fragmentation (default: 1GiB "
                  "+ 4 %)");
-  app.add_option("--attention", o.attention, "materialized, recompute, flash (analytic)")
-      ->capture_default_str();
+  app.add_option("--attention", o.attention,
+                 "materialized, recompute, flash (analytic model; default: flash, a --profile's "
+                 "own)");
   app.add_option("--layers-per-stage", o.layers_per_stage,
                  "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
   app.add_option("--layout", o.layout,
@@ -105,6 +109,11 @@ MemoryBudget memory_budget(const PlanOptions& o, const GpuSpec& gpu) {
   if (!o.reserve.empty()) {
     b.reserve = parse_bytes(o.reserve, "--reserve");
     if (b.reserve < 0) throw Error("--reserve: must not be negative");
+    if (b.memory <= 0) {
+      throw Error("--reserve: " +
+                  std::string(o.memory.empty() ? "--uniform without --memory" : "--memory 0") +
+                  " sets no memory limit to keep it back from");
+    }
   } else if (o.uniform.empty()) {
     b.reserve = default_reserve_bytes(b.memory);
   }
@@ -136,10 +145,22 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
 
 namespace {
 
-Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
+// The attention the analytic model estimates: --attention, else flash.
+Attention analytic_attention(const PlanOptions& o) {
+  return o.attention.empty() ? Attention::flash : attention_from_string(o.attention);
+}
+
+// `plan_mbs`: the profile must hold --mbs for every layer (a search with a global batch tries
+// the sizes it holds instead).
+Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan_mbs) {
   if (!o.uniform.empty()) {
     if (!o.model.empty() || !o.profile.empty()) {
       throw Error("--uniform: cannot be combined with --model or --profile");
+    }
+    // Identical stages of given times: no model whose sequence or attention these could set.
+    if (o.seq != 0) throw Error("--seq: --uniform gives the times (no model to apply it to)");
+    if (!o.attention.empty()) {
+      throw Error("--attention: --uniform gives the times (no model to apply it to)");
     }
     const UniformCosts costs =
         parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
@@ -158,6 +179,23 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
       throw Error("--seq: " + std::to_string(o.seq) + " differs from the profile's sequence " +
                   std::to_string(profile.seq) + " (" + o.profile + ")");
     }
+    if (!o.attention.empty() && attention_from_string(o.attention) != profile.attention) {
+      throw Error("--attention: " + o.attention + " differs from the profile's attention " +
+                  std::string(to_string(profile.attention)) + " (" + o.profile + ")");
+    }
+    if (plan_mbs) {
+      const std::vector<LayerKind> layers = profile.model.layer_list();
+      for (const LayerKind kind : std::set<LayerKind>(layers.begin(), layers.end())) {
+        try {
+          static_cast<void>(profile.cost(kind, o.mbs));
+        } catch (const Error& e) {
+          // "profile has no cost for layer kind ..." with the profile's name.
+          const std::string what = e.what();
+          throw Error("--mbs: " + input_name(o.profile) + " " +
+                      what.substr(what.starts_with("profile ") ? 8 : 0));
+        }
+      }
+    }
     return profile;
   }
   if (o.model.empty()) throw Error("--model: required (or give --profile or --uniform)");
@@ -165,11 +203,15 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu) {
   AnalyticOptions analytic;
   analytic.seq = o.seq;
   analytic.micro_batch_sizes = {o.mbs};
-  analytic.attention = attention_from_string(o.attention);
+  analytic.attention = analytic_attention(o);
   analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? o.microbatches : o.p2_concat);
   return analytic_profile(model, gpu, analytic);
 }
 
+}  // namespace
+
+namespace {
+PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool plan_mbs = true);
 }  // namespace
 
 SearchRequest make_search_request(const PlanOptions& options, int global_batch,
@@ -187,7 +229,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   // A placeholder that builds no profile for the global batch: the search sets m per size.
   if (global_batch > 0) o.microbatches = 1;
   SearchRequest s;
-  s.base = make_request(o);
+  s.base = request_for(o, nullptr, global_batch == 0);
   if (global_batch == 0) return s;
   s.global_batch = global_batch;
   if (!o.uniform.empty()) {
@@ -203,7 +245,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       AnalyticOptions analytic;
       analytic.seq = o.seq;
       analytic.micro_batch_sizes = {mbs};
-      analytic.attention = attention_from_string(o.attention);
+      analytic.attention = analytic_attention(o);
       analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? global_batch / mbs : o.p2_concat);
       return tensor_parallel_profile(analytic_profile(model, gpu, analytic), o.tensor_parallel);
     };
@@ -217,8 +259,32 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
 
 namespace {
 
+// --layout without --chunks sets the chunks (o.chunks, from its stage count): a count the
+// --schedule family does not run is refused naming the layout, not --chunks.
+void check_layout_chunks(const PlanOptions& o) {
+  const ScheduleFamily& family = find_schedule_family(o.schedule);
+  const ChunkRule& rule = family.traits().chunks;
+  if (rule.accepts(o.chunks)) return;
+  const int replicas = family.traits().replicas;
+  const auto layout_stages = [&](int chunks) {
+    return std::to_string(chunks * o.stages / replicas);
+  };
+  throw Error(
+      "--layout: " + layout_stages(o.chunks) + " stages on " + std::to_string(o.stages) +
+      " devices are " + std::to_string(o.chunks) + (o.chunks == 1 ? " chunk" : " chunks") +
+      " per device" +
+      (replicas > 1
+           ? " (" + o.schedule + " holds each stage " + std::to_string(replicas) + " times)"
+           : "") +
+      "; schedule '" + o.schedule + "' runs " +
+      (rule.min == rule.max
+           ? std::to_string(rule.min) + " (a layout of " + layout_stages(rule.min) + " stages)"
+           : std::to_string(rule.min) + " to " + std::to_string(rule.max) + " (a layout of " +
+                 layout_stages(rule.min) + " to " + layout_stages(rule.max) + " stages)"));
+}
+
 // make_request; with `given`, make_request_for_schedule.
-PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
+PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool plan_mbs) {
   PlanOptions o = options;
   if (!o.layout.empty()) {
     if (!o.layers_per_stage.empty()) {
@@ -251,6 +317,9 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   } else if (o.chunks == 0) {
     o.chunks = default_chunks(find_schedule_family(o.schedule));
   }
+  if (o.microbatches == 0 && !o.microbatches_given) {
+    throw Error("--microbatches: required (micro-batches per step)");
+  }
   PlanRequest r;
   r.devices = o.stages;
   r.chunks = o.chunks;
@@ -266,7 +335,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   // The GPU: --gpu, else the one a measured --profile records, else h100 (an analytic profile is
   // made for the first, so the profile is loaded once and names it either way).
   const GpuSpec requested = find_gpu(o.gpu.empty() ? "h100" : o.gpu);
-  Profile profile = load_request_profile(o, requested);
+  Profile profile = load_request_profile(o, requested, plan_mbs);
   const GpuSpec gpu = o.gpu.empty() && !profile.gpu.empty() ? find_gpu(profile.gpu) : requested;
   // A measured profile's costs are its GPU's: labelling them another GPU would mix two machines.
   if (!o.gpu.empty() && !o.profile.empty() && !profile.gpu.empty() &&
@@ -278,7 +347,11 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given) {
   if (!o.layers_per_stage.empty()) {
     r.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   }
-  if (!o.layout.empty()) r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
+  if (!o.layout.empty()) {
+    r.layers_per_stage = blocks_from_megatron_layout(o.layout, profile.model);
+    // The chunks come from the layout here: a count the family does not run is the layout's.
+    if (given == nullptr) check_layout_chunks(o);
+  }
   check_plan_request(r);
   r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
   if (!o.overlap_efficiency.empty()) {

@@ -17,15 +17,16 @@ struct PlanOptions {
   std::string profile;  // a profile file; else analytic (or uniform)
   int stages = 0;
   int microbatches = 0;
+  bool microbatches_given = false;  // -m on the command line (0 given is refused as 0, not missing)
   int mbs = 1;
   int seq = 0;
   int chunks = 0;  // 0: the family's own count (default_chunks: 1, or 2 for the V families)
   std::string schedule = "1f1b";
   std::string backward;  // empty: the family's default (resolve_backward_mode)
   int p2_concat = 0;
-  std::string memory;   // empty: the GPU's HBM size
-  std::string reserve;  // kept back from --memory per GPU; empty: default_reserve_bytes
-  std::string attention = "flash";
+  std::string memory;     // empty: the GPU's HBM size
+  std::string reserve;    // kept back from --memory per GPU; empty: default_reserve_bytes
+  std::string attention;  // empty: flash for the analytic model, a --profile's own
   std::string layers_per_stage;
   std::string layout;  // a Megatron-LM --pipeline-model-parallel-layout (profiles/layout.h)
   std::string uniform;

@@ -135,15 +135,40 @@ struct Target {
   mode_t mode = 0;
 };
 
+// The folder an output's temporary is created in must exist and take new files: checked with
+// the target, so that a command checking its outputs early learns of a missing folder early.
+void check_target_folder(const std::filesystem::path& target) {
+  const std::filesystem::path dir = target.parent_path().empty() ? "." : target.parent_path();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) throw Error(cannot_create(target, errno));
+  if (!S_ISDIR(st.st_mode)) throw Error(cannot_create(target, ENOTDIR));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(cannot_create(target, errno));
+}
+
 Target check_target(const std::filesystem::path& path) {
   if (path.empty()) throw Error("output file name is empty");
-  if (path.filename().empty() || path.filename() == "." || path.filename() == "..") {
+  if (path.filename() == "." || path.filename() == "..") {
     throw Error(path.string() + ": cannot write: is a directory");
+  }
+  if (path.filename().empty()) {  // "name/" names a folder, whatever is there
+    const std::string name = path.string().substr(0, path.string().find_last_not_of('/') + 1);
+    struct stat st {};
+    if (name.empty() || ::stat(name.c_str(), &st) != 0) {
+      throw Error(path.string() + ": cannot write: a name ending in '/' names a folder");
+    }
+    if (const std::string kind = kind_of(st.st_mode); !kind.empty()) {
+      throw Error(path.string() + ": cannot write: is " + kind);
+    }
+    throw Error(path.string() + ": cannot write: a name ending in '/' names a folder, and " + name +
+                " is a file");
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int error = errno;
-    if (error == ENOENT) return {};
+    if (error == ENOENT) {
+      check_target_folder(path);
+      return {};
+    }
     if (error == ENOTDIR) throw Error(cannot_create(path, error));
     throw Error(path.string() + ": cannot write: " + system_error_text(error));
   }
@@ -159,6 +184,7 @@ Target check_target(const std::filesystem::path& path) {
   if (r.outputs.contains(id_of(st))) {
     throw Error(path.string() + ": cannot write: this command already wrote it");
   }
+  check_target_folder(path);
   return {true, st.st_mode};
 }
 

@@ -51,8 +51,9 @@ JsonColumns parse_json_columns(std::string_view text, std::string_view source,
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 
 // The files one command writes, written all or none. add() checks a target at once: it must be
-// a regular file or not exist (a directory, device, FIFO or socket is refused), must not be a
-// file this command read (by device and inode, links resolved) nor another output of it.
+// a regular file or not exist (a directory, device, FIFO or socket is refused, and so is a name
+// ending in '/'), in a folder that exists and takes new files, and must not be a file this
+// command read (by device and inode, links resolved) nor another output of it.
 // commit() writes each file to a temporary created exclusively (O_EXCL, O_NOFOLLOW) beside its
 // target, and only when every one is written renames them over their targets: a failure leaves
 // every target as it was and no temporary behind. A target that is a symbolic link is replaced

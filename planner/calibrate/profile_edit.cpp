@@ -80,6 +80,13 @@ Profile with_working_memory_of(const Profile& profile, std::string_view profile_
   const nlohmann::json b = profile_to_json(profile);
   for (const std::string_view field : {"model", "seq", "attention"})
     require_same(a, b, field, measured_name, profile_name);
+  // Working memory is what an allocator saw: an estimate (or a profile given it by this
+  // command, which keeps its own provenance) is no source of it.
+  if (measured.provenance.source != "measured") {
+    throw Error(std::string(measured_name) + ": field 'provenance.source' is '" +
+                measured.provenance.source +
+                "', not 'measured' (working memory comes from a measured profile)");
+  }
   static constexpr std::array<const char*, 3> kFields = {"forward_work_bytes", "p1_work_bytes",
                                                          "p2_work_bytes"};
   // A profile measured before working memory was has none of the fields anywhere; one that has

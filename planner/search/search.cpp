@@ -125,6 +125,7 @@ SearchResult search_plans(const SearchRequest& request) {
     r.microbatches = m;
     if (request.profile_for) r.profile = request.profile_for(mbs);
     for (const ScheduleFamily* family : schedule_families()) {
+      if (!request.only_schedule.empty() && family->name() != request.only_schedule) continue;
       // Its preferred count only: interleaved with one chunk is 1f1b.
       const int chunks = family->traits().chunks.preferred;
       std::vector<std::vector<int>> parts;
@@ -140,6 +141,7 @@ SearchResult search_plans(const SearchRequest& request) {
         continue;
       }
       for (const BackwardMode mode : family->backward_modes()) {
+        if (request.only_backward && mode != *request.only_backward) continue;
         for (const std::vector<int>& layers : parts) {
           PlanRequest c = r;
           c.schedule = family->name();

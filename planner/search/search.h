@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,10 @@ struct SearchRequest {
   // The profile holding micro-batch size `mbs` (analytic or measured); unset: base.profile.
   std::function<Profile(int mbs)> profile_for;
   bool shift_partition = true;  // also try one block moved at the first and last boundary
+  // Only this family (empty: every one) and this backward mode (unset: every one a family
+  // takes); base.schedule and base.backward are not read.
+  std::string only_schedule;
+  std::optional<BackwardMode> only_backward;
 };
 
 struct SearchPoint {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
 #include "tests/error_support.h"
@@ -94,6 +95,29 @@ TEST(Gpu, LoadRejectsWrongVersionAndBadFields) {
   fs::remove(v2);
   fs::remove(neg);
   fs::remove(missing);
+}
+
+// A name or alias that another GPU already has is named by its own field.
+TEST(Gpu, ARepeatedNameIsNamedByTheFieldThatRepeatsIt) {
+  const auto gpu = [](const std::string& name, const std::string& aliases) {
+    return R"({"name":")" + name + R"(","aliases":[)" + aliases +
+           R"(],"description":"","peak_bf16_tflops":1,"hbm_gib":1,"hbm_bandwidth_GBps":1,
+             "nvlink_bandwidth_GBps":0,"pcie_bandwidth_GBps":1,"p2p_latency_us":1})";
+  };
+  const auto list = [](const std::string& gpus) {
+    return nlohmann::json::parse(R"({"format":"pipeplan-gpus","version":1,"gpus":[)" + gpus + "]}");
+  };
+  EXPECT_EQ(error_of([&] {
+              gpus_from_json(
+                  list(gpu("h100-sxm", R"("h100")") + "," + gpu("b200", R"("b", "H100")")),
+                  "gpus.json");
+            }),
+            "gpus.json: field 'gpus[1].aliases[1]' ('h100') repeats a name of 'h100-sxm'");
+  EXPECT_EQ(
+      error_of([&] { gpus_from_json(list(gpu("h100", "") + "," + gpu("h100", "")), "gpus.json"); }),
+      "gpus.json: field 'gpus[1].name' ('h100') repeats a name of 'h100'");
+  // A GPU may list its own name among its aliases.
+  EXPECT_EQ(gpus_from_json(list(gpu("h100", R"("h100")")), "gpus.json").size(), 1U);
 }
 
 }  // namespace

@@ -229,7 +229,11 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   refused("copy --from " + kProfile + " -o " + none + " " + kProfile,
           "field 'contention' is missing");
   refused("working-memory --from " + kProfile + " -o " + none + " " + kProfile,
-          "forward_work_bytes' is missing");
+          "field 'provenance.source' is 'analytic', not 'measured'");
+  refused("fit --min-factor 0.5 --profile " + kProfile + " -o " + none + " " + run_,
+          "--min-factor: only with --sustained");
+  refused("fit --time-constants-ms 20 --profile " + kProfile + " -o " + none + " " + run_,
+          "--time-constants-ms: only with --sustained");
   refused("eval --profile " + path("missing.json") + " " + run_, "missing.json");
   // Never onto an input: the profile stays as it was.
   std::filesystem::copy_file(kProfile, path("p.json"));

@@ -459,6 +459,67 @@ TEST_F(Cli, BadInputsFailWithOneLine) {
   expect_error("plan --profile " + path("v9.json") + " --stages 4 --microbatches 8", "version");
 }
 
+// compare has no global batch: --bpipe auto is refused pointing at plan, and its help offers
+// off and on only.
+TEST_F(Cli, CompareRefusesBpipeAutoAndOffersOffAndOn) {
+  const Result r = run("compare --model tiny --stages 2 -m 2 --bpipe auto");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out,
+            "pipeplan: error: --bpipe: compare takes off or on (auto chooses micro-batch sizes for "
+            "a global batch: plan --bpipe auto --global-batch N)\n");
+  const Result help = run("compare --help");
+  EXPECT_NE(help.out.find("BPipe activation transfers: off, on"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("auto needs --global-batch"), std::string::npos) << help.out;
+}
+
+// --schedule and --backward keep --search to one family and mode; every row of its front and
+// the plan it writes are of them.
+TEST_F(Cli, SearchKeepsToAGivenScheduleAndBackwardMode) {
+  const Result r = run(
+      "plan --model tiny --stages 2 --search --global-batch 8 --schedule gpipe --backward 2bp -o " +
+      path("best.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string front = r.out.substr(0, r.out.find("best:"));
+  int rows = 0;
+  for (std::size_t at = front.find("\n", front.find("blocks/stage")); at + 1 < front.size();
+       at = front.find('\n', at + 1)) {
+    const std::string row = front.substr(at + 1, front.find('\n', at + 1) - at - 1);
+    EXPECT_NE(row.find(" gpipe "), std::string::npos) << row;
+    EXPECT_NE(row.find(" 2bp "), std::string::npos) << row;
+    ++rows;
+  }
+  EXPECT_GE(rows, 1) << r.out;
+  EXPECT_NE(r.out.find("tiny on 2 x h100-sxm: gpipe, backward 2bp"), std::string::npos) << r.out;
+}
+
+// A refusal names the option the user gave, or the one that is missing.
+TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
+  const auto error = [&](const std::string& args) { return run(args).out; };
+  EXPECT_EQ(error("plan --model tiny --stages 2"),
+            "pipeplan: error: --microbatches: required (micro-batches per step)\n");
+  EXPECT_EQ(error("compare --model tiny --stages 2"),
+            "pipeplan: error: --microbatches: required (micro-batches per step)\n");
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 0"),
+            "pipeplan: error: --microbatches: must be at least 1\n");
+  // The layout sets the chunks: dualpipe holds its stages twice.
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule dualpipe --layout 'Et|t|t|tL'"),
+            "pipeplan: error: --layout: 4 stages on 2 devices are 4 chunks per device (dualpipe "
+            "holds each stage 2 times); schedule 'dualpipe' runs 2 (a layout of 2 stages)\n");
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule zb-v --layout 'Et|tttL'"),
+            "pipeplan: error: --layout: 2 stages on 2 devices are 1 chunk per device; schedule "
+            "'zb-v' runs 2 (a layout of 4 stages)\n");
+  // A profile that lacks --mbs for one layer kind: the file and the option are named.
+  const std::string profile = path("p.json");
+  ASSERT_EQ(run("profile --analytic --model tiny --mbs 1,2 -o " + profile).status, 0);
+  auto j = nlohmann::json::parse(std::ifstream(profile));
+  j["layers"]["embedding"].erase("2");
+  std::ofstream(profile) << j.dump();
+  EXPECT_EQ(error("plan --profile " + profile + " --stages 2 -m 2 --mbs 2"),
+            "pipeplan: error: --mbs: " + profile +
+                " has no cost for layer kind 'embedding' at micro-batch size 2 (sizes present: "
+                "1)\n");
+}
+
 // The V families take two chunks per device and nothing else: without --chunks they run two,
 // the same plan as --chunks 2, in their own backward mode (2bp); any other count is refused.
 TEST_F(Cli, VFamiliesRunTheirOnlyChunkCountWithoutChunks) {

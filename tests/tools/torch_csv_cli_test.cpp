@@ -177,6 +177,17 @@ TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
   EXPECT_EQ(std::count(differs.out.begin(), differs.out.end(), '\n'), 1) << differs.out;
   EXPECT_NE(differs.out.find("--layers-per-stage: 8,8,8,8 differs from blocks per stage 7,9,9,7"),
             std::string::npos);
+  // A --layout that contradicts it is named as given.
+  const Result layout =
+      run("import " + path("s.csv") + " --model llama-7b --layout 'Et*7|t*9|t*9|t*7L'");
+  EXPECT_EQ(layout.status, 0) << layout.out;
+  const Result layout_differs =
+      run("import " + path("s.csv") + " --model llama-7b --layout 'Et*8|t*8|t*8|t*8L'");
+  EXPECT_NE(layout_differs.status, 0);
+  EXPECT_EQ(layout_differs.out,
+            "pipeplan: error: --layout: 'Et*8|t*8|t*8|t*8L' differs from blocks per stage 7,9,9,7 "
+            "from " +
+                path("s.csv.layers.json") + "\n");
 }
 
 TEST_F(TorchCsvCli, ExportRefusesAnUnknownFormat) {

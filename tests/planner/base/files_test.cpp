@@ -147,6 +147,30 @@ TEST_F(Files, TargetsThatAreNotRegularFilesAreRefused) {
       path("missing") + "/out.json: cannot write: folder '" + path("missing") + "' does not exist");
 }
 
+TEST_F(Files, AnOutputCheckedEarlyNeedsItsFolder) {
+  // check_output, as a long command runs it before its work: a target in no folder fails there.
+  EXPECT_EQ(error_of([&] { check_output(path("missing") + "/trace.json"); }),
+            path("missing") + "/trace.json: cannot write: folder '" + path("missing") +
+                "' does not exist");
+  put(path("plan.json"), "plan");
+  EXPECT_EQ(
+      error_of([&] { check_output(path("plan.json") + "/trace.json"); }),
+      path("plan.json") + "/trace.json: cannot write: '" + path("plan.json") + "' is not a folder");
+  EXPECT_EQ(error_of([&] { check_output(path("trace.json")); }), "");
+}
+
+TEST_F(Files, ANameEndingInASlashIsAFoldersName) {
+  put(path("plan.json"), "plan");
+  EXPECT_EQ(error_of([&] { write_file_atomic(path("plan.json") + "/", "x"); }),
+            path("plan.json") + "/: cannot write: a name ending in '/' names a folder, and " +
+                path("plan.json") + " is a file");
+  EXPECT_EQ(error_of([&] { check_output(path("new") + "/"); }),
+            path("new") + "/: cannot write: a name ending in '/' names a folder");
+  EXPECT_EQ(error_of([&] { check_output(dir_.string() + "/"); }),
+            dir_.string() + "/: cannot write: is a directory");
+  EXPECT_EQ(contents(path("plan.json")), "plan");
+}
+
 TEST_F(Files, SeveralOutputsAreWrittenAllOrNone) {
   const fs::path kept = path("trace.json");
   put(kept, "old trace");

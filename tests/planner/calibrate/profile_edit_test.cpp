@@ -116,11 +116,25 @@ TEST(ProfileEdit, WorkingMemoryRefusesAnotherSequenceOrAProfileWithoutIt) {
                                      "m.json");
             }),
             "m.json: field 'seq' differs from p.json's");
-  const Profile plain = shipped();
+  Profile plain = shipped();
+  plain.provenance.source = "measured";
   EXPECT_NE(error_of([&] {
               with_working_memory_of(shipped(), "p.json", plain, profile_to_json(plain), "m.json");
             }).find("forward_work_bytes' is missing"),
             std::string::npos);
+}
+
+// An analytic profile given working memory (by this command, which keeps the target's
+// provenance) is still an estimate: it is no source of working memory.
+TEST(ProfileEdit, WorkingMemoryComesFromAMeasuredProfileOnly) {
+  Profile estimated = with_work(shipped());
+  estimated.provenance.source = "analytic";
+  EXPECT_EQ(error_of([&] {
+              with_working_memory_of(shipped(), "p.json", estimated, profile_to_json(estimated),
+                                     "m.json");
+            }),
+            "m.json: field 'provenance.source' is 'analytic', not 'measured' (working memory "
+            "comes from a measured profile)");
 }
 
 }  // namespace

@@ -77,5 +77,23 @@ TEST(Search, GlobalBatchSetsMicroBatchesPerSize) {
   EXPECT_THROW(search_plans(s), Error);
 }
 
+TEST(Search, AGivenFamilyAndModeKeepTheSearchToThem) {
+  SearchRequest s = uniform_search(4, 12, 0);
+  s.only_schedule = "gpipe";
+  s.only_backward = BackwardMode::twobp;
+  const SearchResult r = search_plans(s);
+  EXPECT_GE(r.evaluated, 1);
+  ASSERT_FALSE(r.pareto.empty());
+  for (const SearchPoint& p : r.pareto) {
+    EXPECT_EQ(p.schedule, "gpipe");
+    EXPECT_EQ(p.backward, BackwardMode::twobp);
+  }
+  EXPECT_EQ(r.best.graph.meta.schedule, "gpipe");
+  s.only_schedule.clear();
+  s.only_backward = BackwardMode::fused;
+  for (const SearchPoint& p : search_plans(s).pareto)
+    EXPECT_EQ(p.backward, BackwardMode::fused) << p.schedule;
+}
+
 }  // namespace
 }  // namespace pipeplan
