@@ -55,9 +55,12 @@ std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40
 // file this command read (by device and inode, links resolved) nor another output of it.
 // commit() writes each file to a temporary created exclusively (O_EXCL, O_NOFOLLOW) beside its
 // target, and only when every one is written renames them over their targets: a failure leaves
-// every target as it was and no temporary behind. A target that is a symbolic link is replaced
-// by the file, never written through. Two commands writing one file at once: the file is the
-// last successful one's, never a failed one's.
+// every target as it was and no temporary behind. A rename that fails (an immutable target, say)
+// undoes the ones before it: each file replaced is kept under a second name (a hard link) until
+// every rename has succeeded, and a target that cannot be kept so is renamed first (where two
+// or more cannot be, the first to fail may follow one already replaced). A target that is a
+// symbolic link is replaced by the file, never written through. Two commands writing one file at
+// once: the file is the last successful one's, never a failed one's.
 class OutputFiles {
  public:
   void add(const std::filesystem::path& path, std::string content);
