@@ -355,6 +355,7 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                 std::to_string(g.meta.devices) + ", " + std::to_string(g.meta.microbatches) +
                 " and " + std::to_string(g.meta.stage_layers.size()));
   }
+  check_stage_layers(g, source);
   const auto& streams = require_field(json, "streams", source);
   if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
   if (streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
