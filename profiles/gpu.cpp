@@ -73,12 +73,17 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
   GpuSpec g;
   g.name = lower(r.string("name"));
   if (g.name.empty()) r.fail("name", "must not be empty");
+  if (const std::string problem = control_character_problem(g.name); !problem.empty()) {
+    r.fail("name", problem);
+  }
   g.description = r.string("description");
   const json& aliases = r.get("aliases");
   if (!aliases.is_array()) r.fail("aliases", "must be an array of strings");
   for (const auto& a : aliases) {
     if (!a.is_string()) r.fail("aliases", "must be an array of strings");
     g.aliases.push_back(lower(a.get<std::string>()));
+    if (const std::string problem = control_character_problem(g.aliases.back()); !problem.empty())
+      r.fail("aliases", problem);
   }
   g.peak_bf16_tflops = r.number("peak_bf16_tflops", true, limits::kMaxGpuTflops);
   g.hbm_bytes =

@@ -281,7 +281,8 @@ ModelConfig load_hf_config(const std::filesystem::path& path) {
   // Hugging Face's layout, <model>/config.json, names the model by its folder; any other file
   // by its own name (llama-7b-blocks8.json: "llama-7b-blocks8").
   const std::string parent = path.parent_path().filename().string();
-  std::string name = path.filename() == "config.json" ? parent : path.stem().string();
+  std::string name =
+      printable_text(path.filename() == "config.json" ? parent : path.stem().string());
   if (name.empty() || name == "." || name == "..") name = "hf:" + source;
   return hf_config_from_json(read_json_file(path), source, name);
 }
@@ -386,6 +387,9 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   const FieldReader r{j, source, path_prefix};
   ModelConfig m;
   m.name = r.string("name");
+  if (const std::string problem = control_character_problem(m.name); !problem.empty()) {
+    r.fail("name", problem);
+  }
   m.family = r.string("family");
   static constexpr std::array<std::string_view, 4> kFamilies{"llama", "gpt", "bert", "uniform"};
   if (std::find(kFamilies.begin(), kFamilies.end(), m.family) == kFamilies.end()) {

@@ -208,11 +208,20 @@ Profile profile_from_json(const json& j, std::string_view source) {
   }
   p.provenance.gpu = prov.string("gpu");
   p.provenance.date = prov.string("date");
+  // Both go into a plan's meta.profile_source, which the plan reader checks the same way.
+  for (const auto& [field, text] :
+       {std::pair{"gpu", &p.provenance.gpu}, {"date", &p.provenance.date}}) {
+    if (const std::string problem = control_character_problem(*text); !problem.empty())
+      prov.fail(field, problem);
+  }
   p.provenance.command = prov.string("command");
   p.provenance.notes = prov.string("notes");
 
   p.model = model_from_json(root.get("model"), source, "model");
   p.gpu = root.string("gpu");
+  if (const std::string problem = control_character_problem(p.gpu); !problem.empty()) {
+    root.fail("gpu", problem);
+  }
   if (!p.gpu.empty()) {
     try {
       static_cast<void>(find_gpu(p.gpu));

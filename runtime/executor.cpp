@@ -26,46 +26,6 @@ Channel channel_of(const Stream& stream) {
   return stream.role == StreamRole::transfer ? Channel::transfer : Channel::pipeline;
 }
 
-// Stage layers must tile the model's layer list in order; each stage's device must exist.
-void check_stage_layers(const TaskGraph& plan) {
-  const PlanMeta& meta = plan.meta;
-  // With two copies of the model (Schedule::replicas) the first copy's stages tile the layer
-  // list and every other copy repeats that cut.
-  const int stages = plan.schedule.stage_count();
-  if (static_cast<int>(meta.stage_layers.size()) != stages) {
-    throw Error("plan: field 'meta.stage_layers' has " + std::to_string(meta.stage_layers.size()) +
-                " entries for " + std::to_string(stages) + " stages");
-  }
-  const int copy = plan.schedule.model_stage_count();
-  int next = 0;
-  for (int s = 0; s < stages; ++s) {
-    const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
-    if (s >= copy) {
-      const int model_stage = plan.schedule.model_stage(s);
-      const StageLayers& first = meta.stage_layers[static_cast<std::size_t>(model_stage)];
-      if (range.first_layer != first.first_layer || range.layer_count != first.layer_count) {
-        throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
-                    "]' is not the same layers as stage " + std::to_string(model_stage) +
-                    ", whose copy it runs");
-      }
-      continue;
-    }
-    if (range.first_layer != next || range.layer_count <= 0) {
-      throw Error("plan: field 'meta.stage_layers[" + std::to_string(s) +
-                  "]' does not continue the layer list at layer " + std::to_string(next));
-    }
-    next += range.layer_count;
-  }
-  const auto layers = static_cast<int>(meta.model.layer_list().size());
-  if (next != layers) {
-    throw Error("plan: field 'meta.stage_layers' covers " + std::to_string(next) + " of the " +
-                std::to_string(layers) + " layers of model '" + meta.model.name + "'");
-  }
-  if (meta.mbs <= 0 || meta.seq <= 0 || meta.microbatches <= 0) {
-    throw Error("plan: fields 'meta.mbs', 'meta.seq' and 'meta.microbatches' must be positive");
-  }
-}
-
 // The in-process transport unless one was given; a multi-process run must give its own.
 std::unique_ptr<Transport> own_transport(std::unique_ptr<Transport> transport, bool ranked) {
   if (transport) return transport;
@@ -94,7 +54,7 @@ Executor::Executor(TaskGraph plan, const BackendFactory& make_backend, ExecutorO
       transport_(own_transport(std::move(transport), options_.group != nullptr)),
       sync_(std::make_unique<Sync>()) {
   if (options_.validate) validate(plan_);
-  check_stage_layers(plan_);
+  check_stage_layers(plan_, "plan");
   int devices = plan_.meta.devices;
   for (const Stream& stream : plan_.streams())
     devices = std::max(devices, stream.device + 1);

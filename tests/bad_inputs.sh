@@ -73,6 +73,14 @@ for c in COLUMNS: t[c] = []
 for c in ("kind", "op", "transfer"): t[c] = ""
 for s in p["streams"]: s.pop("order", None)
 write("plan_no_nodes.json", p)
+for name, change in (("overlap", lambda m: m.update(stage_layers=[[0, 4], [2, 4]])),
+                     ("gap", lambda m: m.update(stage_layers=[[0, 2], [3, 3]])),
+                     ("1000_layers", lambda m: m["model"].update(layers=1000)),
+                     ("seq_0", lambda m: m.update(seq=0))):
+    p = copy.deepcopy(plan); change(p["meta"]); write("plan_layers_%s.json" % name, p)
+p = copy.deepcopy(plan); p["nodes"]["labels"] = [[0, "0F0\x1b[2J\"}"]]; write("plan_escape_label.json", p)
+prof = json.load(open("profile.json")); prof["model"]["name"] = "tiny\x1b]0;x\x07"
+json.dump(prof, open("profile_escape_name.json", "w"))
 gpus = json.load(open("gpus/gpus.json"))
 g = copy.deepcopy(gpus); g["gpus"][0]["hbm_gib"] = 1e-9
 json.dump(g, open("gpus_tiny_hbm/gpus.json", "w"))
@@ -248,8 +256,12 @@ check "diff: args.node nested 53,000 deep" diff plan.json trace_deep.json
 PIPEPLAN_DATA_DIR=gpus_20k check "plan: 20,000 GPUs in gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_tiny_hbm check "plan: gpus.json hbm_gib 1e-9" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_absurd_peak check "plan: gpus.json peak 1e300" plan --model tiny --stages 2 -m 2 -o '{out}'
+# Control characters in names and labels (a terminal would act on them; DOT would break).
+check "show: ESC in a node label" show plan_escape_label.json --dot '{out}'
+check "plan: ESC in a profile's model name" plan --profile profile_escape_name.json --stages 2 -m 2 -o '{out}'
 # Plans validate must refuse, and export with them.
-for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes; do
+for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes layers_overlap \
+  layers_gap layers_1000_layers layers_seq_0; do
   check "validate: plan_$bad" validate "plan_$bad.json"
   check "export: plan_$bad" export "plan_$bad.json" -o '{out}'
 done

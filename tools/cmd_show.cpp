@@ -3,10 +3,12 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -25,10 +27,18 @@ namespace pipeplan {
 
 namespace {
 
+// $COLUMNS when it is a width --width would take (decimal, 1 to limits::kMaxWidth), else the
+// terminal's, else 100. A value the shell or another program left there is no option given to
+// pipeplan: one out of range or not a number is passed over, not refused.
 int terminal_width() {
   if (const char* columns = std::getenv("COLUMNS")) {
-    const int w = std::atoi(columns);
-    if (w > 0) return w;
+    const std::string_view text(columns);
+    int w = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), w);
+    if (error == std::errc() && end == text.data() + text.size() && w >= 1 &&
+        w <= limits::kMaxWidth) {
+      return w;
+    }
   }
   winsize ws{};
   if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {

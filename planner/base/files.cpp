@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -230,6 +231,38 @@ std::filesystem::path write_temporary(
   }
 }
 
+// What a commit does to a target it replaces: whether one was there, and the second name (a
+// hard link) under which the replaced file is kept until every output is in place; empty when
+// none was there or it could not be kept.
+struct Replaced {
+  bool existed = false;
+  std::filesystem::path kept;
+};
+
+Replaced keep_replaced(const std::filesystem::path& target) {
+  struct stat st {};
+  if (::lstat(target.c_str(), &st) != 0) return {};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::filesystem::path name = temporary_name(target);
+    // Without AT_SYMLINK_FOLLOW a link at the target is kept as the link itself.
+    if (::linkat(AT_FDCWD, target.c_str(), AT_FDCWD, name.c_str(), 0) == 0) {
+      return {true, std::move(name)};
+    }
+    if (errno != EEXIST) break;
+  }
+  return {true, {}};
+}
+
+// Undoes the rename over `target`: the replaced file back under its name, or (none was there)
+// the new file removed.
+void put_back(const std::filesystem::path& target, const Replaced& replaced) {
+  if (!replaced.kept.empty()) {
+    ::rename(replaced.kept.c_str(), target.c_str());
+  } else if (!replaced.existed) {
+    ::unlink(target.c_str());
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -384,13 +417,36 @@ void OutputFiles::commit() {
     remove_temporaries(0);
     throw;
   }
-  for (std::size_t i = 0; i < pending.size(); ++i) {
+  // Each file a rename replaces is kept under a second name (a hard link) until every rename has
+  // succeeded, so that a rename that fails (an immutable file, a folder that refuses it) puts
+  // back the targets renamed before it. A target that cannot be kept so (a file system without
+  // hard links, a file of another user) is renamed first, before anything else has changed.
+  std::vector<Replaced> replaced(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i)
+    replaced[i] = keep_replaced(pending[i].path);
+  std::vector<std::size_t> order(pending.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) {
+    return replaced[i].existed && replaced[i].kept.empty();
+  });
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
     // rename(2) replaces the name: a link at the target is replaced, never followed.
     if (::rename(temporaries[i].c_str(), pending[i].path.c_str()) != 0) {
       const int error = errno;
-      remove_temporaries(i);
+      for (std::size_t j = k; j < order.size(); ++j)
+        ::unlink(temporaries[order[j]].c_str());
+      for (std::size_t j = k; j-- > 0;)
+        put_back(pending[order[j]].path, replaced[order[j]]);
+      for (std::size_t j = k; j < order.size(); ++j) {
+        if (!replaced[order[j]].kept.empty()) ::unlink(replaced[order[j]].kept.c_str());
+      }
       throw Error(pending[i].path.string() + ": cannot replace file: " + system_error_text(error));
     }
+  }
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (!replaced[i].kept.empty()) ::unlink(replaced[i].kept.c_str());
     struct stat st {};
     if (::stat(pending[i].path.c_str(), &st) == 0) remember(id_of(st), false);
   }

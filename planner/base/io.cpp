@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "planner/base/error.h"
@@ -138,6 +139,56 @@ std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars) {
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > max_chars) text = text.substr(0, max_chars) + "...";
   return text;
+}
+
+namespace {
+
+// The length of the control character at `i` of `text` (1, or 2 for a C1 in UTF-8), 0 if none.
+std::size_t control_length(std::string_view text, std::size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c < 0x20 || c == 0x7f) return 1;
+  if (c == 0xc2 && i + 1 < text.size()) {
+    const auto next = static_cast<unsigned char>(text[i + 1]);
+    if (next >= 0x80 && next <= 0x9f) return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::size_t control_character_at(std::string_view text, std::string_view allowed) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (control_length(text, i) > 0 && allowed.find(text[i]) == std::string_view::npos) return i;
+  }
+  return std::string_view::npos;
+}
+
+std::string control_character_problem(std::string_view text, std::string_view allowed) {
+  const std::size_t at = control_character_at(text, allowed);
+  if (at == std::string_view::npos) return "";
+  const unsigned code = control_length(text, at) == 2 ? static_cast<unsigned char>(text[at + 1])
+                                                      : static_cast<unsigned char>(text[at]);
+  char name[8];
+  std::snprintf(name, sizeof name, "U+%04X", code);
+  return "holds control character " + std::string(name) + " at byte " + std::to_string(at) +
+         " (names and labels are printable text)";
+}
+
+void require_printable(std::string_view text, std::string_view field, std::string_view context) {
+  if (const std::string problem = control_character_problem(text); !problem.empty()) {
+    throw Error(std::string(context) + ": field '" + std::string(field) + "' " + problem);
+  }
+}
+
+std::string printable_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = control_length(text, i);
+    out += length > 0 ? '?' : text[i];
+    i += std::max<std::size_t>(length, 1);
+  }
+  return out;
 }
 
 nlohmann::json parse_json_text(std::string_view text, std::string_view source) {

@@ -50,15 +50,32 @@ JsonColumns parse_json_columns(std::string_view text, std::string_view source,
 // A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 
+// Control characters in names and labels: C0 (U+0000 to U+001F), DEL (U+007F) and C1 (U+0080 to
+// U+009F, two bytes in UTF-8), which a terminal takes as commands and Graphviz as syntax.
+// The byte offset of the first in `text` that `allowed` does not list ("\n" for multi-line
+// text), or npos.
+std::size_t control_character_at(std::string_view text, std::string_view allowed = {});
+// "" when `text` holds none, else what is wrong, for "<field> ...":
+// "holds control character U+001B at byte 4 (names and labels are printable text)".
+std::string control_character_problem(std::string_view text, std::string_view allowed = {});
+// Refuses a string field holding one: "<context>: field '<field>' holds control character ...".
+void require_printable(std::string_view text, std::string_view field, std::string_view context);
+// `text` with every control character replaced by '?', for a name made from something else (a
+// file name).
+std::string printable_text(std::string_view text);
+
 // The files one command writes, written all or none. add() checks a target at once: it must be
 // a regular file or not exist (a directory, device, FIFO or socket is refused, and so is a name
 // ending in '/'), in a folder that exists and takes new files, and must not be a file this
 // command read (by device and inode, links resolved) nor another output of it.
 // commit() writes each file to a temporary created exclusively (O_EXCL, O_NOFOLLOW) beside its
 // target, and only when every one is written renames them over their targets: a failure leaves
-// every target as it was and no temporary behind. A target that is a symbolic link is replaced
-// by the file, never written through. Two commands writing one file at once: the file is the
-// last successful one's, never a failed one's.
+// every target as it was and no temporary behind. A rename that fails (an immutable target, say)
+// undoes the ones before it: each file replaced is kept under a second name (a hard link) until
+// every rename has succeeded, and a target that cannot be kept so is renamed first (where two
+// or more cannot be, the first to fail may follow one already replaced). A target that is a
+// symbolic link is replaced by the file, never written through. Two commands writing one file at
+// once: the file is the last successful one's, never a failed one's.
 class OutputFiles {
  public:
   void add(const std::filesystem::path& path, std::string content);

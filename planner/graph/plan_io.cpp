@@ -158,12 +158,14 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   PlanMeta m;
   m.model = model_from_json(require_field(j, "model", ctx), ctx + ".model");
   m.gpu = require_string(j, "gpu", ctx);
+  require_printable(m.gpu, "gpu", ctx);
   m.devices = require_int(j, "devices", ctx, 1, limits::kMaxDevices);
   m.chunks = require_int(j, "chunks", ctx, 1, limits::kMaxChunks);
   m.microbatches = require_int(j, "microbatches", ctx, 1, limits::kMaxMicrobatches);
   m.mbs = require_int(j, "mbs", ctx, 1, limits::kMaxMicroBatchSize);
   m.seq = require_int(j, "seq", ctx, 0, limits::kMaxSeq);
   m.schedule = require_string(j, "schedule", ctx);
+  require_printable(m.schedule, "schedule", ctx);
   m.backward = named(ctx, "backward",
                      [&] { return backward_mode_from_string(require_string(j, "backward", ctx)); });
   m.p2_concat = require_int(j, "p2_concat", ctx, 0, limits::kMaxMicrobatches);
@@ -212,6 +214,7 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
   m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");
   m.profile_source = require_string(j, "profile_source", ctx);
+  require_printable(m.profile_source, "profile_source", ctx);
   if (const auto c = j.find("contention"); c != j.end())
     m.contention = contention_from_json(*c, ctx);
   if (const auto o = j.find("overlap"); o != j.end()) m.overlap = overlap_from_json(*o, ctx);
@@ -267,6 +270,7 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
   }
   n.duration_us = require_bounded(j, "duration_us", ctx, limits::kMaxNodeTimeUs);
   std::string label = require_string(j, "label", ctx);
+  require_printable(label, "label", ctx);
   n.alloc_bytes = require_int64(j, "alloc_bytes", ctx, 0, limits::kMaxPlanBytes);
   n.free_bytes = require_int64(j, "free_bytes", ctx, 0, limits::kMaxPlanBytes);
   if (j.contains("work_bytes")) {
@@ -333,7 +337,12 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                                                               TaskGraph& g) {
   g.meta = meta_from_json(require_field(json, "meta", source), source);
   g.schedule = named(source, "schedule", [&] {
-    Schedule schedule = schedule_from_text(require_string(json, "schedule", source));
+    const std::string text = require_string(json, "schedule", source);
+    // Lines and the blanks between words; nothing else a terminal would act on.
+    if (const std::string problem = control_character_problem(text, "\n\t"); !problem.empty()) {
+      throw Error(problem);
+    }
+    Schedule schedule = schedule_from_text(text);
     check_schedule(schedule);
     return schedule;
   });
@@ -346,6 +355,7 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                 std::to_string(g.meta.devices) + ", " + std::to_string(g.meta.microbatches) +
                 " and " + std::to_string(g.meta.stage_layers.size()));
   }
+  check_stage_layers(g, source);
   const auto& streams = require_field(json, "streams", source);
   if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
   if (streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
@@ -859,6 +869,8 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     if (row.size() != 2 || !row[1].is_string()) {
       throw Error(source + ": field 'nodes.labels' must hold rows [node id, \"label\"]");
     }
+    require_printable(row[1].get_ref<const std::string&>(), "nodes.labels",
+                      source + ": node " + std::to_string(id));
     set_label(g.node(id), row[1].get<std::string>());
   });
   if (const auto overlapped = table.find("overlapped"); overlapped != table.end()) {
@@ -938,6 +950,17 @@ std::string op_color(const Node& n) {
   return "white";
 }
 
+// `text` inside a DOT string's quotes: '"' and '\\' escaped (Graphviz reads "\\n", "\\l" in a
+// label as line breaks), a control character as '?' (plans read from files hold none).
+std::string dot_quoted(std::string_view text) {
+  std::string out;
+  for (const char c : printable_text(text)) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 void write_dot(const TaskGraph& graph, std::ostream& out) {
@@ -946,7 +969,7 @@ void write_dot(const TaskGraph& graph, std::ostream& out) {
       out, g,
       [&](std::ostream& os, std::size_t v) {
         const Node& n = graph.node(static_cast<int>(v));
-        std::string label = node_label(n);
+        std::string label = dot_quoted(node_label(n));
         if (n.kind != NodeKind::compute) {
           label = std::string(to_string(n.kind)) + " " + label + "\\n" +
                   graph.streams()[static_cast<std::size_t>(n.stream)].name();
@@ -959,7 +982,7 @@ void write_dot(const TaskGraph& graph, std::ostream& out) {
         if (g[e] == EdgeKind::order) os << "[style=dashed color=gray50]";
       },
       [&](std::ostream& os) {
-        os << "rankdir=LR;\nlabel=\"" << graph.meta.schedule << " / "
+        os << "rankdir=LR;\nlabel=\"" << dot_quoted(graph.meta.schedule) << " / "
            << to_string(graph.meta.backward) << "\";\n";
       });
 }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <span>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include <boost/iterator/transform_iterator.hpp>
 
@@ -602,6 +604,51 @@ TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs,
   }
   g.schedule = std::move(taken);
   return g;
+}
+
+void check_stage_layers(const TaskGraph& plan, std::string_view source_view) {
+  const std::string source(source_view);
+  const PlanMeta& meta = plan.meta;
+  const int stages = plan.schedule.stage_count();
+  if (static_cast<int>(meta.stage_layers.size()) != stages) {
+    throw Error(source + ": field 'meta.stage_layers' has " +
+                std::to_string(meta.stage_layers.size()) + " entries for " +
+                std::to_string(stages) + " stages");
+  }
+  // With two copies of the model (Schedule::replicas) the first copy's stages tile the layer
+  // list and every other copy repeats that cut.
+  const int copy = plan.schedule.model_stage_count();
+  int next = 0;
+  for (int s = 0; s < stages; ++s) {
+    const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
+    if (s >= copy) {
+      const int model_stage = plan.schedule.model_stage(s);
+      const StageLayers& first = meta.stage_layers[static_cast<std::size_t>(model_stage)];
+      if (range.first_layer != first.first_layer || range.layer_count != first.layer_count) {
+        throw Error(source + ": field 'meta.stage_layers[" + std::to_string(s) +
+                    "]' is not the same layers as stage " + std::to_string(model_stage) +
+                    ", whose copy it runs");
+      }
+      continue;
+    }
+    if (range.first_layer != next || range.layer_count <= 0) {
+      throw Error(source + ": field 'meta.stage_layers[" + std::to_string(s) +
+                  "]' does not continue the layer list at layer " + std::to_string(next));
+    }
+    next += range.layer_count;
+  }
+  const auto layers = static_cast<int>(meta.model.layer_list().size());
+  if (next != layers) {
+    throw Error(source + ": field 'meta.stage_layers' covers " + std::to_string(next) + " of the " +
+                std::to_string(layers) + " layers of model '" + meta.model.name + "'");
+  }
+  for (const auto& [field, value] :
+       {std::pair{"mbs", meta.mbs}, {"seq", meta.seq}, {"microbatches", meta.microbatches}}) {
+    if (value <= 0) {
+      throw Error(source + ": field 'meta." + field + "' must be positive (is " +
+                  std::to_string(value) + ")");
+    }
+  }
 }
 
 }  // namespace pipeplan

@@ -254,6 +254,13 @@ inline constexpr std::size_t kConcurrentActions = 2048;
 // the bounds it checks. The check's error, if any, is the one thrown.
 TaskGraph lower_and_check(Schedule&& taken, const std::vector<StageCost>& costs, PlanMeta meta);
 
+// meta's stage-to-layers cut and sizes against the schedule, as running the plan needs them: one
+// meta.stage_layers entry per virtual stage; the first copy's stages tile the model's layer list
+// in order (each starting where the one before ended, together every layer) and every other
+// copy (Schedule::replicas) repeats that cut; meta.mbs, meta.seq and meta.microbatches positive.
+// Throws Error naming `source` and the field. The plan reader and the executor both run it.
+void check_stage_layers(const TaskGraph& plan, std::string_view source);
+
 // The plan file (docs/reference/plan-format.md): version 3, nodes as columns, written and read
 // without a JSON value per node. plan_from_text reads every version (1 and 2 through
 // plan_from_json); every error is one line naming `source`.

@@ -243,6 +243,24 @@ TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
   EXPECT_EQ(first.rfind("digraph", 0), 0u);
 }
 
+TEST_F(Cli, AColumnsValueWidthWouldRefuseIsPassedOver) {
+  ASSERT_EQ(run("plan --model tiny --stages 2 -m 2 -o " + path("plan.json")).status, 0);
+  const auto show = [&](const std::string& env, const std::string& options) {
+    const Result r = pipeplan::testing::run_pipeplan(
+        "show " + path("plan.json") + " --no-color" + options, env + " timeout 20");
+    EXPECT_EQ(r.status, 0) << env;
+    return r.out;
+  };
+  // Not a terminal: $COLUMNS within --width's range is the width, anything else is passed over
+  // for the default of 100 columns (docs/reference/cli.md).
+  EXPECT_EQ(show("COLUMNS=60", ""), show("", " --width 60"));
+  const std::string standard = show("", " --width 100");
+  for (const std::string columns : {"10000000", "99999999999999", "-5", "0", "80x", "wide", ""}) {
+    const std::string out = show("COLUMNS='" + columns + "'", "");
+    EXPECT_TRUE(out == standard) << "COLUMNS=" << columns << ": " << out.size() << " bytes";
+  }
+}
+
 TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
   const Result r =
       run("compare --model llama-7b --gpu h100 --stages 4 --microbatches 4 "

@@ -186,6 +186,45 @@ TEST_F(Files, SeveralOutputsAreWrittenAllOrNone) {
   EXPECT_EQ(entries(dir_), std::vector<std::string>{"trace.json"});
 }
 
+TEST_F(Files, ARenameThatFailsPutsBackTheOutputsRenamedBeforeIt) {
+  const fs::path kept = path("trace.json");
+  put(kept, "old trace");
+  fs::create_directory(path("sub"));
+  OutputFiles outputs;
+  outputs.add(kept, "new trace");
+  outputs.add(path("fresh.json"), "fresh");
+  // The last output's folder moves away once its temporary is written (a new empty one takes
+  // its name): its rename fails after the other two are in place, and both must be undone.
+  outputs.add_stream(path("sub") + "/g.dot", [&](const OutputFiles::Writer& write) {
+    write("digraph {}");
+    fs::rename(path("sub"), path("moved"));
+    fs::create_directory(path("sub"));
+  });
+  EXPECT_NE(error_of([&] { outputs.commit(); }).find("sub/g.dot: cannot replace file"),
+            std::string::npos);
+  EXPECT_EQ(contents(kept), "old trace");
+  EXPECT_EQ(entries(dir_), (std::vector<std::string>{"moved", "sub", "trace.json"}));
+  EXPECT_TRUE(fs::is_empty(path("sub")));
+}
+
+TEST_F(Files, ATargetThatCannotBeKeptAsideIsReplacedFirst) {
+  // The second target turns into a folder while its temporary is written: it can neither be
+  // kept under a second name nor replaced, so it is tried first and nothing changes.
+  const fs::path first = path("trace.json");
+  put(first, "old trace");
+  OutputFiles outputs;
+  outputs.add(first, "new trace");
+  outputs.add_stream(path("g.dot"), [&](const OutputFiles::Writer& write) {
+    write("digraph {}");
+    fs::create_directory(path("g.dot"));
+    put(path("g.dot") + "/inside", "x");
+  });
+  EXPECT_NE(error_of([&] { outputs.commit(); }).find("g.dot: cannot replace file"),
+            std::string::npos);
+  EXPECT_EQ(contents(first), "old trace");
+  EXPECT_EQ(entries(dir_), (std::vector<std::string>{"g.dot", "trace.json"}));
+}
+
 TEST_F(Files, AStreamedOutputIsWrittenPieceByPieceAndAFailureInItChangesNothing) {
   const fs::path out = path("plan.json");
   put(out, "old plan");

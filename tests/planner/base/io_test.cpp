@@ -112,6 +112,19 @@ TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
   EXPECT_STREQ(FieldError("gpu", "'a\nb'").what(), "gpu: 'a\\nb'");
 }
 
+TEST(PrintableText, ControlCharactersAreFoundAndReplaced) {
+  EXPECT_EQ(control_character_at("0F3 \"quoted\" {braces} caf\u00e9"), std::string_view::npos);
+  EXPECT_EQ(control_character_at("ab\x1b[31m"), 2U);
+  EXPECT_EQ(control_character_at("a\x7f"), 1U);
+  EXPECT_EQ(control_character_at("a\u009b1m"), 1U);  // C1 CSI, two bytes in UTF-8
+  EXPECT_EQ(control_character_at("line\nline\t", "\n\t"), std::string_view::npos);
+  EXPECT_EQ(control_character_at("line\nline\r", "\n\t"), 9U);
+  EXPECT_EQ(control_character_problem("ab\x1b"),
+            "holds control character U+001B at byte 2 (names and labels are printable text)");
+  EXPECT_EQ(control_character_problem("\u009b").substr(0, 30), "holds control character U+009B");
+  EXPECT_EQ(printable_text("a\x1b[1m\nb\u009bc\u00e9"), "a?[1m?b?c\u00e9");
+}
+
 TEST(ParseJson, MalformedJsonNamesTheByte) {
   EXPECT_EQ(parse_error("{\"a\": }"), "p.json: malformed JSON at byte 7");
   EXPECT_EQ(parse_error(""), "p.json: malformed JSON at byte 1");

@@ -88,6 +88,26 @@ TEST(PlanLoad, TheScheduleMustBeThePlans) {
   EXPECT_EQ(load_error([](json&) {}), "<no error>");
 }
 
+// What `run` needs of meta (check_stage_layers, which the executor runs too): a plan that cannot
+// run is refused on reading, so validate, show and export refuse it as run does.
+TEST(PlanLoad, StageLayersMustTileTheLayerListAsRunNeedsThem) {
+  const json plan = good_plan();
+  ASSERT_EQ(plan["meta"]["stage_layers"], json::parse("[[0, 1], [1, 1]]"));
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["stage_layers"] = {{0, 1}, {0, 1}};
+            }),
+            "p.json: field 'meta.stage_layers[1]' does not continue the layer list at layer 1");
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["model"]["layers"] = 4;
+              p["meta"]["stage_layers"] = {{0, 1}, {2, 2}};
+            }),
+            "p.json: field 'meta.stage_layers[1]' does not continue the layer list at layer 1");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["model"]["layers"] = 1000; }),
+            "p.json: field 'meta.stage_layers' covers 2 of the 1000 layers of model 'uniform'");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["seq"] = 0; }),
+            "p.json: field 'meta.seq' must be positive (is 0)");
+}
+
 // A profile's contention model (stages sharing one GPU) reaches the plan's meta, survives the
 // plan file, and lengthens the predicted step; a malformed one is refused naming the field.
 TEST(PlanLoad, ContentionComesFromTheProfileAndRoundTrips) {

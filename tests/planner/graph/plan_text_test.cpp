@@ -251,6 +251,50 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
             "p.json: nodes: field 'count' = -1 is out of range [0, 4194304]");
 }
 
+TEST(PlanText, ControlCharactersInNamesLabelsAndTheScheduleAreRefused) {
+  const std::string why =
+      "holds control character U+001B at byte 4 (names and labels are "
+      "printable text)";
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["labels"] = {{3, "0F3_\x1b[31m"}};
+            }),
+            "p.json: node 3: field 'nodes.labels' " + why);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["schedule"] = "1f1b\x1b[2J"; }),
+            "p.json: meta: field 'schedule' " + why);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["gpu"] = "h100\x1b"; }),
+            "p.json: meta: field 'gpu' " + why);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["profile_source"] = "anal\x1b"; }),
+            "p.json: meta: field 'profile_source' " + why);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["model"]["name"] = "unif\x1b"; }),
+            "p.json: meta.model: field 'name' " + why);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["model"]["name"] = "unif\n"; }),
+            "p.json: meta.model: field 'name' holds control character U+000A at byte 4 (names "
+            "and labels are printable text)");
+  EXPECT_EQ(load_error([](json& p) {
+              std::string text = p["schedule"];
+              text.replace(text.find("family=") + 7, 0, "\x1b");
+              p["schedule"] = text;
+            }).substr(0, 61),
+            "p.json: field 'schedule': holds control character U+001B at b");
+  // Quotes, braces and backslashes are printable: kept as given.
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["labels"] = {{3, "a\"}{\\"}};
+              p["meta"]["schedule"] = "1f1b \"x\" }";
+            }),
+            "<no error>");
+  // Version 2 names the node's label field.
+  json rows = plan_to_json(bpipe_plan().graph);
+  rows["nodes"][0]["label"] = "0F0\x1b";
+  try {
+    plan_from_json(rows, "p.json");
+    ADD_FAILURE() << "a label with a control character was read";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "p.json: nodes[0]: field 'label' holds control character U+001B at "
+                 "byte 3 (names and labels are printable text)");
+  }
+}
+
 TEST(PlanText, AColumnGivenTwiceIsRefused) {
   std::string text = plan_to_text(bpipe_plan().graph);
   const std::string key = "\"stage\": [";

@@ -180,5 +180,31 @@ TEST(PlanDot, WritesEveryNodeAndEdge) {
   EXPECT_EQ(arrows, boost::num_edges(plan.graph.graph()));
 }
 
+TEST(PlanDot, QuotesAndBackslashesAreEscapedAndControlCharactersReplaced) {
+  Plan plan = uniform_plan({.devices = 2, .microbatches = 2, .comm = 0.1});
+  set_label(plan.graph.node(0), "a\"} [x\\y");
+  set_label(plan.graph.node(1), "b\x1b[31m\nc");
+  plan.graph.meta.schedule = "1f1b\"}";
+  std::ostringstream out;
+  write_dot(plan.graph, out);
+  const std::string dot = out.str();
+  EXPECT_NE(dot.find("label=\"1f1b\\\"} / "), std::string::npos) << dot;
+  EXPECT_NE(dot.find("0[label=\"a\\\"} [x\\\\y\\nd0\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("1[label=\"b?[31m?c\\nd0\""), std::string::npos) << dot;
+  // Every quote outside the escaped ones closes what it opened: an even count per line.
+  std::istringstream lines(dot);
+  for (std::string line; std::getline(lines, line);) {
+    int quotes = 0;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '\\') {
+        ++i;
+      } else if (line[i] == '"') {
+        ++quotes;
+      }
+    }
+    EXPECT_EQ(quotes % 2, 0) << line;
+  }
+}
+
 }  // namespace
 }  // namespace pipeplan
