@@ -78,6 +78,8 @@ for name, change in (("overlap", lambda m: m.update(stage_layers=[[0, 4], [2, 4]
                      ("1000_layers", lambda m: m["model"].update(layers=1000)),
                      ("seq_0", lambda m: m.update(seq=0))):
     p = copy.deepcopy(plan); change(p["meta"]); write("plan_layers_%s.json" % name, p)
+p = copy.deepcopy(plan); p["schedule"] = p["schedule"].replace("0F0 0F1 0B0 0B1", "0F0 0B0 0F1 0B1")
+assert p["schedule"] != plan["schedule"]; write("plan_schedule_text.json", p)
 p = copy.deepcopy(plan); p["nodes"]["labels"] = [[0, "0F0\x1b[2J\"}"]]; write("plan_escape_label.json", p)
 prof = json.load(open("profile.json")); prof["model"]["name"] = "tiny\x1b]0;x\x07"
 json.dump(prof, open("profile_escape_name.json", "w"))
@@ -253,7 +255,7 @@ check "show: ESC in a node label" show plan_escape_label.json --dot '{out}'
 check "plan: ESC in a profile's model name" plan --profile profile_escape_name.json --stages 2 -m 2 -o '{out}'
 # Plans validate must refuse, and export with them.
 for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes layers_overlap \
-  layers_gap layers_1000_layers layers_seq_0; do
+  layers_gap layers_1000_layers layers_seq_0 schedule_text; do
   check "validate: plan_$bad" validate "plan_$bad.json"
   check "export: plan_$bad" export "plan_$bad.json" -o '{out}'
 done
