@@ -2,6 +2,7 @@
 // for every output, on POSIX descriptors so that the file's type and identity are those of what
 // is actually opened.
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,7 +96,9 @@ std::string too_large(const std::filesystem::path& path, std::int64_t bytes, boo
                              static_cast<double>(limits::kMaxFileBytes));
 }
 
-// A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target.
+// A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target; the
+// target's name is cut so that the whole stays within NAME_MAX bytes (a 250-byte name is a name
+// the folder takes, and so must its temporary be).
 std::filesystem::path temporary_name(const std::filesystem::path& target) {
   static std::atomic<std::uint64_t> counter{0};
   static const std::uint64_t seed = [] {
@@ -113,7 +116,10 @@ std::filesystem::path temporary_name(const std::filesystem::path& target) {
     value /= 36;
   }
   const std::filesystem::path dir = target.parent_path();
-  const std::string name = "." + target.filename().string() + "." + suffix + ".tmp";
+  std::string base = target.filename().string();
+  const std::size_t room = NAME_MAX - std::string_view("...tmp").size() - suffix.size();
+  if (base.size() > room) base.resize(room);
+  const std::string name = "." + base + "." + suffix + ".tmp";
   return dir.empty() ? std::filesystem::path(name) : dir / name;
 }
 

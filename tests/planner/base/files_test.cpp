@@ -112,6 +112,19 @@ TEST_F(Files, AWrittenFileReplacesTheTargetAndLeavesNoTemporary) {
   EXPECT_EQ(st.st_mode & 0777, 0640U) << "a replaced file keeps its permissions";
 }
 
+TEST_F(Files, ANameAsLongAsTheFolderTakesIsWritten) {
+  // The temporary beside it must fit in NAME_MAX too.
+  for (const std::size_t length : {240, 250, 255}) {
+    const std::string name = std::string(length - 5, 'a') + ".json";
+    write_file_atomic(path(name), "plan");
+    EXPECT_EQ(contents(path(name)), "plan");
+    write_file_atomic(path(name), "again");
+    EXPECT_EQ(contents(path(name)), "again");
+    EXPECT_EQ(entries(dir_), std::vector<std::string>{name});
+    fs::remove(path(name));
+  }
+}
+
 TEST_F(Files, ALinkAtTheTargetIsReplacedNeverWrittenThrough) {
   const fs::path other = path("other.txt");
   put(other, "precious");
