@@ -150,7 +150,13 @@ Target check_target(const std::filesystem::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int error = errno;
+    // Nothing there, or a link that leads to nothing (dangling, or a loop of links: the name
+    // itself is a link): the file takes the name.
     if (error == ENOENT) return {};
+    if (error == ELOOP) {
+      struct stat link {};
+      if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) return {};
+    }
     if (error == ENOTDIR) throw Error(cannot_create(path, error));
     throw Error(path.string() + ": cannot write: " + system_error_text(error));
   }
@@ -363,14 +369,26 @@ void OutputFiles::add_stream(const std::filesystem::path& path,
   pending_.push_back(std::move(p));
 }
 
+namespace {
+
+// What an output's name resolves to, links followed; where they cannot be (a loop of links),
+// the name made absolute.
+std::filesystem::path resolved_name(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  if (!ec) return resolved;
+  resolved = std::filesystem::absolute(path, ec);
+  return ec ? path.lexically_normal() : resolved.lexically_normal();
+}
+
+}  // namespace
+
 void OutputFiles::check_new(const std::filesystem::path& path) const {
   check_target(path);
   // Two outputs of one command naming one file (under any spelling of the name).
-  std::error_code ec;
-  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  const std::filesystem::path resolved = resolved_name(path);
   for (const Pending& other : pending_) {
-    std::error_code other_ec;
-    if (!ec && std::filesystem::weakly_canonical(other.path, other_ec) == resolved && !other_ec) {
+    if (resolved_name(other.path) == resolved) {
       throw Error(path.string() + ": cannot write: named twice as an output (also as " +
                   other.path.string() + ")");
     }

@@ -136,6 +136,24 @@ TEST_F(Files, ALinkAtTheTargetIsReplacedNeverWrittenThrough) {
   EXPECT_EQ(contents(out), "plan");
 }
 
+TEST_F(Files, ALoopOfLinksAtTheTargetIsReplaced) {
+  fs::create_symlink("l2", path("l1"));
+  fs::create_symlink("l1", path("l2"));
+  write_file_atomic(path("l1"), "plan");
+  EXPECT_FALSE(fs::is_symlink(path("l1")));
+  EXPECT_EQ(contents(path("l1")), "plan");
+  EXPECT_EQ(fs::read_symlink(path("l2")), "l1");
+  fs::create_symlink("self", path("self"));
+  write_file_atomic(path("self"), "trace");
+  EXPECT_EQ(contents(path("self")), "trace");
+  // Two spellings of a name that resolves to nothing are still one output.
+  fs::create_symlink("loop", path("loop"));
+  OutputFiles outputs;
+  outputs.add(path("loop"), "a");
+  EXPECT_NE(error_of([&] { outputs.add(dir_ / "." / "loop", "b"); }).find("named twice"),
+            std::string::npos);
+}
+
 TEST_F(Files, TheOldFixedTemporaryNameIsNotFollowed) {
   // A link planted at "<target>.tmp" (where writers used to put their temporary) stays as it is.
   const fs::path other = path("other.txt");
