@@ -104,6 +104,18 @@ end = at
 while text[end].isdigit():
     end += 1
 open("trace_deep.json", "w").write(text[:at] + deep + text[end:])
+# Measured traces that contradict the plan: a slice on the other device, one named after another
+# node, two compute slices of one stream at once.
+def broken_trace(name, change):
+    t = copy.deepcopy(trace)
+    slices = {e["name"]: e for e in t["traceEvents"] if e["ph"] == "X"}
+    change(slices)
+    json.dump(t, open(name, "w"))
+broken_trace("trace_swapped_pid.json", lambda s: s["0F0"].update(pid=2))
+broken_trace("trace_wrong_name.json", lambda s: s["0F0"].update(name="1B1"))
+broken_trace("trace_overlap.json", lambda s: s["0F1"].update(ts=s["0F0"]["ts"] + 1))
+open("run_overlap.plan.json", "w").write(open("plan.json").read())
+open("run_overlap.trace.json", "w").write(open("trace_overlap.json").read())
 PY
 for f in profile_1e9_layers profile_unknown_gpu profile_absurd_time profile_absurd_stash \
   profile_1e999 plan_1e999; do
@@ -247,6 +259,10 @@ check "show -: a truncated plan piped in" show - < <(head -c 300 plan.json)
 check "plan --profile /dev/urandom" plan --profile /dev/urandom --stages 2 -m 2 -o '{out}'
 check "show: a NUL byte in the plan" show plan_nul.json
 check "diff: args.node nested 53,000 deep" diff plan.json trace_deep.json
+check "diff: a slice on the other device" diff plan.json trace_swapped_pid.json
+check "diff: a slice named after another node" diff plan.json trace_wrong_name.json
+check "diff: two compute slices of one stream at once" diff plan.json trace_overlap.json
+check "calibrate fit: a run whose trace contradicts its plan" calibrate fit --profile profile.json -o '{out}' run_overlap
 PIPEPLAN_DATA_DIR=gpus_20k check "plan: 20,000 GPUs in gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_tiny_hbm check "plan: gpus.json hbm_gib 1e-9" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_absurd_peak check "plan: gpus.json peak 1e300" plan --model tiny --stages 2 -m 2 -o '{out}'
