@@ -11,6 +11,7 @@
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
 #include "planner/graph/pair_overlap.h"
+#include "planner/graph/trace.h"
 
 namespace pipeplan {
 
@@ -93,8 +94,14 @@ bool same_microbatches(const json* list, const MicroBatches& expected) {
   return true;
 }
 
-void check_slice(const TaskGraph& plan, int id, const json& event, std::string_view source,
-                 std::size_t index) {
+bool integer_is(const json* value, std::int64_t expected) {
+  return value != nullptr && value->is_number_integer() && value->get<std::int64_t>() == expected;
+}
+
+// The slice is the plan's node `id`: its name, category, stage and micro-batches, and the track
+// it is drawn on (its device's process, its stream's thread: slice_tracks).
+void check_slice(const TaskGraph& plan, int id, const SliceTrack& track, const json& event,
+                 std::string_view source, std::size_t index) {
   const Node& node = plan.node(id);
   const json& args = *member(event, "args");
   const json* stage = member(args, "stage");
@@ -105,6 +112,68 @@ void check_slice(const TaskGraph& plan, int id, const json& event, std::string_v
     bad_slice(source, index, event,
               "node " + std::to_string(id) + " does not match the plan's " + plan.node_name(id) +
                   " (a trace of another plan?)");
+  }
+  if (string_member(event, "name") != slice_name(node)) {
+    bad_slice(source, index, event,
+              "field 'name' is not '" + slice_name(node) + "', the name of the plan's " +
+                  plan.node_name(id) + " that its args.node names");
+  }
+  const json* pid = member(event, "pid");
+  if (!integer_is(pid, track.pid)) {
+    bad_slice(source, index, event,
+              "field 'pid' = " + (pid != nullptr ? json_excerpt(*pid) : std::string("nothing")) +
+                  ", but the plan's " + plan.node_name(id) + " runs on device " +
+                  std::to_string(node.device) + " (pid " + std::to_string(track.pid) + ")");
+  }
+  const json* tid = member(event, "tid");
+  // The second op of an overlapped pair has its own thread; traces written before it had one
+  // drew it on its stream's.
+  if (!integer_is(tid, track.tid) && !integer_is(tid, track.stream_tid)) {
+    bad_slice(source, index, event,
+              "field 'tid' = " + (tid != nullptr ? json_excerpt(*tid) : std::string("nothing")) +
+                  ", but the plan's " + plan.node_name(id) + " is on tid " +
+                  std::to_string(track.tid));
+  }
+}
+
+// The slices of a compute, send or recv stream follow its order one at a time: each starts no
+// earlier than the one before it ended (the two ops of an overlapped pair run together and count
+// as one). A BPipe transfer stream is left out: it carries both directions, and the measured
+// copies of the two overlap.
+void check_stream_times(const TaskGraph& plan, const std::vector<NodeTime>& times,
+                        const std::vector<std::size_t>& event_of, const json& events,
+                        std::string_view source) {
+  constexpr double kToleranceUs = 1e-3;
+  std::vector<char> second(times.size(), 0);
+  for (const OverlapPair& pair : overlap_pairs(plan))
+    second[static_cast<std::size_t>(pair.second)] = 1;
+  for (std::size_t s = 0; s < plan.streams().size(); ++s) {
+    const Stream& stream = plan.streams()[s];
+    if (stream.role == StreamRole::transfer) continue;
+    double before = -std::numeric_limits<double>::infinity();  // the end before this node's pair
+    double latest = before;
+    int before_node = -1, latest_node = -1;
+    for (const int id : plan.stream_order(static_cast<int>(s))) {
+      const auto i = static_cast<std::size_t>(id);
+      if (second[i] == 0) {
+        before = latest;
+        before_node = latest_node;
+      }
+      if (before_node >= 0 && times[i].start_us < before - kToleranceUs) {
+        const auto earlier = static_cast<std::size_t>(before_node);
+        bad_slice(source, event_of[i], events[event_of[i]],
+                  "starts at " + json(times[i].start_us).dump() + " us, before '" +
+                      string_member(events[event_of[earlier]], "name") + "' (traceEvents[" +
+                      std::to_string(event_of[earlier]) + "]) ends at " + json(before).dump() +
+                      " us on stream " + stream.name() + " of device " +
+                      std::to_string(stream.device) +
+                      " (its slices run one at a time, in the plan's order)");
+      }
+      if (times[i].end_us > latest || latest_node < 0) {
+        latest = std::max(latest, times[i].end_us);
+        latest_node = id;
+      }
+    }
   }
 }
 
@@ -125,6 +194,8 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
   std::vector<NodeTime> host(times.size());
   bool every_host = true;
   std::vector<char> seen(times.size(), 0);
+  std::vector<std::size_t> event_of(times.size(), 0);
+  const std::vector<SliceTrack> tracks = slice_tracks(plan);
   for (std::size_t index = 0; index < events->size(); ++index) {
     const json& event = (*events)[index];
     // Slices only: metadata, counters and flow events carry no node time.
@@ -141,10 +212,11 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
                     ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
     }
     const int id = static_cast<int>(node->get<std::int64_t>());
-    check_slice(plan, id, event, source, index);
     if (seen[static_cast<std::size_t>(id)]) {
       bad_slice(source, index, event, "a second slice for " + plan.node_name(id));
     }
+    check_slice(plan, id, tracks[static_cast<std::size_t>(id)], event, source, index);
+    event_of[static_cast<std::size_t>(id)] = index;
     const double start = slice_time(source, index, event, "ts", false);
     times[static_cast<std::size_t>(id)] = {start,
                                            start + slice_time(source, index, event, "dur", true)};
@@ -162,6 +234,7 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
       throw Error(std::string(source) + ": no slice for " + plan.node_name(id));
     }
   }
+  check_stream_times(plan, times, event_of, *events, source);
   if (host_times != nullptr) *host_times = every_host ? std::move(host) : std::vector<NodeTime>{};
   return times;
 }

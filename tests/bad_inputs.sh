@@ -78,6 +78,8 @@ for name, change in (("overlap", lambda m: m.update(stage_layers=[[0, 4], [2, 4]
                      ("1000_layers", lambda m: m["model"].update(layers=1000)),
                      ("seq_0", lambda m: m.update(seq=0))):
     p = copy.deepcopy(plan); change(p["meta"]); write("plan_layers_%s.json" % name, p)
+p = copy.deepcopy(plan); p["schedule"] = p["schedule"].replace("0F0 0F1 0B0 0B1", "0F0 0B0 0F1 0B1")
+assert p["schedule"] != plan["schedule"]; write("plan_schedule_text.json", p)
 p = copy.deepcopy(plan); p["nodes"]["labels"] = [[0, "0F0\x1b[2J\"}"]]; write("plan_escape_label.json", p)
 prof = json.load(open("profile.json")); prof["model"]["name"] = "tiny\x1b]0;x\x07"
 json.dump(prof, open("profile_escape_name.json", "w"))
@@ -108,6 +110,18 @@ end = at
 while text[end].isdigit():
     end += 1
 open("trace_deep.json", "w").write(text[:at] + deep + text[end:])
+# Measured traces that contradict the plan: a slice on the other device, one named after another
+# node, two compute slices of one stream at once.
+def broken_trace(name, change):
+    t = copy.deepcopy(trace)
+    slices = {e["name"]: e for e in t["traceEvents"] if e["ph"] == "X"}
+    change(slices)
+    json.dump(t, open(name, "w"))
+broken_trace("trace_swapped_pid.json", lambda s: s["0F0"].update(pid=2))
+broken_trace("trace_wrong_name.json", lambda s: s["0F0"].update(name="1B1"))
+broken_trace("trace_overlap.json", lambda s: s["0F1"].update(ts=s["0F0"]["ts"] + 1))
+open("run_overlap.plan.json", "w").write(open("plan.json").read())
+open("run_overlap.trace.json", "w").write(open("trace_overlap.json").read())
 PY
 for f in profile_1e9_layers profile_unknown_gpu profile_absurd_time profile_absurd_stash \
   profile_1e999 plan_1e999; do
@@ -253,6 +267,10 @@ check "show -: a truncated plan piped in" show - < <(head -c 300 plan.json)
 check "plan --profile /dev/urandom" plan --profile /dev/urandom --stages 2 -m 2 -o '{out}'
 check "show: a NUL byte in the plan" show plan_nul.json
 check "diff: args.node nested 53,000 deep" diff plan.json trace_deep.json
+check "diff: a slice on the other device" diff plan.json trace_swapped_pid.json
+check "diff: a slice named after another node" diff plan.json trace_wrong_name.json
+check "diff: two compute slices of one stream at once" diff plan.json trace_overlap.json
+check "calibrate fit: a run whose trace contradicts its plan" calibrate fit --profile profile.json -o '{out}' run_overlap
 PIPEPLAN_DATA_DIR=gpus_20k check "plan: 20,000 GPUs in gpus.json" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_tiny_hbm check "plan: gpus.json hbm_gib 1e-9" plan --model tiny --stages 2 -m 2 -o '{out}'
 PIPEPLAN_DATA_DIR=gpus_absurd_peak check "plan: gpus.json peak 1e300" plan --model tiny --stages 2 -m 2 -o '{out}'
@@ -261,7 +279,7 @@ check "show: ESC in a node label" show plan_escape_label.json --dot '{out}'
 check "plan: ESC in a profile's model name" plan --profile profile_escape_name.json --stages 2 -m 2 -o '{out}'
 # Plans validate must refuse, and export with them.
 for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes layers_overlap \
-  layers_gap layers_1000_layers layers_seq_0; do
+  layers_gap layers_1000_layers layers_seq_0 schedule_text; do
   check "validate: plan_$bad" validate "plan_$bad.json"
   check "export: plan_$bad" export "plan_$bad.json" -o '{out}'
 done

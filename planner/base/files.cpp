@@ -2,6 +2,7 @@
 // for every output, on POSIX descriptors so that the file's type and identity are those of what
 // is actually opened.
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,7 +96,9 @@ std::string too_large(const std::filesystem::path& path, std::int64_t bytes, boo
                              static_cast<double>(limits::kMaxFileBytes));
 }
 
-// A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target.
+// A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target; the
+// target's name is cut so that the whole stays within NAME_MAX bytes (a 250-byte name is a name
+// the folder takes, and so must its temporary be).
 std::filesystem::path temporary_name(const std::filesystem::path& target) {
   static std::atomic<std::uint64_t> counter{0};
   static const std::uint64_t seed = [] {
@@ -113,7 +116,10 @@ std::filesystem::path temporary_name(const std::filesystem::path& target) {
     value /= 36;
   }
   const std::filesystem::path dir = target.parent_path();
-  const std::string name = "." + target.filename().string() + "." + suffix + ".tmp";
+  std::string base = target.filename().string();
+  const std::size_t room = NAME_MAX - std::string_view("...tmp").size() - suffix.size();
+  if (base.size() > room) base.resize(room);
+  const std::string name = "." + base + "." + suffix + ".tmp";
   return dir.empty() ? std::filesystem::path(name) : dir / name;
 }
 
@@ -166,9 +172,18 @@ Target check_target(const std::filesystem::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int error = errno;
+    // Nothing there, or a link that leads to nothing (dangling, or a loop of links: the name
+    // itself is a link): the file takes the name.
     if (error == ENOENT) {
       check_target_folder(path);
       return {};
+    }
+    if (error == ELOOP) {
+      struct stat link {};
+      if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+        check_target_folder(path);
+        return {};
+      }
     }
     if (error == ENOTDIR) throw Error(cannot_create(path, error));
     throw Error(path.string() + ": cannot write: " + system_error_text(error));
@@ -383,14 +398,26 @@ void OutputFiles::add_stream(const std::filesystem::path& path,
   pending_.push_back(std::move(p));
 }
 
+namespace {
+
+// What an output's name resolves to, links followed; where they cannot be (a loop of links),
+// the name made absolute.
+std::filesystem::path resolved_name(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  if (!ec) return resolved;
+  resolved = std::filesystem::absolute(path, ec);
+  return ec ? path.lexically_normal() : resolved.lexically_normal();
+}
+
+}  // namespace
+
 void OutputFiles::check_new(const std::filesystem::path& path) const {
   check_target(path);
   // Two outputs of one command naming one file (under any spelling of the name).
-  std::error_code ec;
-  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  const std::filesystem::path resolved = resolved_name(path);
   for (const Pending& other : pending_) {
-    std::error_code other_ec;
-    if (!ec && std::filesystem::weakly_canonical(other.path, other_ec) == resolved && !other_ec) {
+    if (resolved_name(other.path) == resolved) {
       throw Error(path.string() + ": cannot write: named twice as an output (also as " +
                   other.path.string() + ")");
     }

@@ -22,6 +22,10 @@ int pid_of(int device) {
 int tid_of(int stream) {
   return stream + 1;
 }
+// The thread of a device's overlapped ops: after every stream's.
+int overlapped_tid(const TaskGraph& graph, int device) {
+  return static_cast<int>(graph.streams().size()) + 1 + device;
+}
 
 int device_count(const TaskGraph& graph, const SimResult& sim) {
   int count = std::max(graph.meta.devices, static_cast<int>(sim.devices.size()));
@@ -30,40 +34,31 @@ int device_count(const TaskGraph& graph, const SimResult& sim) {
   return count;
 }
 
-// Compute first, then sends, then receives, each by peer: the same track order on every device.
+// Compute first, then its overlapped ops, then sends, then receives, each by peer: the same track
+// order on every device.
 int thread_sort_index(const Stream& stream, int devices) {
   const int peer = std::max(stream.peer, 0);
   switch (stream.role) {
     case StreamRole::compute:
       return 0;
     case StreamRole::send:
-      return 1 + peer;
+      return 2 + peer;
     case StreamRole::recv:
-      return 1 + devices + peer;
+      return 2 + devices + peer;
     case StreamRole::transfer:
-      return 1 + 2 * devices + peer;
+      return 2 + 2 * devices + peer;
   }
   return 0;
 }
-
-std::string slice_name(const Node& node) {
-  switch (node.kind) {
-    case NodeKind::compute:
-      return node_label(node);
-    case NodeKind::send:
-      return "send " + node_label(node) + "\u2192" + std::to_string(node.peer);
-    case NodeKind::recv:
-      return "recv " + node_label(node) + "\u2190" + std::to_string(node.peer);
-  }
-  return node_label(node);
-}
+constexpr int kOverlappedSortIndex = 1;
 
 std::string slice_category(const Node& node) {
   if (node.kind == NodeKind::compute) return std::string(to_string(node.op));
   return std::string(to_string(node.kind));
 }
 
-void add_metadata_events(const TaskGraph& graph, int devices, json& events) {
+void add_metadata_events(const TaskGraph& graph, const std::vector<SliceTrack>& tracks, int devices,
+                         json& events) {
   for (int device = 0; device < devices; ++device) {
     events.push_back({{"ph", "M"},
                       {"name", "process_name"},
@@ -88,9 +83,31 @@ void add_metadata_events(const TaskGraph& graph, int devices, json& events) {
                       {"tid", tid_of(index)},
                       {"args", {{"sort_index", thread_sort_index(stream, devices)}}}});
   }
+  // A device's thread of overlapped ops, where it has any.
+  std::vector<char> overlapped(static_cast<std::size_t>(devices), 0);
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const SliceTrack& track = tracks[static_cast<std::size_t>(id)];
+    const int device = graph.node(id).device;
+    if (track.tid == track.stream_tid || device < 0 || device >= devices ||
+        overlapped[static_cast<std::size_t>(device)] != 0) {
+      continue;
+    }
+    overlapped[static_cast<std::size_t>(device)] = 1;
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", track.pid},
+                      {"tid", track.tid},
+                      {"args", {{"name", "compute (overlapped)"}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_sort_index"},
+                      {"pid", track.pid},
+                      {"tid", track.tid},
+                      {"args", {{"sort_index", kOverlappedSortIndex}}}});
+  }
 }
 
-void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
+void add_slices(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
+                json& events) {
   for (int id = 0; id < graph.node_count(); ++id) {
     const Node& node = graph.node(id);
     const NodeTime& time = sim.times[static_cast<std::size_t>(id)];
@@ -115,8 +132,8 @@ void add_slices(const TaskGraph& graph, const SimResult& sim, json& events) {
     events.push_back({{"ph", "X"},
                       {"name", slice_name(node)},
                       {"cat", slice_category(node)},
-                      {"pid", pid_of(node.device)},
-                      {"tid", tid_of(node.stream)},
+                      {"pid", tracks[static_cast<std::size_t>(id)].pid},
+                      {"tid", tracks[static_cast<std::size_t>(id)].tid},
                       {"ts", time.start_us},
                       {"dur", std::max(0.0, time.end_us - time.start_us)},
                       {"args", std::move(args)}});
@@ -144,27 +161,28 @@ double binding_ts(const NodeTime& time) {
 
 class FlowWriter {
  public:
-  FlowWriter(const TaskGraph& graph, const SimResult& sim, json& events)
-      : graph_(graph), sim_(sim), events_(events) {}
+  FlowWriter(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
+             json& events)
+      : graph_(graph), sim_(sim), tracks_(tracks), events_(events) {}
 
   void add(int from, int to, std::string_view category) {
-    const Node& source = graph_.node(from);
-    const Node& target = graph_.node(to);
-    const std::string name = node_label(source);
+    const SliceTrack& source = tracks_[static_cast<std::size_t>(from)];
+    const SliceTrack& target = tracks_[static_cast<std::size_t>(to)];
+    const std::string name = node_label(graph_.node(from));
     events_.push_back({{"ph", "s"},
                        {"id", next_id_},
                        {"cat", category},
                        {"name", name},
-                       {"pid", pid_of(source.device)},
-                       {"tid", tid_of(source.stream)},
+                       {"pid", source.pid},
+                       {"tid", source.tid},
                        {"ts", binding_ts(sim_.times[static_cast<std::size_t>(from)])}});
     events_.push_back({{"ph", "f"},
                        {"bp", "e"},
                        {"id", next_id_},
                        {"cat", category},
                        {"name", name},
-                       {"pid", pid_of(target.device)},
-                       {"tid", tid_of(target.stream)},
+                       {"pid", target.pid},
+                       {"tid", target.tid},
                        {"ts", binding_ts(sim_.times[static_cast<std::size_t>(to)])}});
     ++next_id_;
   }
@@ -172,12 +190,14 @@ class FlowWriter {
  private:
   const TaskGraph& graph_;
   const SimResult& sim_;
+  const std::vector<SliceTrack>& tracks_;
   json& events_;
   int next_id_ = 1;
 };
 
-void add_flows(const TaskGraph& graph, const SimResult& sim, json& events) {
-  FlowWriter flows(graph, sim, events);
+void add_flows(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
+               json& events) {
+  FlowWriter flows(graph, sim, tracks, events);
   for (int id = 0; id < graph.node_count(); ++id) {
     const Node& node = graph.node(id);
     if (node.kind != NodeKind::send || node.match < 0 || node.match >= graph.node_count()) {
@@ -221,6 +241,32 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
 
 }  // namespace
 
+std::string slice_name(const Node& node) {
+  switch (node.kind) {
+    case NodeKind::compute:
+      return node_label(node);
+    case NodeKind::send:
+      return "send " + node_label(node) + "\u2192" + std::to_string(node.peer);
+    case NodeKind::recv:
+      return "recv " + node_label(node) + "\u2190" + std::to_string(node.peer);
+  }
+  return node_label(node);
+}
+
+std::vector<SliceTrack> slice_tracks(const TaskGraph& graph) {
+  std::vector<SliceTrack> tracks(static_cast<std::size_t>(graph.node_count()));
+  for (int id = 0; id < graph.node_count(); ++id) {
+    const Node& node = graph.node(id);
+    tracks[static_cast<std::size_t>(id)] = {pid_of(node.device), tid_of(node.stream),
+                                            tid_of(node.stream)};
+  }
+  for (const OverlapPair& pair : overlap_pairs(graph)) {
+    SliceTrack& second = tracks[static_cast<std::size_t>(pair.second)];
+    second.tid = overlapped_tid(graph, graph.node(pair.second).device);
+  }
+  return tracks;
+}
+
 json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title) {
   if (sim.times.size() != static_cast<std::size_t>(graph.node_count())) {
     throw Error("trace: simulation has " + std::to_string(sim.times.size()) +
@@ -228,10 +274,11 @@ json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_vi
                 " nodes");
   }
   json events = json::array();
-  add_metadata_events(graph, device_count(graph, sim), events);
-  add_slices(graph, sim, events);
+  const std::vector<SliceTrack> tracks = slice_tracks(graph);
+  add_metadata_events(graph, tracks, device_count(graph, sim), events);
+  add_slices(graph, sim, tracks, events);
   add_memory_counters(sim, events);
-  add_flows(graph, sim, events);
+  add_flows(graph, sim, tracks, events);
   return {{"traceEvents", std::move(events)},
           {"displayTimeUnit", "ms"},
           {"metadata", plan_summary(graph, sim, title)}};

@@ -551,6 +551,59 @@ Result check_memory(const TaskGraph& g) {
   return std::nullopt;
 }
 
+// The schedule text is what the graph runs: per device, its compute stream's nodes (the optimizer
+// step aside, which is no action) are the schedule's actions for the device, in order, with the
+// same op, stage, micro-batches and overlap. export writes the text; run executes the graph.
+Result check_schedule_text(const TaskGraph& g) {
+  const Schedule& schedule = g.schedule;
+  std::vector<int> compute(static_cast<std::size_t>(schedule.devices), -1);
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const Stream& stream = g.streams()[s];
+    if (stream.role == StreamRole::compute && stream.device >= 0 &&
+        stream.device < schedule.devices) {
+      compute[static_cast<std::size_t>(stream.device)] = static_cast<int>(s);
+    }
+  }
+  for (int d = 0; d < schedule.devices; ++d) {
+    static const std::vector<Action> kNone;
+    const std::vector<Action>& actions = static_cast<std::size_t>(d) < schedule.per_device.size()
+                                             ? schedule.per_device[static_cast<std::size_t>(d)]
+                                             : kNone;
+    static const std::vector<int> kEmpty;
+    const int stream = compute[static_cast<std::size_t>(d)];
+    const std::vector<int>& order = stream >= 0 ? g.stream_order(stream) : kEmpty;
+    std::size_t k = 0;
+    for (const int id : order) {
+      const Node& n = g.node(id);
+      if (n.op == OpType::O) continue;
+      if (k == actions.size()) {
+        return make_violation(g, id, "schedule",
+                              "is in the compute stream of device " + std::to_string(d) +
+                                  " after the last of its " + std::to_string(actions.size()) +
+                                  " actions in the schedule text");
+      }
+      const Action& a = actions[k];
+      if (n.op != a.op || n.stage != a.stage || n.microbatches != a.microbatches ||
+          n.overlaps_next != a.overlaps_next) {
+        return make_violation(g, id, "schedule",
+                              "is action " + std::to_string(k) + " of device " + std::to_string(d) +
+                                  "'s compute stream, but the schedule text " + "has " +
+                                  format_action(a) + (a.overlaps_next ? " (overlapped)" : "") +
+                                  " there");
+      }
+      ++k;
+    }
+    if (k != actions.size()) {
+      return make_violation(g, -1, "schedule",
+                            "device " + std::to_string(d) + "'s compute stream runs " +
+                                std::to_string(k) + " actions, the schedule text lists " +
+                                std::to_string(actions.size()) +
+                                " (the first missing: " + format_action(actions[k]) + ")");
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
@@ -598,11 +651,14 @@ std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acycl
   if (auto v = index_compute(c, table)) return v;
   if (auto v = check_coverage(c, table)) return v;
   if (auto v = check_inputs(c, table)) return v;
-  if (!transfers) return check_memory(graph);
-  for (const auto check : {check_transfer_use, check_transfer_memory}) {
-    if (auto v = check(graph)) return v;
+  if (!transfers) {
+    if (auto v = check_memory(graph)) return v;
+  } else {
+    for (const auto check : {check_transfer_use, check_transfer_memory}) {
+      if (auto v = check(graph)) return v;
+    }
   }
-  return std::nullopt;
+  return check_schedule_text(graph);
 }
 
 void validate(const TaskGraph& graph) {

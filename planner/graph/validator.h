@@ -12,7 +12,8 @@ struct Violation {
   int node = -1;
   std::string rule;     // "acyclic", "send-recv-match", "send-recv-order", "f-before-p1",
                         // "p1-before-p2", "coverage", "memory-limit", "stream", "overlap",
-                        // "optimizer"
+                        // "optimizer", "inputs", "transfer-order", "transfer-use",
+                        // "schedule"
   std::string message;  // one line, names the node
 };
 

@@ -2,8 +2,11 @@
 // gives one line naming the file and the event, never an exception of the JSON library.
 #include "runtime/trace_diff.h"
 
+#include <algorithm>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -100,6 +103,100 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
   }
 }
 
+// The slice of node `id`, for editing.
+json& slice_of(json& trace, int id) {
+  for (json& event : trace["traceEvents"]) {
+    if (event.value("ph", "") == "X" && event["args"]["node"] == id) return event;
+  }
+  throw std::logic_error("no slice");
+}
+
+// A node of `kind` on `device` (the first in id order with op `op`).
+int node_on(const TaskGraph& g, NodeKind kind, int device, OpType op) {
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.kind == kind && n.device == device && n.op == op) return id;
+  }
+  throw std::logic_error("no node");
+}
+
+TEST(TraceTimes, SlicesThatContradictThePlanAreRefused) {
+  const Plan plan = small_plan();
+  const TaskGraph& g = plan.graph;
+  const json good = perfetto_trace(g, plan.sim, "t");
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json trace = good;
+    change(trace);
+    return error_of([&] { node_times_from_trace(g, trace, "t.json"); });
+  };
+  const int f0 = node_on(g, NodeKind::compute, 0, OpType::F);
+  const int send = node_on(g, NodeKind::send, 0, OpType::F);
+  // A slice on the other device's process.
+  EXPECT_NE(
+      error([&](json& t) {
+        slice_of(t, f0)["pid"] = 2;
+      }).find("field 'pid' = 2, but the plan's " + g.node_name(f0) + " runs on device 0 (pid 1)"),
+      std::string::npos);
+  EXPECT_NE(
+      error([&](json& t) { slice_of(t, send)["tid"] = g.node(f0).stream + 1; })
+          .find("field 'tid' = " + std::to_string(g.node(f0).stream + 1) + ", but the plan's " +
+                g.node_name(send) + " is on tid " + std::to_string(g.node(send).stream + 1)),
+      std::string::npos);
+  // A slice named after another node than its args.node.
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["name"] = "1B1";
+            }).find("('1B1'): field 'name' is not '" + node_label(g.node(f0)) + "'"),
+            std::string::npos);
+  // Two compute slices of one stream at once.
+  const std::vector<int>& order = g.stream_order(g.node(f0).stream);
+  ASSERT_GE(order.size(), 2U);
+  const std::string overlapping = error([&](json& t) {
+    json& later = slice_of(t, order[1]);
+    later["ts"] = slice_of(t, order[0])["ts"].get<double>() + 1;
+  });
+  EXPECT_NE(overlapping.find("ends at"), std::string::npos) << overlapping;
+  EXPECT_NE(overlapping.find("on stream compute of device 0 (its slices run one at a time, in "
+                             "the plan's order)"),
+            std::string::npos)
+      << overlapping;
+  EXPECT_EQ(overlapping.find('\n'), std::string::npos);
+}
+
+// An overlapped pair's two ops run at once: the second on its device's "compute (overlapped)"
+// thread, or (traces written before that thread) on the stream's own.
+TEST(TraceTimes, AnOverlappedPairIsReadOnEitherThread) {
+  PlanRequest r;
+  r.profile = uniform_profile(parse_uniform("1:1:1:0.1", ""), 4, 2);
+  r.devices = 2;
+  r.chunks = 2;
+  r.microbatches = 4;
+  r.schedule = "dualpipe-v";
+  r.backward = BackwardMode::twobp;
+  r.profile.overlap = {0.5, "test"};
+  const Plan plan = make_plan(r);
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan.graph);
+  ASSERT_FALSE(pairs.empty());
+  const json trace = perfetto_trace(plan.graph, plan.sim, "t");
+  EXPECT_EQ(error_of([&] { node_times_from_trace(plan.graph, trace, "t.json"); }), "<no error>");
+  json before = trace;
+  for (const OverlapPair& pair : pairs)
+    slice_of(before, pair.second)["tid"] = plan.graph.node(pair.second).stream + 1;
+  const auto times = node_times_from_trace(plan.graph, before, "t.json");
+  for (std::size_t i = 0; i < times.size(); ++i)
+    EXPECT_NEAR(times[i].start_us, plan.sim.times[i].start_us, 1e-6);
+  // Whichever thread: the node after a pair may not start before the pair ends.
+  const OverlapPair& pair = pairs.front();
+  const std::vector<int>& order = plan.graph.stream_order(plan.graph.node(pair.second).stream);
+  const auto at = std::find(order.begin(), order.end(), pair.second);
+  ASSERT_NE(at + 1, order.end());
+  json early = trace;
+  slice_of(early, *(at + 1))["ts"] = slice_of(early, pair.second)["ts"].get<double>();
+  EXPECT_NE(error_of([&] {
+              node_times_from_trace(plan.graph, early, "t.json");
+            }).find("(its slices run one at a time, in the plan's order)"),
+            std::string::npos);
+}
+
 TEST(TraceTimes, HostTimesRoundTripAndAreOptional) {
   const Plan plan = small_plan();
   SimResult measured = plan.sim;
@@ -185,6 +282,7 @@ Plan paired_plan() {
   r.chunks = 2;
   r.microbatches = 8;
   r.schedule = "dualpipe-v";
+  r.backward = BackwardMode::twobp;
   r.backward = BackwardMode::twobp;
   return make_plan(r);
 }

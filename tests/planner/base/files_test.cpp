@@ -112,6 +112,19 @@ TEST_F(Files, AWrittenFileReplacesTheTargetAndLeavesNoTemporary) {
   EXPECT_EQ(st.st_mode & 0777, 0640U) << "a replaced file keeps its permissions";
 }
 
+TEST_F(Files, ANameAsLongAsTheFolderTakesIsWritten) {
+  // The temporary beside it must fit in NAME_MAX too.
+  for (const std::size_t length : {240, 250, 255}) {
+    const std::string name = std::string(length - 5, 'a') + ".json";
+    write_file_atomic(path(name), "plan");
+    EXPECT_EQ(contents(path(name)), "plan");
+    write_file_atomic(path(name), "again");
+    EXPECT_EQ(contents(path(name)), "again");
+    EXPECT_EQ(entries(dir_), std::vector<std::string>{name});
+    fs::remove(path(name));
+  }
+}
+
 TEST_F(Files, ALinkAtTheTargetIsReplacedNeverWrittenThrough) {
   const fs::path other = path("other.txt");
   put(other, "precious");
@@ -121,6 +134,24 @@ TEST_F(Files, ALinkAtTheTargetIsReplacedNeverWrittenThrough) {
   EXPECT_EQ(contents(other), "precious");
   EXPECT_FALSE(fs::is_symlink(out));
   EXPECT_EQ(contents(out), "plan");
+}
+
+TEST_F(Files, ALoopOfLinksAtTheTargetIsReplaced) {
+  fs::create_symlink("l2", path("l1"));
+  fs::create_symlink("l1", path("l2"));
+  write_file_atomic(path("l1"), "plan");
+  EXPECT_FALSE(fs::is_symlink(path("l1")));
+  EXPECT_EQ(contents(path("l1")), "plan");
+  EXPECT_EQ(fs::read_symlink(path("l2")), "l1");
+  fs::create_symlink("self", path("self"));
+  write_file_atomic(path("self"), "trace");
+  EXPECT_EQ(contents(path("self")), "trace");
+  // Two spellings of a name that resolves to nothing are still one output.
+  fs::create_symlink("loop", path("loop"));
+  OutputFiles outputs;
+  outputs.add(path("loop"), "a");
+  EXPECT_NE(error_of([&] { outputs.add(dir_ / "." / "loop", "b"); }).find("named twice"),
+            std::string::npos);
 }
 
 TEST_F(Files, TheOldFixedTemporaryNameIsNotFollowed) {

@@ -12,6 +12,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
 namespace {
@@ -159,16 +160,17 @@ TEST(Trace, NamesEveryDeviceAndStreamOnce) {
     names.insert(name);
   for (const Stream& stream : b.graph.streams())
     EXPECT_TRUE(names.count(stream.name()));
-  // Compute sorts before sends, sends before receives.
+  // Compute sorts before sends (1 is a device's overlapped ops: none here), sends before
+  // receives.
   for (const auto& [key, name] : threads) {
     const int index = sort_index.at(key);
     if (name == "compute") {
       EXPECT_EQ(index, 0);
     } else if (name.rfind("send", 0) == 0) {
-      EXPECT_GT(index, 0);
-      EXPECT_LE(index, 2);
+      EXPECT_GT(index, 1);
+      EXPECT_LE(index, 3);
     } else {
-      EXPECT_GT(index, 2) << name;
+      EXPECT_GT(index, 3) << name;
     }
   }
 }
@@ -207,6 +209,63 @@ TEST(Trace, NoOverlappingSlicesOnOneThread) {
     std::sort(slices.begin(), slices.end());
     for (std::size_t i = 1; i < slices.size(); ++i) {
       EXPECT_LE(slices[i - 1].second, slices[i].first) << "pid " << thread.first;
+    }
+  }
+}
+
+// DualPipe-V's overlapped pairs: the two ops run at once, so the second is drawn on its device's
+// "compute (overlapped)" thread and no thread has two slices at once.
+TEST(Trace, TheSecondOpOfAnOverlappedPairHasAThreadOfItsOwn) {
+  PlanRequest r = testing::uniform_request({.devices = 4,
+                                            .microbatches = 8,
+                                            .chunks = 2,
+                                            .schedule = "dualpipe-v",
+                                            .backward = BackwardMode::twobp,
+                                            .comm = 0.1});
+  r.profile.overlap = {0.5, "test"};
+  const Plan plan = make_plan(r);
+  const std::vector<OverlapPair> pairs = overlap_pairs(plan.graph);
+  ASSERT_FALSE(pairs.empty());
+  const json trace = perfetto_trace(plan.graph, plan.sim, "t");
+  std::map<int, json> slice_of;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> per_thread;
+  for (const json& e : events_of(trace, "X")) {
+    slice_of[e["args"]["node"].get<int>()] = e;
+    const double ts = e["ts"].get<double>();
+    per_thread[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(
+        ts, ts + e["dur"].get<double>());
+  }
+  for (auto& [thread, slices] : per_thread) {
+    std::sort(slices.begin(), slices.end());
+    for (std::size_t i = 1; i < slices.size(); ++i) {
+      EXPECT_LE(slices[i - 1].second, slices[i].first)
+          << "pid " << thread.first << " tid " << thread.second;
+    }
+  }
+  const int streams = static_cast<int>(plan.graph.streams().size());
+  for (const OverlapPair& pair : pairs) {
+    const Node& second = plan.graph.node(pair.second);
+    EXPECT_EQ(slice_of[pair.first]["tid"], plan.graph.node(pair.first).stream + 1);
+    EXPECT_EQ(slice_of[pair.second]["tid"], streams + 1 + second.device);
+    EXPECT_EQ(slice_of[pair.second]["pid"], second.device + 1);
+  }
+  std::map<std::pair<int, int>, std::string> thread_names;
+  std::map<std::pair<int, int>, int> sort_index;
+  for (const json& e : events_of(trace, "M")) {
+    if (!e.contains("tid")) continue;
+    const auto key = std::make_pair(e["pid"].get<int>(), e["tid"].get<int>());
+    if (e["name"] == "thread_name") thread_names[key] = e["args"]["name"];
+    if (e["name"] == "thread_sort_index") sort_index[key] = e["args"]["sort_index"];
+  }
+  for (int device = 0; device < 4; ++device) {
+    const auto key = std::make_pair(device + 1, streams + 1 + device);
+    EXPECT_EQ(thread_names[key], "compute (overlapped)");
+    EXPECT_EQ(sort_index[key], 1);
+  }
+  // Every flow arrow ends on a thread that has a slice there.
+  for (const char* phase : {"s", "f"}) {
+    for (const json& e : events_of(trace, phase)) {
+      EXPECT_TRUE(per_thread.count({e["pid"].get<int>(), e["tid"].get<int>()})) << e.dump();
     }
   }
 }

@@ -237,6 +237,41 @@ TEST(Validator, CatchesAMissingMicroBatch) {
   expect_violation(plan.graph, "coverage");
 }
 
+TEST(Validator, CatchesAScheduleTextTheGraphDoesNotRun) {
+  {
+    // Two actions of device 0 swapped in the text only: export would write the text, run
+    // executes the graph.
+    Plan plan = sample(BackwardMode::fused);
+    std::vector<Action>& actions = plan.graph.schedule.per_device[0];
+    ASSERT_EQ(format_action(actions[1]), "0F1");
+    std::swap(actions[1], actions[2]);
+    const Violation v = expect_violation(plan.graph, "schedule");
+    ASSERT_GE(v.node, 0);
+    EXPECT_EQ(node_label(plan.graph.node(v.node)), "0F1");
+    EXPECT_NE(v.message.find("is action 1 of device 0's compute stream, but the schedule text "
+                             "has 0F2 there"),
+              std::string::npos)
+        << v.message;
+  }
+  {
+    Plan plan = sample(BackwardMode::fused);
+    plan.graph.schedule.per_device[3].pop_back();
+    const Violation v = expect_violation(plan.graph, "schedule");
+    EXPECT_NE(v.message.find("after the last of its"), std::string::npos) << v.message;
+  }
+  {
+    Plan plan = sample(BackwardMode::fused);
+    Action extra = plan.graph.schedule.per_device[1].back();
+    plan.graph.schedule.per_device[1].push_back(extra);
+    const Violation v = expect_violation(plan.graph, "schedule");
+    EXPECT_EQ(v.node, -1);
+    EXPECT_NE(v.message.find("device 1's compute stream runs 16 actions, the schedule text lists "
+                             "17"),
+              std::string::npos)
+        << v.message;
+  }
+}
+
 TEST(Validator, ThrowsWithTheMessage) {
   Plan plan = sample();
   const int send = find_node(plan.graph, NodeKind::send, "0F3");
