@@ -176,7 +176,9 @@ struct ProfileCommand {
 
 Command add_profile_command(CLI::App& app) {
   auto cmd = std::make_shared<ProfileCommand>();
-  auto* sub = app.add_subcommand("profile", "write a profile (analytic without a GPU)");
+  auto* sub = app.add_subcommand(
+      "profile",
+      "write a profile: --analytic (no GPU needed), or measured with --backend cuda or cpu");
   sub->add_option("--model", cmd->model, "model preset or config.json")->required();
   sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json (cuda: default from the device's name)")
       ->capture_default_str()
