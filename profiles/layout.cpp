@@ -1,6 +1,7 @@
 #include "profiles/layout.h"
 
 #include <cstdint>
+#include <cstdio>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -160,11 +161,36 @@ namespace {
 
 // The stages of a layout, repeats expanded and commas dropped, within the length, expansion and
 // stage-count bounds.
+// The character that starts at byte `at` of `text`, whole: a UTF-8 sequence of 2 to 4 bytes, or
+// the byte as \xNN where no valid sequence starts there.
+std::string character_at(std::string_view text, std::size_t at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  const std::size_t length = lead >= 0xF0 && lead < 0xF8   ? 4
+                             : lead >= 0xE0 && lead < 0xF0 ? 3
+                             : lead >= 0xC2 && lead < 0xE0 ? 2
+                                                           : 0;
+  bool whole = length > 0 && at + length <= text.size();
+  for (std::size_t i = 1; whole && i < length; ++i)
+    whole = (static_cast<unsigned char>(text[at + i]) & 0xC0U) == 0x80U;
+  if (whole) return std::string(text.substr(at, length));
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "\\x%02X", static_cast<unsigned>(lead));
+  return byte;
+}
+
 std::vector<std::string> layout_stages(std::string_view text) {
   if (text.empty()) bad_layout("is empty");
   if (text.size() > kMaxLayoutChars) {
     bad_layout(limits::above_limit(std::to_string(text.size()) + " characters",
                                    static_cast<double>(kMaxLayoutChars)));
+  }
+  // Every symbol of the grammar is ASCII: anything else is named whole, with its byte offset.
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    if (static_cast<unsigned char>(text[at]) >= 0x80) {
+      bad_layout("'" + character_at(text, at) + "' at byte " + std::to_string(at + 1) +
+                 " is not a layer type (E embedding, t transformer layer, L loss) or a layout "
+                 "symbol (| * ( ) , digits)");
+    }
   }
   std::vector<std::string> stages(1);
   for (const char c : expand(text)) {

@@ -43,16 +43,28 @@ LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv) {
   static constexpr std::array<const char*, 4> kVariables = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                                             "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
   LaunchEnvironment environment;
+  // A value set but not a decimal count: a launcher set it wrong, or something else did.
+  const auto malformed = [&](const char* name, const char* value) {
+    if (environment.malformed.empty()) {
+      environment.malformed = std::string(name) + ": '" + value +
+                              "' is not a decimal count of ranks (" + field_name("launcher") +
+                              " auto reads it for a multi-process launch; " +
+                              field_name("launcher") + " none runs in one process)";
+    }
+  };
+  bool found = false;
   for (const char* name : kVariables) {
     const char* value = getenv(name);
     if (!is_set(value)) continue;
     const long ranks = strict_decimal(value);
-    if (ranks < 1 || ranks > 1'000'000) continue;
+    if (ranks < 0) malformed(name, value);
+    if (found || ranks < 1 || ranks > 1'000'000) continue;
     environment.ranks = static_cast<int>(ranks);
     environment.variable = std::string(name) + "=" + value;
-    break;
+    found = true;
   }
   const char* world = getenv("WORLD_SIZE");
+  if (is_set(world) && strict_decimal(world) < 0) malformed("WORLD_SIZE", world);
   if (is_set(world) && is_set(getenv("RANK")) && is_set(getenv("MASTER_ADDR")) &&
       is_set(getenv("MASTER_PORT"))) {
     const long ranks = strict_decimal(world);
@@ -91,6 +103,7 @@ LaunchMode choose_launch(Launcher launcher, const LaunchEnvironment& environment
     case Launcher::automatic:
       break;
   }
+  if (!environment.malformed.empty()) throw Error(environment.malformed);
   const bool mpi = environment.ranks > 1;
   const bool env = environment.env_ranks > 1;
   if (mpi && env) {

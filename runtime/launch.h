@@ -30,13 +30,16 @@ struct LaunchEnvironment {
   // RANK, MASTER_ADDR and MASTER_PORT are set (not checked further: parse_env_launch does).
   int env_ranks = 1;
   std::string env_variable;  // e.g. "WORLD_SIZE=4"; empty when none
+  // The first of the variables above (WORLD_SIZE whether or not the others are set) that is set
+  // but not a decimal integer, as an error line naming it; empty when none is.
+  std::string malformed;
 };
 
 using EnvironmentReader = std::function<const char*(const char* name)>;
 
 // MPI: the first of OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMI_SIZE (MPICH, Intel MPI; Slurm
 // with --mpi=pmi2), SLURM_STEP_NUM_TASKS and SLURM_NTASKS (srun) that holds a positive number.
-// Env: WORLD_SIZE as above.
+// Env: WORLD_SIZE as above. A set variable that is not a decimal integer goes to `malformed`.
 LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv);
 LaunchEnvironment detect_launch_environment();  // from the process environment
 
@@ -51,7 +54,8 @@ enum class LaunchMode { single, mpi, env };
 // MPI/Slurm variables show more than one rank, env when only the torchrun-style ones do, single
 // when neither does. When both do, auto cannot tell which launcher started this process (Slurm's
 // variables are inherited by everything a job starts, torchrun's can be exported by a script):
-// throws FieldError("launcher", ...) naming both and asking for mpi or env.
+// throws FieldError("launcher", ...) naming both and asking for mpi or env. Auto also throws
+// Error(environment.malformed) when a variable it reads is malformed.
 LaunchMode choose_launch(Launcher launcher, const LaunchEnvironment& environment, bool mpi_built);
 
 // This process's place in a torchrun-style launch, from its environment.

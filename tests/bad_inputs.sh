@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 # Inputs, made by this pipeplan and then broken.
 inputs=$work/inputs
 mkdir -p "$inputs/cfg" "$inputs/gpus" "$inputs/gpus_tiny_hbm" "$inputs/gpus_absurd_peak" \
-  "$inputs/gpus_20k"
+  "$inputs/gpus_20k" "$inputs/gpus_no_cpu"
 cp "$(dirname "${BASH_SOURCE[0]}")/../profiles/gpus.json" "$inputs/gpus/gpus.json"
 (
   cd "$inputs" || exit 1
@@ -94,6 +94,8 @@ for i in range(20000):
     e = dict(entry); e["name"] = "gpu%d" % i; e["aliases"] = []
     g["gpus"].append(e)
 json.dump(g, open("gpus_20k/gpus.json", "w"))
+g = copy.deepcopy(gpus); g["gpus"] = [e for e in g["gpus"] if e["name"] != "cpu"]
+json.dump(g, open("gpus_no_cpu/gpus.json", "w"))
 # An analytic profile with working memory in it (as calibrate working-memory writes one).
 p = json.load(open("profile.json"))
 for by_mbs in p["layers"].values():
@@ -252,6 +254,8 @@ check "show --trace and --dot onto one file" show plan.json --trace trace.json -
 check "show --dot in a missing folder" show plan.json --trace trace.json --dot missing/g.dot
 check "export -o a folder" export plan.json -o cfg
 check "run --trace in a missing folder" run plan.json --trace missing/x.json
+check "export -o -" export plan.json -o -
+check "import -o -" import sched.csv --model tiny -o -
 check "export -o a file's name and '/'" export plan.json -o plan.json/
 SETUP='ln -s /dev/null devnull' check "plan -o a link to /dev/null" plan --model tiny --stages 2 -m 2 -o devnull
 SETUP='mkfifo out.fifo' check "plan -o a FIFO" plan --model tiny --stages 2 -m 2 -o out.fifo
@@ -318,6 +322,12 @@ check "calibrate copy -o onto its input" calibrate copy --from profile.json -o p
 check "calibrate working-memory: none measured" calibrate working-memory --from profile.json -o '{out}' profile.json
 check "calibrate working-memory: from a plan" calibrate working-memory --from plan.json -o '{out}' profile.json
 check "calibrate: no subcommand" calibrate
+check "profile --backend cpu --model llama-65b" profile --backend cpu --model llama-65b -o '{out}'
+PIPEPLAN_DATA_DIR=gpus_no_cpu check "profile --backend cpu: gpus.json without cpu" profile --backend cpu --model tiny -o '{out}'
+check "plan --layout with a non-ASCII character" plan --model tiny --stages 2 -m 2 --layout 'Ett|ttéL' -o '{out}'
+WORLD_SIZE=abc check "run: WORLD_SIZE=abc" run plan.json --trace '{out}'
+OMPI_COMM_WORLD_SIZE=abc check "run: OMPI_COMM_WORLD_SIZE=abc" run plan.json --trace '{out}'
+SLURM_NTASKS=-3 check "run: SLURM_NTASKS=-3" run plan.json --trace '{out}'
 check "calibrate working-memory: from an analytic profile" calibrate working-memory --from profile_analytic_work.json -o '{out}' profile.json
 check "calibrate fit --min-factor without --sustained" calibrate fit --min-factor 0.5 --profile profile.json -o '{out}' run
 # Options that a mode or an input decides, given beside it.

@@ -432,7 +432,7 @@ Command add_calibrate_command(CLI::App& app) {
       ->each(grid_flag("--max-factor"));
   fit->add_option("--time-constants-ms", cmd->fit.time_constants_ms,
                   "--sustained: the time constants tried, ms, comma-separated (default "
-                  "10,20,30,50,70,100,150,200,300)")
+                  "10,20,30,50,70,100,150,200,300,500,700,1000,1500,2000,3000,5000)")
       ->delimiter(',')
       ->each(grid_flag("--time-constants-ms"));
   fit->add_option("--min-ops", cmd->fit.min_ops,

@@ -23,6 +23,7 @@ namespace {
 constexpr double kMaxLoadSeconds = 3600;  // --sustain-seconds, --cooldown-seconds: an hour
 constexpr int kMaxSms = 4096;             // --sm-partition: more SMs than any GPU has
 constexpr int kMaxRepetitions = 10000;    // timed runs per pass
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct ProfileCommand {
   std::string model;
@@ -43,8 +44,11 @@ struct ProfileCommand {
   std::string sustain_seconds = "20";
   std::string cooldown_seconds = "5";
   bool load_given = false;  // --sustain-seconds or --cooldown-seconds on the command line
+  double max_host_gib = 8;  // cpu: the most host memory a measurement may need
+  bool max_host_given = false;
   std::string output;
   int run() const {
+    if (max_host_given && backend != "cpu") throw Error("--max-host-gib: only with --backend cpu");
     if (analytic && !backend.empty()) {
       throw Error("--backend: " + backend +
                   " measures on a GPU; --analytic estimates without one (give one of them)");
@@ -100,6 +104,14 @@ struct ProfileCommand {
           "--attention: the CPU backend materialises the probabilities (materialized), not " +
           attention);
     }
+    // Plans from the profile look its device up: an entry missing here fails now, not there.
+    try {
+      static_cast<void>(find_gpu(cpu::kCpuDeviceName));
+    } catch (const FieldError&) {
+      throw Error("--backend cpu: " + (data_dir() / "gpus.json").string() + " has no entry '" +
+                  cpu::kCpuDeviceName +
+                  "', which a CPU profile names (plans from it read its memory and peak there)");
+    }
     cpu::CpuProfileOptions options;
     options.model = resolve_model(model);
     options.seq = seq;
@@ -107,6 +119,14 @@ struct ProfileCommand {
     options.max_concat = max_concat;
     options.repetitions = repetitions;
     options.progress = isatty(STDERR_FILENO) != 0;
+    const auto need = static_cast<double>(cpu::estimate_host_bytes(options));
+    if (need > max_host_gib * kBytesPerGiB) {
+      throw Error("--max-host-gib: measuring model '" + options.model.name +
+                  "' on the CPU needs about " + format_gib(need) + " of host memory, above " +
+                  format_gib(max_host_gib * kBytesPerGiB) +
+                  " (the CPU backend is for small models such as 'tiny'; raise the limit where "
+                  "the host has the memory)");
+    }
     options.command = "pipeplan profile --backend cpu --model " + model + " --mbs " + mbs +
                       " --max-concat " + std::to_string(max_concat) + " --repetitions " +
                       std::to_string(repetitions);
@@ -156,7 +176,9 @@ struct ProfileCommand {
 
 Command add_profile_command(CLI::App& app) {
   auto cmd = std::make_shared<ProfileCommand>();
-  auto* sub = app.add_subcommand("profile", "write a profile (analytic without a GPU)");
+  auto* sub = app.add_subcommand(
+      "profile",
+      "write a profile: --analytic (no GPU needed), or measured with --backend cuda or cpu");
   sub->add_option("--model", cmd->model, "model preset or config.json")->required();
   sub->add_option("--gpu", cmd->gpu, "GPU from gpus.json (cuda: default from the device's name)")
       ->capture_default_str()
@@ -195,6 +217,11 @@ Command add_profile_command(CLI::App& app) {
                   "burst)")
       ->capture_default_str()
       ->each([cmd](const std::string&) { cmd->load_given = true; });
+  sub->add_option("--max-host-gib", cmd->max_host_gib,
+                  "cpu: refuse a measurement estimated to need more host memory than this, GiB")
+      ->capture_default_str()
+      ->check(finite_range(0, limits::kMaxMemoryBytes / kBytesPerGiB))
+      ->each([cmd](const std::string&) { cmd->max_host_given = true; });
   sub->add_option("-o,--output", cmd->output, "profile JSON to write");
   return {sub, [cmd] { return cmd->run(); }};
 }

@@ -154,6 +154,11 @@ void check_target_folder(const std::filesystem::path& target) {
 
 Target check_target(const std::filesystem::path& path) {
   if (path.empty()) throw Error("output file name is empty");
+  // "-" is standard input's name where a command reads a file; as an output it is refused, not
+  // written as a file named "-" (./- names one).
+  if (path == "-") {
+    throw Error("-: cannot write: '-' names standard input, not an output (give a file name)");
+  }
   if (path.filename() == "." || path.filename() == "..") {
     throw Error(path.string() + ": cannot write: is a directory");
   }

@@ -12,6 +12,8 @@
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/host_tensor.h"
 #include "runtime/layer_inputs.h"
@@ -169,7 +171,10 @@ std::string host_cpu_name() {
   return "";
 }
 
-Profile measure_profile(const CpuProfileOptions& options) {
+namespace {
+
+// The options' own bounds; returns the sequence length.
+int checked_seq(const CpuProfileOptions& options) {
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
   limits::check_limit("max_p2_concat", options.max_concat, limits::kMaxMeasuredP2Concat);
   const int seq = options.seq > 0 ? options.seq : options.model.seq;
@@ -181,6 +186,48 @@ Profile measure_profile(const CpuProfileOptions& options) {
   }
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
   if (options.micro_batch_sizes.empty()) throw Error("profile: no micro-batch size given");
+  return seq;
+}
+
+}  // namespace
+
+std::int64_t estimate_host_bytes(const CpuProfileOptions& options) {
+  const int seq = checked_seq(options);
+  const ModelConfig& model = options.model;
+  // The analytic model's activation bytes (times need a GPU, bytes do not: a nominal one), made
+  // for bf16 elements; the CPU backend holds f32, twice as many bytes.
+  GpuSpec nominal;
+  nominal.name = kCpuDeviceName;
+  nominal.peak_bf16_tflops = nominal.hbm_bandwidth_GBps = nominal.pcie_bandwidth_GBps = 1;
+  AnalyticOptions analytic;
+  analytic.seq = seq;
+  analytic.micro_batch_sizes = options.micro_batch_sizes;
+  analytic.attention = Attention::materialized;
+  analytic.max_p2_concat = 1;
+  const Profile sizes = analytic_profile(model, nominal, analytic);
+  constexpr std::int64_t kF32OverBf16 = 2;
+  constexpr std::int64_t kBytesPerParameter = 16;  // f32 weight, gradient, AdamW m and v
+  std::int64_t most = 0;
+  for (const LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+    const std::int64_t parameters = kind == LayerKind::embedding ? model.embedding_parameters()
+                                    : kind == LayerKind::block   ? model.block_parameters()
+                                                                 : model.head_parameters();
+    for (const int mbs : options.micro_batch_sizes) {
+      const LayerCost& cost = sizes.cost(kind, mbs);
+      // One layer at a time: its state, a forward's stash and up to max_concat retained sets
+      // (measure_kind), the layer's inputs and output besides.
+      const std::int64_t activations =
+          kF32OverBf16 *
+          (2 * cost.stash_bytes + options.max_concat * cost.retained_bytes + 2 * cost.send_bytes);
+      most = std::max(most, kBytesPerParameter * parameters + activations);
+    }
+  }
+  constexpr std::int64_t kLinkProbeBytes = std::int64_t{2} * (64 << 20);  // measure_link's message
+  return most + kLinkProbeBytes;
+}
+
+Profile measure_profile(const CpuProfileOptions& options) {
+  const int seq = checked_seq(options);
   CpuBackend backend;
   Profile profile;
   profile.model = options.model;

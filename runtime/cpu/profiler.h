@@ -6,6 +6,7 @@
 // run, diff, calibrate) runs where there is no GPU.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ inline constexpr const char* kCpuDeviceName = "cpu";
 
 // Throws Error naming the option for a bad one, or a model the CPU backend cannot run.
 Profile measure_profile(const CpuProfileOptions& options);
+// About the most host memory measure_profile holds at once (one layer's f32 state, its
+// activations at the largest micro-batch size, the link probe), before it allocates anything.
+// Throws as measure_profile does for a bad option.
+std::int64_t estimate_host_bytes(const CpuProfileOptions& options);
 
 // The host's processor as /proc/cpuinfo names it ("" where it does not).
 std::string host_cpu_name();

@@ -96,6 +96,14 @@ TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
   EXPECT_EQ(layout_error("Et*16|x*16L", m),
             "layout: stage 1 ('xxxxxxxxxxxxxxxxL') holds 'x', not a layer type (E embedding, t "
             "transformer layer, L loss; m MTP is not modelled)");
+  // A character outside ASCII is named whole (its UTF-8 bytes), with its byte offset; a byte
+  // that starts no UTF-8 character, as \xNN.
+  EXPECT_EQ(layout_error("Et*16|t*15\u00e9L", m),
+            "layout: '\u00e9' at byte 11 is not a layer type (E embedding, t transformer layer, L "
+            "loss) or a layout symbol (| * ( ) , digits)");
+  EXPECT_EQ(layout_error("Et*16|t*16\xffL", m),
+            "layout: '\\xFF' at byte 11 is not a layer type (E embedding, t transformer layer, L "
+            "loss) or a layout symbol (| * ( ) , digits)");
   EXPECT_EQ(layout_error("E((t|)*2)*2L", m),
             "layout: nested parentheses at character 3 (Megatron's layout repeats one level)");
   EXPECT_EQ(layout_error("E(t|*2L", m), "layout: '(' at character 2 is not closed");

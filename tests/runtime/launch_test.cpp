@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "planner/base/error.h"
@@ -43,10 +44,32 @@ TEST(Launch, DetectsMpirunMpichAndSlurmInThatOrder) {
   // srun's step size before the allocation's task count; Open MPI's own before either.
   EXPECT_EQ(detect({{"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "4"}}).ranks, 4);
   EXPECT_EQ(detect({{"SLURM_NTASKS", "8"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).ranks, 2);
-  // Junk is no launch.
+  // Junk is no launch, and is said to be malformed (auto refuses it); 0 is no launch.
   EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "four"}}).ranks, 1);
   EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "+4"}}).ranks, 1);  // digits only, as for WORLD_SIZE
   EXPECT_EQ(detect({{"PMI_SIZE", "0"}, {"SLURM_NTASKS", "3"}}).ranks, 3);
+  EXPECT_EQ(detect({{"PMI_SIZE", "0"}, {"SLURM_NTASKS", "3"}}).malformed, "");
+  EXPECT_EQ(detect({{"SLURM_NTASKS", "-3"}}).malformed,
+            "SLURM_NTASKS: '-3' is not a decimal count of ranks (launcher auto reads it for a "
+            "multi-process launch; launcher none runs in one process)");
+  EXPECT_EQ(detect({{"WORLD_SIZE", "abc"}}).malformed.rfind("WORLD_SIZE: 'abc' is not", 0), 0U);
+  EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_SIZE", "x"}}).ranks, 4);
+}
+
+// A launcher variable set but malformed: auto refuses naming it; the launchers given outright
+// do not read it.
+TEST(Launch, AutoRefusesAMalformedLauncherVariable) {
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"WORLD_SIZE", "abc"}, {"OMPI_COMM_WORLD_SIZE", "abc"}, {"SLURM_NTASKS", "-3"}}) {
+    const LaunchEnvironment environment = detect({{name, value}});
+    try {
+      choose_launch(Launcher::automatic, environment, true);
+      FAIL() << name << "=" << value << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(name + ": '" + value + "' is not", 0), 0U) << e.what();
+    }
+    EXPECT_EQ(choose_launch(Launcher::none, environment, true), LaunchMode::single);
+  }
 }
 
 TEST(Launch, AutoUsesMpiForMoreThanOneRank) {

@@ -14,7 +14,9 @@ no long one) and each positional argument, and compares them with docs/reference
 
 It fails naming each command without a section, each flag or positional missing from its
 command's section, each one documented that the binary no longer has, and each section for a
-command that does not exist. It also checks that README.md has at most 250 lines.
+command that does not exist. It also checks that a default the reference's three-column rows
+state as a number or list is the one --help states, that the --schedule row lists every family
+`plan --help` does, and that README.md has at most 250 lines.
 """
 
 import re
@@ -108,6 +110,52 @@ def parse_reference(path):
     return sections
 
 
+def help_defaults(text):
+    """{flag: default} that one help text states: CLI11's `--flag TYPE=VALUE`, or `(default
+    VALUE)` in the description, for numbers and comma-separated lists of them."""
+    defaults = {}
+    flag = None
+    for line in text.splitlines():
+        entry = re.match(r"^  (-\S*)(.*)$", line)
+        if entry:
+            names = [n.split("=")[0] for n in entry.group(1).split(",") if n.startswith("--")]
+            flag = names[0] if names else None
+            typed = re.match(r"^\s+[A-Z]+(?: \.\.\.)?=([0-9.,]+)\s", entry.group(2) + " ")
+            if flag and typed:
+                defaults[flag] = typed.group(1)
+        elif not re.match(r"^\s{3,}\S", line):
+            flag = None
+        stated = re.search(r"\(default:? ([0-9][0-9.,]*)\)", line)
+        if flag and stated:
+            defaults[flag] = stated.group(1)
+    return defaults
+
+
+def reference_defaults(path):
+    """{(command words, flag): default} from the reference's three-column rows (option, default,
+    meaning) whose default cell is one number or list in backticks."""
+    defaults = {}
+    current = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^## pipeplan\b(.*)$", line)
+        if heading:
+            current = tuple(heading.group(1).split())
+            continue
+        if line.startswith("## "):  # the options shared by plan, compare and import: plan's
+            current = ("plan",) if line.startswith("## Options shared") else None
+            continue
+        if current is None or not line.lstrip().startswith("|"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        if len(cells) != 3:
+            continue
+        flag = re.match(r"^`(--[A-Za-z0-9-]+)", cells[0])
+        value = re.fullmatch(r"`?([0-9][0-9.,]*)`?", cells[1])
+        if flag and value:
+            defaults[(current, flag.group(1))] = value.group(1)
+    return defaults
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
@@ -139,6 +187,23 @@ def main():
     for words in sorted(set(documented) - set(actual)):
         problems.append(f"{reference_path}: section '## {' '.join(('pipeplan', *words))}' "
                         "names a command the binary does not have")
+
+    # A default the reference states as a number or list is the one the binary's help states.
+    for (words, flag), value in sorted(reference_defaults(reference_path).items()):
+        stated = help_defaults(help_text(binary, list(words))).get(flag)
+        if stated is not None and stated != value:
+            title = " ".join(("pipeplan", *words))
+            problems.append(f"{title}: {flag} defaults to {stated} in --help, {value} in "
+                            f"{reference_path}")
+
+    # Every schedule family `plan --help` lists is in the reference's --schedule row.
+    families = re.search(r"schedule family: ((?:[a-z0-9-]+, )*[a-z0-9-]+)",
+                         " ".join(help_text(binary, ["plan"]).split()))
+    row = next((line for line in reference_path.read_text(encoding="utf-8").splitlines()
+                if line.startswith("| `--schedule NAME`")), "")
+    for family in families.group(1).split(", ") if families else []:
+        if f"`{family.strip()}`" not in row:
+            problems.append(f"{reference_path}: --schedule does not list the family {family}")
 
     if problems:
         print("\n".join(problems))

@@ -3,6 +3,8 @@
 // runs without a GPU. Times are this machine's and vary: what is checked is what must hold on
 // any machine (every pass measured, the bytes the executor counts, the run's peak memory equal
 // to the plan's, calibrate taking the CPU runs), never a time.
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -151,6 +153,39 @@ TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {
   const CliResult other = run_pipeplan("profile --backend tpu --model tiny");
   EXPECT_NE(other.status, 0);
   EXPECT_EQ(other.out, "pipeplan: error: --backend: 'tpu' is not cuda or cpu\n");
+}
+
+// Before anything is allocated: a measurement estimated above --max-host-gib (the largest
+// layer's f32 state and activations; tests/bad_inputs.sh has llama-65b above the default), and
+// a gpus.json without the 'cpu' entry every plan from the profile would look up.
+TEST_F(CpuProfileCli, AMeasurementTooLargeOrWithoutItsEntryIsRefusedBeforeItStarts) {
+  const std::string out = path("never.json");
+  const CliResult small =
+      run_pipeplan("profile --backend cpu --model tiny --max-host-gib 0.01 -o " + out);
+  EXPECT_EQ(small.status, 1);
+  EXPECT_EQ(small.out.rfind("pipeplan: error: --max-host-gib: measuring model 'tiny' on the CPU "
+                            "needs about 0.1",
+                            0),
+            0U)
+      << small.out;
+  EXPECT_NE(small.out.find("above 0.01 GiB"), std::string::npos) << small.out;
+  const CliResult analytic =
+      run_pipeplan("profile --analytic --model tiny --max-host-gib 1 -o " + out);
+  EXPECT_EQ(analytic.out, "pipeplan: error: --max-host-gib: only with --backend cpu\n");
+  // A gpus.json with every entry but 'cpu'.
+  auto gpus = read_json(std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/gpus.json");
+  auto& list = gpus["gpus"];
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [](const nlohmann::json& g) { return g["name"] == "cpu"; }),
+             list.end());
+  std::filesystem::create_directories(path("data"));
+  std::ofstream(path("data/gpus.json")) << gpus.dump();
+  const CliResult no_entry = run_pipeplan("profile --backend cpu --model tiny -o " + out,
+                                          "PIPEPLAN_DATA_DIR=" + path("data"));
+  EXPECT_EQ(no_entry.out, "pipeplan: error: --backend cpu: " + path("data/gpus.json") +
+                              " has no entry 'cpu', which a CPU profile names (plans from it "
+                              "read its memory and peak there)\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

@@ -190,6 +190,17 @@ TEST_F(Files, AnOutputCheckedEarlyNeedsItsFolder) {
   EXPECT_EQ(error_of([&] { check_output(path("trace.json")); }), "");
 }
 
+TEST_F(Files, AnOutputNamedDashIsRefused) {
+  // "-" reads standard input where a command reads a file; no output is a file named "-".
+  EXPECT_EQ(error_of([] { check_output("-"); }),
+            "-: cannot write: '-' names standard input, not an output (give a file name)");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  EXPECT_NE(error_of([] { write_file_atomic("-", "x"); }), "");
+  fs::current_path(cwd);
+  EXPECT_TRUE(entries(dir_).empty());
+}
+
 TEST_F(Files, ANameEndingInASlashIsAFoldersName) {
   put(path("plan.json"), "plan");
   EXPECT_EQ(error_of([&] { write_file_atomic(path("plan.json") + "/", "x"); }),
