@@ -23,7 +23,6 @@ namespace {
 constexpr double kMaxLoadSeconds = 3600;  // --sustain-seconds, --cooldown-seconds: an hour
 constexpr int kMaxSms = 4096;             // --sm-partition: more SMs than any GPU has
 constexpr int kMaxRepetitions = 10000;    // timed runs per pass
-constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct ProfileCommand {
   std::string model;

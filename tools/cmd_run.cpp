@@ -25,7 +25,6 @@ namespace pipeplan {
 
 namespace {
 
-constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;  // one day per wait
 
 void print_step(const StepResult& r) {

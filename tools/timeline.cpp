@@ -12,6 +12,7 @@
 
 #include "planner/base/error.h"
 #include "tools/report.h"
+#include "tools/units.h"
 
 namespace pipeplan {
 namespace {
@@ -23,7 +24,6 @@ constexpr std::string_view kTick = "\u252c";    // ┬
 constexpr std::string_view kArrows = "\u2194";  // ↔
 constexpr std::string_view kReset = "\x1b[0m";
 constexpr int kMinLanes = 8;
-constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr OpType kOpTypes[] = {OpType::F, OpType::P1, OpType::P2, OpType::B, OpType::O};
 
 char op_letter(OpType op) {

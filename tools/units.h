@@ -8,6 +8,8 @@
 
 namespace pipeplan {
 
+inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
 // "80GiB", "80G" (= GiB), "80GB" (10^9), "512MiB", "1e9" (bytes), at most 1 PiB
 // (limits::kMaxMemoryBytes). Throws Error naming `option`.
 double parse_bytes(std::string_view text, std::string_view option);
