@@ -214,16 +214,11 @@ std::optional<AutoScore> simulated_score(const Schedule& schedule, const Layout&
   try {
     const TaskGraph graph = lower(schedule, layout.costs, layout.meta);
     const SimResult sim = simulate(graph);
-    std::vector<double> last_end(idx(layout.meta.devices), 0.0);
-    for (int id = 0; id < graph.node_count(); ++id) {
-      double& end = last_end[idx(graph.node(id).device)];
-      end = std::max(end, sim.times[idx(id)].end_us);
-    }
     AutoScore score{sim.makespan_us, sim.max_stage_span_us, 0, 0};
-    for (const double end : last_end)
-      score.sum_last_end_us += end;
-    for (const std::int64_t bytes : sim.peak_memory_bytes())
-      score.peak_bytes = std::max(score.peak_bytes, static_cast<double>(bytes));
+    for (const DeviceMetrics& device : sim.devices) {  // as the compact evaluation sums them
+      score.sum_last_end_us += device.last_end_us;
+      score.peak_bytes = std::max(score.peak_bytes, static_cast<double>(device.peak_memory_bytes));
+    }
     return score;
   } catch (const Error&) {
     return std::nullopt;
