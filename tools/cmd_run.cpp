@@ -17,6 +17,7 @@
 #include "runtime/gpu_plugin.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/report.h"
 #include "tools/run_command.h"
 #include "tools/run_report.h"
 #include "tools/units.h"
@@ -224,6 +225,15 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   const std::string transport_name = transport_label(gpu_run->transport_name(), ranks);
   const MeasuredHardware& hw = gpu_run->hardware();
   const std::string backend_name = gpu_run->backend_name() + " on " + hw.device_name;
+  if (hw.emulated() && ranks.prints()) {  // each stage's allocator keeps its own peak
+    const auto together = static_cast<double>(shared_gpu_memory_bytes(predicted));
+    if (const double hbm = gpu_hbm_bytes(hw.gpu); hbm > 0 && together > hbm) {
+      std::cerr << "pipeplan: warning: the plan's " << hw.emulated_stages
+                << " stages are predicted to hold " << format_gib(together) << " together, more "
+                << "than the " << format_gib(hbm) << " of one " << hw.gpu
+                << ": the run may fail to allocate\n";
+    }
+  }
   if (!json && ranks.prints()) {
     std::cout << header(executor->plan(), backend_name, transport_name);
     if (hw.emulated()) std::cout << emulation_line(hw) << "\n";

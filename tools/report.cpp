@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include "planner/base/error.h"
+#include "profiles/gpu.h"
 #include "profiles/layout.h"
 #include "tools/units.h"
 
@@ -103,6 +106,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"mfu_kind", "PaLM model FLOPs"},
                       {"per_device", devices},
                       {"profile", m.profile_source}};
+  if (!m.contention.empty()) j["shared_gpu_memory_bytes"] = shared_gpu_memory_bytes(sim);
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
   j["mfu_of"] = mfu_basis(m);
   j["layout"] = layout_json(graph);
@@ -111,6 +115,21 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
         {"pairs", pairs}, {"efficiency", m.overlap.efficiency}, {"source", m.overlap.source}};
   }
   return j;
+}
+
+double gpu_hbm_bytes(const std::string& key) {
+  try {
+    return find_gpu(key).hbm_bytes;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+std::int64_t shared_gpu_memory_bytes(const SimResult& sim) {
+  std::int64_t sum = 0;
+  for (const DeviceMetrics& d : sim.devices)
+    sum += d.peak_memory_bytes;
+  return sum;
 }
 
 std::string mfu_basis(const PlanMeta& meta) {
@@ -146,7 +165,16 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   out += "peak memory per device:";
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
-  out += " (max " + format_gib(static_cast<double>(max_peak)) + ")\n";
+  out += " (max " + format_gib(static_cast<double>(max_peak));
+  if (!m.contention.empty()) {  // each stage's allocator keeps its peak: the GPU holds the sum
+    const auto sum = static_cast<double>(shared_gpu_memory_bytes(sim));
+    out += "; the stages' one GPU holds their sum, " + format_gib(sum);
+    if (const double hbm = gpu_hbm_bytes(m.gpu); hbm > 0) {
+      out += sum <= hbm ? " of its " + format_gib(hbm)
+                        : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
+    }
+  }
+  out += ")\n";
   const auto nodes = graph.nodes();
   if (!nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [](const Node& n) {
         return n.kind == NodeKind::compute && n.op == OpType::O;

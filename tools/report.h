@@ -1,6 +1,7 @@
 // Machine-readable metrics and the short text summary of a simulated plan.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,11 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim);
 // (a profile with contention curves: emulated stages in green contexts), that they do, since the
 // MFU of their own SM share is then higher by the GPU's SMs over theirs.
 std::string mfu_basis(const PlanMeta& meta);
+// What the one GPU of stages that share it holds: the sum of their peaks (each stage's caching
+// allocator keeps its own), the quantity the validator checks (shared_gpu_memory_fault).
+std::int64_t shared_gpu_memory_bytes(const SimResult& sim);
+// The HBM of the gpus.json entry `key`, or 0 when there is none.
+double gpu_hbm_bytes(const std::string& key);
 // The partition as Megatron-LM's layout and torchtitan's module lists (profiles/layout.h), two
 // lines; empty for a plan without a stage split.
 std::string layout_summary(const TaskGraph& graph);

@@ -351,6 +351,48 @@ TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
       << analytic_text.out;
 }
 
+// Stages that share one GPU each keep their own allocator's peak, so the GPU holds their sum: the
+// summary, --json and compare say it, against the GPU's HBM; separate GPUs have no such sum.
+TEST_F(Cli, StagesOnOneGpuReportWhatTheGpuHoldsTogether) {
+  const std::string shared =
+      "plan --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+      "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json --stages 4 --schedule gpipe"
+      " --backward 2bp --microbatches ";
+  const Result json = run(shared + "8 --json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  const auto metrics = nlohmann::json::parse(json.out);
+  std::int64_t sum = 0;
+  for (const auto& peak : metrics["peak_memory_bytes"])
+    sum += peak.get<std::int64_t>();
+  EXPECT_EQ(metrics.at("shared_gpu_memory_bytes").get<std::int64_t>(), sum);
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(sum) / (1 << 30));
+  const Result fits = run(shared + "8");
+  ASSERT_EQ(fits.status, 0) << fits.out;
+  EXPECT_NE(fits.out.find(std::string("; the stages' one GPU holds their sum, ") + gib +
+                          " of its 141.00 GiB)\n"),
+            std::string::npos)
+      << fits.out;
+  // GPipe holds every micro-batch's activations: at m = 64 each stage still fits a GPU, four of
+  // them do not.
+  const Result over = run(shared + "64");
+  ASSERT_EQ(over.status, 0) << over.out;
+  EXPECT_NE(over.out.find(", more than its 141.00 GiB: `run --emulate` cannot hold it)\n"),
+            std::string::npos)
+      << over.out;
+  const Result compare = run("compare --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+                             "/profiles/h200-llama-7b-blocks8-sm32.calibrated.json --stages 4 "
+                             "--microbatches 8");
+  ASSERT_EQ(compare.status, 0) << compare.out;
+  EXPECT_NE(compare.out.find(" peak mem sum "), std::string::npos) << compare.out;
+  EXPECT_NE(compare.out.find(gib), std::string::npos) << compare.out;
+  const Result separate = run(kLlama + " --schedule 1f1b --backward 2bp --json");
+  ASSERT_EQ(separate.status, 0) << separate.out;
+  EXPECT_FALSE(nlohmann::json::parse(separate.out).contains("shared_gpu_memory_bytes"));
+  const Result separate_text = run(kLlama + " --schedule 1f1b --backward 2bp");
+  EXPECT_EQ(separate_text.out.find("one GPU holds"), std::string::npos) << separate_text.out;
+}
+
 // auto says what it chose (the layout and the candidate), in the summary and in --json; a fixed
 // family has nothing to say.
 TEST_F(Cli, AutoSaysWhatItChose) {
