@@ -27,6 +27,7 @@
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
+#include "tools/units.h"
 
 namespace pipeplan {
 
@@ -37,16 +38,10 @@ namespace fs = std::filesystem;
 constexpr int kMaxMinOps = 1000000;
 constexpr double kMaxTimeConstantMs = kMaxTimeConstantUs / 1e3;
 
-std::string format(const char* pattern, auto... values) {
-  char line[512];
-  std::snprintf(line, sizeof line, pattern, values...);
-  return line;
-}
-
 // "12.3%", or "-" for NaN.
 std::string percent(double fraction, int width) {
-  if (std::isnan(fraction)) return format("%*s", width, "-");
-  return format("%*.1f%%", width - 1, 100 * fraction);
+  if (std::isnan(fraction)) return printf_text("%*s", width, "-");
+  return printf_text("%*.1f%%", width - 1, 100 * fraction);
 }
 
 std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
@@ -94,11 +89,12 @@ struct FitCommand {
     }
     if (min_factor < 0) throw Error("--min-factor: must be at least 0");
     if (max_factor < min_factor) {
-      throw Error(format("--max-factor: %g is below --min-factor %g", max_factor, min_factor));
+      throw Error(printf_text("--max-factor: %g is below --min-factor %g", max_factor, min_factor));
     }
     for (const double ms : time_constants_ms) {
       if (!(ms > 0) || ms > kMaxTimeConstantMs) {
-        throw Error(format("--time-constants-ms: %g is not in (0, %g]", ms, kMaxTimeConstantMs));
+        throw Error(
+            printf_text("--time-constants-ms: %g is not in (0, %g]", ms, kMaxTimeConstantMs));
       }
     }
   }
@@ -154,7 +150,7 @@ struct FitCommand {
     }
     save_profile(profile, output);
     if (pairs) {
-      std::cout << format(
+      std::cout << printf_text(
           "overlap efficiency of overlapped pairs: %.2f -> %.2f (the median over %d pairs whose "
           "ops also ran alone)\n",
           given_overlap, pairs->efficiency, pairs->pairs);
@@ -168,7 +164,7 @@ struct FitCommand {
     const Contention& c = fit.contention;
     if (!copy_only) {
       if (c.sustained) {
-        std::cout << format(
+        std::cout << printf_text(
             "sustained load: x (1 + %.2f H), H the share of devices computing over %g ms, %s "
             "(the curves below are at H = 0)\n",
             c.sustained->factor, c.sustained->time_constant_us / 1e3,
@@ -176,9 +172,9 @@ struct FitCommand {
       }
       std::cout << "slowdown by compute ops running at once (1 = alone):\n";
       const auto curve_line = [](const std::string& name, const std::vector<double>& curve) {
-        std::string line = format("  %-4s", name.c_str());
+        std::string line = printf_text("  %-4s", name.c_str());
         for (std::size_t k = 0; k < curve.size(); ++k)
-          line += format(" %zu: %.3f", k + 1, curve[k]);
+          line += printf_text(" %zu: %.3f", k + 1, curve[k]);
         return line + "\n";
       };
       std::cout << curve_line("all", c.slowdown);
@@ -190,11 +186,11 @@ struct FitCommand {
       width = std::max(width, r.name.size());
     const int w = static_cast<int>(width);
     if (!copy_only) {
-      std::cout << format("%-*s %5s %16s %8s\n", w, "run", "ops", "op error before", "after");
+      std::cout << printf_text("%-*s %5s %16s %8s\n", w, "run", "ops", "op error before", "after");
       for (const RunFitReport& r : fit.runs) {
-        std::cout << format("%-*s %5d %s %s\n", w, r.name.c_str(), r.ops,
-                            percent(r.op_error_before, 16).c_str(),
-                            percent(r.op_error_after, 8).c_str());
+        std::cout << printf_text("%-*s %5d %s %s\n", w, r.name.c_str(), r.ops,
+                                 percent(r.op_error_before, 16).c_str(),
+                                 percent(r.op_error_after, 8).c_str());
       }
     }
     if (!fit.copy_note.empty()) {
@@ -203,26 +199,27 @@ struct FitCommand {
       std::cout << "copies: too few to fit (or none beside / away from the sender's compute); "
                    "no copy factors\n";
     } else {
-      std::cout << format(
+      std::cout << printf_text(
           "copies between stages: %.3f x link time with the sender idle, %.3f x beside its "
           "compute\n",
           c.copy->sender_idle, c.copy->sender_computing);
-      std::cout << format("%-*s %5s %18s %8s\n", w, "run", "sends", "copy error before", "after");
+      std::cout << printf_text("%-*s %5s %18s %8s\n", w, "run", "sends", "copy error before",
+                               "after");
       for (const RunFitReport& r : fit.runs) {
-        std::cout << format("%-*s %5d %s %s\n", w, r.name.c_str(), r.sends,
-                            percent(r.copy_error_before, 18).c_str(),
-                            percent(r.copy_error_after, 8).c_str());
+        std::cout << printf_text("%-*s %5d %s %s\n", w, r.name.c_str(), r.sends,
+                                 percent(r.copy_error_before, 18).c_str(),
+                                 percent(r.copy_error_after, 8).c_str());
       }
     }
     std::cout << "step time, the recorded plans simulated (before: as planned; after: the fit):\n"
-              << format("%-*s %12s %10s %8s %10s %8s\n", w, "run", "measured ms", "before ms",
-                        "error", "after ms", "error");
+              << printf_text("%-*s %12s %10s %8s %10s %8s\n", w, "run", "measured ms", "before ms",
+                             "error", "after ms", "error");
     for (const RunFitReport& r : fit.runs) {
-      std::cout << format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%%\n", w, r.name.c_str(),
-                          r.measured_makespan_us / 1e3, r.predicted_before_us / 1e3,
-                          100 * (r.measured_makespan_us / r.predicted_before_us - 1),
-                          r.predicted_after_us / 1e3,
-                          100 * (r.measured_makespan_us / r.predicted_after_us - 1));
+      std::cout << printf_text("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%%\n", w, r.name.c_str(),
+                               r.measured_makespan_us / 1e3, r.predicted_before_us / 1e3,
+                               100 * (r.measured_makespan_us / r.predicted_before_us - 1),
+                               r.predicted_after_us / 1e3,
+                               100 * (r.measured_makespan_us / r.predicted_after_us - 1));
     }
   }
 };
@@ -300,11 +297,12 @@ struct EvalCommand {
       width = std::max(width, label.size());
     const int w = static_cast<int>(width);
     // The table is printed once every run is read and predicted: a bad input is one line.
-    std::string table = format("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms",
-                               "before ms", "error", "after ms", "error", "memory before", "after");
+    std::string table =
+        printf_text("%-*s %12s %10s %8s %10s %8s %14s %8s\n", w, "run", "measured ms", "before ms",
+                    "error", "after ms", "error", "memory before", "after");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const std::string& prefix = runs[i];
-      if (report) report(format("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
+      if (report) report(printf_text("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
       const TaskGraph recorded = load_plan(prefix + ".plan.json");
       const std::string trace = prefix + ".trace.json";
       const std::vector<NodeTime> times =
@@ -325,19 +323,20 @@ struct EvalCommand {
         again.meta.contention = profile.contention;
         after = simulate(again);
       }
-      std::string memory = format("%14s %8s", "-", "-");
+      std::string memory = printf_text("%14s %8s", "-", "-");
       if (fs::exists(prefix + ".run.json")) {
         const std::string path = prefix + ".run.json";
         const RecordedPeaks peaks = recorded_peaks(read_text_file(path), path);
-        memory = format("%+13.1f%% %+7.1f%%",
+        memory =
+            printf_text("%+13.1f%% %+7.1f%%",
                         worst_memory_error_pct(peaks.predicted_bytes, peaks.measured_bytes),
                         worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
       }
-      table += format("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w, labels[i].c_str(),
-                      measured / 1e3, before.makespan_us / 1e3,
-                      100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
-                      100 * (measured / after.makespan_us - 1), memory.c_str(),
-                      replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
+      table += printf_text("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
+                           labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,
+                           100 * (measured / before.makespan_us - 1), after.makespan_us / 1e3,
+                           100 * (measured / after.makespan_us - 1), memory.c_str(),
+                           replanned ? "" : " (re-simulated)", over_memory ? " over --memory" : "");
     }
     std::cout << table;
     return 0;

@@ -10,18 +10,12 @@ namespace pipeplan {
 
 namespace {
 
-std::string printf_string(const char* format, auto... args) {
-  char buffer[256];
-  std::snprintf(buffer, sizeof(buffer), format, args...);
-  return buffer;
-}
-
 std::string mfu_text(double mfu) {
-  return printf_string("%.1f %%", mfu * 100.0);
+  return printf_text("%.1f %%", mfu * 100.0);
 }
 
 std::string peak_text(const MeasuredHardware& hw) {
-  return printf_string("%.1f TFLOP/s", hw.peak_flops / 1e12);
+  return printf_text("%.1f TFLOP/s", hw.peak_flops / 1e12);
 }
 
 }  // namespace
@@ -39,34 +33,34 @@ std::string emulation_line(const MeasuredHardware& hw) {
 std::string format_run_report(const RunComparison& run, const MeasuredHardware& hw) {
   std::string out;
   if (hw.emulated()) out += emulation_line(hw) + "\n";
-  out += printf_string("%-26s %14s %14s %10s\n", "", "predicted", "measured", "error");
-  out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (makespan)",
-                       run.predicted_makespan_us / 1e3, run.measured_makespan_us / 1e3,
-                       run.makespan_error_pct);
+  out += printf_text("%-26s %14s %14s %10s\n", "", "predicted", "measured", "error");
+  out += printf_text("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (makespan)",
+                     run.predicted_makespan_us / 1e3, run.measured_makespan_us / 1e3,
+                     run.makespan_error_pct);
   if (run.steady_steps > 0 && (run.steady_steps > 1 || run.steady_first_step > 1)) {
     const std::string label =
         run.steady_steps == 1 ? "  step " + std::to_string(run.steady_first_step)
                               : "  median, steps " + std::to_string(run.steady_first_step) + "-" +
                                     std::to_string(run.steady_first_step + run.steady_steps - 1);
-    out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", label.c_str(),
-                         run.predicted_makespan_us / 1e3, run.steady_makespan_us / 1e3,
-                         run.steady_error_pct);
+    out += printf_text("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", label.c_str(),
+                       run.predicted_makespan_us / 1e3, run.steady_makespan_us / 1e3,
+                       run.steady_error_pct);
   }
   if (run.predicted_step_time_us > 0) {  // the plan's optimizer nodes: one quantity
-    out += printf_string("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (wall, +AdamW)",
-                         run.predicted_step_time_us / 1e3, run.measured_step_time_us / 1e3,
-                         percent_error(run.measured_step_time_us, run.predicted_step_time_us));
+    out += printf_text("%-26s %11.3f ms %11.3f ms %+8.2f %%\n", "step time (wall, +AdamW)",
+                       run.predicted_step_time_us / 1e3, run.measured_step_time_us / 1e3,
+                       percent_error(run.measured_step_time_us, run.predicted_step_time_us));
   } else {
-    out += printf_string("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
-                         run.measured_step_time_us / 1e3);
+    out += printf_text("%-26s %14s %11.3f ms\n", "step time (wall, +AdamW)", "",
+                       run.measured_step_time_us / 1e3);
   }
-  out += printf_string("%-26s %14.0f %14.0f %+8.2f %%\n", "tokens/s", run.predicted_tokens_per_s,
-                       run.measured_tokens_per_s,
-                       percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s));
+  out += printf_text("%-26s %14.0f %14.0f %+8.2f %%\n", "tokens/s", run.predicted_tokens_per_s,
+                     run.measured_tokens_per_s,
+                     percent_error(run.measured_tokens_per_s, run.predicted_tokens_per_s));
   if (hw.peak_flops > 0) {
-    out += printf_string("%-26s %14s %14s\n", "MFU (PaLM model FLOPs)",
-                         mfu_text(run.predicted_mfu_on_gpus_used).c_str(),
-                         mfu_text(run.measured_mfu).c_str());
+    out += printf_text("%-26s %14s %14s\n", "MFU (PaLM model FLOPs)",
+                       mfu_text(run.predicted_mfu_on_gpus_used).c_str(),
+                       mfu_text(run.measured_mfu).c_str());
     out += "  both against " + std::to_string(hw.gpus) + " x " + hw.device_name + " (" + hw.gpu +
            ", " + peak_text(hw) + " dense bf16 each)";
     if (std::abs(run.predicted_mfu - run.predicted_mfu_on_gpus_used) > 5e-4) {
@@ -75,7 +69,7 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
     if (hw.emulated()) {
       out += "; " + mfu_text(run.measured_mfu_of_share) + " of the " +
              std::to_string(hw.emulated_stages * hw.sm_per_stage) + " SMs granted (" +
-             printf_string("%.1f %%", run.sm_share * 100.0) + " of the GPU)";
+             printf_text("%.1f %%", run.sm_share * 100.0) + " of the GPU)";
     }
     out += "\n";
   } else {
@@ -89,9 +83,9 @@ std::string format_run_report(const RunComparison& run, const MeasuredHardware& 
     const double want = d < run.predicted_peak_bytes.size()
                             ? static_cast<double>(run.predicted_peak_bytes[d])
                             : 0.0;
-    out += printf_string("  device %-3zu %20s %14s %+8.2f %%", d, format_gib(want).c_str(),
-                         format_gib(static_cast<double>(run.measured_peak_bytes[d])).c_str(),
-                         run.peak_bytes_error_pct[d]);
+    out += printf_text("  device %-3zu %20s %14s %+8.2f %%", d, format_gib(want).c_str(),
+                       format_gib(static_cast<double>(run.measured_peak_bytes[d])).c_str(),
+                       run.peak_bytes_error_pct[d]);
     if (accounted) {
       out += "  (" + format_gib(static_cast<double>(run.accounted_peak_bytes[d])) + ")";
     }

@@ -90,12 +90,6 @@ std::string transfer_color(char letter) {
   return letter == 'e' ? "\x1b[48;5;135m\x1b[38;5;231m" : "\x1b[48;5;37m\x1b[38;5;16m";
 }
 
-std::string format(const char* pattern, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, pattern, value);
-  return buffer;
-}
-
 std::string pad_left(std::string text, std::size_t width) {
   if (text.size() < width) text.insert(0, width - text.size(), ' ');
   return text;
@@ -304,7 +298,7 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool p
   }
   items.emplace_back(6, std::string(kIdle) + " idle");
   const std::string per_column =
-      "1 col = " + format("%.3g", scale.span_us / 1000 / scale.lanes) + " ms";
+      "1 col = " + printf_text("%.3g", scale.span_us / 1000 / scale.lanes) + " ms";
   items.emplace_back(static_cast<int>(per_column.size()), per_column);
   std::string out, line;
   int line_width = 0;
@@ -378,8 +372,8 @@ std::string transfer_summary(const TaskGraph& graph) {
     out += "BPipe dev " + std::to_string(evictor) + " -> dev " + std::to_string(acceptor) + ": " +
            "evicts " + std::to_string(pair.evictions) +
            (pair.evictions == 1 ? " stash, " : " stashes, ") +
-           format("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
-           " both ways, link " + format("%.1f ms", pair.link_us / 1000) + "\n";
+           printf_text("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
+           " both ways, link " + printf_text("%.1f ms", pair.link_us / 1000) + "\n";
   }
   return out;
 }
@@ -449,10 +443,10 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     std::string name = "dev " + std::to_string(device);
     name.resize(std::max<std::size_t>(name.size(), 6), ' ');
     out += name;
-    out += pad_left(format("%.3f", metrics.busy_us / 1000), 11);
-    out += pad_left(format("%.1f", metrics.bubble_ratio * 100), 8) + " %";
-    out += pad_left(format("%.2f", peak_gib), 10);
-    out += pad_left(limit > 0 ? format("%.2f", limit / kBytesPerGiB) : "-", 11);
+    out += pad_left(printf_text("%.3f", metrics.busy_us / 1000), 11);
+    out += pad_left(printf_text("%.1f", metrics.bubble_ratio * 100), 8) + " %";
+    out += pad_left(printf_text("%.2f", peak_gib), 10);
+    out += pad_left(limit > 0 ? printf_text("%.2f", limit / kBytesPerGiB) : "-", 11);
     // '!' marks a device whose peak exceeds its memory limit.
     out += (limit > 0 && static_cast<double>(metrics.peak_memory_bytes) > limit) ? "! " : "  ";
     out += stages + "\n";
@@ -461,14 +455,14 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     out += std::string(name) + std::string(24 - name.size(), ' ') + value + "\n";
   };
   out += transfer_summary(graph);
-  total("step time (makespan)", format("%.3f ms", sim.makespan_us / 1000));
-  total("largest stage span", format("%.3f ms", sim.max_stage_span_us / 1000));
-  total("bubble ratio", format("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
-                            format("%.1f %%", sim.span_bubble_ratio * 100) + ")");
-  total("tokens/s", format("%.0f", sim.tokens_per_s));
-  total(
-      "MFU (PaLM model FLOPs)",
-      sim.mfu > 0 ? format("%.1f %%", sim.mfu * 100) + " (" + mfu_basis(graph.meta) + ")" : "n/a");
+  total("step time (makespan)", printf_text("%.3f ms", sim.makespan_us / 1000));
+  total("largest stage span", printf_text("%.3f ms", sim.max_stage_span_us / 1000));
+  total("bubble ratio", printf_text("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
+                            printf_text("%.1f %%", sim.span_bubble_ratio * 100) + ")");
+  total("tokens/s", printf_text("%.0f", sim.tokens_per_s));
+  total("MFU (PaLM model FLOPs)",
+        sim.mfu > 0 ? printf_text("%.1f %%", sim.mfu * 100) + " (" + mfu_basis(graph.meta) + ")"
+                    : "n/a");
   out += layout_summary(graph);
   return out;
 }

@@ -1,7 +1,9 @@
 // Parsing and printing of sizes and lists given on the command line.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,5 +22,14 @@ double parse_number_in(std::string_view text, std::string_view option, double lo
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
 std::vector<int> parse_int_list(std::string_view text, std::string_view option);
 std::string format_gib(double bytes);  // gib_text: "12.34 GiB", "300.00 KiB"
+
+// std::snprintf's text for `pattern` and `values`, at any length.
+std::string printf_text(const char* pattern, auto... values) {
+  const int length = std::snprintf(nullptr, 0, pattern, values...);
+  if (length <= 0) return {};
+  std::string text(static_cast<std::size_t>(length), '\0');
+  std::snprintf(text.data(), text.size() + 1, pattern, values...);
+  return text;
+}
 
 }  // namespace pipeplan
