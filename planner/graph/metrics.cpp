@@ -69,6 +69,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   double last = 0;
   // One pass over the nodes: times, compute-stream spans and memory events together.
   const std::span<const Node> nodes = graph.nodes();
+  bool any_pair = false;  // a node flagged overlaps_next: overlap_pairs below has work
   for (std::size_t id = 0; id < nodes.size(); ++id) {
     const Node& n = nodes[id];
     const NodeTime& t = times[id];
@@ -86,6 +87,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
     if (n.free_bytes + n.work_bytes != 0) {
       events[d].emplace_back(t.end_us, -(n.free_bytes + n.work_bytes));
     }
+    any_pair = any_pair || n.overlaps_next;
     if (n.kind != NodeKind::compute) continue;
     DeviceMetrics& m = result.devices[d];
     if (!n.overlaps_next) m.busy_us += t.end_us - t.start_us;  // a pair's first: counted below
@@ -95,7 +97,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   }
   // An overlapped pair keeps its device busy over the union of its members' times (equal when
   // simulated; on two streams when measured): the second member counted its own time above.
-  for (const OverlapPair& p : overlap_pairs(graph)) {
+  for (const OverlapPair& p : any_pair ? overlap_pairs(graph) : std::vector<OverlapPair>()) {
     const NodeTime& a = times[static_cast<std::size_t>(p.first)];
     const NodeTime& b = times[static_cast<std::size_t>(p.second)];
     const double overlap =

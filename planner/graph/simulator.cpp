@@ -332,8 +332,10 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<doub
   std::vector<int> link_stream(link_count, -1);
   bool shared_link = order == SimOrder::by_ready_time;
   const std::span<const Node> nodes = graph.nodes();
+  bool any_pair = false;  // a node flagged overlaps_next (this pass reads them all anyway)
   for (int id = 0; id < n_nodes; ++id) {
     const Node& n = nodes[static_cast<std::size_t>(id)];
+    any_pair = any_pair || n.overlaps_next;
     if (n.device < 0 || n.device >= n_devices) {
       throw Error("simulate: " + graph.node_name(id) + " runs on unknown device " +
                   std::to_string(n.device));
@@ -355,7 +357,8 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<doub
   }
   // Overlapped pairs: each member's match is the other, and the stream-order edge between them
   // is not a wait (the pair starts once both members' inputs are ready).
-  const std::vector<OverlapPair> pairs = overlap_pairs(graph);
+  const std::vector<OverlapPair> pairs =
+      any_pair ? overlap_pairs(graph) : std::vector<OverlapPair>();
   std::vector<char> pair_first(pairs.empty() ? 0 : static_cast<std::size_t>(n_nodes), 0);
   for (const OverlapPair& p : pairs) {
     hot[static_cast<std::size_t>(p.first)].match = p.second;
