@@ -132,6 +132,17 @@ std::int64_t shared_gpu_memory_bytes(const SimResult& sim) {
   return sum;
 }
 
+std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
+  if (meta.contention.empty()) return "";
+  const auto sum = static_cast<double>(shared_gpu_memory_bytes(sim));
+  std::string text = format_gib(sum);
+  if (const double hbm = gpu_hbm_bytes(meta.gpu); hbm > 0) {
+    text += sum <= hbm ? " of its " + format_gib(hbm)
+                       : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
+  }
+  return text;
+}
+
 std::string mfu_basis(const PlanMeta& meta) {
   std::string basis =
       "of " + std::to_string(meta.devices) + " whole GPU" + (meta.devices == 1 ? "" : "s");
@@ -166,14 +177,8 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak));
-  if (!m.contention.empty()) {  // each stage's allocator keeps its peak: the GPU holds the sum
-    const auto sum = static_cast<double>(shared_gpu_memory_bytes(sim));
-    out += "; the stages' one GPU holds their sum, " + format_gib(sum);
-    if (const double hbm = gpu_hbm_bytes(m.gpu); hbm > 0) {
-      out += sum <= hbm ? " of its " + format_gib(hbm)
-                        : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
-    }
-  }
+  if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty())
+    out += "; the stages' one GPU holds their sum, " + held;
   out += ")\n";
   const auto nodes = graph.nodes();
   if (!nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [](const Node& n) {

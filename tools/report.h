@@ -25,6 +25,10 @@ std::string mfu_basis(const PlanMeta& meta);
 std::int64_t shared_gpu_memory_bytes(const SimResult& sim);
 // The HBM of the gpus.json entry `key`, or 0 when there is none.
 double gpu_hbm_bytes(const std::string& key);
+// For stages that share one GPU, that sum against the GPU's HBM (gpus.json): "55.68 GiB of its
+// 141.00 GiB", or "224.66 GiB, more than its 141.00 GiB: `run --emulate` cannot hold it"; "" for
+// separate GPUs.
+std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim);
 // The partition as Megatron-LM's layout and torchtitan's module lists (profiles/layout.h), two
 // lines; empty for a plan without a stage split.
 std::string layout_summary(const TaskGraph& graph);

@@ -463,6 +463,8 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   total("MFU (PaLM model FLOPs)",
         sim.mfu > 0 ? printf_text("%.1f %%", sim.mfu * 100) + " (" + mfu_basis(graph.meta) + ")"
                     : "n/a");
+  if (const std::string held = shared_gpu_memory_text(meta, sim); !held.empty())
+    total("one GPU holds", held + " (the stages' peaks added)");
   out += layout_summary(graph);
   return out;
 }

@@ -367,8 +367,14 @@ TEST_F(Cli, StagesOnOneGpuReportWhatTheGpuHoldsTogether) {
   EXPECT_EQ(metrics.at("shared_gpu_memory_bytes").get<std::int64_t>(), sum);
   char gib[32];
   std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(sum) / (1 << 30));
-  const Result fits = run(shared + "8");
+  const Result fits = run(shared + "8 -o " + path("shared.json"));
   ASSERT_EQ(fits.status, 0) << fits.out;
+  const Result show = run("show " + path("shared.json"));
+  ASSERT_EQ(show.status, 0) << show.out;
+  EXPECT_NE(show.out.find(std::string("one GPU holds           ") + gib +
+                          " of its 141.00 GiB (the stages' peaks added)\n"),
+            std::string::npos)
+      << show.out;
   EXPECT_NE(fits.out.find(std::string("; the stages' one GPU holds their sum, ") + gib +
                           " of its 141.00 GiB)\n"),
             std::string::npos)
