@@ -109,7 +109,7 @@ struct CompareCommand {
                 options.objective.c_str(),
                 options.objective == "steady" ? "largest stage span" : "step time",
                 options.objective == "steady" ? "step time" : "largest stage span");
-    // Stages on one GPU (emulated): the GPU holds the sum of their peaks, which --memory limits.
+    // Stages on one GPU (emulated): the GPU holds the sum of their peaks (--memory limits each).
     const auto ok =
         std::find_if(table.begin(), table.end(), [](const Row& r) { return r.error.empty(); });
     const bool shared = !ok->plan.graph.meta.contention.empty();

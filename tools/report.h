@@ -21,7 +21,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim);
 // MFU of their own SM share is then higher by the GPU's SMs over theirs.
 std::string mfu_basis(const PlanMeta& meta);
 // What the one GPU of stages that share it holds: the sum of their peaks (each stage's caching
-// allocator keeps its own), the quantity the validator checks (shared_gpu_memory_fault).
+// allocator keeps its own). Reported, not checked: --memory limits each stage.
 std::int64_t shared_gpu_memory_bytes(const SimResult& sim);
 // The HBM of the gpus.json entry `key`, or 0 when there is none.
 double gpu_hbm_bytes(const std::string& key);
