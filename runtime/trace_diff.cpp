@@ -140,13 +140,11 @@ void check_slice(const TaskGraph& plan, int id, const SliceTrack& track, const j
 // earlier than the one before it ended (the two ops of an overlapped pair run together and count
 // as one). A BPipe transfer stream is left out: it carries both directions, and the measured
 // copies of the two overlap.
-void check_stream_times(const TaskGraph& plan, const std::vector<NodeTime>& times,
+void check_stream_times(const TaskGraph& plan, const std::vector<SliceTrack>& tracks,
+                        const std::vector<NodeTime>& times,
                         const std::vector<std::size_t>& event_of, const json& events,
                         std::string_view source) {
   constexpr double kToleranceUs = 1e-3;
-  std::vector<char> second(times.size(), 0);
-  for (const OverlapPair& pair : overlap_pairs(plan))
-    second[static_cast<std::size_t>(pair.second)] = 1;
   for (std::size_t s = 0; s < plan.streams().size(); ++s) {
     const Stream& stream = plan.streams()[s];
     if (stream.role == StreamRole::transfer) continue;
@@ -155,7 +153,7 @@ void check_stream_times(const TaskGraph& plan, const std::vector<NodeTime>& time
     int before_node = -1, latest_node = -1;
     for (const int id : plan.stream_order(static_cast<int>(s))) {
       const auto i = static_cast<std::size_t>(id);
-      if (second[i] == 0) {
+      if (tracks[i].tid == tracks[i].stream_tid) {  // not a pair's second (slice_tracks)
         before = latest;
         before_node = latest_node;
       }
@@ -234,7 +232,7 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
       throw Error(std::string(source) + ": no slice for " + plan.node_name(id));
     }
   }
-  check_stream_times(plan, times, event_of, *events, source);
+  check_stream_times(plan, tracks, times, event_of, *events, source);
   if (host_times != nullptr) *host_times = every_host ? std::move(host) : std::vector<NodeTime>{};
   return times;
 }
