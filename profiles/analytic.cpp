@@ -97,8 +97,8 @@ double pass_time_us(const PassWork& w, double tokens, int k, Attention attention
 
 // Shape of one layer call.
 struct Shape {
-  std::int64_t b, s, t, h, kvd, f, a, v;
-  bool swiglu, dropout, rope, bert;
+  std::int64_t b, s, t, h, q, kvd, f, a, v;  // q: query width heads·head_dim (h unless explicit)
+  bool swiglu, dropout, rope, bert, qk_norm;
 };
 
 Shape shape_of(const ModelConfig& m, int mbs, int seq) {
@@ -107,7 +107,8 @@ Shape shape_of(const ModelConfig& m, int mbs, int seq) {
   x.s = seq;
   x.t = x.b * x.s;
   x.h = m.hidden;
-  x.kvd = static_cast<std::int64_t>(m.kv_heads) * m.head_dim();
+  x.q = m.query_width();
+  x.kvd = m.kv_width();
   x.f = m.ffn_hidden;
   x.a = m.heads;
   x.v = m.vocab;
@@ -116,24 +117,29 @@ Shape shape_of(const ModelConfig& m, int mbs, int seq) {
   x.dropout = m.norm == NormKind::layernorm;
   x.rope = m.learned_positions == 0;
   x.bert = m.family == "bert";
+  x.qk_norm = m.qk_norm;
   return x;
 }
 
 // Transformer block, tensor by tensor. Linear FLOPs = 2 · tokens · parameters per pass (F: Y = XW,
-// p1: dX = dY·W^T, p2: dW = X^T·dY). Attention core forward QK^T + PV = 4·b·s²·h (independent
-// of grouped-query K/V: every query head does its own products). Zero Bubble §2 / Table 1.
+// p1: dX = dY·W^T, p2: dW = X^T·dY). Attention core forward QK^T + PV = 4·b·s²·q, q = heads ·
+// head_dim (= h unless the head width is explicit; independent of grouped-query K/V: every query
+// head does its own products). Zero Bubble §2 / Table 1. Q, K and V biases (Qwen2) add in the
+// GEMM epilogue and their gradients are the epilogue's row sums: no time of their own.
 LayerWork block_work(const Shape& x, Attention attention) {
   const double t = static_cast<double>(x.t), h = static_cast<double>(x.h);
+  const double q = static_cast<double>(x.q);
   const double kvd = static_cast<double>(x.kvd), f = static_cast<double>(x.f);
   const double f_out = x.swiglu ? 2 * f : f;                         // up (+ gate) output width
   const double scores = static_cast<double>(x.b * x.a * x.s * x.s);  // elements of b·a·s×s
-  const double core_forward = 4.0 * static_cast<double>(x.b * x.s * x.s) * h;
+  const double core_forward = 4.0 * static_cast<double>(x.b * x.s * x.s) * q;
 
   LayerWork w;
   PassWork& F = w.forward;
-  F.elementwise(kAct * t * 2 * h);                      // norm 1: read x, write x̂
-  F.gemm(2 * t * h * (h + 2 * kvd));                    // fused QKV projection
-  if (x.rope) F.elementwise(kAct * t * 2 * (h + kvd));  // rotary on Q and K
+  F.elementwise(kAct * t * 2 * h);                         // norm 1: read x, write x̂
+  F.gemm(2 * t * h * (q + 2 * kvd));                       // fused QKV projection
+  if (x.qk_norm) F.elementwise(kAct * t * 2 * (q + kvd));  // RMSNorm per Q and K head
+  if (x.rope) F.elementwise(kAct * t * 2 * (q + kvd));     // rotary on Q and K
   if (attention == Attention::flash) {
     F.attention(core_forward, 1);  // one fused kernel, scores stay in SRAM
   } else {
@@ -141,7 +147,7 @@ LayerWork block_work(const Shape& x, Attention attention) {
     F.elementwise(kAct * scores * 4);          // write S, softmax read S / write P, PV reads P
     if (x.dropout) F.elementwise(scores * 5);  // read P, write P' (bf16) and a 1-byte mask
   }
-  F.gemm(2 * t * h * h);  // output projection
+  F.gemm(2 * t * q * h);  // output projection
   // Residual add (read 2, write 1), with dropout fused in GPT recipes (+ 1-byte mask).
   const double residual_bytes = kAct * t * 3 * h + (x.dropout ? t * h : 0);
   F.elementwise(residual_bytes);
@@ -154,7 +160,7 @@ LayerWork block_work(const Shape& x, Attention attention) {
   PassWork& P1 = w.p1;
   P1.gemm(F.gemm_flops);  // dX of the four linear ops: same FLOPs as their forward
   P1.kernels += 3;        // one GEMM kernel each; gemm() counted one
-  // Attention backward: dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q: 8·b·s²·h.
+  // Attention backward: dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q: 8·b·s²·q.
   double core_backward = 2 * core_forward;
   if (attention == Attention::recompute) core_backward += core_forward;  // forward run again
   // FlashAttention-2 backward recomputes S = QK^T (2·b·s²·h), not PV: 10·b·s²·h = 2.5× forward.
@@ -239,15 +245,19 @@ LayerWork layer_work(LayerKind kind, const Shape& x, Attention attention) {
 // Activations allocated by F and held until p1 (bytes).
 std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
   // Korthikanti et al. 2022 ("Reducing Activation Recomputation", §4.1), tensor by tensor, bf16:
-  //   norm-1 input 2h, QKV input (norm-1 output) 2h, Q 2h, K 2·kvd, V 2·kvd, attention output
-  //   (= output-projection input) 2h, norm-2 input 2h, MLP input (norm-2 output) 2h   = 12h + 4kvd
+  //   norm-1 input 2h, QKV input (norm-1 output) 2h, Q 2q, K 2·kvd, V 2·kvd, attention output
+  //   (= output-projection input) 2q, norm-2 input 2h, MLP input (norm-2 output) 2h
+  //                                                                        = 8h + 4q + 4kvd
+  //   (q = heads·head_dim, h unless the head width is explicit: 12h + 4kvd)
+  //   Q/K norm (Qwen3): its inputs, Q and K before the norm                = 2q + 2kvd
   //   GeLU MLP: GeLU input 2f, down input (GeLU output) 2f                            = 4f
   //   SwiGLU MLP (LLaMA): gate output 2f, up output 2f, down input SiLU(gate)·up 2f   = 6f
   //   dropout masks after the output projection and after the MLP (1 byte each)       = 2h
   // per token. With h = kvd, f = 4h and dropout: 34h — Korthikanti's 34sbh.
   // Norm statistics (mean/rstd, O(sb)) are not counted, as in Korthikanti.
-  const std::int64_t per_token =
-      12 * x.h + 4 * x.kvd + (x.swiglu ? 6 : 4) * x.f + (x.dropout ? 2 * x.h : 0);
+  const std::int64_t per_token = 8 * x.h + 4 * x.q + 4 * x.kvd +
+                                 (x.qk_norm ? 2 * (x.q + x.kvd) : 0) + (x.swiglu ? 6 : 4) * x.f +
+                                 (x.dropout ? 2 * x.h : 0);
   std::int64_t bytes = x.t * per_token;
   const std::int64_t scores = x.b * x.a * x.s * x.s;
   switch (attention) {
@@ -266,12 +276,12 @@ std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
 }
 
 // X and dY of every linear op, held from p1 until p2 (2BP §3; Zero Bubble Table 1: 32sbh):
-//   inputs X: QKV input h, output-projection input h, MLP input h (shared by gate and up),
+//   inputs X: QKV input h, output-projection input q, MLP input h (shared by gate and up),
 //             down input f;
-//   output gradients dY: QKV h + 2kvd, output projection h, up (+ gate) f (2f), down h.
+//   output gradients dY: QKV q + 2kvd, output projection h, up (+ gate) f (2f), down h.
 std::int64_t block_retained_bytes(const Shape& x) {
-  const std::int64_t inputs = 3 * x.h + x.f;
-  const std::int64_t output_grads = (x.h + 2 * x.kvd) + x.h + (x.swiglu ? 2 : 1) * x.f + x.h;
+  const std::int64_t inputs = 2 * x.h + x.q + x.f;
+  const std::int64_t output_grads = (x.q + 2 * x.kvd) + x.h + (x.swiglu ? 2 : 1) * x.f + x.h;
   return kAct * x.t * (inputs + output_grads);
 }
 
@@ -303,14 +313,14 @@ double optimizer_time_us(std::int64_t params, int tensors, const GpuSpec& gpu) {
          2 * tensors * kKernelOverheadUs;
 }
 
-// Parameter tensors of a layer (the optimizer's kernels): a block's two norms, four attention
-// and three MLP projections (two for a non-gated MLP; biases are not counted as tensors of
-// their own); the embedding's token table (and learned positions); the head's norm and
-// projection.
+// Parameter tensors of a layer (the optimizer's kernels): a block's two norms (four with the
+// Q/K norms), four attention and three MLP projections (two for a non-gated MLP; biases are not
+// counted as tensors of their own); the embedding's token table (and learned positions); the
+// head's norm and projection.
 int parameter_tensors(const ModelConfig& m, LayerKind kind) {
   switch (kind) {
     case LayerKind::block:
-      return 6 + (m.mlp == MlpKind::swiglu ? 3 : 2);
+      return 6 + (m.qk_norm ? 2 : 0) + (m.mlp == MlpKind::swiglu ? 3 : 2);
     case LayerKind::embedding:
       return m.learned_positions > 0 ? 2 : 1;
     case LayerKind::head:

@@ -94,9 +94,15 @@ struct FieldReader {
 // Shape checks shared by every way a model comes in. `fail` names the field.
 void check_shape(const ModelConfig& m, const FieldReader& r) {
   if (m.family == "uniform") return;  // synthetic: only `layers` is meaningful
-  if (m.hidden % m.heads != 0) r.fail("hidden", "must be a multiple of heads");
+  if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0) {
+    r.fail("hidden", "must be a multiple of heads");
+  }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     r.fail("kv_heads", "must divide heads");
+  }
+  if (m.query_width() > limits::kMaxHidden) {
+    r.fail("head_dim", limits::above_limit("times heads (" + std::to_string(m.query_width()) + ")",
+                                           limits::kMaxHidden));
   }
 }
 
@@ -189,12 +195,14 @@ LayerKind layer_kind_from_string(std::string_view text) {
 
 std::int64_t ModelConfig::block_parameters() const {
   if (family == "uniform") return 0;
-  const std::int64_t h = hidden, f = ffn_hidden;
-  const std::int64_t kv = static_cast<std::int64_t>(kv_heads) * head_dim();
+  const std::int64_t h = hidden, f = ffn_hidden, q = query_width(), kv = kv_width();
   const bool bias = has_bias(*this);
-  // Attention: Q (h×h), K and V (h×kv each, grouped-query when kv < h), output projection (h×h).
-  std::int64_t n = h * h + 2 * h * kv + h * h;
-  if (bias) n += h + 2 * kv + h;
+  // Attention: Q (h×q, q = heads·head_dim: h unless the head width is explicit), K and V (h×kv
+  // each, grouped-query when kv < q), output projection (q×h).
+  std::int64_t n = h * q + 2 * h * kv + q * h;
+  if (bias) n += q + 2 * kv + h;
+  if (qkv_bias && !bias) n += q + 2 * kv;          // Qwen2: Q, K and V biases, none on the output
+  if (qk_norm) n += 2 * std::int64_t{head_dim()};  // one RMSNorm gain for queries, one for keys
   // MLP: SwiGLU has gate and up (h×f) and down (f×h); GeLU has up (h×f) and down (f×h).
   n += mlp == MlpKind::swiglu ? 3 * h * f : 2 * h * f;
   if (bias) n += (mlp == MlpKind::swiglu ? 2 * f : f) + h;
@@ -250,7 +258,8 @@ void check_model_limits(const ModelConfig& m) {
       {"kv_heads", {m.kv_heads, limits::kMaxHeads}},
       {"vocab", {m.vocab, limits::kMaxVocab}},
       {"seq", {m.seq, limits::kMaxSeq}},
-      {"learned_positions", {m.learned_positions, limits::kMaxSeq}}};
+      {"learned_positions", {m.learned_positions, limits::kMaxSeq}},
+      {"head_dim", {m.explicit_head_dim, limits::kMaxHidden}}};
   for (const auto& [name, value_and_limit] : sizes) {
     const auto [value, limit] = value_and_limit;
     if (value < 0) throw FieldError("model", std::string(name) + " must not be negative");
@@ -328,8 +337,10 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
-  } else if (model_type.empty() || model_type == "llama" || model_type == "mistral") {
-    // LLaMA names (transformers LlamaConfig / MistralConfig): SwiGLU, RMSNorm, rotary.
+  } else if (model_type.empty() || model_type == "llama" || model_type == "mistral" ||
+             model_type == "qwen2" || model_type == "qwen3") {
+    // LLaMA names (transformers LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config): SwiGLU,
+    // RMSNorm, rotary. Qwen2 adds biases to Q, K and V; Qwen3 normalises each query and key head.
     m.family = "llama";
     m.hf_model_type = model_type.empty() ? "llama" : model_type;
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
@@ -344,14 +355,39 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.mlp = MlpKind::swiglu;
     m.norm = NormKind::rmsnorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+    // transformers' default head_dim is hidden_size / num_attention_heads; Qwen3Config's is 128.
+    if (r.find("head_dim") != nullptr) {
+      m.explicit_head_dim = r.positive_int("head_dim", limits::kMaxHidden);
+    } else if (model_type == "qwen3") {
+      m.explicit_head_dim = 128;
+    }
+    if (m.explicit_head_dim == m.hidden / m.heads && m.hidden % m.heads == 0) {
+      m.explicit_head_dim = 0;  // the default width, spelt out
+    }
+    m.qkv_bias = model_type == "qwen2";
+    m.qk_norm = model_type == "qwen3";
+    // Options these model types have that the cost model does not: refused by name rather than
+    // planned as if they were off.
+    if (r.boolean_or("attention_bias", false)) {
+      r.fail("attention_bias",
+             "is true; pipeplan models attention without biases for " + m.hf_model_type);
+    }
+    if (r.boolean_or("mlp_bias", false))
+      r.fail("mlp_bias", "is true; pipeplan models no MLP biases");
   } else {
-    r.fail("model_type", "is '" + model_type + "'; supported: llama, mistral, gpt2, gpt_neox");
+    r.fail("model_type",
+           "is '" + model_type + "'; supported: llama, mistral, qwen2, qwen3, gpt2, gpt_neox");
   }
   const bool gpt2_names = r.find("n_embd") != nullptr;
-  if (m.hidden % m.heads != 0) {
+  if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0) {
     r.fail(gpt2_names ? "n_embd" : "hidden_size", "must be a multiple of the head count");
   }
   if (m.heads % m.kv_heads != 0) r.fail("num_key_value_heads", "must divide the head count");
+  if (m.query_width() > limits::kMaxHidden) {
+    r.fail("head_dim", limits::above_limit(
+                           "times num_attention_heads (" + std::to_string(m.query_width()) + ")",
+                           limits::kMaxHidden));
+  }
   return m;
 }
 
@@ -369,7 +405,10 @@ json model_to_json(const ModelConfig& m) {
          {"norm", m.norm == NormKind::rmsnorm ? "rmsnorm" : "layernorm"},
          {"tied_embeddings", m.tied_embeddings},
          {"learned_positions", m.learned_positions}};
-  // Only for a model read from a config.json: files of preset models stay as they were.
+  // Only where they say something: files of models without them stay as they were.
+  if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  if (m.qkv_bias) j["qkv_bias"] = true;
+  if (m.qk_norm) j["qk_norm"] = true;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
   return j;
 }
@@ -424,11 +463,20 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.learned_positions = r.nonnegative_int("learned_positions", limits::kMaxSeq);
+  if (r.find("head_dim") != nullptr) {
+    m.explicit_head_dim = r.positive_int("head_dim", limits::kMaxHidden);
+  }
+  m.qkv_bias = r.boolean_or("qkv_bias", false);
+  m.qk_norm = r.boolean_or("qk_norm", false);
+  if ((m.qkv_bias || m.qk_norm) && m.norm != NormKind::rmsnorm) {
+    r.fail(m.qkv_bias ? "qkv_bias" : "qk_norm", "is for rmsnorm models (Qwen2, Qwen3)");
+  }
   if (r.find("hf_model_type") != nullptr) {
     m.hf_model_type = r.string("hf_model_type");
-    static constexpr std::array<std::string_view, 4> kTypes{"llama", "mistral", "gpt2", "gpt_neox"};
+    static constexpr std::array<std::string_view, 6> kTypes{"llama", "mistral", "qwen2",
+                                                            "qwen3", "gpt2",    "gpt_neox"};
     if (std::find(kTypes.begin(), kTypes.end(), m.hf_model_type) == kTypes.end()) {
-      r.fail("hf_model_type", "must be one of llama, mistral, gpt2, gpt_neox");
+      r.fail("hf_model_type", "must be one of llama, mistral, qwen2, qwen3, gpt2, gpt_neox");
     }
   }
   check_shape(m, r);

@@ -35,11 +35,23 @@ struct ModelConfig {
   bool tied_embeddings = false;
   // Rows of a learned position-embedding table (GPT-2/GPT-3/BERT); 0 for rotary (LLaMA, NeoX).
   int learned_positions = 0;
-  // The model_type of the Hugging Face config.json it was read from (llama, mistral, gpt2,
-  // gpt_neox); empty for a preset. It names the modules in the torchtitan lists (layout.h).
+  // A head width other than hidden / heads (Qwen3, Mistral-Nemo: config.json's head_dim); 0 when
+  // it is hidden / heads. Queries then span heads · head_dim() columns, not hidden.
+  int explicit_head_dim = 0;
+  // Biases on the Q, K and V projections only (Qwen2); the LayerNorm recipes' biases on every
+  // linear op are implied by norm = layernorm.
+  bool qkv_bias = false;
+  // RMSNorm over each query and key head before RoPE (Qwen3), a gain of head_dim() each.
+  bool qk_norm = false;
+  // The model_type of the Hugging Face config.json it was read from (llama, mistral, qwen2,
+  // qwen3, gpt2, gpt_neox); empty for a preset. It names the modules in the torchtitan lists
+  // (layout.h).
   std::string hf_model_type;
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  // Columns of Q (and of the attention output that the output projection reads).
+  std::int64_t query_width() const { return std::int64_t{heads} * head_dim(); }
+  std::int64_t kv_width() const { return std::int64_t{kv_heads} * head_dim(); }
   std::int64_t block_parameters() const;
   std::int64_t embedding_parameters() const;  // token (+ learned position) embeddings
   std::int64_t head_parameters() const;       // final norm + LM head (0 for the head if tied)
@@ -56,8 +68,9 @@ void check_model_limits(const ModelConfig& model);
 
 std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);  // throws Error naming the unknown model
-// Reads a Hugging Face config.json (LLaMA, GPT-2 and GPT-NeoX field names), named after its
-// folder. Sizes above planner/base/limits.h are refused, naming the file and field.
+// Reads a Hugging Face config.json (LLaMA, Mistral, Qwen2, Qwen3, GPT-2 and GPT-NeoX field
+// names), named after its folder. Sizes above planner/base/limits.h are refused, naming the file
+// and field.
 ModelConfig load_hf_config(const std::filesystem::path& path);
 // The same from parsed JSON; `source` names it in errors, `name` becomes the model's name.
 ModelConfig hf_config_from_json(const nlohmann::json& config, std::string_view source,

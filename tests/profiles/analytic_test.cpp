@@ -86,6 +86,49 @@ TEST(Analytic, LlamaBlockMemoryListsItsTensors) {
   EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
 }
 
+TEST(Analytic, ExplicitHeadWidthAndQkNormsInTheBlock) {
+  // Qwen3-0.6B's shape: 16 query heads of 128 (q = 2048) on a 1024-wide model, 8 KV heads.
+  ModelConfig m = model_preset("llama-7b");
+  m.layers = 28;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 8;
+  m.explicit_head_dim = 128;
+  m.ffn_hidden = 3072;
+  m.vocab = 151936;
+  m.qk_norm = true;
+  const std::int64_t b = 2, s = 2048, h = 1024, q = 2048, kvd = 1024, f = 3072, a = 16;
+  const LayerCost c = profile_for(m, Attention::flash).cost(LayerKind::block, 2);
+  // norm inputs 2·2h, QKV input 2h, Q 2q, K, V 2·2kvd, attention output 2q, MLP input 2h;
+  // Q/K norm inputs 2q + 2kvd; gate, up, down input 3·2f; fp32 logsumexp 4as per sample.
+  EXPECT_EQ(c.stash_bytes,
+            s * b * (8 * h + 4 * q + 4 * kvd + 2 * (q + kvd) + 6 * f) + 4 * a * s * b);
+  // X: QKV in (h), O in (q), MLP in (h), down in (f); dY: QKV (q + 2kvd), O (h), gate + up
+  // (2f), down (h).
+  EXPECT_EQ(c.retained_bytes, 2 * s * b * (h + q + h + f + q + 2 * kvd + h + 2 * f + h));
+  const PassFlops x = analytic_flops(m, LayerKind::block, 2, 2048, Attention::materialized);
+  const double linear = static_cast<double>(h * (q + 2 * kvd) + q * h + 3 * h * f);
+  EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
+  EXPECT_DOUBLE_EQ(x.forward, 2.0 * static_cast<double>(b * s) * linear +
+                                  4.0 * static_cast<double>(b * s * s * q));
+  // The Q/K norms cost time: the same block without them runs faster, F and p1.
+  ModelConfig plain = m;
+  plain.qk_norm = false;
+  const LayerCost p = profile_for(plain, Attention::flash).cost(LayerKind::block, 2);
+  EXPECT_GT(c.forward_us, p.forward_us);
+  EXPECT_GT(c.p1_us, p.p1_us);
+  EXPECT_GT(c.optimizer_us, p.optimizer_us);  // two more gain tensors
+  // Whole model: F + p1 + p2 equals PaLM's 6N + 12·L·heads·head_dim·T within 1 %, N without
+  // the token table, whose lookup has no matmul (a quarter of this model's parameters).
+  double total = 0;
+  for (LayerKind k : m.layer_list()) {
+    const PassFlops y = analytic_flops(m, k, 2, 2048, Attention::materialized);
+    total += y.forward + y.p1 + y.p2;
+  }
+  const double palm = m.flops_per_token(2048) - 6.0 * static_cast<double>(m.embedding_parameters());
+  EXPECT_NEAR(total / (static_cast<double>(b * s) * palm), 1.0, 0.01);
+}
+
 TEST(Analytic, HeadAndEmbedding) {
   const ModelConfig m = model_preset("llama-7b");
   const std::int64_t t = 2 * 2048, h = 4096, v = 32000;

@@ -36,7 +36,7 @@ class TempDir {
     fs::remove_all(path_, ec);
   }
   fs::path write(const std::string& relative, const std::string& text) const {
-    const fs::path file = path_ / relative;
+    fs::path file = path_ / relative;
     fs::create_directories(file.parent_path());
     std::ofstream(file) << text;
     return file;
@@ -63,6 +63,10 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.norm, b.norm);
   EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
   EXPECT_EQ(a.learned_positions, b.learned_positions);
+  EXPECT_EQ(a.explicit_head_dim, b.explicit_head_dim);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.hf_model_type, b.hf_model_type);
 }
 
 TEST(Model, Llama7bParameterCountIsExact) {
@@ -207,6 +211,99 @@ TEST(Model, HfNeoxConfig) {
   EXPECT_EQ(m.learned_positions, 0);  // rotary
   // Pythia-1B: 1,011,781,632 parameters.
   EXPECT_EQ(m.parameter_count(), 1'011'781'632);
+}
+
+TEST(Model, HfQwen2ConfigHasQkvBiases) {
+  TempDir dir;
+  // Qwen2.5-7B's config.json (the fields pipeplan reads, and some it does not).
+  const auto path = dir.write("Qwen2.5-7B/config.json", R"({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+    "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+    "max_position_embeddings": 131072, "rope_theta": 1000000.0, "sliding_window": 131072,
+    "use_sliding_window": false, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.hf_model_type, "qwen2");
+  EXPECT_EQ(m.family, "llama");
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.explicit_head_dim, 0);
+  // Block: Q, O 2·3584² = 25,690,112; K, V 2·3584·512 = 3,670,016; Q, K, V biases
+  // 3584 + 2·512 = 4,608; MLP 3·3584·18944 = 203,685,888; norms 7,168 -> 233,057,792.
+  EXPECT_EQ(m.block_parameters(), 233'057'792);
+  // Qwen2.5-7B: 7,615,616,512 parameters (6.53B without the two 152064 x 3584 tables).
+  EXPECT_EQ(m.parameter_count(), 7'615'616'512);
+  expect_same_model(model_from_json(model_to_json(m), "test"), m);
+}
+
+TEST(Model, HfQwen3ConfigHasItsHeadWidthAndQkNorms) {
+  TempDir dir;
+  const auto path = dir.write("Qwen3-8B/config.json", R"({
+    "model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "attention_bias": false, "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.explicit_head_dim, 0);  // 128 = 4096 / 32: the default width, spelt out
+  // Qwen3-8B: 8,190,735,360 parameters (Q/K norm gains 2·128 per block).
+  EXPECT_EQ(m.parameter_count(), 8'190'735'360);
+
+  // Qwen3-0.6B: 16 heads of 128 make queries 2048 wide on a 1024-wide model; tied embeddings.
+  const auto small = dir.write("Qwen3-0.6B/config.json", R"({
+    "model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 3072, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "tie_word_embeddings": true})");
+  const ModelConfig s = load_hf_config(small);
+  EXPECT_EQ(s.explicit_head_dim, 128);
+  EXPECT_EQ(s.head_dim(), 128);
+  EXPECT_EQ(s.query_width(), 2048);
+  EXPECT_EQ(s.kv_width(), 1024);
+  // Q 1024·2048, K, V 2·1024·1024, O 2048·1024 = 6,291,456; Q/K norms 256; MLP 9,437,184;
+  // norms 2,048 -> 15,730,944 per block; 596,049,920 in all (0.44B without the tied table).
+  EXPECT_EQ(s.block_parameters(), 15'730'944);
+  EXPECT_EQ(s.parameter_count(), 596'049'920);
+  // PaLM's attention term counts heads x head width, not hidden.
+  EXPECT_DOUBLE_EQ(s.flops_per_token(4096) - 6.0 * static_cast<double>(s.parameter_count()),
+                   12.0 * 28 * 2048 * 4096);
+  expect_same_model(model_from_json(model_to_json(s), "test"), s);
+  // Qwen3Config's default head_dim is 128, whatever hidden / heads is.
+  nlohmann::json config = read_json_file(small);
+  config.erase("head_dim");
+  EXPECT_EQ(hf_config_from_json(config, "c.json", "c").head_dim(), 128);
+}
+
+TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {
+  const nlohmann::json llama = {
+      {"model_type", "llama"},        {"num_hidden_layers", 2},   {"hidden_size", 64},
+      {"num_attention_heads", 4},     {"intermediate_size", 128}, {"vocab_size", 256},
+      {"max_position_embeddings", 32}};
+  nlohmann::json biased = llama;
+  biased["attention_bias"] = true;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(biased, "c.json", "c"); }),
+            "c.json: field 'attention_bias' is true; pipeplan models attention without biases "
+            "for llama");
+  nlohmann::json mlp_bias = llama;
+  mlp_bias["mlp_bias"] = true;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(mlp_bias, "c.json", "c"); }),
+            "c.json: field 'mlp_bias' is true; pipeplan models no MLP biases");
+  nlohmann::json moe = llama;
+  moe["model_type"] = "qwen3_moe";
+  EXPECT_EQ(error_of([&] { hf_config_from_json(moe, "c.json", "c"); }),
+            "c.json: field 'model_type' is 'qwen3_moe'; supported: llama, mistral, qwen2, qwen3, "
+            "gpt2, gpt_neox");
+  // A head width too wide for the limits is refused by the field that makes it so.
+  nlohmann::json wide = llama;
+  wide["head_dim"] = 1 << 19;
+  EXPECT_NE(error_of([&] { hf_config_from_json(wide, "c.json", "c"); }).find("field 'head_dim'"),
+            std::string::npos);
+  // Our own model JSON: Q/K norms and biases belong to the RMSNorm recipes.
+  nlohmann::json own = model_to_json(model_preset("gpt-1.5b"));
+  own["qk_norm"] = true;
+  EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
+            "m.json: field 'qk_norm' is for rmsnorm models (Qwen2, Qwen3)");
 }
 
 TEST(Model, HfConfigErrorsNameFileAndField) {

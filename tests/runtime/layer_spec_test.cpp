@@ -183,6 +183,20 @@ TEST(LayerSpec, UnsupportedModelsAreRefusedNamingTheField) {
   odd.kv_heads = 3;
   EXPECT_NE(error_of([&] { check_model_supported(odd, "backend x"); }).find("kv_heads"),
             std::string::npos);
+  // Qwen2's Q, K, V biases, Qwen3's Q/K norms and head width are planned, not run.
+  ModelConfig qwen2 = testing::tiny_model();
+  qwen2.qkv_bias = true;
+  EXPECT_EQ(error_of([&] { check_model_supported(qwen2, "backend x"); }),
+            "model 'tiny': backend x needs attention without Q, K and V biases (qkv_bias is "
+            "planned only)");
+  ModelConfig qwen3 = testing::tiny_model();
+  qwen3.qk_norm = true;
+  EXPECT_NE(error_of([&] { check_model_supported(qwen3, "backend x"); }).find("qk_norm"),
+            std::string::npos);
+  ModelConfig wide = testing::tiny_model();
+  wide.explicit_head_dim = 2 * wide.head_dim();
+  EXPECT_EQ(error_of([&] { check_model_supported(wide, "backend x"); }),
+            "model 'tiny': backend x needs head_dim = hidden / heads");
   EXPECT_EQ(error_of([&] { check_model_supported(testing::tiny_model(), "backend x"); }), "");
 }
 

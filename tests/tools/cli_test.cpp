@@ -326,6 +326,45 @@ TEST_F(Cli, ShippedProfilePlans) {
 
 // What a plan's MFU is against, and a step without an optimizer step, are said, not left to be
 // guessed: stages sharing one GPU (a profile with contention curves) are not P whole GPUs.
+// Qwen2 and Qwen3 config.json files plan with their own attention (Q, K, V biases; per-head Q/K
+// norms and a head width of their own), recorded in the plan's model; the runtime's blocks have
+// neither, so `run` refuses them by name.
+TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
+  const Result q3 = run("plan --model " + fixture("qwen3-0.6b/config.json") +
+                        " --stages 4 -m 8 --seq 4096 -o " + path("q3.json"));
+  ASSERT_EQ(q3.status, 0) << q3.out;
+  EXPECT_EQ(q3.out.rfind("qwen3-0.6b on 4 x h100-sxm: 1f1b", 0), 0u) << q3.out;
+  EXPECT_NE(q3.out.find("[[\"model.embed_tokens\",\"model.layers.0\","), std::string::npos)
+      << q3.out;
+  const auto model = nlohmann::json::parse(file_bytes(path("q3.json")))["meta"]["model"];
+  EXPECT_EQ(model["head_dim"], 128);
+  EXPECT_EQ(model["qk_norm"], true);
+  EXPECT_FALSE(model.contains("qkv_bias"));
+  EXPECT_EQ(model["hf_model_type"], "qwen3");
+  EXPECT_EQ(run("show " + path("q3.json")).status, 0);
+
+  const Result q2 = run("plan --model " + fixture("qwen2.5-7b/config.json") +
+                        " --stages 4 -m 16 --seq 4096 --json -o " + path("q2.json"));
+  ASSERT_EQ(q2.status, 0) << q2.out;
+  EXPECT_EQ(nlohmann::json::parse(file_bytes(path("q2.json")))["meta"]["model"]["qkv_bias"], true);
+
+  {
+    std::ofstream small(path("tiny-qwen3.json"));
+    small << R"({"model_type": "qwen3", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "intermediate_size": 172, "vocab_size": 256, "max_position_embeddings": 32})";
+  }
+  ASSERT_EQ(
+      run("plan --model " + path("tiny-qwen3.json") + " --stages 2 -m 4 -o " + path("small.json"))
+          .status,
+      0);
+  const Result refused = run("run " + path("small.json") + " --steps 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_EQ(refused.out,
+            "pipeplan: error: model 'tiny-qwen3': backend cpu-f32 needs attention without "
+            "per-head Q/K norms (qk_norm is planned only)\n");
+}
+
 TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
   const std::string source = std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/";
   const std::string args = " --stages 4 --microbatches 4 --schedule 1f1b --backward 2bp";
@@ -547,7 +586,7 @@ TEST_F(Cli, SearchKeepsToAGivenScheduleAndBackwardMode) {
   ASSERT_EQ(r.status, 0) << r.out;
   const std::string front = r.out.substr(0, r.out.find("best:"));
   int rows = 0;
-  for (std::size_t at = front.find("\n", front.find("blocks/stage")); at + 1 < front.size();
+  for (std::size_t at = front.find('\n', front.find("blocks/stage")); at + 1 < front.size();
        at = front.find('\n', at + 1)) {
     const std::string row = front.substr(at + 1, front.find('\n', at + 1) - at - 1);
     EXPECT_NE(row.find(" gpipe "), std::string::npos) << row;
