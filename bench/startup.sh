@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Whole-process start-up cost of pipeplan binaries: median wall time (hyperfine, no shell,
-# 3 warm-ups, 30 runs) and median peak RSS (/usr/bin/time -f %M over RSS_RUNS runs) of
-# `pipeplan --version` and of a small plan, for every binary given. docs/design/cuda-backend.md
-# ("Plugin") quotes its output for the binary before and after the CUDA backend became a module.
+# 3 warm-ups, 30 runs; where hyperfine is not installed, the same protocol timed by Python's
+# perf_counter around each process, written in hyperfine's JSON shape) and median peak RSS
+# (/usr/bin/time -f %M over RSS_RUNS runs) of `pipeplan --version` and of a small plan, for every
+# binary given, after the timer's floor (/bin/true timed the same way).
+# docs/design/cuda-backend.md ("Plugin") quotes its output for the binary before and after the
+# CUDA backend became a module.
 #
 # Usage: bench/startup.sh BINARY [BINARY...]     (e.g. /tmp/pipeplan.before build/tools/pipeplan)
 # Environment: RUNS (hyperfine runs, 30), RSS_RUNS (11), OUT (folder for hyperfine's JSON; a
@@ -12,9 +15,14 @@ if [ "$#" -eq 0 ]; then
   echo "usage: bench/startup.sh BINARY [BINARY...]" >&2
   exit 2
 fi
-for tool in hyperfine jq /usr/bin/time; do
+for tool in jq /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "bench/startup.sh: needs $tool" >&2; exit 2; }
 done
+timer=hyperfine
+if ! command -v hyperfine >/dev/null; then
+  command -v python3 >/dev/null || { echo "bench/startup.sh: needs hyperfine or python3" >&2; exit 2; }
+  timer=python3
+fi
 runs=${RUNS:-30}
 rss_runs=${RSS_RUNS:-11}
 out=${OUT:-$(mktemp -d)}
@@ -31,8 +39,25 @@ measure() {
   local label=$1 binary=$2
   shift 2
   local json="$out/$(basename "$binary")-$label.json"
-  hyperfine -N --warmup 3 -r "$runs" --export-json "$json" -- "$binary $*" >"$json.log" 2>&1 ||
-    { cat "$json.log" >&2; exit 1; }
+  if [ "$timer" = hyperfine ]; then
+    hyperfine -N --warmup 3 -r "$runs" --export-json "$json" -- "$binary $*" >"$json.log" 2>&1 ||
+      { cat "$json.log" >&2; exit 1; }
+  else
+    python3 - "$runs" "$json" "$binary" "$@" <<'PY' >"$json.log" 2>&1 || { cat "$json.log" >&2; exit 1; }
+import json, statistics, subprocess, sys, time
+runs, out, command = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+def once():
+    start = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+for _ in range(3):
+    once()
+times = [once() for _ in range(runs)]
+with open(out, "w") as f:
+    json.dump({"timer": "python3 perf_counter", "results": [
+        {"command": " ".join(command), "median": statistics.median(times), "times": times}]}, f)
+PY
+  fi
   local wall_ms
   wall_ms=$(jq '.results[0].median * 1000' "$json")
   local rss_kib
@@ -43,9 +68,11 @@ measure() {
 }
 
 printf '%-40s %-10s %10s %12s\n' "binary" "command" "wall (ms)" "peak RSS (MiB)"
+# The timer's floor: a process that does nothing, timed the same way.
+measure floor /bin/true
 for binary in "$@"; do
   [ -x "$binary" ] || { echo "bench/startup.sh: $binary is not an executable" >&2; exit 2; }
   measure version "$binary" --version
   measure plan "$binary" "${plan_args[@]}"
 done
-echo "(median of $runs runs after 3 warm-ups; peak RSS: median of $rss_runs runs; plan: pipeplan ${plan_args[*]}; hyperfine JSON in $out)"
+echo "(median of $runs runs after 3 warm-ups, timed by $timer; peak RSS: median of $rss_runs runs; plan: pipeplan ${plan_args[*]}; JSON in $out)"
