@@ -31,7 +31,11 @@ record() {
   shift
   echo "${*/#$pipeplan/pipeplan}" >>"$out/env.txt"
   echo "# command: $(printf '%q ' "$@")" >"$out/$file"
-  "$@" >>"$out/$file" 2>&1 || { echo "bench/cpu_loop.sh: failed, see $out/$file" >&2; exit 1; }
+  "$@" >>"$out/$file" 2>&1 || {
+    echo "bench/cpu_loop.sh: failed, see $out/$file; its last lines:" >&2
+    tail -n 5 "$out/$file" >&2
+    exit 1
+  }
 }
 
 {
