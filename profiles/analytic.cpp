@@ -99,6 +99,8 @@ double pass_time_us(const PassWork& w, double tokens, int k, Attention attention
 struct Shape {
   std::int64_t b, s, t, h, q, kvd, f, a, v;  // q: query width heads·head_dim (h unless explicit)
   bool swiglu, dropout, rope, bert, qk_norm;
+  double pairs;  // query-key pairs per sequence (ModelConfig::attention_pairs): s², or less in a
+                 // window
 };
 
 Shape shape_of(const ModelConfig& m, int mbs, int seq) {
@@ -118,6 +120,7 @@ Shape shape_of(const ModelConfig& m, int mbs, int seq) {
   x.rope = m.learned_positions == 0;
   x.bert = m.family == "bert";
   x.qk_norm = m.qk_norm;
+  x.pairs = m.attention_pairs(seq);
   return x;
 }
 
@@ -132,7 +135,10 @@ LayerWork block_work(const Shape& x, Attention attention) {
   const double kvd = static_cast<double>(x.kvd), f = static_cast<double>(x.f);
   const double f_out = x.swiglu ? 2 * f : f;                         // up (+ gate) output width
   const double scores = static_cast<double>(x.b * x.a * x.s * x.s);  // elements of b·a·s×s
-  const double core_forward = 4.0 * static_cast<double>(x.b * x.s * x.s) * q;
+  // A sliding window (Mistral) shrinks the pairs a flash kernel visits; the materialized score
+  // matrix is s×s whatever the mask.
+  const double pairs = attention == Attention::flash ? x.pairs : static_cast<double>(x.s * x.s);
+  const double core_forward = 4.0 * static_cast<double>(x.b) * pairs * q;
 
   LayerWork w;
   PassWork& F = w.forward;

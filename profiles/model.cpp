@@ -238,7 +238,15 @@ double ModelConfig::flops_per_token(int seq_len) const {
   // PaLM (Chowdhery et al. 2022, appendix B): 6N for the matmuls of forward + backward, plus
   // 12·L·H·Q·T for attention scores and values. N counts every parameter, embeddings included.
   const double n = static_cast<double>(parameter_count());
-  return 6.0 * n + 12.0 * layers * heads * head_dim() * static_cast<double>(seq_len);
+  const double keys = seq_len > 0 ? attention_pairs(seq_len) / seq_len : 0.0;
+  return 6.0 * n + 12.0 * layers * heads * head_dim() * keys;
+}
+
+double ModelConfig::attention_pairs(int seq_len) const {
+  const double s = seq_len;
+  if (sliding_window <= 0 || sliding_window >= seq_len) return s * s;
+  const double w = sliding_window;
+  return 2.0 * s * w - w * w;
 }
 
 std::vector<LayerKind> ModelConfig::layer_list() const {
@@ -259,7 +267,8 @@ void check_model_limits(const ModelConfig& m) {
       {"vocab", {m.vocab, limits::kMaxVocab}},
       {"seq", {m.seq, limits::kMaxSeq}},
       {"learned_positions", {m.learned_positions, limits::kMaxSeq}},
-      {"head_dim", {m.explicit_head_dim, limits::kMaxHidden}}};
+      {"head_dim", {m.explicit_head_dim, limits::kMaxHidden}},
+      {"sliding_window", {m.sliding_window, limits::kMaxSeq}}};
   for (const auto& [name, value_and_limit] : sizes) {
     const auto [value, limit] = value_and_limit;
     if (value < 0) throw FieldError("model", std::string(name) + " must not be negative");
@@ -366,6 +375,14 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     }
     m.qkv_bias = model_type == "qwen2";
     m.qk_norm = model_type == "qwen3";
+    // Mistral's window is in every layer; Qwen's, when on, only from max_window_layers up.
+    if (model_type == "mistral" && r.find("sliding_window") != nullptr) {
+      m.sliding_window = r.positive_int("sliding_window", limits::kMaxSeq);
+    }
+    if (r.boolean_or("use_sliding_window", false)) {
+      r.fail("use_sliding_window",
+             "is true; pipeplan models layers alike, not a window in some of them");
+    }
     // Options these model types have that the cost model does not: refused by name rather than
     // planned as if they were off.
     if (r.boolean_or("attention_bias", false)) {
@@ -409,6 +426,7 @@ json model_to_json(const ModelConfig& m) {
   if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
   if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.qk_norm) j["qk_norm"] = true;
+  if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
   return j;
 }
@@ -468,6 +486,9 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   m.qkv_bias = r.boolean_or("qkv_bias", false);
   m.qk_norm = r.boolean_or("qk_norm", false);
+  if (r.find("sliding_window") != nullptr) {
+    m.sliding_window = r.nonnegative_int("sliding_window", limits::kMaxSeq);
+  }
   if ((m.qkv_bias || m.qk_norm) && m.norm != NormKind::rmsnorm) {
     r.fail(m.qkv_bias ? "qkv_bias" : "qk_norm", "is for rmsnorm models (Qwen2, Qwen3)");
   }

@@ -43,6 +43,8 @@ struct ModelConfig {
   bool qkv_bias = false;
   // RMSNorm over each query and key head before RoPE (Qwen3), a gain of head_dim() each.
   bool qk_norm = false;
+  // Keys each query attends to at most, in every layer (Mistral-7B-v0.1: 4096); 0 = all before it.
+  int sliding_window = 0;
   // The model_type of the Hugging Face config.json it was read from (llama, mistral, qwen2,
   // qwen3, gpt2, gpt_neox); empty for a preset. It names the modules in the torchtitan lists
   // (layout.h).
@@ -52,11 +54,16 @@ struct ModelConfig {
   // Columns of Q (and of the attention output that the output projection reads).
   std::int64_t query_width() const { return std::int64_t{heads} * head_dim(); }
   std::int64_t kv_width() const { return std::int64_t{kv_heads} * head_dim(); }
+  // Query-key pairs the attention core computes per sequence of `seq_len`, counted as the
+  // unmasked s² of full attention is (the causal mask is not exploited, profiles/analytic.cpp):
+  // s², or s² − (s − w)² = 2sw − w² with a sliding window w < s.
+  double attention_pairs(int seq_len) const;
   std::int64_t block_parameters() const;
   std::int64_t embedding_parameters() const;  // token (+ learned position) embeddings
   std::int64_t head_parameters() const;       // final norm + LM head (0 for the head if tied)
   std::int64_t parameter_count() const;
-  // PaLM appendix B: 6N + 12·L·H·Q·T model FLOPs per token (recomputation not counted).
+  // PaLM appendix B: 6N + 12·L·H·Q·T model FLOPs per token (recomputation not counted); with a
+  // sliding window, T is attention_pairs / seq_len.
   double flops_per_token(int seq_len) const;
   // embedding, block × layers, head. The "uniform" family has blocks only.
   std::vector<LayerKind> layer_list() const;

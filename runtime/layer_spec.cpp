@@ -53,6 +53,11 @@ AttentionDims block_dims(const ModelConfig& model, const Tensor& x) {
     throw Error("block input is " + shape_string(x.shape()) + ", expected (B, T, " +
                 std::to_string(model.hidden) + ")");
   }
+  if (model.sliding_window > 0 && x.shape()[1] > model.sliding_window) {
+    throw Error("model '" + model.name + "': sequence " + std::to_string(x.shape()[1]) +
+                " is longer than its sliding_window " + std::to_string(model.sliding_window) +
+                ", and the runtime's attention sees every earlier token (planned only)");
+  }
   return {x.shape()[0], x.shape()[1], model.hidden, model.heads, kv_heads_of(model)};
 }
 

@@ -74,6 +74,14 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
   TaskGraph plan = load_plan(plan_path);
   validate(plan);
   if (!trace.empty()) check_output(trace);  // before the run, not after it
+  if (const ModelConfig& model = plan.meta.model;
+      model.sliding_window > 0 && plan.meta.seq > model.sliding_window) {
+    throw Error(plan_path + ": model '" + model.name + "': sequence " +
+                std::to_string(plan.meta.seq) + " is longer than its sliding_window " +
+                std::to_string(model.sliding_window) +
+                ", and the runtime's attention sees every earlier token (plan --seq " +
+                std::to_string(model.sliding_window) + " or less to run it)");
+  }
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {
     throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");

@@ -129,6 +129,27 @@ TEST(Analytic, ExplicitHeadWidthAndQkNormsInTheBlock) {
   EXPECT_NEAR(total / (static_cast<double>(b * s) * palm), 1.0, 0.01);
 }
 
+TEST(Analytic, ASlidingWindowShrinksTheFlashCoreOnly) {
+  ModelConfig m = model_preset("llama-7b");
+  const double b = 1, s = 8192, h = 4096;
+  const double linear = 2.0 * b * s * (4 * h * h + 3 * h * 11008);
+  m.seq = 8192;
+  m.sliding_window = 4096;
+  // Flash visits s² − (s − w)² pairs: 3/4 of full attention at s = 2w.
+  const PassFlops windowed = analytic_flops(m, LayerKind::block, 1, 8192, Attention::flash);
+  EXPECT_DOUBLE_EQ(windowed.forward - linear, 4.0 * b * (s * s - 4096.0 * 4096.0) * h);
+  // A materialized score matrix is s × s whatever the mask.
+  const PassFlops full = analytic_flops(m, LayerKind::block, 1, 8192, Attention::materialized);
+  EXPECT_DOUBLE_EQ(full.forward - linear, 4.0 * b * s * s * h);
+  // Inside the window nothing changes.
+  ModelConfig none = m;
+  none.sliding_window = 0;
+  EXPECT_DOUBLE_EQ(analytic_flops(m, LayerKind::block, 1, 4096, Attention::flash).forward,
+                   analytic_flops(none, LayerKind::block, 1, 4096, Attention::flash).forward);
+  EXPECT_LT(profile_for(m, Attention::flash, {1}).cost(LayerKind::block, 1).p1_us,
+            profile_for(none, Attention::flash, {1}).cost(LayerKind::block, 1).p1_us);
+}
+
 TEST(Analytic, HeadAndEmbedding) {
   const ModelConfig m = model_preset("llama-7b");
   const std::int64_t t = 2 * 2048, h = 4096, v = 32000;

@@ -66,6 +66,7 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.explicit_head_dim, b.explicit_head_dim);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.hf_model_type, b.hf_model_type);
 }
 
@@ -273,6 +274,35 @@ TEST(Model, HfQwen3ConfigHasItsHeadWidthAndQkNorms) {
   nlohmann::json config = read_json_file(small);
   config.erase("head_dim");
   EXPECT_EQ(hf_config_from_json(config, "c.json", "c").head_dim(), 128);
+}
+
+TEST(Model, MistralsSlidingWindowBoundsTheAttentionPairs) {
+  TempDir dir;
+  // Mistral-7B-v0.1: every layer attends to the 4096 tokens before each query at most.
+  const auto path = dir.write("Mistral-7B-v0.1/config.json", R"({
+    "model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(m.attention_pairs(2048), 2048.0 * 2048.0);  // inside the window: all of them
+  EXPECT_DOUBLE_EQ(m.attention_pairs(4096), 4096.0 * 4096.0);
+  // s² − (s − w)²: the pairs of full attention less the square the window leaves out.
+  EXPECT_DOUBLE_EQ(m.attention_pairs(8192), 8192.0 * 8192.0 - 4096.0 * 4096.0);
+  const double six_n = 6.0 * static_cast<double>(m.parameter_count());
+  EXPECT_DOUBLE_EQ(m.flops_per_token(8192) - six_n, 12.0 * 32 * 4096 * 8192 * 0.75);
+  expect_same_model(model_from_json(model_to_json(m), "test"), m);
+  // v0.2 and later have none: null reads as no window.
+  nlohmann::json later = read_json_file(path);
+  later["sliding_window"] = nullptr;
+  EXPECT_EQ(hf_config_from_json(later, "c.json", "c").sliding_window, 0);
+  // A window in some layers only (Qwen's use_sliding_window) is refused by name.
+  nlohmann::json qwen = later;
+  qwen["model_type"] = "qwen2";
+  qwen["use_sliding_window"] = true;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(qwen, "c.json", "c"); }),
+            "c.json: field 'use_sliding_window' is true; pipeplan models layers alike, not a "
+            "window in some of them");
 }
 
 TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {

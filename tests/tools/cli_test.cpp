@@ -365,6 +365,28 @@ TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
             "per-head Q/K norms (qk_norm is planned only)\n");
 }
 
+// A sliding window is planned (fewer attention pairs beyond it); the runtime's attention sees
+// every earlier token, so `run` takes such a plan only up to the window.
+TEST_F(Cli, ASlidingWindowModelRunsOnlyWithinItsWindow) {
+  {
+    std::ofstream config(path("tiny-mistral.json"));
+    config << R"({"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 172,
+      "vocab_size": 256, "max_position_embeddings": 32, "sliding_window": 16})";
+  }
+  const std::string plan = "plan --model " + path("tiny-mistral.json") + " --stages 2 -m 4";
+  ASSERT_EQ(run(plan + " --seq 32 -o " + path("long.json")).status, 0);
+  const Result refused = run("run " + path("long.json") + " --steps 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_EQ(refused.out, "pipeplan: error: " + path("long.json") +
+                             ": model 'tiny-mistral': sequence 32 is longer than its "
+                             "sliding_window 16, and the runtime's attention sees every earlier "
+                             "token (plan --seq 16 or less to run it)\n");
+  ASSERT_EQ(run(plan + " --seq 16 -o " + path("short.json")).status, 0);
+  const Result ran = run("run " + path("short.json") + " --steps 1");
+  EXPECT_EQ(ran.status, 0) << ran.out;
+}
+
 TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
   const std::string source = std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/";
   const std::string args = " --stages 4 --microbatches 4 --schedule 1f1b --backward 2bp";
