@@ -268,7 +268,8 @@ std::vector<std::vector<std::string>> module_names_per_stage(
   std::vector<std::string> embedding;
   std::string block_prefix;
   std::vector<std::string> head;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+      type == "phi3") {
     embedding = {"model.embed_tokens"};
     block_prefix = "model.layers.";
     head = {"model.norm", "lm_head"};

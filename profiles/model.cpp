@@ -89,6 +89,12 @@ struct FieldReader {
   bool boolean_or(std::string_view field, bool fallback) const {
     return find(field) == nullptr ? fallback : boolean(field);
   }
+  double number_or(std::string_view field, double fallback) const {
+    const json* value = find(field);
+    if (value == nullptr) return fallback;
+    if (!value->is_number()) fail(field, "must be a number");
+    return value->get<double>();
+  }
 };
 
 // Shape checks shared by every way a model comes in. `fail` names the field.
@@ -347,9 +353,10 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   } else if (model_type.empty() || model_type == "llama" || model_type == "mistral" ||
-             model_type == "qwen2" || model_type == "qwen3") {
-    // LLaMA names (transformers LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config): SwiGLU,
-    // RMSNorm, rotary. Qwen2 adds biases to Q, K and V; Qwen3 normalises each query and key head.
+             model_type == "qwen2" || model_type == "qwen3" || model_type == "phi3") {
+    // LLaMA names (transformers LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config /
+    // Phi3Config): SwiGLU, RMSNorm, rotary. Qwen2 adds biases to Q, K and V; Qwen3 normalises
+    // each query and key head; Phi-3 fuses QKV and gate/up into one weight each (the same GEMMs).
     m.family = "llama";
     m.hf_model_type = model_type.empty() ? "llama" : model_type;
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
@@ -375,8 +382,9 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     }
     m.qkv_bias = model_type == "qwen2";
     m.qk_norm = model_type == "qwen3";
-    // Mistral's window is in every layer; Qwen's, when on, only from max_window_layers up.
-    if (model_type == "mistral" && r.find("sliding_window") != nullptr) {
+    // Mistral's and Phi-3's window is in every layer; Qwen's, when on, only from
+    // max_window_layers up.
+    if ((model_type == "mistral" || model_type == "phi3") && r.find("sliding_window") != nullptr) {
       m.sliding_window = r.positive_int("sliding_window", limits::kMaxSeq);
     }
     if (r.boolean_or("use_sliding_window", false)) {
@@ -391,9 +399,14 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     }
     if (r.boolean_or("mlp_bias", false))
       r.fail("mlp_bias", "is true; pipeplan models no MLP biases");
+    for (const char* dropout : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) {
+      if (r.number_or(dropout, 0.0) != 0.0) {
+        r.fail(dropout, "is not 0; pipeplan models dropout for LayerNorm models only");
+      }
+    }
   } else {
-    r.fail("model_type",
-           "is '" + model_type + "'; supported: llama, mistral, qwen2, qwen3, gpt2, gpt_neox");
+    r.fail("model_type", "is '" + model_type +
+                             "'; supported: llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox");
   }
   const bool gpt2_names = r.find("n_embd") != nullptr;
   if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0) {
@@ -494,10 +507,10 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   if (r.find("hf_model_type") != nullptr) {
     m.hf_model_type = r.string("hf_model_type");
-    static constexpr std::array<std::string_view, 6> kTypes{"llama", "mistral", "qwen2",
-                                                            "qwen3", "gpt2",    "gpt_neox"};
+    static constexpr std::array<std::string_view, 7> kTypes{"llama", "mistral", "qwen2",   "qwen3",
+                                                            "phi3",  "gpt2",    "gpt_neox"};
     if (std::find(kTypes.begin(), kTypes.end(), m.hf_model_type) == kTypes.end()) {
-      r.fail("hf_model_type", "must be one of llama, mistral, qwen2, qwen3, gpt2, gpt_neox");
+      r.fail("hf_model_type", "must be one of llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox");
     }
   }
   check_shape(m, r);

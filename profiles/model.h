@@ -43,10 +43,11 @@ struct ModelConfig {
   bool qkv_bias = false;
   // RMSNorm over each query and key head before RoPE (Qwen3), a gain of head_dim() each.
   bool qk_norm = false;
-  // Keys each query attends to at most, in every layer (Mistral-7B-v0.1: 4096); 0 = all before it.
+  // Keys each query attends to at most, in every layer (Mistral-7B-v0.1: 4096, Phi-3-mini-4k:
+  // 2047); 0 = all before it.
   int sliding_window = 0;
   // The model_type of the Hugging Face config.json it was read from (llama, mistral, qwen2,
-  // qwen3, gpt2, gpt_neox); empty for a preset. It names the modules in the torchtitan lists
+  // qwen3, phi3, gpt2, gpt_neox); empty for a preset. It names the modules in the torchtitan lists
   // (layout.h).
   std::string hf_model_type;
 
@@ -75,9 +76,9 @@ void check_model_limits(const ModelConfig& model);
 
 std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);  // throws Error naming the unknown model
-// Reads a Hugging Face config.json (LLaMA, Mistral, Qwen2, Qwen3, GPT-2 and GPT-NeoX field
-// names), named after its folder. Sizes above planner/base/limits.h are refused, naming the file
-// and field.
+// Reads a Hugging Face config.json (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, GPT-2 and GPT-NeoX
+// field names), named after its folder. Sizes above planner/base/limits.h are refused, naming the
+// file and field.
 ModelConfig load_hf_config(const std::filesystem::path& path);
 // The same from parsed JSON; `source` names it in errors, `name` becomes the model's name.
 ModelConfig hf_config_from_json(const nlohmann::json& config, std::string_view source,

@@ -305,6 +305,22 @@ TEST(Model, MistralsSlidingWindowBoundsTheAttentionPairs) {
             "window in some of them");
 }
 
+TEST(Model, HfPhi3ConfigWithItsWindow) {
+  TempDir dir;
+  // Phi-3-mini-4k-instruct: fused QKV and gate/up weights (the same GEMMs), a 2047-token window.
+  const auto path = dir.write("Phi-3-mini-4k-instruct/config.json", R"({
+    "model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192,
+    "vocab_size": 32064, "max_position_embeddings": 4096, "sliding_window": 2047,
+    "attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "rope_scaling": null,
+    "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.hf_model_type, "phi3");
+  EXPECT_EQ(m.sliding_window, 2047);
+  // Phi-3-mini: 3,821,079,552 parameters.
+  EXPECT_EQ(m.parameter_count(), 3'821'079'552);
+}
+
 TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {
   const nlohmann::json llama = {
       {"model_type", "llama"},        {"num_hidden_layers", 2},   {"hidden_size", 64},
@@ -323,7 +339,13 @@ TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {
   moe["model_type"] = "qwen3_moe";
   EXPECT_EQ(error_of([&] { hf_config_from_json(moe, "c.json", "c"); }),
             "c.json: field 'model_type' is 'qwen3_moe'; supported: llama, mistral, qwen2, qwen3, "
-            "gpt2, gpt_neox");
+            "phi3, gpt2, gpt_neox");
+  nlohmann::json dropout = llama;
+  dropout["model_type"] = "phi3";
+  dropout["resid_pdrop"] = 0.1;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(dropout, "c.json", "c"); }),
+            "c.json: field 'resid_pdrop' is not 0; pipeplan models dropout for LayerNorm models "
+            "only");
   // A head width too wide for the limits is refused by the field that makes it so.
   nlohmann::json wide = llama;
   wide["head_dim"] = 1 << 19;
