@@ -169,7 +169,7 @@ LayerWork block_work(const Shape& x, Attention attention) {
   // Attention backward: dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q: 8·b·s²·q.
   double core_backward = 2 * core_forward;
   if (attention == Attention::recompute) core_backward += core_forward;  // forward run again
-  // FlashAttention-2 backward recomputes S = QK^T (2·b·s²·h), not PV: 10·b·s²·h = 2.5× forward.
+  // FlashAttention-2 backward recomputes S = QK^T (2·b·s²·q), not PV: 10·b·s²·q = 2.5× forward.
   if (attention == Attention::flash) core_backward += core_forward / 2;
   P1.attention(core_backward, attention == Attention::flash ? 2 : 4);
   const double forward_elementwise = F.hbm_bytes;

@@ -17,6 +17,10 @@ namespace {
 
 using nlohmann::json;
 
+// The Hugging Face model_type values read from a config.json and kept as hf_model_type.
+constexpr std::array<std::string_view, 7> kHfModelTypes{"llama", "mistral", "qwen2",   "qwen3",
+                                                        "phi3",  "gpt2",    "gpt_neox"};
+
 // Linear layers carry biases and dropout exactly in the LayerNorm recipes we model (GPT-2,
 // GPT-3/Megatron, GPT-NeoX, BERT); the RMSNorm recipes (LLaMA, Mistral) have neither.
 bool has_bias(const ModelConfig& m) {
@@ -33,6 +37,10 @@ std::string join_names(const std::vector<std::string>& names) {
   for (const auto& n : names)
     out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+std::string hf_model_type_list() {
+  return join_names({kHfModelTypes.begin(), kHfModelTypes.end()});
 }
 
 std::string field_path(std::string_view prefix, std::string_view field) {
@@ -405,8 +413,7 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
       }
     }
   } else {
-    r.fail("model_type", "is '" + model_type +
-                             "'; supported: llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox");
+    r.fail("model_type", "is '" + model_type + "'; supported: " + hf_model_type_list());
   }
   const bool gpt2_names = r.find("n_embd") != nullptr;
   if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0) {
@@ -507,10 +514,9 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   if (r.find("hf_model_type") != nullptr) {
     m.hf_model_type = r.string("hf_model_type");
-    static constexpr std::array<std::string_view, 7> kTypes{"llama", "mistral", "qwen2",   "qwen3",
-                                                            "phi3",  "gpt2",    "gpt_neox"};
-    if (std::find(kTypes.begin(), kTypes.end(), m.hf_model_type) == kTypes.end()) {
-      r.fail("hf_model_type", "must be one of llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox");
+    if (std::find(kHfModelTypes.begin(), kHfModelTypes.end(), m.hf_model_type) ==
+        kHfModelTypes.end()) {
+      r.fail("hf_model_type", "must be one of " + hf_model_type_list());
     }
   }
   check_shape(m, r);
