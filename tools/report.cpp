@@ -143,9 +143,27 @@ std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
   return text;
 }
 
+// GPUs behind each pipeline device: a tensor-parallel plan records the peak of its T GPUs
+// (tools/plan_options.cpp), T times one GPU's; 1 where the GPU is not in gpus.json.
+std::int64_t gpus_per_device(const PlanMeta& meta) {
+  try {
+    const double one = find_gpu(meta.gpu).peak_bf16_tflops * 1e12;
+    if (one > 0 && meta.peak_flops_per_device > 1.5 * one) {
+      return std::llround(meta.peak_flops_per_device / one);
+    }
+  } catch (const Error&) {
+  }
+  return 1;
+}
+
 std::string mfu_basis(const PlanMeta& meta) {
-  std::string basis =
-      "of " + std::to_string(meta.devices) + " whole GPU" + (meta.devices == 1 ? "" : "s");
+  const std::int64_t t = gpus_per_device(meta);
+  const std::int64_t gpus = t * meta.devices;
+  std::string basis = "of " + std::to_string(gpus) + " whole GPU" + (gpus == 1 ? "" : "s");
+  if (t > 1) {
+    basis += ": " + std::to_string(meta.devices) + " stage" + (meta.devices == 1 ? "" : "s") +
+             " of " + std::to_string(t) + " tensor-parallel GPUs";
+  }
   if (!meta.contention.empty()) basis += "; the stages share one GPU (emulated)";
   return basis;
 }

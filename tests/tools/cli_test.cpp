@@ -202,6 +202,10 @@ TEST_F(Cli, TheLayoutReferenceExamplesPrintAsDocumented) {
       << seventy.out;
   EXPECT_NE(seventy.out.find(megatron_line("Et*5|(t*5|)*14t*5L") + "\n"), std::string::npos)
       << seventy.out;
+  // Its MFU is against all 64 GPUs, 8 per stage.
+  EXPECT_NE(seventy.out.find(" (PaLM, of 64 whole GPUs: 8 stages of 8 tensor-parallel GPUs)\n"),
+            std::string::npos)
+      << seventy.out;
   EXPECT_NE(seventy.out.find("torchtitan: module_fqns_per_model_part = "
                              "[[\"model.embed_tokens\",\"model.layers.0\",\"model.layers.1\","
                              "\"model.layers.2\",\"model.layers.3\",\"model.layers.4\"],"),
