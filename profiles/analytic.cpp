@@ -50,15 +50,26 @@ constexpr std::int64_t kFp32 = 4;
 
 // Work of one pass, split by the rate it runs at.
 struct PassWork {
-  double gemm_flops = 0;       // linear-layer GEMMs: efficiency eff(tokens)
+  double gemm_flops = 0;  // linear-layer GEMMs: efficiency eff(tokens)
+  // Routed experts' grouped GEMMs: each expert's GEMM has tokens · expert_row_share rows
+  // (top-k / experts of them, routing balanced), so its efficiency is eff(tokens · share).
+  double expert_gemm_flops = 0;
+  double expert_row_share = 1;
   double attention_flops = 0;  // attention core: efficiency per attention kind
   double hbm_bytes = 0;        // memory-bound elementwise traffic
   int kernels = 0;
   int elementwise_kernels = 0;
+  int gemm_kernels = 0;
 
   void gemm(double flops) {
     gemm_flops += flops;
     ++kernels;
+    ++gemm_kernels;
+  }
+  void expert_gemm(double flops) {
+    expert_gemm_flops += flops;
+    ++kernels;  // one grouped GEMM over every expert
+    ++gemm_kernels;
   }
   void attention(double flops, int kernel_count) {
     attention_flops += flops;
@@ -69,8 +80,20 @@ struct PassWork {
     ++kernels;
     ++elementwise_kernels;
   }
-  double flops() const { return gemm_flops + attention_flops; }
+  double flops() const { return gemm_flops + expert_gemm_flops + attention_flops; }
 };
+
+// The GEMMs of p1 (dX = dY·W^T) or p2 (dW = X^T·dY) of a forward's linear ops: the same FLOPs,
+// rows and kernel count.
+PassWork linear_backward(const PassWork& forward) {
+  PassWork w;
+  w.gemm_flops = forward.gemm_flops;
+  w.expert_gemm_flops = forward.expert_gemm_flops;
+  w.expert_row_share = forward.expert_row_share;
+  w.kernels = forward.gemm_kernels;
+  w.gemm_kernels = forward.gemm_kernels;
+  return w;
+}
 
 struct LayerWork {
   PassWork forward, p1, p2;
@@ -90,6 +113,10 @@ double pass_time_us(const PassWork& w, double tokens, int k, Attention attention
       attention == Attention::flash ? kFlashAttentionEfficiency : kMaterializedAttentionEfficiency;
   double us = 0;
   if (w.gemm_flops > 0) us += k * w.gemm_flops / (peak_flops_per_us * gemm_efficiency(k * tokens));
+  if (w.expert_gemm_flops > 0) {
+    us += k * w.expert_gemm_flops /
+          (peak_flops_per_us * gemm_efficiency(k * tokens * w.expert_row_share));
+  }
   us += k * w.attention_flops / (peak_flops_per_us * attention_efficiency);
   us += k * w.hbm_bytes / (hbm_bytes_per_us * kHbmEfficiency);
   return us + w.kernels * kKernelOverheadUs;
@@ -98,6 +125,9 @@ double pass_time_us(const PassWork& w, double tokens, int k, Attention attention
 // Shape of one layer call.
 struct Shape {
   std::int64_t b, s, t, h, q, kvd, f, a, v;  // q: query width heads·head_dim (h unless explicit)
+  // Mixture of experts: e routed experts of width f, k of them per token, a shared expert of
+  // width fs; e = 0 for a dense MLP of width f.
+  std::int64_t e, k, fs;
   bool swiglu, dropout, rope, bert, qk_norm;
   double pairs;  // query-key pairs per sequence (ModelConfig::attention_pairs): s², or less in a
                  // window
@@ -120,8 +150,39 @@ Shape shape_of(const ModelConfig& m, int mbs, int seq) {
   x.rope = m.learned_positions == 0;
   x.bert = m.family == "bert";
   x.qk_norm = m.qk_norm;
+  x.e = m.experts;
+  x.k = m.experts_per_token;
+  x.fs = m.shared_ffn_hidden;
   x.pairs = m.attention_pairs(seq);
   return x;
+}
+
+// The MLP of a mixture-of-experts block after its norm (Mixtral, Qwen-MoE; Megatron-Core's
+// token dispatcher and grouped GEMMs): a router GEMM (h -> e) and its softmax / top-k on fp32
+// logits; the tokens copied into expert order, k rows each; the experts' SwiGLU as two grouped
+// GEMMs over t·k rows, each expert's GEMM t·k/e rows when routing is balanced (the auxiliary
+// loss's aim; an imbalanced step is slower, which this does not model); the k outputs summed
+// back per token with their routing weights; a shared expert (Qwen2-MoE) on every token with its
+// sigmoid gate.
+void moe_forward(PassWork& F, const Shape& x) {
+  const double t = static_cast<double>(x.t), h = static_cast<double>(x.h);
+  const double f = static_cast<double>(x.f), e = static_cast<double>(x.e);
+  const double k = static_cast<double>(x.k), fs = static_cast<double>(x.fs);
+  F.expert_row_share = k / e;
+  F.gemm(2 * t * h * e);                  // router logits
+  F.elementwise(kFp32 * t * e * 2);       // softmax and top-k: read logits, write weights
+  F.elementwise(kAct * t * h * (1 + k));  // dispatch: read each token, write its k copies
+  F.expert_gemm(2 * t * k * h * 2 * f);   // gate and up of the routed experts
+  F.elementwise(kAct * t * k * 3 * f);    // SiLU(gate)·up
+  F.expert_gemm(2 * t * k * f * h);       // down
+  F.elementwise(kAct * t * h * (k + 1));  // combine: read k outputs, write their weighted sum
+  if (x.fs > 0) {
+    F.gemm(2 * t * h * 2 * fs);        // shared expert: gate and up
+    F.elementwise(kAct * t * 3 * fs);  // SiLU(gate)·up
+    F.gemm(2 * t * fs * h);            // down
+    F.gemm(2 * t * h);                 // its gate (h -> 1)
+    F.elementwise(kAct * t * 3 * h);   // sigmoid(gate)·shared + routed
+  }
 }
 
 // Transformer block, tensor by tensor. Linear FLOPs = 2 · tokens · parameters per pass (F: Y = XW,
@@ -157,15 +218,18 @@ LayerWork block_work(const Shape& x, Attention attention) {
   // Residual add (read 2, write 1), with dropout fused in GPT recipes (+ 1-byte mask).
   const double residual_bytes = kAct * t * 3 * h + (x.dropout ? t * h : 0);
   F.elementwise(residual_bytes);
-  F.elementwise(kAct * t * 2 * h);                       // norm 2
-  F.gemm(2 * t * h * f_out);                             // up (+ gate)
-  F.elementwise(kAct * t * (x.swiglu ? 3 * f : 2 * f));  // GeLU, or SiLU(gate)·up
-  F.gemm(2 * t * f * h);                                 // down
+  F.elementwise(kAct * t * 2 * h);  // norm 2
+  if (x.e > 0) {
+    moe_forward(F, x);
+  } else {
+    F.gemm(2 * t * h * f_out);                             // up (+ gate)
+    F.elementwise(kAct * t * (x.swiglu ? 3 * f : 2 * f));  // GeLU, or SiLU(gate)·up
+    F.gemm(2 * t * f * h);                                 // down
+  }
   F.elementwise(residual_bytes);
 
   PassWork& P1 = w.p1;
-  P1.gemm(F.gemm_flops);  // dX of the four linear ops: same FLOPs as their forward
-  P1.kernels += 3;        // one GEMM kernel each; gemm() counted one
+  P1 = linear_backward(F);  // dX of the linear ops: the same FLOPs as their forward
   // Attention backward: dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q: 8·b·s²·q.
   double core_backward = 2 * core_forward;
   if (attention == Attention::recompute) core_backward += core_forward;  // forward run again
@@ -179,11 +243,9 @@ LayerWork block_work(const Shape& x, Attention attention) {
   P1.hbm_bytes += kBackwardTrafficFactor * forward_elementwise + recomputed;
   P1.kernels += F.elementwise_kernels;  // one backward kernel per forward elementwise op
 
-  // p2: dW = X^T·dY for the four linear ops; bias gradients Σ dY fuse into the GEMM epilogue and
+  // p2: dW = X^T·dY for the linear ops; bias gradients Σ dY fuse into the GEMM epilogue and
   // norm gains finish in p1 (they are O(h) and need the normalised input p1 has at hand).
-  PassWork& P2 = w.p2;
-  P2.gemm(F.gemm_flops);
-  P2.kernels += 3;
+  w.p2 = linear_backward(F);
   return w;
 }
 
@@ -260,9 +322,15 @@ std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
   //   SwiGLU MLP (LLaMA): gate output 2f, up output 2f, down input SiLU(gate)·up 2f   = 6f
   //   dropout masks after the output projection and after the MLP (1 byte each)       = 2h
   // per token. With h = kvd, f = 4h and dropout: 34h — Korthikanti's 34sbh.
+  // A mixture of experts keeps, in place of the MLP's 6f: the router's fp32 weights 4e, the k
+  // dispatched copies of the input 2kh, each expert's SwiGLU 6kf, the k expert outputs 2kh (the
+  // routing weights' gradient needs them); a shared expert 6fs and its output 2h.
   // Norm statistics (mean/rstd, O(sb)) are not counted, as in Korthikanti.
+  const std::int64_t mlp =
+      x.e > 0 ? kFp32 * x.e + 4 * x.k * x.h + 6 * x.k * x.f + (x.fs > 0 ? 6 * x.fs + 2 * x.h : 0)
+              : (x.swiglu ? 6 : 4) * x.f;
   const std::int64_t per_token = 8 * x.h + 4 * x.q + 4 * x.kvd +
-                                 (x.qk_norm ? 2 * (x.q + x.kvd) : 0) + (x.swiglu ? 6 : 4) * x.f +
+                                 (x.qk_norm ? 2 * (x.q + x.kvd) : 0) + mlp +
                                  (x.dropout ? 2 * x.h : 0);
   std::int64_t bytes = x.t * per_token;
   const std::int64_t scores = x.b * x.a * x.s * x.s;
@@ -285,7 +353,18 @@ std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
 //   inputs X: QKV input h, output-projection input q, MLP input h (shared by gate and up),
 //             down input f;
 //   output gradients dY: QKV q + 2kvd, output projection h, up (+ gate) f (2f), down h.
+// A mixture of experts: the MLP input h feeds the router (dY e) and the shared expert; the
+// experts hold their dispatched inputs kh and down inputs kf, dY of gate and up 2kf and of down
+// kh; a shared expert its down input fs, dY 2fs and h, its gate's dY 1.
 std::int64_t block_retained_bytes(const Shape& x) {
+  if (x.e > 0) {
+    const std::int64_t shared_inputs = x.fs > 0 ? x.fs : 0;
+    const std::int64_t shared_grads = x.fs > 0 ? 2 * x.fs + x.h + 1 : 0;
+    const std::int64_t inputs = 2 * x.h + x.q + x.k * x.h + x.k * x.f + shared_inputs;
+    const std::int64_t output_grads =
+        (x.q + 2 * x.kvd) + x.h + x.e + 2 * x.k * x.f + x.k * x.h + shared_grads;
+    return kAct * x.t * (inputs + output_grads);
+  }
   const std::int64_t inputs = 2 * x.h + x.q + x.f;
   const std::int64_t output_grads = (x.q + 2 * x.kvd) + x.h + (x.swiglu ? 2 : 1) * x.f + x.h;
   return kAct * x.t * (inputs + output_grads);
@@ -321,11 +400,13 @@ double optimizer_time_us(std::int64_t params, int tensors, const GpuSpec& gpu) {
 
 // Parameter tensors of a layer (the optimizer's kernels): a block's two norms (four with the
 // Q/K norms), four attention and three MLP projections (two for a non-gated MLP; biases are not
-// counted as tensors of their own); the embedding's token table (and learned positions); the
-// head's norm and projection.
+// counted as tensors of their own; a mixture of experts has its router, gate, up and down of
+// all its experts stacked as grouped GEMMs keep them, and a shared expert's three and its gate);
+// the embedding's token table (and learned positions); the head's norm and projection.
 int parameter_tensors(const ModelConfig& m, LayerKind kind) {
   switch (kind) {
     case LayerKind::block:
+      if (m.moe()) return 6 + (m.qk_norm ? 2 : 0) + 4 + (m.shared_ffn_hidden > 0 ? 4 : 0);
       return 6 + (m.qk_norm ? 2 : 0) + (m.mlp == MlpKind::swiglu ? 3 : 2);
     case LayerKind::embedding:
       return m.learned_positions > 0 ? 2 : 1;

@@ -268,12 +268,7 @@ std::vector<std::vector<std::string>> module_names_per_stage(
   std::vector<std::string> embedding;
   std::string block_prefix;
   std::vector<std::string> head;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-      type == "phi3") {
-    embedding = {"model.embed_tokens"};
-    block_prefix = "model.layers.";
-    head = {"model.norm", "lm_head"};
-  } else if (type == "gpt2") {
+  if (type == "gpt2") {
     embedding = {"transformer.wte", "transformer.wpe"};
     block_prefix = "transformer.h.";
     head = {"transformer.ln_f", "lm_head"};
@@ -281,6 +276,11 @@ std::vector<std::vector<std::string>> module_names_per_stage(
     embedding = {"gpt_neox.embed_in"};
     block_prefix = "gpt_neox.layers.";
     head = {"gpt_neox.final_layer_norm", "embed_out"};
+  } else if (!type.empty()) {
+    // The LLaMA-named ones (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3).
+    embedding = {"model.embed_tokens"};
+    block_prefix = "model.layers.";
+    head = {"model.norm", "lm_head"};
   } else {  // torchtitan's own model definitions
     embedding = {"tok_embeddings"};
     block_prefix = "layers.";

@@ -18,8 +18,9 @@ namespace {
 using nlohmann::json;
 
 // The Hugging Face model_type values read from a config.json and kept as hf_model_type.
-constexpr std::array<std::string_view, 7> kHfModelTypes{"llama", "mistral", "qwen2",   "qwen3",
-                                                        "phi3",  "gpt2",    "gpt_neox"};
+constexpr std::array<std::string_view, 10> kHfModelTypes{
+    "llama", "mistral",   "mixtral", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_moe", "phi3",    "gpt2",  "gpt_neox"};
 
 // Linear layers carry biases and dropout exactly in the LayerNorm recipes we model (GPT-2,
 // GPT-3/Megatron, GPT-NeoX, BERT); the RMSNorm recipes (LLaMA, Mistral) have neither.
@@ -114,6 +115,19 @@ void check_shape(const ModelConfig& m, const FieldReader& r) {
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     r.fail("kv_heads", "must divide heads");
   }
+  if (m.experts == 0 && m.experts_per_token != 0) {
+    r.fail("experts_per_token", "needs experts (a dense model routes nothing)");
+  }
+  if (m.experts == 0 && m.shared_ffn_hidden != 0) r.fail("shared_ffn_hidden", "needs experts");
+  if (m.experts > 0) {
+    if (m.experts_per_token < 1 || m.experts_per_token > m.experts) {
+      r.fail("experts_per_token",
+             "must be between 1 and experts (" + std::to_string(m.experts) + ")");
+    }
+    if (m.mlp != MlpKind::swiglu || m.norm != NormKind::rmsnorm) {
+      r.fail("experts", "is for swiglu, rmsnorm models (Mixtral, Qwen-MoE)");
+    }
+  }
   if (m.query_width() > limits::kMaxHidden) {
     r.fail("head_dim", limits::above_limit("times heads (" + std::to_string(m.query_width()) + ")",
                                            limits::kMaxHidden));
@@ -182,6 +196,37 @@ std::vector<ModelConfig> presets() {
   return all;
 }
 
+// The experts of a Mixtral or Qwen-MoE config.json. Qwen's dense layers among the sparse ones
+// (decoder_sparse_step > 1, mlp_only_layers) are refused: pipeplan models blocks alike.
+void read_hf_experts(ModelConfig& m, const FieldReader& r, std::string_view model_type) {
+  const bool mixtral = model_type == "mixtral";
+  const char* experts_field = mixtral ? "num_local_experts" : "num_experts";
+  m.experts = r.positive_int(experts_field, limits::kMaxExperts);
+  m.experts_per_token = r.positive_int("num_experts_per_tok", limits::kMaxExperts);
+  if (m.experts_per_token > m.experts) {
+    r.fail("num_experts_per_tok",
+           "is above " + std::string(experts_field) + " (" + std::to_string(m.experts) + ")");
+  }
+  if (mixtral) return;  // its experts are intermediate_size wide, as a dense MLP would be
+  m.ffn_hidden = r.positive_int("moe_intermediate_size", limits::kMaxHidden);
+  if (model_type == "qwen2_moe" && r.find("shared_expert_intermediate_size") != nullptr) {
+    m.shared_ffn_hidden = r.nonnegative_int("shared_expert_intermediate_size", limits::kMaxHidden);
+  }
+  if (r.find("decoder_sparse_step") != nullptr &&
+      r.positive_int("decoder_sparse_step", limits::kMaxLayers) != 1) {
+    r.fail("decoder_sparse_step",
+           "is not 1; pipeplan models blocks alike, not dense MLPs between sparse ones");
+  }
+  if (const json* dense = r.find("mlp_only_layers"); dense != nullptr) {
+    if (!dense->is_array()) r.fail("mlp_only_layers", "must be a list of layer indices");
+    if (!dense->empty()) {
+      r.fail("mlp_only_layers",
+             "is not empty; pipeplan models blocks alike, not dense MLPs in "
+             "some of them");
+    }
+  }
+}
+
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
@@ -217,10 +262,29 @@ std::int64_t ModelConfig::block_parameters() const {
   if (bias) n += q + 2 * kv + h;
   if (qkv_bias && !bias) n += q + 2 * kv;          // Qwen2: Q, K and V biases, none on the output
   if (qk_norm) n += 2 * std::int64_t{head_dim()};  // one RMSNorm gain for queries, one for keys
+  if (moe()) {
+    // Router (h×E), the routed experts, and a shared expert with its sigmoid gate (h×1).
+    n += h * experts + block_expert_parameters();
+    if (shared_ffn_hidden > 0) n += 3 * h * shared_ffn_hidden + h;
+    return n + 2 * norm_parameters(*this);
+  }
   // MLP: SwiGLU has gate and up (h×f) and down (f×h); GeLU has up (h×f) and down (f×h).
   n += mlp == MlpKind::swiglu ? 3 * h * f : 2 * h * f;
   if (bias) n += (mlp == MlpKind::swiglu ? 2 * f : f) + h;
   return n + 2 * norm_parameters(*this);  // pre-attention and pre-MLP norms
+}
+
+std::int64_t ModelConfig::block_expert_parameters() const {
+  if (!moe()) return 0;
+  // Each routed expert is a SwiGLU MLP: gate and up (h×f), down (f×h).
+  return std::int64_t{experts} * 3 * hidden * ffn_hidden;
+}
+
+std::int64_t ModelConfig::active_parameter_count() const {
+  if (!moe()) return parameter_count();
+  const std::int64_t unused_experts =
+      block_expert_parameters() / experts * (experts - experts_per_token);
+  return parameter_count() - layers * unused_experts;
 }
 
 std::int64_t ModelConfig::embedding_parameters() const {
@@ -250,8 +314,9 @@ std::int64_t ModelConfig::parameter_count() const {
 double ModelConfig::flops_per_token(int seq_len) const {
   if (family == "uniform") return 0;
   // PaLM (Chowdhery et al. 2022, appendix B): 6N for the matmuls of forward + backward, plus
-  // 12·L·H·Q·T for attention scores and values. N counts every parameter, embeddings included.
-  const double n = static_cast<double>(parameter_count());
+  // 12·L·H·Q·T for attention scores and values. N counts every parameter, embeddings included;
+  // of a mixture of experts, the ones a token passes through (the routed experts it is sent to).
+  const double n = static_cast<double>(active_parameter_count());
   const double keys = seq_len > 0 ? attention_pairs(seq_len) / seq_len : 0.0;
   return 6.0 * n + 12.0 * layers * heads * head_dim() * keys;
 }
@@ -282,7 +347,10 @@ void check_model_limits(const ModelConfig& m) {
       {"seq", {m.seq, limits::kMaxSeq}},
       {"learned_positions", {m.learned_positions, limits::kMaxSeq}},
       {"head_dim", {m.explicit_head_dim, limits::kMaxHidden}},
-      {"sliding_window", {m.sliding_window, limits::kMaxSeq}}};
+      {"sliding_window", {m.sliding_window, limits::kMaxSeq}},
+      {"experts", {m.experts, limits::kMaxExperts}},
+      {"experts_per_token", {m.experts_per_token, limits::kMaxExperts}},
+      {"shared_ffn_hidden", {m.shared_ffn_hidden, limits::kMaxHidden}}};
   for (const auto& [name, value_and_limit] : sizes) {
     const auto [value, limit] = value_and_limit;
     if (value < 0) throw FieldError("model", std::string(name) + " must not be negative");
@@ -361,10 +429,13 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   } else if (model_type.empty() || model_type == "llama" || model_type == "mistral" ||
-             model_type == "qwen2" || model_type == "qwen3" || model_type == "phi3") {
-    // LLaMA names (transformers LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config /
-    // Phi3Config): SwiGLU, RMSNorm, rotary. Qwen2 adds biases to Q, K and V; Qwen3 normalises
-    // each query and key head; Phi-3 fuses QKV and gate/up into one weight each (the same GEMMs).
+             model_type == "mixtral" || model_type == "qwen2" || model_type == "qwen2_moe" ||
+             model_type == "qwen3" || model_type == "qwen3_moe" || model_type == "phi3") {
+    // LLaMA names (transformers LlamaConfig / MistralConfig / MixtralConfig / Qwen2Config /
+    // Qwen2MoeConfig / Qwen3Config / Qwen3MoeConfig / Phi3Config): SwiGLU, RMSNorm, rotary.
+    // Qwen2 adds biases to Q, K and V; Qwen3 normalises each query and key head; Phi-3 fuses QKV
+    // and gate/up into one weight each (the same GEMMs); the MoE types route each token to some
+    // of their experts.
     m.family = "llama";
     m.hf_model_type = model_type.empty() ? "llama" : model_type;
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
@@ -379,20 +450,26 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.mlp = MlpKind::swiglu;
     m.norm = NormKind::rmsnorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+    const bool qwen2 = model_type == "qwen2" || model_type == "qwen2_moe";
+    const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
     // transformers' default head_dim is hidden_size / num_attention_heads; Qwen3Config's is 128.
     if (r.find("head_dim") != nullptr) {
       m.explicit_head_dim = r.positive_int("head_dim", limits::kMaxHidden);
-    } else if (model_type == "qwen3") {
+    } else if (qwen3) {
       m.explicit_head_dim = 128;
     }
     if (m.explicit_head_dim == m.hidden / m.heads && m.hidden % m.heads == 0) {
       m.explicit_head_dim = 0;  // the default width, spelt out
     }
-    m.qkv_bias = model_type == "qwen2";
-    m.qk_norm = model_type == "qwen3";
-    // Mistral's and Phi-3's window is in every layer; Qwen's, when on, only from
+    m.qkv_bias = qwen2;
+    m.qk_norm = qwen3;
+    if (model_type == "mixtral" || model_type == "qwen2_moe" || model_type == "qwen3_moe") {
+      read_hf_experts(m, r, model_type);
+    }
+    // Mistral's, Mixtral's and Phi-3's window is in every layer; Qwen's, when on, only from
     // max_window_layers up.
-    if ((model_type == "mistral" || model_type == "phi3") && r.find("sliding_window") != nullptr) {
+    if ((model_type == "mistral" || model_type == "mixtral" || model_type == "phi3") &&
+        r.find("sliding_window") != nullptr) {
       m.sliding_window = r.positive_int("sliding_window", limits::kMaxSeq);
     }
     if (r.boolean_or("use_sliding_window", false)) {
@@ -447,6 +524,11 @@ json model_to_json(const ModelConfig& m) {
   if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.qk_norm) j["qk_norm"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.experts > 0) {
+    j["experts"] = m.experts;
+    j["experts_per_token"] = m.experts_per_token;
+  }
+  if (m.shared_ffn_hidden > 0) j["shared_ffn_hidden"] = m.shared_ffn_hidden;
   if (!m.hf_model_type.empty()) j["hf_model_type"] = m.hf_model_type;
   return j;
 }
@@ -508,6 +590,13 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   m.qk_norm = r.boolean_or("qk_norm", false);
   if (r.find("sliding_window") != nullptr) {
     m.sliding_window = r.nonnegative_int("sliding_window", limits::kMaxSeq);
+  }
+  if (r.find("experts") != nullptr) m.experts = r.nonnegative_int("experts", limits::kMaxExperts);
+  if (r.find("experts_per_token") != nullptr) {
+    m.experts_per_token = r.nonnegative_int("experts_per_token", limits::kMaxExperts);
+  }
+  if (r.find("shared_ffn_hidden") != nullptr) {
+    m.shared_ffn_hidden = r.nonnegative_int("shared_ffn_hidden", limits::kMaxHidden);
   }
   if ((m.qkv_bias || m.qk_norm) && m.norm != NormKind::rmsnorm) {
     r.fail(m.qkv_bias ? "qkv_bias" : "qk_norm", "is for rmsnorm models (Qwen2, Qwen3)");

@@ -46,9 +46,18 @@ struct ModelConfig {
   // Keys each query attends to at most, in every layer (Mistral-7B-v0.1: 4096, Phi-3-mini-4k:
   // 2047); 0 = all before it.
   int sliding_window = 0;
-  // The model_type of the Hugging Face config.json it was read from (llama, mistral, qwen2,
-  // qwen3, phi3, gpt2, gpt_neox); empty for a preset. It names the modules in the torchtitan lists
-  // (layout.h).
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): every block's MLP is `experts` routed
+  // SwiGLU experts of ffn_hidden each, of which a linear router (hidden -> experts) picks
+  // `experts_per_token` per token; 0 = a dense MLP of ffn_hidden. Expert parallelism is not
+  // modelled: a block's experts all sit on its stage.
+  int experts = 0;
+  int experts_per_token = 0;
+  // An expert every token passes through beside the routed ones, shared_ffn_hidden wide, scaled
+  // by a sigmoid gate (hidden -> 1) (Qwen2-MoE); 0 = none.
+  int shared_ffn_hidden = 0;
+  // The model_type of the Hugging Face config.json it was read from (llama, mistral, mixtral,
+  // qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gpt2, gpt_neox); empty for a preset. It names the
+  // modules in the torchtitan lists (layout.h).
   std::string hf_model_type;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
@@ -63,8 +72,14 @@ struct ModelConfig {
   std::int64_t embedding_parameters() const;  // token (+ learned position) embeddings
   std::int64_t head_parameters() const;       // final norm + LM head (0 for the head if tied)
   std::int64_t parameter_count() const;
-  // PaLM appendix B: 6N + 12·L·H·Q·T model FLOPs per token (recomputation not counted); with a
-  // sliding window, T is attention_pairs / seq_len.
+  bool moe() const { return experts > 0; }
+  // Routed-expert parameters of one block (0 for a dense model).
+  std::int64_t block_expert_parameters() const;
+  // Parameters one token passes through: all of them, less the routed experts it is not sent to
+  // (Mixtral-8x7B: 12.9B of 46.7B).
+  std::int64_t active_parameter_count() const;
+  // PaLM appendix B: 6N + 12·L·H·Q·T model FLOPs per token (recomputation not counted), N the
+  // active parameters; with a sliding window, T is attention_pairs / seq_len.
   double flops_per_token(int seq_len) const;
   // embedding, block × layers, head. The "uniform" family has blocks only.
   std::vector<LayerKind> layer_list() const;
@@ -76,9 +91,9 @@ void check_model_limits(const ModelConfig& model);
 
 std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);  // throws Error naming the unknown model
-// Reads a Hugging Face config.json (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, GPT-2 and GPT-NeoX
-// field names), named after its folder. Sizes above planner/base/limits.h are refused, naming the
-// file and field.
+// Reads a Hugging Face config.json (LLaMA, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE,
+// Phi-3, GPT-2 and GPT-NeoX field names), named after its folder. Sizes above planner/base/limits.h
+// are refused, naming the file and field.
 ModelConfig load_hf_config(const std::filesystem::path& path);
 // The same from parsed JSON; `source` names it in errors, `name` becomes the model's name.
 ModelConfig hf_config_from_json(const nlohmann::json& config, std::string_view source,

@@ -41,6 +41,7 @@ void check_model_supported(const ModelConfig& model, std::string_view backend) {
   if (model.query_width() != model.hidden) fail("head_dim = hidden / heads");
   if (model.qkv_bias) fail("attention without Q, K and V biases (qkv_bias is planned only)");
   if (model.qk_norm) fail("attention without per-head Q/K norms (qk_norm is planned only)");
+  if (model.moe()) fail("a dense MLP (mixture-of-experts blocks are planned only)");
   if (model.heads % kv_heads_of(model) != 0) fail("heads divisible by kv_heads");
   if (model.head_dim() % 2 != 0) fail("an even head dim (RoPE rotates pairs)");
   if (model.mlp != MlpKind::swiglu) fail("mlp = swiglu");

@@ -42,6 +42,14 @@ cat >cfg/config.json <<'EOF'
  "num_attention_heads": 4, "intermediate_size": 172, "vocab_size": 256,
  "max_position_embeddings": 32}
 EOF
+# Mixtures of experts: more experts than the limit, more per token than there are; a tiny one
+# that plans but that no backend runs.
+mkdir -p moe_many moe_greedy moe_tiny
+moe='"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+ "intermediate_size": 96, "vocab_size": 256, "max_position_embeddings": 32'
+echo "{$moe, \"num_local_experts\": 1000000000, \"num_experts_per_tok\": 2}" >moe_many/config.json
+echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 5}" >moe_greedy/config.json
+echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}" >moe_tiny/config.json
 cp "$fixtures/deadlock.csv" deadlock.csv
 "$pipeplan" export plan.json -o sched.csv >/dev/null || { echo "bad_inputs: export failed"; exit 1; }
 "$pipeplan" show plan.json --trace trace.json >/dev/null || { echo "bad_inputs: show failed"; exit 1; }
@@ -188,6 +196,9 @@ check "bpipe: profile with 1e9 layers" bpipe --profile profile_1e9_layers.json -
 check "plan: HF config with 1e9 layers" plan --model cfg/config.json --stages 2 -m 2 -o '{out}'
 check "compare: HF config with 1e9 layers" compare --model cfg/config.json --stages 2 -m 2
 check "bpipe: HF config with 1e9 layers" bpipe --model cfg/config.json --stages 2 --global-batch 8
+check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'
+check "plan: MoE config with more experts per token than experts" plan --model moe_greedy/config.json --stages 2 -m 2 -o '{out}'
+check "profile --backend cpu of an MoE model" profile --backend cpu --model moe_tiny/config.json -o '{out}'
 check "bpipe --global-batch 2147483647" bpipe --model tiny --stages 2 --global-batch 2147483647
 check "show --width 2147483647" show plan.json --width 2147483647 --trace '{out}'
 check "profile --max-concat 100000000" profile --analytic --model tiny --max-concat 100000000 -o '{out}'

@@ -25,6 +25,7 @@ inline constexpr int kMaxSizeCandidates = 64;    // entries of a micro-batch siz
 inline constexpr int kMaxLayers = 1024;     // transformer blocks
 inline constexpr int kMaxHidden = 1 << 20;  // hidden and MLP width
 inline constexpr int kMaxHeads = 4096;      // attention and key/value heads
+inline constexpr int kMaxExperts = 4096;    // routed experts of a mixture-of-experts block
 inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int kMaxSeq = 1 << 20;                           // tokens per sample
 inline constexpr std::int64_t kMaxTokensPerMicrobatch = 1 << 24;  // micro-batch size × sequence

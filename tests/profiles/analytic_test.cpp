@@ -150,6 +150,82 @@ TEST(Analytic, ASlidingWindowShrinksTheFlashCoreOnly) {
             profile_for(none, Attention::flash, {1}).cost(LayerKind::block, 1).p1_us);
 }
 
+// Mixtral-8x7B's block: 8 experts of 14336, 2 per token.
+ModelConfig mixtral() {
+  ModelConfig m = model_preset("llama-7b");
+  m.name = "mixtral";
+  m.kv_heads = 8;
+  m.ffn_hidden = 14336;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  m.seq = 4096;
+  return m;
+}
+
+TEST(Analytic, ExpertsCostTheFlopsOfTheOnesATokenUses) {
+  const ModelConfig m = mixtral();
+  const double b = 1, s = 4096, t = b * s, h = 4096, kvd = 1024, f = 14336, e = 8, k = 2;
+  const PassFlops x = analytic_flops(m, LayerKind::block, 1, 4096, Attention::flash);
+  // Linear: QKV, output, router h·e, the k experts' gate, up and down of the token.
+  const double linear = 2.0 * t * (h * (h + 2 * kvd) + h * h + h * e + k * 3 * h * f);
+  EXPECT_DOUBLE_EQ(x.p2, linear);
+  EXPECT_DOUBLE_EQ(x.forward, linear + 4.0 * b * s * s * h);
+  // Whole model: F + p1 + p2 is PaLM's 6N over the active parameters within 1 % (N without the
+  // token table; materialized attention, which recomputes nothing).
+  double total = 0;
+  for (LayerKind kind : m.layer_list()) {
+    const PassFlops y = analytic_flops(m, kind, 1, 4096, Attention::materialized);
+    total += y.forward + y.p1 + y.p2;
+  }
+  const double palm = m.flops_per_token(4096) - 6.0 * static_cast<double>(m.embedding_parameters());
+  EXPECT_NEAR(total / (t * palm), 1.0, 0.01);
+
+  // Memory holds every expert: weights, gradients and optimizer state of all eight.
+  const LayerCost c = profile_for(m, Attention::flash, {1}).cost(LayerKind::block, 1);
+  EXPECT_EQ(c.param_bytes, 2 * m.block_parameters());
+  EXPECT_EQ(c.optimizer_bytes, 12 * m.block_parameters());
+  // Stash per token: attention's 8h + 4h + 4kvd (bf16 bytes), the router's fp32 weights 4e, the
+  // k dispatched inputs and k expert outputs 4kh, each expert's SwiGLU 6kf; the logsumexp.
+  const std::int64_t hi = 4096, kvi = 1024, fi = 14336, ei = 8, ki = 2, ti = 4096;
+  EXPECT_EQ(c.stash_bytes,
+            ti * (8 * hi + 4 * hi + 4 * kvi + 4 * ei + 4 * ki * hi + 6 * ki * fi) + 4 * 32 * ti);
+  // X: QKV in h, O in h, MLP in h, dispatched kh, down in kf; dY: QKV h + 2kvd, O h, router e,
+  // gate and up 2kf, down kh.
+  EXPECT_EQ(
+      c.retained_bytes,
+      2 * ti * (2 * hi + hi + ki * hi + ki * fi + hi + 2 * kvi + hi + ei + 2 * ki * fi + ki * hi));
+}
+
+TEST(Analytic, ExpertGemmsRunAtTheRowsEachExpertGets) {
+  // Qwen3-30B-A3B's block: 128 experts of 768, 8 per token: each expert's GEMM sees t/16 rows.
+  ModelConfig moe = model_preset("llama-7b");
+  moe.hidden = 2048;
+  moe.heads = 32;
+  moe.kv_heads = 4;
+  moe.explicit_head_dim = 128;
+  moe.qk_norm = true;
+  moe.ffn_hidden = 768;
+  moe.experts = 128;
+  moe.experts_per_token = 8;
+  // The same FLOPs as one dense MLP of 8·768: what differs is the rows per GEMM.
+  ModelConfig dense = moe;
+  dense.experts = 0;
+  dense.experts_per_token = 0;
+  dense.ffn_hidden = 8 * 768;
+  const LayerCost c = profile_for(moe, Attention::flash, {1}).cost(LayerKind::block, 1);
+  const LayerCost d = profile_for(dense, Attention::flash, {1}).cost(LayerKind::block, 1);
+  EXPECT_GT(c.forward_us, d.forward_us);
+  EXPECT_GT(c.p2_us, d.p2_us);
+  // Concatenating p2s gives the experts' GEMMs more rows each: it pays more than for the dense
+  // block.
+  const auto gain = [](const LayerCost& x) { return 8 * x.p2_us / x.p2_concat_us.at(8); };
+  EXPECT_GT(gain(c), gain(d));
+  EXPECT_GT(gain(c), 1.2);
+  // The optimizer updates all 128 experts every step (11 times the dense block's parameters):
+  // memory-bound on them, not on the 8 a token uses.
+  EXPECT_GT(c.optimizer_us, 8 * d.optimizer_us);
+}
+
 TEST(Analytic, HeadAndEmbedding) {
   const ModelConfig m = model_preset("llama-7b");
   const std::int64_t t = 2 * 2048, h = 4096, v = 32000;

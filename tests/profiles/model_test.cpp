@@ -67,6 +67,9 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.experts, b.experts);
+  EXPECT_EQ(a.experts_per_token, b.experts_per_token);
+  EXPECT_EQ(a.shared_ffn_hidden, b.shared_ffn_hidden);
   EXPECT_EQ(a.hf_model_type, b.hf_model_type);
 }
 
@@ -321,6 +324,118 @@ TEST(Model, HfPhi3ConfigWithItsWindow) {
   EXPECT_EQ(m.parameter_count(), 3'821'079'552);
 }
 
+TEST(Model, HfMixtralConfigRoutesEachTokenToTwoOfItsEightExperts) {
+  TempDir dir;
+  const auto path = dir.write("Mixtral-8x7B-v0.1/config.json", R"({
+    "model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+    "max_position_embeddings": 32768, "sliding_window": null, "router_jitter_noise": 0.0,
+    "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_TRUE(m.moe());
+  EXPECT_EQ(m.experts, 8);
+  EXPECT_EQ(m.experts_per_token, 2);
+  EXPECT_EQ(m.ffn_hidden, 14336);  // each expert as wide as Mistral-7B's MLP
+  EXPECT_EQ(m.sliding_window, 0);
+  // Attention 41,943,040 + router 4096·8 + experts 8·3·4096·14336 + norms 8192 per block.
+  EXPECT_EQ(m.block_expert_parameters(), 1'409'286'144);
+  EXPECT_EQ(m.block_parameters(), 1'451'270'144);
+  // Mixtral-8x7B: 46,702,792,704 parameters, 12,879,925,248 of them active per token (two of
+  // the eight experts).
+  EXPECT_EQ(m.parameter_count(), 46'702'792'704);
+  EXPECT_EQ(m.active_parameter_count(), 12'879'925'248);
+  // PaLM's 6N counts the active parameters: the FLOPs a token costs, not the weights it could use.
+  EXPECT_DOUBLE_EQ(m.flops_per_token(4096), 6.0 * 12'879'925'248.0 + 12.0 * 32 * 4096 * 4096);
+  expect_same_model(model_from_json(model_to_json(m), "test"), m);
+  // A dense model's active parameters are all of them.
+  const ModelConfig dense = model_preset("llama-7b");
+  EXPECT_EQ(dense.active_parameter_count(), dense.parameter_count());
+  EXPECT_EQ(dense.block_expert_parameters(), 0);
+  EXPECT_FALSE(model_to_json(dense).contains("experts"));  // dense files unchanged
+}
+
+TEST(Model, HfQwenMoeConfigsWithTheirExpertWidthAndSharedExpert) {
+  TempDir dir;
+  // Qwen3-30B-A3B: 128 experts of 768, 8 per token; Q/K norms, 32 query heads of 128 on a
+  // 2048-wide model. intermediate_size (6144) is for dense layers, of which it has none.
+  const auto path = dir.write("Qwen3-30B-A3B/config.json", R"({
+    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+    "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "norm_topk_prob": true, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "use_sliding_window": false, "tie_word_embeddings": false})");
+  const ModelConfig m = load_hf_config(path);
+  EXPECT_EQ(m.experts, 128);
+  EXPECT_EQ(m.experts_per_token, 8);
+  EXPECT_EQ(m.ffn_hidden, 768);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_EQ(m.explicit_head_dim, 128);
+  // 30,532,122,624 parameters, 3,353,032,704 active ("A3B").
+  EXPECT_EQ(m.parameter_count(), 30'532'122'624);
+  EXPECT_EQ(m.active_parameter_count(), 3'353'032'704);
+  expect_same_model(model_from_json(model_to_json(m), "test"), m);
+
+  // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, a shared expert of 5632 with its gate,
+  // Q, K and V biases: 14,315,784,192 parameters, 2,689,173,504 active.
+  nlohmann::json qwen2 = {{"model_type", "qwen2_moe"},
+                          {"num_hidden_layers", 24},
+                          {"hidden_size", 2048},
+                          {"num_attention_heads", 16},
+                          {"num_key_value_heads", 16},
+                          {"intermediate_size", 5632},
+                          {"moe_intermediate_size", 1408},
+                          {"shared_expert_intermediate_size", 5632},
+                          {"num_experts", 60},
+                          {"num_experts_per_tok", 4},
+                          {"decoder_sparse_step", 1},
+                          {"vocab_size", 151936},
+                          {"max_position_embeddings", 8192},
+                          {"tie_word_embeddings", false}};
+  const ModelConfig q = hf_config_from_json(qwen2, "c.json", "Qwen1.5-MoE-A2.7B");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(q.shared_ffn_hidden, 5632);
+  EXPECT_EQ(q.parameter_count(), 14'315'784'192);
+  EXPECT_EQ(q.active_parameter_count(), 2'689'173'504);
+  expect_same_model(model_from_json(model_to_json(q), "test"), q);
+
+  // Dense layers among the sparse ones, or more experts per token than experts, by name.
+  nlohmann::json stepped = qwen2;
+  stepped["decoder_sparse_step"] = 2;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(stepped, "c.json", "c"); }),
+            "c.json: field 'decoder_sparse_step' is not 1; pipeplan models blocks alike, not "
+            "dense MLPs between sparse ones");
+  nlohmann::json dense_layers = qwen2;
+  dense_layers["mlp_only_layers"] = {0, 1};
+  EXPECT_EQ(error_of([&] { hf_config_from_json(dense_layers, "c.json", "c"); }),
+            "c.json: field 'mlp_only_layers' is not empty; pipeplan models blocks alike, not "
+            "dense MLPs in some of them");
+  nlohmann::json greedy = qwen2;
+  greedy["num_experts_per_tok"] = 61;
+  EXPECT_EQ(error_of([&] { hf_config_from_json(greedy, "c.json", "c"); }),
+            "c.json: field 'num_experts_per_tok' is above num_experts (60)");
+  nlohmann::json unnamed = qwen2;
+  unnamed.erase("moe_intermediate_size");
+  EXPECT_EQ(error_of([&] { hf_config_from_json(unnamed, "c.json", "c"); }),
+            "c.json: field 'moe_intermediate_size' is missing");
+
+  // Our own model JSON checks the same.
+  nlohmann::json own = model_to_json(m);
+  own["experts_per_token"] = 129;
+  EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
+            "m.json: field 'experts_per_token' must be between 1 and experts (128)");
+  own = model_to_json(model_preset("llama-7b"));
+  own["experts_per_token"] = 2;
+  EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
+            "m.json: field 'experts_per_token' needs experts (a dense model routes nothing)");
+  own = model_to_json(model_preset("gpt-1.5b"));
+  own["experts"] = 8;
+  own["experts_per_token"] = 2;
+  EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
+            "m.json: field 'experts' is for swiglu, rmsnorm models (Mixtral, Qwen-MoE)");
+}
+
 TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {
   const nlohmann::json llama = {
       {"model_type", "llama"},        {"num_hidden_layers", 2},   {"hidden_size", 64},
@@ -335,11 +450,11 @@ TEST(Model, HfConfigOptionsTheCostModelLacksAreRefusedByName) {
   mlp_bias["mlp_bias"] = true;
   EXPECT_EQ(error_of([&] { hf_config_from_json(mlp_bias, "c.json", "c"); }),
             "c.json: field 'mlp_bias' is true; pipeplan models no MLP biases");
-  nlohmann::json moe = llama;
-  moe["model_type"] = "qwen3_moe";
-  EXPECT_EQ(error_of([&] { hf_config_from_json(moe, "c.json", "c"); }),
-            "c.json: field 'model_type' is 'qwen3_moe'; supported: llama, mistral, qwen2, qwen3, "
-            "phi3, gpt2, gpt_neox");
+  nlohmann::json mla = llama;
+  mla["model_type"] = "deepseek_v3";
+  EXPECT_EQ(error_of([&] { hf_config_from_json(mla, "c.json", "c"); }),
+            "c.json: field 'model_type' is 'deepseek_v3'; supported: llama, mistral, mixtral, "
+            "qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gpt2, gpt_neox");
   nlohmann::json dropout = llama;
   dropout["model_type"] = "phi3";
   dropout["resid_pdrop"] = 0.1;

@@ -197,6 +197,12 @@ TEST(LayerSpec, UnsupportedModelsAreRefusedNamingTheField) {
   wide.explicit_head_dim = 2 * wide.head_dim();
   EXPECT_EQ(error_of([&] { check_model_supported(wide, "backend x"); }),
             "model 'tiny': backend x needs head_dim = hidden / heads");
+  ModelConfig moe = testing::tiny_model();
+  moe.experts = 4;
+  moe.experts_per_token = 2;
+  EXPECT_EQ(error_of([&] { check_model_supported(moe, "backend x"); }),
+            "model 'tiny': backend x needs a dense MLP (mixture-of-experts blocks are planned "
+            "only)");
   EXPECT_EQ(error_of([&] { check_model_supported(testing::tiny_model(), "backend x"); }), "");
 }
 

@@ -369,6 +369,66 @@ TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
             "per-head Q/K norms (qk_norm is planned only)\n");
 }
 
+// Mixture-of-experts models plan with all their experts on each stage and MFU over the
+// parameters a token uses; the runtime's blocks are dense, so `run` refuses them.
+TEST_F(Cli, MixtureOfExpertsConfigsPlanAndRunRefusesThem) {
+  const Result mixtral =
+      run("plan --model " + fixture("mixtral-8x7b/config.json") +
+          " --stages 8 --tensor-parallel 2 -m 16 --seq 4096 --json -o " + path("mixtral.json"));
+  ASSERT_EQ(mixtral.status, 0) << mixtral.out;
+  const auto summary = nlohmann::json::parse(mixtral.out);
+  const auto plan = nlohmann::json::parse(file_bytes(path("mixtral.json")));
+  const auto& model = plan["meta"]["model"];
+  EXPECT_EQ(model["experts"], 8);
+  EXPECT_EQ(model["experts_per_token"], 2);
+  EXPECT_EQ(model["hf_model_type"], "mixtral");
+  // 6 x 12.9B active parameters + attention, not 6 x 46.7B.
+  EXPECT_DOUBLE_EQ(plan["meta"]["flops_per_token"].get<double>(),
+                   6.0 * 12'879'925'248.0 + 12.0 * 32 * 4096 * 4096);
+  EXPECT_GT(summary["mfu"].get<double>(), 0.2);
+  EXPECT_LT(summary["mfu"].get<double>(), 0.6);
+  // Against the 16 GPUs that run it: 8 stages of 2.
+  EXPECT_EQ(summary["mfu_of"], "of 16 whole GPUs: 8 stages of 2 tensor-parallel GPUs");
+  EXPECT_NEAR(summary["mfu"].get<double>(),
+              summary["tokens_per_s"].get<double>() *
+                  plan["meta"]["flops_per_token"].get<double>() / (16 * 989.4e12),
+              1e-9);
+  EXPECT_EQ(run("validate " + path("mixtral.json")).status, 0);
+  // All 46.7B parameters' state does not fit 8 stages of one H100 each: the limit says so.
+  const Result whole =
+      run("plan --model " + fixture("mixtral-8x7b/config.json") + " --stages 8 -m 16 --seq 4096");
+  EXPECT_NE(whole.status, 0);
+  EXPECT_NE(whole.out.find("for parameters, gradients and optimizer state"), std::string::npos)
+      << whole.out;
+
+  const Result qwen = run("plan --model " + fixture("qwen3-30b-a3b/config.json") +
+                          " --stages 8 --tensor-parallel 2 -m 16 --seq 4096");
+  ASSERT_EQ(qwen.status, 0) << qwen.out;
+  EXPECT_EQ(qwen.out.rfind("qwen3-30b-a3b on 8 x h100-sxm: 1f1b", 0), 0u) << qwen.out;
+  EXPECT_NE(qwen.out.find(" (PaLM, of 16 whole GPUs: 8 stages of 2 tensor-parallel GPUs)\n"),
+            std::string::npos)
+      << qwen.out;
+  EXPECT_NE(qwen.out.find("\"model.layers.47\",\"model.norm\",\"lm_head\"]]"), std::string::npos)
+      << qwen.out;
+
+  {
+    std::ofstream small(path("tiny-mixtral.json"));
+    small << R"({"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+      "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 256,
+      "max_position_embeddings": 32})";
+  }
+  ASSERT_EQ(run("plan --model " + path("tiny-mixtral.json") + " --stages 2 -m 4 -o " +
+                path("small-moe.json"))
+                .status,
+            0);
+  const Result refused = run("run " + path("small-moe.json") + " --steps 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_EQ(refused.out,
+            "pipeplan: error: model 'tiny-mixtral': backend cpu-f32 needs a dense MLP "
+            "(mixture-of-experts blocks are planned only)\n");
+}
+
 // A sliding window is planned (fewer attention pairs beyond it); the runtime's attention sees
 // every earlier token, so `run` takes such a plan only up to the window.
 TEST_F(Cli, ASlidingWindowModelRunsOnlyWithinItsWindow) {
