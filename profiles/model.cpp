@@ -106,6 +106,21 @@ struct FieldReader {
   }
 };
 
+// The parameter count in double: each size is bounded, their product not (1024 blocks of 4096
+// experts of 2^20 x 2^20 would overflow parameter_count()'s int64).
+double parameters_estimate(const ModelConfig& m) {
+  return static_cast<double>(m.layers) * static_cast<double>(m.block_parameters()) +
+         static_cast<double>(m.embedding_parameters()) + static_cast<double>(m.head_parameters());
+}
+
+// "(1024) with the other sizes makes 1.38351e+19 parameters, above the limit of 10^15 (...)".
+std::string parameters_above_limit(const ModelConfig& m) {
+  static_assert(limits::kMaxParameters == 1e15);
+  return "(" + std::to_string(m.layers) + ") with the other sizes makes " +
+         limits::general_number(parameters_estimate(m)) +
+         " parameters, above the limit of 10^15 (docs/reference/limits.md)";
+}
+
 // Shape checks shared by every way a model comes in. `fail` names the field.
 void check_shape(const ModelConfig& m, const FieldReader& r) {
   if (m.family == "uniform") return;  // synthetic: only `layers` is meaningful
@@ -119,6 +134,7 @@ void check_shape(const ModelConfig& m, const FieldReader& r) {
     r.fail("experts_per_token", "needs experts (a dense model routes nothing)");
   }
   if (m.experts == 0 && m.shared_ffn_hidden != 0) r.fail("shared_ffn_hidden", "needs experts");
+  if (parameters_estimate(m) > limits::kMaxParameters) r.fail("layers", parameters_above_limit(m));
   if (m.experts > 0) {
     if (m.experts_per_token < 1 || m.experts_per_token > m.experts) {
       r.fail("experts_per_token",
@@ -209,8 +225,8 @@ void read_hf_experts(ModelConfig& m, const FieldReader& r, std::string_view mode
   }
   if (mixtral) return;  // its experts are intermediate_size wide, as a dense MLP would be
   m.ffn_hidden = r.positive_int("moe_intermediate_size", limits::kMaxHidden);
-  if (model_type == "qwen2_moe" && r.find("shared_expert_intermediate_size") != nullptr) {
-    m.shared_ffn_hidden = r.nonnegative_int("shared_expert_intermediate_size", limits::kMaxHidden);
+  if (model_type == "qwen2_moe") {  // Qwen2MoeConfig always builds its shared expert
+    m.shared_ffn_hidden = r.positive_int("shared_expert_intermediate_size", limits::kMaxHidden);
   }
   if (r.find("decoder_sparse_step") != nullptr &&
       r.positive_int("decoder_sparse_step", limits::kMaxLayers) != 1) {
@@ -359,6 +375,9 @@ void check_model_limits(const ModelConfig& m) {
                                     std::string(name) + " (" + std::to_string(value) + ")", limit));
     }
   }
+  if (m.family != "uniform" && parameters_estimate(m) > limits::kMaxParameters) {
+    throw FieldError("model", "layers " + parameters_above_limit(m));
+  }
 }
 
 std::vector<std::string> model_preset_names() {
@@ -455,8 +474,8 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     // transformers' default head_dim is hidden_size / num_attention_heads; Qwen3Config's is 128.
     if (r.find("head_dim") != nullptr) {
       m.explicit_head_dim = r.positive_int("head_dim", limits::kMaxHidden);
-    } else if (qwen3) {
-      m.explicit_head_dim = 128;
+    } else if (model_type == "qwen3") {
+      m.explicit_head_dim = 128;  // Qwen3MoeConfig has no default: its attention takes h / heads
     }
     if (m.explicit_head_dim == m.hidden / m.heads && m.hidden % m.heads == 0) {
       m.explicit_head_dim = 0;  // the default width, spelt out
@@ -501,6 +520,9 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     r.fail("head_dim", limits::above_limit(
                            "times num_attention_heads (" + std::to_string(m.query_width()) + ")",
                            limits::kMaxHidden));
+  }
+  if (parameters_estimate(m) > limits::kMaxParameters) {
+    r.fail(gpt2_names ? "n_layer" : "num_hidden_layers", parameters_above_limit(m));
   }
   return m;
 }

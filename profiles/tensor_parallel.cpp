@@ -21,6 +21,13 @@ Profile tensor_parallel_profile(Profile profile, int t) {
                                    : std::string()) +
             " of " + m.name);
   }
+  // A mixture of experts: the T GPUs split its experts (expert parallelism inside the group,
+  // as Megatron-Core's expert-parallel size = T), so each routes and holds 1/T of the rows.
+  if (m.experts > 0 && m.experts % t != 0) {
+    throw FieldError("tensor_parallel", std::to_string(t) + " does not divide the " +
+                                            std::to_string(m.experts) + " experts of " + m.name +
+                                            " (the GPUs of a stage split them)");
+  }
   const double td = static_cast<double>(t);
   for (auto& [kind, by_mbs] : profile.layers) {
     for (auto& [mbs, c] : by_mbs) {

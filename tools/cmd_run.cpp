@@ -15,6 +15,7 @@
 #include "runtime/emulate.h"
 #include "runtime/executor.h"
 #include "runtime/gpu_plugin.h"
+#include "runtime/layer_spec.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/report.h"
@@ -81,6 +82,12 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
                 std::to_string(model.sliding_window) +
                 ", and the runtime's attention sees every earlier token (plan --seq " +
                 std::to_string(model.sliding_window) + " or less to run it)");
+  }
+  if (plan.meta.tensor_parallel > 1) {
+    throw Error(plan_path + ": planned with tensor parallelism " +
+                std::to_string(plan.meta.tensor_parallel) +
+                " (its times and bytes are per GPU of a stage's group); the runtime runs each "
+                "stage whole on one GPU (plan with --tensor-parallel 1 to run it)");
   }
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {
@@ -159,6 +166,8 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
   {
     std::optional<std::string> error;
     try {
+      // The model first: a model no backend runs is refused for what it is, not for its size.
+      check_model_supported(plan.meta.model, "backend " + cpu::CpuBackend().name());
       check_host_memory(plan);
       std::unique_ptr<Transport> transport;
       if (ranks.session != nullptr) transport = ranks.session->make_transport(timeout());

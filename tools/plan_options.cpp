@@ -361,6 +361,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
   r.gpu = gpu.name;
   // With tensor parallelism a pipeline device is a group of T GPUs.
   r.peak_flops_per_device = gpu.peak_bf16_tflops * 1e12 * o.tensor_parallel;
+  r.tensor_parallel = o.tensor_parallel;
   r.bpipe = bpipe_mode_from_string(o.bpipe);
   r.schedule = o.schedule;
   if (given != nullptr) {

@@ -91,6 +91,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"schedule", m.schedule},
                       {"backward", std::string(to_string(m.backward))},
                       {"devices", m.devices},
+                      {"tensor_parallel", m.tensor_parallel},
                       {"chunks", m.chunks},
                       {"microbatches", m.microbatches},
                       {"mbs", m.mbs},
@@ -143,21 +144,8 @@ std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
   return text;
 }
 
-// GPUs behind each pipeline device: a tensor-parallel plan records the peak of its T GPUs
-// (tools/plan_options.cpp), T times one GPU's; 1 where the GPU is not in gpus.json.
-std::int64_t gpus_per_device(const PlanMeta& meta) {
-  try {
-    const double one = find_gpu(meta.gpu).peak_bf16_tflops * 1e12;
-    if (one > 0 && meta.peak_flops_per_device > 1.5 * one) {
-      return std::llround(meta.peak_flops_per_device / one);
-    }
-  } catch (const Error&) {
-  }
-  return 1;
-}
-
 std::string mfu_basis(const PlanMeta& meta) {
-  const std::int64_t t = gpus_per_device(meta);
+  const std::int64_t t = meta.tensor_parallel;
   const std::int64_t gpus = t * meta.devices;
   std::string basis = "of " + std::to_string(gpus) + " whole GPU" + (gpus == 1 ? "" : "s");
   if (t > 1) {
@@ -174,8 +162,13 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
   char line[512];
   std::string out;
-  std::snprintf(line, sizeof line, "%s on %d x %s: %s, backward %s, m=%d, mbs=%d, seq=%d%s\n",
-                m.model.name.c_str(), m.devices, m.gpu.c_str(), m.schedule.c_str(),
+  // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs).
+  const std::string gpus = m.tensor_parallel > 1
+                               ? std::to_string(m.devices) + " stages x " +
+                                     std::to_string(m.tensor_parallel) + " " + m.gpu
+                               : std::to_string(m.devices) + " x " + m.gpu;
+  std::snprintf(line, sizeof line, "%s on %s: %s, backward %s, m=%d, mbs=%d, seq=%d%s\n",
+                m.model.name.c_str(), gpus.c_str(), m.schedule.c_str(),
                 std::string(to_string(m.backward)).c_str(), m.microbatches, m.mbs, m.seq,
                 m.chunks > 1 ? (", chunks=" + std::to_string(m.chunks)).c_str() : "");
   out += line;
@@ -191,7 +184,10 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
                 sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
                 sim.span_bubble_ratio * 100, sim.tokens_per_s, mfu.c_str());
   out += line;
-  out += "peak memory per device:";
+  // A tensor-parallel device's GPUs each hold 1/T of its layers: the profile's bytes are per GPU.
+  out += m.tensor_parallel > 1
+             ? "peak memory per GPU (each stage's " + std::to_string(m.tensor_parallel) + " alike):"
+             : "peak memory per device:";
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak));

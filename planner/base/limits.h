@@ -22,10 +22,11 @@ inline constexpr int kMaxGlobalBatch = 1 << 24;  // samples per step (--search, 
 inline constexpr int kMaxSizeCandidates = 64;    // entries of a micro-batch size list
 
 // Model shape (presets, Hugging Face config.json, model JSON in profiles and plans).
-inline constexpr int kMaxLayers = 1024;     // transformer blocks
-inline constexpr int kMaxHidden = 1 << 20;  // hidden and MLP width
-inline constexpr int kMaxHeads = 4096;      // attention and key/value heads
-inline constexpr int kMaxExperts = 4096;    // routed experts of a mixture-of-experts block
+inline constexpr int kMaxLayers = 1024;         // transformer blocks
+inline constexpr int kMaxHidden = 1 << 20;      // hidden and MLP width
+inline constexpr int kMaxHeads = 4096;          // attention and key/value heads
+inline constexpr int kMaxExperts = 4096;        // routed experts of a mixture-of-experts block
+inline constexpr double kMaxParameters = 1e15;  // parameters of a whole model
 inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int kMaxSeq = 1 << 20;                           // tokens per sample
 inline constexpr std::int64_t kMaxTokensPerMicrobatch = 1 << 24;  // micro-batch size × sequence

@@ -135,6 +135,8 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
       {"peak_flops_per_device", m.peak_flops_per_device},
       {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
       {"profile_source", m.profile_source}};
+  // Written only for a tensor-parallel plan: other plans stay as they were.
+  if (m.tensor_parallel > 1) j["tensor_parallel"] = m.tensor_parallel;
   if (m.contention.has_model()) j["contention"] = contention_to_json(m.contention);
   if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
@@ -210,6 +212,9 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
                        .get<std::vector<std::int64_t>>();
   m.flops_per_token = require_nonnegative(j, "flops_per_token", ctx);
   m.peak_flops_per_device = require_nonnegative(j, "peak_flops_per_device", ctx);
+  if (j.contains("tensor_parallel")) {
+    m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
+  }
   const auto& link = require_field(j, "link", ctx);
   m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
   m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");

@@ -135,11 +135,14 @@ struct PlanMeta {
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited
   std::vector<std::int64_t> static_bytes;  // per device: params, grads, optimizer
   double flops_per_token = 0;              // PaLM model FLOPs; 0 when unknown
-  double peak_flops_per_device = 0;        // dense bf16 FLOP/s
-  P2pLink link;                            // every device pair
-  std::string profile_source;              // provenance summary of the profile used
-  Contention contention;  // stages sharing one GPU (emulation): the simulator's slowdowns
-  OverlapModel overlap;   // an overlapped pair's time (profiles/overlap.h)
+  double peak_flops_per_device = 0;        // dense bf16 FLOP/s (of all its GPUs)
+  // GPUs per device: tensor parallelism makes each pipeline device a group of T GPUs that split
+  // every layer (profiles/tensor_parallel.h); the profile's times and bytes are then per GPU.
+  int tensor_parallel = 1;
+  P2pLink link;                // every device pair
+  std::string profile_source;  // provenance summary of the profile used
+  Contention contention;       // stages sharing one GPU (emulation): the simulator's slowdowns
+  OverlapModel overlap;        // an overlapped pair's time (profiles/overlap.h)
 };
 
 class GraphBuilder;

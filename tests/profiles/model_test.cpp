@@ -376,6 +376,10 @@ TEST(Model, HfQwenMoeConfigsWithTheirExpertWidthAndSharedExpert) {
   EXPECT_EQ(m.parameter_count(), 30'532'122'624);
   EXPECT_EQ(m.active_parameter_count(), 3'353'032'704);
   expect_same_model(model_from_json(model_to_json(m), "test"), m);
+  // Unlike Qwen3Config, Qwen3MoeConfig has no head_dim of its own: without one, h / heads.
+  nlohmann::json no_width = read_json_file(path);
+  no_width.erase("head_dim");
+  EXPECT_EQ(hf_config_from_json(no_width, "c.json", "c").head_dim(), 64);
 
   // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 per token, a shared expert of 5632 with its gate,
   // Q, K and V biases: 14,315,784,192 parameters, 2,689,173,504 active.
@@ -415,6 +419,10 @@ TEST(Model, HfQwenMoeConfigsWithTheirExpertWidthAndSharedExpert) {
   greedy["num_experts_per_tok"] = 61;
   EXPECT_EQ(error_of([&] { hf_config_from_json(greedy, "c.json", "c"); }),
             "c.json: field 'num_experts_per_tok' is above num_experts (60)");
+  nlohmann::json unshared = qwen2;  // Qwen2MoeConfig always builds its shared expert
+  unshared.erase("shared_expert_intermediate_size");
+  EXPECT_EQ(error_of([&] { hf_config_from_json(unshared, "c.json", "c"); }),
+            "c.json: field 'shared_expert_intermediate_size' is missing");
   nlohmann::json unnamed = qwen2;
   unnamed.erase("moe_intermediate_size");
   EXPECT_EQ(error_of([&] { hf_config_from_json(unnamed, "c.json", "c"); }),
@@ -429,6 +437,16 @@ TEST(Model, HfQwenMoeConfigsWithTheirExpertWidthAndSharedExpert) {
   own["experts_per_token"] = 2;
   EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
             "m.json: field 'experts_per_token' needs experts (a dense model routes nothing)");
+  // Sizes each within their limits can multiply past any count: the whole model is bounded.
+  own = model_to_json(m);
+  own["layers"] = 1024;
+  own["experts"] = 4096;
+  own["experts_per_token"] = 8;
+  own["hidden"] = 1 << 20;
+  own["ffn_hidden"] = 1 << 20;
+  EXPECT_EQ(error_of([&] { model_from_json(own, "m.json"); }),
+            "m.json: field 'layers' (1024) with the other sizes makes 1.38351e+19 parameters, "
+            "above the limit of 10^15 (docs/reference/limits.md)");
   own = model_to_json(model_preset("gpt-1.5b"));
   own["experts"] = 8;
   own["experts_per_token"] = 2;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/base/error.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "profiles/model.h"
@@ -44,6 +45,27 @@ TEST(TensorParallel, EveryTimeAndByteCountOfALayerDividesByT) {
     }
   }
   EXPECT_EQ(compared, 6);  // embedding, block and head at two micro-batch sizes
+}
+
+// A mixture of experts' T GPUs split its experts: T must divide them.
+TEST(TensorParallel, TheGpusOfAStageSplitItsExperts) {
+  ModelConfig moe = model_preset("llama-7b");
+  moe.name = "moe";
+  moe.kv_heads = 8;
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  const Profile whole = analytic_profile(moe, find_gpu("h100"), AnalyticOptions{});
+  EXPECT_EQ(tensor_parallel_profile(whole, 8).layers.at("block").at(1).param_bytes,
+            whole.layers.at("block").at(1).param_bytes / 8);
+  try {
+    moe.experts = 12;
+    tensor_parallel_profile(analytic_profile(moe, find_gpu("h100"), AnalyticOptions{}), 8);
+    ADD_FAILURE() << "12 experts on 8 GPUs accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field(), "tensor_parallel");
+    EXPECT_EQ(e.detail(),
+              "8 does not divide the 12 experts of moe (the GPUs of a stage split them)");
+  }
 }
 
 TEST(TensorParallel, OneGpuPerStageLeavesTheProfileAsItIs) {

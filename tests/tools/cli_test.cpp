@@ -195,8 +195,8 @@ TEST_F(Cli, TheLayoutReferenceExamplesPrintAsDocumented) {
                              " --stages 8 --chunks 2 --schedule interleaved -m 16 --seq 4096"
                              " --tensor-parallel 8");
   ASSERT_EQ(seventy.status, 0) << seventy.out;
-  EXPECT_EQ(seventy.out.rfind("llama-2-70b on 8 x h100-sxm: interleaved, backward fused, m=16, "
-                              "mbs=1, seq=4096, chunks=2\n",
+  EXPECT_EQ(seventy.out.rfind("llama-2-70b on 8 stages x 8 h100-sxm: interleaved, backward fused, "
+                              "m=16, mbs=1, seq=4096, chunks=2\n",
                               0),
             0u)
       << seventy.out;
@@ -222,7 +222,7 @@ TEST_F(Cli, TheLayoutReferenceExamplesPrintAsDocumented) {
                             " --tensor-parallel 8";
   const Result blocks = run(dense + " --layout 'Et*3|(tt|)*27,t|t|t|tL'");
   ASSERT_EQ(blocks.status, 0) << blocks.out;
-  EXPECT_EQ(blocks.out.rfind("deepseek-v3-dense on 16 x h100-sxm: interleaved", 0), 0u)
+  EXPECT_EQ(blocks.out.rfind("deepseek-v3-dense on 16 stages x 8 h100-sxm: interleaved", 0), 0u)
       << blocks.out;
   EXPECT_NE(blocks.out.find(megatron_line("Et*3|(tt|)*27t|t|t|tL") + "\n"), std::string::npos)
       << blocks.out;
@@ -333,6 +333,28 @@ TEST_F(Cli, ShippedProfilePlans) {
 // Qwen2 and Qwen3 config.json files plan with their own attention (Q, K, V biases; per-head Q/K
 // norms and a head width of their own), recorded in the plan's model; the runtime's blocks have
 // neither, so `run` refuses them by name.
+// A tensor-parallel plan's times and bytes are per GPU of a stage's group: it says so, and `run`
+// (one GPU per stage) refuses it rather than measure whole layers against 1/T predictions.
+TEST_F(Cli, ATensorParallelPlanSaysItsGpusAndRunRefusesIt) {
+  const Result tp =
+      run("plan --model tiny --stages 4 -m 8 --tensor-parallel 2 -o " + path("tp.json"));
+  ASSERT_EQ(tp.status, 0) << tp.out;
+  EXPECT_EQ(tp.out.rfind("tiny on 4 stages x 2 h100-sxm: 1f1b", 0), 0u) << tp.out;
+  EXPECT_NE(tp.out.find(" (PaLM, of 8 whole GPUs: 4 stages of 2 tensor-parallel GPUs)\n"),
+            std::string::npos)
+      << tp.out;
+  const Result refused = run("run " + path("tp.json") + " --backend cpu --steps 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_EQ(refused.out, "pipeplan: error: " + path("tp.json") +
+                             ": planned with tensor parallelism 2 (its times and bytes are per "
+                             "GPU of a stage's group); the runtime runs each stage whole on one "
+                             "GPU (plan with --tensor-parallel 1 to run it)\n");
+  // Without it, nothing changes: one GPU per device, no field in the file.
+  ASSERT_EQ(run("plan --model tiny --stages 4 -m 8 -o " + path("one.json")).status, 0);
+  EXPECT_FALSE(
+      nlohmann::json::parse(file_bytes(path("one.json")))["meta"].contains("tensor_parallel"));
+}
+
 TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
   const Result q3 = run("plan --model " + fixture("qwen3-0.6b/config.json") +
                         " --stages 4 -m 8 --seq 4096 -o " + path("q3.json"));
@@ -394,17 +416,29 @@ TEST_F(Cli, MixtureOfExpertsConfigsPlanAndRunRefusesThem) {
                   plan["meta"]["flops_per_token"].get<double>() / (16 * 989.4e12),
               1e-9);
   EXPECT_EQ(run("validate " + path("mixtral.json")).status, 0);
+  EXPECT_EQ(summary["tensor_parallel"], 2);
+  EXPECT_EQ(plan["meta"]["tensor_parallel"], 2);
   // All 46.7B parameters' state does not fit 8 stages of one H100 each: the limit says so.
   const Result whole =
       run("plan --model " + fixture("mixtral-8x7b/config.json") + " --stages 8 -m 16 --seq 4096");
   EXPECT_NE(whole.status, 0);
   EXPECT_NE(whole.out.find("for parameters, gradients and optimizer state"), std::string::npos)
       << whole.out;
+  // Planned without a limit, `run` refuses it for its experts, not for its size.
+  ASSERT_EQ(run("plan --model " + fixture("mixtral-8x7b/config.json") +
+                " --stages 8 -m 8 --seq 512 --memory 0 -o " + path("unbounded.json"))
+                .status,
+            0);
+  EXPECT_EQ(run("run " + path("unbounded.json") + " --steps 1").out,
+            "pipeplan: error: model 'mixtral-8x7b': backend cpu-f32 needs a dense MLP "
+            "(mixture-of-experts blocks are planned only)\n");
 
   const Result qwen = run("plan --model " + fixture("qwen3-30b-a3b/config.json") +
                           " --stages 8 --tensor-parallel 2 -m 16 --seq 4096");
   ASSERT_EQ(qwen.status, 0) << qwen.out;
-  EXPECT_EQ(qwen.out.rfind("qwen3-30b-a3b on 8 x h100-sxm: 1f1b", 0), 0u) << qwen.out;
+  EXPECT_EQ(qwen.out.rfind("qwen3-30b-a3b on 8 stages x 2 h100-sxm: 1f1b", 0), 0u) << qwen.out;
+  EXPECT_NE(qwen.out.find("\npeak memory per GPU (each stage's 2 alike): "), std::string::npos)
+      << qwen.out;
   EXPECT_NE(qwen.out.find(" (PaLM, of 16 whole GPUs: 8 stages of 2 tensor-parallel GPUs)\n"),
             std::string::npos)
       << qwen.out;

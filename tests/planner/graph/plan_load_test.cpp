@@ -64,6 +64,19 @@ TEST(PlanLoad, SizesAboveTheLimitsAreRefused) {
             std::string::npos);
 }
 
+// GPUs per device: written only when more than one, read back, bounded.
+TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
+  EXPECT_FALSE(good_plan()["meta"].contains("tensor_parallel"));
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
+  r.tensor_parallel = 4;
+  const json written = plan_to_json(make_plan(r).graph);
+  EXPECT_EQ(written["meta"]["tensor_parallel"], 4);
+  EXPECT_EQ(plan_from_json(written, "p.json").meta.tensor_parallel, 4);
+  EXPECT_EQ(plan_from_json(good_plan(), "p.json").meta.tensor_parallel, 1);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["tensor_parallel"] = 0; }),
+            "p.json: meta: field 'tensor_parallel' = 0 is out of range [1, 1024]");
+}
+
 TEST(PlanLoad, TheScheduleMustBeThePlans) {
   EXPECT_NE(load_error([](json& p) {
               p["schedule"] =
