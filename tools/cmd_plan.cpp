@@ -140,7 +140,25 @@ struct PlanCommand {
     const SearchResult result = search_plans(request);
     if (!output.empty()) save_plan(result.best.graph, output);
     if (json) {
-      std::cout << metrics_json(result.best.graph, result.best.sim).dump(2) << "\n";
+      nlohmann::json out = metrics_json(result.best.graph, result.best.sim);
+      out["objective"] = std::string(to_string(result.objective));
+      out["evaluated"] = result.evaluated;
+      out["infeasible"] = result.infeasible;
+      nlohmann::json front = nlohmann::json::array();
+      for (const SearchPoint& p : result.pareto) {
+        front.push_back({{"step_time_ms", p.step_time_us / 1e3},
+                         {"span_ms", p.span_us / 1e3},
+                         {"peak_memory_bytes", p.peak_memory_bytes},
+                         {"gap", p.bound_us > 0 ? (p.step_time_us - p.bound_us) / p.bound_us : 0.0},
+                         {"mbs", p.mbs},
+                         {"microbatches", p.microbatches},
+                         {"schedule", p.schedule},
+                         {"chunks", p.chunks},
+                         {"backward", std::string(to_string(p.backward))},
+                         {"layers_per_stage", p.layers_per_stage}});
+      }
+      out["pareto"] = std::move(front);
+      std::cout << out.dump(2) << "\n";
       return 0;
     }
     std::cout << format_pareto(result) << "best:\n"

@@ -46,9 +46,30 @@ std::vector<std::vector<int>> partitions(const PlanRequest& r, int stages, bool 
   return out;
 }
 
-bool dominates(const SearchPoint& a, const SearchPoint& b) {
-  return a.step_time_us <= b.step_time_us && a.peak_memory_bytes <= b.peak_memory_bytes &&
-         (a.step_time_us < b.step_time_us || a.peak_memory_bytes < b.peak_memory_bytes);
+// The time a search minimises first, and the one that breaks its ties.
+double first_time(const SearchPoint& p, Objective objective) {
+  return objective == Objective::steady ? p.span_us : p.step_time_us;
+}
+double second_time(const SearchPoint& p, Objective objective) {
+  return objective == Objective::steady ? p.step_time_us : p.span_us;
+}
+
+bool dominates(const SearchPoint& a, const SearchPoint& b, Objective objective) {
+  const double ta = first_time(a, objective), tb = first_time(b, objective);
+  return ta <= tb && a.peak_memory_bytes <= b.peak_memory_bytes &&
+         (ta < tb || a.peak_memory_bytes < b.peak_memory_bytes);
+}
+
+// a before b: the objective's time, then the other, then the lighter (1 ns tolerances).
+bool preferred_point(const SearchPoint& a, const SearchPoint& b, Objective objective) {
+  constexpr double kTieUs = 1e-9;
+  const double ta = first_time(a, objective), tb = first_time(b, objective);
+  if (ta < tb - kTieUs) return true;
+  if (ta > tb + kTieUs) return false;
+  const double sa = second_time(a, objective), sb = second_time(b, objective);
+  if (sa < sb - kTieUs) return true;
+  if (sa > sb + kTieUs) return false;
+  return a.peak_memory_bytes < b.peak_memory_bytes;
 }
 
 }  // namespace
@@ -89,6 +110,8 @@ SearchResult search_plans(const SearchRequest& request) {
     sizes.emplace_back(request.base.mbs, request.base.microbatches);
   }
   SearchResult result;
+  const Objective objective = request.base.objective;
+  result.objective = objective;
   std::vector<SearchPoint> points;
   std::string first_error;
   bool have_best = false;
@@ -97,11 +120,12 @@ SearchResult search_plans(const SearchRequest& request) {
   // timing only the task graph models, through make_plan. Empty when it breaks the memory limit.
   const auto evaluate = [&](const PlanRequest& c, int mbs, int m, int chunks,
                             const std::vector<int>& layers) -> std::optional<SearchPoint> {
-    SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0};
+    SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0, 0};
     if (c.bpipe != BpipeMode::off) {
       const Plan plan = make_plan(c);
       const auto peaks = plan.sim.peak_memory_bytes();
       p.step_time_us = plan.sim.makespan_us;
+      p.span_us = plan.sim.max_stage_span_us;
       p.bound_us = plan.bound.makespan_us;
       p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
       return p;
@@ -114,6 +138,7 @@ SearchResult search_plans(const SearchRequest& request) {
       return std::nullopt;
     }
     p.step_time_us = sim.makespan_us;
+    p.span_us = sim.max_stage_span_us;
     p.bound_us = planned.bound.makespan_us;
     p.peak_memory_bytes =
         *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
@@ -159,11 +184,7 @@ SearchResult search_plans(const SearchRequest& request) {
             ++result.infeasible;
             continue;
           }
-          const bool better = !have_best ||
-                              p->step_time_us < result.best_point.step_time_us - 1e-9 ||
-                              (p->step_time_us <= result.best_point.step_time_us + 1e-9 &&
-                               p->peak_memory_bytes < result.best_point.peak_memory_bytes);
-          if (better) {
+          if (!have_best || preferred_point(*p, result.best_point, objective)) {
             best_request = c;
             result.best_point = *p;
             have_best = true;
@@ -178,17 +199,20 @@ SearchResult search_plans(const SearchRequest& request) {
   // arrays): the same step time and peak.
   result.best = make_plan(best_request);
   for (const SearchPoint& p : points) {
-    const bool dominated = std::any_of(points.begin(), points.end(),
-                                       [&](const SearchPoint& q) { return dominates(q, p); });
+    const bool dominated = std::any_of(points.begin(), points.end(), [&](const SearchPoint& q) {
+      return dominates(q, p, objective);
+    });
     const bool duplicate =
         std::any_of(result.pareto.begin(), result.pareto.end(), [&](const SearchPoint& q) {
-          return q.step_time_us == p.step_time_us && q.peak_memory_bytes == p.peak_memory_bytes;
+          return first_time(q, objective) == first_time(p, objective) &&
+                 q.peak_memory_bytes == p.peak_memory_bytes;
         });
     if (!dominated && !duplicate) result.pareto.push_back(p);
   }
-  std::sort(
-      result.pareto.begin(), result.pareto.end(),
-      [](const SearchPoint& a, const SearchPoint& b) { return a.step_time_us < b.step_time_us; });
+  std::sort(result.pareto.begin(), result.pareto.end(),
+            [&](const SearchPoint& a, const SearchPoint& b) {
+              return first_time(a, objective) < first_time(b, objective);
+            });
   return result;
 }
 
@@ -196,11 +220,12 @@ std::string format_pareto(const SearchResult& result) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "Pareto front (step time vs peak memory), %d plans built, %d infeasible:\n",
+                "Pareto front (%s vs peak memory), %d plans built, %d infeasible:\n",
+                result.objective == Objective::steady ? "largest stage span" : "step time",
                 result.evaluated, result.infeasible);
   out += line;
-  std::snprintf(line, sizeof line, "%11s %10s %8s %4s %5s %-12s %-9s %s\n", "step ms", "peak GiB",
-                "gap", "mbs", "m", "schedule", "backward", "blocks/stage");
+  std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-12s %-9s %s\n", "step ms",
+                "span ms", "peak GiB", "gap", "mbs", "m", "schedule", "backward", "blocks/stage");
   out += line;
   for (const SearchPoint& p : result.pareto) {
     std::string blocks = "balanced";
@@ -211,11 +236,11 @@ std::string format_pareto(const SearchResult& result) {
     }
     const std::string name =
         p.chunks > 1 ? p.schedule + " V=" + std::to_string(p.chunks) : p.schedule;
-    std::snprintf(line, sizeof line, "%11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s\n",
-                  p.step_time_us / 1e3, static_cast<double>(p.peak_memory_bytes) / (1 << 30),
-                  p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
-                  p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(),
-                  blocks.c_str());
+    std::snprintf(
+        line, sizeof line, "%11.3f %11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s\n",
+        p.step_time_us / 1e3, p.span_us / 1e3, static_cast<double>(p.peak_memory_bytes) / (1 << 30),
+        p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
+        p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(), blocks.c_str());
     out += line;
   }
   return out;

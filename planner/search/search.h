@@ -34,15 +34,20 @@ struct SearchPoint {
   BackwardMode backward = BackwardMode::fused;
   std::vector<int> layers_per_stage;  // empty: balanced
   double step_time_us = 0, bound_us = 0;
+  double span_us = 0;                  // largest stage span (first to last op of one device)
   std::int64_t peak_memory_bytes = 0;  // largest device
 };
 
 struct SearchResult {
   Plan best;
   SearchPoint best_point;
-  std::vector<SearchPoint> pareto;  // non-dominated (step time, peak memory), by step time
-  int evaluated = 0;                // plans built
-  int infeasible = 0;               // rejected (memory limit, divisibility, ...)
+  // What the best minimises first (base.objective): the step time, or the largest stage span;
+  // the other breaks ties, then the peak memory.
+  Objective objective = Objective::step;
+  // Non-dominated in (the objective's time, peak memory), by that time.
+  std::vector<SearchPoint> pareto;
+  int evaluated = 0;   // plans built
+  int infeasible = 0;  // rejected (memory limit, divisibility, ...)
 };
 
 // The (mbs, m = global batch / mbs) pairs to try: every candidate size that divides the global

@@ -45,6 +45,31 @@ TEST(Search, BestIsNoWorseThanEveryFixedPlanAndFrontIsNonDominated) {
   EXPECT_NE(format_pareto(r).find("Pareto front"), std::string::npos);
 }
 
+// --objective steady: the best plan and the front are by the largest stage span, which the best
+// of the step objective can only match or exceed.
+TEST(Search, TheSteadyObjectiveRanksByTheLargestStageSpan) {
+  SearchRequest s = uniform_search(4, 12, 0);
+  const SearchResult by_step = search_plans(s);
+  s.base.objective = Objective::steady;
+  const SearchResult r = search_plans(s);
+  EXPECT_EQ(r.objective, Objective::steady);
+  ASSERT_FALSE(r.pareto.empty());
+  EXPECT_DOUBLE_EQ(r.pareto.front().span_us, r.best_point.span_us);
+  EXPECT_LE(r.best_point.span_us, by_step.best_point.span_us + 1e-6);
+  EXPECT_DOUBLE_EQ(r.best.sim.max_stage_span_us, r.best_point.span_us);
+  for (std::size_t i = 1; i < r.pareto.size(); ++i) {
+    EXPECT_GT(r.pareto[i].span_us, r.pareto[i - 1].span_us);
+    EXPECT_LT(r.pareto[i].peak_memory_bytes, r.pareto[i - 1].peak_memory_bytes);
+  }
+  EXPECT_NE(format_pareto(r).find("Pareto front (largest stage span vs peak memory)"),
+            std::string::npos);
+  // Each point's span is what the simulator gives its plan.
+  for (const SearchPoint& p : by_step.pareto) {
+    EXPECT_GT(p.span_us, 0);
+    EXPECT_LE(p.span_us, p.step_time_us + 1e-6);
+  }
+}
+
 TEST(Search, MemoryLimitTrimsTheCandidates) {
   const SearchResult loose = search_plans(uniform_search(4, 8, 0));
   const SearchResult tight = search_plans(uniform_search(4, 8, 4.5));
