@@ -129,16 +129,18 @@ struct CompareCommand {
           shared ? shared_gpu_memory_bytes(s) : *std::max_element(peaks.begin(), peaks.end()));
       char mfu[16] = "n/a";
       if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
-      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %7.3fx %6.1f%%\n", name.c_str(),
+      char speedup[32] = "n/a";  // no 1f1b fused plan fits: nothing to compare with
+      if (baseline > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", baseline / s.makespan_us);
+      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%\n", name.c_str(),
                   r.backward.c_str(), s.makespan_us / 1e3, s.bubble_ratio * 100,
-                  s.span_bubble_ratio * 100, format_gib(peak).c_str(), mfu,
-                  baseline > 0 ? baseline / s.makespan_us : 0.0,
+                  s.span_bubble_ratio * 100, format_gib(peak).c_str(), mfu, speedup,
                   100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us));
     }
     const std::string basis = " " + mfu_basis(ok->plan.graph.meta);
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations).%s speedup: step "
-        "time of 1f1b fused / step time. MFU: PaLM model FLOPs%s. gap: step time above the lower "
+        "time of 1f1b fused / step time (n/a where 1f1b fused does not fit). MFU: PaLM model "
+        "FLOPs%s. gap: step time above the lower "
         "bound (docs/design/auto-schedule.md).\n",
         shared ? " peak mem sum: the stages' peaks added, what their one GPU holds (each stage's "
                  "allocator keeps its own)."

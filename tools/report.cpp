@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/base/error.h"
@@ -111,6 +113,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
   j["mfu_of"] = mfu_basis(m);
   j["layout"] = layout_json(graph);
+  j["bpipe"] = transfer_json(graph);
   if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
     j["overlap"] = {
         {"pairs", pairs}, {"efficiency", m.overlap.efficiency}, {"source", m.overlap.source}};
@@ -142,6 +145,65 @@ std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
                        : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
   }
   return text;
+}
+
+namespace {
+
+struct PairTraffic {
+  int evictor = -1, acceptor = -1, evictions = 0;
+  std::int64_t bytes = 0;
+  double link_us = 0;
+};
+
+// BPipe's stash moves (planner/plan/bpipe.h), the sends of transfer streams, by device pair.
+std::vector<PairTraffic> stash_traffic(const TaskGraph& graph) {
+  std::map<std::pair<int, int>, PairTraffic> pairs;  // (lower device, higher device)
+  for (const Node& node : graph.nodes()) {
+    if (node.kind != NodeKind::send ||
+        graph.streams()[static_cast<std::size_t>(node.stream)].role != StreamRole::transfer) {
+      continue;
+    }
+    PairTraffic& pair = pairs[std::minmax(node.device, node.peer)];
+    if (node.transfer == Transfer::evict) {
+      pair.evictor = node.device;
+      ++pair.evictions;
+    }
+    pair.bytes += node.bytes;
+    pair.link_us += node.duration_us;
+  }
+  std::vector<PairTraffic> out;
+  for (auto [devices, pair] : pairs) {
+    if (pair.evictor < 0) pair.evictor = devices.first;
+    pair.acceptor = pair.evictor == devices.first ? devices.second : devices.first;
+    out.push_back(pair);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string transfer_summary(const TaskGraph& graph) {
+  std::string out;
+  for (const PairTraffic& pair : stash_traffic(graph)) {
+    out += "BPipe dev " + std::to_string(pair.evictor) + " -> dev " +
+           std::to_string(pair.acceptor) + ": evicts " + std::to_string(pair.evictions) +
+           (pair.evictions == 1 ? " stash, " : " stashes, ") +
+           printf_text("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
+           " both ways, link " + printf_text("%.1f ms", pair.link_us / 1000) + "\n";
+  }
+  return out;
+}
+
+nlohmann::json transfer_json(const TaskGraph& graph) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const PairTraffic& pair : stash_traffic(graph)) {
+    out.push_back({{"evictor", pair.evictor},
+                   {"acceptor", pair.acceptor},
+                   {"evictions", pair.evictions},
+                   {"bytes", pair.bytes},
+                   {"link_ms", pair.link_us / 1000}});
+  }
+  return out;
 }
 
 std::string mfu_basis(const PlanMeta& meta) {
@@ -203,6 +265,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
         "measures it, the analytic model estimates it): the step time leaves it out\n";
   }
   out += layout_summary(graph);
+  out += transfer_summary(graph);
   if (m.contention.empty() && m.contention.sustained) {  // separate GPUs, each its own clock
     const SustainedLoad& sustained = *m.contention.sustained;
     std::snprintf(line, sizeof line,

@@ -35,5 +35,10 @@ std::string layout_summary(const TaskGraph& graph);
 // The same as JSON: {"megatron": ..., "megatron_placement": bool, "torchtitan": [[...], ...]}, or
 // null.
 nlohmann::json layout_json(const TaskGraph& graph);
+// BPipe's stash moves per evictor/acceptor pair: "BPipe dev 0 -> dev 7: evicts 24 stashes,
+// 77.81 GiB both ways, link 272.3 ms" a line each; empty without BPipe.
+std::string transfer_summary(const TaskGraph& graph);
+// The same as JSON: [{"evictor", "acceptor", "evictions", "bytes", "link_ms"}, ...], [] without.
+nlohmann::json transfer_json(const TaskGraph& graph);
 
 }  // namespace pipeplan

@@ -346,38 +346,6 @@ std::string device_stages(const TaskGraph& graph, int device) {
   return text.empty() ? "-" : text;
 }
 
-// "BPipe dev 0 -> dev 7: evicts 24 stashes, 77.81 GiB both ways, link 272.3 ms" per pair.
-std::string transfer_summary(const TaskGraph& graph) {
-  struct PairTraffic {
-    int evictor = -1, evictions = 0;
-    std::int64_t bytes = 0;
-    double link_us = 0;
-  };
-  std::map<std::pair<int, int>, PairTraffic> pairs;  // (lower device, higher device)
-  for (int id = 0; id < graph.node_count(); ++id) {
-    const Node& node = graph.node(id);
-    if (node.kind != NodeKind::send || !is_transfer_stream(graph, node.stream)) continue;
-    PairTraffic& pair = pairs[std::minmax(node.device, node.peer)];
-    if (node.transfer == Transfer::evict) {
-      pair.evictor = node.device;
-      ++pair.evictions;
-    }
-    pair.bytes += node.bytes;
-    pair.link_us += node.duration_us;
-  }
-  std::string out;
-  for (const auto& [devices, pair] : pairs) {
-    const int evictor = pair.evictor >= 0 ? pair.evictor : devices.first;
-    const int acceptor = evictor == devices.first ? devices.second : devices.first;
-    out += "BPipe dev " + std::to_string(evictor) + " -> dev " + std::to_string(acceptor) + ": " +
-           "evicts " + std::to_string(pair.evictions) +
-           (pair.evictions == 1 ? " stash, " : " stashes, ") +
-           printf_text("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
-           " both ways, link " + printf_text("%.1f ms", pair.link_us / 1000) + "\n";
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color) {

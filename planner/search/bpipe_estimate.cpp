@@ -31,6 +31,7 @@ BpipeConfig describe(const Plan& plan, bool bpipe) {
   c.bpipe = bpipe;
   c.step_time_us = plan.sim.makespan_us;
   c.mfu = plan.sim.mfu;
+  c.bubble_ratio = plan.sim.bubble_ratio;
   // Each device's optimizer step runs once a step, not once a micro-batch: it is kept apart
   // from the per-micro-batch stage time.
   std::vector<double> optimizer(plan.sim.devices.size(), 0.0);
@@ -133,18 +134,17 @@ void judge(BpipeEstimate& e) {
   e.simple_gain = ((a.microbatches + p - 1) * a.stage_time_us + a.optimizer_us) /
                       ((b.microbatches + p - 1) * b.stage_time_us + b.optimizer_us) -
                   1;
-  const double bubble_a = (p - 1) / (a.microbatches + p - 1);
-  const double bubble_b = (p - 1) / (b.microbatches + p - 1);
-  std::string why = "mbs " + std::to_string(a.mbs) + " -> " + std::to_string(b.mbs) +
-                    " raises stage MFU " + fmt("%.1f", 100 * a.stage_mfu) + " -> " +
-                    fmt("%.1f %%", 100 * b.stage_mfu) + ", 1F1B bubble " +
-                    fmt("%.1f", 100 * bubble_a) + " -> " + fmt("%.1f %%", 100 * bubble_b) + " (m " +
-                    std::to_string(a.microbatches) + " -> " + std::to_string(b.microbatches) +
-                    "), transfers " +
-                    (e.exposed_us <= 0.005 * b.step_time_us
-                         ? std::string("fully hidden")
-                         : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
-                               fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
+  // The simulated bubbles, as the step times and MFUs beside them are (the ideal 1F1B bubble
+  // (P - 1)/(m + P - 1) leaves out the embedding and head, the optimizer and the transfers).
+  std::string why =
+      "mbs " + std::to_string(a.mbs) + " -> " + std::to_string(b.mbs) + " raises stage MFU " +
+      fmt("%.1f", 100 * a.stage_mfu) + " -> " + fmt("%.1f %%", 100 * b.stage_mfu) + ", bubble " +
+      fmt("%.1f", 100 * a.bubble_ratio) + " -> " + fmt("%.1f %%", 100 * b.bubble_ratio) + " (m " +
+      std::to_string(a.microbatches) + " -> " + std::to_string(b.microbatches) + "), transfers " +
+      (e.exposed_us <= 0.005 * b.step_time_us
+           ? std::string("fully hidden")
+           : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
+                 fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
   e.verdict = std::string(e.gain > 0.005 ? "benefit" : "no benefit") + ": " + why + ": " +
               fmt("%+.1f %%", 100 * e.gain);
   e.second_opinion = std::string(a.optimizer_us > 0 || b.optimizer_us > 0
@@ -258,6 +258,7 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
             {"bpipe", c->bpipe},
             {"step_time_ms", c->step_time_us / 1e3},
             {"mfu", c->mfu},
+            {"bubble_ratio", c->bubble_ratio},
             {"stage_mfu", c->stage_mfu},
             {"stage_time_ms", c->stage_time_us / 1e3},
             {"optimizer_ms", c->optimizer_us / 1e3},

@@ -23,6 +23,7 @@ struct BpipeConfig {
   bool bpipe = false;
   double step_time_us = 0;             // simulated makespan
   double mfu = 0;                      // PaLM model FLOPs
+  double bubble_ratio = 0;             // simulated: idle share of the devices' step
   double stage_mfu = 0;                // model FLOPs of one stage's micro-batch / its busy time
   double stage_time_us = 0;            // busiest device's busy time per micro-batch, less its
                                        // optimizer step (once a step)

@@ -73,6 +73,15 @@ TEST(BpipeCli, Gpt3RecomputeFindsMicroBatchTwoThatOnlyFitsWithBpipe) {
   EXPECT_EQ(rejected, 3) << e.at("infeasible").dump(2);
   EXPECT_GT(e.at("transfer_bytes_per_step").get<double>(), 0);
   EXPECT_FALSE(e.at("verdict").get<std::string>().empty());
+  // The verdict quotes the simulated bubbles, as it quotes the simulated step times.
+  const double bubble_without = e.at("without").at("bubble_ratio").get<double>();
+  const double bubble_with = e.at("with").at("bubble_ratio").get<double>();
+  EXPECT_GT(bubble_with, bubble_without);
+  char bubbles[64];
+  std::snprintf(bubbles, sizeof bubbles, "bubble %.1f -> %.1f %%", 100 * bubble_without,
+                100 * bubble_with);
+  EXPECT_NE(e.at("verdict").get<std::string>().find(bubbles), std::string::npos)
+      << e.at("verdict") << " has no " << bubbles;
 
   // The same plan through `plan`: refused without BPipe, valid with it, under the limit
   // everywhere in the simulation.
@@ -90,7 +99,13 @@ TEST(BpipeCli, Gpt3RecomputeFindsMicroBatchTwoThatOnlyFitsWithBpipe) {
   ASSERT_EQ(status, 0) << on;
   const std::string valid = run("validate " + file, &status);
   EXPECT_EQ(status, 0) << valid;
+  // The summary says BPipe moves stashes, and --json lists the pairs.
+  EXPECT_NE(on.find("\nBPipe dev 0 -> dev 7: evicts "), std::string::npos) << on;
   const auto metrics = run_json("show " + file + " --json");
+  ASSERT_FALSE(metrics.at("bpipe").empty()) << metrics.dump();
+  EXPECT_EQ(metrics.at("bpipe")[0].at("evictor"), 0);
+  EXPECT_EQ(metrics.at("bpipe")[0].at("acceptor"), 7);
+  EXPECT_GT(metrics.at("bpipe")[0].at("evictions").get<int>(), 0);
   ASSERT_EQ(metrics.at("peak_memory_bytes").size(), 8u);
   for (const auto& peak : metrics.at("peak_memory_bytes"))
     EXPECT_LE(peak.get<double>(), limit);

@@ -301,6 +301,16 @@ TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
   const Result text = run("compare --model llama-7b --gpu h100 --stages 4 --microbatches 4");
   ASSERT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("2bp-fill"), std::string::npos);
+  // Where 1f1b fused does not fit there is no speedup to give: n/a, not 0.000x.
+  const Result over =
+      run("compare --model gpt3-96b --gpu a100 --stages 8 --mbs 2 -m 32 --attention recompute "
+          "--tensor-parallel 4");
+  ASSERT_EQ(over.status, 0) << over.out;
+  EXPECT_EQ(over.out.find("0.000x"), std::string::npos) << over.out;
+  const std::size_t row = over.out.find("\nauto ");
+  ASSERT_NE(row, std::string::npos) << over.out;
+  const std::string auto_row = over.out.substr(row + 1, over.out.find('\n', row + 1) - row - 1);
+  EXPECT_NE(auto_row.find("%      n/a "), std::string::npos) << auto_row;
 }
 
 TEST_F(Cli, UniformCostsReproducePaperClosedForms) {
@@ -715,6 +725,16 @@ TEST_F(Cli, SearchKeepsToAGivenScheduleAndBackwardMode) {
   }
   EXPECT_GE(rows, 1) << r.out;
   EXPECT_NE(r.out.find("tiny on 2 x h100-sxm: gpipe, backward 2bp"), std::string::npos) << r.out;
+
+  // --json carries the front; the best plan is its first row.
+  const Result j = run("plan --model tiny --stages 2 --search --global-batch 8 --json");
+  ASSERT_EQ(j.status, 0) << j.out;
+  const auto metrics = nlohmann::json::parse(j.out);
+  ASSERT_FALSE(metrics["pareto"].empty()) << j.out;
+  EXPECT_DOUBLE_EQ(metrics["pareto"][0]["step_time_ms"].get<double>(),
+                   metrics["step_time_ms"].get<double>());
+  EXPECT_EQ(metrics["objective"], "step");
+  EXPECT_GT(metrics["evaluated"].get<int>(), 0);
 }
 
 // A refusal names the option the user gave, or the one that is missing.
