@@ -318,13 +318,41 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool p
   return out + line + "\n";
 }
 
+// A stage and its layers in Megatron-LM's letters (the layout line below the table): "0 (E,
+// t0-7)", "3 (t24-31, L)"; blocks numbered from 0 after the embedding, as torchtitan's names.
 std::string stage_layers_text(const PlanMeta& meta, int stage) {
   std::string text = std::to_string(stage);
   if (stage < 0 || stage >= static_cast<int>(meta.stage_layers.size())) return text;
   const StageLayers& layers = meta.stage_layers[static_cast<std::size_t>(stage)];
   if (layers.layer_count <= 0) return text + " (none)";
-  return text + " (L" + std::to_string(layers.first_layer) + "-" +
-         std::to_string(layers.first_layer + layers.layer_count - 1) + ")";
+  const std::vector<LayerKind> kinds = meta.model.layer_list();
+  const int last = layers.first_layer + layers.layer_count - 1;
+  if (layers.first_layer < 0 || last >= static_cast<int>(kinds.size())) {
+    // Not the model's list (a plan read from a file tiles it; a graph built by hand may not).
+    return text + " (layers " + std::to_string(layers.first_layer) + "-" + std::to_string(last) +
+           ")";
+  }
+  const int first_block = kinds.front() == LayerKind::embedding ? 1 : 0;
+  bool embedding = false, head = false;
+  int lo = -1, hi = -1;  // blocks held, by block index
+  for (int i = layers.first_layer; i < layers.first_layer + layers.layer_count; ++i) {
+    const LayerKind kind = kinds[static_cast<std::size_t>(i)];
+    if (kind == LayerKind::embedding) {
+      embedding = true;
+    } else if (kind == LayerKind::head) {
+      head = true;
+    } else {
+      if (lo < 0) lo = i - first_block;
+      hi = i - first_block;
+    }
+  }
+  std::string parts;
+  const auto add = [&](const std::string& part) { parts += (parts.empty() ? "" : ", ") + part; };
+  if (embedding) add("E");
+  if (lo >= 0)
+    add(lo == hi ? "t" + std::to_string(lo) : "t" + std::to_string(lo) + "-" + std::to_string(hi));
+  if (head) add("L");
+  return text + " (" + parts + ")";
 }
 
 std::string device_stages(const TaskGraph& graph, int device) {
@@ -398,7 +426,7 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
                     std::string(to_string(meta.backward)) + ", " +
                     std::to_string(device_count(graph, sim)) + " devices, " +
                     std::to_string(meta.microbatches) + " micro-batches\n";
-  out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (layers)\n";
+  out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];

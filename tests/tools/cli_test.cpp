@@ -238,6 +238,9 @@ TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("dev 3"), std::string::npos);
     EXPECT_EQ(r.out.find('\x1b'), std::string::npos);  // not a TTY: no colour
+    // Each device's stage in the layout's letters: the embedding, blocks 0-7, the head.
+    EXPECT_NE(r.out.find(" 0 (E, t0-7)\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" 3 (t24-31, L)\n"), std::string::npos) << r.out;
   }
   const auto trace = nlohmann::json::parse(std::ifstream(path("trace.json")));
   EXPECT_FALSE(trace["traceEvents"].empty());
