@@ -196,6 +196,7 @@ check "bpipe: profile with 1e9 layers" bpipe --profile profile_1e9_layers.json -
 check "plan: HF config with 1e9 layers" plan --model cfg/config.json --stages 2 -m 2 -o '{out}'
 check "compare: HF config with 1e9 layers" compare --model cfg/config.json --stages 2 -m 2
 check "bpipe: HF config with 1e9 layers" bpipe --model cfg/config.json --stages 2 --global-batch 8
+check "plan --p2-concat with backward fused" plan --model tiny --stages 2 -m 2 --backward fused --p2-concat 2 -o '{out}'
 check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'
 check "plan: MoE config with more experts per token than experts" plan --model moe_greedy/config.json --stages 2 -m 2 -o '{out}'
 check "profile --backend cpu of an MoE model" profile --backend cpu --model moe_tiny/config.json -o '{out}'

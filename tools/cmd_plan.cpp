@@ -76,10 +76,15 @@ struct PlanCommand {
     if (search) return run_search();
     if (options.bpipe == "auto") return run_bpipe_auto();
     const PlanRequest request = make_request(options);
+    if (given("--p2-concat") && request.backward == BackwardMode::fused) {
+      throw Error(
+          "--p2-concat: concatenates deferred p2s, and backward fused defers none (each p2 runs "
+          "right after its p1): use --backward 2bp or 2bp-fill");
+    }
     check_output_early();
     // The planner's own time: make_plan alone (schedule, lowering, validation, simulation).
     const auto started = std::chrono::steady_clock::now();
-    const Plan plan = make_plan(request);
+    const Plan plan = make_plan_noting_sequence(request);
     const std::chrono::duration<double, std::milli> planning =
         std::chrono::steady_clock::now() - started;
     if (!output.empty()) save_plan(plan.graph, output);
@@ -95,6 +100,21 @@ struct PlanCommand {
       if (!output.empty()) std::cout << "wrote " << output << "\n";
     }
     return 0;
+  }
+  // A config.json's sequence is its max_position_embeddings (Qwen2.5-7B: 131072), a context
+  // capacity rather than a training length: a plan that breaks the memory limit at it says so.
+  Plan make_plan_noting_sequence(const PlanRequest& request) const {
+    try {
+      return make_plan(request);
+    } catch (const FieldError& e) {
+      if (e.field() != "memory_limit_bytes" || given("--seq") ||
+          request.profile.model.hf_model_type.empty() || !options.profile.empty()) {
+        throw;
+      }
+      throw FieldError(e.field(), e.detail() + "; at sequence " +
+                                      std::to_string(request.profile.seq) +
+                                      ", the config's max_position_embeddings (--seq sets it)");
+    }
   }
   // Once the inputs are read: a target that cannot be written fails before the planning.
   void check_output_early() const {

@@ -386,6 +386,15 @@ TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
                         " --stages 4 -m 16 --seq 4096 --json -o " + path("q2.json"));
   ASSERT_EQ(q2.status, 0) << q2.out;
   EXPECT_EQ(nlohmann::json::parse(file_bytes(path("q2.json")))["meta"]["model"]["qkv_bias"], true);
+  // Without --seq a config.json plans at its max_position_embeddings (131072 here): a memory
+  // refusal says so.
+  const Result long_context =
+      run("plan --model " + fixture("qwen2.5-7b/config.json") + " --stages 4 -m 16");
+  EXPECT_NE(long_context.status, 0);
+  EXPECT_NE(long_context.out.find(
+                "; at sequence 131072, the config's max_position_embeddings (--seq sets it)\n"),
+            std::string::npos)
+      << long_context.out;
 
   {
     std::ofstream small(path("tiny-qwen3.json"));
