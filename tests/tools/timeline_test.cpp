@@ -270,10 +270,10 @@ TEST(Timeline, SummaryReportsDevicesAndTotals) {
   std::string text = render_summary(p.graph, p.sim);
   for (const std::string& line : lines_of(text))
     EXPECT_LE(visible_width(line), 80) << line;
-  EXPECT_NE(text.find("4.800"), std::string::npos);     // dev 0 busy ms
-  EXPECT_NE(text.find("31.4"), std::string::npos);      // dev 0 bubble %
-  EXPECT_NE(text.find("3.00"), std::string::npos);      // dev 0 peak GiB
-  EXPECT_NE(text.find("80.00"), std::string::npos);     // limit GiB
+  EXPECT_NE(text.find("4.800"), std::string::npos);  // dev 0 busy ms
+  EXPECT_NE(text.find("31.4"), std::string::npos);   // dev 0 bubble %
+  EXPECT_NE(text.find("3.00"), std::string::npos);   // dev 0 peak GiB
+  EXPECT_NE(text.find("80.00"), std::string::npos);  // limit GiB
   // This graph has no model: the stages' layer indices as they are.
   EXPECT_NE(text.find("0 (layers 0-8)"), std::string::npos);
   EXPECT_NE(text.find("1 (layers 9-17)"), std::string::npos);
