@@ -147,6 +147,10 @@ std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
   return text;
 }
 
+bool is_transfer_stream(const TaskGraph& graph, int stream) {
+  return graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
+}
+
 namespace {
 
 struct PairTraffic {
@@ -159,10 +163,7 @@ struct PairTraffic {
 std::vector<PairTraffic> stash_traffic(const TaskGraph& graph) {
   std::map<std::pair<int, int>, PairTraffic> pairs;  // (lower device, higher device)
   for (const Node& node : graph.nodes()) {
-    if (node.kind != NodeKind::send ||
-        graph.streams()[static_cast<std::size_t>(node.stream)].role != StreamRole::transfer) {
-      continue;
-    }
+    if (node.kind != NodeKind::send || !is_transfer_stream(graph, node.stream)) continue;
     PairTraffic& pair = pairs[std::minmax(node.device, node.peer)];
     if (node.transfer == Transfer::evict) {
       pair.evictor = node.device;

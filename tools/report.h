@@ -35,6 +35,9 @@ std::string layout_summary(const TaskGraph& graph);
 // The same as JSON: {"megatron": ..., "megatron_placement": bool, "torchtitan": [[...], ...]}, or
 // null.
 nlohmann::json layout_json(const TaskGraph& graph);
+// Whether a stream carries BPipe's stash moves (planner/plan/bpipe.h): evict and load sends and
+// receives.
+bool is_transfer_stream(const TaskGraph& graph, int stream);
 // BPipe's stash moves per evictor/acceptor pair: "BPipe dev 0 -> dev 7: evicts 24 stashes,
 // 77.81 GiB both ways, link 272.3 ms" a line each; empty without BPipe.
 std::string transfer_summary(const TaskGraph& graph);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <set>
 #include <string_view>
 #include <tuple>
@@ -74,11 +73,6 @@ std::string op_color(OpType op) {
       return "\x1b[48;5;245m\x1b[38;5;16m";
   }
   return "";
-}
-
-// BPipe transfers (planner/plan/bpipe.h): send/recv nodes of kind evict or load.
-bool is_transfer_stream(const TaskGraph& graph, int stream) {
-  return graph.streams()[static_cast<std::size_t>(stream)].role == StreamRole::transfer;
 }
 
 char transfer_letter(const Node& node) {
