@@ -80,14 +80,15 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
 
   for (int d = 0; d < devices; ++d) {
     double first = std::numeric_limits<double>::infinity();
-    double first_p1 = first, tail = first;
+    double first_p1 = first, tail = first;  // tail: the ramp-down to its device's optimizer
     double non_p2 = 0, p2 = 0, forwards = 0, backwards = 0;
     int count = 0;
     for (std::size_t s = 0; s < stages; ++s) {
       if (stage_device[s] != d) continue;
       first = std::min(first, head[s]);
       first_p1 = std::min(first_p1, head[s] + costs[s].forward_us + down[s]);
-      tail = std::min(tail, up[s]);
+      tail =
+          std::min(tail, up[s] + optimizer[static_cast<std::size_t>(stage_device[copy_start(s)])]);
       non_p2 += m * (costs[s].forward_us + costs[s].p1_us);
       forwards += m * costs[s].forward_us;
       backwards += m * (costs[s].p1_us + costs[s].p2_us);
@@ -95,12 +96,13 @@ LowerBound step_time_lower_bound(const std::vector<StageCost>& costs,
       ++count;
     }
     if (count == 0) continue;
-    // Before its first P1 a device can only run forwards; after its last P1, only P2s, while
-    // that P1's gradient still crosses every stage below it (the closest to stage 0 is the least).
+    // Before its first P1 a device can only run forwards; after its last P1, only P2s and its
+    // optimizer, while that P1's gradient still crosses every stage below it (the closest to
+    // stage 0 is the least) and the device of the copy's first stage then steps its optimizer.
     const double ramp_up = std::max(0.0, first_p1 - first - forwards);
     const double saved = overlap_efficiency * std::min(forwards, backwards);  // overlapped pairs
     const double step = optimizer[static_cast<std::size_t>(d)];
-    const double device_bound = first + non_p2 + std::max(p2, tail) + ramp_up - saved + step;
+    const double device_bound = first + non_p2 + ramp_up - saved + std::max(p2 + step, tail);
     if (device_bound > bound.makespan_us) {
       bound.makespan_us = device_bound;
       bound.binding_device = d;

@@ -11,12 +11,13 @@
 //                + max(0, e_d - head_d - m sum_{s in S_d} F_s)
 //     ramp-down: after d's last P1 (of some stage s) the gradient still crosses every stage
 //                below s and stage 0 runs at least one p2: t_s = sum_{j<s} (c_j + P1_j) + w_0;
-//                only P2s run on d in that time, so the P2 term becomes
-//                max(m sum w_s, min over s in S_d of t_s)
+//                only P2s run on d in that time, and the device of stage 0 then steps its
+//                optimizer, so the P2 term and d's optimizer step O_d become
+//                max(m sum w_s + O_d, min over s in S_d of (t_s + O_{dev(0)}))
 //   chain   = sum_s (F_s + P1_s) + 2 sum_j c_j + w_0 + O_{dev(0)}    one micro-batch's path
 //   step time >= max(chain, max_d bound_d)
-// O_d, the optimizer step of device d (StageCost::optimizer_us summed over S_d), ends bound_d and
-// the chain: it runs after every op of its device.
+// O_d, the optimizer step of device d (StageCost::optimizer_us summed over S_d), runs after every
+// op of its device: it ends bound_d's work and the chain.
 // With R copies of the model (Schedule::replicas, DualPipe), each copy's stages form their own
 // chain (sums over j run from the copy's first stage, w_0 is the copy's first stage's, the chain
 // is the longest copy's) and m / R micro-batches pass each stage.

@@ -34,6 +34,16 @@ TEST(LowerBound, UniformClosedForm) {
               4 + 4 + 1 + 6 * 0.5, 1e-9);
 }
 
+// After its last P1 a device's gradient still runs down to stage 0, whose device then steps its
+// own optimizer: the ramp-down path ends there, not with this device's optimizer. Two stages, one
+// micro-batch, F = P1 = P2 = 1, optimizer 10 on stage 1's device: F0 F1 P1_1, then device 1 runs
+// P2_1 and its optimizer (3 -> 14) while device 0 runs P1_0 and P2_0 (3 -> 5).
+TEST(LowerBound, TheRampDownEndsWithTheOptimizerOfTheDeviceItEndsOn) {
+  std::vector<StageCost> costs(2, testing::stage(1, 1, 1));
+  costs[1].optimizer_us = 10;
+  EXPECT_NEAR(step_time_lower_bound(costs, identity(2), P2pLink{}, 1).makespan_us, 14, 1e-9);
+}
+
 TEST(LowerBound, UsesTheCheapestConcatenatedP2) {
   // p2(4) = 1.75: a p2 costs at least 0.4375 per micro-batch.
   const std::vector<StageCost> costs(2, testing::stage(1, 1, 1, 1, 0.5, 0, 4, 0.25));
@@ -42,20 +52,22 @@ TEST(LowerBound, UsesTheCheapestConcatenatedP2) {
 }
 
 // Property: the bound never exceeds the simulated step time of any plan, for random stage
-// costs, comm latencies and micro-batch counts, over every one-chunk family and backward mode
-// and auto.
+// costs, optimizer steps, comm latencies and micro-batch counts (from 1, where the ramp-down
+// decides), over every one-chunk family and backward mode and auto.
 TEST(LowerBound, NeverAboveAnyPlan) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> time(0.3, 2.0), lat(0.0, 0.3);
   int checked = 0;
-  for (int trial = 0; trial < 25; ++trial) {
+  for (int trial = 0; trial < 40; ++trial) {
     const int p = 2 + trial % 4;
-    const int m = p + trial % 5;
+    const int m = trial % 3 == 0 ? 1 + trial % 2 : p + trial % 5;
     std::vector<StageCost> costs;
     costs.reserve(static_cast<std::size_t>(p));
     for (int s = 0; s < p; ++s) {
       const double f = time(rng), p1 = time(rng), p2 = time(rng);  // fixed evaluation order
       costs.push_back(testing::stage(f, p1, p2, 1, 0.5, 0, 16, trial % 2 ? 1.0 : 0.5));
+      // A long optimizer step on the last stage (a head), none below.
+      if (s == p - 1 && trial % 4 != 1) costs.back().optimizer_us = 4 * f;
     }
     const PlanMeta meta = testing::meta_for(costs, m, {}, lat(rng));
     const LowerBound b = step_time_lower_bound(costs, identity(p), meta.link, m);
