@@ -538,17 +538,25 @@ Result check_memory(const TaskGraph& g) {
           "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(current)) +
               " for parameters, gradients and optimizer state, above its limit " + gib_text(limit));
     }
-    for (const int id : g.stream_order(static_cast<int>(s))) {
-      const Node& n = g.node(id);
-      current += n.alloc_bytes;
-      const std::int64_t during = current + n.work_bytes;  // its working memory while it runs
+    // An overlapped pair (Node::overlaps_next and the next node of the stream) starts and ends
+    // as one op: both allocations and both working memories are held at once, as the simulator
+    // holds them.
+    const std::vector<int>& order = g.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const Node& n = g.node(order[i]);
+      const bool pair = n.overlaps_next && i + 1 < order.size();
+      const Node* second = pair ? &g.node(order[i + 1]) : nullptr;
+      current += n.alloc_bytes + (pair ? second->alloc_bytes : 0);
+      // Its working memory while it runs.
+      const std::int64_t during = current + n.work_bytes + (pair ? second->work_bytes : 0);
       if (static_cast<double>(during) > limit) {
-        return make_violation(g, id, "memory-limit",
+        return make_violation(g, order[i], "memory-limit",
                               "device " + std::to_string(d) + " reaches " +
                                   gib_text(static_cast<double>(during)) + ", above its limit " +
                                   gib_text(limit));
       }
-      current -= n.free_bytes;
+      current -= n.free_bytes + (pair ? second->free_bytes : 0);
+      if (pair) ++i;
     }
   }
   return std::nullopt;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/graph/simulator.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -229,6 +230,35 @@ TEST(Validator, CatchesMemoryOverLimit) {
   const Violation v = expect_violation(plan.graph, "memory-limit");
   EXPECT_EQ(plan.graph.node(v.node).device, 0);
   EXPECT_NE(v.message.find("above its limit"), std::string::npos);
+}
+
+// An overlapped pair (dualpipe-v's F&B) holds both ops' working memory at once, as the simulator
+// does: with each member's working memory above every other op's peak, one member alone fits the
+// limit and the pair does not.
+TEST(Validator, AnOverlappedPairHoldsBothWorkingMemoriesAtOnce) {
+  Plan plan = uniform_plan({.devices = 4,
+                            .microbatches = 8,
+                            .chunks = 2,
+                            .schedule = "dualpipe-v",
+                            .backward = BackwardMode::twobp});
+  TaskGraph& g = plan.graph;
+  const std::vector<std::int64_t> peaks = plan.sim.peak_memory_bytes();
+  const std::int64_t peak = *std::max_element(peaks.begin(), peaks.end());
+  const std::int64_t work = peak + static_cast<std::int64_t>(testing::kGiB);
+  int first = -1;
+  const std::vector<int>& order = g.stream_order(compute_stream(g, 0));
+  for (std::size_t i = 0; i + 1 < order.size() && first < 0; ++i) {
+    if (!g.node(order[i]).overlaps_next) continue;
+    first = order[i];
+    g.node(order[i]).work_bytes = work;
+    g.node(order[i + 1]).work_bytes = work;
+  }
+  ASSERT_GE(first, 0) << "no overlapped pair on device 0";
+  const double limit = static_cast<double>(peak + work) + 0.5 * testing::kGiB;
+  g.meta.memory_limit_bytes.assign(4, limit);
+  const Violation v = expect_violation(g, "memory-limit");
+  EXPECT_EQ(v.node, first);
+  EXPECT_GT(static_cast<double>(simulate(g).peak_memory_bytes()[0]), limit);
 }
 
 TEST(Validator, CatchesAMissingMicroBatch) {
