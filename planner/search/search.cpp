@@ -116,12 +116,13 @@ SearchResult search_plans(const SearchRequest& request) {
   std::string first_error;
   bool have_best = false;
   PlanRequest best_request;
-  // One candidate on compact arrays (planner/graph/schedule_sim.h); with BPipe transfers, whose
-  // timing only the task graph models, through make_plan. Empty when it breaks the memory limit.
+  // One candidate on compact arrays (planner/graph/schedule_sim.h); through make_plan where only
+  // the task graph's simulation models the timing: BPipe transfers, and a profile's contention
+  // model (a shared GPU's curves, a sustained-load term). Empty when it breaks the memory limit.
   const auto evaluate = [&](const PlanRequest& c, int mbs, int m, int chunks,
                             const std::vector<int>& layers) -> std::optional<SearchPoint> {
     SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0, 0};
-    if (c.bpipe != BpipeMode::off) {
+    if (c.bpipe != BpipeMode::off || !c.profile.contention.empty()) {
       const Plan plan = make_plan(c);
       const auto peaks = plan.sim.peak_memory_bytes();
       p.step_time_us = plan.sim.makespan_us;

@@ -70,6 +70,23 @@ TEST(Search, TheSteadyObjectiveRanksByTheLargestStageSpan) {
   }
 }
 
+// Stages sharing one GPU (a profile's contention curves): the candidates are ranked by the
+// simulator that times the plan, so the best point's step time is the returned plan's.
+TEST(Search, UnderContentionCurvesTheBestPointIsTheSimulatedPlan) {
+  SearchRequest s = uniform_search(4, 8, 0);
+  s.base.profile.contention.slowdown = {1.0, 1.4, 1.8, 2.2};
+  const SearchResult r = search_plans(s);
+  EXPECT_DOUBLE_EQ(r.best_point.step_time_us, r.best.sim.makespan_us);
+  for (const SearchPoint& p : r.pareto) {
+    PlanRequest c = s.base;
+    c.schedule = p.schedule;
+    c.backward = p.backward;
+    c.chunks = p.chunks;
+    c.layers_per_stage = p.layers_per_stage;
+    EXPECT_DOUBLE_EQ(p.step_time_us, make_plan(c).sim.makespan_us) << p.schedule;
+  }
+}
+
 TEST(Search, MemoryLimitTrimsTheCandidates) {
   const SearchResult loose = search_plans(uniform_search(4, 8, 0));
   const SearchResult tight = search_plans(uniform_search(4, 8, 4.5));
