@@ -405,53 +405,59 @@ json diff_to_json(const TraceDiff& diff, int top) {
   return out;
 }
 
+namespace {
+
+// printf-style text appended to `out`, however long (labels of concatenated ops grow with the
+// micro-batches they join).
+template <typename... Args>
+void append_format(std::string& out, const char* format, Args... args) {
+  const int n = std::snprintf(nullptr, 0, format, args...);
+  if (n <= 0) return;
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(n) + 1);
+  std::snprintf(out.data() + at, static_cast<std::size_t>(n) + 1, format, args...);
+  out.resize(at + static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
 std::string format_diff(const TraceDiff& diff, int top) {
   std::string out;
-  char line[256];
   const std::size_t shown = shown_count(diff.ops.size(), top);
-  std::snprintf(line, sizeof line, "ops (%zu of %zu, worst first)\n", shown, diff.ops.size());
-  out += line;
-  std::snprintf(line, sizeof line, "  %5s  %-22s %3s %-12s %12s %12s %9s\n", "node", "op", "dev",
-                "stream", "pred us", "meas us", "error");
-  out += line;
+  append_format(out, "ops (%zu of %zu, worst first)\n", shown, diff.ops.size());
+  append_format(out, "  %5s  %-22s %3s %-12s %12s %12s %9s\n", "node", "op", "dev", "stream",
+                "pred us", "meas us", "error");
   for (std::size_t i = 0; i < shown; ++i) {
     const OpDiff& op = diff.ops[i];
-    std::snprintf(line, sizeof line, "  %5d  %-22s %3d %-12s %12.1f %12.1f %+8.1f%%\n", op.node,
-                  op.label.c_str(), op.device, op.stream.c_str(), op.predicted_us, op.measured_us,
-                  op.error_pct());
-    out += line;
+    append_format(out, "  %5d  %-22s %3d %-12s %12.1f %12.1f %+8.1f%%\n", op.node, op.label.c_str(),
+                  op.device, op.stream.c_str(), op.predicted_us, op.measured_us, op.error_pct());
   }
   out += "devices (compute stream)\n";
-  std::snprintf(line, sizeof line, "  %3s %12s %12s %9s %12s %12s %9s %12s %12s\n", "dev",
-                "pred busy", "meas busy", "error", "pred span", "meas span", "error", "pred stall",
+  append_format(out, "  %3s %12s %12s %9s %12s %12s %9s %12s %12s\n", "dev", "pred busy",
+                "meas busy", "error", "pred span", "meas span", "error", "pred stall",
                 "meas stall");
-  out += line;
   for (const DeviceDiff& d : diff.devices) {
-    std::snprintf(
-        line, sizeof line, "  %3d %12.1f %12.1f %+8.1f%% %12.1f %12.1f %+8.1f%% %12.1f %12.1f\n",
-        d.device, d.predicted_busy_us, d.measured_busy_us,
-        pct(d.measured_busy_us, d.predicted_busy_us), d.predicted_span_us, d.measured_span_us,
-        pct(d.measured_span_us, d.predicted_span_us), d.predicted_stall_us, d.measured_stall_us);
-    out += line;
+    append_format(out, "  %3d %12.1f %12.1f %+8.1f%% %12.1f %12.1f %+8.1f%% %12.1f %12.1f\n",
+                  d.device, d.predicted_busy_us, d.measured_busy_us,
+                  pct(d.measured_busy_us, d.predicted_busy_us), d.predicted_span_us,
+                  d.measured_span_us, pct(d.measured_span_us, d.predicted_span_us),
+                  d.predicted_stall_us, d.measured_stall_us);
   }
   const bool host_known = !diff.devices.empty() && diff.devices[0].measured_host_stall_us >= 0;
   out += "  (stall: compute waited with every input ready; the simulator never waits)\n";
   if (host_known) {
     out += "  of the measured stall, the host queued late:";
     for (const DeviceDiff& d : diff.devices) {
-      std::snprintf(line, sizeof line, " %.1f", d.measured_host_stall_us);
-      out += line;
+      append_format(out, " %.1f", d.measured_host_stall_us);
     }
     out += " us\n";
   }
   if (!diff.stalls.empty()) {
     const std::size_t listed = shown_count(diff.stalls.size(), top);
-    std::snprintf(line, sizeof line, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
+    append_format(out, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
                   diff.stalls.size(), TraceDiff::kMinListedStallUs);
-    out += line;
-    std::snprintf(line, sizeof line, "  %5s  %-22s %3s %12s %12s %12s  %s\n", "node", "op", "dev",
-                  "ready us", "stall us", "host late", "ready after");
-    out += line;
+    append_format(out, "  %5s  %-22s %3s %12s %12s %12s  %s\n", "node", "op", "dev", "ready us",
+                  "stall us", "host late", "ready after");
     for (std::size_t i = 0; i < listed; ++i) {
       const StallDiff& st = diff.stalls[i];
       char host[32];
@@ -460,33 +466,28 @@ std::string format_diff(const TraceDiff& diff, int top) {
       } else {
         std::snprintf(host, sizeof host, "%12.1f", st.host_late_us);
       }
-      std::snprintf(line, sizeof line, "  %5d  %-22s %3d %12.1f %12.1f %s  %s\n", st.node,
-                    st.label.c_str(), st.device, st.ready_us, st.stall_us, host,
-                    st.last_input.c_str());
-      out += line;
+      append_format(out, "  %5d  %-22s %3d %12.1f %12.1f %s  %s\n", st.node, st.label.c_str(),
+                    st.device, st.ready_us, st.stall_us, host, st.last_input.c_str());
     }
   }
   if (diff.pairs.pairs > 0) {
     const PairsDiff& p = diff.pairs;
-    std::snprintf(line, sizeof line,
+    append_format(out,
                   "overlapped pairs: %d, median time predicted %.1f us, measured %.1f us; overlap "
                   "efficiency planned %.2f, ",
                   p.pairs, p.predicted_median_us, p.measured_median_us, p.planned_efficiency);
-    out += line;
     if (p.measured_efficiency < 0) {
       out += "measured unknown (no pair's ops also ran alone)\n";
     } else {
-      std::snprintf(line, sizeof line, "measured %.2f (from %d pairs beside their ops alone)\n",
+      append_format(out, "measured %.2f (from %d pairs beside their ops alone)\n",
                     p.measured_efficiency, p.measured_from);
-      out += line;
     }
   }
-  std::snprintf(line, sizeof line,
+  append_format(out,
                 "step time (makespan): predicted %.1f us, measured %.1f us, error %+.1f%%\n"
                 "compute ops: mean absolute error %.1f%%\n",
                 diff.predicted_makespan_us, diff.measured_makespan_us, diff.makespan_error_pct,
                 diff.compute_mape_pct);
-  out += line;
   return out;
 }
 

@@ -273,6 +273,30 @@ TEST(TraceDiff, SplitsAStallIntoHostAndGpuParts) {
   EXPECT_TRUE(diff_to_json(unknown, 10)["stalls"][0]["host_late_us"].is_null());
 }
 
+// A p2 concatenated over 96 micro-batches has a label of 290 characters: its row keeps its
+// columns and its own line.
+TEST(TraceDiff, ARowWithALongLabelKeepsItsColumns) {
+  PlanRequest r;
+  r.profile = uniform_profile(parse_uniform("1:1:1:0", ""), 2, 1);
+  r.devices = 2;
+  r.microbatches = 96;
+  r.backward = BackwardMode::twobp;
+  r.p2_concat = 0;
+  const Plan plan = make_plan(r);
+  const std::string text = format_diff(diff_trace(plan.graph, plan.sim, plan.sim), -1);
+  int long_rows = 0;
+  std::size_t begin = 0;
+  for (std::size_t end = text.find('\n'); end != std::string::npos;
+       begin = end + 1, end = text.find('\n', begin)) {
+    const std::string line = text.substr(begin, end - begin);
+    if (line.find("P2_0+1+2+") == std::string::npos) continue;
+    ++long_rows;
+    EXPECT_NE(line.find("+94+95 "), std::string::npos) << line;
+    EXPECT_EQ(line.substr(line.size() - 5), "+0.0%") << line;
+  }
+  EXPECT_EQ(long_rows, 2) << text;  // one per device
+}
+
 // dualpipe-v on uniform stages (F = P1 = P2 = 10 ms) with a planned overlap efficiency of 0.5.
 Plan paired_plan() {
   PlanRequest r;
