@@ -1,6 +1,7 @@
 #include "runtime/device_worker.h"
 
 #include <algorithm>
+#include <charconv>
 #include <string>
 
 #include "planner/base/error.h"
@@ -53,7 +54,12 @@ std::vector<Stash> unpack_stash(const Message& message, const std::vector<int>& 
     stashes[l].layer_index = layer_indices[l];
   for (const auto& [name, tensor] : message.tensors) {
     const auto slash = name.find('/');
-    const int layer = slash == std::string::npos ? -1 : std::stoi(name.substr(0, slash));
+    int layer = -1;
+    if (slash != std::string::npos) {
+      const char* first = name.data();
+      const auto [end, error] = std::from_chars(first, first + slash, layer);
+      if (error != std::errc() || end != first + slash) layer = -1;
+    }
     const auto it = std::find(layer_indices.begin(), layer_indices.end(), layer);
     if (it == layer_indices.end()) {
       throw Error("stash message '" + message.tag + "' holds '" + name +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -269,7 +270,7 @@ StepResult Executor::step(StepMode mode) {
     transport_->reset();
   } catch (const Error& e) {
     if (!options_.group) throw;
-    reset_error = e.what();
+    reset_error = std::string("transport: ") + e.what();
   }
   sync_->done.assign(static_cast<std::size_t>(plan_.node_count()), 0);
   sync_->failed = false;
@@ -278,10 +279,14 @@ StepResult Executor::step(StepMode mode) {
   times_.assign(static_cast<std::size_t>(plan_.node_count()), NodeTime{});
   arrivals_.assign(static_cast<std::size_t>(plan_.node_count()), nullptr);
   for (auto& worker : workers_) {
-    if (worker) {
+    if (!worker) continue;
+    try {
       worker->prepare_step();
-      worker->set_optimizer_node(mode == StepMode::train, options_.adamw, step_number);
+    } catch (const Error& e) {
+      if (!options_.group) throw;
+      if (!reset_error) reset_error = e.what();
     }
+    worker->set_optimizer_node(mode == StepMode::train, options_.adamw, step_number);
   }
   for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();  // the clock starts on idle devices
@@ -297,7 +302,7 @@ StepResult Executor::step(StepMode mode) {
   for (auto& worker : workers_) {
     if (worker) worker->begin_step(start_);
   }
-  if (reset_error) fail(Error("transport: " + *reset_error));
+  if (reset_error) fail(Error(*reset_error));
   {
     std::vector<std::jthread> threads;
     threads.reserve(plan_.streams().size());
@@ -307,10 +312,24 @@ StepResult Executor::step(StepMode mode) {
       }
     }
   }
-  const bool failed = sync_->first_error.has_value();
+  bool failed = sync_->first_error.has_value();
   if (failed && !options_.group)
     throw Error("step " + std::to_string(step_number) + ": " + *sync_->first_error);
-  if (!failed) {
+  // What fails after the graph (a gradients flush, the optimizer, reading the losses back) is
+  // this rank's failure of the step: under a process group every rank hears it through the step
+  // exchange rather than waiting out its timeout for a rank that left.
+  std::optional<std::string> late_error;
+  const auto after_graph = [&](const std::function<void()>& work) {
+    if (failed) return;
+    try {
+      work();
+    } catch (const Error& e) {
+      if (!options_.group) throw;
+      late_error = e.what();
+      failed = true;
+    }
+  };
+  after_graph([&] {
     // Devices whose plan has no optimizer node (a profile without its time) add the other copy's
     // weight gradients (two copies of the model) once their own grads sends are complete, and
     // step, here after the graph; the others did in their node.
@@ -322,23 +341,41 @@ StepResult Executor::step(StepMode mode) {
     for (auto& worker : workers_) {
       if (steps_here(worker)) worker->add_received_grads();
     }
-    std::vector<std::jthread> threads;
-    for (auto& worker : workers_) {
-      if (!steps_here(worker) || mode != StepMode::train) continue;
-      threads.emplace_back(
-          [this, &worker, step_number] { worker->optimizer_step(options_.adamw, step_number); });
+    std::mutex mutex;
+    std::optional<std::string> error;
+    {
+      std::vector<std::jthread> threads;
+      for (auto& worker : workers_) {
+        if (!steps_here(worker) || mode != StepMode::train) continue;
+        threads.emplace_back([this, &worker, &mutex, &error, step_number] {
+          try {
+            worker->optimizer_step(options_.adamw, step_number);
+          } catch (const Error& e) {
+            const std::lock_guard lock(mutex);
+            if (!error) error = e.what();
+          }
+        });
+      }
     }
-  }
+    if (error) throw Error(*error);
+  });
   // An asynchronous backend has only queued the step: it ends when the devices are idle.
-  for (auto& worker : workers_) {
-    if (worker) worker->backend().synchronize();
+  const auto synchronize = [this] {
+    for (auto& worker : workers_) {
+      if (worker) worker->backend().synchronize();
+    }
+  };
+  if (failed) {
+    synchronize();
+  } else {
+    after_graph(synchronize);
   }
   const double step_time_us = micros_since(start_);
-  if (!failed) {  // after the clock: reading the losses back is not the step's work
+  after_graph([this] {  // after the clock: reading the losses back is not the step's work
     for (auto& worker : workers_) {
       if (worker) worker->collect_losses();
     }
-  }
+  });
   // The host's times, before the node timer puts the device's in their place.
   std::vector<NodeTime> host_times;
   if (!failed && options_.node_timer) {
@@ -347,6 +384,7 @@ StepResult Executor::step(StepMode mode) {
     options_.node_timer->end_step(plan_, times_);
   }
   if (options_.group) {
+    if (late_error) return finish_ranked_step(step_number, step_time_us, late_error, false);
     return finish_ranked_step(step_number, step_time_us, sync_->first_error,
                               sync_->first_error_is_consequence);
   }

@@ -1,6 +1,9 @@
 #include "runtime/faulty_transport.h"
 
+#include <string>
 #include <thread>
+
+#include "planner/base/error.h"
 
 namespace pipeplan {
 
@@ -28,6 +31,14 @@ Message FaultyTransport::recv(int to, int from, Channel channel, std::string_vie
                               std::chrono::milliseconds timeout) {
   delay();
   return inner_->recv(to, from, channel, expected_tag, timeout);
+}
+
+void FaultyTransport::flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) {
+  if (plan_.fail_flush) {
+    throw Error("flush of device " + std::to_string(from) + "'s sends to device " +
+                std::to_string(to) + " failed (injected)");
+  }
+  inner_->flush(from, to, channel, timeout);
 }
 
 void FaultyTransport::reset() {

@@ -130,14 +130,29 @@ StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, 
     }
     std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
     double step_time_us = 0;
-    for (const std::optional<RankStep>& rank : ranks) {
+    std::string malformed;  // a report naming a micro-batch the plan does not have
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const std::optional<RankStep>& rank = ranks[r];
       if (!rank) continue;
-      for (const auto& [mb, loss] : rank->losses)
-        losses.at(static_cast<std::size_t>(mb)) = loss;
+      for (const auto& [mb, loss] : rank->losses) {
+        if (mb < 0 || mb >= microbatches) {
+          if (malformed.empty()) {
+            malformed = "step " + std::to_string(step) + ": rank " + std::to_string(r) +
+                        " reported the loss of micro-batch " + std::to_string(mb) +
+                        ", outside the plan's 0.." + std::to_string(microbatches - 1);
+          }
+          continue;
+        }
+        losses[static_cast<std::size_t>(mb)] = loss;
+      }
       step_time_us = std::max(step_time_us, rank->step_time_us);
     }
+    const bool ranks_ok = ok;
+    ok = ok && malformed.empty();
     verdict = to_bytes({{"ok", ok},
-                        {"error", ok ? std::string() : describe(ranks, step, timeout)},
+                        {"error", ok         ? std::string()
+                                  : ranks_ok ? malformed
+                                             : describe(ranks, step, timeout)},
                         {"losses", losses},
                         {"step_time_us", step_time_us}});
     if (ok) {

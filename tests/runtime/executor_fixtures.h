@@ -38,14 +38,22 @@ inline BackendFactory cpu_backends() {
 
 // A planner-made plan, or nullopt (with the planner's reason) when the family does not take
 // this backward mode.
+// `optimizer_nodes` false: a profile without the optimizer's time, whose plan has no optimizer
+// node (the executor then steps, and adds two copies' gradients, after the graph).
 inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, BackwardMode mode,
-                                          std::string* why = nullptr) {
+                                          std::string* why = nullptr, bool optimizer_nodes = true) {
   const ModelConfig model = tiny_for(family);
   AnalyticOptions analytic;
   analytic.seq = kSeq;
   analytic.max_p2_concat = kMicrobatches;
   PlanRequest request;
   request.profile = analytic_profile(model, find_gpu("h100"), analytic);
+  if (!optimizer_nodes) {
+    for (auto& [kind, by_mbs] : request.profile.layers) {
+      for (auto& [mbs, cost] : by_mbs)
+        cost.optimizer_us = 0;
+    }
+  }
   request.gpu = "h100";
   request.devices = kDevices;
   request.chunks = family.traits().chunks.preferred;

@@ -204,6 +204,29 @@ TEST(ExecutorRanksFaults, AHungRankIsNamedWithinTheTimeout) {
       << *errors[1];
 }
 
+// A failure after the graph (two copies' gradients flushed before the optimizer steps, on a plan
+// without optimizer nodes) is the failing rank's, agreed by every rank at once: none waits out
+// its timeout for a rank that left the step.
+TEST(ExecutorRanksFaults, AFailureAfterTheGraphEndsEveryRankWithOneError) {
+  const std::optional<TaskGraph> plan = testing::tiny_plan(
+      find_schedule_family("dualpipe"), BackwardMode::twobp, nullptr, /*optimizer_nodes=*/false);
+  ASSERT_TRUE(plan.has_value());
+  for (const Node& n : plan->nodes())
+    ASSERT_NE(n.op, OpType::O) << "the plan has an optimizer node";
+  FaultPlan faults;
+  faults.fail_flush = true;
+  std::array<std::optional<std::string>, kDevices> errors;
+  const auto start = std::chrono::steady_clock::now();
+  ranked(*plan, milliseconds(5000), errors, &faults, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  for (int r = 0; r < kDevices; ++r) {
+    ASSERT_TRUE(errors[static_cast<std::size_t>(r)].has_value()) << "rank " << r;
+    EXPECT_EQ(*errors[static_cast<std::size_t>(r)], *errors[0]) << "rank " << r;
+  }
+  EXPECT_EQ(errors[0]->rfind("agreed: step 1: rank 1: flush of device 1's sends to device ", 0), 0U)
+      << *errors[0];
+}
+
 TEST(ExecutorRanksSetUp, NeedsATransportAndOneRankPerDevice) {
   const TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::twobp);
   auto boxes = std::make_shared<testing::Mailboxes>();
