@@ -99,23 +99,33 @@ TEST_F(CpuProfileCli, ARunOfAPlanFromItHasThePlansPeakMemoryOnEveryDevice) {
 }
 
 // calibrate takes the CPU backend's own runs: it fits them, reports the error per run before and
-// after, and writes a profile whose provenance lists them, which eval then reads.
+// after, and writes a profile whose provenance lists them, which eval then reads. The tiny
+// model's ops last about half a millisecond, shorter than a scheduler slice: on a loaded machine
+// one preempted op can make the runs' times contradict the profile's so far that the fit is
+// refused as coming from other hardware (a slowdown above kMaxSlowdown). That refusal, and only
+// it, measures the runs again, at most three times.
 TEST_F(CpuProfileCli, CalibrateFitsTheCpuBackendsOwnRuns) {
-  std::vector<std::string> runs;
-  for (const std::string schedule : {"1f1b --backward 2bp", "gpipe"}) {
-    const std::string run = path("run" + std::to_string(runs.size()));
-    ASSERT_EQ(run_pipeplan("plan --profile " + profile_ + " --stages 2 -m 4 --schedule " +
-                           schedule + " -o " + run + ".plan.json")
-                  .status,
-              0);
-    const CliResult ran =
-        run_pipeplan("run " + run + ".plan.json --steps 2 --trace " + run + ".trace.json");
-    ASSERT_EQ(ran.status, 0) << ran.out;
-    runs.push_back(run);
-  }
   const std::string fitted = path("fitted.json");
-  const CliResult fit = run_pipeplan("calibrate fit --profile " + profile_ + " -o " + fitted + " " +
-                                     runs[0] + " " + runs[1]);
+  std::vector<std::string> runs;
+  CliResult fit;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    runs.clear();
+    for (const std::string schedule : {"1f1b --backward 2bp", "gpipe"}) {
+      const std::string run = path("run" + std::to_string(runs.size()));
+      ASSERT_EQ(run_pipeplan("plan --profile " + profile_ + " --stages 2 -m 4 --schedule " +
+                             schedule + " -o " + run + ".plan.json")
+                    .status,
+                0);
+      const CliResult ran =
+          run_pipeplan("run " + run + ".plan.json --steps 2 --trace " + run + ".trace.json");
+      ASSERT_EQ(ran.status, 0) << ran.out;
+      runs.push_back(run);
+    }
+    fit = run_pipeplan("calibrate fit --profile " + profile_ + " -o " + fitted + " " + runs[0] +
+                       " " + runs[1]);
+    if (fit.status == 0 || fit.out.find("far from the runs'") == std::string::npos) break;
+    EXPECT_FALSE(std::filesystem::exists(fitted)) << fit.out;
+  }
   ASSERT_EQ(fit.status, 0) << fit.out;
   EXPECT_NE(fit.out.find("op error before"), std::string::npos) << fit.out;
   EXPECT_NE(fit.out.find("wrote " + fitted), std::string::npos) << fit.out;
