@@ -74,7 +74,8 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
   // `work`: the op's working memory, held while it runs (StageCost::forward_work_bytes).
   auto note = [&](std::int64_t work = 0) { r.peak_bytes = std::max(r.peak_bytes, current + work); };
   // An evicted stash leaves only when its send ends, after the next op has started: count it
-  // until that op's allocation has been noted (the evictor's transient peak is cap + 1).
+  // until that op's allocation has been noted (the evictor's transient peak: cap + 2 where a
+  // forward follows the evicting one, in the warm-up; cap + 1 where a backward does).
   std::int64_t in_flight = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
     const Action& a = order[i];
