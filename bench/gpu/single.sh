@@ -4,7 +4,8 @@
 # shellcheck disable=SC2154,SC2317,SC2034  # run.sh's variables; record reads cap_s
 
 what_env() {
-  record env.json "$pipeplan" env --json
+  # What the machine is: recorded where it can be, never a reason to stop the run.
+  record env.json "$pipeplan" env --json || true
   # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
   record env.txt bash -c '
     nvidia-smi
@@ -17,7 +18,7 @@ what_env() {
     shift
     for f in "$@"; do [[ -e $f ]] || continue; echo; echo "== ldd $f"; ldd "$f"; done
   ' env "$staged" "$pipeplan" "${PIPEPLAN_CUDA_PLUGIN:-$(dirname "$pipeplan")/libpipeplan_cuda.so}" \
-    "$tests_binary" "$bench_block"
+    "$tests_binary" "$bench_block" || true
   # MPS (several processes sharing the GPU at once rather than time-sliced): whether its control
   # program is installed and its daemon answers; the line "MPS: ..." says it for summary.py.
   # shellcheck disable=SC2016  # expanded by the inner bash

@@ -367,7 +367,12 @@ void NcclTransport::add_side(int device, const TransportLink& link, ncclComm_t c
   side->comm = comm;
   side->peer_rank = device == link.from ? 1 : 0;
   const StageEndpoint& endpoint = endpoints_[static_cast<std::size_t>(device)];
-  CUDA_CHECK(cudaSetDevice(endpoint.cuda_device));
+  // The endpoint's GPU made current unless it is already: a rank sharing its GPU has its green
+  // context pushed, which a cudaSetDevice would replace with the primary context for the splits
+  // that follow.
+  int current = -1;
+  CUDA_CHECK(cudaGetDevice(&current));
+  if (current != endpoint.cuda_device) CUDA_CHECK(cudaSetDevice(endpoint.cuda_device));
   if (endpoint.green != nullptr) {
     side->stream = endpoint.green->create_stream();
   } else {
