@@ -440,7 +440,31 @@ SimResult Executor::measure(std::vector<NodeTime> times,
 
 std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan) {
   constexpr std::int64_t kBytesPerParameter = 16;  // fp32 weight, gradient, AdamW m and v
-  std::int64_t total = kBytesPerParameter * plan.meta.model.parameter_count();
+  constexpr std::int64_t kGradBytesPerParameter = 4;
+  // Every stage's layers where a device worker holds them (runtime/device_worker.cpp): with two
+  // copies of the model, both, and a gradient buffer for a copy whose twin is on another device.
+  const ModelConfig& model = plan.meta.model;
+  const std::vector<LayerKind> kinds = model.layer_list();
+  const auto layer_parameters = [&](LayerKind kind) {
+    return kind == LayerKind::embedding ? model.embedding_parameters()
+           : kind == LayerKind::head    ? model.head_parameters()
+                                        : model.block_parameters();
+  };
+  const Schedule& schedule = plan.schedule;
+  std::int64_t total = 0;
+  for (int stage = 0; stage < schedule.stage_count(); ++stage) {
+    const auto at = static_cast<std::size_t>(stage);
+    if (at >= plan.meta.stage_layers.size() || at >= schedule.stage_device.size()) break;
+    const StageLayers& range = plan.meta.stage_layers[at];
+    const int other = schedule.other_copy(stage);
+    const bool receives =
+        schedule.stage_device[static_cast<std::size_t>(other)] != schedule.stage_device[at];
+    for (int l = range.first_layer; l < range.first_layer + range.layer_count; ++l) {
+      if (l < 0 || static_cast<std::size_t>(l) >= kinds.size()) continue;
+      const std::int64_t n = layer_parameters(kinds[static_cast<std::size_t>(l)]);
+      total += kBytesPerParameter * n + (receives ? kGradBytesPerParameter * n : 0);
+    }
+  }
   const SimResult sim = simulate(plan);
   for (std::size_t d = 0; d < sim.devices.size(); ++d) {
     const std::int64_t fixed = d < plan.meta.static_bytes.size() ? plan.meta.static_bytes[d] : 0;

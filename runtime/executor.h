@@ -136,9 +136,12 @@ class Executor {
   int local_device_ = -1;
 };
 
-// An upper-bound estimate of the host memory a CPU run of the plan needs: fp32 weights,
-// gradients and both AdamW moments (16 bytes per parameter) plus the planned activation peaks
-// of every device, doubled for fp32 (the plan counts 2-byte activations).
+// An estimate of the host memory a CPU run of the plan needs: fp32 weights, gradients and both
+// AdamW moments (16 bytes per parameter) of every layer each device holds (both copies of the
+// model where the schedule has two, and a gradient buffer for a twin on another device), plus
+// the planned activation peaks of every device, doubled for fp32 (the plan counts 2-byte
+// activations). Not an upper bound: the CPU backend keeps the attention probabilities, (B, H,
+// T, T) per block and micro-batch, which a plan from a flash or recompute profile does not count.
 std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan);
 
 }  // namespace pipeplan

@@ -41,10 +41,12 @@ inline BackendFactory cpu_backends() {
 // `optimizer_nodes` false: a profile without the optimizer's time, whose plan has no optimizer
 // node (the executor then steps, and adds two copies' gradients, after the graph).
 inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, BackwardMode mode,
-                                          std::string* why = nullptr, bool optimizer_nodes = true) {
+                                          std::string* why = nullptr, bool optimizer_nodes = true,
+                                          Attention attention = Attention::flash) {
   const ModelConfig model = tiny_for(family);
   AnalyticOptions analytic;
   analytic.seq = kSeq;
+  analytic.attention = attention;
   analytic.max_p2_concat = kMicrobatches;
   PlanRequest request;
   request.profile = analytic_profile(model, find_gpu("h100"), analytic);
