@@ -50,7 +50,8 @@ struct ProfileCommand {
     if (max_host_given && backend != "cpu") throw Error("--max-host-gib: only with --backend cpu");
     if (analytic && !backend.empty()) {
       throw Error("--backend: " + backend +
-                  " measures on a GPU; --analytic estimates without one (give one of them)");
+                  " measures its hardware; --analytic estimates without measuring (give one of "
+                  "them)");
     }
     if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic && backend == "cpu") return run_cpu();

@@ -23,8 +23,8 @@ namespace pipeplan {
 void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--model", o.model, "model preset or a Hugging Face config.json");
   app.add_option("--gpu", o.gpu,
-                 "GPU from profiles/gpus.json (h100, h200, a100; default: the --profile's GPU, "
-                 "else h100)");
+                 "GPU from profiles/gpus.json (h100, h100-pcie, h200, a100, cpu; default: the "
+                 "--profile's GPU, else h100)");
   app.add_option("--profile", o.profile,
                  "profile JSON (default: the analytic model; - reads standard input)");
   app.add_option("--stages", o.stages, "pipeline devices P")->required();

@@ -17,7 +17,6 @@ namespace pipeplan {
 namespace {
 
 using testing::uniform_plan;
-using testing::UniformPlan;
 
 Plan sample(BackwardMode mode = BackwardMode::twobp) {
   return uniform_plan({.devices = 4, .microbatches = 8, .backward = mode, .comm = 0.1});
