@@ -274,6 +274,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   std::string first_error;
   double budget = kBudgetActions;
   bool done = false;
+  std::vector<char> seeded(all.size(), 0);  // every family seed of the layout considered
   const auto consider = [&](std::size_t li, Schedule schedule, const std::string& name) {
     const Layout& layout = all[li];
     ++tried;
@@ -324,6 +325,23 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
          family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat)) {
       consider(li, std::move(schedule), "seed=" + name);
       if (done) break;
+    }
+    seeded[li] = !done;
+  }
+  // An order at both bounds ends the search, but one of equal figures and less memory may be a
+  // family seed of a layout whose bounds reach them: those seeds run too (a few orders a
+  // layout), and the leaders keep the lighter.
+  if (done) {
+    const AutoScore reached = leaders.best();
+    const double first = steady ? reached.span_us : reached.makespan_us;
+    const double second = steady ? reached.makespan_us : reached.span_us;
+    for (std::size_t li = 0; li < all.size(); ++li) {
+      if (seeded[li] || !meets(primary(all[li]), first) || !meets(secondary(all[li]), second))
+        continue;
+      seeded[li] = true;
+      for (auto& [name, schedule] :
+           family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat))
+        consider(li, std::move(schedule), "seed=" + name);
     }
   }
   double second_tier = kSecondTierActions;
