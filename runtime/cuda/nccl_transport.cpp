@@ -1,5 +1,6 @@
 #include "runtime/cuda/nccl_transport.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -710,16 +711,28 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
     const ScopedContext current(context_of(receiver));
+    std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks
     for (auto& entry : message.tensors) {
       Tensor& tensor = entry.second;
-      tensor = Tensor(receiver.allocator->allocate(tensor.bytes()), tensor.shape(), tensor.dtype(),
-                      Device::cuda);
+      DeviceAllocator::FencedBlock block = receiver.allocator->allocate_fenced(tensor.bytes());
+      freed_at = std::max(freed_at, block.freed_at);
+      tensor = Tensor(std::move(block.data), tensor.shape(), tensor.dtype(), Device::cuda);
     }
-    // Buffers from the receiver's cache may have been freed by kernels still queued on its
-    // stream (by another of its threads): the receive waits for what is queued there once the
-    // buffers are taken, so this record comes after the allocations.
-    CUDA_CHECK(cudaEventRecord(s.receiver_tail, receiver.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.receiver_tail, 0));
+    // Buffers from the receiver's cache may be read by kernels still queued on its stream (freed
+    // by another of its threads after queueing them): the receive waits for the first event the
+    // receiver recorded after the latest of those frees (its fence), as the device-local copy
+    // does, not for everything queued there, which can be many ops ahead of the GPU (and the
+    // sender's kernel would spin on its SMs meanwhile). Without a recorded fence it waits for
+    // what is queued there once the buffers are taken, so that record comes after the
+    // allocations. Fresh buffers need no wait.
+    if (freed_at != DeviceAllocator::kNeverUsed) {
+      cudaEvent_t last_use = events_ != nullptr ? events_->fence_after(to, freed_at) : nullptr;
+      if (last_use == nullptr) {
+        CUDA_CHECK(cudaEventRecord(s.receiver_tail, receiver.compute));
+        last_use = s.receiver_tail;
+      }
+      CUDA_CHECK(cudaStreamWaitEvent(s.stream, last_use, 0));
+    }
     NCCL_CHECK(ncclGroupStart());
     for (const auto& entry : message.tensors) {
       NCCL_CHECK(ncclRecv(entry.second.data(), static_cast<std::size_t>(entry.second.bytes()),
