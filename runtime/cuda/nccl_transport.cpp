@@ -129,13 +129,18 @@ struct NcclTransport::Side {
   cudaEvent_t receiver_tail = nullptr;
   cudaEvent_t header_done = nullptr;
   cudaEvent_t done = nullptr;
-  // Sends NCCL has not finished reading: the message keeps its tensors alive until then.
+  // Sends NCCL has not finished reading: the message keeps its tensors alive until then, and its
+  // pinned header staging buffer (a copy from pageable memory would stage it through the
+  // driver's pool, which can block the host, holding this GPU's lock, behind queued sends).
   struct Pending {
     cudaEvent_t done = nullptr;
     Message message;
+    char* header = nullptr;
   };
   std::deque<Pending> in_flight;
   std::vector<cudaEvent_t> spare_events;
+  std::vector<char*> spare_headers;  // pinned, kHeaderBytes each, free for the next send
+  std::vector<char*> headers;        // every one made (freed with the side)
 };
 
 std::string unique_id_hex(const ncclUniqueId& id) {
@@ -453,6 +458,8 @@ NcclTransport::~NcclTransport() {
       cudaEventDestroy(pending.done);
     for (cudaEvent_t event : side->spare_events)
       cudaEventDestroy(event);
+    for (char* header : side->headers)
+      cudaFreeHost(header);
   }
 }
 
@@ -629,10 +636,21 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
       ready = s.ready;
     }
     CUDA_CHECK(cudaStreamWaitEvent(s.stream, ready, 0));
-    // From pageable memory: the copy is staged before cudaMemcpyAsync returns, so `header` may
-    // go at once; the device buffer is reused in stream order after the last ncclSend read it.
-    CUDA_CHECK(cudaMemcpyAsync(s.header_device, header.data(), header.size(),
-                               cudaMemcpyHostToDevice, s.stream));
+    // From a pinned buffer of this send's own (returned to the side once the send has ended):
+    // the copy never waits on the host. The device buffer is reused in stream order after the
+    // last ncclSend read it.
+    char* staging = nullptr;
+    if (s.spare_headers.empty()) {
+      CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging),
+                                static_cast<std::size_t>(kHeaderBytes)));
+      s.headers.push_back(staging);
+    } else {
+      staging = s.spare_headers.back();
+      s.spare_headers.pop_back();
+    }
+    std::memcpy(staging, header.data(), header.size());
+    CUDA_CHECK(
+        cudaMemcpyAsync(s.header_device, staging, header.size(), cudaMemcpyHostToDevice, s.stream));
     const auto [begin, end] = events_ != nullptr ? events_->transfer_marks(from, from, to, channel)
                                                  : std::pair<cudaEvent_t, cudaEvent_t>{};
     if (begin != nullptr) CUDA_CHECK(cudaEventRecord(begin, s.stream));
@@ -654,6 +672,7 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
     }
     CUDA_CHECK(cudaEventRecord(pending.done, s.stream));
     pending.message = std::move(message);
+    pending.header = staging;
     s.in_flight.push_back(std::move(pending));
   }();
   if (!problem.empty()) fail(s, "send '" + message.tag + "'", problem);
@@ -677,6 +696,7 @@ void NcclTransport::reap(Side& side, bool wait_all, std::chrono::milliseconds ti
       }
     }
     side.spare_events.push_back(oldest.done);
+    side.spare_headers.push_back(oldest.header);
     side.in_flight.pop_front();  // NCCL has read the tensors: they may go back to the cache
   }
 }
