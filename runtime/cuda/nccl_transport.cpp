@@ -727,17 +727,21 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   if (!problem.empty()) fail(s, what + " (header)", problem);
   wait(s, s.header_done, timeout, what + " (header)");
   Message message = decode_header(s.header_host, what);
+  // The buffers before this GPU's NCCL lock: an allocation that has to release the cache first
+  // (cudaFree waits for the whole device) must not hold the lock that the receives other stages'
+  // spinning NCCL kernels wait for need.
+  CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
+  std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks
+  for (auto& entry : message.tensors) {
+    Tensor& tensor = entry.second;
+    DeviceAllocator::FencedBlock block = receiver.allocator->allocate_fenced(tensor.bytes());
+    freed_at = std::max(freed_at, block.freed_at);
+    tensor = Tensor(std::move(block.data), tensor.shape(), tensor.dtype(), Device::cuda);
+  }
   [&] {
     const std::lock_guard lock(device_mutex(to));
     CUDA_CHECK(cudaSetDevice(receiver.cuda_device));
     const ScopedContext current(context_of(receiver));
-    std::int64_t freed_at = DeviceAllocator::kNeverUsed;  // the latest free among the blocks
-    for (auto& entry : message.tensors) {
-      Tensor& tensor = entry.second;
-      DeviceAllocator::FencedBlock block = receiver.allocator->allocate_fenced(tensor.bytes());
-      freed_at = std::max(freed_at, block.freed_at);
-      tensor = Tensor(std::move(block.data), tensor.shape(), tensor.dtype(), Device::cuda);
-    }
     // Buffers from the receiver's cache may be read by kernels still queued on its stream (freed
     // by another of its threads after queueing them): the receive waits for the first event the
     // receiver recorded after the latest of those frees (its fence), as the device-local copy
