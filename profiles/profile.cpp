@@ -279,7 +279,7 @@ Profile load_profile(const std::filesystem::path& path) {
 }
 
 void save_profile(const Profile& profile, const std::filesystem::path& path) {
-  write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+  write_file_atomic(path, json_text(profile_to_json(profile), 2) + "\n");
 }
 
 std::string utc_now_iso() {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
@@ -102,7 +103,7 @@ struct CompareCommand {
         }
         out.push_back(j);
       }
-      std::cout << out.dump(2) << "\n";
+      std::cout << json_text(out, 2) << "\n";
       return 0;
     }
     std::printf("objective: %s (auto minimises the %s, the %s breaks ties)\n",

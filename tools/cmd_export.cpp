@@ -41,11 +41,11 @@ struct ExportCommand {
     // The CSV and its split, both or neither.
     OutputFiles outputs;
     outputs.add(output, schedule_to_torch_csv(graph.schedule));
-    outputs.add(
-        torch_csv_layers_path(output),
-        torch_csv_layers_to_json(torch_csv_layers(graph.meta.model, graph.meta.stage_layers))
-                .dump(2) +
-            "\n");
+    outputs.add(torch_csv_layers_path(output),
+                json_text(torch_csv_layers_to_json(
+                              torch_csv_layers(graph.meta.model, graph.meta.stage_layers)),
+                          2) +
+                    "\n");
     outputs.commit();
     std::cout << "wrote " << output << " (" << graph.schedule.devices << " ranks, "
               << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches

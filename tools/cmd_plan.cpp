@@ -94,7 +94,7 @@ struct PlanCommand {
       j["lower_bound_ms"] = plan.bound.makespan_us / 1e3;
       if (!plan.chosen.empty()) j["chosen"] = plan.chosen;
       j["planning_ms"] = planning.count();
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j, 2) << "\n";
     } else {
       std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
       if (!output.empty()) std::cout << "wrote " << output << "\n";
@@ -140,7 +140,7 @@ struct PlanCommand {
     const Plan plan = best_bpipe_plan(request, &chosen);
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
-      std::cout << metrics_json(plan.graph, plan.sim).dump(2) << "\n";
+      std::cout << json_text(metrics_json(plan.graph, plan.sim), 2) << "\n";
       return 0;
     }
     std::cout << "bpipe auto: mbs " << chosen.mbs << ", backward " << to_string(chosen.backward)
@@ -178,7 +178,7 @@ struct PlanCommand {
                          {"layers_per_stage", p.layers_per_stage}});
       }
       out["pareto"] = std::move(front);
-      std::cout << out.dump(2) << "\n";
+      std::cout << json_text(out, 2) << "\n";
       return 0;
     }
     std::cout << format_pareto(result) << "best:\n"

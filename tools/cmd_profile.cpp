@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
@@ -136,7 +137,7 @@ struct ProfileCommand {
   }
   void write(const Profile& profile) const {
     if (output.empty()) {
-      std::cout << profile_to_json(profile).dump(2) << "\n";
+      std::cout << json_text(profile_to_json(profile), 2) << "\n";
     } else {
       save_profile(profile, output);
       std::cout << "wrote " << output << "\n";

@@ -198,7 +198,7 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
                              {"peak_memory_bytes", last.measured.peak_memory_bytes()},
                              {"trace", trace}};
     if (ranks.group) report["ranks"] = ranks.group->size();
-    std::cout << report.dump(2) << "\n";
+    std::cout << json_text(report, 2) << "\n";
   } else {
     std::cout << "peak memory per device (measured, last step):";
     for (const std::int64_t bytes : last.measured.peak_memory_bytes())
@@ -284,7 +284,7 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
     report["steps"] = std::move(rows);
     report["trace"] = trace;
     if (ranks.group) report["ranks"] = ranks.group->size();
-    std::cout << report.dump(2) << "\n";
+    std::cout << json_text(report, 2) << "\n";
   } else {
     std::cout << "last step against the plan's prediction:\n" << format_run_report(comparison, hw);
     if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";

@@ -61,7 +61,7 @@ struct ShowCommand {
     const SimResult sim = std::move(checked.sim);
     // Both outputs or neither.
     OutputFiles outputs;
-    if (!trace.empty()) outputs.add(trace, perfetto_trace(graph, sim, plan_path).dump() + "\n");
+    if (!trace.empty()) outputs.add(trace, json_text(perfetto_trace(graph, sim, plan_path)) + "\n");
     if (!dot.empty()) {
       std::ostringstream out;
       write_dot(graph, out);
@@ -69,7 +69,7 @@ struct ShowCommand {
     }
     outputs.commit();
     if (json) {
-      std::cout << metrics_json(graph, sim).dump(2) << "\n";
+      std::cout << json_text(metrics_json(graph, sim), 2) << "\n";
       return 0;
     }
     const bool color = !no_color && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "profiles/gpu.h"
 #include "profiles/layout.h"
 #include "tools/units.h"
@@ -66,7 +67,8 @@ std::string layout_summary(const TaskGraph& graph) {
     out += " (Megatron runs virtual stage s on rank s mod " + std::to_string(graph.meta.devices) +
            "; this plan's " + graph.meta.schedule + " places them otherwise)";
   }
-  return out + "\ntorchtitan: module_fqns_per_model_part = " + layout["torchtitan"].dump() + "\n";
+  return out + "\ntorchtitan: module_fqns_per_model_part = " + json_text(layout["torchtitan"]) +
+         "\n";
 }
 
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {

@@ -60,9 +60,12 @@ std::size_t control_character_at(std::string_view text, std::string_view allowed
 std::string control_character_problem(std::string_view text, std::string_view allowed = {});
 // Refuses a string field holding one: "<context>: field '<field>' holds control character ...".
 void require_printable(std::string_view text, std::string_view field, std::string_view context);
-// `text` with every control character replaced by '?', for a name made from something else (a
-// file name).
+// `text` with every control character, and every byte that is no well-formed UTF-8, replaced
+// by '?': for a name made from something else (a file name).
 std::string printable_text(std::string_view text);
+// `value` as JSON text (`indent` as nlohmann's dump: -1 compact), a string's bytes that are no
+// UTF-8 written as U+FFFD rather than thrown at: what every written document and report uses.
+std::string json_text(const nlohmann::json& value, int indent = -1);
 
 // The files one command writes, written all or none. add() checks a target at once: it must be
 // a regular file or not exist (a directory, device, FIFO or socket is refused, and so is a name

@@ -605,8 +605,8 @@ void write_plan_text(const TaskGraph& g, const std::function<void(std::string_vi
   out += R"({"format": ")";
   out += kPlanFormat;
   out += R"(", "version": )" + std::to_string(kPlanVersion) + ",\n";
-  out += R"("meta": )" + meta_to_json(g.meta).dump() + ",\n";
-  out += R"("schedule": )" + nlohmann::json(schedule_to_text(g.schedule)).dump() + ",\n";
+  out += R"("meta": )" + json_text(meta_to_json(g.meta)) + ",\n";
+  out += R"("schedule": )" + json_text(nlohmann::json(schedule_to_text(g.schedule))) + ",\n";
   out += R"("streams": [)";
   const std::vector<bool> in_order = streams_in_id_order(g);
   for (std::size_t i = 0; i < g.streams().size(); ++i) {
@@ -641,7 +641,7 @@ void write_plan_text(const TaskGraph& g, const std::function<void(std::string_vi
   codes("op", [](const Node& n) { return code_of(n.op, kOpCodes); });
   codes("transfer", [](const Node& n) { return code_of(n.transfer, kTransferCodes); });
   const DurationTable durations = duration_table(g);
-  out += ",\n\"duration_values\": " + nlohmann::json(durations.values).dump();
+  out += ",\n\"duration_values\": " + json_text(nlohmann::json(durations.values));
   for (std::size_t c = 0; c < kIntColumns.size(); ++c) {
     out += ",\n\"";
     out += kIntColumns[c];
@@ -674,7 +674,7 @@ void write_plan_text(const TaskGraph& g, const std::function<void(std::string_vi
   for (std::size_t id = 0; id < node_total; ++id) {
     if (const std::string* label = g.nodes()[id].custom_label.get()) labels.push_back({id, *label});
   }
-  out += "],\n\"labels\": " + labels.dump();
+  out += "],\n\"labels\": " + json_text(labels);
   // The first node of every overlapped pair, when the plan has any (its partner is the next node
   // of its stream).
   std::optional<IntWriter> overlapped;

@@ -286,7 +286,7 @@ json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_vi
 
 void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim,
                           const std::filesystem::path& path, std::string_view title) {
-  write_file_atomic(path, perfetto_trace(graph, sim, title).dump() + "\n");
+  write_file_atomic(path, json_text(perfetto_trace(graph, sim, title)) + "\n");
 }
 
 }  // namespace pipeplan

@@ -178,6 +178,9 @@ TEST(Model, HfLlamaConfigWithGroupedQueryAttention) {
   // A config under any other file name is named by that file, not its folder.
   EXPECT_EQ(load_hf_config(dir.write("runs/llama-7b-blocks8.json", read_text_file(path))).name,
             "llama-7b-blocks8");
+  // A folder name that is no UTF-8 (Linux paths are bytes) gives a name a JSON file can hold.
+  EXPECT_EQ(load_hf_config(dir.write("m\xffodel/config.json", read_text_file(path))).name,
+            "m?odel");
   EXPECT_EQ(m.family, "llama");
   EXPECT_EQ(m.kv_heads, 8);
   EXPECT_EQ(m.ffn_hidden, 14336);

@@ -125,6 +125,22 @@ TEST(PrintableText, ControlCharactersAreFoundAndReplaced) {
   EXPECT_EQ(printable_text("a\x1b[1m\nb\u009bc\u00e9"), "a?[1m?b?c\u00e9");
 }
 
+// A name made from a file name that is no UTF-8 (a Linux path is bytes) stays writable as JSON:
+// each stray, truncated, overlong or surrogate byte becomes '?', valid sequences stay.
+TEST(PrintableText, BytesThatAreNoUtf8AreReplaced) {
+  EXPECT_EQ(printable_text("m\xffodel"), "m?odel");
+  EXPECT_EQ(printable_text("\xc3"), "?");                 // truncated
+  EXPECT_EQ(printable_text("\xc0\xaf"), "??");            // overlong '/'
+  EXPECT_EQ(printable_text("\xed\xa0\x80x"), "???x");     // a surrogate
+  EXPECT_EQ(printable_text("\xf4\x90\x80\x80"), "????");  // above U+10FFFF
+  EXPECT_EQ(printable_text("\u00e9\u4e2d\U0001f600"), "\u00e9\u4e2d\U0001f600");
+  EXPECT_NO_THROW((void)nlohmann::json(printable_text("\xff\xfe")).dump());
+  EXPECT_EQ(json_text(nlohmann::json("a\xff"
+                                     "b")),
+            "\"a\xef\xbf\xbd"
+            "b\"");  // U+FFFD
+}
+
 TEST(ParseJson, MalformedJsonNamesTheByte) {
   EXPECT_EQ(parse_error("{\"a\": }"), "p.json: malformed JSON at byte 7");
   EXPECT_EQ(parse_error(""), "p.json: malformed JSON at byte 1");
