@@ -233,7 +233,9 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
                                         : OpType::P2;
       split = split || op == OpType::P1;
       if (op == OpType::P2 && options.join_consecutive_w && !actions.empty() &&
-          actions.back().op == OpType::P2 && actions.back().stage == c.stage) {
+          actions.back().op == OpType::P2 && actions.back().stage == c.stage &&
+          (options.max_join <= 0 ||
+           static_cast<int>(actions.back().microbatches.size()) < options.max_join)) {
         actions.back().microbatches.push_back(c.microbatch);
         continue;
       }

@@ -28,6 +28,9 @@ struct TorchCsvImport {
   // Join consecutive W cells of one stage into one concatenated P2 (pipeplan's p2 concat);
   // PyTorch runs them one by one, so the default keeps them apart.
   bool join_consecutive_w = false;
+  // With join_consecutive_w: the most W cells one P2 joins (pipeplan's --p2-concat K, as a plan
+  // made with it groups them); 0: every consecutive one.
+  int max_join = 0;
 };
 
 // The rules PyTorch's validator enforces, checked on the cells as written: a known action type,

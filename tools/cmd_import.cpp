@@ -19,6 +19,7 @@ struct ImportCommand {
   std::string csv_path;
   PlanOptions options;
   bool join_w = false;
+  const CLI::Option* p2_concat = nullptr;  // given: bounds --join-w's groups
   std::string output;
 
   // The CSV fixes ranks, chunks and micro-batches; the options may repeat them but not differ.
@@ -60,8 +61,21 @@ struct ImportCommand {
   }
 
   int run() {
+    // The CSV's W cells are one micro-batch each: --p2-concat says how many --join-w joins (as a
+    // plan made with it groups them), and means nothing without it.
+    const bool concat_given = p2_concat != nullptr && p2_concat->count() > 0;
+    if (concat_given && !join_w) {
+      throw Error(
+          "--p2-concat: only with --join-w (it bounds how many consecutive W cells of "
+          "a stage one p2 joins)");
+    }
     TorchCsvReport report;
-    const Schedule schedule = load_torch_csv(csv_path, {join_w}, &report);
+    const Schedule schedule =
+        load_torch_csv(csv_path, {join_w, concat_given ? options.p2_concat : 0}, &report);
+    if (concat_given && schedule.backward == BackwardMode::fused) {
+      throw Error("--p2-concat: " + csv_path +
+                  " has no W cells (its backward is fused: B cells); leave --p2-concat out");
+    }
     if (schedule.stage_count() % schedule.devices != 0)
       throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) +
@@ -116,6 +130,11 @@ Command add_import_command(CLI::App& app) {
       "BPipe activation transfers: off (an imported order runs as written)");
   sub->add_flag("--join-w", cmd->join_w,
                 "run consecutive W cells of one stage as one concatenated p2");
+  CLI::Option* p2_concat = sub->get_option("--p2-concat");
+  cmd->p2_concat = p2_concat;
+  p2_concat->description(
+      "with --join-w: the most W cells one p2 joins, as --p2-concat grouped them in plan (0 = "
+      "all)");
   sub->add_option("-o,--output", cmd->output, "write the plan (task graph JSON)");
   return {sub, [cmd] { return cmd->run(); }};
 }

@@ -103,6 +103,40 @@ TEST_F(TorchCsvCli, ConcatenatedP2RoundTripsWithJoinW) {
   EXPECT_NE(read_file(path("sched.csv")).find("0W0,0W1,0W2,0W3"), std::string::npos);
 }
 
+// A plan grouping its p2 by --p2-concat K comes back with the same groups when import is given
+// the same K; --p2-concat means nothing without --join-w, or on a CSV without W cells.
+TEST_F(TorchCsvCli, GroupedP2RoundTripsWithJoinWAndTheSameP2Concat) {
+  expect_round_trip(
+      "--uniform 1:1:1:0 --stages 2 --microbatches 4 --schedule 1f1b --backward 2bp "
+      "--p2-concat 2",
+      "--uniform 1:1:1:0 --join-w --p2-concat 2");
+  // The orders after the header line (whose family is torch-csv once imported): the same groups
+  // (0P2_0+1 0P2_2+3), not one p2 over all four.
+  const auto order = [&](const std::string& file) {
+    const std::string text =
+        nlohmann::json::parse(read_file(path(file))).at("schedule").get<std::string>();
+    return text.substr(text.find('\n'));
+  };
+  EXPECT_EQ(order("imported.json"), order("plan.json"));
+  EXPECT_NE(order("imported.json").find("0P2_2+3"), std::string::npos);
+  const std::string csv = path("sched.csv");
+  Result r = run("import " + csv + " --uniform 1:1:1:0 --p2-concat 2 -o " + path("never.json"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.out,
+            "pipeplan: error: --p2-concat: only with --join-w (it bounds how many consecutive W "
+            "cells of a stage one p2 joins)\n");
+  EXPECT_FALSE(fs::exists(path("never.json")));
+  ASSERT_EQ(run("plan --uniform 1:1:1:0 --stages 2 --microbatches 4 --schedule 1f1b -o " +
+                path("fused.json"))
+                .status,
+            0);
+  ASSERT_EQ(run("export " + path("fused.json") + " -o " + path("fused.csv")).status, 0);
+  r = run("import " + path("fused.csv") + " --uniform 1:1:1:0 --join-w --p2-concat 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.out, "pipeplan: error: --p2-concat: " + path("fused.csv") +
+                       " has no W cells (its backward is fused: B cells); leave --p2-concat out\n");
+}
+
 TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
   // I of stage 1 micro-batch 0 before its F: row 2, cell 1.
   expect_import_error("0F0,0I0,0W0\n1I0,1F0,1W0\n", "row 2 cell 1");
