@@ -1,5 +1,7 @@
 #include "tools/cli.h"
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -89,7 +91,19 @@ int run_cli(int argc, char** argv) {
     // No output of the command replaces a file it read or wrote.
     const FileGuard guard;
     for (const Command& command : commands) {
-      if (command.app->parsed()) return command.run();
+      if (!command.app->parsed()) continue;
+      const int status = command.run();
+      // What it printed reached standard output (a full disk, a closed pipe), or it failed.
+      errno = 0;
+      std::cout.flush();
+      if (!std::cout) {
+        const int error = errno;
+        std::cerr << "pipeplan: error: standard output: write failed"
+                  << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
+                  << "\n";
+        return status != 0 ? status : 1;
+      }
+      return status;
     }
   } catch (const Error& e) {
     std::cerr << "pipeplan: error: " << e.what() << "\n";

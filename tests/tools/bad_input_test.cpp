@@ -108,6 +108,17 @@ TEST_F(BadInput, CommandLineValuesAreChecked) {
                  "--cooldown-seconds: 'inf' is not a number from 0 to 3600");
 }
 
+// Output that cannot be written (a full disk) is a failure, whatever the command printed.
+TEST_F(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  ASSERT_EQ(run_pipeplan(kTiny + " -o " + path("p.json")).status, 0);
+  const CliResult r =
+      pipeplan::testing::run_shell("sh -c '" + pipeplan::testing::pipeplan_binary() + " export " +
+                                   path("p.json") + " > /dev/full'");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out, "pipeplan: error: standard output: write failed: No space left on device\n");
+}
+
 TEST_F(BadInput, UsageErrorsAreOneLine) {
   expect_refused("frobnicate", "unknown command 'frobnicate'");
   expect_refused("plan --frobnicate", "unexpected argument: --frobnicate");
