@@ -89,10 +89,18 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
   g.hbm_bytes =
       r.number("hbm_gib", true, limits::kMaxMemoryBytes / kBytesPerGiB, limits::kMinGpuMemoryGiB) *
       kBytesPerGiB;
-  g.hbm_bandwidth_GBps = r.number("hbm_bandwidth_GBps", true, limits::kMaxBandwidthGBps);
+  g.hbm_bandwidth_GBps =
+      r.number("hbm_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
   // 0: no NVLink
   g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false, limits::kMaxBandwidthGBps);
-  g.pcie_bandwidth_GBps = r.number("pcie_bandwidth_GBps", true, limits::kMaxBandwidthGBps);
+  if (g.nvlink_bandwidth_GBps > 0 && g.nvlink_bandwidth_GBps < limits::kMinBandwidthGBps) {
+    r.fail("nvlink_bandwidth_GBps", "= " + limits::general_number(g.nvlink_bandwidth_GBps) +
+                                        " is neither 0 (no NVLink) nor " + "at least " +
+                                        limits::general_number(limits::kMinBandwidthGBps) +
+                                        " (docs/reference/limits.md)");
+  }
+  g.pcie_bandwidth_GBps =
+      r.number("pcie_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
   g.p2p_latency_us = r.number("p2p_latency_us", false, limits::kMaxLinkLatencyUs);
   return g;
 }

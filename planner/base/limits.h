@@ -42,7 +42,10 @@ inline constexpr double kMaxLinkLatencyUs = 1e9;               // p2p latency
 inline constexpr int kMaxGpuEntries = 4096;       // entries of gpus.json
 inline constexpr double kMaxGpuTflops = 1e6;      // peak_bf16_tflops
 inline constexpr double kMaxBandwidthGBps = 1e9;  // HBM, NVLink, PCIe bandwidth
-inline constexpr double kMinGpuMemoryGiB = 1.0;   // hbm_gib: a GPU one can train on
+// The least non-zero bandwidth (GB/s) of a link or memory: 1 MB/s keeps the largest transfer a
+// plan can hold far below the longest node time a plan file takes (kMaxNodeTimeUs).
+inline constexpr double kMinBandwidthGBps = 1e-3;
+inline constexpr double kMinGpuMemoryGiB = 1.0;  // hbm_gib: a GPU one can train on
 
 // Files and task graphs.
 inline constexpr std::int64_t kMaxFileBytes = 1LL << 30;  // any file pipeplan reads

@@ -217,7 +217,14 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   }
   const auto& link = require_field(j, "link", ctx);
   m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
-  m.link.bandwidth_GBps = require_nonnegative(link, "bandwidth_GBps", ctx + ".link");
+  m.link.bandwidth_GBps =
+      require_bounded(link, "bandwidth_GBps", ctx + ".link", limits::kMaxBandwidthGBps);
+  if (m.link.bandwidth_GBps > 0 && m.link.bandwidth_GBps < limits::kMinBandwidthGBps) {
+    throw Error(ctx +
+                ".link: field 'bandwidth_GBps' = " + limits::general_number(m.link.bandwidth_GBps) +
+                " is neither 0 (latency only) nor at least " +
+                limits::general_number(limits::kMinBandwidthGBps) + " (docs/reference/limits.md)");
+  }
   m.profile_source = require_string(j, "profile_source", ctx);
   require_printable(m.profile_source, "profile_source", ctx);
   if (const auto c = j.find("contention"); c != j.end())

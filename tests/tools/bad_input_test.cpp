@@ -159,6 +159,12 @@ TEST_F(BadInput, FilesWithAbsurdValuesNameFileAndField) {
                      profile_with("\"stash_bytes\": ", "\"stash_bytes\": 1e18, \"x\": ") +
                      " --stages 2 -m 2 -o {out}",
                  "stash_bytes' must be an integer number of bytes");
+  // A link so slow that its transfers would outlast what a plan file holds.
+  expect_refused("plan --profile " +
+                     profile_with("\"bandwidth_GBps\": 450.0", "\"bandwidth_GBps\": 1e-300") +
+                     " --stages 2 -m 2 -o {out}",
+                 "bad.json: field 'p2p.bandwidth_GBps' = 1e-300 is neither 0 (latency only) nor "
+                 "at least 0.001");
   expect_refused("plan --profile " + profile_with("\"seq\": 32", "\"seq\": 1e999") +
                      " --stages 2 -m 2 -o {out}",
                  "bad.json: field 'seq' number '1e999' is outside the range of a double");
