@@ -320,6 +320,7 @@ TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::strin
   require_format(json, kLayersFormat, kLayersVersion, source);
   TorchCsvLayers out;
   out.model = require_string(json, "model", source);
+  require_printable(out.model, "model", source);  // printed in import's notes
   const auto& blocks = require_field(json, "blocks_per_stage", source);
   if (!blocks.is_array() || blocks.empty() ||
       blocks.size() > static_cast<std::size_t>(limits::kMaxStages)) {

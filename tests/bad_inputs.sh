@@ -256,6 +256,8 @@ check "import: deadlocking CSV" import deadlock.csv --uniform 1:1:1:0 -o '{out}'
 check "import --bpipe on" import sched.csv --model tiny --bpipe on -o '{out}'
 check "import --bpipe auto" import sched.csv --model tiny --bpipe auto -o '{out}'
 check "import --p2-concat without --join-w" import sched.csv --model tiny --p2-concat 2 -o '{out}'
+check "import --stages 0" import sched.csv --model tiny --stages 0 -o '{out}'
+check "import -m 0" import sched.csv --model tiny -m 0 -o '{out}'
 # Outputs that would destroy an input or something that is not a regular file.
 check "plan -o onto its --profile" plan --profile profile.json --stages 2 -m 2 -o profile.json
 check "export -o onto its plan" export plan.json -o plan.json

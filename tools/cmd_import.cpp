@@ -20,6 +20,7 @@ struct ImportCommand {
   PlanOptions options;
   bool join_w = false;
   const CLI::Option* p2_concat = nullptr;  // given: bounds --join-w's groups
+  const CLI::Option* stages = nullptr;
   std::string output;
 
   // The CSV fixes ranks, chunks and micro-batches; the options may repeat them but not differ.
@@ -81,6 +82,11 @@ struct ImportCommand {
                   std::to_string(schedule.devices) +
                   " ranks; pipeplan needs the same number of stages per rank");
     PlanOptions o = options;
+    // A count given is checked as plan checks it, not read as "take the CSV's".
+    if (stages != nullptr && stages->count() > 0 && o.stages < 1)
+      throw Error("--stages: must be at least 1");
+    if (o.microbatches_given && o.microbatches < 1)
+      throw Error("--microbatches: must be at least 1");
     take(o.stages, schedule.devices, "--stages", csv_path);
     take(o.microbatches, schedule.microbatches, "--microbatches", csv_path);
     take(o.chunks, schedule.stage_count() / schedule.devices, "--chunks", csv_path);
@@ -121,7 +127,7 @@ Command add_import_command(CLI::App& app) {
       ->required();
   add_plan_options(*sub, cmd->options, false);
   // Ranks and micro-batches come from the CSV.
-  sub->get_option("--stages")->required(false);
+  cmd->stages = sub->get_option("--stages")->required(false);
   sub->get_option("--stages")->description("pipeline devices P (default: the CSV's ranks)");
   sub->get_option("--microbatches")
       ->required(false)

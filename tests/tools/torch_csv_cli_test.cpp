@@ -222,6 +222,15 @@ TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
             "pipeplan: error: --layout: 'Et*8|t*8|t*8|t*8L' differs from blocks per stage 7,9,9,7 "
             "from " +
                 path("s.csv.layers.json") + "\n");
+  // The side file's model name is printed: one holding a control character is refused.
+  std::string side = read_file(path("s.csv.layers.json"));
+  side.replace(side.find("\"llama-7b\""), 10, "\"x\\u001b[31m\"");
+  write_file(path("s.csv.layers.json"), side);
+  const Result escape = run("import " + path("s.csv") + " --model tiny");
+  EXPECT_NE(escape.status, 0);
+  EXPECT_EQ(escape.out, "pipeplan: error: " + path("s.csv.layers.json") +
+                            ": field 'model' holds control character U+001B at byte 1 (names and "
+                            "labels are printable text)\n");
 }
 
 TEST_F(TorchCsvCli, ExportRefusesAnUnknownFormat) {
