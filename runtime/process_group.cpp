@@ -135,7 +135,14 @@ void ProcessGroup::agree(const std::optional<std::string>& local_error, std::str
     if (all[r].empty() || all[r][0] != '1') failed.push_back(static_cast<int>(r));
   }
   if (failed.empty()) return;
-  auto message = [&](int r) { return all[static_cast<std::size_t>(r)].substr(1); };
+  // An empty part is no answer to this agreement: a rank that left the run on an error of its
+  // own (printed on its output) reached its end-of-run barrier instead.
+  auto message = [&](int r) {
+    const std::string& part = all[static_cast<std::size_t>(r)];
+    return part.empty() ? std::string("left the run before ") + std::string(what) +
+                              " (its own error is on its output)"
+                        : part.substr(1);
+  };
   bool alike = static_cast<int>(failed.size()) == size();
   for (const int r : failed)
     alike = alike && message(r) == message(failed.front());

@@ -111,7 +111,7 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
                       hashes[static_cast<std::size_t>(differ.front())] + " on rank " +
                       std::to_string(differ.front()) +
                       "): every rank must read the same plan with the same --backend, --steps, "
-                      "--seed, --timeout-ms and --gpu");
+                      "--seed, --timeout-ms, --gpu, --gemm-candidates and --transport");
   }
   return std::move(*plan);
 }

@@ -12,6 +12,7 @@
 #ifdef PIPEPLAN_HAVE_MPI
 #include <mpi.h>
 
+#include <iostream>
 #include <vector>
 
 #include "runtime/mpi/mpi_check.h"
@@ -103,8 +104,12 @@ class Session final : public MpiSession {
         if (ProcessGroup::Clock::now() > deadline + timeout) abort(1);
         group_backoff.pause();
       }
-    } catch (const Error&) {
-      abort(1);  // a rank is missing: only the launcher can end the job now
+    } catch (const Error& e) {
+      // A rank is missing: only the launcher can end the job now; this rank says why first.
+      std::cerr << "pipeplan: error: rank " << group_->rank() << " could not finish: " << e.what()
+                << "\n"
+                << std::flush;
+      abort(1);
     }
     transports_.clear();
     group_.reset();

@@ -172,7 +172,12 @@ std::string peer_address(int fd) {
                   port.data(), port.size(), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "?";
   }
-  const std::string h(host.data());
+  std::string h(host.data());
+  // An IPv4 peer of the dual-stack listener, as the IPv4 address it is.
+  if (constexpr std::string_view kMapped = "::ffff:";
+      h.starts_with(kMapped) && h.find('.') != std::string::npos) {
+    h = h.substr(kMapped.size());
+  }
   return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port.data();
 }
 
@@ -218,13 +223,14 @@ ReadStatus read_exact(int fd, char* out, std::size_t size, Clock::time_point dea
   return ReadStatus::ok;
 }
 
-// Rank 0's listening socket on MASTER_ADDR:MASTER_PORT: on the address itself when it is this
-// host's, else on every interface of its family (a name that resolves to a service or NAT
-// address). Throws an Error naming MASTER_ADDR or MASTER_PORT.
+// Rank 0's listening socket on MASTER_PORT, on every interface (IPv6 and IPv4 where the host has
+// IPv6, else IPv4), as torch's TCPStore listens: MASTER_ADDR is where the other ranks find rank 0,
+// which need not be an address rank 0 can bind (a service or NAT address), nor one it resolves to
+// a reachable address itself (a host name /etc/hosts maps to 127.0.1.1), nor one that resolves yet
+// (a Kubernetes service before its pod is ready). Throws an Error naming MASTER_PORT or
+// MASTER_ADDR.
 Socket listen_on(const EnvLaunch& launch, int backlog) {
-  const Addresses addresses(launch, true);
-  if (const std::string error = addresses.error(launch); !error.empty()) throw Error(error);
-  auto try_bind = [&](const sockaddr* address, socklen_t length, int family, int& error) {
+  auto try_bind = [&](int family, int& error) {
     Socket s(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (s.get() < 0) {
       error = errno;
@@ -232,23 +238,11 @@ Socket listen_on(const EnvLaunch& launch, int backlog) {
     }
     const int one = 1;
     setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(s.get(), address, length) != 0 || ::listen(s.get(), backlog) != 0) {
-      error = errno;
-      return Socket();
-    }
-    return s;
-  };
-  int error = 0;
-  for (const addrinfo* a = addresses.begin(); a != nullptr; a = a->ai_next) {
-    Socket s = try_bind(a->ai_addr, a->ai_addrlen, a->ai_family, error);
-    if (s.get() >= 0) return s;
-    if (error == EADDRINUSE) break;
-  }
-  if (error == EADDRNOTAVAIL && addresses.begin() != nullptr) {
-    // Not an address of this host: every interface of that family, same port.
     sockaddr_storage any{};
     socklen_t length = 0;
-    if (addresses.begin()->ai_family == AF_INET6) {
+    if (family == AF_INET6) {
+      const int zero = 0;  // IPv4 too, as mapped addresses
+      setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
       auto* v6 = reinterpret_cast<sockaddr_in6*>(&any);
       v6->sin6_family = AF_INET6;
       v6->sin6_addr = in6addr_any;
@@ -261,9 +255,18 @@ Socket listen_on(const EnvLaunch& launch, int backlog) {
       v4->sin_port = htons(static_cast<std::uint16_t>(launch.port));
       length = sizeof(sockaddr_in);
     }
-    Socket s = try_bind(reinterpret_cast<const sockaddr*>(&any), length,
-                        addresses.begin()->ai_family, error);
+    if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&any), length) != 0 ||
+        ::listen(s.get(), backlog) != 0) {
+      error = errno;
+      return Socket();
+    }
+    return s;
+  };
+  int error = 0;
+  for (const int family : {AF_INET6, AF_INET}) {
+    Socket s = try_bind(family, error);
     if (s.get() >= 0) return s;
+    if (error == EADDRINUSE) break;
   }
   if (error == EADDRINUSE) {
     const std::string variable =
@@ -273,8 +276,10 @@ Socket listen_on(const EnvLaunch& launch, int backlog) {
                 " is in use (by another job's rank 0, torchrun's store or another program; "
                 "PIPEPLAN_MASTER_PORT set to a free port on every rank chooses another)");
   }
-  throw Error("MASTER_ADDR: rank 0 cannot listen on " + launch.endpoint() + " (" +
-              system_error(error) + ")");
+  const std::string variable =
+      launch.port_source == "PIPEPLAN_MASTER_PORT" ? "PIPEPLAN_MASTER_PORT" : "MASTER_PORT";
+  throw Error(variable + ": rank 0 cannot listen on port " + std::to_string(launch.port) +
+              " of its interfaces (" + system_error(error) + ")");
 }
 
 std::string rendezvous_at(const EnvLaunch& launch) {
@@ -849,17 +854,21 @@ void TcpProcessGroup::io_loop() {
   }
 }
 
-bool TcpProcessGroup::finish(std::chrono::milliseconds timeout) {
+bool TcpProcessGroup::finish(std::chrono::milliseconds timeout, std::string* why) {
   set_ending();
-  if (broken()) return false;
+  const auto failed = [why](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+    return false;
+  };
+  if (broken()) return failed("the group broke before the end of the run");
   try {
     barrier("the end of the run", timeout);
-  } catch (const Error&) {
-    return false;
+  } catch (const Error& e) {
+    return failed(e.what());
   }
   {
     const std::lock_guard lock(mutex_);
-    if (failure_) return false;
+    if (failure_) return failed("a peer failed at the end of the run");
     closing_ = true;
     for (Peer& peer : peers_)
       queue_locked(peer, make_frame(kBye, static_cast<std::uint32_t>(rank()), 0, {}));
@@ -936,8 +945,12 @@ int run_as_rank(TcpProcessGroup& group, const std::function<int()>& body,
     status = 3;
   }
   std::fflush(stdout);
-  if (!group.finish(timeout)) {
-    if (reason.empty()) reason = "rank " + std::to_string(group.rank()) + " could not finish";
+  if (std::string why; !group.finish(timeout, &why)) {
+    if (reason.empty()) {
+      // The run itself succeeded and nothing was printed: say why the job still fails.
+      reason = "rank " + std::to_string(group.rank()) + " could not finish: " + why;
+      print("pipeplan: error: " + reason);
+    }
     group.abort(status == 0 ? 1 : status, reason);
   }
   return status;

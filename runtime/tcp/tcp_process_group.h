@@ -89,8 +89,9 @@ class TcpProcessGroup final : public ProcessGroup {
   bool set_ending() { return !ending_.exchange(true); }
   // The end of a run whose group is not broken: a barrier, then a goodbye on every connection,
   // and each side reads until the other closed (bounded by `timeout`), so no message in flight
-  // is lost and no peer sees a failure. False when the barrier failed: call abort().
-  bool finish(std::chrono::milliseconds timeout);
+  // is lost and no peer sees a failure. False when the barrier failed (`why`, when given, says
+  // how): call abort().
+  bool finish(std::chrono::milliseconds timeout, std::string* why = nullptr);
   // Ends the job: tells every connected peer `reason` (rank 0 relays it to all), then exits
   // with `code` without running destructors (as MPI_Abort does).
   [[noreturn]] void abort(int code, const std::string& reason);

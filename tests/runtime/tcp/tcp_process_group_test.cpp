@@ -161,6 +161,7 @@ std::vector<Exit> run_job(int world, milliseconds timeout,
     if (env.count("MASTER_PORT") == 0) env["MASTER_PORT"] = std::to_string(port);
   }
   std::vector<std::function<int()>> bodies;
+  bodies.reserve(envs.size());
   for (const Env& env : envs)
     bodies.emplace_back([=] { return rank_main(env, timeout, body, grace); });
   return run_processes(bodies);
@@ -249,6 +250,7 @@ TEST(TcpProcessGroup, RendezvousThenEveryCollectiveDeliversTheRightBytes) {
     return 0;
   };
   std::vector<std::function<int()>> bodies;
+  bodies.reserve(4);
   for (int r = 0; r < 4; ++r) {
     bodies.emplace_back([r, port, timeout, body] {
       // Rank 0 last: the others wait for it.
@@ -303,6 +305,41 @@ TEST(TcpProcessGroup, AFailureOneRankReportsIsTheSameLineOnRankZeroOnly) {
               r == 0 ? "pipeplan: error: rank 2: plan: 4 devices, but 3 ranks were started\n" : "")
         << "rank " << r;
   }
+}
+
+// A rank that leaves on an error of its own, not agreed, reaches its end-of-run barrier while
+// the others agree: its empty part is no answer, said so in one line, never a crash.
+TEST(TcpProcessGroup, ARankThatLeftBeforeAnAgreementIsNamedByIt) {
+  const milliseconds timeout(3000);
+  const std::vector<Exit> exits = run_job(4, timeout, [timeout](TcpProcessGroup& group) {
+    if (group.rank() == 2) throw Error("no CUDA device found");
+    group.agree(std::nullopt, "loading the CUDA module", timeout);
+    return 0;
+  });
+  for (int r = 0; r < 4; ++r) {
+    const Exit& e = exits[static_cast<std::size_t>(r)];
+    EXPECT_EQ(e.status, 1) << "rank " << r << ":\n" << e.out;
+    EXPECT_EQ(e.out.find("internal error"), std::string::npos) << "rank " << r << ":\n" << e.out;
+  }
+  EXPECT_EQ(exits[0].out,
+            "pipeplan: error: rank 2: left the run before loading the CUDA module (its own error "
+            "is on its output)\n");
+  EXPECT_EQ(exits[2].out, "pipeplan: error: rank 2: no CUDA device found\n");
+}
+
+// A run that succeeded on rank 0 but cannot end together (a rank killed after its work) fails
+// with one line saying why, not silently.
+TEST(TcpProcessGroup, ARunThatCannotEndTogetherSaysWhy) {
+  const milliseconds timeout(2000);
+  const std::vector<Exit> exits = run_job(4, timeout, [timeout](TcpProcessGroup& group) {
+    group.barrier("the work", timeout);
+    if (group.rank() == 2) std::raise(SIGKILL);
+    return 0;
+  });
+  EXPECT_EQ(exits[0].status, 1) << exits[0].out;
+  EXPECT_EQ(exits[0].out.rfind("pipeplan: error: rank 0 could not finish: ", 0), 0U)
+      << exits[0].out;
+  EXPECT_EQ(std::count(exits[0].out.begin(), exits[0].out.end(), '\n'), 1) << exits[0].out;
 }
 
 TEST(TcpProcessGroup, ARankKilledInACollectiveEndsEveryOtherRankNamingIt) {
@@ -367,6 +404,7 @@ TEST(TcpProcessGroup, AHungRankIsNamedByEveryRankAndEndedToo) {
 TEST(TcpProcessGroup, AWrongWorldSizeIsRefusedNamingIt) {
   const int port = testing::free_port();
   std::vector<Env> envs;
+  envs.reserve(4);
   for (int r = 0; r < 4; ++r)
     envs.push_back(rank_env(r, r == 3 ? 5 : 4, port));
   const std::vector<Exit> exits = run_job(
@@ -577,6 +615,28 @@ TEST(TcpProcessGroup, RanksMeetOverIpv6Too) {
       [timeout, port](TcpProcessGroup& group) {
         group.barrier("the barrier", timeout);
         return group.endpoint() == "[::1]:" + std::to_string(port) ? 0 : 1;
+      },
+      envs);
+  EXPECT_EQ(exits[0].status, 0) << exits[0].out;
+  EXPECT_EQ(exits[1].status, 0) << exits[1].out;
+}
+
+// Rank 0 listens on every interface: a MASTER_ADDR that it cannot resolve itself (a service
+// name before its pod is ready, here a reserved .invalid name) still lets the others, which can
+// reach it, join.
+TEST(TcpProcessGroup, RankZeroNeedsNoAddressOfItsOwnForMasterAddr) {
+  const int port = testing::free_port();
+  std::vector<Env> envs;
+  for (int r = 0; r < 2; ++r) {
+    envs.push_back(rank_env(r, 2, port));
+    envs.back()["MASTER_ADDR"] = r == 0 ? "rank-zero.invalid" : "127.0.0.1";
+  }
+  const milliseconds timeout(5000);
+  const std::vector<Exit> exits = run_job(
+      2, timeout,
+      [timeout](TcpProcessGroup& group) {
+        group.barrier("the barrier", timeout);
+        return 0;
       },
       envs);
   EXPECT_EQ(exits[0].status, 0) << exits[0].out;
