@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -235,19 +238,6 @@ std::string json_text(const nlohmann::json& value, int indent) {
   return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
-  check_json_depth(text, source);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(std::string(source) + ": malformed JSON at byte " + std::to_string(e.byte));
-  } catch (const nlohmann::json::out_of_range& e) {
-    number_out_of_range(text, source, e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string(source) + ": malformed JSON (" + std::string(e.what()) + ")");
-  }
-}
-
 namespace {
 
 // nlohmann's SAX events turned into a document as its own parser builds it, except that the
@@ -287,6 +277,12 @@ class ColumnSax {
     return open(nlohmann::json::object());
   }
   bool key(std::string& k) {
+    // A key met twice in one object, which a DOM parser resolves silently (the last wins): a
+    // profile with two forward_us would plan with whichever came last. (A column's key is in
+    // no object: try_emplace below finds it twice.)
+    if (!stack_.empty() && stack_.back().value->is_object() && stack_.back().value->contains(k))
+      throw Error(std::string(source_) + ": field '" + path_to(k) +
+                  "' appears twice in one object");
     key_ = k;
     return true;
   }
@@ -357,6 +353,19 @@ class ColumnSax {
     stack_.pop_back();
     return true;
   }
+  // The path of key `k` of the open object, as the readers name fields ("layers.block.1.x";
+  // "[]" for an array's element).
+  std::string path_to(const std::string& k) const {
+    std::string path;
+    for (std::size_t i = 1; i < stack_.size(); ++i) {
+      if (stack_[i - 1].value->is_array()) {
+        path += "[]";
+      } else {
+        path += (path.empty() ? "" : ".") + stack_[i].key;
+      }
+    }
+    return path + (path.empty() ? "" : ".") + k;
+  }
   // The path of an array about to open when it is one of the requested columns, else "".
   std::string column_path() const {
     if (stack_.empty() || !stack_.back().value->is_object()) return "";
@@ -399,6 +408,11 @@ JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                 std::to_string(sax.error_byte()));
   }
   return out;
+}
+
+nlohmann::json parse_json_text(std::string_view text, std::string_view source) {
+  // nlohmann's own DOM parser, but for keys met twice in one object, which it takes silently.
+  return parse_json_columns(text, source, {}).json;
 }
 
 const nlohmann::json& require_field(const nlohmann::json& object, std::string_view field,

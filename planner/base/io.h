@@ -29,7 +29,9 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // Parses JSON text; every failure is one Error line naming `source`: malformed JSON with its
 // byte, arrays and objects nested deeper than limits::kMaxJsonDepth (checked before parsing, so
 // nothing that walks the value recurses without bound) with its byte, and a number outside the
-// range of a double (nlohmann's out_of_range.406, e.g. 1e999) with its field, line and byte.
+// range of a double (nlohmann's out_of_range.406, e.g. 1e999) with its field, line and byte, and
+// a key met twice in one object ("field 'layers.block.1.forward_us' appears twice in one
+// object"), which a plain parse would resolve silently to the last.
 nlohmann::json parse_json_text(std::string_view text, std::string_view source);
 // JSON text whose large integer arrays are read straight into vectors: parse_json_columns.
 struct JsonColumns {

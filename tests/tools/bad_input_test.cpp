@@ -159,6 +159,11 @@ TEST_F(BadInput, FilesWithAbsurdValuesNameFileAndField) {
                      profile_with("\"stash_bytes\": ", "\"stash_bytes\": 1e18, \"x\": ") +
                      " --stages 2 -m 2 -o {out}",
                  "stash_bytes' must be an integer number of bytes");
+  // A key twice in one object (the last would silently win).
+  expect_refused("plan --profile " +
+                     profile_with("\"forward_us\": ", "\"forward_us\": -1, \"forward_us\": ") +
+                     " --stages 2 -m 2 -o {out}",
+                 "forward_us' appears twice in one object");
   // A link so slow that its transfers would outlast what a plan file holds.
   expect_refused("plan --profile " +
                      profile_with("\"bandwidth_GBps\": 450.0", "\"bandwidth_GBps\": 1e-300") +

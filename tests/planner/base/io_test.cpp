@@ -141,6 +141,34 @@ TEST(PrintableText, BytesThatAreNoUtf8AreReplaced) {
             "b\"");  // U+FFFD
 }
 
+// A key twice in one object is refused naming its path; the same key in two objects is not.
+TEST(ParseJson, AKeyTwiceInOneObjectIsRefusedNamingItsPath) {
+  const auto error = [](std::string_view text) {
+    try {
+      (void)parse_json_text(text, "f.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(error(R"({"a": 1, "a": 2})"), "f.json: field 'a' appears twice in one object");
+  EXPECT_EQ(error(R"({"layers": {"block": {"1": {"forward_us": -1, "forward_us": 44}}}})"),
+            "f.json: field 'layers.block.1.forward_us' appears twice in one object");
+  EXPECT_EQ(error(R"({"gpus": [{"name": "x"}, {"name": "y", "name": "z"}]})"),
+            "f.json: field 'gpus[].name' appears twice in one object");
+  EXPECT_EQ(parse_json_text(R"({"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 3}, {"k": 4}]})", "f")
+                .at("c")
+                .size(),
+            2U);
+  // The plan reader's columnar parse refuses one too.
+  try {
+    (void)parse_json_columns(R"({"meta": {"x": 1, "x": 1}, "n": [1]})", "p.json", {"n"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "p.json: field 'meta.x' appears twice in one object");
+  }
+}
+
 TEST(ParseJson, MalformedJsonNamesTheByte) {
   EXPECT_EQ(parse_error("{\"a\": }"), "p.json: malformed JSON at byte 7");
   EXPECT_EQ(parse_error(""), "p.json: malformed JSON at byte 1");
