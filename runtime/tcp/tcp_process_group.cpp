@@ -291,7 +291,12 @@ struct Pending {
   Socket socket;
   std::string hello;
   std::string from;
+  Clock::time_point since;  // accepted
 };
+
+// A rank sends its hello as soon as it connects: a connection silent for longer is a stranger
+// (a port scan, a health check) and gives its place up.
+constexpr milliseconds kHelloWithin(2000);
 
 // Rank 0 of the rendezvous: accept until every other rank said hello, refuse a wrong one.
 // Returns the connections by rank (index 0 unused).
@@ -325,6 +330,8 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       refuse(rank_list(missing) + " did not join within " + ms_text(options.timeout) +
              " (not started, or MASTER_ADDR/MASTER_PORT differ)");
     }
+    const Clock::time_point now = Clock::now();
+    std::erase_if(pending, [now](const Pending& p) { return now - p.since > kHelloWithin; });
     std::vector<pollfd> fds;
     fds.push_back({listener.get(), POLLIN, 0});
     for (const Pending& p : pending)
@@ -335,13 +342,26 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
     if ((fds[0].revents & POLLIN) != 0) {
       for (;;) {
         const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;  // EAGAIN: none left; a failed accept leaves the others waiting
+        if (fd < 0) {
+          // Out of descriptors the listener stays readable: say so rather than spin to the
+          // deadline and blame the ranks. Otherwise (EAGAIN: none left; a connection that
+          // failed) the others keep waiting.
+          if (errno == EMFILE || errno == ENFILE) {
+            refuse("rank 0 cannot accept more connections (" + system_error(errno) +
+                   "; raise the open-file limit, ulimit -n, above WORLD_SIZE)");
+          }
+          break;
+        }
         Socket s(fd);
-        // A bound on what strangers can make rank 0 hold: at most four per missing rank.
-        if (pending.size() >= 4 * static_cast<std::size_t>(world)) continue;
+        // A bound on what strangers can make rank 0 hold: at most four per missing rank, the
+        // oldest giving its place up to the newest (a rank says hello at once).
+        if (pending.size() >= 4 * static_cast<std::size_t>(world)) {
+          pending.erase(pending.begin());
+          if (fds.size() > 1) fds.erase(fds.begin() + 1);  // fds[i + 1] is pending[i]'s
+        }
         set_no_delay(fd);
         std::string from = peer_address(fd);
-        pending.push_back({std::move(s), {}, std::move(from)});
+        pending.push_back({std::move(s), {}, std::move(from), Clock::now()});
       }
     }
     for (std::size_t i = 0; i < pending.size();) {

@@ -18,6 +18,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -531,6 +533,46 @@ TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
   ::close(fd);
   job.join();
   EXPECT_EQ(answer, "");
+  EXPECT_EQ(exits->at(0).status, 0) << exits->at(0).out;
+  EXPECT_EQ(exits->at(1).status, 0) << exits->at(1).out;
+}
+
+// Silent connections (more than rank 0 holds for strangers, 4 per rank) do not lock the real
+// rank out: the oldest gives its place up, and each is dropped once silent for 2 s.
+TEST(TcpProcessGroup, SilentConnectionsDoNotLockARankOut) {
+  const int port = testing::free_port();
+  const milliseconds timeout(8000);
+  auto body = [timeout](TcpProcessGroup& group) {
+    group.barrier("the barrier", timeout);
+    return 0;
+  };
+  // Rank 1 starts once the silent connections are made (a marker file says so).
+  const std::string marker =
+      (std::filesystem::temp_directory_path() / ("pipeplan-silent-" + std::to_string(port)))
+          .string();
+  std::filesystem::remove(marker);
+  const std::vector<std::function<int()>> bodies = {
+      [=] { return rank_main(rank_env(0, 2, port), timeout, body); },
+      [=] {
+        for (int i = 0; i < 500 && !std::filesystem::exists(marker); ++i)
+          std::this_thread::sleep_for(milliseconds(10));
+        return rank_main(rank_env(1, 2, port), timeout, body);
+      }};
+  std::optional<std::vector<Exit>> exits;
+  std::thread job([&] { exits = run_processes(bodies); });
+  std::vector<int> silent;
+  silent.reserve(12);
+  try {
+    for (int i = 0; i < 12; ++i)
+      silent.push_back(connect_raw(port));
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what() << " after " << silent.size() << " connections";
+  }
+  std::ofstream(marker) << "go\n";
+  job.join();
+  std::filesystem::remove(marker);
+  for (const int fd : silent)
+    ::close(fd);
   EXPECT_EQ(exits->at(0).status, 0) << exits->at(0).out;
   EXPECT_EQ(exits->at(1).status, 0) << exits->at(1).out;
 }
