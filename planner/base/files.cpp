@@ -7,16 +7,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -95,6 +99,91 @@ std::string too_large(const std::filesystem::path& path, std::int64_t bytes, boo
          limits::above_limit((at_least ? "more than " : "") + std::to_string(bytes) + " bytes",
                              static_cast<double>(limits::kMaxFileBytes));
 }
+
+// The temporaries being written, for a signal that ends the process meanwhile (SIGINT, SIGTERM,
+// SIGHUP): its handler unlinks them, as the ordinary failure paths do, then ends the process as
+// the signal would have. SIGXFSZ (a file above `ulimit -f`) is ignored instead, so that the write
+// fails with EFBIG and the command says so in one line. Slots of fixed storage, so that the handler
+// touches only what it may (atomics and unlink).
+class LiveTemporaries {
+ public:
+  static constexpr std::size_t kSlots = 64;
+  // A slot holding `path` (nothing tracked when every slot is taken or the path is too long:
+  // the ordinary failure paths still remove it).
+  int add(const std::filesystem::path& path) {
+    install();
+    const std::string& text = path.native();
+    if (text.size() >= kPathBytes) return -1;
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      bool expected = false;
+      if (!slots_[i].claimed.compare_exchange_strong(expected, true)) continue;
+      std::memcpy(slots_[i].path.data(), text.c_str(), text.size() + 1);
+      slots_[i].live.store(true);
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void remove(int slot) {
+    if (slot < 0) return;
+    slots_[static_cast<std::size_t>(slot)].live.store(false);
+    slots_[static_cast<std::size_t>(slot)].claimed.store(false);
+  }
+
+ private:
+  static constexpr std::size_t kPathBytes = 4096;
+  struct Slot {
+    std::atomic<bool> claimed{false};
+    std::atomic<bool> live{false};
+    std::array<char, kPathBytes> path{};
+  };
+  static void on_signal(int signal) {
+    for (Slot& slot : instance().slots_) {
+      if (slot.live.load()) ::unlink(slot.path.data());
+    }
+    struct sigaction plain {};
+    plain.sa_handler = SIG_DFL;
+    sigemptyset(&plain.sa_mask);
+    ::sigaction(signal, &plain, nullptr);
+    ::raise(signal);
+  }
+  // Once, for each signal whose action is still the default (one ignored, or handled by the
+  // program, is left so).
+  static void install() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGXFSZ}) {
+        struct sigaction current {};
+        if (::sigaction(signal, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+        struct sigaction handler {};
+        handler.sa_handler = signal == SIGXFSZ ? SIG_IGN : on_signal;
+        sigemptyset(&handler.sa_mask);
+        ::sigaction(signal, &handler, nullptr);
+      }
+    });
+  }
+
+ public:
+  static LiveTemporaries& instance() {
+    static LiveTemporaries live;
+    return live;
+  }
+
+ private:
+  std::array<Slot, kSlots> slots_{};
+};
+
+// Tracks one temporary for its lifetime (until renamed over its target or unlinked).
+class TrackedTemporary {
+ public:
+  explicit TrackedTemporary(const std::filesystem::path& path)
+      : slot_(LiveTemporaries::instance().add(path)) {}
+  TrackedTemporary(const TrackedTemporary&) = delete;
+  TrackedTemporary& operator=(const TrackedTemporary&) = delete;
+  ~TrackedTemporary() { LiveTemporaries::instance().remove(slot_); }
+
+ private:
+  int slot_;
+};
 
 // A name for a temporary beside `target`: ".<name>.<random>.tmp", hidden, never the target; the
 // target's name is cut so that the whole stays within NAME_MAX bytes (a 250-byte name is a name
@@ -209,10 +298,12 @@ Target check_target(const std::filesystem::path& path) {
   return {true, st.st_mode};
 }
 
-// Creates and fills a temporary beside `target`; returns its name. Throws Error (nothing left).
+// Creates and fills a temporary beside `target`; returns its name, tracked in `tracked` from
+// its creation (a signal meanwhile removes it). Throws Error (nothing left).
 std::filesystem::path write_temporary(
     const std::filesystem::path& target,
-    const std::function<void(const OutputFiles::Writer&)>& produce, const Target& state) {
+    const std::function<void(const OutputFiles::Writer&)>& produce, const Target& state,
+    std::vector<std::unique_ptr<TrackedTemporary>>& tracked) {
   for (int attempt = 0;; ++attempt) {
     std::filesystem::path tmp = temporary_name(target);
     const int fd =
@@ -222,6 +313,7 @@ std::filesystem::path write_temporary(
       if (error == EEXIST && attempt < 100) continue;
       throw Error(cannot_create(target, error));
     }
+    tracked.push_back(std::make_unique<TrackedTemporary>(tmp));
     Descriptor file(fd);
     const auto fail = [&](int error) {
       ::unlink(tmp.c_str());
@@ -433,6 +525,7 @@ void OutputFiles::commit() {
   std::vector<Pending> pending = std::move(pending_);
   pending_.clear();
   std::vector<std::filesystem::path> temporaries;
+  std::vector<std::unique_ptr<TrackedTemporary>> tracked;  // until renamed or removed
   const auto remove_temporaries = [&](std::size_t from) {
     for (std::size_t i = from; i < temporaries.size(); ++i)
       ::unlink(temporaries[i].c_str());
@@ -441,9 +534,9 @@ void OutputFiles::commit() {
     for (const Pending& p : pending) {
       const Target state = check_target(p.path);
       temporaries.push_back(
-          p.produce ? write_temporary(p.path, p.produce, state)
+          p.produce ? write_temporary(p.path, p.produce, state, tracked)
                     : write_temporary(
-                          p.path, [&](const Writer& write) { write(p.text()); }, state));
+                          p.path, [&](const Writer& write) { write(p.text()); }, state, tracked));
     }
   } catch (...) {
     remove_temporaries(0);

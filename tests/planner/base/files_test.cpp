@@ -1,11 +1,14 @@
 // The one reader and the one writer of files: what they refuse, and that a failure leaves every
 // file as it was.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -297,6 +300,56 @@ TEST_F(Files, AStreamedOutputIsWrittenPieceByPieceAndAFailureInItChangesNothing)
   EXPECT_EQ(entries(dir_), std::vector<std::string>{"plan.json"});
 }
 
+// A signal that ends the command while it writes (SIGTERM from a job scheduler, ^C) leaves no
+// temporary: in a child process, the producer raises it half way through the file.
+TEST_F(Files, ASignalWhileWritingLeavesNoTemporary) {
+  const fs::path out = path("plan.json");
+  put(out, "old plan");
+  for (const int signal : {SIGTERM, SIGINT}) {
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      OutputFiles outputs;
+      outputs.add_stream(out, [signal](const OutputFiles::Writer& write) {
+        write("half a plan");
+        ::raise(signal);
+      });
+      outputs.commit();
+      std::_Exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << status;
+    EXPECT_EQ(entries(dir_), std::vector<std::string>{"plan.json"}) << signal;
+    EXPECT_EQ(contents(out), "old plan");
+  }
+}
+
+// A file above the size limit (`ulimit -f`): the write fails in one line and leaves nothing,
+// rather than SIGXFSZ ending the process with the temporary left.
+TEST_F(Files, AFileAboveTheSizeLimitIsAWriteErrorThatLeavesNothing) {
+  const fs::path out = path("big.json");
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{1024, 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      write_file_atomic(out, std::string(4096, 'x'));
+    } catch (const Error& e) {
+      std::_Exit(
+          std::string(e.what()).find("write failed: File too large") != std::string::npos ? 7 : 8);
+    }
+    std::_Exit(9);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status;
+  EXPECT_TRUE(entries(dir_).empty());
+}
+
 TEST_F(Files, OneFileNamedTwiceAsAnOutputIsRefused) {
   OutputFiles outputs;
   outputs.add(path("x.json"), "a");
@@ -332,6 +385,7 @@ TEST_F(Files, UnderAGuardAnInputIsNeverAnOutput) {
 TEST_F(Files, ConcurrentWritersLeaveOneWholeFile) {
   const fs::path out = path("out.json");
   std::vector<std::thread> writers;
+  writers.reserve(8);
   for (int w = 0; w < 8; ++w) {
     writers.emplace_back([&out, w] {
       const std::string text(100000, static_cast<char>('a' + w));
