@@ -51,6 +51,8 @@ echo "{$moe, \"num_local_experts\": 1000000000, \"num_experts_per_tok\": 2}" >mo
 echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 5}" >moe_greedy/config.json
 echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}" >moe_tiny/config.json
 cp "$fixtures/deadlock.csv" deadlock.csv
+# One rank holding 70 stages (each F, then each B in reverse): above the limit on chunks.
+python3 -c 'print(",".join([f"{s}F0" for s in range(70)] + [f"{s}B0" for s in reversed(range(70))]))' >chunks70.csv
 "$pipeplan" export plan.json -o sched.csv >/dev/null || { echo "bad_inputs: export failed"; exit 1; }
 "$pipeplan" show plan.json --trace trace.json >/dev/null || { echo "bad_inputs: show failed"; exit 1; }
 # A recorded run for calibrate: RUN.plan.json + RUN.trace.json.
@@ -258,6 +260,7 @@ check "import --bpipe auto" import sched.csv --model tiny --bpipe auto -o '{out}
 check "import --p2-concat without --join-w" import sched.csv --model tiny --p2-concat 2 -o '{out}'
 check "import --stages 0" import sched.csv --model tiny --stages 0 -o '{out}'
 check "import -m 0" import sched.csv --model tiny -m 0 -o '{out}'
+check "import: CSV with 70 stages on one rank" import chunks70.csv --model tiny -o '{out}'
 # Outputs that would destroy an input or something that is not a regular file.
 check "plan -o onto its --profile" plan --profile profile.json --stages 2 -m 2 -o profile.json
 check "export -o onto its plan" export plan.json -o plan.json

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "planner/base/limits.h"
 #include "planner/plan/make_plan.h"
 #include "schedules/torch_csv.h"
 #include "tools/commands.h"
@@ -81,6 +82,13 @@ struct ImportCommand {
       throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) +
                   " ranks; pipeplan needs the same number of stages per rank");
+    // The CSV's own counts within the limits, named as the CSV's (not as an option not given).
+    if (const int chunks = schedule.stage_count() / schedule.devices; chunks > limits::kMaxChunks) {
+      throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
+                  std::to_string(schedule.devices) + (schedule.devices == 1 ? " rank" : " ranks") +
+                  " are " + std::to_string(chunks) + " per rank, above the limit of " +
+                  std::to_string(limits::kMaxChunks) + " (docs/reference/limits.md)");
+    }
     PlanOptions o = options;
     // A count given is checked as plan checks it, not read as "take the CSV's".
     if (stages != nullptr && stages->count() > 0 && o.stages < 1)

@@ -27,8 +27,8 @@ namespace pipeplan::cuda {
 
 namespace {
 
-// p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when there are two): bandwidth from
-// 1 GiB, latency from 4-byte copies.
+// p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when `devices` is two or more):
+// bandwidth from 1 GiB, latency from 4-byte copies.
 P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& options) {
   const std::int64_t big = std::int64_t{256} << 20;
   const Tensor src = ctx.zeros({big}, DType::i32), dst = ctx.zeros({big}, DType::i32);
@@ -237,7 +237,10 @@ Profile measure_profile(const GpuProfileOptions& options) {
       progress.step(std::string(to_string(kind)) + " mbs " + std::to_string(mbs));
     }
   }
-  profile.p2p = measure_p2p(backend.context(), devices, options);
+  // An emulated stage's transfers are copies within the GPU, on its green context's SMs: that
+  // copy is timed (on the backend's stream, the green context's), never a peer copy to another
+  // GPU, which would also make GPU 1 current in this thread in place of the green context.
+  profile.p2p = measure_p2p(backend.context(), green ? 1 : devices, options);
   progress.step("p2p");
   if (!options.micro_batch_sizes.empty()) {
     // A second stream on the same SMs (the green context's, when emulating a stage).
