@@ -93,12 +93,9 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
       r.number("hbm_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
   // 0: no NVLink
   g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false, limits::kMaxBandwidthGBps);
-  if (g.nvlink_bandwidth_GBps > 0 && g.nvlink_bandwidth_GBps < limits::kMinBandwidthGBps) {
-    r.fail("nvlink_bandwidth_GBps", "= " + limits::general_number(g.nvlink_bandwidth_GBps) +
-                                        " is neither 0 (no NVLink) nor " + "at least " +
-                                        limits::general_number(limits::kMinBandwidthGBps) +
-                                        " (docs/reference/limits.md)");
-  }
+  if (const std::string problem = limits::bandwidth_problem(g.nvlink_bandwidth_GBps, "no NVLink");
+      !problem.empty())
+    r.fail("nvlink_bandwidth_GBps", problem);
   g.pcie_bandwidth_GBps =
       r.number("pcie_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
   g.p2p_latency_us = r.number("p2p_latency_us", false, limits::kMaxLinkLatencyUs);

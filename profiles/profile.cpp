@@ -246,12 +246,9 @@ Profile profile_from_json(const json& j, std::string_view source) {
       p2p.at_most("latency_us", p2p.nonnegative("latency_us"), limits::kMaxLinkLatencyUs, "us");
   p.p2p.bandwidth_GBps = p2p.at_most("bandwidth_GBps", p2p.nonnegative("bandwidth_GBps"),
                                      limits::kMaxBandwidthGBps, "GB/s");
-  if (p.p2p.bandwidth_GBps > 0 && p.p2p.bandwidth_GBps < limits::kMinBandwidthGBps) {
-    p2p.fail("bandwidth_GBps", "= " + limits::general_number(p.p2p.bandwidth_GBps) +
-                                   " is neither 0 (latency only) nor at least " +
-                                   limits::general_number(limits::kMinBandwidthGBps) +
-                                   " (docs/reference/limits.md)");
-  }
+  if (const std::string problem = limits::bandwidth_problem(p.p2p.bandwidth_GBps, "latency only");
+      !problem.empty())
+    p2p.fail("bandwidth_GBps", problem);
   if (const auto c = j.find("contention"); c != j.end()) {
     p.contention = contention_from_json(*c, source);
   }

@@ -108,6 +108,10 @@ std::string too_large(const std::filesystem::path& path, std::int64_t bytes, boo
 class LiveTemporaries {
  public:
   static constexpr std::size_t kSlots = 64;
+  static LiveTemporaries& instance() {
+    static LiveTemporaries live;
+    return live;
+  }
   // A slot holding `path` (nothing tracked when every slot is taken or the path is too long:
   // the ordinary failure paths still remove it).
   int add(const std::filesystem::path& path) {
@@ -162,13 +166,6 @@ class LiveTemporaries {
     });
   }
 
- public:
-  static LiveTemporaries& instance() {
-    static LiveTemporaries live;
-    return live;
-  }
-
- private:
   std::array<Slot, kSlots> slots_{};
 };
 

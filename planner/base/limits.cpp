@@ -26,6 +26,12 @@ std::string above_limit(std::string_view what, double limit, std::string_view un
          (unit.empty() ? "" : " " + std::string(unit)) + " (docs/reference/limits.md)";
 }
 
+std::string bandwidth_problem(double gbps, std::string_view zero_means) {
+  if (!(gbps > 0 && gbps < kMinBandwidthGBps)) return "";
+  return "= " + general_number(gbps) + " is neither 0 (" + std::string(zero_means) +
+         ") nor at least " + general_number(kMinBandwidthGBps) + " (docs/reference/limits.md)";
+}
+
 void check_limit(std::string_view field, std::int64_t value, std::int64_t limit) {
   if (value > limit) {
     throw FieldError(std::string(field),

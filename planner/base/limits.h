@@ -71,6 +71,10 @@ inline constexpr int kMaxMeasuredP2Concat = 64;
 std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
 // A value as printf's %g writes it ("1.5", "1e+20"), for the value a message quotes.
 std::string general_number(double value);
+// "" for a bandwidth (GB/s) of 0 or at least kMinBandwidthGBps, else what is wrong, for
+// "<field> ...": "= 1e-300 is neither 0 (<zero_means>) nor at least 0.001
+// (docs/reference/limits.md)". Every reader of a link or memory bandwidth asks it.
+std::string bandwidth_problem(double gbps, std::string_view zero_means);
 
 // Throws FieldError(field, "<value> is above the limit of <limit> (docs/reference/limits.md)") when
 // value > limit.

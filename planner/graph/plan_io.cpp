@@ -219,12 +219,9 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
   m.link.bandwidth_GBps =
       require_bounded(link, "bandwidth_GBps", ctx + ".link", limits::kMaxBandwidthGBps);
-  if (m.link.bandwidth_GBps > 0 && m.link.bandwidth_GBps < limits::kMinBandwidthGBps) {
-    throw Error(ctx +
-                ".link: field 'bandwidth_GBps' = " + limits::general_number(m.link.bandwidth_GBps) +
-                " is neither 0 (latency only) nor at least " +
-                limits::general_number(limits::kMinBandwidthGBps) + " (docs/reference/limits.md)");
-  }
+  if (const std::string problem = limits::bandwidth_problem(m.link.bandwidth_GBps, "latency only");
+      !problem.empty())
+    throw Error(ctx + ".link: field 'bandwidth_GBps' " + problem);
   m.profile_source = require_string(j, "profile_source", ctx);
   require_printable(m.profile_source, "profile_source", ctx);
   if (const auto c = j.find("contention"); c != j.end())

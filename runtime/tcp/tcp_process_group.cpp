@@ -135,11 +135,10 @@ void set_no_delay(int fd) {
 // getaddrinfo's answer, freed with it.
 class Addresses {
  public:
-  Addresses(const EnvLaunch& launch, bool passive) {
+  explicit Addresses(const EnvLaunch& launch) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
     const std::string port = std::to_string(launch.port);
     status_ = getaddrinfo(launch.address.c_str(), port.c_str(), &hints, &list_);
     if (status_ != 0) list_ = nullptr;
@@ -227,8 +226,8 @@ ReadStatus read_exact(int fd, char* out, std::size_t size, Clock::time_point dea
 // IPv6, else IPv4), as torch's TCPStore listens: MASTER_ADDR is where the other ranks find rank 0,
 // which need not be an address rank 0 can bind (a service or NAT address), nor one it resolves to
 // a reachable address itself (a host name /etc/hosts maps to 127.0.1.1), nor one that resolves yet
-// (a Kubernetes service before its pod is ready). Throws an Error naming MASTER_PORT or
-// MASTER_ADDR.
+// (a Kubernetes service before its pod is ready). Throws an Error naming MASTER_PORT (or
+// PIPEPLAN_MASTER_PORT, whichever set the port).
 Socket listen_on(const EnvLaunch& launch, int backlog) {
   auto try_bind = [&](int family, int& error) {
     Socket s(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -268,16 +267,14 @@ Socket listen_on(const EnvLaunch& launch, int backlog) {
     if (s.get() >= 0) return s;
     if (error == EADDRINUSE) break;
   }
+  const std::string variable =
+      launch.port_source == "PIPEPLAN_MASTER_PORT" ? "PIPEPLAN_MASTER_PORT" : "MASTER_PORT";
   if (error == EADDRINUSE) {
-    const std::string variable =
-        launch.port_source == "PIPEPLAN_MASTER_PORT" ? "PIPEPLAN_MASTER_PORT" : "MASTER_PORT";
     throw Error(variable + ": " + launch.endpoint() +
                 (launch.port_source == "MASTER_PORT + 1" ? " (MASTER_PORT + 1)" : "") +
                 " is in use (by another job's rank 0, torchrun's store or another program; "
                 "PIPEPLAN_MASTER_PORT set to a free port on every rank chooses another)");
   }
-  const std::string variable =
-      launch.port_source == "PIPEPLAN_MASTER_PORT" ? "PIPEPLAN_MASTER_PORT" : "MASTER_PORT";
   throw Error(variable + ": rank 0 cannot listen on port " + std::to_string(launch.port) +
               " of its interfaces (" + system_error(error) + ")");
 }
@@ -456,7 +453,7 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
     }
     Socket s;
     {
-      const Addresses addresses(launch, false);
+      const Addresses addresses(launch);
       last_error = addresses.error(launch);
       for (const addrinfo* a = addresses.begin(); a != nullptr && s.get() < 0; a = a->ai_next) {
         resolved = true;
