@@ -512,13 +512,18 @@ TEST(TcpProcessGroup, AnotherProtocolVersionIsRefusedNamingIt) {
   EXPECT_NE(exits->at(0).out.find("speaks rendezvous protocol 99"), std::string::npos);
 }
 
-TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
-  const int port = testing::free_port();
-  const milliseconds timeout(5000);
-  auto body = [timeout](TcpProcessGroup& group) {
+// A rank's body that only meets the others at a barrier and succeeds.
+std::function<int(TcpProcessGroup&)> meet_at_a_barrier(milliseconds timeout) {
+  return [timeout](TcpProcessGroup& group) {
     group.barrier("the barrier", timeout);
     return 0;
   };
+}
+
+TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
+  const int port = testing::free_port();
+  const milliseconds timeout(5000);
+  const auto body = meet_at_a_barrier(timeout);
   const std::vector<std::function<int()>> bodies = {
       [=] { return rank_main(rank_env(0, 2, port), timeout, body); },
       [=] {
@@ -542,10 +547,7 @@ TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
 TEST(TcpProcessGroup, SilentConnectionsDoNotLockARankOut) {
   const int port = testing::free_port();
   const milliseconds timeout(8000);
-  auto body = [timeout](TcpProcessGroup& group) {
-    group.barrier("the barrier", timeout);
-    return 0;
-  };
+  const auto body = meet_at_a_barrier(timeout);
   // Rank 1 starts once the silent connections are made (a marker file says so).
   const std::string marker =
       (std::filesystem::temp_directory_path() / ("pipeplan-silent-" + std::to_string(port)))
@@ -634,6 +636,14 @@ TEST(TcpProcessGroup, APortInUseIsRefusedNamingMasterPort) {
   ::close(fd);
 }
 
+// A job of two ranks at `port`, each given its own MASTER_ADDR (the name as each host sees it).
+std::vector<Env> two_ranks_at(int port, const std::string& rank0, const std::string& rank1) {
+  std::vector<Env> envs = {rank_env(0, 2, port), rank_env(1, 2, port)};
+  envs[0]["MASTER_ADDR"] = rank0;
+  envs[1]["MASTER_ADDR"] = rank1;
+  return envs;
+}
+
 TEST(TcpProcessGroup, RanksMeetOverIpv6Too) {
   const int probe = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in6 address{};
@@ -646,11 +656,7 @@ TEST(TcpProcessGroup, RanksMeetOverIpv6Too) {
   if (probe >= 0) ::close(probe);
   if (!ipv6) GTEST_SKIP() << "no IPv6 loopback here";
   const int port = ntohs(address.sin6_port);
-  std::vector<Env> envs;
-  for (int r = 0; r < 2; ++r) {
-    envs.push_back(rank_env(r, 2, port));
-    envs.back()["MASTER_ADDR"] = r == 0 ? "::1" : "[::1]";
-  }
+  const std::vector<Env> envs = two_ranks_at(port, "::1", "[::1]");
   const milliseconds timeout(5000);
   const std::vector<Exit> exits = run_job(
       2, timeout,
@@ -668,19 +674,9 @@ TEST(TcpProcessGroup, RanksMeetOverIpv6Too) {
 // reach it, join.
 TEST(TcpProcessGroup, RankZeroNeedsNoAddressOfItsOwnForMasterAddr) {
   const int port = testing::free_port();
-  std::vector<Env> envs;
-  for (int r = 0; r < 2; ++r) {
-    envs.push_back(rank_env(r, 2, port));
-    envs.back()["MASTER_ADDR"] = r == 0 ? "rank-zero.invalid" : "127.0.0.1";
-  }
+  const std::vector<Env> envs = two_ranks_at(port, "rank-zero.invalid", "127.0.0.1");
   const milliseconds timeout(5000);
-  const std::vector<Exit> exits = run_job(
-      2, timeout,
-      [timeout](TcpProcessGroup& group) {
-        group.barrier("the barrier", timeout);
-        return 0;
-      },
-      envs);
+  const std::vector<Exit> exits = run_job(2, timeout, meet_at_a_barrier(timeout), envs);
   EXPECT_EQ(exits[0].status, 0) << exits[0].out;
   EXPECT_EQ(exits[1].status, 0) << exits[1].out;
 }
