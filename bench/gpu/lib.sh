@@ -138,7 +138,7 @@ find_staged_libraries() {
     if [[ $lib == libnccl.so.2 && -n $nccl_dir ]]; then continue; fi
     for root in "${roots[@]}"; do
       [[ -d $root ]] || continue
-      path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1)
+      path=$(find -L "$root" -name "$lib" 2> /dev/null | head -n 1 || true)
       [[ -n $path ]] || continue
       [[ $lib == libcudnn.so.9 ]] && cudnn=$path
       dir=$(dirname "$path")

@@ -122,7 +122,18 @@ what_step() {
   local cap_s=300 backward run_steps=$step_steps
   local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages 1 --seq "$seq" --mbs 1)
   for backward in fused 2bp; do
-    run_plan "step-m4-$backward" --schedule 1f1b --backward "$backward" --microbatches 4
+    # 2bp holds every micro-batch's p2 inputs until the end: on a GPU too small for it the plan
+    # is refused for memory, which is an answer (noted), not a failed command.
+    local -a step=(--schedule 1f1b --backward "$backward" --microbatches 4)
+    local refusal=''
+    if ((!dry)) && [[ -s $profile ]]; then
+      refusal=$("$pipeplan" plan "${common[@]}" "${step[@]}" 2>&1 > /dev/null) && refusal=''
+    fi
+    if [[ $refusal == *"above its limit"* ]]; then
+      note "step-m4-$backward: does not fit on this GPU (${refusal#pipeplan: error: })"
+      continue
+    fi
+    run_plan "step-m4-$backward" "${step[@]}"
   done
   local pipeline=$((stages > 1 ? stages : 2))  # BPipe pairs two stages
   local -a estimate=("$pipeplan" bpipe --profile "$profile" --gpu "$gpu_key" --stages "$pipeline"
