@@ -2,7 +2,8 @@
 # Replays known bad inputs against a pipeplan binary and checks
 # each one ends cleanly: exactly one line of output (stdout and stderr together), a non-zero
 # exit, no file written, created or replaced (every file's type, link and checksum compared),
-# within the time limit, and never "internal error".
+# within the time limit, never "internal error", and, where the case gives one, the message it
+# expects.
 # Usage: bash tests/bad_inputs.sh PIPEPLAN [SECONDS]   (ctest runs it as BadInputs.Replay)
 set -uo pipefail
 
@@ -50,7 +51,17 @@ moe='"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_at
 echo "{$moe, \"num_local_experts\": 1000000000, \"num_experts_per_tok\": 2}" >moe_many/config.json
 echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 5}" >moe_greedy/config.json
 echo "{$moe, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}" >moe_tiny/config.json
+# A Mistral whose sliding window (16) is shorter than the planned sequence (32): it plans, and
+# the runtime's attention, which sees every earlier token, refuses to run it.
+mkdir -p swa
+echo '{"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256, "max_position_embeddings": 64,
+ "sliding_window": 16}' >swa/config.json
+"$pipeplan" plan --model swa/config.json --stages 2 -m 2 --seq 32 -o plan_swa.json >/dev/null ||
+  { echo "bad_inputs: could not plan the sliding-window model"; exit 1; }
 cp "$fixtures/deadlock.csv" deadlock.csv
+# Three stages on two ranks: rank 0 holds stages 0 and 2, rank 1 stage 1.
+printf '0F0,2F0,2B0,0B0\n1F0,1B0\n' >uneven_stages.csv
 # One rank holding 70 stages (each F, then each B in reverse): above the limit on chunks.
 python3 -c 'print(",".join([f"{s}F0" for s in range(70)] + [f"{s}B0" for s in reversed(range(70))]))' >chunks70.csv
 "$pipeplan" export plan.json -o sched.csv >/dev/null || { echo "bad_inputs: export failed"; exit 1; }
@@ -148,7 +159,7 @@ snapshot() {
     find . -type f -exec md5sum {} + | sort -k 2)
 }
 # check NAME ARGS...: runs pipeplan ARGS in a copy of the inputs; {out} is a file that must not
-# appear.
+# appear. EXPECT, when set, is text the one line must contain (EXPECT='...' check NAME ARGS...).
 check() {
   local name=$1
   shift
@@ -178,6 +189,8 @@ check() {
     why="internal error"
   elif [ "$before" != "$after" ]; then
     why="changed $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | tr '\n' ' ' | cut -c1-300)"
+  elif [ -n "${EXPECT:-}" ] && [[ $output != *"$EXPECT"* ]]; then
+    why="the message lacks '$EXPECT'"
   fi
   local seconds
   seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
@@ -191,7 +204,8 @@ check() {
 }
 
 # Hangs with no message.
-check "plan -m 1e9" plan --model tiny --stages 2 -m 1000000000 -o '{out}'
+EXPECT='--microbatches: 1000000000 is above the limit of 65536' \
+  check "plan -m 1e9" plan --model tiny --stages 2 -m 1000000000 -o '{out}'
 check "plan: profile with 1e9 layers" plan --profile profile_1e9_layers.json --stages 2 -m 2 -o '{out}'
 check "compare: profile with 1e9 layers" compare --profile profile_1e9_layers.json --stages 2 -m 2
 check "bpipe: profile with 1e9 layers" bpipe --profile profile_1e9_layers.json --stages 2 --global-batch 8
@@ -202,27 +216,43 @@ check "plan --p2-concat with backward fused" plan --model tiny --stages 2 -m 2 -
 check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'
 check "plan: MoE config with more experts per token than experts" plan --model moe_greedy/config.json --stages 2 -m 2 -o '{out}'
 check "profile --backend cpu of an MoE model" profile --backend cpu --model moe_tiny/config.json -o '{out}'
-check "bpipe --global-batch 2147483647" bpipe --model tiny --stages 2 --global-batch 2147483647
-check "show --width 2147483647" show plan.json --width 2147483647 --trace '{out}'
-check "profile --max-concat 100000000" profile --analytic --model tiny --max-concat 100000000 -o '{out}'
-check "profile --backend cpu --max-concat 100000000" profile --backend cpu --model tiny --max-concat 100000000 -o '{out}'
+EXPECT='--global-batch: 2147483647 is above the limit of 16777216' \
+  check "bpipe --global-batch 2147483647" bpipe --model tiny --stages 2 --global-batch 2147483647
+EXPECT='--width: 2147483647 is above the limit of 10000' \
+  check "show --width 2147483647" show plan.json --width 2147483647 --trace '{out}'
+EXPECT='--max-concat: 100000000 is above the limit of 65536' \
+  check "profile --max-concat 100000000" profile --analytic --model tiny --max-concat 100000000 -o '{out}'
+EXPECT='--max-concat: 100000000 is above the limit of 64' \
+  check "profile --backend cpu --max-concat 100000000" profile --backend cpu --model tiny --max-concat 100000000 -o '{out}'
 check "profile --backend cpu --mbs 0" profile --backend cpu --model tiny --mbs 0 -o '{out}'
-check "profile --backend cpu --seq 0" profile --backend cpu --model tiny --seq 0 -o '{out}'
-check "run --steps 2147483647" run plan.json --steps 2147483647 --trace '{out}'
+EXPECT='--seq: must be at least 1' \
+  check "profile --backend cpu --seq 0" profile --backend cpu --model tiny --seq 0 -o '{out}'
+EXPECT='--steps: 2147483647 is above the limit of 10000' \
+  check "run --steps 2147483647" run plan.json --steps 2147483647 --trace '{out}'
 # Nonsense accepted with exit 0.
-check "plan --seq 0" plan --model tiny --stages 2 -m 2 --seq 0 -o '{out}'
+EXPECT='--seq: must be at least 1' \
+  check "plan --seq 0" plan --model tiny --stages 2 -m 2 --seq 0 -o '{out}'
 check "plan --memory 1e30GiB" plan --model tiny --stages 2 -m 2 --memory 1e30GiB -o '{out}'
-check "plan --memory ''" plan --model tiny --stages 2 -m 2 --memory '' -o '{out}'
-check "plan --uniform 1e308:..." plan --uniform 1e308:1:1:0 --stages 2 -m 2 -o '{out}'
-check "plan --tensor-parallel 3 with 4 heads" plan --model tiny --stages 2 -m 2 --tensor-parallel 3 -o '{out}'
-check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
-check "plan --overlap-efficiency nan" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency nan -o '{out}'
-check "plan dualpipe-v, m below 2P" plan --model tiny --stages 2 -m 3 --schedule dualpipe-v -o '{out}'
-check "plan dualpipe, odd device count" plan --model tiny --stages 3 -m 6 --schedule dualpipe -o '{out}'
-check "plan dualpipe, odd micro-batch count" plan --model tiny --stages 2 -m 5 --schedule dualpipe -o '{out}'
+EXPECT='--memory: must not be empty' \
+  check "plan --memory ''" plan --model tiny --stages 2 -m 2 --memory '' -o '{out}'
+EXPECT='--uniform: 1e+308 ms is above the limit of 1000000 ms' \
+  check "plan --uniform 1e308:..." plan --uniform 1e308:1:1:0 --stages 2 -m 2 -o '{out}'
+EXPECT='--tensor-parallel: 3 does not divide the 4 attention heads of tiny' \
+  check "plan --tensor-parallel 3 with 4 heads" plan --model tiny --stages 2 -m 2 --tensor-parallel 3 -o '{out}'
+EXPECT="--overlap-efficiency: '1.5' is not a number from 0 to 1" \
+  check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
+EXPECT="--overlap-efficiency: 'nan' is not a number from 0 to 1" \
+  check "plan --overlap-efficiency nan" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency nan -o '{out}'
+EXPECT="--microbatches: schedule 'dualpipe-v' needs at least 2P = 4 micro-batches" \
+  check "plan dualpipe-v, m below 2P" plan --model tiny --stages 2 -m 3 --schedule dualpipe-v -o '{out}'
+EXPECT="--stages: schedule 'dualpipe' needs an even number of devices, got 3" \
+  check "plan dualpipe, odd device count" plan --model tiny --stages 3 -m 6 --schedule dualpipe -o '{out}'
+EXPECT="--microbatches: schedule 'dualpipe' needs an even number of at least 2P = 4 micro-batches" \
+  check "plan dualpipe, odd micro-batch count" plan --model tiny --stages 2 -m 5 --schedule dualpipe -o '{out}'
 check "export: dualpipe plan to torch CSV" export dualpipe.json --format torch-csv -o '{out}'
 check "validate: schedule with replicas=3" validate plan_replicas_3.json
-check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''
+EXPECT='--output: must not be empty' \
+  check "plan -o ''" plan --model tiny --stages 2 -m 2 -o ''
 check "plan: profile naming an unknown GPU" plan --profile profile_unknown_gpu.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with absurd times" plan --profile profile_absurd_time.json --stages 2 -m 2 -o '{out}'
 check "plan: profile with overlap efficiency 2" plan --profile profile_bad_overlap.json --stages 2 -m 2 -o '{out}'
@@ -232,15 +262,24 @@ check "profile --sustain-seconds 0x10" profile --backend cuda --model tiny --sus
 check "profile --cooldown-seconds 1e9" profile --backend cuda --model tiny --cooldown-seconds 1e9 -o '{out}'
 check "profile --analytic --sustain-seconds 5" profile --analytic --model tiny --sustain-seconds 5 -o '{out}'
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
-check "show --width -5" show plan.json --width -5 --trace '{out}'
-check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'
-check "diff --top -1" diff plan.json plan.json --top -1
-check "bpipe --mbs-list ''" bpipe --model tiny --stages 2 --global-batch 8 --mbs-list ''
-check "compare: 0 stages" compare --model tiny --stages 0 -m 2
-check "compare: 0 micro-batches" compare --model tiny --stages 2 -m 0
-check "compare: unknown model" compare --model llama-99b --stages 2 -m 2
-check "compare: NaN costs" compare --uniform nan:1:1:0 --stages 2 -m 2
-check "compare --memory 12XB" compare --model tiny --stages 2 -m 2 --memory 12XB
+EXPECT='--width: must be at least 1' \
+  check "show --width -5" show plan.json --width -5 --trace '{out}'
+EXPECT="--max-host-gib: 'nan' must be a finite number above 0" \
+  check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'
+EXPECT='--top: must be at least 0' \
+  check "diff --top -1" diff plan.json plan.json --top -1
+EXPECT='--mbs-list: must not be empty' \
+  check "bpipe --mbs-list ''" bpipe --model tiny --stages 2 --global-batch 8 --mbs-list ''
+EXPECT='--stages: must be at least 1' \
+  check "compare: 0 stages" compare --model tiny --stages 0 -m 2
+EXPECT='--microbatches: must be at least 1' \
+  check "compare: 0 micro-batches" compare --model tiny --stages 2 -m 0
+EXPECT="--model: unknown model 'llama-99b'" \
+  check "compare: unknown model" compare --model llama-99b --stages 2 -m 2
+EXPECT="--uniform: 'nan' is not a number" \
+  check "compare: NaN costs" compare --uniform nan:1:1:0 --stages 2 -m 2
+EXPECT="--memory: '12XB' is not a size" \
+  check "compare --memory 12XB" compare --model tiny --stages 2 -m 2 --memory 12XB
 check "compare: malformed profile" compare --profile profile_malformed.json --stages 2 -m 2
 # Internal errors: numbers beyond a double.
 check "plan: profile with 1e999" plan --profile profile_1e999.json --stages 2 -m 2 -o '{out}'
@@ -258,15 +297,23 @@ check "import: deadlocking CSV" import deadlock.csv --uniform 1:1:1:0 -o '{out}'
 check "import --bpipe on" import sched.csv --model tiny --bpipe on -o '{out}'
 check "import --bpipe auto" import sched.csv --model tiny --bpipe auto -o '{out}'
 check "import --p2-concat without --join-w" import sched.csv --model tiny --p2-concat 2 -o '{out}'
-check "import --stages 0" import sched.csv --model tiny --stages 0 -o '{out}'
-check "import -m 0" import sched.csv --model tiny -m 0 -o '{out}'
-check "import: CSV with 70 stages on one rank" import chunks70.csv --model tiny -o '{out}'
+EXPECT='--stages: must be at least 1' \
+  check "import --stages 0" import sched.csv --model tiny --stages 0 -o '{out}'
+EXPECT='--microbatches: must be at least 1' \
+  check "import -m 0" import sched.csv --model tiny -m 0 -o '{out}'
+EXPECT='chunks70.csv: 70 stages on 1 rank are 70 per rank, above the limit of 64' \
+  check "import: CSV with 70 stages on one rank" import chunks70.csv --model tiny -o '{out}'
 # Outputs that would destroy an input or something that is not a regular file.
-check "plan -o onto its --profile" plan --profile profile.json --stages 2 -m 2 -o profile.json
-check "export -o onto its plan" export plan.json -o plan.json
-check "import -o onto its CSV" import sched.csv --model tiny -o sched.csv
-check "show --trace onto its plan" show plan.json --trace plan.json
-check "run --trace onto its plan" run plan.json --trace plan.json
+EXPECT='profile.json: cannot write: it is an input of this command' \
+  check "plan -o onto its --profile" plan --profile profile.json --stages 2 -m 2 -o profile.json
+EXPECT='plan.json: cannot write: it is an input of this command' \
+  check "export -o onto its plan" export plan.json -o plan.json
+EXPECT='sched.csv: cannot write: it is an input of this command' \
+  check "import -o onto its CSV" import sched.csv --model tiny -o sched.csv
+EXPECT='plan.json: cannot write: it is an input of this command' \
+  check "show --trace onto its plan" show plan.json --trace plan.json
+EXPECT='plan.json: cannot write: it is an input of this command' \
+  check "run --trace onto its plan" run plan.json --trace plan.json
 SETUP='ln -s plan.json alias.json' check "show --trace onto a link to its plan" show plan.json --trace alias.json
 check "show --trace and --dot onto one file" show plan.json --trace trace.json --dot trace.json
 check "show --dot in a missing folder" show plan.json --trace trace.json --dot missing/g.dot
@@ -311,14 +358,18 @@ check "profile --analytic --backend cuda" profile --analytic --model tiny --back
 check "plan --memory 0x10GiB" plan --model tiny --stages 2 -m 2 --memory 0x10GiB -o '{out}'
 check "plan --memory -0GiB" plan --model tiny --stages 2 -m 2 --memory -0GiB -o '{out}'
 check "plan -m 0x2" plan --model tiny --stages 2 -m 0x2 -o '{out}'
-check "run --seed -1" run plan.json --seed -1 --trace '{out}'
+EXPECT="--seed: '-1' must not be negative" \
+  check "run --seed -1" run plan.json --seed -1 --trace '{out}'
 check "run --seed 2^64" run plan.json --seed 18446744073709551616 --trace '{out}'
 check "run --seed 99999999999999999999" run plan.json --seed 99999999999999999999 --trace '{out}'
 check "run --transport nccl on the CPU" run plan.json --transport nccl --trace '{out}'
-check "run --transport carrier-pigeon" run plan.json --backend cuda --transport carrier-pigeon --trace '{out}'
+EXPECT="--transport: unknown transport 'carrier-pigeon'" \
+  check "run --transport carrier-pigeon" run plan.json --backend cuda --transport carrier-pigeon --trace '{out}'
 check "run --transport device-local, no --emulate" run plan.json --backend cuda --transport device-local --trace '{out}'
-check "plan --attention sparse" plan --model tiny --stages 2 -m 2 --attention sparse -o '{out}'
-check "plan --search --global-batch 0" plan --model tiny --stages 2 --search --global-batch 0 -o '{out}'
+EXPECT="--attention: unknown attention 'sparse'" \
+  check "plan --attention sparse" plan --model tiny --stages 2 -m 2 --attention sparse -o '{out}'
+EXPECT='--global-batch: must be at least 1' \
+  check "plan --search --global-batch 0" plan --model tiny --stages 2 --search --global-batch 0 -o '{out}'
 check "bpipe --stages 16 on tiny" bpipe --model tiny --stages 16 --global-batch 8
 check "plan --memory 300KiB --reserve 0" plan --model tiny --stages 2 -m 2 --memory 300KiB --reserve 0 -o '{out}'
 check "compare: no schedule fits" compare --model tiny --stages 9 -m 9
@@ -326,14 +377,19 @@ check "compare: no schedule fits" compare --model tiny --stages 9 -m 9
 check "calibrate fit: a run that is not there" calibrate fit --profile profile.json -o '{out}' missing
 check "calibrate fit -o onto its profile" calibrate fit --profile profile.json -o profile.json run
 check "calibrate fit -o onto a run's trace" calibrate fit --profile profile.json -o run.trace.json run
-check "calibrate fit --sustained --copy-only" calibrate fit --sustained --copy-only --profile profile.json -o '{out}' run
+EXPECT='--copy-only: keeps the compute curves, which --sustained fits' \
+  check "calibrate fit --sustained --copy-only" calibrate fit --sustained --copy-only --profile profile.json -o '{out}' run
 check "calibrate fit --copy-only without contention" calibrate fit --copy-only --profile profile.json -o '{out}' run
-check "calibrate fit --max-factor -1" calibrate fit --sustained --max-factor -1 --profile profile.json -o '{out}' run
-check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-constants-ms 30,0 --profile profile.json -o '{out}' run
-check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
+EXPECT="--max-factor: '-1' must be a finite number above -1" \
+  check "calibrate fit --max-factor -1" calibrate fit --sustained --max-factor -1 --profile profile.json -o '{out}' run
+EXPECT='--time-constants-ms: 0 is not in (0, 1e+06]' \
+  check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-constants-ms 30,0 --profile profile.json -o '{out}' run
+EXPECT='--min-ops: must be at least 1' \
+  check "calibrate fit --min-ops 0" calibrate fit --min-ops 0 --profile profile.json -o '{out}' run
 check "calibrate fit --overlap without pairs" calibrate fit --overlap --profile profile.json -o '{out}' run
 check "calibrate eval: a profile that is not there" calibrate eval --profile missing.json run
 SETUP="echo '# command: pipeplan show x' >run.plan.txt" \
+  EXPECT="run.plan.txt: the recorded command is not 'pipeplan plan'" \
   check "calibrate eval: a recorded command that is not plan" calibrate eval --profile profile.json run
 check "calibrate copy: from a profile without contention" calibrate copy --from profile.json -o '{out}' profile.json
 check "calibrate copy -o onto its input" calibrate copy --from profile.json -o profile.json profile.json
@@ -347,25 +403,72 @@ WORLD_SIZE=abc check "run: WORLD_SIZE=abc" run plan.json --trace '{out}'
 OMPI_COMM_WORLD_SIZE=abc check "run: OMPI_COMM_WORLD_SIZE=abc" run plan.json --trace '{out}'
 SLURM_NTASKS=-3 check "run: SLURM_NTASKS=-3" run plan.json --trace '{out}'
 check "calibrate working-memory: from an analytic profile" calibrate working-memory --from profile_analytic_work.json -o '{out}' profile.json
-check "calibrate fit --min-factor without --sustained" calibrate fit --min-factor 0.5 --profile profile.json -o '{out}' run
+EXPECT='--min-factor: only with --sustained' \
+  check "calibrate fit --min-factor without --sustained" calibrate fit --min-factor 0.5 --profile profile.json -o '{out}' run
 # Options that a mode or an input decides, given beside it.
 check "plan --attention beside a profile's" plan --profile profile.json --stages 2 -m 2 --attention materialized -o '{out}'
-check "plan --uniform --attention" plan --uniform 1:1:1:0 --stages 2 -m 2 --attention flash -o '{out}'
-check "plan --uniform --seq" plan --uniform 1:1:1:0 --stages 2 -m 2 --seq 64 -o '{out}'
-check "plan --search --layout" plan --model tiny --stages 2 --search --global-batch 8 --layout 'Et|tttL' -o '{out}'
-check "plan --search --chunks" plan --model tiny --stages 2 --search --global-batch 8 --chunks 2 -o '{out}'
+EXPECT='--attention: --uniform gives the times' \
+  check "plan --uniform --attention" plan --uniform 1:1:1:0 --stages 2 -m 2 --attention flash -o '{out}'
+EXPECT='--seq: --uniform gives the times' \
+  check "plan --uniform --seq" plan --uniform 1:1:1:0 --stages 2 -m 2 --seq 64 -o '{out}'
+EXPECT='--layout: --search chooses the chunks and the split itself' \
+  check "plan --search --layout" plan --model tiny --stages 2 --search --global-batch 8 --layout 'Et|tttL' -o '{out}'
+EXPECT='--chunks: --search chooses the chunks and the split itself' \
+  check "plan --search --chunks" plan --model tiny --stages 2 --search --global-batch 8 --chunks 2 -o '{out}'
 check "plan --search --global-batch -m" plan --model tiny --stages 2 --search --global-batch 8 -m 4 -o '{out}'
 check "plan --search --search-mbs, no --global-batch" plan --model tiny --stages 2 --search -m 4 --search-mbs 1,2 -o '{out}'
 check "plan --search --bpipe auto" plan --model tiny --stages 2 --search --bpipe auto --global-batch 8 -o '{out}'
-check "plan --global-batch without --search" plan --model tiny --stages 2 -m 4 --global-batch 8 -o '{out}'
-check "plan --search-mbs without --search" plan --model tiny --stages 2 -m 4 --search-mbs 1,2 -o '{out}'
-check "plan --bpipe auto --schedule gpipe" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --schedule gpipe -o '{out}'
-check "plan --bpipe auto --backward 2bp" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --backward 2bp -o '{out}'
+EXPECT='--global-batch: only with --search or --bpipe auto' \
+  check "plan --global-batch without --search" plan --model tiny --stages 2 -m 4 --global-batch 8 -o '{out}'
+EXPECT='--search-mbs: only with --search or --bpipe auto' \
+  check "plan --search-mbs without --search" plan --model tiny --stages 2 -m 4 --search-mbs 1,2 -o '{out}'
+EXPECT='--schedule: --bpipe auto plans 1f1b, not gpipe' \
+  check "plan --bpipe auto --schedule gpipe" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --schedule gpipe -o '{out}'
+EXPECT='--backward: --bpipe auto tries every backward mode' \
+  check "plan --bpipe auto --backward 2bp" plan --model tiny --stages 2 --bpipe auto --global-batch 8 --backward 2bp -o '{out}'
 check "plan --memory 0 --reserve 10GiB" plan --model tiny --stages 2 -m 2 --memory 0 --reserve 10GiB -o '{out}'
 check "plan --uniform --reserve, no --memory" plan --uniform 1:1:1:0 --stages 2 -m 2 --reserve 1GiB -o '{out}'
 check "compare --bpipe auto" compare --model tiny --stages 2 -m 2 --bpipe auto
-check "profile --analytic --sm-partition 8" profile --analytic --model tiny --sm-partition 8 -o '{out}'
-check "profile --analytic --repetitions 5" profile --analytic --model tiny --repetitions 5 -o '{out}'
+EXPECT='--sm-partition: only with --backend cuda' \
+  check "profile --analytic --sm-partition 8" profile --analytic --model tiny --sm-partition 8 -o '{out}'
+EXPECT='--repetitions: only with --backend cuda or cpu' \
+  check "profile --analytic --repetitions 5" profile --analytic --model tiny --repetitions 5 -o '{out}'
+# Option values and combinations refused with a stated message.
+EXPECT="--tensor-parallel: one degree or 'auto'" \
+  check "bpipe --tensor-parallel 1,2" bpipe --model tiny --stages 2 --global-batch 8 --tensor-parallel 1,2
+EXPECT='--min-factor: must be at least 0' \
+  check "calibrate fit --min-factor -0.5" calibrate fit --sustained --min-factor -0.5 --profile profile.json -o '{out}' run
+EXPECT='--max-factor: 0.2 is below --min-factor 0.5' \
+  check "calibrate fit --max-factor below --min-factor" calibrate fit --sustained --min-factor 0.5 --max-factor 0.2 --profile profile.json -o '{out}' run
+EXPECT='--stages: 3 differs from 2 in sched.csv' \
+  check "import --stages 3 for a 2-rank CSV" import sched.csv --model tiny --stages 3 -o '{out}'
+EXPECT='uneven_stages.csv: 3 stages on 2 ranks; pipeplan needs the same number of stages per rank' \
+  check "import: CSV with uneven stages per rank" import uneven_stages.csv --model tiny -o '{out}'
+EXPECT='--global-batch: required by --search (or give --microbatches)' \
+  check "plan --search, no --global-batch or -m" plan --model tiny --stages 2 --search -o '{out}'
+EXPECT='profile: give --analytic, or --backend cuda' \
+  check "profile without --analytic or --backend" profile --model tiny -o '{out}'
+EXPECT='--max-concat: must be at least 1' \
+  check "profile --max-concat 0" profile --analytic --model tiny --max-concat 0 -o '{out}'
+EXPECT="--backend: unknown backend 'tpu'" \
+  check "run --backend tpu" run plan.json --backend tpu --trace '{out}'
+EXPECT='--gpu: only with --backend cuda' \
+  check "run --gpu without --backend cuda" run plan.json --gpu h100 --trace '{out}'
+EXPECT='plan_swa.json: model '"'swa'"': sequence 32 is longer than its sliding_window 16' \
+  check "run: sequence longer than the sliding window" run plan_swa.json --trace '{out}'
+# calibrate eval: recorded plan commands (RUN.plan.txt) it cannot re-plan as the run was planned.
+SETUP="echo '# command: pipeplan plan --frobnicate' >run.plan.txt" \
+  EXPECT='run.plan.txt: the recorded command does not parse (' \
+  check "calibrate eval: a recorded command that does not parse" calibrate eval --profile profile.json run
+SETUP="echo '# command: pipeplan plan --model tiny --stages 2 -m 2' >run.plan.txt" \
+  EXPECT='run.plan.txt: the recorded command has no --profile' \
+  check "calibrate eval: a recorded command without --profile" calibrate eval --profile profile.json run
+SETUP="echo '# command: pipeplan plan --profile profile.json --stages 2 --search --global-batch 8' >run.plan.txt" \
+  EXPECT='run.plan.txt: a --search or --bpipe auto command is not re-planned (give --resimulate)' \
+  check "calibrate eval: a recorded --search command" calibrate eval --profile profile.json run
+SETUP="echo '# command: pipeplan plan --profile profile.json --stages 2 -m 2 --schedule gpipe' >run.plan.txt" \
+  EXPECT='run.plan.txt: the re-planned schedule is not the one that ran' \
+  check "calibrate eval: a recorded command of another schedule" calibrate eval --profile profile.json run
 
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -96,16 +97,32 @@ TEST(OptimizerNode, ThePlanFileKeepsItAndTheValidatorKeepsItLast) {
   EXPECT_NE(v->message.find("the optimizer step is a device's last op"), std::string::npos);
 }
 
+// profiles/analytic.cpp: per layer, 34 bytes moved per parameter at 0.8 of the HBM bandwidth,
+// plus 4 us for each of two kernels (AdamW and a memset) per parameter tensor. LLaMA-7B on an
+// H200 (4800 GB/s): a block has 2 norms + 4 attention + 3 MLP projections = 9 tensors and
+// 2*4096 + 4*4096^2 + 3*4096*11008 = 202383360 parameters, the embedding 1 tensor of 32000*4096,
+// the head 2 tensors of 4096 + 32000*4096. All 32 blocks, embedding and head:
+// 34 * 6738415616 / 3.84e6 = 59663.055 us of traffic + 2 * 291 * 4 = 2328 us of kernels.
 TEST(OptimizerNode, AnalyticProfilesEstimateItFromHbmBandwidth) {
-  // LLaMA-7B on an H200: 6.74e9 parameters x 34 bytes at 0.8 of 4.8 TB/s, about 60 ms, plus
-  // two kernels per parameter tensor.
-  const Profile profile = analytic_profile(model_preset("llama-7b"), find_gpu("h200"),
-                                           {.seq = 2048, .micro_batch_sizes = {1}});
-  double total = 0;
+  const GpuSpec gpu = find_gpu("h200");
+  ASSERT_EQ(gpu.hbm_bandwidth_GBps, 4800.0);
+  const Profile profile =
+      analytic_profile(model_preset("llama-7b"), gpu, {.seq = 2048, .micro_batch_sizes = {1}});
   const ModelConfig& model = profile.model;
+  ASSERT_EQ(model.layer_list().size(), 34u);
+  const auto expected = [&](std::int64_t params, int tensors) {
+    return 34.0 * static_cast<double>(params) / (4800e3 * 0.8) + 2 * tensors * 4.0;
+  };
+  const double block = expected(model.block_parameters(), 9);
+  const double embedding = expected(model.embedding_parameters(), 1);
+  const double head = expected(model.head_parameters(), 2);
+  EXPECT_NEAR(profile.cost(LayerKind::block, 1).optimizer_us, block, 1e-9 * block);
+  EXPECT_NEAR(profile.cost(LayerKind::embedding, 1).optimizer_us, embedding, 1e-9 * embedding);
+  EXPECT_NEAR(profile.cost(LayerKind::head, 1).optimizer_us, head, 1e-9 * head);
+  double total = 0;
   for (const LayerKind kind : model.layer_list())
     total += profile.cost(kind, 1).optimizer_us;
-  EXPECT_NEAR(total / 1e3, 60.0, 3.0);
+  EXPECT_NEAR(total, 59663.055 + 2328.0, 1.0);
 }
 
 }  // namespace

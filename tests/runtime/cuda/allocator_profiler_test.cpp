@@ -1,7 +1,10 @@
 // The caching allocator's byte accounting, the stash bytes it measures, and the profiler's
 // output going through the planner's profile loader.
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -146,7 +149,10 @@ TEST(CudaProfiler, WritesAProfileThePlannerLoads) {
   options.max_concat = 2;
   options.command = "tests/cuda";
   const Profile profile = cuda::measure_profile(options);
-  const auto path = std::filesystem::temp_directory_path() / "pipeplan-cuda-profile-test.json";
+  // Named after the process: the same test runs in more than one test binary, and ctest may run
+  // them at once.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipeplan-cuda-profile-test-" + std::to_string(getpid()) + ".json");
   save_profile(profile, path);
   const Profile loaded = load_profile(path);
   std::filesystem::remove(path);

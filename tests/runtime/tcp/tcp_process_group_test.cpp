@@ -524,19 +524,43 @@ TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
   const int port = testing::free_port();
   const milliseconds timeout(5000);
   const auto body = meet_at_a_barrier(timeout);
+  // Rank 1 starts once the stranger has connected and spoken (a marker file says so).
+  const std::string marker =
+      (std::filesystem::temp_directory_path() /
+       ("pipeplan-stranger-" + std::to_string(::getpid()) + "-" + std::to_string(port)))
+          .string();
+  std::filesystem::remove(marker);
   const std::vector<std::function<int()>> bodies = {
       [=] { return rank_main(rank_env(0, 2, port), timeout, body); },
       [=] {
-        std::this_thread::sleep_for(milliseconds(500));  // after the stranger
+        for (int i = 0; i < 500 && !std::filesystem::exists(marker); ++i)
+          std::this_thread::sleep_for(milliseconds(10));
         return rank_main(rank_env(1, 2, port), timeout, body);
       }};
   std::optional<std::vector<Exit>> exits;
-  std::thread job([&] { exits = run_processes(bodies); });
-  const int fd = connect_raw(port);
-  write_raw(fd, "GET / HTTP/1.0\r\nHost: x\r\n\r\n");
-  const std::string answer = read_raw(fd);  // rank 0 closes it without a word
-  ::close(fd);
+  std::string job_error;
+  std::thread job([&] {
+    try {
+      exits = run_processes(bodies);
+    } catch (const std::exception& e) {
+      job_error = e.what();
+    }
+  });
+  const auto start_rank_1 = [&] { std::ofstream(marker) << "go\n"; };
+  std::string answer;
+  try {
+    const int fd = connect_raw(port);
+    write_raw(fd, "GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+    start_rank_1();
+    answer = read_raw(fd);  // rank 0 closes it without a word
+    ::close(fd);
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the stranger: " << e.what();
+  }
+  start_rank_1();  // again, in case the stranger failed before it
   job.join();
+  std::filesystem::remove(marker);
+  ASSERT_TRUE(exits.has_value()) << job_error;
   EXPECT_EQ(answer, "");
   EXPECT_EQ(exits->at(0).status, 0) << exits->at(0).out;
   EXPECT_EQ(exits->at(1).status, 0) << exits->at(1).out;
