@@ -145,8 +145,8 @@ Shape shape_of(const ModelConfig& m, int mbs, int seq) {
   x.a = m.heads;
   x.v = m.vocab;
   x.swiglu = m.mlp == MlpKind::swiglu;
-  // GPT-3/BERT recipes (Korthikanti et al.) train with dropout; LLaMA does not.
-  x.dropout = m.norm == NormKind::layernorm;
+  // GPT-3/BERT recipes (Korthikanti et al.) train with dropout; LLaMA and Pythia do not.
+  x.dropout = m.dropout();
   x.rope = m.learned_positions == 0;
   x.bert = m.family == "bert";
   x.qk_norm = m.qk_norm;

@@ -65,6 +65,10 @@ struct GpuReader {
     if (x > hi) fail(field, limits::above_limit("(" + limits::general_number(x) + ")", hi));
     return x;
   }
+  // A field the format lets out: absent reads as 0 (docs/reference/gpus-json.md).
+  double number_or_zero(std::string_view field, double hi) const {
+    return object.contains(field) ? number(field, false, hi) : 0.0;
+  }
 };
 
 GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t index) {
@@ -92,13 +96,13 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
   g.hbm_bandwidth_GBps =
       r.number("hbm_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
   // 0: no NVLink
-  g.nvlink_bandwidth_GBps = r.number("nvlink_bandwidth_GBps", false, limits::kMaxBandwidthGBps);
+  g.nvlink_bandwidth_GBps = r.number_or_zero("nvlink_bandwidth_GBps", limits::kMaxBandwidthGBps);
   if (const std::string problem = limits::bandwidth_problem(g.nvlink_bandwidth_GBps, "no NVLink");
       !problem.empty())
     r.fail("nvlink_bandwidth_GBps", problem);
   g.pcie_bandwidth_GBps =
       r.number("pcie_bandwidth_GBps", true, limits::kMaxBandwidthGBps, limits::kMinBandwidthGBps);
-  g.p2p_latency_us = r.number("p2p_latency_us", false, limits::kMaxLinkLatencyUs);
+  g.p2p_latency_us = r.number_or_zero("p2p_latency_us", limits::kMaxLinkLatencyUs);
   return g;
 }
 

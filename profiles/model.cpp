@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 10> kHfModelTypes{
     "llama", "mistral",   "mixtral", "qwen2", "qwen2_moe",
     "qwen3", "qwen3_moe", "phi3",    "gpt2",  "gpt_neox"};
 
-// Linear layers carry biases and dropout exactly in the LayerNorm recipes we model (GPT-2,
-// GPT-3/Megatron, GPT-NeoX, BERT); the RMSNorm recipes (LLaMA, Mistral) have neither.
+// Linear layers carry biases exactly in the LayerNorm recipes we model (GPT-2, GPT-3/Megatron,
+// GPT-NeoX, BERT); the RMSNorm recipes (LLaMA, Mistral) have none (dropout: ModelConfig).
 bool has_bias(const ModelConfig& m) {
   return m.norm == NormKind::layernorm;
 }
@@ -424,8 +424,15 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.hidden = r.positive_int("n_embd", limits::kMaxHidden);
     m.heads = r.positive_int("n_head", limits::kMaxHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden =
-        r.find("n_inner") != nullptr ? r.positive_int("n_inner", limits::kMaxHidden) : 4 * m.hidden;
+    if (r.find("n_inner") != nullptr) {
+      m.ffn_hidden = r.positive_int("n_inner", limits::kMaxHidden);
+    } else if (m.hidden > limits::kMaxHidden / 4) {
+      r.fail("n_embd", limits::above_limit(
+                           "(4 x " + std::to_string(m.hidden) + ", the MLP width without n_inner)",
+                           limits::kMaxHidden));
+    } else {
+      m.ffn_hidden = 4 * m.hidden;
+    }
     m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
     const char* seq_field = r.find("n_positions") != nullptr ? "n_positions" : "n_ctx";
     m.seq = r.positive_int(seq_field, limits::kMaxSeq);
@@ -433,6 +440,11 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+    // GPT2Config's dropout probabilities default to 0.1; any of them above 0 keeps the masks.
+    m.without_dropout = true;
+    for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+      if (r.number_or(p, 0.1) != 0.0) m.without_dropout = false;
+    }
   } else if (model_type == "gpt_neox") {
     // GPT-NeoX names (Pythia): rotary positions, GeLU MLP, LayerNorm, untied output.
     m.family = "gpt";
@@ -447,6 +459,9 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+    // GPTNeoXConfig's dropouts default to 0 (Pythia trains without).
+    m.without_dropout =
+        r.number_or("attention_dropout", 0.0) == 0.0 && r.number_or("hidden_dropout", 0.0) == 0.0;
   } else if (model_type.empty() || model_type == "llama" || model_type == "mistral" ||
              model_type == "mixtral" || model_type == "qwen2" || model_type == "qwen2_moe" ||
              model_type == "qwen3" || model_type == "qwen3_moe" || model_type == "phi3") {
@@ -546,6 +561,7 @@ json model_to_json(const ModelConfig& m) {
   if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.qk_norm) j["qk_norm"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.without_dropout) j["dropout"] = false;
   if (m.experts > 0) {
     j["experts"] = m.experts;
     j["experts_per_token"] = m.experts_per_token;
@@ -622,6 +638,14 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
   }
   if ((m.qkv_bias || m.qk_norm) && m.norm != NormKind::rmsnorm) {
     r.fail(m.qkv_bias ? "qkv_bias" : "qk_norm", "is for rmsnorm models (Qwen2, Qwen3)");
+  }
+  // Dropout follows the norm (LayerNorm recipes with, RMSNorm without); "dropout": false marks a
+  // LayerNorm model without it.
+  if (r.find("dropout") != nullptr) {
+    const bool dropout = r.boolean("dropout");
+    if (dropout && m.norm != NormKind::layernorm)
+      r.fail("dropout", "is true; pipeplan models dropout for LayerNorm models only");
+    m.without_dropout = !dropout && m.norm == NormKind::layernorm;
   }
   if (r.find("hf_model_type") != nullptr) {
     m.hf_model_type = r.string("hf_model_type");

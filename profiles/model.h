@@ -46,6 +46,11 @@ struct ModelConfig {
   // Keys each query attends to at most, in every layer (Mistral-7B-v0.1: 4096, Phi-3-mini-4k:
   // 2047); 0 = all before it.
   int sliding_window = 0;
+  // A LayerNorm model trained without dropout (GPT-NeoX/Pythia; a GPT-2 config whose dropout
+  // probabilities are all 0). The LayerNorm recipes (GPT-2/GPT-3, BERT) train with dropout,
+  // RMSNorm models without: this marks the exception.
+  bool without_dropout = false;
+  bool dropout() const { return norm == NormKind::layernorm && !without_dropout; }
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): every block's MLP is `experts` routed
   // SwiGLU experts of ffn_hidden each, of which a linear router (hidden -> experts) picks
   // `experts_per_token` per token; 0 = a dense MLP of ffn_hidden. Expert parallelism is not

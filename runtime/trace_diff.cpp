@@ -175,6 +175,28 @@ void check_stream_times(const TaskGraph& plan, const std::vector<SliceTrack>& tr
   }
 }
 
+// A pipeplan trace says in its metadata which plan it is of (planner/graph/trace.cpp's
+// plan_summary): a trace of another model or shape matches nodes by number only, and its times
+// would be read as this plan's.
+void check_metadata(const TaskGraph& plan, const json& trace, std::string_view source) {
+  const json* metadata = member(trace, "metadata");
+  if (metadata == nullptr || !metadata->is_object()) return;
+  const auto differs = [&](std::string_view field, const json& expected) {
+    const json* value = member(*metadata, field);
+    if (value == nullptr || *value == expected) return;
+    throw Error(std::string(source) + ": field 'metadata." + std::string(field) + "' is " +
+                json_excerpt(*value) + ", the plan's is " + json_excerpt(expected) +
+                " (a trace of another plan)");
+  };
+  const PlanMeta& meta = plan.meta;
+  differs("model", meta.model.name);
+  differs("devices", meta.devices);
+  differs("chunks", meta.chunks);
+  differs("microbatches", meta.microbatches);
+  differs("mbs", meta.mbs);
+  differs("seq", meta.seq);
+}
+
 }  // namespace
 
 double OpDiff::error_pct() const {
@@ -188,6 +210,7 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
   if (events == nullptr || !events->is_array()) {
     throw Error(std::string(source) + ": field 'traceEvents' missing (not a pipeplan trace)");
   }
+  check_metadata(plan, trace, source);
   std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
   std::vector<NodeTime> host(times.size());
   bool every_host = true;

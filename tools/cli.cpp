@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +56,20 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e) {
   }
   for (char& c : message) {
     if (c == '\n' || c == '\r') c = ' ';
+  }
+  // Integer options take decimal digits only (cli_checks.cpp), so a value CLI11 cannot convert
+  // into an integer option's type is one outside its range ("Could not convert: --stages = 1e11").
+  if (e.get_name() == "ConversionError") {
+    constexpr std::string_view kPrefix = "Could not convert: ";
+    const std::size_t equals = message.find(" = ");
+    if (message.starts_with(kPrefix) && equals != std::string::npos) {
+      const std::string name = message.substr(kPrefix.size(), equals - kPrefix.size());
+      const std::string value = message.substr(equals + 3);
+      const bool integer =
+          !value.empty() && value.find_first_not_of("-0123456789") == std::string::npos;
+      return name + ": '" + value + "' is " +
+             (integer ? std::string("out of range for this option") : "not a value it takes");
+    }
   }
   // A bad value names its option and says what is wrong; other usage errors point to --help.
   return e.get_name() == "ValidationError" ? message : message + " (see --help)";

@@ -141,8 +141,9 @@ struct CompareCommand {
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations).%s speedup: step "
         "time of 1f1b fused / step time (n/a where 1f1b fused does not fit). MFU: PaLM model "
-        "FLOPs%s. gap: step time above the lower "
-        "bound (docs/design/auto-schedule.md).\n",
+        "FLOPs%s. gap: step time above that row's own lower bound (of its stage layout and "
+        "chunks: rows with different layouts have different bounds, so a small gap is not a "
+        "short step; docs/design/auto-schedule.md).\n",
         shared ? " peak mem sum: the stages' peaks added, what their one GPU holds (each stage's "
                  "allocator keeps its own)."
                : "",

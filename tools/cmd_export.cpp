@@ -22,7 +22,7 @@ struct ExportCommand {
     const TaskGraph graph = load_plan(plan_path);
     // A plan that cannot run exports nothing (a cycle, an unmatched send, a bad stage, ...).
     if (const auto violation = find_violation(graph)) {
-      throw Error("invalid plan: " + violation->message);
+      throw Error(input_name(plan_path) + ": invalid plan: " + violation->message);
     }
     int stash_moves = 0;
     for (int id = 0; id < graph.node_count(); ++id) {

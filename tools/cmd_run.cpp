@@ -73,7 +73,7 @@ std::string RunCommand::header(const TaskGraph& plan, const std::string& backend
 
 TaskGraph RunCommand::load_and_check(bool as_rank) const {
   TaskGraph plan = load_plan(plan_path);
-  validate(plan);
+  validate(plan, input_name(plan_path));
   if (!trace.empty()) check_output(trace);  // before the run, not after it
   if (const ModelConfig& model = plan.meta.model;
       model.sliding_window > 0 && plan.meta.seq > model.sliding_window) {

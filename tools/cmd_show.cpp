@@ -57,7 +57,9 @@ struct ShowCommand {
   int run() const {
     const TaskGraph graph = load_plan(plan_path);
     CheckedSimulation checked = validate_and_simulate(graph);
-    if (checked.violation) throw Error("invalid plan: " + checked.violation->message);
+    if (checked.violation) {
+      throw Error(input_name(plan_path) + ": invalid plan: " + checked.violation->message);
+    }
     const SimResult sim = std::move(checked.sim);
     // Both outputs or neither.
     OutputFiles outputs;

@@ -15,7 +15,7 @@ struct ValidateCommand {
   std::string plan_path;
   int run() const {
     const TaskGraph graph = load_plan(plan_path);
-    validate(graph);
+    validate(graph, input_name(plan_path));
     std::cout << input_name(plan_path) << ": valid (" << graph.node_count() << " nodes, "
               << graph.streams().size() << " streams)\n";
     return 0;

@@ -1,6 +1,7 @@
 #include "tools/plan_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -133,7 +134,9 @@ MemoryBudget memory_budget(const PlanOptions& o, const GpuSpec& gpu) {
 
 double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu) {
   const MemoryBudget b = memory_budget(options, gpu);
-  return b.memory - b.reserve;
+  if (b.memory <= 0) return 0;
+  // A whole number of bytes (75.8 GiB is 81389630259.2), and never 0, which is no limit.
+  return std::max(1.0, std::floor(b.memory - b.reserve));
 }
 
 std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {

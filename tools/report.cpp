@@ -256,8 +256,13 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
   out += " (max " + format_gib(static_cast<double>(max_peak));
-  if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty())
+  if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty()) {
     out += "; the stages' one GPU holds their sum, " + held;
+  } else if (const double hbm = gpu_hbm_bytes(m.gpu);
+             hbm > 0 && static_cast<double>(max_peak) > hbm) {
+    // Planned without a limit (--memory 0, or one above the GPU's): say it cannot run as is.
+    out += ", more than the " + format_gib(hbm) + " of one " + m.gpu + ": it does not fit";
+  }
   out += ")\n";
   const auto nodes = graph.nodes();
   if (!nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [](const Node& n) {

@@ -448,6 +448,14 @@ std::int64_t require_integer(const nlohmann::json& object, std::string_view fiel
   if (!value.is_number_integer()) {
     throw Error(std::string(context) + ": field '" + std::string(field) + "' must be an integer");
   }
+  // An unsigned value past the signed range would read as a negative one.
+  if (value.is_number_unsigned() &&
+      value.get<std::uint64_t>() >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    throw Error(std::string(context) + ": field '" + std::string(field) + "' is " +
+                std::to_string(value.get<std::uint64_t>()) + ", above the largest integer read (" +
+                std::to_string(std::numeric_limits<std::int64_t>::max()) + ")");
+  }
   return value.get<std::int64_t>();
 }
 

@@ -129,7 +129,7 @@ struct PlanMeta {
   int seq = 0;
   std::string schedule;  // family name
   BackwardMode backward = BackwardMode::fused;
-  int p2_concat = 1;
+  int p2_concat = 0;  // the largest P2 group (0: any number; validate checks it)
   Attention attention = Attention::flash;
   std::vector<StageLayers> stage_layers;   // per virtual stage
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited

@@ -397,6 +397,13 @@ Result index_compute(const Context& c, ComputeTable& table) {
       return make_violation(g, id, "coverage", "runs on a device that does not hold its stage");
     }
     if (n.op == OpType::O) continue;  // check_optimizer's
+    if (n.op == OpType::P2 && g.meta.p2_concat > 0 &&
+        n.microbatches.size() > static_cast<std::size_t>(g.meta.p2_concat)) {
+      return make_violation(g, id, "coverage",
+                            "groups " + std::to_string(n.microbatches.size()) +
+                                " micro-batches, above the plan's p2_concat of " +
+                                std::to_string(g.meta.p2_concat));
+    }
     for (const int mb : n.microbatches) {
       if (mb < 0 || mb >= g.meta.microbatches) {
         return make_violation(g, id, "coverage", "names unknown micro-batch " + std::to_string(mb));
@@ -674,6 +681,12 @@ std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acycl
 
 void validate(const TaskGraph& graph) {
   if (const auto v = find_violation(graph)) throw Error("invalid plan: " + v->message);
+}
+
+void validate(const TaskGraph& graph, std::string_view source) {
+  if (const auto v = find_violation(graph)) {
+    throw Error(std::string(source) + ": invalid plan: " + v->message);
+  }
 }
 
 }  // namespace pipeplan

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "planner/graph/taskgraph.h"
 
@@ -29,5 +30,7 @@ Violation make_violation(const TaskGraph& graph, int node, const std::string& ru
                          const std::string& what);
 std::string gib_text(double bytes);
 void validate(const TaskGraph& graph);  // throws Error with the violation's message
+// The same, the message naming the file the plan came from ("p.json: invalid plan: ...").
+void validate(const TaskGraph& graph, std::string_view source);
 
 }  // namespace pipeplan

@@ -1,6 +1,7 @@
 #include "planner/plan/make_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/graph/evaluate.h"
+#include "planner/graph/validator.h"
 #include "planner/plan/backward_fill.h"
 #include "profiles/partition.h"
 #include "schedules/backward.h"
@@ -215,7 +217,17 @@ Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
   CheckedSimulation checked = bpipe == BpipeMode::on ? add_bpipe_within_memory(plan.graph, costs)
                                                      : validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
-    if (v->rule == "memory-limit") throw FieldError("memory_limit_bytes", v->message);
+    if (v->rule == "memory-limit") {
+      // The first op over the limit, and what the whole plan would need (it ran as planned).
+      const std::vector<std::int64_t> peaks = checked.sim.peak_memory_bytes();
+      const auto highest = std::max_element(peaks.begin(), peaks.end());
+      std::string need;
+      if (highest != peaks.end()) {
+        need = "; the plan's peak is " + gib_text(static_cast<double>(*highest)) + ", on device " +
+               std::to_string(highest - peaks.begin());
+      }
+      throw FieldError("memory_limit_bytes", v->message + need);
+    }
     // A schedule given as data (an imported CSV) is input: its faults are the input's.
     if (given) throw Error("schedule: the plan it lowers to is invalid: " + v->message);
     throw InternalError("generated plan is invalid: " + v->message);

@@ -70,6 +70,23 @@ TEST(Analytic, GptBlockMemoryMatchesKorthikanti) {
   EXPECT_EQ(mat.optimizer_bytes, 12 * n);
 }
 
+// A LayerNorm model trained without dropout (Pythia) keeps no masks: sb(32h + 2as).
+TEST(Analytic, ALayerNormModelWithoutDropoutKeepsNoMasks) {
+  ModelConfig m = model_preset("gpt-1.5b");
+  m.without_dropout = true;
+  const std::int64_t b = 2, s = 1024, h = 2304, a = 24;
+  const LayerCost mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
+  EXPECT_EQ(mat.stash_bytes, s * b * (32 * h + 2 * a * s));
+  EXPECT_EQ(mat.retained_bytes, 32 * s * b * h);
+  EXPECT_EQ(profile_for(m, Attention::recompute).cost(LayerKind::block, 2).stash_bytes,
+            32 * s * b * h);
+  // The masks' traffic is gone too: each pass is no slower than with dropout.
+  const LayerCost with =
+      profile_for(model_preset("gpt-1.5b"), Attention::materialized).cost(LayerKind::block, 2);
+  EXPECT_LT(mat.forward_us, with.forward_us);
+  EXPECT_LE(mat.p1_us, with.p1_us);
+}
+
 TEST(Analytic, LlamaBlockMemoryListsItsTensors) {
   ModelConfig m = model_preset("llama-7b");
   m.kv_heads = 8;  // grouped-query: K and V are 1024 wide

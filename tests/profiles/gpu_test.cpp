@@ -97,6 +97,26 @@ TEST(Gpu, LoadRejectsWrongVersionAndBadFields) {
   fs::remove(missing);
 }
 
+// NVLink bandwidth and link latency may be left out: no NVLink, no latency.
+TEST(Gpu, NvlinkAndLatencyMayBeLeftOut) {
+  const auto gpus = gpus_from_json(nlohmann::json::parse(R"({"format":"pipeplan-gpus","version":1,
+    "gpus":[{"name":"pcie-card","aliases":[],"description":"","peak_bf16_tflops":100,
+             "hbm_gib":24,"hbm_bandwidth_GBps":900,"pcie_bandwidth_GBps":32}]})"),
+                                   "gpus.json");
+  ASSERT_EQ(gpus.size(), 1U);
+  EXPECT_EQ(gpus[0].nvlink_bandwidth_GBps, 0.0);
+  EXPECT_EQ(gpus[0].p2p_latency_us, 0.0);
+  EXPECT_EQ(gpus[0].pcie_bandwidth_GBps, 32.0);
+  // Present, they are still checked.
+  EXPECT_EQ(error_of([] {
+              gpus_from_json(nlohmann::json::parse(R"({"format":"pipeplan-gpus","version":1,
+    "gpus":[{"name":"x","aliases":[],"description":"","peak_bf16_tflops":100,"hbm_gib":24,
+             "hbm_bandwidth_GBps":900,"pcie_bandwidth_GBps":32,"p2p_latency_us":-1}]})"),
+                             "gpus.json");
+            }),
+            "gpus.json: field 'gpus[0].p2p_latency_us' must not be negative");
+}
+
 // A name or alias that another GPU already has is named by its own field.
 TEST(Gpu, ARepeatedNameIsNamedByTheFieldThatRepeatsIt) {
   const auto gpu = [](const std::string& name, const std::string& aliases) {

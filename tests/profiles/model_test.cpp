@@ -206,6 +206,26 @@ TEST(Model, HfGpt2ConfigWithNullInner) {
   EXPECT_EQ(m.parameter_count(), 1'557'611'200);
 }
 
+TEST(Model, HfGpt2WidthWhoseDefaultMlpIsAboveTheLimitNamesNEmbd) {
+  TempDir dir;
+  // Without n_inner the MLP is 4 x n_embd: the field to change is n_embd, not one the file lacks.
+  const auto path = dir.write("wide/config.json", R"({
+    "model_type": "gpt2", "n_layer": 2, "n_embd": 300000, "n_head": 16,
+    "vocab_size": 50257, "n_positions": 1024})");
+  try {
+    load_hf_config(path);
+    FAIL() << "a 1,200,000-wide MLP was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("n_embd"), std::string::npos) << what;
+    EXPECT_NE(
+        what.find("(4 x 300000, the MLP width without n_inner) is above the limit of 1048576"),
+        std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("ffn_hidden"), std::string::npos) << what;
+  }
+}
+
 TEST(Model, HfNeoxConfig) {
   TempDir dir;
   const auto path = dir.write("pythia-1b/config.json", R"({
@@ -218,6 +238,41 @@ TEST(Model, HfNeoxConfig) {
   EXPECT_EQ(m.learned_positions, 0);  // rotary
   // Pythia-1B: 1,011,781,632 parameters.
   EXPECT_EQ(m.parameter_count(), 1'011'781'632);
+  // GPTNeoXConfig's dropouts default to 0: no masks, and the model JSON says so.
+  EXPECT_TRUE(m.without_dropout);
+  EXPECT_FALSE(m.dropout());
+  const nlohmann::json j = model_to_json(m);
+  EXPECT_EQ(j.at("dropout"), false);
+  EXPECT_TRUE(model_from_json(j, "p.json").without_dropout);
+}
+
+TEST(Model, DropoutFollowsTheConfigsProbabilities) {
+  TempDir dir;
+  const std::string shape = R"("n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100,
+    "n_positions": 128)";
+  // GPT2Config's probabilities default to 0.1: a config without them trains with dropout.
+  EXPECT_TRUE(load_hf_config(dir.write("a/config.json", R"({"model_type": "gpt2", )" + shape + "}"))
+                  .dropout());
+  EXPECT_FALSE(load_hf_config(dir.write("b/config.json", R"({"model_type": "gpt2", )" + shape +
+                                                             R"(, "resid_pdrop": 0, "embd_pdrop": 0,
+    "attn_pdrop": 0.0})"))
+                   .dropout());
+  EXPECT_TRUE(
+      load_hf_config(dir.write("c/config.json", R"({"model_type": "gpt2", )" + shape +
+                                                    R"(, "resid_pdrop": 0, "embd_pdrop": 0})"))
+          .dropout());
+  EXPECT_TRUE(load_hf_config(dir.write("d/config.json", R"({"model_type": "gpt_neox",
+    "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
+    "vocab_size": 100, "max_position_embeddings": 128, "hidden_dropout": 0.1})"))
+                  .dropout());
+  // Presets: the GPT-3 recipe with dropout, LLaMA without; files without the field unchanged.
+  EXPECT_TRUE(model_preset("gpt-1.5b").dropout());
+  EXPECT_FALSE(model_preset("llama-7b").dropout());
+  EXPECT_FALSE(model_to_json(model_preset("gpt-1.5b")).contains("dropout"));
+  nlohmann::json llama = model_to_json(model_preset("llama-7b"));
+  llama["dropout"] = true;
+  EXPECT_EQ(error_of([&] { model_from_json(llama, "p.json"); }),
+            "p.json: field 'dropout' is true; pipeplan models dropout for LayerNorm models only");
 }
 
 TEST(Model, HfQwen2ConfigHasQkvBiases) {

@@ -110,6 +110,15 @@ TEST_F(RunCli, MeasuredTraceFeedsDiff) {
   const Result mismatch = run("diff " + other + " " + trace);
   EXPECT_NE(mismatch.status, 0);
   EXPECT_NE(mismatch.out.find("measured.json"), std::string::npos) << mismatch.out;
+  // So is one whose nodes match by number but whose plan was of another shape: the trace's
+  // metadata says which.
+  const std::string wider = plan("--schedule 1f1b --backward 2bp --mbs 2", "wider.json");
+  ASSERT_FALSE(wider.empty());
+  const Result shape = run("diff " + wider + " " + trace);
+  EXPECT_EQ(shape.status, 1);
+  EXPECT_EQ(shape.out, "pipeplan: error: " + trace +
+                           ": field 'metadata.mbs' is 1, the plan's is 2 (a trace of another "
+                           "plan)\n");
 }
 
 TEST_F(RunCli, RefusesWhatItCannotRun) {

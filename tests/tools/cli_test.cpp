@@ -758,6 +758,11 @@ TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
             "pipeplan: error: --microbatches: required (micro-batches per step)\n");
   EXPECT_EQ(error("plan --model tiny --stages 2 -m 0"),
             "pipeplan: error: --microbatches: must be at least 1\n");
+  // Digits past the option's integer type: its range, not CLI11's "Could not convert".
+  EXPECT_EQ(error("plan --model tiny --stages 99999999999 -m 2"),
+            "pipeplan: error: --stages: '99999999999' is out of range for this option\n");
+  EXPECT_EQ(error("plan --model tiny --stages 2 -m -99999999999"),
+            "pipeplan: error: --microbatches: '-99999999999' is out of range for this option\n");
   // The layout sets the chunks: dualpipe holds its stages twice.
   EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule dualpipe --layout 'Et|t|t|tL'"),
             "pipeplan: error: --layout: 4 stages on 2 devices are 4 chunks per device (dualpipe "
@@ -889,6 +894,15 @@ TEST_F(Cli, ValidateRejectsATamperedPlan) {
   const Result r = run("validate " + path("tampered.json"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("send-recv-match"), std::string::npos) << r.out;
+  // Every command that checks the plan names the file it refuses.
+  for (const std::string command : {"validate ", "show ", "export ", "run "}) {
+    const std::string output = command == "export " ? " -o " + path("t.csv") : "";
+    const Result refused = run(command + path("tampered.json") + output);
+    EXPECT_EQ(refused.status, 1) << command;
+    EXPECT_EQ(
+        refused.out.rfind("pipeplan: error: " + path("tampered.json") + ": invalid plan: ", 0), 0U)
+        << command << refused.out;
+  }
   const Result missing = run("show " + path("nowhere.json"));
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.out.find("nowhere.json"), std::string::npos);

@@ -179,6 +179,23 @@ TEST(ParseJson, HugeIntegersStillParse) {
   EXPECT_NO_THROW(parse_json_text("{\"a\": 123456789012345678901234567890}", "p.json"));
 }
 
+TEST(RequireFormat, AVersionPastTheSignedRangeIsNamedAsWritten) {
+  // 2^64 - 1 is an unsigned JSON integer: read as int64 it would say "version is -1".
+  const nlohmann::json j =
+      parse_json_text(R"({"format": "pipeplan-plan", "version": 18446744073709551615})", "p.json");
+  try {
+    require_format(j, "pipeplan-plan", 1, 3, "p.json");
+    FAIL() << "version 2^64 - 1 was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "p.json: field 'version' is 18446744073709551615, above the largest integer read "
+              "(9223372036854775807)");
+  }
+  const nlohmann::json two =
+      parse_json_text(R"({"format": "pipeplan-plan", "version": 2})", "p.json");
+  EXPECT_EQ(require_format(two, "pipeplan-plan", 1, 3, "p.json"), 2);
+}
+
 class ReadFile : public testing::TempDirTest {};
 
 TEST_F(ReadFile, DirectoryAndMissingFileAreOneLine) {

@@ -260,10 +260,50 @@ TEST(Validator, AnOverlappedPairHoldsBothWorkingMemoriesAtOnce) {
   EXPECT_GT(static_cast<double>(simulate(g).peak_memory_bytes()[0]), limit);
 }
 
+// Stage 1's forward of micro-batch 3 relabelled as micro-batch 2: stage 1 then runs two forwards
+// of micro-batch 2. Compute nodes are indexed in id order, so the later of the two is the repeat.
+TEST(Validator, CatchesAForwardThatRepeatsAMicroBatch) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  const int f2 = find_node(g, NodeKind::compute, "1F2");
+  const int f3 = find_node(g, NodeKind::compute, "1F3");
+  ASSERT_GE(f2, 0);
+  ASSERT_GE(f3, 0);
+  g.node(f3).microbatches = MicroBatches{2};
+  const Violation v = expect_violation(g, "coverage");
+  EXPECT_EQ(v.node, std::max(f2, f3));
+  EXPECT_NE(v.message.find("repeats micro-batch 2 of stage 1"), std::string::npos) << v.message;
+}
+
 TEST(Validator, CatchesAMissingMicroBatch) {
   Plan plan = sample(BackwardMode::fused);
   plan.graph.meta.microbatches = 9;
   expect_violation(plan.graph, "coverage");
+}
+
+TEST(Validator, CatchesAP2GroupAboveThePlansP2Concat) {
+  // With p2_concat 0 the 2bp plan's last P2 of each stage groups all 8 micro-batches.
+  Plan plan = sample();
+  int widest = -1;
+  std::size_t width = 0;
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    const Node& n = plan.graph.node(id);
+    if (n.op == OpType::P2 && n.microbatches.size() > width) {
+      width = n.microbatches.size();
+      widest = id;
+    }
+  }
+  ASSERT_GT(width, 2U);
+  plan.graph.meta.p2_concat = static_cast<int>(width);
+  EXPECT_FALSE(find_violation(plan.graph).has_value());
+  plan.graph.meta.p2_concat = static_cast<int>(width) - 1;
+  const Violation v = expect_violation(plan.graph, "coverage");
+  EXPECT_EQ(v.node, widest);
+  EXPECT_NE(
+      v.message.find("groups " + std::to_string(width) +
+                     " micro-batches, above the plan's p2_concat of " + std::to_string(width - 1)),
+      std::string::npos)
+      << v.message;
 }
 
 TEST(Validator, CatchesAScheduleTextTheGraphDoesNotRun) {
