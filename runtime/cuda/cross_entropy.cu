@@ -1,6 +1,11 @@
-// Softmax cross-entropy over the vocabulary: forward turns logits into probabilities in place
-// and writes each row's loss; p1 turns the probabilities into dlogits in place. One block per
-// row, fp32 reductions.
+// Softmax cross-entropy over the vocabulary: forward turns logits into p − onehot (the loss
+// gradient before its scale) in place and writes each row's loss; p1 scales it into dlogits in
+// place. One block per row, fp32 reductions.
+//
+// The target's p − 1 is computed in fp32 as −(sum of the other rows' exponentials) / (sum of
+// all), not as bf16(p) − 1: between 0.5 and 1 bf16 steps by 2⁻⁸, so a confident row
+// (p ≥ 1 − 2⁻⁹, common once a model trains) would store p = 1 and lose its target gradient, and
+// the row's gradient would no longer sum to 0. The CPU reference keeps fp32 probabilities.
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -19,11 +24,15 @@ __global__ void cross_entropy_forward_kernel(bf16* probs, float* losses,
   for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x)
     local_max = fmaxf(local_max, __bfloat162float(p[i]));
   const float row_max = block_max(local_max, scratch);
-  float local_sum = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x)
-    local_sum += __expf(__bfloat162float(p[i]) - row_max);
-  const float sum = block_sum(local_sum, scratch);
   const std::int64_t target = targets[row];
+  float local_sum = 0.0f, local_others = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x) {
+    const float e = __expf(__bfloat162float(p[i]) - row_max);
+    local_sum += e;
+    if (i != target) local_others += e;
+  }
+  const float sum = block_sum(local_sum, scratch);
+  const float others = block_sum(local_others, scratch);
   if (threadIdx.x == 0) {
     // Read the target logit before any thread overwrites it (the barrier below orders it).
     const float target_logit =
@@ -32,8 +41,10 @@ __global__ void cross_entropy_forward_kernel(bf16* probs, float* losses,
   }
   __syncthreads();
   const float inv_sum = 1.0f / sum;
-  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x)
-    p[i] = __float2bfloat16(__expf(__bfloat162float(p[i]) - row_max) * inv_sum);
+  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x) {
+    p[i] = __float2bfloat16(i == target ? -others * inv_sum
+                                        : __expf(__bfloat162float(p[i]) - row_max) * inv_sum);
+  }
 }
 
 __global__ void mean_kernel(float* out, const float* values, std::int64_t n) {
@@ -45,19 +56,14 @@ __global__ void mean_kernel(float* out, const float* values, std::int64_t n) {
   if (threadIdx.x == 0) out[0] = total / float(n);
 }
 
-__global__ void cross_entropy_backward_kernel(bf16* dlogits, const std::int32_t* targets,
-                                              const void* dloss, bool dloss_is_bf16, std::int64_t n,
-                                              std::int64_t v) {
+__global__ void cross_entropy_backward_kernel(bf16* dlogits, const void* dloss, bool dloss_is_bf16,
+                                              std::int64_t n, std::int64_t v) {
   const float grad = dloss_is_bf16 ? __bfloat162float(*static_cast<const bf16*>(dloss))
                                    : *static_cast<const float*>(dloss);
   const float scale = grad / float(n);
-  const std::int64_t row = blockIdx.x;
-  const std::int64_t target = targets[row];
-  bf16* d = dlogits + row * v;
-  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-    const float onehot = i == target ? 1.0f : 0.0f;
-    d[i] = __float2bfloat16(scale * (__bfloat162float(d[i]) - onehot));
-  }
+  bf16* d = dlogits + static_cast<std::int64_t>(blockIdx.x) * v;
+  for (std::int64_t i = threadIdx.x; i < v; i += blockDim.x)
+    d[i] = __float2bfloat16(scale * __bfloat162float(d[i]));
 }
 
 }  // namespace
@@ -74,12 +80,11 @@ void mean_f32(float* out, const float* values, std::int64_t n, cudaStream_t stre
   launch(mean_kernel, 1, 1024, stream, out, values, n);
 }
 
-void cross_entropy_backward_p1(bf16* dlogits, const std::int32_t* targets, const void* dloss,
-                               bool dloss_is_bf16, std::int64_t n, std::int64_t v,
-                               cudaStream_t stream) {
+void cross_entropy_backward_p1(bf16* dlogits, const void* dloss, bool dloss_is_bf16, std::int64_t n,
+                               std::int64_t v, cudaStream_t stream) {
   if (n == 0) return;
-  launch(cross_entropy_backward_kernel, static_cast<unsigned>(n), kThreads, stream, dlogits,
-         targets, dloss, dloss_is_bf16, n, v);
+  launch(cross_entropy_backward_kernel, static_cast<unsigned>(n), kThreads, stream, dlogits, dloss,
+         dloss_is_bf16, n, v);
 }
 
 }  // namespace pipeplan::cuda

@@ -116,10 +116,10 @@ Tensor head_layer_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stas
   }
   const Shape shape = stash.at("norm.xhat").shape();
   const std::int64_t n = shape[0] * shape[1], c = layer.model.hidden, v = layer.model.vocab;
-  // dlogits overwrite the probabilities in place: same size, and probs are dead after p1.
+  // dlogits overwrite the forward's p − onehot in place: same size, and it is dead after p1.
   bf16* dlogits = bf16_ptr(stash.at("lm_head.probs"));
-  cross_entropy_backward_p1(dlogits, i32_ptr(stash.at("targets")), dloss.data(),
-                            dloss.dtype() == DType::bf16, n, v, ctx.stream());
+  cross_entropy_backward_p1(dlogits, dloss.data(), dloss.dtype() == DType::bf16, n, v,
+                            ctx.stream());
   const Tensor dxn = ctx.empty(shape, DType::bf16);
   matmul_backward_p1(ctx, bf16_ptr(dxn), dlogits, bf16_ptr(layer.at("lm_head").weight), n, c, v,
                      false);

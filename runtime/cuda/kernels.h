@@ -75,18 +75,18 @@ void embedding_backward_p2(float* dwte,                 // (V, C) accumulated
                            const bf16* dy,              // (rows, C)
                            std::int64_t rows, std::int64_t c, std::int64_t v, cudaStream_t stream);
 
-// ---- cross_entropy.cu: logits → probabilities in place, per-row loss −log p[target].
-void cross_entropy_forward(bf16* probs,                  // (N, V) logits in, probs out
+// ---- cross_entropy.cu: logits → p − onehot in place (the target's p − 1 computed in fp32, so
+// that a confident row keeps its gradient), per-row loss −log p[target].
+void cross_entropy_forward(bf16* probs,                  // (N, V) logits in, p − onehot out
                            float* losses,                // (N)
                            const std::int32_t* targets,  // (N)
                            std::int64_t n, std::int64_t v, cudaStream_t stream);
 void mean_f32(float* out,           // (1)
               const float* values,  // (n)
               std::int64_t n, cudaStream_t stream);
-// dlogits = dloss / N · (p − onehot), in place over the probabilities. dloss is one element,
-// bf16 or f32 (as uploaded).
-void cross_entropy_backward_p1(bf16* dlogits,                // (N, V) probs in, dlogits out
-                               const std::int32_t* targets,  // (N)
+// dlogits = dloss / N · (p − onehot), in place over the forward's p − onehot. dloss is one
+// element, bf16 or f32 (as uploaded).
+void cross_entropy_backward_p1(bf16* dlogits,  // (N, V) p − onehot in, dlogits out
                                const void* dloss, bool dloss_is_bf16, std::int64_t n,
                                std::int64_t v, cudaStream_t stream);
 

@@ -410,7 +410,11 @@ TEST(Kernels, CrossEntropyForwardMeanAndP1MatchFp64) {
   std::vector<bf16> probs = logits;
   std::vector<float> losses(n);
   cross_entropy_forward(probs.data(), losses.data(), targets.data(), n, v, nullptr);
-  expect_close(probs, p_ref, 1e-5, "probs");
+  // The forward leaves p − onehot.
+  std::vector<double> stash_ref = p_ref;
+  for (std::int64_t r = 0; r < n; ++r)
+    stash_ref[r * v + targets[r]] -= 1.0;
+  expect_close(probs, stash_ref, 1e-5, "p - onehot");
   expect_close(to_double(losses), loss_ref, 1e-5, "losses");
 
   float mean = 0.0f;
@@ -420,23 +424,64 @@ TEST(Kernels, CrossEntropyForwardMeanAndP1MatchFp64) {
     mean_ref += loss / double(n);
   EXPECT_NEAR(mean, mean_ref, 1e-6 * std::abs(mean_ref));
 
-  // dlogits = dloss / N · (p − onehot), from the kernel's bf16 probabilities; dloss f32 and bf16.
-  const auto p_got = to_double(probs);
+  // dlogits = dloss / N · (p − onehot), from the kernel's bf16 p − onehot; dloss f32 and bf16.
+  const auto stash_got = to_double(probs);
   for (const bool dloss_is_bf16 : {false, true}) {
     const float dloss_f32 = 1.0f / 3.0f;
     const bf16 dloss_bf16 = __float2bfloat16(dloss_f32);
     const double dloss = dloss_is_bf16 ? double(__bfloat162float(dloss_bf16)) : double(dloss_f32);
     std::vector<double> d_ref(n * v);
-    for (std::int64_t r = 0; r < n; ++r) {
-      for (std::int64_t i = 0; i < v; ++i)
-        d_ref[r * v + i] = dloss / double(n) * (p_got[r * v + i] - (i == targets[r] ? 1.0 : 0.0));
-    }
+    for (std::int64_t i = 0; i < n * v; ++i)
+      d_ref[i] = dloss / double(n) * stash_got[i];
     std::vector<bf16> dlogits = probs;
     const void* dloss_ptr = dloss_is_bf16 ? static_cast<const void*>(&dloss_bf16)
                                           : static_cast<const void*>(&dloss_f32);
-    cross_entropy_backward_p1(dlogits.data(), targets.data(), dloss_ptr, dloss_is_bf16, n, v,
-                              nullptr);
+    cross_entropy_backward_p1(dlogits.data(), dloss_ptr, dloss_is_bf16, n, v, nullptr);
     expect_close(dlogits, d_ref, 1e-7, dloss_is_bf16 ? "dlogits (bf16 dloss)" : "dlogits");
+  }
+}
+
+// A confident row (the target's logit 12 to 20 above the rest: p from 1 − 2·10⁻³ to
+// 1 − 6·10⁻⁷) keeps its target gradient p − 1 to bf16's relative precision, where bf16(p) − 1
+// would give 0 for every p ≥ 1 − 2⁻⁹, and the row's gradient still sums to about 0.
+TEST(Kernels, CrossEntropyKeepsTheTargetGradientOfAConfidentRow) {
+  const std::int64_t n = 5, v = 300;
+  const std::vector<std::int32_t> targets{3, 0, 299, 150, 77};
+  const std::vector<float> margins{12.0f, 14.0f, 16.0f, 18.0f, 20.0f};
+  std::vector<bf16> logits = random_bf16(n * v, 21, 0.5f);
+  for (std::int64_t r = 0; r < n; ++r)
+    logits[r * v + targets[r]] = __float2bfloat16(margins[r]);
+  const auto l = to_double(logits);
+  std::vector<double> target_ref(n);
+  for (std::int64_t r = 0; r < n; ++r) {
+    double max = -INFINITY, sum = 0.0, others = 0.0;
+    for (std::int64_t i = 0; i < v; ++i)
+      max = std::max(max, l[r * v + i]);
+    for (std::int64_t i = 0; i < v; ++i) {
+      const double e = std::exp(l[r * v + i] - max);
+      sum += e;
+      if (i != targets[r]) others += e;
+    }
+    target_ref[r] = -others / sum;  // p − 1, exactly
+  }
+  std::vector<bf16> stash = logits;
+  std::vector<float> losses(n);
+  cross_entropy_forward(stash.data(), losses.data(), targets.data(), n, v, nullptr);
+  const float dloss = 1.0f;
+  std::vector<bf16> dlogits = stash;
+  cross_entropy_backward_p1(dlogits.data(), &dloss, false, n, v, nullptr);
+  const auto d = to_double(dlogits);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const double want = target_ref[r] / double(n);
+    // From margin 16 on, p ≥ 1 − 2⁻⁹: bf16(p) would be 1.
+    if (margins[static_cast<std::size_t>(r)] >= 16.0f) {
+      ASSERT_GT(target_ref[r], -1.0 / (1 << 9)) << "row " << r << " is not that confident";
+    }
+    EXPECT_NEAR(d[r * v + targets[r]], want, std::abs(want) / 64) << "row " << r;
+    double row_sum = 0.0;
+    for (std::int64_t i = 0; i < v; ++i)
+      row_sum += d[r * v + i];
+    EXPECT_NEAR(row_sum, 0.0, std::abs(want) / 16) << "row " << r;
   }
 }
 
