@@ -531,6 +531,12 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
   const int seq = options.seq == 0 ? model.seq : options.seq;
   if (seq < 1) fail_option("seq", "must be a positive integer");
   limits::check_limit("seq", seq, limits::kMaxSeq);
+  // A learned position table has a row per position: no token past its last row has one.
+  if (model.learned_positions > 0 && seq > model.learned_positions) {
+    fail_option("seq", std::to_string(seq) + " is above the " +
+                           std::to_string(model.learned_positions) + " learned positions of " +
+                           model.name);
+  }
   if (options.micro_batch_sizes.empty())
     fail_option("micro_batch_sizes", "needs at least one size");
   limits::check_limit("micro_batch_sizes",
@@ -561,10 +567,7 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
   p.seq = seq;
   p.attention = options.attention;
   p.provenance = Provenance{"analytic", gpu.name, utc_now_iso(), "", efficiency_notes()};
-  p.p2p.latency_us = gpu.p2p_latency_us;
-  // NVLink where the GPU has it, else PCIe (e.g. H100 PCIe without bridges).
-  p.p2p.bandwidth_GBps =
-      gpu.nvlink_bandwidth_GBps > 0 ? gpu.nvlink_bandwidth_GBps : gpu.pcie_bandwidth_GBps;
+  p.p2p = node_link(gpu);
   for (LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
     for (int mbs : options.micro_batch_sizes) {
       const LayerCost cost = layer_cost(model, kind, shape_of(model, mbs, seq), options, gpu);

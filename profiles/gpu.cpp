@@ -162,4 +162,9 @@ GpuSpec find_gpu(std::string_view name_or_alias) {
   throw FieldError("gpu", "unknown GPU '" + std::string(name_or_alias) + "'; known: " + known);
 }
 
+P2pLink node_link(const GpuSpec& gpu) {
+  return {gpu.p2p_latency_us,
+          gpu.nvlink_bandwidth_GBps > 0 ? gpu.nvlink_bandwidth_GBps : gpu.pcie_bandwidth_GBps};
+}
+
 }  // namespace pipeplan

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiles/link.h"
+
 namespace pipeplan {
 
 struct GpuSpec {
@@ -30,5 +32,8 @@ std::filesystem::path data_dir();
 std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json);
 std::vector<GpuSpec> gpus_from_json(const nlohmann::json& json, const std::string& source);
 GpuSpec find_gpu(std::string_view name_or_alias);  // throws Error naming the unknown GPU
+// The link between two GPUs of one node: NVLink where the GPU has it, else PCIe (an H100 PCIe
+// without bridges), with the GPU's p2p latency.
+P2pLink node_link(const GpuSpec& gpu);
 
 }  // namespace pipeplan

@@ -1,13 +1,49 @@
 #include "profiles/tensor_parallel.h"
 
+#include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 
 namespace pipeplan {
 
-Profile tensor_parallel_profile(Profile profile, int t) {
+namespace {
+
+// Megatron-LM's collectives per layer with sequence parallelism (Korthikanti et al. 2022, §4.2.2:
+// an all-gather before and a reduce-scatter after each of a block's two tensor-parallel regions,
+// the reverse in backward), counted as all-gathers or reduce-scatters of the layer's whole
+// (mbs, seq, hidden) bf16 activation:
+//   block      F: 4 (attention and MLP: gather in, scatter out); p1: 4 (the same in reverse);
+//              p2: 2 (the sequence-sharded inputs of the QKV and first MLP GEMMs gathered again
+//              for their weight gradients, as Megatron-LM does rather than keep them gathered)
+//   embedding  F: 1 (the vocabulary-parallel lookup's partial sums reduce-scattered);
+//              p1: 1 (the output gradient gathered for the table's gradient)
+//   head       F: 1 (the final norm's output gathered for the vocabulary-parallel LM head);
+//              p1: 1 (its input gradient reduce-scattered). The cross-entropy's all-reduces of
+//              (mbs, seq) floats are left out.
+struct Collectives {
+  int forward = 0, p1 = 0, p2 = 0;
+};
+
+Collectives collectives_of(std::string_view kind) {
+  if (kind == "block") return {4, 4, 2};
+  if (kind == "embedding" || kind == "head") return {1, 1, 0};
+  return {};
+}
+
+// One all-gather or reduce-scatter of `bytes` over T GPUs on a ring: each GPU sends and receives
+// (T - 1)/T of them, at the link's bandwidth per direction, after its latency.
+double collective_us(double bytes, int t, const P2pLink& link) {
+  const double share = static_cast<double>(t - 1) / t;
+  return link.latency_us +
+         (link.bandwidth_GBps > 0 ? share * bytes / (link.bandwidth_GBps * 1e3) : 0.0);
+}
+
+}  // namespace
+
+Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link) {
   if (t < 1) throw FieldError("tensor_parallel", "must be at least 1, got " + std::to_string(t));
   limits::check_limit("tensor_parallel", t, limits::kMaxTensorParallel);
   if (t == 1) return profile;
@@ -29,13 +65,19 @@ Profile tensor_parallel_profile(Profile profile, int t) {
                                             " (the GPUs of a stage split them)");
   }
   const double td = static_cast<double>(t);
+  // Synthetic (uniform) layers have no width to communicate.
+  const bool communicates = m.family != "uniform" && m.hidden > 0 && profile.seq > 0;
   for (auto& [kind, by_mbs] : profile.layers) {
+    const Collectives n = communicates ? collectives_of(kind) : Collectives{};
     for (auto& [mbs, c] : by_mbs) {
-      c.forward_us /= td;
-      c.p1_us /= td;
-      c.p2_us /= td;
+      const double activation = 2.0 * mbs * profile.seq * m.hidden;  // bf16 (mbs, seq, hidden)
+      const double one = collective_us(activation, t, group_link);
+      c.forward_us = c.forward_us / td + n.forward * one;
+      c.p1_us = c.p1_us / td + n.p1 * one;
+      c.p2_us = c.p2_us / td + n.p2 * one;
+      // k micro-batches' p2 in one call gathers k micro-batches' inputs.
       for (auto& [k, us] : c.p2_concat_us)
-        us /= td;
+        us = us / td + n.p2 * collective_us(activation * k, t, group_link);
       // Each GPU updates its own 1/T of the parameters.
       c.optimizer_us /= td;
       c.stash_bytes /= t;
@@ -50,10 +92,15 @@ Profile tensor_parallel_profile(Profile profile, int t) {
         bytes /= t;
     }
   }
+  char link[96];
+  std::snprintf(link, sizeof link, "%g GB/s per direction, %g us latency",
+                group_link.bandwidth_GBps, group_link.latency_us);
   profile.provenance.notes +=
       " Tensor parallel " + std::to_string(t) +
-      " applied analytically (profiles/tensor_parallel.h): per-stage "
-      "times (optimizer step included) and bytes divided by T, TP communication not modelled.";
+      " applied analytically (profiles/tensor_parallel.h): per-stage times (optimizer step "
+      "included) and bytes divided by T, plus Megatron-LM's sequence-parallel all-gathers and "
+      "reduce-scatters over the GPUs' link (" +
+      std::string(link) + "), not overlapped; a mixture of experts' all-to-all not modelled.";
   return profile;
 }
 

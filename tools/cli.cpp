@@ -100,7 +100,7 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     std::cerr << "pipeplan: error: " << usage_error(app, e) << "\n";
-    return e.get_exit_code();
+    return 1;  // as every refusal (CLI11's own codes, 105 to 109, would tell nothing more)
   }
   try {
     // No output of the command replaces a file it read or wrote.

@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -51,6 +53,20 @@ struct ExportCommand {
               << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches
               << " micro-batches) and its stage-to-layers split "
               << torch_csv_layers_path(output).string() << "\n";
+    // PyTorch's cells hold one micro-batch: a concatenated p2 becomes consecutive W cells.
+    int largest = 0;
+    for (const Node& n : graph.nodes()) {
+      if (n.kind == NodeKind::compute && n.op == OpType::P2)
+        largest = std::max(largest, static_cast<int>(n.microbatches.size()));
+    }
+    if (largest > 1) {
+      std::cout << "its concatenated p2 calls (up to " << largest
+                << " micro-batches) are one W cell per micro-batch: `pipeplan import --join-w"
+                << (graph.meta.p2_concat > 0
+                        ? " --p2-concat " + std::to_string(graph.meta.p2_concat)
+                        : std::string())
+                << "` reads them back as this plan's calls\n";
+    }
     return 0;
   }
 };

@@ -80,8 +80,14 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "BPipe activation transfers: off, on, auto (auto needs --global-batch)")
       ->capture_default_str();
   app.add_option("--tensor-parallel", o.tensor_parallel,
-                 "GPUs per stage T: divides per-stage time and memory by T (analytic)")
+                 "GPUs per stage T: divides per-stage time and memory by T and adds the "
+                 "tensor-parallel collectives over NVLink (analytic)")
       ->capture_default_str();
+  app.add_option("--link-bandwidth", o.link_bandwidth,
+                 "GB/s per direction between pipeline stages (default: the profile's p2p, the "
+                 "GPU's NVLink or PCIe; e.g. 50 for 400 Gb/s InfiniBand between nodes)");
+  app.add_option("--link-latency", o.link_latency,
+                 "microseconds per transfer between pipeline stages (default: the profile's)");
   app.add_option("--overlap-efficiency", o.overlap_efficiency,
                  "how much of the shorter op an overlapped pair (dualpipe-v's F&B) hides, 0..1: "
                  "F&B = max(F,B) + (1-E)*min(F,B) (default: the profile's, else 0)");
@@ -147,6 +153,23 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
 }
 
 namespace {
+
+// --link-bandwidth and --link-latency: the stages' link in place of the profile's.
+void apply_link_options(const PlanOptions& o, Profile& profile) {
+  if (!o.link_bandwidth.empty()) {
+    const double gbps =
+        parse_number_in(o.link_bandwidth, "--link-bandwidth", 0, limits::kMaxBandwidthGBps);
+    if (const std::string problem = limits::bandwidth_problem(gbps, "no bandwidth limit");
+        !problem.empty()) {
+      throw Error("--link-bandwidth: " + problem);
+    }
+    profile.p2p.bandwidth_GBps = gbps;
+  }
+  if (!o.link_latency.empty()) {
+    profile.p2p.latency_us =
+        parse_number_in(o.link_latency, "--link-latency", 0, limits::kMaxLinkLatencyUs);
+  }
+}
 
 // The attention the analytic model estimates: --attention, else flash.
 Attention analytic_attention(const PlanOptions& o) {
@@ -250,7 +273,10 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       analytic.micro_batch_sizes = {mbs};
       analytic.attention = analytic_attention(o);
       analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? global_batch / mbs : o.p2_concat);
-      return tensor_parallel_profile(analytic_profile(model, gpu, analytic), o.tensor_parallel);
+      Profile profile = tensor_parallel_profile(analytic_profile(model, gpu, analytic),
+                                                o.tensor_parallel, node_link(gpu));
+      apply_link_options(o, profile);
+      return profile;
     };
   }
   // Every size the search will try, checked now: a global batch no size splits within the
@@ -356,7 +382,8 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
     if (given == nullptr) check_layout_chunks(o);
   }
   check_plan_request(r);
-  r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel);
+  r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel, node_link(gpu));
+  apply_link_options(o, r.profile);
   if (!o.overlap_efficiency.empty()) {
     r.profile.overlap = {parse_fraction(o.overlap_efficiency, "--overlap-efficiency"),
                          "--overlap-efficiency " + o.overlap_efficiency};

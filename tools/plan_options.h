@@ -37,6 +37,10 @@ struct PlanOptions {
   // An overlapped pair's efficiency (profiles/overlap.h) in place of the profile's; empty: the
   // profile's.
   std::string overlap_efficiency;
+  // The link between pipeline stages in place of the profile's (a measured profile's p2p, else
+  // the GPU's NVLink or PCIe): GB/s per direction and microseconds; empty: the profile's.
+  std::string link_bandwidth;
+  std::string link_latency;
 };
 
 // What a plan may not use of a GPU's memory because no profile counts it (docs/design/bpipe.md,

@@ -172,12 +172,20 @@ std::string header_lines(const Scale& scale, int label_width) {
   return out + "\n";
 }
 
-// Cell owners (node ids, -1 idle) of one compute stream. Ops that round to zero cells take one
-// cell if it is idle, so short ops stay visible where there is room.
+constexpr int kMixed = -2;  // a cell holding whole ops of several kinds
+
+// Cell owners (node ids, -1 idle, kMixed) of one stream, each op drawn with `letter_of`. Ops
+// that round to zero cells take one cell if it is idle, so short ops stay visible where there is
+// room. A cell that holds a whole op and ops of another letter is kMixed: at a width where
+// several ops share a column, whichever came last would otherwise paint it, and a 1F1B steady
+// state (F, B, F, B, ...) would read as long runs of one letter.
+template <typename LetterOf>
 std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream,
-                        const Scale& scale) {
-  std::vector<int> owners(static_cast<std::size_t>(scale.lanes), -1);
+                        const Scale& scale, LetterOf letter_of) {
+  const auto lanes = static_cast<std::size_t>(scale.lanes);
+  std::vector<int> owners(lanes, -1);
   std::vector<std::pair<int, int>> narrow;  // (cell, node)
+  std::vector<char> first_letter(lanes, 0), several(lanes, 0), whole(lanes, 0);
   for (int id : graph.stream_order(stream)) {
     const NodeTime& time = sim.times[static_cast<std::size_t>(id)];
     const int begin = scale.column(time.start_us), end = scale.column(time.end_us);
@@ -186,9 +194,27 @@ std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream
     } else {
       narrow.emplace_back(std::min(begin, scale.lanes - 1), id);
     }
+    // The cells the op touches, in fractional columns.
+    const double x0 = (time.start_us - scale.t0_us) / scale.span_us * scale.lanes;
+    const double x1 = (time.end_us - scale.t0_us) / scale.span_us * scale.lanes;
+    const int c0 = std::clamp(static_cast<int>(std::floor(x0)), 0, scale.lanes - 1);
+    const int c1 = std::clamp(static_cast<int>(std::ceil(x1)) - 1, c0, scale.lanes - 1);
+    const char letter = letter_of(id);
+    for (int c = c0; c <= c1; ++c) {
+      const auto cell = static_cast<std::size_t>(c);
+      if (first_letter[cell] == 0) {
+        first_letter[cell] = letter;
+      } else if (first_letter[cell] != letter) {
+        several[cell] = 1;
+      }
+    }
+    if (c0 == c1 && x1 > x0) whole[static_cast<std::size_t>(c0)] = 1;
   }
   for (auto [cell, id] : narrow) {
     if (owners[static_cast<std::size_t>(cell)] == -1) owners[static_cast<std::size_t>(cell)] = id;
+  }
+  for (std::size_t cell = 0; cell < lanes; ++cell) {
+    if (several[cell] && whole[cell]) owners[cell] = kMixed;
   }
   return owners;
 }
@@ -218,28 +244,40 @@ std::vector<char> pair_members(const TaskGraph& graph) {
   return member;
 }
 
-// One stream's cells: compute ops by op letter, BPipe transfers as e (evict) / l (load).
+constexpr char kMixedLetter = '*';
+constexpr std::string_view kMixedColor = "\x1b[48;5;250m\x1b[38;5;16m";  // light grey
+
+// One stream's cells: compute ops by op letter, BPipe transfers as e (evict) / l (load), '*'
+// where a column holds ops of several kinds; `mixed` is set when one does.
 std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream, const Scale& scale,
-                       const std::vector<char>& paired, bool color) {
-  const std::vector<int> owners = stream >= 0
-                                      ? raster(graph, sim, stream, scale)
-                                      : std::vector<int>(static_cast<std::size_t>(scale.lanes), -1);
+                       const std::vector<char>& paired, bool color, bool& mixed) {
   const bool transfer = stream >= 0 && is_transfer_stream(graph, stream);
+  const auto letter_of = [&](int id) {
+    const Node& node = graph.node(id);
+    return transfer                               ? transfer_letter(node)
+           : paired[static_cast<std::size_t>(id)] ? kPairLetter
+                                                  : op_letter(node.op);
+  };
+  const std::vector<int> owners = stream >= 0
+                                      ? raster(graph, sim, stream, scale, letter_of)
+                                      : std::vector<int>(static_cast<std::size_t>(scale.lanes), -1);
   std::string row;
   for (int begin = 0; begin < scale.lanes;) {
     const int owner = owners[static_cast<std::size_t>(begin)];
     int end = begin + 1;
     while (end < scale.lanes && owners[static_cast<std::size_t>(end)] == owner)
       ++end;
-    if (owner < 0) {
+    if (owner == kMixed) {
+      mixed = true;
+      const std::string cells(static_cast<std::size_t>(end - begin), kMixedLetter);
+      row += color ? std::string(kMixedColor) + cells + std::string(kReset) : cells;
+    } else if (owner < 0) {
       for (int i = begin; i < end; ++i)
         row += kIdle;
     } else {
       const Node& node = graph.node(owner);
       const bool pair = paired[static_cast<std::size_t>(owner)] != 0;
-      const char letter = transfer ? transfer_letter(node)
-                          : pair   ? kPairLetter
-                                   : op_letter(node.op);
+      const char letter = letter_of(owner);
       const std::string cells = op_cells(node, letter, end - begin);
       const std::string paint = transfer ? transfer_color(letter)
                                 : pair   ? std::string(kPairColor)
@@ -251,7 +289,8 @@ std::string stream_row(const TaskGraph& graph, const SimResult& sim, int stream,
   return row;
 }
 
-std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool pairs, bool color) {
+std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool pairs, bool mixed,
+                   bool color) {
   std::set<OpType> present;
   for (int id = 0; id < graph.node_count(); ++id) {
     if (graph.node(id).kind == NodeKind::compute) present.insert(graph.node(id).op);
@@ -289,6 +328,13 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool p
   }
   if (evict || load) {
     items.emplace_back(23, std::string(kArrows) + "N transfers with dev N");
+  }
+  if (mixed) {
+    const std::string meaning = "ops of several kinds in one column (a larger --width parts them)";
+    items.emplace_back(static_cast<int>(2 + meaning.size()),
+                       (color ? std::string(kMixedColor) + kMixedLetter + std::string(kReset)
+                              : std::string(1, kMixedLetter)) +
+                           " " + meaning);
   }
   items.emplace_back(6, std::string(kIdle) + " idle");
   const std::string per_column =
@@ -386,6 +432,7 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
   const Scale scale = make_scale(graph, sim, width - label_width);
   const std::vector<char> paired = pair_members(graph);
   std::string out = header_lines(scale, label_width);
+  bool mixed = false;
   const auto& streams = graph.streams();
   for (int device = 0; device < devices; ++device) {
     std::string label = std::to_string(device);
@@ -400,17 +447,17 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
         transfers.push_back(s);
     }
     out += "dev " + label + " " + std::string(kBar) +
-           stream_row(graph, sim, compute, scale, paired, color) + "\n";
+           stream_row(graph, sim, compute, scale, paired, color, mixed) + "\n";
     // "   ↔7 │": the transfer stream to device 7, under its device's compute row.
     for (const int s : transfers) {
       const std::string peer = std::to_string(streams[static_cast<std::size_t>(s)].peer);
       const std::size_t pad = static_cast<std::size_t>(label_width - 2) - 1 - peer.size();
       out += std::string(pad, ' ') + std::string(kArrows) + peer + " " + std::string(kBar) +
-             stream_row(graph, sim, s, scale, paired, color) + "\n";
+             stream_row(graph, sim, s, scale, paired, color, mixed) + "\n";
     }
   }
   const bool pairs = std::find(paired.begin(), paired.end(), 1) != paired.end();
-  return out + legend(graph, scale, width, pairs, color);
+  return out + legend(graph, scale, width, pairs, mixed, color);
 }
 
 std::string render_summary(const TaskGraph& graph, const SimResult& sim) {

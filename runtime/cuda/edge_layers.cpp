@@ -110,9 +110,11 @@ Tensor head_layer_forward(DeviceContext& ctx, const LayerParams& layer, const Te
 
 Tensor head_layer_backward_p1(DeviceContext& ctx, const LayerParams& layer, Stash& stash,
                               const Tensor& dloss, Retained& retained) {
+  // The kernel reads it on the GPU: a host tensor's address would be dereferenced there.
   if (!dloss.defined() || dloss.numel() != 1 ||
-      (dloss.dtype() != DType::bf16 && dloss.dtype() != DType::f32)) {
-    throw Error("head loss gradient must be one bf16 or f32 element");
+      (dloss.dtype() != DType::bf16 && dloss.dtype() != DType::f32) ||
+      dloss.device() != Device::cuda) {
+    throw Error("head loss gradient must be one bf16 or f32 element on the GPU");
   }
   const Shape shape = stash.at("norm.xhat").shape();
   const std::int64_t n = shape[0] * shape[1], c = layer.model.hidden, v = layer.model.vocab;

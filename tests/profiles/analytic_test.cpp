@@ -319,6 +319,15 @@ TEST(Analytic, RejectsBadOptions) {
               analytic_profile(model_preset("tiny"), find_gpu("h100"), options);
             }).find("micro_batch_sizes"),
             std::string::npos);
+  // A learned position table (GPT-2's, GPT-3's) ends at its last row; rotary models take any.
+  ModelConfig gpt = model_preset("gpt-1.5b");
+  gpt.learned_positions = 1024;
+  AnalyticOptions longer;
+  longer.seq = 1025;
+  EXPECT_EQ(error_of([&] { analytic_profile(gpt, find_gpu("h100"), longer); }),
+            "seq: 1025 is above the 1024 learned positions of gpt-1.5b");
+  longer.seq = 4 * model_preset("llama-7b").seq;
+  EXPECT_NO_THROW(analytic_profile(model_preset("llama-7b"), find_gpu("h100"), longer));
 }
 
 TEST(Analytic, ParseUniform) {

@@ -129,11 +129,12 @@ TEST(UniformLimits, TimesAndMemoryAreFiniteAndBounded) {
 TEST(TensorParallelLimits, DegreeMustDivideTheHeads) {
   AnalyticOptions options;
   const Profile tiny = analytic_profile(model_preset("tiny"), find_gpu("h100"), options);
-  EXPECT_EQ(error_of([&] { tensor_parallel_profile(tiny, 3); }),
+  EXPECT_EQ(error_of([&] { tensor_parallel_profile(tiny, 3, P2pLink{}); }),
             "tensor_parallel: 3 does not divide the 4 attention heads of tiny");
-  EXPECT_NE(error_of([&] { tensor_parallel_profile(tiny, 4096); }).find("above the limit"),
-            std::string::npos);
-  EXPECT_NO_THROW(tensor_parallel_profile(tiny, 2));
+  EXPECT_NE(
+      error_of([&] { tensor_parallel_profile(tiny, 4096, P2pLink{}); }).find("above the limit"),
+      std::string::npos);
+  EXPECT_NO_THROW(tensor_parallel_profile(tiny, 2, P2pLink{}));
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // Tensor parallelism applied to a profile: every per-GPU time and byte count of a layer divides
-// by T, the optimizer step and working memory included.
+// by T, the optimizer step and working memory included, and each pass adds Megatron-LM's
+// sequence-parallel collectives over the GPUs' link.
 #include "profiles/tensor_parallel.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 #include "planner/base/error.h"
 #include "profiles/analytic.h"
@@ -18,7 +22,8 @@ TEST(TensorParallel, EveryTimeAndByteCountOfALayerDividesByT) {
   options.micro_batch_sizes = {1, 2};
   const Profile whole = analytic_profile(model_preset("llama-7b"), find_gpu("h100"), options);
   const int t = 4;
-  const Profile split = tensor_parallel_profile(whole, t);
+  // Without a link (infinite bandwidth, no latency) the collectives take no time.
+  const Profile split = tensor_parallel_profile(whole, t, P2pLink{});
   int compared = 0;
   for (const auto& [kind, by_mbs] : whole.layers) {
     for (const auto& [mbs, c] : by_mbs) {
@@ -47,6 +52,49 @@ TEST(TensorParallel, EveryTimeAndByteCountOfALayerDividesByT) {
   EXPECT_EQ(compared, 6);  // embedding, block and head at two micro-batch sizes
 }
 
+// Over a link, each pass adds its all-gathers and reduce-scatters of the (mbs, seq, hidden) bf16
+// activation: latency + (T - 1)/T · bytes / bandwidth each; 4, 4 and 2 for a block's F, p1 and
+// p2, 1, 1 and 0 for the embedding and the head.
+TEST(TensorParallel, EachPassAddsItsCollectivesOverTheLink) {
+  AnalyticOptions options;
+  options.micro_batch_sizes = {1, 2};
+  options.max_p2_concat = 2;
+  const GpuSpec h100 = find_gpu("h100");
+  const Profile whole = analytic_profile(model_preset("llama-7b"), h100, options);
+  const P2pLink link{10.0, 450.0};
+  EXPECT_EQ(node_link(h100).bandwidth_GBps, link.bandwidth_GBps);
+  EXPECT_EQ(node_link(h100).latency_us, link.latency_us);
+  const int t = 8;
+  const Profile split = tensor_parallel_profile(whole, t, link);
+  const Profile free = tensor_parallel_profile(whole, t, P2pLink{});
+  struct Counts {
+    int forward, p1, p2;
+  };
+  const std::map<std::string, Counts> counts = {
+      {"embedding", {1, 1, 0}}, {"block", {4, 4, 2}}, {"head", {1, 1, 0}}};
+  for (const auto& [kind, n] : counts) {
+    for (const int mbs : {1, 2}) {
+      SCOPED_TRACE(kind + " at micro-batch size " + std::to_string(mbs));
+      // LLaMA-7B at seq 2048: 2 · mbs · 2048 · 4096 bytes; 7/8 of them cross at 450 GB/s.
+      const double bytes = 2.0 * mbs * 2048 * 4096;
+      const double one = 10.0 + 7.0 / 8.0 * bytes / 450e3;
+      const LayerCost& s = split.layers.at(kind).at(mbs);
+      const LayerCost& f = free.layers.at(kind).at(mbs);
+      EXPECT_NEAR(s.forward_us, f.forward_us + n.forward * one, 1e-9 * s.forward_us);
+      EXPECT_NEAR(s.p1_us, f.p1_us + n.p1 * one, 1e-9 * s.p1_us);
+      EXPECT_NEAR(s.p2_us, f.p2_us + n.p2 * one, 1e-9 * s.p2_us);
+      // Two micro-batches' p2 in one call gather both.
+      const double two = 10.0 + 7.0 / 8.0 * 2 * bytes / 450e3;
+      EXPECT_NEAR(s.p2_concat_us.at(2), f.p2_concat_us.at(2) + n.p2 * two,
+                  1e-9 * s.p2_concat_us.at(2));
+      EXPECT_EQ(s.stash_bytes, f.stash_bytes);  // memory is the same either way
+    }
+  }
+  // A block's forward at T = 8: 1514.6 / 8 = 189.3 us of compute and 4 x 42.6 us of collectives.
+  EXPECT_GT(split.layers.at("block").at(1).forward_us,
+            1.8 * free.layers.at("block").at(1).forward_us);
+}
+
 // A mixture of experts' T GPUs split its experts: T must divide them.
 TEST(TensorParallel, TheGpusOfAStageSplitItsExperts) {
   ModelConfig moe = model_preset("llama-7b");
@@ -55,11 +103,12 @@ TEST(TensorParallel, TheGpusOfAStageSplitItsExperts) {
   moe.experts = 8;
   moe.experts_per_token = 2;
   const Profile whole = analytic_profile(moe, find_gpu("h100"), AnalyticOptions{});
-  EXPECT_EQ(tensor_parallel_profile(whole, 8).layers.at("block").at(1).param_bytes,
+  EXPECT_EQ(tensor_parallel_profile(whole, 8, P2pLink{}).layers.at("block").at(1).param_bytes,
             whole.layers.at("block").at(1).param_bytes / 8);
   try {
     moe.experts = 12;
-    tensor_parallel_profile(analytic_profile(moe, find_gpu("h100"), AnalyticOptions{}), 8);
+    tensor_parallel_profile(analytic_profile(moe, find_gpu("h100"), AnalyticOptions{}), 8,
+                            P2pLink{});
     ADD_FAILURE() << "12 experts on 8 GPUs accepted";
   } catch (const FieldError& e) {
     EXPECT_EQ(e.field(), "tensor_parallel");
@@ -71,7 +120,7 @@ TEST(TensorParallel, TheGpusOfAStageSplitItsExperts) {
 TEST(TensorParallel, OneGpuPerStageLeavesTheProfileAsItIs) {
   const Profile whole =
       analytic_profile(model_preset("llama-7b"), find_gpu("h100"), AnalyticOptions{});
-  const Profile same = tensor_parallel_profile(whole, 1);
+  const Profile same = tensor_parallel_profile(whole, 1, node_link(find_gpu("h100")));
   EXPECT_EQ(profile_to_json(same), profile_to_json(whole));
 }
 

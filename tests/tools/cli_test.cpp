@@ -763,6 +763,12 @@ TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
             "pipeplan: error: --stages: '99999999999' is out of range for this option\n");
   EXPECT_EQ(error("plan --model tiny --stages 2 -m -99999999999"),
             "pipeplan: error: --microbatches: '-99999999999' is out of range for this option\n");
+  // Every refusal exits 1, CLI11's parse errors as the commands' own.
+  for (const std::string args :
+       {"plan --model tiny --stages 2 -m 2 --bogus", "plan --model tiny --stages abc -m 2",
+        "plan --model tiny -m 2", "frobnicate", "plan --model tiny --stages 2 -m 0"}) {
+    EXPECT_EQ(run(args).status, 1) << args;
+  }
   // The layout sets the chunks: dualpipe holds its stages twice.
   EXPECT_EQ(error("plan --model tiny --stages 2 -m 4 --schedule dualpipe --layout 'Et|t|t|tL'"),
             "pipeplan: error: --layout: 4 stages on 2 devices are 4 chunks per device (dualpipe "
@@ -780,6 +786,44 @@ TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
             "pipeplan: error: --mbs: " + profile +
                 " has no cost for layer kind 'embedding' at micro-batch size 2 (sizes present: "
                 "1)\n");
+}
+
+// A plan over its memory names the first op over the limit and what the whole plan needs; planned
+// without a limit, a plan above the GPU's memory says it does not fit.
+TEST_F(Cli, AMemoryRefusalSaysWhatThePlanNeeds) {
+  const std::string plan = "plan --model llama-13b --stages 8 -m 32 --seq 2048 --backward 2bp";
+  EXPECT_EQ(run(plan).out,
+            "pipeplan: error: --memory: node 51 (0F29 on device 0 compute): device 0 reaches "
+            "76.94 GiB, above its limit 75.80 GiB (rule memory-limit); the plan's peak is 84.32 "
+            "GiB, on device 7\n");
+  const Result unlimited = run(plan + " --memory 0");
+  ASSERT_EQ(unlimited.status, 0) << unlimited.out;
+  EXPECT_NE(unlimited.out.find("(max 84.32 GiB, more than the 80.00 GiB of one h100-sxm: it does "
+                               "not fit)"),
+            std::string::npos)
+      << unlimited.out;
+  const Result fits = run(plan + " --schedule zb-h1");
+  ASSERT_EQ(fits.status, 0) << fits.out;
+  EXPECT_EQ(fits.out.find("does not fit"), std::string::npos) << fits.out;
+}
+
+// --link-bandwidth and --link-latency replace the profile's link between stages: the plan
+// records them and its transfers take that long.
+TEST_F(Cli, TheLinkBetweenStagesCanBeGiven) {
+  const std::string plan = "plan --model llama-7b --stages 4 -m 8 --seq 2048 --backward 2bp";
+  const Result nvlink = run(plan + " --json -o " + path("nvlink.json"));
+  ASSERT_EQ(nvlink.status, 0) << nvlink.out;
+  const Result ib =
+      run(plan + " --link-bandwidth 50 --link-latency 20 --json -o " + path("ib.json"));
+  ASSERT_EQ(ib.status, 0) << ib.out;
+  const auto meta = nlohmann::json::parse(std::ifstream(path("ib.json"))).at("meta");
+  EXPECT_EQ(meta.at("link").at("bandwidth_GBps"), 50.0);
+  EXPECT_EQ(meta.at("link").at("latency_us"), 20.0);
+  EXPECT_GT(nlohmann::json::parse(ib.out).at("step_time_ms").get<double>(),
+            nlohmann::json::parse(nvlink.out).at("step_time_ms").get<double>());
+  expect_error(plan + " --link-bandwidth 0.0001",
+               "--link-bandwidth: = 0.0001 is neither 0 (no bandwidth limit) nor at least 0.001");
+  expect_error(plan + " --link-latency -1", "--link-latency");
 }
 
 // The V families take two chunks per device and nothing else: without --chunks they run two,

@@ -167,6 +167,40 @@ TEST(Timeline, DrawsOpsInOrderWithMicrobatchNumbers) {
   EXPECT_EQ(text.find("fused backward"), std::string::npos);  // no B in this plan
 }
 
+// F and B alternating faster than a column: the columns that hold whole ops of both kinds show
+// '*' (and the legend says so) instead of whichever op came last; wide enough, none does.
+TEST(Timeline, ColumnsHoldingSeveralKindsOfOpSayIt) {
+  Plan p;
+  p.graph.meta.devices = 1;
+  p.graph.meta.microbatches = 40;
+  p.graph.meta.schedule = "1f1b";
+  p.graph.meta.stage_layers = {{0, 9}};
+  p.graph.schedule.stage_device = {0};
+  // 0..40 ms: F then B, 0.4 ms and 0.6 ms, 40 times; then 20 ms of F alone.
+  double t = 0;
+  for (int mb = 0; mb < 40; ++mb) {
+    p.op(0, OpType::F, {mb}, t, t + 400);
+    p.op(0, OpType::B, {mb}, t + 400, t + 1000);
+    t += 1000;
+  }
+  p.op(0, OpType::F, {40}, t, t + 20000);
+  p.graph.meta.microbatches = 41;
+  const std::string narrow = render_timeline(p.graph, p.sim, 80, false);
+  const std::string bar = "\u2502";
+  const std::string line = row_of(narrow, "dev 0");
+  const std::string cells = line.substr(line.find(bar) + bar.size());
+  // 73 columns over 60 ms, 0.82 ms each: most of the first 48 hold a whole F or B beside the
+  // other kind. (ASCII cells: the idle dot is the only wider character, and there is none.)
+  ASSERT_GE(cells.size(), 48U) << line;
+  const auto stars = std::count(cells.begin(), cells.begin() + 48, '*');
+  EXPECT_GE(stars, 24) << line;
+  EXPECT_NE(ops_of_row(line).find("F40"), std::string::npos) << line;  // the long F's label
+  EXPECT_NE(narrow.find("* ops of several kinds in one column"), std::string::npos) << narrow;
+  const std::string wide = render_timeline(p.graph, p.sim, 400, false);
+  EXPECT_EQ(row_of(wide, "dev 0").find('*'), std::string::npos);
+  EXPECT_EQ(wide.find("several kinds"), std::string::npos);
+}
+
 TEST(Timeline, HeaderShowsMillisecondTicks) {
   const Plan p = two_device_plan();
   const auto lines = lines_of(render_timeline(p.graph, p.sim, 80, false));

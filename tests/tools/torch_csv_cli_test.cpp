@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -135,6 +136,24 @@ TEST_F(TorchCsvCli, GroupedP2RoundTripsWithJoinWAndTheSameP2Concat) {
   EXPECT_NE(r.status, 0);
   EXPECT_EQ(r.out, "pipeplan: error: --p2-concat: " + path("fused.csv") +
                        " has no W cells (its backward is fused: B cells); leave --p2-concat out\n");
+}
+
+// export says how to read a plan's concatenated p2 back: its W cells are one micro-batch each.
+TEST_F(TorchCsvCli, ExportSaysHowToJoinConcatenatedP2Back) {
+  const std::string plan = "plan --uniform 1:1:1:0 --stages 2 --microbatches 4 --schedule 1f1b ";
+  for (const auto& [args, hint] :
+       {std::pair<std::string, std::string>{"--backward 2bp --p2-concat 0",
+                                            "(up to 4 micro-batches) are one W cell per "
+                                            "micro-batch: `pipeplan import --join-w` reads"},
+        {"--backward 2bp --p2-concat 2", "`pipeplan import --join-w --p2-concat 2` reads"}}) {
+    ASSERT_EQ(run(plan + args + " -o " + path("p.json")).status, 0) << args;
+    const Result r = run("export " + path("p.json") + " -o " + path("s.csv"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(hint), std::string::npos) << args << "\n" << r.out;
+  }
+  ASSERT_EQ(run(plan + "--backward 2bp --p2-concat 1 -o " + path("p.json")).status, 0);
+  EXPECT_EQ(run("export " + path("p.json") + " -o " + path("s.csv")).out.find("--join-w"),
+            std::string::npos);
 }
 
 TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {

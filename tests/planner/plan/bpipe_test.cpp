@@ -234,8 +234,8 @@ SearchRequest gpt3_recompute() {
   analytic.micro_batch_sizes = {1, 2};
   const GpuSpec a100 = find_gpu("a100");
   SearchRequest s;
-  s.base.profile =
-      tensor_parallel_profile(analytic_profile(resolve_model("gpt3-96b"), a100, analytic), 4);
+  s.base.profile = tensor_parallel_profile(
+      analytic_profile(resolve_model("gpt3-96b"), a100, analytic), 4, node_link(a100));
   s.base.gpu = a100.name;
   s.base.peak_flops_per_device = 4 * a100.peak_bf16_tflops * 1e12;
   s.base.devices = 8;
