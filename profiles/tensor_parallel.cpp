@@ -19,17 +19,19 @@ namespace {
 //              p2: 2 (the sequence-sharded inputs of the QKV and first MLP GEMMs gathered again
 //              for their weight gradients, as Megatron-LM does rather than keep them gathered)
 //   embedding  F: 1 (the vocabulary-parallel lookup's partial sums reduce-scattered);
-//              p1: 1 (the output gradient gathered for the table's gradient)
+//              p2: 1 (the output gradient gathered for the table's gradient)
 //   head       F: 1 (the final norm's output gathered for the vocabulary-parallel LM head);
-//              p1: 1 (its input gradient reduce-scattered). The cross-entropy's all-reduces of
-//              (mbs, seq) floats are left out.
+//              p1: 1 (its input gradient reduce-scattered); p2: 1 (its input gathered again for
+//              the LM head's weight gradient). The cross-entropy's all-reduces of (mbs, seq)
+//              floats are left out.
 struct Collectives {
   int forward = 0, p1 = 0, p2 = 0;
 };
 
 Collectives collectives_of(std::string_view kind) {
   if (kind == "block") return {4, 4, 2};
-  if (kind == "embedding" || kind == "head") return {1, 1, 0};
+  if (kind == "embedding") return {1, 0, 1};
+  if (kind == "head") return {1, 1, 1};
   return {};
 }
 

@@ -9,10 +9,10 @@
 // efficiency is kept at its value for the same token count (TP shrinks the N/K dimensions, not
 // M). TP's own traffic is added to each pass: Megatron-LM's sequence-parallel all-gathers and
 // reduce-scatters of the layer's activation (4 in a block's forward, 4 in its p1, 2 in its p2;
-// tensor_parallel.cpp), each latency + (T - 1)/T · bytes / bandwidth over the GPUs' link, not
-// overlapped with compute (Megatron-LM overlaps some of it with --tp-comm-overlap: the time is
-// then an upper bound), at the link's nominal bandwidth (NCCL reaches about 80 % of it: a lower
-// bound there). The experts' all-to-all is not modelled.
+// the embedding's and head's in tensor_parallel.cpp), each latency + (T - 1)/T · bytes /
+// bandwidth over the GPUs' link, not overlapped with compute (Megatron-LM overlaps some of it with
+// --tp-comm-overlap: the time is then an upper bound), at the link's nominal bandwidth (NCCL
+// reaches about 80 % of it: a lower bound there). The experts' all-to-all is not modelled.
 #pragma once
 
 #include "profiles/link.h"
@@ -22,7 +22,7 @@ namespace pipeplan {
 
 // Throws FieldError naming tensor_parallel when t < 1, above its limit, or not a divisor of the
 // model's attention heads and key/value heads (Megatron splits heads across the T GPUs).
-// group_link is the link between a stage's T GPUs (NVLink inside a node; tensor_parallel_link);
+// group_link is the link between a stage's T GPUs (NVLink inside a node: node_link, gpu.h);
 // a default P2pLink adds no communication time.
 Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link);
 

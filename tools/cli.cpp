@@ -120,6 +120,12 @@ int run_cli(int argc, char** argv) {
       }
       return status;
     }
+  } catch (const InternalError& e) {
+    // pipeplan's own fault, not the input's: exit 3, as any other bug.
+    std::string what = e.what();
+    if (what.starts_with("internal: ")) what.erase(0, std::string_view("internal: ").size());
+    std::cerr << "pipeplan: internal error: " << what << "\n";
+    return 3;
   } catch (const Error& e) {
     std::cerr << "pipeplan: error: " << e.what() << "\n";
     return 1;

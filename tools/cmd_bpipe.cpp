@@ -128,6 +128,11 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--p2-concat", o.p2_concat, "micro-batches per p2 call in 2bp modes (0 = all)")
       ->capture_default_str();
   sub->add_option("--mbs-list", cmd->mbs_list, "micro-batch sizes to try (default 1,2,4,8)");
+  sub->add_option("--link-bandwidth", o.link_bandwidth,
+                  "GB/s per direction between stages, BPipe's pairs included (default: the "
+                  "profile's p2p, the GPU's NVLink or PCIe)");
+  sub->add_option("--link-latency", o.link_latency,
+                  "microseconds per transfer between stages (default: the profile's)");
   sub->add_flag("--json", cmd->json, "print machine-readable output");
   return {sub, [cmd] { return cmd->run(); }};
 }

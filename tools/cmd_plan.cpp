@@ -8,6 +8,7 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
+#include "planner/plan/lower_bound.h"
 #include "planner/plan/make_plan.h"
 #include "planner/search/bpipe_estimate.h"
 #include "tools/cli_checks.h"
@@ -92,6 +93,7 @@ struct PlanCommand {
       nlohmann::json j = metrics_json(plan.graph, plan.sim);
       j["objective"] = options.objective;
       j["lower_bound_ms"] = plan.bound.makespan_us / 1e3;
+      j["gap_to_bound"] = gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us);
       if (!plan.chosen.empty()) j["chosen"] = plan.chosen;
       j["planning_ms"] = planning.count();
       std::cout << json_text(j, 2) << "\n";

@@ -161,7 +161,7 @@ void apply_link_options(const PlanOptions& o, Profile& profile) {
         parse_number_in(o.link_bandwidth, "--link-bandwidth", 0, limits::kMaxBandwidthGBps);
     if (const std::string problem = limits::bandwidth_problem(gbps, "no bandwidth limit");
         !problem.empty()) {
-      throw Error("--link-bandwidth: " + problem);
+      throw Error("--link-bandwidth " + problem);
     }
     profile.p2p.bandwidth_GBps = gbps;
   }

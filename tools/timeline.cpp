@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <set>
 #include <string_view>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -199,6 +198,7 @@ std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream
     const double x1 = (time.end_us - scale.t0_us) / scale.span_us * scale.lanes;
     const int c0 = std::clamp(static_cast<int>(std::floor(x0)), 0, scale.lanes - 1);
     const int c1 = std::clamp(static_cast<int>(std::ceil(x1)) - 1, c0, scale.lanes - 1);
+    if (!(x1 > x0)) continue;  // an op of no time is in no column's mix
     const char letter = letter_of(id);
     for (int c = c0; c <= c1; ++c) {
       const auto cell = static_cast<std::size_t>(c);
@@ -208,7 +208,7 @@ std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream
         several[cell] = 1;
       }
     }
-    if (c0 == c1 && x1 > x0) whole[static_cast<std::size_t>(c0)] = 1;
+    if (c0 == c1) whole[static_cast<std::size_t>(c0)] = 1;
   }
   for (auto [cell, id] : narrow) {
     if (owners[static_cast<std::size_t>(cell)] == -1) owners[static_cast<std::size_t>(cell)] = id;
@@ -296,45 +296,32 @@ std::string legend(const TaskGraph& graph, const Scale& scale, int width, bool p
     if (graph.node(id).kind == NodeKind::compute) present.insert(graph.node(id).op);
   }
   std::vector<std::pair<int, std::string>> items;  // (visible width, text)
-  for (OpType op : kOpTypes) {
-    if (!present.count(op)) continue;
-    const std::string swatch(1, op_letter(op));
-    const std::string meaning(op_meaning(op));
+  // A letter in its colours, then what it means.
+  const auto swatch = [&](const std::string& paint, char letter, std::string_view meaning) {
+    const std::string cell(1, letter);
     items.emplace_back(
         static_cast<int>(2 + meaning.size()),
-        (color ? op_color(op) + swatch + std::string(kReset) : swatch) + " " + meaning);
+        (color ? paint + cell + std::string(kReset) : cell) + " " + std::string(meaning));
+  };
+  for (OpType op : kOpTypes) {
+    if (present.count(op)) swatch(op_color(op), op_letter(op), op_meaning(op));
   }
-  if (pairs) {
-    const std::string meaning = "overlapped F&B (backward's micro-batch)";
-    items.emplace_back(static_cast<int>(2 + meaning.size()),
-                       (color ? std::string(kPairColor) + kPairLetter + std::string(kReset)
-                              : std::string(1, kPairLetter)) +
-                           " " + meaning);
-  }
+  if (pairs)
+    swatch(std::string(kPairColor), kPairLetter, "overlapped F&B (backward's micro-batch)");
   bool evict = false, load = false;
   for (int id = 0; id < graph.node_count(); ++id) {
     const Node& node = graph.node(id);
     if (node.stream < 0 || !is_transfer_stream(graph, node.stream)) continue;
     (transfer_letter(node) == 'e' ? evict : load) = true;
   }
-  for (const auto& [present_here, letter, meaning] :
-       {std::tuple{evict, 'e', std::string_view("evict (stash to the acceptor)")},
-        std::tuple{load, 'l', std::string_view("load (stash back to the evictor)")}}) {
-    if (!present_here) continue;
-    const std::string swatch(1, letter);
-    items.emplace_back(static_cast<int>(2 + meaning.size()),
-                       (color ? transfer_color(letter) + swatch + std::string(kReset) : swatch) +
-                           " " + std::string(meaning));
-  }
+  if (evict) swatch(transfer_color('e'), 'e', "evict (stash to the acceptor)");
+  if (load) swatch(transfer_color('l'), 'l', "load (stash back to the evictor)");
   if (evict || load) {
     items.emplace_back(23, std::string(kArrows) + "N transfers with dev N");
   }
   if (mixed) {
-    const std::string meaning = "ops of several kinds in one column (a larger --width parts them)";
-    items.emplace_back(static_cast<int>(2 + meaning.size()),
-                       (color ? std::string(kMixedColor) + kMixedLetter + std::string(kReset)
-                              : std::string(1, kMixedLetter)) +
-                           " " + meaning);
+    swatch(std::string(kMixedColor), kMixedLetter,
+           "ops of several kinds in one column (a larger --width parts them)");
   }
   items.emplace_back(6, std::string(kIdle) + " idle");
   const std::string per_column =

@@ -44,8 +44,9 @@ class FieldError : public Error {
 };
 
 // A broken invariant of pipeplan's own (a generated schedule that stalls, a generated plan that
-// fails validation): never the input's fault. what() starts with "internal: ", which the CLI
-// prints as is; the fuzz targets (tests/fuzz) treat one as a finding.
+// fails validation): never the input's fault. what() starts with "internal: "; the CLI prints it
+// as "pipeplan: internal error: ..." and exits 3; the fuzz targets (tests/fuzz) treat one as a
+// finding.
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& message) : Error("internal: " + message) {}

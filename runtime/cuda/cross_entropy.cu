@@ -2,7 +2,7 @@
 // gradient before its scale) in place and writes each row's loss; p1 scales it into dlogits in
 // place. One block per row, fp32 reductions.
 //
-// The target's p − 1 is computed in fp32 as −(sum of the other rows' exponentials) / (sum of
+// The target's p − 1 is computed in fp32 as −(sum of the row's other exponentials) / (sum of
 // all), not as bf16(p) − 1: between 0.5 and 1 bf16 steps by 2⁻⁸, so a confident row
 // (p ≥ 1 − 2⁻⁹, common once a model trains) would store p = 1 and lose its target gradient, and
 // the row's gradient would no longer sum to 0. The CPU reference keeps fp32 probabilities.

@@ -52,6 +52,12 @@ TEST_F(Cli, PlanWritesAValidPlanAndJsonMetrics) {
   EXPECT_EQ(metrics["peak_memory_bytes"].size(), 4u);
   EXPECT_GT(metrics["mfu"].get<double>(), 0.0);
   EXPECT_LT(metrics["mfu"].get<double>(), 1.0);
+  // The bound of the plan's layout, and the step's gap above it (as compare's rows give it).
+  const double step = metrics.at("step_time_ms").get<double>();
+  const double bound = metrics.at("lower_bound_ms").get<double>();
+  EXPECT_GT(bound, 0.0);
+  EXPECT_LE(bound, step);
+  EXPECT_NEAR(metrics.at("gap_to_bound").get<double>(), (step - bound) / bound, 1e-9);
   const Result v = run("validate " + path("plan.json"));
   EXPECT_EQ(v.status, 0) << v.out;
   EXPECT_NE(v.out.find("valid"), std::string::npos);
@@ -822,7 +828,7 @@ TEST_F(Cli, TheLinkBetweenStagesCanBeGiven) {
   EXPECT_GT(nlohmann::json::parse(ib.out).at("step_time_ms").get<double>(),
             nlohmann::json::parse(nvlink.out).at("step_time_ms").get<double>());
   expect_error(plan + " --link-bandwidth 0.0001",
-               "--link-bandwidth: = 0.0001 is neither 0 (no bandwidth limit) nor at least 0.001");
+               "--link-bandwidth = 0.0001 is neither 0 (no bandwidth limit) nor at least 0.001");
   expect_error(plan + " --link-latency -1", "--link-latency");
 }
 
