@@ -115,9 +115,10 @@ struct Scale {
   double t0_us = 0;
   double span_us = 1;
   int lanes = 0;
+  // Where `t_us` falls, in fractional columns.
+  double x(double t_us) const { return (t_us - t0_us) / span_us * lanes; }
   int column(double t_us) const {
-    const double x = (t_us - t0_us) / span_us * lanes;
-    return std::clamp(static_cast<int>(std::lround(x)), 0, lanes);
+    return std::clamp(static_cast<int>(std::lround(x(t_us))), 0, lanes);
   }
 };
 
@@ -194,8 +195,7 @@ std::vector<int> raster(const TaskGraph& graph, const SimResult& sim, int stream
       narrow.emplace_back(std::min(begin, scale.lanes - 1), id);
     }
     // The cells the op touches, in fractional columns.
-    const double x0 = (time.start_us - scale.t0_us) / scale.span_us * scale.lanes;
-    const double x1 = (time.end_us - scale.t0_us) / scale.span_us * scale.lanes;
+    const double x0 = scale.x(time.start_us), x1 = scale.x(time.end_us);
     const int c0 = std::clamp(static_cast<int>(std::floor(x0)), 0, scale.lanes - 1);
     const int c1 = std::clamp(static_cast<int>(std::ceil(x1)) - 1, c0, scale.lanes - 1);
     if (!(x1 > x0)) continue;  // an op of no time is in no column's mix
