@@ -122,9 +122,8 @@ int run_cli(int argc, char** argv) {
     }
   } catch (const InternalError& e) {
     // pipeplan's own fault, not the input's: exit 3, as any other bug.
-    std::string what = e.what();
-    if (what.starts_with("internal: ")) what.erase(0, std::string_view("internal: ").size());
-    std::cerr << "pipeplan: internal error: " << what << "\n";
+    std::cerr << "pipeplan: internal error: "
+              << std::string_view(e.what()).substr(InternalError::kPrefix.size()) << "\n";
     return 3;
   } catch (const Error& e) {
     std::cerr << "pipeplan: error: " << e.what() << "\n";

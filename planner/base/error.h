@@ -49,7 +49,8 @@ class FieldError : public Error {
 // finding.
 class InternalError : public Error {
  public:
-  explicit InternalError(const std::string& message) : Error("internal: " + message) {}
+  static constexpr std::string_view kPrefix = "internal: ";
+  explicit InternalError(const std::string& message) : Error(std::string(kPrefix) + message) {}
 };
 
 }  // namespace pipeplan
