@@ -77,12 +77,29 @@ void attention_core_backward_p1(DeviceContext& ctx, bf16* dqkv, const bf16* dout
   const HeadViews view{dims};
   const std::int64_t t = view.t(), g_count = view.group(), d = view.d(), w = view.width();
   const std::int64_t square = g_count * t * t;  // stride between kv heads in (H, T, T)
-  CUDA_CHECK(cudaMemsetAsync(dqkv, 0, static_cast<std::size_t>(dims.tokens() * w) * sizeof(bf16),
-                             ctx.stream()));
   Tensor recomputed;
   if (probs == nullptr) recomputed = ctx.empty({dims.heads, t, t}, DType::bf16);
   const Tensor dscores = ctx.empty({dims.heads, t, t}, DType::bf16);
   bf16* ds = static_cast<bf16*>(dscores.data());
+  // A kv head's dK and dV sum the products of its G query heads. With G > 1 the sums run in an
+  // fp32 (T, [dK | dV]) scratch, rounded to bf16 once per sequence: G additions into bf16 would
+  // round G times. With G = 1 the one product goes to dqkv directly.
+  const std::int64_t kv_width = dims.kv_heads * d;
+  Tensor kv_sums;
+  if (g_count > 1) kv_sums = ctx.empty({t, 2 * kv_width}, DType::f32);
+  // dKᵀ or dVᵀ (D, Tj) of every kv head (+)= a · b, for group member g.
+  const auto kv_gradient = [&](std::int64_t b, std::int64_t g, bool is_v, BatchedOperand a,
+                               BatchedOperand bop) {
+    const float beta = g == 0 ? 0.0f : 1.0f;
+    if (g_count > 1) {
+      float* sums = static_cast<float*>(kv_sums.data()) + (is_v ? kv_width : 0);
+      batched_gemm(ctx, false, true, d, t, t, 1.0f, a, bop, beta, sums, 2 * kv_width, d,
+                   dims.kv_heads);
+    } else {
+      batched_gemm(ctx, false, true, d, t, t, 1.0f, a, bop, beta,
+                   dqkv + (is_v ? view.v_offset(b) : view.k_offset(b)), w, d, dims.kv_heads);
+    }
+  };
   for (std::int64_t b = 0; b < dims.batch; ++b) {
     const bf16* p = probs != nullptr ? probs + b * dims.heads * t * t
                                      : static_cast<const bf16*>(recomputed.data());
@@ -94,9 +111,8 @@ void attention_core_backward_p1(DeviceContext& ctx, bf16* dqkv, const bf16* dout
                    {dout_g, dims.channels, g_count * d}, 0.0f, ds + view.square_offset(g), t,
                    square, dims.kv_heads);
       // dV (Tj, D) += Pᵀ·dout  <=>  col-major dVᵀ (D, Tj) += dout-view (D, Ti) · P (Ti, Tj)
-      batched_gemm(ctx, false, true, d, t, t, 1.0f, {dout_g, dims.channels, g_count * d},
-                   {p + view.square_offset(g), t, square}, 1.0f, dqkv + view.v_offset(b), w, d,
-                   dims.kv_heads);
+      kv_gradient(b, g, true, {dout_g, dims.channels, g_count * d},
+                  {p + view.square_offset(g), t, square});
     }
     causal_softmax_backward(ds, p, dims.heads * t, t, softmax_scale(dims), ctx.stream());
     for (std::int64_t g = 0; g < g_count; ++g) {
@@ -105,9 +121,12 @@ void attention_core_backward_p1(DeviceContext& ctx, bf16* dqkv, const bf16* dout
                    {ds + view.square_offset(g), t, square}, 0.0f, dqkv + view.q_offset(b, g), w,
                    g_count * d, dims.kv_heads);
       // dK (Tj, D) += dSᵀ·Q  <=>  col-major dKᵀ (D, Tj) += Q-view (D, Ti) · dS (Ti, Tj)
-      batched_gemm(ctx, false, true, d, t, t, 1.0f, {qkv + view.q_offset(b, g), w, g_count * d},
-                   {ds + view.square_offset(g), t, square}, 1.0f, dqkv + view.k_offset(b), w, d,
-                   dims.kv_heads);
+      kv_gradient(b, g, false, {qkv + view.q_offset(b, g), w, g_count * d},
+                  {ds + view.square_offset(g), t, square});
+    }
+    if (g_count > 1) {
+      cast_f32_to_bf16_rows(dqkv + view.k_offset(b), w, static_cast<const float*>(kv_sums.data()),
+                            t, 2 * kv_width, ctx.stream());
     }
   }
 }

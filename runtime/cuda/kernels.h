@@ -16,6 +16,9 @@ using bf16 = __nv_bfloat16;
 void fill_f32(float* out, std::int64_t n, float value, cudaStream_t stream);     // (n)
 void add_f32(float* out, const float* in, std::int64_t n, cudaStream_t stream);  // out += in, (n)
 void cast_f32_to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream);
+// out (rows, cols) with rows out_ld apart = bf16(in), in (rows, cols) contiguous.
+void cast_f32_to_bf16_rows(bf16* out, std::int64_t out_ld, const float* in, std::int64_t rows,
+                           std::int64_t cols, cudaStream_t stream);
 
 // ---- rmsnorm.cu: y = x̂ ⊙ g with x̂ = x · rstd, rstd = 1/sqrt(mean(x²) + eps) (fp32 math).
 void rmsnorm_forward(bf16* y,        // (N, C)

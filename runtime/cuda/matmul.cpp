@@ -259,14 +259,33 @@ std::vector<GemmChoice> gemm_choices(DeviceContext& ctx) {
   return gemm_plans(ctx).choices;
 }
 
-void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
-                  std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
-                  bf16* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+namespace {
+
+void batched_gemm_into(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                       std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
+                       void* c, cudaDataType c_type, std::int64_t ldc, std::int64_t stride_c,
+                       std::int64_t batch) {
   if (batch == 0 || m == 0 || n == 0) return;
   CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
       ctx.blas(), transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
       &alpha, a.data, CUDA_R_16BF, a.ld, a.stride, b.data, CUDA_R_16BF, b.ld, b.stride, &beta, c,
-      CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      c_type, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
+                  bf16* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  batched_gemm_into(ctx, transa, transb, m, n, k, alpha, a, b, beta, c, CUDA_R_16BF, ldc, stride_c,
+                    batch);
+}
+
+void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
+                  float* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  batched_gemm_into(ctx, transa, transb, m, n, k, alpha, a, b, beta, c, CUDA_R_32F, ldc, stride_c,
+                    batch);
 }
 
 }  // namespace pipeplan::cuda

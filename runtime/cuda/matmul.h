@@ -64,8 +64,9 @@ struct GemmChoice {
 // The shapes whose answers were timed in this context, in the order they were first called.
 std::vector<GemmChoice> gemm_choices(DeviceContext& ctx);
 
-// Strided-batched GEMM on column-major operands (cuBLAS), bf16 in/out, fp32 compute: the
-// attention core's per-head products. Arguments follow cublasGemmStridedBatchedEx.
+// Strided-batched GEMM on column-major operands (cuBLAS), bf16 in, fp32 compute, bf16 or fp32
+// out: the attention core's per-head products (fp32 out where several are summed). Arguments
+// follow cublasGemmStridedBatchedEx.
 struct BatchedOperand {
   const bf16* data;
   std::int64_t ld;
@@ -74,5 +75,8 @@ struct BatchedOperand {
 void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
                   std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
                   bf16* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
+void batched_gemm(DeviceContext& ctx, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, BatchedOperand a, BatchedOperand b, float beta,
+                  float* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
 
 }  // namespace pipeplan::cuda

@@ -149,6 +149,26 @@ TEST(Kernels, FillAndCastCoverEveryElement) {
     ASSERT_EQ(__bfloat162float(cast[i]), __bfloat162float(__float2bfloat16(values[i]))) << i;
 }
 
+// Rows of 300 columns (not a multiple of the block) into rows 320 apart: every element lands in
+// its row, and the 20 columns between rows are not written.
+TEST(Kernels, RowCastWritesEachRowAtItsStrideAndNothingBetween) {
+  const std::int64_t rows = 7, cols = 300, ld = 320;
+  std::vector<float> values(rows * cols);
+  for (std::int64_t i = 0; i < rows * cols; ++i)
+    values[i] = float(i) / 7.0f;
+  const bf16 untouched = __float2bfloat16(-1.0f);
+  std::vector<bf16> out(rows * ld, untouched);
+  cast_f32_to_bf16_rows(out.data(), ld, values.data(), rows, cols, nullptr);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < ld; ++c) {
+      const float got = __bfloat162float(out[r * ld + c]);
+      const float want =
+          c < cols ? __bfloat162float(__float2bfloat16(values[r * cols + c])) : -1.0f;
+      ASSERT_EQ(got, want) << "row " << r << " column " << c;
+    }
+  }
+}
+
 // ---- rmsnorm.cu against runtime/cpu/rmsnorm
 
 struct RmsnormCase {
