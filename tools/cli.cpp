@@ -120,19 +120,24 @@ int run_cli(int argc, char** argv) {
       }
       return status;
     }
-  } catch (const InternalError& e) {
-    // pipeplan's own fault, not the input's: exit 3, as any other bug.
-    std::cerr << "pipeplan: internal error: "
-              << std::string_view(e.what()).substr(InternalError::kPrefix.size()) << "\n";
-    return 3;
-  } catch (const Error& e) {
-    std::cerr << "pipeplan: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "pipeplan: internal error: " << e.what() << "\n";
-    return 3;
+    return report_failure(e, std::cerr);
   }
   return 0;
+}
+
+int report_failure(const std::exception& e, std::ostream& err) {
+  if (const auto* internal = dynamic_cast<const InternalError*>(&e)) {
+    err << "pipeplan: internal error: "
+        << std::string_view(internal->what()).substr(InternalError::kPrefix.size()) << "\n";
+    return 3;
+  }
+  if (dynamic_cast<const Error*>(&e) != nullptr) {
+    err << "pipeplan: error: " << e.what() << "\n";
+    return 1;
+  }
+  err << "pipeplan: internal error: " << e.what() << "\n";
+  return 3;
 }
 
 }  // namespace pipeplan

@@ -5,15 +5,22 @@
 #include <array>
 #include <cstddef>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <new>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "planner/base/error.h"
 #include "tests/cli_support.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -992,6 +999,27 @@ TEST_F(Cli, UsageErrorsExitNonZero) {
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("plan --stages 4").status, 0);  // --microbatches is required
   EXPECT_EQ(run("--help").status, 0);
+}
+
+// No input reaches these paths (a generated plan that fails validation, an exception that is not
+// pipeplan's Error): they are pipeplan's bugs, and exit 3 so that no script reads one as a
+// refusal of its input.
+TEST(CliFailure, InputErrorsExitOneAndBugsExitThree) {
+  const auto report = [](const std::exception& e) {
+    std::ostringstream err;
+    const int status = pipeplan::report_failure(e, err);
+    return std::pair{status, err.str()};
+  };
+  EXPECT_EQ(report(pipeplan::Error("--stages: must be at least 1")),
+            std::pair(1, std::string("pipeplan: error: --stages: must be at least 1\n")));
+  EXPECT_EQ(
+      report(pipeplan::InternalError("generated plan is invalid: cycle")),
+      std::pair(3, std::string("pipeplan: internal error: generated plan is invalid: cycle\n")));
+  EXPECT_EQ(report(std::logic_error("vector::at")),
+            std::pair(3, std::string("pipeplan: internal error: vector::at\n")));
+  const auto [status, line] = report(std::bad_alloc());
+  EXPECT_EQ(status, 3);
+  EXPECT_EQ(line.rfind("pipeplan: internal error: ", 0), 0U) << line;
 }
 
 }  // namespace
