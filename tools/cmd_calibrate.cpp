@@ -327,10 +327,11 @@ struct EvalCommand {
       if (fs::exists(prefix + ".run.json")) {
         const std::string path = prefix + ".run.json";
         const RecordedPeaks peaks = recorded_peaks(read_text_file(path), path);
-        memory =
-            printf_text("%+13.1f%% %+7.1f%%",
-                        worst_memory_error_pct(peaks.predicted_bytes, peaks.measured_bytes),
-                        worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
+        const std::vector<std::int64_t> predicted =
+            peaks.predicted_bytes.empty() ? before.peak_memory_bytes() : peaks.predicted_bytes;
+        memory = printf_text(
+            "%+13.1f%% %+7.1f%%", worst_memory_error_pct(predicted, peaks.measured_bytes),
+            worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
       }
       table += printf_text("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
                            labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,

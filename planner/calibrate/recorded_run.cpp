@@ -81,9 +81,28 @@ RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
   }
   const nlohmann::json report = parse_json_text(body, source);
   const std::string context(source);
+  RecordedPeaks peaks;
+  if (report.is_object() && !report.contains("peak_memory") &&
+      report.contains("peak_memory_bytes")) {
+    // The CPU backend's report: the measured peaks in device order, no prediction.
+    const nlohmann::json& bytes = report["peak_memory_bytes"];
+    if (!bytes.is_array() || bytes.empty()) {
+      throw Error(context + ": peak_memory_bytes must be a non-empty array");
+    }
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (!bytes[i].is_number_unsigned() ||
+          bytes[i].get<std::uint64_t>() >
+              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        throw Error(context + ": peak_memory_bytes[" + std::to_string(i) +
+                    "] must be a whole number of bytes");
+      }
+      peaks.measured_bytes.push_back(bytes[i].get<std::int64_t>());
+    }
+    return peaks;
+  }
   if (!report.is_object() || !report.contains("peak_memory") || !report["peak_memory"].is_array() ||
       report["peak_memory"].empty()) {
-    throw Error(context + ": no 'peak_memory' rows");
+    throw Error(context + ": no 'peak_memory' rows (CUDA report) or 'peak_memory_bytes' (CPU)");
   }
   std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> by_device;
   for (std::size_t i = 0; i < report["peak_memory"].size(); ++i) {
@@ -94,7 +113,6 @@ RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
         require_integer(row, "measured_bytes", where),
         require_integer(row, "predicted_bytes", where)};
   }
-  RecordedPeaks peaks;
   for (const auto& [device, pair] : by_device) {
     peaks.measured_bytes.push_back(pair.first);
     peaks.predicted_bytes.push_back(pair.second);

@@ -18,9 +18,10 @@ std::vector<std::string> split_command_line(std::string_view line, std::string_v
 // has none.
 std::vector<std::string> recorded_command(std::string_view text, std::string_view source);
 
-// Per device, the allocator's peak and the plan's predicted peak from a run report ("peak_memory"
-// rows: device, measured_bytes, predicted_bytes), by device. Throws Error naming `source` and the
-// field.
+// Per device, the allocator's peak and the plan's predicted peak from a run report: the CUDA
+// backend's "peak_memory" rows (device, measured_bytes, predicted_bytes), by device, or the CPU
+// backend's "peak_memory_bytes" (measured, in device order; predicted_bytes then empty: the
+// caller simulates the plan). Throws Error naming `source` and the field.
 struct RecordedPeaks {
   std::vector<std::int64_t> measured_bytes;
   std::vector<std::int64_t> predicted_bytes;

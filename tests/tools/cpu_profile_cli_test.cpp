@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -117,8 +119,9 @@ TEST_F(CpuProfileCli, CalibrateFitsTheCpuBackendsOwnRuns) {
                     .status,
                 0);
       const CliResult ran =
-          run_pipeplan("run " + run + ".plan.json --steps 2 --trace " + run + ".trace.json");
+          run_pipeplan("run " + run + ".plan.json --steps 2 --json --trace " + run + ".trace.json");
       ASSERT_EQ(ran.status, 0) << ran.out;
+      std::ofstream(run + ".run.json") << ran.out;
       runs.push_back(run);
     }
     fit = run_pipeplan("calibrate fit --profile " + profile_ + " -o " + fitted + " " + runs[0] +
@@ -138,6 +141,19 @@ TEST_F(CpuProfileCli, CalibrateFitsTheCpuBackendsOwnRuns) {
   const CliResult eval =
       run_pipeplan("calibrate eval --profile " + fitted + " " + runs[0] + " " + runs[1]);
   EXPECT_EQ(eval.status, 0) << eval.out;
+  // Each run's row: label, measured, before, error, after, error, then the memory errors before
+  // and after from its report (the CPU backend's peaks are predicted exactly), re-simulated.
+  std::istringstream rows(eval.out);
+  int memory_rows = 0;
+  for (std::string line; std::getline(rows, line);) {
+    std::istringstream words(line);
+    const std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
+    if (w.size() != 9 || w[8] != "(re-simulated)") continue;
+    ++memory_rows;
+    EXPECT_EQ(w[6], "+0.0%") << line;
+    EXPECT_EQ(w[7], "+0.0%") << line;
+  }
+  EXPECT_EQ(memory_rows, 2) << eval.out;
 }
 
 TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {

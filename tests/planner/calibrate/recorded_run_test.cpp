@@ -50,6 +50,24 @@ TEST(RecordedRun, ReadsThePeaksByDeviceBetweenHeaderLines) {
   EXPECT_THROW(recorded_peaks("{}", "r.run.json"), Error);
 }
 
+// `run --backend cpu --json` reports the measured peaks alone, in device order.
+TEST(RecordedRun, ReadsTheCpuReportsMeasuredPeaks) {
+  const RecordedPeaks peaks =
+      recorded_peaks("{\"backend\": \"cpu\", \"peak_memory_bytes\": [40, 25, 31]}\n", "r.run.json");
+  EXPECT_EQ(peaks.measured_bytes, (std::vector<std::int64_t>{40, 25, 31}));
+  EXPECT_TRUE(peaks.predicted_bytes.empty());
+  for (const char* bad : {"{\"peak_memory_bytes\": []}", "{\"peak_memory_bytes\": [1, 2.5]}",
+                          "{\"peak_memory_bytes\": 7}"}) {
+    try {
+      recorded_peaks(bad, "r.run.json");
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("r.run.json: peak_memory_bytes"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(RecordedRun, LabelsTellRunsOfOneNameApartByTheirFolders) {
   EXPECT_EQ(run_labels({"r/call1-env-bpipe/bpipe-mbs2", "r/call3-env-bpipe/bpipe-mbs2",
                         "r/call3-env-bpipe/nobpipe-mbs1"}),
