@@ -470,5 +470,11 @@ SETUP="echo '# command: pipeplan plan --profile profile.json --stages 2 -m 2 --s
   EXPECT='run.plan.txt: the re-planned schedule is not the one that ran' \
   check "calibrate eval: a recorded command of another schedule" calibrate eval --profile profile.json run
 
+SETUP="echo '{\"backend\": \"cpu\", \"peak_memory_bytes\": [1, -2]}' >run.run.json" \
+  EXPECT='run.run.json: peak_memory_bytes[1] must be a whole number of bytes' \
+  check "calibrate eval: a CPU run report with a negative peak" calibrate eval --profile profile.json run
+SETUP="echo '{\"backend\": \"cpu\"}' >run.run.json" \
+  EXPECT="run.run.json: no 'peak_memory' rows (CUDA report) or 'peak_memory_bytes' (CPU)" \
+  check "calibrate eval: a run report without peaks" calibrate eval --profile profile.json run
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]
