@@ -40,12 +40,16 @@ constexpr int kMaxListedStages = 16;
 // Set by tools/CMakeLists.txt: whether libpipeplan_cuda.so was built beside this executable.
 constexpr bool kCudaModuleBuilt = PIPEPLAN_CUDA_MODULE_BUILT != 0;
 
-// What pipeplan itself reads: its own variables, the CUDA runtime's and NCCL's, and the one the
-// cuDNN frontend takes the CUDA runtime's name from.
+// What pipeplan itself reads: its own variables, NCCL's, the one the cuDNN frontend takes the
+// CUDA runtime's name from, and the CUDA runtime's that change what a run or profile measures:
+// the work queues and GPUs it gets, launches made synchronous (CUDA_LAUNCH_BLOCKING=1: every op
+// time then includes the host's launch gaps) and eager module loading (a larger context, which
+// the memory reserve does not count).
 bool read_by_pipeplan(std::string_view name) {
   static constexpr std::string_view kPrefixes[] = {"PIPEPLAN_", "NCCL_"};
   static constexpr std::string_view kNames[] = {
-      "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "CUDNN_FRONTEND_CUDART_LIB_NAME"};
+      "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING",
+      "CUDA_MODULE_LOADING", "CUDNN_FRONTEND_CUDART_LIB_NAME"};
   return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                      [&](std::string_view prefix) { return name.starts_with(prefix); }) ||
          std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);

@@ -172,9 +172,14 @@ TEST(EnvCli, LibrariesComeWithPathsVersionsOrTheReasonTheyAreMissing) {
 
 TEST(EnvCli, ShowsTheVariablesPipeplanReadsAndNoOthers) {
   const nlohmann::json j =
-      env_json(fake_module(), "", "CUDA_DEVICE_MAX_CONNECTIONS=4 NCCL_DEBUG=INFO HOME_ALONE=1");
+      env_json(fake_module(), "",
+               "CUDA_DEVICE_MAX_CONNECTIONS=4 NCCL_DEBUG=INFO HOME_ALONE=1 "
+               "CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER CUDA_HOME=/x");
   const nlohmann::json& variables = j.at("environment");
   EXPECT_EQ(variables.at("CUDA_DEVICE_MAX_CONNECTIONS"), "4");
+  EXPECT_EQ(variables.at("CUDA_LAUNCH_BLOCKING"), "1");
+  EXPECT_EQ(variables.at("CUDA_MODULE_LOADING"), "EAGER");
+  EXPECT_FALSE(variables.contains("CUDA_HOME"));
   EXPECT_EQ(variables.at("NCCL_DEBUG"), "INFO");
   EXPECT_EQ(variables.at("PIPEPLAN_CUDA_PLUGIN"), fake_module());
   EXPECT_FALSE(variables.contains("HOME_ALONE"));
