@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -69,13 +70,9 @@ struct FieldReader {
   }
   // An integer in [lo, max]; above max names the limit (planner/base/limits.h).
   int bounded_int(std::string_view field, std::int64_t lo, int max, std::string_view kind) const {
-    const json& value = get(field);
-    if (!value.is_number_integer() ||
-        (value.is_number_unsigned() && value.get<std::uint64_t>() > std::uint64_t{1} << 62)) {
-      fail(field, "must be " + std::string(kind));
-    }
-    const auto v = value.get<std::int64_t>();
-    if (v < lo) fail(field, "must be " + std::string(kind));
+    const std::optional<std::int64_t> value = int64_value(get(field));
+    if (!value || *value < lo) fail(field, "must be " + std::string(kind));
+    const std::int64_t v = *value;
     if (v > max) fail(field, limits::above_limit("(" + std::to_string(v) + ")", max));
     return static_cast<int>(v);
   }

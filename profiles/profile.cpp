@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <limits>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -229,13 +229,10 @@ Profile profile_from_json(const json& j, std::string_view source) {
       root.fail("gpu", "names " + e.detail());
     }
   }
-  const json& seq = root.get("seq");
-  if (!seq.is_number_integer() || seq.get<std::int64_t>() < 1 ||
-      (seq.is_number_unsigned() && seq.get<std::uint64_t>() > std::uint64_t{1} << 62)) {
-    root.fail("seq", "must be a positive integer");
-  }
-  root.at_most("seq", static_cast<double>(seq.get<std::int64_t>()), limits::kMaxSeq);
-  p.seq = seq.get<int>();
+  const std::optional<std::int64_t> seq = int64_value(root.get("seq"));
+  if (!seq || *seq < 1) root.fail("seq", "must be a positive integer");
+  root.at_most("seq", static_cast<double>(*seq), limits::kMaxSeq);
+  p.seq = static_cast<int>(*seq);
   try {
     p.attention = attention_from_string(root.string("attention"));
   } catch (const Error&) {

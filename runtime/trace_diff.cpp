@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -224,15 +225,15 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
     const json* args = member(event, "args");
     if (args == nullptr || !args->is_object()) continue;
     const json* node = member(*args, "node");
-    if (node == nullptr || !node->is_number_integer() || node->get<std::int64_t>() < 0 ||
-        (node->is_number_unsigned() && node->get<std::uint64_t>() > (std::uint64_t{1} << 62)) ||
-        node->get<std::int64_t>() >= plan.node_count()) {
+    const std::optional<std::int64_t> id_value =
+        node != nullptr ? int64_value(*node) : std::nullopt;
+    if (!id_value || *id_value < 0 || *id_value >= plan.node_count()) {
       bad_slice(source, index, event,
                 "field 'args.node' " +
                     (node == nullptr ? std::string("is missing") : "= " + json_excerpt(*node)) +
                     ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
     }
-    const int id = static_cast<int>(node->get<std::int64_t>());
+    const int id = static_cast<int>(*id_value);
     if (seen[static_cast<std::size_t>(id)]) {
       bad_slice(source, index, event, "a second slice for " + plan.node_name(id));
     }

@@ -442,21 +442,29 @@ double require_nonnegative(const nlohmann::json& object, std::string_view field,
   return value;
 }
 
+std::optional<std::int64_t> int64_value(const nlohmann::json& value) {
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned() &&
+      value.get<std::uint64_t>() >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return std::nullopt;
+  }
+  return value.get<std::int64_t>();
+}
+
 std::int64_t require_integer(const nlohmann::json& object, std::string_view field,
                              std::string_view context) {
   const auto& value = require_field(object, field, context);
   if (!value.is_number_integer()) {
     throw Error(std::string(context) + ": field '" + std::string(field) + "' must be an integer");
   }
-  // An unsigned value past the signed range would read as a negative one.
-  if (value.is_number_unsigned() &&
-      value.get<std::uint64_t>() >
-          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+  const std::optional<std::int64_t> v = int64_value(value);
+  if (!v) {
     throw Error(std::string(context) + ": field '" + std::string(field) + "' is " +
                 std::to_string(value.get<std::uint64_t>()) + ", above the largest integer read (" +
                 std::to_string(std::numeric_limits<std::int64_t>::max()) + ")");
   }
-  return value.get<std::int64_t>();
+  return *v;
 }
 
 std::string require_string(const nlohmann::json& object, std::string_view field,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -121,6 +122,11 @@ class FileGuard {
   FileGuard(const FileGuard&) = delete;
   FileGuard& operator=(const FileGuard&) = delete;
 };
+
+// A JSON value as an int64: empty when it is not an integer or is an unsigned one past int64's
+// range (which would otherwise read as a negative number). The one reading of a JSON integer
+// that every field and array element goes through.
+std::optional<std::int64_t> int64_value(const nlohmann::json& value);
 
 // Field access with errors that name the field and the source, e.g.
 // "plan.json: field 'nodes[3].duration_us' must be a number".

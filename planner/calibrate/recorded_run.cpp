@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -90,13 +91,12 @@ RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
       throw Error(context + ": peak_memory_bytes must be a non-empty array");
     }
     for (std::size_t i = 0; i < bytes.size(); ++i) {
-      if (!bytes[i].is_number_unsigned() ||
-          bytes[i].get<std::uint64_t>() >
-              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      const std::optional<std::int64_t> b = int64_value(bytes[i]);
+      if (!b || *b < 0) {
         throw Error(context + ": peak_memory_bytes[" + std::to_string(i) +
                     "] must be a whole number of bytes");
       }
-      peaks.measured_bytes.push_back(bytes[i].get<std::int64_t>());
+      peaks.measured_bytes.push_back(*b);
     }
     return peaks;
   }

@@ -73,14 +73,8 @@ OpType op_from_string(std::string_view text, const std::string& context) {
 
 // An integer JSON value in [lo, hi] (unsigned values beyond int64 count as out of range).
 bool int_in(const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
-  if (!v.is_number_integer()) return false;
-  if (v.is_number_unsigned()) {
-    const auto u = v.get<std::uint64_t>();
-    return hi >= 0 && u <= static_cast<std::uint64_t>(hi) &&
-           (lo <= 0 || u >= static_cast<std::uint64_t>(lo));
-  }
-  const auto x = v.get<std::int64_t>();
-  return x >= lo && x <= hi;
+  const std::optional<std::int64_t> x = int64_value(v);
+  return x && *x >= lo && *x <= hi;
 }
 
 std::int64_t require_int64(const nlohmann::json& object, std::string_view field,

@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +107,19 @@ TEST(ParseJsonColumns, AnythingButInt64sInAColumnIsOneLineNamingIt) {
             "p.json: field 'edges' number '1e999' is outside the range of a double (line 1, "
             "byte 15)");
   EXPECT_EQ(columns_error(std::string(100, '[')).substr(0, 29), "p.json: JSON nested 65 deep i");
+}
+
+TEST(Int64Value, IntegersWithinInt64AndNothingElse) {
+  EXPECT_EQ(int64_value(nlohmann::json(-5)), -5);
+  EXPECT_EQ(int64_value(nlohmann::json(0U)), 0);
+  const auto largest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(int64_value(nlohmann::json(largest)), std::numeric_limits<std::int64_t>::max());
+  // One past int64 is unsigned in JSON and would read as a negative number.
+  EXPECT_EQ(int64_value(nlohmann::json(largest + 1)), std::nullopt);
+  EXPECT_EQ(int64_value(nlohmann::json(2.0)), std::nullopt);
+  EXPECT_EQ(int64_value(nlohmann::json("3")), std::nullopt);
+  EXPECT_EQ(int64_value(nlohmann::json(nullptr)), std::nullopt);
+  EXPECT_EQ(int64_value(nlohmann::json(true)), std::nullopt);
 }
 
 TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
