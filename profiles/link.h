@@ -23,4 +23,14 @@ inline double transfer_time_us(const P2pLink& link, std::int64_t bytes) {
   return link.latency_us + link_occupancy_us(link, bytes);
 }
 
+// One all-gather or reduce-scatter of a `bytes` buffer over `ranks` GPUs on a ring: each GPU
+// sends and receives (ranks - 1)/ranks of it at the link's bandwidth per direction, after one
+// latency (an all-reduce is a reduce-scatter and an all-gather: twice this). The collectives of
+// tensor and data parallelism (profiles/tensor_parallel.h, profiles/data_parallel.h) use it.
+inline double ring_collective_us(const P2pLink& link, double bytes, int ranks) {
+  const double share = static_cast<double>(ranks - 1) / ranks;
+  return link.latency_us +
+         (link.bandwidth_GBps > 0 ? share * bytes / (link.bandwidth_GBps * 1e3) : 0.0);
+}
+
 }  // namespace pipeplan

@@ -35,14 +35,6 @@ Collectives collectives_of(std::string_view kind) {
   return {};
 }
 
-// One all-gather or reduce-scatter of `bytes` over T GPUs on a ring: each GPU sends and receives
-// (T - 1)/T of them, at the link's bandwidth per direction, after its latency.
-double collective_us(double bytes, int t, const P2pLink& link) {
-  const double share = static_cast<double>(t - 1) / t;
-  return link.latency_us +
-         (link.bandwidth_GBps > 0 ? share * bytes / (link.bandwidth_GBps * 1e3) : 0.0);
-}
-
 }  // namespace
 
 Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link) {
@@ -73,13 +65,13 @@ Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_lin
     const Collectives n = communicates ? collectives_of(kind) : Collectives{};
     for (auto& [mbs, c] : by_mbs) {
       const double activation = 2.0 * mbs * profile.seq * m.hidden;  // bf16 (mbs, seq, hidden)
-      const double one = collective_us(activation, t, group_link);
+      const double one = ring_collective_us(group_link, activation, t);
       c.forward_us = c.forward_us / td + n.forward * one;
       c.p1_us = c.p1_us / td + n.p1 * one;
       c.p2_us = c.p2_us / td + n.p2 * one;
       // k micro-batches' p2 in one call gathers k micro-batches' inputs.
       for (auto& [k, us] : c.p2_concat_us)
-        us = us / td + n.p2 * collective_us(activation * k, t, group_link);
+        us = us / td + n.p2 * ring_collective_us(group_link, activation * k, t);
       // Each GPU updates its own 1/T of the parameters.
       c.optimizer_us /= td;
       c.stash_bytes /= t;

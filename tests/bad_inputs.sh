@@ -59,6 +59,18 @@ echo '{"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_
  "sliding_window": 16}' >swa/config.json
 "$pipeplan" plan --model swa/config.json --stages 2 -m 2 --seq 32 -o plan_swa.json >/dev/null ||
   { echo "bad_inputs: could not plan the sliding-window model"; exit 1; }
+# A data-parallel plan (which run refuses) and its meta.data_parallel broken.
+"$pipeplan" plan --model tiny --stages 2 -m 2 --data-parallel 2 -o plan_dp.json >/dev/null ||
+  { echo "bad_inputs: could not plan with data parallelism"; exit 1; }
+python3 - <<'PY' || { echo "bad_inputs: could not break the data-parallel plan"; exit 1; }
+import json
+plan = json.load(open("plan_dp.json"))
+for name, field, value in (("optimizer", "optimizer", "zero3"), ("replicas", "replicas", 0),
+                           ("link", "link", {"latency_us": 1, "bandwidth_GBps": 1e-9})):
+    plan_copy = json.loads(json.dumps(plan))
+    plan_copy["meta"]["data_parallel"][field] = value
+    json.dump(plan_copy, open(f"plan_dp_bad_{name}.json", "w"))
+PY
 cp "$fixtures/deadlock.csv" deadlock.csv
 # Three stages on two ranks: rank 0 holds stages 0 and 2, rank 1 stage 1.
 printf '0F0,2F0,2B0,0B0\n1F0,1B0\n' >uneven_stages.csv
@@ -239,6 +251,28 @@ EXPECT='--uniform: 1e+308 ms is above the limit of 1000000 ms' \
   check "plan --uniform 1e308:..." plan --uniform 1e308:1:1:0 --stages 2 -m 2 -o '{out}'
 EXPECT='--tensor-parallel: 3 does not divide the 4 attention heads of tiny' \
   check "plan --tensor-parallel 3 with 4 heads" plan --model tiny --stages 2 -m 2 --tensor-parallel 3 -o '{out}'
+EXPECT='--data-parallel: must be at least 1' \
+  check "plan --data-parallel 0" plan --model tiny --stages 2 -m 2 --data-parallel 0 -o '{out}'
+EXPECT='--data-parallel: 2000000 is above the limit of 1048576' \
+  check "plan --data-parallel 2000000" plan --model tiny --stages 2 -m 2 --data-parallel 2000000 -o '{out}'
+EXPECT="--dp-optimizer: must be 'sharded' or 'replicated', got 'zero3'" \
+  check "plan --dp-optimizer zero3" plan --model tiny --stages 2 -m 2 --data-parallel 2 --dp-optimizer zero3 -o '{out}'
+EXPECT='--dp-link-bandwidth: needs --data-parallel above 1' \
+  check "plan --dp-link-bandwidth without replicas" plan --model tiny --stages 2 -m 2 --dp-link-bandwidth 50 -o '{out}'
+EXPECT='--dp-link-bandwidth = 1e-09 is neither 0' \
+  check "plan --dp-link-bandwidth 1e-9" plan --model tiny --stages 2 -m 2 --data-parallel 2 --dp-link-bandwidth 1e-9 -o '{out}'
+EXPECT="--dp-link-latency: '-1' is not a number from 0 to" \
+  check "plan --dp-link-latency -1" plan --model tiny --stages 2 -m 2 --data-parallel 2 --dp-link-latency -1 -o '{out}'
+EXPECT='--global-batch: 6 samples do not divide among --data-parallel 4 replicas' \
+  check "plan --search --global-batch 6 over 4 replicas" plan --model tiny --stages 2 --search --global-batch 6 --data-parallel 4 -o '{out}'
+EXPECT='plan_dp.json: planned with data parallelism 2' \
+  check "run: a data-parallel plan" run plan_dp.json --trace '{out}'
+EXPECT="plan_dp_bad_optimizer.json: meta.data_parallel: field 'optimizer': must be 'sharded' or 'replicated', got 'zero3'" \
+  check "show: meta.data_parallel.optimizer zero3" show plan_dp_bad_optimizer.json --trace '{out}'
+EXPECT="field 'replicas'" \
+  check "show: meta.data_parallel.replicas 0" show plan_dp_bad_replicas.json --trace '{out}'
+EXPECT="field 'bandwidth_GBps'" \
+  check "show: meta.data_parallel.link bandwidth 1e-9" show plan_dp_bad_link.json --trace '{out}'
 EXPECT="--overlap-efficiency: '1.5' is not a number from 0 to 1" \
   check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
 EXPECT="--overlap-efficiency: 'nan' is not a number from 0 to 1" \

@@ -204,7 +204,8 @@ Command add_plan_command(CLI::App& app) {
                 "and --backward keep it to one family and mode); print the Pareto front of step "
                 "time vs peak memory, write the best plan with -o");
   sub->add_option("--global-batch", cmd->global_batch,
-                  "samples per step for --search and --bpipe auto (m = global batch / mbs)")
+                  "samples per step for --search and --bpipe auto, every replica's (m = global "
+                  "batch / (mbs x --data-parallel))")
       ->check(int_range(1, limits::kMaxGlobalBatch));
   sub->add_option("--search-mbs", cmd->search_mbs,
                   "micro-batch sizes --search and --bpipe auto try with --global-batch, e.g. "

@@ -89,6 +89,13 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
                 " (its times and bytes are per GPU of a stage's group); the runtime runs each "
                 "stage whole on one GPU (plan with --tensor-parallel 1 to run it)");
   }
+  if (plan.meta.data_parallel.replicas > 1) {
+    throw Error(plan_path + ": planned with data parallelism " +
+                std::to_string(plan.meta.data_parallel.replicas) +
+                " (its optimizer steps hold the gradients' reduction across the replicas); the "
+                "runtime runs one replica and reduces nothing across replicas (plan with "
+                "--data-parallel 1 to run it)");
+  }
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {
     throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");

@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 26> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 28> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -20,6 +20,8 @@ std::string flag_for_field(std::string_view field) {
       {"layers_per_stage", "--layers-per-stage"},
       {"global_batch", "--global-batch"},
       {"tensor_parallel", "--tensor-parallel"},
+      {"data_parallel", "--data-parallel"},
+      {"data_parallel_optimizer", "--dp-optimizer"},
       {"seq", "--seq"},
       {"micro_batch_sizes", "--mbs"},
       {"max_p2_concat", "--max-concat"},

@@ -12,6 +12,7 @@
 #include "planner/base/limits.h"
 #include "planner/search/auto_schedule.h"
 #include "profiles/analytic.h"
+#include "profiles/data_parallel.h"
 #include "profiles/gpu.h"
 #include "profiles/layout.h"
 #include "profiles/tensor_parallel.h"
@@ -83,6 +84,19 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "GPUs per stage T: divides per-stage time and memory by T and adds the "
                  "tensor-parallel collectives over NVLink (analytic)")
       ->capture_default_str();
+  app.add_option("--data-parallel", o.data_parallel,
+                 "replicas D of the whole pipeline: tokens per step x D, and each optimizer step "
+                 "combines its gradients across them (analytic)")
+      ->capture_default_str();
+  app.add_option("--dp-optimizer", o.dp_optimizer,
+                 "sharded (Megatron's distributed optimizer: reduce-scatter, 1/D of the update, "
+                 "all-gather) or replicated (all-reduce) (default: sharded)");
+  app.add_option("--dp-link-bandwidth", o.dp_link_bandwidth,
+                 "GB/s per direction per GPU between a stage's replicas (default: the stages' "
+                 "link; e.g. 50 for 400 Gb/s InfiniBand per GPU)");
+  app.add_option("--dp-link-latency", o.dp_link_latency,
+                 "microseconds per collective between a stage's replicas (default: the stages' "
+                 "link's)");
   app.add_option("--link-bandwidth", o.link_bandwidth,
                  "GB/s per direction between pipeline stages (default: the profile's p2p, the "
                  "GPU's NVLink or PCIe; e.g. 50 for 400 Gb/s InfiniBand between nodes)");
@@ -154,21 +168,59 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
 
 namespace {
 
-// --link-bandwidth and --link-latency: the stages' link in place of the profile's.
-void apply_link_options(const PlanOptions& o, Profile& profile) {
-  if (!o.link_bandwidth.empty()) {
-    const double gbps =
-        parse_number_in(o.link_bandwidth, "--link-bandwidth", 0, limits::kMaxBandwidthGBps);
+// `base` with a bandwidth (GB/s per direction) and a latency (us) given as option text in place
+// of its own; empty text keeps base's.
+P2pLink link_options(P2pLink base, const std::string& bandwidth, std::string_view bandwidth_flag,
+                     const std::string& latency, std::string_view latency_flag) {
+  if (!bandwidth.empty()) {
+    const double gbps = parse_number_in(bandwidth, bandwidth_flag, 0, limits::kMaxBandwidthGBps);
     if (const std::string problem = limits::bandwidth_problem(gbps, "no bandwidth limit");
         !problem.empty()) {
-      throw Error("--link-bandwidth " + problem);
+      throw Error(std::string(bandwidth_flag) + " " + problem);
     }
-    profile.p2p.bandwidth_GBps = gbps;
+    base.bandwidth_GBps = gbps;
   }
-  if (!o.link_latency.empty()) {
-    profile.p2p.latency_us =
-        parse_number_in(o.link_latency, "--link-latency", 0, limits::kMaxLinkLatencyUs);
+  if (!latency.empty()) {
+    base.latency_us = parse_number_in(latency, latency_flag, 0, limits::kMaxLinkLatencyUs);
   }
+  return base;
+}
+
+// --link-bandwidth and --link-latency: the stages' link in place of the profile's.
+void apply_link_options(const PlanOptions& o, Profile& profile) {
+  profile.p2p = link_options(profile.p2p, o.link_bandwidth, "--link-bandwidth", o.link_latency,
+                             "--link-latency");
+}
+
+// --data-parallel and its --dp-* options; the link between replicas defaults to `stage_link`
+// (the stages' link, after --link-bandwidth and --link-latency).
+DataParallel data_parallel_options(const PlanOptions& o, const P2pLink& stage_link) {
+  if (o.data_parallel < 1) throw Error("--data-parallel: must be at least 1");
+  limits::check_limit("data_parallel", o.data_parallel, limits::kMaxDataParallel);
+  if (o.data_parallel == 1) {
+    for (const auto& [given, flag] : {std::pair{&o.dp_optimizer, "--dp-optimizer"},
+                                      std::pair{&o.dp_link_bandwidth, "--dp-link-bandwidth"},
+                                      std::pair{&o.dp_link_latency, "--dp-link-latency"}}) {
+      if (!given->empty()) throw Error(std::string(flag) + ": needs --data-parallel above 1");
+    }
+  }
+  DataParallel dp;
+  dp.replicas = o.data_parallel;
+  if (!o.dp_optimizer.empty()) dp.optimizer = data_parallel_optimizer_from_string(o.dp_optimizer);
+  dp.link = link_options(stage_link, o.dp_link_bandwidth, "--dp-link-bandwidth", o.dp_link_latency,
+                         "--dp-link-latency");
+  return dp;
+}
+
+// The profile as one pipeline replica of the request runs it: tensor parallelism, the stages'
+// link options, then data parallelism (whose link defaults to the stages'). Returns the
+// data-parallel layout applied.
+DataParallel apply_parallelism(const PlanOptions& o, const GpuSpec& gpu, Profile& profile) {
+  profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel, node_link(gpu));
+  apply_link_options(o, profile);
+  const DataParallel dp = data_parallel_options(o, profile.p2p);
+  profile = data_parallel_profile(std::move(profile), dp);
+  return dp;
 }
 
 // The attention the analytic model estimates: --attention, else flash.
@@ -257,7 +309,15 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   SearchRequest s;
   s.base = request_for(o, nullptr, global_batch == 0);
   if (global_batch == 0) return s;
-  s.global_batch = global_batch;
+  // Each replica of the pipeline takes 1/D of the global batch.
+  const int replicas = s.base.data_parallel.replicas;
+  if (global_batch % replicas != 0) {
+    throw Error("--global-batch: " + std::to_string(global_batch) +
+                " samples do not divide among --data-parallel " + std::to_string(replicas) +
+                " replicas");
+  }
+  const int per_replica = global_batch / replicas;
+  s.global_batch = per_replica;
   if (!o.uniform.empty()) {
     candidates = {1};
   } else if (!o.profile.empty()) {
@@ -267,21 +327,26 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   } else {
     const GpuSpec gpu = find_gpu(s.base.gpu);
     const ModelConfig model = resolve_model(o.model);
-    s.profile_for = [o, gpu, model, global_batch](int mbs) {
+    s.profile_for = [o, gpu, model, per_replica](int mbs) {
       AnalyticOptions analytic;
       analytic.seq = o.seq;
       analytic.micro_batch_sizes = {mbs};
       analytic.attention = analytic_attention(o);
-      analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? global_batch / mbs : o.p2_concat);
-      Profile profile = tensor_parallel_profile(analytic_profile(model, gpu, analytic),
-                                                o.tensor_parallel, node_link(gpu));
-      apply_link_options(o, profile);
+      analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? per_replica / mbs : o.p2_concat);
+      Profile profile = analytic_profile(model, gpu, analytic);
+      apply_parallelism(o, gpu, profile);
       return profile;
     };
   }
   // Every size the search will try, checked now: a global batch no size splits within the
   // limits fails here, before any plan is built.
-  static_cast<void>(global_batch_splits(global_batch, candidates));
+  try {
+    static_cast<void>(global_batch_splits(per_replica, candidates));
+  } catch (const FieldError& e) {
+    if (replicas == 1) throw;
+    throw Error("--global-batch: " + std::to_string(global_batch) + " over " +
+                std::to_string(replicas) + " replicas: " + e.detail());
+  }
   s.mbs_candidates = candidates;
   return s;
 }
@@ -382,8 +447,8 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
     if (given == nullptr) check_layout_chunks(o);
   }
   check_plan_request(r);
-  r.profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel, node_link(gpu));
-  apply_link_options(o, r.profile);
+  r.profile = std::move(profile);
+  r.data_parallel = apply_parallelism(o, gpu, r.profile);
   if (!o.overlap_efficiency.empty()) {
     r.profile.overlap = {parse_fraction(o.overlap_efficiency, "--overlap-efficiency"),
                          "--overlap-efficiency " + o.overlap_efficiency};

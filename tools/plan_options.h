@@ -31,8 +31,15 @@ struct PlanOptions {
   std::string layout;  // a Megatron-LM --pipeline-model-parallel-layout (profiles/layout.h)
   std::string uniform;
   std::string uniform_mem;
-  std::string bpipe = "off";       // off, on, auto (planner/plan/bpipe.h)
-  int tensor_parallel = 1;         // GPUs per pipeline stage (profiles/tensor_parallel.h)
+  std::string bpipe = "off";  // off, on, auto (planner/plan/bpipe.h)
+  int tensor_parallel = 1;    // GPUs per pipeline stage (profiles/tensor_parallel.h)
+  // Replicas of the pipeline (profiles/data_parallel.h), their optimizer layout (empty:
+  // sharded) and the link between a stage's replicas (empty: the stages' link, after
+  // --link-bandwidth and --link-latency).
+  int data_parallel = 1;
+  std::string dp_optimizer;
+  std::string dp_link_bandwidth;
+  std::string dp_link_latency;
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
   // An overlapped pair's efficiency (profiles/overlap.h) in place of the profile's; empty: the
   // profile's.

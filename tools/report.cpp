@@ -11,6 +11,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "profiles/data_parallel.h"
 #include "profiles/gpu.h"
 #include "profiles/layout.h"
 #include "tools/units.h"
@@ -96,6 +97,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"backward", std::string(to_string(m.backward))},
                       {"devices", m.devices},
                       {"tensor_parallel", m.tensor_parallel},
+                      {"data_parallel", m.data_parallel.replicas},
                       {"chunks", m.chunks},
                       {"microbatches", m.microbatches},
                       {"mbs", m.mbs},
@@ -112,6 +114,11 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"per_device", devices},
                       {"profile", m.profile_source}};
   if (!m.contention.empty()) j["shared_gpu_memory_bytes"] = shared_gpu_memory_bytes(sim);
+  if (m.data_parallel.replicas > 1) {
+    j["data_parallel_sync"] = {{"optimizer", std::string(to_string(m.data_parallel.optimizer))},
+                               {"bandwidth_GBps", m.data_parallel.link.bandwidth_GBps},
+                               {"latency_us", m.data_parallel.link.latency_us}};
+  }
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
   j["mfu_of"] = mfu_basis(m);
   j["layout"] = layout_json(graph);
@@ -211,11 +218,14 @@ nlohmann::json transfer_json(const TaskGraph& graph) {
 
 std::string mfu_basis(const PlanMeta& meta) {
   const std::int64_t t = meta.tensor_parallel;
-  const std::int64_t gpus = t * meta.devices;
+  const std::int64_t d = meta.data_parallel.replicas;
+  const std::int64_t gpus = d * t * meta.devices;
   std::string basis = "of " + std::to_string(gpus) + " whole GPU" + (gpus == 1 ? "" : "s");
-  if (t > 1) {
-    basis += ": " + std::to_string(meta.devices) + " stage" + (meta.devices == 1 ? "" : "s") +
-             " of " + std::to_string(t) + " tensor-parallel GPUs";
+  if (d > 1 || t > 1) {
+    basis += ": ";
+    if (d > 1) basis += std::to_string(d) + " data-parallel replicas of ";
+    basis += std::to_string(meta.devices) + " stage" + (meta.devices == 1 ? "" : "s");
+    if (t > 1) basis += " of " + std::to_string(t) + " tensor-parallel GPUs";
   }
   if (!meta.contention.empty()) basis += "; the stages share one GPU (emulated)";
   return basis;
@@ -227,11 +237,14 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
   char line[512];
   std::string out;
-  // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs).
-  const std::string gpus = m.tensor_parallel > 1
-                               ? std::to_string(m.devices) + " stages x " +
-                                     std::to_string(m.tensor_parallel) + " " + m.gpu
-                               : std::to_string(m.devices) + " x " + m.gpu;
+  // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs); with data parallelism
+  // "on 2 replicas x 8 stages x 4 a100-80g" (64 GPUs).
+  const std::string gpus =
+      (m.data_parallel.replicas > 1 ? std::to_string(m.data_parallel.replicas) + " replicas x "
+                                    : std::string()) +
+      (m.tensor_parallel > 1 ? std::to_string(m.devices) + " stages x " +
+                                   std::to_string(m.tensor_parallel) + " " + m.gpu
+                             : std::to_string(m.devices) + " x " + m.gpu);
   std::snprintf(line, sizeof line, "%s on %s: %s, backward %s, m=%d, mbs=%d, seq=%d%s\n",
                 m.model.name.c_str(), gpus.c_str(), m.schedule.c_str(),
                 std::string(to_string(m.backward)).c_str(), m.microbatches, m.mbs, m.seq,
@@ -271,6 +284,14 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
     out +=
         "optimizer step: not in the plan (the profile gives it no time; `pipeplan profile` "
         "measures it, the analytic model estimates it): the step time leaves it out\n";
+  }
+  if (m.data_parallel.replicas > 1) {
+    out += "data parallel: " + data_parallel_text(m.data_parallel) +
+           "; each optimizer step holds its gradients' " +
+           (m.data_parallel.optimizer == DataParallelOptimizer::sharded
+                ? "reduce-scatter and its parameters' all-gather"
+                : "all-reduce") +
+           ", not overlapped with the backward pass (an upper bound)\n";
   }
   out += layout_summary(graph);
   out += transfer_summary(graph);

@@ -31,6 +31,7 @@ inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int kMaxSeq = 1 << 20;                           // tokens per sample
 inline constexpr std::int64_t kMaxTokensPerMicrobatch = 1 << 24;  // micro-batch size × sequence
 inline constexpr int kMaxTensorParallel = 1024;                   // GPUs per pipeline stage
+inline constexpr int kMaxDataParallel = 1 << 20;                  // replicas of the pipeline
 
 // Costs (profiles, plans, --uniform): one layer's pass and one layer's memory.
 inline constexpr double kMaxLayerTimeUs = 1e9;                 // 1000 s

@@ -119,11 +119,13 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   if (result.makespan_us > 0 && n_devices > 0) {
     result.bubble_ratio = 1.0 - busy_total / (devices * result.makespan_us);
     const PlanMeta& meta = graph.meta;
-    const double tokens = static_cast<double>(meta.microbatches) * meta.mbs * meta.seq;
+    // Every replica of the pipeline runs its own micro-batches in the same step on its own GPUs.
+    const double replicas = meta.data_parallel.replicas;
+    const double tokens = static_cast<double>(meta.microbatches) * meta.mbs * meta.seq * replicas;
     result.tokens_per_s = tokens / (result.makespan_us * 1e-6);
     if (meta.flops_per_token > 0 && meta.peak_flops_per_device > 0) {
-      result.mfu =
-          result.tokens_per_s * meta.flops_per_token / (devices * meta.peak_flops_per_device);
+      result.mfu = result.tokens_per_s * meta.flops_per_token /
+                   (devices * replicas * meta.peak_flops_per_device);
     }
   }
   if (result.max_stage_span_us > 0 && n_devices > 0) {

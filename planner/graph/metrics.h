@@ -34,7 +34,7 @@ struct StepMetrics {
   std::vector<DeviceMetrics> devices;
   double bubble_ratio = 0;       // 1 - Σ busy / (devices · makespan)
   double span_bubble_ratio = 0;  // 1 - Σ busy / (devices · max_stage_span)
-  double tokens_per_s = 0;       // tokens per step / makespan
+  double tokens_per_s = 0;       // tokens per step (every data-parallel replica's) / makespan
   // PaLM model FLOPs against meta.peak_flops_per_device; 0 when either is unknown.
   double mfu = 0;
   std::vector<std::int64_t> peak_memory_bytes() const;

@@ -106,6 +106,17 @@ double require_bounded(const nlohmann::json& object, std::string_view field,
   return v;
 }
 
+// {"latency_us", "bandwidth_GBps"}, each within its limit.
+P2pLink link_from_json(const nlohmann::json& link, const std::string& ctx) {
+  P2pLink out;
+  out.latency_us = require_bounded(link, "latency_us", ctx, limits::kMaxLinkLatencyUs);
+  out.bandwidth_GBps = require_bounded(link, "bandwidth_GBps", ctx, limits::kMaxBandwidthGBps);
+  if (const std::string problem = limits::bandwidth_problem(out.bandwidth_GBps, "latency only");
+      !problem.empty())
+    throw Error(ctx + ": field 'bandwidth_GBps' " + problem);
+  return out;
+}
+
 nlohmann::json meta_to_json(const PlanMeta& m) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageLayers& s : m.stage_layers)
@@ -131,6 +142,14 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
       {"profile_source", m.profile_source}};
   // Written only for a tensor-parallel plan: other plans stay as they were.
   if (m.tensor_parallel > 1) j["tensor_parallel"] = m.tensor_parallel;
+  // Likewise only for a data-parallel plan.
+  if (m.data_parallel.replicas > 1) {
+    const DataParallel& dp = m.data_parallel;
+    j["data_parallel"] = {
+        {"replicas", dp.replicas},
+        {"optimizer", std::string(to_string(dp.optimizer))},
+        {"link", {{"latency_us", dp.link.latency_us}, {"bandwidth_GBps", dp.link.bandwidth_GBps}}}};
+  }
   if (m.contention.has_model()) j["contention"] = contention_to_json(m.contention);
   if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
@@ -209,13 +228,16 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   if (j.contains("tensor_parallel")) {
     m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
   }
-  const auto& link = require_field(j, "link", ctx);
-  m.link.latency_us = require_bounded(link, "latency_us", ctx + ".link", limits::kMaxLinkLatencyUs);
-  m.link.bandwidth_GBps =
-      require_bounded(link, "bandwidth_GBps", ctx + ".link", limits::kMaxBandwidthGBps);
-  if (const std::string problem = limits::bandwidth_problem(m.link.bandwidth_GBps, "latency only");
-      !problem.empty())
-    throw Error(ctx + ".link: field 'bandwidth_GBps' " + problem);
+  m.link = link_from_json(require_field(j, "link", ctx), ctx + ".link");
+  if (const auto dp = j.find("data_parallel"); dp != j.end()) {
+    const std::string dp_ctx = ctx + ".data_parallel";
+    if (!dp->is_object()) throw Error(dp_ctx + ": must be an object");
+    m.data_parallel.replicas = require_int(*dp, "replicas", dp_ctx, 1, limits::kMaxDataParallel);
+    m.data_parallel.optimizer = named(dp_ctx, "optimizer", [&] {
+      return data_parallel_optimizer_from_string(require_string(*dp, "optimizer", dp_ctx));
+    });
+    m.data_parallel.link = link_from_json(require_field(*dp, "link", dp_ctx), dp_ctx + ".link");
+  }
   m.profile_source = require_string(j, "profile_source", ctx);
   require_printable(m.profile_source, "profile_source", ctx);
   if (const auto c = j.find("contention"); c != j.end())

@@ -34,6 +34,7 @@
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <nlohmann/json_fwd.hpp>
 
+#include "profiles/data_parallel.h"
 #include "profiles/model.h"
 #include "profiles/partition.h"
 #include "profiles/profile.h"
@@ -139,6 +140,9 @@ struct PlanMeta {
   // GPUs per device: tensor parallelism makes each pipeline device a group of T GPUs that split
   // every layer (profiles/tensor_parallel.h); the profile's times and bytes are then per GPU.
   int tensor_parallel = 1;
+  // Copies of the whole pipeline (profiles/data_parallel.h): each device's optimizer step already
+  // holds its gradients' reduction across them; tokens per step and GPUs count every replica.
+  DataParallel data_parallel;
   P2pLink link;                // every device pair
   std::string profile_source;  // provenance summary of the profile used
   Contention contention;       // stages sharing one GPU (emulation): the simulator's slowdowns

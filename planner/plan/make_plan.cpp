@@ -67,6 +67,7 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.flops_per_token = r.profile.model.flops_per_token(r.profile.seq);
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.tensor_parallel = r.tensor_parallel;
+  m.data_parallel = r.data_parallel;
   m.link = r.profile.p2p;
   m.contention = r.profile.contention;
   m.overlap = r.profile.overlap;

@@ -18,6 +18,7 @@ struct PlanRequest {
   std::string gpu;                   // gpus.json key (for the peak FLOP/s)
   double peak_flops_per_device = 0;  // of all the device's GPUs
   int tensor_parallel = 1;           // GPUs per device (the profile already divided by them)
+  DataParallel data_parallel;        // replicas of the pipeline (the profile already holds them)
   int devices = 0;
   int chunks = 1;
   int microbatches = 0;

@@ -243,6 +243,90 @@ TEST_F(Cli, TheLayoutReferenceExamplesPrintAsDocumented) {
                "--layout: stage 30 ('m') holds an MTP layer (m), which pipeplan does not model");
 }
 
+// --data-parallel D: D replicas of the pipeline run their micro-batches in the same step, so the
+// tokens per step (and per second) are D times one replica's and the MFU is against D times the
+// GPUs; each optimizer step holds the gradients' reduction across the replicas.
+TEST_F(Cli, DataParallelReplicasCountTokensAndSyncGradientsInTheOptimizerStep) {
+  const std::string base = kLlama + " --schedule 1f1b --backward 2bp --json";
+  const Result one = run(base);
+  ASSERT_EQ(one.status, 0) << one.out;
+  const auto a = nlohmann::json::parse(one.out);
+  EXPECT_EQ(a["data_parallel"], 1);
+  EXPECT_FALSE(a.contains("data_parallel_sync"));
+  // A replicated optimizer over a free link: the same step, twice the tokens, the same MFU.
+  const Result free = run(base +
+                          " --data-parallel 2 --dp-optimizer replicated --dp-link-bandwidth 0 "
+                          "--dp-link-latency 0");
+  ASSERT_EQ(free.status, 0) << free.out;
+  const auto b = nlohmann::json::parse(free.out);
+  EXPECT_EQ(b["data_parallel"], 2);
+  EXPECT_DOUBLE_EQ(b["step_time_ms"].get<double>(), a["step_time_ms"].get<double>());
+  EXPECT_NEAR(b["tokens_per_s"].get<double>(), 2 * a["tokens_per_s"].get<double>(),
+              1e-9 * b["tokens_per_s"].get<double>());
+  EXPECT_NEAR(b["mfu"].get<double>(), a["mfu"].get<double>(), 1e-12);
+  EXPECT_EQ(b["mfu_of"], "of 8 whole GPUs: 2 data-parallel replicas of 4 stages");
+  EXPECT_EQ(b["peak_memory_bytes"], a["peak_memory_bytes"]);
+  // Sharded over a free link: 1/D of the update and of the optimizer state on each GPU.
+  const Result sharded_free =
+      run(base + " --data-parallel 4 --dp-link-bandwidth 0 --dp-link-latency 0");
+  ASSERT_EQ(sharded_free.status, 0) << sharded_free.out;
+  const auto c = nlohmann::json::parse(sharded_free.out);
+  EXPECT_LT(c["step_time_ms"].get<double>(), a["step_time_ms"].get<double>());
+  for (std::size_t d = 0; d < 4; ++d) {
+    EXPECT_LT(c["peak_memory_bytes"][d].get<std::int64_t>(),
+              a["peak_memory_bytes"][d].get<std::int64_t>())
+        << "device " << d;
+  }
+  // Over 400 Gb/s per GPU the gradients' reduce-scatter and the parameters' all-gather
+  // lengthen the step.
+  const std::string slow = kLlama +
+                           " --schedule 1f1b --backward 2bp --data-parallel 8 "
+                           "--dp-link-bandwidth 50 --dp-link-latency 10";
+  const Result synced = run(slow + " --json");
+  ASSERT_EQ(synced.status, 0) << synced.out;
+  const auto d = nlohmann::json::parse(synced.out);
+  EXPECT_GT(d["step_time_ms"].get<double>(), a["step_time_ms"].get<double>() + 100.0);
+  EXPECT_EQ(
+      d["data_parallel_sync"],
+      nlohmann::json({{"optimizer", "sharded"}, {"bandwidth_GBps", 50.0}, {"latency_us", 10.0}}));
+  const Result text = run(slow + " -o " + path("dp.json"));
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_EQ(text.out.rfind("llama-7b on 8 replicas x 4 x h100-sxm: 1f1b, backward 2bp", 0), 0u)
+      << text.out;
+  EXPECT_NE(text.out.find("(PaLM, of 32 whole GPUs: 8 data-parallel replicas of 4 stages)\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("data parallel: 8 replicas, sharded optimizer, 50 GB/s per direction, "
+                          "10 us latency; each optimizer step holds its gradients' reduce-scatter "
+                          "and its parameters' all-gather, not overlapped with the backward pass "
+                          "(an upper bound)\n"),
+            std::string::npos)
+      << text.out;
+  // The plan file keeps it: show prints the same summary, run refuses to run one replica as D.
+  const Result shown = run("show " + path("dp.json") + " --json");
+  ASSERT_EQ(shown.status, 0) << shown.out;
+  const auto e = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(e["tokens_per_s"], d["tokens_per_s"]);
+  EXPECT_EQ(e["data_parallel_sync"], d["data_parallel_sync"]);
+  const Result refused = run("run " + path("dp.json") + " --steps 1");
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("planned with data parallelism 8"), std::string::npos) << refused.out;
+  // A global batch is every replica's: 64 samples over 4 replicas are 16 per pipeline.
+  const std::string search = "plan --model llama-7b --gpu h100 --stages 4 --seq 2048 --search";
+  const Result searched =
+      run(search + " --global-batch 64 --search-mbs 1,2 --data-parallel 4 --json");
+  ASSERT_EQ(searched.status, 0) << searched.out;
+  const auto best = nlohmann::json::parse(searched.out);
+  EXPECT_EQ(best["data_parallel"], 4);
+  EXPECT_EQ(best["microbatches"].get<int>() * best["mbs"].get<int>(), 16) << best.dump();
+  expect_error(search + " --global-batch 30 --data-parallel 4",
+               "--global-batch: 30 samples do not divide among --data-parallel 4 replicas");
+  expect_error(kLlama + " --dp-optimizer sharded", "--dp-optimizer: needs --data-parallel above 1");
+  expect_error(kLlama + " --data-parallel 2 --dp-optimizer zero3",
+               "--dp-optimizer: must be 'sharded' or 'replicated', got 'zero3'");
+  expect_error(kLlama + " --data-parallel 0", "--data-parallel: must be at least 1");
+}
+
 TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
   ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
   for (const int width : {80, 200}) {
