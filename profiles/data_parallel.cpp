@@ -51,8 +51,9 @@ Profile data_parallel_profile(Profile profile, const DataParallel& dp) {
   const double dd = static_cast<double>(d);
   for (auto& [kind, by_mbs] : profile.layers) {
     for (auto& [mbs, c] : by_mbs) {
-      // The same layer at every micro-batch size holds the same weights: one reduction each.
-      const bool communicates = c.grad_bytes > 0 || c.param_bytes > 0;
+      // The same layer at every micro-batch size holds the same weights: one reduction each. A
+      // profile that does not time the optimizer step leaves the reduction out with it.
+      const bool communicates = c.optimizer_us > 0 && (c.grad_bytes > 0 || c.param_bytes > 0);
       const double grads = static_cast<double>(c.grad_bytes);
       const double params = static_cast<double>(c.param_bytes);
       if (dp.optimizer == DataParallelOptimizer::sharded) {
@@ -78,8 +79,10 @@ Profile data_parallel_profile(Profile profile, const DataParallel& dp) {
 std::string data_parallel_text(const DataParallel& dp) {
   return std::to_string(dp.replicas) + (dp.replicas == 1 ? " replica, " : " replicas, ") +
          std::string(to_string(dp.optimizer)) + " optimizer, " +
-         limits::general_number(dp.link.bandwidth_GBps) + " GB/s per direction, " +
-         limits::general_number(dp.link.latency_us) + " us latency";
+         (dp.link.bandwidth_GBps > 0
+              ? limits::general_number(dp.link.bandwidth_GBps) + " GB/s per direction"
+              : std::string("no bandwidth limit")) +
+         ", " + limits::general_number(dp.link.latency_us) + " us latency";
 }
 
 }  // namespace pipeplan

@@ -10,10 +10,13 @@
 //     place).
 //   replicated (plain DDP): the gradients are all-reduced (RS + AG of the grad bytes) and every
 //     GPU runs the whole optimizer step on its whole state.
-// Each collective is latency + (D - 1)/D · bytes / bandwidth over a ring (ring_collective_us),
-// one per layer (Megatron buckets about a block's gradients at a time), and none is overlapped
-// with the backward pass (Megatron-LM's --overlap-grad-reduce and --overlap-param-gather hide
-// part of it): the added time is an upper bound. Layers without bytes (--uniform costs) add no
+// Each collective is latency + (D - 1)/D · bytes / bandwidth over a ring (ring_collective_us:
+// one latency, as NCCL pipelines the ring's D - 1 steps; with small buckets at large D each step
+// would pay one), per layer (Megatron buckets about a block's gradients at a time), and none is
+// overlapped with the backward pass (Megatron-LM's --overlap-grad-reduce and
+// --overlap-param-gather hide part of it): the added time is an upper bound on the bandwidth
+// part. A layer without an optimizer step (a profile that does not time it: its plans have no
+// optimizer node) gets no reduction either, and layers without bytes (--uniform costs) add no
 // traffic. Nothing else changes: a replica's forward and backward passes are the same.
 #pragma once
 
@@ -42,7 +45,8 @@ struct DataParallel {
 // profile unchanged.
 Profile data_parallel_profile(Profile profile, const DataParallel& dp);
 
-// "4 replicas, sharded optimizer, 50 GB/s per direction, 10 us latency".
+// "4 replicas, sharded optimizer, 50 GB/s per direction, 10 us latency" ("no bandwidth limit"
+// for a bandwidth of 0).
 std::string data_parallel_text(const DataParallel& dp);
 
 }  // namespace pipeplan

@@ -345,7 +345,8 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   } catch (const FieldError& e) {
     if (replicas == 1) throw;
     throw Error("--global-batch: " + std::to_string(global_batch) + " over " +
-                std::to_string(replicas) + " replicas: " + e.detail());
+                std::to_string(replicas) + " replicas is " + std::to_string(per_replica) +
+                " samples per replica: " + e.detail() + " (" + std::string(mbs_flag) + ")");
   }
   s.mbs_candidates = candidates;
   return s;

@@ -278,20 +278,24 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   }
   out += ")\n";
   const auto nodes = graph.nodes();
-  if (!nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [](const Node& n) {
+  const bool optimizer_steps =
+      nodes.empty() || std::any_of(nodes.begin(), nodes.end(), [](const Node& n) {
         return n.kind == NodeKind::compute && n.op == OpType::O;
-      })) {
+      });
+  if (!optimizer_steps) {
     out +=
         "optimizer step: not in the plan (the profile gives it no time; `pipeplan profile` "
         "measures it, the analytic model estimates it): the step time leaves it out\n";
   }
   if (m.data_parallel.replicas > 1) {
+    const std::string reduction = m.data_parallel.optimizer == DataParallelOptimizer::sharded
+                                      ? "reduce-scatter and its parameters' all-gather"
+                                      : "all-reduce";
     out += "data parallel: " + data_parallel_text(m.data_parallel) +
-           "; each optimizer step holds its gradients' " +
-           (m.data_parallel.optimizer == DataParallelOptimizer::sharded
-                ? "reduce-scatter and its parameters' all-gather"
-                : "all-reduce") +
-           ", not overlapped with the backward pass (an upper bound)\n";
+           (optimizer_steps
+                ? "; each optimizer step holds its gradients' " + reduction +
+                      ", not overlapped with the backward pass (an upper bound)\n"
+                : "; the gradients' " + reduction + " is left out with the optimizer step\n");
   }
   out += layout_summary(graph);
   out += transfer_summary(graph);

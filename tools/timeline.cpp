@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "profiles/data_parallel.h"
 #include "tools/report.h"
 #include "tools/units.h"
 
@@ -450,10 +451,13 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
 std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   const PlanMeta& meta = graph.meta;
   const std::string family = meta.schedule.empty() ? graph.schedule.family : meta.schedule;
-  std::string out = "plan: " + (family.empty() ? std::string("?") : family) + ", backward " +
-                    std::string(to_string(meta.backward)) + ", " +
-                    std::to_string(device_count(graph, sim)) + " devices, " +
-                    std::to_string(meta.microbatches) + " micro-batches\n";
+  std::string out =
+      "plan: " + (family.empty() ? std::string("?") : family) + ", backward " +
+      std::string(to_string(meta.backward)) + ", " + std::to_string(device_count(graph, sim)) +
+      " devices, " + std::to_string(meta.microbatches) + " micro-batches" +
+      (meta.data_parallel.replicas > 1 ? " (each of " + data_parallel_text(meta.data_parallel) + ")"
+                                       : std::string()) +
+      "\n";
   out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {

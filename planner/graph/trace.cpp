@@ -226,6 +226,8 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
           {"schedule", meta.schedule.empty() ? graph.schedule.family : meta.schedule},
           {"backward", to_string(meta.backward)},
           {"devices", meta.devices},
+          {"tensor_parallel", meta.tensor_parallel},
+          {"data_parallel", meta.data_parallel.replicas},
           {"chunks", meta.chunks},
           {"microbatches", meta.microbatches},
           {"mbs", meta.mbs},

@@ -106,6 +106,24 @@ TEST(DataParallel, LayersWithoutBytesAddNoTraffic) {
   }
 }
 
+// A profile that does not time the optimizer step gives plans without one: the reduction, which
+// would sit in it, is left out with it rather than stand alone.
+TEST(DataParallel, NoOptimizerStepNoReduction) {
+  Profile whole = llama_7b();
+  for (auto& [kind, by_mbs] : whole.layers) {
+    for (auto& [mbs, c] : by_mbs)
+      c.optimizer_us = 0;
+  }
+  for (const DataParallelOptimizer optimizer :
+       {DataParallelOptimizer::sharded, DataParallelOptimizer::replicated}) {
+    const Profile replicated = data_parallel_profile(whole, {4, optimizer, P2pLink{10.0, 50.0}});
+    for (const auto& [kind, by_mbs] : replicated.layers) {
+      for (const auto& [mbs, c] : by_mbs)
+        EXPECT_EQ(c.optimizer_us, 0) << kind << " " << to_string(optimizer);
+    }
+  }
+}
+
 TEST(DataParallel, BadReplicasLinkAndOptimizerAreNamed) {
   const Profile whole = llama_7b();
   const auto field_of = [&](const DataParallel& dp) -> std::string {
@@ -137,6 +155,8 @@ TEST(DataParallel, BadReplicasLinkAndOptimizerAreNamed) {
 TEST(DataParallel, TextNamesReplicasOptimizerAndLink) {
   EXPECT_EQ(data_parallel_text({4, DataParallelOptimizer::sharded, P2pLink{10.0, 50.0}}),
             "4 replicas, sharded optimizer, 50 GB/s per direction, 10 us latency");
+  EXPECT_EQ(data_parallel_text({2, DataParallelOptimizer::replicated, P2pLink{}}),
+            "2 replicas, replicated optimizer, no bandwidth limit, 0 us latency");
 }
 
 }  // namespace

@@ -308,9 +308,33 @@ TEST_F(Cli, DataParallelReplicasCountTokensAndSyncGradientsInTheOptimizerStep) {
   const auto e = nlohmann::json::parse(shown.out);
   EXPECT_EQ(e["tokens_per_s"], d["tokens_per_s"]);
   EXPECT_EQ(e["data_parallel_sync"], d["data_parallel_sync"]);
+  const Result timeline = run("show " + path("dp.json") + " --trace " + path("dp.trace.json"));
+  ASSERT_EQ(timeline.status, 0) << timeline.out;
+  EXPECT_NE(timeline.out.find("8 micro-batches (each of 8 replicas, sharded optimizer, 50 GB/s per "
+                              "direction, 10 us latency)\n"),
+            std::string::npos)
+      << timeline.out;
+  std::ifstream trace(path("dp.trace.json"));
+  EXPECT_EQ(nlohmann::json::parse(trace)["metadata"]["data_parallel"], 8);
   const Result refused = run("run " + path("dp.json") + " --steps 1");
   EXPECT_EQ(refused.status, 1) << refused.out;
   EXPECT_NE(refused.out.find("planned with data parallelism 8"), std::string::npos) << refused.out;
+  // A profile without the optimizer step's time (the shipped measured one) gives plans without
+  // it, and without the reduction that would sit in it: the same step, and the summary says so.
+  const std::string measured = "plan --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+                               "/profiles/h200-llama-7b.measured.json --stages 4 -m 8";
+  const Result untimed = run(measured + " --data-parallel 4 --dp-link-bandwidth 50");
+  ASSERT_EQ(untimed.status, 0) << untimed.out;
+  EXPECT_NE(untimed.out.find("optimizer step: not in the plan"), std::string::npos) << untimed.out;
+  EXPECT_NE(untimed.out.find("; the gradients' reduce-scatter and its parameters' all-gather is "
+                             "left out with the optimizer step\n"),
+            std::string::npos)
+      << untimed.out;
+  const auto step_of = [](const Result& r) {
+    return nlohmann::json::parse(r.out)["step_time_ms"].get<double>();
+  };
+  EXPECT_EQ(step_of(run(measured + " --json --data-parallel 4 --dp-link-bandwidth 50")),
+            step_of(run(measured + " --json")));
   // A global batch is every replica's: 64 samples over 4 replicas are 16 per pipeline.
   const std::string search = "plan --model llama-7b --gpu h100 --stages 4 --seq 2048 --search";
   const Result searched =
