@@ -71,6 +71,15 @@ for name, field, value in (("optimizer", "optimizer", "zero3"), ("replicas", "re
     plan_copy["meta"]["data_parallel"][field] = value
     json.dump(plan_copy, open(f"plan_dp_bad_{name}.json", "w"))
 PY
+# A plan with activation recomputation (which run refuses) and its meta.recompute unknown.
+"$pipeplan" plan --model tiny --stages 2 -m 2 --recompute full -o plan_recompute.json >/dev/null ||
+  { echo "bad_inputs: could not plan with recomputation"; exit 1; }
+python3 - <<'PY' || { echo "bad_inputs: could not break the recomputing plan"; exit 1; }
+import json
+plan = json.load(open("plan_recompute.json"))
+plan["meta"]["recompute"] = "selective"
+json.dump(plan, open("plan_recompute_bad.json", "w"))
+PY
 cp "$fixtures/deadlock.csv" deadlock.csv
 # Three stages on two ranks: rank 0 holds stages 0 and 2, rank 1 stage 1.
 printf '0F0,2F0,2B0,0B0\n1F0,1B0\n' >uneven_stages.csv
@@ -273,6 +282,14 @@ EXPECT="field 'replicas'" \
   check "show: meta.data_parallel.replicas 0" show plan_dp_bad_replicas.json --trace '{out}'
 EXPECT="field 'bandwidth_GBps'" \
   check "show: meta.data_parallel.link bandwidth 1e-9" show plan_dp_bad_link.json --trace '{out}'
+EXPECT="--recompute: must be 'none' or 'full', got 'selective'" \
+  check "plan --recompute selective" plan --model tiny --stages 2 -m 2 --recompute selective -o '{out}'
+EXPECT="--baseline-recompute: must be 'none' or 'full', got 'some'" \
+  check "bpipe --baseline-recompute some" bpipe --model tiny --stages 2 --global-batch 4 --baseline-recompute some
+EXPECT='plan_recompute.json: planned with --recompute full' \
+  check "run: a recomputing plan" run plan_recompute.json --trace '{out}'
+EXPECT="plan_recompute_bad.json: meta: field 'recompute': must be 'none' or 'full', got 'selective'" \
+  check "show: meta.recompute selective" show plan_recompute_bad.json --trace '{out}'
 EXPECT="--overlap-efficiency: '1.5' is not a number from 0 to 1" \
   check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'
 EXPECT="--overlap-efficiency: 'nan' is not a number from 0 to 1" \

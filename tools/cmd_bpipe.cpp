@@ -31,6 +31,7 @@ struct BpipeCommand {
   int global_batch = 0;
   std::string mbs_list;
   std::string tensor_parallel = "auto";
+  std::string baseline_recompute = "none";  // none or full (profiles/recompute.h)
   bool json = false;
 
   BpipeEstimate estimate_at(int t) const {
@@ -38,7 +39,13 @@ struct BpipeCommand {
     o.tensor_parallel = t;
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
     const SearchRequest request = make_search_request(o, global_batch, mbs_list, "--mbs-list");
-    BpipeEstimate e = estimate_bpipe(request);
+    std::optional<SearchRequest> recomputing;
+    if (baseline_recompute == "full") {
+      PlanOptions r = o;
+      r.recompute = baseline_recompute;
+      recomputing = make_search_request(r, global_batch, mbs_list, "--mbs-list");
+    }
+    BpipeEstimate e = estimate_bpipe(request, recomputing ? &*recomputing : nullptr);
     e.tensor_parallel = t;
     e.memory_note = memory_budget_text(o, find_gpu(request.base.gpu));
     return e;
@@ -84,11 +91,16 @@ struct BpipeCommand {
 
   int run() const {
     if (global_batch < 1) throw Error("--global-batch: required (samples per step)");
+    if (baseline_recompute != "none" && baseline_recompute != "full") {
+      throw Error("--baseline-recompute: must be 'none' or 'full', got '" + baseline_recompute +
+                  "'");
+    }
     const BpipeEstimate e = estimate();
     if (json) {
       nlohmann::json out = estimate_to_json(e);
       out["tensor_parallel_note"] = e.tensor_parallel_note;
       out["memory_note"] = e.memory_note;
+      out["baseline_recompute"] = baseline_recompute;
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << format_estimate(e);
@@ -133,6 +145,10 @@ Command add_bpipe_command(CLI::App& app) {
                   "profile's p2p, the GPU's NVLink or PCIe)");
   sub->add_option("--link-latency", o.link_latency,
                   "microseconds per transfer between stages (default: the profile's)");
+  sub->add_option("--baseline-recompute", cmd->baseline_recompute,
+                  "none, or full: the plans without BPipe may also recompute every block's "
+                  "activations (Megatron-LM's --recompute-granularity full); BPipe's keep them")
+      ->capture_default_str();
   sub->add_flag("--json", cmd->json, "print machine-readable output");
   return {sub, [cmd] { return cmd->run(); }};
 }

@@ -7,7 +7,7 @@ namespace pipeplan {
 
 std::string flag_for_field(std::string_view field) {
   // Request fields (PlanRequest, ScheduleRequest, SearchRequest, …) and the flags that set them.
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 29> kFlags{{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 30> kFlags{{
       {"devices", "--stages"},
       {"chunks", "--chunks"},
       {"microbatches", "--microbatches"},
@@ -21,6 +21,7 @@ std::string flag_for_field(std::string_view field) {
       {"global_batch", "--global-batch"},
       {"tensor_parallel", "--tensor-parallel"},
       {"data_parallel", "--data-parallel"},
+      {"recompute", "--recompute"},
       {"data_parallel_optimizer", "--dp-optimizer"},
       {"data_parallel_link", "--dp-link-bandwidth/--dp-link-latency"},
       {"seq", "--seq"},

@@ -40,6 +40,7 @@ struct PlanOptions {
   std::string dp_optimizer;
   std::string dp_link_bandwidth;
   std::string dp_link_latency;
+  std::string recompute;           // none or full (profiles/recompute.h); empty: none
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
   // An overlapped pair's efficiency (profiles/overlap.h) in place of the profile's; empty: the
   // profile's.

@@ -14,6 +14,7 @@
 #include "profiles/data_parallel.h"
 #include "profiles/gpu.h"
 #include "profiles/layout.h"
+#include "profiles/recompute.h"
 #include "tools/units.h"
 
 namespace pipeplan {
@@ -98,6 +99,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"devices", m.devices},
                       {"tensor_parallel", m.tensor_parallel},
                       {"data_parallel", m.data_parallel.replicas},
+                      {"recompute", std::string(to_string(m.recompute))},
                       {"chunks", m.chunks},
                       {"microbatches", m.microbatches},
                       {"mbs", m.mbs},
@@ -296,6 +298,11 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
                 ? "; each optimizer step holds its gradients' " + reduction +
                       ", not overlapped with the backward pass (an upper bound)\n"
                 : "; the gradients' " + reduction + " is left out with the optimizer step\n");
+  }
+  if (m.recompute != Recompute::none) {
+    out += "activation recompute: " + std::string(to_string(m.recompute)) +
+           "; each block keeps its input and re-runs its forward before its p1 (MFU counts "
+           "model FLOPs, not the recomputed forward)\n";
   }
   out += layout_summary(graph);
   out += transfer_summary(graph);

@@ -10,6 +10,7 @@
 
 #include "planner/base/error.h"
 #include "profiles/data_parallel.h"
+#include "profiles/recompute.h"
 #include "tools/report.h"
 #include "tools/units.h"
 
@@ -457,6 +458,8 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
       " devices, " + std::to_string(meta.microbatches) + " micro-batches" +
       (meta.data_parallel.replicas > 1 ? " (each of " + data_parallel_text(meta.data_parallel) + ")"
                                        : std::string()) +
+      (meta.recompute != Recompute::none ? ", recompute " + std::string(to_string(meta.recompute))
+                                         : std::string()) +
       "\n";
   out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;

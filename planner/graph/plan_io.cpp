@@ -117,39 +117,43 @@ P2pLink link_from_json(const nlohmann::json& link, const std::string& ctx) {
   return out;
 }
 
+nlohmann::json link_to_json(const P2pLink& link) {
+  return {{"latency_us", link.latency_us}, {"bandwidth_GBps", link.bandwidth_GBps}};
+}
+
 nlohmann::json meta_to_json(const PlanMeta& m) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageLayers& s : m.stage_layers)
     stages.push_back({s.first_layer, s.layer_count});
-  nlohmann::json j = {
-      {"model", model_to_json(m.model)},
-      {"gpu", m.gpu},
-      {"devices", m.devices},
-      {"chunks", m.chunks},
-      {"microbatches", m.microbatches},
-      {"mbs", m.mbs},
-      {"seq", m.seq},
-      {"schedule", m.schedule},
-      {"backward", std::string(to_string(m.backward))},
-      {"p2_concat", m.p2_concat},
-      {"attention", std::string(to_string(m.attention))},
-      {"stage_layers", stages},
-      {"memory_limit_bytes", m.memory_limit_bytes},
-      {"static_bytes", m.static_bytes},
-      {"flops_per_token", m.flops_per_token},
-      {"peak_flops_per_device", m.peak_flops_per_device},
-      {"link", {{"latency_us", m.link.latency_us}, {"bandwidth_GBps", m.link.bandwidth_GBps}}},
-      {"profile_source", m.profile_source}};
+  nlohmann::json j = {{"model", model_to_json(m.model)},
+                      {"gpu", m.gpu},
+                      {"devices", m.devices},
+                      {"chunks", m.chunks},
+                      {"microbatches", m.microbatches},
+                      {"mbs", m.mbs},
+                      {"seq", m.seq},
+                      {"schedule", m.schedule},
+                      {"backward", std::string(to_string(m.backward))},
+                      {"p2_concat", m.p2_concat},
+                      {"attention", std::string(to_string(m.attention))},
+                      {"stage_layers", stages},
+                      {"memory_limit_bytes", m.memory_limit_bytes},
+                      {"static_bytes", m.static_bytes},
+                      {"flops_per_token", m.flops_per_token},
+                      {"peak_flops_per_device", m.peak_flops_per_device},
+                      {"link", link_to_json(m.link)},
+                      {"profile_source", m.profile_source}};
   // Written only for a tensor-parallel plan: other plans stay as they were.
   if (m.tensor_parallel > 1) j["tensor_parallel"] = m.tensor_parallel;
   // Likewise only for a data-parallel plan.
   if (m.data_parallel.replicas > 1) {
     const DataParallel& dp = m.data_parallel;
-    j["data_parallel"] = {
-        {"replicas", dp.replicas},
-        {"optimizer", std::string(to_string(dp.optimizer))},
-        {"link", {{"latency_us", dp.link.latency_us}, {"bandwidth_GBps", dp.link.bandwidth_GBps}}}};
+    j["data_parallel"] = {{"replicas", dp.replicas},
+                          {"optimizer", std::string(to_string(dp.optimizer))},
+                          {"link", link_to_json(dp.link)}};
   }
+  // Likewise only for a plan that recomputes activations.
+  if (m.recompute != Recompute::none) j["recompute"] = std::string(to_string(m.recompute));
   if (m.contention.has_model()) j["contention"] = contention_to_json(m.contention);
   if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
@@ -237,6 +241,10 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
       return data_parallel_optimizer_from_string(require_string(*dp, "optimizer", dp_ctx));
     });
     m.data_parallel.link = link_from_json(require_field(*dp, "link", dp_ctx), dp_ctx + ".link");
+  }
+  if (j.contains("recompute")) {
+    m.recompute = named(ctx, "recompute",
+                        [&] { return recompute_from_string(require_string(j, "recompute", ctx)); });
   }
   m.profile_source = require_string(j, "profile_source", ctx);
   require_printable(m.profile_source, "profile_source", ctx);

@@ -68,6 +68,7 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.tensor_parallel = r.tensor_parallel;
   m.data_parallel = r.data_parallel;
+  m.recompute = r.recompute;
   m.link = r.profile.p2p;
   m.contention = r.profile.contention;
   m.overlap = r.profile.overlap;

@@ -19,6 +19,7 @@ struct PlanRequest {
   double peak_flops_per_device = 0;  // of all the device's GPUs
   int tensor_parallel = 1;           // GPUs per device (the profile already divided by them)
   DataParallel data_parallel;        // replicas of the pipeline (the profile already holds them)
+  Recompute recompute = Recompute::none;  // activation recomputation (the profile already has it)
   int devices = 0;
   int chunks = 1;
   int microbatches = 0;

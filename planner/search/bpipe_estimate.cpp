@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,7 @@ BpipeConfig describe(const Plan& plan, bool bpipe) {
   c.microbatches = g.meta.microbatches;
   c.backward = g.meta.backward;
   c.bpipe = bpipe;
+  c.recompute = g.meta.recompute;
   c.step_time_us = plan.sim.makespan_us;
   c.mfu = plan.sim.mfu;
   c.bubble_ratio = plan.sim.bubble_ratio;
@@ -65,9 +67,9 @@ struct Candidate {
   Plan plan;
 };
 
-// Every candidate that fits; failures go to `infeasible`.
-std::vector<Candidate> evaluate(const SearchRequest& request,
-                                std::vector<std::string>& infeasible) {
+// Every candidate that fits (BPipe off only unless `with_bpipe`); failures go to `infeasible`.
+std::vector<Candidate> evaluate(const SearchRequest& request, std::vector<std::string>& infeasible,
+                                bool with_bpipe = true) {
   if (request.global_batch < 1) throw FieldError("global_batch", "required (samples per step)");
   std::vector<Candidate> out;
   for (const auto& [mbs, m] : global_batch_splits(request.global_batch, request.mbs_candidates)) {
@@ -80,15 +82,19 @@ std::vector<Candidate> evaluate(const SearchRequest& request,
     r.layers_per_stage.clear();
     for (const BackwardMode backward : kBackwards) {
       for (const bool bpipe : {false, true}) {
+        if (bpipe && !with_bpipe) continue;
         r.backward = backward;
         r.bpipe = bpipe ? BpipeMode::on : BpipeMode::off;
         try {
           Plan plan = make_plan(r);
           out.push_back({describe(plan, bpipe), std::move(plan)});
         } catch (const Error& e) {
-          infeasible.push_back("mbs " + std::to_string(mbs) + " " +
-                               std::string(to_string(backward)) + " bpipe " +
-                               (bpipe ? "on" : "off") + ": " + e.what());
+          infeasible.push_back(
+              "mbs " + std::to_string(mbs) + " " + std::string(to_string(backward)) + " bpipe " +
+              (bpipe ? "on" : "off") +
+              (r.recompute != Recompute::none ? " recompute " + std::string(to_string(r.recompute))
+                                              : std::string()) +
+              ": " + e.what());
         }
       }
     }
@@ -98,7 +104,8 @@ std::vector<Candidate> evaluate(const SearchRequest& request,
 
 bool fits_without(const std::vector<Candidate>& all, const BpipeConfig& c) {
   return std::any_of(all.begin(), all.end(), [&](const Candidate& o) {
-    return !o.config.bpipe && o.config.mbs == c.mbs && o.config.backward == c.backward;
+    return !o.config.bpipe && o.config.recompute == Recompute::none && o.config.mbs == c.mbs &&
+           o.config.backward == c.backward;
   });
 }
 
@@ -117,11 +124,21 @@ double exposed_transfer_us(const Plan& plan, double& transfer_us) {
 
 std::string config_text(const BpipeConfig& c) {
   return "mbs " + std::to_string(c.mbs) + ", m " + std::to_string(c.microbatches) + ", 1f1b " +
-         std::string(to_string(c.backward)) + (c.bpipe ? ", BPipe on" : ", BPipe off");
+         std::string(to_string(c.backward)) + (c.bpipe ? ", BPipe on" : ", BPipe off") +
+         (c.recompute != Recompute::none ? ", recompute " + std::string(to_string(c.recompute))
+                                         : std::string());
 }
 
 void judge(BpipeEstimate& e) {
   const BpipeConfig& a = *e.without;
+  if (!e.with && !e.bpipe_fits) {
+    e.verdict =
+        "no benefit: no configuration fits with BPipe" +
+        std::string(a.recompute != Recompute::none ? " while keeping every activation" : "") +
+        " (" + config_text(a) + " is best)";
+    e.second_opinion = "not applicable: BPipe makes nothing fit";
+    return;
+  }
   if (!e.with) {
     e.verdict = "no benefit: every configuration that fits with BPipe already fits without it (" +
                 config_text(a) + " is best); BPipe would only add transfers";
@@ -136,11 +153,18 @@ void judge(BpipeEstimate& e) {
                   1;
   // The simulated bubbles, as the step times and MFUs beside them are (the ideal 1F1B bubble
   // (P - 1)/(m + P - 1) leaves out the embedding and head, the optimizer and the transfers).
+  const auto change = [](int from, int to) {
+    return from == to ? std::to_string(from) : std::to_string(from) + " -> " + std::to_string(to);
+  };
   std::string why =
-      "mbs " + std::to_string(a.mbs) + " -> " + std::to_string(b.mbs) + " raises stage MFU " +
+      "mbs " + change(a.mbs, b.mbs) +
+      (a.recompute != b.recompute ? ", recompute " + std::string(to_string(a.recompute)) + " -> " +
+                                        std::string(to_string(b.recompute))
+                                  : std::string()) +
+      (b.stage_mfu >= a.stage_mfu ? " raises" : " lowers") + " stage MFU " +
       fmt("%.1f", 100 * a.stage_mfu) + " -> " + fmt("%.1f %%", 100 * b.stage_mfu) + ", bubble " +
       fmt("%.1f", 100 * a.bubble_ratio) + " -> " + fmt("%.1f %%", 100 * b.bubble_ratio) + " (m " +
-      std::to_string(a.microbatches) + " -> " + std::to_string(b.microbatches) + "), transfers " +
+      change(a.microbatches, b.microbatches) + "), transfers " +
       (e.exposed_us <= 0.005 * b.step_time_us
            ? std::string("fully hidden")
            : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
@@ -165,12 +189,16 @@ void judge(BpipeEstimate& e) {
 
 }  // namespace
 
-BpipeEstimate estimate_bpipe(const SearchRequest& request) {
+BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* recomputing) {
   BpipeEstimate e;
   e.devices = request.base.devices;
   e.global_batch = request.global_batch;
   e.memory_limit_bytes = request.base.memory_limit_bytes;
   std::vector<Candidate> all = evaluate(request, e.infeasible);
+  if (recomputing != nullptr) {
+    std::vector<Candidate> baseline = evaluate(*recomputing, e.infeasible, false);
+    std::move(baseline.begin(), baseline.end(), std::back_inserter(all));
+  }
   const Candidate* without = nullptr;
   const Candidate* with = nullptr;
   for (const Candidate& c : all) {
@@ -184,6 +212,8 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request) {
         (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
   }
   e.without = without->config;
+  e.bpipe_fits =
+      std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.config.bpipe; });
   if (with) {
     e.with = with->config;
     e.with_plan = with->plan;
@@ -241,7 +271,8 @@ std::string format_estimate(const BpipeEstimate& e) {
            fmt("%.2f ms", e.exposed_us / 1e3) + " (" +
            fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ")\n";
   } else {
-    out += "with BPipe:    no configuration needs it\n";
+    out += e.bpipe_fits ? "with BPipe:    no configuration needs it\n"
+                        : "with BPipe:    no configuration fits\n";
   }
   out += "verdict: " + e.verdict + "\n";
   out += "second opinion: " + e.second_opinion + "\n";
@@ -256,6 +287,7 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
             {"schedule", "1f1b"},
             {"backward", std::string(to_string(c->backward))},
             {"bpipe", c->bpipe},
+            {"recompute", std::string(to_string(c->recompute))},
             {"step_time_ms", c->step_time_us / 1e3},
             {"mfu", c->mfu},
             {"bubble_ratio", c->bubble_ratio},
@@ -270,6 +302,7 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
           {"memory_limit_bytes", e.memory_limit_bytes},
           {"without", config(e.without)},
           {"with", config(e.with)},
+          {"bpipe_fits", e.bpipe_fits},
           {"transfer_bytes_per_step", e.transfer_bytes},
           {"transfer_ms", e.transfer_us / 1e3},
           {"exposed_transfer_ms", e.exposed_us / 1e3},

@@ -21,14 +21,15 @@ struct BpipeConfig {
   int mbs = 1, microbatches = 0;
   BackwardMode backward = BackwardMode::fused;
   bool bpipe = false;
-  double step_time_us = 0;             // simulated makespan
-  double mfu = 0;                      // PaLM model FLOPs
-  double bubble_ratio = 0;             // simulated: idle share of the devices' step
-  double stage_mfu = 0;                // model FLOPs of one stage's micro-batch / its busy time
-  double stage_time_us = 0;            // busiest device's busy time per micro-batch, less its
-                                       // optimizer step (once a step)
-  double optimizer_us = 0;             // longest device optimizer step (0: none in the plan)
-  std::int64_t peak_memory_bytes = 0;  // largest device
+  Recompute recompute = Recompute::none;  // activation recomputation (profiles/recompute.h)
+  double step_time_us = 0;                // simulated makespan
+  double mfu = 0;                         // PaLM model FLOPs
+  double bubble_ratio = 0;                // simulated: idle share of the devices' step
+  double stage_mfu = 0;                   // model FLOPs of one stage's micro-batch / its busy time
+  double stage_time_us = 0;               // busiest device's busy time per micro-batch, less its
+                                          // optimizer step (once a step)
+  double optimizer_us = 0;                // longest device optimizer step (0: none in the plan)
+  std::int64_t peak_memory_bytes = 0;     // largest device
 };
 
 struct BpipeEstimate {
@@ -40,6 +41,7 @@ struct BpipeEstimate {
   std::string memory_note;             // e.g. "--memory 80.00 GiB - reserve 4.20 GiB = ..."
   std::optional<BpipeConfig> without;  // best with BPipe off
   std::optional<BpipeConfig> with;     // best among configurations that only fit with BPipe
+  bool bpipe_fits = false;             // some configuration fits with BPipe (needed or not)
   std::optional<Plan> with_plan;
   std::int64_t transfer_bytes = 0;  // per step, evict + load
   double transfer_us = 0;           // link time of all transfers
@@ -60,8 +62,13 @@ class NoBaselineError : public Error {
 };
 
 // 1f1b over every micro-batch size of `request` (global batch fixed) and backward fused, 2bp,
-// 2bp-fill, with BPipe off and on. Throws NoBaselineError when nothing fits without BPipe.
-BpipeEstimate estimate_bpipe(const SearchRequest& request);
+// 2bp-fill, with BPipe off and on. With `recomputing` (the same request with full activation
+// recomputation), the baseline may also recompute: its candidates without BPipe join the
+// others', and a BPipe candidate (always from `request`) counts as needing BPipe when nothing at
+// its micro-batch size and backward mode fits without BPipe and without recomputation. Throws
+// NoBaselineError when nothing fits without BPipe.
+BpipeEstimate estimate_bpipe(const SearchRequest& request,
+                             const SearchRequest* recomputing = nullptr);
 // `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower
 // than the best plan without BPipe).
 Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen = nullptr);

@@ -1,5 +1,6 @@
-// `pipeplan bpipe`, `plan --bpipe` and `show` of a BPipe plan end to end: the two
-// acceptance commands as written, the --profile path on synthetic MFU curves, and the refusals.
+// `pipeplan bpipe`, `plan --bpipe` and `show` of a BPipe plan end to end: the two published
+// cases (GPT-3 96B with recompute attention, LLaMA 65B with flash attention), the --profile path
+// on synthetic MFU curves, the baseline that may recompute, and the refusals.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -46,7 +47,7 @@ std::filesystem::path temp_dir(const std::string& name) {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// The first acceptance command, as written: tensor parallelism and the memory reserve
+// GPT-3 96B with recompute attention on 8 80 GB A100s: tensor parallelism and the memory reserve
 // come from the defaults (--tensor-parallel auto, --reserve 1 GiB + 4 %).
 const std::string kGpt3Recompute =
     "--model gpt3-96b --gpu a100 --stages 8 --global-batch 64 --seq 2048 --memory 80GiB "
@@ -110,6 +111,64 @@ TEST(BpipeCli, Gpt3RecomputeFindsMicroBatchTwoThatOnlyFitsWithBpipe) {
   for (const auto& peak : metrics.at("peak_memory_bytes"))
     EXPECT_LE(peak.get<double>(), limit);
   std::filesystem::remove_all(dir);
+}
+
+// --baseline-recompute full: the plans without BPipe may recompute every block. At micro-batch 2
+// GPT-3 96B fits without BPipe only by recomputing (a third more compute); BPipe fits it keeping
+// every activation, and the verdict weighs one against the other. Where keeping activations
+// costs nothing (micro-batch 1 fits), the baseline does not recompute and the verdict stays.
+TEST(BpipeCli, BaselineRecomputationIsWeighedAgainstBpipe) {
+  const auto e =
+      run_json("bpipe " + kGpt3Recompute + " --mbs-list 2 --baseline-recompute full --json");
+  ASSERT_FALSE(e.empty());
+  EXPECT_EQ(e.at("baseline_recompute"), "full");
+  const auto& without = e.at("without");
+  const auto& with = e.at("with");
+  EXPECT_EQ(without.at("mbs"), 2);
+  EXPECT_EQ(without.at("recompute"), "full");
+  EXPECT_FALSE(without.at("bpipe").get<bool>());
+  EXPECT_EQ(with.at("mbs"), 2);
+  EXPECT_EQ(with.at("recompute"), "none");
+  EXPECT_TRUE(with.at("bpipe").get<bool>());
+  EXPECT_LT(without.at("peak_memory_bytes").get<double>(),
+            with.at("peak_memory_bytes").get<double>());
+  EXPECT_GT(e.at("gain").get<double>(), 0.2);
+  EXPECT_NE(e.at("verdict").get<std::string>().find(
+                "benefit: mbs 2, recompute full -> none raises stage MFU"),
+            std::string::npos)
+      << e.at("verdict");
+  EXPECT_EQ(e.at("tensor_parallel"), 4);
+  // Without recomputation micro-batch 2 needs BPipe at TP 4: the estimate without the flag has no
+  // baseline there (auto would go on to TP 8).
+  int status = 0;
+  const std::string refused =
+      run("bpipe " + kGpt3Recompute + " --mbs-list 2 --tensor-parallel 4", &status);
+  EXPECT_EQ(status, 1) << refused;
+  EXPECT_NE(refused.find("no configuration fits without BPipe"), std::string::npos) << refused;
+  // Over micro-batches 1, 2, 4, 8, keeping micro-batch 1's activations is the best baseline.
+  const auto plain = run_json("bpipe " + kGpt3Recompute + " --json");
+  const auto weighed = run_json("bpipe " + kGpt3Recompute + " --baseline-recompute full --json");
+  EXPECT_EQ(weighed.at("without").at("recompute"), "none");
+  EXPECT_EQ(weighed.at("without").at("mbs"), 1);
+  EXPECT_EQ(weighed.at("gain"), plain.at("gain"));
+  EXPECT_EQ(weighed.at("verdict"), plain.at("verdict"));
+}
+
+// LLaMA-65B at TP 2 on 80 GB: 68 GiB of weights and optimizer state per GPU; only recomputation
+// fits it, and BPipe, which keeps every activation, fits nothing.
+TEST(BpipeCli, NothingFitsWithBpipeIsSaid) {
+  const std::string args =
+      "bpipe --model llama-65b --gpu a100 --stages 8 --global-batch 64 --seq 2048 --memory 80GiB "
+      "--attention flash --tensor-parallel 2 --baseline-recompute full";
+  int status = 0;
+  const std::string out = run(args, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("with BPipe:    no configuration fits\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict: no benefit: no configuration fits with BPipe while keeping every "
+                     "activation (mbs 1, m 64, 1f1b fused, BPipe off, recompute full is best)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(run_json(args + " --json").at("bpipe_fits").get<bool>());
 }
 
 TEST(BpipeCli, Llama65bFlashReportsNoBenefitWithItsReason) {

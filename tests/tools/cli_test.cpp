@@ -351,6 +351,62 @@ TEST_F(Cli, DataParallelReplicasCountTokensAndSyncGradientsInTheOptimizerStep) {
   expect_error(kLlama + " --data-parallel 0", "--data-parallel: must be at least 1");
 }
 
+// --recompute full: each block keeps only its input between its forward and p1, and p1 runs the
+// forward again first: every device is busy m x blocks x a block's forward longer and, with the
+// fused backward (2bp's retained X and dY stay), holds less.
+TEST_F(Cli, FullRecomputeRerunsEachBlocksForwardAndHoldsOnlyItsInput) {
+  const Result profiled =
+      run("profile --analytic --model llama-7b --gpu h100 --seq 2048 --mbs 1 -o " +
+          path("llama.profile.json"));
+  ASSERT_EQ(profiled.status, 0) << profiled.out;
+  std::ifstream profile_file(path("llama.profile.json"));
+  const auto profile = nlohmann::json::parse(profile_file);
+  const double block_forward_ms = profile["layers"]["block"]["1"]["forward_us"].get<double>() / 1e3;
+  const std::string base =
+      kLlama + " --schedule 1f1b --backward fused --layers-per-stage 8,8,8,8 --json";
+  const Result kept = run(base);
+  ASSERT_EQ(kept.status, 0) << kept.out;
+  const auto a = nlohmann::json::parse(kept.out);
+  EXPECT_EQ(a["recompute"], "none");
+  const Result recomputed = run(base + " --recompute full");
+  ASSERT_EQ(recomputed.status, 0) << recomputed.out;
+  const auto b = nlohmann::json::parse(recomputed.out);
+  EXPECT_EQ(b["recompute"], "full");
+  for (std::size_t d = 0; d < 4; ++d) {
+    SCOPED_TRACE("device " + std::to_string(d));
+    EXPECT_NEAR(
+        b["per_device"][d]["busy_ms"].get<double>() - a["per_device"][d]["busy_ms"].get<double>(),
+        8 * 8 * block_forward_ms, 1e-6);
+    EXPECT_LT(b["peak_memory_bytes"][d].get<std::int64_t>(),
+              a["peak_memory_bytes"][d].get<std::int64_t>());
+  }
+  EXPECT_GT(b["step_time_ms"].get<double>(), a["step_time_ms"].get<double>());
+  // MFU counts model FLOPs: the same work in a longer step.
+  EXPECT_NEAR(b["mfu"].get<double>() / a["mfu"].get<double>(),
+              a["step_time_ms"].get<double>() / b["step_time_ms"].get<double>(), 1e-9);
+  // The plan file keeps it: show, the trace and the timeline name it; run refuses it.
+  const Result text =
+      run(kLlama + " --schedule 1f1b --backward 2bp --recompute full -o " + path("recompute.json"));
+  ASSERT_EQ(text.status, 0) << text.out;
+  const std::string line =
+      "activation recompute: full; each block keeps its input and re-runs its forward before its "
+      "p1 (MFU counts model FLOPs, not the recomputed forward)\n";
+  EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
+  const Result shown = run("show " + path("recompute.json") + " --trace " + path("r.trace.json"));
+  ASSERT_EQ(shown.status, 0) << shown.out;
+  EXPECT_NE(shown.out.find("8 micro-batches, recompute full\n"), std::string::npos) << shown.out;
+  std::ifstream trace(path("r.trace.json"));
+  EXPECT_EQ(nlohmann::json::parse(trace)["metadata"]["recompute"], "full");
+  const Result shown_json = run("show " + path("recompute.json") + " --json");
+  ASSERT_EQ(shown_json.status, 0) << shown_json.out;
+  EXPECT_EQ(nlohmann::json::parse(shown_json.out)["recompute"], "full");
+  const Result refused = run("run " + path("recompute.json") + " --steps 1");
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("planned with --recompute full"), std::string::npos) << refused.out;
+  expect_error(kLlama + " --recompute selective",
+               "--recompute: must be 'none' or 'full', got 'selective'");
+}
+
 TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
   ASSERT_EQ(run(kLlama + " --backward 2bp -o " + path("plan.json")).status, 0);
   for (const int width : {80, 200}) {

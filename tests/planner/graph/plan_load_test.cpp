@@ -77,6 +77,21 @@ TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
             "p.json: meta: field 'tensor_parallel' = 0 is out of range [1, 1024]");
 }
 
+// Activation recomputation: written only when some, read back, named when unknown.
+TEST(PlanLoad, RecomputationIsRecordedWhenThereIsSome) {
+  EXPECT_FALSE(good_plan()["meta"].contains("recompute"));
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
+  r.recompute = Recompute::full;
+  const json written = plan_to_json(make_plan(r).graph);
+  EXPECT_EQ(written["meta"]["recompute"], "full");
+  EXPECT_EQ(plan_from_json(written, "p.json").meta.recompute, Recompute::full);
+  EXPECT_EQ(plan_from_json(good_plan(), "p.json").meta.recompute, Recompute::none);
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["recompute"] = "selective"; }),
+            "p.json: meta: field 'recompute': must be 'none' or 'full', got 'selective'");
+  EXPECT_NE(load_error([](json& p) { p["meta"]["recompute"] = 1; }).find("field 'recompute'"),
+            std::string::npos);
+}
+
 TEST(PlanLoad, TheScheduleMustBeThePlans) {
   EXPECT_NE(load_error([](json& p) {
               p["schedule"] =
