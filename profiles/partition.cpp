@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -240,15 +241,20 @@ void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_pea
 
 // `max_concat` < 1 is read as 1: every stage gets at least the single-micro-batch p2 entry.
 std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,
-                                   const Partition& partition, int max_concat) {
+                                   const Partition& partition, int max_concat,
+                                   const Recompute& recompute) {
   const std::vector<LayerKind> layers = model.layer_list();
   const int concat = std::max(1, max_concat);
   static_assert(static_cast<int>(LayerKind::head) == 2, "one entry per LayerKind");
-  std::array<KindCost, 3> kinds;
-  const auto kind_cost = [&](LayerKind kind) -> const KindCost& {
-    KindCost& k = kinds[static_cast<std::size_t>(kind)];
+  // One entry per LayerKind, then a recomputing block.
+  std::array<KindCost, 4> kinds;
+  std::optional<LayerCost> recomputed;
+  constexpr std::size_t kRecomputedBlock = 3;
+  const auto kind_cost = [&](LayerKind kind, bool recomputes) -> const KindCost& {
+    KindCost& k = kinds[recomputes ? kRecomputedBlock : static_cast<std::size_t>(kind)];
     if (k.layer == nullptr) {
-      k.layer = &profile.cost(kind, mbs);
+      if (recomputes) recomputed = recomputed_block(profile.cost(kind, mbs));
+      k.layer = recomputes ? &*recomputed : &profile.cost(kind, mbs);
       k.p2_us.resize(static_cast<std::size_t>(concat));
       k.p2_work.resize(static_cast<std::size_t>(concat));
       for (int n = 1; n <= concat; ++n) {
@@ -271,8 +277,16 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
     stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
     std::int64_t forward_peak = 0;
+    int blocks = 0;
     for (int l = range.first_layer; l < end; ++l)
-      add_layer(stage, kind_cost(layers[static_cast<std::size_t>(l)]), forward_peak);
+      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    int recomputing = recompute.recomputed_of(blocks);  // the stage's first blocks
+    for (int l = range.first_layer; l < end; ++l) {
+      const LayerKind kind = layers[static_cast<std::size_t>(l)];
+      const bool recomputes = kind == LayerKind::block && recomputing > 0;
+      if (recomputes) --recomputing;
+      add_layer(stage, kind_cost(kind, recomputes), forward_peak);
+    }
     stage.forward_work_bytes = std::max<std::int64_t>(forward_peak - stage.stash_bytes, 0);
     costs.push_back(std::move(stage));
   }

@@ -7,6 +7,7 @@
 
 #include "profiles/model.h"
 #include "profiles/profile.h"
+#include "profiles/recompute.h"
 
 namespace pipeplan {
 
@@ -54,8 +55,12 @@ struct StageCost {
   bool operator==(const StageCost&) const = default;
 };
 
+// `recompute`: the blocks of each stage that recompute their activations (the first ones of the
+// stage; profiles/recompute.h) take recomputed_block's costs. Throws InternalError for
+// Recompute::Method::automatic (make_plan resolves it first).
 std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& profile, int mbs,
-                                   const Partition& partition, int max_concat);
+                                   const Partition& partition, int max_concat,
+                                   const Recompute& recompute = {});
 
 // Each device's optimizer step: the optimizer_us of the stages `stage_device` puts on it, summed
 // (0: none). Lowering's optimizer node takes it, as do the simulations and the lower bound.

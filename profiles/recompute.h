@@ -1,7 +1,11 @@
-// Full activation recomputation applied to a profile, as Megatron-LM runs it with
-// --recompute-granularity full --recompute-method uniform --recompute-num-layers 1: every
-// transformer block keeps only its input (the checkpoint) from its forward pass to its backward,
-// and re-runs its forward just before its p1 to recreate the rest. Per block and micro-batch size:
+// Full activation recomputation of transformer blocks, as Megatron-LM runs it with
+// --recompute-granularity full: a recomputed block keeps only its input (the checkpoint) from its
+// forward pass to its backward, and re-runs its forward just before its p1 to recreate the rest.
+// Which blocks: every one (--recompute-method uniform --recompute-num-layers 1), or the first N of
+// each virtual pipeline stage (--recompute-method block --recompute-num-layers N), or, planning,
+// the smallest such N that makes the plan fit its memory limit (planner/plan/make_plan.h).
+//
+// A recomputed block's costs (recomputed_block), per micro-batch size:
 //   stash     -> the checkpoint: the block's input, the activation it receives (send_bytes, the
 //                same shape as its output; already 1/T under tensor parallelism, whose sequence
 //                parallelism shards it), never more than the stash it replaces;
@@ -19,19 +23,47 @@
 // is hardware FLOPs utilisation): the longer step lowers MFU.
 #pragma once
 
+#include <string>
 #include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "profiles/profile.h"
 
 namespace pipeplan {
 
-enum class Recompute { none, full };
+struct Recompute {
+  // automatic is a request only (make_plan resolves it to none, block or full).
+  enum class Method { none, full, block, automatic };
+  Method method = Method::none;
+  int blocks = 0;  // block: the first `blocks` (1 or more) of each virtual stage
 
-std::string_view to_string(Recompute recompute);
-// Throws FieldError naming recompute for anything but "none" or "full".
+  bool any() const { return method != Method::none; }
+  // How many of a virtual stage's `stage_blocks` blocks recompute (its first ones). Throws
+  // InternalError for automatic, which has no count until it is resolved.
+  int recomputed_of(int stage_blocks) const;
+  bool operator==(const Recompute&) const = default;
+};
+
+// The --recompute value: "none", "full", "auto" or the block count ("3").
+std::string to_string(const Recompute& recompute);
+// Throws FieldError naming recompute for anything but none, full, auto or a count from 1 to
+// limits::kMaxLayers.
 Recompute recompute_from_string(std::string_view text);
+// In words: "none", "full (every block)", "the first block of each stage", "the first 3
+// blocks of each stage", "auto".
+std::string recompute_text(const Recompute& recompute);
+// Megatron-LM's arguments that run it ("--recompute-granularity full --recompute-method block
+// --recompute-num-layers 3"); empty for none and automatic.
+std::string megatron_recompute_args(const Recompute& recompute);
 
-// Recompute::none returns the profile unchanged.
-Profile recompute_profile(Profile profile, Recompute recompute);
+// {"method": "full"}, {"method": "block", "blocks": 3}, {"method": "none"}.
+nlohmann::json recompute_to_json(const Recompute& recompute);
+// Throws Error naming `context` and the field on anything recompute_to_json does not write
+// (automatic included: a plan holds a resolved choice).
+Recompute recompute_from_json(const nlohmann::json& json, const std::string& context);
+
+// A block's costs when it recomputes (above).
+LayerCost recomputed_block(LayerCost block);
 
 }  // namespace pipeplan

@@ -77,7 +77,7 @@ PY
 python3 - <<'PY' || { echo "bad_inputs: could not break the recomputing plan"; exit 1; }
 import json
 plan = json.load(open("plan_recompute.json"))
-plan["meta"]["recompute"] = "selective"
+plan["meta"]["recompute"] = {"method": "selective"}
 json.dump(plan, open("plan_recompute_bad.json", "w"))
 PY
 cp "$fixtures/deadlock.csv" deadlock.csv
@@ -282,13 +282,17 @@ EXPECT="field 'replicas'" \
   check "show: meta.data_parallel.replicas 0" show plan_dp_bad_replicas.json --trace '{out}'
 EXPECT="field 'bandwidth_GBps'" \
   check "show: meta.data_parallel.link bandwidth 1e-9" show plan_dp_bad_link.json --trace '{out}'
-EXPECT="--recompute: must be 'none' or 'full', got 'selective'" \
+EXPECT="--recompute: must be none, full, auto or a block count from 1 to 1024, got 'selective'" \
   check "plan --recompute selective" plan --model tiny --stages 2 -m 2 --recompute selective -o '{out}'
-EXPECT="--baseline-recompute: must be 'none' or 'full', got 'some'" \
+EXPECT="--recompute: must be none, full, auto or a block count from 1 to 1024, got '0'" \
+  check "plan --recompute 0" plan --model tiny --stages 2 -m 2 --recompute 0 -o '{out}'
+EXPECT='--memory: ' \
+  check "plan --recompute auto that nothing fits" plan --model tiny --stages 2 -m 2 --memory 1KiB --reserve 0 --recompute auto -o '{out}'
+EXPECT="--baseline-recompute: must be none, full, auto or a block count from 1 to 1024, got 'some'" \
   check "bpipe --baseline-recompute some" bpipe --model tiny --stages 2 --global-batch 4 --baseline-recompute some
 EXPECT='plan_recompute.json: planned with --recompute full' \
   check "run: a recomputing plan" run plan_recompute.json --trace '{out}'
-EXPECT="plan_recompute_bad.json: meta: field 'recompute': must be 'none' or 'full', got 'selective'" \
+EXPECT="plan_recompute_bad.json: meta.recompute: field 'method' must be \"none\", \"full\" or \"block\", got 'selective'" \
   check "show: meta.recompute selective" show plan_recompute_bad.json --trace '{out}'
 EXPECT="--overlap-efficiency: '1.5' is not a number from 0 to 1" \
   check "plan --overlap-efficiency 1.5" plan --model tiny --stages 2 -m 4 --schedule dualpipe-v --overlap-efficiency 1.5 -o '{out}'

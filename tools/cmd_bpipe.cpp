@@ -11,6 +11,7 @@
 #include "planner/base/limits.h"
 #include "planner/search/bpipe_estimate.h"
 #include "profiles/gpu.h"
+#include "profiles/recompute.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
@@ -31,7 +32,7 @@ struct BpipeCommand {
   int global_batch = 0;
   std::string mbs_list;
   std::string tensor_parallel = "auto";
-  std::string baseline_recompute = "none";  // none or full (profiles/recompute.h)
+  std::string baseline_recompute = "none";  // as plan's --recompute (profiles/recompute.h)
   bool json = false;
 
   BpipeEstimate estimate_at(int t) const {
@@ -40,7 +41,7 @@ struct BpipeCommand {
     o.microbatches = global_batch;  // placeholder: each candidate sets m = global batch / mbs
     const SearchRequest request = make_search_request(o, global_batch, mbs_list, "--mbs-list");
     std::optional<SearchRequest> recomputing;
-    if (baseline_recompute == "full") {
+    if (baseline_recompute != "none") {
       PlanOptions r = o;
       r.recompute = baseline_recompute;
       recomputing = make_search_request(r, global_batch, mbs_list, "--mbs-list");
@@ -91,9 +92,10 @@ struct BpipeCommand {
 
   int run() const {
     if (global_batch < 1) throw Error("--global-batch: required (samples per step)");
-    if (baseline_recompute != "none" && baseline_recompute != "full") {
-      throw Error("--baseline-recompute: must be 'none' or 'full', got '" + baseline_recompute +
-                  "'");
+    try {
+      static_cast<void>(recompute_from_string(baseline_recompute));
+    } catch (const FieldError& e) {
+      throw Error("--baseline-recompute: " + e.detail());
     }
     const BpipeEstimate e = estimate();
     if (json) {
@@ -146,8 +148,8 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--link-latency", o.link_latency,
                   "microseconds per transfer between stages (default: the profile's)");
   sub->add_option("--baseline-recompute", cmd->baseline_recompute,
-                  "none, or full: the plans without BPipe may also recompute every block's "
-                  "activations (Megatron-LM's --recompute-granularity full); BPipe's keep them")
+                  "none, full, N or auto (as plan's --recompute): the plans without BPipe may "
+                  "also recompute activations, BPipe's keep them")
       ->capture_default_str();
   sub->add_flag("--json", cmd->json, "print machine-readable output");
   return {sub, [cmd] { return cmd->run(); }};

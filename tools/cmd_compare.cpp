@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
+#include "profiles/recompute.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
@@ -114,9 +116,11 @@ struct CompareCommand {
     const auto ok =
         std::find_if(table.begin(), table.end(), [](const Row& r) { return r.error.empty(); });
     const bool shared = !ok->plan.graph.meta.contention.empty();
-    std::printf("%-16s %-9s %11s %8s %8s %14s %7s %8s %7s\n", "schedule", "backward", "step ms",
+    // With --recompute, what each row recomputes (auto chooses per row).
+    const bool recomputes = !options.recompute.empty() && options.recompute != "none";
+    std::printf("%-16s %-9s %11s %8s %8s %14s %7s %8s %7s%s\n", "schedule", "backward", "step ms",
                 "bubble", "span bbl", shared ? "peak mem sum" : "peak mem max", "MFU", "speedup",
-                "gap");
+                "gap", recomputes ? "  recompute" : "");
     for (const Row& r : table) {
       const std::string name =
           r.chunks > 1 ? r.schedule + " V=" + std::to_string(r.chunks) : r.schedule;
@@ -132,10 +136,12 @@ struct CompareCommand {
       if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
       char speedup[32] = "n/a";  // no 1f1b fused plan fits: nothing to compare with
       if (baseline > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", baseline / s.makespan_us);
-      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%\n", name.c_str(),
+      const std::string recomputed =
+          recomputes ? "  " + to_string(r.plan.graph.meta.recompute) : std::string();
+      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%%s\n", name.c_str(),
                   r.backward.c_str(), s.makespan_us / 1e3, s.bubble_ratio * 100,
                   s.span_bubble_ratio * 100, format_gib(peak).c_str(), mfu, speedup,
-                  100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us));
+                  100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us), recomputed.c_str());
     }
     const std::string basis = " " + mfu_basis(ok->plan.graph.meta);
     std::printf(
@@ -143,11 +149,14 @@ struct CompareCommand {
         "time of 1f1b fused / step time (n/a where 1f1b fused does not fit). MFU: PaLM model "
         "FLOPs%s. gap: step time above that row's own lower bound (of its stage layout and "
         "chunks: rows with different layouts have different bounds, so a small gap is not a "
-        "short step; docs/design/auto-schedule.md).\n",
+        "short step; docs/design/auto-schedule.md).%s\n",
         shared ? " peak mem sum: the stages' peaks added, what their one GPU holds (each stage's "
                  "allocator keeps its own)."
                : "",
-        basis.c_str());
+        basis.c_str(),
+        recomputes ? " recompute: the blocks of each stage that recompute (none, full or N: the "
+                     "first N; auto chooses per row)."
+                   : "");
     return 0;
   }
 };

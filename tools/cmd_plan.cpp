@@ -11,6 +11,7 @@
 #include "planner/plan/lower_bound.h"
 #include "planner/plan/make_plan.h"
 #include "planner/search/bpipe_estimate.h"
+#include "profiles/recompute.h"
 #include "tools/cli_checks.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
@@ -177,7 +178,8 @@ struct PlanCommand {
                          {"schedule", p.schedule},
                          {"chunks", p.chunks},
                          {"backward", std::string(to_string(p.backward))},
-                         {"layers_per_stage", p.layers_per_stage}});
+                         {"layers_per_stage", p.layers_per_stage},
+                         {"recompute", recompute_to_json(p.recompute)}});
       }
       out["pareto"] = std::move(front);
       std::cout << json_text(out, 2) << "\n";

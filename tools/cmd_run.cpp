@@ -96,9 +96,8 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
                 "runtime runs one replica and reduces nothing across replicas (plan with "
                 "--data-parallel 1 to run it)");
   }
-  if (plan.meta.recompute != Recompute::none) {
-    throw Error(plan_path + ": planned with --recompute " +
-                std::string(to_string(plan.meta.recompute)) +
+  if (plan.meta.recompute.any()) {
+    throw Error(plan_path + ": planned with --recompute " + to_string(plan.meta.recompute) +
                 " (its p1 times include the recomputed forward); the runtime keeps every "
                 "activation from the forward pass (plan with --recompute none to run it)");
   }

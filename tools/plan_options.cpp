@@ -99,8 +99,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "microseconds per collective between a stage's replicas (default: the stages' "
                  "link's)");
   app.add_option("--recompute", o.recompute,
-                 "activation recomputation: none, or full (every block keeps its input and re-runs "
-                 "its forward before its p1, as Megatron-LM's --recompute-granularity full) "
+                 "activation recomputation (Megatron-LM's --recompute-granularity full): none, "
+                 "full (every block keeps its input and re-runs its forward before its p1), N "
+                 "(the first N blocks of each stage) or auto (the fewest that fit --memory) "
                  "(default: none)");
   app.add_option("--link-bandwidth", o.link_bandwidth,
                  "GB/s per direction between pipeline stages (default: the profile's p2p, the "
@@ -217,18 +218,12 @@ DataParallel data_parallel_options(const PlanOptions& o, const P2pLink& stage_li
   return dp;
 }
 
-// --recompute: none when not given.
-Recompute recompute_option(const PlanOptions& o) {
-  return o.recompute.empty() ? Recompute::none : recompute_from_string(o.recompute);
-}
-
 // The profile as one pipeline replica of the request runs it: tensor parallelism, the stages'
-// link options, activation recomputation, then data parallelism (whose link defaults to the
-// stages'). Returns the data-parallel layout applied.
+// link options, then data parallelism (whose link defaults to the stages'). Returns the
+// data-parallel layout applied.
 DataParallel apply_parallelism(const PlanOptions& o, const GpuSpec& gpu, Profile& profile) {
   profile = tensor_parallel_profile(std::move(profile), o.tensor_parallel, node_link(gpu));
   apply_link_options(o, profile);
-  profile = recompute_profile(std::move(profile), recompute_option(o));
   const DataParallel dp = data_parallel_options(o, profile.p2p);
   profile = data_parallel_profile(std::move(profile), dp);
   return dp;
@@ -461,7 +456,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
   check_plan_request(r);
   r.profile = std::move(profile);
   r.data_parallel = apply_parallelism(o, gpu, r.profile);
-  r.recompute = recompute_option(o);
+  if (!o.recompute.empty()) r.recompute = recompute_from_string(o.recompute);
   if (!o.overlap_efficiency.empty()) {
     r.profile.overlap = {parse_fraction(o.overlap_efficiency, "--overlap-efficiency"),
                          "--overlap-efficiency " + o.overlap_efficiency};

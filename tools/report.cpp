@@ -99,7 +99,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"devices", m.devices},
                       {"tensor_parallel", m.tensor_parallel},
                       {"data_parallel", m.data_parallel.replicas},
-                      {"recompute", std::string(to_string(m.recompute))},
+                      {"recompute", recompute_to_json(m.recompute)},
                       {"chunks", m.chunks},
                       {"microbatches", m.microbatches},
                       {"mbs", m.mbs},
@@ -299,10 +299,11 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
                       ", not overlapped with the backward pass (an upper bound)\n"
                 : "; the gradients' " + reduction + " is left out with the optimizer step\n");
   }
-  if (m.recompute != Recompute::none) {
-    out += "activation recompute: " + std::string(to_string(m.recompute)) +
-           "; each block keeps its input and re-runs its forward before its p1 (MFU counts "
-           "model FLOPs, not the recomputed forward)\n";
+  if (m.recompute.any()) {
+    out += "activation recompute: " + recompute_text(m.recompute) +
+           "; a recomputing block keeps its input and re-runs its forward before its p1 (MFU "
+           "counts model FLOPs, not the recomputed forward); Megatron-LM: " +
+           megatron_recompute_args(m.recompute) + "\n";
   }
   out += layout_summary(graph);
   out += transfer_summary(graph);

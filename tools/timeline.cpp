@@ -458,8 +458,7 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
       " devices, " + std::to_string(meta.microbatches) + " micro-batches" +
       (meta.data_parallel.replicas > 1 ? " (each of " + data_parallel_text(meta.data_parallel) + ")"
                                        : std::string()) +
-      (meta.recompute != Recompute::none ? ", recompute " + std::string(to_string(meta.recompute))
-                                         : std::string()) +
+      (meta.recompute.any() ? ", recompute " + recompute_text(meta.recompute) : std::string()) +
       "\n";
   out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;

@@ -153,7 +153,7 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
                           {"link", link_to_json(dp.link)}};
   }
   // Likewise only for a plan that recomputes activations.
-  if (m.recompute != Recompute::none) j["recompute"] = std::string(to_string(m.recompute));
+  if (m.recompute.any()) j["recompute"] = recompute_to_json(m.recompute);
   if (m.contention.has_model()) j["contention"] = contention_to_json(m.contention);
   if (!m.overlap.is_default()) j["overlap"] = overlap_to_json(m.overlap);
   return j;
@@ -242,9 +242,8 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     });
     m.data_parallel.link = link_from_json(require_field(*dp, "link", dp_ctx), dp_ctx + ".link");
   }
-  if (j.contains("recompute")) {
-    m.recompute = named(ctx, "recompute",
-                        [&] { return recompute_from_string(require_string(j, "recompute", ctx)); });
+  if (const auto r = j.find("recompute"); r != j.end()) {
+    m.recompute = recompute_from_json(*r, ctx + ".recompute");
   }
   m.profile_source = require_string(j, "profile_source", ctx);
   require_printable(m.profile_source, "profile_source", ctx);

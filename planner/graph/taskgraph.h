@@ -144,9 +144,9 @@ struct PlanMeta {
   // Copies of the whole pipeline (profiles/data_parallel.h): each device's optimizer step already
   // holds its gradients' reduction across them; tokens per step and GPUs count every replica.
   DataParallel data_parallel;
-  // Full activation recomputation (profiles/recompute.h): the profile's blocks already keep only
-  // their input and re-run their forward in p1.
-  Recompute recompute = Recompute::none;
+  // Activation recomputation (profiles/recompute.h): which blocks of each stage keep only their
+  // input and re-run their forward in p1 (the nodes' times and bytes hold it). Never automatic.
+  Recompute recompute;
   P2pLink link;                // every device pair
   std::string profile_source;  // provenance summary of the profile used
   Contention contention;       // stages sharing one GPU (emulation): the simulator's slowdowns

@@ -228,7 +228,7 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
           {"devices", meta.devices},
           {"tensor_parallel", meta.tensor_parallel},
           {"data_parallel", meta.data_parallel.replicas},
-          {"recompute", to_string(meta.recompute)},
+          {"recompute", recompute_to_json(meta.recompute)},
           {"chunks", meta.chunks},
           {"microbatches", meta.microbatches},
           {"mbs", meta.mbs},

@@ -119,8 +119,9 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
     partition = partition_fixed(model, blocks);
   }
   const int max_concat = request.p2_concat == 0 ? request.microbatches : request.p2_concat;
-  auto costs = stage_costs(model, request.profile, request.mbs, partition,
-                           std::min(max_concat, request.microbatches / replicas));
+  auto costs =
+      stage_costs(model, request.profile, request.mbs, partition,
+                  std::min(max_concat, request.microbatches / replicas), request.recompute);
   for (int copy = 1; copy < replicas; ++copy) {
     for (int s = 0; s < model_stages; ++s) {
       partition.stages.push_back(partition.stages[static_cast<std::size_t>(s)]);
@@ -408,7 +409,9 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
   return plan_schedule(request, false, checked);
 }
 
-Plan make_plan(const PlanRequest& request) {
+namespace {
+
+Plan make_plan_as_requested(const PlanRequest& request) {
   bool checked = true;
   Prepared prepared;
   PlannedSchedule planned = plan_schedule(request, true, checked, &prepared);
@@ -433,7 +436,104 @@ Plan make_plan(const PlanRequest& request) {
   return plan;
 }
 
+Plan make_plan_for_schedule_as_requested(const PlanRequest& request, const Schedule& schedule);
+
+// Blocks of the largest virtual stage of a plan.
+int most_blocks_per_stage(const Plan& plan) {
+  const std::vector<LayerKind> layers = plan.graph.meta.model.layer_list();
+  int most = 0;
+  for (const StageLayers& s : plan.graph.meta.stage_layers) {
+    int blocks = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
+      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    most = std::max(most, blocks);
+  }
+  return most;
+}
+
+// Recompute::Method::automatic. For a fixed order (`chooses_order` false): no recomputation if
+// the plan fits, else the fewest blocks per stage (the first N of each) with which it fits,
+// found by bisection (a stage's memory falls as N grows, its time rises), and every block when
+// N reaches the most blocks any stage holds. A family that chooses its order from the costs
+// (auto) can fit without recomputation by serialising its stages, so there every N from none to
+// every block is planned and the fastest by the request's objective kept. Anything but the
+// memory limit fails at once; when even full recomputation does not fit, its error is the one
+// reported.
+template <typename MakePlan>
+Plan with_least_recomputation(const PlanRequest& request, bool chooses_order,
+                              const MakePlan& make) {
+  if (request.recompute.method != Recompute::Method::automatic) return make(request);
+  PlanRequest r = request;
+  const auto attempt = [&](Recompute recompute) -> std::optional<Plan> {
+    r.recompute = recompute;
+    try {
+      return make(r);
+    } catch (const FieldError& e) {
+      if (e.field() != "memory_limit_bytes") throw;
+      return std::nullopt;
+    }
+  };
+  std::optional<Plan> kept = attempt({});
+  if (kept && !chooses_order) return std::move(*kept);
+  std::optional<Plan> full = attempt({Recompute::Method::full, 0});
+  if (!full) {
+    if (kept) return std::move(*kept);
+    r.recompute = {Recompute::Method::full, 0};
+    return make(r);  // the memory limit's error
+  }
+  const int most = most_blocks_per_stage(*full);
+  if (chooses_order) {
+    const auto faster = [&](const Plan& a, const Plan& b) {
+      const auto key = [&](const Plan& p) {
+        return request.objective == Objective::steady
+                   ? std::pair{p.sim.max_stage_span_us, p.sim.makespan_us}
+                   : std::pair{p.sim.makespan_us, p.sim.max_stage_span_us};
+      };
+      return key(a) < key(b);
+    };
+    std::optional<Plan> best = std::move(kept);
+    for (int n = 1; n <= most; ++n) {
+      std::optional<Plan> plan =
+          n == most ? std::move(full) : attempt({Recompute::Method::block, n});
+      if (plan && (!best || faster(*plan, *best))) best = std::move(plan);
+    }
+    return std::move(*best);
+  }
+  std::optional<Plan> best;
+  int lo = 1;
+  int hi = most;  // fits (as full)
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (std::optional<Plan> plan = attempt({Recompute::Method::block, mid})) {
+      best = std::move(plan);
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  if (lo >= most) return std::move(*full);
+  if (best && best->graph.meta.recompute.blocks == lo) return std::move(*best);
+  r.recompute = {Recompute::Method::block, lo};
+  return make(r);
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& request) {
+  const bool chooses_order = request.recompute.method == Recompute::Method::automatic &&
+                             find_schedule_family(request.schedule).traits().needs_costs;
+  return with_least_recomputation(request, chooses_order, make_plan_as_requested);
+}
+
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
+  return with_least_recomputation(request, false, [&](const PlanRequest& r) {
+    return make_plan_for_schedule_as_requested(r, schedule);
+  });
+}
+
+namespace {
+
+Plan make_plan_for_schedule_as_requested(const PlanRequest& request, const Schedule& schedule) {
   check_plan_request(request);
   check_schedule(schedule);
   if (schedule.devices != request.devices || schedule.microbatches != request.microbatches ||
@@ -457,5 +557,7 @@ Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule
   return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
                             true);
 }
+
+}  // namespace
 
 }  // namespace pipeplan

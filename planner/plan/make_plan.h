@@ -19,7 +19,9 @@ struct PlanRequest {
   double peak_flops_per_device = 0;  // of all the device's GPUs
   int tensor_parallel = 1;           // GPUs per device (the profile already divided by them)
   DataParallel data_parallel;        // replicas of the pipeline (the profile already holds them)
-  Recompute recompute = Recompute::none;  // activation recomputation (the profile already has it)
+  // Activation recomputation (profiles/recompute.h): the blocks that recompute take
+  // recomputed_block's costs; automatic, the least that fits the memory limit (make_plan).
+  Recompute recompute;
   int devices = 0;
   int chunks = 1;
   int microbatches = 0;
@@ -81,7 +83,10 @@ PlannedSchedule plan_schedule(const PlanRequest& request);
 
 // plan_schedule, then lowering (BPipe transfers added when asked for), validation and
 // simulation. Throws FieldError naming the field on bad requests, and on a memory limit the plan
-// exceeds.
+// exceeds. Recompute::Method::automatic plans without recomputation if that fits, else with the
+// fewest blocks per stage (the first N of each; every block at most) that fit; for a family that
+// chooses its order from the costs (auto), the fastest of every N that fits. The plan's
+// meta.recompute holds what it chose. (plan_schedule takes a resolved choice only.)
 Plan make_plan(const PlanRequest& request);
 // The same for a schedule given as data (e.g. imported from a PyTorch CSV): request.schedule and
 // request.backward only label the plan; devices, chunks and micro-batches must match the schedule.

@@ -92,9 +92,8 @@ std::vector<Candidate> evaluate(const SearchRequest& request, std::vector<std::s
           infeasible.push_back(
               "mbs " + std::to_string(mbs) + " " + std::string(to_string(backward)) + " bpipe " +
               (bpipe ? "on" : "off") +
-              (r.recompute != Recompute::none ? " recompute " + std::string(to_string(r.recompute))
-                                              : std::string()) +
-              ": " + e.what());
+              (r.recompute.any() ? " recompute " + to_string(r.recompute) : std::string()) + ": " +
+              e.what());
         }
       }
     }
@@ -104,7 +103,7 @@ std::vector<Candidate> evaluate(const SearchRequest& request, std::vector<std::s
 
 bool fits_without(const std::vector<Candidate>& all, const BpipeConfig& c) {
   return std::any_of(all.begin(), all.end(), [&](const Candidate& o) {
-    return !o.config.bpipe && o.config.recompute == Recompute::none && o.config.mbs == c.mbs &&
+    return !o.config.bpipe && !o.config.recompute.any() && o.config.mbs == c.mbs &&
            o.config.backward == c.backward;
   });
 }
@@ -125,17 +124,15 @@ double exposed_transfer_us(const Plan& plan, double& transfer_us) {
 std::string config_text(const BpipeConfig& c) {
   return "mbs " + std::to_string(c.mbs) + ", m " + std::to_string(c.microbatches) + ", 1f1b " +
          std::string(to_string(c.backward)) + (c.bpipe ? ", BPipe on" : ", BPipe off") +
-         (c.recompute != Recompute::none ? ", recompute " + std::string(to_string(c.recompute))
-                                         : std::string());
+         (c.recompute.any() ? ", recompute " + recompute_text(c.recompute) : std::string());
 }
 
 void judge(BpipeEstimate& e) {
   const BpipeConfig& a = *e.without;
   if (!e.with && !e.bpipe_fits) {
-    e.verdict =
-        "no benefit: no configuration fits with BPipe" +
-        std::string(a.recompute != Recompute::none ? " while keeping every activation" : "") +
-        " (" + config_text(a) + " is best)";
+    e.verdict = "no benefit: no configuration fits with BPipe" +
+                std::string(a.recompute.any() ? " while keeping every activation" : "") + " (" +
+                config_text(a) + " is best)";
     e.second_opinion = "not applicable: BPipe makes nothing fit";
     return;
   }
@@ -158,9 +155,9 @@ void judge(BpipeEstimate& e) {
   };
   std::string why =
       "mbs " + change(a.mbs, b.mbs) +
-      (a.recompute != b.recompute ? ", recompute " + std::string(to_string(a.recompute)) + " -> " +
-                                        std::string(to_string(b.recompute))
-                                  : std::string()) +
+      (a.recompute != b.recompute
+           ? ", recompute " + recompute_text(a.recompute) + " -> " + recompute_text(b.recompute)
+           : std::string()) +
       (b.stage_mfu >= a.stage_mfu ? " raises" : " lowers") + " stage MFU " +
       fmt("%.1f", 100 * a.stage_mfu) + " -> " + fmt("%.1f %%", 100 * b.stage_mfu) + ", bubble " +
       fmt("%.1f", 100 * a.bubble_ratio) + " -> " + fmt("%.1f %%", 100 * b.bubble_ratio) + " (m " +
@@ -287,7 +284,7 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
             {"schedule", "1f1b"},
             {"backward", std::string(to_string(c->backward))},
             {"bpipe", c->bpipe},
-            {"recompute", std::string(to_string(c->recompute))},
+            {"recompute", recompute_to_json(c->recompute)},
             {"step_time_ms", c->step_time_us / 1e3},
             {"mfu", c->mfu},
             {"bubble_ratio", c->bubble_ratio},

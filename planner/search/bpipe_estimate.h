@@ -21,15 +21,15 @@ struct BpipeConfig {
   int mbs = 1, microbatches = 0;
   BackwardMode backward = BackwardMode::fused;
   bool bpipe = false;
-  Recompute recompute = Recompute::none;  // activation recomputation (profiles/recompute.h)
-  double step_time_us = 0;                // simulated makespan
-  double mfu = 0;                         // PaLM model FLOPs
-  double bubble_ratio = 0;                // simulated: idle share of the devices' step
-  double stage_mfu = 0;                   // model FLOPs of one stage's micro-batch / its busy time
-  double stage_time_us = 0;               // busiest device's busy time per micro-batch, less its
-                                          // optimizer step (once a step)
-  double optimizer_us = 0;                // longest device optimizer step (0: none in the plan)
-  std::int64_t peak_memory_bytes = 0;     // largest device
+  Recompute recompute;                 // activation recomputation (profiles/recompute.h)
+  double step_time_us = 0;             // simulated makespan
+  double mfu = 0;                      // PaLM model FLOPs
+  double bubble_ratio = 0;             // simulated: idle share of the devices' step
+  double stage_mfu = 0;                // model FLOPs of one stage's micro-batch / its busy time
+  double stage_time_us = 0;            // busiest device's busy time per micro-batch, less its
+                                       // optimizer step (once a step)
+  double optimizer_us = 0;             // longest device optimizer step (0: none in the plan)
+  std::int64_t peak_memory_bytes = 0;  // largest device
 };
 
 struct BpipeEstimate {

@@ -1,6 +1,7 @@
 #include "planner/search/search.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <optional>
 
@@ -118,17 +119,20 @@ SearchResult search_plans(const SearchRequest& request) {
   PlanRequest best_request;
   // One candidate on compact arrays (planner/graph/schedule_sim.h); through make_plan where only
   // the task graph's simulation models the timing: BPipe transfers, and a profile's contention
-  // model (a shared GPU's curves, a sustained-load term). Empty when it breaks the memory limit.
+  // model (a shared GPU's curves, a sustained-load term); and where make_plan resolves the
+  // recomputation (auto). Empty when it breaks the memory limit.
   const auto evaluate = [&](const PlanRequest& c, int mbs, int m, int chunks,
                             const std::vector<int>& layers) -> std::optional<SearchPoint> {
-    SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0, 0};
-    if (c.bpipe != BpipeMode::off || !c.profile.contention.empty()) {
+    SearchPoint p{mbs, m, chunks, c.schedule, c.backward, layers, 0, 0, 0, 0, c.recompute};
+    if (c.bpipe != BpipeMode::off || !c.profile.contention.empty() ||
+        c.recompute.method == Recompute::Method::automatic) {
       const Plan plan = make_plan(c);
       const auto peaks = plan.sim.peak_memory_bytes();
       p.step_time_us = plan.sim.makespan_us;
       p.span_us = plan.sim.max_stage_span_us;
       p.bound_us = plan.bound.makespan_us;
       p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
+      p.recompute = plan.graph.meta.recompute;
       return p;
     }
     const PlannedSchedule planned = plan_schedule(c);
@@ -225,8 +229,12 @@ std::string format_pareto(const SearchResult& result) {
                 result.objective == Objective::steady ? "largest stage span" : "step time",
                 result.evaluated, result.infeasible);
   out += line;
-  std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-12s %-9s %s\n", "step ms",
-                "span ms", "peak GiB", "gap", "mbs", "m", "schedule", "backward", "blocks/stage");
+  // A recompute column where some point recomputes: none, full or N (the first N of a stage).
+  const bool recomputes = std::any_of(result.pareto.begin(), result.pareto.end(),
+                                      [](const SearchPoint& p) { return p.recompute.any(); });
+  std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-12s %-9s %s%s\n", "step ms",
+                "span ms", "peak GiB", "gap", "mbs", "m", "schedule", "backward",
+                recomputes ? "recompute " : "", "blocks/stage");
   out += line;
   for (const SearchPoint& p : result.pareto) {
     std::string blocks = "balanced";
@@ -237,11 +245,17 @@ std::string format_pareto(const SearchResult& result) {
     }
     const std::string name =
         p.chunks > 1 ? p.schedule + " V=" + std::to_string(p.chunks) : p.schedule;
-    std::snprintf(
-        line, sizeof line, "%11.3f %11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s\n",
-        p.step_time_us / 1e3, p.span_us / 1e3, static_cast<double>(p.peak_memory_bytes) / (1 << 30),
-        p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
-        p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(), blocks.c_str());
+    std::array<char, 32> recompute_cell{};
+    if (recomputes) {
+      std::snprintf(recompute_cell.data(), recompute_cell.size(), "%-9s ",
+                    to_string(p.recompute).c_str());
+    }
+    std::snprintf(line, sizeof line, "%11.3f %11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s%s\n",
+                  p.step_time_us / 1e3, p.span_us / 1e3,
+                  static_cast<double>(p.peak_memory_bytes) / (1 << 30),
+                  p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
+                  p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(),
+                  recompute_cell.data(), blocks.c_str());
     out += line;
   }
   return out;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "planner/plan/make_plan.h"
+#include "profiles/recompute.h"
 
 namespace pipeplan {
 
@@ -36,6 +37,7 @@ struct SearchPoint {
   double step_time_us = 0, bound_us = 0;
   double span_us = 0;                  // largest stage span (first to last op of one device)
   std::int64_t peak_memory_bytes = 0;  // largest device
+  Recompute recompute;                 // what the plan recomputes (auto: what it chose)
 };
 
 struct SearchResult {

@@ -1,5 +1,6 @@
-// Full activation recomputation applied to a profile: blocks keep only their input between the
-// forward and the backward, and p1 re-runs the forward first; nothing else changes.
+// Activation recomputation: a recomputing block keeps only its input between its forward and its
+// backward, and p1 re-runs the forward first; nothing else changes. Which blocks recompute, and
+// the forms that choice takes (the flag, the plan file, Megatron-LM's arguments).
 #include "profiles/recompute.h"
 
 #include <gtest/gtest.h>
@@ -7,25 +8,20 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/base/error.h"
 #include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "profiles/model.h"
+#include "profiles/partition.h"
 #include "profiles/profile.h"
 
 namespace pipeplan {
 namespace {
 
-Profile llama_7b() {
-  AnalyticOptions options;
-  options.seq = 2048;
-  options.micro_batch_sizes = {1, 2};
-  return analytic_profile(model_preset("llama-7b"), find_gpu("h100"), options);
-}
-
 // One block with round numbers: every field that recomputation changes, by hand.
-TEST(Recompute, FullKeepsTheInputAndRerunsTheForwardBeforeP1) {
-  Profile profile;
+TEST(Recompute, ABlockKeepsItsInputAndRerunsItsForwardBeforeP1) {
   LayerCost c;
   c.forward_us = 100;
   c.p1_us = 150;
@@ -40,11 +36,7 @@ TEST(Recompute, FullKeepsTheInputAndRerunsTheForwardBeforeP1) {
   c.grad_bytes = 14;
   c.optimizer_bytes = 28;
   c.optimizer_us = 9;
-  profile.layers["block"][1] = c;
-  profile.layers["head"][1] = c;
-
-  const Profile r = recompute_profile(profile, Recompute::full);
-  const LayerCost& b = r.layers.at("block").at(1);
+  const LayerCost b = recomputed_block(c);
   EXPECT_EQ(b.stash_bytes, 50);  // the input only
   EXPECT_DOUBLE_EQ(b.p1_us, 250);
   // Peak during p1: max(1000 + 30, max(1000, 400) + 80) = 1080; above the larger of before (50)
@@ -62,53 +54,98 @@ TEST(Recompute, FullKeepsTheInputAndRerunsTheForwardBeforeP1) {
   EXPECT_EQ(b.grad_bytes, 14);
   EXPECT_EQ(b.optimizer_bytes, 28);
   EXPECT_DOUBLE_EQ(b.optimizer_us, 9);
-  // The head keeps its activations.
-  const LayerCost& h = r.layers.at("head").at(1);
-  EXPECT_EQ(h.stash_bytes, 1000);
-  EXPECT_DOUBLE_EQ(h.p1_us, 150);
-  EXPECT_EQ(h.p1_work_bytes, 80);
-  EXPECT_EQ(h.forward_work_bytes, 30);
 }
 
-TEST(Recompute, NoneLeavesTheProfileAsItWas) {
-  const Profile whole = llama_7b();
-  EXPECT_EQ(profile_to_json(recompute_profile(whole, Recompute::none)), profile_to_json(whole));
-}
-
-TEST(Recompute, AnalyticBlocksKeepTheirInputAndEmbeddingAndHeadAreUnchanged) {
-  const Profile whole = llama_7b();
-  const Profile r = recompute_profile(whole, Recompute::full);
+TEST(Recompute, AnAnalyticBlockKeepsMbsTimesSeqTimesHiddenBf16) {
+  AnalyticOptions options;
+  options.seq = 2048;
+  options.micro_batch_sizes = {1, 2};
+  const Profile p = analytic_profile(model_preset("llama-7b"), find_gpu("h100"), options);
   for (const int mbs : {1, 2}) {
     SCOPED_TRACE("micro-batch size " + std::to_string(mbs));
-    const LayerCost& before = whole.layers.at("block").at(mbs);
-    const LayerCost& after = r.layers.at("block").at(mbs);
-    // A block's input: mbs x 2048 tokens x 4096 hidden in bf16.
-    const std::int64_t input = std::int64_t{2} * mbs * 2048 * 4096;
-    EXPECT_EQ(after.stash_bytes, input);
+    const LayerCost& before = p.layers.at("block").at(mbs);
+    const LayerCost after = recomputed_block(before);
+    EXPECT_EQ(after.stash_bytes, std::int64_t{2} * mbs * 2048 * 4096);
     EXPECT_LT(after.stash_bytes * 10, before.stash_bytes);  // Korthikanti: ~34·s·b·h vs 2·s·b·h
     EXPECT_DOUBLE_EQ(after.p1_us, before.p1_us + before.forward_us);
-    for (const char* kind : {"embedding", "head"}) {
-      const LayerCost& a = r.layers.at(kind).at(mbs);
-      const LayerCost& w = whole.layers.at(kind).at(mbs);
-      EXPECT_EQ(a.stash_bytes, w.stash_bytes) << kind;
-      EXPECT_DOUBLE_EQ(a.p1_us, w.p1_us) << kind;
-    }
   }
-  EXPECT_NE(r.provenance.notes.find("recomputation"), std::string::npos);
 }
 
-TEST(Recompute, NamesAreNoneAndFull) {
-  EXPECT_EQ(recompute_from_string("none"), Recompute::none);
-  EXPECT_EQ(recompute_from_string("full"), Recompute::full);
-  EXPECT_EQ(to_string(Recompute::full), "full");
-  EXPECT_EQ(to_string(Recompute::none), "none");
-  try {
-    static_cast<void>(recompute_from_string("selective"));
-    FAIL() << "selective accepted";
-  } catch (const FieldError& e) {
-    EXPECT_EQ(e.field(), "recompute");
-    EXPECT_NE(std::string(e.what()).find("'selective'"), std::string::npos);
+// The first N blocks of each stage take the recomputed costs; the embedding and head never do.
+TEST(Recompute, StageCostsRecomputeTheFirstBlocksOfEachStage) {
+  AnalyticOptions options;
+  options.seq = 2048;
+  options.micro_batch_sizes = {1};
+  const Profile p = analytic_profile(model_preset("llama-7b"), find_gpu("h100"), options);
+  const Partition cut = partition_fixed(p.model, {6, 10, 8, 8});
+  const LayerCost& block = p.layers.at("block").at(1);
+  const LayerCost recomputed = recomputed_block(block);
+  const auto kept = stage_costs(p.model, p, 1, cut, 1);
+  for (const Recompute& r : {Recompute{Recompute::Method::block, 7},
+                             Recompute{Recompute::Method::full, 0}, Recompute{}}) {
+    SCOPED_TRACE(to_string(r));
+    const auto costs = stage_costs(p.model, p, 1, cut, 1, r);
+    for (std::size_t s = 0; s < 4; ++s) {
+      const int blocks = std::vector<int>{6, 10, 8, 8}[s];
+      const int n = r.recomputed_of(blocks);
+      EXPECT_EQ(n, r.method == Recompute::Method::full    ? blocks
+                   : r.method == Recompute::Method::block ? std::min(7, blocks)
+                                                          : 0);
+      EXPECT_EQ(costs[s].stash_bytes,
+                kept[s].stash_bytes - n * (block.stash_bytes - recomputed.stash_bytes))
+          << "stage " << s;
+      EXPECT_NEAR(costs[s].p1_us, kept[s].p1_us + n * block.forward_us, 1e-6) << "stage " << s;
+      EXPECT_DOUBLE_EQ(costs[s].forward_us, kept[s].forward_us);
+      EXPECT_EQ(costs[s].retained_bytes, kept[s].retained_bytes);
+    }
   }
+  EXPECT_THROW(static_cast<void>(
+                   stage_costs(p.model, p, 1, cut, 1, Recompute{Recompute::Method::automatic, 0})),
+               InternalError);
+}
+
+TEST(Recompute, FlagFileAndMegatronForms) {
+  EXPECT_EQ(recompute_from_string("none"), Recompute{});
+  EXPECT_EQ(recompute_from_string("full"), (Recompute{Recompute::Method::full, 0}));
+  EXPECT_EQ(recompute_from_string("auto"), (Recompute{Recompute::Method::automatic, 0}));
+  EXPECT_EQ(recompute_from_string("3"), (Recompute{Recompute::Method::block, 3}));
+  for (const char* bad : {"selective", "0", "-1", "3x", "", "1025"}) {
+    try {
+      static_cast<void>(recompute_from_string(bad));
+      ADD_FAILURE() << "'" << bad << "' accepted";
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), "recompute");
+      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos);
+    }
+  }
+  const Recompute three{Recompute::Method::block, 3};
+  EXPECT_EQ(to_string(three), "3");
+  EXPECT_EQ(recompute_text(three), "the first 3 blocks of each stage");
+  EXPECT_EQ(megatron_recompute_args(three),
+            "--recompute-granularity full --recompute-method block --recompute-num-layers 3");
+  EXPECT_EQ(megatron_recompute_args({Recompute::Method::full, 0}),
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
+  EXPECT_EQ(megatron_recompute_args({}), "");
+  for (const Recompute& r : {Recompute{}, Recompute{Recompute::Method::full, 0}, three}) {
+    EXPECT_EQ(recompute_from_json(recompute_to_json(r), "meta.recompute"), r);
+  }
+  EXPECT_EQ(recompute_to_json(three), nlohmann::json({{"method", "block"}, {"blocks", 3}}));
+  const auto error = [](const nlohmann::json& j) {
+    try {
+      static_cast<void>(recompute_from_json(j, "p.json: meta.recompute"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error({{"method", "auto"}}),
+            "p.json: meta.recompute: field 'method' must be \"none\", \"full\" or \"block\", got "
+            "'auto'");
+  EXPECT_EQ(error({{"method", "block"}, {"blocks", 0}}),
+            "p.json: meta.recompute: field 'blocks' must be an integer from 1 to 1024");
+  EXPECT_EQ(error({{"method", "block"}}),
+            "p.json: meta.recompute: field 'blocks' must be an integer from 1 to 1024");
+  EXPECT_EQ(error("full"), "p.json: meta.recompute: must be an object");
 }
 
 }  // namespace

@@ -125,19 +125,31 @@ TEST(BpipeCli, BaselineRecomputationIsWeighedAgainstBpipe) {
   const auto& without = e.at("without");
   const auto& with = e.at("with");
   EXPECT_EQ(without.at("mbs"), 2);
-  EXPECT_EQ(without.at("recompute"), "full");
+  EXPECT_EQ(without.at("recompute"), nlohmann::json({{"method", "full"}}));
   EXPECT_FALSE(without.at("bpipe").get<bool>());
   EXPECT_EQ(with.at("mbs"), 2);
-  EXPECT_EQ(with.at("recompute"), "none");
+  EXPECT_EQ(with.at("recompute"), nlohmann::json({{"method", "none"}}));
   EXPECT_TRUE(with.at("bpipe").get<bool>());
   EXPECT_LT(without.at("peak_memory_bytes").get<double>(),
             with.at("peak_memory_bytes").get<double>());
   EXPECT_GT(e.at("gain").get<double>(), 0.2);
   EXPECT_NE(e.at("verdict").get<std::string>().find(
-                "benefit: mbs 2, recompute full -> none raises stage MFU"),
+                "benefit: mbs 2, recompute full (every block) -> none raises stage MFU"),
             std::string::npos)
       << e.at("verdict");
   EXPECT_EQ(e.at("tensor_parallel"), 4);
+  // auto: the baseline recomputes only the first blocks of each stage that make micro-batch 2
+  // fit, which is faster than all of them and leaves BPipe a smaller gain.
+  const auto least =
+      run_json("bpipe " + kGpt3Recompute + " --mbs-list 2 --baseline-recompute auto --json");
+  ASSERT_FALSE(least.empty());
+  const auto& partial = least.at("without").at("recompute");
+  EXPECT_EQ(partial.at("method"), "block");
+  EXPECT_GE(partial.at("blocks").get<int>(), 1);
+  EXPECT_LT(least.at("without").at("step_time_ms").get<double>(),
+            without.at("step_time_ms").get<double>());
+  EXPECT_EQ(least.at("with").at("step_time_ms"), with.at("step_time_ms"));
+  EXPECT_LT(least.at("gain").get<double>(), e.at("gain").get<double>());
   // Without recomputation micro-batch 2 needs BPipe at TP 4: the estimate without the flag has no
   // baseline there (auto would go on to TP 8).
   int status = 0;
@@ -148,7 +160,7 @@ TEST(BpipeCli, BaselineRecomputationIsWeighedAgainstBpipe) {
   // Over micro-batches 1, 2, 4, 8, keeping micro-batch 1's activations is the best baseline.
   const auto plain = run_json("bpipe " + kGpt3Recompute + " --json");
   const auto weighed = run_json("bpipe " + kGpt3Recompute + " --baseline-recompute full --json");
-  EXPECT_EQ(weighed.at("without").at("recompute"), "none");
+  EXPECT_EQ(weighed.at("without").at("recompute"), nlohmann::json({{"method", "none"}}));
   EXPECT_EQ(weighed.at("without").at("mbs"), 1);
   EXPECT_EQ(weighed.at("gain"), plain.at("gain"));
   EXPECT_EQ(weighed.at("verdict"), plain.at("verdict"));
@@ -165,7 +177,8 @@ TEST(BpipeCli, NothingFitsWithBpipeIsSaid) {
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("with BPipe:    no configuration fits\n"), std::string::npos) << out;
   EXPECT_NE(out.find("verdict: no benefit: no configuration fits with BPipe while keeping every "
-                     "activation (mbs 1, m 64, 1f1b fused, BPipe off, recompute full is best)\n"),
+                     "activation (mbs 1, m 64, 1f1b fused, BPipe off, recompute full (every block) "
+                     "is best)\n"),
             std::string::npos)
       << out;
   EXPECT_FALSE(run_json(args + " --json").at("bpipe_fits").get<bool>());

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -353,8 +355,9 @@ TEST_F(Cli, DataParallelReplicasCountTokensAndSyncGradientsInTheOptimizerStep) {
 
 // --recompute full: each block keeps only its input between its forward and p1, and p1 runs the
 // forward again first: every device is busy m x blocks x a block's forward longer and, with the
-// fused backward (2bp's retained X and dY stay), holds less.
-TEST_F(Cli, FullRecomputeRerunsEachBlocksForwardAndHoldsOnlyItsInput) {
+// fused backward (2bp's retained X and dY stay), holds less. --recompute N does it for the first
+// N blocks of each stage; auto for the fewest N that fit the memory limit.
+TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput) {
   const Result profiled =
       run("profile --analytic --model llama-7b --gpu h100 --seq 2048 --mbs 1 -o " +
           path("llama.profile.json"));
@@ -367,44 +370,123 @@ TEST_F(Cli, FullRecomputeRerunsEachBlocksForwardAndHoldsOnlyItsInput) {
   const Result kept = run(base);
   ASSERT_EQ(kept.status, 0) << kept.out;
   const auto a = nlohmann::json::parse(kept.out);
-  EXPECT_EQ(a["recompute"], "none");
-  const Result recomputed = run(base + " --recompute full");
-  ASSERT_EQ(recomputed.status, 0) << recomputed.out;
-  const auto b = nlohmann::json::parse(recomputed.out);
-  EXPECT_EQ(b["recompute"], "full");
-  for (std::size_t d = 0; d < 4; ++d) {
-    SCOPED_TRACE("device " + std::to_string(d));
-    EXPECT_NEAR(
-        b["per_device"][d]["busy_ms"].get<double>() - a["per_device"][d]["busy_ms"].get<double>(),
-        8 * 8 * block_forward_ms, 1e-6);
-    EXPECT_LT(b["peak_memory_bytes"][d].get<std::int64_t>(),
-              a["peak_memory_bytes"][d].get<std::int64_t>());
+  EXPECT_EQ(a["recompute"], nlohmann::json({{"method", "none"}}));
+  std::vector<std::int64_t> peaks;  // with 0, 1, .. 8 blocks of each stage recomputed
+  for (int n = 0; n <= 8; ++n) {
+    SCOPED_TRACE(std::to_string(n) + " blocks recomputed");
+    const Result r = run(base + " --recompute " +
+                         (n == 0   ? "none"
+                          : n == 8 ? "full"
+                                   : std::to_string(n)));
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto b = nlohmann::json::parse(r.out);
+    for (std::size_t d = 0; d < 4; ++d) {
+      EXPECT_NEAR(
+          b["per_device"][d]["busy_ms"].get<double>() - a["per_device"][d]["busy_ms"].get<double>(),
+          8 * n * block_forward_ms, 1e-6)
+          << "device " << d;
+    }
+    // MFU counts model FLOPs: the same work in a longer step.
+    EXPECT_NEAR(b["mfu"].get<double>() / a["mfu"].get<double>(),
+                a["step_time_ms"].get<double>() / b["step_time_ms"].get<double>(), 1e-9);
+    peaks.push_back(b["peak_memory_bytes"][0].get<std::int64_t>());
+    if (n == 8) {
+      EXPECT_EQ(b["recompute"], nlohmann::json({{"method", "full"}}));
+      for (std::size_t d = 1; d < 4; ++d) {
+        EXPECT_LT(b["peak_memory_bytes"][d].get<std::int64_t>(),
+                  a["peak_memory_bytes"][d].get<std::int64_t>());
+      }
+    }
   }
-  EXPECT_GT(b["step_time_ms"].get<double>(), a["step_time_ms"].get<double>());
-  // MFU counts model FLOPs: the same work in a longer step.
-  EXPECT_NEAR(b["mfu"].get<double>() / a["mfu"].get<double>(),
-              a["step_time_ms"].get<double>() / b["step_time_ms"].get<double>(), 1e-9);
+  for (std::size_t n = 1; n < peaks.size(); ++n)
+    EXPECT_LT(peaks[n], peaks[n - 1]) << n << " blocks recomputed";
+  // auto: the fewest blocks per stage that fit. A limit between 3 and 2 blocks' stage-0 peaks
+  // (the reserve 0, so that --memory is the limit) gives 3.
+  const std::string limit = std::to_string((peaks[2] + peaks[3]) / 2);
+  const Result fitted = run(base + " --reserve 0 --memory " + limit + " --recompute auto");
+  ASSERT_EQ(fitted.status, 0) << fitted.out;
+  const auto f = nlohmann::json::parse(fitted.out);
+  EXPECT_EQ(f["recompute"], nlohmann::json({{"method", "block"}, {"blocks", 3}}));
+  EXPECT_EQ(f["peak_memory_bytes"][0], peaks[3]);
+  expect_error(base + " --reserve 0 --memory " + limit + " --recompute 2", "--memory: ");
+  // Where the plan fits as it is, auto recomputes nothing; where nothing fits, full's error.
+  const Result roomy = run(base + " --recompute auto");
+  ASSERT_EQ(roomy.status, 0) << roomy.out;
+  EXPECT_EQ(nlohmann::json::parse(roomy.out)["recompute"], nlohmann::json({{"method", "none"}}));
+  expect_error(base + " --reserve 0 --memory " + std::to_string(peaks[8] - 1) + " --recompute auto",
+               "--memory: ");
+  // With --schedule auto, which can fit without recomputation by serialising its stages, auto
+  // takes the fastest plan of every choice that fits.
+  const std::string chooser =
+      kLlama + " --schedule auto --json --reserve 0 --memory " + limit + " --recompute ";
+  double fastest = 0;
+  for (const std::string n : {"none", "1", "2", "3", "4", "5", "6", "7", "full"}) {
+    const Result r = run(chooser + n);
+    if (r.status != 0) continue;
+    const double step = nlohmann::json::parse(r.out)["step_time_ms"].get<double>();
+    if (fastest == 0 || step < fastest) fastest = step;
+  }
+  const Result chosen = run(chooser + "auto");
+  ASSERT_EQ(chosen.status, 0) << chosen.out;
+  EXPECT_EQ(nlohmann::json::parse(chosen.out)["step_time_ms"].get<double>(), fastest);
+  // compare: each row chooses its own, and the table says which.
+  const std::string compare =
+      "compare --model llama-7b --gpu h100 --stages 4 --microbatches 8 "
+      "--seq 2048 --reserve 0 --memory " +
+      limit + " --recompute auto";
+  const Result rows = run(compare);
+  ASSERT_EQ(rows.status, 0) << rows.out;
+  EXPECT_NE(rows.out.find("gap  recompute\n"), std::string::npos) << rows.out;
+  const Result rows_json = run(compare + " --json");
+  ASSERT_EQ(rows_json.status, 0) << rows_json.out;
+  int recomputing_rows = 0;
+  for (const auto& row : nlohmann::json::parse(rows_json.out)) {
+    if (row.contains("error")) continue;
+    ASSERT_TRUE(row.contains("recompute")) << row.dump();
+    if (row["recompute"]["method"] != "none") ++recomputing_rows;
+  }
+  EXPECT_GT(recomputing_rows, 0) << rows.out;
+  // --search: each point of the front says what it recomputes.
+  const std::string search =
+      "plan --model llama-7b --gpu h100 --stages 4 --seq 2048 --search --global-batch 8 "
+      "--search-mbs 1 --schedule 1f1b --backward fused --reserve 0 "
+      "--memory " +
+      limit + " --recompute auto";
+  const Result front = run(search);
+  ASSERT_EQ(front.status, 0) << front.out;
+  EXPECT_NE(front.out.find("backward  recompute blocks/stage\n"), std::string::npos) << front.out;
+  const Result front_json = run(search + " --json");
+  ASSERT_EQ(front_json.status, 0) << front_json.out;
+  for (const auto& point : nlohmann::json::parse(front_json.out)["pareto"]) {
+    EXPECT_NE(point["recompute"]["method"], "none") << point.dump();  // none does not fit
+  }
   // The plan file keeps it: show, the trace and the timeline name it; run refuses it.
   const Result text =
-      run(kLlama + " --schedule 1f1b --backward 2bp --recompute full -o " + path("recompute.json"));
+      run(kLlama + " --schedule 1f1b --backward fused --recompute 3 -o " + path("recompute.json"));
   ASSERT_EQ(text.status, 0) << text.out;
   const std::string line =
-      "activation recompute: full; each block keeps its input and re-runs its forward before its "
-      "p1 (MFU counts model FLOPs, not the recomputed forward)\n";
+      "activation recompute: the first 3 blocks of each stage; a recomputing block keeps its "
+      "input and re-runs its forward before its p1 (MFU counts model FLOPs, not the recomputed "
+      "forward); Megatron-LM: --recompute-granularity full --recompute-method block "
+      "--recompute-num-layers 3\n";
   EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
   const Result shown = run("show " + path("recompute.json") + " --trace " + path("r.trace.json"));
   ASSERT_EQ(shown.status, 0) << shown.out;
-  EXPECT_NE(shown.out.find("8 micro-batches, recompute full\n"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("8 micro-batches, recompute the first 3 blocks of each stage\n"),
+            std::string::npos)
+      << shown.out;
   std::ifstream trace(path("r.trace.json"));
-  EXPECT_EQ(nlohmann::json::parse(trace)["metadata"]["recompute"], "full");
+  EXPECT_EQ(nlohmann::json::parse(trace)["metadata"]["recompute"],
+            nlohmann::json({{"method", "block"}, {"blocks", 3}}));
   const Result shown_json = run("show " + path("recompute.json") + " --json");
   ASSERT_EQ(shown_json.status, 0) << shown_json.out;
-  EXPECT_EQ(nlohmann::json::parse(shown_json.out)["recompute"], "full");
+  EXPECT_EQ(nlohmann::json::parse(shown_json.out)["recompute"]["blocks"], 3);
   const Result refused = run("run " + path("recompute.json") + " --steps 1");
   EXPECT_EQ(refused.status, 1) << refused.out;
-  EXPECT_NE(refused.out.find("planned with --recompute full"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("planned with --recompute 3"), std::string::npos) << refused.out;
   expect_error(kLlama + " --recompute selective",
-               "--recompute: must be 'none' or 'full', got 'selective'");
+               "--recompute: must be none, full, auto or a block count from 1 to 1024, got "
+               "'selective'");
 }
 
 TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {

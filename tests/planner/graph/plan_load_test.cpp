@@ -81,15 +81,18 @@ TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
 TEST(PlanLoad, RecomputationIsRecordedWhenThereIsSome) {
   EXPECT_FALSE(good_plan()["meta"].contains("recompute"));
   PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
-  r.recompute = Recompute::full;
+  r.recompute = {Recompute::Method::block, 2};
   const json written = plan_to_json(make_plan(r).graph);
-  EXPECT_EQ(written["meta"]["recompute"], "full");
-  EXPECT_EQ(plan_from_json(written, "p.json").meta.recompute, Recompute::full);
-  EXPECT_EQ(plan_from_json(good_plan(), "p.json").meta.recompute, Recompute::none);
-  EXPECT_EQ(load_error([](json& p) { p["meta"]["recompute"] = "selective"; }),
-            "p.json: meta: field 'recompute': must be 'none' or 'full', got 'selective'");
-  EXPECT_NE(load_error([](json& p) { p["meta"]["recompute"] = 1; }).find("field 'recompute'"),
-            std::string::npos);
+  EXPECT_EQ(written["meta"]["recompute"], json({{"method", "block"}, {"blocks", 2}}));
+  EXPECT_EQ(plan_from_json(written, "p.json").meta.recompute, r.recompute);
+  EXPECT_EQ(plan_from_json(good_plan(), "p.json").meta.recompute, Recompute{});
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["recompute"] = {{"method", "selective"}};
+            }),
+            "p.json: meta.recompute: field 'method' must be \"none\", \"full\" or \"block\", "
+            "got 'selective'");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["recompute"] = 1; }),
+            "p.json: meta.recompute: must be an object");
 }
 
 TEST(PlanLoad, TheScheduleMustBeThePlans) {
