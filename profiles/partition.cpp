@@ -213,13 +213,25 @@ struct KindCost {
 // `forward_peak`: where the stage's forward working memory peaks so far, the largest over its
 // layers l of the stash of layers up to l plus l's F work (the plan charges the whole stash at
 // F's start).
-void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_peak) {
+// `fused_peak`: likewise for a fused backward (B) over the blocks that recompute (`recomputes`),
+// which the plan charges as holding the whole stage's stash until it ends, though such a block
+// holds far more than its stash (its checkpoint) while its p1 runs: the largest over them of the
+// stash of the layers before l, then l's stash or retained bytes (the larger) and the larger of
+// l's p1 and p2 work. (Other layers keep the per-layer rule below, which the CPU backend's
+// measured peaks match to the byte.)
+void add_layer(StageCost& stage, const KindCost& kind, bool recomputes, std::int64_t& forward_peak,
+               std::int64_t& fused_peak) {
   const LayerCost& layer = *kind.layer;
   forward_peak =
       std::max(forward_peak, stage.stash_bytes + layer.stash_bytes + layer.forward_work_bytes);
   // p1, B and p2 run layer by layer too; each layer's excess over its own level is its work, and
   // the stage's the largest of them (the plan's stage-level accounting is kept as it is).
   const std::int64_t p2_one = kind.p2_work.empty() ? 0 : kind.p2_work.front();
+  if (recomputes) {
+    fused_peak =
+        std::max(fused_peak, stage.stash_bytes + std::max(layer.stash_bytes, layer.retained_bytes) +
+                                 std::max(layer.p1_work_bytes, p2_one));
+  }
   stage.p1_work_bytes = std::max(stage.p1_work_bytes, layer.p1_work_bytes);
   stage.fused_work_bytes = std::max({stage.fused_work_bytes, layer.p1_work_bytes, p2_one});
   for (std::size_t i = 0; i < kind.p2_work.size(); ++i)
@@ -277,6 +289,7 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
     stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
     std::int64_t forward_peak = 0;
+    std::int64_t fused_peak = 0;
     int blocks = 0;
     for (int l = range.first_layer; l < end; ++l)
       blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
@@ -285,9 +298,10 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
       const LayerKind kind = layers[static_cast<std::size_t>(l)];
       const bool recomputes = kind == LayerKind::block && recomputing > 0;
       if (recomputes) --recomputing;
-      add_layer(stage, kind_cost(kind, recomputes), forward_peak);
+      add_layer(stage, kind_cost(kind, recomputes), recomputes, forward_peak, fused_peak);
     }
     stage.forward_work_bytes = std::max<std::int64_t>(forward_peak - stage.stash_bytes, 0);
+    stage.fused_work_bytes = std::max(stage.fused_work_bytes, fused_peak - stage.stash_bytes);
     costs.push_back(std::move(stage));
   }
   return costs;

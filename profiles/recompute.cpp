@@ -100,6 +100,9 @@ Recompute recompute_from_json(const nlohmann::json& json, const std::string& con
     throw Error(context + ": field 'method' must be \"none\", \"full\" or \"block\"");
   }
   const std::string name = method->get<std::string>();
+  if ((name == "none" || name == "full") && json.contains("blocks")) {
+    throw Error(context + ": field 'blocks' belongs to method \"block\" only");
+  }
   if (name == "none") return {};
   if (name == "full") return {Recompute::Method::full, 0};
   if (name != "block") {
@@ -115,7 +118,8 @@ Recompute recompute_from_json(const nlohmann::json& json, const std::string& con
   return {Recompute::Method::block, blocks->get<int>()};
 }
 
-LayerCost recomputed_block(LayerCost c) {
+LayerCost recomputed_block(LayerCost block) {
+  LayerCost& c = block;
   const std::int64_t stash = c.stash_bytes;
   const std::int64_t checkpoint = std::min(c.send_bytes, stash);
   // The checkpoint is one of the stash's tensors: rebuilding the stash around it peaks where
@@ -126,7 +130,7 @@ LayerCost recomputed_block(LayerCost c) {
   c.p1_work_bytes = std::max<std::int64_t>(0, peak - std::max(checkpoint, c.retained_bytes));
   c.forward_work_bytes = std::max<std::int64_t>(0, stash + c.forward_work_bytes - checkpoint);
   c.stash_bytes = checkpoint;
-  return c;
+  return block;
 }
 
 }  // namespace pipeplan

@@ -37,6 +37,19 @@ void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
   }
 }
 
+// Blocks of the largest of `stages`.
+int most_blocks_per_stage(const ModelConfig& model, const std::vector<StageLayers>& stages) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  int most = 0;
+  for (const StageLayers& s : stages) {
+    int blocks = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
+      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    most = std::max(most, blocks);
+  }
+  return most;
+}
+
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
                    const std::vector<StageCost>& costs, const Schedule& schedule) {
   const int chunks = r.devices > 0 ? schedule.stage_count() / r.devices : r.chunks;
@@ -68,7 +81,11 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.tensor_parallel = r.tensor_parallel;
   m.data_parallel = r.data_parallel;
-  m.recompute = r.recompute;
+  // The first N blocks of stages that hold no more than N: every block, as full says it.
+  m.recompute = r.recompute.method == Recompute::Method::block &&
+                        r.recompute.blocks >= most_blocks_per_stage(m.model, partition.stages)
+                    ? Recompute{Recompute::Method::full, 0}
+                    : r.recompute;
   m.link = r.profile.p2p;
   m.contention = r.profile.contention;
   m.overlap = r.profile.overlap;
@@ -438,19 +455,6 @@ Plan make_plan_as_requested(const PlanRequest& request) {
 
 Plan make_plan_for_schedule_as_requested(const PlanRequest& request, const Schedule& schedule);
 
-// Blocks of the largest virtual stage of a plan.
-int most_blocks_per_stage(const Plan& plan) {
-  const std::vector<LayerKind> layers = plan.graph.meta.model.layer_list();
-  int most = 0;
-  for (const StageLayers& s : plan.graph.meta.stage_layers) {
-    int blocks = 0;
-    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
-      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    most = std::max(most, blocks);
-  }
-  return most;
-}
-
 // Recompute::Method::automatic. For a fixed order (`chooses_order` false): no recomputation if
 // the plan fits, else the fewest blocks per stage (the first N of each) with which it fits,
 // found by bisection (a stage's memory falls as N grows, its time rises), and every block when
@@ -481,7 +485,9 @@ Plan with_least_recomputation(const PlanRequest& request, bool chooses_order,
     r.recompute = {Recompute::Method::full, 0};
     return make(r);  // the memory limit's error
   }
-  const int most = most_blocks_per_stage(*full);
+  // The cut full recomputation planned: a family that chooses its cut per request (auto) may cut
+  // the others differently, and counts above this cut's largest stage are not tried.
+  const int most = most_blocks_per_stage(full->graph.meta.model, full->graph.meta.stage_layers);
   if (chooses_order) {
     const auto faster = [&](const Plan& a, const Plan& b) {
       const auto key = [&](const Plan& p) {
@@ -492,12 +498,11 @@ Plan with_least_recomputation(const PlanRequest& request, bool chooses_order,
       return key(a) < key(b);
     };
     std::optional<Plan> best = std::move(kept);
-    for (int n = 1; n <= most; ++n) {
-      std::optional<Plan> plan =
-          n == most ? std::move(full) : attempt({Recompute::Method::block, n});
+    for (int n = 1; n < most; ++n) {
+      std::optional<Plan> plan = attempt({Recompute::Method::block, n});
       if (plan && (!best || faster(*plan, *best))) best = std::move(plan);
     }
-    return std::move(*best);
+    return best && !faster(*full, *best) ? std::move(*best) : std::move(*full);
   }
   std::optional<Plan> best;
   int lo = 1;

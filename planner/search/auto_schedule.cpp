@@ -355,7 +355,15 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
       run_list(li, v);
     }
   }
-  if (leaders.empty()) throw Error(first_error);
+  if (leaders.empty()) {
+    // Nothing fits the memory limit: the limit's error, as a fixed family's plan gives it (a
+    // caller that relieves memory, --recompute auto, tells it from the others by its field).
+    const std::string memory = field_name("memory_limit_bytes") + ": ";
+    if (first_error.starts_with(memory)) {
+      throw FieldError("memory_limit_bytes", first_error.substr(memory.size()));
+    }
+    throw Error(first_error);
+  }
 
   // The local search on the best few, unless the best already meets both bounds.
   std::vector<Candidate>& best = leaders.all();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -99,6 +100,15 @@ TEST(Recompute, StageCostsRecomputeTheFirstBlocksOfEachStage) {
       EXPECT_EQ(costs[s].retained_bytes, kept[s].retained_bytes);
     }
   }
+  // A fused backward rebuilds a recomputing block's stash while it runs: stage 1 (ten blocks,
+  // all recomputing) peaks at its last block, the nine checkpoints before it, then that block's
+  // larger of checkpoint and retained bytes and its larger p1 or p2 work, above the ten
+  // checkpoints the plan charges B with.
+  const auto every = stage_costs(p.model, p, 1, cut, 1, {Recompute::Method::full, 0});
+  EXPECT_EQ(every[1].fused_work_bytes,
+            std::max(recomputed.stash_bytes, recomputed.retained_bytes) - recomputed.stash_bytes +
+                std::max(recomputed.p1_work_bytes, recomputed.p2_work(1)));
+  EXPECT_GT(every[1].fused_work_bytes, std::max(recomputed.p1_work_bytes, recomputed.p2_work(1)));
   EXPECT_THROW(static_cast<void>(
                    stage_costs(p.model, p, 1, cut, 1, Recompute{Recompute::Method::automatic, 0})),
                InternalError);
@@ -146,6 +156,8 @@ TEST(Recompute, FlagFileAndMegatronForms) {
   EXPECT_EQ(error({{"method", "block"}}),
             "p.json: meta.recompute: field 'blocks' must be an integer from 1 to 1024");
   EXPECT_EQ(error("full"), "p.json: meta.recompute: must be an object");
+  EXPECT_EQ(error({{"method", "full"}, {"blocks", 3}}),
+            "p.json: meta.recompute: field 'blocks' belongs to method \"block\" only");
 }
 
 }  // namespace

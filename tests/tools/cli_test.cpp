@@ -429,6 +429,14 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   const Result chosen = run(chooser + "auto");
   ASSERT_EQ(chosen.status, 0) << chosen.out;
   EXPECT_EQ(nlohmann::json::parse(chosen.out)["step_time_ms"].get<double>(), fastest);
+  // Where auto cannot fit without recomputation however it serialises (full recomputation's
+  // 1F1B peak), it recomputes rather than stopping at that first failure.
+  const std::string tight = kLlama + " --schedule auto --json --reserve 0 --memory " +
+                            std::to_string(peaks[8]) + " --recompute ";
+  expect_error(tight + "none", "--memory: ");
+  const Result relieved = run(tight + "auto");
+  ASSERT_EQ(relieved.status, 0) << relieved.out;
+  EXPECT_NE(nlohmann::json::parse(relieved.out)["recompute"]["method"], "none") << relieved.out;
   // compare: each row chooses its own, and the table says which.
   const std::string compare =
       "compare --model llama-7b --gpu h100 --stages 4 --microbatches 8 "

@@ -81,10 +81,15 @@ TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
 TEST(PlanLoad, RecomputationIsRecordedWhenThereIsSome) {
   EXPECT_FALSE(good_plan()["meta"].contains("recompute"));
   PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
-  r.recompute = {Recompute::Method::block, 2};
+  r.profile = uniform_profile(UniformCosts{}, 4, 2);
+  r.layers_per_stage = {2, 2};
+  r.recompute = {Recompute::Method::block, 1};
   const json written = plan_to_json(make_plan(r).graph);
-  EXPECT_EQ(written["meta"]["recompute"], json({{"method", "block"}, {"blocks", 2}}));
+  EXPECT_EQ(written["meta"]["recompute"], json({{"method", "block"}, {"blocks", 1}}));
   EXPECT_EQ(plan_from_json(written, "p.json").meta.recompute, r.recompute);
+  // Two blocks per stage: the first two of each are every block, and the plan says full.
+  r.recompute = {Recompute::Method::block, 2};
+  EXPECT_EQ(make_plan(r).graph.meta.recompute, (Recompute{Recompute::Method::full, 0}));
   EXPECT_EQ(plan_from_json(good_plan(), "p.json").meta.recompute, Recompute{});
   EXPECT_EQ(load_error([](json& p) {
               p["meta"]["recompute"] = {{"method", "selective"}};
