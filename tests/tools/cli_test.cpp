@@ -465,7 +465,8 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   EXPECT_NE(front.out.find("backward  recompute blocks/stage\n"), std::string::npos) << front.out;
   const Result front_json = run(search + " --json");
   ASSERT_EQ(front_json.status, 0) << front_json.out;
-  for (const auto& point : nlohmann::json::parse(front_json.out)["pareto"]) {
+  const auto front_metrics = nlohmann::json::parse(front_json.out);
+  for (const auto& point : front_metrics["pareto"]) {
     EXPECT_NE(point["recompute"]["method"], "none") << point.dump();  // none does not fit
   }
   // The plan file keeps it: show, the trace and the timeline name it; run refuses it.
