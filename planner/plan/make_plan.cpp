@@ -37,17 +37,23 @@ void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
   }
 }
 
+// Transformer blocks per stage of a partition (the form --layers-per-stage takes).
+std::vector<int> blocks_of(const ModelConfig& model, const Partition& partition) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  std::vector<int> blocks;
+  for (const StageLayers& s : partition.stages) {
+    int count = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
+      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
+    blocks.push_back(count);
+  }
+  return blocks;
+}
+
 // Blocks of the largest of `stages`.
 int most_blocks_per_stage(const ModelConfig& model, const std::vector<StageLayers>& stages) {
-  const std::vector<LayerKind> layers = model.layer_list();
-  int most = 0;
-  for (const StageLayers& s : stages) {
-    int blocks = 0;
-    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
-      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    most = std::max(most, blocks);
-  }
-  return most;
+  const std::vector<int> blocks = blocks_of(model, Partition{stages});
+  return blocks.empty() ? 0 : *std::max_element(blocks.begin(), blocks.end());
 }
 
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
@@ -99,19 +105,6 @@ struct StageInputs {
   Partition partition;
   std::vector<StageCost> costs;
 };
-
-// Transformer blocks per stage of a partition (the form --layers-per-stage takes).
-std::vector<int> blocks_of(const ModelConfig& model, const Partition& partition) {
-  const std::vector<LayerKind> layers = model.layer_list();
-  std::vector<int> blocks;
-  for (const StageLayers& s : partition.stages) {
-    int count = 0;
-    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
-      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    blocks.push_back(count);
-  }
-  return blocks;
-}
 
 // The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty. With
 // `replicas` copies of the model (Schedule::replicas), the model is cut into stage_count /
