@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "planner/base/error.h"
 
@@ -210,27 +211,32 @@ struct KindCost {
   std::vector<std::int64_t> p2_work;  // [k - 1]
 };
 
+// One layer's memory as a backward pass meets it, for stages that recompute (whose backward the
+// plan follows layer by layer, as the runtime accounts it): the stash it holds before, the
+// retained X/dY its p1 leaves, and its own top over the other layers' levels during its p1
+// (`p1_top`) or during a fused backward's p1 and p2 (`fused_top`).
+struct LayerLevels {
+  std::int64_t stash = 0;
+  std::int64_t retained = 0;
+  std::int64_t p1_top = 0;
+  std::int64_t fused_top = 0;
+};
+
 // `forward_peak`: where the stage's forward working memory peaks so far, the largest over its
 // layers l of the stash of layers up to l plus l's F work (the plan charges the whole stash at
-// F's start).
-// `fused_peak`: likewise for a fused backward (B) over the blocks that recompute (`recomputes`),
-// which the plan charges as holding the whole stage's stash until it ends, though such a block
-// holds far more than its stash (its checkpoint) while its p1 runs: the largest over them of the
-// stash of the layers before l, then l's stash or retained bytes (the larger) and the larger of
-// l's p1 and p2 work. (Other layers keep the per-layer rule below, which the CPU backend's
-// measured peaks match to the byte.)
-void add_layer(StageCost& stage, const KindCost& kind, bool recomputes, std::int64_t& forward_peak,
-               std::int64_t& fused_peak) {
+// F's start). `levels`, where the stage recomputes: the layer's LayerLevels, appended.
+void add_layer(StageCost& stage, const KindCost& kind, std::int64_t& forward_peak,
+               std::vector<LayerLevels>* levels) {
   const LayerCost& layer = *kind.layer;
   forward_peak =
       std::max(forward_peak, stage.stash_bytes + layer.stash_bytes + layer.forward_work_bytes);
   // p1, B and p2 run layer by layer too; each layer's excess over its own level is its work, and
   // the stage's the largest of them (the plan's stage-level accounting is kept as it is).
   const std::int64_t p2_one = kind.p2_work.empty() ? 0 : kind.p2_work.front();
-  if (recomputes) {
-    fused_peak =
-        std::max(fused_peak, stage.stash_bytes + std::max(layer.stash_bytes, layer.retained_bytes) +
-                                 std::max(layer.p1_work_bytes, p2_one));
+  if (levels != nullptr) {
+    const std::int64_t level = std::max(layer.stash_bytes, layer.retained_bytes);
+    levels->push_back({layer.stash_bytes, layer.retained_bytes, level + layer.p1_work_bytes,
+                       level + std::max(layer.p1_work_bytes, p2_one)});
   }
   stage.p1_work_bytes = std::max(stage.p1_work_bytes, layer.p1_work_bytes);
   stage.fused_work_bytes = std::max({stage.fused_work_bytes, layer.p1_work_bytes, p2_one});
@@ -247,6 +253,28 @@ void add_layer(StageCost& stage, const KindCost& kind, bool recomputes, std::int
   stage.static_bytes += layer.param_bytes + layer.grad_bytes + layer.optimizer_bytes;
   stage.grad_bytes += layer.grad_bytes;
   stage.send_bytes = layer.send_bytes;  // the last layer's output crosses to the next stage
+}
+
+// A recomputing block's stash is its checkpoint until its p1 rebuilds the rest, so such a stage's
+// backward is charged as it runs, from its last layer: layer l holds the stashes of the layers
+// before it, the retained sets of those after it (none in a fused backward, whose p2 frees each
+// at once) and its own top. The largest over l, less the levels the node starts from and ends at,
+// is the p1's and the fused backward's working memory (replacing the per-layer rule of add_layer).
+void backward_layer_by_layer(StageCost& stage, const std::vector<LayerLevels>& levels) {
+  std::int64_t before = stage.stash_bytes;
+  std::int64_t after = 0;
+  std::int64_t p1_peak = 0;
+  std::int64_t fused_peak = 0;
+  for (std::size_t l = levels.size(); l-- > 0;) {
+    const LayerLevels& layer = levels[l];
+    before -= layer.stash;
+    p1_peak = std::max(p1_peak, before + after + layer.p1_top);
+    fused_peak = std::max(fused_peak, before + layer.fused_top);
+    after += layer.retained;
+  }
+  stage.p1_work_bytes =
+      std::max<std::int64_t>(0, p1_peak - std::max(stage.stash_bytes, stage.retained_bytes));
+  stage.fused_work_bytes = std::max<std::int64_t>(0, fused_peak - stage.stash_bytes);
 }
 
 }  // namespace
@@ -289,19 +317,21 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     stage.p2_concat_us.assign(static_cast<std::size_t>(concat), 0.0);
     stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
     std::int64_t forward_peak = 0;
-    std::int64_t fused_peak = 0;
+    std::vector<LayerLevels> levels;
     int blocks = 0;
     for (int l = range.first_layer; l < end; ++l)
       blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
     int recomputing = recompute.recomputed_of(blocks);  // the stage's first blocks
+    const bool layer_by_layer = recomputing > 0;
     for (int l = range.first_layer; l < end; ++l) {
       const LayerKind kind = layers[static_cast<std::size_t>(l)];
       const bool recomputes = kind == LayerKind::block && recomputing > 0;
       if (recomputes) --recomputing;
-      add_layer(stage, kind_cost(kind, recomputes), recomputes, forward_peak, fused_peak);
+      add_layer(stage, kind_cost(kind, recomputes), forward_peak,
+                layer_by_layer ? &levels : nullptr);
     }
     stage.forward_work_bytes = std::max<std::int64_t>(forward_peak - stage.stash_bytes, 0);
-    stage.fused_work_bytes = std::max(stage.fused_work_bytes, fused_peak - stage.stash_bytes);
+    if (layer_by_layer) backward_layer_by_layer(stage, levels);
     costs.push_back(std::move(stage));
   }
   return costs;

@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <charconv>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "planner/base/error.h"
 
 namespace pipeplan {
 
 namespace {
+
+// The one tensor a recomputing block keeps from its forward to its p1 (profiles/recompute.h): its
+// input, under this name in the block's stash.
+constexpr std::string_view kCheckpoint = "checkpoint";
 
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -125,6 +131,20 @@ bool DeviceWorker::stage_has_head(int stage) const {
   return !indices.empty() && layers_.at(indices.back()).kind == LayerKind::head;
 }
 
+std::vector<bool> DeviceWorker::recomputing(const std::vector<int>& indices) const {
+  int blocks = 0;
+  for (const int index : indices)
+    blocks += layers_.at(index).kind == LayerKind::block ? 1 : 0;
+  int left = plan_.meta.recompute.recomputed_of(blocks);  // the stage's first blocks
+  std::vector<bool> rebuilds(indices.size(), false);
+  for (std::size_t l = 0; l < indices.size() && left > 0; ++l) {
+    if (layers_.at(indices[l]).kind != LayerKind::block) continue;
+    rebuilds[l] = true;
+    --left;
+  }
+  return rebuilds;
+}
+
 void DeviceWorker::begin_step(Clock::time_point start) {
   const std::lock_guard lock(mutex_);
   start_ = start;
@@ -231,9 +251,24 @@ void DeviceWorker::forward(const Node& node) {
     batch = it->second;
   }
   Tensor x = first ? batch.inputs : take_tensor(activations_, {stage - 1, mb}, "activation");
+  const std::vector<bool> rebuilds = recomputing(indices);
+  const bool layer_by_layer = std::find(rebuilds.begin(), rebuilds.end(), true) != rebuilds.end();
   std::vector<Stash> stashes;
-  for (const int index : indices) {
-    ForwardResult result = backend_->forward(layers_.at(index), x, batch.targets);
+  for (std::size_t l = 0; l < indices.size(); ++l) {
+    ForwardResult result = backend_->forward(layers_.at(indices[l]), x, batch.targets);
+    if (layer_by_layer) {
+      // The stash exists until a recomputing block trades it for its checkpoint.
+      const std::lock_guard lock(mutex_);
+      account(result.stash.bytes());
+    }
+    if (rebuilds[l]) {
+      Stash checkpoint;
+      checkpoint.layer_index = result.stash.layer_index;
+      checkpoint.put(std::string(kCheckpoint), x);
+      const std::lock_guard lock(mutex_);
+      account(checkpoint.bytes() - result.stash.bytes());
+      result.stash = std::move(checkpoint);
+    }
     x = std::move(result.output);
     stashes.push_back(std::move(result.stash));
   }
@@ -245,7 +280,7 @@ void DeviceWorker::forward(const Node& node) {
     activations_[{stage, mb}] = std::move(x);
   }
   stashes_[{stage, mb}] = std::move(stashes);
-  account(bytes);
+  if (!layer_by_layer) account(bytes);
 }
 
 void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
@@ -256,6 +291,8 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
   // once by prepare_step (read-only here).
   Tensor dy = stage_has_head(stage) ? loss_gradient_
                                     : take_tensor(input_grads_, {stage + 1, mb}, "input gradient");
+  const std::vector<bool> rebuilds = recomputing(indices);
+  const bool layer_by_layer = std::find(rebuilds.begin(), rebuilds.end(), true) != rebuilds.end();
   std::vector<Stash> stashes;
   {
     const std::lock_guard lock(mutex_);
@@ -266,27 +303,43 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
     }
     stashes = std::move(it->second);
     stashes_.erase(it);
-    account(-stash_bytes(stashes));
+    if (!layer_by_layer) account(-stash_bytes(stashes));
   }
+  if (with_p2) grads_written_ = true;
   std::vector<Retained> sets(indices.size());
   for (std::size_t l = indices.size(); l-- > 0;) {
-    BackwardP1Result result =
-        backend_->backward_p1(layers_.at(indices[l]), std::move(stashes[l]), dy);
+    LayerParams& layer = layers_.at(indices[l]);
+    Stash stash = std::move(stashes[l]);
+    if (rebuilds[l]) {
+      // Its forward again, from the checkpoint, just before its p1 (a block takes no targets).
+      const std::int64_t checkpoint = stash.bytes();
+      stash = backend_->forward(layer, stash.at(kCheckpoint), Tensor()).stash;
+      const std::lock_guard lock(mutex_);
+      account(stash.bytes() - checkpoint);
+    }
+    const std::int64_t held = stash.bytes();
+    BackwardP1Result result = backend_->backward_p1(layer, std::move(stash), dy);
     dy = std::move(result.input_grad);
     sets[l] = std::move(result.retained);
-  }
-  if (with_p2) {
-    grads_written_ = true;
-    for (std::size_t l = 0; l < indices.size(); ++l) {
+    if (layer_by_layer) {
+      const std::lock_guard lock(mutex_);
+      account(sets[l].bytes() - held);
+    }
+    if (with_p2) {  // a fused backward: this layer's weight gradient at once
       const Retained* one[] = {&sets[l]};
-      backend_->backward_p2(layers_.at(indices[l]), one);
+      backend_->backward_p2(layer, one);
+      if (layer_by_layer) {
+        const std::lock_guard lock(mutex_);
+        account(-sets[l].bytes());
+      }
+      sets[l] = Retained();
     }
   }
   const std::lock_guard lock(mutex_);
   if (dy.defined() && stage > plan_.schedule.first_stage_of(mb))
     input_grads_[{stage, mb}] = std::move(dy);
   if (!with_p2) {
-    account(retained_bytes(sets));
+    if (!layer_by_layer) account(retained_bytes(sets));
     retained_[{stage, mb}] = std::move(sets);
   }
 }

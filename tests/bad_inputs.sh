@@ -71,7 +71,7 @@ for name, field, value in (("optimizer", "optimizer", "zero3"), ("replicas", "re
     plan_copy["meta"]["data_parallel"][field] = value
     json.dump(plan_copy, open(f"plan_dp_bad_{name}.json", "w"))
 PY
-# A plan with activation recomputation (which run refuses) and its meta.recompute unknown.
+# A plan with activation recomputation, and its meta.recompute unknown.
 "$pipeplan" plan --model tiny --stages 2 -m 2 --recompute full -o plan_recompute.json >/dev/null ||
   { echo "bad_inputs: could not plan with recomputation"; exit 1; }
 python3 - <<'PY' || { echo "bad_inputs: could not break the recomputing plan"; exit 1; }
@@ -290,8 +290,6 @@ EXPECT='--memory: ' \
   check "plan --recompute auto that nothing fits" plan --model tiny --stages 2 -m 2 --memory 1KiB --reserve 0 --recompute auto -o '{out}'
 EXPECT="--baseline-recompute: must be none, full, auto or a block count from 1 to 1024, got 'some'" \
   check "bpipe --baseline-recompute some" bpipe --model tiny --stages 2 --global-batch 4 --baseline-recompute some
-EXPECT='plan_recompute.json: planned with --recompute full' \
-  check "run: a recomputing plan" run plan_recompute.json --trace '{out}'
 EXPECT="plan_recompute_bad.json: meta.recompute: field 'method' must be \"none\", \"full\" or \"block\", got 'selective'" \
   check "show: meta.recompute selective" show plan_recompute_bad.json --trace '{out}'
 EXPECT="--overlap-efficiency: '1.5' is not a number from 0 to 1" \

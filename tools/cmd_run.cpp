@@ -11,6 +11,7 @@
 #include "planner/graph/simulator.h"
 #include "planner/graph/trace.h"
 #include "planner/graph/validator.h"
+#include "profiles/recompute.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/emulate.h"
 #include "runtime/executor.h"
@@ -65,10 +66,12 @@ std::string RunCommand::header(const TaskGraph& plan, const std::string& backend
                                const std::string& transport_name) const {
   const PlanMeta& m = plan.meta;
   return plan_path + ": " + m.model.name + ", " + m.schedule + " " +
-         std::string(to_string(m.backward)) + ", " + std::to_string(m.devices) + " devices, " +
-         std::to_string(m.microbatches) + " micro-batches x " + std::to_string(m.mbs) + " x " +
-         std::to_string(m.seq) + " tokens, backend " + backend_name + ", transport " +
-         transport_name + ", seed " + std::to_string(seed) + "\n";
+         std::string(to_string(m.backward)) +
+         (m.recompute.any() ? ", recompute " + to_string(m.recompute) : std::string()) + ", " +
+         std::to_string(m.devices) + " devices, " + std::to_string(m.microbatches) +
+         " micro-batches x " + std::to_string(m.mbs) + " x " + std::to_string(m.seq) +
+         " tokens, backend " + backend_name + ", transport " + transport_name + ", seed " +
+         std::to_string(seed) + "\n";
 }
 
 TaskGraph RunCommand::load_and_check(bool as_rank) const {
@@ -95,11 +98,6 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
                 " (its optimizer steps hold the gradients' reduction across the replicas); the "
                 "runtime runs one replica and reduces nothing across replicas (plan with "
                 "--data-parallel 1 to run it)");
-  }
-  if (plan.meta.recompute.any()) {
-    throw Error(plan_path + ": planned with --recompute " + to_string(plan.meta.recompute) +
-                " (its p1 times include the recomputed forward); the runtime keeps every "
-                "activation from the forward pass (plan with --recompute none to run it)");
   }
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {

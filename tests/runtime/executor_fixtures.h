@@ -36,14 +36,16 @@ inline BackendFactory cpu_backends() {
   return [](int) { return std::make_unique<cpu::CpuBackend>(); };
 }
 
-// A planner-made plan, or nullopt (with the planner's reason) when the family does not take
-// this backward mode.
+// The request of a tiny-model plan on kDevices devices with kMicrobatches micro-batches, all of a
+// stage's micro-batches in one p2 call where the mode defers.
 // `optimizer_nodes` false: a profile without the optimizer's time, whose plan has no optimizer
 // node (the executor then steps, and adds two copies' gradients, after the graph).
-inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, BackwardMode mode,
-                                          std::string* why = nullptr, bool optimizer_nodes = true,
-                                          Attention attention = Attention::flash) {
-  const ModelConfig model = tiny_for(family);
+// `layers`: the model's blocks, when not tiny_for's.
+inline PlanRequest tiny_request(const ScheduleFamily& family, BackwardMode mode,
+                                bool optimizer_nodes = true, Attention attention = Attention::flash,
+                                int layers = 0) {
+  ModelConfig model = tiny_for(family);
+  if (layers > 0) model.layers = layers;
   AnalyticOptions analytic;
   analytic.seq = kSeq;
   analytic.attention = attention;
@@ -62,9 +64,17 @@ inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, Backward
   request.microbatches = kMicrobatches;
   request.schedule = family.name();
   request.backward = mode;
-  request.p2_concat = 0;  // all of a stage's micro-batches in one p2 call where the mode defers
+  request.p2_concat = 0;
+  return request;
+}
+
+// A planner-made plan of tiny_request, or nullopt (with the planner's reason) when the family
+// does not take this backward mode.
+inline std::optional<TaskGraph> tiny_plan(const ScheduleFamily& family, BackwardMode mode,
+                                          std::string* why = nullptr, bool optimizer_nodes = true,
+                                          Attention attention = Attention::flash) {
   try {
-    return make_plan(request).graph;
+    return make_plan(tiny_request(family, mode, optimizer_nodes, attention)).graph;
   } catch (const Error& e) {
     if (why != nullptr) *why = e.what();
     return std::nullopt;

@@ -80,9 +80,14 @@ TEST_F(CpuProfileCli, MeasuresEveryPassOfEveryLayerKindWithTheBytesTheBackendHol
             2 * p.cost(LayerKind::block, 1).retained_bytes);
 }
 
-// The memory half of the prediction is exact: the profile holds the bytes the executor counts.
+// The memory half of the prediction is exact: the profile holds the bytes the executor counts,
+// and a recomputing block's checkpoint, rebuilt stash and retained sets are counted where the
+// plan charges them.
 TEST_F(CpuProfileCli, ARunOfAPlanFromItHasThePlansPeakMemoryOnEveryDevice) {
-  for (const std::string schedule : {"1f1b --backward 2bp", "zb-h1", "interleaved --chunks 2"}) {
+  for (const std::string schedule :
+       {"1f1b --backward 2bp", "zb-h1", "interleaved --chunks 2",
+        "1f1b --backward fused --recompute 1", "1f1b --backward fused --recompute full",
+        "1f1b --backward 2bp --recompute 1", "zb-v --recompute full"}) {
     SCOPED_TRACE(schedule);
     const std::string plan = path("p.json");
     const CliResult planned =
@@ -98,6 +103,11 @@ TEST_F(CpuProfileCli, ARunOfAPlanFromItHasThePlansPeakMemoryOnEveryDevice) {
         nlohmann::json::parse(ran.out).at("peak_memory_bytes").get<std::vector<std::int64_t>>();
     EXPECT_EQ(measured, predicted);
   }
+  // The run's header says what the plan recomputes (the last plan above: every block).
+  const CliResult text = run_pipeplan("run " + path("p.json") + " --steps 1");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find(": tiny, zb-v 2bp, recompute full, 2 devices, "), std::string::npos)
+      << text.out;
 }
 
 // calibrate takes the CPU backend's own runs: it fits them, reports the error per run before and

@@ -16,6 +16,7 @@
 
 #include "planner/plan/make_plan.h"
 #include "profiles/analytic.h"
+#include "profiles/recompute.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_run.h"
 #include "runtime/cuda/device_local_transport.h"
@@ -43,7 +44,7 @@ constexpr double kGradTolerance = 2e-2;
 // The tiny model with `layers` blocks (4 unless a test needs an uneven partition).
 TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
                     BpipeMode bpipe = BpipeMode::off, int layers = 4,
-                    std::vector<int> layers_per_stage = {}) {
+                    std::vector<int> layers_per_stage = {}, const Recompute& recompute = {}) {
   ModelConfig model = model_preset("tiny");
   model.layers = layers;
   AnalyticOptions analytic;
@@ -61,6 +62,7 @@ TaskGraph tiny_plan(int devices, const std::string& schedule, BackwardMode mode,
   request.p2_concat = 0;
   request.bpipe = bpipe;
   request.layers_per_stage = std::move(layers_per_stage);
+  request.recompute = recompute;
   return make_plan(request).graph;
 }
 
@@ -170,6 +172,30 @@ TEST(EmulatedRun, FourStages1f1b2bpWithBpipeCopiesMatchesTheSingleStageRun) {
     transfers += stream.role == StreamRole::transfer ? 1 : 0;
   ASSERT_GT(transfers, 0) << "the planner added no BPipe transfer streams";
   expect_matches_reference(run_on_gpu(plan, 4), 4, 8);
+}
+
+// Activation recomputation on the GPU: each recomputing block keeps its input and runs its
+// forward again inside its P1 (or B). The same kernels on the same SMs recompute the same stash,
+// so the gradients are the plan without recomputation's bit for bit; with the fused backward the
+// first stage's account of its stashes holds less.
+TEST(EmulatedRun, RecomputingBlocksGiveTheGradientsOfThePlanKeepingItsActivations) {
+  PIPEPLAN_REQUIRE_GPU();
+  if (sms_or_skip(2) == 0) GTEST_SKIP() << "GPU too small for 2 green contexts of 8 SMs";
+  for (const BackwardMode mode : {BackwardMode::fused, BackwardMode::twobp}) {
+    SCOPED_TRACE(std::string(to_string(mode)));
+    const auto kept = run_on_gpu(tiny_plan(2, "1f1b", mode, BpipeMode::off, 8), 2);
+    const auto rebuilt = run_on_gpu(
+        tiny_plan(2, "1f1b", mode, BpipeMode::off, 8, {}, Recompute{Recompute::Method::full, 0}),
+        2);
+    EXPECT_EQ(rebuilt.loss, kept.loss);
+    ASSERT_EQ(rebuilt.grads.size(), kept.grads.size());
+    for (const auto& [name, grad] : kept.grads)
+      EXPECT_EQ(rebuilt.grads.at(name), grad) << name;
+    if (mode == BackwardMode::fused) {
+      EXPECT_LT(rebuilt.measured.peak_memory_bytes().at(0),
+                kept.measured.peak_memory_bytes().at(0));
+    }
+  }
 }
 
 // DualPipeV's overlapped pairs: each pair's second op runs on its stage's side stream beside the
