@@ -44,7 +44,7 @@
 // calling function, which must return void.
 #define PIPEPLAN_NCCL_UNAVAILABLE(why)                                                       \
   do {                                                                                       \
-    const std::string pipeplan_nccl_why_ = (why);                                            \
+    const std::string& pipeplan_nccl_why_ = (why);                                           \
     if (::pipeplan::testing::nccl_required()) {                                              \
       FAIL() << "PIPEPLAN_REQUIRE_NCCL=1, and NCCL cannot run here: " << pipeplan_nccl_why_; \
     }                                                                                        \
