@@ -274,6 +274,8 @@ EXPECT="--dp-link-latency: '-1' is not a number from 0 to" \
   check "plan --dp-link-latency -1" plan --model tiny --stages 2 -m 2 --data-parallel 2 --dp-link-latency -1 -o '{out}'
 EXPECT='--global-batch: 6 samples do not divide among --data-parallel 4 replicas' \
   check "plan --search --global-batch 6 over 4 replicas" plan --model tiny --stages 2 --search --global-batch 6 --data-parallel 4 -o '{out}'
+EXPECT='--global-batch: 6 samples do not divide among --data-parallel 4 replicas' \
+  check "bpipe --data-parallel not dividing the global batch" bpipe --model tiny --stages 2 --global-batch 6 --data-parallel 4
 EXPECT='plan_dp.json: planned with data parallelism 2' \
   check "run: a data-parallel plan" run plan_dp.json --trace '{out}'
 EXPECT="plan_dp_bad_optimizer.json: meta.data_parallel: field 'optimizer': must be 'sharded' or 'replicated', got 'zero3'" \

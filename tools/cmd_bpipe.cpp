@@ -124,7 +124,8 @@ Command add_bpipe_command(CLI::App& app) {
                   "GPU from profiles/gpus.json (default: the --profile's, else h100)");
   sub->add_option("--profile", o.profile, "profile JSON with several micro-batch sizes");
   sub->add_option("--stages", o.stages, "pipeline devices P")->required();
-  sub->add_option("--global-batch", cmd->global_batch, "samples per step")
+  sub->add_option("--global-batch", cmd->global_batch,
+                  "samples per step (every replica's with --data-parallel)")
       ->required()
       ->check(int_range(1, limits::kMaxGlobalBatch));
   sub->add_option("--seq", o.seq, "sequence length (default: the model's)")
@@ -139,6 +140,7 @@ Command add_bpipe_command(CLI::App& app) {
   sub->add_option("--tensor-parallel", cmd->tensor_parallel,
                   "GPUs per stage, or auto: the smallest of 1, 2, 4, 8 that fits without BPipe")
       ->capture_default_str();
+  add_data_parallel_options(*sub, o);
   sub->add_option("--p2-concat", o.p2_concat, "micro-batches per p2 call in 2bp modes (0 = all)")
       ->capture_default_str();
   sub->add_option("--mbs-list", cmd->mbs_list, "micro-batch sizes to try (default 1,2,4,8)");

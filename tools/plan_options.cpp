@@ -23,6 +23,22 @@
 
 namespace pipeplan {
 
+void add_data_parallel_options(CLI::App& app, PlanOptions& o) {
+  app.add_option("--data-parallel", o.data_parallel,
+                 "replicas D of the whole pipeline: tokens per step x D, and each optimizer step "
+                 "combines its gradients across them (analytic)")
+      ->capture_default_str();
+  app.add_option("--dp-optimizer", o.dp_optimizer,
+                 "sharded (Megatron's distributed optimizer: reduce-scatter, 1/D of the update, "
+                 "all-gather) or replicated (all-reduce) (default: sharded)");
+  app.add_option("--dp-link-bandwidth", o.dp_link_bandwidth,
+                 "GB/s per direction per GPU between a stage's replicas (default: the stages' "
+                 "link; e.g. 50 for 400 Gb/s InfiniBand per GPU)");
+  app.add_option("--dp-link-latency", o.dp_link_latency,
+                 "microseconds per collective between a stage's replicas (default: the stages' "
+                 "link's)");
+}
+
 void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--model", o.model, "model preset or a Hugging Face config.json");
   app.add_option("--gpu", o.gpu,
@@ -85,19 +101,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "GPUs per stage T: divides per-stage time and memory by T and adds the "
                  "tensor-parallel collectives over NVLink (analytic)")
       ->capture_default_str();
-  app.add_option("--data-parallel", o.data_parallel,
-                 "replicas D of the whole pipeline: tokens per step x D, and each optimizer step "
-                 "combines its gradients across them (analytic)")
-      ->capture_default_str();
-  app.add_option("--dp-optimizer", o.dp_optimizer,
-                 "sharded (Megatron's distributed optimizer: reduce-scatter, 1/D of the update, "
-                 "all-gather) or replicated (all-reduce) (default: sharded)");
-  app.add_option("--dp-link-bandwidth", o.dp_link_bandwidth,
-                 "GB/s per direction per GPU between a stage's replicas (default: the stages' "
-                 "link; e.g. 50 for 400 Gb/s InfiniBand per GPU)");
-  app.add_option("--dp-link-latency", o.dp_link_latency,
-                 "microseconds per collective between a stage's replicas (default: the stages' "
-                 "link's)");
+  add_data_parallel_options(app, o);
   app.add_option("--recompute", o.recompute,
                  "activation recomputation (Megatron-LM's --recompute-granularity full): none, "
                  "full (every block keeps its input and re-runs its forward before its p1), N "

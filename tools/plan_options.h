@@ -67,6 +67,9 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu);
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);
+// --data-parallel, --dp-optimizer, --dp-link-bandwidth, --dp-link-latency (in add_plan_options;
+// also `bpipe`'s).
+void add_data_parallel_options(CLI::App& app, PlanOptions& options);
 // Throws Error naming the option on bad input. The one place a front end decides the chunks and
 // the backward mode a request leaves to its family (schedules/family.h); make_plan applies them
 // as given.

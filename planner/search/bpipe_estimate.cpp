@@ -9,6 +9,7 @@
 
 #include "planner/base/error.h"
 #include "planner/graph/bpipe_check.h"
+#include "profiles/data_parallel.h"
 
 namespace pipeplan {
 
@@ -190,6 +191,7 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* 
   BpipeEstimate e;
   e.devices = request.base.devices;
   e.global_batch = request.global_batch;
+  e.data_parallel = request.base.data_parallel;
   e.memory_limit_bytes = request.base.memory_limit_bytes;
   std::vector<Candidate> all = evaluate(request, e.infeasible);
   if (recomputing != nullptr) {
@@ -258,8 +260,13 @@ std::string format_estimate(const BpipeEstimate& e) {
     out += " x TP " + std::to_string(e.tensor_parallel) +
            (e.tensor_parallel_note.empty() ? "" : " (" + e.tensor_parallel_note + ")");
   }
-  out += ", global batch " + std::to_string(e.global_batch) + " (MFU = PaLM model FLOPs)\n";
+  const int replicas = e.data_parallel.replicas;
+  if (replicas > 1) out += " x DP " + std::to_string(replicas);
+  out += ", global batch " + std::to_string(e.global_batch * replicas) +
+         (replicas > 1 ? " (" + std::to_string(e.global_batch) + " per replica)" : "") +
+         " (MFU = PaLM model FLOPs)\n";
   if (!e.memory_note.empty()) out += "memory: " + e.memory_note + "\n";
+  if (replicas > 1) out += "data parallel: " + data_parallel_text(e.data_parallel) + "\n";
   out += row("without BPipe: ", *e.without);
   if (e.with) {
     out += row("with BPipe:    ", *e.with);
@@ -295,7 +302,10 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
   };
   return {{"stages", e.devices},
           {"tensor_parallel", e.tensor_parallel},
-          {"global_batch", e.global_batch},
+          {"data_parallel", e.data_parallel.replicas},
+          {"dp_optimizer", std::string(to_string(e.data_parallel.optimizer))},
+          {"global_batch", e.global_batch * e.data_parallel.replicas},
+          {"global_batch_per_replica", e.global_batch},
           {"memory_limit_bytes", e.memory_limit_bytes},
           {"without", config(e.without)},
           {"with", config(e.with)},

@@ -14,6 +14,7 @@
 #include "planner/base/error.h"
 #include "planner/plan/make_plan.h"
 #include "planner/search/search.h"
+#include "profiles/data_parallel.h"
 
 namespace pipeplan {
 
@@ -33,7 +34,9 @@ struct BpipeConfig {
 };
 
 struct BpipeEstimate {
-  int devices = 0, global_batch = 0;
+  int devices = 0;
+  int global_batch = 0;           // samples per step of one replica of the pipeline
+  DataParallel data_parallel;     // the request's replicas (global batch x replicas in all)
   double memory_limit_bytes = 0;  // per pipeline device, what plans must fit (0 = unlimited)
   // Set by the caller for the report: GPUs per pipeline device and why, and the memory budget.
   int tensor_parallel = 1;
