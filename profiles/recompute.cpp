@@ -122,10 +122,10 @@ LayerCost recomputed_block(LayerCost block) {
   LayerCost& c = block;
   const std::int64_t stash = c.stash_bytes;
   const std::int64_t checkpoint = std::min(c.send_bytes, stash);
-  // The checkpoint is one of the stash's tensors: rebuilding the stash around it peaks where
-  // the forward did, and p1 then runs from the whole stash as before.
-  const std::int64_t peak =
-      std::max(stash + c.forward_work_bytes, std::max(stash, c.retained_bytes) + c.p1_work_bytes);
+  // Rebuilding the stash holds the checkpoint, the stash and the forward's work at once (the
+  // checkpoint goes once the stash is made); p1 then runs from the whole stash as before.
+  const std::int64_t peak = std::max(checkpoint + stash + c.forward_work_bytes,
+                                     std::max(stash, c.retained_bytes) + c.p1_work_bytes);
   c.p1_us += c.forward_us;
   c.p1_work_bytes = std::max<std::int64_t>(0, peak - std::max(checkpoint, c.retained_bytes));
   c.forward_work_bytes = std::max<std::int64_t>(0, stash + c.forward_work_bytes - checkpoint);

@@ -10,10 +10,11 @@
 //                same shape as its output; already 1/T under tensor parallelism, whose sequence
 //                parallelism shards it), never more than the stash it replaces;
 //   p1 time   -> p1 + forward (the recomputation runs on the same stream, right before it);
-//   p1 working memory -> the recomputation rebuilds the stash around the checkpoint (one of its
-//                tensors) and p1 then runs as before: its peak is max(stash + forward work,
-//                max(stash, retained) + p1 work), less the larger of the levels before
-//                (checkpoint) and after (retained) p1;
+//   p1 working memory -> the recomputation rebuilds the whole stash from the checkpoint, which
+//                it frees once the stash is made (a block's stash holds the normalised input,
+//                not the input), and p1 then runs as before: its peak is max(checkpoint +
+//                stash + forward work, max(stash, retained) + p1 work), less the larger of the
+//                levels before (checkpoint) and after (retained) p1;
 //   forward working memory -> stash + forward work less the checkpoint: the forward runs as
 //                before and frees what it does not keep (an upper bound: PyTorch's no-grad
 //                forward frees each tensor once consumed).

@@ -315,7 +315,8 @@ void DeviceWorker::backward_p1(const Node& node, bool with_p2) {
       const std::int64_t checkpoint = stash.bytes();
       stash = backend_->forward(layer, stash.at(kCheckpoint), Tensor()).stash;
       const std::lock_guard lock(mutex_);
-      account(stash.bytes() - checkpoint);
+      account(stash.bytes());  // made beside the checkpoint, which goes once it is made
+      account(-checkpoint);
     }
     const std::int64_t held = stash.bytes();
     BackwardP1Result result = backend_->backward_p1(layer, std::move(stash), dy);

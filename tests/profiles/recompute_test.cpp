@@ -31,7 +31,7 @@ TEST(Recompute, ABlockKeepsItsInputAndRerunsItsForwardBeforeP1) {
   c.retained_bytes = 400;
   c.send_bytes = 50;
   c.forward_work_bytes = 30;
-  c.p1_work_bytes = 80;
+  c.p1_work_bytes = 60;
   c.p2_work_bytes = {{1, 20}};
   c.param_bytes = 7;
   c.grad_bytes = 14;
@@ -40,8 +40,9 @@ TEST(Recompute, ABlockKeepsItsInputAndRerunsItsForwardBeforeP1) {
   const LayerCost b = recomputed_block(c);
   EXPECT_EQ(b.stash_bytes, 50);  // the input only
   EXPECT_DOUBLE_EQ(b.p1_us, 250);
-  // Peak during p1: max(1000 + 30, max(1000, 400) + 80) = 1080; above the larger of before (50)
-  // and after (400): 680.
+  // Peak during p1: the rebuild holds checkpoint, stash and forward work, 50 + 1000 + 30 = 1080,
+  // more than p1 from the whole stash, max(1000, 400) + 60; above the larger of before (50) and
+  // after (400): 680.
   EXPECT_EQ(b.p1_work_bytes, 680);
   // The forward rises to 1000 + 30 and leaves the checkpoint: 980 above it.
   EXPECT_EQ(b.forward_work_bytes, 980);
@@ -112,6 +113,53 @@ TEST(Recompute, StageCostsRecomputeTheFirstBlocksOfEachStage) {
   EXPECT_THROW(static_cast<void>(
                    stage_costs(p.model, p, 1, cut, 1, Recompute{Recompute::Method::automatic, 0})),
                InternalError);
+}
+
+// A stage that recomputes is charged layer by layer, as the runtime holds it: going back from its
+// last layer, layer l holds the stashes of the layers before it, the retained sets of those after
+// it (a split p1; none with a fused backward) and its own top. Round numbers by hand: the tiny
+// model cut 2 | 2, recomputing the first block of each stage, so stage 0 is the embedding, a
+// recomputing block and a block that keeps its stash.
+TEST(Recompute, ARecomputingStagesBackwardIsChargedLayerByLayer) {
+  AnalyticOptions options;
+  options.seq = 32;
+  options.micro_batch_sizes = {1};
+  Profile p = analytic_profile(model_preset("tiny"), find_gpu("h100"), options);
+  LayerCost& embedding = p.layers.at("embedding").at(1);
+  embedding.stash_bytes = 10;
+  embedding.retained_bytes = 300;
+  embedding.forward_work_bytes = 0;
+  embedding.p1_work_bytes = 5;
+  embedding.p2_work_bytes = {{1, 0}};
+  embedding.send_bytes = 100;
+  LayerCost& block = p.layers.at("block").at(1);
+  block.stash_bytes = 1000;
+  block.retained_bytes = 400;
+  block.send_bytes = 100;  // the checkpoint
+  block.forward_work_bytes = 30;
+  block.p1_work_bytes = 60;
+  block.p2_work_bytes = {{1, 20}};
+  const Partition cut = partition_fixed(p.model, {2, 2});
+  const StageCost stage =
+      stage_costs(p.model, p, 1, cut, 1, Recompute{Recompute::Method::block, 1}).at(0);
+  // Stash: 10 + 100 (checkpoint) + 1000; retained: 300 + 2 x 400.
+  EXPECT_EQ(stage.stash_bytes, 1110);
+  EXPECT_EQ(stage.retained_bytes, 1100);
+  // Forward: the keeping block peaks at 10 + 100 + 1000 + 30 = 1140, 30 above the stash.
+  EXPECT_EQ(stage.forward_work_bytes, 30);
+  // p1, from the last layer:
+  //   keeping block:      10 + 100 before it, max(1000, 400) + 60             = 1170
+  //   recomputing block:  10 before, 400 after, rebuild 100 + 1000 + 30        = 1540
+  //   embedding:          800 after, max(10, 300) + 5                          = 1105
+  // 1540 above the larger of the levels it starts from and ends at (1110, 1100): 430. (Each
+  // layer's own excess, the rule of a stage that does not recompute, would give 730.)
+  EXPECT_EQ(stage.p1_work_bytes, 430);
+  // Fused, each p2 right after its p1:
+  //   keeping block:      110 before, max(1000, 400) + max(60, 20)             = 1170
+  //   recomputing block:  10 before, 1130 (its rebuild)                        = 1140
+  //   embedding:          max(10, 300) + max(5, 0)                             = 305
+  // 1170 above the 1110 it starts from: 60.
+  EXPECT_EQ(stage.fused_work_bytes, 60);
 }
 
 TEST(Recompute, FlagFileAndMegatronForms) {

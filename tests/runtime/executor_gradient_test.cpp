@@ -19,6 +19,7 @@
 #include "planner/graph/validator.h"
 #include "profiles/recompute.h"
 #include "tests/runtime/executor_fixtures.h"
+#include "tests/runtime/forwarding_backend.h"
 
 namespace pipeplan {
 namespace {
@@ -183,6 +184,7 @@ TEST(ExecutorGradients, RecomputingBlocksGiveTheSameGradientsBitForBit) {
     const ScheduleFamily& family = find_schedule_family(c.family);
     const auto run = [&](const Recompute& recompute) {
       PlanRequest request = testing::tiny_request(family, c.mode, true, Attention::flash, 8);
+      if (family.traits().chunks.preferred == 1) request.layers_per_stage = {2, 2, 2, 2};
       request.recompute = recompute;
       TaskGraph plan = make_plan(request).graph;
       // (zb-v's virtual stages hold one block each: 1 block is recorded as full there.)
@@ -226,6 +228,64 @@ TEST(ExecutorGradients, RecomputingBlocksGiveTheSameGradientsBitForBit) {
       if (c.bpipe) {
         EXPECT_GT(result.bpipe.at(0).evicted, 0);
       }
+    }
+  }
+}
+
+// The CPU backend, noting each forward and p1 by layer (one per device).
+class PassLog final : public testing::ForwardingBackend {
+ public:
+  using Entries = std::vector<std::pair<char, int>>;  // ('F' or 'B', layer index)
+  explicit PassLog(std::shared_ptr<Entries> entries) : entries_(std::move(entries)) {}
+  ForwardResult forward(const LayerParams& layer, const Tensor& input,
+                        const Tensor& targets) override {
+    entries_->emplace_back('F', layer.layer_index);
+    return ForwardingBackend::forward(layer, input, targets);
+  }
+  BackwardP1Result backward_p1(const LayerParams& layer, Stash stash, const Tensor& dy) override {
+    entries_->emplace_back('B', layer.layer_index);
+    return ForwardingBackend::backward_p1(layer, std::move(stash), dy);
+  }
+
+ private:
+  std::shared_ptr<Entries> entries_;
+};
+
+// A recomputing block runs its forward twice per micro-batch, the second time right before its
+// p1; every other layer once. 1F1B on 4 devices, 8 blocks (2 per stage), the first of each
+// stage recomputing: layers 1, 3, 5, 7 (the embedding is layer 0).
+TEST(ExecutorGradients, ARecomputingBlockRunsItsForwardAgainRightBeforeItsP1) {
+  const ScheduleFamily& family = find_schedule_family("1f1b");
+  for (const BackwardMode mode : {BackwardMode::fused, BackwardMode::twobp}) {
+    SCOPED_TRACE(std::string(to_string(mode)));
+    PlanRequest request = testing::tiny_request(family, mode, true, Attention::flash, 8);
+    request.layers_per_stage = {2, 2, 2, 2};
+    request.recompute = Recompute{Recompute::Method::block, 1};
+    TaskGraph plan = make_plan(request).graph;
+    std::vector<std::shared_ptr<PassLog::Entries>> logs;
+    logs.reserve(kDevices);
+    for (int d = 0; d < kDevices; ++d)
+      logs.push_back(std::make_shared<PassLog::Entries>());
+    Executor executor(std::move(plan),
+                      [&](int device) { return std::make_unique<PassLog>(logs.at(device)); });
+    executor.step(StepMode::gradients_only);
+    std::map<int, int> forwards;  // by layer
+    std::map<int, int> p1s;
+    for (const auto& log : logs) {
+      for (std::size_t i = 0; i < log->size(); ++i) {
+        const auto [pass, layer] = (*log)[i];
+        (pass == 'F' ? forwards : p1s)[layer] += 1;
+        const bool recomputes = layer % 2 == 1 && layer <= 7;
+        if (pass == 'B' && recomputes) {
+          ASSERT_GT(i, 0u);
+          EXPECT_EQ((*log)[i - 1], std::make_pair('F', layer)) << "before p1 " << i;
+        }
+      }
+    }
+    for (int layer = 0; layer <= 9; ++layer) {
+      const bool recomputes = layer % 2 == 1 && layer <= 7;
+      EXPECT_EQ(forwards[layer], (recomputes ? 2 : 1) * kMicrobatches) << "layer " << layer;
+      EXPECT_EQ(p1s[layer], kMicrobatches) << "layer " << layer;
     }
   }
 }

@@ -87,7 +87,8 @@ TEST_F(CpuProfileCli, ARunOfAPlanFromItHasThePlansPeakMemoryOnEveryDevice) {
   for (const std::string schedule :
        {"1f1b --backward 2bp", "zb-h1", "interleaved --chunks 2",
         "1f1b --backward fused --recompute 1", "1f1b --backward fused --recompute full",
-        "1f1b --backward 2bp --recompute 1", "zb-v --recompute full"}) {
+        "1f1b --backward 2bp --recompute 1", "gpipe --recompute 1",
+        "interleaved --chunks 2 --recompute full", "zb-v --recompute full"}) {
     SCOPED_TRACE(schedule);
     const std::string plan = path("p.json");
     const CliResult planned =
