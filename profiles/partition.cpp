@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -173,6 +174,17 @@ Partition partition_fixed(const ModelConfig& model, const std::vector<int>& bloc
   return partition_from_counts(span, blocks_per_stage);
 }
 
+std::vector<int> blocks_per_stage(const ModelConfig& model, const Partition& partition) {
+  const std::vector<LayerKind> layers = model.layer_list();
+  std::vector<int> blocks;
+  blocks.reserve(partition.stages.size());
+  for (const StageLayers& s : partition.stages) {
+    const auto first = layers.begin() + s.first_layer;
+    blocks.push_back(static_cast<int>(std::count(first, first + s.layer_count, LayerKind::block)));
+  }
+  return blocks;
+}
+
 std::vector<double> device_optimizer_us(const std::vector<StageCost>& costs,
                                         const std::vector<int>& stage_device, int devices) {
   std::vector<double> out(static_cast<std::size_t>(std::max(devices, 0)), 0.0);
@@ -318,18 +330,14 @@ std::vector<StageCost> stage_costs(const ModelConfig& model, const Profile& prof
     stage.p2_work_bytes.assign(static_cast<std::size_t>(concat), 0);
     std::int64_t forward_peak = 0;
     std::vector<LayerLevels> levels;
-    int blocks = 0;
-    for (int l = range.first_layer; l < end; ++l)
-      blocks += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    int recomputing = recompute.recomputed_of(blocks);  // the stage's first blocks
-    const bool layer_by_layer = recomputing > 0;
-    for (int l = range.first_layer; l < end; ++l) {
-      const LayerKind kind = layers[static_cast<std::size_t>(l)];
-      const bool recomputes = kind == LayerKind::block && recomputing > 0;
-      if (recomputes) --recomputing;
-      add_layer(stage, kind_cost(kind, recomputes), forward_peak,
+    const std::span<const LayerKind> stage_kinds(layers.begin() + range.first_layer,
+                                                 static_cast<std::size_t>(range.layer_count));
+    const std::vector<bool> recomputes = recomputed_layers(recompute, stage_kinds);
+    const bool layer_by_layer =
+        std::find(recomputes.begin(), recomputes.end(), true) != recomputes.end();
+    for (std::size_t l = 0; l < stage_kinds.size(); ++l)
+      add_layer(stage, kind_cost(stage_kinds[l], recomputes[l]), forward_peak,
                 layer_by_layer ? &levels : nullptr);
-    }
     stage.forward_work_bytes = std::max<std::int64_t>(forward_peak - stage.stash_bytes, 0);
     if (layer_by_layer) backward_layer_by_layer(stage, levels);
     costs.push_back(std::move(stage));

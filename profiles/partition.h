@@ -31,6 +31,9 @@ Partition partition_balanced(const ModelConfig& model, const Profile& profile, i
 // last stage). Throws Error naming --layers-per-stage on a bad count or sum.
 Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage);
 
+// Transformer blocks of each stage of `partition` (the form --layers-per-stage takes).
+std::vector<int> blocks_per_stage(const ModelConfig& model, const Partition& partition);
+
 struct StageCost {
   double forward_us = 0, p1_us = 0, p2_us = 0;
   std::vector<double> p2_concat_us;  // index k-1: one p2 call over k micro-batches

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +26,19 @@ int Recompute::recomputed_of(int stage_blocks) const {
       break;
   }
   throw InternalError("recompute: 'auto' has no block count until the plan resolves it");
+}
+
+std::vector<bool> recomputed_layers(const Recompute& recompute,
+                                    std::span<const LayerKind> stage_kinds) {
+  const auto blocks = std::count(stage_kinds.begin(), stage_kinds.end(), LayerKind::block);
+  int left = recompute.recomputed_of(static_cast<int>(blocks));
+  std::vector<bool> recomputes(stage_kinds.size(), false);
+  for (std::size_t l = 0; l < stage_kinds.size() && left > 0; ++l) {
+    if (stage_kinds[l] != LayerKind::block) continue;
+    recomputes[l] = true;
+    --left;
+  }
+  return recomputes;
 }
 
 std::string to_string(const Recompute& recompute) {

@@ -24,8 +24,10 @@
 // is hardware FLOPs utilisation): the longer step lowers MFU.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -45,6 +47,12 @@ struct Recompute {
   int recomputed_of(int stage_blocks) const;
   bool operator==(const Recompute&) const = default;
 };
+
+// Which layers of a virtual stage recompute, given the kinds of its layers in model order: its
+// first recomputed_of(blocks) transformer blocks (the embedding and the head never do). The one
+// rule the planner's costs and the runtime's passes both follow.
+std::vector<bool> recomputed_layers(const Recompute& recompute,
+                                    std::span<const LayerKind> stage_kinds);
 
 // The --recompute value: "none", "full", "auto" or the block count ("3").
 std::string to_string(const Recompute& recompute);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "profiles/recompute.h"
 
 namespace pipeplan {
 
@@ -132,17 +133,11 @@ bool DeviceWorker::stage_has_head(int stage) const {
 }
 
 std::vector<bool> DeviceWorker::recomputing(const std::vector<int>& indices) const {
-  int blocks = 0;
+  std::vector<LayerKind> kinds;
+  kinds.reserve(indices.size());
   for (const int index : indices)
-    blocks += layers_.at(index).kind == LayerKind::block ? 1 : 0;
-  int left = plan_.meta.recompute.recomputed_of(blocks);  // the stage's first blocks
-  std::vector<bool> rebuilds(indices.size(), false);
-  for (std::size_t l = 0; l < indices.size() && left > 0; ++l) {
-    if (layers_.at(indices[l]).kind != LayerKind::block) continue;
-    rebuilds[l] = true;
-    --left;
-  }
-  return rebuilds;
+    kinds.push_back(layers_.at(index).kind);
+  return recomputed_layers(plan_.meta.recompute, kinds);
 }
 
 void DeviceWorker::begin_step(Clock::time_point start) {

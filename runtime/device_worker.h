@@ -95,8 +95,8 @@ class DeviceWorker {
   void backward_p2(int stage, const std::vector<int>& microbatches);
   std::vector<int> stage_layers(int stage) const;
   bool stage_has_head(int stage) const;
-  // Which of a stage's layers (its stage_layers) recompute under the plan's meta.recompute: its
-  // first blocks, as many as Recompute::recomputed_of gives for its block count.
+  // Which of a stage's layers (its stage_layers) recompute under the plan's meta.recompute
+  // (recomputed_layers, the rule the planner's stage costs follow).
   std::vector<bool> recomputing(const std::vector<int>& indices) const;
   Tensor take_tensor(std::map<StageMb, Tensor>& table, StageMb key, const char* what);
   void account(std::int64_t delta);  // caller holds mutex_

@@ -37,22 +37,9 @@ void check_plan_bytes(const std::vector<StageCost>& costs, int microbatches) {
   }
 }
 
-// Transformer blocks per stage of a partition (the form --layers-per-stage takes).
-std::vector<int> blocks_of(const ModelConfig& model, const Partition& partition) {
-  const std::vector<LayerKind> layers = model.layer_list();
-  std::vector<int> blocks;
-  for (const StageLayers& s : partition.stages) {
-    int count = 0;
-    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
-      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    blocks.push_back(count);
-  }
-  return blocks;
-}
-
 // Blocks of the largest of `stages`.
 int most_blocks_per_stage(const ModelConfig& model, const std::vector<StageLayers>& stages) {
-  const std::vector<int> blocks = blocks_of(model, Partition{stages});
+  const std::vector<int> blocks = blocks_per_stage(model, Partition{stages});
   return blocks.empty() ? 0 : *std::max_element(blocks.begin(), blocks.end());
 }
 
@@ -374,8 +361,9 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
     context.cut = [&request](int stage_count, const std::vector<int>& blocks) {
       StageInputs cut = stage_inputs(request, stage_count, blocks);
-      return StageCut{blocks.empty() ? blocks_of(request.profile.model, cut.partition) : blocks,
-                      std::move(cut.costs)};
+      return StageCut{
+          blocks.empty() ? blocks_per_stage(request.profile.model, cut.partition) : blocks,
+          std::move(cut.costs)};
     };
   }
   if (prepared != nullptr && family.traits().needs_costs && family.places_p2()) {

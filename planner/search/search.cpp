@@ -17,16 +17,8 @@ namespace {
 
 // Transformer blocks per stage of the balanced partition (the form --layers-per-stage takes).
 std::vector<int> balanced_blocks(const PlanRequest& r, int stages) {
-  const Partition p = partition_balanced(r.profile.model, r.profile, r.mbs, stages);
-  const std::vector<LayerKind> layers = r.profile.model.layer_list();
-  std::vector<int> blocks;
-  for (const StageLayers& s : p.stages) {
-    int count = 0;
-    for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l)
-      count += layers[static_cast<std::size_t>(l)] == LayerKind::block ? 1 : 0;
-    blocks.push_back(count);
-  }
-  return blocks;
+  return blocks_per_stage(r.profile.model,
+                          partition_balanced(r.profile.model, r.profile, r.mbs, stages));
 }
 
 // Balanced, then one block moved across the first and across the last boundary, both ways.

@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/base/error.h"
 #include "profiles/partition.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
+
+using pipeplan::testing::error_of;
 
 ModelConfig model_of(const std::string& name, const std::string& family, int blocks) {
   ModelConfig model;
@@ -41,10 +45,10 @@ Profile profile_of(const ModelConfig& model, LayerCost block, LayerCost embeddin
   Profile profile;
   profile.model = model;
   profile.seq = model.seq;
-  profile.layers["block"][1] = block;
+  profile.layers["block"][1] = std::move(block);
   if (model.family != "uniform") {
-    profile.layers["embedding"][1] = embedding;
-    profile.layers["head"][1] = head;
+    profile.layers["embedding"][1] = std::move(embedding);
+    profile.layers["head"][1] = std::move(head);
   }
   return profile;
 }
@@ -61,15 +65,6 @@ std::vector<int> first_layers(const Partition& partition) {
   for (const StageLayers& stage : partition.stages)
     firsts.push_back(stage.first_layer);
   return firsts;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(Partition, UniformBlocksSplitEvenlyWithEarlierBoundariesOnTies) {
@@ -183,6 +178,9 @@ TEST(Partition, FixedPartitionPlacesEmbeddingAndHead) {
   const Partition uniform = partition_fixed(model_of("u", "uniform", 4), {1, 3});
   EXPECT_EQ(first_layers(uniform), (std::vector<int>{0, 1}));
   EXPECT_EQ(layer_counts(uniform), (std::vector<int>{1, 3}));
+  // And back: the blocks of each stage, without the embedding and head riding along.
+  EXPECT_EQ(blocks_per_stage(model, fixed), (std::vector<int>{10, 10, 12}));
+  EXPECT_EQ(blocks_per_stage(model_of("u", "uniform", 4), uniform), (std::vector<int>{1, 3}));
 }
 
 TEST(Partition, FixedPartitionErrorsNameTheOption) {

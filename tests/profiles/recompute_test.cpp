@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -160,6 +161,25 @@ TEST(Recompute, ARecomputingStagesBackwardIsChargedLayerByLayer) {
   //   embedding:          max(10, 300) + max(5, 0)                             = 305
   // 1170 above the 1110 it starts from: 60.
   EXPECT_EQ(stage.fused_work_bytes, 60);
+}
+
+// The one rule the planner's costs and the runtime's passes share: the first blocks of a stage,
+// skipping the embedding and the head, never more than the stage has.
+TEST(Recompute, TheFirstBlocksOfAStageRecomputeNeverItsEmbeddingOrHead) {
+  using K = LayerKind;
+  const std::vector<K> first = {K::embedding, K::block, K::block, K::block};
+  const std::vector<K> last = {K::block, K::block, K::head};
+  const Recompute two{Recompute::Method::block, 2};
+  EXPECT_EQ(recomputed_layers(two, first), (std::vector<bool>{false, true, true, false}));
+  EXPECT_EQ(recomputed_layers(two, last), (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(recomputed_layers({Recompute::Method::block, 5}, last),
+            (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(recomputed_layers({Recompute::Method::full, 0}, first),
+            (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(recomputed_layers({}, first), (std::vector<bool>(4, false)));
+  EXPECT_EQ(recomputed_layers(two, std::vector<K>{K::embedding}), (std::vector<bool>{false}));
+  EXPECT_THROW(static_cast<void>(recomputed_layers({Recompute::Method::automatic, 0}, last)),
+               InternalError);
 }
 
 TEST(Recompute, FlagFileAndMegatronForms) {
