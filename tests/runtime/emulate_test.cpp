@@ -8,18 +8,12 @@
 #include "planner/base/error.h"
 #include "runtime/emulate.h"
 #include "runtime/measured.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
 
-std::string error_of(const auto& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipeplan::testing::error_of;
 
 TEST(EmulatedSmShare, RoundsAnEqualShareDownToMultiplesOfEight) {
   EXPECT_EQ(emulated_sm_share(132, 4), 32);  // 33 -> 32
@@ -33,7 +27,7 @@ TEST(EmulatedSmShare, RoundsAnEqualShareDownToMultiplesOfEight) {
 TEST(EmulatedSmShare, RefusesSharesBelowTheMinimum) {
   const std::string tiny = error_of([] { emulated_sm_share(132, 17); });
   EXPECT_NE(tiny.find("emulate: 17 stages"), std::string::npos) << tiny;
-  EXPECT_NE(tiny.find("7"), std::string::npos) << tiny;  // 132 / 17 = 7 SMs
+  EXPECT_NE(tiny.find("give each stage 7,"), std::string::npos) << tiny;  // 132 / 17 = 7 SMs
   EXPECT_NE(error_of([] { emulated_sm_share(132, 0); }).find("emulate: "), std::string::npos);
   EXPECT_NE(error_of([] { emulated_sm_share(0, 4); }).find("no SMs"), std::string::npos);
 }
@@ -41,8 +35,8 @@ TEST(EmulatedSmShare, RefusesSharesBelowTheMinimum) {
 TEST(CheckEmulate, MustNameThePlansDeviceCountOnTheCudaBackend) {
   TaskGraph plan;
   plan.meta.devices = 4;
-  EXPECT_EQ(error_of([&] { check_emulate(0, plan, "cpu"); }), "");
-  EXPECT_EQ(error_of([&] { check_emulate(4, plan, "cuda"); }), "");
+  EXPECT_EQ(error_of([&] { check_emulate(0, plan, "cpu"); }), "<no error>");
+  EXPECT_EQ(error_of([&] { check_emulate(4, plan, "cuda"); }), "<no error>");
   const std::string wrong = error_of([&] { check_emulate(3, plan, "cuda"); });
   EXPECT_NE(wrong.find("emulate: 3 stages"), std::string::npos) << wrong;
   EXPECT_NE(wrong.find("4 devices"), std::string::npos) << wrong;

@@ -11,11 +11,14 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/host_tensor.h"
 #include "runtime/layer_spec.h"
+#include "tests/error_support.h"
 #include "tests/runtime/gradcheck.h"
 #include "tests/runtime/models.h"
 
 namespace pipeplan {
 namespace {
+
+using pipeplan::testing::error_of;
 
 using testing::random_values;
 
@@ -127,15 +130,6 @@ TEST(LayerSpec, CpuWeightsAreTheSpecsInitialValuesInOrder) {
             std::vector<double>(static_cast<std::size_t>(m.hidden), 1.0));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(LayerSpec, FillRetainedRefusesWhatStraysFromTheSpec) {
   const ModelConfig m = testing::tiny_model();
   const std::vector<TensorSpec> specs = retained_specs(m, LayerKind::head, 1, 4);
@@ -203,7 +197,8 @@ TEST(LayerSpec, UnsupportedModelsAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([&] { check_model_supported(moe, "backend x"); }),
             "model 'tiny': backend x needs a dense MLP (mixture-of-experts blocks are planned "
             "only)");
-  EXPECT_EQ(error_of([&] { check_model_supported(testing::tiny_model(), "backend x"); }), "");
+  EXPECT_EQ(error_of([&] { check_model_supported(testing::tiny_model(), "backend x"); }),
+            "<no error>");
 }
 
 }  // namespace

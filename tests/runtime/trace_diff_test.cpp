@@ -15,9 +15,12 @@
 #include "planner/graph/trace.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/analytic.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
+
+using pipeplan::testing::error_of;
 
 using nlohmann::json;
 
@@ -27,17 +30,6 @@ Plan small_plan() {
   r.devices = 2;
   r.microbatches = 2;
   return make_plan(r);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not a pipeplan error: ") + e.what();
-  }
-  return "<no error>";
 }
 
 // The first slice event of the trace, for editing.

@@ -12,24 +12,18 @@
 #include "planner/base/error.h"
 #include "schedules/family.h"
 #include "schedules/schedule.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
+
+using pipeplan::testing::error_of;
 
 std::string device_order(const Schedule& schedule, int device) {
   std::string text;
   for (const Action& action : schedule.per_device[static_cast<std::size_t>(device)])
     text += (text.empty() ? "" : " ") + format_action(action);
   return text;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // Runs the fused schedule with unit-time ops in list order: F(s, mb) waits for F(s-1, mb),
@@ -147,7 +141,7 @@ TEST(Families, EveryGeneratedScheduleIsValidRunsAndRoundTrips) {
           const std::string where = family->name() + " P=" + std::to_string(p) +
                                     " m=" + std::to_string(m) + " V=" + std::to_string(v);
           EXPECT_EQ(s.stage_count(), p * v) << where;
-          EXPECT_EQ(error_of([&] { check_schedule(s); }), "no error") << where;
+          EXPECT_EQ(error_of([&] { check_schedule(s); }), "<no error>") << where;
           EXPECT_TRUE(runs_to_completion(s)) << where;
           EXPECT_EQ(schedule_from_text(schedule_to_text(s)), s) << where;
         }

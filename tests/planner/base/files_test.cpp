@@ -20,9 +20,12 @@
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "tests/cli_support.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
+
+using pipeplan::testing::error_of;
 
 namespace fs = std::filesystem;
 
@@ -35,16 +38,6 @@ std::string contents(const fs::path& path) {
 
 void put(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Every entry of a folder, by name.
@@ -190,7 +183,7 @@ TEST_F(Files, AnOutputCheckedEarlyNeedsItsFolder) {
   EXPECT_EQ(
       error_of([&] { check_output(path("plan.json") + "/trace.json"); }),
       path("plan.json") + "/trace.json: cannot write: '" + path("plan.json") + "' is not a folder");
-  EXPECT_EQ(error_of([&] { check_output(path("trace.json")); }), "");
+  EXPECT_EQ(error_of([&] { check_output(path("trace.json")); }), "<no error>");
 }
 
 TEST_F(Files, AnOutputNamedDashIsRefused) {
@@ -199,7 +192,7 @@ TEST_F(Files, AnOutputNamedDashIsRefused) {
             "-: cannot write: '-' names standard input, not an output (give a file name)");
   const fs::path cwd = fs::current_path();
   fs::current_path(dir_);
-  EXPECT_NE(error_of([] { write_file_atomic("-", "x"); }), "");
+  EXPECT_NE(error_of([] { write_file_atomic("-", "x"); }), "<no error>");
   fs::current_path(cwd);
   EXPECT_TRUE(entries(dir_).empty());
 }

@@ -520,14 +520,17 @@ std::function<int(TcpProcessGroup&)> meet_at_a_barrier(milliseconds timeout) {
   };
 }
 
-TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
-  const int port = testing::free_port();
-  const milliseconds timeout(5000);
+// Two ranks that meet at a barrier, rank 1 held back until `meanwhile` calls its argument (or
+// returns): for tests that do something to rank 0's port first. A marker file, named after `what`,
+// the process and the port, holds rank 1 back. The ranks' exits; the test fails where the job
+// could not be run.
+std::optional<std::vector<Exit>> barrier_pair_with_rank_1_held(
+    int port, milliseconds timeout, const std::string& what,
+    const std::function<void(const std::function<void()>& start_rank_1)>& meanwhile) {
   const auto body = meet_at_a_barrier(timeout);
-  // Rank 1 starts once the stranger has connected and spoken (a marker file says so).
   const std::string marker =
       (std::filesystem::temp_directory_path() /
-       ("pipeplan-stranger-" + std::to_string(::getpid()) + "-" + std::to_string(port)))
+       ("pipeplan-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(port)))
           .string();
   std::filesystem::remove(marker);
   const std::vector<std::function<int()>> bodies = {
@@ -547,20 +550,30 @@ TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
     }
   });
   const auto start_rank_1 = [&] { std::ofstream(marker) << "go\n"; };
-  std::string answer;
-  try {
-    const int fd = connect_raw(port);
-    write_raw(fd, "GET / HTTP/1.0\r\nHost: x\r\n\r\n");
-    start_rank_1();
-    answer = read_raw(fd);  // rank 0 closes it without a word
-    ::close(fd);
-  } catch (const Error& e) {
-    ADD_FAILURE() << "the stranger: " << e.what();
-  }
-  start_rank_1();  // again, in case the stranger failed before it
+  meanwhile(start_rank_1);
+  start_rank_1();  // in case `meanwhile` failed before it did
   job.join();
   std::filesystem::remove(marker);
-  ASSERT_TRUE(exits.has_value()) << job_error;
+  if (!exits) ADD_FAILURE() << "the " << what << " job: " << job_error;
+  return exits;
+}
+
+TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
+  const int port = testing::free_port();
+  std::string answer;
+  const auto exits = barrier_pair_with_rank_1_held(
+      port, milliseconds(5000), "stranger", [&](const std::function<void()>& start_rank_1) {
+        try {
+          const int fd = connect_raw(port);
+          write_raw(fd, "GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+          start_rank_1();
+          answer = read_raw(fd);  // rank 0 closes it without a word
+          ::close(fd);
+        } catch (const Error& e) {
+          ADD_FAILURE() << "the stranger: " << e.what();
+        }
+      });
+  ASSERT_TRUE(exits.has_value());
   EXPECT_EQ(answer, "");
   EXPECT_EQ(exits->at(0).status, 0) << exits->at(0).out;
   EXPECT_EQ(exits->at(1).status, 0) << exits->at(1).out;
@@ -570,35 +583,20 @@ TEST(TcpProcessGroup, AStrangerOnThePortIsIgnored) {
 // rank out: the oldest gives its place up, and each is dropped once silent for 2 s.
 TEST(TcpProcessGroup, SilentConnectionsDoNotLockARankOut) {
   const int port = testing::free_port();
-  const milliseconds timeout(8000);
-  const auto body = meet_at_a_barrier(timeout);
-  // Rank 1 starts once the silent connections are made (a marker file says so).
-  const std::string marker =
-      (std::filesystem::temp_directory_path() / ("pipeplan-silent-" + std::to_string(port)))
-          .string();
-  std::filesystem::remove(marker);
-  const std::vector<std::function<int()>> bodies = {
-      [=] { return rank_main(rank_env(0, 2, port), timeout, body); },
-      [=] {
-        for (int i = 0; i < 500 && !std::filesystem::exists(marker); ++i)
-          std::this_thread::sleep_for(milliseconds(10));
-        return rank_main(rank_env(1, 2, port), timeout, body);
-      }};
-  std::optional<std::vector<Exit>> exits;
-  std::thread job([&] { exits = run_processes(bodies); });
   std::vector<int> silent;
   silent.reserve(12);
-  try {
-    for (int i = 0; i < 12; ++i)
-      silent.push_back(connect_raw(port));
-  } catch (const Error& e) {
-    ADD_FAILURE() << e.what() << " after " << silent.size() << " connections";
-  }
-  std::ofstream(marker) << "go\n";
-  job.join();
-  std::filesystem::remove(marker);
+  const auto exits = barrier_pair_with_rank_1_held(
+      port, milliseconds(8000), "silent", [&](const std::function<void()>&) {
+        try {
+          for (int i = 0; i < 12; ++i)
+            silent.push_back(connect_raw(port));
+        } catch (const Error& e) {
+          ADD_FAILURE() << e.what() << " after " << silent.size() << " connections";
+        }
+      });
   for (const int fd : silent)
     ::close(fd);
+  ASSERT_TRUE(exits.has_value());
   EXPECT_EQ(exits->at(0).status, 0) << exits->at(0).out;
   EXPECT_EQ(exits->at(1).status, 0) << exits->at(1).out;
 }
