@@ -234,6 +234,8 @@ check "plan: HF config with 1e9 layers" plan --model cfg/config.json --stages 2 
 check "compare: HF config with 1e9 layers" compare --model cfg/config.json --stages 2 -m 2
 check "bpipe: HF config with 1e9 layers" bpipe --model cfg/config.json --stages 2 --global-batch 8
 check "plan --p2-concat with backward fused" plan --model tiny --stages 2 -m 2 --backward fused --p2-concat 2 -o '{out}'
+EXPECT='--stages: 4 devices x 2 virtual stages each (zb-v) = 8 stages but tiny has 4 blocks' \
+  check "plan: zb-v with more virtual stages than blocks" plan --model tiny --stages 4 -m 8 --schedule zb-v -o '{out}'
 check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'
 check "plan: MoE config with more experts per token than experts" plan --model moe_greedy/config.json --stages 2 -m 2 -o '{out}'
 check "profile --backend cpu of an MoE model" profile --backend cpu --model moe_tiny/config.json -o '{out}'
@@ -343,6 +345,9 @@ check "validate: plan with 1e999" validate plan_1e999.json
 check "run: plan with 1e999" run plan_1e999.json --trace '{out}'
 check "export: plan with 1e999" export plan_1e999.json -o '{out}'
 check "diff: plan with 1e999" diff plan.json plan_1e999.json
+EXPECT="trace.json: a trace (it has 'traceEvents' and no 'format'), not a 'pipeplan-plan' file" \
+  check "diff: trace and plan swapped" diff trace.json plan.json
+EXPECT="not a 'pipeplan-plan' file" check "show: a trace" show trace.json
 # CLI11's two-line messages.
 check "unknown subcommand" frobnicate
 check "unknown option" plan --model tiny --stages 2 -m 2 --frobnicate -o '{out}'

@@ -7,6 +7,7 @@
 #include "planner/base/io.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
+#include "profiles/recompute.h"
 #include "schedules/torch_csv.h"
 #include "tools/commands.h"
 
@@ -35,6 +36,13 @@ struct ExportCommand {
       std::cerr << "pipeplan: warning: " << plan_path << ": " << stash_moves
                 << " BPipe stash transfers (evict/load) are not representable in PyTorch's "
                    "CSV and are left out\n";
+    }
+    if (graph.meta.recompute.any()) {
+      std::cerr << "pipeplan: warning: " << plan_path << ": the plan recomputes "
+                << recompute_text(graph.meta.recompute)
+                << ", which PyTorch's CSV cannot carry (checkpoint those blocks in the model; "
+                   "import with --recompute "
+                << to_string(graph.meta.recompute) << " to plan it again)\n";
     }
     if (output.empty()) {
       std::cout << schedule_to_torch_csv(graph.schedule);

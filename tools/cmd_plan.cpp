@@ -100,6 +100,11 @@ struct PlanCommand {
       std::cout << json_text(j, 2) << "\n";
     } else {
       std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
+      if (request.recompute.method == Recompute::Method::automatic &&
+          !plan.graph.meta.recompute.any()) {
+        std::cout << "activation recompute: auto chose none: the plan fits keeping every "
+                     "block's activations\n";
+      }
       if (!output.empty()) std::cout << "wrote " << output << "\n";
     }
     return 0;

@@ -460,14 +460,31 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
                                        : std::string()) +
       (meta.recompute.any() ? ", recompute " + recompute_text(meta.recompute) : std::string()) +
       "\n";
-  out += "device    busy ms  bubble %  peak GiB  limit GiB  stages (E, t blocks, L)\n";
+  // Each memory column in GiB, or in MiB or KiB where all its values are below one of the larger
+  // unit (a CPU plan's peaks would all read 0.00 GiB).
+  const auto unit_of = [](double largest) {
+    return largest >= kBytesPerGiB      ? std::pair{"GiB", kBytesPerGiB}
+           : largest >= 1024.0 * 1024.0 ? std::pair{"MiB", 1024.0 * 1024.0}
+                                        : std::pair{"KiB", 1024.0};
+  };
+  double largest_peak = 0;
+  for (const DeviceMetrics& metrics : sim.devices)
+    largest_peak = std::max(largest_peak, static_cast<double>(metrics.peak_memory_bytes));
+  double largest_limit = 0;
+  for (const double limit : meta.memory_limit_bytes)
+    largest_limit = std::max(largest_limit, limit);
+  const auto [peak_unit, peak_bytes] = unit_of(largest_peak);
+  const auto [limit_unit, limit_bytes] =
+      largest_limit > 0 ? unit_of(largest_limit) : std::pair{"GiB", kBytesPerGiB};
+  out += std::string("device    busy ms  bubble %  peak ") + peak_unit + "  limit " + limit_unit +
+         "  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];
     const double limit = device < static_cast<int>(meta.memory_limit_bytes.size())
                              ? meta.memory_limit_bytes[static_cast<std::size_t>(device)]
                              : 0;
-    const double peak_gib = static_cast<double>(metrics.peak_memory_bytes) / kBytesPerGiB;
+    const double peak = static_cast<double>(metrics.peak_memory_bytes) / peak_bytes;
     std::string stages = device_stages(graph, device);
     if (stages.size() > kStagesWidth) stages = stages.substr(0, kStagesWidth - 3) + "...";
     std::string name = "dev " + std::to_string(device);
@@ -475,8 +492,8 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     out += name;
     out += pad_left(printf_text("%.3f", metrics.busy_us / 1000), 11);
     out += pad_left(printf_text("%.1f", metrics.bubble_ratio * 100), 8) + " %";
-    out += pad_left(printf_text("%.2f", peak_gib), 10);
-    out += pad_left(limit > 0 ? printf_text("%.2f", limit / kBytesPerGiB) : "-", 11);
+    out += pad_left(printf_text("%.2f", peak), 10);
+    out += pad_left(limit > 0 ? printf_text("%.2f", limit / limit_bytes) : "-", 11);
     // '!' marks a device whose peak exceeds its memory limit.
     out += (limit > 0 && static_cast<double>(metrics.peak_memory_bytes) > limit) ? "! " : "  ";
     out += stages + "\n";

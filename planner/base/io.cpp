@@ -483,6 +483,11 @@ void require_format(const nlohmann::json& json, std::string_view expected_format
 
 int require_format(const nlohmann::json& json, std::string_view expected_format, int oldest_version,
                    int newest_version, std::string_view source) {
+  if (json.is_object() && !json.contains("format") && json.contains("traceEvents")) {
+    // The usual mix-up: a measured or predicted trace given where a plan or profile goes.
+    throw Error(std::string(source) + ": a trace (it has 'traceEvents' and no 'format'), not a '" +
+                std::string(expected_format) + "' file");
+  }
   const std::string format = require_string(json, "format", source);
   if (format != expected_format) {
     throw Error(std::string(source) + ": field 'format' is '" + format + "', expected '" +

@@ -102,6 +102,17 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
   const int model_stages = stage_count / replicas;
   Partition partition;
   if (blocks.empty()) {
+    const std::vector<LayerKind> layers = model.layer_list();
+    const auto block_count = std::count(layers.begin(), layers.end(), LayerKind::block);
+    if (model_stages > block_count && request.devices > 0 && model_stages > request.devices) {
+      // The virtual stages come from --chunks or the family: say so, not only the total.
+      throw FieldError("devices", std::to_string(request.devices) + " devices x " +
+                                      std::to_string(model_stages / request.devices) +
+                                      " virtual stages each (" + request.schedule +
+                                      ") = " + std::to_string(model_stages) + " stages but " +
+                                      (model.name.empty() ? "the model" : model.name) + " has " +
+                                      std::to_string(block_count) + " blocks");
+    }
     partition = partition_balanced(model, request.profile, request.mbs, model_stages);
   } else {
     if (static_cast<int>(blocks.size()) != model_stages) {

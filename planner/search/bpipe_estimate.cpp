@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iterator>
 
@@ -266,7 +267,14 @@ std::string format_estimate(const BpipeEstimate& e) {
          (replicas > 1 ? " (" + std::to_string(e.global_batch) + " per replica)" : "") +
          " (MFU = PaLM model FLOPs)\n";
   if (!e.memory_note.empty()) out += "memory: " + e.memory_note + "\n";
-  if (replicas > 1) out += "data parallel: " + data_parallel_text(e.data_parallel) + "\n";
+  if (replicas > 1) {
+    // A profile without the optimizer step's time plans no optimizer node, and so no reduction.
+    const bool optimizer =
+        (e.without && e.without->optimizer_us > 0) || (e.with && e.with->optimizer_us > 0);
+    out += "data parallel: " + data_parallel_text(e.data_parallel) +
+           (optimizer ? "" : "; the gradients' reduction is left out with the optimizer step") +
+           "\n";
+  }
   out += row("without BPipe: ", *e.without);
   if (e.with) {
     out += row("with BPipe:    ", *e.with);
@@ -306,7 +314,8 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
           {"dp_optimizer", std::string(to_string(e.data_parallel.optimizer))},
           {"global_batch", e.global_batch * e.data_parallel.replicas},
           {"global_batch_per_replica", e.global_batch},
-          {"memory_limit_bytes", e.memory_limit_bytes},
+          // whole bytes, as plan --json writes them
+          {"memory_limit_bytes", static_cast<std::int64_t>(std::floor(e.memory_limit_bytes))},
           {"without", config(e.without)},
           {"with", config(e.with)},
           {"bpipe_fits", e.bpipe_fits},

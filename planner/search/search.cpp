@@ -82,8 +82,12 @@ std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
     if (global_batch / mbs <= limits::kMaxMicrobatches) sizes.emplace_back(mbs, global_batch / mbs);
   }
   if (!divides) {
+    std::string candidates;
+    for (const int mbs : mbs_candidates)
+      candidates += (candidates.empty() ? "" : ", ") + std::to_string(mbs);
     throw FieldError("global_batch", std::to_string(global_batch) +
-                                         " is divisible by no candidate micro-batch size");
+                                         " is divisible by no candidate micro-batch size (" +
+                                         candidates + ")");
   }
   if (sizes.empty()) {
     throw FieldError("global_batch",
@@ -224,8 +228,15 @@ std::string format_pareto(const SearchResult& result) {
   // A recompute column where some point recomputes: none, full or N (the first N of a stage).
   const bool recomputes = std::any_of(result.pareto.begin(), result.pareto.end(),
                                       [](const SearchPoint& p) { return p.recompute.any(); });
-  std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-12s %-9s %s%s\n", "step ms",
-                "span ms", "peak GiB", "gap", "mbs", "m", "schedule", "backward",
+  // The schedule column as wide as its widest name ("interleaved V=2").
+  const auto schedule_name = [](const SearchPoint& p) {
+    return p.chunks > 1 ? p.schedule + " V=" + std::to_string(p.chunks) : p.schedule;
+  };
+  int schedule_width = 12;
+  for (const SearchPoint& p : result.pareto)
+    schedule_width = std::max(schedule_width, static_cast<int>(schedule_name(p).size()));
+  std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-*s %-9s %s%s\n", "step ms",
+                "span ms", "peak GiB", "gap", "mbs", "m", schedule_width, "schedule", "backward",
                 recomputes ? "recompute " : "", "blocks/stage");
   out += line;
   for (const SearchPoint& p : result.pareto) {
@@ -235,19 +246,18 @@ std::string format_pareto(const SearchResult& result) {
       for (const int b : p.layers_per_stage)
         blocks += (blocks.empty() ? "" : ",") + std::to_string(b);
     }
-    const std::string name =
-        p.chunks > 1 ? p.schedule + " V=" + std::to_string(p.chunks) : p.schedule;
+    const std::string name = schedule_name(p);
     std::array<char, 32> recompute_cell{};
     if (recomputes) {
       std::snprintf(recompute_cell.data(), recompute_cell.size(), "%-9s ",
                     to_string(p.recompute).c_str());
     }
-    std::snprintf(line, sizeof line, "%11.3f %11.3f %10.2f %7.1f%% %4d %5d %-12s %-9s %s%s\n",
-                  p.step_time_us / 1e3, p.span_us / 1e3,
-                  static_cast<double>(p.peak_memory_bytes) / (1 << 30),
-                  p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
-                  p.microbatches, name.c_str(), std::string(to_string(p.backward)).c_str(),
-                  recompute_cell.data(), blocks.c_str());
+    std::snprintf(
+        line, sizeof line, "%11.3f %11.3f %10.2f %7.1f%% %4d %5d %-*s %-9s %s%s\n",
+        p.step_time_us / 1e3, p.span_us / 1e3, static_cast<double>(p.peak_memory_bytes) / (1 << 30),
+        p.bound_us > 0 ? 100 * (p.step_time_us - p.bound_us) / p.bound_us : 0.0, p.mbs,
+        p.microbatches, schedule_width, name.c_str(), std::string(to_string(p.backward)).c_str(),
+        recompute_cell.data(), blocks.c_str());
     out += line;
   }
   return out;

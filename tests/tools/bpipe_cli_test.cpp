@@ -416,6 +416,14 @@ TEST(BpipeCli, DataParallelReplicasShareTheGlobalBatchAndTheOptimizerState) {
                       "10 us latency\n"),
             std::string::npos)
       << text;
+  // A profile without the optimizer step's time plans no reduction either, and says so.
+  const std::string measured =
+      run("bpipe --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+          "/profiles/h200-llama-7b.measured.json --stages 4 --global-batch 32 --data-parallel 2");
+  EXPECT_NE(measured.find("; the gradients' reduction is left out with the optimizer step\n"),
+            std::string::npos)
+      << measured;
+  EXPECT_EQ(text.find("left out"), std::string::npos) << text;
   int status = 0;
   const std::string uneven = run(gpt3 + " --global-batch 100 --data-parallel 8", &status);
   EXPECT_EQ(status, 1) << uneven;

@@ -413,6 +413,14 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   const Result roomy = run(base + " --recompute auto");
   ASSERT_EQ(roomy.status, 0) << roomy.out;
   EXPECT_EQ(nlohmann::json::parse(roomy.out)["recompute"], nlohmann::json({{"method", "none"}}));
+  // ...and the summary says that auto chose so (the JSON's recompute says none).
+  std::string text_base = base;
+  text_base.erase(text_base.find(" --json"), 7);
+  const Result roomy_text = run(text_base + " --recompute auto");
+  EXPECT_NE(roomy_text.out.find("activation recompute: auto chose none: the plan fits keeping "
+                                "every block's activations\n"),
+            std::string::npos)
+      << roomy_text.out;
   expect_error(base + " --reserve 0 --memory " + std::to_string(peaks[8] - 1) + " --recompute auto",
                "--memory: ");
   // With --schedule auto, which can fit without recomputation by serialising its stages, auto

@@ -299,6 +299,23 @@ TEST(Timeline, SummaryListsBpipePairs) {
             std::string::npos);
 }
 
+// Peaks below a GiB (a CPU plan's) read in MiB or KiB, not as 0.00 GiB; the limit column keeps
+// its own unit.
+TEST(Timeline, SmallPeaksReadInMiBOrKiB) {
+  Plan p = two_device_plan();
+  p.sim.devices[0].peak_memory_bytes = 3 * 1024 * 1024 + 512 * 1024;
+  p.sim.devices[1].peak_memory_bytes = 1024 * 1024;
+  std::string text = render_summary(p.graph, p.sim);
+  EXPECT_NE(text.find("peak MiB  limit GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("3.50      80.00"), std::string::npos) << text;
+  p.graph.meta.memory_limit_bytes.assign(p.graph.meta.memory_limit_bytes.size(), 4096.0);
+  p.sim.devices[0].peak_memory_bytes = 2048;
+  p.sim.devices[1].peak_memory_bytes = 512;
+  text = render_summary(p.graph, p.sim);
+  EXPECT_NE(text.find("peak KiB  limit KiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("2.00       4.00"), std::string::npos) << text;
+}
+
 TEST(Timeline, SummaryReportsDevicesAndTotals) {
   Plan p = two_device_plan();
   std::string text = render_summary(p.graph, p.sim);
@@ -308,6 +325,7 @@ TEST(Timeline, SummaryReportsDevicesAndTotals) {
   EXPECT_NE(text.find("31.4"), std::string::npos);   // dev 0 bubble %
   EXPECT_NE(text.find("3.00"), std::string::npos);   // dev 0 peak GiB
   EXPECT_NE(text.find("80.00"), std::string::npos);  // limit GiB
+  EXPECT_NE(text.find("peak GiB  limit GiB"), std::string::npos);
   // This graph has no model: the stages' layer indices as they are.
   EXPECT_NE(text.find("0 (layers 0-8)"), std::string::npos);
   EXPECT_NE(text.find("1 (layers 9-17)"), std::string::npos);

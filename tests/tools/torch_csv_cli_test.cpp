@@ -188,6 +188,34 @@ TEST_F(TorchCsvCli, ImportSaysWhichCellsItSkipped) {
   EXPECT_EQ(run("validate " + path("p.json")).status, 0);
 }
 
+// Recomputation is not in PyTorch's CSV: export says so, and import with the plan's own
+// --recompute predicts the same step.
+TEST_F(TorchCsvCli, ExportWarnsAboutRecomputationAndImportTakesItAgain) {
+  const Result planned =
+      run("plan --model llama-7b --stages 2 -m 4 --recompute 2 -o " + path("plan.json"));
+  ASSERT_EQ(planned.status, 0) << planned.out;
+  const Result warned = pipeplan::testing::run_shell("{ " + std::string(PIPEPLAN_BINARY) +
+                                                     " export " + path("plan.json") + " -o " +
+                                                     path("s.csv") + " 2>&1 >/dev/null; }");
+  EXPECT_EQ(warned.status, 0);
+  EXPECT_EQ(warned.out, "pipeplan: warning: " + path("plan.json") +
+                            ": the plan recomputes the first 2 blocks of each stage, which "
+                            "PyTorch's CSV cannot carry (checkpoint those blocks in the model; "
+                            "import with --recompute 2 to plan it again)\n");
+  const auto step = [&](const std::string& file) {
+    return run("show " + path(file) + " --json").out;
+  };
+  ASSERT_EQ(run("import " + path("s.csv") + " --model llama-7b --recompute 2 -o " + path("i.json"))
+                .status,
+            0);
+  ASSERT_EQ(run("import " + path("s.csv") + " --model llama-7b -o " + path("none.json")).status, 0);
+  const auto makespan = [&](const std::string& file) {
+    return nlohmann::json::parse(step(file))["step_time_ms"].get<double>();
+  };
+  EXPECT_DOUBLE_EQ(makespan("i.json"), makespan("plan.json"));
+  EXPECT_LT(makespan("none.json"), makespan("plan.json"));
+}
+
 TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
   ASSERT_EQ(run("plan --model llama-7b --gpu a100 --stages 4 -m 8 --layers-per-stage 7,9,9,7 "
                 "--bpipe on --memory 200GiB -o " +

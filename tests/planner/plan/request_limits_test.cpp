@@ -80,7 +80,7 @@ TEST(RequestLimits, GlobalBatchSplitsStayWithinTheMicroBatchLimit) {
   EXPECT_EQ(field_error([] {
               global_batch_splits(9, {2, 4});
             }),
-            "global_batch: 9 is divisible by no candidate micro-batch size");
+            "global_batch: 9 is divisible by no candidate micro-batch size (2, 4)");
   // Only the sizes that keep m within the limit remain.
   const auto splits = global_batch_splits(1 << 20, {1, 16, 32});
   ASSERT_EQ(splits.size(), 2u);

@@ -45,6 +45,32 @@ TEST(Search, BestIsNoWorseThanEveryFixedPlanAndFrontIsNonDominated) {
   EXPECT_NE(format_pareto(r).find("Pareto front"), std::string::npos);
 }
 
+// The front's columns line up whatever the schedules' names: "interleaved V=2" is wider than the
+// column's usual 12 characters.
+TEST(Search, TheFrontsColumnsLineUpForLongScheduleNames) {
+  SearchResult r;
+  SearchPoint wide;
+  wide.schedule = "interleaved";
+  wide.chunks = 2;
+  wide.backward = BackwardMode::twobp;
+  wide.step_time_us = 1000;
+  SearchPoint narrow;
+  narrow.schedule = "1f1b";
+  narrow.backward = BackwardMode::fused;
+  narrow.step_time_us = 2000;
+  r.pareto = {wide, narrow};
+  const std::string text = format_pareto(r);
+  const auto header = text.find("backward");
+  const auto row_1 = text.find("interleaved V=2");
+  const auto row_2 = text.find(" 1f1b");
+  ASSERT_NE(header, std::string::npos);
+  ASSERT_NE(row_1, std::string::npos);
+  ASSERT_NE(row_2, std::string::npos);
+  const auto column = [&](std::size_t at) { return at - text.rfind('\n', at) - 1; };
+  EXPECT_EQ(column(text.find("2bp", row_1)), column(header)) << text;
+  EXPECT_EQ(column(text.find("fused", row_2)), column(header)) << text;
+}
+
 // --objective steady: the best plan and the front are by the largest stage span, which the best
 // of the step objective can only match or exceed.
 TEST(Search, TheSteadyObjectiveRanksByTheLargestStageSpan) {
