@@ -468,7 +468,10 @@ std::string format_diff(const TraceDiff& diff, int top) {
                   d.predicted_stall_us, d.measured_stall_us);
   }
   const bool host_known = !diff.devices.empty() && diff.devices[0].measured_host_stall_us >= 0;
-  out += "  (stall: compute waited with every input ready; the simulator never waits)\n";
+  out += diff.pairs.pairs > 0
+             ? "  (stall: compute waited with every input ready; the simulator waits only where an "
+               "overlapped pair's other op is not ready yet)\n"
+             : "  (stall: compute waited with every input ready; the simulator never waits)\n";
   if (host_known) {
     out += "  of the measured stall, the host queued late:";
     for (const DeviceDiff& d : diff.devices) {

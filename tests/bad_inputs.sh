@@ -22,7 +22,8 @@ cp "$(dirname "${BASH_SOURCE[0]}")/../profiles/gpus.json" "$inputs/gpus/gpus.jso
   cd "$inputs" || exit 1
   "$pipeplan" plan --model tiny --stages 2 -m 2 -o plan.json >/dev/null &&
     "$pipeplan" plan --model tiny --stages 2 -m 4 --schedule dualpipe -o dualpipe.json >/dev/null &&
-    "$pipeplan" profile --analytic --model tiny --gpu h100 -o profile.json >/dev/null
+    "$pipeplan" profile --analytic --model tiny --gpu h100 -o profile.json >/dev/null &&
+    "$pipeplan" profile --analytic --model tiny --gpu a100 -o profile_a100.json >/dev/null
 ) || { echo "bad_inputs: could not make the inputs"; exit 1; }
 cd "$inputs" || exit 1
 sed 's/"layers": 4,/"layers": 1000000000,/' profile.json >profile_1e9_layers.json
@@ -536,5 +537,21 @@ SETUP="echo '{\"backend\": \"cpu\", \"peak_memory_bytes\": [1, -2]}' >run.run.js
 SETUP="echo '{\"backend\": \"cpu\"}' >run.run.json" \
   EXPECT="run.run.json: no 'peak_memory' rows (CUDA report) or 'peak_memory_bytes' (CPU)" \
   check "calibrate eval: a run report without peaks" calibrate eval --profile profile.json run
+# calibrate: runs that are not the profile's, or given twice; a report for other devices.
+EXPECT="run.plan.json: field 'meta.gpu' is 'h100-sxm', but profile_a100.json is for 'a100-80g'" \
+  check "calibrate fit: a profile of another GPU" calibrate fit --profile profile_a100.json -o '{out}' run
+EXPECT="run.plan.json: field 'meta.gpu' is 'h100-sxm', but profile_a100.json is for 'a100-80g'" \
+  check "calibrate eval: a profile of another GPU" calibrate eval --profile profile_a100.json run
+EXPECT='RUN: ./run is given twice' \
+  check "calibrate fit: a run given twice" calibrate fit --profile profile.json -o '{out}' run ./run
+SETUP="echo '{\"backend\": \"cpu\", \"peak_memory_bytes\": [1, 2, 3]}' >run.run.json" \
+  EXPECT='run.run.json: 3 devices'"'"' peaks for a plan of 2 devices' \
+  check "calibrate eval: a run report for 3 devices" calibrate eval --profile profile.json run
+# Candidate lists with a value given twice; options that exclude each other.
+EXPECT="--mbs: 1 is given twice in '1,2,1'" \
+  check "profile --mbs 1,2,1" profile --backend cpu --model tiny --mbs 1,2,1 -o '{out}'
+EXPECT="--mbs-list: 2 is given twice in '2,2'" \
+  check "bpipe --mbs-list 2,2" bpipe --model tiny --stages 2 --global-batch 8 --mbs-list 2,2
+EXPECT='--top excludes --all' check "diff --top 3 --all" diff plan.json trace.json --top 3 --all
 echo "bad_inputs: $((cases - failures)) of $cases cases end in one line, a non-zero exit and no file within ${limit} s"
 [ "$failures" -eq 0 ]

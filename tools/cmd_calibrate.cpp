@@ -14,7 +14,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -23,6 +27,7 @@
 #include "planner/calibrate/recorded_run.h"
 #include "planner/graph/simulator.h"
 #include "planner/plan/make_plan.h"
+#include "profiles/model.h"
 #include "runtime/trace_diff.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
@@ -44,7 +49,38 @@ std::string percent(double fraction, int width) {
   return printf_text("%*.1f%%", width - 1, 100 * fraction);
 }
 
+// The same run given twice (as the same path, or two spellings of it) would count twice.
+void check_distinct_runs(const std::vector<std::string>& prefixes) {
+  std::vector<std::string> seen;
+  for (const std::string& prefix : prefixes) {
+    std::string path = fs::absolute(fs::path(prefix)).lexically_normal().string();
+    if (std::find(seen.begin(), seen.end(), path) != seen.end())
+      throw Error("RUN: " + prefix + " is given twice");
+    seen.push_back(std::move(path));
+  }
+}
+
+// A recorded run's plan against the profile it is fitted or evaluated with: planned for the
+// profile's model, GPU and sequence length, or one line naming the plan's field.
+void check_run_of_profile(const TaskGraph& plan, const std::string& plan_path,
+                          const Profile& profile, const std::string& profile_path) {
+  const auto differs = [&](std::string_view field, const std::string& planned,
+                           const std::string& profiled) {
+    throw Error(plan_path + ": field 'meta." + std::string(field) + "' is '" + planned + "', but " +
+                profile_path + " is for '" + profiled +
+                "' (give the profile the run was planned from)");
+  };
+  if (model_to_json(plan.meta.model) != model_to_json(profile.model)) {
+    differs("model", plan.meta.model.name, profile.model.name);
+  }
+  if (plan.meta.gpu != profile.gpu) differs("gpu", plan.meta.gpu, profile.gpu);
+  if (plan.meta.seq != profile.seq) {
+    differs("seq", std::to_string(plan.meta.seq), std::to_string(profile.seq));
+  }
+}
+
 std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
+  check_distinct_runs(prefixes);
   const std::vector<std::string> labels = run_labels(prefixes);
   std::vector<MeasuredRun> runs;
   runs.reserve(prefixes.size());
@@ -107,6 +143,8 @@ struct FitCommand {
                   ": field 'contention' is missing (--copy-only keeps its compute curves)");
     }
     const std::vector<MeasuredRun> measured = load_runs(runs);
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      check_run_of_profile(measured[i].plan, runs[i] + ".plan.json", profile, profile_path);
     check_output(output);
     const double given_overlap = profile.overlap.efficiency;
     std::optional<OverlapFit> pairs;  // before the longer fit: a run without pairs fails first
@@ -290,6 +328,7 @@ struct EvalCommand {
 
   int run() const {
     const Profile profile = load_profile(profile_path);
+    check_distinct_runs(runs);
     const std::vector<std::string> labels = run_labels(runs);
     const auto report = progress_sink(progress);
     std::size_t width = 28;
@@ -304,6 +343,7 @@ struct EvalCommand {
       const std::string& prefix = runs[i];
       if (report) report(printf_text("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
       const TaskGraph recorded = load_plan(prefix + ".plan.json");
+      check_run_of_profile(recorded, prefix + ".plan.json", profile, profile_path);
       const std::string trace = prefix + ".trace.json";
       const std::vector<NodeTime> times =
           node_times_from_trace(recorded, read_json_file(trace), trace);
@@ -329,6 +369,11 @@ struct EvalCommand {
         const RecordedPeaks peaks = recorded_peaks(read_text_file(path), path);
         const std::vector<std::int64_t> predicted =
             peaks.predicted_bytes.empty() ? before.peak_memory_bytes() : peaks.predicted_bytes;
+        if (peaks.measured_bytes.size() != before.peak_memory_bytes().size()) {
+          throw Error(path + ": " + std::to_string(peaks.measured_bytes.size()) +
+                      " devices' peaks for a plan of " +
+                      std::to_string(before.peak_memory_bytes().size()) + " devices");
+        }
         memory = printf_text(
             "%+13.1f%% %+7.1f%%", worst_memory_error_pct(predicted, peaks.measured_bytes),
             worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));

@@ -49,10 +49,10 @@ Command add_diff_command(CLI::App& app) {
   sub->add_option("plan", cmd->plan_path, "plan JSON (- reads standard input)")->required();
   sub->add_option("measured", cmd->measured_path, "trace JSON written by `pipeplan run --trace`")
       ->required();
-  sub->add_option("--top", cmd->top, "worst ops to show")
-      ->capture_default_str()
-      ->check(int_range(0, std::numeric_limits<int>::max()));
-  sub->add_flag("--all", cmd->all, "show every op");
+  CLI::Option* top = sub->add_option("--top", cmd->top, "worst ops to show")
+                         ->capture_default_str()
+                         ->check(int_range(0, std::numeric_limits<int>::max()));
+  sub->add_flag("--all", cmd->all, "show every op (not with --top)")->excludes(top);
   sub->add_flag("--json", cmd->json, "print machine-readable results");
   return {sub, [cmd] { return cmd->run(); }};
 }

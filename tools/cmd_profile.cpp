@@ -76,7 +76,7 @@ struct ProfileCommand {
     if (max_concat < 1) throw Error("--max-concat: must be at least 1");
     AnalyticOptions options;
     options.seq = seq;
-    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.micro_batch_sizes = parse_candidate_list(mbs, "--mbs");
     options.attention = attention_from_string(attention);
     options.max_p2_concat = max_concat;
     Profile profile = analytic_profile(resolve_model(model), find_gpu(gpu), options);
@@ -116,7 +116,7 @@ struct ProfileCommand {
     cpu::CpuProfileOptions options;
     options.model = resolve_model(model);
     options.seq = seq;
-    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.micro_batch_sizes = parse_candidate_list(mbs, "--mbs");
     options.max_concat = max_concat;
     options.repetitions = repetitions;
     options.progress = isatty(STDERR_FILENO) != 0;
@@ -147,7 +147,7 @@ struct ProfileCommand {
     GpuProfileOptions options;
     options.model = resolve_model(model);
     options.seq = seq;
-    options.micro_batch_sizes = parse_int_list(mbs, "--mbs");
+    options.micro_batch_sizes = parse_candidate_list(mbs, "--mbs");
     options.attention = attention_from_string(attention);
     options.max_concat = max_concat;
     options.repetitions = repetitions;

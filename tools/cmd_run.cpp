@@ -58,7 +58,9 @@ void RunCommand::check_host_memory(const TaskGraph& plan) const {
   if (need > max_host_gib * kBytesPerGiB) {
     throw Error(plan_path + ": a CPU run of model '" + plan.meta.model.name + "' needs about " +
                 format_gib(need) + " of host memory, above --max-host-gib " +
-                format_gib(max_host_gib * kBytesPerGiB) + " (plan the 'tiny' model for CPU runs)");
+                format_gib(max_host_gib * kBytesPerGiB) +
+                (plan.meta.model.name == "tiny" ? std::string(" (raise --max-host-gib)")
+                                                : " (plan the 'tiny' model for CPU runs)"));
   }
 }
 

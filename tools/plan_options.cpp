@@ -307,7 +307,7 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   if (global_batch < 0) throw Error("--global-batch: must be positive");
   if (global_batch > 0) limits::check_limit("global_batch", global_batch, limits::kMaxGlobalBatch);
   std::vector<int> candidates =
-      mbs_list.empty() ? std::vector<int>{1, 2, 4, 8} : parse_int_list(mbs_list, mbs_flag);
+      mbs_list.empty() ? std::vector<int>{1, 2, 4, 8} : parse_candidate_list(mbs_list, mbs_flag);
   if (candidates.size() > static_cast<std::size_t>(limits::kMaxSizeCandidates)) {
     throw Error(std::string(mbs_flag) + ": " +
                 limits::above_limit(std::to_string(candidates.size()) + " sizes",

@@ -1,5 +1,6 @@
 #include "tools/units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -102,6 +103,17 @@ std::vector<int> parse_int_list(std::string_view text, std::string_view option) 
     }
     out.push_back(value);
     pos = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> parse_candidate_list(std::string_view text, std::string_view option) {
+  std::vector<int> out = parse_int_list(text, option);
+  std::vector<int> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+    throw Error(std::string(option) + ": " + std::to_string(*twice) + " is given twice in '" +
+                std::string(text) + "'");
   }
   return out;
 }

@@ -21,6 +21,9 @@ double parse_fraction(std::string_view text, std::string_view option);
 double parse_number_in(std::string_view text, std::string_view option, double lo, double hi);
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.
 std::vector<int> parse_int_list(std::string_view text, std::string_view option);
+// The same for a list of candidates or sizes to measure, where a value given twice is a mistake:
+// "--mbs: 1 is given twice in '1,1'".
+std::vector<int> parse_candidate_list(std::string_view text, std::string_view option);
 std::string format_gib(double bytes);  // gib_text: "12.34 GiB", "300.00 KiB"
 
 // std::snprintf's text for `pattern` and `values`, at any length.

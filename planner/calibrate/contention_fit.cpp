@@ -504,8 +504,9 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
   }
   if (copy && std::max(copy->sender_idle, copy->sender_computing) > kMaxSlowdown) {
     // The link's modelled time is far below the measured sends: factors a profile cannot hold.
-    fit.copy_note = "copy factors " + limits::general_number(copy->sender_idle) + " and " +
-                    limits::general_number(copy->sender_computing) + " exceed " +
+    fit.copy_note = "copy factors " + limits::general_number(copy->sender_idle) +
+                    " (sender idle) and " + limits::general_number(copy->sender_computing) +
+                    " (sender computing): the largest exceeds " +
                     limits::general_number(kMaxSlowdown) +
                     ": the profile's link is far faster than the measured sends (its p2p); no "
                     "copy factors";

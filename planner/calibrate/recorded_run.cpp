@@ -64,7 +64,8 @@ std::vector<std::string> recorded_command(std::string_view text, std::string_vie
     if (line.starts_with(kHeader)) return split_command_line(line.substr(kHeader.size()), source);
     at = end + 1;
   }
-  throw Error(std::string(source) + ": no '# command:' line");
+  throw Error(std::string(source) +
+              ": no line '# command: pipeplan plan ...' (the command on the same line)");
 }
 
 RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {

@@ -193,7 +193,11 @@ TEST_F(ContentionFitTest, FactorsAProfileCannotHoldAreLeftOutOrRefused) {
       fit_contention({measured_under(*plan_, slow_copies)}, Contention{}, ContentionFitOptions{});
   EXPECT_FALSE(fit.copy_fitted);
   EXPECT_FALSE(fit.contention.copy.has_value());
-  EXPECT_EQ(fit.copy_note.find("copy factors 150 and 300 exceed 100"), 0U) << fit.copy_note;
+  EXPECT_EQ(
+      fit.copy_note.find(
+          "copy factors 150 (sender idle) and 300 (sender computing): the largest exceeds 100"),
+      0U)
+      << fit.copy_note;
 
   Contention slow_ops;
   slow_ops.slowdown = {150, 150, 150, 150};
