@@ -542,6 +542,9 @@ EXPECT="run.plan.json: field 'meta.gpu' is 'h100-sxm', but profile_a100.json is 
   check "calibrate fit: a profile of another GPU" calibrate fit --profile profile_a100.json -o '{out}' run
 EXPECT="run.plan.json: field 'meta.gpu' is 'h100-sxm', but profile_a100.json is for 'a100-80g'" \
   check "calibrate eval: a profile of another GPU" calibrate eval --profile profile_a100.json run
+SETUP="sed 's/\"layers\": 4,/\"layers\": 8,/' profile.json >profile_8.json" \
+  EXPECT="run.plan.json: field 'meta.model.layers' is '4', but profile_8.json is for '8'" \
+  check "calibrate eval: a profile of another model shape" calibrate eval --profile profile_8.json run
 EXPECT='RUN: ./run is given twice' \
   check "calibrate fit: a run given twice" calibrate fit --profile profile.json -o '{out}' run ./run
 SETUP="echo '{\"backend\": \"cpu\", \"peak_memory_bytes\": [1, 2, 3]}' >run.run.json" \

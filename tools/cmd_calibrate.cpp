@@ -61,17 +61,33 @@ void check_distinct_runs(const std::vector<std::string>& prefixes) {
 }
 
 // A recorded run's plan against the profile it is fitted or evaluated with: planned for the
-// profile's model, GPU and sequence length, or one line naming the plan's field.
+// profile's model shape (its name aside: a model from a config.json is named after where it was
+// read), GPU and sequence length, or one line naming the plan's field that differs.
 void check_run_of_profile(const TaskGraph& plan, const std::string& plan_path,
                           const Profile& profile, const std::string& profile_path) {
-  const auto differs = [&](std::string_view field, const std::string& planned,
+  const auto differs = [&](const std::string& field, const std::string& planned,
                            const std::string& profiled) {
-    throw Error(plan_path + ": field 'meta." + std::string(field) + "' is '" + planned + "', but " +
+    throw Error(plan_path + ": field 'meta." + field + "' is '" + planned + "', but " +
                 profile_path + " is for '" + profiled +
                 "' (give the profile the run was planned from)");
   };
-  if (model_to_json(plan.meta.model) != model_to_json(profile.model)) {
-    differs("model", plan.meta.model.name, profile.model.name);
+  const auto text = [](const nlohmann::json& value) {
+    return value.is_string() ? value.get<std::string>() : value.dump();
+  };
+  nlohmann::json planned = model_to_json(plan.meta.model);
+  nlohmann::json profiled = model_to_json(profile.model);
+  planned.erase("name");
+  profiled.erase("name");
+  for (const auto& [key, value] : planned.items()) {
+    const auto other = profiled.find(key);
+    if (other == profiled.end()) {
+      differs("model." + key, text(value), "no " + key);
+    } else if (*other != value) {
+      differs("model." + key, text(value), text(*other));
+    }
+  }
+  for (const auto& [key, value] : profiled.items()) {
+    if (!planned.contains(key)) differs("model." + key, "absent", text(value));
   }
   if (plan.meta.gpu != profile.gpu) differs("gpu", plan.meta.gpu, profile.gpu);
   if (plan.meta.seq != profile.seq) {

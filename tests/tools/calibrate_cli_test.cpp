@@ -241,6 +241,21 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   refused("fit --profile " + path("p.json") + " -o " + path("p.json") + " " + run_, "p.json");
   EXPECT_EQ(read_text(path("p.json")), before);
   refused("fit --profile " + kProfile + " -o " + run_ + ".trace.json " + run_, "trace.json");
+  // A profile of another model shape is refused naming the field; one of the same shape under
+  // another name (a config.json read from elsewhere) is the same model.
+  nlohmann::json other = read_json(kProfile);
+  other["model"]["layers"] = 16;
+  std::ofstream(path("other.json")) << other.dump();
+  refused("fit --profile " + path("other.json") + " -o " + none + " " + run_,
+          "run.plan.json: field 'meta.model.layers' is '32', but " + path("other.json") +
+              " is for '16'");
+  refused("eval --profile " + path("other.json") + " " + run_, "field 'meta.model.layers'");
+  nlohmann::json renamed = read_json(kProfile);
+  renamed["model"]["name"] = "llama-7b-elsewhere";
+  std::ofstream(path("renamed.json")) << renamed.dump();
+  const CliResult same =
+      run_pipeplan("calibrate eval --resimulate --profile " + path("renamed.json") + " " + run_);
+  EXPECT_EQ(same.status, 0) << same.out;
 }
 
 TEST_F(CalibrateCliTest, WorkingMemoryRemovesTheMemoryErrorEvalReports) {
