@@ -55,7 +55,7 @@ struct BpipeCommand {
   // A measured profile or --uniform already describes one pipeline device: auto means 1 there.
   BpipeEstimate estimate() const {
     if (tensor_parallel != "auto") {
-      const std::vector<int> t = parse_candidate_list(tensor_parallel, "--tensor-parallel");
+      const std::vector<int> t = parse_int_list(tensor_parallel, "--tensor-parallel");
       if (t.size() != 1) throw Error("--tensor-parallel: one degree or 'auto'");
       BpipeEstimate e = estimate_at(t.front());
       e.tensor_parallel_note = "given";

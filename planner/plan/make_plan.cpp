@@ -102,8 +102,7 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
   const int model_stages = stage_count / replicas;
   Partition partition;
   if (blocks.empty()) {
-    const std::vector<LayerKind> layers = model.layer_list();
-    const auto block_count = std::count(layers.begin(), layers.end(), LayerKind::block);
+    const int block_count = std::max(model.layers, 0);  // layer_list()'s blocks
     if (model_stages > block_count && request.devices > 0 && model_stages > request.devices) {
       // The virtual stages come from --chunks or the family: say so, not only the total.
       throw FieldError("devices", std::to_string(request.devices) + " devices x " +
