@@ -56,8 +56,8 @@ void RunRanks::agree(const std::optional<std::string>& error, std::string_view w
 void RunCommand::check_host_memory(const TaskGraph& plan) const {
   const auto need = static_cast<double>(estimate_cpu_host_bytes(plan));
   if (need > max_host_gib * kBytesPerGiB) {
-    throw Error(plan_path + ": a CPU run of model '" + plan.meta.model.name + "' needs about " +
-                format_gib(need) + " of host memory, above --max-host-gib " +
+    throw Error(input_name(plan_path) + ": a CPU run of model '" + plan.meta.model.name +
+                "' needs about " + format_gib(need) + " of host memory, above --max-host-gib " +
                 format_gib(max_host_gib * kBytesPerGiB) +
                 (plan.meta.model.name == "tiny" ? std::string(" (raise --max-host-gib)")
                                                 : " (plan the 'tiny' model for CPU runs)"));
@@ -67,7 +67,7 @@ void RunCommand::check_host_memory(const TaskGraph& plan) const {
 std::string RunCommand::header(const TaskGraph& plan, const std::string& backend_name,
                                const std::string& transport_name) const {
   const PlanMeta& m = plan.meta;
-  return plan_path + ": " + m.model.name + ", " + m.schedule + " " +
+  return input_name(plan_path) + ": " + m.model.name + ", " + m.schedule + " " +
          std::string(to_string(m.backward)) +
          (m.recompute.any() ? ", recompute " + to_string(m.recompute) : std::string()) + ", " +
          std::to_string(m.devices) + " devices, " + std::to_string(m.microbatches) +
@@ -82,20 +82,20 @@ TaskGraph RunCommand::load_and_check(bool as_rank) const {
   if (!trace.empty()) check_output(trace);  // before the run, not after it
   if (const ModelConfig& model = plan.meta.model;
       model.sliding_window > 0 && plan.meta.seq > model.sliding_window) {
-    throw Error(plan_path + ": model '" + model.name + "': sequence " +
+    throw Error(input_name(plan_path) + ": model '" + model.name + "': sequence " +
                 std::to_string(plan.meta.seq) + " is longer than its sliding_window " +
                 std::to_string(model.sliding_window) +
                 ", and the runtime's attention sees every earlier token (plan --seq " +
                 std::to_string(model.sliding_window) + " or less to run it)");
   }
   if (plan.meta.tensor_parallel > 1) {
-    throw Error(plan_path + ": planned with tensor parallelism " +
+    throw Error(input_name(plan_path) + ": planned with tensor parallelism " +
                 std::to_string(plan.meta.tensor_parallel) +
                 " (its times and bytes are per GPU of a stage's group); the runtime runs each "
                 "stage whole on one GPU (plan with --tensor-parallel 1 to run it)");
   }
   if (plan.meta.data_parallel.replicas > 1) {
-    throw Error(plan_path + ": planned with data parallelism " +
+    throw Error(input_name(plan_path) + ": planned with data parallelism " +
                 std::to_string(plan.meta.data_parallel.replicas) +
                 " (its optimizer steps hold the gradients' reduction across the replicas); the "
                 "runtime runs one replica and reduces nothing across replicas (plan with "
@@ -207,8 +207,8 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
                              {"backend", backend_name},
                              {"seed", seed},
                              {"steps", std::move(rows)},
-                             {"peak_memory_bytes", last.measured.peak_memory_bytes()},
-                             {"trace", trace}};
+                             {"peak_memory_bytes", last.measured.peak_memory_bytes()}};
+    if (!trace.empty()) report["trace"] = trace;
     if (ranks.group) report["ranks"] = ranks.group->size();
     std::cout << json_text(report, 2) << "\n";
   } else {
@@ -294,7 +294,7 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
     report["transport"] = transport_name;
     report["seed"] = seed;
     report["steps"] = std::move(rows);
-    report["trace"] = trace;
+    if (!trace.empty()) report["trace"] = trace;
     if (ranks.group) report["ranks"] = ranks.group->size();
     std::cout << json_text(report, 2) << "\n";
   } else {
@@ -331,7 +331,7 @@ StepResult RunCommand::run_steps(Executor& executor, nlohmann::json& rows, const
 void RunCommand::write_trace(const TaskGraph& plan, const StepResult& last,
                              const std::string& note) const {
   if (trace.empty()) return;
-  std::string title = "measured: " + plan_path + " step " + std::to_string(last.step);
+  std::string title = "measured: " + input_name(plan_path) + " step " + std::to_string(last.step);
   if (!note.empty()) title += " (" + note + ")";
   write_perfetto_trace(plan, last.measured, trace, title);
 }

@@ -1234,6 +1234,15 @@ TEST_F(Cli, ADashReadsStandardInput) {
   const Result shown = run("show - --width 60 < " + path("plan.json"));
   EXPECT_EQ(shown.status, 0) << shown.out;
   EXPECT_EQ(run("export - -o " + path("s.csv") + " < " + path("plan.json")).status, 0);
+  ASSERT_EQ(run("plan --model tiny --stages 2 -m 2 -o " + path("tiny.json")).status, 0);
+  const Result ran = run("run - --steps 1 < " + path("tiny.json"));
+  EXPECT_EQ(ran.status, 0) << ran.out;
+  EXPECT_EQ(ran.out.rfind("stdin: tiny, 1f1b fused, 2 devices, ", 0), 0U) << ran.out;
+  const Result reported = run("run - --steps 1 --json < " + path("tiny.json"));
+  EXPECT_EQ(reported.status, 0) << reported.out;
+  const auto report = nlohmann::json::parse(reported.out);
+  EXPECT_EQ(report.at("plan"), "-");
+  EXPECT_FALSE(report.contains("trace")) << reported.out;  // only when one was written
   const Result imported = run("import - --model tiny -o " + path("i.json") + " < " + path("s.csv"));
   EXPECT_EQ(imported.status, 0) << imported.out;
   const Result twice = run("diff - - < " + path("plan.json"));
