@@ -71,6 +71,14 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e) {
              (integer ? std::string("out of range for this option") : "not a value it takes");
     }
   }
+  // A single-valued option given twice: say so in words, not CLI11's count.
+  if (e.get_name() == "ArgumentMismatch") {
+    constexpr std::string_view kTwice = ": At Most 1 required but received ";
+    if (const std::size_t at = message.find(kTwice); at != std::string::npos) {
+      return message.substr(0, at) + ": given " + message.substr(at + kTwice.size()) +
+             " times; give it once";
+    }
+  }
   // A bad value names its option and says what is wrong; other usage errors point to --help.
   return e.get_name() == "ValidationError" ? message : message + " (see --help)";
 }

@@ -1267,6 +1267,9 @@ TEST_F(Cli, ADashReadsStandardInput) {
 TEST_F(Cli, UsageErrorsExitNonZero) {
   EXPECT_NE(run("").status, 0);
   EXPECT_NE(run("plan --stages 4").status, 0);  // --microbatches is required
+  const Result twice = run("plan --model tiny --stages 2 --stages 4 -m 4");
+  EXPECT_EQ(twice.status, 1);
+  EXPECT_EQ(twice.out, "pipeplan: error: --stages: given 2 times; give it once\n");
   EXPECT_EQ(run("--help").status, 0);
 }
 
