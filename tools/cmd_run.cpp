@@ -364,13 +364,14 @@ Command add_run_command(CLI::App& app) {
                   "timed at its first call (in the first step); 1: the heuristic's first")
       ->capture_default_str()
       ->check(int_range(1, limits::kMaxGemmCandidates));
-  sub->add_option("--launcher", cmd->launcher,
-                  "none (one process runs every device), mpi (one rank per plan device under "
-                  "mpirun/srun), env (one rank per plan device from RANK, WORLD_SIZE, LOCAL_RANK, "
-                  "MASTER_ADDR, MASTER_PORT as torchrun sets them; cuda only), auto (mpi when "
-                  "OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS shows more than one rank, env "
-                  "when WORLD_SIZE does with RANK, MASTER_ADDR and MASTER_PORT set; refused when "
-                  "both do)")
+  sub->add_option(
+         "--launcher", cmd->launcher,
+         "none (one process runs every device), mpi (one rank per plan device under "
+         "mpirun/srun), env (one rank per plan device from RANK, WORLD_SIZE, LOCAL_RANK, "
+         "MASTER_ADDR, MASTER_PORT as torchrun sets them; cuda only), auto (mpi when "
+         "OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS or SLURM_NTASKS shows more than "
+         "one rank, env when WORLD_SIZE does with RANK, MASTER_ADDR and MASTER_PORT set; "
+         "refused when both do)")
       ->capture_default_str();
   sub->add_option("--transport", cmd->transport_kind,
                   "cuda: auto (device-local copies between stages on one GPU, NCCL between "

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "planner/base/error.h"
+#include "planner/graph/taskgraph.h"
 #include "runtime/faulty_transport.h"
 #include "runtime/tcp/tcp_process_group.h"
 #include "tools/run_command.h"
@@ -159,8 +160,13 @@ int run_under_env(const RunCommand& command, const LaunchEnvironment& environmen
     const std::string started = environment.env_variable.empty()
                                     ? std::string("--launcher env")
                                     : "a torchrun-style launch (" + environment.env_variable + ")";
+    std::string ranks = "P";  // the plan's devices, where it can be read
+    try {
+      ranks = std::to_string(load_plan(command.plan_path).meta.devices);
+    } catch (const Error&) {  // the refusal is the error to report; run under mpirun says more
+    }
     throw Error("--backend cpu: a CPU run's ranks exchange tensors over MPI, which " + started +
-                " does not provide; start CPU runs with mpirun -np P pipeplan run " +
+                " does not provide; start CPU runs with mpirun -np " + ranks + " pipeplan run " +
                 command.plan_path +
                 " --backend cpu (one rank per plan device), or use --backend cuda (NCCL) here; "
                 "--launcher none runs the whole plan in this one process");

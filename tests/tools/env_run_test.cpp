@@ -180,7 +180,7 @@ TEST_F(EnvRunCli, ACpuRunIsRefusedPointingAtMpirun) {
   EXPECT_EQ(count(r.out, "\n"), 1) << r.out;
   EXPECT_EQ(r.out.rfind("pipeplan: error: --backend cpu: a CPU run's ranks exchange tensors over "
                         "MPI, which --launcher env does not provide; start CPU runs with mpirun "
-                        "-np P pipeplan run ",
+                        "-np 4 pipeplan run ",
                         0),
             0U)
       << r.out;
