@@ -264,13 +264,22 @@ std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int
     computing += s.sender_computing_us;
   }
   if (std::min(idle, computing) < kMinLevelShare * (idle + computing)) return std::nullopt;
-  // Rows in microseconds (d = T_idle * r_idle + T_busy * r_busy): the long copies, BPipe's stash
-  // moves, weigh most; they are the ones whose length decides what memory is held.
+  // d = T_idle * r_idle + T_busy * r_busy, each row divided by the send's measured time T (its
+  // terms become the shares of T, at most 1) and weighted by its link time d: least absolute
+  // deviations of d * (d / T). The long copies, BPipe's stash moves, weigh most (their length
+  // decides what memory is held), and a send held up by something else (its thread descheduled,
+  // a queue ahead of it: T many times d) is a row with a target near 0 and bounded terms, which
+  // does not pull the fit; in microseconds its large T made it the row the fit followed.
   std::vector<std::pair<std::vector<double>, double>> rows;
   rows.reserve(samples.size());
-  for (const CopySample& s : samples)
-    rows.push_back({{s.sender_idle_us, s.sender_computing_us}, s.link_us});
-  const std::optional<std::vector<double>> rates = least_squares(rows);
+  for (const CopySample& s : samples) {
+    const double measured = s.sender_idle_us + s.sender_computing_us;
+    if (!(measured > 0)) continue;
+    const double weight = s.link_us / measured;
+    rows.push_back(
+        {{s.sender_idle_us * weight, s.sender_computing_us * weight}, s.link_us * weight});
+  }
+  const std::optional<std::vector<double>> rates = least_absolute(rows);
   if (!rates || !((*rates)[0] > 0) || !((*rates)[1] > 0)) return std::nullopt;
   return CopySlowdown{1.0 / (*rates)[0], 1.0 / (*rates)[1]};
 }

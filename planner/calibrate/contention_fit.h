@@ -134,8 +134,11 @@ std::vector<double> periodic_load(const std::vector<double>& points,
 // degenerate.
 std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>& samples,
                                              int devices, const std::vector<double>* fallback);
-// (sender_idle, sender_computing); nullopt with fewer than `min_copies` transfers, where either
-// case has under 1 % of the time, or a degenerate fit.
+// (sender_idle, sender_computing): least absolute deviations of each send's link time against
+// its measured parts, the row divided by its measured time and weighted by its link time (the
+// long copies weigh most; a send held up many times its link time does not pull the fit).
+// nullopt with fewer than `min_copies` transfers, where either case has under 1 % of the time,
+// or a degenerate fit.
 std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies);
 // Mean |relative error| of the op times `contention` predicts from the measured concurrency.
 double op_error(const std::vector<OpSample>& samples, const Contention& contention);

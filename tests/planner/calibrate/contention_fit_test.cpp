@@ -372,5 +372,31 @@ TEST(ContentionFitPieces, CopyFitNeedsBothCases) {
   EXPECT_FALSE(contention_fit::fit_copy(both, 31).has_value());
 }
 
+// A few sends held up far beyond their copy (a descheduled thread: hundreds of times their link
+// time, as CPU runs show) leave the factors the other sends give.
+TEST(ContentionFitPieces, HeldUpSendsDoNotPullTheCopyFactors) {
+  std::vector<contention_fit::CopySample> samples;
+  for (int i = 0; i < 40; ++i) {
+    const double idle = 10.0 * (i % 5 + 1);
+    const double busy = 7.0 * (i % 3);
+    samples.push_back({idle / 2 + busy / 4, idle, busy});
+  }
+  samples.push_back({5, 3000, 0});
+  samples.push_back({5, 10, 1500});
+  samples.push_back({7, 800, 900});
+  const auto copy = contention_fit::fit_copy(samples, 20);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_NEAR(copy->sender_idle, 2, 1e-3);
+  EXPECT_NEAR(copy->sender_computing, 4, 1e-3);
+  // Long copies weigh by their link time: a BPipe-sized transfer slower beside compute than the
+  // short ones pulls the busy factor towards its own.
+  std::vector<contention_fit::CopySample> stash = samples;
+  for (int i = 0; i < 4; ++i)
+    stash.push_back({5000, 5000, 5000 * 30.0});  // idle at 1x would leave 30x beside compute
+  const auto weighted = contention_fit::fit_copy(stash, 20);
+  ASSERT_TRUE(weighted.has_value());
+  EXPECT_GT(weighted->sender_computing, 4.5);
+}
+
 }  // namespace
 }  // namespace pipeplan
