@@ -250,7 +250,7 @@ struct FitCommand {
     if (!fit.copy_note.empty()) {
       std::cout << "copies: " << fit.copy_note << "\n";
     } else if (!fit.copy_fitted) {
-      std::cout << "copies: too few to fit (or none beside / away from the sender's compute); "
+      std::cout << "copies: too few to fit (or too few beside / away from the sender's compute); "
                    "no copy factors\n";
     } else {
       std::cout << printf_text(

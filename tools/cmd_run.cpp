@@ -339,7 +339,8 @@ void RunCommand::write_trace(const TaskGraph& plan, const StepResult& last,
 Command add_run_command(CLI::App& app) {
   auto cmd = std::make_shared<RunCommand>();
   auto* sub = app.add_subcommand("run", "train for N steps by executing a plan's task graph");
-  sub->add_option("plan", cmd->plan_path, "plan JSON (pipeplan plan -o)")->required();
+  sub->add_option("plan", cmd->plan_path, "plan JSON (pipeplan plan -o; - reads standard input)")
+      ->required();
   sub->add_option("--backend", cmd->backend, "cpu (reference) or cuda")->capture_default_str();
   sub->add_option("--steps", cmd->steps, "training steps")
       ->capture_default_str()

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/graph/taskgraph.h"
 #include "runtime/faulty_transport.h"
 #include "runtime/tcp/tcp_process_group.h"
@@ -108,7 +109,7 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
   }
   if (!differ.empty()) {
     throw AgreedError(rank_list(differ) + " loaded another plan or options than rank 0 (" +
-                      command.plan_path + " fingerprint " + hashes[0] + " on rank 0, " +
+                      input_name(command.plan_path) + " fingerprint " + hashes[0] + " on rank 0, " +
                       hashes[static_cast<std::size_t>(differ.front())] + " on rank " +
                       std::to_string(differ.front()) +
                       "): every rank must read the same plan with the same --backend, --steps, "
@@ -160,14 +161,18 @@ int run_under_env(const RunCommand& command, const LaunchEnvironment& environmen
     const std::string started = environment.env_variable.empty()
                                     ? std::string("--launcher env")
                                     : "a torchrun-style launch (" + environment.env_variable + ")";
-    std::string ranks = "P";  // the plan's devices, where it can be read
-    try {
-      ranks = std::to_string(load_plan(command.plan_path).meta.devices);
-    } catch (const Error&) {  // the refusal is the error to report; run under mpirun says more
+    // The plan's devices where its file can be read; not standard input, which every rank of
+    // the launch shares and which mpirun would not give its ranks.
+    std::string ranks = "P";
+    if (command.plan_path != "-") {
+      try {
+        ranks = std::to_string(load_plan(command.plan_path).meta.devices);
+      } catch (const std::exception&) {  // the refusal is the error to report
+      }
     }
     throw Error("--backend cpu: a CPU run's ranks exchange tensors over MPI, which " + started +
                 " does not provide; start CPU runs with mpirun -np " + ranks + " pipeplan run " +
-                command.plan_path +
+                (command.plan_path == "-" ? std::string("PLAN.json") : command.plan_path) +
                 " --backend cpu (one rank per plan device), or use --backend cuda (NCCL) here; "
                 "--launcher none runs the whole plan in this one process");
   }

@@ -24,6 +24,7 @@ namespace contention_fit {
 namespace {
 
 constexpr double kMinLevelShare = 0.01;  // a level or copy case with less of the time is not fitted
+constexpr int kMinSendsPerCase = 3;      // sends with time in a copy case, for its factor
 constexpr double kDigits = 1e4;          // fitted factors are stored to 4 decimals
 constexpr double kFactorStep = 0.05;     // the sustained-load grid
 
@@ -257,28 +258,35 @@ std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>&
 
 std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies) {
   if (samples.empty() || static_cast<int>(samples.size()) < min_copies) return std::nullopt;
-  double idle = 0;
-  double computing = 0;
-  for (const CopySample& s : samples) {
-    idle += s.sender_idle_us;
-    computing += s.sender_computing_us;
-  }
-  if (std::min(idle, computing) < kMinLevelShare * (idle + computing)) return std::nullopt;
   // d = T_idle * r_idle + T_busy * r_busy, each row divided by the send's measured time T (its
   // terms become the shares of T, at most 1) and weighted by its link time d: least absolute
   // deviations of d * (d / T). The long copies, BPipe's stash moves, weigh most (their length
-  // decides what memory is held), and a send held up by something else (its thread descheduled,
-  // a queue ahead of it: T many times d) is a row with a target near 0 and bounded terms, which
-  // does not pull the fit; in microseconds its large T made it the row the fit followed.
+  // decides what memory is held); a short send held up by something else (its thread
+  // descheduled, a queue ahead of it: T many times d) is a row with a target near 0 and terms of
+  // at most d, which pulls no more than its link time, where in microseconds its large T made it
+  // the row the fit followed. A long send held up pulls by its own length.
   std::vector<std::pair<std::vector<double>, double>> rows;
   rows.reserve(samples.size());
+  double idle = 0;
+  double computing = 0;
+  int with_idle = 0;
+  int with_computing = 0;
   for (const CopySample& s : samples) {
     const double measured = s.sender_idle_us + s.sender_computing_us;
     if (!(measured > 0)) continue;
     const double weight = s.link_us / measured;
     rows.push_back(
         {{s.sender_idle_us * weight, s.sender_computing_us * weight}, s.link_us * weight});
+    idle += rows.back().first[0];
+    computing += rows.back().first[1];
+    with_idle += s.sender_idle_us > 0 ? 1 : 0;
+    with_computing += s.sender_computing_us > 0 ? 1 : 0;
   }
+  // Each case with a share of the rows the fit weighs, and in a few sends: one send alone would
+  // set its factor.
+  if (std::min(idle, computing) < kMinLevelShare * (idle + computing) ||
+      std::min(with_idle, with_computing) < kMinSendsPerCase)
+    return std::nullopt;
   const std::optional<std::vector<double>> rates = least_absolute(rows);
   if (!rates || !((*rates)[0] > 0) || !((*rates)[1] > 0)) return std::nullopt;
   return CopySlowdown{1.0 / (*rates)[0], 1.0 / (*rates)[1]};
@@ -474,7 +482,7 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     if (given.empty()) throw Error("contention.slowdown: no compute curves to keep");
     if (!copy) {
       throw Error(
-          "contention.copy: too few transfers, or none beside (or away from) its sender's "
+          "contention.copy: too few transfers, or too few beside (or away from) its sender's "
           "compute, to fit the copy factors");
     }
     fit.contention = given;

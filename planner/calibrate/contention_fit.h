@@ -5,8 +5,9 @@
 // 1 + factor * H under a sustained load, and a transfer through its link time at rate
 // 1 / sender_computing or 1 / sender_idle. Processor sharing makes an op's profiled time
 // d = sum_k T_k / slowdown_k (T_k: the time it ran while k compute ops ran, itself included),
-// linear in 1 / slowdown_k, so the curves are least-squares fits; the sustained-load term is
-// chosen on a grid. Format and method: docs/reference/profile-format.md ("contention").
+// linear in 1 / slowdown_k, so the curves and the copy factors are linear fits (least absolute
+// deviations); the sustained-load term is chosen on a grid. Format and method:
+// docs/reference/profile-format.md ("contention").
 #pragma once
 
 #include <functional>
@@ -136,9 +137,10 @@ std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>&
                                              int devices, const std::vector<double>* fallback);
 // (sender_idle, sender_computing): least absolute deviations of each send's link time against
 // its measured parts, the row divided by its measured time and weighted by its link time (the
-// long copies weigh most; a send held up many times its link time does not pull the fit).
-// nullopt with fewer than `min_copies` transfers, where either case has under 1 % of the time,
-// or a degenerate fit.
+// long copies weigh most; a short send held up many times its link time pulls by no more than
+// its link time, a long one by its own). nullopt with fewer than `min_copies` transfers, where
+// either case has under 1 % of those weighted rows or time in fewer than 3 sends, or a
+// degenerate fit.
 std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies);
 // Mean |relative error| of the op times `contention` predicts from the measured concurrency.
 double op_error(const std::vector<OpSample>& samples, const Contention& contention);

@@ -384,6 +384,7 @@ TEST(ContentionFitPieces, HeldUpSendsDoNotPullTheCopyFactors) {
   samples.push_back({5, 3000, 0});
   samples.push_back({5, 10, 1500});
   samples.push_back({7, 800, 900});
+  samples.push_back({5, 0, 0});  // measured as taking no time: no row
   const auto copy = contention_fit::fit_copy(samples, 20);
   ASSERT_TRUE(copy.has_value());
   EXPECT_NEAR(copy->sender_idle, 2, 1e-3);
@@ -392,10 +393,17 @@ TEST(ContentionFitPieces, HeldUpSendsDoNotPullTheCopyFactors) {
   // short ones pulls the busy factor towards its own.
   std::vector<contention_fit::CopySample> stash = samples;
   for (int i = 0; i < 4; ++i)
-    stash.push_back({5000, 5000, 5000 * 30.0});  // idle at 1x would leave 30x beside compute
+    stash.push_back({5000, 5000, 5000 * 30.0});  // idle at 2x would leave 60x beside compute
   const auto weighted = contention_fit::fit_copy(stash, 20);
   ASSERT_TRUE(weighted.has_value());
   EXPECT_GT(weighted->sender_computing, 4.5);
+  // Sends idle but for one held up beside compute: that one send would set the factor alone.
+  std::vector<contention_fit::CopySample> one_beside(40, {10, 20, 0});
+  one_beside.push_back({10, 0, 600});
+  EXPECT_FALSE(contention_fit::fit_copy(one_beside, 20).has_value());
+  one_beside.push_back({10, 0, 20});
+  one_beside.push_back({10, 5, 10});
+  EXPECT_TRUE(contention_fit::fit_copy(one_beside, 20).has_value());
 }
 
 }  // namespace
