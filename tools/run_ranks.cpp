@@ -161,18 +161,20 @@ int run_under_env(const RunCommand& command, const LaunchEnvironment& environmen
     const std::string started = environment.env_variable.empty()
                                     ? std::string("--launcher env")
                                     : "a torchrun-style launch (" + environment.env_variable + ")";
-    // The plan's devices where its file can be read; not standard input, which every rank of
-    // the launch shares and which mpirun would not give its ranks.
+    // The plan's file and devices where it can be read; not standard input, which every rank
+    // of the launch shares and which mpirun would not give its ranks.
+    std::string plan = "PLAN.json";
     std::string ranks = "P";
     if (command.plan_path != "-") {
+      plan = command.plan_path;
       try {
-        ranks = std::to_string(load_plan(command.plan_path).meta.devices);
+        ranks = std::to_string(load_plan(plan).meta.devices);
       } catch (const std::exception&) {  // the refusal is the error to report
       }
     }
     throw Error("--backend cpu: a CPU run's ranks exchange tensors over MPI, which " + started +
                 " does not provide; start CPU runs with mpirun -np " + ranks + " pipeplan run " +
-                (command.plan_path == "-" ? std::string("PLAN.json") : command.plan_path) +
+                plan +
                 " --backend cpu (one rank per plan device), or use --backend cuda (NCCL) here; "
                 "--launcher none runs the whole plan in this one process");
   }
