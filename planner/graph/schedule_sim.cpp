@@ -1,9 +1,11 @@
 #include "planner/graph/schedule_sim.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 
+#include "planner/base/error.h"
 #include "planner/base/index.h"
 #include "planner/graph/validator.h"
 #include "profiles/contention.h"
@@ -15,6 +17,12 @@ namespace {
 
 constexpr double kUnset = -1.0;
 
+// An action's memory, in the validator's order semantics: allocated at its start, working memory
+// held while it runs, released at its end.
+struct MemoryStep {
+  std::int64_t alloc = 0, release = 0, work = 0;
+};
+
 // Per virtual stage, what its ops cost and where their outputs go, read once per call.
 struct StageInfo {
   int device = 0;
@@ -23,8 +31,61 @@ struct StageInfo {
   double grads_us = 0;  // its weight gradients to the other copy of the stage (two copies)
   double weights_done = -1;  // when its last weight gradient (P2 or B) ended; -1 before
   std::int64_t stash = 0, p1_alloc = 0, p1_free = 0, retained = 0;
+  double p2_one_us = 0;                // a p2 of one micro-batch
+  std::array<MemoryStep, 4> one_mb{};  // by OpType (F, B, P1, P2): each op of one micro-batch
   const StageCost* cost = nullptr;
 };
+
+MemoryStep memory_step(const StageInfo& info, const Action& a);
+
+StageInfo stage_info(const StageCost& c, int device, const P2pLink& link) {
+  StageInfo info;
+  info.device = device;
+  info.forward_us = c.forward_us;
+  info.p1_us = c.p1_us;
+  info.fused_us = c.p1_us + c.p2_us;
+  info.send_us = transfer_time_us(link, c.send_bytes);
+  info.grads_us = transfer_time_us(link, c.grad_bytes);
+  info.stash = c.stash_bytes;
+  info.p1_alloc = std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
+  info.p1_free = std::max<std::int64_t>(c.stash_bytes - c.retained_bytes, 0);
+  info.retained = c.retained_bytes;
+  info.cost = &c;
+  info.p2_one_us = c.p2_time_us(1);
+  for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
+    info.one_mb[idx(static_cast<int>(op))] = memory_step(info, Action{op, 0, {0}});
+  return info;
+}
+
+// memory_step from the stage's table where the action covers one micro-batch.
+MemoryStep memory_of(const StageInfo& info, const Action& a) {
+  if (a.op == OpType::O || a.microbatches.size() != 1) return memory_step(info, a);
+  return info.one_mb[idx(static_cast<int>(a.op))];
+}
+
+MemoryStep memory_step(const StageInfo& info, const Action& a) {
+  MemoryStep step;
+  const int k = static_cast<int>(a.microbatches.size());
+  switch (a.op) {
+    case OpType::F:
+      step.alloc = info.stash;
+      break;
+    case OpType::P1:
+      step.alloc = info.p1_alloc;
+      step.release = info.p1_free;
+      break;
+    case OpType::B:
+      step.release = info.stash;
+      break;
+    case OpType::P2:
+      step.release = static_cast<std::int64_t>(k) * info.retained;
+      break;
+    case OpType::O:  // never an action (check_schedule refuses it)
+      return step;
+  }
+  step.work = op_work_bytes(*info.cost, a.op, k);
+  return step;
+}
 
 class CompactRun {
  public:
@@ -56,21 +117,8 @@ class CompactRun {
     }
     stage_.resize(idx(stages_));
     optimizer_us_ = device_optimizer_us(costs, schedule.stage_device, devices_);
-    for (int s = 0; s < stages_; ++s) {
-      const StageCost& c = costs[idx(s)];
-      StageInfo& info = stage_[idx(s)];
-      info.device = schedule.stage_device[idx(s)];
-      info.forward_us = c.forward_us;
-      info.p1_us = c.p1_us;
-      info.fused_us = c.p1_us + c.p2_us;
-      info.send_us = transfer_time_us(meta.link, c.send_bytes);
-      info.grads_us = transfer_time_us(meta.link, c.grad_bytes);
-      info.stash = c.stash_bytes;
-      info.p1_alloc = std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
-      info.p1_free = std::max<std::int64_t>(c.stash_bytes - c.retained_bytes, 0);
-      info.retained = c.retained_bytes;
-      info.cost = &c;
-    }
+    for (int s = 0; s < stages_; ++s)
+      stage_[idx(s)] = stage_info(costs[idx(s)], schedule.stage_device[idx(s)], meta.link);
   }
 
   ScheduleSim run() {
@@ -123,6 +171,7 @@ class CompactRun {
     for (int d = 0; d < devices_; ++d) {
       const std::vector<Action>& actions = schedule_.per_device[idx(d)];
       for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+        if (!actions[idx(i)].overlaps_next) continue;  // not a pair's first action
         const std::optional<PairFault> fault = overlapped_pair_fault(actions, i);
         if (!fault) continue;
         out.error = "device " + std::to_string(d) + " position " + std::to_string(fault->position) +
@@ -179,7 +228,7 @@ class CompactRun {
   struct Step {
     double ready = 0;
     double duration = 0;
-    std::int64_t alloc = 0, release = 0, work = 0;
+    MemoryStep memory;
   };
   std::optional<Step> prepare(const Action& a) const {
     const int s = a.stage;
@@ -192,7 +241,6 @@ class CompactRun {
         if (input < 0) return std::nullopt;
         step.ready = input;
         step.duration = info.forward_us;
-        step.alloc = info.stash;
         break;
       }
       case OpType::P1:
@@ -200,14 +248,7 @@ class CompactRun {
         const double input = s == schedule_.last_stage_of(mb) ? 0.0 : gradient_at_[cell(s, mb)];
         if (input < 0 || forward_end_[cell(s, mb)] < 0) return std::nullopt;
         step.ready = input;
-        if (a.op == OpType::P1) {
-          step.duration = info.p1_us;
-          step.alloc = info.p1_alloc;
-          step.release = info.p1_free;
-        } else {
-          step.duration = info.fused_us;
-          step.release = info.stash;
-        }
+        step.duration = a.op == OpType::P1 ? info.p1_us : info.fused_us;
         break;
       }
       case OpType::P2: {
@@ -215,14 +256,13 @@ class CompactRun {
           if (p1_end_[cell(s, x)] < 0) return std::nullopt;
         }
         const int k = static_cast<int>(a.microbatches.size());
-        step.duration = info.cost->p2_time_us(k);
-        step.release = static_cast<std::int64_t>(k) * info.retained;
+        step.duration = k == 1 ? info.p2_one_us : info.cost->p2_time_us(k);
         break;
       }
       case OpType::O:  // never an action (check_schedule refuses it)
         return std::nullopt;
     }
-    step.work = op_work_bytes(*info.cost, a.op, static_cast<int>(a.microbatches.size()));
+    step.memory = memory_of(info, a);
     return step;
   }
 
@@ -268,13 +308,13 @@ class CompactRun {
         if (!second) return block(d);
         step->ready = std::max(step->ready, second->ready);
         step->duration = overlapped_time_us(step->duration, second->duration, meta_.overlap);
-        step->alloc += second->alloc;
-        step->release += second->release;
-        step->work += second->work;
+        step->memory.alloc += second->memory.alloc;
+        step->memory.release += second->memory.release;
+        step->memory.work += second->memory.work;
       }
       const double ready = std::max(free_at, step->ready);
-      memory += step->alloc;
-      const std::int64_t during = memory + step->work;
+      memory += step->memory.alloc;
+      const std::int64_t during = memory + step->memory.work;
       if (during > out.peak_memory_bytes[idx(d)]) {
         out.peak_memory_bytes[idx(d)] = during;
         if (!fits(d, during)) {
@@ -282,7 +322,7 @@ class CompactRun {
           return false;
         }
       }
-      memory -= step->release;
+      memory -= step->memory.release;
       const double end = ready + compute_time(d, ready, step->duration);
       if (pos == 0 || ready < out.first_start_us[idx(d)]) out.first_start_us[idx(d)] = ready;
       out.last_end_us[idx(d)] = std::max(out.last_end_us[idx(d)], end);
@@ -388,6 +428,42 @@ class CompactRun {
 };
 
 }  // namespace
+
+std::vector<std::int64_t> schedule_peak_memory(const Schedule& schedule,
+                                               const std::vector<StageCost>& costs,
+                                               const PlanMeta& meta) {
+  if (static_cast<int>(costs.size()) != schedule.stage_count()) {
+    throw InternalError("schedule_peak_memory: " + std::to_string(costs.size()) +
+                        " stage costs for " + std::to_string(schedule.stage_count()) + " stages");
+  }
+  std::vector<StageInfo> stages;
+  stages.reserve(costs.size());
+  for (std::size_t s = 0; s < costs.size(); ++s)
+    stages.push_back(stage_info(costs[s], schedule.stage_device[s], meta.link));
+  const auto step_of = [&](const Action& a) { return memory_of(stages[idx(a.stage)], a); };
+  std::vector<std::int64_t> peaks(idx(schedule.devices), 0);
+  for (int d = 0; d < schedule.devices; ++d) {
+    std::int64_t memory =
+        d < static_cast<int>(meta.static_bytes.size()) ? meta.static_bytes[idx(d)] : 0;
+    std::int64_t peak = memory;
+    const std::vector<Action>& actions = schedule.per_device[idx(d)];
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      MemoryStep step = step_of(actions[i]);
+      if (actions[i].overlaps_next && i + 1 < actions.size()) {  // the pair runs as one step
+        const MemoryStep second = step_of(actions[i + 1]);
+        step.alloc += second.alloc;
+        step.release += second.release;
+        step.work += second.work;
+        ++i;
+      }
+      memory += step.alloc;
+      peak = std::max(peak, memory + step.work);
+      memory -= step.release;
+    }
+    peaks[idx(d)] = peak;
+  }
+  return peaks;
+}
 
 ScheduleSim simulate_schedule(const Schedule& schedule, const std::vector<StageCost>& costs,
                               const PlanMeta& meta, const ScheduleSimOptions& options) {

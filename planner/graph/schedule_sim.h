@@ -55,4 +55,12 @@ struct ScheduleSimOptions {
 ScheduleSim simulate_schedule(const Schedule& schedule, const std::vector<StageCost>& costs,
                               const PlanMeta& meta, const ScheduleSimOptions& options = {});
 
+// Each device's peak memory under the order alone (its static bytes, then each action's
+// allocation and working memory at its start and its release at its end, an overlapped pair's
+// together): what simulate_schedule reports for an order that runs, without running it, since
+// the times do not enter. For a search that rules out an order by its memory before timing it.
+std::vector<std::int64_t> schedule_peak_memory(const Schedule& schedule,
+                                               const std::vector<StageCost>& costs,
+                                               const PlanMeta& meta);
+
 }  // namespace pipeplan

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 
 #include "planner/base/error.h"
 #include "planner/base/index.h"
+#include "planner/graph/schedule_sim.h"
 #include "planner/graph/simulator.h"
 #include "planner/plan/lower_bound.h"
 #include "planner/plan/make_plan.h"
@@ -126,12 +128,38 @@ std::vector<ListVariant> more_variants(bool split) {
   return out;
 }
 
+// The fixed families' orders as generated (before a backward mode), once per family and chunk
+// count: the V and interleaved layouts make the same request, and each keeps the orders of its
+// own stage-to-device map.
+class FamilyOrders {
+ public:
+  // The family's order for the request; nullptr where it does not suit this shape (e.g.
+  // micro-batches vs devices).
+  const Schedule* get(const ScheduleFamily& family, const ScheduleRequest& request) {
+    const auto key = std::make_pair(&family, request.chunks);
+    auto it = orders_.find(key);
+    if (it == orders_.end()) {
+      std::optional<Schedule> order;
+      try {
+        order = family.generate(request);
+      } catch (const Error&) {
+        order.reset();
+      }
+      it = orders_.emplace(key, std::move(order)).first;
+    }
+    return it->second ? &*it->second : nullptr;
+  }
+
+ private:
+  std::map<std::pair<const ScheduleFamily*, int>, std::optional<Schedule>> orders_;
+};
+
 // The fixed families of a layout (same chunks and stage-to-device map) in every backward mode
 // they accept (fused only when the request keeps B whole), as candidates: the search then never
 // returns anything slower than a hand-made schedule that fits the same memory.
 std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
-                                                           const std::vector<int>& stage_device,
-                                                           BackwardMode mode, int p2_concat) {
+                                                           FamilyOrders& orders, BackwardMode mode,
+                                                           int p2_concat) {
   std::vector<std::pair<std::string, Schedule>> out;
   const bool split = mode != BackwardMode::fused;
   const PlanMeta& meta = layout.meta;
@@ -143,13 +171,8 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
       continue;
     ScheduleRequest request{meta.devices, layout.chunks, meta.microbatches,
                             std::nullopt, p2_concat,     nullptr};
-    Schedule generated;
-    try {
-      generated = family->generate(request);
-    } catch (const Error&) {
-      continue;  // the family does not suit this shape (e.g. micro-batches vs devices)
-    }
-    if (generated.stage_device != stage_device) continue;
+    const Schedule* generated = orders.get(*family, request);
+    if (generated == nullptr || generated->stage_device != layout.stage_device) continue;
     // Fused last, so that on equal scores (a stable sort) the split orders win.
     std::vector<BackwardMode> modes;
     for (const BackwardMode m : family->backward_modes()) {
@@ -159,7 +182,7 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
                           [](BackwardMode m) { return m != BackwardMode::fused; });
     for (const BackwardMode m : modes) {
       request.backward = m;
-      Schedule s = with_backward_mode(*family, generated, request, layout.costs, meta);
+      Schedule s = with_backward_mode(*family, *generated, request, layout.costs, meta);
       out.emplace_back(
           family->places_p2() ? family->name() : family->name() + " " + std::string(to_string(m)),
           std::move(s));
@@ -275,6 +298,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   double budget = kBudgetActions;
   bool done = false;
   std::vector<char> seeded(all.size(), 0);  // every family seed of the layout considered
+  FamilyOrders orders;
   const auto consider = [&](std::size_t li, Schedule schedule, const std::string& name) {
     const Layout& layout = all[li];
     ++tried;
@@ -321,16 +345,17 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     for (std::size_t k = 0; k < count && !done; ++k)
       run_list(li, core[k]);
     if (done) break;
-    for (auto& [name, schedule] :
-         family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat)) {
+    // Every seed of the layout, once generated, even after one reaches the bounds: the tie-break
+    // below would otherwise generate them again.
+    for (auto& [name, schedule] : family_seeds(all[li], orders, r.mode, r.p2_concat))
       consider(li, std::move(schedule), "seed=" + name);
-      if (done) break;
-    }
-    seeded[li] = !done;
+    seeded[li] = 1;
   }
   // An order at both bounds ends the search, but one of equal figures and less memory may be a
   // family seed of a layout whose bounds reach them: those seeds run too (a few orders a
-  // layout), and the leaders keep the lighter.
+  // layout), and the leaders keep the lighter. Nothing can beat the bounds, so a seed whose
+  // order alone holds more memory than the best (schedule_peak_memory) cannot win: it counts as
+  // tried without being timed.
   if (done) {
     const AutoScore reached = leaders.best();
     const double first = steady ? reached.span_us : reached.makespan_us;
@@ -339,9 +364,16 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
       if (seeded[li] || !meets(primary(all[li]), first) || !meets(secondary(all[li]), second))
         continue;
       seeded[li] = true;
-      for (auto& [name, schedule] :
-           family_seeds(all[li], all[li].stage_device, r.mode, r.p2_concat))
+      for (auto& [name, schedule] : family_seeds(all[li], orders, r.mode, r.p2_concat)) {
+        const std::vector<std::int64_t> peaks =
+            schedule_peak_memory(schedule, all[li].costs, all[li].meta);
+        if (static_cast<double>(*std::max_element(peaks.begin(), peaks.end())) >
+            leaders.best().peak_bytes) {
+          ++tried;
+          continue;
+        }
         consider(li, std::move(schedule), "seed=" + name);
+      }
     }
   }
   double second_tier = kSecondTierActions;

@@ -283,15 +283,23 @@ class BlockTimeline {
   // device within the cap. The steady state keeps the block's pattern.
   void reorder_ramps() {
     const int steady_begin = slot(0, kB0, 0), steady_end = slot(0, kF0, m_ - 1);
-    std::vector<std::tuple<int, int, int, int>> passes;  // (slot, device, pass, micro-batch)
-    passes.reserve(slot_.size());
+    // The ramps' passes by (slot, device, pass, micro-batch): a counting sort on the slot over
+    // the passes taken in (device, pass, micro-batch) order.
+    std::vector<std::size_t> first(size(horizon_) + 1, 0);
+    const auto ramp = [&](int t) { return t < steady_begin || t > steady_end; };
+    for (const int t : slot_) {
+      if (ramp(t)) ++first[size(t) + 1];
+    }
+    for (std::size_t t = 1; t < first.size(); ++t)
+      first[t] += first[t - 1];
+    std::vector<std::tuple<int, int, int, int>> passes(first.back());
     for (int d = 0; d < p_; ++d)
       for (int pass = 0; pass < kVPasses; ++pass)
-        for (int mb = 0; mb < m_; ++mb)
-          passes.emplace_back(slot(d, pass, mb), d, pass, mb);
-    std::sort(passes.begin(), passes.end());
+        for (int mb = 0; mb < m_; ++mb) {
+          const int t = slot(d, pass, mb);
+          if (ramp(t)) passes[first[size(t)]++] = {t, d, pass, mb};
+        }
     for (const auto& [t, d, pass, mb] : passes) {
-      if (t >= steady_begin && t <= steady_end) continue;
       const int from = earliest(d, pass, mb);
       const int delta = stash_delta(pass);
       std::vector<int>& live = live_[size(d)];

@@ -45,11 +45,11 @@ class PublishedZbv {
 
   // The per-device order of the try with the smallest largest-device bubble (first on ties).
   std::vector<std::vector<Action>> build() const {
-    std::vector<std::vector<Action>> best;
+    Order best;
     double best_bubble = std::numeric_limits<double>::infinity();
     for (const bool fill_b : {true, false}) {
       for (const bool fill_f : {true, false}) {
-        std::vector<std::vector<Action>> order;
+        Order order;
         const double b = try_build(fill_b, fill_f, {}, order);
         if (b < best_bubble - 1e-9) {
           best_bubble = b;
@@ -57,20 +57,36 @@ class PublishedZbv {
         }
       }
     }
-    return best;
+    std::vector<std::vector<Action>> out(best.size());
+    for (std::size_t d = 0; d < best.size(); ++d) {
+      out[d].reserve(best[d].size());
+      for (const Op& op : best[d])
+        out[d].push_back({op.op, op.stage, {op.mb}});
+    }
+    return out;
   }
 
  private:
   enum Kind { f0, f1, b0, b1, kKinds };
 
+  // An action of a try, made an Action for the winning try only.
+  struct Op {
+    OpType op;
+    int stage;
+    int mb;
+  };
+  using Order = std::vector<std::vector<Op>>;  // per device
+
   struct State {
     std::array<std::vector<std::vector<double>>, kKinds> end;  // [kind][device][mb], -1 unset
     std::vector<std::array<int, kKinds>> count;
     std::vector<double> now, idle;
+    double most_idle = 0;  // the largest of idle
     std::vector<int> memory;
     std::vector<std::deque<std::pair<Kind, int>>> pending_w;  // (b0 | b1, micro-batch)
-    std::vector<std::vector<Action>> order;
+    Order order;
     std::vector<double> allowance;  // per device, from the previous try (empty: none)
+    double most_allowed = 0;        // the largest of allowance
   };
 
   static std::size_t u(int i) { return static_cast<std::size_t>(i); }
@@ -86,6 +102,10 @@ class PublishedZbv {
     st.pending_w.resize(u(p_));
     st.order.resize(u(p_));
     st.allowance = std::move(allowance);
+    if (!st.allowance.empty())
+      st.most_allowed = *std::max_element(st.allowance.begin(), st.allowance.end());
+    for (std::vector<Op>& order : st.order)
+      order.reserve(u(6 * m_));
     return st;
   }
 
@@ -102,11 +122,8 @@ class PublishedZbv {
   }
 
   double largest_bubble(const State& st, int d) const {
-    double worst = *std::max_element(st.idle.begin(), st.idle.end());
-    if (!st.allowance.empty()) {
-      const double most = *std::max_element(st.allowance.begin(), st.allowance.end());
-      worst = std::max(worst, most - st.allowance[u(d)]);
-    }
+    double worst = st.most_idle;
+    if (!st.allowance.empty()) worst = std::max(worst, st.most_allowed - st.allowance[u(d)]);
     return worst;
   }
 
@@ -115,7 +132,7 @@ class PublishedZbv {
     st.pending_w[u(d)].pop_front();
     st.now[u(d)] += 1.0;
     st.memory[u(d)] -= 1;
-    st.order[u(d)].push_back({OpType::P2, stage_of(kind, d), {mb}});
+    st.order[u(d)].push_back({OpType::P2, stage_of(kind, d), mb});
   }
 
   void place(State& st, Kind k, int d) const {
@@ -124,14 +141,17 @@ class PublishedZbv {
     const double input = input_end(st, k, d, mb);
     if (input < 0) throw InternalError("zb-v op before its input on device " + std::to_string(d));
     const double start = std::max(st.now[u(d)], input);
-    if (st.count[u(d)][f0] > 0) st.idle[u(d)] += start - st.now[u(d)];
+    if (st.count[u(d)][f0] > 0) {
+      st.idle[u(d)] += start - st.now[u(d)];
+      st.most_idle = std::max(st.most_idle, st.idle[u(d)]);
+    }
     st.now[u(d)] = start + 1.0;
     st.end[k][u(d)][u(mb)] = start + 1.0;
     ++st.count[u(d)][k];
     const bool forward = k == f0 || k == f1;
     st.memory[u(d)] += forward ? 2 : -1;
     if (!forward) st.pending_w[u(d)].emplace_back(k, mb);
-    st.order[u(d)].push_back({forward ? OpType::F : OpType::P1, stage_of(k, d), {mb}});
+    st.order[u(d)].push_back({forward ? OpType::F : OpType::P1, stage_of(k, d), mb});
   }
 
   // P2s before op k on d: those that fit in its wait, then one more if the wait exceeds what this
@@ -145,8 +165,7 @@ class PublishedZbv {
       place_w(st, d);
   }
 
-  double try_build(bool fill_b, bool fill_f, std::vector<double> allowance,
-                   std::vector<std::vector<Action>>& out) const {
+  double try_build(bool fill_b, bool fill_f, std::vector<double> allowance, Order& out) const {
     State st = fresh(std::move(allowance));
     // 1. Warm-up.
     for (int d = 0; d < p_; ++d)
@@ -175,21 +194,20 @@ class PublishedZbv {
       }
     }
     // 3. Rounds of one p1 and one forward per device.
+    std::vector<std::pair<int, Kind>> backward;
+    std::vector<char> second(u(p_));
     for (int round = 0; round < 2 * m_; ++round) {
-      std::vector<std::pair<int, Kind>> backward;
-      std::vector<int> first_half;
-      for (int d = 0; d < p_; ++d) {
+      // The second p1s last device first, then the first ones.
+      backward.clear();
+      for (int d = p_ - 1; d >= 0; --d) {
         const auto& c = st.count[u(d)];
-        const bool second =
-            c[b1] < c[b0] && (d == p_ - 1 || c[b0] >= m_ || st.end[b1][u(d + 1)][u(c[b1])] >= 0);
-        if (second) {
-          backward.insert(backward.begin(), {d, b1});  // last device first
-        } else {
-          first_half.push_back(d);
-        }
+        second[u(d)] = static_cast<char>(
+            c[b1] < c[b0] && (d == p_ - 1 || c[b0] >= m_ || st.end[b1][u(d + 1)][u(c[b1])] >= 0));
+        if (second[u(d)] != 0) backward.emplace_back(d, b1);
       }
-      for (const int d : first_half)
-        backward.emplace_back(d, b0);
+      for (int d = 0; d < p_; ++d) {
+        if (second[u(d)] == 0) backward.emplace_back(d, b0);
+      }
       for (const auto& [d, k] : backward) {
         if (st.count[u(d)][k] >= m_) continue;
         fill_wait(st, k, d, k == b1 || fill_b);
@@ -225,7 +243,7 @@ class PublishedZbv {
     const double allowed =
         st.allowance.empty() ? -1 : *std::max_element(st.allowance.begin(), st.allowance.end());
     if (allowed < 0 || bubble < allowed - 1e-9) {
-      std::vector<std::vector<Action>> again;
+      Order again;
       const double b = try_build(fill_b, fill_f, st.idle, again);
       if (b < bubble - 1e-9) {
         bubble = b;

@@ -88,6 +88,8 @@ void expect_same(const Schedule& schedule, const std::vector<StageCost>& costs,
     EXPECT_DOUBLE_EQ(fast.first_start_us[dd], sim.devices[dd].first_start_us) << label;
     EXPECT_DOUBLE_EQ(fast.last_end_us[dd], sim.devices[dd].last_end_us) << label;
   }
+  // The order alone gives the same peaks (an overlapped pair's memory counted together).
+  EXPECT_EQ(schedule_peak_memory(schedule, costs, meta), fast.peak_memory_bytes) << label;
   // Every action's times, in each device's order (the compute stream's order).
   for (std::size_t st = 0; st < graph.streams().size(); ++st) {
     const Stream& stream = graph.streams()[st];
@@ -195,6 +197,35 @@ TEST(ScheduleSim, RefusesAnOrderThatCannotRun) {
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(r.memory_ok);
   EXPECT_NE(r.error.find("waits forever"), std::string::npos) << r.error;
+}
+
+// An overlapped pair holds both actions' allocations and working memory at once: with working
+// memory far above the stashes, the pair is each device's peak, and the order alone gives it.
+TEST(ScheduleSim, PeakMemoryOfTheOrderCountsAnOverlappedPairAtOnce) {
+  ScheduleRequest request{4, 2, 16, BackwardMode::twobp, 1, nullptr};
+  const Schedule s = generate_schedule("dualpipe-v", request);
+  std::vector<StageCost> costs(8);
+  for (StageCost& c : costs) {
+    c.forward_us = c.p1_us = c.p2_us = 1;
+    c.stash_bytes = c.retained_bytes = 1;
+    c.forward_work_bytes = c.p1_work_bytes = c.fused_work_bytes = 1000;
+  }
+  PlanMeta meta;
+  meta.devices = 4;
+  meta.static_bytes.assign(4, 7);
+  int pairs = 0;
+  for (const std::vector<Action>& actions : s.per_device)
+    pairs += static_cast<int>(std::count_if(actions.begin(), actions.end(),
+                                            [](const Action& a) { return a.overlaps_next; }));
+  ASSERT_GT(pairs, 0);
+  const ScheduleSim sim = simulate_schedule(s, costs, meta);
+  ASSERT_TRUE(sim.ok) << sim.error;
+  const std::vector<std::int64_t> peaks = schedule_peak_memory(s, costs, meta);
+  EXPECT_EQ(peaks, sim.peak_memory_bytes);
+  for (const std::int64_t peak : peaks) {
+    EXPECT_GT(peak, 7 + 2000);  // a pair's two working memories
+    EXPECT_LT(peak, 7 + 2000 + 100);
+  }
 }
 
 }  // namespace
