@@ -101,6 +101,7 @@ AutoInputs auto_inputs(int devices, int microbatches, int mb_per_device) {
     r.static_bytes.push_back(c.static_bytes);
   r.memory_limit_bytes.assign(static_cast<std::size_t>(devices), in.plan.memory_limit_bytes);
   r.link = in.plan.profile.p2p;
+  r.p2_concat = in.plan.p2_concat;  // as make_plan hands it over
   r.cut = cut;
   return in;
 }

@@ -116,4 +116,18 @@ void run_beside(const std::function<void()>& offered, const std::function<void()
   if (error) std::rethrow_exception(error);
 }
 
+void run_items_beside(std::size_t count, const std::function<void(std::size_t)>& item) {
+  if (count == 0) return;
+  if (count == 1) {  // nothing to share
+    item(0);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  const auto share = [&] {
+    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1))
+      item(i);
+  };
+  run_beside(share, share);
+}
+
 }  // namespace pipeplan

@@ -4,6 +4,7 @@
 // to be scheduled and paid its start every time).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 
 namespace pipeplan {
@@ -14,5 +15,12 @@ namespace pipeplan {
 // exception from `offered` propagates in preference to one from `here` (a check beside a step
 // that assumes it: the check's error is the one that explains).
 void run_beside(const std::function<void()>& offered, const std::function<void()>& here);
+
+// Runs item(0) .. item(count - 1), each once, on this thread and the helper thread (run_beside),
+// each taking the next index that neither has taken; returns when all have finished. Items may
+// read the same data and each write its own. An exception from one ends its thread's share (the
+// other thread, unless it throws too, runs the remaining items) and propagates once both threads
+// have stopped.
+void run_items_beside(std::size_t count, const std::function<void(std::size_t)>& item);
 
 }  // namespace pipeplan

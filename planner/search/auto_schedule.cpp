@@ -1,11 +1,13 @@
 #include "planner/search/auto_schedule.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <utility>
 
+#include "planner/base/concurrent.h"
 #include "planner/base/error.h"
 #include "planner/base/index.h"
 #include "planner/graph/schedule_sim.h"
@@ -133,45 +135,66 @@ std::vector<ListVariant> more_variants(bool split) {
 // own stage-to-device map.
 class FamilyOrders {
  public:
-  // The family's order for the request; nullptr where it does not suit this shape (e.g.
-  // micro-batches vs devices).
-  const Schedule* get(const ScheduleFamily& family, const ScheduleRequest& request) {
-    const auto key = std::make_pair(&family, request.chunks);
-    auto it = orders_.find(key);
-    if (it == orders_.end()) {
-      std::optional<Schedule> order;
-      try {
-        order = family.generate(request);
-      } catch (const Error&) {
-        order.reset();
-      }
-      it = orders_.emplace(key, std::move(order)).first;
+  // Generates, on two threads, the orders of those of `families` not generated yet.
+  void generate(const std::vector<const ScheduleFamily*>& families,
+                const ScheduleRequest& request) {
+    std::vector<std::pair<const ScheduleFamily*, std::optional<Schedule>*>> missing;
+    for (const ScheduleFamily* family : families) {
+      const auto [it, added] = orders_.try_emplace(std::make_pair(family, request.chunks));
+      if (added) missing.emplace_back(family, &it->second);
     }
-    return it->second ? &*it->second : nullptr;
+    run_items_beside(missing.size(), [&](std::size_t i) {
+      try {
+        *missing[i].second = missing[i].first->generate(request);
+      } catch (const Error&) {
+        missing[i].second->reset();  // the family does not suit this shape
+      }
+    });
+  }
+  // The family's order for the request once generated; nullptr where it does not suit this
+  // shape (e.g. micro-batches vs devices).
+  const Schedule* get(const ScheduleFamily& family, int chunks) const {
+    const auto it = orders_.find(std::make_pair(&family, chunks));
+    return it == orders_.end() || !it->second ? nullptr : &*it->second;
   }
 
  private:
   std::map<std::pair<const ScheduleFamily*, int>, std::optional<Schedule>> orders_;
 };
 
+// A family seed of a layout: its order in one backward mode and, when timed, its evaluation
+// (nullopt where it cannot run or fit, `error` then saying why).
+struct Seed {
+  std::string name;
+  Schedule schedule;
+  bool timed = false;
+  std::optional<AutoEval> eval;
+  std::string error;
+};
+
 // The fixed families of a layout (same chunks and stage-to-device map) in every backward mode
 // they accept (fused only when the request keeps B whole), as candidates: the search then never
-// returns anything slower than a hand-made schedule that fits the same memory.
-std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
-                                                           FamilyOrders& orders, BackwardMode mode,
-                                                           int p2_concat) {
-  std::vector<std::pair<std::string, Schedule>> out;
-  const bool split = mode != BackwardMode::fused;
+// returns anything slower than a hand-made schedule that fits the same memory. Made, and timed
+// where `time` says, on two threads: each seed on its own. `time` (if set) receives a seed's order
+// and returns whether to time it.
+std::vector<Seed> family_seeds(const Layout& layout, FamilyOrders& orders, const AutoRequest& r,
+                               const std::function<bool(const Schedule&)>& time) {
+  const bool split = r.mode != BackwardMode::fused;
   const PlanMeta& meta = layout.meta;
+  const ScheduleRequest request{meta.devices, layout.chunks, meta.microbatches,
+                                std::nullopt, r.p2_concat,   nullptr};
+  std::vector<const ScheduleFamily*> families;
   for (const ScheduleFamily* family : schedule_families()) {
     // A family holding the model twice (dualpipe) cuts it into half as many stages: not this
     // layout's costs.
-    if (family->traits().needs_costs || family->traits().replicas != 1 ||
-        !family->traits().chunks.accepts(layout.chunks))
-      continue;
-    ScheduleRequest request{meta.devices, layout.chunks, meta.microbatches,
-                            std::nullopt, p2_concat,     nullptr};
-    const Schedule* generated = orders.get(*family, request);
+    if (!family->traits().needs_costs && family->traits().replicas == 1 &&
+        family->traits().chunks.accepts(layout.chunks))
+      families.push_back(family);
+  }
+  orders.generate(families, request);
+  std::vector<std::pair<const ScheduleFamily*, BackwardMode>> made;
+  for (const ScheduleFamily* family : families) {
+    const Schedule* generated = orders.get(*family, layout.chunks);
     if (generated == nullptr || generated->stage_device != layout.stage_device) continue;
     // Fused last, so that on equal scores (a stable sort) the split orders win.
     std::vector<BackwardMode> modes;
@@ -180,14 +203,26 @@ std::vector<std::pair<std::string, Schedule>> family_seeds(const Layout& layout,
     }
     std::stable_partition(modes.begin(), modes.end(),
                           [](BackwardMode m) { return m != BackwardMode::fused; });
-    for (const BackwardMode m : modes) {
-      request.backward = m;
-      Schedule s = with_backward_mode(*family, *generated, request, layout.costs, meta);
-      out.emplace_back(
-          family->places_p2() ? family->name() : family->name() + " " + std::string(to_string(m)),
-          std::move(s));
-    }
+    for (const BackwardMode m : modes)
+      made.emplace_back(family, m);
   }
+  std::vector<Seed> out(made.size());
+  const EvalContext context{&layout.costs, &layout.meta, r.objective};
+  run_items_beside(made.size(), [&](std::size_t i) {
+    const auto [family, mode] = made[i];
+    ScheduleRequest with_mode = request;
+    with_mode.backward = mode;
+    Seed& seed = out[i];
+    seed.name =
+        family->places_p2() ? family->name() : family->name() + " " + std::string(to_string(mode));
+    seed.schedule = with_backward_mode(*family, *orders.get(*family, layout.chunks), with_mode,
+                                       layout.costs, meta);
+    seed.schedule.family = kAutoScheduleName;
+    seed.schedule.backward = r.mode;
+    if (!time || !time(seed.schedule)) return;
+    seed.timed = true;
+    seed.eval = evaluate_order(seed.schedule, context, false, seed.error);
+  });
   return out;
 }
 
@@ -299,6 +334,16 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   bool done = false;
   std::vector<char> seeded(all.size(), 0);  // every family seed of the layout considered
   FamilyOrders orders;
+  // A candidate with its evaluation (none: it did not run or fit): the leaders take it.
+  const auto take = [&](std::size_t li, Schedule schedule, const std::string& name,
+                        std::optional<AutoEval> e) {
+    if (!e) return;
+    const Layout& layout = all[li];
+    done = done || at_bounds(e->score);
+    if (curves && name.starts_with("seed="))
+      seeds.push_back({li, schedule, layout.name + " " + name, *e, tried == 1});
+    leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e), tried == 1});
+  };
   const auto consider = [&](std::size_t li, Schedule schedule, const std::string& name) {
     const Layout& layout = all[li];
     ++tried;
@@ -312,11 +357,23 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     } else {
       evaluate();
     }
-    if (e) {
-      done = done || at_bounds(e->score);
-      if (curves && name.starts_with("seed="))
-        seeds.push_back({li, schedule, layout.name + " " + name, *e, tried == 1});
-      leaders.offer({li, std::move(schedule), layout.name + " " + name, std::move(*e), tried == 1});
+    take(li, std::move(schedule), name, std::move(e));
+  };
+  // The layout's family seeds, in order, as consider() would take them one by one (made and
+  // timed on two threads); those that `time` rules out count as tried without an evaluation.
+  const auto consider_seeds = [&](std::size_t li,
+                                  const std::function<bool(const Schedule&)>& time) {
+    // make_plan's hook takes the first candidate (never a seed: the first tier runs before).
+    if (tried == 0 && r.evaluate_first) {
+      for (Seed& seed : family_seeds(all[li], orders, r, nullptr))
+        consider(li, std::move(seed.schedule), "seed=" + seed.name);
+      return;
+    }
+    for (Seed& seed : family_seeds(all[li], orders, r, time)) {
+      ++tried;
+      if (!seed.timed) continue;
+      if (first_error.empty()) first_error = seed.error;
+      take(li, std::move(seed.schedule), "seed=" + seed.name, std::move(seed.eval));
     }
   };
   const auto run_list = [&](std::size_t li, const ListVariant& v) {
@@ -347,8 +404,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
     if (done) break;
     // Every seed of the layout, once generated, even after one reaches the bounds: the tie-break
     // below would otherwise generate them again.
-    for (auto& [name, schedule] : family_seeds(all[li], orders, r.mode, r.p2_concat))
-      consider(li, std::move(schedule), "seed=" + name);
+    consider_seeds(li, [](const Schedule&) { return true; });
     seeded[li] = 1;
   }
   // An order at both bounds ends the search, but one of equal figures and less memory may be a
@@ -364,16 +420,12 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
       if (seeded[li] || !meets(primary(all[li]), first) || !meets(secondary(all[li]), second))
         continue;
       seeded[li] = true;
-      for (auto& [name, schedule] : family_seeds(all[li], orders, r.mode, r.p2_concat)) {
+      const double lightest = leaders.best().peak_bytes;
+      consider_seeds(li, [&](const Schedule& schedule) {
         const std::vector<std::int64_t> peaks =
             schedule_peak_memory(schedule, all[li].costs, all[li].meta);
-        if (static_cast<double>(*std::max_element(peaks.begin(), peaks.end())) >
-            leaders.best().peak_bytes) {
-          ++tried;
-          continue;
-        }
-        consider(li, std::move(schedule), "seed=" + name);
-      }
+        return static_cast<double>(*std::max_element(peaks.begin(), peaks.end())) <= lightest;
+      });
     }
   }
   double second_tier = kSecondTierActions;
