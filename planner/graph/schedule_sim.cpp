@@ -432,15 +432,22 @@ class CompactRun {
 std::vector<std::int64_t> schedule_peak_memory(const Schedule& schedule,
                                                const std::vector<StageCost>& costs,
                                                const PlanMeta& meta) {
-  if (static_cast<int>(costs.size()) != schedule.stage_count()) {
+  if (static_cast<int>(costs.size()) != schedule.stage_count() ||
+      static_cast<int>(schedule.per_device.size()) != schedule.devices) {
     throw InternalError("schedule_peak_memory: " + std::to_string(costs.size()) +
-                        " stage costs for " + std::to_string(schedule.stage_count()) + " stages");
+                        " stage costs for " + std::to_string(schedule.stage_count()) +
+                        " stages, orders of " + std::to_string(schedule.per_device.size()) +
+                        " devices for " + std::to_string(schedule.devices));
   }
   std::vector<StageInfo> stages;
   stages.reserve(costs.size());
   for (std::size_t s = 0; s < costs.size(); ++s)
     stages.push_back(stage_info(costs[s], schedule.stage_device[s], meta.link));
-  const auto step_of = [&](const Action& a) { return memory_of(stages[idx(a.stage)], a); };
+  const auto step_of = [&](const Action& a) {
+    if (a.stage < 0 || a.stage >= schedule.stage_count())
+      throw InternalError("schedule_peak_memory: " + format_action(a) + " of no stage");
+    return memory_of(stages[idx(a.stage)], a);
+  };
   std::vector<std::int64_t> peaks(idx(schedule.devices), 0);
   for (int d = 0; d < schedule.devices; ++d) {
     std::int64_t memory =
