@@ -108,7 +108,7 @@ std::vector<ListVariant> core_variants(bool split) {
           {2, P2Fill::always, true}, {1, P2Fill::fit, true}};
 }
 
-std::vector<ListVariant> more_variants(bool split) {
+std::vector<ListVariant> make_more_variants(bool split) {
   std::vector<ListVariant> out;
   const std::vector<ListVariant> core = core_variants(split);
   const auto add = [&](const ListVariant& v) {
@@ -128,6 +128,13 @@ std::vector<ListVariant> more_variants(bool split) {
     add({depth, P2Fill::fit, false});  // fused B: least memory, the 1F1B family
   }
   return out;
+}
+
+// The second tier, made once per process (its names are compared with the first tier's).
+const std::vector<ListVariant>& more_variants(bool split) {
+  static const std::vector<ListVariant> fused = make_more_variants(false);
+  static const std::vector<ListVariant> two = make_more_variants(true);
+  return split ? two : fused;
 }
 
 // The fixed families' orders as generated (before a backward mode), once per family and chunk
