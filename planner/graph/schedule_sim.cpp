@@ -21,6 +21,13 @@ constexpr double kUnset = -1.0;
 // held while it runs, released at its end.
 struct MemoryStep {
   std::int64_t alloc = 0, release = 0, work = 0;
+  // An overlapped pair's two actions start and end together: one step holding both.
+  MemoryStep& operator+=(const MemoryStep& other) {
+    alloc += other.alloc;
+    release += other.release;
+    work += other.work;
+    return *this;
+  }
 };
 
 // Per virtual stage, what its ops cost and where their outputs go, read once per call.
@@ -308,9 +315,7 @@ class CompactRun {
         if (!second) return block(d);
         step->ready = std::max(step->ready, second->ready);
         step->duration = overlapped_time_us(step->duration, second->duration, meta_.overlap);
-        step->memory.alloc += second->memory.alloc;
-        step->memory.release += second->memory.release;
-        step->memory.work += second->memory.work;
+        step->memory += second->memory;
       }
       const double ready = std::max(free_at, step->ready);
       memory += step->memory.alloc;
@@ -457,10 +462,7 @@ std::vector<std::int64_t> schedule_peak_memory(const Schedule& schedule,
     for (std::size_t i = 0; i < actions.size(); ++i) {
       MemoryStep step = step_of(actions[i]);
       if (actions[i].overlaps_next && i + 1 < actions.size()) {  // the pair runs as one step
-        const MemoryStep second = step_of(actions[i + 1]);
-        step.alloc += second.alloc;
-        step.release += second.release;
-        step.work += second.work;
+        step += step_of(actions[i + 1]);
         ++i;
       }
       memory += step.alloc;

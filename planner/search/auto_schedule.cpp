@@ -199,7 +199,12 @@ std::vector<Seed> family_seeds(const Layout& layout, FamilyOrders& orders, const
       families.push_back(family);
   }
   orders.generate(families, request);
-  std::vector<std::pair<const ScheduleFamily*, BackwardMode>> made;
+  struct Made {
+    const ScheduleFamily* family;
+    const Schedule* generated;
+    BackwardMode mode;
+  };
+  std::vector<Made> made;
   for (const ScheduleFamily* family : families) {
     const Schedule* generated = orders.get(*family, layout.chunks);
     if (generated == nullptr || generated->stage_device != layout.stage_device) continue;
@@ -211,19 +216,18 @@ std::vector<Seed> family_seeds(const Layout& layout, FamilyOrders& orders, const
     std::stable_partition(modes.begin(), modes.end(),
                           [](BackwardMode m) { return m != BackwardMode::fused; });
     for (const BackwardMode m : modes)
-      made.emplace_back(family, m);
+      made.push_back({family, generated, m});
   }
   std::vector<Seed> out(made.size());
   const EvalContext context{&layout.costs, &layout.meta, r.objective};
   run_items_beside(made.size(), [&](std::size_t i) {
-    const auto [family, mode] = made[i];
+    const auto [family, generated, mode] = made[i];
     ScheduleRequest with_mode = request;
     with_mode.backward = mode;
     Seed& seed = out[i];
     seed.name =
         family->places_p2() ? family->name() : family->name() + " " + std::string(to_string(mode));
-    seed.schedule = with_backward_mode(*family, *orders.get(*family, layout.chunks), with_mode,
-                                       layout.costs, meta);
+    seed.schedule = with_backward_mode(*family, *generated, with_mode, layout.costs, meta);
     seed.schedule.family = kAutoScheduleName;
     seed.schedule.backward = r.mode;
     if (!time || !time(seed.schedule)) return;
