@@ -28,6 +28,7 @@
 #include "planner/graph/simulator.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/model.h"
+#include "profiles/partition.h"
 #include "runtime/trace_diff.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
@@ -95,6 +96,56 @@ void check_run_of_profile(const TaskGraph& plan, const std::string& plan_path,
   }
 }
 
+// A recorded run's forward times against `profile`'s: the fit takes each node's planned time as
+// its profiled time and writes the model into `profile`, so the runs must have been planned from
+// its times (a calibrated copy of it keeps them), or one line naming the first stage that differs.
+void check_planned_from(const TaskGraph& plan, const std::string& plan_path, const Profile& profile,
+                        const std::string& profile_path) {
+  const PlanMeta& meta = plan.meta;
+  const std::vector<StageCost> costs =
+      stage_costs(meta.model, profile, meta.mbs, Partition{meta.stage_layers}, 1, meta.recompute);
+  for (const Node& node : plan.nodes()) {
+    if (node.kind != NodeKind::compute || node.op != OpType::F) continue;
+    const double profiled = costs.at(static_cast<std::size_t>(node.stage)).forward_us;
+    if (std::abs(node.duration_us - profiled) > 1e-6 * std::max(1.0, profiled)) {
+      throw Error(printf_text(
+          "%s: stage %d's forward takes %.1f us in the plan but %.1f us by %s (fit the runs with "
+          "the profile they were planned from)",
+          plan_path.c_str(), node.stage, node.duration_us, profiled, profile_path.c_str()));
+    }
+  }
+}
+
+// Where a plan made again differs from the one that ran, in the fields that decide what ran (its
+// stages' layers, micro-batch size, recomputation and every node but its times and bytes): the
+// field or node, or "" when none does.
+std::string what_differs(const TaskGraph& ran, const TaskGraph& again) {
+  const PlanMeta& a = ran.meta;
+  const PlanMeta& b = again.meta;
+  if (a.mbs != b.mbs) return "meta.mbs";
+  if (a.stage_layers.size() != b.stage_layers.size()) return "meta.stage_layers";
+  for (std::size_t s = 0; s < a.stage_layers.size(); ++s) {
+    if (a.stage_layers[s].first_layer != b.stage_layers[s].first_layer ||
+        a.stage_layers[s].layer_count != b.stage_layers[s].layer_count)
+      return "meta.stage_layers[" + std::to_string(s) + "]";
+  }
+  if (!(a.recompute == b.recompute)) return "meta.recompute";
+  if (ran.node_count() != again.node_count()) {
+    return "nodes (" + std::to_string(ran.node_count()) + " ran, " +
+           std::to_string(again.node_count()) + " now)";
+  }
+  for (int id = 0; id < ran.node_count(); ++id) {
+    const Node& x = ran.node(id);
+    const Node& y = again.node(id);
+    if (x.kind != y.kind || x.op != y.op || x.transfer != y.transfer || x.device != y.device ||
+        x.stream != y.stream || x.stage != y.stage || !(x.microbatches == y.microbatches) ||
+        x.overlaps_next != y.overlaps_next || x.peer != y.peer || x.match != y.match)
+      return "node " + std::to_string(id) + " (" + node_label(x) + " ran, " + node_label(y) +
+             " now)";
+  }
+  return "";
+}
+
 std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
   check_distinct_runs(prefixes);
   const std::vector<std::string> labels = run_labels(prefixes);
@@ -159,8 +210,10 @@ struct FitCommand {
                   ": field 'contention' is missing (--copy-only keeps its compute curves)");
     }
     const std::vector<MeasuredRun> measured = load_runs(runs);
-    for (std::size_t i = 0; i < runs.size(); ++i)
+    for (std::size_t i = 0; i < runs.size(); ++i) {
       check_run_of_profile(measured[i].plan, runs[i] + ".plan.json", profile, profile_path);
+      check_planned_from(measured[i].plan, runs[i] + ".plan.json", profile, profile_path);
+    }
     check_output(output);
     const double given_overlap = profile.overlap.efficiency;
     std::optional<OverlapFit> pairs;  // before the longer fit: a run without pairs fails first
@@ -373,10 +426,16 @@ struct EvalCommand {
         if (!(plan.graph.schedule == recorded.schedule)) {
           throw Error(prefix + ".plan.txt: the re-planned schedule is not the one that ran");
         }
+        if (const std::string field = what_differs(recorded, plan.graph); !field.empty()) {
+          throw Error(prefix + ".plan.txt: re-planned with " + profile_path +
+                      ", the plan is not the one that ran (" + field +
+                      "); give --resimulate to simulate the recorded plan");
+        }
         after = std::move(plan.sim);
       } else {
         TaskGraph again = recorded;
         again.meta.contention = profile.contention;
+        again.meta.overlap = profile.overlap;
         after = simulate(again);
       }
       std::string memory = printf_text("%14s %8s", "-", "-");

@@ -27,6 +27,9 @@ constexpr double kMinLevelShare = 0.01;  // a level or copy case with less of th
 constexpr int kMinSendsPerCase = 3;      // sends with time in a copy case, for its factor
 constexpr double kDigits = 1e4;          // fitted factors are stored to 4 decimals
 constexpr double kFactorStep = 0.05;     // the sustained-load grid
+// The least slowdown or copy factor a fit writes: a run 100 times faster than the profile says is
+// as far from it as one 100 times slower (kMaxSlowdown).
+constexpr double kMinFactor = 1 / kMaxSlowdown;
 
 double rounded(double x) {
   return std::round(x * kDigits) / kDigits;
@@ -69,7 +72,7 @@ std::vector<ComputeSpan> compute_spans(const MeasuredRun& run) {
 
 // The compute work of a run in time (compute_spans): each op's [start, end) as indices into
 // `points` (every start and end, in order), how many ran between each point and the next, and
-// the share of the devices that computing makes.
+// the share of the run's own devices that computing makes (the simulator's H for its plan).
 struct Concurrency {
   struct Op {
     int node;
@@ -83,7 +86,8 @@ struct Concurrency {
   std::vector<double> shares;
 };
 
-Concurrency concurrency(const MeasuredRun& run, int devices) {
+Concurrency concurrency(const MeasuredRun& run) {
+  const int devices = std::max(1, run.plan.meta.devices);
   Concurrency c;
   const std::vector<ComputeSpan> spans = compute_spans(run);
   for (const ComputeSpan& span : spans) {
@@ -139,7 +143,7 @@ std::vector<double> periodic_load(const std::vector<double>& points,
 
 std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
                                  const std::optional<SustainedLoad>& sustained) {
-  const Concurrency c = concurrency(run, devices);
+  const Concurrency c = concurrency(run);
   const std::vector<double> load =
       sustained ? periodic_load(c.points, c.shares, sustained->time_constant_us)
                 : std::vector<double>{};
@@ -295,16 +299,20 @@ std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int
 double op_error(const std::vector<OpSample>& samples, const Contention& contention) {
   if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
   double sum = 0;
+  int timed = 0;
   for (const OpSample& s : samples) {
     const std::vector<double>& curve = contention.curve(to_string(s.op));
     // The profiled time the op gets done in its measured time and concurrency; its predicted
-    // time at that concurrency is measured * d / done.
+    // time at that concurrency is measured * d / done. An op the trace gives no time has no
+    // error to count.
     double done = 0;
     for (std::size_t k = 0; k < s.levels.size(); ++k)
       done += s.levels[k] / Contention::factor(curve, k + 1);
-    sum += done > 0 ? std::abs(s.profiled_us / done - 1) : 0;
+    if (!(done > 0)) continue;
+    sum += std::abs(s.profiled_us / done - 1);
+    ++timed;
   }
-  return sum / static_cast<double>(samples.size());
+  return timed == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / timed;
 }
 
 double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy) {
@@ -477,6 +485,23 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
   }
   const std::optional<CopySlowdown> copy = contention_fit::fit_copy(all_copies, options.min_ops);
 
+  // A fit writes factors in [kMinFactor, kMaxSlowdown], as stored (rounded: a tiny one would be
+  // stored as 0, which no profile holds); one outside is written nowhere.
+  const auto outside = [](double factor) {
+    return !(factor >= contention_fit::kMinFactor) || !(factor <= kMaxSlowdown);
+  };
+  std::string copy_note;
+  if (copy && (outside(contention_fit::rounded(copy->sender_idle)) ||
+               outside(contention_fit::rounded(copy->sender_computing)))) {
+    // The link's modelled time is far from the measured sends: factors a profile cannot hold.
+    copy_note = "copy factors " + limits::general_number(copy->sender_idle) +
+                " (sender idle) and " + limits::general_number(copy->sender_computing) +
+                " (sender computing): outside " +
+                limits::general_number(contention_fit::kMinFactor) + " to " +
+                limits::general_number(kMaxSlowdown) +
+                ": the profile's link is far from the measured sends (its p2p)";
+  }
+
   ContentionFit fit;
   if (options.copy_only) {
     if (given.empty()) throw Error("contention.slowdown: no compute curves to keep");
@@ -485,10 +510,19 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
           "contention.copy: too few transfers, or too few beside (or away from) its sender's "
           "compute, to fit the copy factors");
     }
+    if (!copy_note.empty()) throw Error("contention.copy: " + copy_note);
     fit.contention = given;
   } else if (options.sustained) {
     fit.contention = fit_sustained(runs, devices, options, progress);
   } else {
+    if (given.empty() && given.sustained) {
+      // Separate GPUs, each with its own load: the curves would put them on one GPU under its
+      // shared load, a model the profile does not describe.
+      throw Error(
+          "contention.sustained: the profile's sustained load is of separate GPUs (it has no "
+          "slowdown curves), not of stages sharing one; give --sustained to fit a shared GPU's "
+          "term with the curves");
+    }
     // A sustained-load term the profile measured (profiles/load_measurement.h) is kept, and the
     // curves fitted under it, as the simulator will apply both.
     std::optional<Contention> model =
@@ -503,12 +537,12 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     fit.contention.slowdown = contention_fit::rounded(fit.contention.slowdown);
     for (auto& [op, curve] : fit.contention.by_op)
       curve = contention_fit::rounded(curve);
-    // A profile holds slowdowns up to kMaxSlowdown: a fit beyond it is written nowhere.
-    const auto check = [](const std::vector<double>& curve, const std::string& field) {
+    const auto check = [&](const std::vector<double>& curve, const std::string& field) {
       for (std::size_t k = 0; k < curve.size(); ++k) {
-        if (curve[k] > kMaxSlowdown) {
+        if (outside(curve[k])) {
           throw Error(field + ": the fit gives " + limits::general_number(curve[k]) + " with " +
-                      std::to_string(k + 1) + " ops at once, above " +
+                      std::to_string(k + 1) + " ops at once, outside " +
+                      limits::general_number(contention_fit::kMinFactor) + " to " +
                       limits::general_number(kMaxSlowdown) +
                       ": the profile's times are far from the runs' (profile the hardware that "
                       "ran them)");
@@ -519,14 +553,8 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     for (const auto& [op, curve] : fit.contention.by_op)
       check(curve, "contention.by_op." + op);
   }
-  if (copy && std::max(copy->sender_idle, copy->sender_computing) > kMaxSlowdown) {
-    // The link's modelled time is far below the measured sends: factors a profile cannot hold.
-    fit.copy_note = "copy factors " + limits::general_number(copy->sender_idle) +
-                    " (sender idle) and " + limits::general_number(copy->sender_computing) +
-                    " (sender computing): the largest exceeds " +
-                    limits::general_number(kMaxSlowdown) +
-                    ": the profile's link is far faster than the measured sends (its p2p); no "
-                    "copy factors";
+  if (!copy_note.empty()) {
+    fit.copy_note = copy_note + "; no copy factors";
   } else if (copy) {
     fit.contention.copy = CopySlowdown{contention_fit::rounded(copy->sender_idle),
                                        contention_fit::rounded(copy->sender_computing)};
@@ -541,14 +569,23 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     RunFitReport report;
     report.name = run.name;
     report.ops = static_cast<int>(plain[r].size());
-    report.op_error_before = contention_fit::op_error(plain[r], Contention{});
+    // Before: the model the run was planned with (its curves under its sustained term).
+    const Contention& planned = run.plan.meta.contention;
+    Contention planned_curves = planned;
+    planned_curves.sustained.reset();
+    report.op_error_before =
+        contention_fit::op_error(planned.sustained && !planned.empty()
+                                     ? contention_fit::op_samples(run, devices, planned.sustained)
+                                     : plain[r],
+                                 planned_curves);
     report.op_error_after = contention_fit::op_error(
         fit.contention.sustained
             ? contention_fit::op_samples(run, devices, fit.contention.sustained)
             : plain[r],
         curves);
     report.sends = static_cast<int>(copies[r].size());
-    report.copy_error_before = contention_fit::copy_error(copies[r], CopySlowdown{});
+    report.copy_error_before =
+        contention_fit::copy_error(copies[r], planned.copy.value_or(CopySlowdown{}));
     report.copy_error_after = fit.contention.copy
                                   ? contention_fit::copy_error(copies[r], *fit.contention.copy)
                                   : std::numeric_limits<double>::quiet_NaN();

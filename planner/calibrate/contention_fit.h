@@ -54,10 +54,10 @@ struct ContentionFitOptions {
 struct RunFitReport {
   std::string name;
   int ops = 0;                   // compute ops with a profiled time
-  double op_error_before = 0;    // mean |relative error| of op times, no contention model
+  double op_error_before = 0;    // mean |relative error| of op times, the plan's own model
   double op_error_after = 0;     // the same under the fitted model
   int sends = 0;                 // transfers with a link time
-  double copy_error_before = 0;  // median |relative error| of copies, no copy factors
+  double copy_error_before = 0;  // median |relative error| of copies, the plan's copy factors
   double copy_error_after = 0;   // under the fitted copy factors; NaN without them
   double measured_makespan_us = 0;
   double predicted_before_us = 0;  // the recorded plan simulated as it was made
@@ -72,13 +72,16 @@ struct ContentionFit {
   std::vector<RunFitReport> runs;
 };
 
-// Fits the model on `runs` (each plan's "duration_us" is its profiled time). `given` is the
-// profile's model: with copy_only its curves and sustained term are kept (it must have curves);
-// with neither copy_only nor sustained, its sustained term (where it has one) is kept and the
-// curves are fitted under it.
+// Fits the model on `runs` (each plan's "duration_us" is its profiled time; each run's sustained
+// load is the share of its own plan's devices computing). `given` is the profile's model: with
+// copy_only its curves and sustained term are kept (it must have curves); with neither copy_only
+// nor sustained, its sustained term (where it has one, beside curves: a term alone is separate
+// GPUs', refused) is kept and the curves are fitted under it. Factors are written from 0.01 to
+// kMaxSlowdown: a slowdown outside is an error, copy factors outside are left out (`copy_note`
+// says why), with copy_only an error.
 // `progress`, when set, gets a line per step of the sustained-load grid. Throws Error naming the
 // run or the field that cannot be fitted (no compute op, too few distinct concurrency levels,
-// copy_only with too few transfers).
+// copy_only with too few transfers or factors outside the range).
 ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Contention& given,
                              const ContentionFitOptions& options,
                              const std::function<void(const std::string&)>& progress = {});
@@ -118,7 +121,8 @@ struct CopySample {
   double sender_computing_us = 0;
 };
 
-// Per compute op with a profiled time, in node order; `devices` levels (the last takes more).
+// Per compute op with a profiled time, in node order; `devices` levels (the last takes more),
+// the sustained load H the share of the run's own plan's devices computing.
 std::vector<OpSample> op_samples(const MeasuredRun& run, int devices,
                                  const std::optional<SustainedLoad>& sustained);
 std::vector<CopySample> copy_samples(const MeasuredRun& run);
@@ -142,7 +146,8 @@ std::optional<std::vector<double>> fit_curve(const std::vector<const OpSample*>&
 // either case has under 1 % of those weighted rows or time in fewer than 3 sends, or a
 // degenerate fit.
 std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int min_copies);
-// Mean |relative error| of the op times `contention` predicts from the measured concurrency.
+// Mean |relative error| of the op times `contention` predicts from the measured concurrency, over
+// the ops the trace gives time (NaN when none does).
 double op_error(const std::vector<OpSample>& samples, const Contention& contention);
 // Median |relative error| of the copies' link times under `copy`.
 double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy);

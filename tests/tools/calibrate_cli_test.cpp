@@ -199,6 +199,53 @@ TEST_F(CalibrateCliTest, OverlapFitsTheEfficiencyThePairsRanWith) {
   ASSERT_EQ(row.size(), 6u) << fit.out;
   EXPECT_LT(std::abs(percent_at(row, 5)), 0.05) << fit.out;
   EXPECT_GT(std::abs(percent_at(row, 3)), 1.0) << "the pairs made the step shorter: " << fit.out;
+  // eval --resimulate takes the fitted efficiency too: the recorded plan under the profile's
+  // overlap model predicts the measured step.
+  const CliResult eval =
+      run_pipeplan("calibrate eval --resimulate --profile " + path("fitted.json") + " " + run);
+  ASSERT_EQ(eval.status, 0) << eval.out;
+  EXPECT_LT(std::abs(percent_at(last_row(eval.out), 5)), 0.05) << eval.out;
+}
+
+// The fit takes each node's planned time as its profiled time and writes the model into
+// --profile: runs planned from other times are refused, naming the stage. Eval re-plans with the
+// profile it is given and refuses a plan that is not the one that ran (here the stages hold other
+// layers), pointing at --resimulate.
+TEST_F(CalibrateCliTest, RunsPlannedFromOtherTimesOrReplannedOtherwiseAreRefused) {
+  make_run(kTruth);
+  nlohmann::json slower = read_json(kProfile);
+  for (auto& [mbs, cost] : slower["layers"]["block"].items())
+    cost["forward_us"] = 2 * cost["forward_us"].get<double>();
+  std::ofstream(path("slower.json")) << slower.dump();
+  const CliResult fit = run_pipeplan("calibrate fit --profile " + path("slower.json") + " -o " +
+                                     path("none.json") + " " + run_);
+  EXPECT_NE(fit.status, 0);
+  EXPECT_EQ(lines(fit.out), 1) << fit.out;
+  EXPECT_NE(fit.out.find("run.plan.json: stage 0's forward takes"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("(fit the runs with the profile they were planned from)"),
+            std::string::npos)
+      << fit.out;
+  EXPECT_FALSE(std::filesystem::exists(path("none.json")));
+
+  nlohmann::json heavy_head = read_json(kProfile);
+  for (auto& [mbs, cost] : heavy_head["layers"]["head"].items()) {
+    for (const char* field : {"forward_us", "p1_us", "p2_us"})
+      cost[field] = 40 * cost[field].get<double>();
+  }
+  std::ofstream(path("heavy_head.json")) << heavy_head.dump();
+  const CliResult eval =
+      run_pipeplan("calibrate eval --profile " + path("heavy_head.json") + " " + run_);
+  EXPECT_NE(eval.status, 0);
+  EXPECT_EQ(lines(eval.out), 1) << eval.out;
+  EXPECT_NE(eval.out.find("run.plan.txt: re-planned with " + path("heavy_head.json") +
+                          ", the plan is not the one that ran (meta.stage_layers["),
+            std::string::npos)
+      << eval.out;
+  EXPECT_NE(eval.out.find("give --resimulate"), std::string::npos) << eval.out;
+  EXPECT_EQ(
+      run_pipeplan("calibrate eval --resimulate --profile " + path("heavy_head.json") + " " + run_)
+          .status,
+      0);
 }
 
 TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {

@@ -182,31 +182,124 @@ TEST_F(ContentionFitTest, TooFewTransfersLeaveTheCopyFactorsOut) {
   EXPECT_TRUE(fit.contention.by_op.empty());
 }
 
-// A profile holds slowdowns and copy factors up to 100 (profiles/contention.h): copy factors above
-// it are left out with the reason, and curves above it refused, so that no fit writes a profile
-// its reader refuses.
+// A fit writes slowdowns and copy factors from 0.01 to 100 (profiles/contention.h holds (0, 100],
+// four decimals): copy factors outside are left out with the reason (with copy_only, refused), and
+// curves outside refused, so that no fit writes a profile its reader refuses.
 TEST_F(ContentionFitTest, FactorsAProfileCannotHoldAreLeftOutOrRefused) {
   Contention slow_copies;
   slow_copies.slowdown = {1, 1, 1, 1};
   slow_copies.copy = CopySlowdown{150, 300};
-  const ContentionFit fit =
-      fit_contention({measured_under(*plan_, slow_copies)}, Contention{}, ContentionFitOptions{});
+  const MeasuredRun slow_run = measured_under(*plan_, slow_copies);
+  const ContentionFit fit = fit_contention({slow_run}, Contention{}, ContentionFitOptions{});
   EXPECT_FALSE(fit.copy_fitted);
   EXPECT_FALSE(fit.contention.copy.has_value());
-  EXPECT_EQ(
-      fit.copy_note.find(
-          "copy factors 150 (sender idle) and 300 (sender computing): the largest exceeds 100"),
-      0U)
+  EXPECT_EQ(fit.copy_note.find(
+                "copy factors 150 (sender idle) and 300 (sender computing): outside 0.01 to 100"),
+            0U)
       << fit.copy_note;
+  // --copy-only has nothing else to write: the same is an error, the given curves not rewritten.
+  ContentionFitOptions copy_only;
+  copy_only.copy_only = true;
+  Contention given;
+  given.slowdown = {1.5};
+  std::string what = testing::error_of([&] { fit_contention({slow_run}, given, copy_only); });
+  EXPECT_EQ(what.rfind("contention.copy: copy factors 150 (sender idle)", 0), 0U) << what;
+  // Copies far faster than the link says are as far off.
+  Contention fast_copies = slow_copies;
+  fast_copies.copy = CopySlowdown{0.001, 0.002};
+  what = testing::error_of(
+      [&] { fit_contention({measured_under(*plan_, fast_copies)}, given, copy_only); });
+  EXPECT_NE(what.find("outside 0.01 to 100"), std::string::npos) << what;
 
   Contention slow_ops;
   slow_ops.slowdown = {150, 150, 150, 150};
-  const std::string what = testing::error_of([&] {
+  what = testing::error_of([&] {
     fit_contention({measured_under(*plan_, slow_ops)}, Contention{}, ContentionFitOptions{});
   });
-  EXPECT_EQ(what.rfind("contention.slowdown: the fit gives 150 with 1 ops at once, above 100", 0),
+  EXPECT_EQ(what.rfind("contention.slowdown: the fit gives 150 with 1 ops at once, outside 0.01 "
+                       "to 100",
+                       0),
             0U)
       << what;
+  // Ops 30000 times faster than profiled: a slowdown that four decimals would store as 0.
+  Contention fast_ops;
+  fast_ops.slowdown = {1.0 / 30000, 1.0 / 30000, 1.0 / 30000, 1.0 / 30000};
+  what = testing::error_of([&] {
+    fit_contention({measured_under(*plan_, fast_ops)}, Contention{}, ContentionFitOptions{});
+  });
+  EXPECT_EQ(what.rfind("contention.slowdown: the fit gives 0 with 1 ops at once, outside", 0), 0U)
+      << what;
+}
+
+// A profile whose sustained term has no curves is of separate GPUs, each with its own load: a
+// plain fit would keep that term under curves of one shared GPU. Refused, naming the way out.
+TEST_F(ContentionFitTest, APlainFitRefusesASeparateGpusSustainedTerm) {
+  const MeasuredRun run = measured_under(*plan_, Contention{});
+  Contention separate;
+  separate.sustained = SustainedLoad{0.12, 40000.0};
+  const std::string what =
+      testing::error_of([&] { fit_contention({run}, separate, ContentionFitOptions{}); });
+  EXPECT_EQ(what.rfind("contention.sustained: the profile's sustained load is of separate GPUs", 0),
+            0U)
+      << what;
+  EXPECT_NE(what.find("--sustained"), std::string::npos) << what;
+  ContentionFitOptions options;
+  options.sustained = true;
+  options.min_factor = options.max_factor = 0.1;
+  options.time_constants_us = {40000.0};
+  EXPECT_NO_THROW(fit_contention({run}, separate, options));
+}
+
+// "Before" is the model the run was planned with: a run measured under exactly that model has no
+// error before, whatever the fit then gives.
+TEST_F(ContentionFitTest, TheErrorBeforeIsThePlansOwnModels) {
+  Contention truth;
+  truth.slowdown = kTruth;
+  truth.copy = kCopy;
+  truth.sustained = SustainedLoad{0.5, 30000.0};
+  MeasuredRun run = measured_under(*plan_, truth);
+  run.plan.meta.contention = truth;  // planned with the model it ran under
+  Contention given;
+  given.slowdown = kTruth;
+  given.sustained = truth.sustained;
+  const ContentionFit fit = fit_contention({run}, given, ContentionFitOptions{});
+  const RunFitReport& r = fit.runs.at(0);
+  EXPECT_LT(r.op_error_before, 1e-9);
+  EXPECT_LT(r.copy_error_before, 1e-9);
+  EXPECT_NEAR(r.predicted_before_us, r.measured_makespan_us, 1e-6 * r.measured_makespan_us);
+}
+
+// The sustained load H is the share of the run's own devices computing, as the simulator takes it
+// for that plan: a 4-device run fitted beside a 2-device one gives the term and curves that made
+// both.
+TEST(ContentionFitRuns, EachRunsSustainedLoadIsItsOwnDevicesShare) {
+  const auto plan_of = [](int devices) {
+    PlanRequest r;
+    r.profile = load_profile(std::string(PIPEPLAN_SOURCE_DIR) +
+                             "/profiles/h100-sxm-llama-7b.analytic.json");
+    r.gpu = "h100-sxm";
+    r.devices = devices;
+    r.microbatches = 2 * devices;
+    r.schedule = "1f1b";
+    r.backward = BackwardMode::twobp;
+    return make_plan(r);
+  };
+  Contention truth;
+  truth.slowdown = {1.0, 1.05, 1.1, 1.15};
+  truth.sustained = SustainedLoad{0.6, 20000.0};
+  MeasuredRun four = measured_under(plan_of(4), truth);
+  MeasuredRun two = measured_under(plan_of(2), truth);
+  two.name = "two";
+  Contention given;
+  given.slowdown = {1.5};
+  given.sustained = truth.sustained;
+  const ContentionFit fit = fit_contention({four, two}, given, ContentionFitOptions{});
+  expect_curve_near(fit.contention.slowdown, truth.slowdown, 2e-3);
+  for (const RunFitReport& r : fit.runs) {
+    SCOPED_TRACE(r.name);
+    EXPECT_LT(r.op_error_after, 1e-3);
+    EXPECT_NEAR(r.predicted_after_us / r.measured_makespan_us, 1.0, 2e-3);
+  }
 }
 
 TEST_F(ContentionFitTest, NodeTimesThatDoNotMatchThePlanAreRefusedNamingTheRun) {
