@@ -61,30 +61,35 @@ double compute_us(const LayerCost& cost) {
   return cost.forward_us + cost.p1_us + cost.p2_us;
 }
 
-// F + p1 + p2 time of contiguous block ranges, with the embedding/head extras on the ends.
+// F + p1 + p2 time of contiguous block ranges, with the embedding/head extras on the ends, and
+// the recomputation of the range's first blocks (recompute.recomputed_of: a recomputing block's p1
+// runs its forward again). Never falls as a range grows at either end, as the search below needs:
+// a recomputing block costs at least a plain one.
 class RangeCost {
  public:
-  RangeCost(const BlockSpan& span, const Profile& profile, int mbs) {
-    const double block_us = compute_us(profile.cost(LayerKind::block, mbs));
-    prefix_us_.assign(static_cast<std::size_t>(span.block_count) + 1, 0.0);
-    for (int b = 0; b < span.block_count; ++b)
-      prefix_us_[static_cast<std::size_t>(b) + 1] =
-          prefix_us_[static_cast<std::size_t>(b)] + block_us;
+  RangeCost(const BlockSpan& span, const Profile& profile, int mbs, const Recompute& recompute)
+      : recompute_(recompute), blocks_(span.block_count) {
+    const LayerCost& block = profile.cost(LayerKind::block, mbs);
+    block_us_ = compute_us(block);
+    if (recompute.any()) extra_us_ = compute_us(recomputed_block(block)) - block_us_;
     if (span.has_embedding) embedding_us_ = compute_us(profile.cost(LayerKind::embedding, mbs));
     if (span.has_head) head_us_ = compute_us(profile.cost(LayerKind::head, mbs));
   }
-  int blocks() const { return static_cast<int>(prefix_us_.size()) - 1; }
+  int blocks() const { return blocks_; }
   // Blocks [begin, end).
   double operator()(int begin, int end) const {
-    double us =
-        prefix_us_[static_cast<std::size_t>(end)] - prefix_us_[static_cast<std::size_t>(begin)];
+    const int count = end - begin;
+    double us = block_us_ * count;
+    if (extra_us_ != 0) us += extra_us_ * recompute_.recomputed_of(count);
     if (begin == 0) us += embedding_us_;
     if (end == blocks()) us += head_us_;
     return us;
   }
 
  private:
-  std::vector<double> prefix_us_;
+  Recompute recompute_;
+  int blocks_ = 0;
+  double block_us_ = 0, extra_us_ = 0;
   double embedding_us_ = 0, head_us_ = 0;
 };
 
@@ -145,14 +150,16 @@ std::vector<int> earliest_optimal_counts(const RangeCost& cost, int parts) {
 }  // namespace
 
 Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
-                             int stage_count) {
+                             int stage_count, const Recompute& recompute) {
+  if (recompute.method == Recompute::Method::automatic)
+    throw InternalError("partition_balanced: resolve --recompute auto first");
   const BlockSpan span = block_span(model);
   if (stage_count < 1)
     throw FieldError("devices", "need at least 1 stage, got " + std::to_string(stage_count));
   if (stage_count > span.block_count)
     throw FieldError("devices", std::to_string(stage_count) + " stages but " + model_label(model) +
                                     " has " + std::to_string(span.block_count) + " blocks");
-  const RangeCost cost(span, profile, mbs);
+  const RangeCost cost(span, profile, mbs, recompute);
   return partition_from_counts(span, earliest_optimal_counts(cost, stage_count));
 }
 

@@ -23,10 +23,12 @@ struct Partition {
 };
 
 // Contiguous partition of the blocks into `stage_count` parts minimising the largest part's
-// F + p1 + p2 time at micro-batch size `mbs`; the embedding joins the first part and the head the
-// last. Throws Error when there are more stages than blocks.
+// F + p1 + p2 time at micro-batch size `mbs`, its first blocks recomputing as `recompute` says
+// (their p1 runs the forward again); the embedding joins the first part and the head the last.
+// Throws Error when there are more stages than blocks, InternalError for an automatic recompute
+// (resolve it first).
 Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
-                             int stage_count);
+                             int stage_count, const Recompute& recompute = {});
 // `blocks_per_stage` counts transformer blocks (embedding and head ride along with the first and
 // last stage). Throws Error naming --layers-per-stage on a bad count or sum.
 Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage);

@@ -112,7 +112,8 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
                                       (model.name.empty() ? "the model" : model.name) + " has " +
                                       std::to_string(block_count) + " blocks");
     }
-    partition = partition_balanced(model, request.profile, request.mbs, model_stages);
+    partition =
+        partition_balanced(model, request.profile, request.mbs, model_stages, request.recompute);
   } else {
     if (static_cast<int>(blocks.size()) != model_stages) {
       throw FieldError(

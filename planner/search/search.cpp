@@ -17,8 +17,10 @@ namespace {
 
 // Transformer blocks per stage of the balanced partition (the form --layers-per-stage takes).
 std::vector<int> balanced_blocks(const PlanRequest& r, int stages) {
+  const Recompute recompute =
+      r.recompute.method == Recompute::Method::automatic ? Recompute{} : r.recompute;
   return blocks_per_stage(r.profile.model,
-                          partition_balanced(r.profile.model, r.profile, r.mbs, stages));
+                          partition_balanced(r.profile.model, r.profile, r.mbs, stages, recompute));
 }
 
 // Balanced, then one block moved across the first and across the last boundary, both ways.

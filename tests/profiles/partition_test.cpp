@@ -113,52 +113,80 @@ TEST(Partition, LlamaSevenBLikeHeadMakesTheLastStageLighter) {
 // The balanced partition against an exhaustive search over every cut into contiguous parts (the
 // search walks the split points with one pointer per part count): the same bottleneck, and
 // among the partitions that reach it the one with the earliest boundaries, over embedding and
-// head weights from none to several blocks' worth.
+// head weights from none to several blocks' worth, and with the blocks recomputing (every one,
+// or the first one or two of each part: their p1 runs the forward again, 1 us more each).
 TEST(Partition, BalancedMatchesExhaustiveSearch) {
   struct Best {
     double bottleneck;
     std::vector<int> counts;
   };
+  const Recompute full{Recompute::Method::full, 0};
+  const Recompute first_one{Recompute::Method::block, 1};
+  const Recompute first_two{Recompute::Method::block, 2};
   for (const int blocks : {5, 9, 12}) {
     const ModelConfig model = model_of("m", "llama", blocks);
-    for (const double embedding : {0.0, 0.4, 2.5, 7.0}) {
-      for (const double head : {0.0, 1.3, 4.0, 11.0}) {
-        const Profile profile =
-            profile_of(model, cost_of(1, 1, 1), cost_of(embedding, 0, 0), cost_of(head, 0, 0));
-        const auto part_us = [&](int begin, int end) {
-          return 3.0 * (end - begin) + (begin == 0 ? embedding : 0) + (end == blocks ? head : 0);
-        };
-        for (int parts = 1; parts <= blocks; ++parts) {
-          // Enumerates the cuts in lexicographic order of their block counts, so the first one
-          // reaching the minimum is the one with the earliest boundaries.
-          Best best{1e300, {}};
-          std::vector<int> counts;
-          const std::function<void(int, int, double)> walk = [&](int begin, int left,
-                                                                 double worst) {
-            if (left == 1) {
-              const double bottleneck = std::max(worst, part_us(begin, blocks));
-              counts.push_back(blocks - begin);
-              if (bottleneck < best.bottleneck * (1 - 1e-12)) best = {bottleneck, counts};
-              counts.pop_back();
-              return;
-            }
-            for (int end = begin + 1; end + left - 1 <= blocks; ++end) {
-              counts.push_back(end - begin);
-              walk(end, left - 1, std::max(worst, part_us(begin, end)));
-              counts.pop_back();
-            }
+    for (const Recompute& recompute : {Recompute{}, full, first_one, first_two}) {
+      for (const double embedding : {0.0, 0.4, 2.5, 7.0}) {
+        for (const double head : {0.0, 1.3, 4.0, 11.0}) {
+          const Profile profile =
+              profile_of(model, cost_of(1, 1, 1), cost_of(embedding, 0, 0), cost_of(head, 0, 0));
+          const auto part_us = [&](int begin, int end) {
+            return 3.0 * (end - begin) + recompute.recomputed_of(end - begin) +
+                   (begin == 0 ? embedding : 0) + (end == blocks ? head : 0);
           };
-          walk(0, parts, 0);
-          const Partition got = partition_balanced(model, profile, 1, parts);
-          std::vector<int> got_blocks = layer_counts(got);
-          got_blocks.front() -= 1;  // the embedding
-          got_blocks.back() -= 1;   // the head
-          EXPECT_EQ(got_blocks, best.counts) << blocks << " blocks, " << parts << " parts, "
-                                             << "embedding " << embedding << ", head " << head;
+          for (int parts = 1; parts <= blocks; ++parts) {
+            // Enumerates the cuts in lexicographic order of their block counts, so the first one
+            // reaching the minimum is the one with the earliest boundaries.
+            Best best{1e300, {}};
+            std::vector<int> counts;
+            const std::function<void(int, int, double)> walk = [&](int begin, int left,
+                                                                   double worst) {
+              if (left == 1) {
+                const double bottleneck = std::max(worst, part_us(begin, blocks));
+                counts.push_back(blocks - begin);
+                if (bottleneck < best.bottleneck * (1 - 1e-12)) best = {bottleneck, counts};
+                counts.pop_back();
+                return;
+              }
+              for (int end = begin + 1; end + left - 1 <= blocks; ++end) {
+                counts.push_back(end - begin);
+                walk(end, left - 1, std::max(worst, part_us(begin, end)));
+                counts.pop_back();
+              }
+            };
+            walk(0, parts, 0);
+            const Partition got = partition_balanced(model, profile, 1, parts, recompute);
+            std::vector<int> got_blocks = layer_counts(got);
+            got_blocks.front() -= 1;  // the embedding
+            got_blocks.back() -= 1;   // the head
+            EXPECT_EQ(got_blocks, best.counts)
+                << blocks << " blocks, " << parts << " parts, embedding " << embedding << ", head "
+                << head << ", recompute " << to_string(recompute);
+          }
         }
       }
     }
   }
+  EXPECT_THROW(partition_balanced(model_of("m", "llama", 4),
+                                  profile_of(model_of("m", "llama", 4), cost_of(1, 1, 1)), 1, 2,
+                                  Recompute{Recompute::Method::automatic, 0}),
+               InternalError);
+}
+
+// Recomputation moves the cut: 6 blocks of 3 us and a 10 us head on 2 stages split 5 | 1 (15 us
+// and 13 against 4 | 2's 12 and 16); with every block recomputing (4 us each) 4 | 2 (16 and 18
+// against 5 | 1's 20 and 14). The head, which never recomputes, weighs less beside them.
+TEST(Partition, RecomputationIsInTheBalance) {
+  const ModelConfig model = model_of("m", "llama", 6);
+  const Profile profile = profile_of(model, cost_of(1, 1, 1), {}, cost_of(4, 3, 3));
+  const auto blocks = [&](const Recompute& recompute) {
+    std::vector<int> counts = layer_counts(partition_balanced(model, profile, 1, 2, recompute));
+    counts.front() -= 1;
+    counts.back() -= 1;
+    return counts;
+  };
+  EXPECT_EQ(blocks(Recompute{}), (std::vector<int>{5, 1}));
+  EXPECT_EQ(blocks(Recompute{Recompute::Method::full, 0}), (std::vector<int>{4, 2}));
 }
 
 TEST(Partition, MoreStagesThanBlocksNamesTheField) {
