@@ -101,6 +101,8 @@ std::string expand(std::string_view text) {
       for (const char x : text.substr(at + 1, close - at - 1)) {
         if (x != ',') inner += x;
       }
+      // Megatron's pattern needs a symbol inside: it leaves "()*N" unexpanded and refuses it.
+      if (inner.empty()) bad_layout("empty '()' at character " + std::to_string(at + 1));
       at = close + 1;
       if (at >= text.size() || text[at] != '*') {
         bad_layout("')' at character " + std::to_string(close + 1) + " needs '*' and a count");

@@ -107,6 +107,9 @@ TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
   EXPECT_EQ(layout_error("E((t|)*2)*2L", m),
             "layout: nested parentheses at character 3 (Megatron's layout repeats one level)");
   EXPECT_EQ(layout_error("E(t|*2L", m), "layout: '(' at character 2 is not closed");
+  // Megatron's pattern needs a symbol inside the parentheses, commas aside.
+  EXPECT_EQ(layout_error("E()*5t*16|t*16L", m), "layout: empty '()' at character 2");
+  EXPECT_EQ(layout_error("E(,)*3t*16|t*16L", m), "layout: empty '()' at character 2");
   EXPECT_EQ(layout_error("Et*|tL", m), "layout: '*' at character 3 needs a count");
   EXPECT_EQ(layout_error("E(t|)t", m), "layout: ')' at character 5 needs '*' and a count");
   EXPECT_EQ(layout_error("", m), "layout: is empty");
