@@ -110,8 +110,9 @@ std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string
                                                   std::chrono::milliseconds timeout,
                                                   const Idle& idle) {
   const std::vector<std::string> parts = gather(std::move(bytes), what, timeout, idle);
-  std::vector<std::string> all =
-      unpack(broadcast(rank() == 0 ? pack(parts) : std::string(), what, timeout, idle), what);
+  std::vector<std::string> all = unpack(
+      broadcast(rank() == 0 ? pack(parts) : std::string(), what, answer_timeout(timeout), idle),
+      what);
   if (static_cast<int>(all.size()) != size()) {
     throw Error(std::string(what) + ": " + std::to_string(all.size()) + " parts for " +
                 std::to_string(size()) + " ranks");
@@ -122,7 +123,7 @@ std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string
 void ProcessGroup::barrier(std::string_view what, std::chrono::milliseconds timeout,
                            const Idle& idle) {
   gather(std::string(), what, timeout, idle);
-  broadcast(std::string(), what, timeout, idle);
+  broadcast(std::string(), what, answer_timeout(timeout), idle);
 }
 
 void ProcessGroup::agree(const std::optional<std::string>& local_error, std::string_view what,

@@ -68,7 +68,8 @@ class ProcessGroup {
   // Rank 0's bytes on every rank (rank 0 passes them, the others anything).
   std::string broadcast(std::string bytes, std::string_view what, std::chrono::milliseconds timeout,
                         const Idle& idle = {});
-  // Every rank's bytes on every rank.
+  // Every rank's bytes on every rank. all_gather and barrier: the ranks other than 0 wait
+  // answer_timeout(timeout) for rank 0's answer.
   std::vector<std::string> all_gather(std::string bytes, std::string_view what,
                                       std::chrono::milliseconds timeout, const Idle& idle = {});
   void barrier(std::string_view what, std::chrono::milliseconds timeout, const Idle& idle = {});
@@ -86,6 +87,13 @@ class ProcessGroup {
  private:
   bool broken_ = false;
 };
+
+// How long a rank other than 0 waits for rank 0's answer to a gather it joined: rank 0 may itself
+// wait `timeout` for a missing rank before it answers, and must time out first, so that the job
+// ends naming the rank that is missing rather than rank 0.
+inline std::chrono::milliseconds answer_timeout(std::chrono::milliseconds timeout) {
+  return 2 * timeout + std::chrono::milliseconds(1000);
+}
 
 // "rank 2", "ranks 1, 3"
 std::string rank_list(const std::vector<int>& ranks);

@@ -12,11 +12,16 @@
 #include <array>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "planner/base/error.h"
@@ -132,16 +137,46 @@ void set_no_delay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// getaddrinfo's answer, freed with it.
+// getaddrinfo's answer, freed with it. The lookup is bounded by `by`: the system's resolver keeps
+// its own timeouts (seconds, and more behind a cluster's search domains), so it runs on a thread
+// of its own, left to finish and free its answer alone where `by` passes first.
 class Addresses {
  public:
-  explicit Addresses(const EnvLaunch& launch) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    const std::string port = std::to_string(launch.port);
-    status_ = getaddrinfo(launch.address.c_str(), port.c_str(), &hints, &list_);
-    if (status_ != 0) list_ = nullptr;
+  Addresses(const EnvLaunch& launch, Clock::time_point by) {
+    auto lookup = std::make_shared<Lookup>();
+    const auto resolve = [lookup, address = launch.address, port = std::to_string(launch.port)] {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* list = nullptr;
+      const int status = getaddrinfo(address.c_str(), port.c_str(), &hints, &list);
+      const int error = errno;
+      const std::lock_guard lock(lookup->mutex);
+      if (lookup->abandoned) {
+        if (status == 0) freeaddrinfo(list);
+        return;
+      }
+      lookup->list = status == 0 ? list : nullptr;
+      lookup->status = status;
+      lookup->error = error;
+      lookup->done = true;
+      lookup->answered.notify_all();
+    };
+    try {
+      std::thread(resolve).detach();
+    } catch (const std::system_error&) {
+      resolve();  // no thread to be had: the lookup as the resolver bounds it
+    }
+    std::unique_lock lock(lookup->mutex);
+    if (!lookup->answered.wait_until(lock, by, [&] { return lookup->done; })) {
+      lookup->abandoned = true;
+      status_ = EAI_AGAIN;
+      timed_out_ = true;
+      return;
+    }
+    list_ = lookup->list;
+    status_ = lookup->status;
+    errno_ = lookup->error;
   }
   Addresses(const Addresses&) = delete;
   Addresses& operator=(const Addresses&) = delete;
@@ -151,14 +186,27 @@ class Addresses {
   // Empty when resolved, else why not ("MASTER_ADDR: cannot resolve ...").
   std::string error(const EnvLaunch& launch) const {
     if (status_ == 0) return {};
-    const std::string why = status_ == EAI_SYSTEM ? system_error(errno) : gai_strerror(status_);
+    const std::string why = timed_out_              ? "the name service did not answer in time"
+                            : status_ == EAI_SYSTEM ? system_error(errno_)
+                                                    : gai_strerror(status_);
     return "MASTER_ADDR: cannot resolve '" + launch.address + "' (" + why + ")";
   }
   const addrinfo* begin() const { return list_; }
 
  private:
+  struct Lookup {
+    std::mutex mutex;
+    std::condition_variable answered;
+    bool done = false;
+    bool abandoned = false;
+    addrinfo* list = nullptr;
+    int status = 0;
+    int error = 0;
+  };
   addrinfo* list_ = nullptr;
   int status_ = 0;
+  int errno_ = 0;
+  bool timed_out_ = false;
 };
 
 std::string peer_address(int fd) {
@@ -333,9 +381,28 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
     fds.push_back({listener.get(), POLLIN, 0});
     for (const Pending& p : pending)
       fds.push_back({p.socket.get(), POLLIN, 0});
+    // The ranks that joined say nothing more until the welcome: a joined socket that becomes
+    // readable has closed (its rank died, say, to be started again), and gives its rank up.
+    std::vector<std::pair<int, std::size_t>> watched;  // (rank, index into fds)
+    for (int r = 1; r < world; ++r) {
+      const Socket& s = joined[static_cast<std::size_t>(r)];
+      if (s.get() < 0) continue;
+      watched.emplace_back(r, fds.size());
+      fds.push_back({s.get(), POLLIN, 0});
+    }
     const int ready = ::poll(fds.data(), fds.size(), std::min(ms_until(deadline), 100));
     if (ready < 0 && errno != EINTR) throw Error(rendezvous_at(launch) + system_error(errno));
     if (ready <= 0) continue;
+    for (const auto& [r, at] : watched) {
+      if ((fds[at].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char byte = 0;
+      const ssize_t n = ::recv(fds[at].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)))
+        continue;  // bytes from a joined rank are read, and judged, after the welcome
+      joined[static_cast<std::size_t>(r)].reset();
+      --count;
+    }
+    fds.resize(1 + pending.size());  // the pending ones' indices stay as they were
     if ((fds[0].revents & POLLIN) != 0) {
       for (;;) {
         const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -453,7 +520,7 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
     }
     Socket s;
     {
-      const Addresses addresses(launch);
+      const Addresses addresses(launch, connect_by);
       last_error = addresses.error(launch);
       for (const addrinfo* a = addresses.begin(); a != nullptr && s.get() < 0; a = a->ai_next) {
         resolved = true;
@@ -475,6 +542,11 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
                     ? error
                     : ETIMEDOUT;
           }
+        }
+        if (error == 0 && connected_to_itself(attempt.get())) {
+          // It holds the port rank 0 is to listen on: let it go and try again.
+          last_error = "connected to itself (nothing listening on MASTER_PORT yet)";
+          continue;
         }
         if (error != 0) {
           last_error = system_error(error);
@@ -971,6 +1043,17 @@ int run_as_rank(TcpProcessGroup& group, const std::function<int()>& body,
     group.abort(status == 0 ? 1 : status, reason);
   }
   return status;
+}
+
+bool connected_to_itself(int fd) {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+  socklen_t local_length = sizeof(local);
+  socklen_t peer_length = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0)
+    return false;
+  return local_length == peer_length && std::memcmp(&local, &peer, local_length) == 0;
 }
 
 }  // namespace pipeplan::tcp

@@ -146,4 +146,10 @@ class TcpProcessGroup final : public ProcessGroup {
 int run_as_rank(TcpProcessGroup& group, const std::function<int()>& body,
                 std::chrono::milliseconds timeout);
 
+// Whether a connected socket's two ends are one address: a rank connecting to a port of its own
+// host in the ephemeral range, while nothing listens there, can be given that very port as its
+// source (TCP's simultaneous open) and is then connected to itself. The rendezvous closes such a
+// connection and tries again.
+bool connected_to_itself(int fd);
+
 }  // namespace pipeplan::tcp

@@ -512,12 +512,71 @@ TEST(TcpProcessGroup, AnotherProtocolVersionIsRefusedNamingIt) {
   EXPECT_NE(exits->at(0).out.find("speaks rendezvous protocol 99"), std::string::npos);
 }
 
+// A socket bound to a port and connected to that same address (TCP's simultaneous open, which
+// the kernel may also make of a rank's connect to a port of its own host) is told from a
+// connection to a listener.
+TEST(TcpProcessGroup, AConnectionToItselfIsToldApart) {
+  const int port = testing::free_port();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const int self = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(self, 0);
+  const int one = 1;
+  ::setsockopt(self, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ASSERT_EQ(::bind(self, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::connect(self, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_TRUE(connected_to_itself(self));
+  ::close(self);
+
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  const int client = connect_raw(port);
+  EXPECT_FALSE(connected_to_itself(client));
+  ::close(client);
+  ::close(listener);
+}
+
 // A rank's body that only meets the others at a barrier and succeeds.
 std::function<int(TcpProcessGroup&)> meet_at_a_barrier(milliseconds timeout) {
   return [timeout](TcpProcessGroup& group) {
     group.barrier("the barrier", timeout);
     return 0;
   };
+}
+
+// A rank that joined and went away before the rendezvous completed (killed, say, and started
+// again, as a pod restarts) gives its place up: the process started in its place joins, and the
+// job runs. Here "rank 1" says hello on a raw connection, closes it, and then runs as rank 1.
+TEST(TcpProcessGroup, ARankThatLeftTheRendezvousCanBeStartedAgain) {
+  const int port = testing::free_port();
+  const milliseconds timeout(10000);
+  const auto body = meet_at_a_barrier(timeout);
+  const std::vector<std::function<int()>> bodies = {
+      [=] { return rank_main(rank_env(0, 3, port), timeout, body); },
+      [=] {
+        const int fd = connect_raw(port);
+        const std::string hello = raw_frame(10, 1, 3, 4, version_payload(1));
+        if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(hello.size()))
+          return 3;
+        std::this_thread::sleep_for(milliseconds(300));
+        ::close(fd);
+        std::this_thread::sleep_for(milliseconds(200));
+        return rank_main(rank_env(1, 3, port), timeout, body);
+      },
+      [=] {
+        std::this_thread::sleep_for(milliseconds(1000));
+        return rank_main(rank_env(2, 3, port), timeout, body);
+      }};
+  const std::vector<Exit> exits = run_processes(bodies);
+  for (std::size_t r = 0; r < exits.size(); ++r) {
+    EXPECT_EQ(exits[r].status, 0) << "rank " << r << ":\n" << exits[r].out;
+    EXPECT_EQ(exits[r].out.find("pipeplan: error"), std::string::npos) << exits[r].out;
+  }
 }
 
 // Two ranks that meet at a barrier, rank 1 held back until `meanwhile` calls its argument (or
