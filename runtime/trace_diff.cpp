@@ -181,7 +181,13 @@ void check_stream_times(const TaskGraph& plan, const std::vector<SliceTrack>& tr
 // would be read as this plan's.
 void check_metadata(const TaskGraph& plan, const json& trace, std::string_view source) {
   const json* metadata = member(trace, "metadata");
-  if (metadata == nullptr || !metadata->is_object()) return;
+  if (metadata == nullptr) return;
+  if (!metadata->is_object()) {
+    throw Error(std::string(source) +
+                ": field 'metadata' must be an object (the plan the trace "
+                "is of), not " +
+                json_excerpt(*metadata));
+  }
   const auto differs = [&](std::string_view field, const json& expected) {
     const json* value = member(*metadata, field);
     if (value == nullptr || *value == expected) return;
@@ -196,6 +202,13 @@ void check_metadata(const TaskGraph& plan, const json& trace, std::string_view s
   differs("microbatches", meta.microbatches);
   differs("mbs", meta.mbs);
   differs("seq", meta.seq);
+  // What the run did beyond the shape (traces written before a field was added lack it).
+  differs("schedule", meta.schedule.empty() ? plan.schedule.family : meta.schedule);
+  differs("backward", std::string(to_string(meta.backward)));
+  differs("tensor_parallel", meta.tensor_parallel);
+  differs("data_parallel", meta.data_parallel.replicas);
+  differs("recompute", recompute_to_json(meta.recompute));
+  differs("stage_layers", stage_layers_json(meta.stage_layers));
 }
 
 }  // namespace
@@ -335,6 +348,25 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
   const bool host_known = measured.host_times.size() == measured.times.size();
   for (auto& d : diff.devices)
     d.measured_host_stall_us = host_known ? 0.0 : -1.0;
+  // No op starts on the GPU before its thread began queuing it. A device whose compute ops seem
+  // to (traces measured before the host and device clocks shared a zero) has its host clock
+  // ahead: it is moved back by the most any op seems early, the estimate the clocks allow.
+  std::vector<double> host_shift(devices, 0.0);
+  if (host_known) {
+    for (int id = 0; id < plan.node_count(); ++id) {
+      const Node& node = plan.node(id);
+      if (node.kind != NodeKind::compute || static_cast<std::size_t>(node.device) >= devices)
+        continue;
+      const double early = measured.host_times[static_cast<std::size_t>(id)].start_us -
+                           measured.times[static_cast<std::size_t>(id)].start_us;
+      double& shift = host_shift[static_cast<std::size_t>(node.device)];
+      shift = std::max(shift, early);
+    }
+    for (std::size_t d = 0; d < devices; ++d) {
+      if (host_shift[d] <= TraceDiff::kHostClockSlackUs) host_shift[d] = 0;
+      diff.devices[d].host_clock_shift_us = host_shift[d];
+    }
+  }
   for (int id = 0; id < plan.node_count(); ++id) {
     const Node& node = plan.node(id);
     if (node.kind != NodeKind::compute || static_cast<std::size_t>(node.device) >= devices) {
@@ -347,11 +379,12 @@ TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const Si
     if (waited <= 0) continue;
     const double start = measured.times[static_cast<std::size_t>(id)].start_us;
     const double ready = start - waited;
-    // Host and device clocks both count from the step's start (aligned to a launch latency):
-    // the op could not start before its host thread began queuing it.
+    // Host and device clocks both count from the step's start (aligned to a launch latency, or
+    // above): the op could not start before its host thread began queuing it.
     double host_late = -1;
     if (host_known) {
-      const double queued = measured.host_times[static_cast<std::size_t>(id)].start_us;
+      const double queued = measured.host_times[static_cast<std::size_t>(id)].start_us -
+                            host_shift[static_cast<std::size_t>(node.device)];
       host_late = std::clamp(queued - ready, 0.0, waited);
       d.measured_host_stall_us += host_late;
     }
@@ -394,7 +427,8 @@ json diff_to_json(const TraceDiff& diff, int top) {
                        {"span_error_pct", pct(d.measured_span_us, d.predicted_span_us)},
                        {"predicted_stall_us", d.predicted_stall_us},
                        {"measured_stall_us", d.measured_stall_us},
-                       {"measured_host_stall_us", optional_us(d.measured_host_stall_us)}});
+                       {"measured_host_stall_us", optional_us(d.measured_host_stall_us)},
+                       {"host_clock_shift_us", d.host_clock_shift_us}});
   }
   json stalls = json::array();
   const std::size_t listed = shown_count(diff.stalls.size(), top);
@@ -412,7 +446,9 @@ json diff_to_json(const TraceDiff& diff, int top) {
                {{"predicted_makespan_us", diff.predicted_makespan_us},
                 {"measured_makespan_us", diff.measured_makespan_us},
                 {"makespan_error_pct", diff.makespan_error_pct},
-                {"compute_mape_pct", diff.compute_mape_pct}}},
+                {"compute_mape_pct", diff.compute_mape_pct},
+                {"ops_total", diff.ops.size()},
+                {"stalls_total", diff.stalls.size()}}},
               {"devices", std::move(devices)},
               {"ops", std::move(ops)},
               {"stalls", std::move(stalls)}};
@@ -478,10 +514,25 @@ std::string format_diff(const TraceDiff& diff, int top) {
       append_format(out, " %.1f", d.measured_host_stall_us);
     }
     out += " us\n";
+    double least = 0, most = 0;
+    int shifted = 0;
+    for (const DeviceDiff& d : diff.devices) {
+      if (d.host_clock_shift_us <= 0) continue;
+      least = shifted == 0 ? d.host_clock_shift_us : std::min(least, d.host_clock_shift_us);
+      most = std::max(most, d.host_clock_shift_us);
+      ++shifted;
+    }
+    if (shifted > 0) {
+      append_format(out,
+                    "  (host clock ahead of the GPU's on %d of %zu devices, by %.1f to %.1f us: "
+                    "ops seemed to start before their thread queued them; each device's host "
+                    "times moved back by its largest such lead)\n",
+                    shifted, diff.devices.size(), least, most);
+    }
   }
   if (!diff.stalls.empty()) {
     const std::size_t listed = shown_count(diff.stalls.size(), top);
-    append_format(out, "stalls (%zu of %zu over %.0f us, longest first)\n", listed,
+    append_format(out, "stalls (%zu of %zu of %.0f us or more, longest first)\n", listed,
                   diff.stalls.size(), TraceDiff::kMinListedStallUs);
     append_format(out, "  %5s  %-22s %3s %12s %12s %12s  %s\n", "node", "op", "dev", "ready us",
                   "stall us", "host late", "ready after");

@@ -44,6 +44,10 @@ struct DeviceDiff {
   // The part of the measured stall before the host began queuing the op (its thread was late),
   // where the trace has host times; the rest the op spent queued on the GPU. -1: unknown.
   double measured_host_stall_us = -1;
+  // How far its host times were moved back: their clock was ahead of the GPU's, some op seeming
+  // to start before its thread queued it (by more than TraceDiff::kHostClockSlackUs; traces
+  // measured before the two clocks shared a zero). 0: taken as they are.
+  double host_clock_shift_us = 0;
 };
 
 // One stalled compute op of a measured step.
@@ -80,6 +84,9 @@ struct TraceDiff {
   double compute_mape_pct = 0;    // mean |error_pct| over compute ops
   std::vector<StallDiff> stalls;  // measured stalls of at least kMinListedStallUs, longest first
   static constexpr double kMinListedStallUs = 100;
+  // A launch latency and the clocks' agreement: an op seeming to start this much before its
+  // thread queued it is taken as it is.
+  static constexpr double kHostClockSlackUs = 50;
 };
 
 TraceDiff diff_trace(const TaskGraph& plan, const SimResult& predicted, const SimResult& measured);

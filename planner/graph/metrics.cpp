@@ -65,8 +65,9 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   const std::size_t share = n_devices > 0 ? graph.nodes().size() / n_devices : 0;
   for (MemoryEvents& e : events)
     e.reserve(share);
+  // A measured trace may start anywhere (its clock's zero is the run's, not the step's).
   double first = std::numeric_limits<double>::max();
-  double last = 0;
+  double last = std::numeric_limits<double>::lowest();
   // One pass over the nodes: times, compute-stream spans and memory events together.
   const std::span<const Node> nodes = graph.nodes();
   bool any_pair = false;  // a node flagged overlaps_next: overlap_pairs below has work
@@ -105,7 +106,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
     result.devices[static_cast<std::size_t>(graph.node(p.first).device)].busy_us +=
         a.end_us - a.start_us - overlap;
   }
-  if (n_nodes == 0) first = 0;
+  if (n_nodes == 0) first = last = 0;
   result.makespan_us = last - first;
   double busy_total = 0;
   for (DeviceMetrics& m : result.devices) {

@@ -230,6 +230,7 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
           {"data_parallel", meta.data_parallel.replicas},
           {"recompute", recompute_to_json(meta.recompute)},
           {"chunks", meta.chunks},
+          {"stage_layers", stage_layers_json(meta.stage_layers)},
           {"microbatches", meta.microbatches},
           {"mbs", meta.mbs},
           {"seq", meta.seq},
@@ -243,6 +244,13 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
 }
 
 }  // namespace
+
+json stage_layers_json(const std::vector<StageLayers>& stages) {
+  json out = json::array();
+  for (const StageLayers& s : stages)
+    out.push_back({s.first_layer, s.layer_count});
+  return out;
+}
 
 std::string slice_name(const Node& node) {
   switch (node.kind) {

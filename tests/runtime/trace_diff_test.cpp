@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/graph/metrics.h"
 #include "planner/graph/trace.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/analytic.h"
@@ -93,6 +94,51 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
     EXPECT_EQ(message.find("not a pipeplan error"), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+}
+
+// A trace says which plan it is of: one of another plan's recomputation, stage cut, schedule,
+// backward or parallelism is refused naming the field; a field the trace leaves out (a trace
+// written before it was added) is not checked; a metadata that is not an object is refused.
+TEST(TraceTimes, ATraceOfAnotherPlanIsRefusedByItsMetadata) {
+  const Plan plan = small_plan();
+  const json good = perfetto_trace(plan.graph, plan.sim, "t");
+  ASSERT_TRUE(good["metadata"].contains("stage_layers"));
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json trace = good;
+    change(trace);
+    return error_of([&] { node_times_from_trace(plan.graph, trace, "t.json"); });
+  };
+  EXPECT_EQ(error([](json& t) {
+              t["metadata"]["recompute"] = {{"method", "full"}};
+            }),
+            "t.json: field 'metadata.recompute' is {\"method\":\"full\"}, the plan's is "
+            "{\"method\":\"none\"} (a trace of another plan)");
+  EXPECT_EQ(error([](json& t) {
+              t["metadata"]["stage_layers"] = {{0, 1}, {1, 1}, {2, 0}};
+            }).find("t.json: field 'metadata.stage_layers' is [[0,1],[1,1],[2,0]], the plan's is "),
+            0U);
+  for (const char* field : {"schedule", "backward", "tensor_parallel", "data_parallel"}) {
+    SCOPED_TRACE(field);
+    EXPECT_NE(error([&](json& t) {
+                t["metadata"][field] = 7;
+              }).find(std::string("field 'metadata.") + field + "' is 7"),
+              std::string::npos);
+  }
+  EXPECT_EQ(error([](json& t) { t["metadata"].erase("stage_layers"); }), "<no error>");
+  EXPECT_EQ(error([](json& t) { t["metadata"] = json::array({1}); }),
+            "t.json: field 'metadata' must be an object (the plan the trace is of), not [1]");
+}
+
+// A measured trace's clock may start anywhere, below 0 too: the makespan is last end less first
+// start whatever the zero.
+TEST(TraceTimes, TheMakespanDoesNotDependOnTheTracesZero) {
+  const Plan plan = small_plan();
+  json trace = perfetto_trace(plan.graph, plan.sim, "t");
+  for (json& event : trace["traceEvents"]) {
+    if (event.value("ph", "") == "X") event["ts"] = event["ts"].get<double>() - 1e6;
+  }
+  const std::vector<NodeTime> times = node_times_from_trace(plan.graph, trace, "t.json");
+  EXPECT_NEAR(step_metrics(plan.graph, times).makespan_us, plan.sim.makespan_us, 1e-6);
 }
 
 // The slice of node `id`, for editing.
@@ -250,10 +296,39 @@ TEST(TraceDiff, SplitsAStallIntoHostAndGpuParts) {
   EXPECT_NE(text.find("of the measured stall, the host queued late: 0.0 300.0 us"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("stalls (1 of 1 over 100 us, longest first)"), std::string::npos) << text;
+  EXPECT_NE(text.find("stalls (1 of 1 of 100 us or more, longest first)"), std::string::npos)
+      << text;
   const json j = diff_to_json(diff, 10);
   EXPECT_NEAR(j["stalls"][0]["host_late_us"].get<double>(), 300, 1e-6);
   EXPECT_NEAR(j["devices"][1]["measured_host_stall_us"].get<double>(), 300, 1e-6);
+  // --top cuts the lists, not the counts.
+  const json one = diff_to_json(diff, 1);
+  EXPECT_EQ(one["ops"].size(), 1U);
+  EXPECT_EQ(one["overall"]["ops_total"].get<std::size_t>(), diff.ops.size());
+  EXPECT_GT(diff.ops.size(), 1U);
+  EXPECT_EQ(one["overall"]["stalls_total"].get<std::size_t>(), 1U);
+
+  EXPECT_EQ(text.find("host clock ahead"), std::string::npos) << text;
+  EXPECT_EQ(j["devices"][1]["host_clock_shift_us"].get<double>(), 0.0);
+
+  // Device 1's host clock 2 ms ahead of its GPU's (every op seems queued after it started): its
+  // host times move back by the largest lead, and the split is the same.
+  SimResult ahead = measured;
+  for (int id = 0; id < plan.graph.node_count(); ++id) {
+    if (plan.graph.node(id).device == 1) {
+      ahead.host_times[static_cast<std::size_t>(id)].start_us += 2000;
+      ahead.host_times[static_cast<std::size_t>(id)].end_us += 2000;
+    }
+  }
+  const TraceDiff shifted = diff_trace(plan.graph, plan.sim, ahead);
+  EXPECT_NEAR(shifted.devices[1].host_clock_shift_us, 2000, 1e-6);
+  EXPECT_EQ(shifted.devices[0].host_clock_shift_us, 0.0);
+  EXPECT_NEAR(shifted.devices[1].measured_host_stall_us, 300, 1e-6);
+  EXPECT_NEAR(shifted.stalls.at(0).host_late_us, 300, 1e-6);
+  EXPECT_NE(format_diff(shifted, 10)
+                .find("(host clock ahead of the GPU's on 1 of 2 devices, by 2000.0 to 2000.0 us"),
+            std::string::npos)
+      << format_diff(shifted, 10);
 
   // Without host times the split is unknown, the stall still listed.
   measured.host_times.clear();
