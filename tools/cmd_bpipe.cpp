@@ -72,9 +72,10 @@ struct BpipeCommand {
     for (const int t : kAutoTensorParallel) {
       try {
         BpipeEstimate e = estimate_at(t);
-        e.tensor_parallel_note = "auto: smallest of 1, 2, 4, 8 at which a plan fits without BPipe";
+        e.tensor_parallel_note =
+            "auto: smallest of 1, 2, 4, 8 at which a plan fits, with BPipe or without";
         return e;
-      } catch (const NoBaselineError& e) {
+      } catch (const NothingFitsError& e) {
         last = e.what();
         last_degree = t;
       } catch (const FieldError& e) {
@@ -84,14 +85,16 @@ struct BpipeCommand {
     if (last_degree == 0) {
       throw Error("--tensor-parallel: auto found no degree of 1, 2, 4, 8 that divides the heads");
     }
-    throw Error(
-        "--tensor-parallel: auto found no degree of 1, 2, 4, 8 that fits without BPipe "
-        "(TP " +
-        std::to_string(last_degree) + ": " + last + ")");
+    throw Error("--tensor-parallel: auto found no degree of 1, 2, 4, 8 at which a plan fits (TP " +
+                std::to_string(last_degree) + ": " + last + ")");
   }
 
   int run() const {
     if (global_batch < 1) throw Error("--global-batch: required (samples per step)");
+    if (options.stages < 2) {
+      throw Error("--stages: BPipe pairs stage x with stage P - 1 - x: needs at least 2, got " +
+                  std::to_string(options.stages));
+    }
     try {
       static_cast<void>(recompute_from_string(baseline_recompute));
     } catch (const FieldError& e) {
@@ -138,7 +141,8 @@ Command add_bpipe_command(CLI::App& app) {
                   "materialized, recompute, flash (analytic model; default: flash, a --profile's "
                   "own)");
   sub->add_option("--tensor-parallel", cmd->tensor_parallel,
-                  "GPUs per stage, or auto: the smallest of 1, 2, 4, 8 that fits without BPipe")
+                  "GPUs per stage, or auto: the smallest of 1, 2, 4, 8 at which a plan fits, with "
+                  "BPipe or without")
       ->capture_default_str();
   add_data_parallel_options(*sub, o);
   sub->add_option("--p2-concat", o.p2_concat, "micro-batches per p2 call in 2bp modes (0 = all)")

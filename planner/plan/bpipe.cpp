@@ -230,6 +230,9 @@ std::optional<BpipePlan> plan_bpipe(const TaskGraph& graph, const std::vector<St
                          "' is not supported; BPipe pairs the stages of 1f1b, one stage per device "
                          "(docs/design/bpipe.md)");
   }
+  if (s.devices < 2) {
+    throw FieldError("bpipe", "needs at least 2 stages (it pairs stage x with stage P - 1 - x)");
+  }
   if (s.stage_count() != s.devices) {
     throw FieldError("bpipe", "needs one stage per device (got " + std::to_string(s.stage_count()) +
                                   " stages on " + std::to_string(s.devices) + " devices)");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -110,16 +111,25 @@ bool fits_without(const std::vector<Candidate>& all, const BpipeConfig& c) {
   });
 }
 
-// Step time the transfers add: the same graph with free transfers, simulated again.
-double exposed_transfer_us(const Plan& plan, double& transfer_us) {
+// Step time the transfers add: the same graph with free transfers, simulated again. Also their
+// link time, summed over the links and on the busiest directed link.
+double exposed_transfer_us(const Plan& plan, double& transfer_us, double& busiest_link_us) {
   TaskGraph free = plan.graph;
   transfer_us = 0;
+  std::map<std::pair<int, int>, double> by_link;  // (sender, receiver)
   for (int id = 0; id < free.node_count(); ++id) {
     if (!is_transfer(free, id)) continue;
-    if (free.node(id).kind == NodeKind::send) transfer_us += free.node(id).duration_us;
+    const Node& n = free.node(id);
+    if (n.kind == NodeKind::send) {
+      transfer_us += n.duration_us;
+      by_link[{n.device, n.peer}] += n.duration_us;
+    }
     free.node(id).duration_us = 0;
     free.node(id).bytes = 0;
   }
+  busiest_link_us = 0;
+  for (const auto& [link, us] : by_link)
+    busiest_link_us = std::max(busiest_link_us, us);
   return std::max(0.0, plan.sim.makespan_us - simulate(free).makespan_us);
 }
 
@@ -130,6 +140,15 @@ std::string config_text(const BpipeConfig& c) {
 }
 
 void judge(BpipeEstimate& e) {
+  if (!e.without) {
+    const BpipeConfig& b = *e.with;
+    e.verdict = "BPipe needed: no configuration fits without it (" +
+                (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) +
+                "); with it " + config_text(b) + " fits, step " +
+                fmt("%.1f ms", b.step_time_us / 1e3) + ", MFU " + fmt("%.1f %%", 100 * b.mfu);
+    e.second_opinion = "not applicable: no plan without BPipe to compare against";
+    return;
+  }
   const BpipeConfig& a = *e.without;
   if (!e.with && !e.bpipe_fits) {
     e.verdict = "no benefit: no configuration fits with BPipe" +
@@ -163,7 +182,9 @@ void judge(BpipeEstimate& e) {
       (b.stage_mfu >= a.stage_mfu ? " raises" : " lowers") + " stage MFU " +
       fmt("%.1f", 100 * a.stage_mfu) + " -> " + fmt("%.1f %%", 100 * b.stage_mfu) + ", bubble " +
       fmt("%.1f", 100 * a.bubble_ratio) + " -> " + fmt("%.1f %%", 100 * b.bubble_ratio) + " (m " +
-      change(a.microbatches, b.microbatches) + "), transfers " +
+      change(a.microbatches, b.microbatches) +
+      (e.exposed_us > 0.005 * b.step_time_us ? "; the exposed transfers included" : "") +
+      "), transfers " +
       (e.exposed_us <= 0.005 * b.step_time_us
            ? std::string("fully hidden")
            : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
@@ -206,20 +227,20 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* 
     if (c.config.bpipe && fits_without(all, c.config)) continue;  // BPipe buys nothing there
     if (!best || c.config.step_time_us < best->config.step_time_us) best = &c;
   }
-  if (!without) {
-    throw NoBaselineError(
-        field_name("global_batch") + ": no configuration fits without BPipe (" +
+  if (!without && !with) {
+    throw NothingFitsError(
+        field_name("global_batch") + ": no configuration fits, with BPipe or without (" +
         (e.infeasible.empty() ? std::string("no candidates") : e.infeasible.front()) + ")");
   }
-  e.without = without->config;
+  if (without) e.without = without->config;
   e.bpipe_fits =
       std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.config.bpipe; });
   if (with) {
     e.with = with->config;
     e.with_plan = with->plan;
-    e.exposed_us = exposed_transfer_us(with->plan, e.transfer_us);
+    e.exposed_us = exposed_transfer_us(with->plan, e.transfer_us, e.busiest_link_us);
     e.hidden_fraction =
-        e.transfer_us > 0 ? std::clamp(1 - e.exposed_us / e.transfer_us, 0.0, 1.0) : 1;
+        e.busiest_link_us > 0 ? std::clamp(1 - e.exposed_us / e.busiest_link_us, 0.0, 1.0) : 1;
     for (int id = 0; id < with->plan.graph.node_count(); ++id) {
       const Node& n = with->plan.graph.node(id);
       if (n.kind == NodeKind::send && is_transfer(with->plan.graph, id))
@@ -275,11 +296,12 @@ std::string format_estimate(const BpipeEstimate& e) {
            (optimizer ? "" : "; the gradients' reduction is left out with the optimizer step") +
            "\n";
   }
-  out += row("without BPipe: ", *e.without);
+  out += e.without ? row("without BPipe: ", *e.without) : "without BPipe: no configuration fits\n";
   if (e.with) {
     out += row("with BPipe:    ", *e.with);
     out += "transfers: " + fmt("%.2f GiB", static_cast<double>(e.transfer_bytes) / (1 << 30)) +
-           " per step, link time " + fmt("%.1f ms", e.transfer_us / 1e3) + ", exposed " +
+           " per step, link time " + fmt("%.1f ms", e.busiest_link_us / 1e3) +
+           " on the busiest link (" + fmt("%.1f ms", e.transfer_us / 1e3) + " over all), exposed " +
            fmt("%.2f ms", e.exposed_us / 1e3) + " (" +
            fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ")\n";
   } else {
@@ -319,12 +341,14 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
           {"without", config(e.without)},
           {"with", config(e.with)},
           {"bpipe_fits", e.bpipe_fits},
-          {"transfer_bytes_per_step", e.transfer_bytes},
-          {"transfer_ms", e.transfer_us / 1e3},
-          {"exposed_transfer_ms", e.exposed_us / 1e3},
-          {"hidden_fraction", e.hidden_fraction},
-          {"gain", e.gain},
-          {"simple_gain", e.simple_gain},
+          // Without a BPipe plan there are no transfers, and without both no gain: null.
+          {"transfer_bytes_per_step", e.with ? nlohmann::json(e.transfer_bytes) : nullptr},
+          {"transfer_ms", e.with ? nlohmann::json(e.transfer_us / 1e3) : nullptr},
+          {"busiest_link_ms", e.with ? nlohmann::json(e.busiest_link_us / 1e3) : nullptr},
+          {"exposed_transfer_ms", e.with ? nlohmann::json(e.exposed_us / 1e3) : nullptr},
+          {"hidden_fraction", e.with ? nlohmann::json(e.hidden_fraction) : nullptr},
+          {"gain", e.with && e.without ? nlohmann::json(e.gain) : nullptr},
+          {"simple_gain", e.with && e.without ? nlohmann::json(e.simple_gain) : nullptr},
           {"verdict", e.verdict},
           {"second_opinion", e.second_opinion},
           {"infeasible", e.infeasible}};

@@ -42,24 +42,27 @@ struct BpipeEstimate {
   int tensor_parallel = 1;
   std::string tensor_parallel_note;    // e.g. "auto: smallest of 1, 2, 4, 8 that fits"
   std::string memory_note;             // e.g. "--memory 80.00 GiB - reserve 4.20 GiB = ..."
-  std::optional<BpipeConfig> without;  // best with BPipe off
+  std::optional<BpipeConfig> without;  // best with BPipe off; none: only BPipe makes a plan fit
   std::optional<BpipeConfig> with;     // best among configurations that only fit with BPipe
   bool bpipe_fits = false;             // some configuration fits with BPipe (needed or not)
   std::optional<Plan> with_plan;
   std::int64_t transfer_bytes = 0;  // per step, evict + load
-  double transfer_us = 0;           // link time of all transfers
+  double transfer_us = 0;           // link time of all transfers, summed over the links
+  double busiest_link_us = 0;       // link time of the directed link that carries the most
   double exposed_us = 0;            // step time they add (vs. the same plan with free transfers)
+  // 1 - exposed / busiest link (the links run at once: what the step could at least have had to
+  // wait for, were nothing hidden); 1 without transfers.
   double hidden_fraction = 1;
-  double gain = 0;         // simulated: step time without / with − 1
+  double gain = 0;         // simulated: step time without / with − 1 (0 without both)
   double simple_gain = 0;  // ((m0 + P − 1)·t(b0) + o0) / ((m1 + P − 1)·t(b1) + o1) − 1
   std::string verdict;     // one line with its reason
   std::string second_opinion;
   std::vector<std::string> infeasible;  // "mbs 4 fused bpipe on: --memory: ..."
 };
 
-// No candidate fits without BPipe, so there is no baseline to compare against. The message names
-// --global-batch and the first rejection.
-class NoBaselineError : public Error {
+// No candidate fits, with BPipe or without. The message names --global-batch and the first
+// rejection.
+class NothingFitsError : public Error {
  public:
   using Error::Error;
 };
@@ -68,8 +71,9 @@ class NoBaselineError : public Error {
 // 2bp-fill, with BPipe off and on. With `recomputing` (the same request with full activation
 // recomputation), the baseline may also recompute: its candidates without BPipe join the
 // others', and a BPipe candidate (always from `request`) counts as needing BPipe when nothing at
-// its micro-batch size and backward mode fits without BPipe and without recomputation. Throws
-// NoBaselineError when nothing fits without BPipe.
+// its micro-batch size and backward mode fits without BPipe and without recomputation. Where
+// nothing fits without BPipe and something fits with it, `without` is empty and the verdict says
+// BPipe is needed. Throws NothingFitsError when nothing fits either way.
 BpipeEstimate estimate_bpipe(const SearchRequest& request,
                              const SearchRequest* recomputing = nullptr);
 // `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower

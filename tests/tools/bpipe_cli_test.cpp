@@ -150,13 +150,29 @@ TEST(BpipeCli, BaselineRecomputationIsWeighedAgainstBpipe) {
             without.at("step_time_ms").get<double>());
   EXPECT_EQ(least.at("with").at("step_time_ms"), with.at("step_time_ms"));
   EXPECT_LT(least.at("gain").get<double>(), e.at("gain").get<double>());
-  // Without recomputation micro-batch 2 needs BPipe at TP 4: the estimate without the flag has no
-  // baseline there (auto would go on to TP 8).
+  // Without recomputation micro-batch 2 needs BPipe at TP 4: the estimate says so, with BPipe's
+  // plan and no gain to weigh (nothing to compare against); auto stops at TP 4 too.
   int status = 0;
-  const std::string refused =
+  const std::string needed =
       run("bpipe " + kGpt3Recompute + " --mbs-list 2 --tensor-parallel 4", &status);
-  EXPECT_EQ(status, 1) << refused;
-  EXPECT_NE(refused.find("no configuration fits without BPipe"), std::string::npos) << refused;
+  EXPECT_EQ(status, 0) << needed;
+  EXPECT_NE(needed.find("without BPipe: no configuration fits\n"), std::string::npos) << needed;
+  EXPECT_NE(needed.find("verdict: BPipe needed: no configuration fits without it (mbs 2 "),
+            std::string::npos)
+      << needed;
+  const auto only = run_json("bpipe " + kGpt3Recompute + " --mbs-list 2 --json");
+  EXPECT_EQ(only.at("tensor_parallel"), 4);
+  EXPECT_TRUE(only.at("without").is_null());
+  EXPECT_EQ(only.at("with").at("mbs"), 2);
+  EXPECT_TRUE(only.at("gain").is_null());
+  EXPECT_TRUE(only.at("simple_gain").is_null());
+  // The links run at once: hidden is measured against the busiest one.
+  const double busiest = only.at("busiest_link_ms").get<double>();
+  EXPECT_GT(busiest, 0);
+  EXPECT_LT(busiest, only.at("transfer_ms").get<double>());
+  EXPECT_NEAR(only.at("hidden_fraction").get<double>(),
+              std::clamp(1 - only.at("exposed_transfer_ms").get<double>() / busiest, 0.0, 1.0),
+              1e-9);
   // Over micro-batches 1, 2, 4, 8, keeping micro-batch 1's activations is the best baseline.
   const auto plain = run_json("bpipe " + kGpt3Recompute + " --json");
   const auto weighed = run_json("bpipe " + kGpt3Recompute + " --baseline-recompute full --json");
@@ -181,7 +197,19 @@ TEST(BpipeCli, NothingFitsWithBpipeIsSaid) {
                      "is best)\n"),
             std::string::npos)
       << out;
-  EXPECT_FALSE(run_json(args + " --json").at("bpipe_fits").get<bool>());
+  const auto e = run_json(args + " --json");
+  EXPECT_FALSE(e.at("bpipe_fits").get<bool>());
+  // No BPipe plan: no transfers and no gain, rather than made-up zeros.
+  for (const char* field : {"gain", "simple_gain", "hidden_fraction", "transfer_ms",
+                            "busiest_link_ms", "exposed_transfer_ms", "transfer_bytes_per_step"})
+    EXPECT_TRUE(e.at(field).is_null()) << field;
+  // BPipe pairs stage x with P - 1 - x: one stage is refused.
+  const std::string one =
+      run("bpipe --model llama-7b --gpu a100 --seq 2048 --stages 1 --global-batch 16", &status);
+  EXPECT_EQ(status, 1) << one;
+  EXPECT_EQ(one,
+            "pipeplan: error: --stages: BPipe pairs stage x with stage P - 1 - x: needs at "
+            "least 2, got 1\n");
 }
 
 TEST(BpipeCli, Llama65bFlashReportsNoBenefitWithItsReason) {
@@ -194,8 +222,10 @@ TEST(BpipeCli, Llama65bFlashReportsNoBenefitWithItsReason) {
   const auto at = out.find("verdict: no benefit: ");
   ASSERT_NE(at, std::string::npos) << out;
   EXPECT_GT(out.find('\n', at) - at, std::string("verdict: no benefit: ").size() + 20) << out;
+  // Every micro-batch size fits without BPipe: no BPipe plan, so no gain to weigh.
   const auto e = run_json(args + " --json");
-  EXPECT_LE(e.at("gain").get<double>(), 0.005);
+  EXPECT_TRUE(e.at("with").is_null());
+  EXPECT_TRUE(e.at("gain").is_null());
 }
 
 // An analytic LLaMA-7B profile at micro-batch 1 and 2 whose micro-batch-2 times are `scale` times
