@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <optional>
 #include <string>
 
@@ -62,10 +61,16 @@ bool is_backward(OpType op) {
 // whose stash is still away).
 std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& cost,
                              std::int64_t static_bytes, int cap) {
-  std::map<int, int> needed_at;  // mb -> position of its backward
+  int last_mb = 0;
+  for (const Action& a : order)
+    last_mb = std::max(last_mb, a.microbatches.back());
+  std::vector<int> needed_at(static_cast<std::size_t>(last_mb) + 1, 0);  // its backward's position
   for (std::size_t i = 0; i < order.size(); ++i) {
-    if (is_backward(order[i].op)) needed_at[order[i].microbatches.front()] = static_cast<int>(i);
+    if (is_backward(order[i].op))
+      needed_at[static_cast<std::size_t>(order[i].microbatches.front())] = static_cast<int>(i);
   }
+  const auto needed = [&](int mb) { return needed_at[static_cast<std::size_t>(mb)]; };
+  std::vector<char> moved(needed_at.size(), 0);  // evicted once (a stash moves at most once)
   Replay r;
   std::vector<int> resident;
   std::vector<int> away;  // indices into r.moves
@@ -91,13 +96,13 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
       // Only stashes that have not moved yet: a loaded one is needed sooner than any newer one.
       auto latest = resident.end();
       for (auto it = resident.begin(); it != resident.end(); ++it) {
-        const bool moved = std::any_of(r.moves.begin(), r.moves.end(),
-                                       [&](const BpipeMove& m) { return m.mb == *it; });
-        if (!moved && (latest == resident.end() || needed_at[*it] > needed_at[*latest]))
+        if (!moved[static_cast<std::size_t>(*it)] &&
+            (latest == resident.end() || needed(*it) > needed(*latest)))
           latest = it;
       }
       if (latest == resident.end()) continue;
-      r.moves.push_back(BpipeMove{a.stage, *latest, cost.stash_bytes, pos, -1, needed_at[*latest]});
+      moved[static_cast<std::size_t>(*latest)] = 1;
+      r.moves.push_back(BpipeMove{a.stage, *latest, cost.stash_bytes, pos, -1, needed(*latest)});
       away.push_back(static_cast<int>(r.moves.size() - 1));
       r.max_evicted = std::max(r.max_evicted, static_cast<int>(away.size()));
       resident.erase(latest);
@@ -164,7 +169,13 @@ std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<Sta
     const auto& s = graph.meta.static_bytes;
     return static_cast<std::size_t>(d) < s.size() ? s[static_cast<std::size_t>(d)] : 0;
   };
-  const int natural = static_cast<int>(order.size());
+  // The most stashes the evictor holds keeping all: every cap from there up replays alike.
+  int natural = 0;
+  for (int held = 0; const Action& a : order) {
+    held += a.op == OpType::F ? 1 : is_backward(a.op) ? -1 : 0;
+    natural = std::max(natural, held);
+  }
+  natural = std::max(natural, 1);
   const auto own =
       replay(acceptor_order, acceptor_cost, static_of(acceptor), std::numeric_limits<int>::max());
   const std::int64_t acceptor_own = own ? own->peak_bytes : static_of(acceptor);
