@@ -334,6 +334,13 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
     const std::vector<int> held = s.base.profile.micro_batch_sizes();
     std::erase_if(candidates,
                   [&](int mbs) { return std::find(held.begin(), held.end(), mbs) == held.end(); });
+    if (candidates.empty()) {
+      std::string sizes;
+      for (const int mbs : held)
+        sizes += (sizes.empty() ? "" : ", ") + std::to_string(mbs);
+      throw Error(std::string(mbs_flag) + ": " + o.profile + " holds micro-batch sizes " + sizes +
+                  ", none of " + (mbs_list.empty() ? std::string("1, 2, 4, 8") : mbs_list));
+    }
   } else {
     const GpuSpec gpu = find_gpu(s.base.gpu);
     const ModelConfig model = resolve_model(o.model);
