@@ -56,7 +56,8 @@ std::vector<Key> outputs(const Action& a) {
 
 }  // namespace
 
-std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
+std::optional<Deadlock> find_deadlock(const Schedule& schedule,
+                                      const std::vector<std::vector<int>>* starts_together) {
   const int devices = schedule.devices;
   // Where each output is produced: (device, position).
   std::unordered_map<Key, std::pair<int, int>> producer;
@@ -81,10 +82,18 @@ std::optional<Deadlock> find_deadlock(const Schedule& schedule) {
     auto& at = head[static_cast<std::size_t>(d)];
     blocked[static_cast<std::size_t>(d)].reset();
     while (at < static_cast<int>(actions.size())) {
-      // An overlapped pair starts when the inputs of both its actions are there.
+      // An overlapped pair starts when the inputs of both its actions are there; so does a
+      // group that starts together, of all its actions.
       const bool pair = actions[static_cast<std::size_t>(at)].overlaps_next &&
                         at + 1 < static_cast<int>(actions.size());
-      const int count = pair ? 2 : 1;
+      int together = 1;
+      if (starts_together != nullptr && static_cast<std::size_t>(d) < starts_together->size()) {
+        const std::vector<int>& groups = (*starts_together)[static_cast<std::size_t>(d)];
+        if (static_cast<std::size_t>(at) < groups.size())
+          together = std::max(1, groups[static_cast<std::size_t>(at)]);
+      }
+      const int count =
+          std::min(std::max(pair ? 2 : 1, together), static_cast<int>(actions.size()) - at);
       std::optional<Input> missing;
       for (int i = 0; i < count && !missing; ++i) {
         for (const Input& in : inputs(

@@ -27,7 +27,10 @@ struct Deadlock {
 };
 
 // Needs a schedule that passes check_schedule (every input exists exactly once). Linear in the
-// number of actions.
-std::optional<Deadlock> find_deadlock(const Schedule& schedule);
+// number of actions. `starts_together` (optional, per device and action): how many actions from
+// there on start together, once the inputs of them all are there (a PyTorch OVERLAP_F_B cell);
+// an overlapped pair (Action::overlaps_next) always does.
+std::optional<Deadlock> find_deadlock(
+    const Schedule& schedule, const std::vector<std::vector<int>>* starts_together = nullptr);
 
 }  // namespace pipeplan

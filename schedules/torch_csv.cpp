@@ -154,6 +154,23 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
                    std::to_string(mb) + " of 0.." + std::to_string(p.microbatches - 1));
     }
   }
+  // PyTorch's runtime keeps the losses in the order the last stage computes them and reads them
+  // back by micro-batch: its forwards must run in micro-batch order (else a step fails, or takes
+  // one micro-batch's loss for another's).
+  const int last = p.stages - 1;
+  int next = 0;
+  for (const Cell& c : p.rows.rows[static_cast<std::size_t>(p.stage_rank.at(last))]) {
+    if (c.stage != last || c.type != 'F') continue;
+    if (c.microbatch != next) {
+      bad_cell(source, c,
+               "the last stage (" + std::to_string(last) + ") runs the forward of micro-batch " +
+                   std::to_string(c.microbatch) + " where micro-batch " + std::to_string(next) +
+                   "'s is due: PyTorch's runtime reads the losses back by micro-batch in the "
+                   "order the last stage computed them, so its forwards must run in micro-batch "
+                   "order");
+    }
+    ++next;
+  }
   return p;
 }
 
@@ -250,7 +267,22 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
   } catch (const Error& e) {
     throw Error(std::string(source) + ": " + e.what());
   }
-  if (const auto deadlock = find_deadlock(schedule)) report_deadlock(*deadlock, source, cell_of);
+  // PyTorch starts an OVERLAP_F_B cell once the inputs of all its sub-actions are there.
+  std::vector<std::vector<int>> starts_together(cell_of.size());
+  for (std::size_t r = 0; r < cell_of.size(); ++r) {
+    const std::vector<const Cell*>& cells = cell_of[r];
+    starts_together[r].assign(cells.size(), 1);
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (cells[i]->part != 1) continue;
+      std::size_t j = i + 1;
+      while (j < cells.size() && cells[j]->row == cells[i]->row &&
+             cells[j]->column == cells[i]->column)
+        ++j;
+      starts_together[r][i] = static_cast<int>(j - i);
+    }
+  }
+  if (const auto deadlock = find_deadlock(schedule, &starts_together))
+    report_deadlock(*deadlock, source, cell_of);
   if (report != nullptr) {
     report->skipped = p.rows.skipped.counts;
     report->skipped_total = p.rows.skipped.total;

@@ -193,6 +193,14 @@ std::vector<std::string> split_cells(std::string_view line, std::string_view sou
   return cells;
 }
 
+// A blank line after the last rank (row `last_rank` + 1 on): PyTorch's csv reader gives it as an
+// empty row, which its loader takes for one more rank.
+[[noreturn]] void trailing_blank(std::string_view source, std::size_t last_rank) {
+  throw Error(std::string(source) + " row " + std::to_string(last_rank + 1) +
+              ": a blank line after the last rank (PyTorch's csv reader takes it for a rank with "
+              "no actions: remove it)");
+}
+
 }  // namespace
 
 std::string Cell::where() const {
@@ -212,7 +220,7 @@ std::string Cell::where() const {
 Rows read_rows(std::string_view text, std::string_view source) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // utf-8-sig
   Rows out;
-  std::size_t last_nonblank = 0;  // rows up to this one are kept; trailing blank lines are not
+  std::size_t last_nonblank = 0;  // rows up to this one: ranks, a blank one idle
   std::int64_t cells_read = 0;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -223,8 +231,7 @@ Rows read_rows(std::string_view text, std::string_view source) {
     const int row = static_cast<int>(out.rows.size()) + 1;
     const bool blank = trim(line).empty();
     if (row > limits::kMaxDevices) {
-      // Blank lines after the last rank are fine; another rank is one too many.
-      if (blank) continue;
+      if (blank) trailing_blank(source, last_nonblank);
       throw Error(std::string(source) + " row " + std::to_string(row) + ": " +
                   limits::above_limit("ranks", limits::kMaxDevices));
     }
@@ -247,8 +254,9 @@ Rows read_rows(std::string_view text, std::string_view source) {
     }
     out.rows.push_back(std::move(cells));
   }
-  out.rows.resize(last_nonblank);
-  if (out.rows.empty()) throw Error(std::string(source) + ": no rows (expected one row per rank)");
+  if (last_nonblank == 0)
+    throw Error(std::string(source) + ": no rows (expected one row per rank)");
+  if (out.rows.size() > last_nonblank) trailing_blank(source, last_nonblank);
   return out;
 }
 

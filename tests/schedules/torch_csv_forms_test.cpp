@@ -160,8 +160,40 @@ TEST(TorchCsvForms, DeadlockNamesTheCellThatClosesTheCycle) {
                 .find("row 1 cell 5 ('0B0'): closes a dependency cycle (a deadlock): it waits "
                       "for row 1 cell 6 ('1B0'), which runs after this cell"),
             std::string::npos);
-  EXPECT_NE(error_of("(0F0;1F0)OVERLAP_F_B,(0B0;1B0)OVERLAP_F_B\n").find("part 1, '0B0'"),
+  // A cell starts once all its sub-actions' inputs are there: 1F0 needs 0F0 of the same cell.
+  EXPECT_NE(error_of("(0F0;1F0)OVERLAP_F_B,(0B0;1B0)OVERLAP_F_B\n")
+                .find("row 1 cell 1 ('(0F0;1F0)OVERLAP_F_B' part 1, '0F0'): closes a dependency "
+                      "cycle (a deadlock)"),
             std::string::npos);
+}
+
+// What PyTorch's runtime cannot run, though every cell is well formed, is refused naming the
+// cell: an OVERLAP_F_B cell starts once all its sub-actions' inputs are there (one needing
+// another's output, or waiting on what runs after the cell, deadlocks); the last stage's
+// forwards run in micro-batch order (the losses are read back by micro-batch in the order they
+// were computed); a blank line after the last rank is one more rank to PyTorch's csv reader.
+TEST(TorchCsvForms, WhatPyTorchsRuntimeCannotRunIsRefused) {
+  EXPECT_NE(error_of("0F0,3F0,3B0,0B0\n(1F0;2F0)OVERLAP_F_B,2B0,1B0\n")
+                .find("row 2 cell 1 ('(1F0;2F0)OVERLAP_F_B' part 1, '1F0'): closes a dependency "
+                      "cycle (a deadlock)"),
+            std::string::npos);
+  EXPECT_NE(error_of("0F0,(2F0;2B0)OVERLAP_F_B,0B0\n1F0,3F0,3B0,1B0\n")
+                .find("closes a dependency cycle (a deadlock)"),
+            std::string::npos);
+  EXPECT_NE(error_of("0F0,2F0,2B0,0F1,2F1,0B0,2B1,0B1\n1F0,3F0,(3B0;1F1)OVERLAP_F_B,1B0,3F1,3B1,"
+                     "1B1\n")
+                .find("it waits for row 1 cell 4 ('0F1'), which runs after row 1 cell 3 ('2B0')"),
+            std::string::npos);
+  EXPECT_EQ(error_of("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n"),
+            "s.csv row 2 cell 1 ('1F1'): the last stage (1) runs the forward of micro-batch 1 "
+            "where micro-batch 0's is due: PyTorch's runtime reads the losses back by micro-batch "
+            "in the order the last stage computed them, so its forwards must run in micro-batch "
+            "order");
+  EXPECT_EQ(error_of("0F0,0B0\n1F0,1B0\n\n"),
+            "s.csv row 3: a blank line after the last rank (PyTorch's csv reader takes it for a "
+            "rank with no actions: remove it)");
+  EXPECT_EQ(error_of("0F0,0B0\n1F0,1B0\r\n"), "<no error>");
+  EXPECT_EQ(error_of("0F0,0B0\n\n1F0,1B0\n"), "<no error>");  // an idle rank between
 }
 
 TEST(TorchCsvForms, MalformedFormsAndLimitsNameRowAndCell) {
