@@ -67,19 +67,21 @@ struct ExportCommand {
       if (n.kind == NodeKind::compute && n.op == OpType::P2)
         largest = std::max(largest, static_cast<int>(n.microbatches.size()));
     }
-    if (largest > 1 && graph.meta.backward == BackwardMode::twobp_fill) {
-      // Its bubble-filling p2s are single ones beside the concatenated rest: --join-w would join
-      // those too.
+    if (largest > 1) {
       std::cout << "its concatenated p2 calls (up to " << largest
-                << " micro-batches) are one W cell per micro-batch; 2bp-fill's single p2s "
-                   "between them look alike, so no import reads this plan's calls back\n";
-    } else if (largest > 1) {
-      std::cout << "its concatenated p2 calls (up to " << largest
-                << " micro-batches) are one W cell per micro-batch: `pipeplan import --join-w"
-                << (graph.meta.p2_concat > 0
-                        ? " --p2-concat " + std::to_string(graph.meta.p2_concat)
-                        : std::string())
-                << "` reads them back as this plan's calls\n";
+                << " micro-batches) are one W cell per micro-batch";
+      if (graph.meta.backward == BackwardMode::twobp_fill) {
+        // Its bubble-filling p2s are single ones beside the concatenated rest: --join-w would
+        // join those too.
+        std::cout << "; 2bp-fill's single p2s between them look alike, so no import reads this "
+                     "plan's calls back\n";
+      } else {
+        std::cout << ": `pipeplan import --join-w"
+                  << (graph.meta.p2_concat > 0
+                          ? " --p2-concat " + std::to_string(graph.meta.p2_concat)
+                          : std::string())
+                  << "` reads them back as this plan's calls\n";
+      }
     }
     return 0;
   }

@@ -18,6 +18,13 @@
 
 namespace pipeplan {
 
+nlohmann::json stage_layers_json(const std::vector<StageLayers>& stages) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StageLayers& s : stages)
+    out.push_back({s.first_layer, s.layer_count});
+  return out;
+}
+
 namespace {
 
 constexpr std::string_view kPlanFormat = "pipeplan-plan";
@@ -122,9 +129,6 @@ nlohmann::json link_to_json(const P2pLink& link) {
 }
 
 nlohmann::json meta_to_json(const PlanMeta& m) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (const StageLayers& s : m.stage_layers)
-    stages.push_back({s.first_layer, s.layer_count});
   nlohmann::json j = {{"model", model_to_json(m.model)},
                       {"gpu", m.gpu},
                       {"devices", m.devices},
@@ -136,7 +140,7 @@ nlohmann::json meta_to_json(const PlanMeta& m) {
                       {"backward", std::string(to_string(m.backward))},
                       {"p2_concat", m.p2_concat},
                       {"attention", std::string(to_string(m.attention))},
-                      {"stage_layers", stages},
+                      {"stage_layers", stage_layers_json(m.stage_layers)},
                       {"memory_limit_bytes", m.memory_limit_bytes},
                       {"static_bytes", m.static_bytes},
                       {"flops_per_token", m.flops_per_token},

@@ -281,6 +281,9 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source);
 // reads versions 1 and 2; plan_from_text reads it back too).
 nlohmann::json plan_to_json(const TaskGraph& graph);
 TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source);
+// meta.stage_layers as a plan file holds it (and a trace's metadata repeats it):
+// [[first_layer, layer_count], ...].
+nlohmann::json stage_layers_json(const std::vector<StageLayers>& stages);
 TaskGraph load_plan(const std::filesystem::path& path);
 void save_plan(const TaskGraph& graph, const std::filesystem::path& path);  // atomic, version 3
 void write_dot(const TaskGraph& graph, std::ostream& out);

@@ -245,13 +245,6 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
 
 }  // namespace
 
-json stage_layers_json(const std::vector<StageLayers>& stages) {
-  json out = json::array();
-  for (const StageLayers& s : stages)
-    out.push_back({s.first_layer, s.layer_count});
-  return out;
-}
-
 std::string slice_name(const Node& node) {
   switch (node.kind) {
     case NodeKind::compute:

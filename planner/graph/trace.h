@@ -31,9 +31,6 @@ std::vector<SliceTrack> slice_tracks(const TaskGraph& graph);
 // send/recv (label, arrow, peer device).
 std::string slice_name(const Node& node);
 
-// A plan's stage cut as its trace's metadata carries it: [[first_layer, layer_count], ...].
-nlohmann::json stage_layers_json(const std::vector<StageLayers>& stages);
-
 // {"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}; ts/dur in microseconds.
 // Throws Error when `sim` does not carry one time per node of `graph`.
 nlohmann::json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title);

@@ -330,6 +330,13 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
             {"optimizer_ms", c->optimizer_us / 1e3},
             {"peak_memory_bytes", c->peak_memory_bytes}};
   };
+  // Without a BPipe plan there are no transfers, and without both plans no gain: null.
+  const auto with_plan = [&](const nlohmann::json& value) -> nlohmann::json {
+    return e.with ? value : nullptr;
+  };
+  const auto with_both = [&](double value) -> nlohmann::json {
+    return e.with && e.without ? nlohmann::json(value) : nullptr;
+  };
   return {{"stages", e.devices},
           {"tensor_parallel", e.tensor_parallel},
           {"data_parallel", e.data_parallel.replicas},
@@ -341,14 +348,13 @@ nlohmann::json estimate_to_json(const BpipeEstimate& e) {
           {"without", config(e.without)},
           {"with", config(e.with)},
           {"bpipe_fits", e.bpipe_fits},
-          // Without a BPipe plan there are no transfers, and without both no gain: null.
-          {"transfer_bytes_per_step", e.with ? nlohmann::json(e.transfer_bytes) : nullptr},
-          {"transfer_ms", e.with ? nlohmann::json(e.transfer_us / 1e3) : nullptr},
-          {"busiest_link_ms", e.with ? nlohmann::json(e.busiest_link_us / 1e3) : nullptr},
-          {"exposed_transfer_ms", e.with ? nlohmann::json(e.exposed_us / 1e3) : nullptr},
-          {"hidden_fraction", e.with ? nlohmann::json(e.hidden_fraction) : nullptr},
-          {"gain", e.with && e.without ? nlohmann::json(e.gain) : nullptr},
-          {"simple_gain", e.with && e.without ? nlohmann::json(e.simple_gain) : nullptr},
+          {"transfer_bytes_per_step", with_plan(e.transfer_bytes)},
+          {"transfer_ms", with_plan(e.transfer_us / 1e3)},
+          {"busiest_link_ms", with_plan(e.busiest_link_us / 1e3)},
+          {"exposed_transfer_ms", with_plan(e.exposed_us / 1e3)},
+          {"hidden_fraction", with_plan(e.hidden_fraction)},
+          {"gain", with_both(e.gain)},
+          {"simple_gain", with_both(e.simple_gain)},
           {"verdict", e.verdict},
           {"second_opinion", e.second_opinion},
           {"infeasible", e.infeasible}};
