@@ -332,6 +332,8 @@ EXPECT='--mbs-list: profile.json holds micro-batch sizes' \
   check "bpipe --mbs-list the profile does not hold" bpipe --profile profile.json --stages 2 --global-batch 64 --mbs-list 64
 EXPECT='--stages: BPipe pairs stage x with stage P - 1 - x: needs at least 2, got 1' \
   check "bpipe: one stage" bpipe --model tiny --stages 1 --global-batch 8
+EXPECT='--bpipe: needs at least 2 stages (it pairs stage x with stage P - 1 - x)' \
+  check "plan --bpipe on: one stage" plan --model tiny --stages 1 -m 4 --bpipe on -o '{out}'
 EXPECT='--stages: must be at least 1' \
   check "compare: 0 stages" compare --model tiny --stages 0 -m 2
 EXPECT='--microbatches: must be at least 1' \
