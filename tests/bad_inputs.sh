@@ -553,6 +553,12 @@ SETUP="sed 's/\"layers\": 4,/\"layers\": 8,/' profile.json >profile_8.json" \
   check "calibrate eval: a profile of another model shape" calibrate eval --profile profile_8.json run
 EXPECT='RUN: ./run is given twice' \
   check "calibrate fit: a run given twice" calibrate fit --profile profile.json -o '{out}' run ./run
+SETUP="cp run.plan.json copy.plan.json && cp run.trace.json copy.trace.json" \
+  EXPECT='RUN: copy.trace.json is the trace of run again (a run counts once)' \
+  check "calibrate fit: a copy of a run" calibrate fit --profile profile.json -o '{out}' run copy
+SETUP="cp run.plan.json link.plan.json && ln -s run.trace.json link.trace.json" \
+  EXPECT='RUN: link.trace.json is the trace of run again (a run counts once)' \
+  check "calibrate fit: a link to a run's trace" calibrate fit --profile profile.json -o '{out}' run link
 SETUP="echo '{\"backend\": \"cpu\", \"peak_memory_bytes\": [1, 2, 3]}' >run.run.json" \
   EXPECT='run.run.json: 3 devices'"'"' peaks for a plan of 2 devices' \
   check "calibrate eval: a run report for 3 devices" calibrate eval --profile profile.json run

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -50,14 +52,31 @@ std::string percent(double fraction, int width) {
   return printf_text("%*.1f%%", width - 1, 100 * fraction);
 }
 
-// The same run given twice (as the same path, or two spellings of it) would count twice.
+// The same run given twice would count twice: as the same path or two spellings of it, or as a
+// trace that is the same file (a link) or a copy of another's (a measured trace's times never
+// repeat, so two runs' traces are never the same bytes).
 void check_distinct_runs(const std::vector<std::string>& prefixes) {
   std::vector<std::string> seen;
-  for (const std::string& prefix : prefixes) {
+  std::vector<std::optional<std::uintmax_t>> sizes;  // of each run's trace, where it is a file
+  for (std::size_t r = 0; r < prefixes.size(); ++r) {
+    const std::string& prefix = prefixes[r];
     std::string path = fs::absolute(fs::path(prefix)).lexically_normal().string();
     if (std::find(seen.begin(), seen.end(), path) != seen.end())
       throw Error("RUN: " + prefix + " is given twice");
+    const fs::path trace = prefix + ".trace.json";
+    std::error_code error;
+    std::optional<std::uintmax_t> size;
+    if (fs::is_regular_file(trace, error)) size = fs::file_size(trace);
+    for (std::size_t i = 0; i < r && size; ++i) {
+      const fs::path earlier = prefixes[i] + ".trace.json";
+      if (sizes[i] == size && (fs::equivalent(trace, earlier, error) ||
+                               read_text_file(trace) == read_text_file(earlier))) {
+        throw Error("RUN: " + trace.string() + " is the trace of " + prefixes[i] +
+                    " again (a run counts once)");
+      }
+    }
     seen.push_back(std::move(path));
+    sizes.push_back(size);
   }
 }
 
