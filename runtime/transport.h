@@ -71,7 +71,7 @@ class Transport {
   // memory any more (its tensors copied out and given back): the executor calls it after a send
   // that a node of the sender waits for (a BPipe eviction whose memory the op after next reuses).
   // Throws Error after `timeout` naming the link, or Cancelled after cancel(). A transport whose
-  // send copies at once (in-process, MPI's host buffers) has nothing to wait for.
+  // send copies at once (in-process) has nothing to wait for.
   virtual void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) {
     (void)from, (void)to, (void)channel, (void)timeout;
   }

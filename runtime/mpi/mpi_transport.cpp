@@ -133,6 +133,8 @@ void MpiTransport::send(int from, int to, Channel channel, Message message) {
                 std::to_string(kHeaderBytes) + " a receiver posts");
   }
   pending.message = std::move(message);
+  pending.to = to;
+  pending.channel = channel;
   const std::lock_guard lock(mutex_);
   reap_locked();
   PendingSend& posted = pending_.emplace_back(std::move(pending));
@@ -148,6 +150,35 @@ void MpiTransport::send(int from, int to, Channel channel, Message message) {
       check(MPI_Isend(data + offset, length, MPI_BYTE, to, tag, comm_, &request), "MPI_Isend");
       posted.requests.push_back(request);
     });
+  }
+}
+
+void MpiTransport::flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) {
+  if (from != rank_) {
+    throw Error("MPI transport: rank " + std::to_string(rank_) + " cannot flush for device " +
+                std::to_string(from) + " (rank r runs plan device r)");
+  }
+  const std::string what = "the sends on the " + link_name(from, to, channel);
+  const Clock::time_point deadline = Clock::now() + timeout;
+  Backoff backoff;
+  for (;;) {
+    {
+      const std::lock_guard lock(mutex_);
+      reap_locked();
+      if (std::none_of(pending_.begin(), pending_.end(), [&](const PendingSend& pending) {
+            return pending.to == to && pending.channel == channel;
+          })) {
+        return;
+      }
+    }
+    if (cancelled_) throw Cancelled("cancelled while waiting for " + what);
+    if (const std::optional<std::string> failure = peer_failure()) {
+      throw Cancelled(*failure + "; stopped waiting for " + what);
+    }
+    if (Clock::now() > deadline) {
+      throw Error("timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what);
+    }
+    backoff.pause();
   }
 }
 

@@ -44,6 +44,10 @@ class MpiTransport final : public Transport {
 
   std::string name() const override { return "mpi"; }
   void send(int from, int to, Channel channel, Message message) override;
+  // Waits until MPI has completed this rank's sends on the link (their tensors are sent from
+  // the sender's own memory, which the sender may change once this returns), within `timeout`;
+  // Cancelled on a cancel or a peer's notice.
+  void flush(int from, int to, Channel channel, std::chrono::milliseconds timeout) override;
   Message recv(int to, int from, Channel channel, std::string_view expected_tag,
                std::chrono::milliseconds timeout) override;
   void cancel() override;
@@ -61,6 +65,8 @@ class MpiTransport final : public Transport {
     std::vector<MPI_Request> requests;
     std::string header;  // the bytes the header send reads
     Message message;     // the tensors the data sends read
+    int to = 0;
+    Channel channel = Channel::pipeline;
   };
   // Polls until every request completes; on a cancel, a peer's notice or the deadline, cancels
   // the requests still open and throws (Cancelled for the first two). `what` names the message.
