@@ -379,11 +379,20 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options,
   group.agree(error, "preparing the GPUs", options.timeout);
 #ifdef PIPEPLAN_HAVE_NCCL
   id_hex = group.broadcast(id_hex, "the NCCL unique id", options.timeout);
-  // Every plan device's events on this rank's GPU and stream: only its own nodes record any.
+  // Every plan device's events on this rank's GPU and stream: only its own nodes record any. Its
+  // own device's fence clock is its allocator's, so that a receive into a block it freed waits
+  // for the node that last read it rather than for everything queued on its stream; the others'
+  // clocks never advance here.
   const auto count = static_cast<std::size_t>(devices);
+  std::vector<std::shared_ptr<FenceClock>> fence_clocks(count);
+  for (std::size_t d = 0; d < count; ++d) {
+    fence_clocks[d] = d == static_cast<std::size_t>(rank)
+                          ? local->context().allocator().fence_clock()
+                          : std::make_shared<FenceClock>();
+  }
   events_ = std::make_shared<StepEvents>(
       std::vector<int>(count, gpu), std::vector<cudaStream_t>(count, stream),
-      std::vector<std::shared_ptr<FenceClock>>{}, std::vector<cudaStream_t>(count, side));
+      std::move(fence_clocks), std::vector<cudaStream_t>(count, side));
   transport_ =
       NcclTransport::multi_process(rank, devices, unique_id_from_hex(id_hex),
                                    StageEndpoint{gpu, stream, &local->context().allocator(),

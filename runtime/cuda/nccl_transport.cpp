@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -137,6 +138,9 @@ struct NcclTransport::Side {
     Message message;
     char* header = nullptr;
   };
+  // The three below are shared with the threads of the device's other links, which release the
+  // finished sends of every link of theirs (reap_finished).
+  std::mutex pending_mutex;
   std::deque<Pending> in_flight;
   std::vector<cudaEvent_t> spare_events;
   std::vector<char*> spare_headers;  // pinned, kHeaderBytes each, free for the next send
@@ -623,9 +627,10 @@ void NcclTransport::send(int from, int to, Channel channel, Message message) {
                   "' is not a non-empty CUDA tensor");
     }
   }
-  reap(s, false);
+  reap_finished(from);
   std::string problem;
   [&] {
+    const std::lock_guard pending_lock(s.pending_mutex);
     const std::lock_guard lock(device_mutex(from));
     CUDA_CHECK(cudaSetDevice(sender.cuda_device));
     const ScopedContext current(context_of(sender));
@@ -683,6 +688,19 @@ void NcclTransport::flush(int from, int to, Channel channel, std::chrono::millis
 }
 
 void NcclTransport::reap(Side& side, bool wait_all, std::chrono::milliseconds timeout) {
+  const std::lock_guard lock(side.pending_mutex);
+  reap_locked(side, wait_all, timeout);
+}
+
+void NcclTransport::reap_finished(int device) {
+  for (auto& [key, side] : sides_) {
+    if (side->device != device || side->link.from != device) continue;
+    const std::unique_lock lock(side->pending_mutex, std::try_to_lock);
+    if (lock.owns_lock()) reap_locked(*side, false, {});  // else its own thread is at it
+  }
+}
+
+void NcclTransport::reap_locked(Side& side, bool wait_all, std::chrono::milliseconds timeout) {
   while (!side.in_flight.empty()) {
     Side::Pending& oldest = side.in_flight.front();
     if (wait_all) {
@@ -769,6 +787,9 @@ Message NcclTransport::recv(int to, int from, Channel channel, std::string_view 
   }();
   if (!problem.empty()) fail(s, what, problem);
   wait(s, s.done, timeout, what);
+  // The device's finished sends go back now rather than at its links' next sends: a link that
+  // sends rarely (a BPipe partner's stash) would hold the last one until then.
+  reap_finished(to);
   return message;
 }
 

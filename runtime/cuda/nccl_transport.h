@@ -132,6 +132,9 @@ class NcclTransport final : public Transport {
   // Releases the sends NCCL has finished (all of them, each waited for within `timeout`, when
   // `wait_all`).
   void reap(Side& side, bool wait_all, std::chrono::milliseconds timeout = {});
+  void reap_locked(Side& side, bool wait_all, std::chrono::milliseconds timeout);  // holds its lock
+  // Releases the finished sends of every link `device` sends on whose lock is free.
+  void reap_finished(int device);
   void abort_all(const std::string& reason);
   [[noreturn]] void fail(Side& side, const std::string& what, const std::string& why);
 

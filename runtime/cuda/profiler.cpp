@@ -27,18 +27,35 @@ namespace pipeplan::cuda {
 
 namespace {
 
-// p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when `devices` is two or more):
-// bandwidth from 1 GiB, latency from 4-byte copies.
+// p2p: a device-to-device copy on one GPU (peer copy 0 → 1 when `devices` is two or more, with
+// peer access enabled where the GPUs allow it: without it CUDA stages the copy through the
+// host): bandwidth from 1 GiB, latency from 4-byte copies.
 P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& options) {
   const std::int64_t big = std::int64_t{256} << 20;
-  const Tensor src = ctx.zeros({big}, DType::i32), dst = ctx.zeros({big}, DType::i32);
-  void* peer = nullptr;
+  const Tensor src = ctx.zeros({big}, DType::i32);
+  std::optional<Tensor> dst;
+  std::unique_ptr<void, void (*)(void*)> peer(nullptr, [](void* p) { cudaFree(p); });
   if (devices >= 2) {
+    int can_access = 0;
+    CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, 0, 1));
+    if (can_access != 0) {
+      const cudaError_t enabled = cudaDeviceEnablePeerAccess(1, 0);  // device 0 is current
+      if (enabled == cudaErrorPeerAccessAlreadyEnabled) {
+        static_cast<void>(cudaGetLastError());  // not left for the next check to find
+      } else {
+        CUDA_CHECK(enabled);
+      }
+    }
+    void* memory = nullptr;
     CUDA_CHECK(cudaSetDevice(1));
-    CUDA_CHECK(cudaMalloc(&peer, static_cast<std::size_t>(big) * 4));
+    const cudaError_t allocated = cudaMalloc(&memory, static_cast<std::size_t>(big) * 4);
     CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(allocated);
+    peer.reset(memory);
+  } else {
+    dst = ctx.zeros({big}, DType::i32);
   }
-  void* target = peer != nullptr ? peer : dst.data();
+  void* target = peer != nullptr ? peer.get() : dst->data();
   const auto copy = [&](std::int64_t bytes) {
     if (peer != nullptr) {
       CUDA_CHECK(cudaMemcpyPeerAsync(target, 1, src.data(), 0, static_cast<std::size_t>(bytes),
@@ -52,7 +69,6 @@ P2pLink measure_p2p(DeviceContext& ctx, int devices, const GpuProfileOptions& op
       time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(big * 4); });
   const OpTiming tiny =
       time_op(ctx.stream(), options.warmup, options.repetitions, {}, [&] { copy(4); });
-  if (peer != nullptr) cudaFree(peer);
   return {tiny.median_us, static_cast<double>(big * 4) / (bulk.median_us * 1e3)};
 }
 

@@ -492,6 +492,17 @@ cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, con
   return cudaSuccess;
 }
 
+// One device: no peer to reach.
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) {
+  if (device != 0 || peer != 0) return fail(cudaErrorInvalidDevice);
+  *can_access = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int /*flags*/) {
+  return fail(peer != 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+}
+
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 std::size_t count, cudaStream_t stream) {
   if (dst_device != 0 || src_device != 0) return fail(cudaErrorInvalidDevice);
