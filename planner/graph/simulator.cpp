@@ -375,9 +375,11 @@ SimResult simulate_step(const TaskGraph& graph, SimOrder order, std::vector<doub
   std::vector<State> state(static_cast<std::size_t>(n_nodes));
   // The edge from a send to its matched recv is the rendezvous itself, not a wait; so is the
   // stream-order edge from an overlapped pair's first member to its second.
+  // An edge from the second member back to the first is a wait like any other (a cycle).
   auto is_pair_edge = [&](std::size_t from, std::size_t to) {
     const HotNode& f = hot[from];
-    return f.kind != NodeKind::recv && f.match == static_cast<int>(to);
+    if (f.match != static_cast<int>(to)) return false;
+    return f.kind == NodeKind::send || (f.kind == NodeKind::compute && pair_first[from] != 0);
   };
   // Waits per node, from the edge records: a flat pass that needs no adjacency (the Boost.Graph
   // view, which validate_and_simulate's helper builds meanwhile).

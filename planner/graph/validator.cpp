@@ -237,10 +237,15 @@ Result check_matches(const Context& c) {
                                 "' differs from its match's '" +
                                 std::string(to_string(m.transfer)) + "'");
     }
-    if (m.bytes != n.bytes || !same_label(m, n)) {
+    if (m.bytes != n.bytes) {
       return make_violation(g, id, "send-recv-match",
-                            "size or tag differs from its match (" + std::to_string(n.bytes) +
-                                " vs " + std::to_string(m.bytes) + " bytes)");
+                            "size differs from its match's (" + std::to_string(n.bytes) + " vs " +
+                                std::to_string(m.bytes) + " bytes)");
+    }
+    if (!same_label(m, n)) {
+      return make_violation(g, id, "send-recv-match",
+                            "tag " + node_label(g.node(id)) + " differs from its match's, " +
+                                node_label(g.node(n.match)));
     }
   }
   return std::nullopt;
@@ -301,7 +306,14 @@ Result check_acyclic(const Context& c) {
     }
     const auto a = rep[boost::source(*it, graph)];
     const auto b = rep[boost::target(*it, graph)];
-    if (a != b) ++indegree[b];
+    if (a != b) {
+      ++indegree[b];
+    } else if (c.node(boost::source(*it, graph)).kind == NodeKind::recv) {
+      // Inside one event only the send's edge to its recv is the pair's own: a recv that its
+      // own send waits for never arrives.
+      return make_violation(g, static_cast<int>(boost::source(*it, graph)), "acyclic",
+                            "its matched send waits for it (an edge from the recv to its send)");
+    }
   }
   std::vector<std::size_t> stack;
   for (std::size_t v = 0; v < n; ++v) {
@@ -472,14 +484,20 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
   return std::nullopt;
 }
 
-// True when `consumer` reads `producer`'s output: a direct data edge, or through a send/recv
-// (producer -> send, matched to a recv -> consumer).
+// True when `consumer` reads `producer`'s output: a direct data edge on one device, or through a
+// send/recv (producer -> send, matched to a recv -> consumer). A data edge between devices moves
+// no tensor: the consumer's device never holds the output.
 bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int consumer) {
   for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(producer), graph); it != end;
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
     const int to = static_cast<int>(boost::target(*it, graph));
-    if (to == consumer) return true;
+    if (to == consumer) {
+      if (c.node(static_cast<std::size_t>(producer)).device ==
+          c.node(static_cast<std::size_t>(consumer)).device)
+        return true;
+      continue;
+    }
     const PackedNode& s = c.node(static_cast<std::size_t>(to));
     if (s.kind != NodeKind::send || s.match < 0) continue;
     for (auto [jt, jend] = boost::out_edges(static_cast<std::size_t>(s.match), graph); jt != jend;
@@ -532,14 +550,27 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
 // orders do not fix, and check_transfer_memory (planner/graph/bpipe_check.cpp) checks the simulated
 // timeline instead.
 Result check_memory(const TaskGraph& g) {
+  // A pipeline send or recv holds no memory of its own: the ops around it do (the simulator and
+  // run count every node's bytes, so bytes here would be counted where this rule does not look).
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    if (g.streams()[s].role == StreamRole::compute) continue;
+    for (const int id : g.stream_order(static_cast<int>(s))) {
+      const Node& n = g.node(id);
+      if (n.alloc_bytes != 0 || n.free_bytes != 0 || n.work_bytes != 0) {
+        return make_violation(g, id, "memory",
+                              "is a transfer with alloc, free or work bytes (only compute nodes "
+                              "and BPipe transfers hold memory)");
+      }
+    }
+  }
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     if (stream.role != StreamRole::compute) continue;
     const auto d = static_cast<std::size_t>(stream.device);
     const double limit = d < g.meta.memory_limit_bytes.size() ? g.meta.memory_limit_bytes[d] : 0;
-    if (limit <= 0) continue;
-    std::int64_t current = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
-    if (static_cast<double>(current) > limit) {
+    const std::int64_t base = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
+    std::int64_t current = base;
+    if (limit > 0 && static_cast<double>(current) > limit) {
       return make_violation(
           g, -1, "memory-limit",
           "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(current)) +
@@ -556,13 +587,19 @@ Result check_memory(const TaskGraph& g) {
       current += n.alloc_bytes + (pair ? second->alloc_bytes : 0);
       // Its working memory while it runs.
       const std::int64_t during = current + n.work_bytes + (pair ? second->work_bytes : 0);
-      if (static_cast<double>(during) > limit) {
+      if (limit > 0 && static_cast<double>(during) > limit) {
         return make_violation(g, order[i], "memory-limit",
                               "device " + std::to_string(d) + " reaches " +
                                   gib_text(static_cast<double>(during)) + ", above its limit " +
                                   gib_text(limit));
       }
       current -= n.free_bytes + (pair ? second->free_bytes : 0);
+      if (current < base) {
+        return make_violation(g, order[i], "memory",
+                              "frees " + std::to_string(base - current) +
+                                  " bytes more than device " + std::to_string(d) +
+                                  "'s ops allocated before it");
+      }
       if (pair) ++i;
     }
   }

@@ -222,6 +222,78 @@ TEST(Validator, CatchesAMissingInputEdge) {
   EXPECT_EQ(v.node, consumer);
 }
 
+// A data edge between devices moves no tensor: the activation still has to come through the
+// send and recv.
+TEST(Validator, ADataEdgeFromAnotherDeviceIsNoInput) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  const int producer = find_node(g, NodeKind::compute, "1F5");
+  const int consumer = find_node(g, NodeKind::compute, "2F5");
+  nlohmann::json j = plan_to_json(g);
+  nlohmann::json edges = nlohmann::json::array();
+  for (const auto& e : j["edges"]) {
+    const Node& to = g.node(e[1].get<int>());
+    // The forward's edge to its send, replaced by one straight to the next stage's forward.
+    if (e[0].get<int>() == producer && to.kind == NodeKind::send) continue;
+    edges.push_back(e);
+  }
+  edges.push_back({producer, consumer});
+  j["edges"] = edges;
+  const Violation v = expect_violation(plan_from_json(j, "edited.json"), "inputs");
+  EXPECT_EQ(v.node, consumer);
+}
+
+TEST(Validator, CatchesASendThatWaitsForItsOwnRecv) {
+  Plan plan = sample();
+  TaskGraph& g = plan.graph;
+  const int send = find_node(g, NodeKind::send, "1F5");
+  const int recv = g.node(send).match;
+  g.add_data_edge(recv, send);
+  EXPECT_THROW(static_cast<void>(simulate(g)), Error);
+  const Violation v = expect_violation(g, "acyclic");
+  EXPECT_EQ(v.node, recv);
+}
+
+// The second member of an overlapped pair feeding the first is a cycle, though the stream-order
+// edge from the first to the second is no wait.
+TEST(Validator, AnEdgeBackInsideAnOverlappedPairIsACycle) {
+  Plan plan = uniform_plan({.devices = 4,
+                            .microbatches = 8,
+                            .chunks = 2,
+                            .schedule = "dualpipe-v",
+                            .backward = BackwardMode::twobp});
+  TaskGraph& g = plan.graph;
+  const std::vector<int>& order = g.stream_order(compute_stream(g, 0));
+  int first = -1;
+  for (std::size_t i = 0; i + 1 < order.size() && first < 0; ++i) {
+    if (g.node(order[i]).overlaps_next) {
+      first = order[i];
+      g.add_data_edge(order[i + 1], first);
+    }
+  }
+  ASSERT_GE(first, 0) << "no overlapped pair on device 0";
+  EXPECT_THROW(static_cast<void>(simulate(g)), Error);
+  expect_violation(g, "acyclic");
+}
+
+TEST(Validator, CatchesBytesOnAPipelineTransferAndFreesBeyondAllocations) {
+  {
+    Plan plan = sample();
+    const int recv = plan.graph.node(find_node(plan.graph, NodeKind::send, "1F5")).match;
+    plan.graph.node(recv).alloc_bytes = std::int64_t{1} << 40;
+    const Violation v = expect_violation(plan.graph, "memory");
+    EXPECT_EQ(v.node, recv);
+  }
+  {
+    Plan plan = sample();
+    const int f = find_node(plan.graph, NodeKind::compute, "0F0");
+    plan.graph.node(f).free_bytes = plan.graph.node(f).alloc_bytes + 1;
+    const Violation v = expect_violation(plan.graph, "memory");
+    EXPECT_EQ(v.node, f);
+    EXPECT_NE(v.message.find("frees 1 bytes more"), std::string::npos) << v.message;
+  }
+}
+
 TEST(Validator, CatchesMemoryOverLimit) {
   Plan plan = sample(BackwardMode::fused);
   // 1F1B fused on 4 stages peaks at 4 GiB of stash on device 0.
