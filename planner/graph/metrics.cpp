@@ -92,6 +92,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
     if (n.kind != NodeKind::compute) continue;
     DeviceMetrics& m = result.devices[d];
     if (!n.overlaps_next) m.busy_us += t.end_us - t.start_us;  // a pair's first: counted below
+    if (n.op == OpType::O) m.optimizer_us += t.end_us - t.start_us;
     m.first_start_us = seen[d] ? std::min(m.first_start_us, t.start_us) : t.start_us;
     m.last_end_us = seen[d] ? std::max(m.last_end_us, t.end_us) : t.end_us;
     seen[d] = 1;
@@ -111,10 +112,11 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   double busy_total = 0;
   for (DeviceMetrics& m : result.devices) {
     m.span_us = m.last_end_us - m.first_start_us;
+    const double work = m.busy_us - m.optimizer_us;
     m.bubble_ratio =
-        result.makespan_us > 0 ? (result.makespan_us - m.busy_us) / result.makespan_us : 0.0;
+        result.makespan_us > 0 ? (result.makespan_us - work) / result.makespan_us : 0.0;
     result.max_stage_span_us = std::max(result.max_stage_span_us, m.span_us);
-    busy_total += m.busy_us;
+    busy_total += work;
   }
   const auto devices = static_cast<double>(n_devices);
   if (result.makespan_us > 0 && n_devices > 0) {

@@ -19,12 +19,13 @@ struct NodeTime {
 };
 
 struct DeviceMetrics {
-  double busy_us = 0;  // compute-stream time
+  double busy_us = 0;       // compute-stream time
+  double optimizer_us = 0;  // of it, the optimizer step's (and the DP collectives it holds)
   double first_start_us = 0;
-  double last_end_us = 0;                                        // of the compute stream
-  double span_us = 0;                                            // last_end - first_start
-  double bubble_ratio = 0;                                       // (makespan - busy) / makespan
-  std::int64_t peak_memory_bytes = 0;                            // static + activations
+  double last_end_us = 0;              // of the compute stream
+  double span_us = 0;                  // last_end - first_start
+  double bubble_ratio = 0;             // (makespan - (busy - optimizer)) / makespan
+  std::int64_t peak_memory_bytes = 0;  // static + activations
   std::vector<std::pair<double, std::int64_t>> memory_timeline;  // (time, bytes) after each change
 };
 
@@ -32,8 +33,10 @@ struct StepMetrics {
   double makespan_us = 0;        // first op anywhere to last op anywhere
   double max_stage_span_us = 0;  // largest per-device span (steady-state iteration time)
   std::vector<DeviceMetrics> devices;
-  double bubble_ratio = 0;       // 1 - Σ busy / (devices · makespan)
-  double span_bubble_ratio = 0;  // 1 - Σ busy / (devices · max_stage_span)
+  // 1 - Σ (busy - optimizer) / (devices · makespan): the pipeline's F, B and W are the work,
+  // (step - m·(T_F + T_B + T_W)) / step per device; the optimizer step is not.
+  double bubble_ratio = 0;
+  double span_bubble_ratio = 0;  // 1 - Σ (busy - optimizer) / (devices · max_stage_span)
   double tokens_per_s = 0;       // tokens per step (every data-parallel replica's) / makespan
   // PaLM model FLOPs against meta.peak_flops_per_device; 0 when either is unknown.
   double mfu = 0;

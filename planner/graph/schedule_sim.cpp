@@ -376,7 +376,8 @@ class CompactRun {
       }
     }
     // Each device's optimizer step (lowering's last node on its compute stream), after its
-    // last action.
+    // last action; not pipeline work, so out of the bubble ratios' busy time.
+    std::vector<double> optimizer(idx(devices_), 0.0);
     for (int d = 0; d < devices_; ++d) {
       const double step = optimizer_us_[idx(d)];
       if (step <= 0) continue;
@@ -386,9 +387,10 @@ class CompactRun {
       if (options_.keep_times) out.times[idx(d)].push_back({start, end});
       out.last_end_us[idx(d)] = end;
       out.busy_us[idx(d)] += end - start;  // as step_metrics sums it
+      optimizer[idx(d)] = end - start;
     }
     for (int d = 0; d < devices_; ++d) {
-      busy += out.busy_us[idx(d)];
+      busy += out.busy_us[idx(d)] - optimizer[idx(d)];  // as step_metrics sums it
       out.sum_last_end_us += out.last_end_us[idx(d)];
       if (schedule_.per_device[idx(d)].empty()) continue;
       any = true;

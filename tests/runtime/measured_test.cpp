@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <numeric>
 #include <vector>
 
 #include "planner/graph/simulator.h"
@@ -22,8 +23,8 @@ TaskGraph tiny_1f1b() {
 }
 
 // Node i ran alone from i ms to i ms + 0.5 ms: the step took (nodes - 1) ms + 0.5 ms, each device
-// was busy 0.5 ms per compute node it holds, from its first compute node's start to its last's
-// end, and tokens/s and MFU follow from that makespan.
+// was busy 0.5 ms per compute node it holds (its work: those but the optimizer step), from its
+// first compute node's start to its last's end, and tokens/s and MFU follow from that makespan.
 TEST(MeasuredResult, ItsMetricsAreThoseOfTheMeasuredTimes) {
   const TaskGraph plan = tiny_1f1b();
   ASSERT_GT(plan.meta.flops_per_token, 0.0);
@@ -34,13 +35,15 @@ TEST(MeasuredResult, ItsMetricsAreThoseOfTheMeasuredTimes) {
   for (int id = 0; id < nodes; ++id)
     times.push_back({1000.0 * id, 1000.0 * id + 500.0});
   const auto devices = static_cast<std::size_t>(plan.meta.devices);
-  std::vector<int> compute(devices, 0), first(devices, -1), last(devices, -1);
+  // compute: nodes per device; work: those of the pipeline (not the optimizer step).
+  std::vector<int> compute(devices, 0), work(devices, 0), first(devices, -1), last(devices, -1);
   for (int id = 0; id < nodes; ++id) {
     const Node& n = plan.node(id);
     ASSERT_FALSE(n.overlaps_next) << "1F1B has no overlapped pairs";
     if (n.kind != NodeKind::compute) continue;
     const auto d = static_cast<std::size_t>(n.device);
     ++compute[d];
+    if (n.op != OpType::O) ++work[d];
     if (first[d] < 0) first[d] = id;
     last[d] = id;
   }
@@ -57,11 +60,14 @@ TEST(MeasuredResult, ItsMetricsAreThoseOfTheMeasuredTimes) {
     EXPECT_EQ(m.busy_us, 500.0 * compute[d]) << "device " << d;
     EXPECT_EQ(m.first_start_us, 1000.0 * first[d]) << "device " << d;
     EXPECT_EQ(m.last_end_us, 1000.0 * last[d] + 500.0) << "device " << d;
-    EXPECT_DOUBLE_EQ(m.bubble_ratio, (makespan - 500.0 * compute[d]) / makespan) << "device " << d;
-    busy_total += 500.0 * compute[d];
+    EXPECT_EQ(m.optimizer_us, 500.0 * (compute[d] - work[d])) << "device " << d;
+    EXPECT_DOUBLE_EQ(m.bubble_ratio, (makespan - 500.0 * work[d]) / makespan) << "device " << d;
+    busy_total += 500.0 * work[d];
   }
   EXPECT_DOUBLE_EQ(measured.bubble_ratio,
                    1.0 - busy_total / (static_cast<double>(devices) * makespan));
+  EXPECT_LT(busy_total, 500.0 * std::accumulate(compute.begin(), compute.end(), 0))
+      << "the plan has no optimizer node to leave out";
   const double tokens = static_cast<double>(plan.meta.microbatches) * plan.meta.mbs * plan.meta.seq;
   EXPECT_DOUBLE_EQ(measured.tokens_per_s, tokens / (makespan * 1e-6));
   EXPECT_GT(measured.mfu, 0.0);

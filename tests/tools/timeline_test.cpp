@@ -74,8 +74,8 @@ Plan two_device_plan() {
   p.sim.span_bubble_ratio = p.sim.bubble_ratio;
   p.sim.tokens_per_s = 1170285.7;
   p.sim.devices.resize(2);
-  p.sim.devices[0] = {4800, 0, 7000, 7000, 1 - 4800.0 / 7000, std::int64_t{3} << 30, {}};
-  p.sim.devices[1] = {5000, 1100, 6100, 5000, 1 - 5000.0 / 7000, std::int64_t{1} << 29, {}};
+  p.sim.devices[0] = {4800, 0, 0, 7000, 7000, 1 - 4800.0 / 7000, std::int64_t{3} << 30, {}};
+  p.sim.devices[1] = {5000, 0, 1100, 6100, 5000, 1 - 5000.0 / 7000, std::int64_t{1} << 29, {}};
   return p;
 }
 
