@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <iostream>
@@ -61,6 +62,21 @@ struct ShowCommand {
       throw Error(input_name(plan_path) + ": invalid plan: " + checked.violation->message);
     }
     const SimResult sim = std::move(checked.sim);
+    // The text first, so that a width it cannot take writes no output file. $COLUMNS or a
+    // terminal narrower than the timeline's least width gets that width; --width is refused.
+    std::string text;
+    if (!json) {
+      const int least = timeline_min_width(graph, sim);
+      if (width > 0 && width < least) {
+        throw Error("--width: " + std::to_string(width) +
+                    " is too narrow for this plan's timeline (" + std::to_string(least) +
+                    " columns at least)");
+      }
+      const bool color = !no_color && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
+      text = render_timeline(graph, sim, width > 0 ? width : std::max(terminal_width(), least),
+                             color) +
+             render_summary(graph, sim);
+    }
     // Both outputs or neither.
     OutputFiles outputs;
     if (!trace.empty()) outputs.add(trace, json_text(perfetto_trace(graph, sim, plan_path)) + "\n");
@@ -74,9 +90,7 @@ struct ShowCommand {
       std::cout << json_text(metrics_json(graph, sim), 2) << "\n";
       return 0;
     }
-    const bool color = !no_color && isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
-    std::cout << render_timeline(graph, sim, width > 0 ? width : terminal_width(), color);
-    std::cout << render_summary(graph, sim);
+    std::cout << text;
     if (!trace.empty()) std::cout << "wrote trace " << trace << " (open in ui.perfetto.dev)\n";
     if (!dot.empty()) std::cout << "wrote " << dot << "\n";
     return 0;

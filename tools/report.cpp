@@ -87,6 +87,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
     devices.push_back({{"device", d},
                        {"stages", stages},
                        {"busy_ms", dm.busy_us / 1e3},
+                       {"optimizer_ms", dm.optimizer_us / 1e3},
                        {"span_ms", dm.span_us / 1e3},
                        {"bubble_ratio", dm.bubble_ratio},
                        {"peak_memory_bytes", dm.peak_memory_bytes},
@@ -247,23 +248,24 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
       (m.tensor_parallel > 1 ? std::to_string(m.devices) + " stages x " +
                                    std::to_string(m.tensor_parallel) + " " + m.gpu
                              : std::to_string(m.devices) + " x " + m.gpu);
-  std::snprintf(line, sizeof line, "%s on %s: %s, backward %s, m=%d, mbs=%d, seq=%d%s\n",
-                m.model.name.c_str(), gpus.c_str(), m.schedule.c_str(),
-                std::string(to_string(m.backward)).c_str(), m.microbatches, m.mbs, m.seq,
-                m.chunks > 1 ? (", chunks=" + std::to_string(m.chunks)).c_str() : "");
-  out += line;
+  // A model's name is as long as its file's path: no fixed buffer.
+  out += m.model.name + " on " + gpus + ": " + m.schedule + ", backward " +
+         std::string(to_string(m.backward)) +
+         printf_text(", m=%d, mbs=%d, seq=%d", m.microbatches, m.mbs, m.seq) +
+         (m.chunks > 1 ? ", chunks=" + std::to_string(m.chunks) : "") + "\n";
   std::string mfu = "n/a";
   if (sim.mfu > 0) {
     char value[32];
     std::snprintf(value, sizeof value, "%.1f %%", sim.mfu * 100);
     mfu = std::string(value) + " (PaLM, " + mfu_basis(m) + ")";
   }
-  std::snprintf(line, sizeof line,
-                "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage "
-                "span %.1f %%), %.0f tokens/s, MFU %s\n",
-                sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
-                sim.span_bubble_ratio * 100, sim.tokens_per_s, mfu.c_str());
-  out += line;
+  out +=
+      printf_text(
+          "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage span %.1f "
+          "%%), %.0f tokens/s, MFU ",
+          sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
+          sim.span_bubble_ratio * 100, sim.tokens_per_s) +
+      mfu + "\n";
   // A tensor-parallel device's GPUs each hold 1/T of its layers: the profile's bytes are per GPU.
   out += m.tensor_parallel > 1
              ? "peak memory per GPU (each stage's " + std::to_string(m.tensor_parallel) + " alike):"
@@ -273,8 +275,9 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   out += " (max " + format_gib(static_cast<double>(max_peak));
   if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty()) {
     out += "; the stages' one GPU holds their sum, " + held;
-  } else if (const double hbm = gpu_hbm_bytes(m.gpu);
+  } else if (const double hbm = m.model.family == "uniform" ? 0.0 : gpu_hbm_bytes(m.gpu);
              hbm > 0 && static_cast<double>(max_peak) > hbm) {
+    // (A --uniform plan's bytes are no model's: it fits or not by its --memory alone.)
     // Planned without a limit (--memory 0, or one above the GPU's): say it cannot run as is.
     out += ", more than the " + format_gib(hbm) + " of one " + m.gpu + ": it does not fit";
   }

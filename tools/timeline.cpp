@@ -405,6 +405,12 @@ std::string device_stages(const TaskGraph& graph, int device) {
 
 }  // namespace
 
+int timeline_min_width(const TaskGraph& graph, const SimResult& sim) {
+  const int digits =
+      static_cast<int>(std::to_string(std::max(0, device_count(graph, sim) - 1)).size());
+  return 4 + digits + 2 + kMinLanes;  // "dev " + number + " │", then the lanes
+}
+
 std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color) {
   if (sim.times.size() != static_cast<std::size_t>(graph.node_count())) {
     throw Error("timeline: simulation has " + std::to_string(sim.times.size()) +
@@ -476,8 +482,14 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   const auto [peak_unit, peak_bytes] = unit_of(largest_peak);
   const auto [limit_unit, limit_bytes] =
       largest_limit > 0 ? unit_of(largest_limit) : std::pair{"GiB", kBytesPerGiB};
-  out += std::string("device    busy ms  bubble %  peak ") + peak_unit + "  limit " + limit_unit +
-         "  stages (E, t blocks, L)\n";
+  // Work: the pipeline's F, B and W (the bubble is the rest of the step, the optimizer's too).
+  // The first column as wide as "dev N" of the last device (6 up to dev 99).
+  const auto name_width = std::max<std::size_t>(
+      6, 4 + std::to_string(std::max<std::size_t>(sim.devices.size(), 1) - 1).size());
+  std::string header = "device";
+  header.resize(name_width, ' ');
+  out += header + std::string("    work ms  bubble %  peak ") + peak_unit + "  limit " +
+         limit_unit + "  stages (E, t blocks, L)\n";
   constexpr std::size_t kStagesWidth = 80 - 55;
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];
@@ -488,9 +500,9 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     std::string stages = device_stages(graph, device);
     if (stages.size() > kStagesWidth) stages = stages.substr(0, kStagesWidth - 3) + "...";
     std::string name = "dev " + std::to_string(device);
-    name.resize(std::max<std::size_t>(name.size(), 6), ' ');
+    name.resize(name_width, ' ');
     out += name;
-    out += pad_left(printf_text("%.3f", metrics.busy_us / 1000), 11);
+    out += pad_left(printf_text("%.3f", (metrics.busy_us - metrics.optimizer_us) / 1000), 11);
     out += pad_left(printf_text("%.1f", metrics.bubble_ratio * 100), 8) + " %";
     out += pad_left(printf_text("%.2f", peak), 10);
     out += pad_left(limit > 0 ? printf_text("%.2f", limit / limit_bytes) : "-", 11);

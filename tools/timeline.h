@@ -19,8 +19,10 @@ namespace pipeplan {
 // (and nothing else: without it the output has no escape codes). Throws Error when `width`
 // leaves fewer than 8 columns for the timeline or `sim` does not match `graph`.
 std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color);
+// The narrowest `width` render_timeline takes for this plan (a label column, then 8 lanes).
+int timeline_min_width(const TaskGraph& graph, const SimResult& sim);
 
-// Per-device busy time, bubble and peak memory against the limit (peaks include what a device
+// Per-device work (F, B, W), bubble and peak memory against the limit (peaks include what a device
 // holds for its BPipe peer), one line per BPipe pair (moves, bytes both ways, link time), then
 // the step-time totals, tokens/s and MFU (PaLM model FLOPs). Lines fit in 80 columns.
 std::string render_summary(const TaskGraph& graph, const SimResult& sim);
