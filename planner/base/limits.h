@@ -38,6 +38,10 @@ inline constexpr double kMaxLayerTimeUs = 1e9;                 // 1000 s
 inline constexpr std::int64_t kMaxLayerBytes = 1LL << 40;      // 1 TiB
 inline constexpr double kMaxMemoryBytes = 1125899906842624.0;  // 1 PiB: --memory, limits
 inline constexpr double kMaxLinkLatencyUs = 1e9;               // p2p latency
+// A plan's MFU inputs: PaLM FLOPs per token (6N + 12·L·H·Q·T stays below 2·10^16 within the
+// model limits above) and a device's peak (10^6 TFLOP/s per GPU, kMaxGpuTflops, times T GPUs).
+inline constexpr double kMaxFlopsPerToken = 1e17;
+inline constexpr double kMaxDevicePeakFlops = 1e18 * kMaxTensorParallel;
 
 // GPUs (profiles/gpus.json).
 inline constexpr int kMaxGpuEntries = 4096;       // entries of gpus.json

@@ -189,11 +189,12 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   m.seq = require_int(j, "seq", ctx, 0, limits::kMaxSeq);
   m.schedule = require_string(j, "schedule", ctx);
   require_printable(m.schedule, "schedule", ctx);
-  m.backward = named(ctx, "backward",
-                     [&] { return backward_mode_from_string(require_string(j, "backward", ctx)); });
+  // The field read outside named(): its own error already names the file and field.
+  const std::string backward = require_string(j, "backward", ctx);
+  m.backward = named(ctx, "backward", [&] { return backward_mode_from_string(backward); });
   m.p2_concat = require_int(j, "p2_concat", ctx, 0, limits::kMaxMicrobatches);
-  m.attention = named(ctx, "attention",
-                      [&] { return attention_from_string(require_string(j, "attention", ctx)); });
+  const std::string attention = require_string(j, "attention", ctx);
+  m.attention = named(ctx, "attention", [&] { return attention_from_string(attention); });
   const auto& stages = require_field(j, "stage_layers", ctx);
   const auto layer_total = static_cast<std::int64_t>(m.model.layer_list().size());
   if (!stages.is_array() || stages.size() > static_cast<std::size_t>(limits::kMaxStages)) {
@@ -231,8 +232,17 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
       per_device("memory_limit_bytes", false, limits::kMaxMemoryBytes).get<std::vector<double>>();
   m.static_bytes = per_device("static_bytes", true, static_cast<double>(limits::kMaxPlanBytes))
                        .get<std::vector<std::int64_t>>();
-  m.flops_per_token = require_nonnegative(j, "flops_per_token", ctx);
-  m.peak_flops_per_device = require_nonnegative(j, "peak_flops_per_device", ctx);
+  const auto bounded = [&](const char* field, double limit) {
+    const double value = require_nonnegative(j, field, ctx);
+    if (value > limit) {
+      throw Error(ctx + ": field '" + field + "' (" + nlohmann::json(value).dump() +
+                  ") is above the limit of " + nlohmann::json(limit).dump() +
+                  " (docs/reference/limits.md)");
+    }
+    return value;
+  };
+  m.flops_per_token = bounded("flops_per_token", limits::kMaxFlopsPerToken);
+  m.peak_flops_per_device = bounded("peak_flops_per_device", limits::kMaxDevicePeakFlops);
   if (j.contains("tensor_parallel")) {
     m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
   }
@@ -241,9 +251,9 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     const std::string dp_ctx = ctx + ".data_parallel";
     if (!dp->is_object()) throw Error(dp_ctx + ": must be an object");
     m.data_parallel.replicas = require_int(*dp, "replicas", dp_ctx, 1, limits::kMaxDataParallel);
-    m.data_parallel.optimizer = named(dp_ctx, "optimizer", [&] {
-      return data_parallel_optimizer_from_string(require_string(*dp, "optimizer", dp_ctx));
-    });
+    const std::string optimizer = require_string(*dp, "optimizer", dp_ctx);
+    m.data_parallel.optimizer =
+        named(dp_ctx, "optimizer", [&] { return data_parallel_optimizer_from_string(optimizer); });
     m.data_parallel.link = link_from_json(require_field(*dp, "link", dp_ctx), dp_ctx + ".link");
   }
   if (const auto r = j.find("recompute"); r != j.end()) {
@@ -872,7 +882,7 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     const bool compute = n.kind == NodeKind::compute;
     if (compute != (n.transfer == Transfer::none)) {
       throw Error(source + ": node " + std::to_string(id) +
-                  ": field 'transfer' must be '-' for a compute node and one of 'agel' for a "
+                  ": field 'transfer' must be '-' for a compute node and one of 'agelw' for a "
                   "send or recv");
     }
     n.bytes = col(kBytes, id, 0, compute ? 0 : limits::kMaxPlanBytes);

@@ -214,7 +214,7 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
               transfers[0] = 'a';
               p["nodes"]["transfer"] = transfers;
             }),
-            "p.json: node 0: field 'transfer' must be '-' for a compute node and one of 'agel' "
+            "p.json: node 0: field 'transfer' must be '-' for a compute node and one of 'agelw' "
             "for a send or recv");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["bytes"][0] = 4; }),
             "p.json: node 0: field 'bytes' = 4 is out of range [0, 0]");
