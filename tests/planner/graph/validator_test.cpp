@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,15 @@ using testing::uniform_plan;
 
 Plan sample(BackwardMode mode = BackwardMode::twobp) {
   return uniform_plan({.devices = 4, .microbatches = 8, .backward = mode, .comm = 0.1});
+}
+
+// Overlapped pairs: dualpipe-v's F&B.
+Plan dualpipe_v_sample() {
+  return uniform_plan({.devices = 4,
+                       .microbatches = 8,
+                       .chunks = 2,
+                       .schedule = "dualpipe-v",
+                       .backward = BackwardMode::twobp});
 }
 
 int find_node(const TaskGraph& g, NodeKind kind, const std::string& label, int device = -1) {
@@ -207,39 +217,46 @@ TEST(Validator, CatchesP2BeforeP1InOrderWithoutDataEdge) {
   EXPECT_EQ(v.node, p2);
 }
 
-TEST(Validator, CatchesAMissingInputEdge) {
-  Plan plan = sample();
-  nlohmann::json j = plan_to_json(plan.graph);
-  const int consumer = find_node(plan.graph, NodeKind::compute, "2F5");
+// `g` written and read back without the edges `drop` picks (from, to) and with `add`.
+TaskGraph edited(const TaskGraph& g, const std::function<bool(const Node&, const Node&)>& drop,
+                 const std::vector<std::pair<int, int>>& add = {}) {
+  nlohmann::json j = plan_to_json(g);
   nlohmann::json edges = nlohmann::json::array();
   for (const auto& e : j["edges"]) {
-    const Node& from = plan.graph.node(e[0].get<int>());
-    if (e[1].get<int>() == consumer && from.kind == NodeKind::recv) continue;
-    edges.push_back(e);
+    if (!drop(g.node(e[0].get<int>()), g.node(e[1].get<int>()))) edges.push_back(e);
   }
+  for (const auto& [from, to] : add)
+    edges.push_back({from, to});
   j["edges"] = edges;
-  const Violation v = expect_violation(plan_from_json(j, "edited.json"), "inputs");
+  return plan_from_json(j, "edited.json");
+}
+
+TEST(Validator, CatchesAMissingInputEdge) {
+  Plan plan = sample();
+  const int consumer = find_node(plan.graph, NodeKind::compute, "2F5");
+  const Node& f = plan.graph.node(consumer);
+  const Violation v = expect_violation(
+      edited(plan.graph, [&](const Node& from,
+                             const Node& to) { return &to == &f && from.kind == NodeKind::recv; }),
+      "inputs");
   EXPECT_EQ(v.node, consumer);
 }
 
 // A data edge between devices moves no tensor: the activation still has to come through the
-// send and recv.
+// send and recv. The forward's edge to its send is replaced by one straight to the next stage's
+// forward.
 TEST(Validator, ADataEdgeFromAnotherDeviceIsNoInput) {
   Plan plan = sample();
-  TaskGraph& g = plan.graph;
+  const TaskGraph& g = plan.graph;
   const int producer = find_node(g, NodeKind::compute, "1F5");
   const int consumer = find_node(g, NodeKind::compute, "2F5");
-  nlohmann::json j = plan_to_json(g);
-  nlohmann::json edges = nlohmann::json::array();
-  for (const auto& e : j["edges"]) {
-    const Node& to = g.node(e[1].get<int>());
-    // The forward's edge to its send, replaced by one straight to the next stage's forward.
-    if (e[0].get<int>() == producer && to.kind == NodeKind::send) continue;
-    edges.push_back(e);
-  }
-  edges.push_back({producer, consumer});
-  j["edges"] = edges;
-  const Violation v = expect_violation(plan_from_json(j, "edited.json"), "inputs");
+  const Node& f = g.node(producer);
+  const Violation v = expect_violation(edited(g,
+                                              [&](const Node& from, const Node& to) {
+                                                return &from == &f && to.kind == NodeKind::send;
+                                              },
+                                              {{producer, consumer}}),
+                                       "inputs");
   EXPECT_EQ(v.node, consumer);
 }
 
@@ -257,11 +274,7 @@ TEST(Validator, CatchesASendThatWaitsForItsOwnRecv) {
 // The second member of an overlapped pair feeding the first is a cycle, though the stream-order
 // edge from the first to the second is no wait.
 TEST(Validator, AnEdgeBackInsideAnOverlappedPairIsACycle) {
-  Plan plan = uniform_plan({.devices = 4,
-                            .microbatches = 8,
-                            .chunks = 2,
-                            .schedule = "dualpipe-v",
-                            .backward = BackwardMode::twobp});
+  Plan plan = dualpipe_v_sample();
   TaskGraph& g = plan.graph;
   const std::vector<int>& order = g.stream_order(compute_stream(g, 0));
   int first = -1;
@@ -307,11 +320,7 @@ TEST(Validator, CatchesMemoryOverLimit) {
 // does: with each member's working memory above every other op's peak, one member alone fits the
 // limit and the pair does not.
 TEST(Validator, AnOverlappedPairHoldsBothWorkingMemoriesAtOnce) {
-  Plan plan = uniform_plan({.devices = 4,
-                            .microbatches = 8,
-                            .chunks = 2,
-                            .schedule = "dualpipe-v",
-                            .backward = BackwardMode::twobp});
+  Plan plan = dualpipe_v_sample();
   TaskGraph& g = plan.graph;
   const std::vector<std::int64_t> peaks = plan.sim.peak_memory_bytes();
   const std::int64_t peak = *std::max_element(peaks.begin(), peaks.end());
