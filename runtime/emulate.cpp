@@ -40,6 +40,14 @@ GpuSpec gpu_for_device_name(std::string_view device_name) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   auto has = [&](std::string_view part) { return name.find(part) != std::string::npos; };
+  // Variants whose peak or memory no entry gives (GH200's 96/144 GB, the NVL parts' lower
+  // clocks, the 40 GB A100s) are not taken for their neighbours.
+  const bool other_variant = has("gh200") || has("nvl") || (has("a100") && has("40gb"));
+  if (other_variant) {
+    throw Error("no gpus.json entry for CUDA device '" + std::string(device_name) + "' (pass " +
+                field_name("gpu") +
+                " with a gpus.json name for its peak FLOP/s, or add an entry for it)");
+  }
   if (has("h200")) return find_gpu("h200");
   if (has("h100") && has("pcie")) return find_gpu("h100-pcie");
   if (has("h100")) return find_gpu("h100-sxm");
