@@ -438,7 +438,7 @@ SimResult Executor::measure(std::vector<NodeTime> times,
   return measured_result(plan_, std::move(times), std::move(devices));
 }
 
-std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan) {
+std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan, int device) {
   constexpr std::int64_t kBytesPerParameter = 16;  // fp32 weight, gradient, AdamW m and v
   constexpr std::int64_t kGradBytesPerParameter = 4;
   // Every stage's layers where a device worker holds them (runtime/device_worker.cpp): with two
@@ -455,6 +455,7 @@ std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan) {
   for (int stage = 0; stage < schedule.stage_count(); ++stage) {
     const auto at = static_cast<std::size_t>(stage);
     if (at >= plan.meta.stage_layers.size() || at >= schedule.stage_device.size()) break;
+    if (device >= 0 && schedule.stage_device[at] != device) continue;
     const StageLayers& range = plan.meta.stage_layers[at];
     const int other = schedule.other_copy(stage);
     const bool receives =
@@ -467,6 +468,7 @@ std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan) {
   }
   const SimResult sim = simulate(plan);
   for (std::size_t d = 0; d < sim.devices.size(); ++d) {
+    if (device >= 0 && d != static_cast<std::size_t>(device)) continue;
     const std::int64_t fixed = d < plan.meta.static_bytes.size() ? plan.meta.static_bytes[d] : 0;
     total += 2 * std::max<std::int64_t>(0, sim.devices[d].peak_memory_bytes - fixed);
   }

@@ -142,6 +142,8 @@ class Executor {
 // the planned activation peaks of every device, doubled for fp32 (the plan counts 2-byte
 // activations). Not an upper bound: the CPU backend keeps the attention probabilities, (B, H,
 // T, T) per block and micro-batch, which a plan from a flash or recompute profile does not count.
-std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan);
+// With `device` >= 0, that plan device's share only (one process per device: what one rank
+// holds).
+std::int64_t estimate_cpu_host_bytes(const TaskGraph& plan, int device = -1);
 
 }  // namespace pipeplan

@@ -53,11 +53,14 @@ void RunRanks::agree(const std::optional<std::string>& error, std::string_view w
   }
 }
 
-void RunCommand::check_host_memory(const TaskGraph& plan) const {
-  const auto need = static_cast<double>(estimate_cpu_host_bytes(plan));
+void RunCommand::check_host_memory(const TaskGraph& plan, int rank) const {
+  // One process per plan device: each holds its own device's share (the agreed error names the
+  // rank).
+  const auto need = static_cast<double>(estimate_cpu_host_bytes(plan, rank));
   if (need > max_host_gib * kBytesPerGiB) {
     throw Error(input_name(plan_path) + ": a CPU run of model '" + plan.meta.model.name +
-                "' needs about " + format_gib(need) + " of host memory, above --max-host-gib " +
+                "' needs about " + format_gib(need) + " of host memory" +
+                (rank >= 0 ? " for its device" : std::string()) + ", above --max-host-gib " +
                 format_gib(max_host_gib * kBytesPerGiB) +
                 (plan.meta.model.name == "tiny" ? std::string(" (raise --max-host-gib)")
                                                 : " (plan the 'tiny' model for CPU runs)"));
@@ -180,7 +183,7 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
     try {
       // The model first: a model no backend runs is refused for what it is, not for its size.
       check_model_supported(plan.meta.model, "backend " + cpu::CpuBackend().name());
-      check_host_memory(plan);
+      check_host_memory(plan, ranks.group != nullptr ? ranks.group->rank() : -1);
       std::unique_ptr<Transport> transport;
       if (ranks.session != nullptr) transport = ranks.session->make_transport(timeout());
       if (ranks.wrap_transport) transport = ranks.wrap_transport(std::move(transport));

@@ -67,7 +67,7 @@ struct RunCommand {
  private:
   std::string header(const TaskGraph& plan, const std::string& backend_name,
                      const std::string& transport_name) const;
-  void check_host_memory(const TaskGraph& plan) const;
+  void check_host_memory(const TaskGraph& plan, int rank) const;  // rank -1: one process
   ExecutorOptions executor_options(const RunRanks& ranks) const;
   // Every step's measured makespan goes to `makespans_us` when given.
   StepResult run_steps(Executor& executor, nlohmann::json& rows, const RunRanks& ranks,

@@ -103,6 +103,15 @@ TEST(DeviceWorker, TheHostMemoryEstimateCoversWhatARunHolds) {
       held += peak;
     EXPECT_GE(static_cast<double>(estimate), 0.8 * static_cast<double>(held));
     EXPECT_LE(estimate, 2 * held);
+    // One process per device (mpirun) holds its device's share; the shares add up to the whole.
+    std::int64_t shares = 0;
+    for (int d = 0; d < plan->meta.devices; ++d) {
+      const std::int64_t share = estimate_cpu_host_bytes(*plan, d);
+      EXPECT_GT(share, 0) << "device " << d;
+      EXPECT_LT(share, estimate) << "device " << d;
+      shares += share;
+    }
+    EXPECT_EQ(shares, estimate);
   }
 }
 
