@@ -71,6 +71,11 @@ void ScheduleFamily::check(const ScheduleRequest& request) const {
                      "need at least 1 chunk per device, got " + count_text(request.chunks));
   const ChunkRule& rule = traits_.chunks;
   if (!rule.accepts(request.chunks)) {
+    if (traits_.needs_costs) {  // auto: one or two per device, its own choice
+      throw FieldError("chunks", "schedule '" + name_ +
+                                     "' chooses its chunks per device itself (one or two), got " +
+                                     count_text(request.chunks) + "; leave --chunks out");
+    }
     if (rule.max == 1) {
       throw FieldError("chunks", "schedule '" + name_ + "' runs one chunk per device, got " +
                                      count_text(request.chunks) + " (" + chunked_families() +

@@ -482,6 +482,8 @@ EXPECT='--layout: --search chooses the chunks and the split itself' \
   check "plan --search --layout" plan --model tiny --stages 2 --search --global-batch 8 --layout 'Et|tttL' -o '{out}'
 EXPECT='--chunks: --search chooses the chunks and the split itself' \
   check "plan --search --chunks" plan --model tiny --stages 2 --search --global-batch 8 --chunks 2 -o '{out}'
+EXPECT="--chunks: schedule 'auto' chooses its chunks per device itself (one or two), got 2; leave --chunks out" \
+  check "plan --schedule auto --chunks" plan --uniform 1:1:1:0 --stages 4 -m 8 --schedule auto --chunks 2 -o '{out}'
 check "plan --search --global-batch -m" plan --model tiny --stages 2 --search --global-batch 8 -m 4 -o '{out}'
 check "plan --search --search-mbs, no --global-batch" plan --model tiny --stages 2 --search -m 4 --search-mbs 1,2 -o '{out}'
 check "plan --search --bpipe auto" plan --model tiny --stages 2 --search --bpipe auto --global-batch 8 -o '{out}'

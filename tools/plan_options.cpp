@@ -253,7 +253,9 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
     const UniformCosts costs =
         parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
     // auto may cut each device's stage in two (a V, interleaved): two blocks per device then.
-    const int per_device = o.schedule == kAutoScheduleName ? 2 * o.chunks : o.chunks;
+    const int per_device = o.uniform_blocks_per_device > 0   ? o.uniform_blocks_per_device
+                           : o.schedule == kAutoScheduleName ? 2 * o.chunks
+                                                             : o.chunks;
     return uniform_profile(costs, o.stages * per_device, per_device);
   }
   if (!o.uniform_mem.empty()) throw Error("--uniform-mem: needs --uniform");
@@ -316,6 +318,9 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   PlanOptions o = options;
   // A placeholder that builds no profile for the global batch: the search sets m per size.
   if (global_batch > 0) o.microbatches = 1;
+  // Uniform costs in half stages: the two-chunk families (V, interleaved) the search tries get
+  // P x 2 stages, the others whole ones, as each family gets from compare.
+  o.uniform_blocks_per_device = 2;
   SearchRequest s;
   s.base = request_for(o, nullptr, global_batch == 0);
   if (global_batch == 0) return s;

@@ -31,6 +31,9 @@ struct PlanOptions {
   std::string layout;  // a Megatron-LM --pipeline-model-parallel-layout (profiles/layout.h)
   std::string uniform;
   std::string uniform_mem;
+  // --uniform's blocks per device: 0, the plan's chunks (twice them for auto, which may cut a
+  // device's stage in two); --search sets 2, the most chunks a family it tries prefers.
+  int uniform_blocks_per_device = 0;
   std::string bpipe = "off";  // off, on, auto (planner/plan/bpipe.h)
   int tensor_parallel = 1;    // GPUs per pipeline stage (profiles/tensor_parallel.h)
   // Replicas of the pipeline (profiles/data_parallel.h), their optimizer layout (empty:

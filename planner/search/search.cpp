@@ -55,16 +55,15 @@ bool dominates(const SearchPoint& a, const SearchPoint& b, Objective objective) 
          (ta < tb || a.peak_memory_bytes < b.peak_memory_bytes);
 }
 
-// a before b: the objective's time, then the other, then the lighter (1 ns tolerances).
+// a before b: the objective's time, then the lighter, then the other time (1 ns tolerances): the
+// order of the front's dominance, so that the best point is on the front.
 bool preferred_point(const SearchPoint& a, const SearchPoint& b, Objective objective) {
   constexpr double kTieUs = 1e-9;
   const double ta = first_time(a, objective), tb = first_time(b, objective);
   if (ta < tb - kTieUs) return true;
   if (ta > tb + kTieUs) return false;
-  const double sa = second_time(a, objective), sb = second_time(b, objective);
-  if (sa < sb - kTieUs) return true;
-  if (sa > sb + kTieUs) return false;
-  return a.peak_memory_bytes < b.peak_memory_bytes;
+  if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
+  return second_time(a, objective) < second_time(b, objective) - kTieUs;
 }
 
 }  // namespace
@@ -131,6 +130,7 @@ SearchResult search_plans(const SearchRequest& request) {
       p.bound_us = plan.bound.makespan_us;
       p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
       p.recompute = plan.graph.meta.recompute;
+      p.chunks = plan.graph.meta.chunks;  // auto's own choice, not the family's preference
       return p;
     }
     const PlannedSchedule planned = plan_schedule(c);
@@ -143,6 +143,7 @@ SearchResult search_plans(const SearchRequest& request) {
     p.step_time_us = sim.makespan_us;
     p.span_us = sim.max_stage_span_us;
     p.bound_us = planned.bound.makespan_us;
+    p.chunks = planned.meta.chunks;
     p.peak_memory_bytes =
         *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
     return p;

@@ -1022,6 +1022,38 @@ TEST_F(Cli, SearchKeepsToAGivenScheduleAndBackwardMode) {
   EXPECT_GT(metrics["evaluated"].get<int>(), 0);
 }
 
+// --search on uniform costs gives the two-chunk families their half stages (as compare and auto
+// get them), and its best plan is a point of its front even where the fronts' dominance (time,
+// then memory) and the other time would pick differently.
+TEST_F(Cli, SearchOnUniformCostsTriesTwoChunkLayoutsAndItsBestIsOnTheFront) {
+  const auto json_of = [&](const std::string& args) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const nlohmann::json searched =
+      json_of("plan --search --uniform 2:2:1:0.1 --stages 6 --global-batch 18 --json");
+  const nlohmann::json chosen =
+      json_of("plan --uniform 2:2:1:0.1 --stages 6 -m 18 --schedule auto --json");
+  ASSERT_TRUE(searched.contains("pareto") && chosen.contains("step_time_ms"));
+  EXPECT_DOUBLE_EQ(searched["step_time_ms"].get<double>(), chosen["step_time_ms"].get<double>());
+  EXPECT_EQ(searched["chunks"], 2);
+  EXPECT_EQ(searched["pareto"][0]["chunks"], searched["chunks"]) << "auto's own chunks";
+
+  const nlohmann::json tie =
+      json_of("plan --search --uniform 1:1:1:0 --uniform-mem 1:-0.5:-0.5 --stages 3 -m 6 --json");
+  ASSERT_TRUE(tie.contains("pareto"));
+  std::int64_t peak = 0;
+  for (const auto& device : tie["peak_memory_bytes"])
+    peak = std::max(peak, device.get<std::int64_t>());
+  bool on_front = false;
+  for (const auto& row : tie["pareto"]) {
+    on_front = on_front || (row["step_time_ms"] == tie["step_time_ms"] &&
+                            row["peak_memory_bytes"] == peak && row["schedule"] == tie["schedule"]);
+  }
+  EXPECT_TRUE(on_front) << tie.dump();
+}
+
 // A refusal names the option the user gave, or the one that is missing.
 TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
   const auto error = [&](const std::string& args) { return run(args).out; };

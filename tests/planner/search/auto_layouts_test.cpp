@@ -103,7 +103,7 @@ TEST(AutoLayouts, FirstOnTheReadmesCompareExamples) {
 // 50k-token head, LLaMA-13B's at 8 stages), and a memory limit that some fixed rows break.
 TEST(AutoLayouts, FirstOnUnevenStages) {
   EXPECT_GE(expect_auto_first(model_options("gpt-1.5b", 4, 8, 1024), "gpt-1.5b P=4"), 15);
-  // At 50 GiB (47 GiB after the reserve) 13 of 19 rows break the limit; auto still beats the
+  // At 50 GiB (47 GiB after the reserve) 14 of 20 rows break the limit; auto still beats the
   // rest: 705.0 ms against zb-h1's 725.5, the fastest that fits.
   PlanOptions tight = model_options("llama-13b", 8, 16, 2048);
   tight.memory = "50GiB";
