@@ -1,5 +1,6 @@
 #include "tools/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -134,6 +135,18 @@ struct PlanCommand {
                   plan.bound.makespan_us / 1e3,
                   100 * gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us));
     std::string out = line;
+    // The bound knows no memory limit: a step twice it or more is held back by the memory.
+    const PlanMeta& meta = plan.graph.meta;
+    const bool limited = std::any_of(meta.memory_limit_bytes.begin(), meta.memory_limit_bytes.end(),
+                                     [](double limit) { return limit > 0; });
+    if (limited && !meta.recompute.any() &&
+        gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us) >= 1.0) {
+      out += std::string(
+                 "the bound ignores memory: a plan this far above it has too little of it "
+                 "to keep micro-batches in flight (") +
+             (meta.model.family == "uniform" ? "more --memory" : "--recompute auto") +
+             " or more --stages give it room)\n";
+    }
     if (!plan.chosen.empty())
       out = plan.graph.meta.schedule + " chose: " + plan.chosen + "\n" + out;
     return out;

@@ -1054,6 +1054,22 @@ TEST_F(Cli, SearchOnUniformCostsTriesTwoChunkLayoutsAndItsBestIsOnTheFront) {
   EXPECT_TRUE(on_front) << tie.dump();
 }
 
+// A plan twice its bound or more, under a memory limit, says what would give it room; with room
+// it says nothing.
+TEST_F(Cli, APlanFarAboveItsBoundUnderMemorySaysWhatGivesItRoom) {
+  const std::string plan =
+      "plan --uniform 1:1:1:0 --uniform-mem 1:-0.5:-0.5 --stages 4 -m 16 --reserve 0 "
+      "--schedule auto --memory ";
+  const Result tight = run(plan + "1GiB");
+  ASSERT_EQ(tight.status, 0) << tight.out;
+  EXPECT_NE(tight.out.find("the bound ignores memory"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("(more --memory or more --stages give it room)"), std::string::npos)
+      << tight.out;
+  const Result roomy = run(plan + "8GiB");
+  ASSERT_EQ(roomy.status, 0) << roomy.out;
+  EXPECT_EQ(roomy.out.find("the bound ignores memory"), std::string::npos) << roomy.out;
+}
+
 // A refusal names the option the user gave, or the one that is missing.
 TEST_F(Cli, ARefusalNamesTheOptionGivenOrMissing) {
   const auto error = [&](const std::string& args) { return run(args).out; };
