@@ -12,15 +12,21 @@ die() {
 
 # ask_pipeplan: `pipeplan env --json` into variables (gpu_name, gpu_entry, gpu_count, total_sms,
 # memory_bytes, driver_version, the SM share of each emulated stage count; the manifest takes the
-# CUDA and library versions from the same answer). Empty where pipeplan has no answer (no binary, no GPU): a dry run prints
-# placeholders there, a real run refuses what needs them.
+# CUDA and library versions from the same answer). Empty where pipeplan has no answer (no binary,
+# no GPU, or none within 60 s: a wedged GPU): a dry run prints placeholders there, a real run
+# refuses what needs them.
 env_json=''
 # shellcheck disable=SC2034  # set by printf -v from pipeplan's answer
 gpu_name='' gpu_entry='' gpu_count=0 total_sms='' memory_bytes='' driver_version=''
 declare -A sm_share=()
 ask_pipeplan() {
   if [[ -x $pipeplan ]]; then
-    env_json=$("$pipeplan" env --json 2> /dev/null) || env_json=''
+    local status=0
+    env_json=$(timeout -k 5 60 "$pipeplan" env --json 2> /dev/null) || status=$?
+    if ((status != 0)); then env_json=''; fi
+    if ((status == 124 || status == 137)); then
+      echo "run.sh: pipeplan env --json gave no answer within 60 s (a wedged GPU?)" >&2
+    fi
   fi
   [[ -n $env_json ]] || return 0
   local key value
@@ -70,9 +76,10 @@ share_for() {
 # $PIPEPLAN_NCCL_LIB_DIR, .deps/nccl/lib (tools/dev/fetch_nccl.sh). Sets nccl_dir and
 # nccl_source (empty: none of them; the binaries then load the NCCL their own search finds: a
 # staged copy's the CUDA toolkit's or python3's site-packages', a build's its link-time one). A
-# folder named by the option or the variable without libnccl.so.2 stops the run before anything
-# runs.
-nccl_dir='' nccl_source=''
+# folder named by the option or the variable without libnccl.so.2 is not used: nccl_missing says
+# why (a line in index.txt, the manifest's nccl_missing), the nccl WHAT stops on it, and the
+# other WHATs load the NCCL the binaries find themselves.
+nccl_dir='' nccl_source='' nccl_missing=''
 choose_nccl() {
   if [[ -n $opt_nccl_lib_dir ]]; then
     nccl_dir=$opt_nccl_lib_dir nccl_source=--nccl-lib-dir
@@ -81,8 +88,11 @@ choose_nccl() {
   elif [[ -f $repo/.deps/nccl/lib/libnccl.so.2 ]]; then
     nccl_dir=$repo/.deps/nccl/lib nccl_source=.deps/nccl/lib
   fi
-  [[ -z $nccl_dir || -f $nccl_dir/libnccl.so.2 || $dry == 1 ]] ||
-    die "$nccl_source: no libnccl.so.2 in '$nccl_dir'"
+  if [[ -n $nccl_dir && ! -f $nccl_dir/libnccl.so.2 && $dry != 1 ]]; then
+    nccl_missing="$nccl_source: no libnccl.so.2 in '$nccl_dir'"
+    nccl_dir=''
+    return 0
+  fi
   if [[ -n $nccl_dir && -d $nccl_dir ]]; then nccl_dir=$(cd "$nccl_dir" && pwd); fi
 }
 
@@ -182,11 +192,13 @@ probe_clocks() {
   if ((dry)); then
     clock_fields=$base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active
   else
+    # Each probe at most 60 s: a wedged GPU leaves the runs without samples, not hanging.
     for fields in \
       $base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
       $base,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
       $base,power.draw; do
-      if nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1; then
+      if timeout -k 5 60 nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1
+      then
         clock_fields=$fields
         break
       fi
@@ -198,10 +210,23 @@ probe_clocks() {
   clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits" -lms "$clock_ms")
 }
 
+# seconds_left: the seconds record gives the next command: cap_s, and with --deadline-s no more
+# than what is left of it less 20 s (the last command's output, the summary and the manifest are
+# written after it). Under 10: record skips the command.
+seconds_left() {
+  local left=$cap_s
+  if ((deadline_s > 0)); then
+    left=$((deadline_s - (SECONDS - start_s) - 20))
+    if ((left > cap_s)); then left=$cap_s; fi
+  fi
+  echo "$left"
+}
+
 # record FILE CMD...: runs CMD for at most cap_s seconds (a group may set its own: bash scoping is
-# dynamic) and never past the deadline, its output (stdout and stderr) in $out/FILE between a
-# header (GPU, UTC date, command, environment) and its exit status and wall time; one line in
-# index.txt and one in the manifest's command list. A dry run prints the command and runs none.
+# dynamic) and never past the deadline (seconds_left), its output (stdout and stderr) in $out/FILE
+# between a header (GPU, UTC date, command, environment) and its exit status and wall time; one
+# line in index.txt and one in the manifest's command list. A dry run prints the command and runs
+# none.
 cap_s=300
 record() {
   local name=$1
@@ -218,11 +243,8 @@ record() {
     echo
     return 0
   fi
-  local file="$out/$name" left=$cap_s
-  if ((deadline_s > 0)); then
-    left=$((deadline_s - (SECONDS - start_s) - 20))
-    if ((left > cap_s)); then left=$cap_s; fi
-  fi
+  local file="$out/$name" left
+  left=$(seconds_left)
   {
     echo "# gpu: $gpu_line"
     echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -286,7 +308,8 @@ environment_line() {
   local line switch
   line="PIPEPLAN_DATA_DIR=$(portable "$PIPEPLAN_DATA_DIR")"
   for switch in LD_LIBRARY_PATH PIPEPLAN_CUDA_PLUGIN PIPEPLAN_CUDNN_LIBRARY PIPEPLAN_COPY_WAIT \
-    PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS NCCL_MULTI_RANK_GPU_ENABLE; do
+    PIPEPLAN_DEVICE_COPY CUDA_DEVICE_MAX_CONNECTIONS NCCL_MULTI_RANK_GPU_ENABLE \
+    PIPEPLAN_REQUIRE_NCCL PIPEPLAN_TEST_FAULT; do
     if [[ -n ${!switch:-} ]]; then line+=" $switch=$(portable "${!switch}")"; fi
   done
   echo "$line"
@@ -299,7 +322,8 @@ write_manifest() {
   local commit
   commit=$(git -C "$repo" rev-parse HEAD 2> /dev/null || echo '')
   if [[ -n $commit ]] && ! git -C "$repo" diff --quiet HEAD 2> /dev/null; then
-    commit+=" (+ uncommitted changes)"
+    commit+=" (+ uncommitted changes: git diff HEAD sha256"
+    commit+=" $(git -C "$repo" diff HEAD | sha256sum | cut -c 1-16))"
   fi
   local build_info=''
   [[ -n $staged && -f $staged/BUILD_INFO ]] && build_info=$(sed -n 's/^commit: //p' "$staged/BUILD_INFO")
@@ -307,11 +331,11 @@ write_manifest() {
   [[ -n $nccl_dir ]] && chosen_nccl=$(portable "$nccl_dir")
   python3 - "$out/manifest.json" "$commands_tsv" "$env_json" "$commit" "$build_info" \
     "$run_date" "${whats[*]}" "$(portable "$pipeplan")" "$chosen_nccl" "$nccl_source" \
-    "${options_used[@]}" << 'PY'
+    "${nccl_missing//"$repo/"/}" "${options_used[@]}" << 'PY'
 import json, sys
 path, commands_tsv, env_json, commit, build_info, date, whats, pipeplan = sys.argv[1:9]
-nccl_dir, nccl_source = sys.argv[9:11]
-options = sys.argv[11:]
+nccl_dir, nccl_source, nccl_missing = sys.argv[9:12]
+options = sys.argv[12:]
 try:
     env = json.loads(env_json) if env_json else {}
 except ValueError:
@@ -347,6 +371,7 @@ manifest = {
     "cudnn": version("cudnn"), "nccl": version("nccl"), "cublas": version("cublas"),
     "nccl_path": library("nccl").get("path"),
     "nccl_chosen": {"folder": nccl_dir, "from": nccl_source} if nccl_dir else None,
+    "nccl_missing": nccl_missing or None,
     "libraries": libraries, "pipeplan": env.get("pipeplan"),
     "commit": commit or None, "staged_commit": build_info or None, "date": date,
     "what": whats.split(), "options": options, "pipeplan_binary": pipeplan,

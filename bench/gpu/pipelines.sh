@@ -34,6 +34,16 @@ run_plan() {
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$out/$name.trace.json" --top 15 || true
 }
 
+# traced PREFIX...: the runs, one a line, whose PREFIX.plan.json and PREFIX.trace.json exist
+# (every one in a dry run). A run refused, out of memory or timed out leaves none, and `pipeplan
+# calibrate` refuses a set holding such a run as a whole.
+traced() {
+  local prefix
+  for prefix in "$@"; do
+    if ((dry)) || [[ -s $prefix.plan.json && -s $prefix.trace.json ]]; then echo "$prefix"; fi
+  done
+}
+
 need_profile() {
   if [[ -z $sm_profile || ($dry != 1 && ! -s $sm_profile) ]]; then
     note "run.sh: $1 needs the stages' profile: profile-sm earlier in this invocation, or --sm-profile FILE" >&2
@@ -68,9 +78,10 @@ what_pipelines() {
 # (its contention and sustained-load model measured at profile time, nothing fitted to a run),
 # 1F1B-2bp and ZB-V at m = 2P are planned and run; then other schedules (GPipe fused, interleaved
 # 2bp, ZB-H1 2bp) at m = P are run, `pipeplan calibrate fit` fits the contention model to those
-# alone, and `calibrate eval` predicts the first two again from the calibrated profile (its
-# "before" column is the prediction from the profile as measured, its "after" the calibrated one;
-# summary.py sets both against the runs' median of steps 2..N).
+# alone (the ones that left a plan and a trace), and `calibrate eval` predicts each of the first
+# two again from the calibrated profile, one command per run (predict-calibrate-eval-<run>.txt:
+# its "before" column is the prediction from the profile as measured, its "after" the calibrated
+# one; summary.py sets both against the runs' median of steps 2..N).
 what_predict() {
   need_profile predict || return 0
   local cap_s=120 m2=$((2 * stages)) m1=$stages
@@ -81,18 +92,28 @@ what_predict() {
   local calibrated="$out/$base.predict.calibrated.json"
   run_plan "predict-1f1b-m$m2-2bp" --schedule 1f1b --backward 2bp --microbatches "$m2"
   run_plan "predict-zbv-m$m2" --schedule zb-v --backward 2bp --microbatches "$m2"
-  local -a fit_runs=()
-  local entry schedule backward name
+  local -a fit_runs=() predicted=()
+  local entry schedule backward name run
   for entry in "gpipe fused" "interleaved 2bp" "zb-h1 2bp"; do
     read -r schedule backward <<< "$entry"
     name="fit-$schedule-m$m1-$backward"
     run_plan "$name" --schedule "$schedule" --backward "$backward" --microbatches "$m1"
     fit_runs+=("$out/$name")
   done
+  mapfile -t fit_runs < <(traced "${fit_runs[@]}")
+  if ((${#fit_runs[@]} == 0)); then
+    not_run predict-calibrate-fit.txt "no fit-* run left a plan and a trace"
+    return 0
+  fi
   cap_s=300 record predict-calibrate-fit.txt "$pipeplan" calibrate fit --profile "$measured" \
     --sustained -o "$calibrated" "${fit_runs[@]}" || return 0
-  record predict-calibrate-eval.txt "$pipeplan" calibrate eval --profile "$calibrated" \
-    "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2" || true
+  # One eval per run: a run without a trace loses its own row, not the other's.
+  mapfile -t predicted < <(traced "$out/predict-1f1b-m$m2-2bp" "$out/predict-zbv-m$m2")
+  for run in "${predicted[@]}"; do
+    name=$(basename "$run")
+    record "predict-calibrate-eval-${name#predict-}.txt" "$pipeplan" calibrate eval \
+      --profile "$calibrated" "$run" || true
+  done
 }
 
 # Overlapped pairs (a forward beside another micro-batch's backward, the second on a side stream
@@ -110,12 +131,20 @@ what_pairs() {
     run_plan "pairs-dualpipe-m$m2-2bp" --schedule dualpipe --backward 2bp --microbatches "$m2"
     pair_runs+=("$out/pairs-dualpipe-m$m2-2bp")
   fi
-  record pairs-calibrate-fit.txt "$pipeplan" calibrate fit --overlap --profile "$sm_profile" \
-    -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
+  mapfile -t pair_runs < <(traced "${pair_runs[@]}")
+  if ((${#pair_runs[@]})); then
+    record pairs-calibrate-fit.txt "$pipeplan" calibrate fit --overlap --profile "$sm_profile" \
+      -o "$out/$(basename "${sm_profile%.json}").pairs.json" "${pair_runs[@]}" || true
+  else
+    not_run pairs-calibrate-fit.txt "no dualpipe run left a plan and a trace"
+  fi
   # dualpipe-v exported against PyTorch's own ScheduleDualPipeV at 2 to 16 ranks, where this
-  # machine's python3 has torch (exit 77, recorded as such, where it has not).
-  record torch-dualpipe-v.txt python3 "$repo/tests/schedules/torch_dualpipe_v_test.py" \
-    "$pipeplan" "$repo" || true
+  # machine's python3 has torch (exit 77, recorded as such, where it has not). The test starts
+  # pipeplan with the library path run.sh set, torch (torch_python.sh) with the one it was
+  # started with.
+  record torch-dualpipe-v.txt env PIPEPLAN_TORCH_PYTHON="$here/torch_python.sh" \
+    PIPEPLAN_TORCH_LD_LIBRARY_PATH="$original_ld_library_path" \
+    python3 "$repo/tests/schedules/torch_dualpipe_v_test.py" "$pipeplan" "$repo" || true
 }
 
 # NCCL on one GPU (several ranks on one GPU need NCCL 2.30 or later and
@@ -128,6 +157,11 @@ what_pairs() {
 # `pipeplan diff --json`ed, and nccl-losses.txt compares the losses. Then the NCCL GPU tests, and
 # a rank killed at its first node (nccl_rank_killed).
 what_nccl() {
+  if [[ -n $nccl_missing ]]; then
+    note "nccl: stopped: $nccl_missing (name a folder that holds it, or none)" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
   need_profile nccl || return 0
   if ((stages < 2)); then
     note "nccl: needs 2 or more stages (--stages $stages)" >&2
@@ -137,7 +171,8 @@ what_nccl() {
   local cap_s=180 m2=$((2 * stages)) name plan way
   local NCCL_MULTI_RANK_GPU_ENABLE=1
   export NCCL_MULTI_RANK_GPU_ENABLE
-  record nccl-env.json "$pipeplan" env --json || true
+  local env_status=0
+  record nccl-env.json "$pipeplan" env --json || env_status=$?
   if ((dry)); then
     note "(dry run: the stage goes on only where nccl-env.json reports NCCL 2.30 or later)"
   else
@@ -148,7 +183,15 @@ what_nccl() {
       read -r new
     } < <(nccl_loaded "$out/nccl-env.json")
     if [[ -z $version ]]; then
-      note "nccl: stopped: pipeplan env --json reports no NCCL version (see nccl-env.json)" >&2
+      if grep -q '^# skipped' "$out/nccl-env.json"; then
+        note "nccl: stopped: the NCCL version was not measured (nccl-env.json skipped: the" \
+          "deadline is near)" >&2
+      elif ((env_status != 0)); then
+        note "nccl: stopped: the NCCL version was not measured (pipeplan env --json exit" \
+          "$env_status, see nccl-env.json)" >&2
+      else
+        note "nccl: stopped: pipeplan env --json reports no NCCL version (see nccl-env.json)" >&2
+      fi
       failures=$((failures + 1))
       return 0
     fi
@@ -167,15 +210,15 @@ what_nccl() {
     fi
     note "nccl: NCCL $version from $path$chosen"
   fi
-  # The launcher of one process per stage.
-  local -a launcher=()
+  # The launcher of one process per stage, with the library path run.sh was started with (torch
+  # loads its own libraries); each rank's pipeplan gets the one set here.
+  local -a launcher=() python_env=(env LD_LIBRARY_PATH="$original_ld_library_path")
   if command -v torchrun > /dev/null; then
-    launcher=(torchrun)
-  elif env LD_LIBRARY_PATH="$original_ld_library_path" python3 -c 'import torch.distributed.run' \
-    > /dev/null 2>&1; then
-    launcher=(python3 -m torch.distributed.run)
+    launcher=("${python_env[@]}" torchrun)
+  elif "${python_env[@]}" python3 -c 'import torch.distributed.run' > /dev/null 2>&1; then
+    launcher=("${python_env[@]}" python3 -m torch.distributed.run)
   elif ((dry)); then
-    launcher=(torchrun)
+    launcher=("${python_env[@]}" torchrun)
     note "(dry run: neither torchrun nor python3 -m torch.distributed.run is here; shown as" \
       "torchrun)"
   else
@@ -204,8 +247,8 @@ what_nccl() {
       --transport nccl --steps "$nccl_steps" --json --trace "$out/$name.nccl.trace.json" || true
     if ((${#launcher[@]})); then
       record "$name.torchrun.json" "${launcher[@]}" --nproc-per-node "$stages" --no-python \
-        "$pipeplan" run "$plan" --backend cuda --steps "$nccl_steps" --json \
-        --trace "$out/$name.torchrun.trace.json" || true
+        env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$pipeplan" run "$plan" --backend cuda \
+        --steps "$nccl_steps" --json --trace "$out/$name.torchrun.trace.json" || true
     else
       not_run "$name.torchrun.json" "no torchrun and no python3 -m torch.distributed.run here"
     fi
@@ -238,12 +281,17 @@ what_nccl() {
 # nccl-rank-killed.txt lists each rank's exit status and end, nccl-rank-killed.rank<R>.txt its
 # output. summary.py --rank-killed (nccl-rank-killed-check.txt, exit 1 on a miss) requires rank K
 # killed, and every other rank to exit non-zero with one error line naming rank K ("rank K closed
-# its connection") within --timeout-ms (rank_timeout_ms) plus rank_slack_s of rank K's end.
+# its connection") within --timeout-ms (rank_timeout_ms) plus rank_slack_s of rank K's end. Each
+# rank's limit is rank_limit_s, and 10 s less than the harness has (--deadline-s), so that the
+# ranks end before it is stopped.
 rank_timeout_ms=20000 rank_slack_s=10 rank_limit_s=120
 nccl_rank_killed() {  # nccl_rank_killed PLAN
-  local killed=$((stages > 2 ? 2 : 1))
-  cap_s=$((rank_limit_s + 30)) record nccl-rank-killed.txt bash "$here/rank_killed.sh" "$out" \
-    "$stages" "$killed" "$rank_timeout_ms" "$rank_slack_s" "$rank_limit_s" \
+  local killed=$((stages > 2 ? 2 : 1)) cap_s=$((rank_limit_s + 30)) limit=$rank_limit_s left
+  left=$(seconds_left)
+  if ((left - 10 < limit)); then limit=$((left - 10)); fi
+  if ((limit < 1)); then limit=1; fi
+  PIPEPLAN_TEST_FAULT=die:$killed record nccl-rank-killed.txt bash "$here/rank_killed.sh" "$out" \
+    "$stages" "$killed" "$rank_timeout_ms" "$rank_slack_s" "$limit" \
     "$pipeplan" run "$1" --backend cuda --steps 1 --json --timeout-ms "$rank_timeout_ms" || true
   record nccl-rank-killed-check.txt python3 "$here/summary.py" --rank-killed \
     "$out/nccl-rank-killed.txt" || true

@@ -4,6 +4,8 @@
 # MASTER_ADDR=127.0.0.1, MASTER_PORT a free port), each with its own output
 # (OUT/nccl-rank-killed.rank<R>.txt) and a limit of LIMIT_S seconds, and
 # PIPEPLAN_TEST_FAULT=die:KILLED: rank KILLED kills itself (SIGKILL) at its first node of step 1.
+# The ranks stay in this script's process group (timeout --foreground), so that a timeout around
+# the script (run.sh's) ends them with it rather than leaving them on the GPU.
 # Prints each rank's exit status and when it ended (ms after the start), then the same as one
 # JSON line with TIMEOUT_MS (the run's --timeout-ms) and SLACK_S; summary.py --rank-killed judges
 # it. Exits 0 once every rank ended, whatever their statuses.
@@ -25,7 +27,8 @@ for ((r = 0; r < world; ++r)); do
     status=0
     PIPEPLAN_TEST_FAULT=die:$killed RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r \
       LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout -k 5 "$limit_s" "$@" > "$out/nccl-rank-killed.rank$r.txt" 2>&1 || status=$?
+      timeout --foreground -k 5 "$limit_s" "$@" > "$out/nccl-rank-killed.rank$r.txt" 2>&1 ||
+      status=$?
     echo "$status $((($(date +%s%N) - start) / 1000000))" > "$out/nccl-rank-killed.rank$r.status"
   ) 2> /dev/null &  # the shell's own "Killed" notice; each rank's output is in its file
 done

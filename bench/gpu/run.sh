@@ -40,12 +40,16 @@
 #                         CUDA, cuDNN and NCCL libraries are looked for on this machine
 #   --nccl-lib-dir DIR    the folder of the libnccl.so.2 to load, put first on LD_LIBRARY_PATH
 #                         (default: $PIPEPLAN_NCCL_LIB_DIR, else .deps/nccl/lib where
-#                         tools/dev/fetch_nccl.sh put one, else the binaries' own search)
+#                         tools/dev/fetch_nccl.sh put one, else the binaries' own search); a
+#                         folder without it stops the nccl WHAT alone (a line in index.txt)
 # Output:
 #   --out DIR             default bench/results/<gpu>/<YYYY-MM-DD>-<what...> (gpu: the gpus.json
-#                         entry, else the lower-case device name; -2, -3 ... if it exists)
+#                         entry, else the lower-case device name; -2, -3 ... if it exists); a
+#                         folder named here must be new or empty
 #   --dry-run             print every command, in order, run none (no GPU needed), exit 0
-#   --deadline-s N        stop starting commands N s after the start (0: none; default 0)
+#   --deadline-s N        the run's end, N s after the start (0: none; default 0): each command
+#                         is stopped 20 s before it, and one left under 10 s is skipped (recorded
+#                         as such); the summary is written whatever is left (at most 60 s more)
 #   --test-cap-s N        seconds per test suite (150); other commands 120 to 300 s each
 #   --clock-sample-ms N   nvidia-smi's sampling period beside runs and profiles (20)
 # Model and runs:
@@ -196,11 +200,8 @@ read -r -a nccl_plan_list <<< "$(list "$nccl_plans")"
 for entry in "${nccl_plan_list[@]}"; do
   one_of --nccl-plans plan "$entry" gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe
 done
-for file in "$sm_profile" "$gpu_profile" "$bpipe_profile"; do
-  [[ -z $file || -f $file || $dry == 1 ]] || die "no profile '$file'"
-done
 # Paths named relative to where run.sh was started are made absolute (run.sh runs from the
-# repository root).
+# repository root), then checked.
 absolute() { [[ -z $1 || $1 == /* ]] && echo "$1" || echo "$OLDPWD/$1"; }
 if [[ ${OLDPWD:-$repo} != "$repo" ]]; then
   sm_profile=$(absolute "$sm_profile") gpu_profile=$(absolute "$gpu_profile")
@@ -208,6 +209,16 @@ if [[ ${OLDPWD:-$repo} != "$repo" ]]; then
   opt_nccl_lib_dir=$(absolute "$opt_nccl_lib_dir")
   pipeplan=$(absolute "$pipeplan") tests_binary=$(absolute "$tests_binary")
   bench_block=$(absolute "$bench_block")
+fi
+for option in sm gpu bpipe; do
+  file=${option}_profile
+  file=${!file}
+  [[ -z $file || -f $file || $dry == 1 ]] || die "--$option-profile: no file '$file'"
+done
+# An output folder named by --out is new or empty: summary.py reads everything in it.
+if [[ -n $out && -e $out ]]; then
+  [[ -d $out ]] || die "--out: '$out' is not a folder"
+  [[ -z $(ls -A "$out") ]] || die "--out: '$out' is not empty (name a new or empty folder)"
 fi
 
 # --- binaries -------------------------------------------------------------------------------------
@@ -265,6 +276,10 @@ if ((dry)); then
 else
   echo "# run.sh ${whats[*]} on $gpu_line, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit" \
     "$(git rev-parse --short HEAD 2> /dev/null || echo '?'), pipeplan $(portable "$pipeplan")" > "$out/index.txt"
+  if [[ -n $nccl_missing ]]; then
+    note "run.sh: $nccl_missing: not used; the nccl WHAT stops on it, the others load the NCCL" \
+      "the binaries find" >&2
+  fi
 fi
 
 # The LLaMA-7B-like model of the emulated pipelines: N blocks of LLaMA-7B (h 4096, 32 heads, ffn

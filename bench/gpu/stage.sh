@@ -10,7 +10,8 @@
 # first if missing), and without MPI (CMAKE_DISABLE_FIND_PACKAGE_MPI), so that pipeplan starts on a
 # machine without Open MPI. Targets: pipeplan, the CUDA module, pipeplan_cuda_tests, bench_block.
 # Staged: bin/ (those four, stripped), lib/libstdc++.so.6 (used there only if the machine's is
-# older than the build's), BUILD_INFO (commit, options, what each binary loads per ldd, sizes).
+# older than the build's), BUILD_INFO (the commit, and where the checkout differs from it the
+# sha256 of `git diff HEAD`; options, what each binary loads per ldd, sizes).
 # JOBS (default 2) sets the build's parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,7 +48,14 @@ cp -L "$libstdcxx" "$staged/lib/libstdc++.so.6"
 
 {
   echo "# what bench/gpu/stage.sh staged"
-  echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (+ uncommitted changes)')"
+  # The uncommitted changes built in, told apart by their hash (run.sh's manifest copies this
+  # line as staged_commit).
+  changes=''
+  if ! git diff --quiet HEAD; then
+    changes=" (+ uncommitted changes: git diff HEAD sha256"
+    changes+=" $(git diff HEAD | sha256sum | cut -c 1-16))"
+  fi
+  echo "commit: $(git rev-parse HEAD)$changes"
   echo "branch: $(git rev-parse --abbrev-ref HEAD)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "nvcc: $(nvcc --version | tail -n 1)"

@@ -2,8 +2,11 @@
 # bench/gpu/run.sh --dry-run (prints every command, runs none, needs no GPU) over every WHAT, with
 # a fake pipeplan that answers `env --json` as an H200 machine would: each WHAT must reach its
 # commands, in order, with the SM share pipeplan reports; bad options are refused in one line
-# naming the option, exit 2. Then the nccl stage for real on a fake GPU machine (the NCCL version
-# check, the launcher, the killed-rank check and its summary), and bench/gpu/rank_killed.sh alone.
+# naming the option, exit 2. Then run.sh for real on a fake GPU machine: the nccl stage (the NCCL
+# version check, the launcher and the library paths, the killed-rank check and its summary, a
+# --nccl-lib-dir without libnccl.so.2), a deadline reached (the summary still written), calibrate
+# given only the runs that left a plan and a trace, paths relative to where run.sh starts, and a
+# non-empty --out refused; and bench/gpu/rank_killed.sh alone, also stopped from outside.
 # Usage: dry_run_test.sh REPO
 set -euo pipefail
 repo=$1
@@ -57,7 +60,7 @@ expect() {
 in_order() {
   local previous=0 line
   for pattern in "$@"; do
-    line=$(grep -n -e "$pattern" "$log" | head -n 1 | cut -d: -f1)
+    line=$(grep -n -e "$pattern" "$log" | head -n 1 | cut -d: -f1 || true)
     [[ -n $line && $line -gt $previous ]] || { cat "$log"; fail "'$pattern' not after the previous"; }
     previous=$line
   done
@@ -128,11 +131,14 @@ if grep -e 'calibrate fit' -e 'plan .*fit-' "$log" | grep -q -e 'fit-1f1b' -e 'f
   cat "$log"
   fail "a predicted schedule is in the calibration set"
 fi
-expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*predict-1f1b-m8-2bp .*predict-zbv-m8'
-# One eval: the calibrated one (the profile as measured is its "before" column).
-[[ $(grep -c 'calibrate eval' "$log") == 1 ]] || { cat "$log"; fail "calibrate eval more than once"; }
+# One eval per run (a run without a trace loses its own row), each from the calibrated profile (the
+# profile as measured is its "before" column).
+expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*/predict-1f1b-m8-2bp *$'
+expect 'calibrate eval --profile .*sm32.predict.calibrated.json .*/predict-zbv-m8 *$'
+[[ $(grep -c 'calibrate eval' "$log") == 2 ]] || { cat "$log"; fail "not one calibrate eval per run"; }
 in_order 'step-m4-fused.plan.json' 'step-m4-2bp.plan.json' 'bpipe --profile' '--sm-partition 32' \
-  'predict-1f1b-m8-2bp.plan' 'predict-zbv-m8.plan' 'fit-zb-h1-m4-2bp.plan' 'calibrate fit' 'calibrate eval'
+  'predict-1f1b-m8-2bp.plan' 'predict-zbv-m8.plan' 'fit-zb-h1-m4-2bp.plan' 'calibrate fit' \
+  'calibrate eval .*predict-1f1b-m8-2bp' 'calibrate eval .*predict-zbv-m8'
 # A calibrated stages' profile names the calibrated one of predict sanely.
 dry --sm-profile "$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" predict
 expect 'calibrate fit --profile .*sm32.calibrated.json --sustained -o .*/out/h200-llama-7b-blocks8-sm32.predict.calibrated.json '
@@ -151,7 +157,7 @@ expect 'plan --profile .*sm32.measured.json .*--schedule 1f1b --backward 2bp --m
 in_order 'pipeplan env --json' 'stage goes on only where nccl-env.json reports NCCL 2.30 or later' \
   'nccl-gpipe-m8-fused.plan.json' 'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --steps 5 --json' \
   'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --transport nccl --steps 5' \
-  '^torchrun --nproc-per-node 4 --no-python .*pipeplan run .*nccl-gpipe-m8-fused.plan.json --backend cuda --steps 5 --json --trace .*nccl-gpipe-m8-fused.torchrun.trace.json' \
+  '^env LD_LIBRARY_PATH=[^ ]* torchrun --nproc-per-node 4 --no-python env LD_LIBRARY_PATH=[^ ]* .*pipeplan run .*nccl-gpipe-m8-fused.plan.json --backend cuda --steps 5 --json --trace .*nccl-gpipe-m8-fused.torchrun.trace.json' \
   'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.local.trace.json --json --all' \
   'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.nccl.trace.json --json --all' \
   'diff .*nccl-gpipe-m8-fused.plan.json .*nccl-gpipe-m8-fused.torchrun.trace.json --json --all' \
@@ -176,27 +182,19 @@ fake_python 0
 rm -f "$fakes/torchrun"
 if ! command -v torchrun > /dev/null; then
   PATH="$fakes:$PATH" dry --nccl-plans 1f1b-2bp --nccl-steps 7 profile-sm nccl
-  expect '^python3 -m torch.distributed.run --nproc-per-node 4 --no-python .*pipeplan run .*nccl-1f1b-m8-2bp.plan.json --backend cuda --steps 7'
+  expect '^env LD_LIBRARY_PATH=[^ ]* python3 -m torch.distributed.run --nproc-per-node 4 --no-python env LD_LIBRARY_PATH=[^ ]* .*pipeplan run .*nccl-1f1b-m8-2bp.plan.json --backend cuda --steps 7'
   planned=$(grep -o '[a-z0-9-]*\.plan\.json' "$log" | sort -u | tr '\n' ' ')
   [[ $planned == "nccl-1f1b-m8-2bp.plan.json " ]] || { cat "$log"; fail "--nccl-plans 1f1b-2bp ran $planned"; }
 fi
 rm -f "$fakes/python3"
 
-# The NCCL to load: --nccl-lib-dir over PIPEPLAN_NCCL_LIB_DIR, said first in a dry run; a folder
-# without libnccl.so.2 is refused before anything runs.
+# The NCCL to load: --nccl-lib-dir over PIPEPLAN_NCCL_LIB_DIR, said first in a dry run. (A folder
+# without libnccl.so.2 stops the nccl WHAT alone: on the fake machine below.)
 mkdir -p "$work/nccl-a" "$work/nccl-b"
 PIPEPLAN_NCCL_LIB_DIR="$work/nccl-b" dry --nccl-lib-dir "$work/nccl-a" env
 expect "^# NCCL: $work/nccl-a (--nccl-lib-dir) first on LD_LIBRARY_PATH"
 PIPEPLAN_NCCL_LIB_DIR="$work/nccl-b" dry env
 expect "^# NCCL: $work/nccl-b (PIPEPLAN_NCCL_LIB_DIR) first on LD_LIBRARY_PATH"
-status=0
-bash "$repo/bench/gpu/run.sh" --pipeplan "$work/pipeplan" --out "$work/out" --nccl-lib-dir \
-  "$work/nccl-a" env > "$log" 2>&1 || status=$?
-if [[ $status != 2 || $(wc -l < "$log") != 1 || -e $work/out ]] ||
-  ! grep -q -e "--nccl-lib-dir: no libnccl.so.2 in '$work/nccl-a'" "$log"; then
-  cat "$log"
-  fail "--nccl-lib-dir without libnccl.so.2 should fail in one line with status 2 (got $status)"
-fi
 
 # pairs: dualpipe-v, zb-v and dualpipe at m = 2P from the stages' profile, each run and diffed.
 dry profile-sm pairs
@@ -206,6 +204,8 @@ in_order '--sm-partition 32' 'pairs-dualpipev-m8-2bp.plan' 'diff .*pairs-dualpip
   'pairs-zbv-m8-2bp.plan' '--schedule dualpipe --backward 2bp --microbatches 8' 'diff .*pairs-dualpipe-m8-2bp' \
   'calibrate fit --overlap --profile .*sm32.measured.json -o .*sm32.measured.pairs.json .*pairs-dualpipev-m8-2bp .*pairs-dualpipe-m8-2bp' \
   'torch_dualpipe_v_test.py'
+# torch with the library path run.sh was started with, pipeplan with the one it set.
+expect "^env PIPEPLAN_TORCH_PYTHON=$repo/bench/gpu/torch_python.sh PIPEPLAN_TORCH_LD_LIBRARY_PATH=[^ ]* python3 .*torch_dualpipe_v_test.py .*pipeplan $repo *\$"
 dry --step-layers 16 step
 expect 'profile --backend cuda --model .*llama-7b-blocks16.json --seq 2048 --mbs 1\\,2\\,4 --attention flash -o .*h200-llama-7b-blocks16.measured.json'
 expect 'bpipe --profile .*h200-llama-7b-blocks16.measured.json --gpu h200 --stages 4'
@@ -252,10 +252,12 @@ fi
 expect '--sm-partition 24'
 
 # The nccl stage for real on a fake GPU machine: a fake pipeplan answers `env --json` with NCCL
-# $FAKE_NCCL, plans, runs in one process (a JSON report, a trace) or as rank RANK of a
-# torchrun-style launch (PIPEPLAN_TEST_FAULT=die:K: rank K kills itself; the others end as
-# pipeplan's do, naming it, except rank $FAKE_RANK_OK, which exits 0), and diffs; a fake torchrun
-# runs the command once.
+# $FAKE_NCCL, plans (refusing a plan whose options match $FAKE_REFUSE), runs in one process (a
+# JSON report, a trace) or as rank RANK of a torchrun-style launch (PIPEPLAN_TEST_FAULT=die:K:
+# rank K kills itself; the others end as pipeplan's do, naming it, except rank $FAKE_RANK_OK,
+# which exits 0), diffs, and calibrates (refusing a run without its plan or trace, as pipeplan
+# does); each run says its LD_LIBRARY_PATH on stderr. A fake torchrun says its own and runs the
+# command once.
 machine="$work/machine"
 mkdir -p "$machine"
 cat > "$machine/pipeplan" << 'FAKE_PIPEPLAN'
@@ -275,12 +277,35 @@ case ${1:-} in
 JSON
     ;;
   plan)
+    if [[ -n ${FAKE_REFUSE:-} && " $* " =~ $FAKE_REFUSE ]]; then
+      echo "pipeplan: error: stage 0's peak is above its limit" >&2
+      exit 1
+    fi
     while (($#)); do
       if [[ $1 == -o ]]; then echo '{"meta": {"devices": 4}}' > "$2"; fi
       shift
     done
     ;;
+  calibrate)
+    what=$2 output=''
+    shift 2
+    runs=()
+    while (($#)); do
+      case $1 in
+        --profile | -o) [[ $1 == -o ]] && output=$2; shift 2 ;;
+        --*) shift ;;
+        *) runs+=("$1"); shift ;;
+      esac
+    done
+    for run in "${runs[@]}"; do
+      [[ -s $run.plan.json && -s $run.trace.json ]] ||
+        { echo "pipeplan: error: $run: no plan or trace" >&2; exit 1; }
+      [[ $what == eval ]] && echo "$(basename "$run")  212.000  200.000  +6.0%  203.000  +4.4%  -  -"
+    done
+    if [[ -n $output ]]; then echo '{}' > "$output"; fi
+    ;;
   run)
+    echo "fake pipeplan run: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >&2
     trace=''
     while (($#)); do
       if [[ $1 == --trace ]]; then trace=$2; fi
@@ -317,6 +342,7 @@ FAKE_PIPEPLAN
 mkdir -p "$machine/launcher"
 cat > "$machine/launcher/torchrun" << 'FAKE_TORCHRUN'
 #!/usr/bin/env bash
+echo "fake torchrun: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >&2
 while [[ $1 == --* ]]; do
   case $1 in --no-python) shift ;; *) shift 2 ;; esac
 done
@@ -347,8 +373,8 @@ if ls "$machine/old/"*.plan.* > /dev/null 2>&1; then fail "an old NCCL: the stag
 # table; the folder is in the headers and the manifest.
 mkdir -p "$machine/nccl"
 : > "$machine/nccl/libnccl.so.2"
-on_machine good "PATH=$machine/launcher:$PATH" -- --nccl-lib-dir "$machine/nccl" \
-  --nccl-plans 1f1b-2bp,zb-v-2bp nccl summary
+on_machine good "PATH=$machine/launcher:$PATH" LD_LIBRARY_PATH=/original/lib -- \
+  --nccl-lib-dir "$machine/nccl" --nccl-plans 1f1b-2bp,zb-v-2bp nccl summary
 [[ $status == 0 ]] || { cat "$machine/good.log" "$machine/good/index.txt"; fail "the nccl stage on the fake machine exited $status"; }
 good="$machine/good"
 grep -q "^nccl: NCCL 2.31.2 from $machine/nccl/libnccl.so.2 (chosen by --nccl-lib-dir, first on LD_LIBRARY_PATH)" \
@@ -370,9 +396,99 @@ grep -q '^rank 2: exit 137,' "$good/nccl-rank-killed.txt" || { cat "$good/nccl-r
 grep -q '^Every rank passed.' "$good/nccl-rank-killed-check.txt" || { cat "$good/nccl-rank-killed-check.txt"; fail "the killed rank check failed"; }
 for title in '## Machine' '## NCCL on one GPU: losses' '## NCCL on one GPU: step time of each way' \
   '## NCCL on one GPU: transfers per link' '## NCCL: a rank killed at its first node' \
-  '| nccl-zb-v-m8-2bp | 0→1 | 1 | 0.10 | 0.12 | 0.12 | 0.12 |' 'All three ways agree.'; do
+  '| nccl-zb-v-m8-2bp | 0→1 | 1 | 0.10 | 0.12 | 0.12 | 0.12 |' 'All three ways agree;'; do
   grep -q -F -e "$title" "$good/summary.md" || { cat "$good/summary.md"; fail "summary.md: no '$title'"; }
 done
+# torchrun starts with the library path run.sh was started with, each rank's pipeplan with the
+# one run.sh set (the chosen NCCL first).
+grep -q '^fake torchrun: LD_LIBRARY_PATH=/original/lib$' "$good/nccl-1f1b-m8-2bp.torchrun.json" ||
+  { cat "$good/nccl-1f1b-m8-2bp.torchrun.json"; fail "torchrun started with run.sh's library path"; }
+grep -q "^fake pipeplan run: LD_LIBRARY_PATH=$machine/nccl:/original/lib$" \
+  "$good/nccl-1f1b-m8-2bp.torchrun.json" ||
+  { cat "$good/nccl-1f1b-m8-2bp.torchrun.json"; fail "a torchrun rank without run.sh's library path"; }
+# The switches a command sets are in its header: the NCCL tests', the killed rank's.
+grep -q '^# environment: .* PIPEPLAN_REQUIRE_NCCL=1' "$good/tests-nccl.txt" ||
+  fail "tests-nccl.txt: no PIPEPLAN_REQUIRE_NCCL=1 in its header"
+grep -q '^# environment: .* PIPEPLAN_TEST_FAULT=die:2' "$good/nccl-rank-killed.txt" ||
+  fail "nccl-rank-killed.txt: no PIPEPLAN_TEST_FAULT=die:2 in its header"
+if grep -l '^# environment: .*PIPEPLAN_\(TEST_FAULT\|REQUIRE_NCCL\)' "$good"/* |
+  grep -v -e '/tests-nccl.txt$' -e '/nccl-rank-killed.txt$'; then
+  fail "a switch recorded on a command that did not set it"
+fi
+grep -q '^PIPEPLAN_TEST_FAULT=die:2, 4 ranks .* a limit of 120 s per rank' "$good/nccl-rank-killed.txt" ||
+  { cat "$good/nccl-rank-killed.txt"; fail "the ranks' limit is not 120 s without a deadline"; }
+# Near --deadline-s, each rank's limit is 10 s less than the harness has.
+on_machine capped "PATH=$machine/launcher:$PATH" -- --nccl-lib-dir "$machine/nccl" \
+  --nccl-plans 1f1b-2bp --deadline-s 100 nccl
+limit=$(sed -n 's/.* a limit of \([0-9]*\) s per rank$/\1/p' "$machine/capped/nccl-rank-killed.txt")
+if [[ -z $limit ]] || ((limit < 50 || limit > 70)); then
+  cat "$machine/capped/nccl-rank-killed.txt"
+  fail "--deadline-s 100: a rank limit of '$limit' s"
+fi
+grep -q '^Every rank passed.' "$machine/capped/nccl-rank-killed-check.txt" ||
+  fail "--deadline-s 100: the killed rank check failed"
+
+# A --nccl-lib-dir without libnccl.so.2: a line says so, the nccl WHAT stops on it, the others run
+# (the summary too) and the manifest names it.
+on_machine nolib "PATH=$machine/launcher:$PATH" -- --nccl-lib-dir "$work/nccl-a" \
+  --nccl-plans 1f1b-2bp env nccl summary
+[[ $status == 1 ]] || { cat "$machine/nolib.log"; fail "no libnccl.so.2: run.sh exited $status, not 1"; }
+for line in "run.sh: --nccl-lib-dir: no libnccl.so.2 in '$work/nccl-a': not used" \
+  "nccl: stopped: --nccl-lib-dir: no libnccl.so.2 in '$work/nccl-a'"; do
+  grep -q -F -e "$line" "$machine/nolib/index.txt" ||
+    { cat "$machine/nolib/index.txt"; fail "no libnccl.so.2: no '$line' in index.txt"; }
+done
+if ls "$machine/nolib/"nccl-* > /dev/null 2>&1; then fail "no libnccl.so.2: the nccl WHAT went on"; fi
+for file in env.json summary.md; do
+  grep -q '^# exit status: 0' "$machine/nolib/$file" || fail "no libnccl.so.2: $file was not written"
+done
+python3 - "$machine/nolib/manifest.json" "$work/nccl-a" << 'PY' || fail "manifest.json: no nccl_missing"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["nccl_missing"] == f"--nccl-lib-dir: no libnccl.so.2 in '{sys.argv[2]}'", m["nccl_missing"]
+assert m["nccl_chosen"] is None, m["nccl_chosen"]
+PY
+
+# Past --deadline-s every command is skipped but the summary, which is written whatever is left;
+# nccl says its NCCL was not measured.
+on_machine late -- --deadline-s 25 --nccl-plans 1f1b-2bp env nccl summary
+grep -q '^# skipped: the deadline' "$machine/late/env.json" || fail "--deadline-s 25: env.json ran"
+grep -q '^nccl: stopped: the NCCL version was not measured (nccl-env.json skipped' \
+  "$machine/late/index.txt" || { cat "$machine/late/index.txt"; fail "--deadline-s 25: nccl does not say it was not measured"; }
+grep -q '^# exit status: 0' "$machine/late/summary.md" ||
+  { cat "$machine/late/summary.md"; fail "--deadline-s 25: no summary"; }
+
+# calibrate fit and eval get the runs that left a plan and a trace: a plan refused loses its run,
+# not the fit; each eval is its run's own.
+on_machine refused FAKE_REFUSE='interleaved|dualpipe-v' -- predict pairs summary
+for file in predict-calibrate-fit.txt predict-calibrate-eval-1f1b-m8-2bp.txt \
+  predict-calibrate-eval-zbv-m8.txt pairs-calibrate-fit.txt; do
+  grep -q '^# exit status: 0' "$machine/refused/$file" ||
+    { cat "$machine/refused/$file"; fail "a refused plan: $file failed"; }
+done
+grep -q '^# command: .*calibrate fit .*{out}/fit-gpipe-m4-fused {out}/fit-zb-h1-m4-2bp$' \
+  "$machine/refused/predict-calibrate-fit.txt" || fail "a refused plan: not the other fit runs"
+grep -q '^# command: .*calibrate fit --overlap .* {out}/pairs-dualpipe-m8-2bp$' \
+  "$machine/refused/pairs-calibrate-fit.txt" || fail "a refused plan: not the other pair run"
+grep -q '^| predict-zbv-m8 | 2-5 | 404.0 | 400.0 | +1.0 % | 203.0 |' "$machine/refused/summary.md" ||
+  { cat "$machine/refused/summary.md"; fail "a refused plan: the eval rows are not in the summary"; }
+
+# Paths relative to where run.sh is started, checked there: a profile beside it runs, a missing
+# one is refused in one line naming the option.
+status=0
+(cd "$machine" && bash "$repo/bench/gpu/run.sh" --pipeplan ./pipeplan --sm-profile profile.json \
+  --out relative --runs 1f1b-2bp --m 4 pipelines > relative.log 2>&1) || status=$?
+[[ $status == 0 ]] || { cat "$machine/relative.log"; fail "a relative --sm-profile: run.sh exited $status"; }
+grep -q "^# command: .*plan --profile $machine/profile.json " "$machine/relative/1f1b-m4-2bp.plan.txt" ||
+  fail "a relative --sm-profile: not made absolute from where run.sh started"
+status=0
+(cd "$machine" && bash "$repo/bench/gpu/run.sh" --pipeplan ./pipeplan --sm-profile nothere.json \
+  --out elsewhere pipelines > "$log" 2>&1) || status=$?
+if [[ $status != 2 || $(wc -l < "$log") != 1 || -e $machine/elsewhere ]] ||
+  ! grep -q -e "--sm-profile: no file '$machine/nothere.json'" "$log"; then
+  cat "$log"
+  fail "a missing relative --sm-profile should fail in one line with status 2 (got $status)"
+fi
 # A surviving rank that exits 0: the check fails, and so does run.sh.
 on_machine survivor "PATH=$machine/launcher:$PATH" FAKE_RANK_OK=3 -- --nccl-plans 1f1b-2bp nccl
 [[ $status == 1 ]] || fail "a surviving rank exiting 0: run.sh exited $status, not 1"
@@ -395,6 +511,39 @@ fi
 on_machine env -- env summary
 grep -q '^MPS: ' "$machine/env/env-mps.txt" || { cat "$machine/env/env-mps.txt"; fail "env-mps.txt: no MPS line"; }
 grep -q '^- MPS: ' "$machine/env/summary.md" || { cat "$machine/env/summary.md"; fail "summary.md: no MPS line"; }
+
+# An --out that holds anything is refused in one line, before anything runs (the summary reads
+# every file in it), dry run or not.
+mkdir -p "$work/full"
+echo old > "$work/full/old.json"
+for dry_run in '' --dry-run; do
+  status=0
+  bash "$repo/bench/gpu/run.sh" $dry_run --pipeplan "$work/pipeplan" --out "$work/full" env summary \
+    > "$log" 2>&1 || status=$?
+  if [[ $status != 2 || $(wc -l < "$log") != 1 || $(ls "$work/full") != old.json ]] ||
+    ! grep -q -e "--out: '$work/full' is not empty" "$log"; then
+    cat "$log"
+    fail "a non-empty --out should fail in one line with status 2 (got $status)"
+  fi
+done
+
+# The killed-rank harness stopped from outside (run.sh's timeout around it): no rank outlives it.
+mkdir -p "$work/orphans"
+status=0
+# shellcheck disable=SC2016  # expanded by the ranks' bash
+timeout -k 1 2 bash "$repo/bench/gpu/rank_killed.sh" "$work/orphans" 3 1 2000 1 60 bash -c \
+  'echo $$ > "$0/pid.$RANK"; exec sleep 60' "$work/orphans" > /dev/null 2>&1 || status=$?
+[[ $status == 124 ]] || fail "rank_killed.sh under a timeout of 2 s exited $status"
+sleep 0.5
+for pidfile in "$work/orphans"/pid.*; do
+  pid=$(< "$pidfile")
+  if kill -0 "$pid" 2> /dev/null; then
+    kill "$pid"
+    fail "rank_killed.sh: rank ${pidfile##*.} outlived the harness"
+  fi
+done
+pidfiles=("$work/orphans"/pid.*)
+[[ ${#pidfiles[@]} == 3 ]] || fail "rank_killed.sh: not 3 ranks started"
 
 # The killed-rank harness alone, with a rank that dies at once and ranks that end at once: each
 # rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun

@@ -236,35 +236,62 @@ class Summary(unittest.TestCase):
         def report(losses):
             return HEADER + json.dumps({"steps": [{"step": i + 1, "loss": loss}
                                                   for i, loss in enumerate(losses)]}) + "\n" + FOOTER
-        write(self.folder, "nccl-1f1b-m8-2bp.local.json", report([5.25, 5.125]))
-        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.25, 5.125]))
-        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.1255]))
+        write(self.folder, "nccl-1f1b-m8-2bp.local.json", report([5.25, 5.125, 5.0]))
+        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.25, 5.125, 5.0]))
+        # 5.14 against 5.125 at step 2: 2.9e-3 relative, beyond 1e-3.
+        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.14, 5.0]))
         write(self.folder, "nccl-gpipe-m8-fused.local.json", report([5.5]))
         write(self.folder, "nccl-gpipe-m8-fused.nccl.json", HEADER + "error\n")
         paths = sorted(os.path.join(self.folder, f) for f in os.listdir(self.folder))
         lines, same = summary.losses_table(paths)
         text = "\n".join(lines)
         self.assertFalse(same)
-        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 | same | **differs** (up to 0.0005) |",
-                      text)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 5.000000 | same | **differs** (up to "
+                      "0.00292 relative after step 1, beyond 0.001) |", text)
         # A way not given (here torchrun of the GPipe plan) is a failure, not an agreement.
         self.assertIn("| nccl-gpipe-m8-fused | 5.500000 | missing | **not run** |", text)
-        self.assertIn("**Not every way ran and agreed**", text)
-        # Every way the same: agreed.
-        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.125]))
+        self.assertIn("**Not every way ran and agreed** (a way missing or not run counts); the "
+                      "largest relative difference after step 1: 0.0029.", text)
+        # Every way the same: agreed, bit for bit.
+        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.125, 5.0]))
         os.remove(os.path.join(self.folder, "nccl-gpipe-m8-fused.local.json"))
         os.remove(os.path.join(self.folder, "nccl-gpipe-m8-fused.nccl.json"))
         paths = sorted(os.path.join(self.folder, f) for f in os.listdir(self.folder))
         lines, same = summary.losses_table(paths)
         self.assertTrue(same)
-        self.assertIn("All three ways agree.", lines)
+        self.assertIn("All three ways agree; the largest relative difference after step 1: 0 (bit "
+                      "for bit).", lines)
+        # Later steps apart in their last bits (flash attention's dQ, atomicAdd gradients): within
+        # a relative 1e-3 they agree, and the largest difference is said.
+        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.25, 5.1250001, 5.0000002]))
+        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", report([5.25, 5.1255, 5.0]))
+        lines, same = summary.losses_table(paths)
+        text = "\n".join(lines)
+        self.assertTrue(same, text)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 5.000000 | step 1 same, then up to "
+                      "4e-08 relative (within 0.001) | step 1 same, then up to 9.8e-05 relative "
+                      "(within 0.001) |", text)
+        self.assertIn("All three ways agree; the largest relative difference after step 1: "
+                      "9.8e-05.", lines)
+        self.assertEqual(self.main(["--losses"] + paths)[0], 0)
+        # Step 1 is the same weights and inputs: any difference there fails, however small.
+        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.2500001, 5.125, 5.0]))
+        lines, same = summary.losses_table(paths)
+        self.assertFalse(same)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 5.000000 | **differs** at step 1 "
+                      "(1.9e-08 relative; step 1 must be bit for bit) |", "\n".join(lines))
+        write(self.folder, "nccl-1f1b-m8-2bp.nccl.json", report([5.25, 5.125, 5.0]))
+        # A NaN loss agrees with nothing.
+        write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json",
+              HEADER + '{"steps": [{"loss": 5.25}, {"loss": NaN}, {"loss": 5.0}]}\n')
+        self.assertFalse(summary.losses_table(paths)[1])
         # No torchrun (run.sh records the run as not run): a failure, with the reason.
         write(self.folder, "nccl-1f1b-m8-2bp.torchrun.json", HEADER +
               "# not run: no torchrun and no python3 -m torch.distributed.run here\n")
         lines, same = summary.losses_table(paths)
         self.assertFalse(same)
-        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 | same | **not run** (no torchrun "
-                      "and no python3 -m torch.distributed.run here) |", lines)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 5.125000 5.000000 | same | **not run** (no "
+                      "torchrun and no python3 -m torch.distributed.run here) |", lines)
         # The same from the command line: exit 1.
         self.assertEqual(self.main(["--losses"] + paths)[0], 1)
 
@@ -401,6 +428,34 @@ class Summary(unittest.TestCase):
         self.assertNotIn("step-m4", emulated)
         self.assertNotIn("1f1b-m4-fused", text)
 
+    def test_whole_gpu_steps_stay_out_of_the_emulated_pipelines(self):
+        # run.sh's step: one stage on the whole GPU, fused and 2bp, planned from the whole-GPU
+        # profile; its own table, not the pipelines' (no "step-m4" 2bp speedup there).
+        write(self.folder, "step-m4-fused.run.json",
+              self.whole_step(560.0, [900.0, 580.0, 580.0], [120.0], [121.0]))
+        write(self.folder, "step-m4-2bp.run.json", HEADER + "pipeplan: error: out of memory\n" +
+              "# exit status: 1 (3 s)\n")
+        for name in ("step-m4-fused", "step-m4-2bp"):
+            write(self.folder, name + ".plan.json", json.dumps({"meta": {"devices": 1}}))
+        # A run of one device named otherwise but reported as not emulated: the same.
+        write(self.folder, "whole-m4-fused.run.json",
+              self.whole_step(560.0, [900.0, 580.0, 580.0], [120.0], [121.0]))
+        write(self.folder, "whole-m4-fused.plan.json", json.dumps({"meta": {"devices": 1}}))
+        write(self.folder, "1f1b-m4-fused.run.json",
+              HEADER + run_report(100.0, 103.0, [10.0], [10.2]) + "\n" + FOOTER)
+        write(self.folder, "1f1b-m4-fused.plan.json", json.dumps({"meta": {"devices": 2}}))
+        pipelines = "\n".join(summary.pipeline_table(self.folder))
+        self.assertIn("| 1f1b-m4-fused | 100.0 | 103.0 |", pipelines)
+        self.assertNotIn("step-m4", pipelines)
+        self.assertNotIn("whole-m4", pipelines)
+        self.assertNotIn("2bp speedup", pipelines)
+        steps = "\n".join(summary.step_table(self.folder))
+        self.assertIn("| step-m4-fused | 2-3 | 560.0 | 580.0 | +3.6 % |", steps)
+        self.assertIn("| whole-m4-fused | 2-3 | 560.0 | 580.0 | +3.6 % |", steps)
+        # The failed one is listed where its table is, not hidden.
+        self.assertIn("| step-m4-2bp | | | | | run failed or missing (see its .run.json) | | |",
+                      steps)
+
     def test_predicted_then_calibrated(self):
         # The runs' steady medians: 1F1B-2bp 206.0 (uncalibrated 200.0: +3.0 %), ZB-V 189.0
         # (uncalibrated 175.0: +8.0 %).
@@ -410,31 +465,49 @@ class Summary(unittest.TestCase):
               HEADER + run_report(175.0, 190.0, [10.0], [10.0], steady_ms=189.0) + "\n" + FOOTER)
         write(self.folder, "fit-gpipe-m4-fused.run.json",
               HEADER + run_report(100.0, 101.0, [10.0], [10.0]) + "\n" + FOOTER)
-        # `pipeplan calibrate eval` as it prints (tools/cmd_calibrate.cpp): its own measured column
-        # is the traced last step; the table takes only "after ms" from it.
-        write(self.folder, "predict-calibrate-eval.txt", HEADER + "\n".join([
-            "run                           measured ms  before ms    error   after ms    error "
-            "memory before    after",
-            "predict-1f1b-m8-2bp               212.000    200.000    +6.0%    203.000    +4.4% "
-            "        +0.5%    +0.4%",
-            "predict-zbv-m8                    190.000    175.000    +8.6%    186.000    +2.2% "
-            "            -        - (re-simulated)"]) + "\n" + FOOTER)
+        write(self.folder, "fit-gpipe-m4-fused.trace.json", '{"traceEvents": []}')
+        # A fit run that failed (no trace) was not given to `calibrate fit`: not named.
+        write(self.folder, "fit-zb-h1-m4-2bp.run.json", HEADER + "pipeplan: error: no\n")
+        # `pipeplan calibrate eval` as it prints (tools/cmd_calibrate.cpp), one command per run
+        # (run.sh's predict-calibrate-eval-<run>.txt): its own measured column is the traced last
+        # step; the table takes only "after ms" from it.
+        columns = ("run                           measured ms  before ms    error   after ms    "
+                   "error memory before    after")
+        rows = {"1f1b-m8-2bp": "predict-1f1b-m8-2bp               212.000    200.000    +6.0%    "
+                               "203.000    +4.4%         +0.5%    +0.4%",
+                "zbv-m8": "predict-zbv-m8                    190.000    175.000    +8.6%    "
+                          "186.000    +2.2%             -        - (re-simulated)"}
+        for run, row in rows.items():
+            write(self.folder, f"predict-calibrate-eval-{run}.txt",
+                  HEADER + columns + "\n" + row + "\n" + FOOTER)
         text = "\n".join(summary.predict_table(self.folder))
-        self.assertIn("fit-gpipe-m4-fused", text)
+        self.assertIn("from fit-gpipe-m4-fused.", text)
+        self.assertNotIn("fit-zb-h1", text)
         # 206.0 against 203.0: +1.5 %, within 2 %.
         self.assertIn("| predict-1f1b-m8-2bp | 2-5 | 206.0 | 200.0 | +3.0 % | 203.0 | +1.5 % |  |",
                       text)
         # 189.0 against 186.0: +1.6 % calibrated; uncalibrated +8.0 % flagged.
         self.assertIn("| predict-zbv-m8 | 2-5 | 189.0 | 175.0 | +8.0 % | 186.0 | +1.6 % "
                       "| uncalibrated > 5 % |", text)
-        # Calibrated beyond 2 %; and without the eval, each run says it was not calibrated.
-        write(self.folder, "predict-calibrate-eval.txt",
+        # Calibrated beyond 2 %; and without its eval (the run left no trace), a run says it was
+        # not calibrated while the other keeps its row.
+        write(self.folder, "predict-calibrate-eval-1f1b-m8-2bp.txt",
               "predict-1f1b-m8-2bp  212.000  200.000  +6.0%  200.500  +5.7%  -  -\n")
+        os.remove(os.path.join(self.folder, "predict-calibrate-eval-zbv-m8.txt"))
         text = "\n".join(summary.predict_table(self.folder))
         self.assertIn("| predict-1f1b-m8-2bp | 2-5 | 206.0 | 200.0 | +3.0 % | 200.5 | +2.7 % "
                       "| calibrated > 2 % |", text)
         self.assertIn("| predict-zbv-m8 | 2-5 | 189.0 | 175.0 | +8.0 % | | | uncalibrated > 5 %, "
                       "not calibrated", text)
+        # One eval of both runs (results written before one command per run) reads alike.
+        os.remove(os.path.join(self.folder, "predict-calibrate-eval-1f1b-m8-2bp.txt"))
+        write(self.folder, "predict-calibrate-eval.txt",
+              HEADER + "\n".join([columns] + list(rows.values())) + "\n" + FOOTER)
+        text = "\n".join(summary.predict_table(self.folder))
+        self.assertIn("| predict-1f1b-m8-2bp | 2-5 | 206.0 | 200.0 | +3.0 % | 203.0 | +1.5 % |  |",
+                      text)
+        self.assertIn("| predict-zbv-m8 | 2-5 | 189.0 | 175.0 | +8.0 % | 186.0 | +1.6 % "
+                      "| uncalibrated > 5 % |", text)
         with tempfile.TemporaryDirectory() as empty:
             self.assertEqual(summary.predict_table(empty), [])
 
