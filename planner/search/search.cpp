@@ -166,6 +166,7 @@ SearchResult search_plans(const SearchRequest& request) {
                                  request.shift_partition);
       } catch (const Error& e) {
         if (first_error.empty()) first_error = e.what();
+        ++result.evaluated;  // one candidate, whose layout cannot be cut
         ++result.infeasible;
         continue;
       }
@@ -224,7 +225,7 @@ std::string format_pareto(const SearchResult& result) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "Pareto front (%s vs peak memory), %d plans built, %d infeasible:\n",
+                "Pareto front (%s vs peak memory), %d candidates, %d infeasible:\n",
                 result.objective == Objective::steady ? "largest stage span" : "step time",
                 result.evaluated, result.infeasible);
   out += line;

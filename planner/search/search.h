@@ -48,8 +48,8 @@ struct SearchResult {
   Objective objective = Objective::step;
   // Non-dominated in (the objective's time, peak memory), by that time.
   std::vector<SearchPoint> pareto;
-  int evaluated = 0;   // plans built
-  int infeasible = 0;  // rejected (memory limit, divisibility, ...)
+  int evaluated = 0;   // candidates tried (a family whose stages cannot be cut counts one)
+  int infeasible = 0;  // of them rejected (memory limit, divisibility, a stage split, ...)
 };
 
 // The (mbs, m = global batch / mbs) pairs to try: every candidate size that divides the global
