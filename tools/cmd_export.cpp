@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -14,6 +15,25 @@
 namespace pipeplan {
 
 namespace {
+
+// Two separate p2 calls of one stage next to each other on a device (e.g. "0P2_4 0P2_5"), which
+// --join-w would join (within --p2-concat), or "" when there are none.
+std::string separate_p2_side_by_side(const TaskGraph& graph) {
+  const int cap = graph.meta.p2_concat;
+  for (std::size_t s = 0; s < graph.streams().size(); ++s) {
+    if (graph.streams()[s].role != StreamRole::compute) continue;
+    const std::vector<int>& order = graph.stream_order(static_cast<int>(s));
+    for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+      const Node& a = graph.node(order[i]);
+      const Node& b = graph.node(order[i + 1]);
+      if (a.op != OpType::P2 || b.op != OpType::P2 || a.stage != b.stage) continue;
+      if (cap > 0 && a.microbatches.size() + b.microbatches.size() > static_cast<std::size_t>(cap))
+        continue;
+      return node_label(a) + " " + node_label(b);
+    }
+  }
+  return "";
+}
 
 struct ExportCommand {
   std::string plan_path;
@@ -70,11 +90,15 @@ struct ExportCommand {
     if (largest > 1) {
       std::cout << "its concatenated p2 calls (up to " << largest
                 << " micro-batches) are one W cell per micro-batch";
+      const std::string side_by_side = separate_p2_side_by_side(graph);
       if (graph.meta.backward == BackwardMode::twobp_fill) {
         // Its bubble-filling p2s are single ones beside the concatenated rest: --join-w would
         // join those too.
         std::cout << "; 2bp-fill's single p2s between them look alike, so no import reads this "
                      "plan's calls back\n";
+      } else if (!side_by_side.empty()) {
+        std::cout << "; separate p2 calls of one stage side by side (" << side_by_side
+                  << ") look like one, so no import reads this plan's calls back\n";
       } else {
         std::cout << ": `pipeplan import --join-w"
                   << (graph.meta.p2_concat > 0

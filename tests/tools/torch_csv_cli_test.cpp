@@ -154,6 +154,18 @@ TEST_F(TorchCsvCli, ExportSaysHowToJoinConcatenatedP2Back) {
   ASSERT_EQ(run(plan + "--backward 2bp --p2-concat 1 -o " + path("p.json")).status, 0);
   EXPECT_EQ(run("export " + path("p.json") + " -o " + path("s.csv")).out.find("--join-w"),
             std::string::npos);
+  // auto under 50 GiB leaves separate p2 calls of one stage side by side (15P2_1 15P2_2), which
+  // --join-w would join: export does not suggest it.
+  ASSERT_EQ(run("plan --model llama-7b --gpu h100 --seq 2048 --stages 8 -m 16 --memory 50GiB "
+                "--schedule auto -o " +
+                path("a.json"))
+                .status,
+            0);
+  const Result side = run("export " + path("a.json") + " -o " + path("a.csv"));
+  ASSERT_EQ(side.status, 0) << side.out;
+  EXPECT_NE(side.out.find("separate p2 calls of one stage side by side"), std::string::npos)
+      << side.out;
+  EXPECT_EQ(side.out.find("--join-w"), std::string::npos) << side.out;
 }
 
 TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
