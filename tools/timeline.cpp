@@ -113,6 +113,11 @@ int device_count(const TaskGraph& graph, const SimResult& sim) {
   return count;
 }
 
+// Digits of the last device's number: the timeline's label column is "dev " + them + " │".
+int device_digits(int devices) {
+  return static_cast<int>(std::to_string(std::max(0, devices - 1)).size());
+}
+
 struct Scale {
   double t0_us = 0;
   double span_us = 1;
@@ -406,9 +411,7 @@ std::string device_stages(const TaskGraph& graph, int device) {
 }  // namespace
 
 int timeline_min_width(const TaskGraph& graph, const SimResult& sim) {
-  const int digits =
-      static_cast<int>(std::to_string(std::max(0, device_count(graph, sim) - 1)).size());
-  return 4 + digits + 2 + kMinLanes;  // "dev " + number + " │", then the lanes
+  return 4 + device_digits(device_count(graph, sim)) + 2 + kMinLanes;
 }
 
 std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int width, bool color) {
@@ -418,7 +421,7 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
                 " nodes");
   }
   const int devices = device_count(graph, sim);
-  const int digits = static_cast<int>(std::to_string(std::max(0, devices - 1)).size());
+  const int digits = device_digits(devices);
   const int label_width = 4 + digits + 2;  // "dev " + number + " │"
   if (width - label_width < kMinLanes) {
     throw Error("timeline: width " + std::to_string(width) + " is too small (need at least " +
@@ -484,8 +487,8 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
       largest_limit > 0 ? unit_of(largest_limit) : std::pair{"GiB", kBytesPerGiB};
   // Work: the pipeline's F, B and W (the bubble is the rest of the step, the optimizer's too).
   // The first column as wide as "dev N" of the last device (6 up to dev 99).
-  const auto name_width = std::max<std::size_t>(
-      6, 4 + std::to_string(std::max<std::size_t>(sim.devices.size(), 1) - 1).size());
+  const auto name_width = static_cast<std::size_t>(
+      std::max(6, 4 + device_digits(static_cast<int>(sim.devices.size()))));
   std::string header = "device";
   header.resize(name_width, ' ');
   out += header + std::string("    work ms  bubble %  peak ") + peak_unit + "  limit " +
@@ -502,7 +505,7 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     std::string name = "dev " + std::to_string(device);
     name.resize(name_width, ' ');
     out += name;
-    out += pad_left(printf_text("%.3f", (metrics.busy_us - metrics.optimizer_us) / 1000), 11);
+    out += pad_left(printf_text("%.3f", metrics.work_us() / 1000), 11);
     out += pad_left(printf_text("%.1f", metrics.bubble_ratio * 100), 8) + " %";
     out += pad_left(printf_text("%.2f", peak), 10);
     out += pad_left(limit > 0 ? printf_text("%.2f", limit / limit_bytes) : "-", 11);

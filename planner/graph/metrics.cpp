@@ -112,7 +112,7 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
   double busy_total = 0;
   for (DeviceMetrics& m : result.devices) {
     m.span_us = m.last_end_us - m.first_start_us;
-    const double work = m.busy_us - m.optimizer_us;
+    const double work = m.work_us();
     m.bubble_ratio =
         result.makespan_us > 0 ? (result.makespan_us - work) / result.makespan_us : 0.0;
     result.max_stage_span_us = std::max(result.max_stage_span_us, m.span_us);

@@ -27,6 +27,8 @@ struct DeviceMetrics {
   double bubble_ratio = 0;             // (makespan - (busy - optimizer)) / makespan
   std::int64_t peak_memory_bytes = 0;  // static + activations
   std::vector<std::pair<double, std::int64_t>> memory_timeline;  // (time, bytes) after each change
+  // The pipeline's F, B and W: what the bubble ratios count as work.
+  double work_us() const { return busy_us - optimizer_us; }
 };
 
 struct StepMetrics {

@@ -232,17 +232,9 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
       per_device("memory_limit_bytes", false, limits::kMaxMemoryBytes).get<std::vector<double>>();
   m.static_bytes = per_device("static_bytes", true, static_cast<double>(limits::kMaxPlanBytes))
                        .get<std::vector<std::int64_t>>();
-  const auto bounded = [&](const char* field, double limit) {
-    const double value = require_nonnegative(j, field, ctx);
-    if (value > limit) {
-      throw Error(ctx + ": field '" + field + "' (" + nlohmann::json(value).dump() +
-                  ") is above the limit of " + nlohmann::json(limit).dump() +
-                  " (docs/reference/limits.md)");
-    }
-    return value;
-  };
-  m.flops_per_token = bounded("flops_per_token", limits::kMaxFlopsPerToken);
-  m.peak_flops_per_device = bounded("peak_flops_per_device", limits::kMaxDevicePeakFlops);
+  m.flops_per_token = require_bounded(j, "flops_per_token", ctx, limits::kMaxFlopsPerToken);
+  m.peak_flops_per_device =
+      require_bounded(j, "peak_flops_per_device", ctx, limits::kMaxDevicePeakFlops);
   if (j.contains("tensor_parallel")) {
     m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
   }

@@ -492,12 +492,9 @@ bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int co
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
     const int to = static_cast<int>(boost::target(*it, graph));
-    if (to == consumer) {
-      if (c.node(static_cast<std::size_t>(producer)).device ==
-          c.node(static_cast<std::size_t>(consumer)).device)
-        return true;
-      continue;
-    }
+    if (to == consumer && c.node(static_cast<std::size_t>(producer)).device ==
+                              c.node(static_cast<std::size_t>(consumer)).device)
+      return true;
     const PackedNode& s = c.node(static_cast<std::size_t>(to));
     if (s.kind != NodeKind::send || s.match < 0) continue;
     for (auto [jt, jend] = boost::out_edges(static_cast<std::size_t>(s.match), graph); jt != jend;
