@@ -106,6 +106,13 @@ a, b = next((e[k], e[k + 1]) for k in range(0, len(e), 2) if kinds[e[k]] == kind
 p["data_edges"] += [b, a]; write("plan_cycle.json", p)
 p = copy.deepcopy(plan); p["nodes"]["match"][p["nodes"]["kind"].index("s")] = 0
 write("plan_send_without_recv.json", p)
+p = copy.deepcopy(plan); p["meta"]["flops_per_token"] = 1e308; write("plan_flops_1e308.json", p)
+# A recv whose own send waits for it; a recv holding bytes; a compute node freeing more than it has.
+p = copy.deepcopy(plan); r = p["nodes"]["kind"].index("r")
+p["data_edges"] += [r, p["nodes"]["match"][r]]; write("plan_recv_feeds_send.json", p)
+p = copy.deepcopy(plan); p["nodes"]["alloc_bytes"][r] = 1 << 30; write("plan_recv_bytes.json", p)
+p = copy.deepcopy(plan); t = p["nodes"]; t["free_bytes"][0] = t["alloc_bytes"][0] + 1
+write("plan_over_free.json", p)
 p = copy.deepcopy(plan); p["nodes"]["stage"][0] = 1; write("plan_bad_stage.json", p)
 p = copy.deepcopy(plan); t = p["nodes"]; t["count"] += 1
 for c in COLUMNS: t[c].append(t[c][0])
@@ -322,6 +329,16 @@ check "profile --analytic --sustain-seconds 5" profile --analytic --model tiny -
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
 EXPECT='--width: must be at least 1' \
   check "show --width -5" show plan.json --width -5 --trace '{out}'
+EXPECT="--width: 10 is too narrow for this plan's timeline (15 columns at least)" \
+  check "show --width 10" show plan.json --width 10 --trace '{out}'
+EXPECT="field 'flops_per_token' (1e+308) is above the limit of" \
+  check "show: meta.flops_per_token 1e308" show plan_flops_1e308.json --trace '{out}'
+EXPECT='its matched send waits for it (an edge from the recv to its send) (rule acyclic)' \
+  check "show: a recv feeding its own send" show plan_recv_feeds_send.json --trace '{out}'
+EXPECT='is a transfer with alloc, free or work bytes' \
+  check "validate: a recv holding bytes" validate plan_recv_bytes.json
+EXPECT="bytes more than device 0's ops allocated before it (rule memory)" \
+  check "validate: a node freeing more than its device allocated" validate plan_over_free.json
 EXPECT="--max-host-gib: 'nan' must be a finite number above 0" \
   check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'
 EXPECT='--top: must be at least 0' \
