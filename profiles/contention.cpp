@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/stats.h"
 
 namespace pipeplan {
@@ -264,6 +265,8 @@ std::vector<double> read_curve(const nlohmann::json& json, const std::string& fi
 Contention contention_from_json(const nlohmann::json& json, std::string_view context) {
   const std::string ctx(context);
   if (!json.is_object()) throw Error(ctx + ": field 'contention' must be an object");
+  require_known_fields(json, {"source", "slowdown", "by_op", "copy", "sustained"}, ctx,
+                       "contention", "a contention model");
   const auto slowdown = json.find("slowdown");
   Contention c;
   // Without a curve only a sustained term is there: separate GPUs, each with its own clock.

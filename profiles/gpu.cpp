@@ -74,6 +74,11 @@ struct GpuReader {
 GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t index) {
   const GpuReader r{j, source, "gpus[" + std::to_string(index) + "]"};
   if (!j.is_object()) throw Error(source + ": field '" + r.prefix + "' must be an object");
+  require_known_fields(
+      j,
+      {"name", "description", "aliases", "peak_bf16_tflops", "hbm_gib", "hbm_bandwidth_GBps",
+       "nvlink_bandwidth_GBps", "pcie_bandwidth_GBps", "p2p_latency_us", "notes"},
+      source, r.prefix, "a GPU");
   GpuSpec g;
   g.name = lower(r.string("name"));
   if (g.name.empty()) r.fail("name", "must not be empty");
@@ -121,6 +126,7 @@ std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json) {
 
 std::vector<GpuSpec> gpus_from_json(const nlohmann::json& j, const std::string& source) {
   require_format(j, "pipeplan-gpus", 1, source);
+  require_known_fields(j, {"format", "version", "notes", "gpus"}, source, "", "a GPU list");
   const json& list = require_field(j, "gpus", source);
   if (!list.is_array()) throw Error(source + ": field 'gpus' must be an array");
   if (list.size() > static_cast<std::size_t>(limits::kMaxGpuEntries)) {

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 
 namespace pipeplan {
@@ -104,6 +106,10 @@ class JsonReader {
     return value;
   }
   bool has(std::string_view field) const { return object_.contains(field); }
+  // Refuses a key `known` does not list: "field '<path>.<key>' is not a field of <what>".
+  void only(std::initializer_list<std::string_view> known, std::string_view what) const {
+    require_known_fields(object_, known, source_, path_, what);
+  }
   // A number from `lo` to `hi`, else "must be a number from <lo> to <hi>".
   double number_in(std::string_view field, double lo, double hi) const {
     const nlohmann::json& v = get(field);

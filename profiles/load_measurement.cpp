@@ -390,6 +390,8 @@ constexpr int kMaxCount = 1'000'000'000;
 SustainedMeasurement sustained_measurement_from_json(const nlohmann::json& json,
                                                      std::string_view context) {
   const JsonReader root(json, context, "sustained_load");
+  root.only({"devices", "seconds", "ops", "model", "error_pct", "source", "clock"},
+            "a sustained-load measurement");
   SustainedMeasurement m;
   m.devices = root.integer_in("devices", 1, static_cast<int>(kMaxContentionEntries));
   m.seconds = root.number_in("seconds", 0, kMaxLoadSeconds);
@@ -399,19 +401,24 @@ SustainedMeasurement sustained_measurement_from_json(const nlohmann::json& json,
       ops.fail(op, "is not an op type (F, B, P1 or P2)");
     }
     const JsonReader t = ops.object(op);
+    t.only({"burst_us", "steady_us", "count"}, "an op's sustained-load times");
     m.ops[op] = {t.number_in("burst_us", 0, limits::kMaxLayerTimeUs),
                  t.number_in("steady_us", 0, limits::kMaxLayerTimeUs),
                  t.integer_in("count", 0, kMaxCount)};
   }
   const JsonReader model = root.object("model");
+  model.only({"factor", "time_constant_us"}, "a sustained-load model");
   m.model.factor = model.number_in("factor", 0, kMaxSlowdown);
   m.model.time_constant_us = model.number_in("time_constant_us", 0, kMaxTimeConstantUs);
   if (m.model.time_constant_us <= 0) model.fail("time_constant_us", "must be positive");
   const JsonReader error = root.object("error_pct");
+  error.only({"constant", "model"}, "a sustained-load fit's errors");
   m.error_constant_pct = error.number_in("constant", 0, limits::kMaxLayerTimeUs);
   m.error_model_pct = error.number_in("model", 0, limits::kMaxLayerTimeUs);
   if (root.has("clock")) {
     const JsonReader clock = root.object("clock");
+    clock.only({"start_mhz", "steady_mhz", "power_capped", "steady_power_w", "samples"},
+               "a clock summary");
     m.clock = ClockSummary{clock.number_in("start_mhz", 0, kMaxClockMhz),
                            clock.number_in("steady_mhz", 0, kMaxClockMhz),
                            clock.number_in("power_capped", 0, 1),

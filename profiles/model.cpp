@@ -467,6 +467,17 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     // Qwen2 adds biases to Q, K and V; Qwen3 normalises each query and key head; Phi-3 fuses QKV
     // and gate/up into one weight each (the same GEMMs); the MoE types route each token to some
     // of their experts.
+    if (model_type.empty()) {
+      // Read as a dense LLaMA: a key of another architecture says it is not one.
+      for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts",
+                              "moe_intermediate_size", "q_lora_rank", "kv_lora_rank"}) {
+        if (r.find(key) != nullptr) {
+          r.fail(key,
+                 "is set but 'model_type' is missing; without it the config reads as a "
+                 "dense LLaMA (give model_type)");
+        }
+      }
+    }
     m.family = "llama";
     m.hf_model_type = model_type.empty() ? "llama" : model_type;
     m.layers = r.positive_int("num_hidden_layers", limits::kMaxLayers);
@@ -579,6 +590,30 @@ ModelConfig model_from_json(const json& j, std::string_view source, std::string_
                 "' must be an object");
   }
   const FieldReader r{j, source, path_prefix};
+  require_known_fields(j,
+                       {"name",
+                        "family",
+                        "layers",
+                        "hidden",
+                        "heads",
+                        "kv_heads",
+                        "ffn_hidden",
+                        "vocab",
+                        "seq",
+                        "mlp",
+                        "norm",
+                        "tied_embeddings",
+                        "learned_positions",
+                        "head_dim",
+                        "qkv_bias",
+                        "qk_norm",
+                        "sliding_window",
+                        "dropout",
+                        "experts",
+                        "experts_per_token",
+                        "shared_ffn_hidden",
+                        "hf_model_type"},
+                       source, path_prefix, "a model");
   ModelConfig m;
   m.name = r.string("name");
   if (const std::string problem = control_character_problem(m.name); !problem.empty()) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 
 namespace pipeplan {
 
@@ -27,6 +28,7 @@ nlohmann::json overlap_to_json(const OverlapModel& model) {
 OverlapModel overlap_from_json(const nlohmann::json& json, std::string_view context) {
   const std::string ctx(context);
   if (!json.is_object()) throw Error(ctx + ": field 'overlap' must be an object");
+  require_known_fields(json, {"efficiency", "source"}, ctx, "overlap", "an overlap model");
   OverlapModel model;
   const auto efficiency = json.find("efficiency");
   if (efficiency == json.end() || !efficiency->is_number() ||

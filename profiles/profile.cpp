@@ -38,6 +38,12 @@ LayerCost cost_from_json(const JsonReader& r) {
     c.p2_concat_us[k] =
         concat.at_most(key, concat.nonnegative(key), limits::kMaxLayerTimeUs * k, "us");
   }
+  // k = 1 is p2_us itself (profile.h): a second, different time would give the fused backward
+  // one weight-gradient time and the 2BP one another.
+  if (const auto one = c.p2_concat_us.find(1);
+      one != c.p2_concat_us.end() && one->second != c.p2_us)
+    concat.fail("1", "(" + limits::general_number(one->second) + ") differs from p2_us (" +
+                         limits::general_number(c.p2_us) + "), which it repeats");
   c.stash_bytes = r.bytes("stash_bytes");
   c.retained_bytes = r.bytes("retained_bytes");
   c.param_bytes = r.bytes("param_bytes");
@@ -55,13 +61,10 @@ LayerCost cost_from_json(const JsonReader& r) {
     for (const auto& [key, value] : work.raw().items())
       c.p2_work_bytes[work.positive_key(key, limits::kMaxMicrobatches)] = work.bytes(key);
   }
-  for (const auto& [key, value] : r.raw().items()) {
-    static const std::set<std::string> kKnown{
-        "forward_us",         "p1_us",         "p2_us",         "p2_concat_us",    "stash_bytes",
-        "retained_bytes",     "param_bytes",   "grad_bytes",    "optimizer_bytes", "send_bytes",
-        "forward_work_bytes", "p1_work_bytes", "p2_work_bytes", "optimizer_us"};
-    if (kKnown.count(key) == 0) r.fail(key, "is not a field of a layer cost");
-  }
+  r.only({"forward_us", "p1_us", "p2_us", "p2_concat_us", "stash_bytes", "retained_bytes",
+          "param_bytes", "grad_bytes", "optimizer_bytes", "send_bytes", "forward_work_bytes",
+          "p1_work_bytes", "p2_work_bytes", "optimizer_us"},
+         "a layer cost");
   return c;
 }
 
@@ -198,9 +201,13 @@ Profile profile_from_json(const json& j, std::string_view source) {
   if (!j.is_object()) throw Error(std::string(source) + ": expected a JSON object");
   require_format(j, kFormat, Profile::kVersion, source);
   const JsonReader root(j, source, "");
+  root.only({"format", "version", "provenance", "model", "gpu", "seq", "attention", "p2p", "layers",
+             "contention", "overlap", "sustained_load"},
+            "a profile");
   Profile p;
 
   const JsonReader prov = root.object("provenance");
+  prov.only({"source", "gpu", "date", "command", "notes"}, "a profile's provenance");
   p.provenance.source = prov.string("source");
   if (p.provenance.source != "analytic" && p.provenance.source != "measured" &&
       p.provenance.source != "uniform") {
@@ -222,6 +229,10 @@ Profile profile_from_json(const json& j, std::string_view source) {
   if (const std::string problem = control_character_problem(p.gpu); !problem.empty()) {
     root.fail("gpu", problem);
   }
+  if (p.gpu.empty() && p.model.family != "uniform") {
+    // The plan would take --gpu's default for the memory limit and the peak FLOPs.
+    root.fail("gpu", "is empty; only a uniform model's profile has no GPU");
+  }
   if (!p.gpu.empty()) {
     try {
       static_cast<void>(find_gpu(p.gpu));
@@ -233,12 +244,19 @@ Profile profile_from_json(const json& j, std::string_view source) {
   if (!seq || *seq < 1) root.fail("seq", "must be a positive integer");
   root.at_most("seq", static_cast<double>(*seq), limits::kMaxSeq);
   p.seq = static_cast<int>(*seq);
+  // A learned position table has a row per position: no token past its last row has one.
+  if (p.model.learned_positions > 0 && p.seq > p.model.learned_positions) {
+    root.fail("seq", "(" + std::to_string(p.seq) + ") is above the " +
+                         std::to_string(p.model.learned_positions) + " learned positions of " +
+                         p.model.name);
+  }
   try {
     p.attention = attention_from_string(root.string("attention"));
   } catch (const Error&) {
     root.fail("attention", "must be 'materialized', 'recompute' or 'flash'");
   }
   const JsonReader p2p = root.object("p2p");
+  p2p.only({"latency_us", "bandwidth_GBps"}, "a profile's link");
   p.p2p.latency_us =
       p2p.at_most("latency_us", p2p.nonnegative("latency_us"), limits::kMaxLinkLatencyUs, "us");
   p.p2p.bandwidth_GBps = p2p.at_most("bandwidth_GBps", p2p.nonnegative("bandwidth_GBps"),

@@ -476,6 +476,50 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
   return value.get<std::string>();
 }
 
+namespace {
+
+// Edits (insertions, deletions, substitutions) from a to b: a typo is one or two.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+void require_known_fields(const nlohmann::json& object,
+                          std::initializer_list<std::string_view> known, std::string_view context,
+                          std::string_view path, std::string_view what) {
+  if (!object.is_object()) return;  // the caller's own check names a non-object
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string message = std::string(context) + ": field '" +
+                          (path.empty() ? key : std::string(path) + "." + key) +
+                          "' is not a field of " + std::string(what);
+    std::string_view nearest;
+    std::size_t best = 3;  // at most two edits away
+    for (std::string_view field : known) {
+      if (const std::size_t d = edit_distance(key, field); d < best) {
+        best = d;
+        nearest = field;
+      }
+    }
+    if (!nearest.empty()) message += " (did you mean '" + std::string(nearest) + "'?)";
+    throw Error(message);
+  }
+}
+
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source) {
   require_format(json, expected_format, expected_version, expected_version, source);

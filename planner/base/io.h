@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -140,6 +141,13 @@ std::int64_t require_integer(const nlohmann::json& object, std::string_view fiel
                              std::string_view context);
 std::string require_string(const nlohmann::json& object, std::string_view field,
                            std::string_view context);
+// Refuses a key of `object` that `known` does not list, where a misspelt optional field would
+// otherwise read as its default: "<context>: field '<path>.<key>' is not a field of <what>"
+// and, for a near miss, "(did you mean '<field>'?)". `path` is the object's place ("" for the
+// root).
+void require_known_fields(const nlohmann::json& object,
+                          std::initializer_list<std::string_view> known, std::string_view context,
+                          std::string_view path, std::string_view what);
 // Checks {"format": expected_format, "version": expected_version}.
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source);

@@ -117,6 +117,24 @@ TEST(Gpu, NvlinkAndLatencyMayBeLeftOut) {
             "gpus.json: field 'gpus[0].p2p_latency_us' must not be negative");
 }
 
+// A misspelt optional field would read as its default (no NVLink, no latency): refused.
+TEST(Gpu, AMisspeltFieldIsRefusedWithTheNearestName) {
+  EXPECT_EQ(error_of([] {
+              gpus_from_json(nlohmann::json::parse(R"({"format":"pipeplan-gpus","version":1,
+    "gpus":[{"name":"x","aliases":[],"description":"","peak_bf16_tflops":100,"hbm_gib":24,
+             "hbm_bandwidth_GBps":900,"pcie_bandwidth_GBps":32,"nvlink_bandwith_GBps":450}]})"),
+                             "gpus.json");
+            }),
+            "gpus.json: field 'gpus[0].nvlink_bandwith_GBps' is not a field of a GPU (did you "
+            "mean 'nvlink_bandwidth_GBps'?)");
+  EXPECT_EQ(error_of([] {
+              gpus_from_json(nlohmann::json::parse(
+                                 R"({"format":"pipeplan-gpus","version":1,"gpu":[],"gpus":[]})"),
+                             "gpus.json");
+            }),
+            "gpus.json: field 'gpu' is not a field of a GPU list (did you mean 'gpus'?)");
+}
+
 // A name or alias that another GPU already has is named by its own field.
 TEST(Gpu, ARepeatedNameIsNamedByTheFieldThatRepeatsIt) {
   const auto gpu = [](const std::string& name, const std::string& aliases) {

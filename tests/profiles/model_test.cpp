@@ -382,6 +382,28 @@ TEST(Model, HfPhi3ConfigWithItsWindow) {
   EXPECT_EQ(m.parameter_count(), 3'821'079'552);
 }
 
+TEST(Model, AConfigWithoutModelTypeButWithExpertsIsRefusedByTheKey) {
+  // Without model_type a config reads as a dense LLaMA; an MoE key says it is not one.
+  TempDir dir;
+  const std::string shape = R"("num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+    "max_position_embeddings": 64)";
+  EXPECT_EQ(load_hf_config(dir.write("dense/config.json", "{" + shape + "}")).hf_model_type,
+            "llama");
+  const auto path = dir.write("moe/config.json", "{" + shape + R"(, "num_local_experts": 8})");
+  EXPECT_EQ(error_of([&] { load_hf_config(path); }),
+            path.string() +
+                ": field 'num_local_experts' is set but 'model_type' is missing; without it the "
+                "config reads as a dense LLaMA (give model_type)");
+}
+
+TEST(Model, AModelFileRefusesAFieldItDoesNotHave) {
+  nlohmann::json j = model_to_json(model_preset("tiny"));
+  j["kv_head"] = 2;
+  EXPECT_EQ(error_of([&] { model_from_json(j, "m.json"); }),
+            "m.json: field 'kv_head' is not a field of a model (did you mean 'kv_heads'?)");
+}
+
 TEST(Model, HfMixtralConfigRoutesEachTokenToTwoOfItsEightExperts) {
   TempDir dir;
   const auto path = dir.write("Mixtral-8x7B-v0.1/config.json", R"({

@@ -142,6 +142,7 @@ TEST(Profile, InvalidTimesNameTheJsonPath) {
             "p.json: field 'layers.block.1.p2_concat_us.2' must be a finite number");
   j = profile_to_json(sample_profile());
   j["layers"]["embedding"]["1"]["p2_us"] = 0.0;  // parameter-free kinds may have no p2
+  j["layers"]["embedding"]["1"]["p2_concat_us"]["1"] = 0.0;
   EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::embedding, 1).p2_us, 0.0);
 }
 
@@ -178,6 +179,58 @@ TEST(Profile, InvalidStructureNamesTheJsonPath) {
   j["attention"] = "sparse";
   EXPECT_NE(error_of([&] { profile_from_json(j, "p.json"); }).find("'attention'"),
             std::string::npos);
+}
+
+TEST(Profile, MisspeltFieldsAreRefusedWithTheNearestName) {
+  // An optional field under another name would otherwise read as its default.
+  const auto refused = [](const std::function<void(json&)>& edit) {
+    json j = profile_to_json(sample_profile());
+    edit(j);
+    return error_of([&] { profile_from_json(j, "p.json"); });
+  };
+  EXPECT_EQ(refused([](json& j) { j["contnetion"] = j["contention"]; }),
+            "p.json: field 'contnetion' is not a field of a profile (did you mean 'contention'?)");
+  EXPECT_EQ(refused([](json& j) { j["model"]["slidng_window"] = 4096; }),
+            "p.json: field 'model.slidng_window' is not a field of a model (did you mean "
+            "'sliding_window'?)");
+  EXPECT_EQ(refused([](json& j) { j["p2p"]["bandwith_GBps"] = 1; }),
+            "p.json: field 'p2p.bandwith_GBps' is not a field of a profile's link (did you mean "
+            "'bandwidth_GBps'?)");
+  EXPECT_EQ(refused([](json& j) { j["provenance"]["host"] = "node7"; }),
+            "p.json: field 'provenance.host' is not a field of a profile's provenance");
+  EXPECT_EQ(refused([](json& j) { j["contention"]["slowdwn"] = json::array({2.0}); }),
+            "p.json: field 'contention.slowdwn' is not a field of a contention model (did you "
+            "mean 'slowdown'?)");
+  EXPECT_EQ(refused([](json& j) {
+              j["overlap"] = {{"efficiency", 0.5}, {"eficiency", 1}};
+            }),
+            "p.json: field 'overlap.eficiency' is not a field of an overlap model (did you mean "
+            "'efficiency'?)");
+  EXPECT_EQ(refused([](json& j) { j["layers"]["block"]["1"]["optimiser_us"] = 5; }),
+            "p.json: field 'layers.block.1.optimiser_us' is not a field of a layer cost (did you "
+            "mean 'optimizer_us'?)");
+}
+
+TEST(Profile, TheOneMicroBatchP2EntryIsP2Itself) {
+  json j = profile_to_json(sample_profile());
+  j["layers"]["block"]["1"]["p2_concat_us"]["1"] = 50 * 150.125;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.p2_concat_us.1' (7506.25) differs from p2_us "
+            "(150.125), which it repeats");
+  j["layers"]["block"]["1"]["p2_concat_us"].erase("1");  // absent: p2_us
+  EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::block, 1).p2_time_us(1), 150.125);
+}
+
+TEST(Profile, AModelProfileNamesItsGpuAndASeqItsPositionsHold) {
+  json j = profile_to_json(sample_profile());
+  j["gpu"] = "";
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'gpu' is empty; only a uniform model's profile has no GPU");
+  j = profile_to_json(sample_profile());
+  j["model"] = model_to_json(model_preset("gpt-1.5b"));
+  j["seq"] = 4096;
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'seq' (4096) is above the 1024 learned positions of gpt-1.5b");
 }
 
 TEST(Profile, SustainedLoadIsOptionalAndChecked) {

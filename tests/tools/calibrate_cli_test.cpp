@@ -231,6 +231,8 @@ TEST_F(CalibrateCliTest, RunsPlannedFromOtherTimesOrReplannedOtherwiseAreRefused
   for (auto& [mbs, cost] : heavy_head["layers"]["head"].items()) {
     for (const char* field : {"forward_us", "p1_us", "p2_us"})
       cost[field] = 40 * cost[field].get<double>();
+    for (auto& [k, us] : cost["p2_concat_us"].items())
+      us = 40 * us.get<double>();
   }
   std::ofstream(path("heavy_head.json")) << heavy_head.dump();
   const CliResult eval =
