@@ -76,6 +76,14 @@ class RangeCost {
     if (span.has_head) head_us_ = compute_us(profile.cost(LayerKind::head, mbs));
   }
   int blocks() const { return blocks_; }
+  // A part of `count` blocks, the first part (with the embedding) and/or the last (the head).
+  double part(int count, bool first, bool last) const {
+    double us = block_us_ * count;
+    if (extra_us_ != 0) us += extra_us_ * recompute_.recomputed_of(count);
+    if (first) us += embedding_us_;
+    if (last) us += head_us_;
+    return us;
+  }
   // Blocks [begin, end).
   double operator()(int begin, int end) const {
     const int count = end - begin;
@@ -147,10 +155,123 @@ std::vector<int> earliest_optimal_counts(const RangeCost& cost, int parts) {
   return counts;
 }
 
+// Block counts of the parts when parts share devices (`groups`: each device's parts). Each
+// device's blocks go one at a time to its part that is then the smallest (ties: the earlier), so
+// its largest part is as small as it can be for its total; loads[g][m] is device g's sum holding
+// m blocks. The least bound T whose largest totals (loads at most T) cover the blocks is the
+// smallest largest device sum; devices then give back the surplus from the heaviest down.
+std::vector<int> device_balanced_counts(const RangeCost& cost, int parts,
+                                        const std::vector<std::vector<int>>& groups) {
+  const int blocks = cost.blocks();
+  struct Fill {
+    std::vector<int> counts;   // per part of the group, after `total` blocks
+    std::vector<double> load;  // [m - size]: the group's sum holding m blocks
+  };
+  const auto part_us = [&](int part, int count) {
+    return cost.part(count, part == 0, part == parts - 1);
+  };
+  // The fill of group g up to `upto` blocks; its counts are those at `upto`.
+  const auto fill = [&](const std::vector<int>& group, int upto) {
+    Fill f;
+    const int size = static_cast<int>(group.size());
+    f.counts.assign(group.size(), 1);
+    double load = 0;
+    for (const int part : group)
+      load += part_us(part, 1);
+    f.load.push_back(load);
+    for (int m = size + 1; m <= upto; ++m) {
+      std::size_t best = 0;
+      double best_us = std::numeric_limits<double>::infinity();
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        const double us = part_us(group[i], f.counts[i] + 1);
+        if (us < best_us) {
+          best_us = us;
+          best = i;
+        }
+      }
+      load += best_us - part_us(group[best], f.counts[best]);
+      ++f.counts[best];
+      f.load.push_back(load);
+    }
+    return f;
+  };
+  std::vector<Fill> fills;
+  fills.reserve(groups.size());
+  std::vector<double> candidates;
+  for (const std::vector<int>& group : groups) {
+    const int size = static_cast<int>(group.size());
+    fills.push_back(fill(group, blocks - (parts - size)));
+    candidates.insert(candidates.end(), fills.back().load.begin(), fills.back().load.end());
+  }
+  // The most blocks group g holds within `bound` (its size - 1: none fit).
+  const auto most = [&](std::size_t g, double bound) {
+    const std::vector<double>& load = fills[g].load;
+    const auto fits = std::upper_bound(load.begin(), load.end(), bound) - load.begin();
+    return static_cast<int>(groups[g].size()) - 1 + static_cast<int>(fits);
+  };
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  const auto covers = [&](double bound) {
+    long long total = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const int m = most(g, bound);
+      if (m < static_cast<int>(groups[g].size())) return false;
+      total += m;
+    }
+    return total >= blocks;
+  };
+  // Loads never fall as a group takes more blocks, so coverage never falls as the bound grows.
+  const double bound = *std::partition_point(candidates.begin(), candidates.end() - 1,
+                                             [&](double b) { return !covers(b); });
+  std::vector<int> totals(groups.size());
+  int surplus = -blocks;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    totals[g] = most(g, bound);
+    surplus += totals[g];
+  }
+  for (; surplus > 0; --surplus) {
+    std::size_t heaviest = groups.size();
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (totals[g] == static_cast<int>(groups[g].size())) continue;
+      const auto load = [&](std::size_t i) {
+        return fills[i].load[static_cast<std::size_t>(totals[i]) - groups[i].size()];
+      };
+      if (heaviest == groups.size() || load(g) > load(heaviest)) heaviest = g;
+    }
+    --totals[heaviest];
+  }
+  std::vector<int> counts(static_cast<std::size_t>(parts), 0);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Fill f = fill(groups[g], totals[g]);
+    for (std::size_t i = 0; i < groups[g].size(); ++i)
+      counts[static_cast<std::size_t>(groups[g][i])] = f.counts[i];
+  }
+  return counts;
+}
+
+// Whether `groups` puts more than one part on some device, checking that it groups 0..parts-1.
+bool shares_devices(const std::vector<std::vector<int>>& groups, int parts) {
+  if (groups.empty()) return false;
+  std::vector<int> seen(static_cast<std::size_t>(parts), 0);
+  bool shared = false;
+  for (const std::vector<int>& group : groups) {
+    if (group.empty()) throw InternalError("partition_balanced: a device with no stage");
+    shared = shared || group.size() > 1;
+    for (const int part : group) {
+      if (part < 0 || part >= parts || seen[static_cast<std::size_t>(part)]++ != 0)
+        throw InternalError("partition_balanced: device_stages is not a grouping of the stages");
+    }
+  }
+  if (std::count(seen.begin(), seen.end(), 0) != 0)
+    throw InternalError("partition_balanced: a stage on no device");
+  return shared;
+}
+
 }  // namespace
 
 Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
-                             int stage_count, const Recompute& recompute) {
+                             int stage_count, const Recompute& recompute,
+                             const std::vector<std::vector<int>>& device_stages) {
   if (recompute.method == Recompute::Method::automatic)
     throw InternalError("partition_balanced: resolve --recompute auto first");
   const BlockSpan span = block_span(model);
@@ -160,6 +281,8 @@ Partition partition_balanced(const ModelConfig& model, const Profile& profile, i
     throw FieldError("devices", std::to_string(stage_count) + " stages but " + model_label(model) +
                                     " has " + std::to_string(span.block_count) + " blocks");
   const RangeCost cost(span, profile, mbs, recompute);
+  if (shares_devices(device_stages, stage_count))
+    return partition_from_counts(span, device_balanced_counts(cost, stage_count, device_stages));
   return partition_from_counts(span, earliest_optimal_counts(cost, stage_count));
 }
 

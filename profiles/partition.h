@@ -25,10 +25,15 @@ struct Partition {
 // Contiguous partition of the blocks into `stage_count` parts minimising the largest part's
 // F + p1 + p2 time at micro-batch size `mbs`, its first blocks recomputing as `recompute` says
 // (their p1 runs the forward again); the embedding joins the first part and the head the last.
+// Where parts share a device (`device_stages`: each device's parts, every part in one list; empty
+// or all single: one part per device), the largest device's sum is minimised first (a device
+// runs all of its parts for every micro-batch), each device's blocks then spread over its parts
+// so that its largest part is as small as it can be.
 // Throws Error when there are more stages than blocks, InternalError for an automatic recompute
-// (resolve it first).
+// (resolve it first) or `device_stages` that are not a grouping of the parts.
 Partition partition_balanced(const ModelConfig& model, const Profile& profile, int mbs,
-                             int stage_count, const Recompute& recompute = {});
+                             int stage_count, const Recompute& recompute = {},
+                             const std::vector<std::vector<int>>& device_stages = {});
 // `blocks_per_stage` counts transformer blocks (embedding and head ride along with the first and
 // last stage). Throws Error naming --layers-per-stage on a bad count or sum.
 Partition partition_fixed(const ModelConfig& model, const std::vector<int>& blocks_per_stage);

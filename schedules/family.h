@@ -48,9 +48,11 @@ struct StageCostContext {
   // curves; empty where it has none.
   Contention contention;
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
-  // cut into `stage_count` virtual stages when `blocks` is empty, else those blocks per stage.
-  // Throws Error when the model cannot be cut so. Unset: only `costs` is known.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
+  // cut into `stage_count` virtual stages when `blocks` is empty (each device's stages balanced
+  // as a whole: stages s and stage_count - 1 - s together when `folded`, else s mod P), else
+  // those blocks per stage. Throws Error when the model cannot be cut so. Unset: only `costs` is
+  // known.
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded)> cut;
   // Set by a family that chooses the layout: the blocks per stage of the schedule it returned
   // (empty: the request's own cut), and the smallest lower bounds on the step time and on the
   // largest stage span over every layout it considered (0: none); make_plan builds the plan's
@@ -135,6 +137,11 @@ struct ScheduleFamilyTraits {
   // Copies of the model its virtual stages hold (Schedule::replicas): the planner cuts the model
   // into stages / replicas and gives every copy that cut.
   int replicas = 1;
+  // Which stages of the model's cut share a device, for the balanced cut (planner/plan): false,
+  // stage s on device s mod P (one-chunk and interleaved families); true, folded, stages s and
+  // n - 1 - s of the n-stage cut on one device (the V families' 2P stages; DualPipe's P stages,
+  // device r holding stage r of one copy and P - 1 - r of the other).
+  bool folded_stages = false;
 };
 
 class ScheduleFamily {

@@ -93,11 +93,43 @@ struct StageInputs {
   std::vector<StageCost> costs;
 };
 
-// The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty. With
-// `replicas` copies of the model (Schedule::replicas), the model is cut into stage_count /
-// replicas stages (`blocks` counts those) and the virtual stages are that cut `replicas` times.
+// Each device's stages of a cut into `stages` (partition_balanced's device_stages): stages s and
+// stages - 1 - s together when `folded` (ScheduleFamilyTraits::folded_stages), else s mod
+// `devices`.
+std::vector<std::vector<int>> device_stages(int stages, int devices, bool folded) {
+  std::vector<std::vector<int>> groups;
+  if (folded) {
+    for (int s = 0; s < stages - 1 - s; ++s)
+      groups.push_back({s, stages - 1 - s});
+    if (stages % 2 == 1) groups.push_back({stages / 2});
+    return groups;
+  }
+  if (devices < 1 || stages <= devices) return groups;  // one stage per device
+  groups.resize(static_cast<std::size_t>(devices));
+  for (int s = 0; s < stages; ++s)
+    groups[static_cast<std::size_t>(s % devices)].push_back(s);
+  return groups;
+}
+
+// The same read from a schedule's own stage-to-device map (an imported order).
+std::vector<std::vector<int>> device_stages(const Schedule& schedule) {
+  std::vector<std::vector<int>> groups(static_cast<std::size_t>(schedule.devices));
+  for (std::size_t s = 0; s < schedule.stage_device.size(); ++s) {
+    const int d = schedule.stage_device[s];
+    if (d < 0 || d >= schedule.devices) return {};  // check_schedule names it
+    groups[static_cast<std::size_t>(d)].push_back(static_cast<int>(s));
+  }
+  std::erase_if(groups, [](const std::vector<int>& g) { return g.empty(); });
+  return groups;
+}
+
+// The cut of the model into `stage_count` virtual stages: balanced when `blocks` is empty (each
+// device's stages, `groups`, balanced as a whole; empty: one per device). With `replicas` copies
+// of the model (Schedule::replicas), the model is cut into stage_count / replicas stages
+// (`blocks` and `groups` count those) and the virtual stages are that cut `replicas` times.
 StageInputs stage_inputs(const PlanRequest& request, int stage_count,
-                         const std::vector<int>& blocks, int replicas = 1) {
+                         const std::vector<int>& blocks, int replicas = 1,
+                         const std::vector<std::vector<int>>& groups = {}) {
   const ModelConfig& model = request.profile.model;
   const int model_stages = stage_count / replicas;
   Partition partition;
@@ -112,8 +144,8 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
                                       (model.name.empty() ? "the model" : model.name) + " has " +
                                       std::to_string(block_count) + " blocks");
     }
-    partition =
-        partition_balanced(model, request.profile, request.mbs, model_stages, request.recompute);
+    partition = partition_balanced(model, request.profile, request.mbs, model_stages,
+                                   request.recompute, groups);
   } else {
     if (static_cast<int>(blocks.size()) != model_stages) {
       throw FieldError(
@@ -140,9 +172,11 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
   return {std::move(partition), std::move(costs)};
 }
 
-StageInputs stage_inputs(const PlanRequest& request, int replicas) {
-  return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage,
-                      replicas);
+StageInputs stage_inputs(const PlanRequest& request, const ScheduleFamilyTraits& traits) {
+  const int stages = request.devices * request.chunks;
+  return stage_inputs(
+      request, stages, request.layers_per_stage, traits.replicas,
+      device_stages(stages / traits.replicas, request.devices, traits.folded_stages));
 }
 
 // `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
@@ -360,7 +394,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
                                   "' is not supported; BPipe pairs the stages of 1f1b (one "
                                   "stage per device)");
   }
-  StageInputs inputs = stage_inputs(request, family.traits().replicas);
+  StageInputs inputs = stage_inputs(request, family.traits());
   StageCostContext context;
   context.costs = inputs.costs;
   context.memory_limit_bytes.assign(static_cast<std::size_t>(request.devices),
@@ -370,8 +404,9 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   context.contention = request.profile.contention;
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
-    context.cut = [&request](int stage_count, const std::vector<int>& blocks) {
-      StageInputs cut = stage_inputs(request, stage_count, blocks);
+    context.cut = [&request](int stage_count, const std::vector<int>& blocks, bool folded) {
+      StageInputs cut = stage_inputs(request, stage_count, blocks, 1,
+                                     device_stages(stage_count, request.devices, folded));
       return StageCut{
           blocks.empty() ? blocks_per_stage(request.profile.model, cut.partition) : blocks,
           std::move(cut.costs)};
@@ -549,7 +584,9 @@ Plan make_plan_for_schedule_as_requested(const PlanRequest& request, const Sched
                      "a given schedule runs as written; BPipe transfers are planned for "
                      "pipeplan's own 1f1b (plan --schedule 1f1b --bpipe on)");
   }
-  const StageInputs inputs = stage_inputs(request, schedule.replicas);
+  const StageInputs inputs = stage_inputs(
+      request, request.devices * request.chunks, request.layers_per_stage, schedule.replicas,
+      schedule.replicas == 1 ? device_stages(schedule) : std::vector<std::vector<int>>{});
   PlanMeta meta = make_meta(request, inputs.partition, inputs.costs, schedule);
   return lower_and_simulate(schedule, inputs.costs, std::move(meta), std::nullopt, BpipeMode::off,
                             true);

@@ -81,9 +81,10 @@ std::vector<Layout> layouts(const AutoRequest& r) {
     one[idx(d)] = d;
   out.push_back(make_layout(r, "one chunk", one, {{}, r.costs}, &r.static_bytes));
   if (!r.cut || r.devices < 2) return out;
-  StageCut two;
+  StageCut v_cut, interleaved_cut;
   try {
-    two = r.cut(2 * r.devices, {});
+    v_cut = r.cut(2 * r.devices, {}, true);
+    interleaved_cut = r.cut(2 * r.devices, {}, false);
   } catch (const Error&) {
     return out;  // fewer blocks than 2P stages
   }
@@ -92,8 +93,9 @@ std::vector<Layout> layouts(const AutoRequest& r) {
     v_map.push_back(s < r.devices ? s : 2 * r.devices - 1 - s);
     interleaved_map.push_back(s % r.devices);
   }
-  out.push_back(make_layout(r, "V", v_map, two, nullptr));
-  out.push_back(make_layout(r, "interleaved", interleaved_map, std::move(two), nullptr));
+  out.push_back(make_layout(r, "V", v_map, std::move(v_cut), nullptr));
+  out.push_back(
+      make_layout(r, "interleaved", interleaved_map, std::move(interleaved_cut), nullptr));
   return out;
 }
 

@@ -48,7 +48,7 @@ struct AutoRequest {
   // family's order and the search's best) are ranked by the simulator itself.
   Contention contention;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks)> cut;
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded)> cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.
   std::function<void(const Schedule&, const std::vector<StageCost>&, const std::function<void()>&)>
       evaluate_first;

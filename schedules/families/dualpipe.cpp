@@ -192,7 +192,8 @@ const ScheduleFamilyRegistration kDualPipeV(
      .listing_order = 75,
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},
-     .memory = {"P + 1/2", [](int p, int, int) { return p + 0.5; }}},
+     .memory = {"P + 1/2", [](int p, int, int) { return p + 0.5; }},
+     .folded_stages = true},
     make_dualpipe_v);
 
 const ScheduleFamilyRegistration kDualPipe(
@@ -207,7 +208,8 @@ const ScheduleFamilyRegistration kDualPipe(
      .chunks = {.min = 2, .max = 2, .preferred = 2},
      // M_B as for every family: a micro-batch's activations of L/P layers, here one stage's.
      .memory = {"P + 1", [](int p, int, int) { return p + 1.0; }},
-     .replicas = 2},
+     .replicas = 2,
+     .folded_stages = true},
     make_dualpipe);
 
 }  // namespace

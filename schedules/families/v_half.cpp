@@ -28,7 +28,8 @@ const ScheduleFamilyRegistration kVHalf(
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},
      .memory = {"min(floor((P + 2) / 2), m)",
-                [](int p, int, int m) { return v_peak_stashes(VFamily::v_half, p, m); }}},
+                [](int p, int, int m) { return v_peak_stashes(VFamily::v_half, p, m); }},
+     .folded_stages = true},
     make_v_half);
 
 }  // namespace

@@ -25,7 +25,8 @@ const ScheduleFamilyRegistration kVMin(
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},
      .memory = {"min(floor((P + 4) / 3), m)",
-                [](int p, int, int m) { return v_peak_stashes(VFamily::v_min, p, m); }}},
+                [](int p, int, int m) { return v_peak_stashes(VFamily::v_min, p, m); }},
+     .folded_stages = true},
     make_v_min);
 
 }  // namespace

@@ -276,7 +276,8 @@ const ScheduleFamilyRegistration kZbV(
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},
      .memory = {"min(P, m)",
-                [](int p, int, int m) { return v_peak_stashes(VFamily::zb_v, p, m); }}},
+                [](int p, int, int m) { return v_peak_stashes(VFamily::zb_v, p, m); }},
+     .folded_stages = true},
     make_published_zb_v);
 
 }  // namespace
