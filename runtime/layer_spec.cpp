@@ -47,6 +47,16 @@ void check_model_supported(const ModelConfig& model, std::string_view backend) {
   if (model.mlp != MlpKind::swiglu) fail("mlp = swiglu");
   if (model.norm != NormKind::rmsnorm) fail("norm = rmsnorm");
   if (model.tied_embeddings) fail("untied embeddings (embedding and head may sit on two stages)");
+  if (model.learned_positions > 0)
+    fail("rotary positions (a learned position table, learned_positions, is planned only)");
+}
+
+void check_sequence_supported(const ModelConfig& model, std::int64_t seq) {
+  if (model.sliding_window > 0 && seq > model.sliding_window) {
+    throw Error("model '" + model.name + "': sequence " + std::to_string(seq) +
+                " is longer than its sliding_window " + std::to_string(model.sliding_window) +
+                ", and the runtime's attention sees every earlier token (planned only)");
+  }
 }
 
 AttentionDims block_dims(const ModelConfig& model, const Tensor& x) {
@@ -54,11 +64,7 @@ AttentionDims block_dims(const ModelConfig& model, const Tensor& x) {
     throw Error("block input is " + shape_string(x.shape()) + ", expected (B, T, " +
                 std::to_string(model.hidden) + ")");
   }
-  if (model.sliding_window > 0 && x.shape()[1] > model.sliding_window) {
-    throw Error("model '" + model.name + "': sequence " + std::to_string(x.shape()[1]) +
-                " is longer than its sliding_window " + std::to_string(model.sliding_window) +
-                ", and the runtime's attention sees every earlier token (planned only)");
-  }
+  check_sequence_supported(model, x.shape()[1]);
   return {x.shape()[0], x.shape()[1], model.hidden, model.heads, kv_heads_of(model)};
 }
 

@@ -25,6 +25,8 @@ inline constexpr double kRmsNormEps = 1e-5;
 // Throws Error naming the field unless the runtime's layers can run the model: the LLaMA-like
 // family (RMSNorm, SwiGLU, RoPE, untied embeddings). `backend` names who refuses it.
 void check_model_supported(const ModelConfig& model, std::string_view backend);
+// Throws Error when `seq` tokens pass a sliding window the runtime's attention does not have.
+void check_sequence_supported(const ModelConfig& model, std::int64_t seq);
 
 struct AttentionDims {
   std::int64_t batch = 0;     // B

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "profiles/gpu.h"
 #include "runtime/emulate.h"
 #include "runtime/gpu_plugin.h"
@@ -314,11 +315,11 @@ void print_text(const EnvReport& r, std::ostream& out) {
 
   Section variables("\nenvironment");
   for (const auto& [name, value] : r.variables)
-    variables.row(name, value);
+    variables.row(printable_text(name), printable_text(value));
   variables.print(out);
   if (r.variables.empty()) {
     out << "  none set (PIPEPLAN_*, NCCL_*, CUDA_DEVICE_MAX_CONNECTIONS, CUDA_VISIBLE_DEVICES, "
-           "CUDNN_FRONTEND_CUDART_LIB_NAME)\n";
+           "CUDA_LAUNCH_BLOCKING, CUDA_MODULE_LOADING, CUDNN_FRONTEND_CUDART_LIB_NAME)\n";
   }
 }
 
@@ -346,7 +347,7 @@ Command add_env_command(CLI::App& app) {
   return {sub, [json] {
             const EnvReport report = gather();
             if (*json) {
-              std::cout << to_json(report).dump(2) << "\n";
+              std::cout << json_text(to_json(report), 2) << "\n";
             } else {
               print_text(report, std::cout);
             }

@@ -41,6 +41,7 @@ struct ProfileCommand {
   int repetitions = 20;
   bool repetitions_given = false;
   int gemm_candidates = 1;
+  bool gemm_candidates_given = false;
   std::string sustain_seconds = "20";
   std::string cooldown_seconds = "5";
   bool load_given = false;  // --sustain-seconds or --cooldown-seconds on the command line
@@ -49,6 +50,8 @@ struct ProfileCommand {
   std::string output;
   int run() const {
     if (max_host_given && backend != "cpu") throw Error("--max-host-gib: only with --backend cpu");
+    // The output is checked before anything is measured (a GPU profile takes minutes).
+    if (!output.empty()) check_output(output);
     if (analytic && !backend.empty()) {
       throw Error("--backend: " + backend +
                   " measures its hardware; --analytic estimates without measuring (give one of "
@@ -62,7 +65,7 @@ struct ProfileCommand {
           "profile: give --analytic, or --backend cuda to measure on a GPU (--backend cpu: on "
           "this machine's CPU backend)");
     }
-    if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
+    if (gemm_candidates_given) throw Error("--gemm-candidates: only with --backend cuda");
     if (sm_partition_given) throw Error("--sm-partition: only with --backend cuda");
     if (repetitions_given) {
       throw Error("--repetitions: only with --backend cuda or cpu (--analytic times nothing)");
@@ -94,7 +97,7 @@ struct ProfileCommand {
                   std::string(cpu::kCpuDeviceName) + "' (leave --gpu out)");
     }
     if (sm_partition_given) throw Error("--sm-partition: only with --backend cuda");
-    if (gemm_candidates != 1) throw Error("--gemm-candidates: only with --backend cuda");
+    if (gemm_candidates_given) throw Error("--gemm-candidates: only with --backend cuda");
     if (load_given) {
       throw Error(
           "--sustain-seconds, --cooldown-seconds: only with --backend cuda (a load run "
@@ -207,7 +210,8 @@ Command add_profile_command(CLI::App& app) {
                   "cuda: run each GEMM shape with the fastest of N cuBLASLt answers (timed in the "
                   "warm-up; 1: the heuristic's first)")
       ->capture_default_str()
-      ->check(int_range(1, limits::kMaxGemmCandidates));
+      ->check(int_range(1, limits::kMaxGemmCandidates))
+      ->each([cmd](const std::string&) { cmd->gemm_candidates_given = true; });
   sub->add_option("--sustain-seconds", cmd->sustain_seconds,
                   "cuda: seconds of a block's ops back to back at full load, for the sustained "
                   "clock (0: none)")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -12,11 +13,11 @@
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
-#include "profiles/analytic.h"
 #include "profiles/gpu.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/host_tensor.h"
 #include "runtime/layer_inputs.h"
+#include "runtime/layer_spec.h"
 #include "runtime/progress.h"
 #include "runtime/transport.h"
 
@@ -128,20 +129,39 @@ P2pLink measure_link(const CpuProfileOptions& options) {
   const std::chrono::milliseconds timeout(60000);
   const Message tiny = message(1);
   const auto round_trips = [&](const Message& out, int count) {
+    // Either side's failure (a timed-out receive) ends both and comes back as one error: the
+    // echo thread's own is handed over, and the main side cancels the transport before joining.
+    std::exception_ptr echo_error;
     std::thread echo([&] {
-      for (int i = 0; i < count; ++i) {
-        static_cast<void>(transport.recv(1, 0, Channel::pipeline, "probe", timeout));
-        transport.send(1, 0, Channel::pipeline, tiny);
+      try {
+        for (int i = 0; i < count; ++i) {
+          static_cast<void>(transport.recv(1, 0, Channel::pipeline, "probe", timeout));
+          transport.send(1, 0, Channel::pipeline, tiny);
+        }
+      } catch (...) {
+        echo_error = std::current_exception();
+        transport.cancel();
       }
     });
     std::vector<double> times;
-    for (int i = 0; i < count; ++i) {
-      const auto start = Clock::now();
-      transport.send(0, 1, Channel::pipeline, out);
-      static_cast<void>(transport.recv(0, 1, Channel::pipeline, "probe", timeout));
-      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    try {
+      for (int i = 0; i < count; ++i) {
+        const auto start = Clock::now();
+        transport.send(0, 1, Channel::pipeline, out);
+        static_cast<void>(transport.recv(0, 1, Channel::pipeline, "probe", timeout));
+        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+    } catch (const Cancelled&) {
+      echo.join();  // the echo side failed first: its error is the cause
+      if (echo_error) std::rethrow_exception(echo_error);
+      throw;
+    } catch (...) {
+      transport.cancel();
+      echo.join();
+      throw;
     }
     echo.join();
+    if (echo_error) std::rethrow_exception(echo_error);
     const std::size_t warm =
         std::min<std::size_t>(static_cast<std::size_t>(options.warmup), times.size() - 1);
     return median(
@@ -181,11 +201,19 @@ int checked_seq(const CpuProfileOptions& options) {
   for (const int mbs : options.micro_batch_sizes) {
     if (mbs < 1) throw FieldError("micro_batch_sizes", "must be at least 1");
     limits::check_limit("micro_batch_sizes", mbs, limits::kMaxMicroBatchSize);
-    limits::check_limit("tokens per micro-batch", std::int64_t{mbs} * seq,
-                        limits::kMaxTokensPerMicrobatch);
+    if (std::int64_t{mbs} * seq > limits::kMaxTokensPerMicrobatch) {
+      throw FieldError(
+          "micro_batch_sizes",
+          "micro-batch size " + std::to_string(mbs) + " x sequence " + std::to_string(seq) + " = " +
+              std::to_string(std::int64_t{mbs} * seq) + " tokens is above the limit of " +
+              std::to_string(limits::kMaxTokensPerMicrobatch) + " (docs/reference/limits.md)");
+    }
   }
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
   if (options.micro_batch_sizes.empty()) throw Error("profile: no micro-batch size given");
+  // What the backend cannot run is refused before anything is measured, not at the first block.
+  check_model_supported(options.model, "backend cpu");
+  check_sequence_supported(options.model, seq);
   return seq;
 }
 
@@ -194,32 +222,32 @@ int checked_seq(const CpuProfileOptions& options) {
 std::int64_t estimate_host_bytes(const CpuProfileOptions& options) {
   const int seq = checked_seq(options);
   const ModelConfig& model = options.model;
-  // The analytic model's activation bytes (times need a GPU, bytes do not: a nominal one), made
-  // for bf16 elements; the CPU backend holds f32, twice as many bytes.
-  GpuSpec nominal;
-  nominal.name = kCpuDeviceName;
-  nominal.peak_bf16_tflops = nominal.hbm_bandwidth_GBps = nominal.pcie_bandwidth_GBps = 1;
-  AnalyticOptions analytic;
-  analytic.seq = seq;
-  analytic.micro_batch_sizes = options.micro_batch_sizes;
-  analytic.attention = Attention::materialized;
-  analytic.max_p2_concat = 1;
-  const Profile sizes = analytic_profile(model, nominal, analytic);
-  constexpr std::int64_t kF32OverBf16 = 2;
-  constexpr std::int64_t kBytesPerParameter = 16;  // f32 weight, gradient, AdamW m and v
+  // The runtime's own tensor lists (runtime/layer_spec.h), in the CPU backend's f32.
+  constexpr std::int64_t kF32 = 4;
+  const auto bytes_of = [](const auto& specs) {
+    std::int64_t elements = 0;
+    for (const auto& spec : specs) {
+      std::int64_t n = 1;
+      for (const std::int64_t extent : spec.shape)
+        n *= extent;
+      elements += n;
+    }
+    return kF32 * elements;
+  };
+  constexpr std::int64_t kStatesPerParameter = 4;  // weight, gradient, AdamW m and v
   std::int64_t most = 0;
   for (const LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
-    const std::int64_t parameters = kind == LayerKind::embedding ? model.embedding_parameters()
-                                    : kind == LayerKind::block   ? model.block_parameters()
-                                                                 : model.head_parameters();
+    const std::int64_t parameters = bytes_of(param_specs(model, kind)) * kStatesPerParameter;
     for (const int mbs : options.micro_batch_sizes) {
-      const LayerCost& cost = sizes.cost(kind, mbs);
-      // One layer at a time: its state, a forward's stash and up to max_concat retained sets
-      // (measure_kind), the layer's inputs and output besides.
+      const std::int64_t stash = bytes_of(stash_specs(model, kind, mbs, seq));
+      const std::int64_t retained = bytes_of(retained_specs(model, kind, mbs, seq));
+      // A layer's input and output (and dX, the input's gradient p1 makes): B x T x C.
+      const std::int64_t hidden = kF32 * mbs * seq * model.hidden;
+      // One layer at a time (measure_kind): its state, a forward's stash beside the one p1
+      // consumes, up to max_concat p1 results (each a retained set and its dX), inputs and outputs.
       const std::int64_t activations =
-          kF32OverBf16 *
-          (2 * cost.stash_bytes + options.max_concat * cost.retained_bytes + 2 * cost.send_bytes);
-      most = std::max(most, kBytesPerParameter * parameters + activations);
+          2 * stash + options.max_concat * (retained + hidden) + 3 * hidden;
+      most = std::max(most, parameters + activations);
     }
   }
   constexpr std::int64_t kLinkProbeBytes = std::int64_t{2} * (64 << 20);  // measure_link's message
@@ -245,11 +273,14 @@ Profile measure_profile(const CpuProfileOptions& options) {
                     static_cast<int>(kinds.size() * options.micro_batch_sizes.size()) + 1);
   for (const int mbs : options.micro_batch_sizes) {
     for (const LayerKind kind : kinds) {
+      const std::string label = std::string(to_string(kind)) + " mbs " + std::to_string(mbs);
+      progress.start(label);
       profile.layers[std::string(to_string(kind))][mbs] =
           measure_kind(backend, kind, mbs, profile.seq, options, notes);
-      progress.step(std::string(to_string(kind)) + " mbs " + std::to_string(mbs));
+      progress.step(label);
     }
   }
+  progress.start("link");
   profile.p2p = measure_link(options);
   progress.step("link");
   notes << "link: in-process transport, " << profile.p2p.latency_us << " us, "

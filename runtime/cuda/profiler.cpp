@@ -247,17 +247,21 @@ Profile measure_profile(const GpuProfileOptions& options) {
                         (options.micro_batch_sizes.empty() ? 0 : load_parts));
   for (const int mbs : options.micro_batch_sizes) {
     for (const LayerKind kind : kinds) {
+      const std::string label = std::string(to_string(kind)) + " mbs " + std::to_string(mbs);
+      progress.start(label);
       profile.layers[std::string(to_string(kind))][mbs] =
           measure_kind(backend, kind, mbs, profile.seq, options, notes);
       backend.context().allocator().release_cached();
-      progress.step(std::string(to_string(kind)) + " mbs " + std::to_string(mbs));
+      progress.step(label);
     }
   }
   // An emulated stage's transfers are copies within the GPU, on its green context's SMs: that
   // copy is timed (on the backend's stream, the green context's), never a peer copy to another
   // GPU, which would also make GPU 1 current in this thread in place of the green context.
+  progress.start("p2p");
   profile.p2p = measure_p2p(backend.context(), green ? 1 : devices, options);
   progress.step("p2p");
+  progress.start("overlapped F&B");
   if (!options.micro_batch_sizes.empty()) {
     // A second stream on the same SMs (the green context's, when emulating a stage).
     CudaBackend side(

@@ -16,6 +16,7 @@
 
 #include "profiles/profile.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/profiler.h"
 #include "tests/cli_support.h"
 
 namespace pipeplan::testing {
@@ -176,6 +177,10 @@ TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {
        "pipeplan: error: --attention: the CPU backend materialises the probabilities "
        "(materialized), not flash\n"},
       {"--sm-partition 16", "pipeplan: error: --sm-partition: only with --backend cuda\n"},
+      {"--gemm-candidates 1", "pipeplan: error: --gemm-candidates: only with --backend cuda\n"},
+      {"--mbs 65536 --seq 65536",
+       "pipeplan: error: --mbs: micro-batch size 65536 x sequence 65536 = 4294967296 tokens is "
+       "above the limit of 16777216 (docs/reference/limits.md)\n"},
       {"--sustain-seconds 1",
        "pipeplan: error: --sustain-seconds, --cooldown-seconds: only with --backend cuda (a load "
        "run measures the GPU)\n"},
@@ -190,6 +195,53 @@ TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {
   const CliResult other = run_pipeplan("profile --backend tpu --model tiny");
   EXPECT_NE(other.status, 0);
   EXPECT_EQ(other.out, "pipeplan: error: --backend: 'tpu' is not cuda or cpu\n");
+}
+
+// What the backend cannot run, and an output it cannot write, fail before the first layer is
+// measured: a model with a learned position table (the backend applies RoPE), a sequence past
+// a sliding window (its attention sees every earlier token).
+TEST_F(CpuProfileCli, WhatCannotBeMeasuredOrWrittenFailsBeforeMeasuring) {
+  nlohmann::json learned = read_json(profile_)["model"];
+  learned["learned_positions"] = learned["seq"];
+  std::ofstream(path("learned.json")) << learned.dump();
+  const CliResult positions = run_pipeplan("profile --backend cpu --model " + path("learned.json") +
+                                           " -o " + path("l.json"));
+  EXPECT_EQ(positions.out,
+            "pipeplan: error: model 'tiny': backend cpu needs rotary positions (a learned position "
+            "table, learned_positions, is planned only)\n");
+  nlohmann::json windowed = read_json(profile_)["model"];
+  windowed["sliding_window"] = 8;
+  std::ofstream(path("windowed.json")) << windowed.dump();
+  const CliResult window = run_pipeplan("profile --backend cpu --model " + path("windowed.json") +
+                                        " -o " + path("w.json"));
+  EXPECT_EQ(window.out,
+            "pipeplan: error: model 'tiny': sequence 32 is longer than its sliding_window 8, and "
+            "the runtime's attention sees every earlier token (planned only)\n");
+  // Seconds of measuring (64 sequences of every pass, 64 concatenated p2 calls) never start.
+  const CliResult folder = run_pipeplan(
+      "profile --backend cpu --model tiny --mbs 64 --max-concat 64 -o " + path("none/p.json"));
+  EXPECT_EQ(folder.out, "pipeplan: error: " + path("none/p.json") + ": cannot write: folder '" +
+                            path("none") + "' does not exist\n");
+  for (const char* out : {"l.json", "w.json"})
+    EXPECT_FALSE(std::filesystem::exists(path(out))) << out;
+}
+
+// The estimate --max-host-gib compares holds the measurement's own bytes: the largest layer's
+// state (f32 weight, gradient, m, v), two stashes and max_concat retained sets with their dX.
+TEST_F(CpuProfileCli, TheHostMemoryEstimateCoversWhatTheMeasurementHolds) {
+  const Profile p = load_profile(profile_);
+  cpu::CpuProfileOptions options;
+  options.model = p.model;
+  options.micro_batch_sizes = {1, 2};
+  options.max_concat = 3;
+  std::int64_t held = 0;
+  for (const auto& [kind, by_mbs] : p.layers) {
+    for (const auto& [mbs, cost] : by_mbs) {
+      const std::int64_t state = cost.param_bytes + cost.grad_bytes + cost.optimizer_bytes;
+      held = std::max(held, state + 2 * cost.stash_bytes + 3 * cost.retained_bytes);
+    }
+  }
+  EXPECT_GE(cpu::estimate_host_bytes(options), held);
 }
 
 // Before anything is allocated: a measurement estimated above --max-host-gib (the largest
