@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -455,7 +456,63 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
 
 namespace {
 
+// The cut that balances the virtual stages alone (blocks per stage of the model's cut), where a
+// device holds several stages and it differs from the device-balanced cut stage_inputs makes;
+// empty otherwise, or where the request fixes the cut or the family chooses it (auto).
+std::vector<int> stage_balanced_cut(const PlanRequest& request) {
+  if (!request.layers_per_stage.empty()) return {};
+  const ScheduleFamily& family = find_schedule_family(request.schedule);
+  const ScheduleFamilyTraits& traits = family.traits();
+  if (traits.needs_costs || request.devices < 1 || traits.replicas < 1) return {};
+  const int model_stages = request.devices * request.chunks / traits.replicas;
+  const auto groups = device_stages(model_stages, request.devices, traits.folded_stages);
+  if (groups.empty()) return {};
+  const ModelConfig& model = request.profile.model;
+  try {
+    std::vector<int> by_stage = blocks_per_stage(
+        model,
+        partition_balanced(model, request.profile, request.mbs, model_stages, request.recompute));
+    const std::vector<int> by_device =
+        blocks_per_stage(model, partition_balanced(model, request.profile, request.mbs,
+                                                   model_stages, request.recompute, groups));
+    return by_stage == by_device ? std::vector<int>{} : by_stage;
+  } catch (const Error&) {
+    return {};  // planning the request names the problem
+  }
+}
+
+Plan make_plan_on_its_cut(const PlanRequest& request);
+
+// Where a device holds several stages, two balanced cuts: each device's sum balanced first (what
+// a device runs for every micro-batch; stage_inputs' cut), or the virtual stages alone (the
+// warm-up and cool-down of a chunked order wait on the largest stage). Each is planned, and the
+// faster kept (the device-balanced one on a tie); where one breaks the memory limit, the other.
 Plan make_plan_as_requested(const PlanRequest& request) {
+  const std::vector<int> alternative = stage_balanced_cut(request);
+  if (alternative.empty()) return make_plan_on_its_cut(request);
+  const auto attempt = [](const PlanRequest& r, std::exception_ptr& over) -> std::optional<Plan> {
+    try {
+      return make_plan_on_its_cut(r);
+    } catch (const FieldError& e) {
+      if (e.field() != "memory_limit_bytes") throw;
+      over = std::current_exception();
+      return std::nullopt;
+    }
+  };
+  std::exception_ptr over, other_over;
+  std::optional<Plan> by_device = attempt(request, over);
+  PlanRequest other = request;
+  other.layers_per_stage = alternative;
+  std::optional<Plan> by_stage = attempt(other, other_over);
+  if (by_device && by_stage)
+    return by_stage->sim.makespan_us < by_device->sim.makespan_us ? std::move(*by_stage)
+                                                                  : std::move(*by_device);
+  if (by_device) return std::move(*by_device);
+  if (by_stage) return std::move(*by_stage);
+  std::rethrow_exception(over);
+}
+
+Plan make_plan_on_its_cut(const PlanRequest& request) {
   bool checked = true;
   Prepared prepared;
   PlannedSchedule planned = plan_schedule(request, true, checked, &prepared);
