@@ -242,6 +242,7 @@ check "plan: HF config with 1e9 layers" plan --model cfg/config.json --stages 2 
 check "compare: HF config with 1e9 layers" compare --model cfg/config.json --stages 2 -m 2
 check "bpipe: HF config with 1e9 layers" bpipe --model cfg/config.json --stages 2 --global-batch 8
 check "plan --p2-concat with backward fused" plan --model tiny --stages 2 -m 2 --backward fused --p2-concat 2 -o '{out}'
+check "plan --p2-concat on a family placing its own p2" plan --model tiny --stages 2 -m 4 --schedule zb-h1 --p2-concat 2 -o '{out}'
 EXPECT='--stages: 4 devices x 2 virtual stages each (zb-v) = 8 stages but tiny has 4 blocks' \
   check "plan: zb-v with more virtual stages than blocks" plan --model tiny --stages 4 -m 8 --schedule zb-v -o '{out}'
 check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'

@@ -13,6 +13,7 @@
 #include "planner/plan/make_plan.h"
 #include "planner/search/bpipe_estimate.h"
 #include "profiles/recompute.h"
+#include "schedules/family.h"
 #include "tools/cli_checks.h"
 #include "tools/plan_options.h"
 #include "tools/report.h"
@@ -83,6 +84,14 @@ struct PlanCommand {
       throw Error(
           "--p2-concat: concatenates deferred p2s, and backward fused defers none (each p2 runs "
           "right after its p1): use --backward 2bp or 2bp-fill");
+    }
+    if (given("--p2-concat")) {
+      const ScheduleFamily& family = find_schedule_family(request.schedule);
+      if (family.places_p2() && !family.traits().needs_costs) {
+        throw Error("--p2-concat: schedule '" + family.name() +
+                    "' places each p2 itself, one micro-batch a call (it applies to 2bp and "
+                    "2bp-fill of the families that leave p2 to --backward, and to auto)");
+      }
     }
     check_output_early();
     // The planner's own time: make_plan alone (schedule, lowering, validation, simulation).

@@ -40,7 +40,9 @@ int warmup_count(const Shape& shape, int device) {
 }
 
 Schedule make_interleaved(const ScheduleRequest& request) {
-  if (request.microbatches % request.devices != 0)
+  // Megatron's rule for V > 1 (micro-batches go round the devices in groups of P); with one
+  // chunk the order is 1F1B's, for any count.
+  if (request.chunks > 1 && request.microbatches % request.devices != 0)
     throw FieldError("microbatches", "interleaved needs a multiple of the " +
                                          std::to_string(request.devices) + " devices, got " +
                                          std::to_string(request.microbatches));
@@ -71,7 +73,8 @@ const ScheduleFamilyRegistration kInterleaved(
     {.name = "interleaved",
      .description = "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): --chunks virtual "
                     "stages per device, virtual stage v on device v mod P; bubble shrinks by the "
-                    "chunk count; needs micro-batches divisible by devices",
+                    "chunk count; needs micro-batches divisible by devices (with --chunks 2 or "
+                    "more)",
      .listing_order = 30,
      .chunks = {.min = 1, .max = 64, .preferred = 2},
      .memory = {"min(2(P-1) + (V-1)P + 1, mV) / V (V = 1: min(P, m))", interleaved_peak},

@@ -22,7 +22,8 @@ Schedule make_v_half(const ScheduleRequest& request) {
 const ScheduleFamilyRegistration kVHalf(
     {.name = "v-half",
      .description = "V-Half (Qi et al. 2405.15362): the paper's building block at half of 1F1B's "
-                    "memory, (P+2)/2*M_B, bubble about P/2 of (F+B+W); --chunks 2; needs "
+                    "memory, (P+2)/2*M_B, bubble about P/2 of (F+B+W) at F=B=W (fixed unit slots); "
+                    "--chunks 2; needs "
                     "--backward 2bp",
      .listing_order = 80,
      .p2 = P2Placement::by_family,

@@ -20,7 +20,7 @@ const ScheduleFamilyRegistration kVMin(
     {.name = "v-min",
      .description = "V-Min (Qi et al. 2405.15362): the paper's building block with minimal "
                     "offsets repeated every 6 passes; (P+4)/3*M_B of activations, bubble about "
-                    "2P/3 of (F+B+W); --chunks 2; needs --backward 2bp",
+                    "2P/3 of (F+B+W) at F=B=W (fixed unit slots); --chunks 2; needs --backward 2bp",
      .listing_order = 90,
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},

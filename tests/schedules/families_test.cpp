@@ -172,6 +172,10 @@ TEST(Families, RequestErrorsNameTheField) {
               generate_schedule("interleaved", {4, 2, 6});
             }),
             "microbatches: interleaved needs a multiple of the 4 devices, got 6");
+  // With one chunk interleaved is 1F1B, for any count: the same order.
+  const Schedule one = generate_schedule("interleaved", {4, 1, 6});
+  const Schedule onefoneb = generate_schedule("1f1b", {4, 1, 6});
+  EXPECT_EQ(one.per_device, onefoneb.per_device);
 }
 
 // Planted faults: each names the first offending action and the rule.

@@ -68,6 +68,9 @@ TEST_F(BadInput, SizesAboveTheirLimitsAreRefused) {
 }
 
 TEST_F(BadInput, CommandLineValuesAreChecked) {
+  // A family that places each p2 itself would ignore it, and the plan would still report it.
+  expect_refused("plan --model tiny --stages 2 -m 4 --schedule zb-h1 --p2-concat 4 -o {out}",
+                 "--p2-concat: schedule 'zb-h1' places each p2 itself, one micro-batch a call");
   expect_refused(kTiny + " --seq 0 -o {out}", "--seq: must be at least 1");
   expect_refused(kTiny + " --memory '' -o {out}", "--memory: must not be empty");
   expect_refused(kTiny + " -o ''", "--output: must not be empty");
