@@ -13,8 +13,10 @@
 # fit-all*.txt (fit on all ten), each for the contention by ops at once alone (-count) and with
 # the sustained load (the calibrated profile: fit-all with --sustained),
 # heldout-<folder>*.eval.txt (the other folders' 4-stage runs re-predicted from both),
-# diff-*.txt; and the calibrated profile beside the measured one in profiles/ (<measured
-# name>.calibrated.json).
+# diff-*.txt; and the calibrated profile, RESULTS/fidelity/<measured name>.calibrated.json (the
+# one in profiles/ is a copy of such a file: its contention.source says which fit made it).
+# Runs are re-predicted as recorded (calibrate eval --resimulate): an auto run's plan is the one
+# that ran, where planning its command again at a later commit can choose another order.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 results=${1:?usage: fidelity_4stage.sh RESULTS [PIPEPLAN]}
@@ -50,7 +52,7 @@ if [[ -n $runs_folder ]]; then
   for run in 1f1b-m8-fused 1f1b-m8-2bp gpipe-m8-fused gpipe-m8-2bp auto-m8; do
     [[ -f $folder/$run.trace.json ]] && m8+=("$folder/$run")
   done
-  calibrated="profiles/${measured%.measured.json}.calibrated.json"
+  calibrated="$out/${measured%.measured.json}.calibrated.json"
   # The copy in profiles/ where there is one (its model named by the model file, as profiles/
   # has it, not by the folder the profile was measured in).
   source_profile="$profile_folder/$measured"
@@ -63,14 +65,14 @@ if [[ -n $runs_folder ]]; then
     {
       run_and_keep "$out/fit-m4$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
         --profile "$source_profile" -o "$out/fit-m4$suffix.profile.json" "${m4[@]}"
-      run_and_keep "$out/fit-m4$suffix.eval.txt" "${fit[@]}" eval \
+      run_and_keep "$out/fit-m4$suffix.eval.txt" "${fit[@]}" eval --resimulate \
         --profile "$out/fit-m4$suffix.profile.json" "${m4[@]}" "${m8[@]}"
     } > /dev/null
     all_profile="$out/fit-all-count.profile.json"
     [[ $model == sustained ]] && all_profile=$calibrated
     run_and_keep "$out/fit-all$suffix.fit.txt" "${fit[@]}" fit "${flags[@]}" \
       --profile "$source_profile" -o "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
-    run_and_keep "$out/fit-all$suffix.eval.txt" "${fit[@]}" eval \
+    run_and_keep "$out/fit-all$suffix.eval.txt" "${fit[@]}" eval --resimulate \
       --profile "$all_profile" "${m4[@]}" "${m8[@]}" > /dev/null
     echo "== $model: fit on m = 4 (m = 8 held out)"; tail -n +2 "$out/fit-m4$suffix.eval.txt"
     echo "== $model: fit on all ten ($all_profile)"; tail -n +2 "$out/fit-all$suffix.eval.txt"
@@ -94,7 +96,7 @@ if [[ -n $runs_folder ]]; then
       suffix=""
       [[ $all_profile == "$calibrated" ]] || suffix="-count"
       heldout="$out/heldout-$(basename "$other")$suffix.eval.txt"
-      run_and_keep "$heldout" "${fit[@]}" eval --profile "$all_profile" \
+      run_and_keep "$heldout" "${fit[@]}" eval --resimulate --profile "$all_profile" \
         "${held[@]}" > /dev/null
       echo "== held out: $(basename "$other") from $all_profile"; tail -n +2 "$heldout"
     done
