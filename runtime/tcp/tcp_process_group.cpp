@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -277,6 +278,13 @@ ReadStatus read_exact(int fd, char* out, std::size_t size, Clock::time_point dea
 // (a Kubernetes service before its pod is ready). Throws an Error naming MASTER_PORT (or
 // PIPEPLAN_MASTER_PORT, whichever set the port).
 Socket listen_on(const EnvLaunch& launch, int backlog) {
+  // Rank 0 holds a connection per rank, and for a moment those of strangers: its soft open-file
+  // limit goes up to the hard one, as far as the system lets it.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    static_cast<void>(::setrlimit(RLIMIT_NOFILE, &files));
+  }
   auto try_bind = [&](int family, int& error) {
     Socket s(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (s.get() < 0) {
@@ -382,7 +390,8 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
     for (const Pending& p : pending)
       fds.push_back({p.socket.get(), POLLIN, 0});
     // The ranks that joined say nothing more until the welcome: a joined socket that becomes
-    // readable has closed (its rank died, say, to be started again), and gives its rank up.
+    // readable has closed (its rank died, say, to be started again) or sent what no rank sends
+    // (a stranger that said a rank's hello), and gives its rank up either way.
     std::vector<std::pair<int, std::size_t>> watched;  // (rank, index into fds)
     for (int r = 1; r < world; ++r) {
       const Socket& s = joined[static_cast<std::size_t>(r)];
@@ -397,8 +406,7 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       if ((fds[at].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       char byte = 0;
       const ssize_t n = ::recv(fds[at].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)))
-        continue;  // bytes from a joined rank are read, and judged, after the welcome
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       joined[static_cast<std::size_t>(r)].reset();
       --count;
     }
@@ -407,12 +415,19 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       for (;;) {
         const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-          // Out of descriptors the listener stays readable: say so rather than spin to the
-          // deadline and blame the ranks. Otherwise (EAGAIN: none left; a connection that
-          // failed) the others keep waiting.
+          // Out of descriptors: a connection that has not said hello gives its place up (the
+          // oldest; strangers cannot fill rank 0's table that way), else, with nothing left to
+          // give, say so rather than spin to the deadline and blame the ranks. Otherwise
+          // (EAGAIN: none left; a connection that failed) the others keep waiting.
           if (errno == EMFILE || errno == ENFILE) {
+            if (!pending.empty()) {
+              pending.erase(pending.begin());
+              if (fds.size() > 1) fds.erase(fds.begin() + 1);  // fds[i + 1] is pending[i]'s
+              continue;
+            }
             refuse("rank 0 cannot accept more connections (" + system_error(errno) +
-                   "; raise the open-file limit, ulimit -n, above WORLD_SIZE)");
+                   "; it holds one per rank: raise the open-file limit, ulimit -n, above "
+                   "WORLD_SIZE + 16)");
           }
           break;
         }

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -577,6 +579,75 @@ TEST(TcpProcessGroup, ARankThatLeftTheRendezvousCanBeStartedAgain) {
     EXPECT_EQ(exits[r].status, 0) << "rank " << r << ":\n" << exits[r].out;
     EXPECT_EQ(exits[r].out.find("pipeplan: error"), std::string::npos) << exits[r].out;
   }
+}
+
+// A connection that said rank 1's hello and then more (no rank sends anything before the
+// welcome) gives rank 1's place up while the world is still gathering: the real rank 1 joins
+// (it was refused as a second RANK=1), and rank 0 does not spin on the unread byte.
+TEST(TcpProcessGroup, BytesBeforeTheWelcomeGiveTheRankUp) {
+  const int port = testing::free_port();
+  const milliseconds timeout(10000);
+  const auto body = meet_at_a_barrier(timeout);
+  const std::vector<std::function<int()>> bodies = {
+      [=] { return rank_main(rank_env(0, 3, port), timeout, body); },
+      [=] {
+        const int fd = connect_raw(port);
+        const std::string hello = raw_frame(10, 1, 3, 4, version_payload(1)) + "Z";
+        if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(hello.size()))
+          return 3;
+        std::this_thread::sleep_for(milliseconds(300));
+        const int status = rank_main(rank_env(1, 3, port), timeout, body);  // the stranger open
+        ::close(fd);
+        return status;
+      },
+      [=] {
+        std::this_thread::sleep_for(milliseconds(1000));
+        return rank_main(rank_env(2, 3, port), timeout, body);
+      }};
+  const std::vector<Exit> exits = run_processes(bodies);
+  for (std::size_t r = 0; r < exits.size(); ++r) {
+    EXPECT_EQ(exits[r].status, 0) << "rank " << r << ":\n" << exits[r].out;
+    EXPECT_EQ(exits[r].out.find("pipeplan: error"), std::string::npos) << exits[r].out;
+  }
+}
+
+// Rank 0 out of file descriptors: connections that have not said hello give their places up
+// (the oldest first) rather than end the job.
+TEST(TcpProcessGroup, SilentConnectionsPastTheOpenFileLimitDoNotEndTheJob) {
+  const int port = testing::free_port();
+  const milliseconds timeout(10000);
+  const auto body = meet_at_a_barrier(timeout);
+  const std::vector<std::function<int()>> bodies = {
+      [=] {
+        // Room for the descriptors open now, the listener and three more.
+        const auto open = std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+        const rlimit files{static_cast<rlim_t>(open + 4), static_cast<rlim_t>(open + 4)};
+        if (::setrlimit(RLIMIT_NOFILE, &files) != 0) return 4;
+        return rank_main(rank_env(0, 2, port), timeout, body);
+      },
+      [=] {
+        std::this_thread::sleep_for(milliseconds(1500));
+        return rank_main(rank_env(1, 2, port), timeout, body);
+      }};
+  std::vector<int> silent;
+  std::thread strangers([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    for (int i = 0; i < 8; ++i) {
+      try {
+        silent.push_back(connect_raw(port));
+      } catch (const Error&) {
+        break;  // rank 0 not listening yet, or the backlog full: fewer strangers
+      }
+    }
+  });
+  const std::vector<Exit> exits = run_processes(bodies);
+  strangers.join();
+  for (const int fd : silent)
+    ::close(fd);
+  EXPECT_GE(silent.size(), 4U);
+  for (std::size_t r = 0; r < exits.size(); ++r)
+    EXPECT_EQ(exits[r].status, 0) << "rank " << r << ":\n" << exits[r].out;
 }
 
 // Two ranks that meet at a barrier, rank 1 held back until `meanwhile` calls its argument (or
