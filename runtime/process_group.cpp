@@ -1,17 +1,22 @@
 #include "runtime/process_group.h"
 
-#include <cstring>
+#include <cstddef>
+#include <cstdint>
 
 namespace pipeplan {
 
 namespace {
 
-// Length-prefixed strings in one buffer (all_gather's broadcast).
+constexpr std::size_t kLengthBytes = 8;
+
+// Length-prefixed strings in one buffer (all_gather's broadcast), each length 8 bytes
+// little-endian, as the TCP frames are: hosts of either byte order read it alike.
 std::string pack(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& part : parts) {
     const auto length = static_cast<std::uint64_t>(part.size());
-    out.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    for (std::size_t i = 0; i < kLengthBytes; ++i)
+      out += static_cast<char>((length >> (8 * i)) & 0xFFU);
     out += part;
   }
   return out;
@@ -20,10 +25,11 @@ std::string pack(const std::vector<std::string>& parts) {
 std::vector<std::string> unpack(std::string_view bytes, std::string_view what) {
   std::vector<std::string> parts;
   while (!bytes.empty()) {
+    if (bytes.size() < kLengthBytes) throw Error(std::string(what) + ": truncated message");
     std::uint64_t length = 0;
-    if (bytes.size() < sizeof(length)) throw Error(std::string(what) + ": truncated message");
-    std::memcpy(&length, bytes.data(), sizeof(length));
-    bytes.remove_prefix(sizeof(length));
+    for (std::size_t i = 0; i < kLengthBytes; ++i)
+      length |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    bytes.remove_prefix(kLengthBytes);
     if (length > bytes.size()) throw Error(std::string(what) + ": truncated message");
     parts.emplace_back(bytes.substr(0, length));
     bytes.remove_prefix(length);

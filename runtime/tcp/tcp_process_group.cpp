@@ -326,10 +326,12 @@ Socket listen_on(const EnvLaunch& launch, int backlog) {
   const std::string variable =
       launch.port_source == "PIPEPLAN_MASTER_PORT" ? "PIPEPLAN_MASTER_PORT" : "MASTER_PORT";
   if (error == EADDRINUSE) {
-    throw Error(variable + ": " + launch.endpoint() +
-                (launch.port_source == "MASTER_PORT + 1" ? " (MASTER_PORT + 1)" : "") +
-                " is in use (by another job's rank 0, torchrun's store or another program; "
-                "PIPEPLAN_MASTER_PORT set to a free port on every rank chooses another)");
+    throw Error(
+        variable + ": " + launch.endpoint() +
+        (launch.port_source == "MASTER_PORT + 1" ? " (MASTER_PORT + 1)" : "") +
+        " is in use (by another job's rank 0, a second process given RANK=0, torchrun's store or "
+        "another program; "
+        "PIPEPLAN_MASTER_PORT set to a free port on every rank chooses another)");
   }
   throw Error(variable + ": rank 0 cannot listen on port " + std::to_string(launch.port) +
               " of its interfaces (" + system_error(error) + ")");

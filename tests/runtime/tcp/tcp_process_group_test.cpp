@@ -782,7 +782,9 @@ TEST(TcpProcessGroup, APortInUseIsRefusedNamingMasterPort) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
               "MASTER_PORT: 127.0.0.1:" + std::to_string(port) +
-                  " is in use (by another job's rank 0, torchrun's store or another program; "
+                  " is in use (by another job's rank 0, a second process given RANK=0, torchrun's "
+                  "store or "
+                  "another program; "
                   "PIPEPLAN_MASTER_PORT set to a free port on every rank chooses another)");
   }
   ::close(fd);
