@@ -10,6 +10,7 @@
 // an abort frame to every rank, each of which prints it in one line and exits non-zero).
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -80,6 +81,34 @@ std::string env_start_hint(int devices) {
          std::to_string(devices);
 }
 
+// Where a rank's GPU is: its host, the GPUs it sees (CUDA_VISIBLE_DEVICES) and LOCAL_RANK, of
+// which it takes GPU LOCAL_RANK mod the count.
+std::string gpu_place(const ProcessGroup& group) {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return std::string(host.data()) + "\n" + (visible == nullptr ? "" : visible) + "\n" +
+         std::to_string(group.local_rank());
+}
+
+// Two ranks that would take one GPU (a LOCAL_RANK given twice on a node) are refused before the
+// run: each would otherwise drive the whole GPU beside the other, or fail in NCCL.
+void check_gpu_places(ProcessGroup& group, std::chrono::milliseconds timeout) {
+  const std::vector<std::string> places =
+      group.all_gather(gpu_place(group), "the ranks' GPUs", timeout);
+  for (std::size_t a = 0; a < places.size(); ++a) {
+    for (std::size_t b = a + 1; b < places.size(); ++b) {
+      if (places[a] != places[b]) continue;
+      const std::string host = printable_text(places[a].substr(0, places[a].find('\n')));
+      const std::string local = places[a].substr(places[a].rfind('\n') + 1);
+      throw AgreedError("LOCAL_RANK: ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                        " on host " + host + " both have LOCAL_RANK=" + local +
+                        " and see the same GPUs (a rank takes GPU LOCAL_RANK mod the GPUs it "
+                        "sees): give each rank of a node its own LOCAL_RANK");
+    }
+  }
+}
+
 // Load and check on every rank, then agree: the same plan and options everywhere, one rank per
 // plan device, and (`check_world`, may be empty) what the launcher itself says of the world.
 TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
@@ -115,6 +144,7 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
                       "): every rank must read the same plan with the same --backend, --steps, "
                       "--seed, --timeout-ms, --gpu, --gemm-candidates and --transport");
   }
+  if (command.backend != "cpu") check_gpu_places(group, command.timeout());
   return std::move(*plan);
 }
 

@@ -89,6 +89,22 @@ TEST_F(EnvRunCli, FourRanksMeetAgreeAndRankZeroAloneReportsTheSharedError) {
   }
 }
 
+// Two ranks with one LOCAL_RANK on one host would take one GPU: refused after the rendezvous,
+// rank 0 alone saying so, every rank exiting non-zero.
+TEST_F(EnvRunCli, TwoRanksOfOneNodeWithOneLocalRankAreRefused) {
+  const std::vector<RankRun> runs = launch(4, cuda_args(), {}, no_module() + " LOCAL_RANK=1");
+  const std::string& zero = runs[0].out;
+  EXPECT_NE(runs[0].status, 0) << zero;
+  EXPECT_EQ(count(zero, "pipeplan: error: "), 1) << zero;
+  EXPECT_NE(zero.find("pipeplan: error: LOCAL_RANK: ranks 0 and 1 on host "), std::string::npos)
+      << zero;
+  EXPECT_NE(zero.find(" both have LOCAL_RANK=1 and see the same GPUs"), std::string::npos) << zero;
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_NE(runs[static_cast<std::size_t>(r)].status, 0) << "rank " << r;
+    EXPECT_EQ(runs[static_cast<std::size_t>(r)].out, "") << "rank " << r;
+  }
+}
+
 // A listening socket on 127.0.0.1 whose next port is free too (torchrun's store stands in).
 int listen_before_a_free_port(int& port) {
   for (int attempt = 0; attempt < 50; ++attempt) {
