@@ -28,6 +28,7 @@
 #include "planner/calibrate/profile_edit.h"
 #include "planner/calibrate/recorded_run.h"
 #include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/model.h"
 #include "profiles/partition.h"
@@ -173,7 +174,7 @@ std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
   for (std::size_t i = 0; i < prefixes.size(); ++i) {
     MeasuredRun run;
     run.name = labels[i];
-    run.plan = load_plan(prefixes[i] + ".plan.json");
+    run.plan = load_valid_plan(prefixes[i] + ".plan.json");
     const std::string trace = prefixes[i] + ".trace.json";
     run.times = node_times_from_trace(run.plan, read_json_file(trace), trace);
     runs.push_back(std::move(run));
@@ -430,7 +431,7 @@ struct EvalCommand {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const std::string& prefix = runs[i];
       if (report) report(printf_text("%s (%zu of %zu)", labels[i].c_str(), i + 1, runs.size()));
-      const TaskGraph recorded = load_plan(prefix + ".plan.json");
+      const TaskGraph recorded = load_valid_plan(prefix + ".plan.json");
       check_run_of_profile(recorded, prefix + ".plan.json", profile, profile_path);
       const std::string trace = prefix + ".trace.json";
       const std::vector<NodeTime> times =

@@ -4,6 +4,7 @@
 
 #include "planner/base/io.h"
 #include "planner/graph/simulator.h"
+#include "planner/graph/validator.h"
 #include "runtime/measured.h"
 #include "runtime/trace_diff.h"
 #include "tools/cli_checks.h"
@@ -21,7 +22,9 @@ struct DiffCommand {
   bool json = false;
 
   int run() const {
-    const TaskGraph plan = load_plan(plan_path);
+    // A plan that cannot run has no prediction to compare (a cycle would fail the simulation
+    // without naming the file; a node in no stream order would be left out).
+    const TaskGraph plan = load_valid_plan(plan_path);
     const SimResult predicted = simulate(plan);
     std::vector<NodeTime> host_times;
     std::vector<NodeTime> times =

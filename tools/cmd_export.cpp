@@ -42,11 +42,8 @@ struct ExportCommand {
   int run() const {
     if (format != "torch-csv")
       throw Error("--format: unknown export format '" + format + "' (valid: torch-csv)");
-    const TaskGraph graph = load_plan(plan_path);
     // A plan that cannot run exports nothing (a cycle, an unmatched send, a bad stage, ...).
-    if (const auto violation = find_violation(graph)) {
-      throw Error(input_name(plan_path) + ": invalid plan: " + violation->message);
-    }
+    const TaskGraph graph = load_valid_plan(plan_path);
     int stash_moves = 0;
     for (int id = 0; id < graph.node_count(); ++id) {
       const Node& n = graph.node(id);

@@ -439,11 +439,24 @@ std::string read_text_file(const std::filesystem::path& path) {
   // read is still refused past the limit.
   while (true) {
     if (done == text.size()) {
-      if (text.size() > static_cast<std::size_t>(limits::kMaxFileBytes)) {
+      // Full (a regular file at its size): a small read says whether anything follows before
+      // the buffer grows, so that a file read whole is held once, not in a buffer twice its size.
+      std::array<char, 4096> probe{};
+      const ssize_t more = ::read(file.get(), probe.data(), probe.size());
+      if (more < 0) {
+        if (errno == EINTR) continue;
+        throw Error(input_name(path) + ": read failed: " + system_error_text(errno));
+      }
+      if (more == 0) break;
+      if (done + static_cast<std::size_t>(more) > static_cast<std::size_t>(limits::kMaxFileBytes)) {
         throw Error(too_large(path, limits::kMaxFileBytes, true));
       }
-      text.resize(std::min<std::size_t>(std::max<std::size_t>(2 * text.size(), 4096),
-                                        static_cast<std::size_t>(limits::kMaxFileBytes) + 1));
+      text.resize(
+          std::min<std::size_t>(std::max<std::size_t>(2 * text.size(), probe.size()),
+                                static_cast<std::size_t>(limits::kMaxFileBytes) + probe.size()));
+      std::memcpy(text.data() + done, probe.data(), static_cast<std::size_t>(more));
+      done += static_cast<std::size_t>(more);
+      continue;
     }
     const ssize_t n = ::read(file.get(), text.data() + done, text.size() - done);
     if (n < 0) {
@@ -452,6 +465,9 @@ std::string read_text_file(const std::filesystem::path& path) {
     }
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
+    if (done > static_cast<std::size_t>(limits::kMaxFileBytes)) {
+      throw Error(too_large(path, limits::kMaxFileBytes, true));
+    }
   }
   text.resize(done);
   if (const auto nul = text.find('\0'); nul != std::string::npos) {

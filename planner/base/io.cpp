@@ -279,7 +279,8 @@ class ColumnSax {
     // A key met twice in one object, which a DOM parser resolves silently (the last wins): a
     // profile with two forward_us would plan with whichever came last. (A column's key is in
     // no object: try_emplace below finds it twice.)
-    if (!stack_.empty() && stack_.back().value->is_object() && stack_.back().value->contains(k))
+    if (!stack_.empty() && stack_.back().value->is_object() &&
+        (stack_.back().value->contains(k) || out_.columns.contains(path_to(k))))
       throw Error(std::string(source_) + ": field '" + path_to(k) +
                   "' appears twice in one object");
     key_ = k;

@@ -374,8 +374,10 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                                                               int version, int node_total,
                                                               TaskGraph& g) {
   g.meta = meta_from_json(require_field(json, "meta", source), source);
+  // Read outside named(): its own error already names the file and field.
+  const std::string schedule_text = require_string(json, "schedule", source);
   g.schedule = named(source, "schedule", [&] {
-    const std::string text = require_string(json, "schedule", source);
+    const std::string& text = schedule_text;
     // Lines and the blanks between words; nothing else a terminal would act on.
     if (const std::string problem = control_character_problem(text, "\n\t"); !problem.empty()) {
       throw Error(problem);
@@ -392,6 +394,18 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                 std::to_string(g.schedule.stage_count()) + " stages; meta has " +
                 std::to_string(g.meta.devices) + ", " + std::to_string(g.meta.microbatches) +
                 " and " + std::to_string(g.meta.stage_layers.size()));
+  }
+  // What diff, show and the runtime read from meta must be what the schedule says.
+  if (g.schedule.backward != g.meta.backward) {
+    throw Error(source + ": field 'meta.backward' is '" + std::string(to_string(g.meta.backward)) +
+                "' but the schedule's is '" + std::string(to_string(g.schedule.backward)) + "'");
+  }
+  if (static_cast<std::int64_t>(g.meta.chunks) * g.meta.devices != g.schedule.stage_count()) {
+    throw Error(source + ": field 'meta.chunks' is " + std::to_string(g.meta.chunks) + " but " +
+                std::to_string(g.schedule.stage_count()) + " stages on " +
+                std::to_string(g.meta.devices) + " devices are " +
+                std::to_string(g.schedule.stage_count() / std::max(g.meta.devices, 1)) +
+                " a device");
   }
   check_stage_layers(g, source);
   const auto& streams = require_field(json, "streams", source);

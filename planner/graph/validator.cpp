@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/graph/bpipe_check.h"
 
 namespace pipeplan {
@@ -680,6 +681,14 @@ std::string gib_text(double bytes) {
     std::snprintf(buffer, sizeof buffer, "%.0f bytes", bytes);
   }
   return buffer;
+}
+
+TaskGraph load_valid_plan(const std::filesystem::path& path) {
+  TaskGraph graph = load_plan(path);
+  if (const auto violation = find_violation(graph)) {
+    throw Error(input_name(path) + ": invalid plan: " + violation->message);
+  }
+  return graph;
 }
 
 std::optional<Violation> find_violation(const TaskGraph& graph) {

@@ -1,6 +1,7 @@
 // Plan validation: the first broken rule, with the node where it broke.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,11 @@ std::optional<Violation> find_violation(const TaskGraph& graph);
 // The same for a graph known to be acyclic (a simulation that ran every node proves it): the
 // cycle check is skipped, every other rule checked in the same order.
 std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acyclic);
+
+// load_plan, then find_violation: a plan that cannot run (a cycle, a node in no stream order, an
+// unmatched send, ...) is refused as "<file>: invalid plan: <rule's message>", for the commands
+// that read a plan to compare or export it rather than to validate it.
+TaskGraph load_valid_plan(const std::filesystem::path& path);
 
 // For the checks (here and planner/graph/bpipe_check.cpp): the violation of `rule` at `node` (-1
 // for none), its message "<node name>: <what> (rule <rule>)"; and "12.34 GiB" (MiB, KiB or bytes

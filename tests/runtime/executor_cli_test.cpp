@@ -119,6 +119,18 @@ TEST_F(RunCli, MeasuredTraceFeedsDiff) {
   EXPECT_EQ(shape.out, "pipeplan: error: " + trace +
                            ": field 'metadata.mbs' is 1, the plan's is 2 (a trace of another "
                            "plan)\n");
+  // A plan that cannot run has no prediction to compare: refused naming the file and the rule
+  // (its simulation would fail without naming either).
+  nlohmann::json cyclic = nlohmann::json::parse(std::ifstream(p));
+  cyclic["data_edges"].push_back(2);
+  cyclic["data_edges"].push_back(2);
+  std::ofstream(path("cyclic.json")) << cyclic.dump();
+  const Result invalid = run("diff " + path("cyclic.json") + " " + trace);
+  EXPECT_EQ(invalid.status, 1);
+  EXPECT_EQ(
+      invalid.out.rfind("pipeplan: error: " + path("cyclic.json") + ": invalid plan: node 2 ", 0),
+      0U)
+      << invalid.out;
 }
 
 TEST_F(RunCli, RefusesWhatItCannotRun) {

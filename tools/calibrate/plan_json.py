@@ -9,17 +9,19 @@ match), "edges" ([from, to] data edges) and "streams" (each with its "order").
 
 KINDS = {"c": "compute", "s": "send", "r": "recv"}
 OPS = {"F": "F", "B": "B", "1": "P1", "2": "P2", "O": "O"}
-TRANSFERS = {"-": "none", "a": "activation", "g": "gradient", "e": "evict", "l": "load"}
+TRANSFERS = {"-": "none", "a": "activation", "g": "gradient", "e": "evict", "l": "load",
+             "w": "grads"}
 SPELLINGS = {"F": "F", "B": "B", "P1": "P1_", "P2": "P2_"}
 
 
 def label(node):
     """The label a node's fields spell: its action ("0F3", "1P2_4+5"), after "evict " or "load "
-    for a BPipe stash move; a device's optimizer step is "optimizer"."""
+    for a BPipe stash move and "grads " for a stage's weight gradients (DualPipe's exchange); a
+    device's optimizer step is "optimizer"."""
     if node["op"] == "O":
         return "optimizer"
     text = str(node["stage"]) + SPELLINGS[node["op"]] + "+".join(map(str, node["microbatches"]))
-    if node.get("transfer") in ("evict", "load"):
+    if node["kind"] != "compute" and node.get("transfer") in ("evict", "load", "grads"):
         text = node["transfer"] + " " + text
     return text
 

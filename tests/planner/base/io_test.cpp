@@ -101,7 +101,12 @@ TEST(ParseJsonColumns, AnythingButInt64sInAColumnIsOneLineNamingIt) {
   EXPECT_EQ(columns_error(R"({"edges": [9223372036854775808]})"),
             "p.json: field 'edges' holds an integer outside the range of int64");
   EXPECT_EQ(columns_error(R"({"edges": [1], "edges": [2]})"),
-            "p.json: field 'edges' appears twice");
+            "p.json: field 'edges' appears twice in one object");
+  // A column is in no object, but its key is still the object's: a later value under it too.
+  EXPECT_EQ(columns_error(R"({"edges": [1], "edges": "x"})"),
+            "p.json: field 'edges' appears twice in one object");
+  EXPECT_EQ(columns_error(R"({"nodes": {"stream": [1], "stream": {"a": 1}}})"),
+            "p.json: field 'nodes.stream' appears twice in one object");
   EXPECT_EQ(columns_error(R"({"edges": [1, 2,]})"), "p.json: malformed JSON at byte 17");
   EXPECT_EQ(columns_error(R"({"edges": [1, 1e999]})"),
             "p.json: field 'edges' number '1e999' is outside the range of a double (line 1, "

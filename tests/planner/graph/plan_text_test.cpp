@@ -305,7 +305,7 @@ TEST(PlanText, AColumnGivenTwiceIsRefused) {
     plan_from_text(text, "p.json");
     ADD_FAILURE() << "a column given twice was read";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "p.json: field 'nodes.stage' appears twice");
+    EXPECT_STREQ(e.what(), "p.json: field 'nodes.stage' appears twice in one object");
   }
 }
 

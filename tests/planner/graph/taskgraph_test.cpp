@@ -163,6 +163,21 @@ TEST(PlanJson, RejectsWrongVersionAndBadFields) {
   j = good;
   j["meta"]["static_bytes"] = {1};
   expect_error(j, "static_bytes");
+  // meta says what the schedule says (diff matches traces by both; show prints them).
+  j = good;
+  j["meta"]["backward"] = "2bp";
+  expect_error(j, "bad.json: field 'meta.backward' is '2bp' but the schedule's is 'fused'");
+  j = good;
+  j["meta"]["chunks"] = 2;
+  expect_error(j, "field 'meta.chunks' is 2 but");
+  j = good;
+  j["schedule"] = 5;
+  try {
+    plan_from_json(j, "bad.json");
+    ADD_FAILURE() << "a number for the schedule was read";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "bad.json: field 'schedule' must be a string");  // named once
+  }
 }
 
 TEST(PlanDot, WritesEveryNodeAndEdge) {
