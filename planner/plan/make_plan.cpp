@@ -541,15 +541,17 @@ Plan make_plan_for_schedule_as_requested(const PlanRequest& request, const Sched
 
 // Recompute::Method::automatic. For a fixed order (`chooses_order` false): no recomputation if
 // the plan fits, else the fewest blocks per stage (the first N of each) with which it fits,
-// found by bisection (a stage's memory falls as N grows, its time rises), and every block when
-// N reaches the most blocks any stage holds. A family that chooses its order from the costs
+// tried from N = 1 up (the balanced cut moves with N, so a plan that fits at N need not fit at
+// N + 1: no bisection), and every block once N reaches the most blocks a stage holds on the
+// cuts a plan at N would be made on (`most_blocks`: there it is full recomputation's plan). A
+// family that chooses its order from the costs
 // (auto) can fit without recomputation by serialising its stages, so there every N from none to
 // every block is planned and the fastest by the request's objective kept. Anything but the
 // memory limit fails at once; when even full recomputation does not fit, its error is the one
 // reported.
-template <typename MakePlan>
-Plan with_least_recomputation(const PlanRequest& request, bool chooses_order,
-                              const MakePlan& make) {
+template <typename MakePlan, typename MostBlocks>
+Plan with_least_recomputation(const PlanRequest& request, bool chooses_order, const MakePlan& make,
+                              const MostBlocks& most_blocks) {
   if (request.recompute.method != Recompute::Method::automatic) return make(request);
   PlanRequest r = request;
   const auto attempt = [&](Recompute recompute) -> std::optional<Plan> {
@@ -588,36 +590,59 @@ Plan with_least_recomputation(const PlanRequest& request, bool chooses_order,
     }
     return best && !faster(*full, *best) ? std::move(*best) : std::move(*full);
   }
-  std::optional<Plan> best;
-  int lo = 1;
-  int hi = most;  // fits (as full)
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (std::optional<Plan> plan = attempt({Recompute::Method::block, mid})) {
-      best = std::move(plan);
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
+  for (int n = 1;; ++n) {
+    const Recompute first_n{Recompute::Method::block, n};
+    if (n >= most_blocks(first_n)) return std::move(*full);
+    if (std::optional<Plan> plan = attempt(first_n)) return std::move(*plan);
   }
-  if (lo >= most) return std::move(*full);
-  if (best && best->graph.meta.recompute.blocks == lo) return std::move(*best);
-  r.recompute = {Recompute::Method::block, lo};
-  return make(r);
+}
+
+// The most blocks a stage holds on the cuts a request with `recompute` is planned on: its
+// --layers-per-stage, or the balanced cuts (the two of make_plan_as_requested where a device
+// holds several stages); 0 where the model cannot be cut so (planning it says why).
+int most_blocks_on_its_cuts(const PlanRequest& request, const Recompute& recompute,
+                            const std::vector<std::vector<int>>& groups, int replicas) {
+  if (!request.layers_per_stage.empty()) {
+    return *std::max_element(request.layers_per_stage.begin(), request.layers_per_stage.end());
+  }
+  const ModelConfig& model = request.profile.model;
+  const int model_stages = request.devices * request.chunks / std::max(replicas, 1);
+  int most = 0;
+  try {
+    for (const auto& grouping : {groups, std::vector<std::vector<int>>{}}) {
+      const Partition cut = partition_balanced(model, request.profile, request.mbs, model_stages,
+                                               recompute, grouping);
+      most = std::max(most, most_blocks_per_stage(model, cut.stages));
+    }
+  } catch (const Error&) {
+    return 0;
+  }
+  return most;
 }
 
 }  // namespace
 
 Plan make_plan(const PlanRequest& request) {
-  const bool chooses_order = request.recompute.method == Recompute::Method::automatic &&
-                             find_schedule_family(request.schedule).traits().needs_costs;
-  return with_least_recomputation(request, chooses_order, make_plan_as_requested);
+  const ScheduleFamilyTraits& traits = find_schedule_family(request.schedule).traits();
+  const bool chooses_order =
+      request.recompute.method == Recompute::Method::automatic && traits.needs_costs;
+  const auto groups = device_stages(request.devices * request.chunks / std::max(traits.replicas, 1),
+                                    request.devices, traits.folded_stages);
+  return with_least_recomputation(
+      request, chooses_order, make_plan_as_requested, [&](const Recompute& recompute) {
+        return most_blocks_on_its_cuts(request, recompute, groups, traits.replicas);
+      });
 }
 
 Plan make_plan_for_schedule(const PlanRequest& request, const Schedule& schedule) {
-  return with_least_recomputation(request, false, [&](const PlanRequest& r) {
-    return make_plan_for_schedule_as_requested(r, schedule);
-  });
+  const auto groups =
+      schedule.replicas == 1 ? device_stages(schedule) : std::vector<std::vector<int>>{};
+  return with_least_recomputation(
+      request, false,
+      [&](const PlanRequest& r) { return make_plan_for_schedule_as_requested(r, schedule); },
+      [&](const Recompute& recompute) {
+        return most_blocks_on_its_cuts(request, recompute, groups, schedule.replicas);
+      });
 }
 
 namespace {

@@ -8,9 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "planner/base/error.h"
 #include "planner/graph/taskgraph.h"
 #include "profiles/partition.h"
 #include "tests/planner/plan_fixtures.h"
@@ -82,6 +85,47 @@ TEST(MakePlan, ChunkedFamiliesKeepTheFasterOfTheTwoBalancedCuts) {
     }
     EXPECT_EQ(chosen.sim.makespan_us, fastest) << model;
   }
+}
+
+}  // namespace
+}  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// --recompute auto takes the fewest blocks that fit, tried from one up: the balanced cut moves
+// with the count, so a count that fits can be followed by one that does not (BERT-large,
+// looped-bfs on 4 devices, mbs 4: N = 1 fits, N = 2 not, N = 3 again, where a bisection took 3
+// at 41.8 ms against 35.2).
+TEST(MakePlan, RecomputeAutoTakesTheFewestBlocksThatFitWhereFitsIsNotMonotone) {
+  PlanOptions o;
+  o.model = "bert-large";
+  o.gpu = "h100";
+  o.stages = 4;
+  o.microbatches = 8;
+  o.schedule = "looped-bfs";
+  o.backward = "fused";
+  o.mbs = 4;
+  o.chunks = 2;
+  o.memory = "4963696148B";
+  o.reserve = "0";
+  const auto fits = [&](const std::string& recompute) {
+    PlanOptions with = o;
+    with.recompute = recompute;
+    try {
+      return std::optional<Plan>(make_plan(make_request(with)));
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), "memory_limit_bytes") << e.what();
+      return std::optional<Plan>();
+    }
+  };
+  ASSERT_FALSE(fits("none").has_value());
+  ASSERT_TRUE(fits("1").has_value());
+  ASSERT_FALSE(fits("2").has_value());
+  const std::optional<Plan> automatic = fits("auto");
+  ASSERT_TRUE(automatic.has_value());
+  EXPECT_EQ(automatic->graph.meta.recompute.method, Recompute::Method::block);
+  EXPECT_EQ(automatic->graph.meta.recompute.blocks, 1);
 }
 
 }  // namespace
