@@ -148,10 +148,10 @@ Result check_transfer_memory(const TaskGraph& g) {
       }
       char when[48];
       std::snprintf(when, sizeof when, "%.3f ms", time / 1e3);
+      const auto [reached, allowed] = gib_texts_apart(static_cast<double>(bytes), limit);
       return make_violation(g, culprit, "memory-limit",
-                            "device " + std::to_string(d) + " reaches " +
-                                gib_text(static_cast<double>(bytes)) + " at " + when +
-                                " (simulated), above its limit " + gib_text(limit));
+                            "device " + std::to_string(d) + " reaches " + reached + " at " + when +
+                                " (simulated), above its limit " + allowed);
     }
   }
   return std::nullopt;

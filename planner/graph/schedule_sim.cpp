@@ -199,14 +199,13 @@ class CompactRun {
   void fail_memory(ScheduleSim& out, int d, std::int64_t bytes, bool static_only) const {
     out.memory_ok = false;
     const double limit = meta_.memory_limit_bytes[idx(d)];
-    out.error =
-        static_only
-            ? "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(bytes)) +
-                  " for parameters, gradients and optimizer state, above its "
-                  "limit " +
-                  gib_text(limit)
-            : "device " + std::to_string(d) + " reaches " + gib_text(static_cast<double>(bytes)) +
-                  ", above its limit " + gib_text(limit);
+    const auto [reached, allowed] = gib_texts_apart(static_cast<double>(bytes), limit);
+    out.error = static_only ? "device " + std::to_string(d) + " needs " + reached +
+                                  " for parameters, gradients and optimizer state, above its "
+                                  "limit " +
+                                  allowed
+                            : "device " + std::to_string(d) + " reaches " + reached +
+                                  ", above its limit " + allowed;
   }
 
   // When a message from device `from` to `dst`, ready at `end`, arrives: after the pair's previous

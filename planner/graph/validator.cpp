@@ -569,10 +569,11 @@ Result check_memory(const TaskGraph& g) {
     const std::int64_t base = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
     std::int64_t current = base;
     if (limit > 0 && static_cast<double>(current) > limit) {
-      return make_violation(
-          g, -1, "memory-limit",
-          "device " + std::to_string(d) + " needs " + gib_text(static_cast<double>(current)) +
-              " for parameters, gradients and optimizer state, above its limit " + gib_text(limit));
+      const auto [needed, allowed] = gib_texts_apart(static_cast<double>(current), limit);
+      return make_violation(g, -1, "memory-limit",
+                            "device " + std::to_string(d) + " needs " + needed +
+                                " for parameters, gradients and optimizer state, above its limit " +
+                                allowed);
     }
     // An overlapped pair (Node::overlaps_next and the next node of the stream) starts and ends
     // as one op: both allocations and both working memories are held at once, as the simulator
@@ -586,10 +587,10 @@ Result check_memory(const TaskGraph& g) {
       // Its working memory while it runs.
       const std::int64_t during = current + n.work_bytes + (pair ? second->work_bytes : 0);
       if (limit > 0 && static_cast<double>(during) > limit) {
-        return make_violation(g, order[i], "memory-limit",
-                              "device " + std::to_string(d) + " reaches " +
-                                  gib_text(static_cast<double>(during)) + ", above its limit " +
-                                  gib_text(limit));
+        const auto [reached, allowed] = gib_texts_apart(static_cast<double>(during), limit);
+        return make_violation(
+            g, order[i], "memory-limit",
+            "device " + std::to_string(d) + " reaches " + reached + ", above its limit " + allowed);
       }
       current -= n.free_bytes + (pair ? second->free_bytes : 0);
       if (current < base) {
@@ -663,6 +664,18 @@ Violation make_violation(const TaskGraph& graph, int node, const std::string& ru
                          const std::string& what) {
   std::string where = node >= 0 ? graph.node_name(node) + ": " : std::string();
   return Violation{node, rule, where + what + " (rule " + rule + ")"};
+}
+
+std::pair<std::string, std::string> gib_texts_apart(double a, double b) {
+  std::pair<std::string, std::string> texts{gib_text(a), gib_text(b)};
+  if (texts.first == texts.second && a != b) {
+    char buffer[40];
+    std::snprintf(buffer, sizeof buffer, " (%.0f bytes)", a);
+    texts.first += buffer;
+    std::snprintf(buffer, sizeof buffer, " (%.0f bytes)", b);
+    texts.second += buffer;
+  }
+  return texts;
 }
 
 std::string gib_text(double bytes) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "planner/graph/taskgraph.h"
 
@@ -35,6 +36,10 @@ TaskGraph load_valid_plan(const std::filesystem::path& path);
 Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
                          const std::string& what);
 std::string gib_text(double bytes);
+// Two sizes as gib_text writes them, each with its bytes beside where the two would read alike
+// ("7.46 GiB (8005823488 bytes)" against "7.46 GiB (8005823487 bytes)"): a peak and the limit
+// it is above.
+std::pair<std::string, std::string> gib_texts_apart(double a, double b);
 void validate(const TaskGraph& graph);  // throws Error with the violation's message
 // The same, the message naming the file the plan came from ("p.json: invalid plan: ...").
 void validate(const TaskGraph& graph, std::string_view source);

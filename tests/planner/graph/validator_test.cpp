@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,15 @@
 
 namespace pipeplan {
 namespace {
+
+// A peak one byte above its limit reads alike in GiB: both get their bytes beside.
+TEST(Validator, APeakAndItsLimitThatReadAlikeAreToldApart) {
+  EXPECT_EQ(gib_texts_apart(8005823488.0, 8005823487.0),
+            (std::pair<std::string, std::string>{"7.46 GiB (8005823488 bytes)",
+                                                 "7.46 GiB (8005823487 bytes)"}));
+  EXPECT_EQ(gib_texts_apart(8.0 * (1 << 30), 4.0 * (1 << 30)),
+            (std::pair<std::string, std::string>{"8.00 GiB", "4.00 GiB"}));
+}
 
 using testing::uniform_plan;
 
