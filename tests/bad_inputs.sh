@@ -245,6 +245,8 @@ check "plan --p2-concat with backward fused" plan --model tiny --stages 2 -m 2 -
 check "plan --p2-concat on a family placing its own p2" plan --model tiny --stages 2 -m 4 --schedule zb-h1 --p2-concat 2 -o '{out}'
 EXPECT='--stages: 4 devices x 2 virtual stages each (zb-v) = 8 stages but tiny has 4 blocks' \
   check "plan: zb-v with more virtual stages than blocks" plan --model tiny --stages 4 -m 8 --schedule zb-v -o '{out}'
+EXPECT='for parameters, gradients and optimizer state, above its limit' \
+  check "plan: auto where the parameters alone break the limit" plan --model llama-7b --stages 4 -m 8 --schedule auto --memory 30GiB -o '{out}'
 check "plan: MoE config with 1e9 experts" plan --model moe_many/config.json --stages 2 -m 2 -o '{out}'
 check "plan: MoE config with more experts per token than experts" plan --model moe_greedy/config.json --stages 2 -m 2 -o '{out}'
 check "profile --backend cpu of an MoE model" profile --backend cpu --model moe_tiny/config.json -o '{out}'

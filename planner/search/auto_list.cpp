@@ -10,6 +10,7 @@
 #include "planner/base/error.h"
 #include "planner/base/index.h"
 #include "planner/base/limits.h"
+#include "planner/graph/validator.h"
 
 namespace pipeplan {
 
@@ -181,6 +182,14 @@ class ListScheduler {
       dev.memory = d < static_cast<int>(in.static_bytes.size()) ? in.static_bytes[idx(d)] : 0;
       dev.limit =
           d < static_cast<int>(in.memory_limit_bytes.size()) ? in.memory_limit_bytes[idx(d)] : 0;
+      if (dev.limit > 0 && static_cast<double>(dev.memory) > dev.limit) {
+        // Named as the validator names it, not as a micro-batch that does not fit.
+        const auto [needed, allowed] = gib_texts_apart(static_cast<double>(dev.memory), dev.limit);
+        throw FieldError("memory_limit_bytes",
+                         "device " + std::to_string(d) + " needs " + needed +
+                             " for parameters, gradients and optimizer state, above its limit " +
+                             allowed);
+      }
       dev.first = dev.stages.empty() ? 0 : dev.stages.front();
       for (const int s : dev.stages) {
         if (s != dev.first) dev.later_stash = std::max(dev.later_stash, cost(s).stash_bytes);
