@@ -244,8 +244,9 @@ namespace {
 // object down ("data_edges", "nodes.stream").
 class ColumnSax {
  public:
-  ColumnSax(std::string_view source, const std::vector<std::string>& paths, JsonColumns& out)
-      : source_(source), paths_(paths), out_(out) {}
+  ColumnSax(std::string_view source, const std::vector<std::string>& paths, JsonColumns& out,
+            const std::vector<KnownKeys>& known)
+      : source_(source), paths_(paths), out_(out), known_(known) {}
 
   bool null() { return value(nullptr); }
   bool boolean(bool v) { return value(v); }
@@ -283,6 +284,20 @@ class ColumnSax {
         (stack_.back().value->contains(k) || out_.columns.contains(path_to(k))))
       throw Error(std::string(source_) + ": field '" + path_to(k) +
                   "' appears twice in one object");
+    if (!known_.empty() && !stack_.empty() && stack_.back().value->is_object()) {
+      const std::string path = path_to(k);
+      const std::string parent =
+          path.size() > k.size() ? path.substr(0, path.size() - k.size() - 1) : "";
+      for (const KnownKeys& object : known_) {
+        if (object.path != parent) continue;
+        if (std::find(object.keys.begin(), object.keys.end(), k) == object.keys.end()) {
+          nlohmann::json one = nlohmann::json::object();
+          one[k] = nullptr;
+          std::vector<std::string_view> keys(object.keys.begin(), object.keys.end());
+          require_known_fields_in(one, keys, source_, parent, object.what);
+        }
+      }
+    }
     key_ = k;
     return true;
   }
@@ -381,6 +396,7 @@ class ColumnSax {
   std::string_view source_;
   const std::vector<std::string>& paths_;
   JsonColumns& out_;
+  const std::vector<KnownKeys>& known_;
   std::vector<Frame> stack_;
   std::string key_;
   std::vector<std::int64_t>* column_ = nullptr;
@@ -399,9 +415,15 @@ const std::vector<std::int64_t>* JsonColumns::column(const std::string& path) co
 
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths) {
+  return parse_json_columns(text, source, paths, {});
+}
+
+JsonColumns parse_json_columns(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& paths,
+                               const std::vector<KnownKeys>& known) {
   check_json_depth(text, source);
   JsonColumns out;
-  ColumnSax sax(source, paths, out);
+  ColumnSax sax(source, paths, out, known);
   if (!nlohmann::json::sax_parse(text, &sax)) {
     if (sax.error_id() == 406) number_out_of_range(text, source, sax.error_what());
     throw Error(std::string(source) + ": malformed JSON at byte " +
@@ -501,6 +523,12 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what) {
+  require_known_fields_in(object, std::vector<std::string_view>(known), context, path, what);
+}
+
+void require_known_fields_in(const nlohmann::json& object,
+                             const std::vector<std::string_view>& known, std::string_view context,
+                             std::string_view path, std::string_view what) {
   if (!object.is_object()) return;  // the caller's own check names a non-object
   for (const auto& item : object.items()) {
     const std::string& key = item.key();

@@ -51,6 +51,18 @@ struct JsonColumns {
 // path. The same errors as parse_json_text otherwise.
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths);
+// The same, refusing as soon as it is met (before its value is read: a key of junk costs nothing)
+// a key that `known` does not list for its object: `known` maps an object's path ("" the
+// top-level object, "nodes") to its keys; objects it does not name take any. The error is
+// require_known_fields' ("field 'nodes.x' is not a field of <what>").
+struct KnownKeys {
+  std::string path;
+  std::vector<std::string_view> keys;
+  std::string_view what;
+};
+JsonColumns parse_json_columns(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& paths,
+                               const std::vector<KnownKeys>& known);
 // A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 
@@ -148,6 +160,9 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what);
+void require_known_fields_in(const nlohmann::json& object,
+                             const std::vector<std::string_view>& known, std::string_view context,
+                             std::string_view path, std::string_view what);
 // Checks {"format": expected_format, "version": expected_version}.
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source);

@@ -421,6 +421,13 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
     const int device = require_int(streams[i], "device", ctx, 0, g.meta.devices - 1);
     const StreamRole role = stream_role_from_string(require_string(streams[i], "role", ctx), ctx);
     const int peer = require_int(streams[i], "peer", ctx, -1, g.meta.devices - 1);
+    require_known_fields(streams[i], {"device", "role", "peer", "order"}, source,
+                         "streams[" + std::to_string(i) + "]", "a stream");
+    if ((role == StreamRole::compute) != (peer == -1)) {
+      throw Error(ctx + ": field 'peer' is " + std::to_string(peer) +
+                  (role == StreamRole::compute ? " on a compute stream (it has none: -1)"
+                                               : " on a link's stream (the other device)"));
+    }
     if (g.stream(device, role, peer) != static_cast<int>(i)) {
       throw Error(ctx + ": duplicate stream");
     }
@@ -967,9 +974,56 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
   std::vector<std::string> paths = {"data_edges"};
   for (const std::string_view name : kIntColumns)
     paths.push_back("nodes." + std::string(name));
-  const JsonColumns doc = parse_json_columns(text, source, paths);
+  // A key the format does not have, at the top or in the node table, is refused where the
+  // parser meets it, before its value is read (a misspelt field would otherwise read as absent).
+  static const std::vector<KnownKeys> kKnown = {
+      // A trace's keys pass here, so that a trace given for a plan is named as one
+      // (require_format, below); the plan's own list is checked after it.
+      {"",
+       {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges",
+        "traceEvents", "displayTimeUnit", "metadata"},
+       "a plan"},
+      {"nodes",
+       {"count", "kind", "op", "transfer", "duration_values", "stream", "stage", "microbatch",
+        "duration", "alloc_bytes", "free_bytes", "work_bytes", "bytes", "match",
+        "more_microbatches", "labels", "overlapped"},
+       "a plan's node table"},
+      {"meta",
+       {"model",
+        "gpu",
+        "devices",
+        "chunks",
+        "microbatches",
+        "mbs",
+        "seq",
+        "schedule",
+        "backward",
+        "p2_concat",
+        "attention",
+        "stage_layers",
+        "memory_limit_bytes",
+        "static_bytes",
+        "flops_per_token",
+        "peak_flops_per_device",
+        "link",
+        "profile_source",
+        "tensor_parallel",
+        "data_parallel",
+        "recompute",
+        "contention",
+        "overlap"},
+       "a plan's meta"},
+      {"meta.link", {"latency_us", "bandwidth_GBps"}, "a link"},
+      {"meta.data_parallel", {"replicas", "optimizer", "link"}, "a plan's data parallelism"},
+      {"meta.data_parallel.link", {"latency_us", "bandwidth_GBps"}, "a link"},
+      {"meta.recompute", {"method", "blocks"}, "a plan's recomputation"}};
+  const JsonColumns doc = parse_json_columns(text, source, paths, kKnown);
   const int version =
       require_format(doc.json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
+  require_known_fields(
+      doc.json,
+      {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges"}, source,
+      "", "a plan");
   if (version < kPlanVersion) return plan_from_json(doc.json, source);
   return plan_from_columns(doc, source);
 }

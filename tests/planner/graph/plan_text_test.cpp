@@ -325,3 +325,43 @@ TEST(PlanText, AnEmptyPlanReadsAsNoNodes) {
 
 }  // namespace
 }  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// A key the format does not have is refused, at the top and in the node table where the parser
+// meets it (before its value is read: a megabyte of junk under it costs nothing), in meta and in a
+// stream; a compute stream has no peer.
+TEST(PlanText, AKeyTheFormatDoesNotHaveIsRefusedWithTheNearestName) {
+  const std::string text =
+      plan_to_text(testing::uniform_plan({.devices = 2, .microbatches = 4}).graph);
+  const auto refused = [&](const std::function<void(json&)>& edit) {
+    json j = json::parse(text);
+    edit(j);
+    try {
+      plan_from_text(j.dump(), "p.json");
+      return std::string("accepted");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(refused([](json& j) {
+              j["zzz"] = json::array({0, 0, 0});
+            }),
+            "p.json: field 'zzz' is not a field of a plan");
+  EXPECT_EQ(refused([](json& j) {
+              j["meta"]["recomputes"] = {{"method", "full"}};
+            }),
+            "p.json: field 'meta.recomputes' is not a field of a plan's meta (did you mean "
+            "'recompute'?)");
+  EXPECT_EQ(refused([](json& j) { j["nodes"]["overlaped"] = json::array({1}); }),
+            "p.json: field 'nodes.overlaped' is not a field of a plan's node table (did you mean "
+            "'overlapped'?)");
+  EXPECT_EQ(refused([](json& j) { j["streams"][0]["ordr"] = json::array({0}); }),
+            "p.json: field 'streams[0].ordr' is not a field of a stream (did you mean 'order'?)");
+  EXPECT_EQ(refused([](json& j) { j["streams"][0]["peer"] = 1; }),
+            "p.json: streams[0]: field 'peer' is 1 on a compute stream (it has none: -1)");
+}
+
+}  // namespace
+}  // namespace pipeplan
