@@ -201,20 +201,18 @@ TEST_F(CpuProfileCli, OptionsOnlyAGpuTakesAreOneLineNamingThem) {
 // measured: a model with a learned position table (the backend applies RoPE), a sequence past
 // a sliding window (its attention sees every earlier token).
 TEST_F(CpuProfileCli, WhatCannotBeMeasuredOrWrittenFailsBeforeMeasuring) {
-  nlohmann::json learned = read_json(profile_)["model"];
-  learned["learned_positions"] = learned["seq"];
-  std::ofstream(path("learned.json")) << learned.dump();
-  const CliResult positions = run_pipeplan("profile --backend cpu --model " + path("learned.json") +
-                                           " -o " + path("l.json"));
-  EXPECT_EQ(positions.out,
+  // The profile's model with `field` set to `value`, profiled to `out`: the command's output.
+  const auto profile_with = [&](const char* field, const nlohmann::json& value, const char* out) {
+    nlohmann::json model = read_json(profile_)["model"];
+    model[field] = value;
+    const std::string file = path(std::string(field) + ".json");
+    std::ofstream(file) << model.dump();
+    return run_pipeplan("profile --backend cpu --model " + file + " -o " + path(out)).out;
+  };
+  EXPECT_EQ(profile_with("learned_positions", 32, "l.json"),
             "pipeplan: error: model 'tiny': backend cpu needs rotary positions (a learned position "
             "table, learned_positions, is planned only)\n");
-  nlohmann::json windowed = read_json(profile_)["model"];
-  windowed["sliding_window"] = 8;
-  std::ofstream(path("windowed.json")) << windowed.dump();
-  const CliResult window = run_pipeplan("profile --backend cpu --model " + path("windowed.json") +
-                                        " -o " + path("w.json"));
-  EXPECT_EQ(window.out,
+  EXPECT_EQ(profile_with("sliding_window", 8, "w.json"),
             "pipeplan: error: model 'tiny': sequence 32 is longer than its sliding_window 8, and "
             "the runtime's attention sees every earlier token (planned only)\n");
   // Seconds of measuring (64 sequences of every pass, 64 concatenated p2 calls) never start.
