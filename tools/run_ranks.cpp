@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -81,14 +82,21 @@ std::string env_start_hint(int devices) {
          std::to_string(devices);
 }
 
-// Where a rank's GPU is: its host, the GPUs it sees (CUDA_VISIBLE_DEVICES) and LOCAL_RANK, of
-// which it takes GPU LOCAL_RANK mod the count.
+// Where a rank's GPU is: its host (name and boot id: containers of one name on two machines are
+// two hosts), the GPUs it sees (CUDA_VISIBLE_DEVICES, and the container runtime's
+// NVIDIA_VISIBLE_DEVICES: pods of one node each given a GPU) and LOCAL_RANK, of which it takes GPU
+// LOCAL_RANK mod the count.
 std::string gpu_place(const ProcessGroup& group) {
   std::array<char, 256> host{};
   if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  return std::string(host.data()) + "\n" + (visible == nullptr ? "" : visible) + "\n" +
-         std::to_string(group.local_rank());
+  std::string boot;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+  const auto variable = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value == nullptr ? "" : value);
+  };
+  return std::string(host.data()) + "\n" + boot + "\n" + variable("CUDA_VISIBLE_DEVICES") + "\n" +
+         variable("NVIDIA_VISIBLE_DEVICES") + "\n" + std::to_string(group.local_rank());
 }
 
 // Two ranks that would take one GPU (a LOCAL_RANK given twice on a node) are refused before the

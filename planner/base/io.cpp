@@ -245,8 +245,8 @@ namespace {
 class ColumnSax {
  public:
   ColumnSax(std::string_view source, const std::vector<std::string>& paths, JsonColumns& out,
-            const std::vector<KnownKeys>& known)
-      : source_(source), paths_(paths), out_(out), known_(known) {}
+            const std::vector<KnownKeys>& known, std::string_view format)
+      : source_(source), paths_(paths), out_(out), known_(known), format_(format) {}
 
   bool null() { return value(nullptr); }
   bool boolean(bool v) { return value(v); }
@@ -269,6 +269,7 @@ class ColumnSax {
   }
   bool string(std::string& v) {
     if (column_ != nullptr) refuse("must hold integers only");
+    if (!known_.empty() && stack_.size() == 1 && key_ == "format" && v == format_) checking_ = true;
     return value(std::move(v));
   }
   bool binary(nlohmann::json::binary_t& /*v*/) { return false; }  // not in JSON text
@@ -281,10 +282,11 @@ class ColumnSax {
     // profile with two forward_us would plan with whichever came last. (A column's key is in
     // no object: try_emplace below finds it twice.)
     if (!stack_.empty() && stack_.back().value->is_object() &&
-        (stack_.back().value->contains(k) || out_.columns.contains(path_to(k))))
+        (stack_.back().value->contains(k) ||
+         (!out_.columns.empty() && out_.columns.contains(path_to(k)))))
       throw Error(std::string(source_) + ": field '" + path_to(k) +
                   "' appears twice in one object");
-    if (!known_.empty() && !stack_.empty() && stack_.back().value->is_object()) {
+    if (checking_ && !stack_.empty() && stack_.back().value->is_object()) {
       const std::string path = path_to(k);
       const std::string parent =
           path.size() > k.size() ? path.substr(0, path.size() - k.size() - 1) : "";
@@ -397,6 +399,8 @@ class ColumnSax {
   const std::vector<std::string>& paths_;
   JsonColumns& out_;
   const std::vector<KnownKeys>& known_;
+  std::string_view format_;
+  bool checking_ = false;  // the top-level "format" has read format_
   std::vector<Frame> stack_;
   std::string key_;
   std::vector<std::int64_t>* column_ = nullptr;
@@ -415,15 +419,15 @@ const std::vector<std::int64_t>* JsonColumns::column(const std::string& path) co
 
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths) {
-  return parse_json_columns(text, source, paths, {});
+  return parse_json_columns(text, source, paths, {}, {});
 }
 
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths,
-                               const std::vector<KnownKeys>& known) {
+                               const std::vector<KnownKeys>& known, std::string_view format) {
   check_json_depth(text, source);
   JsonColumns out;
-  ColumnSax sax(source, paths, out, known);
+  ColumnSax sax(source, paths, out, known, format);
   if (!nlohmann::json::sax_parse(text, &sax)) {
     if (sax.error_id() == 406) number_out_of_range(text, source, sax.error_what());
     throw Error(std::string(source) + ": malformed JSON at byte " +

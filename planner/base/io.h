@@ -60,9 +60,12 @@ struct KnownKeys {
   std::vector<std::string_view> keys;
   std::string_view what;
 };
+// The checks start once the top-level key "format" has read `format` (a file of another kind is
+// left to the caller's format check; a file whose "format" comes after other keys, to the
+// caller's own key checks).
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths,
-                               const std::vector<KnownKeys>& known);
+                               const std::vector<KnownKeys>& known, std::string_view format);
 // A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 

@@ -974,14 +974,12 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
   std::vector<std::string> paths = {"data_edges"};
   for (const std::string_view name : kIntColumns)
     paths.push_back("nodes." + std::string(name));
-  // A key the format does not have, at the top or in the node table, is refused where the
-  // parser meets it, before its value is read (a misspelt field would otherwise read as absent).
+  // A key the format does not have, at the top, in the node table and in meta, is refused where
+  // the parser meets it, before its value is read (a misspelt field would otherwise read as
+  // absent).
   static const std::vector<KnownKeys> kKnown = {
-      // A trace's keys pass here, so that a trace given for a plan is named as one
-      // (require_format, below); the plan's own list is checked after it.
       {"",
-       {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges",
-        "traceEvents", "displayTimeUnit", "metadata"},
+       {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges"},
        "a plan"},
       {"nodes",
        {"count", "kind", "op", "transfer", "duration_values", "stream", "stage", "microbatch",
@@ -1017,7 +1015,10 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
       {"meta.data_parallel", {"replicas", "optimizer", "link"}, "a plan's data parallelism"},
       {"meta.data_parallel.link", {"latency_us", "bandwidth_GBps"}, "a link"},
       {"meta.recompute", {"method", "blocks"}, "a plan's recomputation"}};
-  const JsonColumns doc = parse_json_columns(text, source, paths, kKnown);
+  // Checked as met once "format" has said pipeplan-plan (pipeplan writes it first); a file of
+  // another kind is named by require_format, and one whose keys come in another order is checked
+  // whole after it.
+  const JsonColumns doc = parse_json_columns(text, source, paths, kKnown, kPlanFormat);
   const int version =
       require_format(doc.json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
   require_known_fields(

@@ -14,6 +14,7 @@
 #include "planner/graph/simulator.h"
 #include "planner/graph/validator.h"
 #include "planner/plan/backward_fill.h"
+#include "profiles/gpu.h"
 #include "profiles/partition.h"
 #include "schedules/backward.h"
 
@@ -335,11 +336,29 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
     // placed in one stage's gap slows what the others run beside it: the 2bp order is kept
     // where the filled one is slower in the simulator that has them (an 8-stage 1F1B on the
     // 16-SM profile: 942.0 ms filled against 905.5).
+    // Only where it also fits: every device within its limit, and the stages sharing the GPU
+    // within its memory (the 2bp order keeps the retained sets longer), or no heavier in all
+    // than the filled order where the GPU's memory is not known.
     Schedule deferred = apply_backward_mode(generated, BackwardMode::twobp, request.p2_concat);
     deferred.backward = BackwardMode::twobp_fill;
-    const double filled_us = simulate(lower(filled, costs, meta)).makespan_us;
-    const double deferred_us = simulate(lower(deferred, costs, meta)).makespan_us;
-    return deferred_us < filled_us ? std::move(deferred) : std::move(filled);
+    const SimResult with_fill = simulate(lower(filled, costs, meta));
+    const SimResult without = simulate(lower(deferred, costs, meta));
+    if (!(without.makespan_us < with_fill.makespan_us)) return filled;
+    const std::vector<std::int64_t> peaks = without.peak_memory_bytes();
+    double shared = 0, shared_filled = 0;
+    for (std::size_t d = 0; d < peaks.size(); ++d) {
+      const double limit = d < meta.memory_limit_bytes.size() ? meta.memory_limit_bytes[d] : 0.0;
+      if (limit > 0 && static_cast<double>(peaks[d]) > limit) return filled;
+      shared += static_cast<double>(peaks[d]);
+    }
+    for (const std::int64_t peak : with_fill.peak_memory_bytes())
+      shared_filled += static_cast<double>(peak);
+    double gpu_bytes = 0;
+    try {
+      gpu_bytes = find_gpu(meta.gpu).hbm_bytes;
+    } catch (const Error&) {
+    }
+    return shared <= std::max(gpu_bytes, shared_filled) ? std::move(deferred) : std::move(filled);
   }
   return apply_backward_mode(generated, mode, request.p2_concat);
 }
@@ -466,13 +485,10 @@ PlannedSchedule plan_schedule(const PlanRequest& request) {
   return plan_schedule(request, false, checked);
 }
 
-namespace {
-
-// The cut that balances the virtual stages alone (blocks per stage of the model's cut), where a
-// device holds several stages and it differs from the device-balanced cut stage_inputs makes;
-// empty otherwise, or where the request fixes the cut or the family chooses it (auto).
 std::vector<int> stage_balanced_cut(const PlanRequest& request) {
-  if (!request.layers_per_stage.empty()) return {};
+  // Automatic recomputation is resolved before a cut is made (make_plan plans each count's).
+  if (!request.layers_per_stage.empty() || request.recompute.method == Recompute::Method::automatic)
+    return {};
   const ScheduleFamily& family = find_schedule_family(request.schedule);
   const ScheduleFamilyTraits& traits = family.traits();
   if (traits.needs_costs || request.devices < 1 || traits.replicas < 1) return {};
@@ -492,6 +508,8 @@ std::vector<int> stage_balanced_cut(const PlanRequest& request) {
     return {};  // planning the request names the problem
   }
 }
+
+namespace {
 
 Plan make_plan_on_its_cut(const PlanRequest& request);
 

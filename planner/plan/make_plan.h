@@ -61,6 +61,13 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta);
 
+// Where a device holds several stages, make_plan plans two balanced cuts and keeps the faster:
+// each device's sum balanced (the cut a request without --layers-per-stage gets), and this one,
+// the virtual stages balanced alone (blocks per stage of the model's cut). Empty where the two
+// are the same, where the request fixes the cut or recomputes automatically (each count's plan
+// has its own), or where the family chooses it (auto); the search makes it a candidate of its own.
+std::vector<int> stage_balanced_cut(const PlanRequest& request);
+
 // The checks of every request field that need no profile: counts at least 1 and within
 // planner/base/limits.h (devices, chunks, P·V stages, micro-batches, P·V·m, mbs, p2_concat,
 // memory limit). Throws FieldError naming the field. plan_schedule runs it first; a front end runs

@@ -170,6 +170,13 @@ SearchResult search_plans(const SearchRequest& request) {
         ++result.infeasible;
         continue;
       }
+      // make_plan's other cut where a device holds several stages: a candidate of its own.
+      PlanRequest family_request = r;
+      family_request.schedule = family->name();
+      family_request.chunks = chunks;
+      if (std::vector<int> alone = stage_balanced_cut(family_request);
+          !alone.empty() && std::find(parts.begin(), parts.end(), alone) == parts.end())
+        parts.push_back(std::move(alone));
       for (const BackwardMode mode : family->backward_modes()) {
         if (request.only_backward && mode != *request.only_backward) continue;
         for (const std::vector<int>& layers : parts) {

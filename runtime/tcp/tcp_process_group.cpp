@@ -279,10 +279,13 @@ ReadStatus read_exact(int fd, char* out, std::size_t size, Clock::time_point dea
 // PIPEPLAN_MASTER_PORT, whichever set the port).
 Socket listen_on(const EnvLaunch& launch, int backlog) {
   // Rank 0 holds a connection per rank, and for a moment those of strangers: its soft open-file
-  // limit goes up to the hard one, as far as the system lets it.
+  // limit goes up to what that needs, within the hard one (no higher: what runs later, NCCL
+  // included, keeps the limit it expects).
   rlimit files{};
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
+  const auto wanted = static_cast<rlim_t>(launch.world_size) + 64;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < wanted &&
+      files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = std::min(files.rlim_max, wanted);
     static_cast<void>(::setrlimit(RLIMIT_NOFILE, &files));
   }
   auto try_bind = [&](int family, int& error) {

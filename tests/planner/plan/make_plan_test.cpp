@@ -15,6 +15,7 @@
 
 #include "planner/base/error.h"
 #include "planner/graph/taskgraph.h"
+#include "profiles/gpu.h"
 #include "profiles/partition.h"
 #include "tests/planner/plan_fixtures.h"
 #include "tools/plan_options.h"
@@ -152,6 +153,11 @@ TEST(MakePlan, TwoBpFillIsNeverSlowerThanTwoBpUnderContentionCurves) {
       const Plan filled = make_plan(make_request(o));
       EXPECT_LE(filled.sim.makespan_us, twobp) << sm << " P=" << stages;
       EXPECT_EQ(filled.graph.meta.backward, BackwardMode::twobp_fill);
+      // And the stages still fit the one GPU they share (141 GiB on the H200).
+      std::int64_t shared = 0;
+      for (const std::int64_t peak : filled.sim.peak_memory_bytes())
+        shared += peak;
+      EXPECT_LE(static_cast<double>(shared), find_gpu("h200").hbm_bytes) << sm << " P=" << stages;
     }
   }
 }
