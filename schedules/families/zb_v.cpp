@@ -275,8 +275,7 @@ const ScheduleFamilyRegistration kZbV(
      .listing_order = 70,
      .p2 = P2Placement::by_family,
      .chunks = {.min = 2, .max = 2, .preferred = 2},
-     .memory = {"min(P, m)",
-                [](int p, int, int m) { return v_peak_stashes(VFamily::zb_v, p, m); }},
+     .memory = {"min(P, m)", [](int p, int, int m) { return v_peak_stashes(VFamily::zb_v, p, m); }},
      .folded_stages = true},
     make_published_zb_v);
 
