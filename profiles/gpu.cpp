@@ -168,6 +168,14 @@ GpuSpec find_gpu(std::string_view name_or_alias) {
   throw FieldError("gpu", "unknown GPU '" + std::string(name_or_alias) + "'; known: " + known);
 }
 
+double gpu_hbm_bytes(std::string_view key) {
+  try {
+    return find_gpu(key).hbm_bytes;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
 P2pLink node_link(const GpuSpec& gpu) {
   return {gpu.p2p_latency_us,
           gpu.nvlink_bandwidth_GBps > 0 ? gpu.nvlink_bandwidth_GBps : gpu.pcie_bandwidth_GBps};

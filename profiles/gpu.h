@@ -32,6 +32,8 @@ std::filesystem::path data_dir();
 std::vector<GpuSpec> load_gpus(const std::filesystem::path& gpus_json);
 std::vector<GpuSpec> gpus_from_json(const nlohmann::json& json, const std::string& source);
 GpuSpec find_gpu(std::string_view name_or_alias);  // throws Error naming the unknown GPU
+// The HBM of the gpus.json entry `key`, or 0 when there is none.
+double gpu_hbm_bytes(std::string_view key);
 // The link between two GPUs of one node: NVLink where the GPU has it, else PCIe (an H100 PCIe
 // without bridges), with the GPU's p2p latency.
 P2pLink node_link(const GpuSpec& gpu);

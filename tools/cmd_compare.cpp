@@ -131,7 +131,7 @@ struct CompareCommand {
       const SimResult& s = r.plan.sim;
       const auto peaks = s.peak_memory_bytes();
       const double peak = static_cast<double>(
-          shared ? shared_gpu_memory_bytes(s) : *std::max_element(peaks.begin(), peaks.end()));
+          shared ? s.shared_gpu_memory_bytes() : *std::max_element(peaks.begin(), peaks.end()));
       char mfu[16] = "n/a";
       if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
       char speedup[32] = "n/a";  // no 1f1b fused plan fits: nothing to compare with

@@ -11,6 +11,7 @@
 #include "planner/graph/simulator.h"
 #include "planner/graph/trace.h"
 #include "planner/graph/validator.h"
+#include "profiles/gpu.h"
 #include "profiles/recompute.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/emulate.h"
@@ -258,7 +259,7 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   const MeasuredHardware& hw = gpu_run->hardware();
   const std::string backend_name = gpu_run->backend_name() + " on " + hw.device_name;
   if (hw.emulated() && ranks.prints()) {  // each stage's allocator keeps its own peak
-    const auto together = static_cast<double>(shared_gpu_memory_bytes(predicted));
+    const auto together = static_cast<double>(predicted.shared_gpu_memory_bytes());
     if (const double hbm = gpu_hbm_bytes(hw.gpu); hbm > 0 && together > hbm) {
       std::cerr << "pipeplan: warning: the plan's " << hw.emulated_stages
                 << " stages are predicted to hold " << format_gib(together) << " together, more "

@@ -116,7 +116,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                       {"mfu_kind", "PaLM model FLOPs"},
                       {"per_device", devices},
                       {"profile", m.profile_source}};
-  if (!m.contention.empty()) j["shared_gpu_memory_bytes"] = shared_gpu_memory_bytes(sim);
+  if (!m.contention.empty()) j["shared_gpu_memory_bytes"] = sim.shared_gpu_memory_bytes();
   if (m.data_parallel.replicas > 1) {
     j["data_parallel_sync"] = {{"optimizer", std::string(to_string(m.data_parallel.optimizer))},
                                {"bandwidth_GBps", m.data_parallel.link.bandwidth_GBps},
@@ -133,24 +133,9 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
   return j;
 }
 
-double gpu_hbm_bytes(const std::string& key) {
-  try {
-    return find_gpu(key).hbm_bytes;
-  } catch (const Error&) {
-    return 0;
-  }
-}
-
-std::int64_t shared_gpu_memory_bytes(const SimResult& sim) {
-  std::int64_t sum = 0;
-  for (const DeviceMetrics& d : sim.devices)
-    sum += d.peak_memory_bytes;
-  return sum;
-}
-
 std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
   if (meta.contention.empty()) return "";
-  const auto sum = static_cast<double>(shared_gpu_memory_bytes(sim));
+  const auto sum = static_cast<double>(sim.shared_gpu_memory_bytes());
   std::string text = format_gib(sum);
   if (const double hbm = gpu_hbm_bytes(meta.gpu); hbm > 0) {
     text += sum <= hbm ? " of its " + format_gib(hbm)

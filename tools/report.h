@@ -20,11 +20,6 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim);
 // (a profile with contention curves: emulated stages in green contexts), that they do, since the
 // MFU of their own SM share is then higher by the GPU's SMs over theirs.
 std::string mfu_basis(const PlanMeta& meta);
-// What the one GPU of stages that share it holds: the sum of their peaks (each stage's caching
-// allocator keeps its own). Reported, not checked: --memory limits each stage.
-std::int64_t shared_gpu_memory_bytes(const SimResult& sim);
-// The HBM of the gpus.json entry `key`, or 0 when there is none.
-double gpu_hbm_bytes(const std::string& key);
 // For stages that share one GPU, that sum against the GPU's HBM (gpus.json): "55.68 GiB of its
 // 141.00 GiB", or "224.66 GiB, more than its 141.00 GiB: `run --emulate` cannot hold it"; "" for
 // separate GPUs.

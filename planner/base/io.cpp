@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,49 @@ std::string json_text(const nlohmann::json& value, int indent) {
 
 namespace {
 
+// Edits (insertions, deletions, substitutions) from a to b: a typo is one or two.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "<context>: field '<path>.<key>' is not a field of <what>", with the nearest of `known` at most
+// two edits away: require_known_fields' error, and the streaming parser's.
+[[noreturn]] void refuse_unknown_field(std::string_view key,
+                                       std::span<const std::string_view> known,
+                                       std::string_view context, std::string_view path,
+                                       std::string_view what) {
+  std::string message =
+      std::string(context) + ": field '" +
+      (path.empty() ? std::string(key) : std::string(path) + "." + std::string(key)) +
+      "' is not a field of " + std::string(what);
+  std::string_view nearest;
+  std::size_t best = 3;  // at most two edits away
+  for (const std::string_view field : known) {
+    if (const std::size_t d = edit_distance(key, field); d < best) {
+      best = d;
+      nearest = field;
+    }
+  }
+  if (!nearest.empty()) message += " (did you mean '" + std::string(nearest) + "'?)";
+  throw Error(message);
+}
+
+}  // namespace
+
+namespace {
+
 // nlohmann's SAX events turned into a document as its own parser builds it, except that the
 // arrays at the requested paths go into integer columns. A path is the keys from the top-level
 // object down ("data_edges", "nodes.stream").
@@ -291,13 +335,9 @@ class ColumnSax {
       const std::string parent =
           path.size() > k.size() ? path.substr(0, path.size() - k.size() - 1) : "";
       for (const KnownKeys& object : known_) {
-        if (object.path != parent) continue;
-        if (std::find(object.keys.begin(), object.keys.end(), k) == object.keys.end()) {
-          nlohmann::json one = nlohmann::json::object();
-          one[k] = nullptr;
-          std::vector<std::string_view> keys(object.keys.begin(), object.keys.end());
-          require_known_fields_in(one, keys, source_, parent, object.what);
-        }
+        if (object.path == parent &&
+            std::find(object.keys.begin(), object.keys.end(), k) == object.keys.end())
+          refuse_unknown_field(k, object.keys, source_, parent, object.what);
       }
     }
     key_ = k;
@@ -503,53 +543,13 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
   return value.get<std::string>();
 }
 
-namespace {
-
-// Edits (insertions, deletions, substitutions) from a to b: a typo is one or two.
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
-
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what) {
-  require_known_fields_in(object, std::vector<std::string_view>(known), context, path, what);
-}
-
-void require_known_fields_in(const nlohmann::json& object,
-                             const std::vector<std::string_view>& known, std::string_view context,
-                             std::string_view path, std::string_view what) {
   if (!object.is_object()) return;  // the caller's own check names a non-object
   for (const auto& item : object.items()) {
-    const std::string& key = item.key();
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string message = std::string(context) + ": field '" +
-                          (path.empty() ? key : std::string(path) + "." + key) +
-                          "' is not a field of " + std::string(what);
-    std::string_view nearest;
-    std::size_t best = 3;  // at most two edits away
-    for (std::string_view field : known) {
-      if (const std::size_t d = edit_distance(key, field); d < best) {
-        best = d;
-        nearest = field;
-      }
-    }
-    if (!nearest.empty()) message += " (did you mean '" + std::string(nearest) + "'?)";
-    throw Error(message);
+    if (std::find(known.begin(), known.end(), item.key()) == known.end())
+      refuse_unknown_field(item.key(), std::span(known.begin(), known.size()), context, path, what);
   }
 }
 

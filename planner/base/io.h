@@ -163,9 +163,6 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what);
-void require_known_fields_in(const nlohmann::json& object,
-                             const std::vector<std::string_view>& known, std::string_view context,
-                             std::string_view path, std::string_view what);
 // Checks {"format": expected_format, "version": expected_version}.
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source);

@@ -16,6 +16,13 @@ std::vector<std::int64_t> StepMetrics::peak_memory_bytes() const {
   return peaks;
 }
 
+std::int64_t StepMetrics::shared_gpu_memory_bytes() const {
+  std::int64_t sum = 0;
+  for (const DeviceMetrics& d : devices)
+    sum += d.peak_memory_bytes;
+  return sum;
+}
+
 namespace {
 
 using MemoryEvents = std::vector<std::pair<double, std::int64_t>>;  // (time, +alloc / -free)

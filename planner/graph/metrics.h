@@ -43,6 +43,9 @@ struct StepMetrics {
   // PaLM model FLOPs against meta.peak_flops_per_device; 0 when either is unknown.
   double mfu = 0;
   std::vector<std::int64_t> peak_memory_bytes() const;
+  // What one GPU that the stages share holds: the sum of their peaks (each stage's caching
+  // allocator keeps its own).
+  std::int64_t shared_gpu_memory_bytes() const;
 };
 
 // `times` by node id. Busy time is Σ (end − start) over each device's compute nodes; memory is

@@ -96,6 +96,11 @@ struct StageInputs {
   std::vector<StageCost> costs;
 };
 
+// The stages of the model's cut: the request's virtual stages over the copies of the model.
+int model_stage_count(const PlanRequest& request, int replicas) {
+  return request.devices * request.chunks / std::max(replicas, 1);
+}
+
 // Each device's stages of a cut into `stages` (partition_balanced's device_stages): stages s and
 // stages - 1 - s together when `folded` (ScheduleFamilyTraits::folded_stages), else s mod
 // `devices`.
@@ -176,10 +181,23 @@ StageInputs stage_inputs(const PlanRequest& request, int stage_count,
 }
 
 StageInputs stage_inputs(const PlanRequest& request, const ScheduleFamilyTraits& traits) {
-  const int stages = request.devices * request.chunks;
-  return stage_inputs(
-      request, stages, request.layers_per_stage, traits.replicas,
-      device_stages(stages / traits.replicas, request.devices, traits.folded_stages));
+  return stage_inputs(request, request.devices * request.chunks, request.layers_per_stage,
+                      traits.replicas,
+                      device_stages(model_stage_count(request, traits.replicas), request.devices,
+                                    traits.folded_stages));
+}
+
+// The two balanced cuts of the model (blocks per stage): each device's stages (`groups`)
+// balanced as a whole, and the stages alone. Throws Error where the model cannot be cut so.
+std::pair<std::vector<int>, std::vector<int>> balanced_cuts(
+    const PlanRequest& request, const Recompute& recompute,
+    const std::vector<std::vector<int>>& groups, int model_stages) {
+  const ModelConfig& model = request.profile.model;
+  const auto cut = [&](const std::vector<std::vector<int>>& grouping) {
+    return blocks_per_stage(model, partition_balanced(model, request.profile, request.mbs,
+                                                      model_stages, recompute, grouping));
+  };
+  return {cut(groups), cut({})};
 }
 
 // `known`: the plan's lower bound where the caller has it already (plan_schedule computes it,
@@ -323,6 +341,35 @@ void check_plan_request(const PlanRequest& r) {
               limits::kMaxStages);
 }
 
+namespace {
+
+// 2bp-fill's gaps come from a simulation without a shared GPU's contention curves, with which a
+// P2 placed in one stage's gap slows what the others run beside it: the 2bp order is kept where
+// the filled one is slower in the simulator that has them (an 8-stage 1F1B on the 16-SM profile:
+// 942.0 ms filled against 905.5), and where it also fits: every device within its limit, and
+// the stages sharing the GPU within its memory (the 2bp order keeps the retained sets longer),
+// or no heavier in all than the filled order where the GPU's memory is not known.
+Schedule filled_or_deferred(Schedule filled, const Schedule& generated,
+                            const std::vector<StageCost>& costs, const PlanMeta& meta,
+                            int p2_concat) {
+  Schedule deferred = apply_backward_mode(generated, BackwardMode::twobp, p2_concat);
+  deferred.backward = BackwardMode::twobp_fill;
+  const SimResult with_fill = simulate(lower(filled, costs, meta));
+  const SimResult without = simulate(lower(deferred, costs, meta));
+  if (!(without.makespan_us < with_fill.makespan_us)) return filled;
+  const std::vector<std::int64_t> peaks = without.peak_memory_bytes();
+  for (std::size_t d = 0; d < peaks.size() && d < meta.memory_limit_bytes.size(); ++d) {
+    const double limit = meta.memory_limit_bytes[d];
+    if (limit > 0 && static_cast<double>(peaks[d]) > limit) return filled;
+  }
+  const double room =
+      std::max(gpu_hbm_bytes(meta.gpu), static_cast<double>(with_fill.shared_gpu_memory_bytes()));
+  return static_cast<double>(without.shared_gpu_memory_bytes()) <= room ? std::move(deferred)
+                                                                        : std::move(filled);
+}
+
+}  // namespace
+
 Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta) {
@@ -332,33 +379,7 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
   if (mode == BackwardMode::twobp_fill) {
     Schedule filled = fill_p2_into_gaps(generated, costs, meta, request.p2_concat);
     if (meta.contention.empty()) return filled;
-    // The gaps come from a simulation without a shared GPU's contention curves, with which a P2
-    // placed in one stage's gap slows what the others run beside it: the 2bp order is kept
-    // where the filled one is slower in the simulator that has them (an 8-stage 1F1B on the
-    // 16-SM profile: 942.0 ms filled against 905.5).
-    // Only where it also fits: every device within its limit, and the stages sharing the GPU
-    // within its memory (the 2bp order keeps the retained sets longer), or no heavier in all
-    // than the filled order where the GPU's memory is not known.
-    Schedule deferred = apply_backward_mode(generated, BackwardMode::twobp, request.p2_concat);
-    deferred.backward = BackwardMode::twobp_fill;
-    const SimResult with_fill = simulate(lower(filled, costs, meta));
-    const SimResult without = simulate(lower(deferred, costs, meta));
-    if (!(without.makespan_us < with_fill.makespan_us)) return filled;
-    const std::vector<std::int64_t> peaks = without.peak_memory_bytes();
-    double shared = 0, shared_filled = 0;
-    for (std::size_t d = 0; d < peaks.size(); ++d) {
-      const double limit = d < meta.memory_limit_bytes.size() ? meta.memory_limit_bytes[d] : 0.0;
-      if (limit > 0 && static_cast<double>(peaks[d]) > limit) return filled;
-      shared += static_cast<double>(peaks[d]);
-    }
-    for (const std::int64_t peak : with_fill.peak_memory_bytes())
-      shared_filled += static_cast<double>(peak);
-    double gpu_bytes = 0;
-    try {
-      gpu_bytes = find_gpu(meta.gpu).hbm_bytes;
-    } catch (const Error&) {
-    }
-    return shared <= std::max(gpu_bytes, shared_filled) ? std::move(deferred) : std::move(filled);
+    return filled_or_deferred(std::move(filled), generated, costs, meta, request.p2_concat);
   }
   return apply_backward_mode(generated, mode, request.p2_concat);
 }
@@ -489,21 +510,14 @@ std::vector<int> stage_balanced_cut(const PlanRequest& request) {
   // Automatic recomputation is resolved before a cut is made (make_plan plans each count's).
   if (!request.layers_per_stage.empty() || request.recompute.method == Recompute::Method::automatic)
     return {};
-  const ScheduleFamily& family = find_schedule_family(request.schedule);
-  const ScheduleFamilyTraits& traits = family.traits();
+  const ScheduleFamilyTraits& traits = find_schedule_family(request.schedule).traits();
   if (traits.needs_costs || request.devices < 1 || traits.replicas < 1) return {};
-  const int model_stages = request.devices * request.chunks / traits.replicas;
+  const int model_stages = model_stage_count(request, traits.replicas);
   const auto groups = device_stages(model_stages, request.devices, traits.folded_stages);
   if (groups.empty()) return {};
-  const ModelConfig& model = request.profile.model;
   try {
-    std::vector<int> by_stage = blocks_per_stage(
-        model,
-        partition_balanced(model, request.profile, request.mbs, model_stages, request.recompute));
-    const std::vector<int> by_device =
-        blocks_per_stage(model, partition_balanced(model, request.profile, request.mbs,
-                                                   model_stages, request.recompute, groups));
-    return by_stage == by_device ? std::vector<int>{} : by_stage;
+    auto [by_device, by_stage] = balanced_cuts(request, request.recompute, groups, model_stages);
+    return by_stage == by_device ? std::vector<int>{} : std::move(by_stage);
   } catch (const Error&) {
     return {};  // planning the request names the problem
   }
@@ -635,19 +649,14 @@ int most_blocks_on_its_cuts(const PlanRequest& request, const Recompute& recompu
   if (!request.layers_per_stage.empty()) {
     return *std::max_element(request.layers_per_stage.begin(), request.layers_per_stage.end());
   }
-  const ModelConfig& model = request.profile.model;
-  const int model_stages = request.devices * request.chunks / std::max(replicas, 1);
-  int most = 0;
   try {
-    for (const auto& grouping : {groups, std::vector<std::vector<int>>{}}) {
-      const Partition cut = partition_balanced(model, request.profile, request.mbs, model_stages,
-                                               recompute, grouping);
-      most = std::max(most, most_blocks_per_stage(model, cut.stages));
-    }
+    const auto [by_device, by_stage] =
+        balanced_cuts(request, recompute, groups, model_stage_count(request, replicas));
+    return std::max(*std::max_element(by_device.begin(), by_device.end()),
+                    *std::max_element(by_stage.begin(), by_stage.end()));
   } catch (const Error&) {
     return 0;
   }
-  return most;
 }
 
 }  // namespace
@@ -656,8 +665,8 @@ Plan make_plan(const PlanRequest& request) {
   const ScheduleFamilyTraits& traits = find_schedule_family(request.schedule).traits();
   const bool chooses_order =
       request.recompute.method == Recompute::Method::automatic && traits.needs_costs;
-  const auto groups = device_stages(request.devices * request.chunks / std::max(traits.replicas, 1),
-                                    request.devices, traits.folded_stages);
+  const auto groups = device_stages(model_stage_count(request, traits.replicas), request.devices,
+                                    traits.folded_stages);
   return with_least_recomputation(
       request, chooses_order, make_plan_as_requested, [&](const Recompute& recompute) {
         return most_blocks_on_its_cuts(request, recompute, groups, traits.replicas);

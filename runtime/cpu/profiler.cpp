@@ -226,12 +226,8 @@ std::int64_t estimate_host_bytes(const CpuProfileOptions& options) {
   constexpr std::int64_t kF32 = 4;
   const auto bytes_of = [](const auto& specs) {
     std::int64_t elements = 0;
-    for (const auto& spec : specs) {
-      std::int64_t n = 1;
-      for (const std::int64_t extent : spec.shape)
-        n *= extent;
-      elements += n;
-    }
+    for (const auto& spec : specs)
+      elements += shape_numel(spec.shape);
     return kF32 * elements;
   };
   constexpr std::int64_t kStatesPerParameter = 4;  // weight, gradient, AdamW m and v
