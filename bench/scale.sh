@@ -5,6 +5,8 @@
 #   plan -o     wall time, planner time (its own planning_ms), peak RSS, file size, nodes
 #   validate    wall time, peak RSS
 #   show        wall time, peak RSS (timeline and summary to /dev/null)
+#   show --trace wall time, peak RSS, trace file size (the simulated Perfetto trace)
+#   diff        wall time, peak RSS (the plan against that trace, read back as a measured one)
 # Wall time and peak RSS come from /usr/bin/time (10 ms resolution); each run is a fresh process.
 #
 # Usage: bench/scale.sh PIPEPLAN [OUT.tsv]     (RUNS, default 3; SIZES, default "16:96 32:512
@@ -28,25 +30,30 @@ timed() {
   cat "$work/time" >>"$file"
 }
 
-printf 'P\tm\tschedule\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\n' >"$out"
+printf 'P\tm\tschedule\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\ttrace_s\ttrace_rss_mb\ttrace_bytes\tdiff_s\tdiff_rss_mb\n' >"$out"
 for size in $sizes; do
   IFS=: read -r p m schedule <<<"$size"
   schedule=${schedule:-1f1b}
   plan_file=$work/plan-$p-$m-$schedule.json
   args=(plan --uniform 10:10:8:0.4 --stages "$p" --microbatches "$m" --schedule "$schedule"
     --backward 2bp -o "$plan_file")
-  rm -f "$work"/{plan,validate,show,planning}
+  trace_file=$work/trace-$p-$m-$schedule.json
+  rm -f "$work"/{plan,validate,show,planning,trace,diff}
   for _ in $(seq "$runs"); do
     timed "$work/plan" "$pipeplan" "${args[@]}" --json
     sed -n 's/^ *"planning_ms": \([0-9.e+-]*\),*$/\1/p' "$work/stdout" >>"$work/planning"
     timed "$work/validate" "$pipeplan" validate "$plan_file"
     timed "$work/show" "$pipeplan" show "$plan_file" --width 120
+    timed "$work/trace" "$pipeplan" show "$plan_file" --width 120 --trace "$trace_file"
+    timed "$work/diff" "$pipeplan" diff "$plan_file" "$trace_file"
   done
   nodes=$("$pipeplan" validate "$plan_file" | sed -n 's/.*(\([0-9]*\) nodes.*/\1/p')
   bytes=$(stat -c %s "$plan_file")
+  trace_bytes=$(stat -c %s "$trace_file")
   col() { awk -v c="$2" '{ print $c }' "$work/$1" | median; }
   mb() { awk '{ printf "%.1f\n", $1 / 1024 }'; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$m" "$schedule" "$nodes" "$bytes" \
-    "$(col plan 1)" "$(median <"$work/planning")" "$(col plan 2 | mb)" \
-    "$(col validate 1)" "$(col validate 2 | mb)" "$(col show 1)" "$(col show 2 | mb)" >>"$out"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$m" "$schedule" \
+    "$nodes" "$bytes" "$(col plan 1)" "$(median <"$work/planning")" "$(col plan 2 | mb)" \
+    "$(col validate 1)" "$(col validate 2 | mb)" "$(col show 1)" "$(col show 2 | mb)" \
+    "$(col trace 1)" "$(col trace 2 | mb)" "$trace_bytes" "$(col diff 1)" "$(col diff 2 | mb)" >>"$out"
 done

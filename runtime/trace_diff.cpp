@@ -59,12 +59,16 @@ std::string string_member(const json& object, std::string_view key) {
   return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-[[noreturn]] void bad_slice(std::string_view source, std::size_t index, const json& event,
-                            const std::string& why) {
-  std::string name = string_member(event, "name");
+[[noreturn]] void bad_slice_named(std::string_view source, std::size_t index, std::string name,
+                                  const std::string& why) {
   if (name.size() > 60) name = name.substr(0, 60) + "...";
   throw Error(std::string(source) + ": traceEvents[" + std::to_string(index) + "]" +
               (name.empty() ? "" : " ('" + name + "')") + ": " + why);
+}
+
+[[noreturn]] void bad_slice(std::string_view source, std::size_t index, const json& event,
+                            const std::string& why) {
+  bad_slice_named(source, index, string_member(event, "name"), why);
 }
 
 // A finite time in µs from the slice (`in_args`: from its args), within limits::kMaxNodeTimeUs
@@ -143,8 +147,7 @@ void check_slice(const TaskGraph& plan, int id, const SliceTrack& track, const j
 // copies of the two overlap.
 void check_stream_times(const TaskGraph& plan, const std::vector<SliceTrack>& tracks,
                         const std::vector<NodeTime>& times,
-                        const std::vector<std::size_t>& event_of, const json& events,
-                        std::string_view source) {
+                        const std::vector<std::size_t>& event_of, std::string_view source) {
   constexpr double kToleranceUs = 1e-3;
   for (std::size_t s = 0; s < plan.streams().size(); ++s) {
     const Stream& stream = plan.streams()[s];
@@ -160,13 +163,14 @@ void check_stream_times(const TaskGraph& plan, const std::vector<SliceTrack>& tr
       }
       if (before_node >= 0 && times[i].start_us < before - kToleranceUs) {
         const auto earlier = static_cast<std::size_t>(before_node);
-        bad_slice(source, event_of[i], events[event_of[i]],
-                  "starts at " + json(times[i].start_us).dump() + " us, before '" +
-                      string_member(events[event_of[earlier]], "name") + "' (traceEvents[" +
-                      std::to_string(event_of[earlier]) + "]) ends at " + json(before).dump() +
-                      " us on stream " + stream.name() + " of device " +
-                      std::to_string(stream.device) +
-                      " (its slices run one at a time, in the plan's order)");
+        // (A slice's name is its node's: check_slice.)
+        bad_slice_named(source, event_of[i], slice_name(plan.node(id)),
+                        "starts at " + json(times[i].start_us).dump() + " us, before '" +
+                            slice_name(plan.node(before_node)) + "' (traceEvents[" +
+                            std::to_string(event_of[earlier]) + "]) ends at " +
+                            json(before).dump() + " us on stream " + stream.name() + " of device " +
+                            std::to_string(stream.device) +
+                            " (its slices run one at a time, in the plan's order)");
       }
       if (times[i].end_us > latest || latest_node < 0) {
         latest = std::max(latest, times[i].end_us);
@@ -217,61 +221,121 @@ double OpDiff::error_pct() const {
   return pct(measured_us, predicted_us);
 }
 
-std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& trace,
-                                            std::string_view source,
-                                            std::vector<NodeTime>* host_times) {
-  const json* events = member(trace, "traceEvents");
-  if (events == nullptr || !events->is_array()) {
-    throw Error(std::string(source) + ": field 'traceEvents' missing (not a pipeplan trace)");
+namespace {
+
+// Node times from a trace's events, given one at a time in file order (a trace of a million nodes
+// is never read whole). The first event that is wrong is remembered, not thrown at once, so that
+// finish() reports what the DOM order would: 'traceEvents' missing, then metadata of another
+// plan (which may come after the events in the file), then the first bad slice.
+class TraceTimes {
+ public:
+  TraceTimes(const TaskGraph& plan, std::string_view source)
+      : plan_(plan),
+        source_(source),
+        times_(static_cast<std::size_t>(plan.node_count())),
+        host_(times_.size()),
+        seen_(times_.size(), 0),
+        event_of_(times_.size(), 0),
+        tracks_(slice_tracks(plan)) {}
+
+  void event(const json& event, std::size_t index) {
+    if (error_) return;
+    try {
+      read(event, index);
+    } catch (const Error& e) {
+      error_ = e.what();
+    }
   }
-  check_metadata(plan, trace, source);
-  std::vector<NodeTime> times(static_cast<std::size_t>(plan.node_count()));
-  std::vector<NodeTime> host(times.size());
-  bool every_host = true;
-  std::vector<char> seen(times.size(), 0);
-  std::vector<std::size_t> event_of(times.size(), 0);
-  const std::vector<SliceTrack> tracks = slice_tracks(plan);
-  for (std::size_t index = 0; index < events->size(); ++index) {
-    const json& event = (*events)[index];
+
+  // `trace`: the document without its events; `has_events`: it had a 'traceEvents' array.
+  std::vector<NodeTime> finish(const json& trace, bool has_events,
+                               std::vector<NodeTime>* host_times) {
+    if (!has_events) {
+      throw Error(std::string(source_) + ": field 'traceEvents' missing (not a pipeplan trace)");
+    }
+    check_metadata(plan_, trace, source_);
+    if (error_) throw Error(*error_);
+    for (int id = 0; id < plan_.node_count(); ++id) {
+      if (!seen_[static_cast<std::size_t>(id)]) {
+        throw Error(std::string(source_) + ": no slice for " + plan_.node_name(id));
+      }
+    }
+    check_stream_times(plan_, tracks_, times_, event_of_, source_);
+    if (host_times != nullptr) {
+      *host_times = every_host_ ? std::move(host_) : std::vector<NodeTime>{};
+    }
+    return std::move(times_);
+  }
+
+ private:
+  void read(const json& event, std::size_t index) {
     // Slices only: metadata, counters and flow events carry no node time.
-    if (string_member(event, "ph") != "X") continue;
+    if (string_member(event, "ph") != "X") return;
     const json* args = member(event, "args");
-    if (args == nullptr || !args->is_object()) continue;
+    if (args == nullptr || !args->is_object()) return;
     const json* node = member(*args, "node");
     const std::optional<std::int64_t> id_value =
         node != nullptr ? int64_value(*node) : std::nullopt;
-    if (!id_value || *id_value < 0 || *id_value >= plan.node_count()) {
-      bad_slice(source, index, event,
+    if (!id_value || *id_value < 0 || *id_value >= plan_.node_count()) {
+      bad_slice(source_, index, event,
                 "field 'args.node' " +
                     (node == nullptr ? std::string("is missing") : "= " + json_excerpt(*node)) +
-                    ", the plan has nodes 0.." + std::to_string(plan.node_count() - 1));
+                    ", the plan has nodes 0.." + std::to_string(plan_.node_count() - 1));
     }
-    const int id = static_cast<int>(*id_value);
-    if (seen[static_cast<std::size_t>(id)]) {
-      bad_slice(source, index, event, "a second slice for " + plan.node_name(id));
+    const auto id = static_cast<std::size_t>(*id_value);
+    if (seen_[id]) {
+      bad_slice(source_, index, event,
+                "a second slice for " + plan_.node_name(static_cast<int>(id)));
     }
-    check_slice(plan, id, tracks[static_cast<std::size_t>(id)], event, source, index);
-    event_of[static_cast<std::size_t>(id)] = index;
-    const double start = slice_time(source, index, event, "ts", false);
-    times[static_cast<std::size_t>(id)] = {start,
-                                           start + slice_time(source, index, event, "dur", true)};
-    seen[static_cast<std::size_t>(id)] = 1;
+    check_slice(plan_, static_cast<int>(id), tracks_[id], event, source_, index);
+    event_of_[id] = index;
+    const double start = slice_time(source_, index, event, "ts", false);
+    times_[id] = {start, start + slice_time(source_, index, event, "dur", true)};
+    seen_[id] = 1;
     if (member(*args, "host_start_us") != nullptr || member(*args, "host_end_us") != nullptr) {
-      host[static_cast<std::size_t>(id)] = {
-          slice_time(source, index, event, "host_start_us", false, true),
-          slice_time(source, index, event, "host_end_us", false, true)};
+      host_[id] = {slice_time(source_, index, event, "host_start_us", false, true),
+                   slice_time(source_, index, event, "host_end_us", false, true)};
     } else {
-      every_host = false;
+      every_host_ = false;
     }
   }
-  for (int id = 0; id < plan.node_count(); ++id) {
-    if (!seen[static_cast<std::size_t>(id)]) {
-      throw Error(std::string(source) + ": no slice for " + plan.node_name(id));
-    }
+
+  const TaskGraph& plan_;
+  std::string_view source_;
+  std::vector<NodeTime> times_;
+  std::vector<NodeTime> host_;
+  std::vector<char> seen_;
+  std::vector<std::size_t> event_of_;
+  std::vector<SliceTrack> tracks_;
+  bool every_host_ = true;
+  std::optional<std::string> error_;
+};
+
+}  // namespace
+
+std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& trace,
+                                            std::string_view source,
+                                            std::vector<NodeTime>* host_times) {
+  TraceTimes reader(plan, source);
+  const json* events = member(trace, "traceEvents");
+  const bool has_events = events != nullptr && events->is_array();
+  if (has_events) {
+    for (std::size_t index = 0; index < events->size(); ++index)
+      reader.event((*events)[index], index);
   }
-  check_stream_times(plan, tracks, times, event_of, *events, source);
-  if (host_times != nullptr) *host_times = every_host ? std::move(host) : std::vector<NodeTime>{};
-  return times;
+  return reader.finish(trace, has_events, host_times);
+}
+
+std::vector<NodeTime> read_trace_times(const TaskGraph& plan, const std::filesystem::path& path,
+                                       std::vector<NodeTime>* host_times) {
+  const std::string source = input_name(path);
+  const std::string text = read_text_file(path);
+  TraceTimes reader(plan, source);
+  const json trace =
+      parse_json_streaming(text, source, "traceEvents",
+                           [&](json&& event, std::size_t index) { reader.event(event, index); });
+  const json* events = member(trace, "traceEvents");
+  return reader.finish(trace, events != nullptr && events->is_array(), host_times);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // with the simulation of the same plan, op by op, per device and overall.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ namespace pipeplan {
 std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const nlohmann::json& trace,
                                             std::string_view source,
                                             std::vector<NodeTime>* host_times = nullptr);
+// The same from the trace file at `path` ("-": standard input), read event by event: a trace of a
+// million nodes is never whole in memory as JSON.
+std::vector<NodeTime> read_trace_times(const TaskGraph& plan, const std::filesystem::path& path,
+                                       std::vector<NodeTime>* host_times = nullptr);
 
 struct OpDiff {
   int node = -1;

@@ -176,7 +176,7 @@ std::vector<MeasuredRun> load_runs(const std::vector<std::string>& prefixes) {
     run.name = labels[i];
     run.plan = load_valid_plan(prefixes[i] + ".plan.json");
     const std::string trace = prefixes[i] + ".trace.json";
-    run.times = node_times_from_trace(run.plan, read_json_file(trace), trace);
+    run.times = read_trace_times(run.plan, trace);
     runs.push_back(std::move(run));
   }
   return runs;
@@ -434,8 +434,7 @@ struct EvalCommand {
       const TaskGraph recorded = load_valid_plan(prefix + ".plan.json");
       check_run_of_profile(recorded, prefix + ".plan.json", profile, profile_path);
       const std::string trace = prefix + ".trace.json";
-      const std::vector<NodeTime> times =
-          node_times_from_trace(recorded, read_json_file(trace), trace);
+      const std::vector<NodeTime> times = read_trace_times(recorded, trace);
       const double measured = measured_makespan(recorded, times);
       const SimResult before = simulate(recorded);
       SimResult after;

@@ -27,8 +27,7 @@ struct DiffCommand {
     const TaskGraph plan = load_valid_plan(plan_path);
     const SimResult predicted = simulate(plan);
     std::vector<NodeTime> host_times;
-    std::vector<NodeTime> times =
-        node_times_from_trace(plan, read_json_file(measured_path), measured_path, &host_times);
+    std::vector<NodeTime> times = read_trace_times(plan, measured_path, &host_times);
     // The trace holds node times only: memory is the plan's, replayed at the measured times.
     SimResult measured = measured_result(plan, std::move(times), {});
     measured.host_times = std::move(host_times);

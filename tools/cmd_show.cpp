@@ -79,7 +79,11 @@ struct ShowCommand {
     }
     // Both outputs or neither.
     OutputFiles outputs;
-    if (!trace.empty()) outputs.add(trace, json_text(perfetto_trace(graph, sim, plan_path)) + "\n");
+    if (!trace.empty()) {
+      outputs.add_stream(trace, [&](const OutputFiles::Writer& write) {
+        write_perfetto_trace(graph, sim, plan_path, write);
+      });
+    }
     if (!dot.empty()) {
       std::ostringstream out;
       write_dot(graph, out);

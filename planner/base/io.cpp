@@ -291,6 +291,11 @@ class ColumnSax {
   ColumnSax(std::string_view source, const std::vector<std::string>& paths, JsonColumns& out,
             const std::vector<KnownKeys>& known, std::string_view format)
       : source_(source), paths_(paths), out_(out), known_(known), format_(format) {}
+  // Each element of the array at `path` goes to `element` once read, and is then dropped.
+  void stream_elements(std::string path, const JsonElementSink* element) {
+    stream_path_ = std::move(path);
+    element_sink_ = element;
+  }
 
   bool null() { return value(nullptr); }
   bool boolean(bool v) { return value(v); }
@@ -355,6 +360,14 @@ class ColumnSax {
       column_name_ = path;
       return true;
     }
+    if (element_sink_ != nullptr && streamed_ == nullptr && !stream_path_.empty() &&
+        !stack_.empty() && stack_.back().value->is_object() && stack_.size() == 1 &&
+        key_ == stream_path_) {
+      open(nlohmann::json::array());
+      streamed_ = stack_.back().value;  // stays empty: its elements go to the sink
+      streamed_depth_ = stack_.size();
+      return true;
+    }
     return open(nlohmann::json::array());
   }
   bool end_array() {
@@ -386,17 +399,26 @@ class ColumnSax {
     throw Error(std::string(source_) + ": field '" + column_name_ + "' " + what);
   }
 
-  // Where the next value goes: the root, the open array's end, or the open object's key_.
+  // Where the next value goes: the root, the open array's end, the open object's key_, or the
+  // element being read of the streamed array.
   nlohmann::json& slot() {
     if (stack_.empty()) return out_.json;
     nlohmann::json& parent = *stack_.back().value;
+    if (&parent == streamed_) return element_;
     if (parent.is_array()) return parent.emplace_back();
     return parent[key_];
   }
   template <typename T>
   bool value(T&& v) {
     slot() = nlohmann::json(std::forward<T>(v));
+    element_done();
     return true;
+  }
+  // A whole element of the streamed array has been read: hand it over.
+  void element_done() {
+    if (streamed_ == nullptr || stack_.size() != streamed_depth_) return;
+    (*element_sink_)(std::move(element_), elements_++);
+    element_ = nullptr;
   }
   bool open(nlohmann::json container) {
     const bool in_object = !stack_.empty() && stack_.back().value->is_object();
@@ -407,7 +429,9 @@ class ColumnSax {
     return true;
   }
   bool close() {
+    if (stack_.back().value == streamed_) streamed_ = nullptr;  // the streamed array ends
     stack_.pop_back();
+    element_done();
     return true;
   }
   // The path of key `k` of the open object, as the readers name fields ("layers.block.1.x";
@@ -445,6 +469,12 @@ class ColumnSax {
   std::string key_;
   std::vector<std::int64_t>* column_ = nullptr;
   std::string column_name_;
+  std::string stream_path_;
+  const JsonElementSink* element_sink_ = nullptr;
+  nlohmann::json* streamed_ = nullptr;  // the streamed array while it is open
+  std::size_t streamed_depth_ = 0;      // stack_.size() with it on top
+  nlohmann::json element_;              // its element being read
+  std::size_t elements_ = 0;
   std::size_t error_byte_ = 0;
   int error_id_ = 0;
   std::string error_what_;
@@ -474,6 +504,20 @@ JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                 std::to_string(sax.error_byte()));
   }
   return out;
+}
+
+nlohmann::json parse_json_streaming(std::string_view text, std::string_view source,
+                                    const std::string& key, const JsonElementSink& element) {
+  check_json_depth(text, source);
+  JsonColumns out;
+  ColumnSax sax(source, {}, out, {}, {});
+  sax.stream_elements(key, &element);
+  if (!nlohmann::json::sax_parse(text, &sax)) {
+    if (sax.error_id() == 406) number_out_of_range(text, source, sax.error_what());
+    throw Error(std::string(source) + ": malformed JSON at byte " +
+                std::to_string(sax.error_byte()));
+  }
+  return std::move(out.json);
 }
 
 nlohmann::json parse_json_text(std::string_view text, std::string_view source) {

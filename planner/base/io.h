@@ -66,6 +66,14 @@ struct KnownKeys {
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths,
                                const std::vector<KnownKeys>& known, std::string_view format);
+// parse_json_text for a document whose top-level array `key` holds very many small values (a
+// trace's "traceEvents"): each element goes to `element` (value, index) as soon as it is read and
+// is then dropped, so that the document is never whole in memory; the value returned holds the
+// rest, with `key` an empty array. An error `element` throws ends the parse. The same errors as
+// parse_json_text otherwise.
+using JsonElementSink = std::function<void(nlohmann::json&&, std::size_t)>;
+nlohmann::json parse_json_streaming(std::string_view text, std::string_view source,
+                                    const std::string& key, const JsonElementSink& element);
 // A JSON value as compact text, cut to `max_chars` ("..." marks a cut), for error messages.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 40);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "planner/base/error.h"
@@ -11,6 +12,8 @@ namespace pipeplan {
 namespace {
 
 using nlohmann::json;
+// Receives the trace's events one at a time, in file order.
+using EventSink = std::function<void(json&&)>;
 
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -58,30 +61,30 @@ std::string slice_category(const Node& node) {
 }
 
 void add_metadata_events(const TaskGraph& graph, const std::vector<SliceTrack>& tracks, int devices,
-                         json& events) {
+                         const EventSink& events) {
   for (int device = 0; device < devices; ++device) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", pid_of(device)},
-                      {"args", {{"name", "device " + std::to_string(device)}}}});
-    events.push_back({{"ph", "M"},
-                      {"name", "process_sort_index"},
-                      {"pid", pid_of(device)},
-                      {"args", {{"sort_index", device}}}});
+    events({{"ph", "M"},
+            {"name", "process_name"},
+            {"pid", pid_of(device)},
+            {"args", {{"name", "device " + std::to_string(device)}}}});
+    events({{"ph", "M"},
+            {"name", "process_sort_index"},
+            {"pid", pid_of(device)},
+            {"args", {{"sort_index", device}}}});
   }
   const auto& streams = graph.streams();
   for (int index = 0; index < static_cast<int>(streams.size()); ++index) {
     const Stream& stream = streams[static_cast<std::size_t>(index)];
-    events.push_back({{"ph", "M"},
-                      {"name", "thread_name"},
-                      {"pid", pid_of(stream.device)},
-                      {"tid", tid_of(index)},
-                      {"args", {{"name", stream.name()}}}});
-    events.push_back({{"ph", "M"},
-                      {"name", "thread_sort_index"},
-                      {"pid", pid_of(stream.device)},
-                      {"tid", tid_of(index)},
-                      {"args", {{"sort_index", thread_sort_index(stream, devices)}}}});
+    events({{"ph", "M"},
+            {"name", "thread_name"},
+            {"pid", pid_of(stream.device)},
+            {"tid", tid_of(index)},
+            {"args", {{"name", stream.name()}}}});
+    events({{"ph", "M"},
+            {"name", "thread_sort_index"},
+            {"pid", pid_of(stream.device)},
+            {"tid", tid_of(index)},
+            {"args", {{"sort_index", thread_sort_index(stream, devices)}}}});
   }
   // A device's thread of overlapped ops, where it has any.
   std::vector<char> overlapped(static_cast<std::size_t>(devices), 0);
@@ -93,21 +96,21 @@ void add_metadata_events(const TaskGraph& graph, const std::vector<SliceTrack>& 
       continue;
     }
     overlapped[static_cast<std::size_t>(device)] = 1;
-    events.push_back({{"ph", "M"},
-                      {"name", "thread_name"},
-                      {"pid", track.pid},
-                      {"tid", track.tid},
-                      {"args", {{"name", "compute (overlapped)"}}}});
-    events.push_back({{"ph", "M"},
-                      {"name", "thread_sort_index"},
-                      {"pid", track.pid},
-                      {"tid", track.tid},
-                      {"args", {{"sort_index", kOverlappedSortIndex}}}});
+    events({{"ph", "M"},
+            {"name", "thread_name"},
+            {"pid", track.pid},
+            {"tid", track.tid},
+            {"args", {{"name", "compute (overlapped)"}}}});
+    events({{"ph", "M"},
+            {"name", "thread_sort_index"},
+            {"pid", track.pid},
+            {"tid", track.tid},
+            {"args", {{"sort_index", kOverlappedSortIndex}}}});
   }
 }
 
 void add_slices(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
-                json& events) {
+                const EventSink& events) {
   for (int id = 0; id < graph.node_count(); ++id) {
     const Node& node = graph.node(id);
     const NodeTime& time = sim.times[static_cast<std::size_t>(id)];
@@ -129,26 +132,26 @@ void add_slices(const TaskGraph& graph, const SimResult& sim, const std::vector<
       args["host_start_us"] = host.start_us;
       args["host_end_us"] = host.end_us;
     }
-    events.push_back({{"ph", "X"},
-                      {"name", slice_name(node)},
-                      {"cat", slice_category(node)},
-                      {"pid", tracks[static_cast<std::size_t>(id)].pid},
-                      {"tid", tracks[static_cast<std::size_t>(id)].tid},
-                      {"ts", time.start_us},
-                      {"dur", std::max(0.0, time.end_us - time.start_us)},
-                      {"args", std::move(args)}});
+    events({{"ph", "X"},
+            {"name", slice_name(node)},
+            {"cat", slice_category(node)},
+            {"pid", tracks[static_cast<std::size_t>(id)].pid},
+            {"tid", tracks[static_cast<std::size_t>(id)].tid},
+            {"ts", time.start_us},
+            {"dur", std::max(0.0, time.end_us - time.start_us)},
+            {"args", std::move(args)}});
   }
 }
 
-void add_memory_counters(const SimResult& sim, json& events) {
+void add_memory_counters(const SimResult& sim, const EventSink& events) {
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     for (const auto& [time_us, bytes] :
          sim.devices[static_cast<std::size_t>(device)].memory_timeline) {
-      events.push_back({{"ph", "C"},
-                        {"name", "memory (GiB)"},
-                        {"pid", pid_of(device)},
-                        {"ts", time_us},
-                        {"args", {{"GiB", static_cast<double>(bytes) / kBytesPerGiB}}}});
+      events({{"ph", "C"},
+              {"name", "memory (GiB)"},
+              {"pid", pid_of(device)},
+              {"ts", time_us},
+              {"args", {{"GiB", static_cast<double>(bytes) / kBytesPerGiB}}}});
     }
   }
 }
@@ -162,28 +165,28 @@ double binding_ts(const NodeTime& time) {
 class FlowWriter {
  public:
   FlowWriter(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
-             json& events)
+             const EventSink& events)
       : graph_(graph), sim_(sim), tracks_(tracks), events_(events) {}
 
   void add(int from, int to, std::string_view category) {
     const SliceTrack& source = tracks_[static_cast<std::size_t>(from)];
     const SliceTrack& target = tracks_[static_cast<std::size_t>(to)];
     const std::string name = node_label(graph_.node(from));
-    events_.push_back({{"ph", "s"},
-                       {"id", next_id_},
-                       {"cat", category},
-                       {"name", name},
-                       {"pid", source.pid},
-                       {"tid", source.tid},
-                       {"ts", binding_ts(sim_.times[static_cast<std::size_t>(from)])}});
-    events_.push_back({{"ph", "f"},
-                       {"bp", "e"},
-                       {"id", next_id_},
-                       {"cat", category},
-                       {"name", name},
-                       {"pid", target.pid},
-                       {"tid", target.tid},
-                       {"ts", binding_ts(sim_.times[static_cast<std::size_t>(to)])}});
+    events_({{"ph", "s"},
+             {"id", next_id_},
+             {"cat", category},
+             {"name", name},
+             {"pid", source.pid},
+             {"tid", source.tid},
+             {"ts", binding_ts(sim_.times[static_cast<std::size_t>(from)])}});
+    events_({{"ph", "f"},
+             {"bp", "e"},
+             {"id", next_id_},
+             {"cat", category},
+             {"name", name},
+             {"pid", target.pid},
+             {"tid", target.tid},
+             {"ts", binding_ts(sim_.times[static_cast<std::size_t>(to)])}});
     ++next_id_;
   }
 
@@ -191,12 +194,12 @@ class FlowWriter {
   const TaskGraph& graph_;
   const SimResult& sim_;
   const std::vector<SliceTrack>& tracks_;
-  json& events_;
+  const EventSink& events_;
   int next_id_ = 1;
 };
 
 void add_flows(const TaskGraph& graph, const SimResult& sim, const std::vector<SliceTrack>& tracks,
-               json& events) {
+               const EventSink& events) {
   FlowWriter flows(graph, sim, tracks, events);
   for (int id = 0; id < graph.node_count(); ++id) {
     const Node& node = graph.node(id);
@@ -271,26 +274,64 @@ std::vector<SliceTrack> slice_tracks(const TaskGraph& graph) {
   return tracks;
 }
 
-json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title) {
+namespace {
+
+void check_times(const TaskGraph& graph, const SimResult& sim) {
   if (sim.times.size() != static_cast<std::size_t>(graph.node_count())) {
     throw Error("trace: simulation has " + std::to_string(sim.times.size()) +
                 " node times but the task graph has " + std::to_string(graph.node_count()) +
                 " nodes");
   }
-  json events = json::array();
+}
+
+void emit_events(const TaskGraph& graph, const SimResult& sim, const EventSink& events) {
   const std::vector<SliceTrack> tracks = slice_tracks(graph);
   add_metadata_events(graph, tracks, device_count(graph, sim), events);
   add_slices(graph, sim, tracks, events);
   add_memory_counters(sim, events);
   add_flows(graph, sim, tracks, events);
+}
+
+}  // namespace
+
+json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title) {
+  check_times(graph, sim);
+  json events = json::array();
+  emit_events(graph, sim, [&](json&& event) { events.push_back(std::move(event)); });
   return {{"traceEvents", std::move(events)},
           {"displayTimeUnit", "ms"},
           {"metadata", plan_summary(graph, sim, title)}};
 }
 
+void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title,
+                          const OutputFiles::Writer& write) {
+  check_times(graph, sim);
+  // The text json_text(perfetto_trace()) gives (an object's keys in sorted order), one event at
+  // a time: a trace of a million nodes is never whole in memory.
+  constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+  std::string chunk = R"({"displayTimeUnit":"ms","metadata":)" +
+                      json_text(plan_summary(graph, sim, title)) + R"(,"traceEvents":[)";
+  bool first = true;
+  emit_events(graph, sim, [&](json&& event) {
+    if (!first) chunk += ',';
+    first = false;
+    chunk += json_text(event);
+    if (chunk.size() >= kChunkBytes) {
+      write(chunk);
+      chunk.clear();
+    }
+  });
+  chunk += "]}\n";
+  write(chunk);
+}
+
 void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim,
                           const std::filesystem::path& path, std::string_view title) {
-  write_file_atomic(path, json_text(perfetto_trace(graph, sim, title)) + "\n");
+  OutputFiles files;
+  files.add_stream(path, [&](const OutputFiles::Writer& write) {
+    write_perfetto_trace(graph, sim, title, write);
+  });
+  files.commit();
 }
 
 }  // namespace pipeplan

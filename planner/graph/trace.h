@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/base/io.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
 
@@ -35,7 +36,11 @@ std::string slice_name(const Node& node);
 // Throws Error when `sim` does not carry one time per node of `graph`.
 nlohmann::json perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title);
 
-// Writes perfetto_trace() atomically (temporary file + rename).
+// json_text(perfetto_trace()) + "\n", handed to `write` piece by piece as it is produced (a
+// trace of a million nodes is never whole in memory): for OutputFiles::add_stream.
+void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim, std::string_view title,
+                          const OutputFiles::Writer& write);
+// The same into `path` atomically (temporary file + rename).
 void write_perfetto_trace(const TaskGraph& graph, const SimResult& sim,
                           const std::filesystem::path& path, std::string_view title);
 

@@ -3,10 +3,14 @@
 #include "runtime/trace_diff.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -33,6 +37,23 @@ Plan small_plan() {
   return make_plan(r);
 }
 
+// What read_trace_times says of `text` written to a file, the file named "t.json" in it.
+std::string file_error(const TaskGraph& plan, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipeplan_trace_diff_test_" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  std::string message = error_of([&] { read_trace_times(plan, path); });
+  std::filesystem::remove(path);
+  for (std::size_t at = message.find(path.string()); at != std::string::npos;
+       at = message.find(path.string())) {
+    message.replace(at, path.string().size(), "t.json");
+  }
+  return message;
+}
+
 // The first slice event of the trace, for editing.
 json& first_slice(json& trace) {
   for (json& event : trace["traceEvents"]) {
@@ -50,13 +71,39 @@ TEST(TraceTimes, ReadsTheTraceItWrote) {
     EXPECT_NEAR(times[i].end_us, plan.sim.times[i].end_us, 1e-6);
 }
 
+TEST(TraceTimes, TheFileReaderReadsWhatTheStreamedWriterWrote) {
+  const Plan plan = small_plan();
+  std::string text;
+  write_perfetto_trace(plan.graph, plan.sim, "t", [&](std::string_view piece) { text += piece; });
+  EXPECT_EQ(text, perfetto_trace(plan.graph, plan.sim, "t").dump() + "\n");
+  EXPECT_EQ(file_error(plan.graph, text), "<no error>");
+}
+
+// A trace whose metadata comes after its events (another writer's key order) is refused by its
+// metadata before a slice of the other plan is looked at, as a whole-document read would.
+TEST(TraceTimes, MetadataAfterTheEventsIsStillCheckedFirst) {
+  const Plan plan = small_plan();
+  json trace = perfetto_trace(plan.graph, plan.sim, "t");
+  first_slice(trace)["args"]["stage"] = 7;
+  json metadata = trace["metadata"];
+  metadata["model"] = "other";
+  const std::string text = R"({"traceEvents":)" + trace["traceEvents"].dump() + R"(,"metadata":)" +
+                           metadata.dump() + "}";
+  EXPECT_NE(file_error(plan.graph, text).find("field 'metadata.model' is \"other\""),
+            std::string::npos)
+      << file_error(plan.graph, text);
+}
+
 TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
   const Plan plan = small_plan();
   const json good = perfetto_trace(plan.graph, plan.sim, "t");
   const auto error = [&](const std::function<void(json&)>& change) {
     json trace = good;
     change(trace);
-    return error_of([&] { node_times_from_trace(plan.graph, trace, "t.json"); });
+    std::string message = error_of([&] { node_times_from_trace(plan.graph, trace, "t.json"); });
+    // The file reader, event by event, says the same.
+    EXPECT_EQ(file_error(plan.graph, trace.dump()), message);
+    return message;
   };
   EXPECT_EQ(error([](json& t) { t = json::array(); }),
             "t.json: field 'traceEvents' missing (not a pipeplan trace)");

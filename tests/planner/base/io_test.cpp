@@ -9,11 +9,13 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "tests/cli_support.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
@@ -25,6 +27,43 @@ std::string parse_error(std::string_view text) {
     return e.what();
   }
   return "";
+}
+
+// The elements of one top-level array go to the sink one at a time, in order, whatever they are;
+// the rest of the document is kept, the array left empty; an array of that name deeper down is
+// not streamed.
+TEST(ParseJsonStreaming, HandsEachElementOverAndKeepsTheRest) {
+  std::vector<std::pair<std::string, std::size_t>> seen;
+  const nlohmann::json rest = parse_json_streaming(
+      R"({"a": {"e": [1, 2]}, "e": [{"x": [1, {"y": 2}]}, 3, "s", [4, [5]], null], "z": 1})",
+      "t.json", "e", [&](nlohmann::json&& element, std::size_t index) {
+        seen.emplace_back(element.dump(), index);
+      });
+  const std::vector<std::pair<std::string, std::size_t>> expected = {
+      {R"({"x":[1,{"y":2}]})", 0}, {"3", 1}, {R"("s")", 2}, {"[4,[5]]", 3}, {"null", 4}};
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(rest, nlohmann::json::parse(R"({"a": {"e": [1, 2]}, "e": [], "z": 1})"));
+}
+
+TEST(ParseJsonStreaming, ErrorsAreParseJsonTextsAndTheSinksEndIt) {
+  const auto sink = [](nlohmann::json&&, std::size_t) {};
+  const auto error = [&](std::string_view text) {
+    return pipeplan::testing::error_of([&] { parse_json_streaming(text, "t.json", "e", sink); });
+  };
+  EXPECT_EQ(error(R"({"e": [{"k": 1, "k": 2}]})"),
+            "t.json: field 'e[].k' appears twice in one object");
+  EXPECT_EQ(error(R"({"e": [], "e": []})"), "t.json: field 'e' appears twice in one object");
+  EXPECT_EQ(error(R"({"e": [1, 2)"), "t.json: malformed JSON at byte 12");
+  std::size_t calls = 0;
+  EXPECT_EQ(pipeplan::testing::error_of([&] {
+              parse_json_streaming(R"({"e": [1, 2, 3]})", "t.json", "e",
+                                   [&](nlohmann::json&&, std::size_t index) {
+                                     ++calls;
+                                     if (index == 1) throw Error("t.json: element 1");
+                                   });
+            }),
+            "t.json: element 1");
+  EXPECT_EQ(calls, 2U);
 }
 
 TEST(ParseJson, NumberBeyondADoubleNamesFieldLineAndByte) {
