@@ -47,6 +47,8 @@ struct StageCostContext {
   // The profile's contention model (profiles/contention.h): a sustained-load term, a shared GPU's
   // curves; empty where it has none.
   Contention contention;
+  // The HBM of the GPU, which the stages share where `contention` has curves; 0 where unknown.
+  double gpu_hbm_bytes = 0;
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
   // cut into `stage_count` virtual stages when `blocks` is empty (each device's stages balanced
   // as a whole: stages s and stage_count - 1 - s together when `folded`, else s mod P), else

@@ -46,6 +46,10 @@ struct CompareCommand {
                                                chunks.min, chunks.max)
                                   : 1;
         row.chunks = o.chunks;
+        // A family that places each p2 itself takes no --p2-concat (plan refuses it): its row
+        // is the plan made without it.
+        if (family->places_p2() && !family->traits().needs_costs)
+          o.p2_concat = PlanOptions{}.p2_concat;
         try {
           row.plan = make_plan(make_request(o));
         } catch (const Error& e) {

@@ -354,7 +354,9 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       analytic.seq = o.seq;
       analytic.micro_batch_sizes = {mbs};
       analytic.attention = analytic_attention(o);
-      analytic.max_p2_concat = std::max(1, o.p2_concat == 0 ? per_replica / mbs : o.p2_concat);
+      // Every group size: --p2-concat bounds the families that leave p2 to --backward, and the
+      // search plans the others without it.
+      analytic.max_p2_concat = std::max(1, per_replica / mbs);
       Profile profile = analytic_profile(model, gpu, analytic);
       apply_parallelism(o, gpu, profile);
       return profile;

@@ -455,6 +455,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   context.link = request.profile.p2p;
   context.overlap = request.profile.overlap;
   context.contention = request.profile.contention;
+  context.gpu_hbm_bytes = gpu_hbm_bytes(request.gpu.empty() ? request.profile.gpu : request.gpu);
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
     context.cut = [&request](int stage_count, const std::vector<int>& blocks, bool folded) {

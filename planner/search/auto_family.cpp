@@ -26,6 +26,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   r.link = context.link;
   r.overlap = context.overlap;
   r.contention = context.contention;
+  r.gpu_hbm_bytes = context.gpu_hbm_bytes;
   r.cut = context.cut;
   r.evaluate_first = context.evaluate_first;
   AutoResult result = make_auto_schedule(r);

@@ -280,8 +280,13 @@ class Leaders {
 };
 
 // The score the simulator gives an order of the layout (lowered, then simulated with the
-// layout's contention model); nullopt where it cannot lower or run.
-std::optional<AutoScore> simulated_score(const Schedule& schedule, const Layout& layout) {
+// layout's contention model), and the memory its stages take together on the GPU they share;
+// nullopt where it cannot lower or run.
+struct SimulatedScore {
+  AutoScore score;
+  double shared_bytes = 0;
+};
+std::optional<SimulatedScore> simulated_score(const Schedule& schedule, const Layout& layout) {
   try {
     const TaskGraph graph = lower(schedule, layout.costs, layout.meta);
     const SimResult sim = simulate(graph);
@@ -290,7 +295,7 @@ std::optional<AutoScore> simulated_score(const Schedule& schedule, const Layout&
       score.sum_last_end_us += device.last_end_us;
       score.peak_bytes = std::max(score.peak_bytes, static_cast<double>(device.peak_memory_bytes));
     }
-    return score;
+    return SimulatedScore{score, static_cast<double>(sim.shared_gpu_memory_bytes())};
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -490,17 +495,26 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   }
   if (curves) {
     // The simulator ranks the search's best few and every fixed family's order: auto is then
-    // never slower than a fixed family of its layouts under the same contention model.
+    // never slower than a fixed family of its layouts under the same contention model. The
+    // stages share one GPU: an order whose stages together take more than its HBM is chosen
+    // only where every order does (2bp-fill's rule, filled_or_deferred).
     std::vector<Candidate> finalists = std::move(best);
     for (Candidate& seed : seeds)
       finalists.push_back(std::move(seed));
     std::optional<std::size_t> pick;
+    bool pick_fits = false;
     for (std::size_t i = 0; i < finalists.size(); ++i) {
-      const std::optional<AutoScore> score =
+      const std::optional<SimulatedScore> simulated =
           simulated_score(finalists[i].schedule, all[finalists[i].layout]);
-      if (!score) continue;
-      finalists[i].eval.score = *score;
-      if (!pick || preferred(*score, finalists[*pick].eval.score, r.objective)) pick = i;
+      if (!simulated) continue;
+      finalists[i].eval.score = simulated->score;
+      const bool fits = r.gpu_hbm_bytes <= 0 || simulated->shared_bytes <= r.gpu_hbm_bytes;
+      if (!pick || (fits && !pick_fits) ||
+          (fits == pick_fits &&
+           preferred(simulated->score, finalists[*pick].eval.score, r.objective))) {
+        pick = i;
+        pick_fits = fits;
+      }
     }
     best = std::move(finalists);  // the leaders first, at their places
     if (pick && *pick != winner) {

@@ -47,6 +47,9 @@ struct AutoRequest {
   // compact evaluation; a shared GPU's curves are not, so with curves the finalists (every fixed
   // family's order and the search's best) are ranked by the simulator itself.
   Contention contention;
+  // The HBM of the GPU the stages share under `contention`'s curves (0: unknown): a finalist
+  // whose stages together take more is chosen only where every finalist does.
+  double gpu_hbm_bytes = 0;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
   std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded)> cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.

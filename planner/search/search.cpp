@@ -8,6 +8,8 @@
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
 #include "planner/graph/schedule_sim.h"
+#include "planner/graph/validator.h"
+#include "profiles/gpu.h"
 #include "profiles/partition.h"
 #include "schedules/family.h"
 
@@ -110,6 +112,7 @@ SearchResult search_plans(const SearchRequest& request) {
   SearchResult result;
   const Objective objective = request.base.objective;
   result.objective = objective;
+  result.shared_gpu = !request.base.profile.contention.empty();
   std::vector<SearchPoint> points;
   std::string first_error;
   bool have_best = false;
@@ -129,6 +132,21 @@ SearchResult search_plans(const SearchRequest& request) {
       p.span_us = plan.sim.max_stage_span_us;
       p.bound_us = plan.bound.makespan_us;
       p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
+      if (!c.profile.contention.empty()) {
+        // The stages share one GPU (compare's "peak mem sum"): what it holds is their sum, and a
+        // point whose sum is over its HBM cannot run.
+        p.peak_memory_bytes = plan.sim.shared_gpu_memory_bytes();
+        const double hbm = gpu_hbm_bytes(plan.graph.meta.gpu);
+        if (hbm > 0 && static_cast<double>(p.peak_memory_bytes) > hbm) {
+          if (first_error.empty()) {
+            first_error = field_name("memory_limit_bytes") +
+                          ": the stages' one GPU would hold their summed peaks, " +
+                          gib_text(static_cast<double>(p.peak_memory_bytes)) + ", more than its " +
+                          gib_text(hbm);
+          }
+          return std::nullopt;
+        }
+      }
       p.recompute = plan.graph.meta.recompute;
       p.chunks = plan.graph.meta.chunks;  // auto's own choice, not the family's preference
       return p;
@@ -185,6 +203,9 @@ SearchResult search_plans(const SearchRequest& request) {
           c.backward = mode;
           c.chunks = chunks;
           c.layers_per_stage = layers;
+          // A family that places each p2 itself takes no p2_concat (`plan` refuses
+          // --p2-concat for it): its point is the plan made without one (0, as the CLI's).
+          if (family->places_p2() && !family->traits().needs_costs) c.p2_concat = 0;
           ++result.evaluated;
           std::optional<SearchPoint> p;
           try {
@@ -247,8 +268,9 @@ std::string format_pareto(const SearchResult& result) {
   for (const SearchPoint& p : result.pareto)
     schedule_width = std::max(schedule_width, static_cast<int>(schedule_name(p).size()));
   std::snprintf(line, sizeof line, "%11s %11s %10s %8s %4s %5s %-*s %-9s %s%s\n", "step ms",
-                "span ms", "peak GiB", "gap", "mbs", "m", schedule_width, "schedule", "backward",
-                recomputes ? "recompute " : "", "blocks/stage");
+                "span ms", result.shared_gpu ? "sum GiB" : "peak GiB", "gap", "mbs", "m",
+                schedule_width, "schedule", "backward", recomputes ? "recompute " : "",
+                "blocks/stage");
   out += line;
   for (const SearchPoint& p : result.pareto) {
     std::string blocks = "balanced";

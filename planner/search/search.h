@@ -46,7 +46,10 @@ struct SearchResult {
   // What the best minimises first (base.objective): the step time, or the largest stage span;
   // the other breaks ties, then the peak memory.
   Objective objective = Objective::step;
-  // Non-dominated in (the objective's time, peak memory), by that time.
+  // Non-dominated in (the objective's time, peak memory), by that time. Where the stages share
+  // one GPU (a profile with contention curves), a point's memory is the sum of its stages'
+  // peaks, and a point whose sum is over the GPU's HBM is infeasible.
+  bool shared_gpu = false;
   std::vector<SearchPoint> pareto;
   int evaluated = 0;   // candidates tried (a family whose stages cannot be cut counts one)
   int infeasible = 0;  // of them rejected (memory limit, divisibility, a stage split, ...)
