@@ -119,6 +119,15 @@ Result check_transfer_use(const TaskGraph& g) {
                               "loads a stash whose evict it does not wait for");
       }
     }
+    if (n.kind == NodeKind::recv && evict &&
+        data_successor(g, id, [&](const Node& o) {
+          return o.kind == NodeKind::send && o.transfer == Transfer::load && o.stage == n.stage &&
+                 !o.microbatches.empty() && o.microbatches.front() == mb;
+        }) < 0) {
+      return make_violation(g, id, "transfer-use",
+                            "holds an evicted stash that no load sends back (its backward would "
+                            "run without it)");
+    }
     if (n.kind == NodeKind::recv && !evict &&
         data_successor(g, id, [&](const Node& o) { return same_op(o, true); }) < 0) {
       return make_violation(
@@ -132,6 +141,19 @@ Result check_transfer_use(const TaskGraph& g) {
 Result check_transfer_memory(const TaskGraph& g) {
   if (!has_transfers(g)) return std::nullopt;
   const SimResult sim = simulate(g);
+  for (std::size_t d = 0; d < sim.devices.size(); ++d) {
+    // Never below the device's static memory: a node that frees more than its device holds.
+    const std::int64_t base = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
+    for (const auto& [time, bytes] : sim.devices[d].memory_timeline) {
+      if (bytes >= base) continue;
+      char when[48];
+      std::snprintf(when, sizeof when, "%.3f ms", time / 1e3);
+      return make_violation(g, -1, "memory",
+                            "device " + std::to_string(d) + " frees " +
+                                std::to_string(base - bytes) + " bytes more than it holds at " +
+                                when + " (simulated)");
+    }
+  }
   for (std::size_t d = 0; d < sim.devices.size(); ++d) {
     const double limit = d < g.meta.memory_limit_bytes.size() ? g.meta.memory_limit_bytes[d] : 0;
     if (limit <= 0) continue;

@@ -289,14 +289,29 @@ Result check_pair_order(const Context& c) {
   return std::nullopt;
 }
 
-// Acyclic once each send/recv pair is one event (a rendezvous waits on both sides' inputs).
+// Acyclic once each send/recv pair is one event (a rendezvous waits on both sides' inputs) and
+// each overlapped pair is one (the simulator and the runtime start its two ops together, once
+// both are ready: a path from the first to the second through other nodes is a cycle).
 Result check_acyclic(const Context& c) {
   const TaskGraph& g = c.g;
   const auto& graph = g.graph();
   const auto n = static_cast<std::size_t>(g.node_count());
+  // An overlapped pair's other member (check_overlap has checked the pairs), else -1.
+  std::vector<int> partner(c.any_overlap ? n : 0, -1);
+  if (c.any_overlap) {
+    for (const OverlapPair& pair : overlap_pairs(g)) {
+      partner[static_cast<std::size_t>(pair.first)] = pair.second;
+      partner[static_cast<std::size_t>(pair.second)] = pair.first;
+    }
+  }
+  const auto other_half = [&](std::size_t v) -> int {
+    if (c.paired(v)) return c.node(v).match;
+    return c.any_overlap ? partner[v] : -1;
+  };
   std::vector<std::size_t> rep(n);
   for (std::size_t v = 0; v < n; ++v) {
-    rep[v] = c.paired(v) ? std::min(v, static_cast<std::size_t>(c.node(v).match)) : v;
+    const int other = other_half(v);
+    rep[v] = other >= 0 ? std::min(v, static_cast<std::size_t>(other)) : v;
   }
   std::vector<int> indegree(n, 0);
   for (auto [it, end] = boost::edges(graph); it != end; ++it) {
@@ -314,17 +329,23 @@ Result check_acyclic(const Context& c) {
       // own send waits for never arrives.
       return make_violation(g, static_cast<int>(boost::source(*it, graph)), "acyclic",
                             "its matched send waits for it (an edge from the recv to its send)");
+    } else if (c.node(boost::source(*it, graph)).kind == NodeKind::compute &&
+               !g.node(static_cast<int>(boost::source(*it, graph))).overlaps_next) {
+      // Inside an overlapped pair only the first's (stream) edge to the second is its own.
+      return make_violation(g, static_cast<int>(boost::target(*it, graph)), "acyclic",
+                            "waits for the op it overlaps (an edge from the pair's second op "
+                            "to its first)");
     }
   }
   std::vector<std::size_t> stack;
   for (std::size_t v = 0; v < n; ++v) {
     if (rep[v] == v && indegree[v] == 0) stack.push_back(v);
   }
-  // The members of an event: the node, and for a send/recv its other half.
+  // The members of an event: the node, and for a send/recv or an overlapped pair its other half.
   auto members = [&](std::size_t v) {
-    const bool paired = c.paired(v);
+    const int other = other_half(v);
     return std::pair<std::array<std::size_t, 2>, int>{
-        {v, paired ? static_cast<std::size_t>(c.node(v).match) : v}, paired ? 2 : 1};
+        {v, other >= 0 ? static_cast<std::size_t>(other) : v}, other >= 0 ? 2 : 1};
   };
   std::vector<char> done(n, 0);
   while (!stack.empty()) {
@@ -544,14 +565,67 @@ Result check_inputs(const Context& c, const ComputeTable& table) {
   return std::nullopt;
 }
 
-// Without BPipe transfers: with them, memory moves between devices at times that the stream
-// orders do not fix, and check_transfer_memory (planner/graph/bpipe_check.cpp) checks the simulated
-// timeline instead.
-Result check_memory(const TaskGraph& g) {
-  // A pipeline send or recv holds no memory of its own: the ops around it do (the simulator and
-  // run count every node's bytes, so bytes here would be counted where this rule does not look).
+// Two copies of a stage (DualPipe) exchange their weight gradients (Transfer::grads): a send
+// waits for the last weight gradient of its stage on its device, and the device's optimizer step,
+// where the graph has one, waits for every grads recv into the device (it adds the other copy's
+// gradients in) and every grads send from it (whose source it is about to change).
+Result check_grads(const Context& c) {
+  const TaskGraph& g = c.g;
+  const auto& graph = g.graph();
+  std::map<int, int> optimizer;                    // device -> its optimizer step
+  std::map<std::pair<int, int>, int> last_weight;  // (device, stage) -> its last B or P2
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
-    if (g.streams()[s].role == StreamRole::compute) continue;
+    if (g.streams()[s].role != StreamRole::compute) continue;
+    for (const int id : g.stream_order(static_cast<int>(s))) {
+      const PackedNode& n = c.node(static_cast<std::size_t>(id));
+      if (n.op == OpType::O) optimizer[n.device] = id;
+      if (n.op == OpType::B || n.op == OpType::P2) last_weight[{n.device, n.stage}] = id;
+    }
+  }
+  const auto has_data_edge = [&](int from, int to) {
+    for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(from), graph); it != end;
+         ++it) {
+      if (boost::target(*it, graph) == static_cast<std::size_t>(to) &&
+          graph[*it] == EdgeKind::data) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int id = 0; id < g.node_count(); ++id) {
+    const PackedNode& n = c.node(static_cast<std::size_t>(id));
+    if (n.transfer != Transfer::grads) continue;
+    if (n.kind == NodeKind::send) {
+      const auto w = last_weight.find({n.device, n.stage});
+      if (w == last_weight.end() || !has_data_edge(w->second, id)) {
+        return make_violation(g, id, "grads",
+                              w == last_weight.end()
+                                  ? "sends the weight gradients of stage " +
+                                        std::to_string(n.stage) +
+                                        ", which no op of its device computes"
+                                  : "does not wait for " + node_label(g.node(w->second)) +
+                                        ", the last weight gradient of its stage on its device");
+      }
+    }
+    const auto step = optimizer.find(n.device);
+    if (step != optimizer.end() && !has_data_edge(id, step->second)) {
+      return make_violation(
+          g, step->second, "grads",
+          "does not wait for " + g.node_name(id) +
+              (n.kind == NodeKind::recv ? " (the other copy's gradients it adds in)"
+                                        : " (the send reads the gradients it changes)"));
+    }
+  }
+  return std::nullopt;
+}
+
+// A pipeline send or recv holds no memory of its own: the ops around it do (the simulator and run
+// count every node's bytes, so bytes here would be counted where the memory rules do not look).
+// BPipe transfers (a transfer stream) do hold the stash they move.
+Result check_message_bytes(const TaskGraph& g) {
+  for (std::size_t s = 0; s < g.streams().size(); ++s) {
+    const StreamRole role = g.streams()[s].role;
+    if (role != StreamRole::send && role != StreamRole::recv) continue;
     for (const int id : g.stream_order(static_cast<int>(s))) {
       const Node& n = g.node(id);
       if (n.alloc_bytes != 0 || n.free_bytes != 0 || n.work_bytes != 0) {
@@ -561,6 +635,13 @@ Result check_memory(const TaskGraph& g) {
       }
     }
   }
+  return std::nullopt;
+}
+
+// Without BPipe transfers: with them, memory moves between devices at times that the stream
+// orders do not fix, and check_transfer_memory (planner/graph/bpipe_check.cpp) checks the simulated
+// timeline instead.
+Result check_memory(const TaskGraph& g) {
   for (std::size_t s = 0; s < g.streams().size(); ++s) {
     const Stream& stream = g.streams()[s];
     if (stream.role != StreamRole::compute) continue;
@@ -725,6 +806,8 @@ std::optional<Violation> find_violation(const TaskGraph& graph, bool known_acycl
   if (auto v = index_compute(c, table)) return v;
   if (auto v = check_coverage(c, table)) return v;
   if (auto v = check_inputs(c, table)) return v;
+  if (auto v = check_grads(c)) return v;
+  if (auto v = check_message_bytes(graph)) return v;
   if (!transfers) {
     if (auto v = check_memory(graph)) return v;
   } else {

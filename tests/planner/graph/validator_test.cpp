@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -297,6 +298,121 @@ TEST(Validator, AnEdgeBackInsideAnOverlappedPairIsACycle) {
   ASSERT_GE(first, 0) << "no overlapped pair on device 0";
   EXPECT_THROW(static_cast<void>(simulate(g)), Error);
   expect_violation(g, "acyclic");
+}
+
+// `g` written and read back without the nodes `drop` (ids renumbered in the nodes, their matches,
+// the edges and the stream orders).
+TaskGraph without_nodes(const TaskGraph& g, const std::set<int>& drop) {
+  nlohmann::json j = plan_to_json(g);
+  std::vector<int> renumbered(static_cast<std::size_t>(g.node_count()), -1);
+  int next = 0;
+  for (int id = 0; id < g.node_count(); ++id) {
+    if (!drop.contains(id)) renumbered[static_cast<std::size_t>(id)] = next++;
+  }
+  const auto to = [&](const nlohmann::json& id) {
+    return renumbered[static_cast<std::size_t>(id.get<int>())];
+  };
+  nlohmann::json nodes = nlohmann::json::array();
+  for (nlohmann::json& n : j["nodes"]) {
+    if (drop.contains(n["id"].get<int>())) continue;
+    n["id"] = to(n["id"]);
+    if (n.contains("match") && n["match"].get<int>() >= 0) n["match"] = to(n["match"]);
+    nodes.push_back(n);
+  }
+  j["nodes"] = nodes;
+  nlohmann::json edges = nlohmann::json::array();
+  for (const nlohmann::json& e : j["edges"]) {
+    if (drop.contains(e[0].get<int>()) || drop.contains(e[1].get<int>())) continue;
+    nlohmann::json kept = e;
+    kept[0] = to(e[0]);
+    kept[1] = to(e[1]);
+    edges.push_back(kept);
+  }
+  j["edges"] = edges;
+  for (nlohmann::json& stream : j["streams"]) {
+    nlohmann::json order = nlohmann::json::array();
+    for (const nlohmann::json& id : stream["order"]) {
+      if (!drop.contains(id.get<int>())) order.push_back(to(id));
+    }
+    stream["order"] = order;
+  }
+  return plan_from_json(j, "edited.json");
+}
+
+// The simulator starts an overlapped pair once both ops are ready: a path from the first to the
+// second through a send and its recv (here back to the same device's forward chain) never lets it
+// start, though no edge runs backwards inside the pair.
+TEST(Validator, APathFromAnOverlappedPairsFirstToItsSecondIsACycle) {
+  const Plan plan = dualpipe_v_sample();
+  const TaskGraph& g = plan.graph;
+  const std::vector<OverlapPair> pairs = overlap_pairs(g);
+  ASSERT_FALSE(pairs.empty());
+  // The first pair whose forward sends its activation: the send then feeds the pair's second.
+  for (const OverlapPair& pair : pairs) {
+    const auto& graph = g.graph();
+    int send = -1;
+    for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(pair.first), graph);
+         it != end && send < 0; ++it) {
+      const int target = static_cast<int>(boost::target(*it, graph));
+      if (g.node(target).kind == NodeKind::send) send = target;
+    }
+    if (send < 0) continue;
+    const TaskGraph bad =
+        edited(g, [](const Node&, const Node&) { return false; }, {{send, pair.second}});
+    EXPECT_THROW(static_cast<void>(simulate(bad)), Error);
+    expect_violation(bad, "acyclic");
+    return;
+  }
+  FAIL() << "no overlapped forward sends an activation";
+}
+
+// DualPipe's two copies of a stage exchange weight gradients: the optimizer step that adds the
+// other copy's in must wait for the recv and for its own send (without the edges its step was
+// predicted 13 % shorter, the optimizer running before the exchange).
+TEST(Validator, TheOptimizerStepWaitsForTheGradientExchange) {
+  PlanRequest r = testing::uniform_request({.devices = 2,
+                                            .microbatches = 4,
+                                            .chunks = 2,
+                                            .schedule = "dualpipe",
+                                            .backward = BackwardMode::twobp});
+  for (auto& [kind, by_mbs] : r.profile.layers) {
+    for (auto& [mbs, cost] : by_mbs)
+      cost.optimizer_us = 500;  // an optimizer node per device
+  }
+  const Plan plan = make_plan(r);
+  const TaskGraph& g = plan.graph;
+  ASSERT_FALSE(find_violation(g).has_value());
+  const auto grads_to_step = [](const Node& from, const Node& to) {
+    return from.transfer == Transfer::grads && to.op == OpType::O;
+  };
+  const TaskGraph no_wait = edited(g, grads_to_step);
+  const Violation v = expect_violation(no_wait, "grads");
+  EXPECT_EQ(no_wait.node(v.node).op, OpType::O);
+  // A send of the gradients before its stage's last weight gradient.
+  const TaskGraph early = edited(g, [](const Node& from, const Node& to) {
+    return to.transfer == Transfer::grads && to.kind == NodeKind::send &&
+           from.kind == NodeKind::compute;
+  });
+  const Violation w = expect_violation(early, "grads");
+  EXPECT_NE(w.message.find("last weight gradient"), std::string::npos) << w.message;
+}
+
+// An evicted stash that no load brings back: its backward would run without it, and the
+// evictor's memory would fall below what it holds.
+TEST(Validator, AnEvictionWithoutItsLoadIsRefused) {
+  PlanRequest r = testing::uniform_request({.devices = 4, .microbatches = 8, .comm = 0.1});
+  r.bpipe = BpipeMode::on;
+  const Plan plan = make_plan(r);
+  const TaskGraph& g = plan.graph;
+  ASSERT_FALSE(find_violation(g).has_value());
+  int load = -1;
+  for (int id = 0; id < g.node_count() && load < 0; ++id) {
+    if (g.node(id).kind == NodeKind::send && g.node(id).transfer == Transfer::load) load = id;
+  }
+  ASSERT_GE(load, 0) << "the plan moves no stash";
+  const Violation v =
+      expect_violation(without_nodes(g, {load, g.node(load).match}), "transfer-use");
+  EXPECT_NE(v.message.find("no load sends back"), std::string::npos) << v.message;
 }
 
 TEST(Validator, CatchesBytesOnAPipelineTransferAndFreesBeyondAllocations) {
