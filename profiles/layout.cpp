@@ -54,8 +54,9 @@ std::string stage_text(const StageContent& c) {
 constexpr std::size_t kMaxLayoutChars = 1U << 16;
 constexpr std::size_t kMaxExpandedChars = 1U << 20;
 
-// The repeat count after "*" at `at` (digits); advances `at` past it.
-std::size_t repeat_count(std::string_view text, std::size_t& at) {
+// The repeat count after "*" at `at` (digits); advances `at` past it. `base`: where `text`
+// starts in the whole layout, so that a position is the user's character number.
+std::size_t repeat_count(std::string_view text, std::size_t& at, std::size_t base) {
   if (at >= text.size() || text[at] != '*') return 1;
   ++at;
   const std::size_t start = at;
@@ -63,10 +64,11 @@ std::size_t repeat_count(std::string_view text, std::size_t& at) {
   while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
     n = n * 10 + static_cast<std::uint64_t>(text[at] - '0');
     if (n > kMaxExpandedChars)
-      bad_layout("repeat count at character " + std::to_string(start + 1) + " is too large");
+      bad_layout("repeat count at character " + std::to_string(base + start + 1) + " is too large");
     ++at;
   }
-  if (at == start) bad_layout("'*' at character " + std::to_string(start) + " needs a count");
+  if (at == start)
+    bad_layout("'*' at character " + std::to_string(base + start) + " needs a count");
   return static_cast<std::size_t>(n);
 }
 
@@ -81,10 +83,12 @@ void append_repeated(std::string& out, std::string_view piece, std::size_t times
 }
 
 // Megatron's grammar: "(pattern)*N" repeats a pattern (not nested), "x*N" a symbol, commas are
-// only for the eye.
-std::string expand(std::string_view text) {
+// only for the eye. `base`: where `text` starts in the whole layout (a pattern's inside is
+// expanded on its own; its positions are still the user's).
+std::string expand(std::string_view text, std::size_t base = 0) {
   std::string out;
   std::size_t at = 0;
+  const auto where = [&](std::size_t index) { return std::to_string(base + index + 1); };
   while (at < text.size()) {
     const char c = text[at];
     if (c == ',') {
@@ -93,31 +97,50 @@ std::string expand(std::string_view text) {
       const std::size_t close = text.find_first_of("()", at + 1);
       if (close == std::string_view::npos || text[close] == '(') {
         bad_layout(close == std::string_view::npos
-                       ? "'(' at character " + std::to_string(at + 1) + " is not closed"
-                       : "nested parentheses at character " + std::to_string(close + 1) +
+                       ? "'(' at character " + where(at) + " is not closed"
+                       : "nested parentheses at character " + where(close) +
                              " (Megatron's layout repeats one level)");
       }
-      std::string inner;
-      for (const char x : text.substr(at + 1, close - at - 1)) {
-        if (x != ',') inner += x;
-      }
+      const std::string_view inner = text.substr(at + 1, close - at - 1);
       // Megatron's pattern needs a symbol inside: it leaves "()*N" unexpanded and refuses it.
-      if (inner.empty()) bad_layout("empty '()' at character " + std::to_string(at + 1));
+      if (inner.find_first_not_of(',') == std::string_view::npos)
+        bad_layout("empty '()' at character " + where(at));
+      const std::size_t inner_base = base + at + 1;
       at = close + 1;
       if (at >= text.size() || text[at] != '*') {
-        bad_layout("')' at character " + std::to_string(close + 1) + " needs '*' and a count");
+        bad_layout("')' at character " + where(close) + " needs '*' and a count");
       }
-      append_repeated(out, expand(inner), repeat_count(text, at));
+      const std::string pattern = expand(inner, inner_base);
+      append_repeated(out, pattern, repeat_count(text, at, base));
     } else if (c == ')') {
-      bad_layout("')' at character " + std::to_string(at + 1) + " has no '('");
+      bad_layout("')' at character " + where(at) + " has no '('");
     } else if (c == '*') {
-      bad_layout("'*' at character " + std::to_string(at + 1) + " follows no symbol");
+      bad_layout("'*' at character " + where(at) + " follows no symbol");
     } else {
       ++at;
-      append_repeated(out, std::string_view(&c, 1), repeat_count(text, at));
+      append_repeated(out, std::string_view(&c, 1), repeat_count(text, at, base));
     }
   }
   return out;
+}
+
+// An expanded stage as a message shows it: runs written "t*N" (as a layout is), cut to 60
+// characters ("..." marks a cut): a stage of a million blocks is not a megabyte of error.
+std::string stage_excerpt(std::string_view stage) {
+  std::string out;
+  for (std::size_t at = 0; at < stage.size() && out.size() <= 60;) {
+    std::size_t end = at;
+    while (end < stage.size() && stage[end] == stage[at])
+      ++end;
+    out += stage[at];
+    if (end - at > 2) {
+      out += "*" + std::to_string(end - at);
+    } else if (end - at == 2) {
+      out += stage[at];
+    }
+    at = end;
+  }
+  return out.size() > 60 ? out.substr(0, 57) + "..." : out;
 }
 
 const char* layer_name(char symbol) {
@@ -220,7 +243,8 @@ std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelC
   std::vector<int> blocks;
   int total = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
-    const std::string where = "stage " + std::to_string(s) + " ('" + stages[s] + "')";
+    const std::string where =
+        "stage " + std::to_string(s) + " ('" + stage_excerpt(stages[s]) + "')";
     int count = 0;
     for (std::size_t i = 0; i < stages[s].size(); ++i) {
       const char c = stages[s][i];

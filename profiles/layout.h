@@ -12,9 +12,10 @@
 
 namespace pipeplan {
 
-// "Et*3|(tt|)*29,t|tL": one stage per virtual stage in model order (Megatron's order: virtual
-// rank 0's pipeline stages, then virtual rank 1's), E for the embedding, t for each transformer
-// block, L for the head and loss; a block repeated is t*N and a run of equal stages (S|)*N.
+// "Et*3|(tt|)*28,t|tL" (61 blocks): one stage per virtual stage in model order (Megatron's order:
+// virtual rank 0's pipeline stages, then virtual rank 1's), E for the embedding, t for each
+// transformer block, L for the head and loss; a block repeated is t*N and a run of equal stages
+// (S|)*N.
 std::string megatron_layout(const ModelConfig& model, const std::vector<StageLayers>& stages);
 
 // Blocks per virtual stage of a Megatron layout, for `model`: the subset pipeplan executes, E at

@@ -224,10 +224,12 @@ Rows read_rows(std::string_view text, std::string_view source) {
   std::int64_t cells_read = 0;
   std::size_t start = 0;
   while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
+    // A line ends at "\n", "\r\n" or a lone "\r", as Python's csv reader (and so PyTorch's
+    // loader) takes them.
+    std::size_t end = text.find_first_of("\r\n", start);
     if (end == std::string_view::npos) end = text.size();
     const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+    start = end + (end + 1 < text.size() && text[end] == '\r' && text[end + 1] == '\n' ? 2 : 1);
     const int row = static_cast<int>(out.rows.size()) + 1;
     const bool blank = trim(line).empty();
     if (row > limits::kMaxDevices) {

@@ -22,6 +22,7 @@ struct ImportCommand {
   bool join_w = false;
   const CLI::Option* p2_concat = nullptr;  // given: bounds --join-w's groups
   const CLI::Option* stages = nullptr;
+  const CLI::Option* chunks_option = nullptr;
   std::string output;
 
   // The CSV fixes ranks, chunks and micro-batches; the options may repeat them but not differ.
@@ -40,8 +41,11 @@ struct ImportCommand {
     const std::string side_path = torch_csv_layers_path(csv_path).string();
     const ModelConfig& model = r.profile.model;
     if (side->model != model.name) {
-      note = side_path + " is for model '" + side->model + "', not '" + model.name +
-             "': balanced split\n";
+      note = side_path + " is for model '" + side->model + "', not '" + model.name + "': " +
+             (r.layers_per_stage.empty() ? "balanced split"
+              : options.layout.empty()   ? "the split of --layers-per-stage"
+                                         : "the split of --layout") +
+             "\n";
       return std::nullopt;
     }
     int sum = 0;
@@ -82,6 +86,22 @@ struct ImportCommand {
       throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) +
                   " ranks; pipeplan needs the same number of stages per rank");
+    // Divisible is not enough: every rank holds stage_count / devices of them (a rank of idle
+    // cells holds none, and another then holds more).
+    std::vector<int> held(static_cast<std::size_t>(schedule.devices), 0);
+    for (const int device : schedule.stage_device)
+      ++held[static_cast<std::size_t>(device)];
+    for (int rank = 0; rank < schedule.devices; ++rank) {
+      const int per_rank = schedule.stage_count() / schedule.devices;
+      if (held[static_cast<std::size_t>(rank)] != per_rank) {
+        throw Error(csv_path + ": rank " + std::to_string(rank) + " (row " +
+                    std::to_string(rank + 1) + ") holds " +
+                    std::to_string(held[static_cast<std::size_t>(rank)]) + " of the " +
+                    std::to_string(schedule.stage_count()) +
+                    " stages; pipeplan needs the same number on every rank (" +
+                    std::to_string(per_rank) + ")");
+      }
+    }
     // The CSV's own counts within the limits, named as the CSV's (not as an option not given).
     if (const int chunks = schedule.stage_count() / schedule.devices; chunks > limits::kMaxChunks) {
       throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
@@ -110,7 +130,21 @@ struct ImportCommand {
       }
       request.layers_per_stage = *split;
     }
-    const Plan plan = make_plan_for_schedule(request, schedule);
+    // The stage and device counts are the CSV's where no option gave them: an error about them
+    // names the file, not an option the command line does not have.
+    const Plan plan = [&] {
+      try {
+        return make_plan_for_schedule(request, schedule);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        for (const auto& [flag, option] : {std::pair{std::string("--stages: "), stages},
+                                           std::pair{std::string("--chunks: "), chunks_option}}) {
+          if (what.rfind(flag, 0) == 0 && (option == nullptr || option->count() == 0))
+            throw Error(csv_path + ": " + what.substr(flag.size()));
+        }
+        throw;
+      }
+    }();
     if (!output.empty()) save_plan(plan.graph, output);
     std::cout << "read " << csv_path << ": " << report.actions << " actions on " << schedule.devices
               << " ranks";
@@ -136,6 +170,7 @@ Command add_import_command(CLI::App& app) {
   add_plan_options(*sub, cmd->options, false);
   // Ranks and micro-batches come from the CSV.
   cmd->stages = sub->get_option("--stages")->required(false);
+  cmd->chunks_option = sub->get_option("--chunks");
   sub->get_option("--stages")->description("pipeline devices P (default: the CSV's ranks)");
   sub->get_option("--microbatches")
       ->required(false)

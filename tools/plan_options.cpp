@@ -90,7 +90,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
   app.add_option("--layers-per-stage", o.layers_per_stage,
                  "blocks per virtual stage, e.g. 7,8,8,9 (default: balanced)");
   app.add_option("--layout", o.layout,
-                 "the split as a Megatron-LM layout, e.g. 'Et*3|(tt|)*29,t|tL' (E embedding, t "
+                 "the split as a Megatron-LM layout, e.g. 'Et*7|t*8|t*8|t*9L' (E embedding, t "
                  "transformer layer, L loss; stages in Megatron's virtual-stage order)");
   app.add_option("--uniform", o.uniform, "identical stages F:B:W:COMM in ms (no model)");
   app.add_option("--uniform-mem", o.uniform_mem, "GiB allocated by F:P1:P2, summing to 0");
@@ -419,6 +419,10 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
     const int replicas =
         given != nullptr ? given->replicas : find_schedule_family(o.schedule).traits().replicas;
     const int stages = megatron_layout_stages(o.layout) * replicas;
+    if (given != nullptr && stages != given->stage_count()) {
+      throw Error("--layout: " + std::to_string(stages) + " stages, the schedule read has " +
+                  std::to_string(given->stage_count()));
+    }
     if (o.stages < 1 || stages % o.stages != 0) {
       throw Error("--layout: " + std::to_string(stages) + " stages do not divide among --stages " +
                   std::to_string(o.stages));

@@ -9,8 +9,9 @@
 
 namespace pipeplan {
 
-// `message` with its control characters written as escapes (`\n`, `\r`, `\t`, `\x01`): an
-// error that quotes its input (a JSON string "a\nb", a CSV cell) stays one line.
+// `message` with its control characters written as escapes (`\n`, `\r`, `\t`, `\x01`), and
+// every byte that is no well-formed UTF-8 as `\xff`: an error that quotes its input (a JSON
+// string "a\nb", a CSV cell) stays one line of text.
 std::string one_line(std::string_view message);
 
 class Error : public std::runtime_error {

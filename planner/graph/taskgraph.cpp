@@ -637,10 +637,23 @@ void check_stage_layers(const TaskGraph& plan, std::string_view source_view) {
     }
     next += range.layer_count;
   }
-  const auto layers = static_cast<int>(meta.model.layer_list().size());
+  const std::vector<LayerKind> list = meta.model.layer_list();
+  const auto layers = static_cast<int>(list.size());
   if (next != layers) {
     throw Error(source + ": field 'meta.stage_layers' covers " + std::to_string(next) + " of the " +
                 std::to_string(layers) + " layers of model '" + meta.model.name + "'");
+  }
+  // Every stage runs at least one block, as every cut pipeplan makes (and --layout, import's
+  // side file and Megatron's own split) has it: a stage of the embedding or head alone.
+  for (int s = 0; s < copy; ++s) {
+    const StageLayers& range = meta.stage_layers[static_cast<std::size_t>(s)];
+    bool block = false;
+    for (int l = range.first_layer; l < range.first_layer + range.layer_count && !block; ++l)
+      block = list[static_cast<std::size_t>(l)] == LayerKind::block;
+    if (!block) {
+      throw Error(source + ": field 'meta.stage_layers[" + std::to_string(s) +
+                  "]' holds no transformer block (every stage holds at least one)");
+    }
   }
   for (const auto& [field, value] :
        {std::pair{"mbs", meta.mbs}, {"seq", meta.seq}, {"microbatches", meta.microbatches}}) {

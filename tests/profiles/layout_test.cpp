@@ -84,17 +84,17 @@ TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
             "layout: stage 1 ('') holds no transformer layer; pipeplan gives every stage at least "
             "one");
   EXPECT_EQ(layout_error("t*16E|t*16L", m),
-            "layout: stage 0 ('ttttttttttttttttE') holds the embedding (E); pipeplan runs it first "
+            "layout: stage 0 ('t*16E') holds the embedding (E); pipeplan runs it first "
             "in the first stage");
   EXPECT_EQ(layout_error("Et*16L|t*16", m),
-            "layout: stage 0 ('EttttttttttttttttL') holds the loss (L); pipeplan runs it last in "
+            "layout: stage 0 ('Et*16L') holds the loss (L); pipeplan runs it last in "
             "the last stage");
   EXPECT_EQ(layout_error("t*16|t*16L", m), "layout: stage 0 must start with the embedding (E)");
   EXPECT_EQ(layout_error("Et*16|t*16", m), "layout: stage 1 must end with the loss (L)");
   EXPECT_EQ(layout_error("Et*16|t*15L", m),
             "layout: 31 transformer layers (t), but llama-7b has 32");
   EXPECT_EQ(layout_error("Et*16|x*16L", m),
-            "layout: stage 1 ('xxxxxxxxxxxxxxxxL') holds 'x', not a layer type (E embedding, t "
+            "layout: stage 1 ('x*16L') holds 'x', not a layer type (E embedding, t "
             "transformer layer, L loss; m MTP is not modelled)");
   // A character outside ASCII is named whole (its UTF-8 bytes), with its byte offset; a byte
   // that starts no UTF-8 character, as \xNN.
@@ -113,6 +113,15 @@ TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
   EXPECT_EQ(layout_error("Et*|tL", m), "layout: '*' at character 3 needs a count");
   EXPECT_EQ(layout_error("E(t|)t", m), "layout: ')' at character 5 needs '*' and a count");
   EXPECT_EQ(layout_error("", m), "layout: is empty");
+  // Positions inside a pattern are the layout's own, commas counted.
+  EXPECT_EQ(layout_error("Et*15|(t*|)*2t*15L", m), "layout: '*' at character 9 needs a count");
+  EXPECT_EQ(layout_error("Et*15|(,*t|)*2t*15L", m), "layout: '*' at character 9 follows no symbol");
+  // A stage is quoted as a layout writes it, and cut: not a megabyte of 't'.
+  const std::string huge = layout_error("Et*1000000x|t|t|L", m);
+  EXPECT_EQ(huge,
+            "layout: stage 0 ('Et*1000000x') holds 'x', not a layer type (E embedding, t "
+            "transformer layer, L loss; m MTP is not modelled)");
+  EXPECT_LT(layout_error("(Etx)*100000|t|t|L", m).size(), 300U);
   EXPECT_NE(layout_error("E(t|)*99999999999L", m).find("too large"), std::string::npos);
   EXPECT_NE(layout_error("(t*2000|)*1000", m).find("above the limit"), std::string::npos);
   // A synthetic model has blocks only.

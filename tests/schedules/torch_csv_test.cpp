@@ -159,6 +159,20 @@ TEST(TorchCsv, CommunicationAndEmptyCellsAreSkipped) {
   EXPECT_EQ(s.backward, BackwardMode::fused);
 }
 
+// Python's csv reader, and so PyTorch's loader, ends a line at "\n", "\r\n" or a lone "\r".
+TEST(TorchCsv, EveryLineEndPythonReadsIsALineEnd) {
+  const Schedule lf = schedule_from_torch_csv("0F0,1F0,1B0,0B0\n", "s.csv");
+  for (const char* csv : {"0F0,1F0,1B0,0B0\r\n", "0F0,1F0,1B0,0B0\r"}) {
+    const Schedule other = schedule_from_torch_csv(csv, "s.csv");
+    EXPECT_EQ(other.per_device, lf.per_device) << csv;
+  }
+  const Schedule two = schedule_from_torch_csv("0F0,0B0\r1F0,1B0\r", "s.csv");
+  EXPECT_EQ(two.devices, 2);
+  EXPECT_EQ(error_of("0F0,0B0\r\r\n"),
+            "s.csv row 2: a blank line after the last rank (PyTorch's csv reader takes it for a "
+            "rank with no actions: remove it)");
+}
+
 TEST(TorchCsv, BadFilesNameFileRowAndCell) {
   EXPECT_EQ(error_of("0F0,0X0\n"),
             "s.csv row 1 cell 2 ('0X0'): unknown action type 'X' (expected F, I, W, B, "

@@ -180,6 +180,26 @@ TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
+// Every rank holds the same number of stages: a row of idle cells is a rank holding none, and
+// another then holds more (dividing evenly is not enough).
+TEST_F(TorchCsvCli, ARankWithoutItsShareOfStagesIsRefused) {
+  expect_import_error("0F0,1F0,1B0,0B0\n1UNSHARD\n", "rank 0 (row 1) holds 2 of the 2 stages");
+  expect_import_error("0F0,1F0,2F0,2B0,1B0,0B0\n3F0,3B0\n",
+                      "rank 0 (row 1) holds 3 of the 4 stages");
+}
+
+// The stage count is the CSV's where --stages was not given: an error names the file.
+TEST_F(TorchCsvCli, CountsTakenFromTheCsvAreNamedAsTheCsvs) {
+  std::string csv;  // 40 ranks of one stage each, one micro-batch
+  for (int rank = 0; rank < 40; ++rank)
+    csv += std::to_string(rank) + "F0," + std::to_string(rank) + "B0\n";
+  write_file(path("forty.csv"), csv);
+  const Result r = run("import " + path("forty.csv") + " --model llama-7b --memory 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("forty.csv: 40 stages but llama-7b has 32 blocks"), std::string::npos)
+      << r.out;
+}
+
 TEST_F(TorchCsvCli, DeadlockingCsvNamesTheRowAndCellThatCloseTheCycle) {
   expect_import_error(
       "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\r\n"

@@ -170,6 +170,13 @@ TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
   EXPECT_STREQ(Error("unknown GPU 'h100\nx\r\ty\x01'").what(),
                "unknown GPU 'h100\\nx\\r\\ty\\x01'");
   EXPECT_STREQ(FieldError("gpu", "'a\nb'").what(), "gpu: 'a\\nb'");
+  // Well-formed UTF-8 stays; a byte that is none, a C1 control and an overlong form are escaped.
+  EXPECT_STREQ(Error("cell '0B0\xff' \u00e9 \u4e2d \U0001F600").what(),
+               "cell '0B0\\xff' \u00e9 \u4e2d \U0001F600");
+  EXPECT_STREQ(Error("a\xc2\x85"
+                     "b \xc0\xaf \xed\xa0\x80")
+                   .what(),
+               "a\\xc2\\x85b \\xc0\\xaf \\xed\\xa0\\x80");
 }
 
 TEST(PrintableText, ControlCharactersAreFoundAndReplaced) {

@@ -9,7 +9,9 @@
 #include "planner/base/error.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
+#include "tests/error_support.h"
 #include "tests/planner/plan_fixtures.h"
+#include "tools/plan_options.h"
 
 namespace pipeplan {
 namespace {
@@ -140,6 +142,17 @@ TEST(PlanLoad, StageLayersMustTileTheLayerListAsRunNeedsThem) {
             "p.json: field 'meta.stage_layers[1]' does not continue the layer list at layer 1");
   EXPECT_EQ(load_error([](json& p) { p["meta"]["model"]["layers"] = 1000; }),
             "p.json: field 'meta.stage_layers' covers 2 of the 1000 layers of model 'uniform'");
+  // A stage of the embedding alone: Megatron allows it, but no cut of pipeplan's makes one,
+  // --layout and export's side file refuse it, and validate agrees with them.
+  PlanOptions tiny;
+  tiny.model = "tiny";  // the embedding, 4 blocks and the head: layers 0 to 5
+  tiny.stages = 2;
+  tiny.microbatches = 2;
+  json embedding_alone = plan_to_json(make_plan(make_request(tiny)).graph);
+  embedding_alone["meta"]["stage_layers"] = {{0, 1}, {1, 5}};
+  EXPECT_EQ(pipeplan::testing::error_of([&] { plan_from_json(embedding_alone, "p.json"); }),
+            "p.json: field 'meta.stage_layers[0]' holds no transformer block (every stage holds "
+            "at least one)");
   EXPECT_EQ(load_error([](json& p) { p["meta"]["seq"] = 0; }),
             "p.json: field 'meta.seq' must be positive (is 0)");
 }
