@@ -247,11 +247,16 @@ class TraceTimes {
     }
   }
 
-  // `trace`: the document without its events; `has_events`: it had a 'traceEvents' array.
-  std::vector<NodeTime> finish(const json& trace, bool has_events,
-                               std::vector<NodeTime>* host_times) {
-    if (!has_events) {
+  // `trace`: the document, its 'traceEvents' read already (read_trace_times leaves that array
+  // empty).
+  std::vector<NodeTime> finish(const json& trace, std::vector<NodeTime>* host_times) {
+    const json* events = member(trace, "traceEvents");
+    if (events == nullptr) {
       throw Error(std::string(source_) + ": field 'traceEvents' missing (not a pipeplan trace)");
+    }
+    if (!events->is_array()) {
+      throw Error(std::string(source_) + ": field 'traceEvents' must be an array of events, not " +
+                  json_excerpt(*events));
     }
     check_metadata(plan_, trace, source_);
     if (error_) throw Error(*error_);
@@ -318,12 +323,11 @@ std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const json& t
                                             std::vector<NodeTime>* host_times) {
   TraceTimes reader(plan, source);
   const json* events = member(trace, "traceEvents");
-  const bool has_events = events != nullptr && events->is_array();
-  if (has_events) {
+  if (events != nullptr && events->is_array()) {
     for (std::size_t index = 0; index < events->size(); ++index)
       reader.event((*events)[index], index);
   }
-  return reader.finish(trace, has_events, host_times);
+  return reader.finish(trace, host_times);
 }
 
 std::vector<NodeTime> read_trace_times(const TaskGraph& plan, const std::filesystem::path& path,
@@ -334,8 +338,7 @@ std::vector<NodeTime> read_trace_times(const TaskGraph& plan, const std::filesys
   const json trace =
       parse_json_streaming(text, source, "traceEvents",
                            [&](json&& event, std::size_t index) { reader.event(event, index); });
-  const json* events = member(trace, "traceEvents");
-  return reader.finish(trace, events != nullptr && events->is_array(), host_times);
+  return reader.finish(trace, host_times);
 }
 
 namespace {

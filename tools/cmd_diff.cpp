@@ -36,7 +36,8 @@ struct DiffCommand {
     if (json) {
       std::cout << diff_to_json(diff, shown).dump(2) << "\n";
     } else {
-      std::cout << plan_path << " (predicted) vs " << measured_path << " (measured)\n"
+      std::cout << input_name(plan_path) << " (predicted) vs " << input_name(measured_path)
+                << " (measured)\n"
                 << format_diff(diff, shown);
     }
     return 0;

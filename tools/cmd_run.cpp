@@ -207,7 +207,7 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
   if (!ranks.prints()) return 0;
   write_trace(executor->plan(), last, "");
   if (json) {
-    nlohmann::json report = {{"plan", plan_path},
+    nlohmann::json report = {{"plan", input_name(plan_path)},
                              {"backend", backend_name},
                              {"seed", seed},
                              {"steps", std::move(rows)},
@@ -293,7 +293,7 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   write_trace(executor->plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
   if (json) {
     nlohmann::json report = run_report_json(comparison, hw);
-    report["plan"] = plan_path;
+    report["plan"] = input_name(plan_path);
     report["backend"] = backend_name;
     report["transport"] = transport_name;
     report["seed"] = seed;

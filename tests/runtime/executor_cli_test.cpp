@@ -96,6 +96,14 @@ TEST_F(RunCli, MeasuredTraceFeedsDiff) {
   EXPECT_NE(diff.out.find("step time (makespan): predicted"), std::string::npos) << diff.out;
   EXPECT_NE(diff.out.find("devices (compute stream)"), std::string::npos) << diff.out;
 
+  // A plan read from standard input is named "stdin", as every other message names it.
+  const Result piped = run("diff - " + trace + " < " + p);
+  ASSERT_EQ(piped.status, 0) << piped.out;
+  EXPECT_EQ(piped.out.rfind("stdin (predicted) vs " + trace + " (measured)\n", 0), 0U) << piped.out;
+  const Result piped_run = run("run - --steps 1 --json < " + p);
+  ASSERT_EQ(piped_run.status, 0) << piped_run.out;
+  EXPECT_NE(piped_run.out.find("\"plan\": \"stdin\""), std::string::npos) << piped_run.out;
+
   const Result json = run("diff " + p + " " + trace + " --json --all");
   ASSERT_EQ(json.status, 0) << json.out;
   const nlohmann::json d = nlohmann::json::parse(json.out);

@@ -107,6 +107,10 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
   };
   EXPECT_EQ(error([](json& t) { t = json::array(); }),
             "t.json: field 'traceEvents' missing (not a pipeplan trace)");
+  EXPECT_EQ(error([](json& t) {
+              t["traceEvents"] = {{"a", 1}};
+            }),
+            "t.json: field 'traceEvents' must be an array of events, not {\"a\":1}");
   EXPECT_NE(error([](json& t) { first_slice(t)["args"]["node"] = "x"; }).find("field 'args.node'"),
             std::string::npos);
   EXPECT_NE(error([](json& t) {
