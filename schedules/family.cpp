@@ -156,7 +156,8 @@ BackwardMode resolve_backward_mode(const ScheduleFamily& family,
 }
 
 int default_chunks(const ScheduleFamily& family) {
-  return family.traits().chunks.min;
+  // The family's own count: interleaved at one chunk is 1F1B, so it runs two unless told.
+  return family.traits().chunks.preferred;
 }
 
 Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family) {

@@ -190,9 +190,9 @@ Schedule generate_schedule(std::string_view family, const ScheduleRequest& reque
 BackwardMode resolve_backward_mode(const ScheduleFamily& family,
                                    std::optional<BackwardMode> requested);
 
-// Virtual stages per device when a request names none: the family's smallest count (1 for most;
-// 2 for the V families, which take no other). A count a request names is checked by
-// ScheduleFamily::check.
+// Virtual stages per device when a request names none: the family's preferred count (1 for most;
+// 2 for the V families, which take no other, and for interleaved and looped-bfs, which at one
+// chunk are 1F1B and GPipe). A count a request names is checked by ScheduleFamily::check.
 int default_chunks(const ScheduleFamily& family);
 
 // A static object of this type in a family's file adds the family at start-up. Throws

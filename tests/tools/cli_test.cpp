@@ -1181,8 +1181,14 @@ TEST_F(Cli, VFamiliesRunTheirOnlyChunkCountWithoutChunks) {
         plan + " --schedule " + family + " --backward fused",
         "--backward: schedule '" + family + "' places p1 and p2 itself; use 2bp, got fused");
   }
-  // Families that take one chunk still default to one.
-  const Result one = run(plan + " --schedule interleaved --json");
+  // Interleaved and looped-bfs take any count, and run two without --chunks (at one they are
+  // 1F1B and GPipe); the one-chunk families run one.
+  for (const char* family : {"interleaved", "looped-bfs"}) {
+    const Result two = run(plan + " --schedule " + family + " --json");
+    ASSERT_EQ(two.status, 0) << two.out;
+    EXPECT_EQ(nlohmann::json::parse(two.out)["chunks"], 2) << family;
+  }
+  const Result one = run(plan + " --schedule 1f1b --json");
   ASSERT_EQ(one.status, 0) << one.out;
   EXPECT_EQ(nlohmann::json::parse(one.out)["chunks"], 1);
   expect_error(plan + " --chunks 0", "--chunks: must be at least 1");
@@ -1289,7 +1295,7 @@ TEST_F(Cli, ADashReadsStandardInput) {
   const Result reported = run("run - --steps 1 --json < " + path("tiny.json"));
   EXPECT_EQ(reported.status, 0) << reported.out;
   const auto report = nlohmann::json::parse(reported.out);
-  EXPECT_EQ(report.at("plan"), "-");
+  EXPECT_EQ(report.at("plan"), "stdin");
   EXPECT_FALSE(report.contains("trace")) << reported.out;  // only when one was written
   const Result imported = run("import - --model tiny -o " + path("i.json") + " < " + path("s.csv"));
   EXPECT_EQ(imported.status, 0) << imported.out;
