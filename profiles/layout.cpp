@@ -54,9 +54,19 @@ std::string stage_text(const StageContent& c) {
 constexpr std::size_t kMaxLayoutChars = 1U << 16;
 constexpr std::size_t kMaxExpandedChars = 1U << 20;
 
+// A layout without its commas (Megatron removes every one before reading it: "t*1,0" is t*10),
+// and where each of its characters was in the text given, for messages.
+struct Cleaned {
+  std::string text;
+  std::vector<std::size_t> at;  // at[i]: the index in the given text of text[i]
+  // The 1-based character number, in the text given, of text[i].
+  [[nodiscard]] std::string character(std::size_t i) const { return std::to_string(at[i] + 1); }
+};
+
 // The repeat count after "*" at `at` (digits); advances `at` past it. `base`: where `text`
-// starts in the whole layout, so that a position is the user's character number.
-std::size_t repeat_count(std::string_view text, std::size_t& at, std::size_t base) {
+// starts in `layout.text`, so that a position is the user's character number.
+std::size_t repeat_count(std::string_view text, std::size_t& at, std::size_t base,
+                         const Cleaned& layout) {
   if (at >= text.size() || text[at] != '*') return 1;
   ++at;
   const std::size_t start = at;
@@ -64,11 +74,11 @@ std::size_t repeat_count(std::string_view text, std::size_t& at, std::size_t bas
   while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
     n = n * 10 + static_cast<std::uint64_t>(text[at] - '0');
     if (n > kMaxExpandedChars)
-      bad_layout("repeat count at character " + std::to_string(base + start + 1) + " is too large");
+      bad_layout("repeat count at character " + layout.character(base + start) + " is too large");
     ++at;
   }
   if (at == start)
-    bad_layout("'*' at character " + std::to_string(base + start) + " needs a count");
+    bad_layout("'*' at character " + layout.character(base + start - 1) + " needs a count");
   return static_cast<std::size_t>(n);
 }
 
@@ -82,18 +92,16 @@ void append_repeated(std::string& out, std::string_view piece, std::size_t times
     out += piece;
 }
 
-// Megatron's grammar: "(pattern)*N" repeats a pattern (not nested), "x*N" a symbol, commas are
-// only for the eye. `base`: where `text` starts in the whole layout (a pattern's inside is
-// expanded on its own; its positions are still the user's).
-std::string expand(std::string_view text, std::size_t base = 0) {
+// Megatron's grammar: "(pattern)*N" repeats a pattern (not nested), "x*N" a symbol. `text` is
+// part of `layout.text` (no commas), from `base` (a pattern's inside is expanded on its own; its
+// positions are still the user's).
+std::string expand(std::string_view text, std::size_t base, const Cleaned& layout) {
   std::string out;
   std::size_t at = 0;
-  const auto where = [&](std::size_t index) { return std::to_string(base + index + 1); };
+  const auto where = [&](std::size_t index) { return layout.character(base + index); };
   while (at < text.size()) {
     const char c = text[at];
-    if (c == ',') {
-      ++at;
-    } else if (c == '(') {
+    if (c == '(') {
       const std::size_t close = text.find_first_of("()", at + 1);
       if (close == std::string_view::npos || text[close] == '(') {
         bad_layout(close == std::string_view::npos
@@ -103,22 +111,21 @@ std::string expand(std::string_view text, std::size_t base = 0) {
       }
       const std::string_view inner = text.substr(at + 1, close - at - 1);
       // Megatron's pattern needs a symbol inside: it leaves "()*N" unexpanded and refuses it.
-      if (inner.find_first_not_of(',') == std::string_view::npos)
-        bad_layout("empty '()' at character " + where(at));
+      if (inner.empty()) bad_layout("empty '()' at character " + where(at));
       const std::size_t inner_base = base + at + 1;
       at = close + 1;
       if (at >= text.size() || text[at] != '*') {
         bad_layout("')' at character " + where(close) + " needs '*' and a count");
       }
-      const std::string pattern = expand(inner, inner_base);
-      append_repeated(out, pattern, repeat_count(text, at, base));
+      const std::string pattern = expand(inner, inner_base, layout);
+      append_repeated(out, pattern, repeat_count(text, at, base, layout));
     } else if (c == ')') {
       bad_layout("')' at character " + where(at) + " has no '('");
     } else if (c == '*') {
       bad_layout("'*' at character " + where(at) + " follows no symbol");
     } else {
       ++at;
-      append_repeated(out, std::string_view(&c, 1), repeat_count(text, at, base));
+      append_repeated(out, std::string_view(&c, 1), repeat_count(text, at, base, layout));
     }
   }
   return out;
@@ -218,7 +225,13 @@ std::vector<std::string> layout_stages(std::string_view text) {
     }
   }
   std::vector<std::string> stages(1);
-  for (const char c : expand(text)) {
+  Cleaned cleaned;
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    if (text[at] == ',') continue;
+    cleaned.text += text[at];
+    cleaned.at.push_back(at);
+  }
+  for (const char c : expand(cleaned.text, 0, cleaned)) {
     if (c == '|') {
       stages.emplace_back();
     } else {

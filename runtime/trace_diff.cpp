@@ -61,7 +61,7 @@ std::string string_member(const json& object, std::string_view key) {
 
 [[noreturn]] void bad_slice_named(std::string_view source, std::size_t index, std::string name,
                                   const std::string& why) {
-  if (name.size() > 60) name = name.substr(0, 60) + "...";
+  if (name.size() > 60) name = std::string(utf8_prefix(name, 60)) + "...";
   throw Error(std::string(source) + ": traceEvents[" + std::to_string(index) + "]" +
               (name.empty() ? "" : " ('" + name + "')") + ": " + why);
 }

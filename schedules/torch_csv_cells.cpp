@@ -211,7 +211,8 @@ std::string Cell::where() const {
 }
 
 [[noreturn]] void bad_cell(std::string_view source, const Cell& cell, std::string_view why) {
-  std::string text = cell.text.size() > 80 ? cell.text.substr(0, 80) + "..." : cell.text;
+  std::string text =
+      cell.text.size() > 80 ? std::string(utf8_prefix(cell.text, 80)) + "..." : cell.text;
   Cell shown = cell;
   shown.text = std::move(text);
   throw Error(std::string(source) + " " + shown.where() + ": " + std::string(why));

@@ -141,6 +141,14 @@ EnvReport gather() {
                            : "this pipeplan was built without the CUDA backend";
   } else {
     report.gpu_error = report.gpu->gpu_error;  // with GPUs listed: one that could not be read
+    // Without the kernel module CUDA's reason reads as a version mismatch ("CUDA driver
+    // version is insufficient for CUDA runtime version"): what is missing is the driver.
+    if (report.gpu->gpus.empty() && report.kernel_driver.empty() && !report.gpu_error.empty()) {
+      report.gpu_error =
+          "no NVIDIA kernel driver is loaded (no /proc/driver/nvidia/version; the "
+          "CUDA runtime says: " +
+          report.gpu_error + ")";
+    }
   }
   return report;
 }

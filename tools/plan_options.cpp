@@ -321,8 +321,13 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   // Uniform costs in half stages: the two-chunk families (V, interleaved) the search tries get
   // P x 2 stages, the others whole ones, as each family gets from compare.
   o.uniform_blocks_per_device = 2;
+  // The profile with every p2 group size (as profile_for's below): --p2-concat bounds the
+  // families that leave p2 to --backward, and the search plans the others without it.
+  o.p2_concat = 0;
   SearchRequest s;
   s.base = request_for(o, nullptr, global_batch == 0);
+  s.base.p2_concat = options.p2_concat;
+  check_plan_request(s.base);
   if (global_batch == 0) return s;
   // Each replica of the pipeline takes 1/D of the global batch.
   const int replicas = s.base.data_parallel.replicas;

@@ -123,7 +123,7 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
                                {"latency_us", m.data_parallel.link.latency_us}};
   }
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
-  j["mfu_of"] = mfu_basis(m);
+  j["mfu_of"] = mfu_basis(m, sim.mfu);
   j["layout"] = layout_json(graph);
   j["bpipe"] = transfer_json(graph);
   if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
@@ -204,7 +204,7 @@ nlohmann::json transfer_json(const TaskGraph& graph) {
   return out;
 }
 
-std::string mfu_basis(const PlanMeta& meta) {
+std::string mfu_basis(const PlanMeta& meta, double mfu) {
   const std::int64_t t = meta.tensor_parallel;
   const std::int64_t d = meta.data_parallel.replicas;
   const std::int64_t gpus = d * t * meta.devices;
@@ -215,7 +215,11 @@ std::string mfu_basis(const PlanMeta& meta) {
     basis += std::to_string(meta.devices) + " stage" + (meta.devices == 1 ? "" : "s");
     if (t > 1) basis += " of " + std::to_string(t) + " tensor-parallel GPUs";
   }
-  if (!meta.contention.empty()) basis += "; the stages share one GPU (emulated)";
+  if (!meta.contention.empty()) {
+    basis += "; the stages share one GPU (emulated)";
+    if (mfu > 0)
+      basis += printf_text(": %.1f %% of that one", mfu * 100 * static_cast<double>(gpus));
+  }
   return basis;
 }
 
@@ -242,7 +246,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   if (sim.mfu > 0) {
     char value[32];
     std::snprintf(value, sizeof value, "%.1f %%", sim.mfu * 100);
-    mfu = std::string(value) + " (PaLM, " + mfu_basis(m) + ")";
+    mfu = std::string(value) + " (PaLM, " + mfu_basis(m, sim.mfu) + ")";
   }
   out +=
       printf_text(

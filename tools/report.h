@@ -17,9 +17,9 @@ namespace pipeplan {
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim);
 std::string short_summary(const TaskGraph& graph, const SimResult& sim);
 // What a plan's MFU is measured against: "N whole GPUs", and, for stages that share one GPU
-// (a profile with contention curves: emulated stages in green contexts), that they do, since the
-// MFU of their own SM share is then higher by the GPU's SMs over theirs.
-std::string mfu_basis(const PlanMeta& meta);
+// (a profile with contention curves: emulated stages in green contexts), that they do, with
+// `mfu` (when positive) against that one GPU: N times the figure of N GPUs.
+std::string mfu_basis(const PlanMeta& meta, double mfu = 0);
 // For stages that share one GPU, that sum against the GPU's HBM (gpus.json): "55.68 GiB of its
 // 141.00 GiB", or "224.66 GiB, more than its 141.00 GiB: `run --emulate` cannot hold it"; "" for
 // separate GPUs.

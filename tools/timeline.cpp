@@ -522,9 +522,9 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   total("bubble ratio", printf_text("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
                             printf_text("%.1f %%", sim.span_bubble_ratio * 100) + ")");
   total("tokens/s", printf_text("%.0f", sim.tokens_per_s));
-  total("MFU (PaLM model FLOPs)",
-        sim.mfu > 0 ? printf_text("%.1f %%", sim.mfu * 100) + " (" + mfu_basis(graph.meta) + ")"
-                    : "n/a");
+  total("MFU (PaLM model FLOPs)", sim.mfu > 0 ? printf_text("%.1f %%", sim.mfu * 100) + " (" +
+                                                    mfu_basis(graph.meta, sim.mfu) + ")"
+                                              : "n/a");
   if (const std::string held = shared_gpu_memory_text(meta, sim); !held.empty())
     total("one GPU holds", held + " (the stages' peaks added)");
   out += layout_summary(graph);

@@ -1,5 +1,7 @@
 #include "planner/base/error.h"
 
+#include <cstdint>
+
 namespace pipeplan {
 
 namespace {
@@ -44,6 +46,40 @@ std::size_t utf8_sequence(std::string_view text, std::size_t i) {
 
 }  // namespace
 
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t cut = max_bytes;
+  // Back to the start of the character the cut falls in (a continuation byte is 10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0U) == 0x80U)
+    --cut;
+  return text.substr(0, cut);
+}
+
+namespace {
+
+// Characters that are well-formed but act on the text around them: line and paragraph
+// separators (a line break in many viewers), zero-width marks, direction overrides and isolates
+// (which reorder what a terminal shows), and the byte-order mark.
+bool invisible_format(std::uint32_t code) {
+  return (code >= 0x200b && code <= 0x200f) || (code >= 0x2028 && code <= 0x202e) ||
+         (code >= 0x2066 && code <= 0x2069) || code == 0xfeff;
+}
+
+std::uint32_t code_point(std::string_view text, std::size_t i, std::size_t length) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  switch (length) {
+    case 2:
+      return ((byte(0) & 0x1fU) << 6) | (byte(1) & 0x3fU);
+    case 3:
+      return ((byte(0) & 0x0fU) << 12) | ((byte(1) & 0x3fU) << 6) | (byte(2) & 0x3fU);
+    default:
+      return ((byte(0) & 0x07U) << 18) | ((byte(1) & 0x3fU) << 12) | ((byte(2) & 0x3fU) << 6) |
+             (byte(3) & 0x3fU);
+  }
+}
+
+}  // namespace
+
 std::string one_line(std::string_view message) {
   std::string out;
   out.reserve(message.size());
@@ -54,7 +90,15 @@ std::string one_line(std::string_view message) {
       out += c;
     } else if (const std::size_t length = byte >= 0x80 ? utf8_sequence(message, i) : 0;
                length > 0) {
-      out.append(message.substr(i, length));
+      const std::uint32_t code = code_point(message, i, length);
+      if (invisible_format(code)) {
+        constexpr char kHex[] = "0123456789ABCDEF";
+        out += "\\u";
+        for (int shift = 12; shift >= 0; shift -= 4)
+          out += kHex[(code >> static_cast<unsigned>(shift)) & 0xfU];
+      } else {
+        out.append(message.substr(i, length));
+      }
       i += length;
       continue;
     } else if (c == '\n') {

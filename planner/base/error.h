@@ -13,6 +13,9 @@ namespace pipeplan {
 // every byte that is no well-formed UTF-8 as `\xff`: an error that quotes its input (a JSON
 // string "a\nb", a CSV cell) stays one line of text.
 std::string one_line(std::string_view message);
+// The first `max_bytes` of `text` or fewer, never ending inside a UTF-8 character: where a
+// message cuts what it quotes ("..." after it), no half character is left to escape.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
 
 class Error : public std::runtime_error {
  public:

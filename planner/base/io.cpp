@@ -103,7 +103,7 @@ std::string key_before(std::string_view text, std::size_t at) {
   std::string message = std::string(source) + ": ";
   const std::size_t at = token.empty() ? std::string_view::npos : find_number(text, token);
   const std::string key = at == std::string_view::npos ? "" : key_before(text, at);
-  if (!key.empty()) message += "field '" + key.substr(0, 80) + "' ";
+  if (!key.empty()) message += "field '" + std::string(utf8_prefix(key, 80)) + "' ";
   if (token.size() > 40) token = token.substr(0, 40) + "...";
   message += "number " + (token.empty() ? std::string("") : "'" + token + "' ") +
              "is outside the range of a double";
@@ -140,7 +140,7 @@ void check_json_depth(std::string_view text, std::string_view source) {
 
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars) {
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (text.size() > max_chars) text = text.substr(0, max_chars) + "...";
+  if (text.size() > max_chars) text = std::string(utf8_prefix(text, max_chars)) + "...";
   return text;
 }
 

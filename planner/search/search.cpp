@@ -139,10 +139,12 @@ SearchResult search_plans(const SearchRequest& request) {
         const double hbm = gpu_hbm_bytes(plan.graph.meta.gpu);
         if (hbm > 0 && static_cast<double>(p.peak_memory_bytes) > hbm) {
           if (first_error.empty()) {
-            first_error = field_name("memory_limit_bytes") +
-                          ": the stages' one GPU would hold their summed peaks, " +
-                          gib_text(static_cast<double>(p.peak_memory_bytes)) + ", more than its " +
-                          gib_text(hbm);
+            first_error = "the stages share one GPU (" + plan.graph.meta.gpu +
+                          "): their summed peaks, " +
+                          gib_text(static_cast<double>(p.peak_memory_bytes)) +
+                          ", are more than its " + gib_text(hbm) +
+                          " (fewer micro-batches in "
+                          "flight, recomputation or fewer stages give room)";
           }
           return std::nullopt;
         }

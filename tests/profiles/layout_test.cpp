@@ -72,6 +72,15 @@ TEST(MegatronLayout, ReadsMegatronsOwnNotation) {
   EXPECT_EQ(megatron_layout_stages("Et*3|(tt|)*29,m|L"), 32);
 }
 
+// Megatron removes every comma before reading a layout, inside a pattern and inside a count.
+TEST(MegatronLayout, CommasAreIgnoredEverywhereAsMegatronIgnoresThem) {
+  ModelConfig m = llama7b();
+  m.layers = 22;
+  EXPECT_EQ(blocks_from_megatron_layout("Et*11|(t,*5|)*2tL", m), (std::vector<int>{11, 5, 5, 1}));
+  EXPECT_EQ(blocks_from_megatron_layout("Et*5|(t*1,0|)*1,t*6|tL", m),
+            (std::vector<int>{5, 10, 6, 1}));
+}
+
 TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
   const ModelConfig m = llama7b();
   // DeepSeek-V3's example: its MTP layer has no model in pipeplan.

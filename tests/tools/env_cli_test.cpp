@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -137,12 +138,16 @@ TEST(EnvCli, FakeGpusGetTheirGpusJsonEntryAndTheEmulatedShares) {
 TEST(EnvCli, NoGpuOnTheModuleGivesItsReasonAndExitsZero) {
   const CliResult text = env_command("", fake_module());
   EXPECT_EQ(text.status, 0) << text.out;
-  EXPECT_NE(text.out.find("  no GPU found: fake plugin: no CUDA-capable device is detected\n"),
-            std::string::npos)
-      << text.out;
+  // Where the NVIDIA kernel module is not loaded, that is the reason given first.
+  const bool driver = std::filesystem::exists("/proc/driver/nvidia/version");
+  const std::string reason =
+      driver ? "fake plugin: no CUDA-capable device is detected"
+             : "no NVIDIA kernel driver is loaded (no /proc/driver/nvidia/version; the CUDA "
+               "runtime says: fake plugin: no CUDA-capable device is detected)";
+  EXPECT_NE(text.out.find("  no GPU found: " + reason + "\n"), std::string::npos) << text.out;
   const nlohmann::json j = env_json(fake_module());
   EXPECT_TRUE(j.at("gpus").empty());
-  EXPECT_EQ(j.at("gpu_error"), "fake plugin: no CUDA-capable device is detected");
+  EXPECT_EQ(j.at("gpu_error"), reason);
   EXPECT_EQ(j.at("libraries").size(), 5U);  // the module still reports its libraries
 }
 

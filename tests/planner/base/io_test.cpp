@@ -177,6 +177,15 @@ TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
                      "b \xc0\xaf \xed\xa0\x80")
                    .what(),
                "a\\xc2\\x85b \\xc0\\xaf \\xed\\xa0\\x80");
+  // Line separators, direction overrides and zero-width marks act on the text around them.
+  EXPECT_STREQ(Error("1f1b\u2028next\u202eevil\u200b\ufeff").what(),
+               "1f1b\\u2028next\\u202Eevil\\u200B\\uFEFF");
+  // A quote cut to length ends on a whole character.
+  EXPECT_EQ(utf8_prefix("a\u00e9\u00e9", 2), "a");
+  EXPECT_EQ(utf8_prefix("a\u00e9\u00e9", 3), "a\u00e9");
+  EXPECT_EQ(utf8_prefix("abc", 5), "abc");
+  EXPECT_EQ(json_excerpt(nlohmann::json(std::string(30, 'a') + "\u00e9\u00e9\u00e9"), 32),
+            "\"" + std::string(30, 'a') + "...");
 }
 
 TEST(PrintableText, ControlCharactersAreFoundAndReplaced) {
