@@ -26,6 +26,16 @@ SearchRequest uniform_search(int devices, int microbatches, double limit_gib) {
   return s;
 }
 
+// The request that plans front point `p` of a search on `base`.
+PlanRequest point_request(const PlanRequest& base, const SearchPoint& p) {
+  PlanRequest c = base;
+  c.schedule = p.schedule;
+  c.backward = p.backward;
+  c.chunks = p.chunks;
+  c.layers_per_stage = p.layers_per_stage;
+  return c;
+}
+
 TEST(Search, BestIsNoWorseThanEveryFixedPlanAndFrontIsNonDominated) {
   const SearchRequest s = uniform_search(4, 12, 0);
   const SearchResult r = search_plans(s);
@@ -130,12 +140,8 @@ TEST(Search, UnderContentionCurvesTheBestPointIsTheSimulatedPlan) {
   const SearchResult r = search_plans(s);
   EXPECT_DOUBLE_EQ(r.best_point.step_time_us, r.best.sim.makespan_us);
   for (const SearchPoint& p : r.pareto) {
-    PlanRequest c = s.base;
-    c.schedule = p.schedule;
-    c.backward = p.backward;
-    c.chunks = p.chunks;
-    c.layers_per_stage = p.layers_per_stage;
-    EXPECT_DOUBLE_EQ(p.step_time_us, make_plan(c).sim.makespan_us) << p.schedule;
+    EXPECT_DOUBLE_EQ(p.step_time_us, make_plan(point_request(s.base, p)).sim.makespan_us)
+        << p.schedule;
   }
 }
 
@@ -155,12 +161,7 @@ TEST(Search, OnASharedGpuMemoryIsTheStagesSumWithinItsHbm) {
   ASSERT_FALSE(r.pareto.empty());
   const double hbm = gpu_hbm_bytes("h200");
   for (const SearchPoint& p : r.pareto) {
-    PlanRequest c = s.base;
-    c.schedule = p.schedule;
-    c.backward = p.backward;
-    c.chunks = p.chunks;
-    c.layers_per_stage = p.layers_per_stage;
-    const Plan plan = make_plan(c);
+    const Plan plan = make_plan(point_request(s.base, p));
     EXPECT_EQ(p.peak_memory_bytes, plan.sim.shared_gpu_memory_bytes()) << p.schedule;
     EXPECT_LE(static_cast<double>(p.peak_memory_bytes), hbm) << p.schedule;
   }
@@ -176,11 +177,7 @@ TEST(Search, AFamilyThatPlacesP2ItselfIgnoresP2Concat) {
   const SearchResult r = search_plans(s);
   ASSERT_FALSE(r.pareto.empty());
   for (const SearchPoint& p : r.pareto) {
-    PlanRequest c = s.base;
-    c.schedule = p.schedule;
-    c.backward = p.backward;
-    c.chunks = p.chunks;
-    c.layers_per_stage = p.layers_per_stage;
+    PlanRequest c = point_request(s.base, p);
     c.p2_concat = 0;
     const Plan plan = make_plan(c);
     EXPECT_DOUBLE_EQ(p.bound_us, plan.bound.makespan_us);
