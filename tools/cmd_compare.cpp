@@ -9,6 +9,7 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
+#include "profiles/gpu.h"
 #include "profiles/recompute.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
@@ -120,6 +121,8 @@ struct CompareCommand {
     const auto ok =
         std::find_if(table.begin(), table.end(), [](const Row& r) { return r.error.empty(); });
     const bool shared = !ok->plan.graph.meta.contention.empty();
+    const double hbm = shared ? gpu_hbm_bytes(ok->plan.graph.meta.gpu) : 0.0;
+    bool any_over = false;
     // With --recompute, what each row recomputes (auto chooses per row).
     const bool recomputes = !options.recompute.empty() && options.recompute != "none";
     std::printf("%-16s %-9s %11s %8s %8s %14s %7s %8s %7s%s\n", "schedule", "backward", "step ms",
@@ -142,12 +145,22 @@ struct CompareCommand {
       if (baseline > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", baseline / s.makespan_us);
       const std::string recomputed =
           recomputes ? "  " + to_string(r.plan.graph.meta.recompute) : std::string();
-      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%%s\n", name.c_str(),
+      // Stages that together need more than their one GPU: the row cannot run emulated.
+      const bool over = shared && hbm > 0 && peak > hbm;
+      any_over = any_over || over;
+      std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%%s%s\n", name.c_str(),
                   r.backward.c_str(), s.makespan_us / 1e3, s.bubble_ratio * 100,
                   s.span_bubble_ratio * 100, format_gib(peak).c_str(), mfu, speedup,
-                  100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us), recomputed.c_str());
+                  100 * gap_to_bound(s.makespan_us, r.plan.bound.makespan_us), recomputed.c_str(),
+                  over ? "  over HBM" : "");
     }
     const std::string basis = " " + mfu_basis(ok->plan.graph.meta);
+    if (any_over) {
+      std::printf(
+          "over HBM: the stages' peaks add up to more than the %s's %s: `run --emulate` "
+          "cannot hold that plan on one GPU\n",
+          ok->plan.graph.meta.gpu.c_str(), format_gib(hbm).c_str());
+    }
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations).%s speedup: step "
         "time of 1f1b fused / step time (n/a where 1f1b fused does not fit). MFU: PaLM model "

@@ -1199,6 +1199,30 @@ TEST_F(Cli, VFamiliesRunTheirOnlyChunkCountWithoutChunks) {
 }
 
 // compare plans every V family at its two chunks, without --chunks as with it.
+// Stages that share one GPU (a profile with contention curves): a row whose summed peaks are over
+// the GPU's HBM is marked, and the footnote says why it cannot run emulated.
+TEST_F(Cli, CompareMarksRowsOverTheSharedGpusHbm) {
+  const Result r = run("compare --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+                       "/profiles/h200-llama-7b-blocks8-sm16.calibrated.json --stages 4 -m 48");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::istringstream lines(r.out);
+  int over = 0;
+  int under = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t gib = line.find(" GiB ");
+    if (gib == std::string::npos || line.rfind("over HBM:", 0) == 0) continue;
+    const double sum = std::stod(line.substr(line.rfind(' ', gib - 1) + 1));
+    const bool marked = line.ends_with("  over HBM");
+    EXPECT_EQ(marked, sum > 141.0) << line;
+    (marked ? over : under) += 1;
+  }
+  EXPECT_GT(over, 0) << r.out;
+  EXPECT_GT(under, 0) << r.out;
+  EXPECT_NE(r.out.find("over HBM: the stages' peaks add up to more than the h200's 141.00 GiB"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(Cli, CompareListsTheVFamiliesAtTwoChunks) {
   for (const std::string chunks : {"", " --chunks 2"}) {
     const Result r = run("compare --uniform 1:1:1:0.1 --stages 4 --microbatches 8 --json" + chunks);
