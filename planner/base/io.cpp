@@ -510,7 +510,10 @@ nlohmann::json parse_json_streaming(std::string_view text, std::string_view sour
                                     const std::string& key, const JsonElementSink& element) {
   check_json_depth(text, source);
   JsonColumns out;
-  ColumnSax sax(source, {}, out, {}, {});
+  // ColumnSax keeps references to its lists: they must outlive it (a temporary would not).
+  const std::vector<std::string> no_columns;
+  const std::vector<KnownKeys> no_checks;
+  ColumnSax sax(source, no_columns, out, no_checks, {});
   sax.stream_elements(key, &element);
   if (!nlohmann::json::sax_parse(text, &sax)) {
     if (sax.error_id() == 406) number_out_of_range(text, source, sax.error_what());
