@@ -231,6 +231,7 @@ std::vector<std::string> layout_stages(std::string_view text) {
     cleaned.text += text[at];
     cleaned.at.push_back(at);
   }
+  if (cleaned.text.empty()) bad_layout("is empty (commas only)");
   for (const char c : expand(cleaned.text, 0, cleaned)) {
     if (c == '|') {
       stages.emplace_back();

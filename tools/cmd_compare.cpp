@@ -107,6 +107,13 @@ struct CompareCommand {
           j["speedup_vs_1f1b_fused"] =
               baseline > 0 ? nlohmann::json(baseline / r.plan.sim.makespan_us) : nullptr;
           j["objective"] = options.objective;
+          // Stages that share one GPU: whether their summed peaks are over its HBM (the text's
+          // "over HBM").
+          if (!r.plan.graph.meta.contention.empty()) {
+            const double gpu_hbm = gpu_hbm_bytes(r.plan.graph.meta.gpu);
+            j["over_hbm"] =
+                gpu_hbm > 0 && static_cast<double>(r.plan.sim.shared_gpu_memory_bytes()) > gpu_hbm;
+          }
         }
         out.push_back(j);
       }

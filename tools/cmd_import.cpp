@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -91,8 +92,14 @@ struct ImportCommand {
     std::vector<int> held(static_cast<std::size_t>(schedule.devices), 0);
     for (const int device : schedule.stage_device)
       ++held[static_cast<std::size_t>(device)];
-    for (int rank = 0; rank < schedule.devices; ++rank) {
-      const int per_rank = schedule.stage_count() / schedule.devices;
+    // A rank short of its share first: the row of idle cells is the one to name.
+    const int per_rank = schedule.stage_count() / schedule.devices;
+    std::vector<int> ranks(held.size());
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      ranks[r] = static_cast<int>(r);
+    std::stable_partition(ranks.begin(), ranks.end(),
+                          [&](int r) { return held[static_cast<std::size_t>(r)] < per_rank; });
+    for (const int rank : ranks) {
       if (held[static_cast<std::size_t>(rank)] != per_rank) {
         throw Error(csv_path + ": rank " + std::to_string(rank) + " (row " +
                     std::to_string(rank + 1) + ") holds " +

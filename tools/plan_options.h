@@ -20,7 +20,8 @@ struct PlanOptions {
   bool microbatches_given = false;  // -m on the command line (0 given is refused as 0, not missing)
   int mbs = 1;
   int seq = 0;
-  int chunks = 0;  // 0: the family's own count (default_chunks: 1, or 2 for the V families)
+  int chunks = 0;  // 0: the family's own count (default_chunks: 1, or 2 for the V families,
+                   // interleaved and looped-bfs)
   std::string schedule = "1f1b";
   std::string backward;  // empty: the family's default (resolve_backward_mode)
   int p2_concat = 0;

@@ -61,8 +61,10 @@ namespace {
 // separators (a line break in many viewers), zero-width marks, direction overrides and isolates
 // (which reorder what a terminal shows), and the byte-order mark.
 bool invisible_format(std::uint32_t code) {
-  return (code >= 0x200b && code <= 0x200f) || (code >= 0x2028 && code <= 0x202e) ||
-         (code >= 0x2066 && code <= 0x2069) || code == 0xfeff;
+  return code == 0x061c || (code >= 0x200b && code <= 0x200f) ||
+         (code >= 0x2028 && code <= 0x202e) || (code >= 0x2060 && code <= 0x2069) ||
+         code == 0xfeff || (code >= 0xfff9 && code <= 0xfffb) ||
+         (code >= 0xe0000 && code <= 0xe007f);
 }
 
 std::uint32_t code_point(std::string_view text, std::size_t i, std::size_t length) {
@@ -93,8 +95,9 @@ std::string one_line(std::string_view message) {
       const std::uint32_t code = code_point(message, i, length);
       if (invisible_format(code)) {
         constexpr char kHex[] = "0123456789ABCDEF";
-        out += "\\u";
-        for (int shift = 12; shift >= 0; shift -= 4)
+        const bool wide = code > 0xffff;  // \U and eight digits beyond the first plane
+        out += wide ? "\\U" : "\\u";
+        for (int shift = wide ? 28 : 12; shift >= 0; shift -= 4)
           out += kHex[(code >> static_cast<unsigned>(shift)) & 0xfU];
       } else {
         out.append(message.substr(i, length));

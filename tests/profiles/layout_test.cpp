@@ -122,6 +122,7 @@ TEST(MegatronLayout, WhatPipeplanCannotExecuteIsRefusedByName) {
   EXPECT_EQ(layout_error("Et*|tL", m), "layout: '*' at character 3 needs a count");
   EXPECT_EQ(layout_error("E(t|)t", m), "layout: ')' at character 5 needs '*' and a count");
   EXPECT_EQ(layout_error("", m), "layout: is empty");
+  EXPECT_EQ(layout_error(",,,", m), "layout: is empty (commas only)");
   // Positions inside a pattern are the layout's own, commas counted.
   EXPECT_EQ(layout_error("Et*15|(t*|)*2t*15L", m), "layout: '*' at character 9 needs a count");
   EXPECT_EQ(layout_error("Et*15|(,*t|)*2t*15L", m), "layout: '*' at character 9 follows no symbol");

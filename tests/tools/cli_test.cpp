@@ -1221,6 +1221,19 @@ TEST_F(Cli, CompareMarksRowsOverTheSharedGpusHbm) {
   EXPECT_NE(r.out.find("over HBM: the stages' peaks add up to more than the h200's 141.00 GiB"),
             std::string::npos)
       << r.out;
+  // The same flag in --json, per row.
+  const Result json = run("compare --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+                          "/profiles/h200-llama-7b-blocks8-sm16.calibrated.json --stages 4 -m 48 "
+                          "--json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  int flagged = 0;
+  for (const auto& row : nlohmann::json::parse(json.out)) {
+    if (!row.contains("shared_gpu_memory_bytes")) continue;
+    const bool expected = row.at("shared_gpu_memory_bytes").get<double>() > 141.0 * (1 << 30);
+    EXPECT_EQ(row.at("over_hbm").get<bool>(), expected) << row.dump();
+    flagged += expected ? 1 : 0;
+  }
+  EXPECT_EQ(flagged, over);
 }
 
 TEST_F(Cli, CompareListsTheVFamiliesAtTwoChunks) {

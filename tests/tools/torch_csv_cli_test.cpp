@@ -183,9 +183,10 @@ TEST_F(TorchCsvCli, BadCsvIsOneLineNamingFileRowAndCell) {
 // Every rank holds the same number of stages: a row of idle cells is a rank holding none, and
 // another then holds more (dividing evenly is not enough).
 TEST_F(TorchCsvCli, ARankWithoutItsShareOfStagesIsRefused) {
-  expect_import_error("0F0,1F0,1B0,0B0\n1UNSHARD\n", "rank 0 (row 1) holds 2 of the 2 stages");
+  // The rank short of its share is named (the row of idle cells), not the one holding more.
+  expect_import_error("0F0,1F0,1B0,0B0\n1UNSHARD\n", "rank 1 (row 2) holds 0 of the 2 stages");
   expect_import_error("0F0,1F0,2F0,2B0,1B0,0B0\n3F0,3B0\n",
-                      "rank 0 (row 1) holds 3 of the 4 stages");
+                      "rank 1 (row 2) holds 1 of the 4 stages");
 }
 
 // The stage count is the CSV's where --stages was not given: an error names the file.

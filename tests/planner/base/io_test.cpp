@@ -180,6 +180,7 @@ TEST(Error, MessagesAreOneLineWhateverTheyQuote) {
   // Line separators, direction overrides and zero-width marks act on the text around them.
   EXPECT_STREQ(Error("1f1b\u2028next\u202eevil\u200b\ufeff").what(),
                "1f1b\\u2028next\\u202Eevil\\u200B\\uFEFF");
+  EXPECT_STREQ(Error("x\u061c\u2060\ufff9\U000E0041").what(), "x\\u061C\\u2060\\uFFF9\\U000E0041");
   // A quote cut to length ends on a whole character.
   EXPECT_EQ(utf8_prefix("a\u00e9\u00e9", 2), "a");
   EXPECT_EQ(utf8_prefix("a\u00e9\u00e9", 3), "a\u00e9");
