@@ -9,7 +9,6 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
-#include "profiles/gpu.h"
 #include "profiles/recompute.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
@@ -109,11 +108,8 @@ struct CompareCommand {
           j["objective"] = options.objective;
           // Stages that share one GPU: whether their summed peaks are over its HBM (the text's
           // "over HBM").
-          if (!r.plan.graph.meta.contention.empty()) {
-            const double gpu_hbm = gpu_hbm_bytes(r.plan.graph.meta.gpu);
-            j["over_hbm"] =
-                gpu_hbm > 0 && static_cast<double>(r.plan.sim.shared_gpu_memory_bytes()) > gpu_hbm;
-          }
+          if (!r.plan.graph.meta.contention.empty())
+            j["over_hbm"] = over_shared_gpu_hbm(r.plan.graph.meta, r.plan.sim);
         }
         out.push_back(j);
       }
@@ -128,7 +124,6 @@ struct CompareCommand {
     const auto ok =
         std::find_if(table.begin(), table.end(), [](const Row& r) { return r.error.empty(); });
     const bool shared = !ok->plan.graph.meta.contention.empty();
-    const double hbm = shared ? gpu_hbm_bytes(ok->plan.graph.meta.gpu) : 0.0;
     bool any_over = false;
     // With --recompute, what each row recomputes (auto chooses per row).
     const bool recomputes = !options.recompute.empty() && options.recompute != "none";
@@ -153,7 +148,7 @@ struct CompareCommand {
       const std::string recomputed =
           recomputes ? "  " + to_string(r.plan.graph.meta.recompute) : std::string();
       // Stages that together need more than their one GPU: the row cannot run emulated.
-      const bool over = shared && hbm > 0 && peak > hbm;
+      const bool over = over_shared_gpu_hbm(r.plan.graph.meta, s);
       any_over = any_over || over;
       std::printf("%-16s %-9s %11.3f %7.1f%% %7.1f%% %14s %7s %8s %6.1f%%%s%s\n", name.c_str(),
                   r.backward.c_str(), s.makespan_us / 1e3, s.bubble_ratio * 100,
@@ -166,7 +161,8 @@ struct CompareCommand {
       std::printf(
           "over HBM: the stages' peaks add up to more than the %s's %s: `run --emulate` "
           "cannot hold that plan on one GPU\n",
-          ok->plan.graph.meta.gpu.c_str(), format_gib(hbm).c_str());
+          ok->plan.graph.meta.gpu.c_str(),
+          format_gib(shared_gpu_hbm_bytes(ok->plan.graph.meta)).c_str());
     }
     std::printf(
         "span bbl: bubble of the largest stage span (overlapping iterations).%s speedup: step "

@@ -137,9 +137,10 @@ std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim) {
   if (meta.contention.empty()) return "";
   const auto sum = static_cast<double>(sim.shared_gpu_memory_bytes());
   std::string text = format_gib(sum);
-  if (const double hbm = gpu_hbm_bytes(meta.gpu); hbm > 0) {
-    text += sum <= hbm ? " of its " + format_gib(hbm)
-                       : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
+  if (const double hbm = shared_gpu_hbm_bytes(meta); hbm > 0) {
+    text += !over_shared_gpu_hbm(meta, sim)
+                ? " of its " + format_gib(hbm)
+                : ", more than its " + format_gib(hbm) + ": `run --emulate` cannot hold it";
   }
   return text;
 }

@@ -16,35 +16,32 @@ FieldNamer set_field_namer(FieldNamer namer) {
   return previous;
 }
 
-namespace {
-
-// The length of the well-formed UTF-8 sequence at `i` of a character from U+00A0 up (not a C1
-// control), or 0.
-std::size_t utf8_sequence(std::string_view text, std::size_t i) {
-  const auto at = [&](std::size_t k) {
-    return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0U;
-  };
-  const unsigned lead = at(0);
-  const auto continuation = [&](std::size_t k, unsigned low = 0x80, unsigned high = 0xbf) {
-    return at(k) >= low && at(k) <= high;
-  };
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    return continuation(1) && !(lead == 0xc2 && at(1) < 0xa0) ? 2 : 0;
+std::size_t utf8_length(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned c = byte(0);
+  if (c < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned low = 0x80, high = 0xbf;  // the allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) {
+    length = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    length = 3;
+    if (c == 0xe0) low = 0xa0;
+    if (c == 0xed) high = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    length = 4;
+    if (c == 0xf0) low = 0x90;
+    if (c == 0xf4) high = 0x8f;
+  } else {
+    return 0;
   }
-  if (lead >= 0xe0 && lead <= 0xef) {
-    const unsigned low = lead == 0xe0 ? 0xa0 : 0x80;
-    const unsigned high = lead == 0xed ? 0x9f : 0xbf;
-    return continuation(1, low, high) && continuation(2) ? 3 : 0;
+  if (i + length > text.size()) return 0;
+  if (byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t k = 2; k < length; ++k) {
+    if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
   }
-  if (lead >= 0xf0 && lead <= 0xf4) {
-    const unsigned low = lead == 0xf0 ? 0x90 : 0x80;
-    const unsigned high = lead == 0xf4 ? 0x8f : 0xbf;
-    return continuation(1, low, high) && continuation(2) && continuation(3) ? 4 : 0;
-  }
-  return 0;
+  return length;
 }
-
-}  // namespace
 
 std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
@@ -88,11 +85,11 @@ std::string one_line(std::string_view message) {
   for (std::size_t i = 0; i < message.size();) {
     const char c = message[i];
     const auto byte = static_cast<unsigned char>(c);
+    const std::size_t length = byte >= 0x80 ? utf8_length(message, i) : 0;
+    const std::uint32_t code = length > 0 ? code_point(message, i, length) : byte;
     if (byte >= 0x20 && byte < 0x7f) {
       out += c;
-    } else if (const std::size_t length = byte >= 0x80 ? utf8_sequence(message, i) : 0;
-               length > 0) {
-      const std::uint32_t code = code_point(message, i, length);
+    } else if (length > 0 && code >= 0xa0) {  // a C1 control (U+0080 to U+009F) is escaped
       if (invisible_format(code)) {
         constexpr char kHex[] = "0123456789ABCDEF";
         const bool wide = code > 0xffff;  // \U and eight digits beyond the first plane

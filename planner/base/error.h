@@ -13,6 +13,10 @@ namespace pipeplan {
 // every byte that is no well-formed UTF-8 as `\xff`: an error that quotes its input (a JSON
 // string "a\nb", a CSV cell) stays one line of text.
 std::string one_line(std::string_view message);
+// The length of the well-formed UTF-8 sequence at `i` of `text` (1 to 4), 0 if the bytes there
+// are none (a stray continuation byte, a truncated or overlong sequence, a surrogate, above
+// U+10FFFF).
+std::size_t utf8_length(std::string_view text, std::size_t i);
 // The first `max_bytes` of `text` or fewer, never ending inside a UTF-8 character: where a
 // message cuts what it quotes ("..." after it), no half character is left to escape.
 std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);

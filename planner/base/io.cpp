@@ -183,40 +183,6 @@ void require_printable(std::string_view text, std::string_view field, std::strin
   }
 }
 
-namespace {
-
-// The length of the well-formed UTF-8 sequence at `i` of `text` (1 to 4), 0 if the bytes there
-// are none (a stray continuation byte, a truncated or overlong sequence, a surrogate, above
-// U+10FFFF).
-std::size_t utf8_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
-  const unsigned c = byte(0);
-  if (c < 0x80) return 1;
-  std::size_t length = 0;
-  unsigned low = 0x80, high = 0xbf;  // the allowed range of the second byte
-  if (c >= 0xc2 && c <= 0xdf) {
-    length = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    length = 3;
-    if (c == 0xe0) low = 0xa0;
-    if (c == 0xed) high = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    length = 4;
-    if (c == 0xf0) low = 0x90;
-    if (c == 0xf4) high = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(1) < low || byte(1) > high) return 0;
-  for (std::size_t k = 2; k < length; ++k) {
-    if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
-  }
-  return length;
-}
-
-}  // namespace
-
 std::string printable_text(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "planner/base/error.h"
+#include "profiles/gpu.h"
 
 namespace pipeplan {
 
@@ -21,6 +22,15 @@ std::int64_t StepMetrics::shared_gpu_memory_bytes() const {
   for (const DeviceMetrics& d : devices)
     sum += d.peak_memory_bytes;
   return sum;
+}
+
+double shared_gpu_hbm_bytes(const PlanMeta& meta) {
+  return meta.contention.empty() ? 0.0 : gpu_hbm_bytes(meta.gpu);
+}
+
+bool over_shared_gpu_hbm(const PlanMeta& meta, const StepMetrics& step) {
+  const double hbm = shared_gpu_hbm_bytes(meta);
+  return hbm > 0 && static_cast<double>(step.shared_gpu_memory_bytes()) > hbm;
 }
 
 namespace {

@@ -54,4 +54,11 @@ struct StepMetrics {
 // Throws Error when the times do not cover the graph or a node names an unknown device.
 StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times);
 
+// Where the plan's stages share one GPU (meta.contention has curves: emulated stages), that GPU's
+// HBM (gpus.json); 0 where they do not share one or its HBM is not known.
+double shared_gpu_hbm_bytes(const PlanMeta& meta);
+// Whether stages sharing one GPU hold more than its HBM together (their summed peaks): such a
+// plan cannot run emulated. False where they share none or its HBM is not known.
+bool over_shared_gpu_hbm(const PlanMeta& meta, const StepMetrics& step);
+
 }  // namespace pipeplan

@@ -130,6 +130,15 @@ Result check_streams(const Context& c) {
   return std::nullopt;
 }
 
+// Whether `graph` has a data edge from `from` to `to`.
+bool has_data_edge(const TaskGraph::Graph& graph, int from, int to) {
+  for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(from), graph); it != end; ++it) {
+    if (boost::target(*it, graph) == static_cast<std::size_t>(to) && graph[*it] == EdgeKind::data)
+      return true;
+  }
+  return false;
+}
+
 // Overlapped pairs: a flagged node is a forward followed in its compute stream by a B or P1 that
 // is not flagged itself and takes no data from it, and the pairs are the schedule's.
 Result check_overlap(const Context& c) {
@@ -161,13 +170,8 @@ Result check_overlap(const Context& c) {
         return fail("an overlapped pair is a forward then a B or P1, got " + node_label(second));
       }
       if (second.overlaps_next) return fail("is followed by a node that overlaps further");
-      const auto& graph = g.graph();
-      for (auto [it, last] = boost::out_edges(static_cast<std::size_t>(id), graph); it != last;
-           ++it) {
-        if (boost::target(*it, graph) == static_cast<std::size_t>(next) &&
-            graph[*it] == EdgeKind::data) {
-          return fail("feeds " + node_label(second) + ", the node it overlaps");
-        }
+      if (has_data_edge(g.graph(), id, next)) {
+        return fail("feeds " + node_label(second) + ", the node it overlaps");
       }
       const auto it = planned.find({first.stage, first.microbatches.front()});
       if (it == planned.end() || it->second.op != second.op || it->second.stage != second.stage ||
@@ -582,22 +586,12 @@ Result check_grads(const Context& c) {
       if (n.op == OpType::B || n.op == OpType::P2) last_weight[{n.device, n.stage}] = id;
     }
   }
-  const auto has_data_edge = [&](int from, int to) {
-    for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(from), graph); it != end;
-         ++it) {
-      if (boost::target(*it, graph) == static_cast<std::size_t>(to) &&
-          graph[*it] == EdgeKind::data) {
-        return true;
-      }
-    }
-    return false;
-  };
   for (int id = 0; id < g.node_count(); ++id) {
     const PackedNode& n = c.node(static_cast<std::size_t>(id));
     if (n.transfer != Transfer::grads) continue;
     if (n.kind == NodeKind::send) {
       const auto w = last_weight.find({n.device, n.stage});
-      if (w == last_weight.end() || !has_data_edge(w->second, id)) {
+      if (w == last_weight.end() || !has_data_edge(graph, w->second, id)) {
         return make_violation(g, id, "grads",
                               w == last_weight.end()
                                   ? "sends the weight gradients of stage " +
@@ -608,7 +602,7 @@ Result check_grads(const Context& c) {
       }
     }
     const auto step = optimizer.find(n.device);
-    if (step != optimizer.end() && !has_data_edge(id, step->second)) {
+    if (step != optimizer.end() && !has_data_edge(graph, id, step->second)) {
       return make_violation(
           g, step->second, "grads",
           "does not wait for " + g.node_name(id) +

@@ -9,7 +9,6 @@
 #include "planner/base/limits.h"
 #include "planner/graph/schedule_sim.h"
 #include "planner/graph/validator.h"
-#include "profiles/gpu.h"
 #include "profiles/partition.h"
 #include "schedules/family.h"
 
@@ -136,13 +135,12 @@ SearchResult search_plans(const SearchRequest& request) {
         // The stages share one GPU (compare's "peak mem sum"): what it holds is their sum, and a
         // point whose sum is over its HBM cannot run.
         p.peak_memory_bytes = plan.sim.shared_gpu_memory_bytes();
-        const double hbm = gpu_hbm_bytes(plan.graph.meta.gpu);
-        if (hbm > 0 && static_cast<double>(p.peak_memory_bytes) > hbm) {
+        if (over_shared_gpu_hbm(plan.graph.meta, plan.sim)) {
           if (first_error.empty()) {
             first_error = "the stages share one GPU (" + plan.graph.meta.gpu +
                           "): their summed peaks, " +
                           gib_text(static_cast<double>(p.peak_memory_bytes)) +
-                          ", are more than its " + gib_text(hbm) +
+                          ", are more than its " + gib_text(shared_gpu_hbm_bytes(plan.graph.meta)) +
                           " (fewer micro-batches in "
                           "flight, recomputation or fewer stages give room)";
           }
