@@ -46,6 +46,25 @@ int most_blocks_per_stage(const ModelConfig& model, const std::vector<StageLayer
   return blocks.empty() ? 0 : *std::max_element(blocks.begin(), blocks.end());
 }
 
+}  // namespace
+
+std::vector<std::int64_t> static_bytes_per_device(int devices, const std::vector<int>& stage_device,
+                                                  int replicas,
+                                                  const std::vector<StageCost>& costs) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(std::max(devices, 0)), 0);
+  const std::size_t stages = stage_device.size();
+  const std::size_t copy = stages / static_cast<std::size_t>(std::max(replicas, 1));
+  for (std::size_t s = 0; s < stages; ++s) {
+    const auto d = static_cast<std::size_t>(stage_device[s]);
+    out[d] += costs[s].static_bytes;
+    const std::size_t other = replicas > 1 ? (s + copy) % stages : s;
+    if (stage_device[other] != stage_device[s]) out[d] += costs[other].grad_bytes;
+  }
+  return out;
+}
+
+namespace {
+
 PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
                    const std::vector<StageCost>& costs, const Schedule& schedule) {
   const int chunks = r.devices > 0 ? schedule.stage_count() / r.devices : r.chunks;
@@ -63,16 +82,8 @@ PlanMeta make_meta(const PlanRequest& r, const Partition& partition,
   m.attention = r.profile.attention;
   m.stage_layers = partition.stages;
   m.memory_limit_bytes.assign(static_cast<std::size_t>(r.devices), r.memory_limit_bytes);
-  m.static_bytes.assign(static_cast<std::size_t>(r.devices), 0);
-  for (int s = 0; s < schedule.stage_count(); ++s) {
-    const auto d = static_cast<std::size_t>(schedule.stage_device[static_cast<std::size_t>(s)]);
-    m.static_bytes[d] += costs[static_cast<std::size_t>(s)].static_bytes;
-    // With two copies of the model, a stage whose other copy lies on another device also holds,
-    // for the step, the buffer that receives that copy's weight gradients (a grads message).
-    const auto other = static_cast<std::size_t>(schedule.other_copy(s));
-    if (schedule.stage_device[other] != schedule.stage_device[static_cast<std::size_t>(s)])
-      m.static_bytes[d] += costs[other].grad_bytes;
-  }
+  m.static_bytes =
+      static_bytes_per_device(r.devices, schedule.stage_device, schedule.replicas, costs);
   m.flops_per_token = r.profile.model.flops_per_token(r.profile.seq);
   m.peak_flops_per_device = r.peak_flops_per_device;
   m.tensor_parallel = r.tensor_parallel;
@@ -480,7 +491,8 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   if (prepared != nullptr) prepared->returned = context.returned_first;
   if (checked) check_schedule(generated);
   if (!context.chosen_blocks.empty())
-    inputs = stage_inputs(request, generated.stage_count(), context.chosen_blocks);
+    inputs =
+        stage_inputs(request, generated.stage_count(), context.chosen_blocks, generated.replicas);
   PlannedSchedule out;
   // The metadata needs the family's stage-to-device map (V shapes differ from v mod P).
   out.meta = make_meta(request, inputs.partition, inputs.costs, generated);

@@ -61,6 +61,14 @@ Schedule with_backward_mode(const ScheduleFamily& family, Schedule generated,
                             const ScheduleRequest& request, const std::vector<StageCost>& costs,
                             const PlanMeta& meta);
 
+// What each of `devices` devices holds for the whole step, stage s running on stage_device[s]
+// with costs[s]: its stages' parameters, gradients and optimizer state, and, with two copies of
+// the model (Schedule::replicas), the buffer that receives the other copy's weight gradients of
+// each of its stages whose other copy lies on another device (a grads message).
+std::vector<std::int64_t> static_bytes_per_device(int devices, const std::vector<int>& stage_device,
+                                                  int replicas,
+                                                  const std::vector<StageCost>& costs);
+
 // Where a device holds several stages, make_plan plans two balanced cuts and keeps the faster:
 // each device's sum balanced (the cut a request without --layers-per-stage gets), and this one,
 // the virtual stages balanced alone (blocks per stage of the model's cut). Empty where the two

@@ -44,8 +44,8 @@ const ScheduleFamilyRegistration kAuto(
          "Automatic (pipeplan, docs/design/auto-schedule.md): one chunk per device, a V or "
          "interleaved (the cut into 2P stages chosen too), list-scheduled over the real "
          "per-stage F/p1/p2 times and per-device memory limits, against every fixed "
-         "family of each layout, improved by a local search; --objective step or "
-         "steady; needs --backward 2bp",
+         "family of each layout (dualpipe's two copies of the model included), improved by "
+         "a local search; --objective step or steady; needs --backward 2bp",
      .listing_order = 1000,
      .p2 = P2Placement::by_family,
      .memory = {"fits --memory", {}},

@@ -30,6 +30,7 @@ namespace {
 struct Layout {
   std::string name;
   int chunks = 1;
+  int replicas = 1;  // copies of the model (Schedule::replicas): 2 for DualPipe's
   std::vector<int> stage_device;
   std::vector<int> blocks;  // empty: the request's cut
   std::vector<StageCost> costs;
@@ -38,11 +39,12 @@ struct Layout {
 };
 
 Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stage_device,
-                   StageCut cut, const std::vector<std::int64_t>* static_bytes) {
+                   StageCut cut, const std::vector<std::int64_t>* static_bytes, int replicas = 1) {
   Layout l;
   l.name = std::move(name);
   l.chunks = static_cast<int>(stage_device.size()) / r.devices;
-  l.stage_device = stage_device;
+  l.replicas = replicas;
+  l.stage_device = std::move(stage_device);
   l.blocks = std::move(cut.blocks);
   l.costs = std::move(cut.costs);
   l.meta.devices = r.devices;
@@ -60,20 +62,41 @@ Layout make_layout(const AutoRequest& r, std::string name, std::vector<int> stag
     l.meta.static_bytes = *static_bytes;
     l.meta.static_bytes.resize(idx(r.devices), 0);
   } else {
-    l.meta.static_bytes.assign(idx(r.devices), 0);
-    for (std::size_t s = 0; s < stage_device.size(); ++s)
-      l.meta.static_bytes[idx(stage_device[s])] += l.costs[s].static_bytes;
+    l.meta.static_bytes = static_bytes_per_device(r.devices, l.stage_device, replicas, l.costs);
   }
   // Any schedule of the layout, overlapped pairs (a dualpipe-v seed) included.
-  const LowerBound bound = step_time_lower_bound(l.costs, stage_device, r.link, r.microbatches,
-                                                 l.meta.overlap.efficiency);
+  const LowerBound bound = step_time_lower_bound(l.costs, l.stage_device, r.link, r.microbatches,
+                                                 l.meta.overlap.efficiency, replicas);
   l.bound_step_us = bound.makespan_us;
   l.bound_span_us = bound.stage_span_us;
   return l;
 }
 
-// One chunk per device on the request's cut; with other cuts available, a V and interleaved on
-// the balanced cut into 2P stages (when the model has blocks enough).
+// DualPipe's layout: the model cut into P stages (each device's two, d and P - 1 - d, balanced
+// as a whole) and held twice, copy 1's stage s on device P - 1 - s (Schedule::replicas). Only the
+// dualpipe family's order runs on it (the list scheduler keeps one copy); nullopt where P is odd
+// or the model cannot be cut so.
+std::optional<Layout> two_copies_layout(const AutoRequest& r) {
+  if (r.devices % 2 != 0) return std::nullopt;
+  StageCut cut;
+  try {
+    cut = r.cut(r.devices, {}, true);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  std::vector<int> map;
+  map.reserve(idx(2 * r.devices));
+  for (int s = 0; s < 2 * r.devices; ++s)
+    map.push_back(s < r.devices ? s : 2 * r.devices - 1 - s);
+  const std::size_t stages = cut.costs.size();
+  for (std::size_t s = 0; s < stages; ++s)
+    cut.costs.push_back(cut.costs[s]);
+  return make_layout(r, "two copies", map, std::move(cut), nullptr, 2);
+}
+
+// One chunk per device on the request's cut; with other cuts available, DualPipe's two copies
+// of the cut into P stages, and a V and interleaved on the balanced cut into 2P stages (when the
+// model has blocks enough).
 std::vector<Layout> layouts(const AutoRequest& r) {
   std::vector<Layout> out;
   std::vector<int> one(idx(r.devices));
@@ -81,6 +104,7 @@ std::vector<Layout> layouts(const AutoRequest& r) {
     one[idx(d)] = d;
   out.push_back(make_layout(r, "one chunk", one, {{}, r.costs}, &r.static_bytes));
   if (!r.cut || r.devices < 2) return out;
+  if (std::optional<Layout> two = two_copies_layout(r)) out.push_back(std::move(*two));
   StageCut v_cut, interleaved_cut;
   try {
     v_cut = r.cut(2 * r.devices, {}, true);
@@ -194,9 +218,8 @@ std::vector<Seed> family_seeds(const Layout& layout, FamilyOrders& orders, const
                                 std::nullopt, r.p2_concat,   nullptr};
   std::vector<const ScheduleFamily*> families;
   for (const ScheduleFamily* family : schedule_families()) {
-    // A family holding the model twice (dualpipe) cuts it into half as many stages: not this
-    // layout's costs.
-    if (!family->traits().needs_costs && family->traits().replicas == 1 &&
+    // A family holding the model twice (dualpipe) runs on the two copies' layout only.
+    if (!family->traits().needs_costs && family->traits().replicas == layout.replicas &&
         family->traits().chunks.accepts(layout.chunks))
       families.push_back(family);
   }
@@ -323,8 +346,13 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   std::stable_sort(all.begin(), all.end(), [&](const Layout& a, const Layout& b) {
     return primary(a) < primary(b) || (primary(a) == primary(b) && secondary(a) < secondary(b));
   });
+  // The bounds over one copy of the model: those an order meeting them ends the search at.
+  // DualPipe's two copies, with their own bound (often lower: the pipeline fills from both
+  // ends), compete with their family's order alone, which seldom meets it; the plan reports
+  // their bound when it holds two copies (plan_schedule takes the chosen order's own).
   double bound_step = std::numeric_limits<double>::infinity(), bound_span = bound_step;
   for (const Layout& l : all) {
+    if (l.replicas != 1) continue;
     bound_step = std::min(bound_step, l.bound_step_us);
     bound_span = std::min(bound_span, l.bound_span_us);
   }
@@ -396,6 +424,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   };
   const auto run_list = [&](std::size_t li, const ListVariant& v) {
     const Layout& layout = all[li];
+    if (layout.replicas != 1) return;  // the list scheduler holds one copy of the model
     const ListInputs inputs{
         r.devices, r.microbatches,           layout.stage_device,           &layout.costs,
         r.link,    layout.meta.static_bytes, layout.meta.memory_limit_bytes};
@@ -448,6 +477,7 @@ AutoResult make_auto_schedule(const AutoRequest& r) {
   }
   double second_tier = kSecondTierActions;
   for (std::size_t li = 0; li < all.size() && !done; ++li) {
+    if (all[li].replicas != 1) continue;  // family seeds only
     if (!leaders.empty() && hopeless(all[li], leaders.best())) continue;
     const double cost = (kListCost + 1) * layout_actions(all[li]);
     for (const ListVariant& v : more_variants(split)) {

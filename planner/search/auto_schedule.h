@@ -2,10 +2,12 @@
 // the devices, from the real per-stage costs and the per-device memory limits
 // (docs/design/auto-schedule.md).
 //
-// Layouts: one chunk per device, and, when the model can be cut into 2P stages, a V (stage v on
-// device v, then 2P - 1 - v) and interleaved (v mod P), each on the balanced cut. For each layout
-// the candidates are the list scheduler's variants (planner/search/auto_list.h) and every fixed
-// family of that layout in every backward mode it takes; all are evaluated on compact arrays
+// Layouts: one chunk per device; with P even, DualPipe's two copies of the model cut into P
+// stages (copy 1 from the last device back; only the dualpipe family's order runs on it); and,
+// when the model can be cut into 2P stages, a V (stage v on device v, then 2P - 1 - v) and
+// interleaved (v mod P), each on the balanced cut. For each one-copy layout the candidates are
+// the list scheduler's variants (planner/search/auto_list.h) and every fixed family of that
+// layout in every backward mode it takes; all are evaluated on compact arrays
 // (planner/graph/schedule_sim.h) under the memory limits. Unless the best one already meets the
 // lower bounds of both objectives, a budgeted local search moves actions into the idle gaps of
 // its timeline (planner/search/auto_moves.h). Candidates are ranked by the objective (step time
@@ -66,7 +68,9 @@ struct AutoResult {
   int chunks = 1;
   std::vector<int> blocks;       // blocks per stage of the chosen cut (empty: the request's)
   std::vector<StageCost> costs;  // per stage of the chosen layout
-  double bound_step_us = 0;      // the smallest lower bound over the layouts considered
+  // The smallest lower bounds over the one-copy layouts considered (a two-copy order's own are
+  // its plan's).
+  double bound_step_us = 0;
   double bound_span_us = 0;
   bool first_candidate = false;  // `schedule` is the first candidate evaluated, unchanged
 };

@@ -87,6 +87,8 @@ TEST_P(ExecutorGradients, MatchTheUnpipelinedReference) {
   }
   ASSERT_EQ(plan->meta.seq, testing::kSeq);
   const ModelConfig model = plan->meta.model;
+  // Copies of the model the plan holds: dualpipe's two, or auto's when it chose them.
+  const auto copies = static_cast<std::size_t>(plan->schedule.replicas);
   Executor executor(std::move(*plan), testing::cpu_backends(), options);
   const StepResult result = executor.step(StepMode::gradients_only);
   const testing::Reference& ref = reference_for(model);
@@ -96,7 +98,6 @@ TEST_P(ExecutorGradients, MatchTheUnpipelinedReference) {
   int checked = 0;
   // Every copy of a layer (two with dualpipe, which sums them between its devices) holds the
   // reference's gradients.
-  const std::size_t copies = static_cast<std::size_t>(family.traits().replicas);
   for (const auto& [index, ref_layer] : ref.layers) {
     const std::vector<const LayerParams*> layers = executor.layer_copies(index);
     ASSERT_EQ(layers.size(), copies) << "layer " << index;
