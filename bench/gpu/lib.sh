@@ -8,24 +8,78 @@ die() {
   exit 2
 }
 
+# --- probes: short questions to the machine, never past the deadline ----------------------------
+
+# probe_limit CAP: the seconds a probe may take: CAP, and with --deadline-s no more than what is
+# left of it less 20 s (as seconds_left); 0 where nothing is left.
+probe_limit() {
+  local limit=$1
+  if ((deadline_s > 0)); then
+    local left=$((deadline_s - (SECONDS - start_s) - 20))
+    if ((left < limit)); then limit=$left; fi
+    if ((limit < 0)); then limit=0; fi
+  fi
+  echo "$limit"
+}
+
+# probe CAP CMD...: CMD (a program, not a function) for at most probe_limit CAP seconds, killed
+# 2 s after that; status 124 without running it where no time is left. A hung tool (nvidia-smi or
+# a driver call on a wedged GPU) costs at most that, never the run's deadline.
+probe() {
+  local limit
+  limit=$(probe_limit "$1")
+  shift
+  ((limit > 0)) || return 124
+  timeout -k 2 "$limit" "$@"
+}
+
+# alive PID: the process runs (a zombie, ended and not yet waited for, does not).
+alive() {
+  kill -0 "$1" 2> /dev/null || return 1
+  [[ ! -r /proc/$1/status ]] || ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2> /dev/null
+}
+
+# stop_process PID [SECONDS]: SIGTERM, at most SECONDS (5) for it to end, then SIGKILL; waited
+# for only once it has ended, so that a process stuck in the driver cannot hold the run.
+stop_process() {
+  local pid=$1 tenths=$((${2:-5} * 10)) n
+  kill "$pid" 2> /dev/null || true
+  for ((n = 0; n < tenths; ++n)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    kill -9 "$pid" 2> /dev/null || true
+    for ((n = 0; n < 10; ++n)); do
+      alive "$pid" || break
+      sleep 0.1
+    done
+  fi
+  if ! alive "$pid"; then wait "$pid" 2> /dev/null || true; fi
+}
+
 # --- the machine: what pipeplan reports ---------------------------------------------------------
 
 # ask_pipeplan: `pipeplan env --json` into variables (gpu_name, gpu_entry, gpu_count, total_sms,
 # memory_bytes, driver_version, the SM share of each emulated stage count; the manifest takes the
 # CUDA and library versions from the same answer). Empty where pipeplan has no answer (no binary,
-# no GPU, or none within 60 s: a wedged GPU): a dry run prints placeholders there, a real run
-# refuses what needs them.
+# no GPU, or none within 60 s or what --deadline-s leaves: a wedged GPU): a dry run prints
+# placeholders there, a real run refuses what needs them. gpu_entry is empty, not "none", where
+# pipeplan matches the GPU to no gpus.json entry.
 env_json=''
 # shellcheck disable=SC2034  # set by printf -v from pipeplan's answer
 gpu_name='' gpu_entry='' gpu_count=0 total_sms='' memory_bytes='' driver_version=''
 declare -A sm_share=()
 ask_pipeplan() {
   if [[ -x $pipeplan ]]; then
-    local status=0
-    env_json=$(timeout -k 5 60 "$pipeplan" env --json 2> /dev/null) || status=$?
+    local status=0 limit
+    limit=$(probe_limit 60)
+    env_json=$(probe 60 "$pipeplan" env --json 2> /dev/null) || status=$?
     if ((status != 0)); then env_json=''; fi
-    if ((status == 124 || status == 137)); then
-      echo "run.sh: pipeplan env --json gave no answer within 60 s (a wedged GPU?)" >&2
+    if ((limit == 0)); then
+      echo "run.sh: pipeplan env --json not asked: --deadline-s $deadline_s leaves no time" >&2
+    elif ((status == 124 || status == 137)); then
+      echo "run.sh: pipeplan env --json gave no answer within $limit s (a wedged GPU?)" >&2
     fi
   fi
   [[ -n $env_json ]] || return 0
@@ -43,7 +97,8 @@ except ValueError:
     sys.exit(0)
 gpus = env.get("gpus") or []
 first = gpus[0] if gpus else {}
-out = {"gpu_name": first.get("name", ""), "gpu_entry": first.get("gpu_entry", ""),
+entry = first.get("gpu_entry") or ""
+out = {"gpu_name": first.get("name", ""), "gpu_entry": "" if entry == "none" else entry,
        "gpu_count": len(gpus), "total_sms": first.get("sms", ""),
        "memory_bytes": first.get("memory_bytes", ""),
        "driver_version": (env.get("cuda_module") or {}).get("kernel_driver")
@@ -54,6 +109,45 @@ for share in first.get("emulate_sm_share") or []:
     print(f"share\t{share['stages']} {share['sms_per_stage']}")
 PY
   )
+}
+
+# gpus_json ARG...: answers from profiles/gpus.json (the entries pipeplan knows, with their
+# aliases), by python3: `known KEY` prints the entries (but cpu) and exits 1 where KEY is neither
+# one nor an alias of one; `mismatch ENTRY OPTION FILE...` prints "OPTION<tab>FILE<tab>GPU" for
+# each profile measured on another GPU than ENTRY (as `pipeplan plan` compares them; a file that
+# does not parse, or names no GPU, is left to pipeplan).
+gpus_json() {
+  python3 - "$PIPEPLAN_DATA_DIR/gpus.json" "$@" << 'PY'
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        gpus = [g for g in json.load(f)["gpus"] if g.get("name") != "cpu"]
+except (OSError, ValueError, KeyError, TypeError):
+    gpus = []
+
+
+def entry(key):
+    key = (key or "").lower()
+    for g in gpus:
+        if key == g["name"] or key in (g.get("aliases") or []):
+            return g["name"]
+    return None
+
+
+if sys.argv[2] == "known":
+    print(" ".join(g["name"] for g in gpus))
+    sys.exit(0 if entry(sys.argv[3]) else 1)
+wanted = entry(sys.argv[3]) or sys.argv[3]
+args = sys.argv[4:]
+for option, path in zip(args[::2], args[1::2]):
+    try:
+        with open(path, encoding="utf-8") as f:
+            gpu = json.load(f).get("gpu")
+    except (OSError, ValueError, AttributeError):
+        continue
+    if isinstance(gpu, str) and gpu and (entry(gpu) or gpu.lower()) != wanted:
+        print(f"{option}\t{path}\t{gpu}")
+PY
 }
 
 # share_for STAGES: the SMs of one emulated stage, as pipeplan reports it (--sm-share overrides).
@@ -182,32 +276,50 @@ portable() {
 # clocks_to=NAME): nvidia-smi every --clock-sample-ms into NAME.clocks.csv, so that a slowdown the
 # contention model cannot explain can be told from the SM clock falling under sustained load. The
 # first field set the driver answers (older drivers name the throttle reasons, or lack the
-# instantaneous power); none where it answers none.
+# instantaneous power); none where it answers none. Only the GPU the runs use is sampled
+# (clock_gpu, `nvidia-smi -i`): the first entry of CUDA_VISIBLE_DEVICES, an index or a UUID,
+# else 0; on a node, multi-gpu's runs sample their first GPU (stage 0's). Each output with
+# samples says which GPU in its header ("# clocks:"), the manifest in clocks_gpu.
+clock_gpu=${CUDA_VISIBLE_DEVICES-}
+clock_gpu=${clock_gpu%%,*}
+clock_gpu=${clock_gpu//[[:space:]]/}
+clock_gpu_from=CUDA_VISIBLE_DEVICES
+if [[ -z $clock_gpu ]]; then clock_gpu=0 clock_gpu_from=default; fi
 clock_fields='' clock_probed=0
 clock_command=()
 probe_clocks() {
   ((clock_probed)) && return 0
   clock_probed=1
-  local base=timestamp,utilization.gpu,clocks.sm fields
+  local base=timestamp,utilization.gpu,clocks.sm fields status
   if ((dry)); then
     clock_fields=$base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active
   else
-    # Each probe at most 60 s: a wedged GPU leaves the runs without samples, not hanging.
+    # Each probe at most 15 s and never past the deadline: a wedged GPU leaves the runs without
+    # samples, not hanging; a probe that gets no answer ends the probing (the next would hang
+    # alike).
     for fields in \
       $base,clocks.mem,power.draw.instant,temperature.gpu,clocks_event_reasons.active \
       $base,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
       $base,power.draw; do
-      if timeout -k 5 60 nvidia-smi --query-gpu="$fields" --format=csv,noheader > /dev/null 2>&1
-      then
+      status=0
+      probe 15 nvidia-smi -i "$clock_gpu" --query-gpu="$fields" --format=csv,noheader \
+        > /dev/null 2>&1 || status=$?
+      if ((status == 0)); then
         clock_fields=$fields
         break
       fi
+      if ((status == 124 || status == 137)); then
+        echo "run.sh: nvidia-smi gave no answer in time (a wedged GPU, or the deadline): no" \
+          "clock samples" >&2
+        break
+      fi
     done
-    if [[ -z $clock_fields ]]; then
+    if [[ -z $clock_fields && $status != 124 && $status != 137 ]]; then
       echo "run.sh: nvidia-smi answers none of the clock field sets: no clock samples" >&2
     fi
   fi
-  clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits" -lms "$clock_ms")
+  clock_command=(nvidia-smi --query-gpu="$clock_fields" "--format=csv,nounits" -i "$clock_gpu"
+    -lms "$clock_ms")
 }
 
 # seconds_left: the seconds record gives the next command: cap_s, and with --deadline-s no more
@@ -222,19 +334,32 @@ seconds_left() {
   echo "$left"
 }
 
+# skip_near_deadline NAME COMMAND: NAME recorded as skipped, the deadline being near.
+skip_near_deadline() {
+  echo "# skipped: the deadline ($deadline_s s) is near" >> "$out/$1"
+  printf '%-44s skipped (deadline)\n' "$1" >> "$out/index.txt"
+  printf '%s\t%s\tskipped\t0\n' "$1" "$2" >> "$commands_tsv"
+  echo "[skipped] $1"
+  failures=$((failures + 1))
+}
+
 # record FILE CMD...: runs CMD for at most cap_s seconds (a group may set its own: bash scoping is
-# dynamic) and never past the deadline (seconds_left), its output (stdout and stderr) in $out/FILE
-# between a header (GPU, UTC date, command, environment) and its exit status and wall time; one
-# line in index.txt and one in the manifest's command list. A dry run prints the command and runs
-# none.
+# dynamic) and never past the deadline (seconds_left), its output in $out/FILE between a header
+# (GPU, UTC date, command, environment) and its exit status and wall time; one line in index.txt
+# and one in the manifest's command list. A FILE named *.json gets CMD's standard output alone
+# (what reads it, summary.py or `pipeplan calibrate`, parses it as JSON after the '#' lines): its
+# standard error goes to the sibling *.err (removed where empty; a "# stderr:" line names it);
+# other files get both. A dry run prints the command and runs none.
 cap_s=300
+# The command running (for on_signal): the timeout around it, its output, its sampler.
+running='' running_name='' running_command='' running_sampler='' running_began=0
 record() {
   local name=$1
   shift
   local command
   command=$(portable "$@")
-  if [[ -n ${clocks_to:-} ]]; then probe_clocks; fi
   if ((dry)); then
+    if [[ -n ${clocks_to:-} ]]; then probe_clocks; fi
     printf '%q ' "$@"
     if [[ -n ${clocks_to:-} && -n $clock_fields ]]; then
       printf '(beside it: %s> %q)' "$(printf '%q ' "${clock_command[@]}")" \
@@ -252,22 +377,44 @@ record() {
     echo "# environment: $(environment_line)"
   } > "$file"
   if ((left < 10)); then
-    echo "# skipped: the deadline ($deadline_s s) is near" >> "$file"
-    printf '%-44s skipped (deadline)\n' "$name" >> "$out/index.txt"
-    printf '%s\t%s\tskipped\t0\n' "$name" "$command" >> "$commands_tsv"
-    echo "[skipped] $name"
-    failures=$((failures + 1))
+    skip_near_deadline "$name" "$command"
     return 124
   fi
+  if [[ -n ${clocks_to:-} ]]; then
+    probe_clocks
+    left=$(seconds_left)  # the probes may have taken some of it
+    if ((left < 10)); then
+      skip_near_deadline "$name" "$command"
+      return 124
+    fi
+    if [[ -n $clock_fields ]]; then
+      echo "# clocks: nvidia-smi -i $clock_gpu every $clock_ms ms: $clocks_to.clocks.csv" >> "$file"
+    fi
+  fi
+  local errors=$file
+  if [[ $name == *.json ]]; then errors="$out/${name%.json}.err"; fi
   local began=$SECONDS status=0 sampler=''
   if [[ -n ${clocks_to:-} && -n $clock_fields ]]; then
     "${clock_command[@]}" > "$out/$clocks_to.clocks.csv" 2>&1 &
     sampler=$!
   fi
-  timeout --kill-after=5 "$left" "$@" >> "$file" 2>&1 || status=$?
-  if [[ -n $sampler ]]; then
-    kill "$sampler" 2> /dev/null || true
-    wait "$sampler" 2> /dev/null || true
+  # In the background, waited for: a signal to run.sh (on_signal) is handled at once.
+  if [[ $errors == "$file" ]]; then
+    timeout --kill-after=5 "$left" "$@" >> "$file" 2>&1 &
+  else
+    timeout --kill-after=5 "$left" "$@" >> "$file" 2> "$errors" &
+  fi
+  running=$! running_name=$name running_command=$command running_sampler=$sampler
+  running_began=$began
+  wait "$running" || status=$?
+  running=''
+  if [[ -n $sampler ]]; then stop_process "$sampler"; fi
+  if [[ $errors != "$file" ]]; then
+    if [[ -s $errors ]]; then
+      echo "# stderr: $(basename "$errors")" >> "$file"
+    else
+      rm -f "$errors"
+    fi
   fi
   local took=$((SECONDS - began))
   echo "# exit status: $status$( ((status == 124)) && echo ' (timed out)'), wall $took s" >> "$file"
@@ -276,6 +423,38 @@ record() {
   echo "[$status] $name (${took} s)"
   if ((status != 0)); then failures=$((failures + 1)); fi
   return "$status"
+}
+
+# on_signal SIGNAL: run.sh stopped from outside (TERM, INT, HUP): the command running and its
+# sampler are stopped (its output ends "# stopped: run.sh got SIGsignal"), and manifest.json is
+# written with every command so far; exit 128 + the signal's number.
+stopped_by=''
+on_signal() {
+  local signal=$1 code=143
+  trap - TERM INT HUP
+  case $signal in
+    INT) code=130 ;;
+    HUP) code=129 ;;
+  esac
+  stopped_by=SIG$signal
+  if [[ -n $running ]]; then
+    stop_process "$running" 10
+    if [[ -n $running_sampler ]]; then stop_process "$running_sampler"; fi
+    local took=$((SECONDS - running_began))
+    echo "# stopped: run.sh got $stopped_by, wall $took s" >> "$out/$running_name"
+    printf '%-44s stopped (%s) %4s s\n' "$running_name" "$stopped_by" "$took" >> "$out/index.txt"
+    printf '%s\t%s\t%s\t%s\n' "$running_name" "$running_command" "$code" "$took" >> "$commands_tsv"
+  fi
+  echo "run.sh: stopped by $stopped_by" | tee -a "$out/index.txt" >&2
+  write_manifest
+  exit "$code"
+}
+
+# scratch_file: a new empty regular file in the output folder's scratch ($out/.scratch, removed
+# when run.sh ends), for what a probe has pipeplan write and nothing reads.
+scratch_file() {
+  mkdir -p "$out/.scratch"
+  mktemp "$out/.scratch/probe.XXXXXX"
 }
 
 # not_run NAME REASON: a command this machine cannot run, recorded as a failure: $out/NAME holds
@@ -316,8 +495,9 @@ environment_line() {
 }
 
 # write_manifest: manifest.json in the output folder: the GPU, driver, CUDA and library versions
-# (pipeplan env --json), the commit, the date, the options and every command with its exit
-# status and wall time, in order.
+# (pipeplan env --json), the gpus.json entry the commands used and where it came from, the GPU
+# the clocks were sampled on, the commit, the date, the options and every command with its exit
+# status and wall time, in order; the signal that stopped run.sh, if one did.
 write_manifest() {
   local commit
   commit=$(git -C "$repo" rev-parse HEAD 2> /dev/null || echo '')
@@ -331,11 +511,13 @@ write_manifest() {
   [[ -n $nccl_dir ]] && chosen_nccl=$(portable "$nccl_dir")
   python3 - "$out/manifest.json" "$commands_tsv" "$env_json" "$commit" "$build_info" \
     "$run_date" "${whats[*]}" "$(portable "$pipeplan")" "$chosen_nccl" "$nccl_source" \
-    "${nccl_missing//"$repo/"/}" "${options_used[@]}" << 'PY'
+    "${nccl_missing//"$repo/"/}" "${opt_gpu:-$gpu_entry}" "$opt_gpu" "$clock_gpu" \
+    "$clock_gpu_from" "$stopped_by" "${options_used[@]}" << 'PY'
 import json, sys
 path, commands_tsv, env_json, commit, build_info, date, whats, pipeplan = sys.argv[1:9]
 nccl_dir, nccl_source, nccl_missing = sys.argv[9:12]
-options = sys.argv[12:]
+gpu_used, given_gpu, clock_gpu, clock_gpu_from, stopped_by = sys.argv[12:17]
+options = sys.argv[17:]
 try:
     env = json.loads(env_json) if env_json else {}
 except ValueError:
@@ -363,6 +545,9 @@ with open(commands_tsv, encoding="utf-8") as f:
                          "skipped": status == "skipped", "wall_s": int(wall)})
 manifest = {
     "gpu": first.get("name"), "gpu_entry": first.get("gpu_entry"), "gpus": len(gpus),
+    "gpu_used": {"entry": gpu_used or None,
+                 "from": "--gpu" if given_gpu else "pipeplan env --json"},
+    "clocks_gpu": {"id": clock_gpu, "from": clock_gpu_from},
     "sms": first.get("sms"), "memory_bytes": first.get("memory_bytes"),
     "compute_capability": first.get("compute_capability"),
     "driver": (env.get("cuda_module") or {}).get("kernel_driver"),
@@ -377,6 +562,7 @@ manifest = {
     "what": whats.split(), "options": options, "pipeplan_binary": pipeplan,
     "commands_run_from": "the repository root; {out} is this folder",
     "commands": commands,
+    "stopped_by": stopped_by or None,
 }
 with open(path, "w", encoding="utf-8") as f:
     json.dump(manifest, f, indent=2)

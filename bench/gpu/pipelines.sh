@@ -9,9 +9,9 @@ what_profile_sm() {
   share=$(share_for "$stages") || { failures=$((failures + 1)); return 0; }
   write_model "$model" "$layers"
   sm_profile="$out/$gpu_key-llama-7b-blocks$layers-sm$share.measured.json"
-  clocks_to=profile-sm record profile-sm.txt "$pipeplan" profile --backend cuda --model "$model" \
-    --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 --sm-partition "$share" \
-    "${gemm[@]}" -o "$sm_profile" || true
+  clocks_to=profile-sm record profile-sm.txt "$pipeplan" profile --backend cuda "${gpu_flag[@]}" \
+    --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
+    --sm-partition "$share" "${gemm[@]}" -o "$sm_profile" || true
 }
 
 common=()
@@ -19,7 +19,7 @@ run_env=()        # a prefix for `pipeplan run` (env CUDA_DEVICE_MAX_CONNECTIONS
 emulate=(--emulate "$stages")
 run_steps=$steps
 set_common() {
-  common=(--profile "$sm_profile" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+  common=(--profile "$sm_profile" --gpu "$plan_gpu" --stages "$stages" --seq "$seq")
 }
 
 # run_plan NAME PLAN-ARGS...: plan, run (JSON report and trace, the GPU's clocks beside it), diff.
@@ -29,8 +29,8 @@ run_plan() {
   local plan="$out/$name.plan.json"
   record "$name.plan.txt" "$pipeplan" plan "${common[@]}" "$@" -o "$plan" || return 0
   clocks_to=$name record "$name.run.json" "${run_env[@]}" "$pipeplan" run "$plan" --backend cuda \
-    "${emulate[@]}" --steps "$run_steps" "${gemm[@]}" --json --trace "$out/$name.trace.json" ||
-    return 0
+    "${gpu_flag[@]}" "${emulate[@]}" --steps "$run_steps" "${gemm[@]}" --json \
+    --trace "$out/$name.trace.json" || return 0
   record "$name.diff.txt" "$pipeplan" diff "$plan" "$out/$name.trace.json" --top 15 || true
 }
 
@@ -215,7 +215,7 @@ what_nccl() {
   local -a launcher=() python_env=(env LD_LIBRARY_PATH="$original_ld_library_path")
   if command -v torchrun > /dev/null; then
     launcher=("${python_env[@]}" torchrun)
-  elif "${python_env[@]}" python3 -c 'import torch.distributed.run' > /dev/null 2>&1; then
+  elif probe 60 "${python_env[@]}" python3 -c 'import torch.distributed.run' > /dev/null 2>&1; then
     launcher=("${python_env[@]}" python3 -m torch.distributed.run)
   elif ((dry)); then
     launcher=("${python_env[@]}" torchrun)
@@ -241,14 +241,16 @@ what_nccl() {
     record "$name.plan.txt" "$pipeplan" plan "${common[@]}" --schedule "$schedule" \
       --backward "$backward" --microbatches "$m2" ${bpipe:+--bpipe on} -o "$plan" || continue
     planned+=("$name")
-    record "$name.local.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
-      --steps "$nccl_steps" --json --trace "$out/$name.local.trace.json" || true
-    record "$name.nccl.json" "$pipeplan" run "$plan" --backend cuda --emulate "$stages" \
-      --transport nccl --steps "$nccl_steps" --json --trace "$out/$name.nccl.trace.json" || true
+    record "$name.local.json" "$pipeplan" run "$plan" --backend cuda "${gpu_flag[@]}" \
+      --emulate "$stages" --steps "$nccl_steps" --json --trace "$out/$name.local.trace.json" || true
+    record "$name.nccl.json" "$pipeplan" run "$plan" --backend cuda "${gpu_flag[@]}" \
+      --emulate "$stages" --transport nccl --steps "$nccl_steps" --json \
+      --trace "$out/$name.nccl.trace.json" || true
     if ((${#launcher[@]})); then
       record "$name.torchrun.json" "${launcher[@]}" --nproc-per-node "$stages" --no-python \
         env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$pipeplan" run "$plan" --backend cuda \
-        --steps "$nccl_steps" --json --trace "$out/$name.torchrun.trace.json" || true
+        "${gpu_flag[@]}" --steps "$nccl_steps" --json --trace "$out/$name.torchrun.trace.json" ||
+        true
     else
       not_run "$name.torchrun.json" "no torchrun and no python3 -m torch.distributed.run here"
     fi
@@ -292,7 +294,8 @@ nccl_rank_killed() {  # nccl_rank_killed PLAN
   if ((limit < 1)); then limit=1; fi
   PIPEPLAN_TEST_FAULT=die:$killed record nccl-rank-killed.txt bash "$here/rank_killed.sh" "$out" \
     "$stages" "$killed" "$rank_timeout_ms" "$rank_slack_s" "$limit" \
-    "$pipeplan" run "$1" --backend cuda --steps 1 --json --timeout-ms "$rank_timeout_ms" || true
+    "$pipeplan" run "$1" --backend cuda "${gpu_flag[@]}" --steps 1 --json \
+    --timeout-ms "$rank_timeout_ms" || true
   record nccl-rank-killed-check.txt python3 "$here/summary.py" --rank-killed \
     "$out/nccl-rank-killed.txt" || true
 }
@@ -300,7 +303,7 @@ nccl_rank_killed() {  # nccl_rank_killed PLAN
 # The 8-stage plans: --bpipe-stages stages of one block each, 1F1B fused, m = 2P.
 bpipe_common() {  # bpipe_common PROFILE
   emulate=(--emulate "$bpipe_stages")
-  common=(--profile "$1" --gpu "$gpu_key" --stages "$bpipe_stages" --seq "$seq"
+  common=(--profile "$1" --gpu "$plan_gpu" --stages "$bpipe_stages" --seq "$seq"
     --microbatches $((2 * bpipe_stages)) --schedule 1f1b --backward fused)
 }
 
@@ -313,7 +316,7 @@ bpipe_run() {
 
 # peaks PLAN-ARGS...: "<max over devices> <sum over devices>" of the planned peaks, bytes.
 peaks() {
-  "$pipeplan" plan "$@" --json 2> /dev/null | python3 -c '
+  probe 60 "$pipeplan" plan "$@" --json 2> /dev/null | python3 -c '
 import json, sys
 p = json.load(sys.stdin)["peak_memory_bytes"]
 print(max(p), sum(p))'
@@ -336,8 +339,9 @@ what_bpipe() {
     write_model "$bpipe_model" "$bpipe_layers"
     profile="$out/$gpu_key-llama-7b-blocks$bpipe_layers-sm$share.measured.json"
     cap_s=300 clocks_to=profile-bpipe record profile-bpipe.txt "$pipeplan" profile \
-      --backend cuda --model "$bpipe_model" --seq "$seq" --mbs 1,2,4 --attention flash \
-      --max-concat 8 --sm-partition "$share" "${gemm[@]}" -o "$profile" || return 0
+      --backend cuda "${gpu_flag[@]}" --model "$bpipe_model" --seq "$seq" --mbs 1,2,4 \
+      --attention flash --max-concat 8 --sm-partition "$share" "${gemm[@]}" -o "$profile" ||
+      return 0
   fi
   bpipe_common "$profile"
   if ((dry)); then
@@ -369,9 +373,15 @@ what_bpipe() {
     record "bpipe-mbs$mbs-without.plan.txt" "$pipeplan" plan "${common[@]}" --mbs "$mbs" \
       --memory "$limit" --reserve 0 || true
     run_plan "bpipe-mbs$mbs" --mbs "$mbs" --bpipe on --memory "$limit" --reserve 0
+    # Each size asked of pipeplan, its plan written to a scratch file (pipeplan writes regular
+    # files only) and removed.
+    local fits scratch
     for ((smaller = mbs - 1; smaller >= 1; --smaller)); do
-      if "$pipeplan" plan "${common[@]}" --mbs "$smaller" --memory "$limit" --reserve 0 \
-        -o /dev/null > /dev/null 2>&1; then
+      scratch=$(scratch_file) fits=0
+      probe 60 "$pipeplan" plan "${common[@]}" --mbs "$smaller" --memory "$limit" --reserve 0 \
+        -o "$scratch" > /dev/null 2>&1 && fits=1
+      rm -f "$scratch"
+      if ((fits)); then
         run_plan "nobpipe-mbs$smaller" --mbs "$smaller" --memory "$limit" --reserve 0
         break
       fi
@@ -450,17 +460,17 @@ what_gemm() {
   local measured="$out/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$gemm_tuned.measured.json"
   local calibrated="$out/$gpu_key-llama-7b-blocks$layers-sm$share-gemm$gemm_tuned.calibrated.json"
   cap_s=300 record "gemm$gemm_tuned-profile-sm.txt" "$pipeplan" profile --backend cuda \
-    --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
+    "${gpu_flag[@]}" --model "$model" --seq "$seq" --mbs 1,2,4 --attention flash --max-concat 8 \
     --sm-partition "$share" --gemm-candidates "$gemm_tuned" -o "$measured" || return 0
   record "gemm$gemm_tuned-contention.txt" "$pipeplan" calibrate copy \
     --from "$sm_profile" -o "$calibrated" "$measured" || return 0
   local cap_s=120
   for m in "$stages" $((2 * stages)); do
-    local -a gemm=() common=(--profile "$sm_profile" --gpu "$gpu_key" --stages "$stages"
+    local -a gemm=() common=(--profile "$sm_profile" --gpu "$plan_gpu" --stages "$stages"
       --seq "$seq")
     run_plan "gemm1-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
     gemm=(--gemm-candidates "$gemm_tuned")
-    common=(--profile "$calibrated" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+    common=(--profile "$calibrated" --gpu "$plan_gpu" --stages "$stages" --seq "$seq")
     run_plan "gemm$gemm_tuned-1f1b-m$m-2bp" --schedule 1f1b --backward 2bp --microbatches "$m"
   done
 }
@@ -481,11 +491,12 @@ what_multi_gpu() {
   if [[ $multi_gpu_model != llama-7b ]]; then profile=$gpu_profile; fi
   if [[ -z $profile ]]; then
     profile="$out/$gpu_key-$(basename "${multi_gpu_model%.json}").measured.json"
-    cap_s=300 record profile-multi-gpu.txt "$pipeplan" profile --backend cuda \
+    cap_s=300 record profile-multi-gpu.txt "$pipeplan" profile --backend cuda "${gpu_flag[@]}" \
       --model "$multi_gpu_model" --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" \
       -o "$profile" || return 0
   fi
   local cap_s=180
-  local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages "$stages" --seq "$seq")
+  local -a emulate=() common=(--profile "$profile" --gpu "$plan_gpu" --stages "$stages"
+    --seq "$seq")
   schedule_runs "gpus$stages-"
 }

@@ -44,14 +44,23 @@
 #                         folder without it stops the nccl WHAT alone (a line in index.txt)
 # Output:
 #   --out DIR             default bench/results/<gpu>/<YYYY-MM-DD>-<what...> (gpu: the gpus.json
-#                         entry, else the lower-case device name; -2, -3 ... if it exists); a
-#                         folder named here must be new or empty
+#                         entry pipeplan matches, else the lower-case device name; -2, -3 ... if
+#                         it exists); a folder named here must be new or empty
 #   --dry-run             print every command, in order, run none (no GPU needed), exit 0
 #   --deadline-s N        the run's end, N s after the start (0: none; default 0): each command
 #                         is stopped 20 s before it, and one left under 10 s is skipped (recorded
-#                         as such); the summary is written whatever is left (at most 60 s more)
+#                         as such); the questions asked of the machine on the way (pipeplan
+#                         env --json, nvidia-smi, the test listing) get no more than what is left;
+#                         the summary is written whatever is left (at most 60 s more)
 #   --test-cap-s N        seconds per test suite (150); other commands 120 to 300 s each
-#   --clock-sample-ms N   nvidia-smi's sampling period beside runs and profiles (20)
+#   --clock-sample-ms N   nvidia-smi's sampling period beside runs and profiles (20); the GPU
+#                         sampled is the first of CUDA_VISIBLE_DEVICES (index or UUID), else 0
+# The GPU:
+#   --gpu KEY             the gpus.json entry (h100-sxm, h100-pcie, h200, a100-80g or an alias)
+#                         whose peak FLOP/s and memory profile, plan, run and bench_block use;
+#                         default: the one pipeplan env --json matches to the device's name. A GPU
+#                         it matches to none needs it (the run stops in one line without it); the
+#                         output folder keeps the device's own name
 # Model and runs:
 #   --stages P            emulated stages, or GPUs for multi-gpu (4)
 #   --layers N            LLaMA-7B blocks of the pipelines' model (8)
@@ -63,10 +72,14 @@
 #   --sm-profile FILE     the stages' profile of pipelines, predict, pairs, nccl, stalls, copies,
 #                         waits, gemm
 #                         (default: the one profile-sm wrote earlier in this invocation)
+#                         A profile given (--sm-profile, --gpu-profile, --bpipe-profile) must be
+#                         of this GPU (the profiles/ ones are H200 ones): another is refused in
+#                         one line
 #   --gpu-profile FILE    the whole-GPU profile multi-gpu plans from (default: profile's, else
 #                         multi-gpu profiles the --multi-gpu-model itself)
 #   --multi-gpu-model M   the model of multi-gpu (llama-7b)
-#   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less)
+#   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less);
+#                         not with --gpu-profile (step then plans the profile's model)
 #   --step-steps N        steps of step's runs; the median of steps 2..N is compared (6)
 #   --nccl-plans LIST     of gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe (all five)
 #   --nccl-steps N        steps of each nccl run (5)
@@ -97,7 +110,7 @@ usage() {
 pipeplan='' tests_binary='' bench_block='' staged='' out='' dry=0 deadline_s=0 test_cap_s=150
 clock_ms=20 stages=4 layers=8 seq=2048 steps=3 opt_m='' opt_runs='' opt_sm_share='' sm_profile=''
 gpu_profile='' step_layers='' step_steps=6 nccl_plans='' nccl_steps=5 opt_nccl_lib_dir=''
-multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile=''
+multi_gpu_model=llama-7b gemm_candidates=1 gemm_tuned=8 bpipe_profile='' opt_gpu=''
 bpipe_stages=8 bpipe_layers=8 bpipe_mbs=2,4 stall_steps=6 connections=default,32
 copy_modes=memcpy,priority copies_limit=9.107GiB opt_wait_m='' copy_waits=blocking,stream,poll
 whats=()
@@ -122,6 +135,7 @@ while (($#)); do
           deadline_s=$2 ;;
         --test-cap-s) positive "$1" "$2"; test_cap_s=$2 ;;
         --clock-sample-ms) positive "$1" "$2"; clock_ms=$2 ;;
+        --gpu) opt_gpu=$2 ;;
         --stages) positive "$1" "$2"; stages=$2 ;;
         --layers) positive "$1" "$2"; layers=$2 ;;
         --seq) positive "$1" "$2"; seq=$2 ;;
@@ -215,6 +229,15 @@ for option in sm gpu bpipe; do
   file=${!file}
   [[ -z $file || -f $file || $dry == 1 ]] || die "--$option-profile: no file '$file'"
 done
+# step plans the model of a --gpu-profile as it is: --step-layers would be ignored.
+if [[ -n $step_layers && -n $gpu_profile ]]; then
+  die "--step-layers: not with --gpu-profile (step plans the profile's own model; leave" \
+    "--gpu-profile out to profile $step_layers blocks here)"
+fi
+export PIPEPLAN_DATA_DIR="$repo/profiles"  # gpus.json
+if [[ -n $opt_gpu ]]; then
+  known=$(gpus_json known "$opt_gpu") || die "--gpu: '$opt_gpu' is not a gpus.json entry ($known)"
+fi
 # An output folder named by --out is new or empty: summary.py reads everything in it.
 if [[ -n $out && -e $out ]]; then
   [[ -d $out ]] || die "--out: '$out' is not a folder"
@@ -236,7 +259,6 @@ bench_block=${bench_block:-$repo/build/bench/cuda/bench_block}
 if ((!dry)); then
   [[ -x $pipeplan ]] || die "--pipeplan: no executable '$pipeplan' (build it, or --staged DIR)"
 fi
-export PIPEPLAN_DATA_DIR="$repo/profiles"  # gpus.json
 choose_nccl
 if [[ -n $staged ]]; then
   export PIPEPLAN_CUDA_PLUGIN="$staged/bin/libpipeplan_cuda.so"
@@ -253,7 +275,47 @@ ask_pipeplan
 gpu_line=${gpu_name:-"no GPU reported by pipeplan env --json"}
 [[ -n $driver_version ]] && gpu_line+=", driver $driver_version"
 [[ -n $memory_bytes ]] && gpu_line+=", $((memory_bytes / 1048576)) MiB"
-gpu_key=${gpu_entry:-$(echo "${gpu_name:-unknown-gpu}" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '-' | sed 's/-$//')}
+[[ -n $opt_gpu ]] && gpu_line+=", gpus.json entry $opt_gpu (--gpu)"
+# gpu_key names the output folder and the profiles measured: the gpus.json entry pipeplan matches
+# to the device, else the device's name in lower case (--gpu does not rename them: results of
+# another GPU are not filed as that entry's). plan_gpu is the entry the commands get: --gpu, else
+# the matched one; gpu_flag passes --gpu to profile, run and bench_block, which otherwise take
+# the entry from the device's name themselves.
+gpu_key=${gpu_entry:-$(echo "${gpu_name:-unknown-gpu}" | tr '[:upper:]' '[:lower:]' |
+  tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//')}
+plan_gpu=${opt_gpu:-$gpu_key}
+gpu_flag=()
+if [[ -n $opt_gpu ]]; then gpu_flag=(--gpu "$opt_gpu"); fi
+# A GPU pipeplan matches to no gpus.json entry: the WHATs that profile, plan or run need --gpu.
+unmatched=''
+if [[ -n $gpu_name && -z $gpu_entry && -z $opt_gpu ]]; then
+  for what in "${whats[@]}"; do
+    case $what in env | tests | flash | summary) ;; *) unmatched=${unmatched:-$what} ;; esac
+  done
+fi
+if [[ -n $unmatched ]]; then
+  message="pipeplan matches '$gpu_name' to no gpus.json entry: pass --gpu KEY, the entry whose"
+  message+=" peak and memory to use ($(gpus_json known none || true)), for $unmatched and the"
+  message+=" other WHATs that profile, plan or run"
+  if ((!dry)); then die "$message"; fi
+  echo "# dry run: a real run stops here: $message"
+fi
+# The profiles given are this GPU's: another GPU's costs would be planned as this one's.
+if [[ -n $opt_gpu || -n $gpu_entry ]]; then
+  mismatched=$(gpus_json mismatch "$plan_gpu" --sm-profile "$sm_profile" \
+    --gpu-profile "$gpu_profile" --bpipe-profile "$bpipe_profile" | head -n 1)
+  if [[ -n $mismatched ]]; then
+    IFS=$'\t' read -r option file measured_on <<< "$mismatched"
+    case $option in
+      --sm-profile)
+        remedy="measure one here first: WHAT profile-sm (the WHATs after it plan from it)" ;;
+      --gpu-profile) remedy="measure one here first: WHAT profile (or leave --gpu-profile out)" ;;
+      *) remedy="leave it out: bpipe measures its own" ;;
+    esac
+    die "$option: $(portable "$file") was measured on $measured_on, this GPU is $plan_gpu:" \
+      "$remedy"
+  fi
+fi
 run_date=$(date -u +%Y-%m-%d)
 if [[ -z $out ]]; then
   out="$repo/bench/results/$gpu_key/$run_date-$(IFS=-; echo "${whats[*]}")"
@@ -266,7 +328,8 @@ if ((!dry)); then
   out=$(cd "$out" && pwd)
 fi
 commands_tsv=$(mktemp "${TMPDIR:-/tmp}/pipeplan-bench.XXXXXX")
-trap 'rm -f "$commands_tsv"' EXIT
+# shellcheck disable=SC2016  # expanded when it runs
+trap 'rm -f "$commands_tsv"; if ((!dry)) && [[ -d $out ]]; then rm -rf "$out/.scratch"; fi' EXIT
 failures=0
 gemm=()  # the GEMM algorithm choice, the same for every profile and run
 if ((gemm_candidates != 1)); then gemm=(--gemm-candidates "$gemm_candidates"); fi
@@ -280,6 +343,10 @@ else
     note "run.sh: $nccl_missing: not used; the nccl WHAT stops on it, the others load the NCCL" \
       "the binaries find" >&2
   fi
+  # Stopped from outside: the command running is stopped, manifest.json still written.
+  trap 'on_signal TERM' TERM
+  trap 'on_signal INT' INT
+  trap 'on_signal HUP' HUP
 fi
 
 # The LLaMA-7B-like model of the emulated pipelines: N blocks of LLaMA-7B (h 4096, 32 heads, ffn

@@ -54,9 +54,18 @@ what_tests() {
   if ((dry)); then
     suites="SUITE"
   else
-    # Suites, parameterised ones as Prefix/Suite.
-    suites=$("$tests_binary" --gtest_list_tests 2> /dev/null |
-      grep -E '^[A-Za-z_][A-Za-z0-9_/]*\.$' | tr -d '.' | tr '\n' ' ') || suites=''
+    # Suites, parameterised ones as Prefix/Suite; the listing at most 60 s, and never past the
+    # deadline (a binary hung in the driver).
+    local listing='' status=0 limit
+    limit=$(probe_limit 60)
+    listing=$(probe 60 "$tests_binary" --gtest_list_tests 2> /dev/null) || status=$?
+    suites=$(grep -E '^[A-Za-z_][A-Za-z0-9_/]*\.$' <<< "$listing" | tr -d '.' | tr '\n' ' ') ||
+      suites=''
+    if [[ -z $suites ]] && ((limit > 0 && (status == 124 || status == 137))); then
+      not_run tests-list.txt \
+        "$(portable "$tests_binary") --gtest_list_tests gave no answer within $limit s"
+      return 0
+    fi
     if [[ -z $suites ]]; then  # the binary does not start (a library missing): record why
       record tests-list.txt "$tests_binary" --gtest_list_tests || true
       return 0
@@ -78,12 +87,12 @@ what_flash() {
 
 what_block() {
   local cap_s=150
-  record bench_block.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
-    --attention flash --warmup 5 --repetitions 20 --breakdown || true
-  record bench_block-tuned.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1,2 \
-    --attention flash --warmup 5 --repetitions 20 --gemm-candidates "$gemm_tuned" || true
-  record bench_block-recompute.json "$bench_block" --model llama-7b --seq "$seq" --mbs 1 \
-    --attention recompute --warmup 3 --repetitions 10 || true
+  record bench_block.json "$bench_block" "${gpu_flag[@]}" --model llama-7b --seq "$seq" \
+    --mbs 1,2 --attention flash --warmup 5 --repetitions 20 --breakdown || true
+  record bench_block-tuned.json "$bench_block" "${gpu_flag[@]}" --model llama-7b --seq "$seq" \
+    --mbs 1,2 --attention flash --warmup 5 --repetitions 20 --gemm-candidates "$gemm_tuned" || true
+  record bench_block-recompute.json "$bench_block" "${gpu_flag[@]}" --model llama-7b --seq "$seq" \
+    --mbs 1 --attention recompute --warmup 3 --repetitions 10 || true
   # PyTorch with the environment it had (a staged copy's library path is for the binaries).
   record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \
     python3 bench/gpu/torch_block.py --seq "$seq" --mbs 1,2 --sdpa default,cudnn,flash || true
@@ -92,8 +101,8 @@ what_block() {
 whole_gpu_profile=''
 what_profile() {
   whole_gpu_profile="$out/$gpu_key-llama-7b.measured.json"
-  record profile.txt "$pipeplan" profile --backend cuda --model llama-7b --seq "$seq" \
-    --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$whole_gpu_profile" || true
+  record profile.txt "$pipeplan" profile --backend cuda "${gpu_flag[@]}" --model llama-7b \
+    --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$whole_gpu_profile" || true
 }
 
 # One stage on the whole GPU: LLaMA-7B (--step-layers blocks of it; default all 32 where the GPU
@@ -105,6 +114,9 @@ what_profile() {
 # the same profile: BPipe's verdict for that model on --stages GPUs at a global batch of 8 per
 # stage, micro-batch sizes 1, 2 and 4 (the optimizer in every step where the profile measured
 # it, as `pipeplan profile --backend cuda` does).
+# A --gpu-profile is planned with the model it measured, whatever the GPU's memory (run.sh
+# refuses --step-layers beside it): where that model does not fit, the step notes say so, name
+# the profile's model and what to do; a step with neither backward fitting is a failure.
 what_step() {
   local blocks=${step_layers:-32}
   if [[ -z $step_layers ]] && ((!dry && memory_bytes > 0 && memory_bytes < 100 * 1073741824)); then
@@ -116,30 +128,55 @@ what_step() {
     local step_model="$out/llama-7b-blocks$blocks.json"
     write_model "$step_model" "$blocks"
     profile="$out/$gpu_key-llama-7b-blocks$blocks.measured.json"
-    cap_s=300 record profile-step.txt "$pipeplan" profile --backend cuda --model "$step_model" \
-      --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" -o "$profile" || return 0
+    cap_s=300 record profile-step.txt "$pipeplan" profile --backend cuda "${gpu_flag[@]}" \
+      --model "$step_model" --seq "$seq" --mbs 1,2,4 --attention flash "${gemm[@]}" \
+      -o "$profile" || return 0
   fi
-  local cap_s=300 backward run_steps=$step_steps
-  local -a emulate=() common=(--profile "$profile" --gpu "$gpu_key" --stages 1 --seq "$seq" --mbs 1)
+  local cap_s=300 backward run_steps=$step_steps refused=0
+  local -a emulate=() common=(--profile "$profile" --gpu "$plan_gpu" --stages 1 --seq "$seq"
+    --mbs 1)
   for backward in fused 2bp; do
     # 2bp holds every micro-batch's p2 inputs until the end: on a GPU too small for it the plan
     # is refused for memory, which is an answer (noted), not a failed command.
     local -a step=(--schedule 1f1b --backward "$backward" --microbatches 4)
     local refusal=''
     if ((!dry)) && [[ -s $profile ]]; then
-      refusal=$("$pipeplan" plan "${common[@]}" "${step[@]}" 2>&1 > /dev/null) && refusal=''
+      refusal=$(probe 60 "$pipeplan" plan "${common[@]}" "${step[@]}" 2>&1 > /dev/null) &&
+        refusal=''
     fi
     if [[ $refusal == *"above its limit"* ]]; then
-      note "step-m4-$backward: does not fit on this GPU (${refusal#pipeplan: error: })"
+      refused=$((refused + 1))
+      if [[ -n $gpu_profile ]]; then
+        note "step-m4-$backward: not run: the model of --gpu-profile $(portable "$profile")" \
+          "($(profile_model "$profile")) does not fit this GPU at mbs 1, m = 4" \
+          "(${refusal#pipeplan: error: }); leave --gpu-profile out and step profiles" \
+          "$blocks LLaMA-7B blocks here (--step-layers N for another count)" >&2
+      else
+        note "step-m4-$backward: does not fit on this GPU (${refusal#pipeplan: error: })"
+      fi
       continue
     fi
     run_plan "step-m4-$backward" "${step[@]}"
   done
+  if ((refused == 2)); then
+    note "step: nothing measured: neither backward fits this GPU (see the lines above)" >&2
+    failures=$((failures + 1))
+  fi
   local pipeline=$((stages > 1 ? stages : 2))  # BPipe pairs two stages
-  local -a estimate=("$pipeplan" bpipe --profile "$profile" --gpu "$gpu_key" --stages "$pipeline"
+  local -a estimate=("$pipeplan" bpipe --profile "$profile" --gpu "$plan_gpu" --stages "$pipeline"
     --global-batch $((8 * pipeline)) --seq "$seq" --mbs-list "1,2,4")
   cap_s=120 record bpipe-estimate.txt "${estimate[@]}" || true
   cap_s=120 record bpipe-estimate.json "${estimate[@]}" --json || true
+}
+
+# profile_model PROFILE: "NAME, N blocks" of the model a profile measured (what it says of it).
+profile_model() {
+  python3 - "$1" << 'PY' 2> /dev/null || echo "its model"
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    model = json.load(f).get("model") or {}
+print(f"{model.get('name', 'its model')}, {model.get('layers', '?')} blocks")
+PY
 }
 
 # The summary is written whatever the deadline left (it reads the output folder, on the CPU, in

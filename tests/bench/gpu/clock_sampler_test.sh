@@ -5,8 +5,12 @@
 # for the GPU and the SM share, probes which fields the driver answers (here an older driver,
 # which names the throttle reasons and has no instantaneous power), samples with them while the
 # command runs, stops the sampler when it ends, leaves NAME.clocks.csv beside the raw outputs,
-# writes manifest.json, and the summary tabulates the samples. Then a driver that answers none of
-# the field sets: no sampler, the command still runs. Usage: clock_sampler_test.sh REPO
+# writes manifest.json, and the summary tabulates the samples; nvidia-smi is asked of one GPU
+# alone (-i: the first of CUDA_VISIBLE_DEVICES, else 0), named in the headers and the manifest.
+# Then a driver that answers none of the field sets: no sampler, the command still runs. Then
+# --deadline-s kept where nvidia-smi, `pipeplan env --json` or the tests' listing hangs, and
+# run.sh stopped from outside (SIGTERM): the command and its sampler end, manifest.json is
+# written. Usage: clock_sampler_test.sh REPO
 set -euo pipefail
 repo=$1
 work=$(mktemp -d)
@@ -17,20 +21,25 @@ fail() {
 }
 
 # The fake GPU machine: nvidia-smi refuses the fields in $FAKE_SMI_REFUSE (an extended regular
-# expression), and with -lms prints a CSV header and a sample every few milliseconds until it is
-# killed; each query and each start of a sampler is logged.
+# expression), hangs with FAKE_SMI_HANG set, and with -lms prints a CSV header and a sample every
+# few milliseconds until it is killed; each query (and the GPU -i names, "all" without) and each
+# start of a sampler is logged.
 mkdir -p "$work/path" "$work/bin"
 cat > "$work/path/nvidia-smi" << 'SMI'
 #!/usr/bin/env bash
-query='' loop=''
-for arg in "$@"; do
-  case $arg in
-    --query-gpu=*) query=${arg#--query-gpu=} ;;
+query='' loop='' id=''
+while (($#)); do
+  case $1 in
+    --query-gpu=*) query=${1#--query-gpu=} ;;
     -lms) loop=1 ;;
+    -i) id=$2; shift ;;
   esac
+  shift
 done
 [[ -z $query ]] && { echo "Fake GPU 0: NVIDIA H200"; exit 0; }
 echo "$query" >> "$FAKE_SMI_LOG.queries"
+echo "${id:-all}" >> "$FAKE_SMI_LOG.ids"
+if [[ -n ${FAKE_SMI_HANG:-} ]]; then exec sleep 300; fi
 if [[ -n ${FAKE_SMI_REFUSE:-} && $query =~ $FAKE_SMI_REFUSE ]]; then
   echo "Field \"${BASH_REMATCH[0]}\" is not a valid field to query." >&2
   exit 2
@@ -43,11 +52,13 @@ while :; do
   sleep 0.01
 done
 SMI
-# pipeplan: `env --json` answers as on a one-H200 machine; `profile ... -o FILE` takes a moment
-# and writes FILE; anything else fails.
+# pipeplan: `env --json` answers as on a one-H200 machine (hangs with FAKE_ENV_HANG set);
+# `profile ... -o FILE` takes a moment ($FAKE_PROFILE_S, 0.4 s; its pid in $FAKE_PROFILE_PID where
+# set) and writes FILE; anything else fails. A tests binary whose listing hangs.
 cat > "$work/bin/pipeplan" << 'PIPEPLAN'
 #!/usr/bin/env bash
 if [[ ${1:-} == env && ${2:-} == --json ]]; then
+  if [[ -n ${FAKE_ENV_HANG:-} ]]; then exec sleep 300; fi
   cat << 'JSON'
 {"pipeplan": {"version": "0.1.0", "cuda_backend": true, "fused_attention": true, "mpi": false},
  "cuda_module": {"path": "/opt/pipeplan/libpipeplan_cuda.so", "loaded": true, "error": null,
@@ -67,11 +78,13 @@ while (($#)); do
   if [[ $1 == -o ]]; then output=$2; fi
   shift
 done
-sleep 0.4
+if [[ -n ${FAKE_PROFILE_PID:-} ]]; then echo "$$" > "$FAKE_PROFILE_PID"; fi
+sleep "${FAKE_PROFILE_S:-0.4}"
 echo '{"format": "pipeplan-profile", "version": 1}' > "$output"
 echo "fake profile written to $output"
 PIPEPLAN
-chmod +x "$work/path/nvidia-smi" "$work/bin/pipeplan"
+printf '#!/usr/bin/env bash\nexec sleep 300\n' > "$work/bin/hung_tests"
+chmod +x "$work/path/nvidia-smi" "$work/bin/pipeplan" "$work/bin/hung_tests"
 
 # run NAME WHAT...: run.sh WHAT... on the fake machine, its output folder $work/NAME/out.
 run() {
@@ -119,6 +132,11 @@ header=$(head -n 1 "$csv")
 (($(wc -l < "$csv") >= 3)) || fail "profile-sm.clocks.csv: fewer than two samples in 0.4 s"
 (($(wc -l < "$FAKE_SMI_LOG") == 1)) || fail "one sampler expected, $(wc -l < "$FAKE_SMI_LOG") started"
 stopped "$FAKE_SMI_LOG"
+# One GPU asked and sampled: 0 without CUDA_VISIBLE_DEVICES, named in the header.
+[[ $(sort -u "$FAKE_SMI_LOG.ids") == 0 ]] ||
+  fail "nvidia-smi not asked of GPU 0 alone: $(sort -u "$FAKE_SMI_LOG.ids" | tr '\n' ' ')"
+grep -q '^# clocks: nvidia-smi -i 0 every 10 ms: profile-sm.clocks.csv$' "$raw/profile-sm.txt" ||
+  fail "profile-sm.txt: the GPU sampled is not in its header"
 # The summary tabulates the samples: the SM clock, the power and the throttle reason named.
 summary="$raw/summary.md"
 grep -q '^## GPU clock and power' "$summary" || { cat "$summary"; fail "summary: no clock table"; }
@@ -136,17 +154,112 @@ assert outputs == ["profile-sm.txt", "summary.md"], outputs
 assert all(c["exit_status"] == 0 and isinstance(c["wall_s"], int) for c in m["commands"]), m
 assert "--sm-partition 32 -o {out}/h200-llama-7b-blocks8-sm32.measured.json" in m["commands"][0]["command"]
 assert m["commands"][1]["command"] == "python3 bench/gpu/summary.py {out}", m["commands"][1]
+assert m["clocks_gpu"] == {"id": "0", "from": "default"}, m["clocks_gpu"]
+assert m["gpu_used"] == {"entry": "h200", "from": "pipeplan env --json"}, m["gpu_used"]
+assert m["stopped_by"] is None, m["stopped_by"]
 PY
 
 # A driver that answers none of the field sets: no sampler and no clocks file, the profile runs.
-FAKE_SMI_REFUSE='clocks\.sm' run none profile-sm summary
+# The GPU asked is the first of CUDA_VISIBLE_DEVICES (a UUID here), as the manifest says.
+CUDA_VISIBLE_DEVICES=' GPU-8f3a-11,1' FAKE_SMI_REFUSE='clocks\.sm' run none profile-sm summary
 [[ ! -e $work/none/out/profile-sm.clocks.csv ]] || fail "a clocks file without a field set"
 [[ ! -s $FAKE_SMI_LOG ]] || fail "a sampler started without a field set"
 grep -q '^# exit status: 0' "$work/none/out/profile-sm.txt" || fail "without a sampler the profile did not run"
 grep -q 'answers none of the clock field sets' "$work/none/log" || fail "no word of the missing samples"
+[[ $(sort -u "$FAKE_SMI_LOG.ids") == GPU-8f3a-11 ]] ||
+  fail "nvidia-smi not asked of CUDA_VISIBLE_DEVICES' first GPU: $(sort -u "$FAKE_SMI_LOG.ids" | tr '\n' ' ')"
+python3 - "$work/none/out/manifest.json" << 'PY' || fail "manifest.json: not the GPU of CUDA_VISIBLE_DEVICES"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["clocks_gpu"] == {"id": "GPU-8f3a-11", "from": "CUDA_VISIBLE_DEVICES"}, m["clocks_gpu"]
+PY
 
 # A run that samples nothing asks nvidia-smi nothing: the GPU is pipeplan's answer.
 run quiet summary
 [[ ! -s $FAKE_SMI_LOG.queries ]] || fail "nvidia-smi asked in a run that samples nothing"
 grep -q '^# gpu: NVIDIA H200' "$work/quiet/out/summary.md" || fail "summary.md: no GPU header"
+# late NAME LIMIT [VAR=VALUE...] -- OPTION... WHAT...: run.sh under `timeout LIMIT` (which a
+# run past its --deadline-s meets); its status in $status, its seconds in $took.
+late() {
+  local name=$1 limit=$2
+  shift 2
+  local -a vars=()
+  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
+  shift
+  mkdir -p "$work/$name"
+  export FAKE_SMI_LOG="$work/$name/samplers.log"
+  : > "$FAKE_SMI_LOG"
+  status=0
+  local began=$SECONDS
+  env "${vars[@]}" PATH="$work/path:$PATH" TMPDIR="$work/$name" timeout -k 5 "$limit" bash \
+    "$repo/bench/gpu/run.sh" --pipeplan "$work/bin/pipeplan" --out "$work/$name/out" \
+    --clock-sample-ms 10 "$@" > "$work/$name/log" 2>&1 || status=$?
+  took=$((SECONDS - began))
+}
+# nvidia-smi hangs: the clock probes take what the deadline leaves (11 s at most here, not 60 s
+# each), the profile is skipped, the summary written, all within --deadline-s 31.
+late smi-hangs 60 FAKE_SMI_HANG=1 -- --deadline-s 31 profile-sm summary
+if [[ $status != 1 ]] || ((took > 31)); then
+  cat "$work/smi-hangs/log"
+  fail "a hung nvidia-smi: run.sh exited $status after $took s (--deadline-s 31)"
+fi
+grep -q 'nvidia-smi gave no answer in time' "$work/smi-hangs/log" || fail "a hung nvidia-smi: no word of it"
+grep -q '^# exit status: 0' "$work/smi-hangs/out/summary.md" || fail "a hung nvidia-smi: no summary"
+# pipeplan env --json hangs: asked for what the deadline leaves (2 s), not 60 s.
+late env-hangs 40 FAKE_ENV_HANG=1 -- --deadline-s 22 env summary
+if [[ $status != 1 ]] || ((took > 22)); then
+  cat "$work/env-hangs/log"
+  fail "a hung pipeplan env: run.sh exited $status after $took s (--deadline-s 22)"
+fi
+grep -q 'pipeplan env --json gave no answer within [0-9]* s' "$work/env-hangs/log" ||
+  { cat "$work/env-hangs/log"; fail "a hung pipeplan env: no word of it"; }
+# The tests' listing hangs: listed for what the deadline leaves, recorded as not run.
+late list-hangs 40 -- --tests-binary "$work/bin/hung_tests" --deadline-s 22 tests summary
+if [[ $status != 1 ]] || ((took > 22)); then
+  cat "$work/list-hangs/log"
+  fail "a hung test listing: run.sh exited $status after $took s (--deadline-s 22)"
+fi
+grep -q '^# not run: .*hung_tests --gtest_list_tests gave no answer within [0-9]* s' \
+  "$work/list-hangs/out/tests-list.txt" || fail "a hung test listing: not recorded as not run"
+
+# Stopped from outside while a profile runs: the profile and its sampler are stopped at once, the
+# output says so, and manifest.json lists the command with the signal's status.
+mkdir -p "$work/stopped"
+export FAKE_SMI_LOG="$work/stopped/samplers.log"
+: > "$FAKE_SMI_LOG"
+FAKE_PROFILE_S=60 FAKE_PROFILE_PID="$work/stopped/profile.pid" PATH="$work/path:$PATH" \
+  TMPDIR="$work/stopped" bash "$repo/bench/gpu/run.sh" --pipeplan "$work/bin/pipeplan" \
+  --out "$work/stopped/out" --clock-sample-ms 10 profile-sm summary > "$work/stopped/log" 2>&1 &
+runner=$!
+for ((n = 0; n < 100; ++n)); do
+  [[ -s $work/stopped/profile.pid && -s $FAKE_SMI_LOG ]] && break
+  sleep 0.1
+done
+[[ -s $work/stopped/profile.pid ]] || { kill "$runner"; fail "the stopped run: the profile did not start"; }
+kill -TERM "$runner"
+status=0
+for ((n = 0; n < 200; ++n)); do
+  kill -0 "$runner" 2> /dev/null || break
+  sleep 0.1
+done
+if kill -0 "$runner" 2> /dev/null; then
+  kill -9 "$runner"
+  fail "run.sh still runs 20 s after SIGTERM"
+fi
+wait "$runner" || status=$?
+[[ $status == 143 ]] || { cat "$work/stopped/log"; fail "run.sh stopped by SIGTERM exited $status"; }
+profile_pid=$(< "$work/stopped/profile.pid")
+if kill -0 "$profile_pid" 2> /dev/null; then
+  kill "$profile_pid"
+  fail "the profile outlived run.sh"
+fi
+stopped "$FAKE_SMI_LOG"
+grep -q '^# stopped: run.sh got SIGTERM' "$work/stopped/out/profile-sm.txt" ||
+  fail "profile-sm.txt: does not say it was stopped"
+python3 - "$work/stopped/out/manifest.json" << 'PY' || fail "manifest.json: not written when stopped"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["stopped_by"] == "SIGTERM", m["stopped_by"]
+assert [(c["output"], c["exit_status"]) for c in m["commands"]] == [("profile-sm.txt", 143)], m
+PY
 echo "clock_sampler_test: passed"

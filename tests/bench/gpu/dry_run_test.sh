@@ -5,8 +5,11 @@
 # naming the option, exit 2. Then run.sh for real on a fake GPU machine: the nccl stage (the NCCL
 # version check, the launcher and the library paths, the killed-rank check and its summary, a
 # --nccl-lib-dir without libnccl.so.2), a deadline reached (the summary still written), calibrate
-# given only the runs that left a plan and a trace, paths relative to where run.sh starts, and a
-# non-empty --out refused; and bench/gpu/rank_killed.sh alone, also stopped from outside.
+# given only the runs that left a plan and a trace (and run reports that parse as JSON, their
+# stderr beside them), bpipe's smaller size without BPipe, step with a --gpu-profile too large for
+# the GPU, a GPU pipeplan matches to no gpus.json entry (--gpu), profiles of another GPU refused,
+# paths relative to where run.sh starts, and a non-empty --out refused; and
+# bench/gpu/rank_killed.sh alone, also stopped from outside.
 # Usage: dry_run_test.sh REPO
 set -euo pipefail
 repo=$1
@@ -29,6 +32,9 @@ gpu='{"index": 0, "name": "NVIDIA H200", "gpu_entry": "h200", "sms": 132,
   "runtime_version": "13.0",
   "emulate_sm_share": [{"stages": 2, "sms_per_stage": 64}, {"stages": 4, "sms_per_stage": 32},
                       {"stages": 8, "sms_per_stage": 16}]}'
+# FAKE_NAME and FAKE_ENTRY: another device (FAKE_ENTRY=none: one gpus.json does not know).
+gpu=${gpu/\"NVIDIA H200\"/\"${FAKE_NAME:-NVIDIA H200}\"}
+gpu=${gpu/\"gpu_entry\": \"h200\"/\"gpu_entry\": \"${FAKE_ENTRY:-h200}\"}
 gpus=$gpu
 [[ ${FAKE_GPUS:-1} == 2 ]] && gpus="$gpu, ${gpu/\"index\": 0/\"index\": 1}"
 cat << JSON
@@ -251,6 +257,36 @@ if ! bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/none" --sm-share 
 fi
 expect '--sm-partition 24'
 
+# A GPU pipeplan matches to no gpus.json entry ("none"): the output folder takes the device's
+# name; without --gpu a dry run says a real run stops; with --gpu KEY every profile, plan, run
+# and bench_block gets it.
+rtx='NVIDIA RTX PRO 6000 Blackwell Server Edition'
+rtx_key=nvidia-rtx-pro-6000-blackwell-server-edition
+unknown() {  # unknown ARG...: a dry run on that GPU, to $log, default output folder
+  if ! FAKE_NAME=$rtx FAKE_ENTRY=none bash "$repo/bench/gpu/run.sh" --dry-run \
+    --pipeplan "$work/pipeplan" --runs 1f1b-2bp --m 4 "$@" > "$log" 2>&1; then
+    cat "$log"
+    fail "the dry run of '$*' on an unknown GPU failed"
+  fi
+}
+unknown block profile-sm pipelines
+expect "^# dry run: a real run stops here: pipeplan matches '$rtx' to no gpus.json entry: pass --gpu KEY"
+expect "output folder $repo/bench/results/$rtx_key/"
+unknown --gpu h100-pcie block profile-sm pipelines
+expect "output folder $repo/bench/results/$rtx_key/"
+expect 'bench_block --gpu h100-pcie --model llama-7b'
+expect "profile --backend cuda --gpu h100-pcie --model .*--sm-partition 32 -o .*/$rtx_key-llama-7b-blocks8-sm32.measured.json"
+expect 'plan --profile .*sm32.measured.json --gpu h100-pcie --stages 4 '
+expect 'run .*1f1b-m4-2bp.plan.json --backend cuda --gpu h100-pcie --emulate 4 '
+if grep -q -e 'real run stops' -e '--gpu none' -e 'results/none' "$log"; then
+  cat "$log"
+  fail "--gpu h100-pcie on an unknown GPU: still 'none' or stopped"
+fi
+[[ ! -e $repo/bench/results/$rtx_key ]] || fail "a dry run wrote bench/results/$rtx_key"
+# The shipped H200 profiles on an H200 named by --gpu (an alias too) are taken.
+unknown --gpu H200 --sm-profile "$repo/profiles/h200-llama-7b-blocks8-sm32.calibrated.json" pipelines
+expect 'plan --profile .*h200-llama-7b-blocks8-sm32.calibrated.json --gpu H200 --stages 4 '
+
 # The nccl stage for real on a fake GPU machine: a fake pipeplan answers `env --json` with NCCL
 # $FAKE_NCCL, plans (refusing a plan whose options match $FAKE_REFUSE), runs in one process (a
 # JSON report, a trace) or as rank RANK of a torchrun-style launch (PIPEPLAN_TEST_FAULT=die:K:
@@ -268,7 +304,7 @@ case ${1:-} in
 {"pipeplan": {"version": "0.1.0", "cuda_backend": true, "nccl": true, "mpi": false},
  "cuda_module": {"path": "/fake/libpipeplan_cuda.so", "loaded": true, "error": null,
                  "kernel_driver": "580.159.04"},
- "gpus": [{"index": 0, "name": "NVIDIA H200", "gpu_entry": "h200", "sms": 132,
+ "gpus": [{"index": 0, "name": "NVIDIA H200", "gpu_entry": "${FAKE_ENTRY:-h200}", "sms": 132,
            "memory_bytes": 150754820096, "driver_version": "13.0", "runtime_version": "13.0",
            "emulate_sm_share": [{"stages": 4, "sms_per_stage": 32}]}],
  "libraries": [{"name": "libnccl", "path": "${LD_LIBRARY_PATH%%:*}/libnccl.so.2",
@@ -281,10 +317,34 @@ JSON
       echo "pipeplan: error: stage 0's peak is above its limit" >&2
       exit 1
     fi
+    mbs=1 bpipe=off memory='' json='' output=''
     while (($#)); do
-      if [[ $1 == -o ]]; then echo '{"meta": {"devices": 4}}' > "$2"; fi
+      case $1 in
+        --mbs) mbs=$2 ;;
+        --bpipe) bpipe=$2 ;;
+        --memory) memory=$2 ;;
+        --json) json=1 ;;
+        -o) output=$2 ;;
+      esac
       shift
     done
+    # The planned peaks of 8 stages: 5 GiB per stage and sample, 4.5 with BPipe; with --memory,
+    # a micro-batch size over 1 fits only with BPipe.
+    if [[ -n $json ]]; then
+      peak=$((mbs * 5120 * 1048576))
+      if [[ $bpipe == on ]]; then peak=$((mbs * 4608 * 1048576)); fi
+      echo "{\"peak_memory_bytes\": [$peak, $peak, $peak, $peak, $peak, $peak, $peak, $peak]}"
+      exit 0
+    fi
+    if [[ -n $memory && $bpipe != on && $mbs -gt 1 ]]; then
+      echo "pipeplan: error: --memory: device 0 needs more, above its limit $memory" >&2
+      exit 1
+    fi
+    if [[ -n $output && -e $output && ! -f $output ]]; then  # as pipeplan refuses it
+      echo "pipeplan: error: $output: cannot write (pipeplan writes regular files only)" >&2
+      exit 1
+    fi
+    if [[ -n $output ]]; then echo '{"meta": {"devices": 4}}' > "$output"; fi
     ;;
   calibrate)
     what=$2 output=''
@@ -300,6 +360,14 @@ JSON
     for run in "${runs[@]}"; do
       [[ -s $run.plan.json && -s $run.trace.json ]] ||
         { echo "pipeplan: error: $run: no plan or trace" >&2; exit 1; }
+      # eval reads the run's report as pipeplan does: JSON once its '#' lines are dropped.
+      if [[ $what == eval && -e $run.run.json ]] && ! python3 -c '
+import json, sys
+json.loads("".join(line for line in open(sys.argv[1]) if not line.startswith("#")))' \
+        "$run.run.json" 2> /dev/null; then
+        echo "pipeplan: error: $run.run.json: not a JSON report" >&2
+        exit 1
+      fi
       [[ $what == eval ]] && echo "$(basename "$run")  212.000  200.000  +6.0%  203.000  +4.4%  -  -"
     done
     if [[ -n $output ]]; then echo '{}' > "$output"; fi
@@ -400,12 +468,18 @@ for title in '## Machine' '## NCCL on one GPU: losses' '## NCCL on one GPU: step
   grep -q -F -e "$title" "$good/summary.md" || { cat "$good/summary.md"; fail "summary.md: no '$title'"; }
 done
 # torchrun starts with the library path run.sh was started with, each rank's pipeplan with the
-# one run.sh set (the chosen NCCL first).
-grep -q '^fake torchrun: LD_LIBRARY_PATH=/original/lib$' "$good/nccl-1f1b-m8-2bp.torchrun.json" ||
-  { cat "$good/nccl-1f1b-m8-2bp.torchrun.json"; fail "torchrun started with run.sh's library path"; }
+# one run.sh set (the chosen NCCL first); what they say on stderr is beside the JSON output
+# (NAME.err), which is named in it and holds nothing else.
+grep -q '^fake torchrun: LD_LIBRARY_PATH=/original/lib$' "$good/nccl-1f1b-m8-2bp.torchrun.err" ||
+  { cat "$good/nccl-1f1b-m8-2bp.torchrun.err"; fail "torchrun started with run.sh's library path"; }
 grep -q "^fake pipeplan run: LD_LIBRARY_PATH=$machine/nccl:/original/lib$" \
-  "$good/nccl-1f1b-m8-2bp.torchrun.json" ||
-  { cat "$good/nccl-1f1b-m8-2bp.torchrun.json"; fail "a torchrun rank without run.sh's library path"; }
+  "$good/nccl-1f1b-m8-2bp.torchrun.err" ||
+  { cat "$good/nccl-1f1b-m8-2bp.torchrun.err"; fail "a torchrun rank without run.sh's library path"; }
+grep -q '^# stderr: nccl-1f1b-m8-2bp.torchrun.err$' "$good/nccl-1f1b-m8-2bp.torchrun.json" ||
+  fail "nccl-1f1b-m8-2bp.torchrun.json: its stderr file is not named"
+if grep -q '^fake ' "$good/nccl-1f1b-m8-2bp.torchrun.json"; then
+  fail "nccl-1f1b-m8-2bp.torchrun.json: stderr mixed into the JSON output"
+fi
 # The switches a command sets are in its header: the NCCL tests', the killed rank's.
 grep -q '^# environment: .* PIPEPLAN_REQUIRE_NCCL=1' "$good/tests-nccl.txt" ||
   fail "tests-nccl.txt: no PIPEPLAN_REQUIRE_NCCL=1 in its header"
@@ -472,6 +546,44 @@ grep -q '^# command: .*calibrate fit --overlap .* {out}/pairs-dualpipe-m8-2bp$' 
   "$machine/refused/pairs-calibrate-fit.txt" || fail "a refused plan: not the other pair run"
 grep -q '^| predict-zbv-m8 | 2-5 | 404.0 | 400.0 | +1.0 % | 203.0 |' "$machine/refused/summary.md" ||
   { cat "$machine/refused/summary.md"; fail "a refused plan: the eval rows are not in the summary"; }
+# A run's stderr (the fake says its library path there) is in NAME.run.err, not its report.
+grep -q '^fake pipeplan run: ' "$machine/refused/predict-zbv-m8.run.err" ||
+  fail "predict-zbv-m8.run.err: not the run's stderr"
+
+# bpipe: the size that fits only with BPipe runs with it, and the largest smaller one that fits
+# without it at the same limit runs without (asked of pipeplan with a scratch plan file, removed).
+on_machine bpipe -- --bpipe-profile "$machine/profile.json" bpipe
+[[ $status == 1 ]] || { cat "$machine/bpipe.log"; fail "bpipe: run.sh exited $status, not 1 (the plan refused by design)"; }
+for file in bpipe-mbs2.run.json nobpipe-mbs1.run.json; do
+  grep -q '^# exit status: 0' "$machine/bpipe/$file" ||
+    { cat "$machine/bpipe/index.txt"; fail "bpipe: $file did not run"; }
+done
+grep -q '^# command: .*plan .*--mbs 1 --memory [0-9.]*GiB --reserve 0 -o {out}/nobpipe-mbs1.plan.json$' \
+  "$machine/bpipe/nobpipe-mbs1.plan.txt" || fail "bpipe: nobpipe-mbs1 not at the BPipe run's limit"
+[[ ! -e $machine/bpipe/.scratch ]] || fail "bpipe: the scratch folder was left behind"
+
+# step from a --gpu-profile whose model does not fit this GPU: each refused plan is noted with the
+# profile's model and what to do, and a step with nothing measured is a failure.
+echo '{"gpu": "h200", "model": {"name": "llama-7b", "layers": 32}}' > "$machine/gpu-profile.json"
+on_machine bigstep FAKE_REFUSE='--stages 1 ' -- --gpu-profile "$machine/gpu-profile.json" step
+[[ $status == 1 ]] || fail "a --gpu-profile too large: run.sh exited $status, not 1"
+for line in "step-m4-fused: not run: the model of --gpu-profile $machine/gpu-profile.json (llama-7b, 32 blocks) does not fit this GPU" \
+  "step-m4-2bp: not run: the model of --gpu-profile" "leave --gpu-profile out and step profiles 32 LLaMA-7B blocks here" \
+  "step: nothing measured"; do
+  grep -q -F -e "$line" "$machine/bigstep/index.txt" ||
+    { cat "$machine/bigstep/index.txt"; fail "a --gpu-profile too large: no '$line'"; }
+done
+
+# A GPU pipeplan matches to no gpus.json entry: without --gpu, a WHAT that profiles, plans or runs
+# stops in one line before anything runs; env and the summary need none.
+on_machine unknown FAKE_ENTRY=none -- pipelines
+if [[ $status != 2 || $(wc -l < "$machine/unknown.log") != 1 || -e $machine/unknown ]] ||
+  ! grep -q "to no gpus.json entry: pass --gpu KEY" "$machine/unknown.log"; then
+  cat "$machine/unknown.log"
+  fail "an unknown GPU without --gpu: not stopped in one line (status $status)"
+fi
+on_machine unknown-env FAKE_ENTRY=none -- env summary
+[[ $status == 0 ]] || { cat "$machine/unknown-env.log"; fail "an unknown GPU: env summary exited $status"; }
 
 # Paths relative to where run.sh is started, checked there: a profile beside it runs, a missing
 # one is refused in one line naming the option.
@@ -573,7 +685,9 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
   "--steps -1|--steps: '-1' is not a positive integer" \
   "--step-steps 0|--step-steps: '0' is not a positive integer" \
   "--nccl-steps five|--nccl-steps: 'five' is not a positive integer" \
-  "--nccl-plans 1f1b-2bp,gpipe-3bp|--nccl-plans: unknown plan 'gpipe-3bp'"; do
+  "--nccl-plans 1f1b-2bp,gpipe-3bp|--nccl-plans: unknown plan 'gpipe-3bp'" \
+  "--gpu h300|--gpu: 'h300' is not a gpus.json entry (h100-sxm h100-pcie h200 a100-80g)" \
+  "--step-layers 16 --gpu-profile x.json|--step-layers: not with --gpu-profile"; do
   status=0
   read -r -a arguments <<< "${bad%%|*}"
   bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/pipeplan" pipelines "${arguments[@]}" \
@@ -582,6 +696,23 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
     cat "$log"
     fail "'${bad%%|*}' should fail in one line with status 2 (got $status)"
   fi
+done
+# A profile of another GPU (the shipped H200 ones on an H100) is refused in one line that says
+# what to run instead, dry run or not.
+for bad in "--sm-profile profiles/h200-llama-7b-blocks8-sm32.calibrated.json|--sm-profile: profiles/h200-llama-7b-blocks8-sm32.calibrated.json was measured on h200, this GPU is h100-sxm: measure one here first: WHAT profile-sm" \
+  "--gpu-profile profiles/h200-llama-7b.measured.json|--gpu-profile: profiles/h200-llama-7b.measured.json was measured on h200, this GPU is h100-sxm: measure one here first: WHAT profile" \
+  "--bpipe-profile profiles/h200-llama-7b-blocks8-sm16.calibrated.json|--bpipe-profile: .* was measured on h200, this GPU is h100-sxm: leave it out"; do
+  for dry_run in --dry-run ''; do
+    status=0
+    read -r -a arguments <<< "${bad%%|*}"
+    (cd "$repo" && FAKE_NAME='NVIDIA H100 80GB HBM3' FAKE_ENTRY=h100-sxm bash bench/gpu/run.sh \
+      $dry_run --pipeplan "$work/pipeplan" --out "$work/h100" "${arguments[@]}" pipelines) \
+      > "$log" 2>&1 || status=$?
+    if [[ $status != 2 || $(wc -l < "$log") != 1 || -e $work/h100 ]] || ! grep -q -e "${bad#*|}" "$log"; then
+      cat "$log"
+      fail "'${bad%%|*}' on an H100 ${dry_run:-(real run)} should fail in one line with status 2 (got $status)"
+    fi
+  done
 done
 status=0
 bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/pipeplan" pipelines fidelity > "$log" 2>&1 || status=$?
