@@ -21,7 +21,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim);
 // `mfu` (when positive) against that one GPU: N times the figure of N GPUs.
 std::string mfu_basis(const PlanMeta& meta, double mfu = 0);
 // For stages that share one GPU, that sum against the GPU's HBM (gpus.json): "55.68 GiB of its
-// 141.00 GiB", or "224.66 GiB, more than its 141.00 GiB: `run --emulate` cannot hold it"; "" for
+// 140.40 GiB", or "224.66 GiB, more than its 140.40 GiB: `run --emulate` cannot hold it"; "" for
 // separate GPUs.
 std::string shared_gpu_memory_text(const PlanMeta& meta, const SimResult& sim);
 // The partition as Megatron-LM's layout and torchtitan's module lists (profiles/layout.h), two

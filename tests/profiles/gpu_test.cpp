@@ -49,7 +49,7 @@ TEST(Gpu, ShippedSpecsUseDenseBf16Peaks) {
 
   const GpuSpec h200 = find_gpu("h200");
   EXPECT_DOUBLE_EQ(h200.peak_bf16_tflops, 989);
-  EXPECT_DOUBLE_EQ(h200.hbm_bytes, 141 * kGiB);
+  EXPECT_DOUBLE_EQ(h200.hbm_bytes, 140.4 * kGiB);
   EXPECT_DOUBLE_EQ(h200.hbm_bandwidth_GBps, 4800);
   EXPECT_DOUBLE_EQ(find_gpu("h100-pcie").peak_bf16_tflops, 756);
 }

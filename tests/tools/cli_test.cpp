@@ -830,18 +830,18 @@ TEST_F(Cli, StagesOnOneGpuReportWhatTheGpuHoldsTogether) {
   const Result show = run("show " + path("shared.json"));
   ASSERT_EQ(show.status, 0) << show.out;
   EXPECT_NE(show.out.find(std::string("one GPU holds           ") + gib +
-                          " of its 141.00 GiB (the stages' peaks added)\n"),
+                          " of its 140.40 GiB (the stages' peaks added)\n"),
             std::string::npos)
       << show.out;
   EXPECT_NE(fits.out.find(std::string("; the stages' one GPU holds their sum, ") + gib +
-                          " of its 141.00 GiB)\n"),
+                          " of its 140.40 GiB)\n"),
             std::string::npos)
       << fits.out;
   // GPipe holds every micro-batch's activations: at m = 64 each stage still fits a GPU, four of
   // them do not.
   const Result over = run(shared + "64");
   ASSERT_EQ(over.status, 0) << over.out;
-  EXPECT_NE(over.out.find(", more than its 141.00 GiB: `run --emulate` cannot hold it)\n"),
+  EXPECT_NE(over.out.find(", more than its 140.40 GiB: `run --emulate` cannot hold it)\n"),
             std::string::npos)
       << over.out;
   const Result compare = run("compare --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
@@ -1213,12 +1213,12 @@ TEST_F(Cli, CompareMarksRowsOverTheSharedGpusHbm) {
     if (gib == std::string::npos || line.rfind("over HBM:", 0) == 0) continue;
     const double sum = std::stod(line.substr(line.rfind(' ', gib - 1) + 1));
     const bool marked = line.ends_with("  over HBM");
-    EXPECT_EQ(marked, sum > 141.0) << line;
+    EXPECT_EQ(marked, sum > 140.4) << line;
     (marked ? over : under) += 1;
   }
   EXPECT_GT(over, 0) << r.out;
   EXPECT_GT(under, 0) << r.out;
-  EXPECT_NE(r.out.find("over HBM: the stages' peaks add up to more than the h200's 141.00 GiB"),
+  EXPECT_NE(r.out.find("over HBM: the stages' peaks add up to more than the h200's 140.40 GiB"),
             std::string::npos)
       << r.out;
   // The same flag in --json, per row.
@@ -1229,7 +1229,7 @@ TEST_F(Cli, CompareMarksRowsOverTheSharedGpusHbm) {
   int flagged = 0;
   for (const auto& row : nlohmann::json::parse(json.out)) {
     if (!row.contains("shared_gpu_memory_bytes")) continue;
-    const bool expected = row.at("shared_gpu_memory_bytes").get<double>() > 141.0 * (1 << 30);
+    const bool expected = row.at("shared_gpu_memory_bytes").get<double>() > 140.4 * (1 << 30);
     EXPECT_EQ(row.at("over_hbm").get<bool>(), expected) << row.dump();
     flagged += expected ? 1 : 0;
   }

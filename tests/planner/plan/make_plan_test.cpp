@@ -153,7 +153,7 @@ TEST(MakePlan, TwoBpFillIsNeverSlowerThanTwoBpUnderContentionCurves) {
       const Plan filled = make_plan(make_request(o));
       EXPECT_LE(filled.sim.makespan_us, twobp) << sm << " P=" << stages;
       EXPECT_EQ(filled.graph.meta.backward, BackwardMode::twobp_fill);
-      // And the stages still fit the one GPU they share (141 GiB on the H200).
+      // And the stages still fit the one GPU they share (140.4 GiB on the H200).
       std::int64_t shared = 0;
       for (const std::int64_t peak : filled.sim.peak_memory_bytes())
         shared += peak;

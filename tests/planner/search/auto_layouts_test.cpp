@@ -127,7 +127,7 @@ TEST(AutoLayouts, FirstOnUnevenStages) {
 // curves, which the compact evaluation leaves out; the simulator ranks the finalists, so auto
 // still beats every fixed row that fits the GPU (it used to pick 1385.9 ms at P = 8, m = 24 on
 // 16 SMs, where 1F1B-2bp takes 1334.7), and its stages fit the one GPU together (at m = 48 on 16
-// SMs it chose a 2bp order whose stages took 176.38 GiB of the H200's 141, P = 4, and 188.38,
+// SMs it chose a 2bp order whose stages took 176.38 GiB of the H200's 140.4, P = 4, and 188.38,
 // P = 8).
 TEST(AutoLayouts, FirstUnderASharedGpusContentionCurves) {
   for (const char* sm : {"sm16", "sm32"}) {
@@ -146,7 +146,7 @@ TEST(AutoLayouts, FirstUnderASharedGpusContentionCurves) {
 }
 
 // DualPipe's two copies of the model are one of auto's layouts: on 16 SMs, P = 4, m = 48, the
-// dualpipe order (4043.6 ms, the stages 88.10 GiB of the GPU's 141) is faster than every one-copy
+// dualpipe order (4043.6 ms, the stages 88.10 GiB of the GPU's 140.4) is faster than every one-copy
 // order (auto had chosen interleaved 2bp-fill, 4462.1 ms); auto's plan then holds two copies,
 // reports their own lower bound, and its stages fit the GPU together.
 TEST(AutoLayouts, ChoosesDualPipesTwoCopiesWhereTheyAreFaster) {
