@@ -383,8 +383,9 @@ std::string efficiency_notes() {
          " (flash); elementwise at " + fmt(kHbmEfficiency) + " of HBM bandwidth; " +
          fmt(kKernelOverheadUs) +
          " us per kernel; weights bf16, grads fp32, AdamW fp32 master+m+v (2/4/12 bytes per "
-         "parameter); optimizer step: 34 bytes moved per parameter at HBM speed, two kernels "
-         "per tensor. See docs/design/analytic-model.md.";
+         "parameter); optimizer step: 34 bytes moved per parameter at " +
+         fmt(kHbmEfficiency) +
+         " of HBM bandwidth, two kernels per tensor. See docs/design/analytic-model.md.";
 }
 
 // The optimizer step over `params` parameters held in `tensors` tensors, as the runtime runs it
@@ -480,6 +481,9 @@ void check_cost_limits(const LayerCost& c, LayerKind kind, int mbs, int seq) {
   for (const double us : {c.forward_us, c.p1_us, c.p2_us}) {
     if (!(us <= limits::kMaxLayerTimeUs)) fail("pass time", limits::kMaxLayerTimeUs, "us");
   }
+  // The optimizer step's time comes from the GPU's HBM bandwidth, which gpus.json may set low.
+  if (!(c.optimizer_us <= limits::kMaxLayerTimeUs))
+    fail("optimizer step time", limits::kMaxLayerTimeUs, "us");
   for (const std::int64_t bytes : {c.stash_bytes, c.retained_bytes, c.param_bytes, c.grad_bytes,
                                    c.optimizer_bytes, c.send_bytes}) {
     if (bytes > limits::kMaxLayerBytes)

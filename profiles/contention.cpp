@@ -202,16 +202,14 @@ std::array<double, N> read_numbers(const nlohmann::json& json, const std::string
                                    const std::string& ctx) {
   const std::string name = "contention." + field;
   if (!json.is_object()) throw Error(ctx + ": field '" + name + "' must be an object");
-  for (const auto& item : json.items()) {
-    const std::string& key = item.key();
-    if (std::none_of(fields.begin(), fields.end(),
-                     [&key](const NumberField& f) { return key == f.key; })) {
-      std::string keys;
-      for (std::size_t i = 0; i < N; ++i)
-        keys += (i == 0 ? "" : i + 1 == N ? " and " : ", ") + std::string(fields[i].key);
-      throw Error(ctx + ": field '" + name + "' has key '" + key + "'; its keys are " + keys);
-    }
+  std::array<std::string_view, N> keys{};
+  std::string listed;
+  for (std::size_t i = 0; i < N; ++i) {
+    keys[i] = fields[i].key;
+    listed += (i == 0 ? "" : i + 1 == N ? " and " : ", ") + std::string(fields[i].key);
   }
+  require_known_fields(json, keys, ctx, name,
+                       "contention." + field + " (its keys: " + listed + ")");
   std::array<double, N> numbers{};
   for (std::size_t i = 0; i < N; ++i) {
     const auto it = json.find(fields[i].key);

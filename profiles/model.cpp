@@ -701,6 +701,14 @@ ModelConfig resolve_model(std::string_view name_or_path) {
     // Our own model JSON (model_to_json) carries "family"; anything else is a HF config.json.
     const json j = read_json_file(path);
     if (j.is_object() && j.contains("family")) return model_from_json(j, path.string());
+    // A pipeplan file holds its model under "model": name the file for what it is.
+    if (const auto format = j.is_object() ? j.find("format") : j.end();
+        format != j.end() && format->is_string() &&
+        format->get<std::string>().starts_with("pipeplan-")) {
+      throw FieldError("model", path.string() + " is a " + format->get<std::string>() +
+                                    " file, not a model (a preset, a model JSON or a Hugging "
+                                    "Face config.json)");
+    }
     return load_hf_config(path);
   }
   throw FieldError(

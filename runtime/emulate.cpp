@@ -40,9 +40,11 @@ GpuSpec gpu_for_device_name(std::string_view device_name) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   auto has = [&](std::string_view part) { return name.find(part) != std::string::npos; };
-  // Variants whose peak or memory no entry gives (GH200's 96/144 GB, the NVL parts' lower
-  // clocks, the 40 GB A100s) are not taken for their neighbours.
-  const bool other_variant = has("gh200") || has("nvl") || (has("a100") && has("40gb"));
+  // Variants whose peak, memory or links no entry gives (GH200's 96/144 GB, the NVL parts' lower
+  // clocks, the 40 GB A100s, the PCIe A100's lower bandwidth and missing NVLink) are not taken for
+  // their neighbours.
+  const bool other_variant =
+      has("gh200") || has("nvl") || (has("a100") && (has("40gb") || has("pcie")));
   if (other_variant) {
     throw Error("no gpus.json entry for CUDA device '" + std::string(device_name) + "' (pass " +
                 field_name("gpu") +

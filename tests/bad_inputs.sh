@@ -328,6 +328,10 @@ check "plan: profile with a load run of 0 devices" plan --profile profile_bad_su
 check "profile --sustain-seconds -1" profile --backend cuda --model tiny --sustain-seconds -1 -o '{out}'
 check "profile --sustain-seconds 0x10" profile --backend cuda --model tiny --sustain-seconds 0x10 -o '{out}'
 check "profile --cooldown-seconds 1e9" profile --backend cuda --model tiny --cooldown-seconds 1e9 -o '{out}'
+EXPECT="must be a finite decimal number above 0" check "profile --max-host-gib 0x10" profile --backend cpu --model tiny --max-host-gib 0x10 -o '{out}'
+EXPECT="must be a finite decimal number above 0" check "run --max-host-gib ' 8'" run plan.json --max-host-gib ' 8'
+EXPECT="65 sizes given, above the limit of 64" check "profile --backend cpu: 65 sizes" profile --backend cpu --model tiny --mbs "$(seq -s, 1 65)" -o '{out}'
+EXPECT="is a pipeplan-profile file, not a model" check "profile --model PROFILE" profile --analytic --model profile.json -o '{out}'
 check "profile --analytic --sustain-seconds 5" profile --analytic --model tiny --sustain-seconds 5 -o '{out}'
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
 EXPECT='--width: must be at least 1' \
@@ -342,7 +346,7 @@ EXPECT='is a transfer with alloc, free or work bytes' \
   check "validate: a recv holding bytes" validate plan_recv_bytes.json
 EXPECT="bytes more than device 0's ops allocated before it (rule memory)" \
   check "validate: a node freeing more than its device allocated" validate plan_over_free.json
-EXPECT="--max-host-gib: 'nan' must be a finite number above 0" \
+EXPECT="--max-host-gib: 'nan' must be a finite decimal number above 0" \
   check "run --max-host-gib nan" run plan.json --max-host-gib nan --trace '{out}'
 EXPECT='--top: must be at least 0' \
   check "diff --top -1" diff plan.json plan.json --top -1
@@ -467,7 +471,7 @@ check "calibrate fit -o onto a run's trace" calibrate fit --profile profile.json
 EXPECT='--copy-only: keeps the compute curves, which --sustained fits' \
   check "calibrate fit --sustained --copy-only" calibrate fit --sustained --copy-only --profile profile.json -o '{out}' run
 check "calibrate fit --copy-only without contention" calibrate fit --copy-only --profile profile.json -o '{out}' run
-EXPECT="--max-factor: '-1' must be a finite number above -1" \
+EXPECT="--max-factor: '-1' must be a finite decimal number above -1" \
   check "calibrate fit --max-factor -1" calibrate fit --sustained --max-factor -1 --profile profile.json -o '{out}' run
 EXPECT='--time-constants-ms: 0 is not in (0, 1e+06]' \
   check "calibrate fit --time-constants-ms 30,0" calibrate fit --sustained --time-constants-ms 30,0 --profile profile.json -o '{out}' run

@@ -36,13 +36,23 @@ CLI::Validator int_range(std::int64_t lo, std::int64_t hi) {
 
 CLI::Validator finite_range(double above, double hi) {
   return {[above, hi](std::string& text) -> std::string {
-            char* end = nullptr;
-            const double value = std::strtod(text.c_str(), &end);
-            if (end == text.c_str() || *end != '\0') return "";  // CLI11's conversion error
-            if (!std::isfinite(value) || value <= above) {
+            // A decimal number, as every other number option reads one: digits first (after an
+            // optional '-'), no hex, no spaces, no "inf" or "nan".
+            const char* begin = text.data();
+            const char* end = begin + text.size();
+            const char* digits = text.starts_with('-') ? begin + 1 : begin;
+            double value = 0;
+            const auto [ptr, ec] =
+                digits == end || *digits < '0' || *digits > '9'
+                    ? std::from_chars_result{begin, std::errc::invalid_argument}
+                    : std::from_chars(begin, end, value, std::chars_format::general);
+            // Out of a double's range: strtod says which way (±HUGE_VAL, or 0 on underflow).
+            if (ec == std::errc::result_out_of_range) value = std::strtod(text.c_str(), nullptr);
+            if (ec == std::errc::invalid_argument || ptr != end || !std::isfinite(value) ||
+                value <= above) {
               char bound[32];
               std::snprintf(bound, sizeof bound, "%g", above);
-              return "'" + text + "' must be a finite number above " + bound;
+              return "'" + text + "' must be a finite decimal number above " + bound;
             }
             if (value > hi) return limits::above_limit(text, hi);
             return "";

@@ -16,7 +16,8 @@ const CLI::Validator& non_empty();
 // An integer in [lo, hi]: "must be at least <lo>", "<v> is above the limit of <hi>
 // (docs/reference/limits.md)". Values that are not integers are left to CLI11's conversion error.
 CLI::Validator int_range(std::int64_t lo, std::int64_t hi);
-// A finite number above `above` and at most `hi` ("nan", "inf", "-1" are refused).
+// A finite decimal number above `above` and at most `hi` ("nan", "inf", "0x10", " 8" and, for
+// `above` 0, "-1" are refused).
 CLI::Validator finite_range(double above, double hi);
 
 // A decimal integer: digits with an optional '-' when `is_signed` ("0x10", "1e3", "-0", and "-1"

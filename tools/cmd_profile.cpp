@@ -2,8 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +29,30 @@ namespace {
 constexpr double kMaxLoadSeconds = 3600;  // --sustain-seconds, --cooldown-seconds: an hour
 constexpr int kMaxSms = 4096;             // --sm-partition: more SMs than any GPU has
 constexpr int kMaxRepetitions = 10000;    // timed runs per pass
+
+// One word of a command line as a POSIX shell reads it back: as it is where it holds only
+// characters no shell treats specially, else in single quotes (a quote inside as '\'').
+std::string shell_word(std::string_view word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           std::string_view("_-./:=,+@%").find(c) != std::string_view::npos;
+  });
+  if (plain) return std::string(word);
+  std::string out = "'";
+  for (const char c : word)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// `pipeplan profile` and its options, each value quoted for the shell: the profile's
+// provenance.command, which re-run gives the same profile.
+std::string profile_command(const std::vector<std::pair<std::string, std::string>>& options,
+                            std::string_view mode) {
+  std::string command = "pipeplan profile " + std::string(mode);
+  for (const auto& [flag, value] : options)
+    command += " " + flag + " " + shell_word(value);
+  return command;
+}
 
 struct ProfileCommand {
   std::string model;
@@ -83,10 +112,14 @@ struct ProfileCommand {
     options.attention = attention_from_string(attention);
     options.max_p2_concat = max_concat;
     Profile profile = analytic_profile(resolve_model(model), find_gpu(gpu), options);
-    std::string command = "pipeplan profile --analytic --model " + model + " --gpu " + gpu +
-                          " --mbs " + mbs + " --attention " + attention;
-    if (seq > 0) command += " --seq " + std::to_string(seq);
-    profile.provenance.command = command;
+    std::vector<std::pair<std::string, std::string>> args{
+        {"--model", model},
+        {"--gpu", gpu},
+        {"--mbs", mbs},
+        {"--attention", attention},
+        {"--max-concat", std::to_string(max_concat)}};
+    if (seq > 0) args.emplace_back("--seq", std::to_string(seq));
+    profile.provenance.command = profile_command(args, "--analytic");
     write(profile);
     return 0;
   }
@@ -131,10 +164,13 @@ struct ProfileCommand {
                   " (the CPU backend is for small models such as 'tiny'; raise the limit where "
                   "the host has the memory)");
     }
-    options.command = "pipeplan profile --backend cpu --model " + model + " --mbs " + mbs +
-                      " --max-concat " + std::to_string(max_concat) + " --repetitions " +
-                      std::to_string(repetitions);
-    if (seq > 0) options.command += " --seq " + std::to_string(seq);
+    std::vector<std::pair<std::string, std::string>> args{
+        {"--model", model},
+        {"--mbs", mbs},
+        {"--max-concat", std::to_string(max_concat)},
+        {"--repetitions", std::to_string(repetitions)}};
+    if (seq > 0) args.emplace_back("--seq", std::to_string(seq));
+    options.command = profile_command(args, "--backend cpu");
     write(cpu::measure_profile(options));
     return 0;
   }
@@ -162,15 +198,20 @@ struct ProfileCommand {
         parse_number_in(cooldown_seconds, "--cooldown-seconds", 0, kMaxLoadSeconds);
     if (gpu_given) options.gpu = gpu;
     options.progress = isatty(STDERR_FILENO) != 0;
-    options.command = "pipeplan profile --backend cuda --model " + model + " --mbs " + mbs +
-                      " --attention " + attention + " --max-concat " + std::to_string(max_concat);
-    if (seq > 0) options.command += " --seq " + std::to_string(seq);
-    options.command +=
-        " --sustain-seconds " + sustain_seconds + " --cooldown-seconds " + cooldown_seconds;
-    if (sm_partition > 0) options.command += " --sm-partition " + std::to_string(sm_partition);
-    if (gpu_given) options.command += " --gpu " + gpu;
+    std::vector<std::pair<std::string, std::string>> args{
+        {"--model", model},
+        {"--mbs", mbs},
+        {"--attention", attention},
+        {"--max-concat", std::to_string(max_concat)},
+        {"--repetitions", std::to_string(repetitions)}};
+    if (seq > 0) args.emplace_back("--seq", std::to_string(seq));
+    args.emplace_back("--sustain-seconds", sustain_seconds);
+    args.emplace_back("--cooldown-seconds", cooldown_seconds);
+    if (sm_partition > 0) args.emplace_back("--sm-partition", std::to_string(sm_partition));
+    if (gpu_given) args.emplace_back("--gpu", gpu);
     if (gemm_candidates > 1)
-      options.command += " --gemm-candidates " + std::to_string(gemm_candidates);
+      args.emplace_back("--gemm-candidates", std::to_string(gemm_candidates));
+    options.command = profile_command(args, "--backend cuda");
     write(load_gpu_plugin().measure_profile(options));
     return 0;
   }

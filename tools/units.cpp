@@ -109,6 +109,11 @@ std::vector<int> parse_int_list(std::string_view text, std::string_view option) 
 
 std::vector<int> parse_candidate_list(std::string_view text, std::string_view option) {
   std::vector<int> out = parse_int_list(text, option);
+  if (out.size() > static_cast<std::size_t>(limits::kMaxSizeCandidates)) {
+    throw Error(std::string(option) + ": " + std::to_string(out.size()) +
+                " sizes given, above the limit of " + std::to_string(limits::kMaxSizeCandidates) +
+                " entries (docs/reference/limits.md)");
+  }
   std::vector<int> sorted = out;
   std::sort(sorted.begin(), sorted.end());
   if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {

@@ -559,10 +559,15 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what) {
+  require_known_fields(object, std::span(known.begin(), known.size()), context, path, what);
+}
+
+void require_known_fields(const nlohmann::json& object, std::span<const std::string_view> known,
+                          std::string_view context, std::string_view path, std::string_view what) {
   if (!object.is_object()) return;  // the caller's own check names a non-object
   for (const auto& item : object.items()) {
     if (std::find(known.begin(), known.end(), item.key()) == known.end())
-      refuse_unknown_field(item.key(), std::span(known.begin(), known.size()), context, path, what);
+      refuse_unknown_field(item.key(), known, context, path, what);
   }
 }
 

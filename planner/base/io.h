@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -171,6 +172,8 @@ std::string require_string(const nlohmann::json& object, std::string_view field,
 void require_known_fields(const nlohmann::json& object,
                           std::initializer_list<std::string_view> known, std::string_view context,
                           std::string_view path, std::string_view what);
+void require_known_fields(const nlohmann::json& object, std::span<const std::string_view> known,
+                          std::string_view context, std::string_view path, std::string_view what);
 // Checks {"format": expected_format, "version": expected_version}.
 void require_format(const nlohmann::json& json, std::string_view expected_format,
                     int expected_version, std::string_view source);

@@ -198,6 +198,9 @@ int checked_seq(const CpuProfileOptions& options) {
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
   limits::check_limit("max_p2_concat", options.max_concat, limits::kMaxMeasuredP2Concat);
   const int seq = options.seq > 0 ? options.seq : options.model.seq;
+  limits::check_limit("micro_batch_sizes",
+                      static_cast<std::int64_t>(options.micro_batch_sizes.size()),
+                      limits::kMaxSizeCandidates);
   for (const int mbs : options.micro_batch_sizes) {
     if (mbs < 1) throw FieldError("micro_batch_sizes", "must be at least 1");
     limits::check_limit("micro_batch_sizes", mbs, limits::kMaxMicroBatchSize);

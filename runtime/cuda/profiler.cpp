@@ -216,6 +216,9 @@ Profile measure_profile(const GpuProfileOptions& options) {
   if (options.max_concat < 1) throw FieldError("max_p2_concat", "must be at least 1");
   limits::check_limit("max_p2_concat", options.max_concat, limits::kMaxMeasuredP2Concat);
   if (options.repetitions < 1) throw Error("profile repetitions must be at least 1");
+  limits::check_limit("micro_batch_sizes",
+                      static_cast<std::int64_t>(options.micro_batch_sizes.size()),
+                      limits::kMaxSizeCandidates);
   // The answers are timed at a shape's first call, which must be an untimed one.
   if (options.gemm_candidates > 1 && options.warmup < 1) {
     throw Error("profile: timing GEMM answers needs at least one warm-up run");

@@ -252,8 +252,13 @@ TEST(Profile, SustainedLoadIsOptionalAndChecked) {
             "p.json: field 'contention.sustained.factor' must be a number in [0, 100]");
   j["contention"]["sustained"] = {{"factor", 0.5}, {"time_constant_us", 50000}, {"tau", 1}};
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
-            "p.json: field 'contention.sustained' has key 'tau'; its keys are factor and "
-            "time_constant_us");
+            "p.json: field 'contention.sustained.tau' is not a field of contention.sustained "
+            "(its keys: factor and time_constant_us)");
+  // A near miss is named, as at every other level of a profile.
+  j["contention"]["sustained"] = {{"factr", 0.5}, {"time_constant_us", 50000}};
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'contention.sustained.factr' is not a field of contention.sustained "
+            "(its keys: factor and time_constant_us) (did you mean 'factor'?)");
   j["contention"]["sustained"] = 3;
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
             "p.json: field 'contention.sustained' must be an object");
@@ -286,8 +291,8 @@ TEST(Profile, ContentionIsOptionalAndChecked) {
             "p.json: field 'contention.copy.sender_computing' must be a number in (0, 100]");
   j["contention"]["copy"] = {{"sender_idle", 1.3}, {"sender_computing", 20.5}, {"receiver", 2}};
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
-            "p.json: field 'contention.copy' has key 'receiver'; its keys are sender_idle and "
-            "sender_computing");
+            "p.json: field 'contention.copy.receiver' is not a field of contention.copy (its "
+            "keys: sender_idle and sender_computing)");
   j["contention"]["copy"] = 2;
   EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
             "p.json: field 'contention.copy' must be an object");

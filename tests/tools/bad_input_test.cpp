@@ -89,7 +89,7 @@ TEST_F(BadInput, CommandLineValuesAreChecked) {
   expect_refused("run " + path("p.json") + " --steps 2147483647 --trace {out}",
                  "--steps: 2147483647 is above the limit of 10000");
   expect_refused("run " + path("p.json") + " --max-host-gib nan --trace {out}",
-                 "--max-host-gib: 'nan' must be a finite number above 0");
+                 "--max-host-gib: 'nan' must be a finite decimal number above 0");
   expect_refused("diff " + path("p.json") + " " + path("p.json") + " --top -1",
                  "--top: must be at least 0");
   // GEMM answers are timed on a GPU only; 0 or more than 64 is no count of answers.
