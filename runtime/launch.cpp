@@ -168,8 +168,12 @@ bool host_name_like(std::string_view text) {
 }
 
 bool ipv6_literal(const std::string& text) {
-  // A zone ("fe80::1%eth0") is allowed: it names an interface, checked by the resolver.
-  const std::string address = text.substr(0, text.find('%'));
+  // A zone ("fe80::1%eth0", "fe80::1%2") is allowed: it names an interface (letters, digits, '-',
+  // '.', '_', as interface names have them), which the resolver checks.
+  const std::size_t percent = text.find('%');
+  const std::string address = text.substr(0, percent);
+  if (percent != std::string::npos && !host_name_like(std::string_view(text).substr(percent + 1)))
+    return false;
   in6_addr parsed{};
   return inet_pton(AF_INET6, address.c_str(), &parsed) == 1;
 }

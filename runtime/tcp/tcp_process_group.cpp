@@ -355,6 +355,8 @@ struct Pending {
 // A rank sends its hello as soon as it connects: a connection silent for longer is a stranger
 // (a port scan, a health check) and gives its place up.
 constexpr milliseconds kHelloWithin(2000);
+// Out of descriptors, a connection silent this long already gives its place up.
+constexpr milliseconds kSilentAfter(200);
 
 // Rank 0 of the rendezvous: accept until every other rank said hello, refuse a wrong one.
 // Returns the connections by rank (index 0 unused).
@@ -368,6 +370,9 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
   std::vector<Pending> pending;
   int count = 0;
   const std::size_t hello_bytes = kHeaderBytes + 4;
+  // Out of descriptors with every pending connection still fresh: accepting waits until their
+  // hellos are read.
+  Clock::time_point accept_after{};
   // Ends the rendezvous: every rank connected so far hears why, and so does this one.
   auto refuse = [&](const std::string& reason) {
     const std::string frame = make_frame(kAbort, 0, 0, limited(reason));
@@ -391,7 +396,7 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
     const Clock::time_point now = Clock::now();
     std::erase_if(pending, [now](const Pending& p) { return now - p.since > kHelloWithin; });
     std::vector<pollfd> fds;
-    fds.push_back({listener.get(), POLLIN, 0});
+    fds.push_back({listener.get(), static_cast<short>(now < accept_after ? 0 : POLLIN), 0});
     for (const Pending& p : pending)
       fds.push_back({p.socket.get(), POLLIN, 0});
     // The ranks that joined say nothing more until the welcome: a joined socket that becomes
@@ -416,38 +421,9 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       --count;
     }
     fds.resize(1 + pending.size());  // the pending ones' indices stay as they were
-    if ((fds[0].revents & POLLIN) != 0) {
-      for (;;) {
-        const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-          // Out of descriptors: a connection that has not said hello gives its place up (the
-          // oldest; strangers cannot fill rank 0's table that way), else, with nothing left to
-          // give, say so rather than spin to the deadline and blame the ranks. Otherwise
-          // (EAGAIN: none left; a connection that failed) the others keep waiting.
-          if (errno == EMFILE || errno == ENFILE) {
-            if (!pending.empty()) {
-              pending.erase(pending.begin());
-              if (fds.size() > 1) fds.erase(fds.begin() + 1);  // fds[i + 1] is pending[i]'s
-              continue;
-            }
-            refuse("rank 0 cannot accept more connections (" + system_error(errno) +
-                   "; it holds one per rank: raise the open-file limit, ulimit -n, above "
-                   "WORLD_SIZE + 16)");
-          }
-          break;
-        }
-        Socket s(fd);
-        // A bound on what strangers can make rank 0 hold: at most four per missing rank, the
-        // oldest giving its place up to the newest (a rank says hello at once).
-        if (pending.size() >= 4 * static_cast<std::size_t>(world)) {
-          pending.erase(pending.begin());
-          if (fds.size() > 1) fds.erase(fds.begin() + 1);  // fds[i + 1] is pending[i]'s
-        }
-        set_no_delay(fd);
-        std::string from = peer_address(fd);
-        pending.push_back({std::move(s), {}, std::move(from), Clock::now()});
-      }
-    }
+    const bool acceptable = (fds[0].revents & POLLIN) != 0;
+    // The hellos that arrived first: the connections they came on are ranks, whose places a new
+    // connection must not take.
     for (std::size_t i = 0; i < pending.size();) {
       const short events = i + 1 < fds.size() ? fds[i + 1].revents : 0;
       Pending& p = pending[i];
@@ -499,6 +475,40 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
         if (i + 1 < fds.size()) fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i + 1));
       } else {
         ++i;
+      }
+    }
+    if (acceptable) {
+      for (;;) {
+        const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          // Out of descriptors: a connection silent since well before (a rank says hello at
+          // once; strangers cannot fill rank 0's table that way) gives its place up; with only
+          // fresh ones pending, accepting waits for their hellos; with none, rank 0 says so
+          // rather than spin to the deadline and blame the ranks. Otherwise (EAGAIN: none
+          // left; a connection that failed) the others keep waiting.
+          if (errno == EMFILE || errno == ENFILE) {
+            const Clock::time_point at = Clock::now();
+            if (!pending.empty() && at - pending.front().since >= kSilentAfter) {
+              pending.erase(pending.begin());
+              continue;
+            }
+            if (!pending.empty()) {
+              accept_after = at + milliseconds(20);
+              break;
+            }
+            refuse("rank 0 cannot accept more connections (" + system_error(errno) +
+                   "; it holds one per rank: raise the open-file limit, ulimit -n, to WORLD_SIZE "
+                   "+ 64 or more)");
+          }
+          break;
+        }
+        Socket s(fd);
+        // A bound on what strangers can make rank 0 hold: at most four per missing rank, the
+        // oldest giving its place up to the newest (a rank says hello at once).
+        if (pending.size() >= 4 * static_cast<std::size_t>(world)) pending.erase(pending.begin());
+        set_no_delay(fd);
+        std::string from = peer_address(fd);
+        pending.push_back({std::move(s), {}, std::move(from), Clock::now()});
       }
     }
   }

@@ -205,6 +205,13 @@ TEST(Launch, ReadsTheTorchrunVariables) {
   EXPECT_EQ(parse(v).endpoint(), "node-01.cluster_a.example:65535");
   v["MASTER_ADDR"] = "[fe80::1%eth0]";
   EXPECT_EQ(parse(v).address, "fe80::1%eth0");
+  v["MASTER_ADDR"] = "fe80::1%2";
+  EXPECT_EQ(parse(v).address, "fe80::1%2");
+  // A zone is an interface name: nothing a rank would print as more than one line.
+  for (const char* zone : {"::1%", "::1%x\ny z", "::1%a b", "[::1%]"}) {
+    v["MASTER_ADDR"] = zone;
+    EXPECT_THROW(parse(v), Error) << zone;
+  }
   v["MASTER_ADDR"] = "::1";
   EXPECT_EQ(parse(v).endpoint(), "[::1]:65535");
 }

@@ -446,6 +446,42 @@ TEST(TcpProcessGroup, ARankThatNeverComesIsNamedAtTheRendezvousDeadline) {
   }
 }
 
+// Rank 0 whose hard open-file limit holds fewer connections than the job's ranks: it says so, in
+// one line, as soon as it is out of descriptors with no connection left to give up (it used to
+// give the place of a rank that had connected, its hello unread, to the next one, and at the
+// deadline blamed the ranks for not joining); every other rank ends with one line too.
+TEST(TcpProcessGroup, RankZeroOutOfDescriptorsSaysSoRatherThanBlameTheRanks) {
+  const int port = testing::free_port();
+  constexpr int kWorld = 12;
+  std::vector<std::function<int()>> bodies;
+  bodies.reserve(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    bodies.emplace_back([r, port] {
+      if (r == 0) {
+        // Room for the listener and five connections beside what is open now.
+        int open = 0;
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+          static_cast<void>(entry);
+          ++open;
+        }
+        const rlimit files{static_cast<rlim_t>(open + 6), static_cast<rlim_t>(open + 6)};
+        if (::setrlimit(RLIMIT_NOFILE, &files) != 0) throw Error("setrlimit");
+      }
+      return rank_main(rank_env(r, kWorld, port), milliseconds(3000),
+                       [](TcpProcessGroup&) { return 0; });
+    });
+  }
+  const std::vector<Exit> exits = run_processes(bodies);
+  expect_one_line_naming(exits[0], "rank 0 cannot accept more connections", "rank 0");
+  EXPECT_EQ(exits[0].out.find("did not join"), std::string::npos) << exits[0].out;
+  for (int r = 1; r < kWorld; ++r) {
+    const Exit& e = exits[static_cast<std::size_t>(r)];
+    EXPECT_NE(e.status, 0) << "rank " << r << ":\n" << e.out;
+    EXPECT_NE(e.status, -2) << "rank " << r << " outlived the test's limit:\n" << e.out;
+    EXPECT_EQ(count_lines(e.out, "pipeplan: error: "), 1) << "rank " << r << ":\n" << e.out;
+  }
+}
+
 // A socket connected to 127.0.0.1:port, retrying while rank 0 is not yet listening.
 int connect_raw(int port) {
   for (int attempt = 0; attempt < 200; ++attempt) {
