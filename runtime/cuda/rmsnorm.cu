@@ -76,24 +76,30 @@ __global__ void rmsnorm_backward_p1_kernel(bf16* dx, const bf16* residual, const
 }
 
 // Grid (column tiles, row chunks): each thread sums W adjacent columns over a chunk of rows (a
-// warp reads 32·W contiguous values per row), then one atomicAdd per column and chunk. Short
-// chunks, so that a 2048 x 4096 gradient still makes hundreds of blocks.
+// warp reads 32·W contiguous values per row), then one atomicAdd per column and block. Short
+// chunks, so that a 2048 x 4096 gradient still makes hundreds of blocks. A grid has at most
+// 65,535 rows of blocks: beyond 65,535 chunks (a million rows, e.g. mbs 16 x seq 65,536) a block
+// sums every gridDim.y-th chunk.
 constexpr int kP2Threads = 128;
 constexpr int kRowsPerChunk = 16;
+constexpr unsigned kMaxGridY = 65535;
 template <int W>
 __global__ void rmsnorm_backward_p2_kernel(float* dg, const bf16* xhat, const bf16* dy,
                                            std::int64_t rows, int c) {
   const int column =
       (static_cast<int>(blockIdx.x * blockDim.x) + static_cast<int>(threadIdx.x)) * W;
   if (column >= c) return;
-  const std::int64_t begin = std::int64_t{blockIdx.y} * kRowsPerChunk;
-  const std::int64_t end = begin + kRowsPerChunk < rows ? begin + kRowsPerChunk : rows;
   float sum[W] = {};
-  for (std::int64_t r = begin; r < end; ++r) {
-    const Pack<W> grad = load_pack<W>(dy + r * c + column);
-    const Pack<W> normalised = load_pack<W>(xhat + r * c + column);
-    for (int k = 0; k < W; ++k)
-      sum[k] += __bfloat162float(grad.v[k]) * __bfloat162float(normalised.v[k]);
+  const std::int64_t stride = std::int64_t{gridDim.y} * kRowsPerChunk;
+  for (std::int64_t begin = std::int64_t{blockIdx.y} * kRowsPerChunk; begin < rows;
+       begin += stride) {
+    const std::int64_t end = begin + kRowsPerChunk < rows ? begin + kRowsPerChunk : rows;
+    for (std::int64_t r = begin; r < end; ++r) {
+      const Pack<W> grad = load_pack<W>(dy + r * c + column);
+      const Pack<W> normalised = load_pack<W>(xhat + r * c + column);
+      for (int k = 0; k < W; ++k)
+        sum[k] += __bfloat162float(grad.v[k]) * __bfloat162float(normalised.v[k]);
+    }
   }
   for (int k = 0; k < W; ++k)
     atomicAdd(dg + column + k, sum[k]);
@@ -131,7 +137,7 @@ void rmsnorm_backward_p1(bf16* dx, const bf16* residual, const bf16* dy, const b
 void rmsnorm_backward_p2(float* dg, const bf16* xhat, const bf16* dy, std::int64_t rows,
                          std::int64_t c, cudaStream_t stream) {
   if (rows == 0) return;
-  const unsigned chunks = grid_for(rows, kRowsPerChunk);
+  const unsigned chunks = std::min(grid_for(rows, kRowsPerChunk), kMaxGridY);
   if (vectorizable(c, xhat, dy)) {
     const int threads = threads_for(c / kPack, kP2Threads);
     const dim3 grid(grid_for(c / kPack, threads), chunks);
