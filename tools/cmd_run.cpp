@@ -80,10 +80,10 @@ std::string RunCommand::header(const TaskGraph& plan, const std::string& backend
          std::to_string(seed) + "\n";
 }
 
-TaskGraph RunCommand::load_and_check(bool as_rank) const {
+TaskGraph RunCommand::load_and_check(bool as_rank, bool writes) const {
   TaskGraph plan = load_plan(plan_path);
   validate(plan, input_name(plan_path));
-  if (!trace.empty()) check_output(trace);  // before the run, not after it
+  if (writes && !trace.empty()) check_output(trace);  // before the run, not after it
   if (const ModelConfig& model = plan.meta.model;
       model.sliding_window > 0 && plan.meta.seq > model.sliding_window) {
     throw Error(input_name(plan_path) + ": model '" + model.name + "': sequence " +

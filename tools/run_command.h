@@ -55,8 +55,10 @@ struct RunCommand {
 
   // Chooses one process or one rank (--launcher, the MPI/Slurm or torchrun environment) and runs.
   int run() const;
-  // Loads, validates and checks the plan against the options (`as_rank`: as one rank).
-  TaskGraph load_and_check(bool as_rank) const;
+  // Loads, validates and checks the plan against the options (`as_rank`: as one rank; `writes`:
+  // this process writes the outputs, --trace, which is checked where it will be written: rank 0's
+  // node alone under a multi-process launch).
+  TaskGraph load_and_check(bool as_rank, bool writes = true) const;
   int run_cpu(TaskGraph plan, const RunRanks& ranks) const;
   int run_cuda(TaskGraph plan, const RunRanks& ranks) const;
   // The options every rank must share, with the plan: ranks compare a fingerprint of both.

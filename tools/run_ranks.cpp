@@ -125,7 +125,7 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
   std::optional<std::string> error;
   std::uint64_t hash = 0;
   try {
-    plan = command.load_and_check(true);
+    plan = command.load_and_check(true, group.rank() == 0);
     const int devices = plan->meta.devices;
     if (check_world) check_world();
     if (devices != group.size()) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -136,6 +137,21 @@ TEST_F(MpiRunCli, RankZeroWritesOneMeasuredTraceForDiff) {
   EXPECT_EQ(d.at("devices").size(), 4U);
   for (const auto& device : d.at("devices"))
     EXPECT_GT(device.at("measured_busy_us").get<double>(), 0.0) << device;
+}
+
+// Only rank 0 writes the trace, so only rank 0 checks where: a folder on its node alone (no
+// shared file system) does not refuse the run on the others. Rank 0 runs where out/ exists, the
+// other three (mpirun's second app context) where it does not.
+TEST_F(MpiRunCli, OnlyRankZeroChecksWhereTheTraceGoes) {
+  std::filesystem::create_directories(path("rank0/out"));
+  std::filesystem::create_directories(path("others"));
+  const std::string run =
+      std::string(PIPEPLAN_BINARY) + " run " + plan_ + " --steps 1 --trace out/t.json";
+  const CliResult r = testing::run_shell(testing::mpirun(1) + "-wdir " + path("rank0") + " " + run +
+                                         " : -np 3 -wdir " + path("others") + " " + run);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(path("rank0/out/t.json")));
+  EXPECT_FALSE(std::filesystem::exists(path("others/out")));
 }
 
 TEST_F(MpiRunCli, AWorldOfAnotherSizeIsOneLineOnRankZero) {
