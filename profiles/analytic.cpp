@@ -531,6 +531,12 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
   if (model.family == "uniform") {
     throw Error("analytic profile: model '" + model.name + "' is synthetic (family uniform)");
   }
+  // gpus.json's "cpu" entry is the CPU backend's, every figure in it nominal (its notes).
+  if (gpu.name == "cpu") {
+    fail_option("gpu",
+                "'cpu' is pipeplan's CPU backend, whose gpus.json figures are nominal: no "
+                "analytic estimate for it (measure it: pipeplan profile --backend cpu)");
+  }
   check_model_limits(model);
   const int seq = options.seq == 0 ? model.seq : options.seq;
   if (seq < 1) fail_option("seq", "must be a positive integer");

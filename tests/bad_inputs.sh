@@ -331,6 +331,7 @@ check "profile --cooldown-seconds 1e9" profile --backend cuda --model tiny --coo
 EXPECT="must be a finite decimal number above 0" check "profile --max-host-gib 0x10" profile --backend cpu --model tiny --max-host-gib 0x10 -o '{out}'
 EXPECT="must be a finite decimal number above 0" check "run --max-host-gib ' 8'" run plan.json --max-host-gib ' 8'
 EXPECT="65 sizes given, above the limit of 64" check "profile --backend cpu: 65 sizes" profile --backend cpu --model tiny --mbs "$(seq -s, 1 65)" -o '{out}'
+EXPECT="no analytic estimate for it" check "profile --analytic --gpu cpu" profile --analytic --model tiny --gpu cpu -o '{out}'
 EXPECT="is a pipeplan-profile file, not a model" check "profile --model PROFILE" profile --analytic --model profile.json -o '{out}'
 check "profile --analytic --sustain-seconds 5" profile --analytic --model tiny --sustain-seconds 5 -o '{out}'
 check "plan: profile with absurd stash sizes" plan --profile profile_absurd_stash.json --stages 2 -m 2 -o '{out}'
