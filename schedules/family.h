@@ -95,6 +95,7 @@ struct ScheduleRequest {
   int p2_concat = 1;                      // 0: all micro-batches of a stage in one call
   StageCostContext* costs = nullptr;      // set by make_plan for families that need it (in and out)
   Objective objective = Objective::step;  // read by families built from the costs
+  int max_copies = 2;  // copies of the model a family built from the costs may hold (auto)
 };
 
 // Who turns a backward into p1 and p2.

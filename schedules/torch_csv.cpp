@@ -23,10 +23,11 @@ std::string schedule_to_torch_csv(const Schedule& schedule) {
   // torch.distributed.pipelining maps each stage index to one rank and feeds every micro-batch
   // through every stage: two copies of the model have no CSV form.
   if (schedule.replicas != 1) {
-    throw Error("torch CSV: schedule '" + schedule.family + "' holds " +
-                std::to_string(schedule.replicas) +
-                " copies of the model, which PyTorch's pipeline CSV cannot express (one rank per "
-                "stage, every micro-batch through every stage)");
+    throw Error(
+        "torch CSV: schedule '" + schedule.family + "' holds " + std::to_string(schedule.replicas) +
+        " copies of the model, which PyTorch's pipeline CSV cannot express (one rank per "
+        "stage, every micro-batch through every stage)" +
+        (schedule.family == "auto" ? "; plan with --auto-copies 1 to keep auto to one" : ""));
   }
   std::string out;
   for (const std::vector<Action>& actions : schedule.per_device) {

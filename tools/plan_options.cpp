@@ -119,6 +119,12 @@ void add_plan_options(CLI::App& app, PlanOptions& o, bool with_schedule) {
                  "what auto minimises: step (step time, synchronising optimizer) or steady "
                  "(largest stage span: overlapping iterations); the other breaks ties")
       ->capture_default_str();
+  app.add_option("--auto-copies", o.auto_copies,
+                 "copies of the model auto may hold: 2 (DualPipe's two copies, twice the "
+                 "parameters, among its layouts) or 1 (one copy: a plan PyTorch's schedule CSV and "
+                 "Megatron-LM can take)")
+      ->check(int_range(1, 2))
+      ->capture_default_str();
 }
 
 double default_reserve_bytes(double memory_bytes) {
@@ -502,6 +508,7 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
     r.backward = resolve_backward_mode(find_schedule_family(o.schedule), backward);
   }
   r.objective = objective_from_string(o.objective);
+  r.auto_copies = o.auto_copies;
   return r;
 }
 

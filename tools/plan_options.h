@@ -46,6 +46,8 @@ struct PlanOptions {
   std::string dp_link_latency;
   std::string recompute;           // none or full (profiles/recompute.h); empty: none
   std::string objective = "step";  // what auto minimises: step or steady (schedules/family.h)
+  // Copies of the model auto may hold: 2 (DualPipe's layout among its own) or 1.
+  int auto_copies = 2;
   // An overlapped pair's efficiency (profiles/overlap.h) in place of the profile's; empty: the
   // profile's.
   std::string overlap_efficiency;

@@ -486,6 +486,7 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   }
   schedule_request.costs = &context;
   schedule_request.objective = request.objective;
+  schedule_request.max_copies = request.auto_copies;
   Schedule generated = family.generate(schedule_request);
   checked = !(defer_check && family.places_p2());  // with_backward_mode returns it as it is
   if (prepared != nullptr) prepared->returned = context.returned_first;

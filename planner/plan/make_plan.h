@@ -39,6 +39,9 @@ struct PlanRequest {
   // What `auto` minimises first: the step time (a synchronising optimizer step) or the largest
   // stage span (overlapping iterations); the other breaks ties. Fixed families ignore it.
   Objective objective = Objective::step;
+  // The copies of the model `auto` may hold: 2, DualPipe's two copies among its layouts; 1, one
+  // copy only (a plan PyTorch's schedule CSV and Megatron-LM can take). Fixed families ignore it.
+  int auto_copies = 2;
 };
 
 struct Plan {

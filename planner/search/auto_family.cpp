@@ -19,6 +19,7 @@ Schedule make_auto(const ScheduleRequest& request) {
   r.mode = request.backward.value();  // decided by ScheduleFamily::generate
   r.p2_concat = request.p2_concat;
   r.objective = request.objective;
+  r.max_copies = request.max_copies;
   r.costs = context.costs;
   for (const StageCost& c : context.costs)
     r.static_bytes.push_back(c.static_bytes);

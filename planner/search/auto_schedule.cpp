@@ -104,7 +104,9 @@ std::vector<Layout> layouts(const AutoRequest& r) {
     one[idx(d)] = d;
   out.push_back(make_layout(r, "one chunk", one, {{}, r.costs}, &r.static_bytes));
   if (!r.cut || r.devices < 2) return out;
-  if (std::optional<Layout> two = two_copies_layout(r)) out.push_back(std::move(*two));
+  if (r.max_copies >= 2) {
+    if (std::optional<Layout> two = two_copies_layout(r)) out.push_back(std::move(*two));
+  }
   StageCut v_cut, interleaved_cut;
   try {
     v_cut = r.cut(2 * r.devices, {}, true);

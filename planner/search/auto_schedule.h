@@ -40,6 +40,7 @@ struct AutoRequest {
   BackwardMode mode = BackwardMode::twobp;
   int p2_concat = 0;  // the largest P2 group (0 = any)
   Objective objective = Objective::step;
+  int max_copies = 2;  // 2: DualPipe's two copies of the model among the layouts; 1: one copy
   std::vector<StageCost> costs;            // the request's cut: one stage per device
   std::vector<std::int64_t> static_bytes;  // per device, for `costs`
   std::vector<double> memory_limit_bytes;  // per device; 0 = unlimited

@@ -219,6 +219,13 @@ TEST(DualPipe, HasNoPyTorchCsv) {
             "torch CSV: schedule 'dualpipe' holds 2 copies of the model, which PyTorch's "
             "pipeline CSV cannot express (one rank per stage, every micro-batch through every "
             "stage)");
+  // auto's plan holding the two copies says how to keep it to one.
+  Schedule chosen = dualpipe(4, 8);
+  chosen.family = "auto";
+  EXPECT_NE(error_of([&] {
+              schedule_to_torch_csv(chosen);
+            }).find("; plan with --auto-copies 1 to keep auto to one"),
+            std::string::npos);
 }
 
 TEST(DualPipe, EachMicroBatchStaysOnItsCopy) {

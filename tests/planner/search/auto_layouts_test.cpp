@@ -168,6 +168,13 @@ TEST(AutoLayouts, ChoosesDualPipesTwoCopiesWhereTheyAreFaster) {
   EXPECT_EQ(automatic.graph.meta.static_bytes, dualpipe.graph.meta.static_bytes);
   EXPECT_LE(static_cast<double>(automatic.sim.shared_gpu_memory_bytes()),
             gpu_hbm_bytes(automatic.graph.meta.gpu));
+  // --auto-copies 1 keeps it to one copy (a plan PyTorch's CSV can take): the one-copy best.
+  o.auto_copies = 1;
+  const Plan one = make_plan(make_request(o));
+  EXPECT_EQ(one.graph.schedule.replicas, 1);
+  EXPECT_GT(one.sim.makespan_us, automatic.sim.makespan_us);
+  EXPECT_LT(one.bound.makespan_us, one.sim.makespan_us);
+  EXPECT_GT(one.bound.makespan_us, automatic.bound.makespan_us);
   // Where a one-copy order wins (uniform stages, 2:2:1), the bound is the one-copy layouts'.
   PlanOptions u;
   u.uniform = "2:2:1:0.1";
