@@ -9,6 +9,7 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
+#include "profiles/layout.h"
 #include "profiles/recompute.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
@@ -46,9 +47,9 @@ struct CompareCommand {
                                                chunks.min, chunks.max)
                                   : 1;
         row.chunks = o.chunks;
-        // A family that places each p2 itself takes no --p2-concat (plan refuses it): its row
-        // is the plan made without it.
-        if (family->places_p2() && !family->traits().needs_costs)
+        // A family that places each p2 itself, and a fused backward, which defers none, take no
+        // --p2-concat (plan refuses it): their rows are the plans made without it.
+        if ((family->places_p2() && !family->traits().needs_costs) || mode == BackwardMode::fused)
           o.p2_concat = PlanOptions{}.p2_concat;
         try {
           row.plan = make_plan(make_request(o));
@@ -67,9 +68,17 @@ struct CompareCommand {
           "--bpipe: compare takes off or on (auto chooses micro-batch sizes for a global batch: "
           "plan --bpipe auto --global-batch N)");
     }
-    // Inputs every row shares (model, GPU, profile, costs, sizes, memory) are checked once:
-    // bad ones are one error line and a non-zero exit, not a table of rows that all failed.
-    static_cast<void>(make_request(options));
+    // Inputs every row shares (model, GPU, profile, costs, sizes, memory, a --layout's split)
+    // are checked once: bad ones are one error line and a non-zero exit, not a table of rows
+    // that all failed. A --layout of several stages per device is checked as an interleaved
+    // plan's (the rows of one chunk per device refuse it, each in its row).
+    PlanOptions common = options;
+    if (!common.layout.empty()) {
+      const int stages = megatron_layout_stages(common.layout);
+      if (common.stages > 0 && stages > common.stages && stages % common.stages == 0)
+        common.schedule = "interleaved";
+    }
+    static_cast<void>(make_request(common));
     const auto table = rows();
     const auto failed = [](const Row& r) { return !r.error.empty(); };
     if (std::all_of(table.begin(), table.end(), failed)) {
