@@ -190,8 +190,12 @@ void judge(BpipeEstimate& e) {
       (!exposed ? std::string("fully hidden")
                 : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
                       fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
-  e.verdict = std::string(e.gain > 0.005 ? "benefit" : "no benefit") + ": " + why + ": " +
-              fmt("%+.1f %%", 100 * e.gain);
+  e.verdict =
+      std::string(e.gain > kBpipeBenefit ? "benefit"
+                  : e.gain > 0 ? "no benefit (within " + fmt("%.1f %%", 100 * kBpipeBenefit) +
+                                     ", below what the timing model tells apart)"
+                               : "no benefit") +
+      ": " + why + ": " + fmt("%+.1f %%", 100 * e.gain);
   e.second_opinion = std::string(a.optimizer_us > 0 || b.optimizer_us > 0
                                      ? "per-stage estimate (m + P - 1)·t_stage + t_optimizer: "
                                      : "per-stage estimate (m + P - 1)·t_stage: ") +
@@ -261,9 +265,20 @@ Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
                          (infeasible.empty() ? std::string("no candidates") : infeasible.front()) +
                          ")");
   }
-  auto best = std::min_element(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) {
+  const auto faster = [](const Candidate& x, const Candidate& y) {
     return x.config.step_time_us < y.config.step_time_us;
-  });
+  };
+  auto best = std::min_element(all.begin(), all.end(), faster);
+  if (best->config.bpipe) {
+    // BPipe on only for more than kBpipeBenefit over the fastest without (the verdict's rule).
+    auto off = all.end();
+    for (auto it = all.begin(); it != all.end(); ++it) {
+      if (!it->config.bpipe && (off == all.end() || faster(*it, *off))) off = it;
+    }
+    if (off != all.end() &&
+        off->config.step_time_us / best->config.step_time_us - 1 <= kBpipeBenefit)
+      best = off;
+  }
   if (chosen) *chosen = best->config;
   return std::move(best->plan);
 }

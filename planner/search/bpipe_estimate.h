@@ -76,8 +76,14 @@ class NothingFitsError : public Error {
 // BPipe is needed. Throws NothingFitsError when nothing fits either way.
 BpipeEstimate estimate_bpipe(const SearchRequest& request,
                              const SearchRequest* recomputing = nullptr);
+// The gain BPipe must bring to be worth its transfers: at most this (0.5 %) is within what the
+// timing model can tell apart, and the verdict says "no benefit" (within it) and `plan --bpipe
+// auto` keeps BPipe off.
+inline constexpr double kBpipeBenefit = 0.005;
+
 // `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower
-// than the best plan without BPipe).
+// than the best plan without BPipe), with BPipe on only where it is faster than the fastest
+// without by more than kBpipeBenefit.
 Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen = nullptr);
 
 std::string format_estimate(const BpipeEstimate& estimate);

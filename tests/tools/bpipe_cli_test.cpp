@@ -487,6 +487,34 @@ TEST(BpipeCli, AutoNeedsGlobalBatch) {
   EXPECT_EQ(out, "pipeplan: error: --global-batch: required by --bpipe auto\n");
 }
 
+// `bpipe` and `plan --bpipe auto` decide alike: a gain of 0.5 % or less is no benefit, and auto
+// keeps BPipe off there (at a global batch of 144 the estimate said "no benefit: ... +0.1 %" while
+// auto turned BPipe on); above it, both take BPipe.
+TEST(BpipeCli, TheVerdictAndAutoAgreeNearZeroGain) {
+  const std::string config =
+      "--model gpt3-96b --gpu a100 --stages 8 --seq 2048 --memory 80GiB --attention recompute "
+      "--tensor-parallel 4";
+  for (const auto& [batch, on] : {std::pair{144, false}, std::pair{160, true}}) {
+    int status = 0;
+    const std::string estimate = run(
+        "bpipe " + config + " --mbs-list 1,2 --global-batch " + std::to_string(batch) + " --json",
+        &status);
+    ASSERT_EQ(status, 0) << estimate;
+    const auto e = nlohmann::json::parse(estimate);
+    const std::string verdict = e.at("verdict").get<std::string>();
+    EXPECT_GT(e.at("gain").get<double>(), 0) << verdict;
+    EXPECT_EQ(verdict.rfind("benefit: ", 0) == 0, on) << verdict;
+    if (!on) {
+      EXPECT_EQ(verdict.rfind("no benefit (within 0.5 %", 0), 0u) << verdict;
+    }
+    const std::string chosen = run(
+        "plan " + config + " --bpipe auto --search-mbs 1,2 --global-batch " + std::to_string(batch),
+        &status);
+    ASSERT_EQ(status, 0) << chosen;
+    EXPECT_NE(chosen.find(on ? "BPipe on\n" : "BPipe off\n"), std::string::npos) << chosen;
+  }
+}
+
 TEST(BpipeCli, ReserveBeyondMemoryIsNamed) {
   int status = 0;
   const std::string out =
