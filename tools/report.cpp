@@ -224,54 +224,11 @@ std::string mfu_basis(const PlanMeta& meta, double mfu) {
   return basis;
 }
 
-std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
+// What the step leaves out or adds beyond the pipeline's ops: no optimizer step in the plan,
+// the data-parallel reduction, activation recomputation.
+std::string step_notes(const TaskGraph& graph) {
   const PlanMeta& m = graph.meta;
-  const auto peaks = sim.peak_memory_bytes();
-  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
-  char line[512];
   std::string out;
-  // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs); with data parallelism
-  // "on 2 replicas x 8 stages x 4 a100-80g" (64 GPUs).
-  const std::string gpus =
-      (m.data_parallel.replicas > 1 ? std::to_string(m.data_parallel.replicas) + " replicas x "
-                                    : std::string()) +
-      (m.tensor_parallel > 1 ? std::to_string(m.devices) + " stages x " +
-                                   std::to_string(m.tensor_parallel) + " " + m.gpu
-                             : std::to_string(m.devices) + " x " + m.gpu);
-  // A model's name is as long as its file's path: no fixed buffer.
-  out += m.model.name + " on " + gpus + ": " + m.schedule + ", backward " +
-         std::string(to_string(m.backward)) +
-         printf_text(", m=%d, mbs=%d, seq=%d", m.microbatches, m.mbs, m.seq) +
-         (m.chunks > 1 ? ", chunks=" + std::to_string(m.chunks) : "") + "\n";
-  std::string mfu = "n/a";
-  if (sim.mfu > 0) {
-    char value[32];
-    std::snprintf(value, sizeof value, "%.1f %%", sim.mfu * 100);
-    mfu = std::string(value) + " (PaLM, " + mfu_basis(m, sim.mfu) + ")";
-  }
-  out +=
-      printf_text(
-          "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage span %.1f "
-          "%%), %.0f tokens/s, MFU ",
-          sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
-          sim.span_bubble_ratio * 100, sim.tokens_per_s) +
-      mfu + "\n";
-  // A tensor-parallel device's GPUs each hold 1/T of its layers: the profile's bytes are per GPU.
-  out += m.tensor_parallel > 1
-             ? "peak memory per GPU (each stage's " + std::to_string(m.tensor_parallel) + " alike):"
-             : "peak memory per device:";
-  for (const auto p : peaks)
-    out += " " + format_gib(static_cast<double>(p));
-  out += " (max " + format_gib(static_cast<double>(max_peak));
-  if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty()) {
-    out += "; the stages' one GPU holds their sum, " + held;
-  } else if (const double hbm = m.model.family == "uniform" ? 0.0 : gpu_hbm_bytes(m.gpu);
-             hbm > 0 && static_cast<double>(max_peak) > hbm) {
-    // (A --uniform plan's bytes are no model's: it fits or not by its --memory alone.)
-    // Planned without a limit (--memory 0, or one above the GPU's): say it cannot run as is.
-    out += ", more than the " + format_gib(hbm) + " of one " + m.gpu + ": it does not fit";
-  }
-  out += ")\n";
   const auto nodes = graph.nodes();
   const bool optimizer_steps =
       nodes.empty() || std::any_of(nodes.begin(), nodes.end(), [](const Node& n) {
@@ -298,8 +255,15 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
            "counts model FLOPs, not the recomputed forward); Megatron-LM: " +
            megatron_recompute_args(m.recompute) + "\n";
   }
-  out += layout_summary(graph);
-  out += transfer_summary(graph);
+  return out;
+}
+
+// The timing model beyond each op's profiled time: a sustained-load term, a shared GPU's
+// contention curves, overlapped pairs.
+std::string model_notes(const TaskGraph& graph) {
+  const PlanMeta& m = graph.meta;
+  char line[512];
+  std::string out;
   if (m.contention.empty() && m.contention.sustained) {  // separate GPUs, each its own clock
     const SustainedLoad& sustained = *m.contention.sustained;
     std::snprintf(line, sizeof line,
@@ -340,6 +304,68 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
         m.overlap.source.empty() ? "not measured, the ops in sequence" : m.overlap.source.c_str());
     out += line;
   }
+  return out;
+}
+
+std::string one_gpu_overflow_text(const PlanMeta& m, const SimResult& sim) {
+  if (!shared_gpu_memory_text(m, sim).empty()) return "";  // the stages' sum says it
+  const auto peaks = sim.peak_memory_bytes();
+  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+  // (A --uniform plan's bytes are no model's: it fits or not by its --memory alone.)
+  const double hbm = m.model.family == "uniform" ? 0.0 : gpu_hbm_bytes(m.gpu);
+  if (!(hbm > 0 && static_cast<double>(max_peak) > hbm)) return "";
+  // Planned without a limit (--memory 0, or one above the GPU's): say it cannot run as is.
+  return "more than the " + format_gib(hbm) + " of one " + m.gpu + ": it does not fit";
+}
+
+std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
+  const PlanMeta& m = graph.meta;
+  const auto peaks = sim.peak_memory_bytes();
+  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+  std::string out;
+  // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs); with data parallelism
+  // "on 2 replicas x 8 stages x 4 a100-80g" (64 GPUs).
+  const std::string gpus =
+      (m.data_parallel.replicas > 1 ? std::to_string(m.data_parallel.replicas) + " replicas x "
+                                    : std::string()) +
+      (m.tensor_parallel > 1 ? std::to_string(m.devices) + " stages x " +
+                                   std::to_string(m.tensor_parallel) + " " + m.gpu
+                             : std::to_string(m.devices) + " x " + m.gpu);
+  // A model's name is as long as its file's path: no fixed buffer.
+  out += m.model.name + " on " + gpus + ": " + m.schedule + ", backward " +
+         std::string(to_string(m.backward)) +
+         printf_text(", m=%d, mbs=%d, seq=%d", m.microbatches, m.mbs, m.seq) +
+         (m.chunks > 1 ? ", chunks=" + std::to_string(m.chunks) : "") + "\n";
+  std::string mfu = "n/a";
+  if (sim.mfu > 0) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.1f %%", sim.mfu * 100);
+    mfu = std::string(value) + " (PaLM, " + mfu_basis(m, sim.mfu) + ")";
+  }
+  out +=
+      printf_text(
+          "step time %.3f ms (largest stage span %.3f ms), bubble %.1f %% (of the stage span %.1f "
+          "%%), %.0f tokens/s, MFU ",
+          sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
+          sim.span_bubble_ratio * 100, sim.tokens_per_s) +
+      mfu + "\n";
+  // A tensor-parallel device's GPUs each hold 1/T of its layers: the profile's bytes are per GPU.
+  out += m.tensor_parallel > 1
+             ? "peak memory per GPU (each stage's " + std::to_string(m.tensor_parallel) + " alike):"
+             : "peak memory per device:";
+  for (const auto p : peaks)
+    out += " " + format_gib(static_cast<double>(p));
+  out += " (max " + format_gib(static_cast<double>(max_peak));
+  if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty()) {
+    out += "; the stages' one GPU holds their sum, " + held;
+  } else if (const std::string over = one_gpu_overflow_text(m, sim); !over.empty()) {
+    out += ", " + over;
+  }
+  out += ")\n";
+  out += step_notes(graph);
+  out += layout_summary(graph);
+  out += transfer_summary(graph);
+  out += model_notes(graph);
   return out;
 }
 

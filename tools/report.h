@@ -16,6 +16,14 @@ namespace pipeplan {
 // null when the model's FLOPs are unknown; mfu_of says against what), and per-device rows.
 nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim);
 std::string short_summary(const TaskGraph& graph, const SimResult& sim);
+// Pieces of it that `show`'s summary prints too: what the step leaves out or adds (no optimizer
+// step, the data-parallel reduction, recomputation), one line each; the timing model beyond the
+// profiled times (sustained load, contention curves, overlapped pairs); and, for a plan whose
+// largest peak is above one GPU's HBM (planned without a limit), "more than the 80.00 GiB of one
+// h100-sxm: it does not fit" ("" otherwise, and where the stages share one GPU).
+std::string step_notes(const TaskGraph& graph);
+std::string model_notes(const TaskGraph& graph);
+std::string one_gpu_overflow_text(const PlanMeta& meta, const SimResult& sim);
 // What a plan's MFU is measured against: "N whole GPUs", and, for stages that share one GPU
 // (a profile with contention curves: emulated stages in green contexts), that they do, with
 // `mfu` (when positive) against that one GPU: N times the figure of N GPUs.

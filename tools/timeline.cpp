@@ -458,17 +458,46 @@ std::string render_timeline(const TaskGraph& graph, const SimResult& sim, int wi
   return out + legend(graph, scale, width, pairs, mixed, color);
 }
 
+namespace {
+
+// `text`'s lines cut at spaces to at most `width` columns, a cut line's rest indented by
+// `hanging` spaces (a word longer than the line stays whole).
+std::string wrapped(std::string_view text, std::size_t width, std::size_t hanging = 2) {
+  const std::string hang(hanging, ' ');
+  std::string out;
+  while (!text.empty()) {
+    const std::size_t end = std::min(text.find('\n'), text.size());
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    std::string_view indent;
+    while (line.size() + indent.size() > width) {
+      const std::size_t room = width - indent.size();
+      std::size_t cut = line.rfind(' ', room);
+      if (cut == std::string_view::npos || cut == 0) cut = line.find(' ', room);
+      if (cut == std::string_view::npos) break;
+      out += std::string(indent) + std::string(line.substr(0, cut)) + "\n";
+      line.remove_prefix(cut + 1);
+      indent = hang;
+    }
+    out += std::string(indent) + std::string(line) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   const PlanMeta& meta = graph.meta;
   const std::string family = meta.schedule.empty() ? graph.schedule.family : meta.schedule;
-  std::string out =
+  std::string out = wrapped(
       "plan: " + (family.empty() ? std::string("?") : family) + ", backward " +
-      std::string(to_string(meta.backward)) + ", " + std::to_string(device_count(graph, sim)) +
-      " devices, " + std::to_string(meta.microbatches) + " micro-batches" +
-      (meta.data_parallel.replicas > 1 ? " (each of " + data_parallel_text(meta.data_parallel) + ")"
-                                       : std::string()) +
-      (meta.recompute.any() ? ", recompute " + recompute_text(meta.recompute) : std::string()) +
-      "\n";
+          std::string(to_string(meta.backward)) + ", " + std::to_string(device_count(graph, sim)) +
+          " devices, " + std::to_string(meta.microbatches) + " micro-batches" +
+          (meta.data_parallel.replicas > 1
+               ? " (each of " + data_parallel_text(meta.data_parallel) + ")"
+               : std::string()) +
+          (meta.recompute.any() ? ", recompute " + recompute_text(meta.recompute) : std::string()),
+      80);
   // Each memory column in GiB, or in MiB or KiB where all its values are below one of the larger
   // unit (a CPU plan's peaks would all read 0.00 GiB).
   const auto unit_of = [](double largest) {
@@ -513,10 +542,11 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     out += (limit > 0 && static_cast<double>(metrics.peak_memory_bytes) > limit) ? "! " : "  ";
     out += stages + "\n";
   }
+  // A value too long for the line goes on under itself.
   auto total = [&out](std::string_view name, const std::string& value) {
-    out += std::string(name) + std::string(24 - name.size(), ' ') + value + "\n";
+    out += wrapped(std::string(name) + std::string(24 - name.size(), ' ') + value, 80, 24);
   };
-  out += transfer_summary(graph);
+  out += wrapped(transfer_summary(graph), 80);
   total("step time (makespan)", printf_text("%.3f ms", sim.makespan_us / 1000));
   total("largest stage span", printf_text("%.3f ms", sim.max_stage_span_us / 1000));
   total("bubble ratio", printf_text("%.1f %%", sim.bubble_ratio * 100) + " (of stage span: " +
@@ -527,7 +557,11 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
                                               : "n/a");
   if (const std::string held = shared_gpu_memory_text(meta, sim); !held.empty())
     total("one GPU holds", held + " (the stages' peaks added)");
+  if (const std::string over = one_gpu_overflow_text(meta, sim); !over.empty())
+    total("peak memory", printf_text("%.2f GiB, ", largest_peak / kBytesPerGiB) + over);
   out += layout_summary(graph);
+  // The notes `plan` prints beside the same figures, cut to the summary's 80 columns.
+  out += wrapped(step_notes(graph) + model_notes(graph), 80);
   return out;
 }
 

@@ -34,6 +34,17 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
+// Text as one line: every run of spaces and line ends one space (show cuts its summary's long
+// lines to 80 columns).
+std::string flattened(const std::string& text) {
+  std::string flat;
+  for (const char ch : text) {
+    const bool space = ch == ' ' || ch == '\n';
+    if (!space || (!flat.empty() && flat.back() != ' ')) flat += space ? ' ' : ch;
+  }
+  return flat;
+}
+
 class Cli : public pipeplan::testing::TempDirTest {
  protected:
   // A failing command prints one line naming `needle`, exits non-zero, writes no file.
@@ -313,8 +324,9 @@ TEST_F(Cli, DataParallelReplicasCountTokensAndSyncGradientsInTheOptimizerStep) {
   EXPECT_EQ(e["data_parallel_sync"], d["data_parallel_sync"]);
   const Result timeline = run("show " + path("dp.json") + " --trace " + path("dp.trace.json"));
   ASSERT_EQ(timeline.status, 0) << timeline.out;
-  EXPECT_NE(timeline.out.find("8 micro-batches (each of 8 replicas, sharded optimizer, 50 GB/s per "
-                              "direction, 10 us latency)\n"),
+  EXPECT_NE(flattened(timeline.out)
+                .find("8 micro-batches (each of 8 replicas, sharded optimizer, 50 GB/s per "
+                      "direction, 10 us latency) "),
             std::string::npos)
       << timeline.out;
   std::ifstream trace(path("dp.trace.json"));
@@ -490,8 +502,9 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
   const Result shown = run("show " + path("recompute.json") + " --trace " + path("r.trace.json"));
   ASSERT_EQ(shown.status, 0) << shown.out;
-  EXPECT_NE(shown.out.find("8 micro-batches, recompute the first 3 blocks of each stage\n"),
-            std::string::npos)
+  EXPECT_NE(
+      flattened(shown.out).find("8 micro-batches, recompute the first 3 blocks of each stage "),
+      std::string::npos)
       << shown.out;
   std::ifstream trace(path("r.trace.json"));
   EXPECT_EQ(nlohmann::json::parse(trace)["metadata"]["recompute"],
@@ -522,6 +535,44 @@ TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
   std::string first;
   std::getline(dot, first);
   EXPECT_EQ(first.rfind("digraph", 0), 0u);
+}
+
+// show's summary says what plan's says of the same plan: a peak above the GPU (planned with
+// --memory 0) does not fit, a profile without the optimizer's time leaves it out of the step,
+// the recomputation and its Megatron-LM arguments; each line within 80 columns.
+TEST_F(Cli, ShowSaysWhatPlanSaysOfThePlan) {
+  struct Case {
+    std::string args;
+    std::vector<std::string> notes;
+  };
+  const std::vector<Case> cases = {
+      {"--model llama-13b --stages 2 -m 8 --memory 0",
+       {"more than the 80.00 GiB of one h100-sxm: it does not fit"}},
+      {"--profile " + std::string(PIPEPLAN_SOURCE_DIR) +
+           "/profiles/h200-llama-7b-blocks8-sm16.calibrated.json --stages 4 -m 8",
+       {"optimizer step: not in the plan", "contention (ops at once: slowdown):"}},
+      {"--model llama-7b --stages 4 -m 8 --recompute full",
+       {"activation recompute: full", "--recompute-granularity full"}}};
+  for (const Case& c : cases) {
+    const Result planned = run("plan " + c.args + " -o " + path("noted.json"));
+    ASSERT_EQ(planned.status, 0) << planned.out;
+    const Result shown = run("show " + path("noted.json") + " --width 80");
+    ASSERT_EQ(shown.status, 0) << shown.out;
+    const std::string flat = flattened(shown.out);
+    for (const std::string& note : c.notes) {
+      EXPECT_NE(planned.out.find(note), std::string::npos) << c.args << ": " << planned.out;
+      EXPECT_NE(flat.find(note), std::string::npos) << c.args << ": " << shown.out;
+    }
+    std::istringstream lines(shown.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with("torchtitan:") || line.starts_with("Megatron-LM:")) continue;
+      // Columns: UTF-8 characters (the timeline's box drawing), not bytes.
+      const auto columns = std::count_if(line.begin(), line.end(), [](char byte) {
+        return (static_cast<unsigned char>(byte) & 0xC0U) != 0x80U;
+      });
+      EXPECT_LE(columns, 80) << line;
+    }
+  }
 }
 
 TEST_F(Cli, AColumnsValueWidthWouldRefuseIsPassedOver) {
