@@ -115,6 +115,7 @@ struct CompareCommand {
           j["speedup_vs_1f1b_fused"] =
               baseline > 0 ? nlohmann::json(baseline / r.plan.sim.makespan_us) : nullptr;
           j["objective"] = options.objective;
+          if (!r.plan.chosen.empty()) j["chosen"] = r.plan.chosen;  // auto's layout and candidate
           // Stages that share one GPU: whether their summed peaks are over its HBM (the text's
           // "over HBM").
           if (!r.plan.graph.meta.contention.empty())

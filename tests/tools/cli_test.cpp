@@ -625,6 +625,10 @@ TEST_F(Cli, CompareRowsAreThePlansPlanMakes) {
   ASSERT_EQ(rows.count("interleaved/2bp"), 1u);
   EXPECT_FALSE(rows["interleaved/2bp"].contains("error")) << rows["interleaved/2bp"];
   EXPECT_EQ(rows["interleaved/2bp"]["chunks"], 2);
+  // auto's row names what it chose, as plan --json does.
+  const auto automatic = a.find("auto/2bp");
+  ASSERT_NE(automatic, a.end());
+  EXPECT_TRUE(automatic->second.contains("chosen")) << automatic->second;
 }
 
 TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
