@@ -177,7 +177,10 @@ double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu) {
 
 std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
   const MemoryBudget b = memory_budget(options, gpu);
-  if (b.memory <= 0) return "";
+  if (b.memory <= 0) {
+    return "none (--memory 0): plans are not held to the " + format_gib(gpu.hbm_bytes) +
+           " of one " + gpu.name + ", and may not fit it";
+  }
   return "--memory " + format_gib(b.memory) + " - reserve " + format_gib(b.reserve) + " = " +
          format_gib(b.memory - b.reserve) + " per GPU";
 }

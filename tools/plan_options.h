@@ -68,7 +68,8 @@ double default_reserve_bytes(double memory_bytes);
 // none for --uniform, which has no runtime). 0 = unlimited (`--memory 0`, and --uniform without
 // --memory). Throws Error naming the option, or gpus.json when the memory is the GPU's.
 double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu);
-// "--memory 80.00 GiB - reserve 4.20 GiB = 75.80 GiB per GPU" (empty when unlimited).
+// "--memory 80.00 GiB - reserve 4.20 GiB = 75.80 GiB per GPU"; unlimited (--memory 0): "none
+// (--memory 0): plans are not held to the 80.00 GiB of one h100-sxm, and may not fit it".
 std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu);
 
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).

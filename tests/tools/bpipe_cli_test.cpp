@@ -515,6 +515,21 @@ TEST(BpipeCli, TheVerdictAndAutoAgreeNearZeroGain) {
   }
 }
 
+// Without a memory limit the estimate says its plans are not held to the GPU (tensor parallelism
+// auto then settles on 1: everything "fits").
+TEST(BpipeCli, NoMemoryLimitIsSaid) {
+  int status = 0;
+  const std::string out =
+      run("bpipe --model gpt3-96b --gpu a100 --stages 8 --global-batch 64 --seq 2048 --memory 0 "
+          "--attention recompute",
+          &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("memory: none (--memory 0): plans are not held to the 80.00 GiB of one "
+                     "a100-80g, and may not fit it\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(BpipeCli, ReserveBeyondMemoryIsNamed) {
   int status = 0;
   const std::string out =
