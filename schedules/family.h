@@ -159,6 +159,13 @@ class ScheduleFamily {
   std::vector<BackwardMode> backward_modes() const;
   bool accepts(BackwardMode mode) const;
   bool places_p2() const { return traits_.p2 == P2Placement::by_family; }
+  // Whether a p2 group size (--p2-concat) means anything in `mode`: it joins deferred p2s, of
+  // which a fused backward defers none, and a family placing each p2 itself (but one built from
+  // the costs, auto) runs one micro-batch a call. `plan` refuses it elsewhere; compare's rows and
+  // the search's points are planned without it there.
+  bool takes_p2_concat(BackwardMode mode) const {
+    return mode != BackwardMode::fused && (!places_p2() || traits_.needs_costs);
+  }
 
   // Throws FieldError naming the field (devices, microbatches, chunks, backward, p2_concat) when
   // the request's shape does not suit the family.

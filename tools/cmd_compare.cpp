@@ -49,8 +49,7 @@ struct CompareCommand {
         row.chunks = o.chunks;
         // A family that places each p2 itself, and a fused backward, which defers none, take no
         // --p2-concat (plan refuses it): their rows are the plans made without it.
-        if ((family->places_p2() && !family->traits().needs_costs) || mode == BackwardMode::fused)
-          o.p2_concat = PlanOptions{}.p2_concat;
+        if (!family->takes_p2_concat(mode)) o.p2_concat = PlanOptions{}.p2_concat;
         try {
           row.plan = make_plan(make_request(o));
         } catch (const Error& e) {

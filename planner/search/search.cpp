@@ -203,9 +203,10 @@ SearchResult search_plans(const SearchRequest& request) {
           c.backward = mode;
           c.chunks = chunks;
           c.layers_per_stage = layers;
-          // A family that places each p2 itself takes no p2_concat (`plan` refuses
-          // --p2-concat for it): its point is the plan made without one (0, as the CLI's).
-          if (family->places_p2() && !family->traits().needs_costs) c.p2_concat = 0;
+          // Where a p2 group size means nothing (`plan` refuses --p2-concat: a fused backward,
+          // a family placing each p2 itself), the point is the plan made without one (0, as the
+          // CLI's).
+          if (!family->takes_p2_concat(mode)) c.p2_concat = 0;
           ++result.evaluated;
           std::optional<SearchPoint> p;
           try {
