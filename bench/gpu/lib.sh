@@ -432,6 +432,9 @@ stopped_by=''
 on_signal() {
   local signal=$1 code=143
   trap - TERM INT HUP
+  # The terminal or pipe run.sh writes to may be gone (a closed terminal, `run.sh | tee` stopped
+  # with it): nothing written to it may end run.sh before the manifest is.
+  trap '' PIPE
   case $signal in
     INT) code=130 ;;
     HUP) code=129 ;;
@@ -445,8 +448,9 @@ on_signal() {
     printf '%-44s stopped (%s) %4s s\n' "$running_name" "$stopped_by" "$took" >> "$out/index.txt"
     printf '%s\t%s\t%s\t%s\n' "$running_name" "$running_command" "$code" "$took" >> "$commands_tsv"
   fi
-  echo "run.sh: stopped by $stopped_by" | tee -a "$out/index.txt" >&2
+  echo "run.sh: stopped by $stopped_by" >> "$out/index.txt"
   write_manifest
+  echo "run.sh: stopped by $stopped_by" >&2 || true
   exit "$code"
 }
 

@@ -294,7 +294,7 @@ def pipeline_table(results):
     for row in rows:
         report = row["report"]
         if report is None or "measured" not in report:
-            out.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json) | | "
+            out.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json and .run.err) | | "
                        "| |")
             continue
         predicted = report["predicted"]["makespan_us"] / 1e3
@@ -538,7 +538,7 @@ def step_table(results):
         predicted = (report.get("predicted") or {}).get("step_time_us")
         if whole_gpu_step(row) and "measured" not in report:
             # The pipelines' table leaves these out: a failed one is listed here.
-            whole.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json) "
+            whole.append(f"| {row['name']} | | | | | run failed or missing (see its .run.json and .run.err) "
                          "| | |")
             continue
         if not predicted or "measured" not in report:
@@ -641,7 +641,7 @@ def predict_table(results):
     for name in names:
         report = load_json(os.path.join(results, name + ".run.json"))
         if report is None or "measured" not in report:
-            out.append(f"| {name} | | | | | | | run failed or missing (see its .run.json) |")
+            out.append(f"| {name} | | | | | | | run failed or missing (see its .run.json and .run.err) |")
             continue
         measured, steps_cell = steady_makespan(report)
         uncalibrated = report["predicted"]["makespan_us"] / 1e3

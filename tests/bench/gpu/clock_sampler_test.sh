@@ -223,19 +223,26 @@ grep -q '^# not run: .*hung_tests --gtest_list_tests gave no answer within [0-9]
   "$work/list-hangs/out/tests-list.txt" || fail "a hung test listing: not recorded as not run"
 
 # Stopped from outside while a profile runs: the profile and its sampler are stopped at once, the
-# output says so, and manifest.json lists the command with the signal's status.
+# output says so, and manifest.json lists the command with the signal's status. run.sh writes into
+# a pipe whose reader is gone by then (`run.sh | tee log` stopped with Ctrl-C, a closed
+# terminal): that costs it neither the manifest nor its exit status.
 mkdir -p "$work/stopped"
 export FAKE_SMI_LOG="$work/stopped/samplers.log"
 : > "$FAKE_SMI_LOG"
+mkfifo "$work/stopped/pipe"
+cat "$work/stopped/pipe" > "$work/stopped/log" &
+reader=$!
 FAKE_PROFILE_S=60 FAKE_PROFILE_PID="$work/stopped/profile.pid" PATH="$work/path:$PATH" \
   TMPDIR="$work/stopped" bash "$repo/bench/gpu/run.sh" --pipeplan "$work/bin/pipeplan" \
-  --out "$work/stopped/out" --clock-sample-ms 10 profile-sm summary > "$work/stopped/log" 2>&1 &
+  --out "$work/stopped/out" --clock-sample-ms 10 profile-sm summary > "$work/stopped/pipe" 2>&1 &
 runner=$!
 for ((n = 0; n < 100; ++n)); do
   [[ -s $work/stopped/profile.pid && -s $FAKE_SMI_LOG ]] && break
   sleep 0.1
 done
 [[ -s $work/stopped/profile.pid ]] || { kill "$runner"; fail "the stopped run: the profile did not start"; }
+kill "$reader"
+wait "$reader" 2> /dev/null || true
 kill -TERM "$runner"
 status=0
 for ((n = 0; n < 200; ++n)); do

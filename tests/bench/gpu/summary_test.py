@@ -453,7 +453,7 @@ class Summary(unittest.TestCase):
         self.assertIn("| step-m4-fused | 2-3 | 560.0 | 580.0 | +3.6 % |", steps)
         self.assertIn("| whole-m4-fused | 2-3 | 560.0 | 580.0 | +3.6 % |", steps)
         # The failed one is listed where its table is, not hidden.
-        self.assertIn("| step-m4-2bp | | | | | run failed or missing (see its .run.json) | | |",
+        self.assertIn("| step-m4-2bp | | | | | run failed or missing (see its .run.json and .run.err) | | |",
                       steps)
 
     def test_predicted_then_calibrated(self):
