@@ -160,6 +160,14 @@ int default_chunks(const ScheduleFamily& family) {
   return family.traits().chunks.preferred;
 }
 
+std::vector<int> v_stage_device(int devices) {
+  std::vector<int> map;
+  map.reserve(static_cast<std::size_t>(std::max(2 * devices, 0)));
+  for (int v = 0; v < 2 * devices; ++v)
+    map.push_back(v < devices ? v : 2 * devices - 1 - v);
+  return map;
+}
+
 Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family) {
   Schedule schedule;
   schedule.family = std::string(family);

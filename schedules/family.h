@@ -212,5 +212,8 @@ class ScheduleFamilyRegistration {
 
 // A fused schedule with no actions yet: devices × chunks virtual stages, v on device v mod P.
 Schedule schedule_skeleton(const ScheduleRequest& request, std::string_view family);
+// The V's map of 2P virtual stages on P devices: v on device v, then on 2P - 1 - v (the V
+// families; DualPipe's two copies, copy 1 from the last device back).
+std::vector<int> v_stage_device(int devices);
 
 }  // namespace pipeplan

@@ -84,14 +84,10 @@ std::optional<Layout> two_copies_layout(const AutoRequest& r) {
   } catch (const Error&) {
     return std::nullopt;
   }
-  std::vector<int> map;
-  map.reserve(idx(2 * r.devices));
-  for (int s = 0; s < 2 * r.devices; ++s)
-    map.push_back(s < r.devices ? s : 2 * r.devices - 1 - s);
   const std::size_t stages = cut.costs.size();
   for (std::size_t s = 0; s < stages; ++s)
     cut.costs.push_back(cut.costs[s]);
-  return make_layout(r, "two copies", map, std::move(cut), nullptr, 2);
+  return make_layout(r, "two copies", v_stage_device(r.devices), std::move(cut), nullptr, 2);
 }
 
 // One chunk per device on the request's cut; with other cuts available, DualPipe's two copies
@@ -114,12 +110,11 @@ std::vector<Layout> layouts(const AutoRequest& r) {
   } catch (const Error&) {
     return out;  // fewer blocks than 2P stages
   }
-  std::vector<int> v_map, interleaved_map;
-  for (int s = 0; s < 2 * r.devices; ++s) {
-    v_map.push_back(s < r.devices ? s : 2 * r.devices - 1 - s);
+  std::vector<int> interleaved_map;
+  interleaved_map.reserve(idx(2 * r.devices));
+  for (int s = 0; s < 2 * r.devices; ++s)
     interleaved_map.push_back(s % r.devices);
-  }
-  out.push_back(make_layout(r, "V", v_map, std::move(v_cut), nullptr));
+  out.push_back(make_layout(r, "V", v_stage_device(r.devices), std::move(v_cut), nullptr));
   out.push_back(
       make_layout(r, "interleaved", interleaved_map, std::move(interleaved_cut), nullptr));
   return out;

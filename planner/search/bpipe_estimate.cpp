@@ -191,7 +191,7 @@ void judge(BpipeEstimate& e) {
                 : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
                       fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
   e.verdict =
-      std::string(e.gain > kBpipeBenefit ? "benefit"
+      std::string(bpipe_pays(a.step_time_us, b.step_time_us) ? "benefit"
                   : e.gain > 0 ? "no benefit (within " + fmt("%.1f %%", 100 * kBpipeBenefit) +
                                      ", below what the timing model tells apart)"
                                : "no benefit") +
@@ -275,8 +275,7 @@ Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
     for (auto it = all.begin(); it != all.end(); ++it) {
       if (!it->config.bpipe && (off == all.end() || faster(*it, *off))) off = it;
     }
-    if (off != all.end() &&
-        off->config.step_time_us / best->config.step_time_us - 1 <= kBpipeBenefit)
+    if (off != all.end() && !bpipe_pays(off->config.step_time_us, best->config.step_time_us))
       best = off;
   }
   if (chosen) *chosen = best->config;

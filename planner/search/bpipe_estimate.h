@@ -80,6 +80,11 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request,
 // timing model can tell apart, and the verdict says "no benefit" (within it) and `plan --bpipe
 // auto` keeps BPipe off.
 inline constexpr double kBpipeBenefit = 0.005;
+// Whether a step of `with_us` (BPipe on) pays against one of `without_us`: faster by more than
+// kBpipeBenefit.
+inline bool bpipe_pays(double without_us, double with_us) {
+  return without_us / with_us - 1 > kBpipeBenefit;
+}
 
 // `plan --bpipe auto`: the fastest of the same candidates (BPipe off included, so never slower
 // than the best plan without BPipe), with BPipe on only where it is faster than the fastest

@@ -347,9 +347,7 @@ class BlockTimeline {
 Schedule v_skeleton(const ScheduleRequest& request, std::string_view family) {
   Schedule schedule = schedule_skeleton(request, family);
   schedule.backward = BackwardMode::twobp;
-  const int p = request.devices;
-  for (int v = 0; v < schedule.stage_count(); ++v)
-    schedule.stage_device[static_cast<std::size_t>(v)] = v < p ? v : 2 * p - 1 - v;
+  schedule.stage_device = v_stage_device(request.devices);
   return schedule;
 }
 
