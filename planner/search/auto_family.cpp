@@ -32,8 +32,11 @@ Schedule make_auto(const ScheduleRequest& request) {
   r.evaluate_first = context.evaluate_first;
   AutoResult result = make_auto_schedule(r);
   context.chosen_blocks = std::move(result.blocks);
-  context.bound_step_us = result.bound_step_us;
-  context.bound_span_us = result.bound_span_us;
+  // A two-copy order is held to its own layout's bounds (the plan's), not the one-copy ones.
+  if (result.schedule.replicas == 1) {
+    context.bound_step_us = result.bound_step_us;
+    context.bound_span_us = result.bound_span_us;
+  }
   context.returned_first = result.first_candidate;
   context.chosen = std::move(result.variant);
   return std::move(result.schedule);
