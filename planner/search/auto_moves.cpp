@@ -187,6 +187,9 @@ std::vector<Move> gap_moves(const Schedule& schedule, const AutoEval& e) {
   std::vector<Move> moves;
   for (const Gap& g : idle_gaps(e)) {
     const std::vector<Action>& actions = schedule.per_device[g.device];
+    // The times end with the optimizer step's, no action: with two copies of the model it waits
+    // for the other copy's gradients, a gap before no action to move.
+    if (g.position >= actions.size()) continue;
     for (std::size_t j = g.position + 1; j <= g.position + kMaxShift && j < actions.size(); ++j) {
       moves.push_back({g.device, j, g.position, 1});
       if (actions[j].overlaps_next) moves.push_back({g.device, j, g.position, 2});

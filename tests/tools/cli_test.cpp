@@ -634,7 +634,8 @@ TEST_F(Cli, CompareRowsAreThePlansPlanMakes) {
             extra);
     EXPECT_EQ(r.status, 0) << r.out;
     std::vector<double> out;
-    for (const auto& point : nlohmann::json::parse(r.out).at("pareto"))
+    const nlohmann::json parsed = nlohmann::json::parse(r.out);  // outlives the loop
+    for (const auto& point : parsed.at("pareto"))
       out.push_back(point.at("gap").get<double>());
     return out;
   };

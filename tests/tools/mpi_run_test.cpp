@@ -141,14 +141,18 @@ TEST_F(MpiRunCli, RankZeroWritesOneMeasuredTraceForDiff) {
 
 // Only rank 0 writes the trace, so only rank 0 checks where: a folder on its node alone (no
 // shared file system) does not refuse the run on the others. Rank 0 runs where out/ exists, the
-// other three (mpirun's second app context) where it does not.
+// other three where it does not (one app context: mpirun's options, the sanitizer's included,
+// reach every rank).
 TEST_F(MpiRunCli, OnlyRankZeroChecksWhereTheTraceGoes) {
   std::filesystem::create_directories(path("rank0/out"));
   std::filesystem::create_directories(path("others"));
-  const std::string run =
-      std::string(PIPEPLAN_BINARY) + " run " + plan_ + " --steps 1 --trace out/t.json";
-  const CliResult r = testing::run_shell(testing::mpirun(1) + "-wdir " + path("rank0") + " " + run +
-                                         " : -np 3 -wdir " + path("others") + " " + run);
+  const std::string script = path("in_rank_folder.sh");
+  std::ofstream(script)
+      << "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then cd \"$1\"; else cd \"$2\"; fi\n"
+         "shift 2\nexec \"$@\"\n";
+  const CliResult r = testing::run_shell(testing::mpirun(4) + "sh " + script + " " + path("rank0") +
+                                         " " + path("others") + " " + PIPEPLAN_BINARY + " run " +
+                                         plan_ + " --steps 1 --trace out/t.json");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(std::filesystem::is_regular_file(path("rank0/out/t.json")));
   EXPECT_FALSE(std::filesystem::exists(path("others/out")));
