@@ -2,11 +2,12 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "planner/base/limits.h"
+#include "tools/units.h"
 
 namespace pipeplan {
 
@@ -36,20 +37,9 @@ CLI::Validator int_range(std::int64_t lo, std::int64_t hi) {
 
 CLI::Validator finite_range(double above, double hi) {
   return {[above, hi](std::string& text) -> std::string {
-            // A decimal number, as every other number option reads one: digits first (after an
-            // optional '-'), no hex, no spaces, no "inf" or "nan".
-            const char* begin = text.data();
-            const char* end = begin + text.size();
-            const char* digits = text.starts_with('-') ? begin + 1 : begin;
-            double value = 0;
-            const auto [ptr, ec] =
-                digits == end || *digits < '0' || *digits > '9'
-                    ? std::from_chars_result{begin, std::errc::invalid_argument}
-                    : std::from_chars(begin, end, value, std::chars_format::general);
-            // Out of a double's range: strtod says which way (±HUGE_VAL, or 0 on underflow).
-            if (ec == std::errc::result_out_of_range) value = std::strtod(text.c_str(), nullptr);
-            if (ec == std::errc::invalid_argument || ptr != end || !std::isfinite(value) ||
-                value <= above) {
+            const std::optional<double> number = decimal_number(text);
+            const double value = number.value_or(0);
+            if (!number || !std::isfinite(value) || value <= above) {
               char bound[32];
               std::snprintf(bound, sizeof bound, "%g", above);
               return "'" + text + "' must be a finite decimal number above " + bound;

@@ -308,7 +308,7 @@ std::string model_notes(const TaskGraph& graph) {
 }
 
 std::string one_gpu_overflow_text(const PlanMeta& m, const SimResult& sim) {
-  if (!shared_gpu_memory_text(m, sim).empty()) return "";  // the stages' sum says it
+  if (!m.contention.empty()) return "";  // stages sharing one GPU: shared_gpu_memory_text says it
   const auto peaks = sim.peak_memory_bytes();
   const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
   // (A --uniform plan's bytes are no model's: it fits or not by its --memory alone.)

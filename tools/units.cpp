@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "planner/base/error.h"
 #include "planner/base/limits.h"
@@ -73,6 +74,19 @@ double parse_bytes(std::string_view text, std::string_view option) {
                 "' is above the limit of 1 PiB per device (docs/reference/limits.md)");
   }
   return value * scale;
+}
+
+std::optional<double> decimal_number(std::string_view text) {
+  const bool negative = text.starts_with('-');
+  const std::string digits(text.substr(negative ? 1 : 0));
+  const auto [value, ptr, ec] = leading_decimal(digits);
+  if (ptr != digits.data() + digits.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range))
+    return std::nullopt;
+  // Out of a double's range: strtod says which way (HUGE_VAL, or 0 on underflow).
+  const double magnitude =
+      ec == std::errc::result_out_of_range ? std::strtod(digits.c_str(), nullptr) : value;
+  return negative ? -magnitude : magnitude;
 }
 
 double parse_fraction(std::string_view text, std::string_view option) {

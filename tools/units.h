@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,10 @@ inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 double parse_bytes(std::string_view text, std::string_view option);
 // A decimal number from 0 to 1 ("0.35", "1", "5e-1"). Throws Error naming `option`.
 double parse_fraction(std::string_view text, std::string_view option);
+// `text` whole as a decimal number, as every number option reads one: an optional '-', then the
+// digits first (an optional fraction and exponent; no '+', hex, spaces, "inf" or "nan"); nullopt
+// where it is none. Beyond a double's range: ±HUGE_VAL, or 0 on underflow.
+std::optional<double> decimal_number(std::string_view text);
 // A decimal number from `lo` to `hi` ("20", "0.5"). Throws Error naming `option` and the range.
 double parse_number_in(std::string_view text, std::string_view option, double lo, double hi);
 // "1,2,4" -> {1, 2, 4}; every entry a positive integer. Throws Error naming `option`.

@@ -10,15 +10,12 @@ die() {
 
 # --- probes: short questions to the machine, never past the deadline ----------------------------
 
-# probe_limit CAP: the seconds a probe may take: CAP, and with --deadline-s no more than what is
-# left of it less 20 s (as seconds_left); 0 where nothing is left.
+# probe_limit CAP: the seconds a probe may take: seconds_left with CAP for cap_s (CAP, and with
+# --deadline-s no more than what is left of it less 20 s); 0 where nothing is left.
 probe_limit() {
-  local limit=$1
-  if ((deadline_s > 0)); then
-    local left=$((deadline_s - (SECONDS - start_s) - 20))
-    if ((left < limit)); then limit=$left; fi
-    if ((limit < 0)); then limit=0; fi
-  fi
+  local limit
+  limit=$(cap_s=$1 seconds_left)
+  ((limit > 0)) || limit=0
   echo "$limit"
 }
 
