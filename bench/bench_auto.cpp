@@ -85,19 +85,26 @@ AutoInputs auto_inputs(int devices, int microbatches, int mb_per_device) {
   AutoInputs in;
   in.plan = uniform_request(devices, microbatches, mb_per_device);
   // Uniform blocks with no embedding or head: every grouping of the stages cuts them alike.
-  const auto cut = [plan = in.plan](int stages, const std::vector<int>& blocks, bool /*folded*/) {
-    const Partition p = blocks.empty()
-                            ? partition_balanced(plan.profile.model, plan.profile, 1, stages)
-                            : partition_fixed(plan.profile.model, blocks);
+  // With several copies, one copy's cut held that many times (as make_plan costs it).
+  const auto cut = [plan = in.plan](int stages, const std::vector<int>& blocks, bool /*folded*/,
+                                    int replicas) {
+    const Partition p =
+        blocks.empty() ? partition_balanced(plan.profile.model, plan.profile, 1, stages / replicas)
+                       : partition_fixed(plan.profile.model, blocks);
     std::vector<int> counts;
     for (const StageLayers& s : p.stages)
       counts.push_back(s.layer_count);
-    return StageCut{counts, stage_costs(plan.profile.model, plan.profile, 1, p, plan.microbatches)};
+    const std::vector<StageCost> one =
+        stage_costs(plan.profile.model, plan.profile, 1, p, plan.microbatches / replicas);
+    std::vector<StageCost> costs;
+    for (int copy = 0; copy < replicas; ++copy)
+      costs.insert(costs.end(), one.begin(), one.end());
+    return StageCut{counts, costs};
   };
   AutoRequest& r = in.request;
   r.devices = devices;
   r.microbatches = microbatches;
-  r.costs = cut(devices, {}, false).costs;
+  r.costs = cut(devices, {}, false, 1).costs;
   for (const StageCost& c : r.costs)
     r.static_bytes.push_back(c.static_bytes);
   r.memory_limit_bytes.assign(static_cast<std::size_t>(devices), in.plan.memory_limit_bytes);
@@ -191,7 +198,7 @@ void BM_ListSchedule(benchmark::State& state) {
   ListInputs li;
   li.devices = p;
   li.microbatches = in.request.microbatches;
-  const StageCut cut = in.request.cut(v ? 2 * p : p, {}, v);
+  const StageCut cut = in.request.cut(v ? 2 * p : p, {}, v, 1);
   for (int s = 0; s < (v ? 2 * p : p); ++s)
     li.stage_device.push_back(!v ? s : (s < p ? s : 2 * p - 1 - s));
   li.costs = &cut.costs;
@@ -256,7 +263,7 @@ void BM_Seed(benchmark::State& state, const ScheduleFamily* seed) {
   const int p = 32, m = 96;
   const int chunks = family.traits().chunks.preferred;
   const AutoInputs in = auto_inputs(p, m, 2 * p);
-  const StageCut cut = in.request.cut(p * chunks, {}, family.traits().folded_stages);
+  const StageCut cut = in.request.cut(p * chunks, {}, family.traits().folded_stages, 1);
   PlanMeta meta;
   meta.devices = p;
   meta.microbatches = m;

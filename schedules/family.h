@@ -52,9 +52,13 @@ struct StageCostContext {
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
   // cut into `stage_count` virtual stages when `blocks` is empty (each device's stages balanced
   // as a whole: stages s and stage_count - 1 - s together when `folded`, else s mod P), else
-  // those blocks per stage. Throws Error when the model cannot be cut so. Unset: only `costs` is
-  // known.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded)> cut;
+  // those blocks per stage. With `replicas` copies of the model (Schedule::replicas) the model is
+  // cut into stage_count / replicas stages (`blocks` and the grouping count those; the returned
+  // blocks too) and the costs are that cut `replicas` times, as make_plan costs the plan.
+  // Throws Error when the model cannot be cut so. Unset: only `costs` is known.
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded,
+                         int replicas)>
+      cut;
   // Set by a family that chooses the layout: the blocks per stage of the schedule it returned
   // (empty: the request's own cut), and the smallest lower bounds on the step time and on the
   // largest stage span over every layout it considered (0: none); make_plan builds the plan's

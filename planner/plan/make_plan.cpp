@@ -469,12 +469,15 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   context.gpu_hbm_bytes = gpu_hbm_bytes(request.gpu.empty() ? request.profile.gpu : request.gpu);
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
-    context.cut = [&request](int stage_count, const std::vector<int>& blocks, bool folded) {
-      StageInputs cut = stage_inputs(request, stage_count, blocks, 1,
-                                     device_stages(stage_count, request.devices, folded));
-      return StageCut{
-          blocks.empty() ? blocks_per_stage(request.profile.model, cut.partition) : blocks,
-          std::move(cut.costs)};
+    context.cut = [&request](int stage_count, const std::vector<int>& blocks, bool folded,
+                             int replicas) {
+      StageInputs cut =
+          stage_inputs(request, stage_count, blocks, replicas,
+                       device_stages(stage_count / replicas, request.devices, folded));
+      if (!blocks.empty()) return StageCut{blocks, std::move(cut.costs)};
+      std::vector<int> counts = blocks_per_stage(request.profile.model, cut.partition);
+      counts.resize(static_cast<std::size_t>(stage_count / replicas));  // one copy's
+      return StageCut{std::move(counts), std::move(cut.costs)};
     };
   }
   if (prepared != nullptr && family.traits().needs_costs && family.places_p2()) {

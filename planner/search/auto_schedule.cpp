@@ -80,13 +80,10 @@ std::optional<Layout> two_copies_layout(const AutoRequest& r) {
   if (r.devices % 2 != 0) return std::nullopt;
   StageCut cut;
   try {
-    cut = r.cut(r.devices, {}, true);
+    cut = r.cut(2 * r.devices, {}, true, 2);
   } catch (const Error&) {
     return std::nullopt;
   }
-  const std::size_t stages = cut.costs.size();
-  for (std::size_t s = 0; s < stages; ++s)
-    cut.costs.push_back(cut.costs[s]);
   return make_layout(r, "two copies", v_stage_device(r.devices), std::move(cut), nullptr, 2);
 }
 
@@ -105,8 +102,8 @@ std::vector<Layout> layouts(const AutoRequest& r) {
   }
   StageCut v_cut, interleaved_cut;
   try {
-    v_cut = r.cut(2 * r.devices, {}, true);
-    interleaved_cut = r.cut(2 * r.devices, {}, false);
+    v_cut = r.cut(2 * r.devices, {}, true, 1);
+    interleaved_cut = r.cut(2 * r.devices, {}, false, 1);
   } catch (const Error&) {
     return out;  // fewer blocks than 2P stages
   }

@@ -54,7 +54,9 @@ struct AutoRequest {
   // whose stages together take more is chosen only where every finalist does.
   double gpu_hbm_bytes = 0;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded)> cut;
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded,
+                         int replicas)>
+      cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.
   std::function<void(const Schedule&, const std::vector<StageCost>&, const std::function<void()>&)>
       evaluate_first;
