@@ -147,9 +147,8 @@ struct CompareCommand {
         continue;
       }
       const SimResult& s = r.plan.sim;
-      const auto peaks = s.peak_memory_bytes();
-      const double peak = static_cast<double>(
-          shared ? s.shared_gpu_memory_bytes() : *std::max_element(peaks.begin(), peaks.end()));
+      const double peak =
+          static_cast<double>(shared ? s.shared_gpu_memory_bytes() : s.largest_peak_memory_bytes());
       char mfu[16] = "n/a";
       if (s.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", s.mfu * 100);
       char speedup[32] = "n/a";  // no 1f1b fused plan fits: nothing to compare with

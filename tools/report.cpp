@@ -309,8 +309,7 @@ std::string model_notes(const TaskGraph& graph) {
 
 std::string one_gpu_overflow_text(const PlanMeta& m, const SimResult& sim) {
   if (!m.contention.empty()) return "";  // stages sharing one GPU: shared_gpu_memory_text says it
-  const auto peaks = sim.peak_memory_bytes();
-  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+  const std::int64_t max_peak = sim.largest_peak_memory_bytes();
   // (A --uniform plan's bytes are no model's: it fits or not by its --memory alone.)
   const double hbm = m.model.family == "uniform" ? 0.0 : gpu_hbm_bytes(m.gpu);
   if (!(hbm > 0 && static_cast<double>(max_peak) > hbm)) return "";
@@ -320,8 +319,7 @@ std::string one_gpu_overflow_text(const PlanMeta& m, const SimResult& sim) {
 
 std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
   const PlanMeta& m = graph.meta;
-  const auto peaks = sim.peak_memory_bytes();
-  const auto max_peak = peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+  const std::vector<std::int64_t> peaks = sim.peak_memory_bytes();
   std::string out;
   // With tensor parallelism: "on 8 stages x 4 a100-80g" (32 GPUs); with data parallelism
   // "on 2 replicas x 8 stages x 4 a100-80g" (64 GPUs).
@@ -355,7 +353,7 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
              : "peak memory per device:";
   for (const auto p : peaks)
     out += " " + format_gib(static_cast<double>(p));
-  out += " (max " + format_gib(static_cast<double>(max_peak));
+  out += " (max " + format_gib(static_cast<double>(sim.largest_peak_memory_bytes()));
   if (const std::string held = shared_gpu_memory_text(m, sim); !held.empty()) {
     out += "; the stages' one GPU holds their sum, " + held;
   } else if (const std::string over = one_gpu_overflow_text(m, sim); !over.empty()) {

@@ -17,6 +17,13 @@ std::vector<std::int64_t> StepMetrics::peak_memory_bytes() const {
   return peaks;
 }
 
+std::int64_t StepMetrics::largest_peak_memory_bytes() const {
+  std::int64_t largest = 0;
+  for (const DeviceMetrics& d : devices)
+    largest = std::max(largest, d.peak_memory_bytes);
+  return largest;
+}
+
 std::int64_t StepMetrics::shared_gpu_memory_bytes() const {
   std::int64_t sum = 0;
   for (const DeviceMetrics& d : devices)

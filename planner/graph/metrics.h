@@ -43,6 +43,8 @@ struct StepMetrics {
   // PaLM model FLOPs against meta.peak_flops_per_device; 0 when either is unknown.
   double mfu = 0;
   std::vector<std::int64_t> peak_memory_bytes() const;
+  // The largest of peak_memory_bytes(): what one device must hold (0 with no devices).
+  std::int64_t largest_peak_memory_bytes() const;
   // What one GPU that the stages share holds: the sum of their peaks (each stage's caching
   // allocator keeps its own).
   std::int64_t shared_gpu_memory_bytes() const;

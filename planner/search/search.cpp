@@ -126,11 +126,10 @@ SearchResult search_plans(const SearchRequest& request) {
     if (c.bpipe != BpipeMode::off || !c.profile.contention.empty() ||
         c.recompute.method == Recompute::Method::automatic) {
       const Plan plan = make_plan(c);
-      const auto peaks = plan.sim.peak_memory_bytes();
       p.step_time_us = plan.sim.makespan_us;
       p.span_us = plan.sim.max_stage_span_us;
       p.bound_us = plan.bound.makespan_us;
-      p.peak_memory_bytes = *std::max_element(peaks.begin(), peaks.end());
+      p.peak_memory_bytes = plan.sim.largest_peak_memory_bytes();
       if (!c.profile.contention.empty()) {
         // The stages share one GPU (compare's "peak mem sum"): what it holds is their sum, and a
         // point whose sum is over its HBM cannot run.
