@@ -103,6 +103,22 @@ Result check_transfer_use(const TaskGraph& g) {
           g, id, "transfer-use",
           "is a " + std::string(to_string(n.transfer)) + " transfer, neither an evict nor a load");
     }
+    // The stash leaves the sender's memory and enters the receiver's, its size as the message
+    // says (both ends carry it: check_matches): a move whose bytes are off would hold the stash
+    // on neither device, or on both, and the memory rules would count something else.
+    const bool send = n.kind == NodeKind::send;
+    if (n.bytes <= 0 || n.work_bytes != 0 || (send ? n.alloc_bytes : n.free_bytes) != 0 ||
+        (send ? n.free_bytes : n.alloc_bytes) != n.bytes) {
+      return make_violation(g, id, "transfer-use",
+                            std::string("moves a stash of ") + std::to_string(n.bytes) +
+                                " bytes but " + (send ? "frees " : "allocates ") +
+                                std::to_string(send ? n.free_bytes : n.alloc_bytes) +
+                                (send ? " (alloc " : " (free ") +
+                                std::to_string(send ? n.alloc_bytes : n.free_bytes) + ", work " +
+                                std::to_string(n.work_bytes) + "); a " +
+                                (send ? "send frees" : "recv allocates") +
+                                " exactly the bytes it moves and nothing else");
+    }
     const bool evict = n.transfer == Transfer::evict;
     if (n.kind == NodeKind::send && evict &&
         data_predecessor(g, preds, id, [&](const Node& o) { return same_op(o, false); }) < 0) {

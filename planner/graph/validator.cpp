@@ -511,18 +511,25 @@ Result check_coverage(const Context& c, const ComputeTable& table) {
 }
 
 // True when `consumer` reads `producer`'s output: a direct data edge on one device, or through a
-// send/recv (producer -> send, matched to a recv -> consumer). A data edge between devices moves
-// no tensor: the consumer's device never holds the output.
+// message that carries it: an activation or input gradient send on the producer's device with the
+// producer's op, stage and micro-batch (what the runtime keys the tensor by; its recv has the same,
+// check_matches), whose recv, on the consumer's device, feeds the consumer. A data edge between
+// devices moves no tensor: the consumer's device never holds the output.
 bool feeds(const Context& c, const TaskGraph::Graph& graph, int producer, int consumer) {
+  const PackedNode& from = c.node(static_cast<std::size_t>(producer));
+  const int consumer_device = c.node(static_cast<std::size_t>(consumer)).device;
   for (auto [it, end] = boost::out_edges(static_cast<std::size_t>(producer), graph); it != end;
        ++it) {
     if (graph[*it] != EdgeKind::data) continue;
     const int to = static_cast<int>(boost::target(*it, graph));
-    if (to == consumer && c.node(static_cast<std::size_t>(producer)).device ==
-                              c.node(static_cast<std::size_t>(consumer)).device)
-      return true;
+    if (to == consumer && from.device == consumer_device) return true;
     const PackedNode& s = c.node(static_cast<std::size_t>(to));
-    if (s.kind != NodeKind::send || s.match < 0) continue;
+    if (s.kind != NodeKind::send || s.match < 0 || s.device != from.device ||
+        (s.transfer != Transfer::activation && s.transfer != Transfer::gradient) ||
+        s.op != from.op || s.stage != from.stage ||
+        c.node(static_cast<std::size_t>(s.match)).device != consumer_device ||
+        c.g.node(to).microbatches != c.g.node(producer).microbatches)
+      continue;
     for (auto [jt, jend] = boost::out_edges(static_cast<std::size_t>(s.match), graph); jt != jend;
          ++jt) {
       if (graph[*jt] == EdgeKind::data && static_cast<int>(boost::target(*jt, graph)) == consumer) {
@@ -586,10 +593,38 @@ Result check_grads(const Context& c) {
       if (n.op == OpType::B || n.op == OpType::P2) last_weight[{n.device, n.stage}] = id;
     }
   }
+  // The exchanges the copies need, each once: stage s's gradients from its device to the device
+  // of its next copy, s + copy, and back (taskgraph.cpp's pairs). One missing leaves the copies'
+  // weights apart after the step; one extra adds a copy's gradients twice.
+  const std::vector<int>& stage_device = g.schedule.stage_device;
+  const int stages = g.schedule.stage_count();
+  const int copy = g.schedule.replicas > 1 ? g.schedule.model_stage_count() : stages;
+  std::map<std::pair<int, int>, int> expected;  // (stage, to device) -> grads sends seen
+  for (int s = 0; s + copy < stages; ++s) {
+    const int d0 = stage_device[static_cast<std::size_t>(s)];
+    const int d1 = stage_device[static_cast<std::size_t>(s) + static_cast<std::size_t>(copy)];
+    if (d0 == d1) continue;  // one device holds both copies: they share the gradients
+    expected[{s, d1}] = 0;
+    expected[{s + copy, d0}] = 0;
+  }
   for (int id = 0; id < g.node_count(); ++id) {
     const PackedNode& n = c.node(static_cast<std::size_t>(id));
     if (n.transfer != Transfer::grads) continue;
     if (n.kind == NodeKind::send) {
+      const auto want = expected.find({n.stage, n.peer});
+      if (want == expected.end() || n.stage < 0 || n.stage >= stages ||
+          stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
+        return make_violation(g, id, "grads",
+                              "sends the weight gradients of stage " + std::to_string(n.stage) +
+                                  " to device " + std::to_string(n.peer) +
+                                  ", which holds no other copy of that stage to add them to");
+      }
+      if (++want->second > 1) {
+        return make_violation(g, id, "grads",
+                              "sends the weight gradients of stage " + std::to_string(n.stage) +
+                                  " to device " + std::to_string(n.peer) +
+                                  " a second time (they would be added in twice)");
+      }
       const auto w = last_weight.find({n.device, n.stage});
       if (w == last_weight.end() || !has_data_edge(graph, w->second, id)) {
         return make_violation(g, id, "grads",
@@ -609,6 +644,17 @@ Result check_grads(const Context& c) {
               (n.kind == NodeKind::recv ? " (the other copy's gradients it adds in)"
                                         : " (the send reads the gradients it changes)"));
     }
+  }
+  for (const auto& [key, seen] : expected) {
+    if (seen > 0) continue;
+    const auto [stage, to] = key;
+    return make_violation(g, -1, "grads",
+                          "stage " + std::to_string(stage) +
+                              "'s weight gradients are never sent "
+                              "to device " +
+                              std::to_string(to) +
+                              ", which holds another copy of it "
+                              "(its weights would drift apart from this copy's)");
   }
   return std::nullopt;
 }

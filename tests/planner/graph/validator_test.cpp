@@ -271,6 +271,34 @@ TEST(Validator, ADataEdgeFromAnotherDeviceIsNoInput) {
   EXPECT_EQ(v.node, consumer);
 }
 
+// A message carries the tensor it is keyed by (its op, stage and micro-batch) from its own
+// device: a producer's edge into another micro-batch's send, or into a send on another device,
+// moves nothing the consumer can read.
+TEST(Validator, AnInputThroughAnotherOpsMessageIsNoInput) {
+  Plan plan = sample();
+  const TaskGraph& g = plan.graph;
+  const int producer = find_node(g, NodeKind::compute, "1F5");
+  const int consumer = find_node(g, NodeKind::compute, "2F5");
+  const Node& c = g.node(consumer);
+  const auto recv_into_consumer = [&](const Node& from, const Node& to) {
+    return &to == &c && from.kind == NodeKind::recv;
+  };
+  // 1F5 feeds the send of 1F4 (its own device, its own kind of message), whose recv feeds 2F5.
+  const int other_mb = find_node(g, NodeKind::send, "1F4");
+  const Violation v = expect_violation(
+      edited(g, recv_into_consumer, {{producer, other_mb}, {g.node(other_mb).match, consumer}}),
+      "inputs");
+  EXPECT_EQ(v.node, consumer);
+  // 1F5 feeds the send of 2F4, on stage 2's device, whose recv (on stage 3's) feeds 2F5.
+  const int other_device = find_node(g, NodeKind::send, "2F4");
+  ASSERT_NE(g.node(other_device).device, g.node(producer).device);
+  const Violation w =
+      expect_violation(edited(g, recv_into_consumer,
+                              {{producer, other_device}, {g.node(other_device).match, consumer}}),
+                       "inputs");
+  EXPECT_EQ(w.node, consumer);
+}
+
 TEST(Validator, CatchesASendThatWaitsForItsOwnRecv) {
   Plan plan = sample();
   TaskGraph& g = plan.graph;
@@ -397,6 +425,31 @@ TEST(Validator, TheOptimizerStepWaitsForTheGradientExchange) {
   EXPECT_NE(w.message.find("last weight gradient"), std::string::npos) << w.message;
 }
 
+// Two copies on two devices must exchange each stage's weight gradients both ways: without the
+// exchange the plan still runs, and the copies' weights drift apart after the first step.
+TEST(Validator, TwoCopiesThatNeverExchangeTheirGradientsAreRefused) {
+  const Plan plan = uniform_plan({.devices = 2,
+                                  .microbatches = 4,
+                                  .chunks = 2,
+                                  .schedule = "dualpipe",
+                                  .backward = BackwardMode::twobp});
+  const TaskGraph& g = plan.graph;
+  ASSERT_FALSE(find_violation(g).has_value());
+  std::set<int> grads;
+  std::set<int> one_way;  // device 0's sends and their recvs
+  for (int id = 0; id < g.node_count(); ++id) {
+    const Node& n = g.node(id);
+    if (n.transfer != Transfer::grads) continue;
+    grads.insert(id);
+    if (n.kind == NodeKind::send && n.device == 0) one_way.insert({id, n.match});
+  }
+  ASSERT_FALSE(one_way.empty());
+  const Violation none = expect_violation(without_nodes(g, grads), "grads");
+  EXPECT_NE(none.message.find("never sent"), std::string::npos) << none.message;
+  const Violation half = expect_violation(without_nodes(g, one_way), "grads");
+  EXPECT_NE(half.message.find("to device 1"), std::string::npos) << half.message;
+}
+
 // An evicted stash that no load brings back: its backward would run without it, and the
 // evictor's memory would fall below what it holds.
 TEST(Validator, AnEvictionWithoutItsLoadIsRefused) {
@@ -413,6 +466,32 @@ TEST(Validator, AnEvictionWithoutItsLoadIsRefused) {
   const Violation v =
       expect_violation(without_nodes(g, {load, g.node(load).match}), "transfer-use");
   EXPECT_NE(v.message.find("no load sends back"), std::string::npos) << v.message;
+}
+
+// A stash move frees on its send and allocates on its recv exactly the bytes it moves: a recv
+// that allocates nothing would hold the stash on neither device and slip under a memory limit.
+TEST(Validator, AStashMoveHoldsExactlyTheBytesItMoves) {
+  PlanRequest r = testing::uniform_request({.devices = 4, .microbatches = 8, .comm = 0.1});
+  r.bpipe = BpipeMode::on;
+  const Plan plan = make_plan(r);
+  ASSERT_FALSE(find_violation(plan.graph).has_value());
+  for (const auto& [kind, field] :
+       {std::pair{"recv", "alloc_bytes"}, {"send", "free_bytes"}, {"send", "alloc_bytes"}}) {
+    nlohmann::json j = plan_to_json(plan.graph);
+    bool edited_one = false;
+    for (nlohmann::json& n : j["nodes"]) {
+      if (edited_one || n.value("kind", "") != kind || !n.contains("transfer") ||
+          n["transfer"] != "evict")
+        continue;
+      n[field] = std::string(field) == "alloc_bytes" && std::string(kind) == "send"
+                     ? n["bytes"].get<std::int64_t>()
+                     : 0;
+      edited_one = true;
+    }
+    ASSERT_TRUE(edited_one) << "the plan moves no stash";
+    const Violation v = expect_violation(plan_from_json(j, "edited.json"), "transfer-use");
+    EXPECT_NE(v.message.find("exactly the bytes it moves"), std::string::npos) << v.message;
+  }
 }
 
 TEST(Validator, CatchesBytesOnAPipelineTransferAndFreesBeyondAllocations) {
