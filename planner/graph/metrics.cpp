@@ -42,7 +42,18 @@ bool over_shared_gpu_hbm(const PlanMeta& meta, const StepMetrics& step) {
 
 namespace {
 
-using MemoryEvents = std::vector<std::pair<double, std::int64_t>>;  // (time, +alloc / -free)
+// A change of a device's memory at `time`: +alloc / -free; `held`, for a node that starts and
+// ends at one instant, what it holds for that instant on top of the memory before it (its
+// allocation and working memory; `delta` is then its allocation less its release).
+struct MemoryEvent {
+  double time;
+  std::int64_t delta;
+  std::int64_t held = 0;
+  bool operator<(const MemoryEvent& o) const {
+    return time != o.time ? time < o.time : delta < o.delta;
+  }
+};
+using MemoryEvents = std::vector<MemoryEvent>;
 
 void memory_metrics(const TaskGraph& graph, std::vector<MemoryEvents>& events,
                     std::vector<DeviceMetrics>& devices) {
@@ -59,7 +70,8 @@ void memory_metrics(const TaskGraph& graph, std::vector<MemoryEvents>& events,
     m.memory_timeline.clear();
     m.memory_timeline.reserve(e.size() + 1);
     m.memory_timeline.emplace_back(0.0, base);
-    for (const auto& [time, delta] : e) {
+    for (const auto& [time, delta, held] : e) {
+      m.peak_memory_bytes = std::max(m.peak_memory_bytes, current + held);
       current += delta;
       m.peak_memory_bytes = std::max(m.peak_memory_bytes, current);
       if (m.memory_timeline.back().first == time) {
@@ -106,11 +118,20 @@ StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times
                   " runs on unknown device " + std::to_string(n.device));
     }
     // Working memory is held from the node's start to its end, on top of what it allocates.
-    if (n.alloc_bytes + n.work_bytes != 0) {
-      events[d].emplace_back(t.start_us, n.alloc_bytes + n.work_bytes);
-    }
-    if (n.free_bytes + n.work_bytes != 0) {
-      events[d].emplace_back(t.end_us, -(n.free_bytes + n.work_bytes));
+    if (t.end_us == t.start_us) {
+      // Its start and its end at one instant: ordered by bytes alone, the end's release could
+      // come first and the node would never be seen holding anything.
+      if (n.alloc_bytes + n.work_bytes + n.free_bytes != 0) {
+        events[d].push_back(
+            {t.start_us, n.alloc_bytes - n.free_bytes, n.alloc_bytes + n.work_bytes});
+      }
+    } else {
+      if (n.alloc_bytes + n.work_bytes != 0) {
+        events[d].push_back({t.start_us, n.alloc_bytes + n.work_bytes});
+      }
+      if (n.free_bytes + n.work_bytes != 0) {
+        events[d].push_back({t.end_us, -(n.free_bytes + n.work_bytes)});
+      }
     }
     any_pair = any_pair || n.overlaps_next;
     if (n.kind != NodeKind::compute) continue;

@@ -52,6 +52,26 @@ Small small() {
   return s;
 }
 
+// A node that starts and ends at one instant still holds its working memory for that instant
+// (its release, ordered by bytes alone, came before its start), and several such nodes at one
+// instant, one after another on their stream, never add up.
+TEST(StepMetrics, AnOpOfNoDurationStillHoldsItsMemory) {
+  Small s;
+  s.graph.meta.devices = 2;
+  s.graph.meta.microbatches = 4;
+  s.graph.meta.static_bytes = {100, 50};
+  for (int k = 0; k < 8; ++k) {
+    const int id = s.add(0, NodeKind::compute, 0, 0, 5, 5);
+    s.graph.node(id).work_bytes = std::int64_t{1} << 60;
+  }
+  s.add(1, NodeKind::compute, 6, 0, 0, 5);
+  s.add(1, NodeKind::compute, 0, 6, 5, 5);  // frees at its one instant what the first allocated
+  const StepMetrics m = step_metrics(s.graph, s.times);
+  EXPECT_EQ(m.devices[0].peak_memory_bytes, 100 + (std::int64_t{1} << 60));
+  EXPECT_EQ(m.devices[1].peak_memory_bytes, 56);
+  EXPECT_EQ(m.devices[1].memory_timeline.back().second, 50);
+}
+
 TEST(StepMetrics, ByHandOnASmallGraph) {
   const Small s = small();
   const StepMetrics m = step_metrics(s.graph, s.times);
