@@ -509,6 +509,12 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     const auto& j = nodes[static_cast<std::size_t>(i)];
     if (require_integer(j, "id", ctx) != i)
       throw Error(ctx + ": field 'id' must equal " + std::to_string(i));
+    // A misspelt optional field ("work_byte") would otherwise read as its default.
+    require_known_fields(j,
+                         {"id", "kind", "op", "device", "stream", "stage", "microbatches",
+                          "duration_us", "label", "alloc_bytes", "free_bytes", "work_bytes",
+                          "overlaps_next", "transfer", "bytes", "peer", "match"},
+                         source, "nodes[" + std::to_string(i) + "]", "a plan's node");
     Node node = node_from_json(j, ctx, g, node_total, version);
     allocated.add(node, [&]() -> const std::string& { return ctx; });
     g.add_node_unordered(std::move(node));

@@ -67,6 +67,13 @@ TEST(PlanLoad, SizesAboveTheLimitsAreRefused) {
 }
 
 // GPUs per device: written only when more than one, read back, bounded.
+// A version 2 node's misspelt optional field is named, not read as its default (0 bytes).
+TEST(PlanLoad, AVersion2NodesUnknownFieldIsNamed) {
+  EXPECT_EQ(load_error([](json& p) { p["nodes"][1]["work_byte"] = 123; }),
+            "p.json: field 'nodes[1].work_byte' is not a field of a plan's node (did you mean "
+            "'work_bytes'?)");
+}
+
 TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
   EXPECT_FALSE(good_plan()["meta"].contains("tensor_parallel"));
   PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
