@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -33,6 +34,7 @@
 #include "profiles/model.h"
 #include "profiles/partition.h"
 #include "runtime/trace_diff.h"
+#include "schedules/schedule.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
@@ -51,6 +53,12 @@ constexpr double kMaxTimeConstantMs = kMaxTimeConstantUs / 1e3;
 std::string percent(double fraction, int width) {
   if (std::isnan(fraction)) return printf_text("%*s", width, "-");
   return printf_text("%*.1f%%", width - 1, 100 * fraction);
+}
+
+// "+12.3%" from a percentage, or "-" for NaN (no device with a predicted peak).
+std::string signed_percent(double pct, int width) {
+  if (std::isnan(pct)) return printf_text("%*s", width, "-");
+  return printf_text("%+*.1f%%", width - 1, pct);
 }
 
 // The same run given twice would count twice: as the same path or two spellings of it, or as a
@@ -122,6 +130,19 @@ void check_run_of_profile(const TaskGraph& plan, const std::string& plan_path,
 void check_planned_from(const TaskGraph& plan, const std::string& plan_path, const Profile& profile,
                         const std::string& profile_path) {
   const PlanMeta& meta = plan.meta;
+  // A profile without the run's micro-batch size has no time to compare (the profiler is given
+  // its sizes): named with the file, as plan names it.
+  const std::vector<LayerKind> layers = meta.model.layer_list();
+  for (const LayerKind kind : std::set<LayerKind>(layers.begin(), layers.end())) {
+    try {
+      static_cast<void>(profile.cost(kind, meta.mbs));
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      throw Error(profile_path + ": " + what.substr(what.starts_with("profile has ") ? 12 : 0) +
+                  ", the meta.mbs of " + plan_path +
+                  " (fit the runs with the profile they were planned from)");
+    }
+  }
   const std::vector<StageCost> costs =
       stage_costs(meta.model, profile, meta.mbs, Partition{meta.stage_layers}, 1, meta.recompute);
   for (const Node& node : plan.nodes()) {
@@ -134,6 +155,48 @@ void check_planned_from(const TaskGraph& plan, const std::string& plan_path, con
           plan_path.c_str(), node.stage, node.duration_us, profiled, profile_path.c_str()));
     }
   }
+}
+
+// Where a schedule made again differs from the one that ran: its family, backward mode or shape,
+// or the first device and position whose action differs; "" when none does.
+std::string schedule_differs(const Schedule& ran, const Schedule& again) {
+  const auto both = [](const std::string& field, const std::string& a, const std::string& b) {
+    return field + " (" + a + " ran, " + b + " now)";
+  };
+  if (ran.family != again.family) return both("schedule family", ran.family, again.family);
+  if (ran.backward != again.backward) {
+    return both("schedule backward", std::string(to_string(ran.backward)),
+                std::string(to_string(again.backward)));
+  }
+  if (ran.devices != again.devices) {
+    return both("schedule devices", std::to_string(ran.devices), std::to_string(again.devices));
+  }
+  if (ran.microbatches != again.microbatches) {
+    return both("schedule microbatches", std::to_string(ran.microbatches),
+                std::to_string(again.microbatches));
+  }
+  if (ran.replicas != again.replicas) {
+    return both("schedule replicas", std::to_string(ran.replicas), std::to_string(again.replicas));
+  }
+  if (ran.stage_device != again.stage_device) return "schedule stage_device";
+  const auto text = [](const Action& action) {
+    return format_action(action) + (action.overlaps_next ? " overlapping the next" : "");
+  };
+  const std::size_t devices = std::min(ran.per_device.size(), again.per_device.size());
+  for (std::size_t d = 0; d < devices; ++d) {
+    const std::vector<Action>& a = ran.per_device[d];
+    const std::vector<Action>& b = again.per_device[d];
+    const std::string device = "device " + std::to_string(d);
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (!(a[i] == b[i]))
+        return both(device + "'s action " + std::to_string(i), text(a[i]), text(b[i]));
+    }
+    if (a.size() != b.size()) {
+      return both(device + "'s actions", std::to_string(a.size()), std::to_string(b.size()));
+    }
+  }
+  if (ran.per_device.size() != again.per_device.size()) return "schedule per-device lists";
+  return "";
 }
 
 // Where a plan made again differs from the one that ran, in the fields that decide what ran (its
@@ -226,8 +289,10 @@ struct FitCommand {
     check_options();
     Profile profile = load_profile(profile_path);
     if (copy_only && profile.contention.empty()) {
-      throw Error(profile_path +
-                  ": field 'contention' is missing (--copy-only keeps its compute curves)");
+      // A sustained term alone (separate GPUs) has a contention object but no curve to keep.
+      throw Error(profile_path + ": field '" +
+                  (profile.contention.has_model() ? "contention.slowdown" : "contention") +
+                  "' is missing (--copy-only keeps its compute curves)");
     }
     const std::vector<MeasuredRun> measured = load_runs(runs);
     for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -261,6 +326,10 @@ struct FitCommand {
     profile.contention = fit.contention;
     profile.contention.source =
         copy_only ? given_source + (given_source.empty() ? "copy " : "; copy ") + source : source;
+    if (fit.copy_kept) {
+      profile.contention.source +=
+          "; copy factors kept from " + fs::path(profile_path).filename().string();
+    }
     std::string listed;
     for (const std::string& prefix : runs)
       listed += (listed.empty() ? "" : ", ") + prefix;
@@ -295,7 +364,9 @@ struct FitCommand {
             "sustained load: x (1 + %.2f H), H the share of devices computing over %g ms, %s "
             "(the curves below are at H = 0)\n",
             c.sustained->factor, c.sustained->time_constant_us / 1e3,
-            fit.sustained_kept ? "kept from the profile" : "fitted");
+            fit.sustained_kept    ? "kept from the profile"
+            : fit.sustained_fixed ? "fixed"
+                                  : "fitted");
       }
       std::cout << "slowdown by compute ops running at once (1 = alone):\n";
       const auto curve_line = [](const std::string& name, const std::vector<double>& curve) {
@@ -320,11 +391,18 @@ struct FitCommand {
                                  percent(r.op_error_after, 8).c_str());
       }
     }
-    if (!fit.copy_note.empty()) {
-      std::cout << "copies: " << fit.copy_note << "\n";
-    } else if (!fit.copy_fitted) {
-      std::cout << "copies: too few to fit (or too few beside / away from the sender's compute); "
-                   "no copy factors\n";
+    if (!fit.copy_fitted) {
+      const std::string why = !fit.copy_note.empty()
+                                  ? fit.copy_note
+                                  : "too few to fit (or too few beside / away from the sender's "
+                                    "compute)";
+      std::cout << "copies: " << why
+                << (fit.copy_kept
+                        ? printf_text("; kept from the profile: %.3f x link time with the sender "
+                                      "idle, %.3f x beside its compute",
+                                      c.copy->sender_idle, c.copy->sender_computing)
+                        : std::string("; no copy factors"))
+                << "\n";
     } else {
       std::cout << printf_text(
           "copies between stages: %.3f x link time with the sender idle, %.3f x beside its "
@@ -443,7 +521,10 @@ struct EvalCommand {
       if (replanned) {
         Plan plan = replan(prefix, profile_path, over_memory);
         if (!(plan.graph.schedule == recorded.schedule)) {
-          throw Error(prefix + ".plan.txt: the re-planned schedule is not the one that ran");
+          const std::string field = schedule_differs(recorded.schedule, plan.graph.schedule);
+          throw Error(prefix + ".plan.txt: the re-planned schedule is not the one that ran (" +
+                      (field.empty() ? "schedule" : field) +
+                      "); give --resimulate to simulate the recorded plan");
         }
         if (const std::string field = what_differs(recorded, plan.graph); !field.empty()) {
           throw Error(prefix + ".plan.txt: re-planned with " + profile_path +
@@ -460,17 +541,13 @@ struct EvalCommand {
       std::string memory = printf_text("%14s %8s", "-", "-");
       if (fs::exists(prefix + ".run.json")) {
         const std::string path = prefix + ".run.json";
-        const RecordedPeaks peaks = recorded_peaks(read_text_file(path), path);
+        const RecordedPeaks peaks =
+            recorded_peaks(read_text_file(path), path, recorded.meta.devices);
         const std::vector<std::int64_t> predicted =
             peaks.predicted_bytes.empty() ? before.peak_memory_bytes() : peaks.predicted_bytes;
-        if (peaks.measured_bytes.size() != before.peak_memory_bytes().size()) {
-          throw Error(path + ": " + std::to_string(peaks.measured_bytes.size()) +
-                      " devices' peaks for a plan of " +
-                      std::to_string(before.peak_memory_bytes().size()) + " devices");
-        }
-        memory = printf_text(
-            "%+13.1f%% %+7.1f%%", worst_memory_error_pct(predicted, peaks.measured_bytes),
-            worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes));
+        memory = signed_percent(worst_memory_error_pct(predicted, peaks.measured_bytes), 14) + " " +
+                 signed_percent(
+                     worst_memory_error_pct(after.peak_memory_bytes(), peaks.measured_bytes), 8);
       }
       table += printf_text("%-*s %12.3f %10.3f %+7.1f%% %10.3f %+7.1f%% %s%s%s\n", w,
                            labels[i].c_str(), measured / 1e3, before.makespan_us / 1e3,

@@ -48,6 +48,7 @@ struct ComputeSpan {
   int node;  // the op, or a pair's first
   NodeTime time;
   bool pair;
+  double work_us;  // profiled: the op's, or the pair's overlapped time as the simulator takes it
 };
 
 std::vector<ComputeSpan> compute_spans(const MeasuredRun& run) {
@@ -63,9 +64,15 @@ std::vector<ComputeSpan> compute_spans(const MeasuredRun& run) {
   for (int id = 0; id < plan.node_count(); ++id) {
     const int r = role[static_cast<std::size_t>(id)];
     if (plan.node(id).kind != NodeKind::compute || r == -2) continue;
-    spans.push_back(
-        r < 0 ? ComputeSpan{id, run.times.at(static_cast<std::size_t>(id)), false}
-              : ComputeSpan{id, pair_time(pairs[static_cast<std::size_t>(r)], run.times), true});
+    if (r < 0) {
+      spans.push_back(
+          {id, run.times.at(static_cast<std::size_t>(id)), false, plan.node(id).duration_us});
+    } else {
+      const OverlapPair& pair = pairs[static_cast<std::size_t>(r)];
+      spans.push_back({id, pair_time(pair, run.times), true,
+                       overlapped_time_us(plan.node(pair.first).duration_us,
+                                          plan.node(pair.second).duration_us, plan.meta.overlap)});
+    }
   }
   return spans;
 }
@@ -315,6 +322,50 @@ double op_error(const std::vector<OpSample>& samples, const Contention& contenti
   return timed == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / timed;
 }
 
+double separate_gpus_op_error(const MeasuredRun& run, const SustainedLoad& sustained) {
+  const TaskGraph& plan = run.plan;
+  std::vector<ComputeSpan> spans = compute_spans(run);
+  // DeviceLoad takes a device's ops in order of start.
+  std::stable_sort(spans.begin(), spans.end(), [](const ComputeSpan& a, const ComputeSpan& b) {
+    return a.time.start_us < b.time.start_us;
+  });
+  // The step from its first node's start to its last node's end: the simulator's starts at 0 and
+  // repeats from the loads its end leaves.
+  double origin = std::numeric_limits<double>::infinity();
+  double end = -origin;
+  for (const NodeTime& t : run.times) {
+    origin = std::min(origin, t.start_us);
+    end = std::max(end, t.end_us);
+  }
+  if (spans.empty() || !(end > origin)) return std::numeric_limits<double>::quiet_NaN();
+  const int devices = plan.meta.devices;
+  std::vector<double> predicted(spans.size());
+  const auto pass = [&](std::vector<double>& loads) {
+    std::vector<DeviceLoad> device_loads = device_loads_from(loads, devices);
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      const ComputeSpan& span = spans[i];
+      const auto device = static_cast<std::size_t>(plan.node(span.node).device);
+      predicted[i] =
+          device_loads.at(device).run(sustained, span.time.start_us - origin, span.work_us);
+    }
+    write_loads_at(device_loads, sustained, end - origin, loads);
+    return end - origin;
+  };
+  std::vector<double> loads =
+      periodic_loads(sustained, static_cast<std::size_t>(std::max(devices, 0)), pass);
+  pass(loads);
+  double sum = 0;
+  int timed = 0;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const ComputeSpan& span = spans[i];
+    const double measured = span.time.end_us - span.time.start_us;
+    if (span.pair || !(span.work_us > 0) || !(measured > 0)) continue;
+    sum += std::abs(predicted[i] / measured - 1);
+    ++timed;
+  }
+  return timed == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / timed;
+}
+
 double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy) {
   if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> errors;
@@ -514,6 +565,10 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     fit.contention = given;
   } else if (options.sustained) {
     fit.contention = fit_sustained(runs, devices, options, progress);
+    const std::set<double> taus(options.time_constants_us.begin(), options.time_constants_us.end());
+    fit.sustained_fixed =
+        contention_fit::factor_grid(options.min_factor, options.max_factor).size() == 1 &&
+        taus.size() == 1;
   } else {
     if (given.empty() && given.sustained) {
       // Separate GPUs, each with its own load: the curves would put them on one GPU under its
@@ -554,11 +609,16 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
       check(curve, "contention.by_op." + op);
   }
   if (!copy_note.empty()) {
-    fit.copy_note = copy_note + "; no copy factors";
+    fit.copy_note = copy_note;
   } else if (copy) {
     fit.contention.copy = CopySlowdown{contention_fit::rounded(copy->sender_idle),
                                        contention_fit::rounded(copy->sender_computing)};
     fit.copy_fitted = true;
+  }
+  // Copies the runs cannot fit say nothing against the factors the profile has: those stay.
+  if (!fit.copy_fitted && given.copy) {
+    fit.contention.copy = given.copy;
+    fit.copy_kept = true;
   }
 
   // The curves alone: the op samples under the sustained term carry it already.
@@ -573,11 +633,15 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
     const Contention& planned = run.plan.meta.contention;
     Contention planned_curves = planned;
     planned_curves.sustained.reset();
-    report.op_error_before =
-        contention_fit::op_error(planned.sustained && !planned.empty()
-                                     ? contention_fit::op_samples(run, devices, planned.sustained)
-                                     : plain[r],
-                                 planned_curves);
+    if (planned.sustained && planned.empty()) {
+      // Separate GPUs: each device under its own load, as the simulator times them.
+      report.op_error_before = contention_fit::separate_gpus_op_error(run, *planned.sustained);
+    } else {
+      report.op_error_before = contention_fit::op_error(
+          planned.sustained ? contention_fit::op_samples(run, devices, planned.sustained)
+                            : plain[r],
+          planned_curves);
+    }
     report.op_error_after = contention_fit::op_error(
         fit.contention.sustained
             ? contention_fit::op_samples(run, devices, fit.contention.sustained)

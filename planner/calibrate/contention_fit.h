@@ -58,7 +58,7 @@ struct RunFitReport {
   double op_error_after = 0;     // the same under the fitted model
   int sends = 0;                 // transfers with a link time
   double copy_error_before = 0;  // median |relative error| of copies, the plan's copy factors
-  double copy_error_after = 0;   // under the fitted copy factors; NaN without them
+  double copy_error_after = 0;   // under the fitted (or kept) copy factors; NaN without them
   double measured_makespan_us = 0;
   double predicted_before_us = 0;  // the recorded plan simulated as it was made
   double predicted_after_us = 0;   // the recorded plan simulated under the fitted model
@@ -67,8 +67,10 @@ struct RunFitReport {
 struct ContentionFit {
   Contention contention;  // the fitted model ("source" left to the caller)
   bool copy_fitted = false;
-  std::string copy_note;        // why copies fitted no factors a profile can hold ("" otherwise)
-  bool sustained_kept = false;  // the given sustained-load term kept (neither flag, one given)
+  bool copy_kept = false;        // none fitted: the given copy factors kept
+  std::string copy_note;         // why copies fitted no factors a profile can hold ("" otherwise)
+  bool sustained_kept = false;   // the given sustained-load term kept (neither flag, one given)
+  bool sustained_fixed = false;  // sustained with a grid of one factor and one time constant
   std::vector<RunFitReport> runs;
 };
 
@@ -78,7 +80,9 @@ struct ContentionFit {
 // nor sustained, its sustained term (where it has one, beside curves: a term alone is separate
 // GPUs', refused) is kept and the curves are fitted under it. Factors are written from 0.01 to
 // kMaxSlowdown: a slowdown outside is an error, copy factors outside are left out (`copy_note`
-// says why), with copy_only an error.
+// says why), with copy_only an error. Where no copy factors are fitted, `given`'s are kept.
+// Each run's error before is under its own plan's model: a sustained term without curves (separate
+// GPUs) times each device's ops under that device's own load, as the simulator does.
 // `progress`, when set, gets a line per step of the sustained-load grid. Throws Error naming the
 // run or the field that cannot be fitted (no compute op, too few distinct concurrency levels,
 // copy_only with too few transfers or factors outside the range).
@@ -149,6 +153,12 @@ std::optional<CopySlowdown> fit_copy(const std::vector<CopySample>& samples, int
 // Mean |relative error| of the op times `contention` predicts from the measured concurrency, over
 // the ops the trace gives time (NaN when none does).
 double op_error(const std::vector<OpSample>& samples, const Contention& contention);
+// Mean |relative error| of the op times the separate-GPU model (`sustained` without curves)
+// predicts: each device's ops taken in order of their measured starts by the simulator's
+// DeviceLoad, an overlapped pair as one op of its overlapped time, from the loads the measured
+// step leaves at its end (periodic_loads). Over the ops alone with a profiled and a measured time
+// (NaN when none).
+double separate_gpus_op_error(const MeasuredRun& run, const SustainedLoad& sustained);
 // Median |relative error| of the copies' link times under `copy`.
 double copy_error(const std::vector<CopySample>& samples, const CopySlowdown& copy);
 // The sustained-load factors tried: min_factor..max_factor by 0.05, both bounds included.

@@ -31,6 +31,34 @@ void require_same(const nlohmann::json& a, const nlohmann::json& b, std::string_
   }
 }
 
+// The same for the model, its name aside (a model from a config.json is named after where it was
+// read, as the runs' checks take it): the first subfield that differs.
+void require_same_model(const nlohmann::json& a, const nlohmann::json& b, std::string_view name,
+                        std::string_view other_name) {
+  nlohmann::json mine = a.at("model");
+  nlohmann::json theirs = b.at("model");
+  mine.erase("name");
+  theirs.erase("name");
+  if (mine == theirs) return;
+  std::string key;
+  for (const auto& [field, value] : mine.items()) {
+    if (!theirs.contains(field) || theirs.at(field) != value) {
+      key = field;
+      break;
+    }
+  }
+  if (key.empty()) {
+    for (const auto& [field, value] : theirs.items()) {
+      if (!mine.contains(field)) {
+        key = field;
+        break;
+      }
+    }
+  }
+  throw Error(std::string(name) + ": field 'model." + key + "' differs from " +
+              std::string(other_name) + "'s");
+}
+
 }  // namespace
 
 std::optional<int> measured_sm_partition(const Profile& profile) {
@@ -56,7 +84,8 @@ Profile with_contention_of(const Profile& profile, std::string_view profile_name
     throw Error(std::string(source_name) + ": field 'contention' is missing (nothing to copy)");
   const nlohmann::json a = profile_to_json(profile);
   const nlohmann::json b = profile_to_json(source);
-  for (const std::string_view field : {"model", "seq", "attention", "gpu"})
+  require_same_model(a, b, profile_name, source_name);
+  for (const std::string_view field : {"seq", "attention", "gpu"})
     require_same(a, b, field, profile_name, source_name);
   const std::optional<int> mine = measured_sm_partition(profile);
   const std::optional<int> theirs = measured_sm_partition(source);
@@ -78,7 +107,8 @@ Profile with_working_memory_of(const Profile& profile, std::string_view profile_
                                std::string_view measured_name) {
   const nlohmann::json a = profile_to_json(measured);
   const nlohmann::json b = profile_to_json(profile);
-  for (const std::string_view field : {"model", "seq", "attention"})
+  require_same_model(a, b, measured_name, profile_name);
+  for (const std::string_view field : {"seq", "attention"})
     require_same(a, b, field, measured_name, profile_name);
   // Working memory is what an allocator saw: an estimate (or a profile given it by this
   // command, which keeps its own provenance) is no source of it.

@@ -16,17 +16,18 @@ namespace pipeplan {
 // provenance, or nullopt (the whole GPU).
 std::optional<int> measured_sm_partition(const Profile& profile);
 
-// `profile` with `source`'s contention model. Both must describe the same model, sequence
-// length, attention and GPU, measured in the same SM share; else Error naming `profile_name` and
-// the field that differs. `source` must have a model (Error naming `source_name`).
+// `profile` with `source`'s contention model. Both must describe the same model (its name aside:
+// a model from a config.json is named after where it was read), sequence length, attention and
+// GPU, measured in the same SM share; else Error naming `profile_name` and the field that differs
+// (a model's subfield: 'model.layers'). `source` must have a model (Error naming `source_name`).
 Profile with_contention_of(const Profile& profile, std::string_view profile_name,
                            const Profile& source, std::string_view source_name);
 
 // `profile` with every layer's working memory (forward_work_bytes, p1_work_bytes,
 // p2_work_bytes) taken from `measured` (its JSON as read, `measured_json`, tells a field never
-// measured from one measured as 0): same model, sequence length and attention, and every
-// (kind, micro-batch size) of `profile` in `measured`; else Error naming `measured_name` and the
-// field. Times and contention stay `profile`'s.
+// measured from one measured as 0): same model (its name aside), sequence length and attention,
+// and every (kind, micro-batch size) of `profile` in `measured`; else Error naming
+// `measured_name` and the field. Times and contention stay `profile`'s.
 Profile with_working_memory_of(const Profile& profile, std::string_view profile_name,
                                const Profile& measured, const nlohmann::json& measured_json,
                                std::string_view measured_name);

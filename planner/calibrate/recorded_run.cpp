@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -68,7 +69,7 @@ std::vector<std::string> recorded_command(std::string_view text, std::string_vie
               ": no line '# command: pipeplan plan ...' (the command on the same line)");
 }
 
-RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
+RecordedPeaks recorded_peaks(std::string_view text, std::string_view source, int devices) {
   std::string body;
   std::size_t at = 0;
   while (at < text.size()) {
@@ -99,24 +100,52 @@ RecordedPeaks recorded_peaks(std::string_view text, std::string_view source) {
       }
       peaks.measured_bytes.push_back(*b);
     }
+    if (bytes.size() != static_cast<std::size_t>(devices)) {
+      throw Error(context + ": " + std::to_string(bytes.size()) + " devices' peaks for a plan of " +
+                  std::to_string(devices) + " devices (peak_memory_bytes)");
+    }
     return peaks;
   }
   if (!report.is_object() || !report.contains("peak_memory") || !report["peak_memory"].is_array() ||
       report["peak_memory"].empty()) {
     throw Error(context + ": no 'peak_memory' rows (CUDA report) or 'peak_memory_bytes' (CPU)");
   }
-  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> by_device;
+  // Per device: the row that gave it, its measured and its predicted peak.
+  std::map<std::int64_t, std::tuple<std::size_t, std::int64_t, std::int64_t>> by_device;
   for (std::size_t i = 0; i < report["peak_memory"].size(); ++i) {
     const nlohmann::json& row = report["peak_memory"][i];
     const std::string where = context + ": peak_memory[" + std::to_string(i) + "]";
     if (!row.is_object()) throw Error(where + " must be an object");
-    by_device[require_integer(row, "device", where)] = {
-        require_integer(row, "measured_bytes", where),
-        require_integer(row, "predicted_bytes", where)};
+    const std::int64_t device = require_integer(row, "device", where);
+    if (device < 0 || device >= devices) {
+      throw Error(where + ": field 'device' is " + std::to_string(device) + ", not one of the " +
+                  std::to_string(devices) + " devices of the plan (0 to " +
+                  std::to_string(devices - 1) + ")");
+    }
+    if (const auto it = by_device.find(device); it != by_device.end()) {
+      throw Error(where + ": field 'device' is " + std::to_string(device) + " again (peak_memory[" +
+                  std::to_string(std::get<0>(it->second)) + "] gave it)");
+    }
+    const std::int64_t measured = require_integer(row, "measured_bytes", where);
+    if (measured < 0) {
+      throw Error(where + ": field 'measured_bytes' is " + std::to_string(measured) + ", below 0");
+    }
+    // A peak is predicted for every device that holds anything: none is no prediction.
+    const std::int64_t predicted = require_integer(row, "predicted_bytes", where);
+    if (predicted <= 0) {
+      throw Error(where + ": field 'predicted_bytes' is " + std::to_string(predicted) +
+                  ", not above 0");
+    }
+    by_device[device] = {i, measured, predicted};
   }
-  for (const auto& [device, pair] : by_device) {
-    peaks.measured_bytes.push_back(pair.first);
-    peaks.predicted_bytes.push_back(pair.second);
+  for (std::int64_t device = 0; device < devices; ++device) {
+    const auto it = by_device.find(device);
+    if (it == by_device.end()) {
+      throw Error(context + ": peak_memory has no row for device " + std::to_string(device) +
+                  " (the plan has " + std::to_string(devices) + " devices)");
+    }
+    peaks.measured_bytes.push_back(std::get<1>(it->second));
+    peaks.predicted_bytes.push_back(std::get<2>(it->second));
   }
   return peaks;
 }
@@ -161,6 +190,27 @@ std::vector<std::string> run_labels(const std::vector<std::string>& prefixes) {
   add([&](const std::string& prefix, const std::string& label) {
     return folder(prefix, 2) + "/" + label;
   });
+  // Runs whose folders share their names further up: one folder more each time, until the labels
+  // differ. Runs whose folders agree all the way up (their names differ past the first word of
+  // the folder the second step shortened) are named by their paths as given.
+  for (int up = 3;; ++up) {
+    bool shared = false;
+    bool at_root = false;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (std::count(labels.begin(), labels.end(), labels[i]) > 1) {
+        shared = true;
+        at_root = at_root || folder(prefixes[i], up).empty();
+      }
+    }
+    if (!shared) break;
+    if (at_root) {
+      add([](const std::string& prefix, const std::string& /*label*/) { return prefix; });
+      break;
+    }
+    add([&](const std::string& prefix, const std::string& label) {
+      return folder(prefix, up) + "/" + label;
+    });
+  }
   return labels;
 }
 

@@ -2,10 +2,13 @@
 // (the plan made with it, drawn as a trace) is fitted back from the plan made without it; eval
 // then predicts the measured step; copy and working-memory carry a model and working memory
 // between profiles. Bad input: one line naming the file or flag, nothing written.
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -168,6 +171,65 @@ TEST_F(CalibrateCliTest, CopyOnlyKeepsTheCurvesAndSustainedFixedKeepsTheTerm) {
       << fixed.out;
   EXPECT_EQ(read_json(path("fixed.json"))["contention"]["sustained"],
             nlohmann::json({{"factor", 0.6}, {"time_constant_us", 20000.0}}));
+  // A grid of one point fits nothing: the term is reported as fixed.
+  EXPECT_NE(fixed.out.find("over 20 ms, fixed (the curves below are at H = 0)"), std::string::npos)
+      << fixed.out;
+  const CliResult grid = run_pipeplan(
+      "calibrate fit --sustained --min-factor 0.6 --max-factor 0.65 --time-constants-ms 20 "
+      "--profile " +
+      kProfile + " -o " + path("grid.json") + " " + run_);
+  ASSERT_EQ(grid.status, 0) << grid.out;
+  EXPECT_NE(grid.out.find("over 20 ms, fitted (the curves"), std::string::npos) << grid.out;
+}
+
+// A fit whose runs have too few transfers for the copy factors keeps the profile's, says so, and
+// its source says where they came from.
+TEST_F(CalibrateCliTest, TooFewTransfersKeepTheProfilesCopyFactors) {
+  make_run(kTruth);
+  nlohmann::json given = read_json(kProfile);
+  given["contention"] = {{"slowdown", {1.5}},
+                         {"copy", {{"sender_idle", 1.25}, {"sender_computing", 5.5}}},
+                         {"source", "given"}};
+  std::ofstream(path("given.json")) << given.dump();
+  const CliResult fit = run_pipeplan("calibrate fit --min-ops 100000 --profile " +
+                                     path("given.json") + " -o " + path("kept.json") + " " + run_);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  EXPECT_NE(fit.out.find("copies: too few to fit (or too few beside / away from the sender's "
+                         "compute); kept from the profile: 1.250 x link time with the sender "
+                         "idle, 5.500 x beside its compute"),
+            std::string::npos)
+      << fit.out;
+  const nlohmann::json c = read_json(path("kept.json"))["contention"];
+  EXPECT_EQ(c["copy"], given["contention"]["copy"]);
+  EXPECT_NE(c["source"].get<std::string>().find("; copy factors kept from given.json"),
+            std::string::npos)
+      << c["source"];
+}
+
+// A run planned for separate GPUs under a sustained term, "measured" as that plan predicts: the
+// error before is none, each device's ops under its own load as the simulator times them.
+TEST_F(CalibrateCliTest, ARunPlannedForSeparateGpusHasNoErrorBeforeUnderItsOwnModel) {
+  nlohmann::json separate = read_json(kProfile);
+  separate["contention"] = {{"sustained", {{"factor", 0.5}, {"time_constant_us", 30000}}}};
+  std::ofstream(path("sep.json")) << separate.dump();
+  const std::string run = path("sep");
+  ASSERT_EQ(run_pipeplan("plan " + kPlanArgs + " --profile " + path("sep.json") + " -o " + run +
+                         ".plan.json")
+                .status,
+            0);
+  ASSERT_EQ(run_pipeplan("show " + run + ".plan.json --trace " + run + ".trace.json").status, 0);
+  const CliResult fit = run_pipeplan("calibrate fit --sustained --time-constants-ms 30 --profile " +
+                                     path("sep.json") + " -o " + path("fitted.json") + " " + run);
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  // The op table's row: run, ops, error before, after.
+  const std::string table = fit.out.substr(fit.out.find("op error before"));
+  std::istringstream line(table.substr(table.find('\n') + 1));
+  std::vector<std::string> row;
+  for (std::string w; row.size() < 4 && line >> w;)
+    row.push_back(w);
+  ASSERT_EQ(row.size(), 4U) << fit.out;
+  EXPECT_EQ(row[0], "sep") << fit.out;
+  EXPECT_LT(percent_at(row, 2), 0.05) << fit.out;
 }
 
 // --overlap: a dualpipe-v run "measured" with overlap efficiency 0.4 (the plan made with it, drawn
@@ -248,6 +310,26 @@ TEST_F(CalibrateCliTest, RunsPlannedFromOtherTimesOrReplannedOtherwiseAreRefused
       run_pipeplan("calibrate eval --resimulate --profile " + path("heavy_head.json") + " " + run_)
           .status,
       0);
+
+  // A recorded command that makes another schedule: what differs is named, its family or the
+  // first action that does.
+  const std::string command =
+      "plan " + kPlanArgs + " --profile " + kProfile + " -o " + run_ + ".plan.json";
+  const auto schedule_refused = [&](const std::string& recorded, const std::string& named) {
+    write_text(run_ + ".plan.txt", "# command: pipeplan " + recorded + "\n");
+    const CliResult r = run_pipeplan("calibrate eval --profile " + kProfile + " " + run_);
+    EXPECT_NE(r.status, 0) << recorded;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find("run.plan.txt: the re-planned schedule is not the one that ran (" + named +
+                         "); give --resimulate"),
+              std::string::npos)
+        << r.out;
+  };
+  std::string gpipe = command;
+  gpipe.replace(gpipe.find("--schedule 1f1b"), 15, "--schedule gpipe");
+  schedule_refused(gpipe, "schedule family (1f1b ran, gpipe now)");
+  schedule_refused(command + " --p2-concat 4",
+                   "device 0's action 16 (0P2_0+1+2+3+4+5+6+7 ran, 0P2_0+1+2+3 now)");
 }
 
 TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
@@ -273,6 +355,31 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
       "--time-constants-ms");
   refused("fit --copy-only --profile " + kProfile + " -o " + none + " " + run_,
           "h100-sxm-llama-7b.analytic.json: field 'contention' is missing");
+  // A sustained term alone has no curve to keep: the field missing is the curve.
+  nlohmann::json separate = read_json(kProfile);
+  separate["contention"] = {{"sustained", {{"factor", 0.5}, {"time_constant_us", 30000}}}};
+  std::ofstream(path("sep.json")) << separate.dump();
+  refused("fit --copy-only --profile " + path("sep.json") + " -o " + none + " " + run_,
+          "sep.json: field 'contention.slowdown' is missing (--copy-only keeps its compute "
+          "curves)");
+  // A profile without the run's micro-batch size: the profile and the run's meta.mbs are named.
+  nlohmann::json small = read_json(kProfile);
+  for (auto& [kind, by_mbs] : small["layers"].items()) {
+    by_mbs.erase("2");
+    by_mbs.erase("4");
+  }
+  std::ofstream(path("small.json")) << small.dump();
+  const std::string big = path("big");
+  ASSERT_EQ(run_pipeplan("plan " + kPlanArgs + " --mbs 2 --profile " + kProfile + " -o " + big +
+                         ".plan.json")
+                .status,
+            0);
+  ASSERT_EQ(run_pipeplan("show " + big + ".plan.json --trace " + big + ".trace.json").status, 0);
+  refused("fit --profile " + path("small.json") + " -o " + none + " " + big,
+          path("small.json") +
+              ": no cost for layer kind 'embedding' at micro-batch size 2 "
+              "(sizes present: 1), the meta.mbs of " +
+              big + ".plan.json");
   refused("fit --overlap --profile " + kProfile + " -o " + none + " " + run_,
           "overlap: no run has an overlapped pair");
   refused("copy --from " + kProfile + " -o " + none + " " + kProfile,
@@ -305,6 +412,61 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   const CliResult same =
       run_pipeplan("calibrate eval --resimulate --profile " + path("renamed.json") + " " + run_);
   EXPECT_EQ(same.status, 0) << same.out;
+  // So do copy and working-memory.
+  nlohmann::json fitted = renamed;
+  fitted["contention"] = kTruth;
+  std::ofstream(path("fitted.json")) << fitted.dump();
+  const CliResult copied = run_pipeplan("calibrate copy --from " + path("fitted.json") + " -o " +
+                                        path("copied.json") + " " + kProfile);
+  EXPECT_EQ(copied.status, 0) << copied.out;
+  other["contention"] = kTruth;
+  std::ofstream(path("other.json")) << other.dump();
+  refused("copy --from " + path("other.json") + " -o " + none + " " + kProfile,
+          "field 'model.layers' differs from " + path("other.json") + "'s");
+}
+
+// A CUDA run report's peak rows: one per device of the plan, measured at least 0 and predicted
+// above 0; else one line naming the file, the row and the field.
+TEST_F(CalibrateCliTest, PeakRowsThatAreNotOnePerDeviceAreRefused) {
+  make_run(kTruth);
+  const auto eval_with = [&](const nlohmann::json& rows) {
+    write_text(run_ + ".run.json", "# command: pipeplan run (test)\n" +
+                                       nlohmann::json({{"peak_memory", rows}}).dump() +
+                                       "\n# exit status: 0\n");
+    return run_pipeplan("calibrate eval --resimulate --profile " + kProfile + " " + run_);
+  };
+  const auto rows = [](const std::vector<std::array<std::int64_t, 3>>& values) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [device, measured, predicted] : values)
+      out.push_back(
+          {{"device", device}, {"measured_bytes", measured}, {"predicted_bytes", predicted}});
+    return out;
+  };
+  constexpr std::int64_t kGiB = 1024 * kMiB;
+  const CliResult good = eval_with(rows({{0, 40 * kGiB, 40 * kGiB},
+                                         {1, 40 * kGiB, 40 * kGiB},
+                                         {2, 40 * kGiB, 40 * kGiB},
+                                         {3, 44 * kGiB, 40 * kGiB}}));
+  ASSERT_EQ(good.status, 0) << good.out;
+  EXPECT_NEAR(percent_at(last_row(good.out), 6), 10, 1e-9) << good.out;
+  const std::vector<std::pair<nlohmann::json, std::string>> bad = {
+      {rows({{0, -kGiB, kGiB}, {1, kGiB, kGiB}, {2, kGiB, kGiB}, {3, kGiB, kGiB}}),
+       "run.run.json: peak_memory[0]: field 'measured_bytes' is -1073741824, below 0"},
+      {rows({{0, kGiB, kGiB}, {1, kGiB, 0}, {2, kGiB, kGiB}, {3, kGiB, kGiB}}),
+       "run.run.json: peak_memory[1]: field 'predicted_bytes' is 0, not above 0"},
+      {rows({{0, kGiB, kGiB}, {1, kGiB, kGiB}, {2, kGiB, kGiB}, {7, kGiB, kGiB}}),
+       "run.run.json: peak_memory[3]: field 'device' is 7, not one of the 4 devices of the plan"},
+      {rows({{0, kGiB, kGiB}, {1, kGiB, kGiB}, {1, kGiB, kGiB}, {3, kGiB, kGiB}}),
+       "run.run.json: peak_memory[2]: field 'device' is 1 again (peak_memory[1] gave it)"},
+      {rows({{0, kGiB, kGiB}, {1, kGiB, kGiB}, {2, kGiB, kGiB}}),
+       "run.run.json: peak_memory has no row for device 3 (the plan has 4 devices)"},
+  };
+  for (const auto& [value, named] : bad) {
+    const CliResult r = eval_with(value);
+    EXPECT_NE(r.status, 0) << value;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find(named), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(CalibrateCliTest, WorkingMemoryRemovesTheMemoryErrorEvalReports) {

@@ -128,6 +128,8 @@ TEST_F(ContentionFitTest, SustainedFitRecoversTheTermAndTheCurves) {
   options.time_constants_us = {20000.0};
   const ContentionFit fixed = fit_contention({run}, Contention{}, options);
   EXPECT_EQ(*fixed.contention.sustained, (SustainedLoad{0.6, 20000.0}));
+  EXPECT_TRUE(fixed.sustained_fixed);
+  EXPECT_FALSE(fit.sustained_fixed);
   expect_curve_near(fixed.contention.slowdown, truth.slowdown, 2e-3);
   options.min_factor = options.max_factor = 1.2;
   options.time_constants_us = {50000.0};
@@ -178,8 +180,43 @@ TEST_F(ContentionFitTest, TooFewTransfersLeaveTheCopyFactorsOut) {
   options.min_ops = 100000;
   const ContentionFit fit = fit_contention({run}, Contention{}, options);
   EXPECT_FALSE(fit.copy_fitted);
+  EXPECT_FALSE(fit.copy_kept);
   EXPECT_FALSE(fit.contention.copy.has_value());
   EXPECT_TRUE(fit.contention.by_op.empty());
+}
+
+// Copies too few to fit leave the profile's copy factors as they were, with the curves or the
+// sustained term fitted beside them, and the step after the fit is simulated with them.
+TEST_F(ContentionFitTest, TooFewTransfersKeepTheProfilesCopyFactors) {
+  Contention truth;
+  truth.slowdown = kTruth;
+  truth.copy = kCopy;
+  const MeasuredRun run = measured_under(*plan_, truth);
+  Contention given;
+  given.slowdown = {1.5};
+  given.copy = kCopy;
+  ContentionFitOptions options;
+  options.min_ops = 100000;
+  for (const bool sustained : {false, true}) {
+    SCOPED_TRACE(sustained ? "sustained" : "plain");
+    options.sustained = sustained;
+    options.time_constants_us = {20000.0};
+    const ContentionFit fit = fit_contention({run}, given, options);
+    EXPECT_FALSE(fit.copy_fitted);
+    EXPECT_TRUE(fit.copy_kept);
+    ASSERT_TRUE(fit.contention.copy.has_value());
+    EXPECT_EQ(*fit.contention.copy, kCopy);
+    EXPECT_LT(fit.runs.at(0).copy_error_after, 1e-9);
+  }
+  // Copy factors outside what a profile holds are no fit either: the given ones stay.
+  Contention slow_copies;
+  slow_copies.slowdown = {1, 1, 1, 1};
+  slow_copies.copy = CopySlowdown{150, 300};
+  const ContentionFit outside =
+      fit_contention({measured_under(*plan_, slow_copies)}, given, ContentionFitOptions{});
+  EXPECT_FALSE(outside.copy_note.empty());
+  EXPECT_TRUE(outside.copy_kept);
+  EXPECT_EQ(outside.contention.copy, given.copy);
 }
 
 // A fit writes slowdowns and copy factors from 0.01 to 100 (profiles/contention.h holds (0, 100],
@@ -267,6 +304,29 @@ TEST_F(ContentionFitTest, TheErrorBeforeIsThePlansOwnModels) {
   EXPECT_LT(r.op_error_before, 1e-9);
   EXPECT_LT(r.copy_error_before, 1e-9);
   EXPECT_NEAR(r.predicted_before_us, r.measured_makespan_us, 1e-6 * r.measured_makespan_us);
+}
+
+// A run planned for separate GPUs (a sustained term without curves) and measured under that model:
+// each device's ops are predicted under its own load, as the simulator times them, so the error
+// before is none; the shared GPU's load would make it tens of percent.
+TEST_F(ContentionFitTest, TheErrorBeforeOfSeparateGpusIsUnderEachDevicesOwnLoad) {
+  Contention separate;
+  separate.sustained = SustainedLoad{0.5, 30000.0};
+  ContentionFitOptions options;
+  options.sustained = true;
+  options.time_constants_us = {30000.0};
+  for (const Plan& plan : {*plan_, shipped_plan("dualpipe-v", 2)}) {
+    SCOPED_TRACE(plan.graph.schedule.family);
+    MeasuredRun run = measured_under(plan, separate);
+    run.plan.meta.contention = separate;  // planned with the model it ran under
+    const ContentionFit fit = fit_contention({run}, Contention{}, options);
+    const RunFitReport& r = fit.runs.at(0);
+    EXPECT_LT(r.op_error_before, 1e-9);
+    EXPECT_NEAR(r.predicted_before_us, r.measured_makespan_us, 1e-6 * r.measured_makespan_us);
+    EXPECT_LT(contention_fit::separate_gpus_op_error(run, *separate.sustained), 1e-9);
+    // Another term predicts the same trace worse.
+    EXPECT_GT(contention_fit::separate_gpus_op_error(run, SustainedLoad{1.0, 30000.0}), 0.05);
+  }
 }
 
 // The sustained load H is the share of the run's own devices computing, as the simulator takes it
@@ -412,6 +472,7 @@ TEST(ContentionFitPieces, AFewOpsHeldUpDoNotPullTheCurve) {
     samples.push_back({OpType::F, profiled, {(i < 100 ? 1.2 : 6.0) * profiled, 0.0}});
   }
   std::vector<const contention_fit::OpSample*> view;
+  view.reserve(samples.size());
   for (const auto& s : samples)
     view.push_back(&s);
   const auto curve = contention_fit::fit_curve(view, 2, nullptr);
@@ -436,6 +497,7 @@ TEST(ContentionFitPieces, ALevelTheRunsLeaveNonPositiveTakesItsNeighbours) {
     }
   }
   std::vector<const contention_fit::OpSample*> view;
+  view.reserve(samples.size());
   for (const auto& s : samples)
     view.push_back(&s);
   const auto curve = contention_fit::fit_curve(view, 2, nullptr);

@@ -93,6 +93,30 @@ TEST(ProfileEdit, CopyRefusesAnotherSequenceShareOrNoModel) {
             "plain.json: field 'contention' is missing (nothing to copy)");
 }
 
+// The model is compared as fit and eval compare a run's: its name aside (a config.json model is
+// named after where it was read), and a shape that differs named by its field.
+TEST(ProfileEdit, ModelsOfOneShapeUnderAnotherNameAreTheSameModel) {
+  Profile source = with_work(shipped());
+  source.contention.slowdown = {1.1};
+  source.model.name = "llama-7b-elsewhere";
+  EXPECT_EQ(with_contention_of(shipped(), "new.json", source, "fitted.json").contention.slowdown,
+            source.contention.slowdown);
+  EXPECT_EQ(with_working_memory_of(shipped(), "p.json", source, profile_to_json(source), "m.json")
+                .layers.at("block")
+                .at(1)
+                .p1_work_bytes,
+            1500 * kMiB);
+  Profile deeper = source;
+  deeper.model.layers = 16;
+  EXPECT_EQ(error_of([&] { with_contention_of(shipped(), "new.json", deeper, "fitted.json"); }),
+            "new.json: field 'model.layers' differs from fitted.json's");
+  EXPECT_EQ(error_of([&] {
+              with_working_memory_of(shipped(), "p.json", deeper, profile_to_json(deeper),
+                                     "m.json");
+            }),
+            "m.json: field 'model.layers' differs from p.json's");
+}
+
 TEST(ProfileEdit, CopiesWorkingMemoryAndKeepsTimesAndContention) {
   const Profile measured = with_work(shipped());
   Profile target = shipped();
