@@ -134,11 +134,15 @@ std::int64_t LayerCost::p2_work(int k) const {
   return std::llround(p2_table_at(p2_work_bytes, k).value_or(0));
 }
 
-const LayerCost& Profile::cost(LayerKind kind, int mbs) const {
+namespace {
+
+// The cost of `kind` at `mbs`, or nullptr with `missing` saying what the profile lacks.
+const LayerCost* find_cost(const Profile& profile, LayerKind kind, int mbs, std::string& missing) {
   const std::string name(to_string(kind));
-  auto kind_it = layers.find(name);
-  if (kind_it == layers.end()) {
-    throw Error("profile has no costs for layer kind '" + name + "'");
+  auto kind_it = profile.layers.find(name);
+  if (kind_it == profile.layers.end()) {
+    missing = "no costs for layer kind '" + name + "'";
+    return nullptr;
   }
   auto it = kind_it->second.find(mbs);
   if (it == kind_it->second.end()) {
@@ -146,10 +150,28 @@ const LayerCost& Profile::cost(LayerKind kind, int mbs) const {
     for (const auto& [size, c] : kind_it->second) {
       present += (present.empty() ? "" : ", ") + std::to_string(size);
     }
-    throw Error("profile has no cost for layer kind '" + name + "' at micro-batch size " +
-                std::to_string(mbs) + " (sizes present: " + present + ")");
+    missing = "no cost for layer kind '" + name + "' at micro-batch size " + std::to_string(mbs) +
+              " (sizes present: " + present + ")";
+    return nullptr;
   }
-  return it->second;
+  return &it->second;
+}
+
+}  // namespace
+
+const LayerCost& Profile::cost(LayerKind kind, int mbs) const {
+  std::string missing;
+  const LayerCost* found = find_cost(*this, kind, mbs, missing);
+  if (found == nullptr) throw Error("profile has " + missing);
+  return *found;
+}
+
+std::string Profile::missing_cost(const ModelConfig& for_model, int mbs) const {
+  std::string missing;
+  for (const LayerKind kind : for_model.layer_list()) {
+    if (find_cost(*this, kind, mbs, missing) == nullptr) return missing;
+  }
+  return "";
 }
 
 std::vector<int> Profile::micro_batch_sizes() const {

@@ -103,6 +103,10 @@ struct Profile {
 
   // Throws Error naming the kind and micro-batch size when absent.
   const LayerCost& cost(LayerKind kind, int mbs) const;
+  // "" when every layer kind of `model` has a cost at `mbs`, else what the first one lacks:
+  // "no cost for layer kind 'block' at micro-batch size 2 (sizes present: 1)" (cost()'s message
+  // after its "profile has ").
+  std::string missing_cost(const ModelConfig& model, int mbs) const;
   std::vector<int> micro_batch_sizes() const;  // sizes present for every layer kind
 };
 

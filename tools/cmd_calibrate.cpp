@@ -132,16 +132,9 @@ void check_planned_from(const TaskGraph& plan, const std::string& plan_path, con
   const PlanMeta& meta = plan.meta;
   // A profile without the run's micro-batch size has no time to compare (the profiler is given
   // its sizes): named with the file, as plan names it.
-  const std::vector<LayerKind> layers = meta.model.layer_list();
-  for (const LayerKind kind : std::set<LayerKind>(layers.begin(), layers.end())) {
-    try {
-      static_cast<void>(profile.cost(kind, meta.mbs));
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      throw Error(profile_path + ": " + what.substr(what.starts_with("profile has ") ? 12 : 0) +
-                  ", the meta.mbs of " + plan_path +
-                  " (fit the runs with the profile they were planned from)");
-    }
+  if (const std::string missing = profile.missing_cost(meta.model, meta.mbs); !missing.empty()) {
+    throw Error(profile_path + ": " + missing + ", the meta.mbs of " + plan_path +
+                " (fit the runs with the profile they were planned from)");
   }
   const std::vector<StageCost> costs =
       stage_costs(meta.model, profile, meta.mbs, Partition{meta.stage_layers}, 1, meta.recompute);

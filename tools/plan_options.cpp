@@ -283,17 +283,8 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
                   std::string(to_string(profile.attention)) + " (" + o.profile + ")");
     }
     if (plan_mbs) {
-      const std::vector<LayerKind> layers = profile.model.layer_list();
-      for (const LayerKind kind : std::set<LayerKind>(layers.begin(), layers.end())) {
-        try {
-          static_cast<void>(profile.cost(kind, o.mbs));
-        } catch (const Error& e) {
-          // "profile has no cost for layer kind ..." with the profile's name.
-          const std::string what = e.what();
-          throw Error("--mbs: " + input_name(o.profile) + " " +
-                      what.substr(what.starts_with("profile ") ? 8 : 0));
-        }
-      }
+      if (const std::string missing = profile.missing_cost(profile.model, o.mbs); !missing.empty())
+        throw Error("--mbs: " + input_name(o.profile) + " has " + missing);
     }
     return profile;
   }
