@@ -263,6 +263,9 @@ void Executor::run_stream(int stream) {
 
 StepResult Executor::step(StepMode mode) {
   const int step_number = steps_ + 1;
+  // AdamW's bias correction counts the updates its moments have seen: a gradients-only step
+  // feeds them nothing, so it does not count.
+  const int adamw_step = optimizer_steps_ + 1;
   // Under MPI a rank whose transport cannot start the step still takes part in it, failed, so
   // that every rank hears why (runtime/step_exchange.h).
   std::optional<std::string> reset_error;
@@ -286,7 +289,7 @@ StepResult Executor::step(StepMode mode) {
       if (!options_.group) throw;
       if (!reset_error) reset_error = e.what();
     }
-    worker->set_optimizer_node(mode == StepMode::train, options_.adamw, step_number);
+    worker->set_optimizer_node(mode == StepMode::train, options_.adamw, adamw_step);
   }
   for (auto& worker : workers_) {
     if (worker) worker->backend().synchronize();  // the clock starts on idle devices
@@ -347,9 +350,9 @@ StepResult Executor::step(StepMode mode) {
       std::vector<std::jthread> threads;
       for (auto& worker : workers_) {
         if (!steps_here(worker) || mode != StepMode::train) continue;
-        threads.emplace_back([this, &worker, &mutex, &error, step_number] {
+        threads.emplace_back([this, &worker, &mutex, &error, adamw_step] {
           try {
-            worker->optimizer_step(options_.adamw, step_number);
+            worker->optimizer_step(options_.adamw, adamw_step);
           } catch (const Error& e) {
             const std::lock_guard lock(mutex);
             if (!error) error = e.what();
@@ -384,11 +387,16 @@ StepResult Executor::step(StepMode mode) {
     options_.node_timer->end_step(plan_, times_);
   }
   if (options_.group) {
-    if (late_error) return finish_ranked_step(step_number, step_time_us, late_error, false);
-    return finish_ranked_step(step_number, step_time_us, sync_->first_error,
-                              sync_->first_error_is_consequence);
+    StepResult result =
+        late_error ? finish_ranked_step(step_number, step_time_us, std::move(host_times),
+                                        late_error, false)
+                   : finish_ranked_step(step_number, step_time_us, std::move(host_times),
+                                        sync_->first_error, sync_->first_error_is_consequence);
+    if (mode == StepMode::train) optimizer_steps_ = adamw_step;
+    return result;
   }
   steps_ = step_number;
+  if (mode == StepMode::train) optimizer_steps_ = adamw_step;
 
   StepResult result;
   result.step = step_number;

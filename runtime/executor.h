@@ -66,7 +66,9 @@ struct StepResult {
   std::vector<BpipeBytes> bpipe;  // by device
 };
 
-enum class StepMode { train, gradients_only };  // gradients_only: no AdamW, grads kept
+// gradients_only: no AdamW, grads kept; AdamW's step count (its bias correction) counts only
+// training steps.
+enum class StepMode { train, gradients_only };
 
 class Executor {
  public:
@@ -108,8 +110,10 @@ class Executor {
   SimResult measure(std::vector<NodeTime> times, std::vector<MeasuredDevice> devices) const;
   std::vector<MeasuredDevice> local_memory() const;
   // A multi-process step's end (runtime/executor_ranks.cpp): the exchange with the other ranks.
+  // `host_times`: this rank's aligned host times (by node; empty without a node timer).
   // `error`: this rank's first failure in the step, if any (`consequence`: a Cancelled).
   StepResult finish_ranked_step(int step_number, double step_time_us,
+                                std::vector<NodeTime> host_times,
                                 const std::optional<std::string>& error, bool consequence);
 
   struct Sync;
@@ -133,6 +137,7 @@ class Executor {
   std::vector<NodeTime> times_;
   DeviceWorker::Clock::time_point start_;
   int steps_ = 0;
+  int optimizer_steps_ = 0;  // training steps done: AdamW's t is one more
   int local_device_ = -1;
 };
 

@@ -61,12 +61,32 @@ std::string describe(const std::vector<std::optional<RankStep>>& ranks, int step
   return text;
 }
 
+json encode_times(const std::vector<std::pair<int, NodeTime>>& times) {
+  json entries = json::array();
+  for (const auto& [id, t] : times)
+    entries.push_back({id, t.start_us, t.end_us});
+  return entries;
+}
+
+// Each entry (node id, start, end); anything else is a malformed message, not a shorter list.
+std::vector<std::pair<int, NodeTime>> decode_times(const json& entries, const char* field) {
+  const auto malformed = [field] {
+    throw Error(std::string("step results: a malformed message from another rank (field '") +
+                field + "' is not a list of [node, start, end])");
+  };
+  if (!entries.is_array()) malformed();
+  std::vector<std::pair<int, NodeTime>> times;
+  for (const json& entry : entries) {
+    if (!entry.is_array() || entry.size() != 3) malformed();
+    times.emplace_back(entry.at(0).get<int>(),
+                       NodeTime{entry.at(1).get<double>(), entry.at(2).get<double>()});
+  }
+  return times;
+}
+
 }  // namespace
 
 std::string encode_rank_step(const RankStep& step) {
-  json times = json::array();
-  for (const auto& [id, t] : step.times)
-    times.push_back({id, t.start_us, t.end_us});
   json timeline = json::array();
   for (const auto& [us, bytes] : step.memory_timeline)
     timeline.push_back({us, bytes});
@@ -78,7 +98,8 @@ std::string encode_rank_step(const RankStep& step) {
        {"error", step.error},
        {"consequence", step.consequence},
        {"losses", losses},
-       {"times", times},
+       {"times", encode_times(step.times)},
+       {"host_times", encode_times(step.host_times)},
        {"peak", step.peak_bytes},
        {"timeline", timeline},
        {"bpipe", {step.bpipe.evicted, step.bpipe.accepted, step.bpipe.returned, step.bpipe.loaded}},
@@ -94,10 +115,8 @@ RankStep decode_rank_step(const std::string& bytes) {
     step.consequence = j.at("consequence").get<bool>();
     for (const json& entry : j.at("losses"))
       step.losses[entry.at(0).get<int>()] = entry.at(1).get<double>();
-    for (const json& entry : j.at("times")) {
-      step.times.emplace_back(entry.at(0).get<int>(),
-                              NodeTime{entry.at(1).get<double>(), entry.at(2).get<double>()});
-    }
+    step.times = decode_times(j.at("times"), "times");
+    step.host_times = decode_times(j.at("host_times"), "host_times");
     step.peak_bytes = j.at("peak").get<std::int64_t>();
     for (const json& entry : j.at("timeline"))
       step.memory_timeline.emplace_back(entry.at(0).get<double>(), entry.at(1).get<std::int64_t>());

@@ -1,9 +1,10 @@
 // The end of a step in a multi-process run (ExecutorOptions::group): every rank sends rank 0 its
 // share — whether its part of the step failed and why, the losses of the micro-batches whose
-// head it holds, its nodes' measured times, its memory peak and timeline, its BPipe bytes, its
-// wall time — and rank 0 tells every rank the outcome: the micro-batch losses and step time, or
-// one error for the whole step. So every rank ends a failed step with the same error (rank 0
-// prints it), and rank 0 assembles the same measured step as a single-process run.
+// head it holds, its nodes' measured times (and host times, on GPUs), its memory peak and
+// timeline, its BPipe bytes, its wall time — and rank 0 tells every rank the outcome: the
+// micro-batch losses and step time, or one error for the whole step. So every rank ends a failed
+// step with the same error (rank 0 prints it), and rank 0 assembles the same measured step as a
+// single-process run.
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,9 @@ struct RankStep {
   bool consequence = false;      // that error was a Cancelled: another rank's failure ended it
   std::map<int, double> losses;  // by micro-batch
   std::vector<std::pair<int, NodeTime>> times;  // (node id, µs since this rank's step start)
+  // With a node timer (GPUs): when the host queued each of those nodes, on the device's clock
+  // (NodeTimer::align_host_times), as (node id, times); empty without one.
+  std::vector<std::pair<int, NodeTime>> host_times;
   std::int64_t peak_bytes = 0;
   std::vector<std::pair<double, std::int64_t>> memory_timeline;
   BpipeBytes bpipe;

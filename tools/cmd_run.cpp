@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,17 @@ void print_step(const StepResult& r) {
 std::string transport_label(const std::string& name, const RunRanks& ranks) {
   if (!ranks.group) return name;
   return name + ", " + std::to_string(ranks.group->size()) + " " + ranks.group->name() + " ranks";
+}
+
+// A model the runtime's layers do not implement is refused for what it is, before anything is
+// sized or set up for it, naming the plan as the plan's other refusals do.
+void check_model_runs(const TaskGraph& plan, const std::string& plan_name,
+                      const std::string& backend) {
+  try {
+    check_model_supported(plan.meta.model, "backend " + backend);
+  } catch (const Error& e) {
+    throw Error(plan_name + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -183,7 +195,7 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
     std::optional<std::string> error;
     try {
       // The model first: a model no backend runs is refused for what it is, not for its size.
-      check_model_supported(plan.meta.model, "backend " + cpu::CpuBackend().name());
+      check_model_runs(plan, input_name(plan_path), cpu::CpuBackend().name());
       check_host_memory(plan, ranks.group != nullptr ? ranks.group->rank() : -1);
       std::unique_ptr<Transport> transport;
       if (ranks.session != nullptr) transport = ranks.session->make_transport(timeout());
@@ -230,6 +242,9 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   {
     std::optional<std::string> error;
     try {
+      // As on the CPU, and before the GPUs are set up for it (the CUDA backend's layers are the
+      // same, and would refuse it only once the executor initialises them).
+      check_model_runs(plan, input_name(plan_path), "cuda");
       plugin = &load_gpu_plugin();
     } catch (const Error& e) {
       error = e.what();

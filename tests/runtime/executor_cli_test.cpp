@@ -164,6 +164,15 @@ TEST_F(RunCli, RefusesWhatItCannotRun) {
   const Result missing = run("run " + path("nope.json"));
   EXPECT_NE(missing.status, 0);
   EXPECT_NE(missing.out.find("nope.json"), std::string::npos) << missing.out;
+
+  // A model the runtime's layers do not implement (a GELU MLP): refused naming the plan, before
+  // its size is (the CPU run would need far more host memory than the limit).
+  const std::string gpt = path("g.json");
+  ASSERT_EQ(run("plan --model gpt-1.5b --stages 2 -m 4 -o " + gpt).status, 0);
+  const Result model = run("run " + gpt);
+  EXPECT_EQ(model.status, 1);
+  EXPECT_EQ(model.out,
+            "pipeplan: error: " + gpt + ": model 'gpt-1.5b': backend cpu-f32 needs mlp = swiglu\n");
 }
 
 }  // namespace

@@ -1,23 +1,28 @@
 // The executor's multi-process mode (ExecutorOptions::group) with ranks as threads: rank r runs
 // only plan device r, and rank 0 gets the same step as one process running every device —
-// losses and gradients bitwise, every node timed, every device's memory and BPipe bytes. A
-// failure on one rank ends the step on every rank with one error naming the cause; a hung rank
-// is named, not waited for.
+// losses and gradients bitwise, every node timed (and its host times, with a node timer), every
+// device's memory and BPipe bytes. A failure on one rank ends the step on every rank with one
+// error naming the cause; a hung rank is named, not waited for.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "planner/graph/validator.h"
 #include "runtime/faulty_transport.h"
+#include "runtime/step_exchange.h"
 #include "tests/runtime/executor_fixtures.h"
 #include "tests/runtime/thread_ranks.h"
 
@@ -70,7 +75,8 @@ Outcome single_process(const TaskGraph& plan) {
 std::vector<Outcome> ranked(const TaskGraph& plan, milliseconds timeout,
                             std::array<std::optional<std::string>, kDevices>& errors,
                             const FaultPlan* faults = nullptr, int faulty_rank = -1,
-                            const std::function<void(int rank, int node)>& before_node = {}) {
+                            const std::function<void(int rank, int node)>& before_node = {},
+                            const std::function<std::shared_ptr<NodeTimer>()>& make_timer = {}) {
   auto boxes = std::make_shared<testing::Mailboxes>();
   auto shared = std::make_shared<InProcessTransport>();
   std::vector<Outcome> runs(kDevices);
@@ -79,6 +85,7 @@ std::vector<Outcome> ranked(const TaskGraph& plan, milliseconds timeout,
     options.group = std::make_shared<testing::ThreadGroup>(boxes, rank, kDevices);
     if (before_node)
       options.before_node = [&before_node, rank](int node) { before_node(rank, node); };
+    if (make_timer) options.node_timer = make_timer();
     std::unique_ptr<Transport> transport = std::make_unique<testing::SharedTransport>(shared);
     if (faults != nullptr && rank == faulty_rank)
       transport = std::make_unique<FaultyTransport>(std::move(transport), *faults);
@@ -164,6 +171,123 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ExecutorRanks,
                                   std::string(to_string(param.param.mode)) +
                                   (param.param.bpipe ? "_bpipe" : "");
                          });
+
+// Host times as a GPU's node timer gives them: the node times stand, and each device's clock
+// starts 1 + device µs after the host's step start, which align_host_times takes off.
+class HostClockTimer final : public NodeTimer {
+ public:
+  static double lag_us(int device) { return 1.0 + device; }
+  void begin_step(const TaskGraph&) override {}
+  void begin_node(const TaskGraph&, int) override {}
+  void end_node(const TaskGraph&, int) override {}
+  void end_step(const TaskGraph&, std::vector<NodeTime>&) override {}
+  void align_host_times(const TaskGraph& plan, std::chrono::steady_clock::time_point,
+                        std::vector<NodeTime>& host_times) const override {
+    for (int id = 0; id < plan.node_count(); ++id) {
+      NodeTime& t = host_times[static_cast<std::size_t>(id)];
+      t.start_us -= lag_us(plan.node(id).device);
+      t.end_us -= lag_us(plan.node(id).device);
+    }
+  }
+};
+
+// With a node timer, rank 0's step has every node's host times, as one process's has (a trace
+// writes them on every GPU slice); each other rank has its own device's.
+TEST(ExecutorRanksHostTimes, RankZeroGetsEveryRanksHostTimes) {
+  const TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::twobp);
+  std::array<std::optional<std::string>, kDevices> errors;
+  const std::vector<Outcome> ranks = ranked(plan, milliseconds(20000), errors, nullptr, -1, {},
+                                            [] { return std::make_shared<HostClockTimer>(); });
+  for (int r = 0; r < kDevices; ++r) {
+    ASSERT_FALSE(errors[static_cast<std::size_t>(r)].has_value())
+        << *errors[static_cast<std::size_t>(r)];
+    ASSERT_EQ(ranks[static_cast<std::size_t>(r)].steps.size(), 2U);
+  }
+  const auto node_count = static_cast<std::size_t>(plan.node_count());
+  for (int r = 0; r < kDevices; ++r) {
+    for (const StepResult& step : ranks[static_cast<std::size_t>(r)].steps) {
+      const SimResult& measured = step.measured;
+      ASSERT_EQ(measured.host_times.size(), node_count) << "rank " << r << " step " << step.step;
+      ASSERT_EQ(measured.times.size(), node_count);
+      for (int id = 0; id < plan.node_count(); ++id) {
+        const int device = plan.node(id).device;
+        if (r != 0 && device != r) continue;  // another rank's node
+        // The end of a node's measured time is its host time (a recv's start is moved to its
+        // send's, its end is not), on its device's clock.
+        const NodeTime& host = measured.host_times[static_cast<std::size_t>(id)];
+        const NodeTime& t = measured.times[static_cast<std::size_t>(id)];
+        EXPECT_GT(t.end_us, 0.0) << plan.node_name(id);
+        EXPECT_EQ(host.end_us, t.end_us - HostClockTimer::lag_us(device))
+            << "rank " << r << " step " << step.step << " " << plan.node_name(id);
+        EXPECT_LE(host.start_us, host.end_us) << plan.node_name(id);
+      }
+    }
+  }
+}
+
+// A rank's share survives the wire unchanged: every double exactly, host times included.
+TEST(StepExchange, ARankStepRoundTrips) {
+  RankStep step;
+  step.losses = {{0, 5.5}, {3, 0.1}};
+  step.times = {{4, {0.1, 2.25}}, {7, {3.0, 1e-300}}};
+  step.host_times = {{4, {-1.5, 0.3}}, {7, {2.0, 1.0 / 3.0}}};
+  step.peak_bytes = 123456789012;
+  step.memory_timeline = {{0.5, 10}, {1.5, 20}};
+  step.bpipe = {1, 2, 3, 4};
+  step.step_time_us = 99.125;
+  const RankStep back = decode_rank_step(encode_rank_step(step));
+  EXPECT_TRUE(back.ok);
+  EXPECT_EQ(back.losses, step.losses);
+  ASSERT_EQ(back.times.size(), step.times.size());
+  ASSERT_EQ(back.host_times.size(), step.host_times.size());
+  for (std::size_t i = 0; i < step.times.size(); ++i) {
+    EXPECT_EQ(back.times[i].first, step.times[i].first);
+    EXPECT_EQ(back.times[i].second.start_us, step.times[i].second.start_us);
+    EXPECT_EQ(back.times[i].second.end_us, step.times[i].second.end_us);
+    EXPECT_EQ(back.host_times[i].first, step.host_times[i].first);
+    EXPECT_EQ(back.host_times[i].second.start_us, step.host_times[i].second.start_us);
+    EXPECT_EQ(back.host_times[i].second.end_us, step.host_times[i].second.end_us);
+  }
+  EXPECT_EQ(back.peak_bytes, step.peak_bytes);
+  EXPECT_EQ(back.memory_timeline, step.memory_timeline);
+  EXPECT_EQ(back.bpipe.loaded, 4);
+  EXPECT_EQ(back.step_time_us, step.step_time_us);
+  // Without a node timer: none.
+  EXPECT_TRUE(decode_rank_step(encode_rank_step(RankStep{})).host_times.empty());
+}
+
+// A share whose times are not (node, start, end) entries is refused, naming the field.
+TEST(StepExchange, MalformedTimesAreRefused) {
+  const std::string good = encode_rank_step(RankStep{});
+  const auto with = [&](const std::string& field, const nlohmann::json& value) {
+    const std::vector<std::uint8_t> cbor(good.begin(), good.end());
+    nlohmann::json j = nlohmann::json::from_cbor(cbor);
+    j[field] = value;
+    const std::vector<std::uint8_t> bad = nlohmann::json::to_cbor(j);
+    try {
+      decode_rank_step(std::string(bad.begin(), bad.end()));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const std::string& field : {std::string("times"), std::string("host_times")}) {
+    for (const nlohmann::json& bad :
+         {nlohmann::json(3), nlohmann::json::array({{1, 2.0}}),
+          nlohmann::json::array({{1, 2.0, 3.0, 4.0}}), nlohmann::json::array({{1, "x", 3.0}})}) {
+      const std::string e = with(field, bad);
+      EXPECT_EQ(e.rfind("step results: a malformed message from another rank (", 0), 0U)
+          << field << " " << bad.dump() << ": " << e;
+    }
+    EXPECT_NE(with(field, nlohmann::json::array({{1, 2.0}})).find("'" + field + "'"),
+              std::string::npos)
+        << field;
+  }
+  nlohmann::json j = nlohmann::json::from_cbor(std::vector<std::uint8_t>(good.begin(), good.end()));
+  j.erase("host_times");
+  const std::vector<std::uint8_t> missing = nlohmann::json::to_cbor(j);
+  EXPECT_THROW(decode_rank_step(std::string(missing.begin(), missing.end())), Error);
+}
 
 TEST(ExecutorRanksFaults, ACorruptedMessageEndsEveryRankWithOneError) {
   const TaskGraph plan = *testing::tiny_plan(find_schedule_family("1f1b"), BackwardMode::twobp);

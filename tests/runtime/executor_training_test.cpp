@@ -1,7 +1,9 @@
 // 20 AdamW steps: every schedule family trains to the same losses, and the loss falls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,43 @@ TEST(ExecutorTraining, RunsAreReproducible) {
   const std::vector<double> a = train(*testing::tiny_plan(family, BackwardMode::twobp), 3);
   const std::vector<double> b = train(*testing::tiny_plan(family, BackwardMode::twobp), 3);
   EXPECT_EQ(a, b);
+}
+
+// Every weight of every layer, as the host reads it.
+std::vector<std::vector<double>> weights(const Executor& executor) {
+  cpu::CpuBackend host;
+  std::vector<std::vector<double>> values;
+  const int layers = static_cast<int>(executor.plan().meta.model.layer_list().size());
+  for (int l = 0; l < layers; ++l) {
+    for (const Parameter& p : executor.layer(l).params)
+      values.push_back(host.download(p.weight));
+  }
+  return values;
+}
+
+// A gradients-only step feeds AdamW nothing, so the training step after it is AdamW's first
+// (bias correction at t = 1): bitwise the weights of a fresh executor's one training step, with
+// the optimizer in the plan's O nodes and, without them, after the graph.
+TEST(ExecutorTraining, AGradientsOnlyStepIsNotAnOptimizerStep) {
+  for (const bool optimizer_nodes : {true, false}) {
+    const std::optional<TaskGraph> plan = testing::tiny_plan(
+        find_schedule_family("1f1b"), BackwardMode::twobp, nullptr, optimizer_nodes);
+    ASSERT_TRUE(plan.has_value());
+    const bool has_o = std::any_of(plan->nodes().begin(), plan->nodes().end(),
+                                   [](const Node& n) { return n.op == OpType::O; });
+    ASSERT_EQ(has_o, optimizer_nodes);
+    ExecutorOptions options;
+    options.seed = 3;
+    options.adamw.lr = 1e-2;
+    Executor fresh(*plan, testing::cpu_backends(), options);
+    fresh.step();
+    Executor after_gradients(*plan, testing::cpu_backends(), options);
+    after_gradients.step(StepMode::gradients_only);
+    after_gradients.step();
+    EXPECT_EQ(after_gradients.steps_done(), 2);
+    EXPECT_TRUE(weights(after_gradients) == weights(fresh))
+        << "optimizer nodes: " << optimizer_nodes;
+  }
 }
 
 }  // namespace

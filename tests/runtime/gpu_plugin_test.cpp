@@ -90,6 +90,19 @@ TEST_F(GpuPluginCli, AnErrorThrownInsideTheModuleIsPrintedAsOneLine) {
     EXPECT_EQ(r.status, 1) << "caught as a pipeplan::Error, not an internal error\n" << r.out;
 }
 
+// A model the runtime's layers do not implement is refused naming the plan, before the module
+// is asked to set up GPUs for it (the fake one would refuse prepare_run).
+TEST_F(GpuPluginCli, AModelTheLayersDoNotImplementIsRefusedBeforeTheGpusAreSetUp) {
+  const std::string gpt = path("g.json");
+  ASSERT_EQ(
+      pipeplan::testing::run_pipeplan("plan --model gpt-1.5b --stages 2 -m 4 -o " + gpt).status, 0);
+  const std::string env = std::string(kGpuPluginEnv) + "=" + fake_plugin("fake_gpu_plugin");
+  const Result r = pipeplan::testing::run_pipeplan("run " + gpt + " --backend cuda", env);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out,
+            "pipeplan: error: " + gpt + ": model 'gpt-1.5b': backend cuda needs mlp = swiglu\n");
+}
+
 TEST_F(GpuPluginCli, ProfileHandsAGivenGpuToTheModuleAndRecordsItInTheCommand) {
   const std::string env = std::string(kGpuPluginEnv) + "=" + fake_plugin("fake_gpu_plugin");
   const Result r =

@@ -786,9 +786,9 @@ TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
       0);
   const Result refused = run("run " + path("small.json") + " --steps 1");
   EXPECT_NE(refused.status, 0);
-  EXPECT_EQ(refused.out,
-            "pipeplan: error: model 'tiny-qwen3': backend cpu-f32 needs attention without "
-            "per-head Q/K norms (qk_norm is planned only)\n");
+  EXPECT_EQ(refused.out, "pipeplan: error: " + path("small.json") +
+                             ": model 'tiny-qwen3': backend cpu-f32 needs attention without "
+                             "per-head Q/K norms (qk_norm is planned only)\n");
 }
 
 // Mixture-of-experts models plan with all their experts on each stage and MFU over the
@@ -830,8 +830,9 @@ TEST_F(Cli, MixtureOfExpertsConfigsPlanAndRunRefusesThem) {
                 .status,
             0);
   EXPECT_EQ(run("run " + path("unbounded.json") + " --steps 1").out,
-            "pipeplan: error: model 'mixtral-8x7b': backend cpu-f32 needs a dense MLP "
-            "(mixture-of-experts blocks are planned only)\n");
+            "pipeplan: error: " + path("unbounded.json") +
+                ": model 'mixtral-8x7b': backend cpu-f32 needs a dense MLP "
+                "(mixture-of-experts blocks are planned only)\n");
 
   const Result qwen = run("plan --model " + fixture("qwen3-30b-a3b/config.json") +
                           " --stages 8 --tensor-parallel 2 -m 16 --seq 4096");
@@ -858,9 +859,9 @@ TEST_F(Cli, MixtureOfExpertsConfigsPlanAndRunRefusesThem) {
             0);
   const Result refused = run("run " + path("small-moe.json") + " --steps 1");
   EXPECT_NE(refused.status, 0);
-  EXPECT_EQ(refused.out,
-            "pipeplan: error: model 'tiny-mixtral': backend cpu-f32 needs a dense MLP "
-            "(mixture-of-experts blocks are planned only)\n");
+  EXPECT_EQ(refused.out, "pipeplan: error: " + path("small-moe.json") +
+                             ": model 'tiny-mixtral': backend cpu-f32 needs a dense MLP "
+                             "(mixture-of-experts blocks are planned only)\n");
 }
 
 // A sliding window is planned (fewer attention pairs beyond it); the runtime's attention sees

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/plan/make_plan.h"
@@ -510,6 +511,7 @@ TEST(SharedGpuRanks, FourRanksOnOneGpuGiveTheEmulatedRunsGradients) {
     std::string transport_name;
     int sm_count = 0;
     std::string error;
+    SimResult measured;  // rank 0: every rank's nodes
   };
   std::vector<RankRun> ranks(kRanks);
   auto boxes = std::make_shared<testing::Mailboxes>();
@@ -530,7 +532,9 @@ TEST(SharedGpuRanks, FourRanksOnOneGpuGiveTheEmulatedRunsGradients) {
       options.group = group;
       options.timeout = run_options.timeout;
       Executor executor(plan, run.backend_factory(), options, run.take_transport());
-      out.loss = executor.step(StepMode::gradients_only).loss;
+      StepResult step = executor.step(StepMode::gradients_only);
+      out.loss = step.loss;
+      out.measured = std::move(step.measured);
       cuda::CudaBackend& backend = run.backend(rank);
       const cuda::ScopedContext current(cuda::context_of(backend.context().stream()));
       for (int s = 0; s < plan.schedule.stage_count(); ++s) {
@@ -562,6 +566,19 @@ TEST(SharedGpuRanks, FourRanksOnOneGpuGiveTheEmulatedRunsGradients) {
   for (const auto& [name, grad] : emulated.grads) {
     ASSERT_TRUE(grads.contains(name)) << name << " on no rank";
     EXPECT_EQ(grads.at(name), grad) << name;
+  }
+  // Rank 0 has every rank's host times, each on its device's clock (as in
+  // HostTimesAreOnTheDevicesClock): a trace writes them on every slice.
+  const SimResult& whole = ranks[0].measured;
+  ASSERT_EQ(whole.host_times.size(), static_cast<std::size_t>(plan.node_count()));
+  ASSERT_EQ(whole.times.size(), whole.host_times.size());
+  constexpr double kLaunchUs = 50;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    if (plan.node(id).kind != NodeKind::compute) continue;
+    const NodeTime& host = whole.host_times[static_cast<std::size_t>(id)];
+    EXPECT_GT(host.end_us, 0.0) << plan.node_name(id);
+    EXPECT_GT(whole.times[static_cast<std::size_t>(id)].start_us - host.start_us, -kLaunchUs)
+        << plan.node_name(id) << " started before it was queued";
   }
 #endif
 }
