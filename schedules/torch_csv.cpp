@@ -73,6 +73,7 @@ using torch_csv::Cell;
 
 struct Seen {
   bool f = false, i = false, w = false, b = false;
+  const Cell* last = nullptr;  // the latest of them, to name it when its partner is missing
 };
 
 // Order rules per (stage, micro-batch), in row order (each stage lives on one rank).
@@ -109,7 +110,7 @@ struct Parsed {
 Parsed parse_and_check(std::string_view text, std::string_view source) {
   Parsed p{torch_csv::read_rows(text, source), {}, 0, 0};
   std::map<std::pair<int, int>, Seen> seen;
-  std::map<int, const Cell*> first_cell;  // per stage, to name it in count errors
+  std::map<int, const Cell*> first_cell;  // per stage, for a micro-batch it has no cell of
   for (std::size_t r = 0; r < p.rows.rows.size(); ++r) {
     for (const Cell& c : p.rows.rows[r]) {
       const auto [it, fresh] = p.stage_rank.emplace(c.stage, static_cast<int>(r));
@@ -118,7 +119,9 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
                  "stage " + std::to_string(c.stage) + " already runs on rank " +
                      std::to_string(it->second) + " (row " + std::to_string(it->second + 1) + ")");
       first_cell.emplace(c.stage, &c);
-      check_order(c, seen[{c.stage, c.microbatch}], source);
+      Seen& st = seen[{c.stage, c.microbatch}];
+      check_order(c, st, source);
+      st.last = &c;
       p.stages = std::max(p.stages, c.stage + 1);
       p.microbatches = std::max(p.microbatches, c.microbatch + 1);
     }
@@ -150,7 +153,9 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
       else if (st.i && !st.w)
         missing = "W";
       if (missing.empty()) continue;
-      bad_cell(source, *first_cell[s],
+      // The action whose partner is missing (the F without a backward, the I without its W);
+      // with no F, no action of the micro-batch is there (the order rules saw to it).
+      bad_cell(source, st.last != nullptr ? *st.last : *first_cell[s],
                "stage " + std::to_string(s) + " has no " + missing + " for micro-batch " +
                    std::to_string(mb) + " of 0.." + std::to_string(p.microbatches - 1));
     }
@@ -175,36 +180,153 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
   return p;
 }
 
+// The inputs of an action as find_deadlock (schedules/deadlock.h) takes them: a forward the
+// previous stage's forward, a backward (B or I) its own forward and the next stage's backward
+// (named as I, whichever it is), a W its own I.
+std::vector<Action> inputs_of(const Action& a, const Schedule& schedule) {
+  std::vector<Action> out;
+  for (const int mb : a.microbatches) {
+    if (a.op == OpType::F && a.stage > schedule.first_stage_of(mb))
+      out.push_back({OpType::F, a.stage - 1, {mb}});
+    if (a.op == OpType::B || a.op == OpType::P1) {
+      out.push_back({OpType::F, a.stage, {mb}});
+      if (a.stage < schedule.last_stage_of(mb)) out.push_back({OpType::P1, a.stage + 1, {mb}});
+    }
+    if (a.op == OpType::P2) out.push_back({OpType::P1, a.stage, {mb}});
+  }
+  return out;
+}
+
+// Whether `producer` produces `input` (an entry of inputs_of).
+bool produces(const Action& producer, const Action& input) {
+  const auto kind = [](OpType op) { return op == OpType::F ? 0 : op == OpType::P2 ? 2 : 1; };
+  const int mb = input.microbatches.front();
+  return producer.stage == input.stage && kind(producer.op) == kind(input.op) &&
+         std::find(producer.microbatches.begin(), producer.microbatches.end(), mb) !=
+             producer.microbatches.end();
+}
+
+bool same_cell(const Cell& a, const Cell& b) {
+  return a.part > 0 && b.part > 0 && a.row == b.row && a.column == b.column;
+}
+
+// The per-rank orders as PyTorch's runtime runs them, for the deadlock check. It starts an
+// OVERLAP_F_B cell once the inputs from other stages of all its sub-actions are there
+// (`_add_send_recv`, `_ready_to_schedule`) and then runs them one after another; an input from
+// the sub-action's own stage (a B or I's forward, a W's I) is never waited for, as the order
+// rules put it earlier in the row. So a sub-action that needs nothing from another stage and
+// takes an input from an earlier sub-action of its cell (the last stage's F, then that F's own B)
+// runs after the rest of its cell, on its own; the rest start together. Any other input one
+// sub-action needs from another of its cell is a deadlock, as in PyTorch.
+struct RuntimeOrder {
+  Schedule schedule;  // the imported one, each cell's actions in runtime order
+  std::vector<std::vector<const Cell*>> cell_of;
+  std::vector<std::vector<int>> starts_together;  // find_deadlock's groups (pairs included)
+  int group_size(int device, int position) const {
+    return std::max(
+        1, starts_together[static_cast<std::size_t>(device)][static_cast<std::size_t>(position)]);
+  }
+};
+
+RuntimeOrder runtime_order(const Schedule& imported,
+                           const std::vector<std::vector<const Cell*>>& cell_of) {
+  RuntimeOrder out{imported, cell_of, {}};
+  out.starts_together.resize(cell_of.size());
+  for (std::size_t r = 0; r < cell_of.size(); ++r) {
+    const std::vector<Action>& actions = imported.per_device[r];
+    const std::vector<const Cell*>& cells = cell_of[r];
+    std::vector<Action>& ordered = out.schedule.per_device[r];
+    std::vector<const Cell*>& ordered_cells = out.cell_of[r];
+    ordered.clear();
+    ordered_cells.clear();
+    out.starts_together[r].assign(cells.size(), 1);
+    for (std::size_t i = 0; i < cells.size();) {
+      std::size_t end = i + 1;
+      while (end < cells.size() && same_cell(*cells[end], *cells[i]))
+        ++end;
+      std::vector<std::size_t> together, after;
+      for (std::size_t j = i; j < end; ++j) {
+        const std::vector<Action> inputs = inputs_of(actions[j], imported);
+        const bool other_stage = std::any_of(inputs.begin(), inputs.end(), [&](const Action& in) {
+          return in.stage != actions[j].stage;
+        });
+        const bool from_cell = std::any_of(inputs.begin(), inputs.end(), [&](const Action& in) {
+          return std::any_of(actions.begin() + static_cast<std::ptrdiff_t>(i),
+                             actions.begin() + static_cast<std::ptrdiff_t>(j),
+                             [&](const Action& earlier) { return produces(earlier, in); });
+        });
+        (from_cell && !other_stage ? after : together).push_back(j);
+      }
+      out.starts_together[r][ordered.size()] = static_cast<int>(together.size());
+      for (const std::vector<std::size_t>* part : {&together, &after}) {
+        for (const std::size_t j : *part) {
+          ordered.push_back(actions[j]);
+          ordered.back().overlaps_next = false;  // the groups above say what starts together
+          ordered_cells.push_back(cells[j]);
+        }
+      }
+      i = end;
+    }
+  }
+  return out;
+}
+
 // From the cell that closes the cycle around it: "closes a dependency cycle (a deadlock): it
 // waits for row 1 cell 5 ('0F1'), which runs after row 1 cell 4 ('0B0'), which waits for row 2
-// cell 5 ('1B0'), which runs after this cell".
+// cell 5 ('1B0'), which runs after this cell". Each stuck rank is named by the sub-action of
+// its cell that waits (the first that needs the input, as find_deadlock checks them).
 [[noreturn]] void report_deadlock(const Deadlock& deadlock, std::string_view source,
-                                  const std::vector<std::vector<const Cell*>>& cell_of) {
+                                  const RuntimeOrder& order) {
   const auto cell = [&](int device, int position) {
-    return cell_of[static_cast<std::size_t>(device)][static_cast<std::size_t>(position)];
+    return order.cell_of[static_cast<std::size_t>(device)][static_cast<std::size_t>(position)];
+  };
+  const auto waiting = [&](const DeadlockStep& step) {
+    const std::vector<Action>& actions =
+        order.schedule.per_device[static_cast<std::size_t>(step.device)];
+    const int end = step.position + order.group_size(step.device, step.position);
+    for (int i = step.position; i < end && i < static_cast<int>(actions.size()); ++i) {
+      const std::vector<Action> inputs =
+          inputs_of(actions[static_cast<std::size_t>(i)], order.schedule);
+      for (const Action& in : inputs) {
+        if (produces(step.waits_for, in)) return cell(step.device, i);
+      }
+    }
+    return cell(step.device, step.position);
   };
   const std::vector<DeadlockStep>& steps = deadlock.steps;
   const std::size_t k = steps.size();
   constexpr std::size_t kShown = 6;  // hops spelled out; a longer cycle ends in "..."
+  const Cell* closing = waiting(steps.back());
   std::string why = "closes a dependency cycle (a deadlock): it";
   for (std::size_t hop = 0; hop < k; ++hop) {
     const DeadlockStep& step = steps[(k - 1 + hop) % k];  // the closing step first
     const DeadlockStep& next = steps[hop % k];            // the device producing its input
-    why += std::string(hop == 0 ? "" : ", which") + " waits for " +
-           cell(next.device, step.producer_position)->where();
-    if (hop + 1 == k) {
-      why += step.producer_position == next.position ? ", which is this cell"
-                                                     : ", which runs after this cell";
+    const Cell* producer = cell(next.device, step.producer_position);
+    const Cell* stuck = waiting(next);
+    const bool last = hop + 1 == k;  // `stuck` is the closing cell
+    why += std::string(hop == 0 ? "" : ", which") + " waits for ";
+    if (last && producer != stuck && same_cell(*producer, *stuck)) {
+      why += "part " + std::to_string(producer->part) + " ('" + producer->part_text +
+             "') of this cell, which starts only once the inputs of all its parts are there";
+      break;
+    }
+    why += producer->where();
+    if (last) {
+      why += producer == stuck ? ", which is this cell" : ", which runs after this cell";
       break;
     }
     if (hop + 1 == kShown) {
       why += ", ...";
       break;
     }
-    if (step.producer_position != next.position)
-      why += ", which runs after " + cell(next.device, next.position)->where();
+    if (producer != stuck && same_cell(*producer, *stuck)) {
+      why += ", which starts only with part " + std::to_string(stuck->part) + " ('" +
+             stuck->part_text + "') of its cell";
+    } else if (producer != stuck) {
+      why += ", which runs after " + stuck->where();
+    }
   }
-  bad_cell(source, *cell(steps.back().device, steps.back().position), why);
+  bad_cell(source, *closing, why);
 }
 
 // Whether cells[i] opens an overlapped pair: the first of exactly two compute sub-actions of one
@@ -268,28 +390,23 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
   } catch (const Error& e) {
     throw Error(std::string(source) + ": " + e.what());
   }
-  // PyTorch starts an OVERLAP_F_B cell once the inputs of all its sub-actions are there.
-  std::vector<std::vector<int>> starts_together(cell_of.size());
-  for (std::size_t r = 0; r < cell_of.size(); ++r) {
-    const std::vector<const Cell*>& cells = cell_of[r];
-    starts_together[r].assign(cells.size(), 1);
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      if (cells[i]->part != 1) continue;
-      std::size_t j = i + 1;
-      while (j < cells.size() && cells[j]->row == cells[i]->row &&
-             cells[j]->column == cells[i]->column)
-        ++j;
-      starts_together[r][i] = static_cast<int>(j - i);
-    }
-  }
-  if (const auto deadlock = find_deadlock(schedule, &starts_together))
-    report_deadlock(*deadlock, source, cell_of);
+  const RuntimeOrder order = runtime_order(schedule, cell_of);
+  if (const auto deadlock = find_deadlock(order.schedule, &order.starts_together))
+    report_deadlock(*deadlock, source, order);
   if (report != nullptr) {
     report->skipped = p.rows.skipped.counts;
     report->skipped_total = p.rows.skipped.total;
     report->actions = 0;
-    for (const auto& row : p.rows.rows)
+    report->cells_in_sequence = 0;
+    for (const auto& row : p.rows.rows) {
       report->actions += static_cast<int>(row.size());
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        // The second compute sub-action of a cell, unless the cell is an overlapped pair.
+        if (i > 0 && same_cell(row[i - 1], row[i]) && (i < 2 || !same_cell(row[i - 2], row[i])) &&
+            !overlapped_pair(row, i - 1))
+          ++report->cells_in_sequence;
+      }
+    }
   }
   return schedule;
 }

@@ -45,6 +45,9 @@ void check_torch_csv(std::string_view text, std::string_view source);
 // What an import read: compute actions, and the skipped cells by type.
 struct TorchCsvReport {
   int actions = 0;
+  // OVERLAP_F_B cells of two or more compute sub-actions imported as actions in sequence, not as
+  // an overlapped pair (not a DualPipeV F and B, e.g. the last stage's F then its own B).
+  int cells_in_sequence = 0;
   std::map<std::string, int> skipped;  // "SEND_F" -> 6, ...
   int skipped_total = 0;
   std::string skipped_text() const;  // "6 RECV_B, 6 SEND_F, 2 UNSHARD" (empty when none)
@@ -52,8 +55,10 @@ struct TorchCsvReport {
 
 // check_torch_csv, then a Schedule with family "torch-csv", backward 2bp when any I or W appears
 // (else fused), stage s on the rank whose row holds it, micro-batches = largest id + 1. Per-rank
-// orders that cannot all run (a dependency cycle, schedules/deadlock.h) throw Error naming the
-// row and cell that close the cycle and the cells on it. `report`, when given, is filled.
+// orders that PyTorch's runtime cannot run to the end (a dependency cycle, schedules/deadlock.h;
+// an OVERLAP_F_B cell starts once its sub-actions' inputs from other stages are there, then runs
+// them in order) throw Error naming the row and cell (and part) that close the cycle and the
+// cells on it. `report`, when given, is filled.
 Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
                                  const TorchCsvImport& options = {},
                                  TorchCsvReport* report = nullptr);

@@ -39,10 +39,16 @@ bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
+// The ASCII characters Python's str.strip() removes (str.isspace), as _Action.from_str strips
+// every cell and sub-action: space, \t, \n, \v, \f, \r and the separators \x1c to \x1f.
+bool is_python_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
+
 std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
+  while (!text.empty() && is_python_space(text.front()))
     text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
+  while (!text.empty() && is_python_space(text.back()))
     text.remove_suffix(1);
   return text;
 }
@@ -158,13 +164,17 @@ void parse_cell(std::string_view text, Cell cell, std::string_view source, std::
   if (part == 0) bad_cell(source, cell, "OVERLAP_F_B without sub-actions");
 }
 
-// Splits one line into cells as csv.writer writes them: a cell with a comma or a quote is
-// quoted, and a quote inside is doubled. Returns (text, column) pairs, unquoted and trimmed.
+// Splits one line into cells as Python's csv reader (PyTorch's loader) does: a cell with a comma
+// or a quote is quoted, and a quote inside is doubled. A quote opens a quoted cell only as the
+// cell's very first character (csv.reader without skipinitialspace): after a space, or after a
+// closing quote, it is text. Returns the cells, unquoted, not trimmed.
 std::vector<std::string> split_cells(std::string_view line, std::string_view source, int row) {
   std::vector<std::string> cells(1);
   bool quoted = false;
+  bool cell_start = true;
   for (std::size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
+    const bool at_start = std::exchange(cell_start, false);
     if (quoted) {
       if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
         cells.back() += '"';
@@ -174,11 +184,11 @@ std::vector<std::string> split_cells(std::string_view line, std::string_view sou
       } else {
         cells.back() += c;
       }
-    } else if (c == '"' && trim(cells.back()).empty()) {
-      cells.back().clear();
+    } else if (c == '"' && at_start) {
       quoted = true;
     } else if (c == ',') {
       cells.emplace_back();
+      cell_start = true;
     } else {
       cells.back() += c;
     }
@@ -253,6 +263,13 @@ Rows read_rows(std::string_view text, std::string_view source) {
       at.row = row;
       at.column = column;
       at.text = std::string(cell);
+      // A quote left in the text (one after a space, or doubled inside a quoted cell) reaches
+      // _Action.from_str, which matches no action with it.
+      if (cell.find('"') != std::string_view::npos) {
+        bad_cell(source, at,
+                 "'\"' in the action (Python's csv reader takes a quote as text unless it is "
+                 "the cell's first character)");
+      }
       parse_cell(cell, std::move(at), source, cells, out.skipped);
     }
     out.rows.push_back(std::move(cells));

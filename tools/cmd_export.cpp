@@ -44,30 +44,39 @@ struct ExportCommand {
       throw Error("--format: unknown export format '" + format + "' (valid: torch-csv)");
     // A plan that cannot run exports nothing (a cycle, an unmatched send, a bad stage, ...).
     const TaskGraph graph = load_valid_plan(plan_path);
+    const std::string plan_name = input_name(plan_path);  // "stdin" for "-"
+    // What the plan holds but the CSV cannot, named with the plan it came from.
+    const std::string csv = [&] {
+      try {
+        return schedule_to_torch_csv(graph.schedule);
+      } catch (const Error& e) {
+        throw Error(plan_name + ": " + e.what());
+      }
+    }();
     int stash_moves = 0;
     for (int id = 0; id < graph.node_count(); ++id) {
       const Node& n = graph.node(id);
       if (n.kind == NodeKind::send && is_stash_move(n.transfer)) ++stash_moves;
     }
     if (stash_moves > 0) {
-      std::cerr << "pipeplan: warning: " << plan_path << ": " << stash_moves
+      std::cerr << "pipeplan: warning: " << plan_name << ": " << stash_moves
                 << " BPipe stash transfers (evict/load) are not representable in PyTorch's "
                    "CSV and are left out\n";
     }
     if (graph.meta.recompute.any()) {
-      std::cerr << "pipeplan: warning: " << plan_path << ": the plan recomputes "
+      std::cerr << "pipeplan: warning: " << plan_name << ": the plan recomputes "
                 << recompute_text(graph.meta.recompute)
                 << ", which PyTorch's CSV cannot carry (checkpoint those blocks in the model; "
                    "import with --recompute "
                 << to_string(graph.meta.recompute) << " to plan it again)\n";
     }
     if (output.empty()) {
-      std::cout << schedule_to_torch_csv(graph.schedule);
+      std::cout << csv;
       return 0;
     }
     // The CSV and its split, both or neither.
     OutputFiles outputs;
-    outputs.add(output, schedule_to_torch_csv(graph.schedule));
+    outputs.add(output, csv);
     outputs.add(torch_csv_layers_path(output),
                 json_text(torch_csv_layers_to_json(
                               torch_csv_layers(graph.meta.model, graph.meta.stage_layers)),

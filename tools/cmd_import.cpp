@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/plan/make_plan.h"
 #include "schedules/torch_csv.h"
@@ -68,6 +69,8 @@ struct ImportCommand {
   }
 
   int run() {
+    // Standard input ("-") is named "stdin" in every line, as every command names it.
+    const std::string csv_name = input_name(csv_path);
     // The CSV's W cells are one micro-batch each: --p2-concat says how many --join-w joins (as a
     // plan made with it groups them), and means nothing without it.
     const bool concat_given = p2_concat != nullptr && p2_concat->count() > 0;
@@ -80,11 +83,11 @@ struct ImportCommand {
     const Schedule schedule =
         load_torch_csv(csv_path, {join_w, concat_given ? options.p2_concat : 0}, &report);
     if (concat_given && schedule.backward == BackwardMode::fused) {
-      throw Error("--p2-concat: " + csv_path +
+      throw Error("--p2-concat: " + csv_name +
                   " has no W cells (its backward is fused: B cells); leave --p2-concat out");
     }
     if (schedule.stage_count() % schedule.devices != 0)
-      throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
+      throw Error(csv_name + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) +
                   " ranks; pipeplan needs the same number of stages per rank");
     // Divisible is not enough: every rank holds stage_count / devices of them (a rank of idle
@@ -101,7 +104,7 @@ struct ImportCommand {
                           [&](int r) { return held[static_cast<std::size_t>(r)] < per_rank; });
     for (const int rank : ranks) {
       if (held[static_cast<std::size_t>(rank)] != per_rank) {
-        throw Error(csv_path + ": rank " + std::to_string(rank) + " (row " +
+        throw Error(csv_name + ": rank " + std::to_string(rank) + " (row " +
                     std::to_string(rank + 1) + ") holds " +
                     std::to_string(held[static_cast<std::size_t>(rank)]) + " of the " +
                     std::to_string(schedule.stage_count()) +
@@ -111,7 +114,7 @@ struct ImportCommand {
     }
     // The CSV's own counts within the limits, named as the CSV's (not as an option not given).
     if (const int chunks = schedule.stage_count() / schedule.devices; chunks > limits::kMaxChunks) {
-      throw Error(csv_path + ": " + std::to_string(schedule.stage_count()) + " stages on " +
+      throw Error(csv_name + ": " + std::to_string(schedule.stage_count()) + " stages on " +
                   std::to_string(schedule.devices) + (schedule.devices == 1 ? " rank" : " ranks") +
                   " are " + std::to_string(chunks) + " per rank, above the limit of " +
                   std::to_string(limits::kMaxChunks) + " (docs/reference/limits.md)");
@@ -122,9 +125,9 @@ struct ImportCommand {
       throw Error("--stages: must be at least 1");
     if (o.microbatches_given && o.microbatches < 1)
       throw Error("--microbatches: must be at least 1");
-    take(o.stages, schedule.devices, "--stages", csv_path);
-    take(o.microbatches, schedule.microbatches, "--microbatches", csv_path);
-    take(o.chunks, schedule.stage_count() / schedule.devices, "--chunks", csv_path);
+    take(o.stages, schedule.devices, "--stages", csv_name);
+    take(o.microbatches, schedule.microbatches, "--microbatches", csv_name);
+    take(o.chunks, schedule.stage_count() / schedule.devices, "--chunks", csv_name);
     PlanRequest request = make_request_for_schedule(o, schedule);
     std::string layers_note;
     if (const auto split = side_split(request, schedule, layers_note)) {
@@ -147,14 +150,20 @@ struct ImportCommand {
         for (const auto& [flag, option] : {std::pair{std::string("--stages: "), stages},
                                            std::pair{std::string("--chunks: "), chunks_option}}) {
           if (what.rfind(flag, 0) == 0 && (option == nullptr || option->count() == 0))
-            throw Error(csv_path + ": " + what.substr(flag.size()));
+            throw Error(csv_name + ": " + what.substr(flag.size()));
         }
         throw;
       }
     }();
     if (!output.empty()) save_plan(plan.graph, output);
-    std::cout << "read " << csv_path << ": " << report.actions << " actions on " << schedule.devices
+    std::cout << "read " << csv_name << ": " << report.actions << " actions on " << schedule.devices
               << " ranks";
+    if (report.cells_in_sequence > 0) {
+      std::cout << "; " << report.cells_in_sequence
+                << (report.cells_in_sequence == 1 ? " OVERLAP_F_B cell runs its"
+                                                  : " OVERLAP_F_B cells run their")
+                << " sub-actions in sequence, not overlapped";
+    }
     if (report.skipped_total > 0) {
       std::cout << "; skipped " << report.skipped_total << " cells with no task-graph node ("
                 << report.skipped_text() << "; docs/reference/torch-csv.md)";
@@ -172,7 +181,8 @@ Command add_import_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "import", "read a torch.distributed.pipelining schedule CSV, validate and simulate it");
   sub->add_option("csv", cmd->csv_path,
-                  "per-rank schedule CSV (compute-only form; - reads standard input)")
+                  "per-rank schedule CSV: compute-only, or PyTorch's default compute_comms dump "
+                  "(its communication, FSDP and wait cells skipped); - reads standard input")
       ->required();
   add_plan_options(*sub, cmd->options, false);
   // Ranks and micro-batches come from the CSV.

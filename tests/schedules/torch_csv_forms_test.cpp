@@ -136,6 +136,39 @@ TEST(TorchCsvForms, OtherOverlapCellsRunInOrder) {
     EXPECT_FALSE(a.overlaps_next) << format_action(a);
 }
 
+// PyTorch starts a cell once the inputs its sub-actions take from other stages are there, then
+// runs them one after another: the last stage's backward never waits (its input is its own
+// forward), so a cell of that forward and its own backward runs, as actions in sequence.
+TEST(TorchCsvForms, ACellOfTheLastStagesForwardAndItsOwnBackwardRunsInSequence) {
+  TorchCsvReport report;
+  const Schedule s = schedule_from_torch_csv(
+      "0F0,0F1,0B0,0B1\r\n(1F0;1B0)OVERLAP_F_B,(1F1;1B1)OVERLAP_F_B\r\n", "ov.csv", {}, &report);
+  EXPECT_EQ(
+      s.per_device[1],
+      (std::vector<Action>{
+          {OpType::F, 1, {0}}, {OpType::B, 1, {0}}, {OpType::F, 1, {1}}, {OpType::B, 1, {1}}}));
+  EXPECT_FALSE(find_deadlock(s));
+  EXPECT_EQ(report.cells_in_sequence, 2);
+  // An I and its W as well. DualPipeV's pairs are no cells in sequence; the fixture's two
+  // backwards in one cell are one.
+  EXPECT_EQ(error_of("0F0,0I0,0W0\n(1F0;1I0;1W0)OVERLAP_F_B\n"), "<no error>");
+  TorchCsvReport pairs;
+  load_torch_csv(kFixtures / "dumps/ScheduleDualPipeV-p4-m8.compute_only.csv", {}, &pairs);
+  EXPECT_EQ(pairs.cells_in_sequence, 0);
+  load_torch_csv(kFixtures / "dualpipev_compute_only.csv", {}, &pairs);
+  EXPECT_EQ(pairs.cells_in_sequence, 1);
+  // Deadlocks still: a stage's backward that needs the next stage's, which needs this cell's
+  // forward; another stage's backward that needs the one in the cell.
+  EXPECT_EQ(error_of("0F0,(2F0;2B0)OVERLAP_F_B,0B0\n1F0,3F0,3B0,1B0\n"),
+            "s.csv row 1 cell 2 ('(2F0;2B0)OVERLAP_F_B' part 2, '2B0'): closes a dependency "
+            "cycle (a deadlock): it waits for part 1 ('2F0') of this cell, which starts only once "
+            "the inputs of all its parts are there");
+  EXPECT_EQ(error_of("0F0,(1F0;1B0;0B0)OVERLAP_F_B\n"),
+            "s.csv row 1 cell 2 ('(1F0;1B0;0B0)OVERLAP_F_B' part 3, '0B0'): closes a dependency "
+            "cycle (a deadlock): it waits for part 2 ('1B0') of this cell, which starts only once "
+            "the inputs of all its parts are there");
+}
+
 TEST(TorchCsvForms, WaitCellsQuotedCellsAndAByteOrderMarkAreRead) {
   TorchCsvReport report;
   const Schedule s = schedule_from_torch_csv(
@@ -146,6 +179,25 @@ TEST(TorchCsvForms, WaitCellsQuotedCellsAndAByteOrderMarkAreRead) {
   EXPECT_EQ(report.skipped_text(),
             "1 RECV_B, 1 RECV_F, 1 SEND_B, 1 SEND_F, 1 WAIT_RECV_F, "
             "1 WAIT_SEND_F");
+}
+
+// As Python's csv reader and _Action.from_str take them: a quote opens a quoted cell only as its
+// first character (after a space, or after a closing quote, it is text, which no action holds),
+// and from_str strips the whitespace str.strip() does, inside quotes too.
+TEST(TorchCsvForms, QuotesAndSpacesAreReadAsPythonReadsThem) {
+  const std::string quote_as_text =
+      "'\"' in the action (Python's csv reader takes a quote as text unless it is the cell's "
+      "first character)";
+  EXPECT_EQ(error_of("0F0, \"0F1\",0B0,0B1\r\n1F0,1B0,1F1,1B1\r\n"),
+            "s.csv row 1 cell 2 ('\"0F1\"'): " + quote_as_text);
+  EXPECT_EQ(error_of("0F0,\"\" \"0B0\"\n"), "s.csv row 1 cell 2 ('\"0B0\"'): " + quote_as_text);
+  EXPECT_EQ(error_of("0F0,\"0B\"\"0\"\n"), "s.csv row 1 cell 2 ('0B\"0'): " + quote_as_text);
+  const Schedule plain = schedule_from_torch_csv("0F0,0B0\n", "s.csv");
+  for (const char* csv : {"0F0, 0B0 \n", "\"0F0\",\" 0B0\t\"\n", "\"0F\"0,\"0B0\" \n",
+                          "0F0\v,\f0B0\x1c\n", "(0F0 ; 0B0\x1f)OVERLAP_F_B\n"}) {
+    EXPECT_EQ(error_of(csv), "<no error>") << csv;
+    EXPECT_EQ(schedule_from_torch_csv(csv, "s.csv").per_device, plain.per_device) << csv;
+  }
 }
 
 TEST(TorchCsvForms, DeadlockNamesTheCellThatClosesTheCycle) {
@@ -160,11 +212,23 @@ TEST(TorchCsvForms, DeadlockNamesTheCellThatClosesTheCycle) {
                 .find("row 1 cell 5 ('0B0'): closes a dependency cycle (a deadlock): it waits "
                       "for row 1 cell 6 ('1B0'), which runs after this cell"),
             std::string::npos);
-  // A cell starts once all its sub-actions' inputs are there: 1F0 needs 0F0 of the same cell.
-  EXPECT_NE(error_of("(0F0;1F0)OVERLAP_F_B,(0B0;1B0)OVERLAP_F_B\n")
-                .find("row 1 cell 1 ('(0F0;1F0)OVERLAP_F_B' part 1, '0F0'): closes a dependency "
-                      "cycle (a deadlock)"),
-            std::string::npos);
+  // A cell starts once all its sub-actions' inputs are there: 1F0 (part 2) needs 0F0 of the
+  // same cell. The sub-action that waits is named, with its own part.
+  EXPECT_EQ(error_of("(0F0;1F0)OVERLAP_F_B,(0B0;1B0)OVERLAP_F_B\n"),
+            "s.csv row 1 cell 1 ('(0F0;1F0)OVERLAP_F_B' part 2, '1F0'): closes a dependency "
+            "cycle (a deadlock): it waits for part 1 ('0F0') of this cell, which starts only once "
+            "the inputs of all its parts are there");
+  // A rank waiting on a cell elsewhere: the part it needs, and the part that holds the cell.
+  EXPECT_EQ(error_of("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n1F0,1F1,1B0,1B1\n"),
+            "s.csv row 2 cell 2 ('1F1'): closes a dependency cycle (a deadlock): it waits for row "
+            "1 cell 2 ('(0F1;0B0)OVERLAP_F_B' part 1, '0F1'), which starts only with part 2 "
+            "('0B0') of its cell, which waits for row 2 cell 3 ('1B0'), which runs after this "
+            "cell");
+  EXPECT_EQ(error_of("0F0,0B0,0F1,0B1\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n2F0,2B0,2F1,2B1\n"),
+            "s.csv row 2 cell 2 ('(1F1;1B0)OVERLAP_F_B' part 1, '1F1'): closes a dependency "
+            "cycle (a deadlock): it waits for row 1 cell 3 ('0F1'), which runs after row 1 cell 2 "
+            "('0B0'), which waits for part 2 ('1B0') of this cell, which starts only once the "
+            "inputs of all its parts are there");
 }
 
 // What PyTorch's runtime cannot run, though every cell is well formed, is refused naming the
@@ -173,10 +237,10 @@ TEST(TorchCsvForms, DeadlockNamesTheCellThatClosesTheCycle) {
 // forwards run in micro-batch order (the losses are read back by micro-batch in the order they
 // were computed); a blank line after the last rank is one more rank to PyTorch's csv reader.
 TEST(TorchCsvForms, WhatPyTorchsRuntimeCannotRunIsRefused) {
-  EXPECT_NE(error_of("0F0,3F0,3B0,0B0\n(1F0;2F0)OVERLAP_F_B,2B0,1B0\n")
-                .find("row 2 cell 1 ('(1F0;2F0)OVERLAP_F_B' part 1, '1F0'): closes a dependency "
-                      "cycle (a deadlock)"),
-            std::string::npos);
+  EXPECT_EQ(error_of("0F0,3F0,3B0,0B0\n(1F0;2F0)OVERLAP_F_B,2B0,1B0\n"),
+            "s.csv row 2 cell 1 ('(1F0;2F0)OVERLAP_F_B' part 2, '2F0'): closes a dependency "
+            "cycle (a deadlock): it waits for part 1 ('1F0') of this cell, which starts only once "
+            "the inputs of all its parts are there");
   EXPECT_NE(error_of("0F0,(2F0;2B0)OVERLAP_F_B,0B0\n1F0,3F0,3B0,1B0\n")
                 .find("closes a dependency cycle (a deadlock)"),
             std::string::npos);

@@ -188,10 +188,16 @@ TEST(TorchCsv, BadFilesNameFileRowAndCell) {
             "s.csv row 1 cell 2 ('0F0'): second F of stage 0 micro-batch 0");
   EXPECT_EQ(error_of("0F0,0B0\n0F1\n"),
             "s.csv row 2 cell 1 ('0F1'): stage 0 already runs on rank 0 (row 1)");
+  // A count error names the action whose partner is missing (the F, the I); a micro-batch with
+  // no action at all, the stage's first cell.
   EXPECT_EQ(error_of("0F0,0F1,0B0\n"),
-            "s.csv row 1 cell 1 ('0F0'): stage 0 has no I or B for micro-batch 1 of 0..1");
+            "s.csv row 1 cell 2 ('0F1'): stage 0 has no I or B for micro-batch 1 of 0..1");
   EXPECT_EQ(error_of("0F0,0I0\n"),
-            "s.csv row 1 cell 1 ('0F0'): stage 0 has no W for micro-batch 0 of 0..0");
+            "s.csv row 1 cell 2 ('0I0'): stage 0 has no W for micro-batch 0 of 0..0");
+  EXPECT_EQ(error_of("0F0,0F1,0B0,0B1\n1F0,1I0,1F1,1B1\n"),
+            "s.csv row 2 cell 2 ('1I0'): stage 1 has no W for micro-batch 0 of 0..1");
+  EXPECT_EQ(error_of("0F0,0B0,0F1,0B1\n1F1,1B1\n"),
+            "s.csv row 2 cell 1 ('1F1'): stage 1 has no F for micro-batch 0 of 0..1");
   EXPECT_EQ(error_of("0F0,0B0\n2F0,2B0\n"), "s.csv: stage 1 has no actions (stages 0..2 appear)");
   EXPECT_EQ(error_of("\n"), "s.csv: no rows (expected one row per rank)");
 }

@@ -208,6 +208,55 @@ TEST_F(TorchCsvCli, DeadlockingCsvNamesTheRowAndCellThatCloseTheCycle) {
       "row 2 cell 4 ('1F1'): closes a dependency cycle (a deadlock)");
 }
 
+// A cell of the last stage's forward and its own backward runs in PyTorch (that backward never
+// waits): import takes its sub-actions as actions in sequence, says so, and the plan validates
+// and runs.
+TEST_F(TorchCsvCli, ACellOfAForwardAndItsOwnBackwardImportsInSequenceAndRuns) {
+  write_file(path("ov.csv"), "0F0,0F1,0B0,0B1\r\n(1F0;1B0)OVERLAP_F_B,(1F1;1B1)OVERLAP_F_B\r\n");
+  const Result imported = run("import " + path("ov.csv") + " --model tiny -o " + path("ov.json"));
+  ASSERT_EQ(imported.status, 0) << imported.out;
+  EXPECT_EQ(imported.out.rfind("read " + path("ov.csv") +
+                                   ": 8 actions on 2 ranks; 2 OVERLAP_F_B cells run their "
+                                   "sub-actions in sequence, not overlapped\n",
+                               0),
+            0U)
+      << imported.out;
+  EXPECT_EQ(run("validate " + path("ov.json")).status, 0);
+  const Result ran = run("run " + path("ov.json") + " --steps 1");
+  EXPECT_EQ(ran.status, 0) << ran.out;
+  EXPECT_NE(ran.out.find("step    1  loss"), std::string::npos) << ran.out;
+  EXPECT_EQ(run("export " + path("ov.json")).out, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+}
+
+// Standard input is "stdin" in what import prints and in its errors, as every command names it.
+TEST_F(TorchCsvCli, StandardInputIsNamedStdin) {
+  write_file(path("s.csv"), "0F0,0B0\n1F0,1B0\n");
+  const Result read = run("import - --uniform 1:1:1:0 < " + path("s.csv"));
+  EXPECT_EQ(read.status, 0) << read.out;
+  EXPECT_EQ(read.out.rfind("read stdin: 4 actions on 2 ranks\n", 0), 0U) << read.out;
+  const Result differs = run("import - --uniform 1:1:1:0 --stages 3 < " + path("s.csv"));
+  EXPECT_EQ(differs.out, "pipeplan: error: --stages: 3 differs from 2 in stdin\n");
+  write_file(path("bad.csv"), "0F0,0B0\n1F0\n");
+  const Result bad = run("import - --uniform 1:1:1:0 < " + path("bad.csv"));
+  EXPECT_EQ(bad.out,
+            "pipeplan: error: stdin row 2 cell 1 ('1F0'): stage 1 has no I or B for micro-batch 0 "
+            "of 0..0\n");
+  write_file(path("uneven.csv"), "0F0,2F0,2B0,0B0\n1F0,1B0\n");
+  const Result uneven = run("import - --uniform 1:1:1:0 < " + path("uneven.csv"));
+  EXPECT_EQ(uneven.out,
+            "pipeplan: error: stdin: 3 stages on 2 ranks; pipeplan needs the same number of "
+            "stages per rank\n");
+}
+
+// import reads both forms PyTorch writes, and its help says so.
+TEST_F(TorchCsvCli, ImportHelpNamesBothForms) {
+  const Result help = run("import --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("compute-only, or PyTorch's default compute_comms dump"),
+            std::string::npos)
+      << help.out;
+}
+
 TEST_F(TorchCsvCli, ImportSaysWhichCellsItSkipped) {
   const std::string fixture = std::string(PIPEPLAN_SOURCE_DIR) +
                               "/tests/schedules/fixtures/torch/interleaved_zb_compute_comms.csv";
@@ -311,6 +360,21 @@ TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
   EXPECT_EQ(escape.out, "pipeplan: error: " + path("s.csv.layers.json") +
                             ": field 'model' holds control character U+001B at byte 1 (names and "
                             "labels are printable text)\n");
+}
+
+// A plan with two copies of the model has no CSV form: the one line names the plan.
+TEST_F(TorchCsvCli, ExportOfTwoCopiesNamesThePlan) {
+  ASSERT_EQ(run("plan --uniform 1:1:1:0 --stages 2 -m 4 --schedule dualpipe -o " + path("dp.json"))
+                .status,
+            0);
+  const std::string refused =
+      ": torch CSV: schedule 'dualpipe' holds 2 copies of the model, which PyTorch's pipeline "
+      "CSV cannot express (one rank per stage, every micro-batch through every stage)\n";
+  const Result r = run("export " + path("dp.json") + " -o " + path("dp.csv"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.out, "pipeplan: error: " + path("dp.json") + refused);
+  EXPECT_FALSE(fs::exists(path("dp.csv")));
+  EXPECT_EQ(run("export - < " + path("dp.json")).out, "pipeplan: error: stdin" + refused);
 }
 
 TEST_F(TorchCsvCli, ExportRefusesAnUnknownFormat) {
