@@ -86,8 +86,8 @@ AutoInputs auto_inputs(int devices, int microbatches, int mb_per_device) {
   in.plan = uniform_request(devices, microbatches, mb_per_device);
   // Uniform blocks with no embedding or head: every grouping of the stages cuts them alike.
   // With several copies, one copy's cut held that many times (as make_plan costs it).
-  const auto cut = [plan = in.plan](int stages, const std::vector<int>& blocks, bool /*folded*/,
-                                    int replicas) {
+  const auto cut = [plan = in.plan](int stages, const std::vector<int>& blocks,
+                                    CutBalance /*balance*/, int replicas) {
     const Partition p =
         blocks.empty() ? partition_balanced(plan.profile.model, plan.profile, 1, stages / replicas)
                        : partition_fixed(plan.profile.model, blocks);
@@ -104,7 +104,7 @@ AutoInputs auto_inputs(int devices, int microbatches, int mb_per_device) {
   AutoRequest& r = in.request;
   r.devices = devices;
   r.microbatches = microbatches;
-  r.costs = cut(devices, {}, false, 1).costs;
+  r.costs = cut(devices, {}, CutBalance::mod_devices, 1).costs;
   for (const StageCost& c : r.costs)
     r.static_bytes.push_back(c.static_bytes);
   r.memory_limit_bytes.assign(static_cast<std::size_t>(devices), in.plan.memory_limit_bytes);
@@ -198,7 +198,8 @@ void BM_ListSchedule(benchmark::State& state) {
   ListInputs li;
   li.devices = p;
   li.microbatches = in.request.microbatches;
-  const StageCut cut = in.request.cut(v ? 2 * p : p, {}, v, 1);
+  const StageCut cut =
+      in.request.cut(v ? 2 * p : p, {}, v ? CutBalance::folded : CutBalance::mod_devices, 1);
   for (int s = 0; s < (v ? 2 * p : p); ++s)
     li.stage_device.push_back(!v ? s : (s < p ? s : 2 * p - 1 - s));
   li.costs = &cut.costs;
@@ -263,7 +264,9 @@ void BM_Seed(benchmark::State& state, const ScheduleFamily* seed) {
   const int p = 32, m = 96;
   const int chunks = family.traits().chunks.preferred;
   const AutoInputs in = auto_inputs(p, m, 2 * p);
-  const StageCut cut = in.request.cut(p * chunks, {}, family.traits().folded_stages, 1);
+  const StageCut cut = in.request.cut(
+      p * chunks, {}, family.traits().folded_stages ? CutBalance::folded : CutBalance::mod_devices,
+      1);
   PlanMeta meta;
   meta.devices = p;
   meta.microbatches = m;

@@ -38,6 +38,10 @@ struct StageCut {
   std::vector<StageCost> costs;
 };
 
+// What a balanced cut balances: each device's stages as a whole (stages s and n - 1 - s
+// together: `folded`; s mod P: `mod_devices`), or each stage alone (`stages`).
+enum class CutBalance : std::uint8_t { mod_devices, folded, stages };
+
 // What a family built from the costs (`auto`) needs beyond the shape; absent for the others.
 struct StageCostContext {
   std::vector<StageCost> costs;            // per virtual stage of the request's cut, model order
@@ -50,13 +54,13 @@ struct StageCostContext {
   // The HBM of the GPU, which the stages share where `contention` has curves; 0 where unknown.
   double gpu_hbm_bytes = 0;
   // Other cuts of the model, for a family that chooses the layout itself (auto): the balanced
-  // cut into `stage_count` virtual stages when `blocks` is empty (each device's stages balanced
-  // as a whole: stages s and stage_count - 1 - s together when `folded`, else s mod P), else
-  // those blocks per stage. With `replicas` copies of the model (Schedule::replicas) the model is
-  // cut into stage_count / replicas stages (`blocks` and the grouping count those; the returned
-  // blocks too) and the costs are that cut `replicas` times, as make_plan costs the plan.
-  // Throws Error when the model cannot be cut so. Unset: only `costs` is known.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded,
+  // cut into `stage_count` virtual stages when `blocks` is empty (`balance` says what it
+  // balances), else those blocks per stage. With `replicas` copies of the model
+  // (Schedule::replicas) the model is cut into stage_count / replicas stages (`blocks` and the
+  // grouping count those; the returned blocks too) and the costs are that cut `replicas` times, as
+  // make_plan costs the plan. Throws Error when the model cannot be cut so. Unset: only `costs` is
+  // known.
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, CutBalance balance,
                          int replicas)>
       cut;
   // Set by a family that chooses the layout: the blocks per stage of the schedule it returned

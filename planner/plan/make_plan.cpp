@@ -469,11 +469,13 @@ PlannedSchedule plan_schedule(const PlanRequest& request, bool defer_check, bool
   context.gpu_hbm_bytes = gpu_hbm_bytes(request.gpu.empty() ? request.profile.gpu : request.gpu);
   if (family.traits().needs_costs && request.layers_per_stage.empty()) {
     // Other cuts, for a family that chooses the layout: an explicit --layers-per-stage fixes it.
-    context.cut = [&request](int stage_count, const std::vector<int>& blocks, bool folded,
+    context.cut = [&request](int stage_count, const std::vector<int>& blocks, CutBalance balance,
                              int replicas) {
-      StageInputs cut =
-          stage_inputs(request, stage_count, blocks, replicas,
-                       device_stages(stage_count / replicas, request.devices, folded));
+      StageInputs cut = stage_inputs(request, stage_count, blocks, replicas,
+                                     balance == CutBalance::stages
+                                         ? std::vector<std::vector<int>>{}
+                                         : device_stages(stage_count / replicas, request.devices,
+                                                         balance == CutBalance::folded));
       if (!blocks.empty()) return StageCut{blocks, std::move(cut.costs)};
       std::vector<int> counts = blocks_per_stage(request.profile.model, cut.partition);
       counts.resize(static_cast<std::size_t>(stage_count / replicas));  // one copy's

@@ -80,7 +80,7 @@ std::optional<Layout> two_copies_layout(const AutoRequest& r) {
   if (r.devices % 2 != 0) return std::nullopt;
   StageCut cut;
   try {
-    cut = r.cut(2 * r.devices, {}, true, 2);
+    cut = r.cut(2 * r.devices, {}, CutBalance::folded, 2);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -88,7 +88,7 @@ std::optional<Layout> two_copies_layout(const AutoRequest& r) {
 }
 
 // One chunk per device on the request's cut; with other cuts available, DualPipe's two copies
-// of the cut into P stages, and a V and interleaved on the balanced cut into 2P stages (when the
+// of the cut into P stages, and a V and interleaved on the balanced cuts into 2P stages (when the
 // model has blocks enough).
 std::vector<Layout> layouts(const AutoRequest& r) {
   std::vector<Layout> out;
@@ -100,10 +100,11 @@ std::vector<Layout> layouts(const AutoRequest& r) {
   if (r.max_copies >= 2) {
     if (std::optional<Layout> two = two_copies_layout(r)) out.push_back(std::move(*two));
   }
-  StageCut v_cut, interleaved_cut;
+  StageCut v_cut, interleaved_cut, alone;
   try {
-    v_cut = r.cut(2 * r.devices, {}, true, 1);
-    interleaved_cut = r.cut(2 * r.devices, {}, false, 1);
+    v_cut = r.cut(2 * r.devices, {}, CutBalance::folded, 1);
+    interleaved_cut = r.cut(2 * r.devices, {}, CutBalance::mod_devices, 1);
+    alone = r.cut(2 * r.devices, {}, CutBalance::stages, 1);
   } catch (const Error&) {
     return out;  // fewer blocks than 2P stages
   }
@@ -111,9 +112,19 @@ std::vector<Layout> layouts(const AutoRequest& r) {
   interleaved_map.reserve(idx(2 * r.devices));
   for (int s = 0; s < 2 * r.devices; ++s)
     interleaved_map.push_back(s % r.devices);
+  // Each also on the cut that balances the stages alone, where that cut differs: a fixed
+  // family's plan takes the faster of the two cuts (make_plan), and so does auto.
+  const bool alone_v = alone.blocks != v_cut.blocks;
+  const bool alone_interleaved = alone.blocks != interleaved_cut.blocks;
   out.push_back(make_layout(r, "V", v_stage_device(r.devices), std::move(v_cut), nullptr));
   out.push_back(
       make_layout(r, "interleaved", interleaved_map, std::move(interleaved_cut), nullptr));
+  if (alone_v)
+    out.push_back(make_layout(r, "V stage-cut", v_stage_device(r.devices), alone, nullptr));
+  if (alone_interleaved) {
+    out.push_back(
+        make_layout(r, "interleaved stage-cut", interleaved_map, std::move(alone), nullptr));
+  }
   return out;
 }
 

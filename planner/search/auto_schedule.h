@@ -5,7 +5,9 @@
 // Layouts: one chunk per device; with P even, DualPipe's two copies of the model cut into P
 // stages (copy 1 from the last device back; only the dualpipe family's order runs on it); and,
 // when the model can be cut into 2P stages, a V (stage v on device v, then 2P - 1 - v) and
-// interleaved (v mod P), each on the balanced cut. For each one-copy layout the candidates are
+// interleaved (v mod P), each on the cut that balances each device's stages as a whole and, where
+// it differs, on the cut that balances each stage alone ("V stage-cut": the warm-up and
+// cool-down wait on the largest stage). For each one-copy layout the candidates are
 // the list scheduler's variants (planner/search/auto_list.h) and every fixed family of that
 // layout in every backward mode it takes; all are evaluated on compact arrays
 // (planner/graph/schedule_sim.h) under the memory limits. Unless the best one already meets the
@@ -54,7 +56,7 @@ struct AutoRequest {
   // whose stages together take more is chosen only where every finalist does.
   double gpu_hbm_bytes = 0;
   // Other cuts of the model (StageCostContext::cut); unset: one chunk per device on `costs` only.
-  std::function<StageCut(int stage_count, const std::vector<int>& blocks, bool folded,
+  std::function<StageCut(int stage_count, const std::vector<int>& blocks, CutBalance balance,
                          int replicas)>
       cut;
   // StageCostContext::evaluate_first: handed the first candidate and its evaluation.
