@@ -157,6 +157,18 @@ double Contention::factor(const std::vector<double>& curve, std::size_t running)
   return curve[std::min(running, curve.size()) - 1];
 }
 
+double Contention::fastest_factor() const {
+  double fastest = 1.0;
+  for (const double f : slowdown)
+    fastest = std::min(fastest, f);
+  for (const auto& [op, curve] : by_op) {
+    for (const double f : curve)
+      fastest = std::min(fastest, f);
+  }
+  if (copy) fastest = std::min({fastest, copy->sender_idle, copy->sender_computing});
+  return fastest;
+}
+
 nlohmann::json contention_to_json(const Contention& contention) {
   nlohmann::json j = {{"source", contention.source}};
   if (!contention.slowdown.empty()) j["slowdown"] = contention.slowdown;

@@ -127,6 +127,10 @@ struct Contention {
   const std::vector<double>& curve(std::string_view op) const;
   // The factor for `running` ops at once (running >= 1) on `curve`; 1 on an empty curve.
   static double factor(const std::vector<double>& curve, std::size_t running);
+  // The smallest factor the model can apply to a profiled time, at most 1: a fitted curve may put
+  // an op alone below its profiled time (a clock higher than the profiler's), and a lower bound
+  // on the step must allow for it. The sustained term only slows (1 + factor · load).
+  double fastest_factor() const;
 };
 
 // {"slowdown": [...], "by_op": {"P1": [...], ...}, "copy": {"sender_idle": x, "sender_computing":

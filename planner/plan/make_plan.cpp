@@ -291,6 +291,13 @@ Plan simulate_lowered(TaskGraph graph, const std::vector<StageCost>& costs,
                                              plan.graph.meta.link, plan.graph.schedule.microbatches,
                                              pair_efficiency(plan.graph.schedule, plan.graph.meta),
                                              plan.graph.schedule.replicas);
+  // The bound sums and maxes profiled op and link times; the contention model may run an op
+  // faster than profiled (a fitted curve below 1), and every time at most that much faster.
+  // (auto's search compares its bounds with its compact evaluation, which has no curves: only
+  // the bound the plan reports is scaled.)
+  const double fastest = plan.graph.meta.contention.fastest_factor();
+  plan.bound.makespan_us *= fastest;
+  plan.bound.stage_span_us *= fastest;
   CheckedSimulation checked = bpipe == BpipeMode::on ? add_bpipe_within_memory(plan.graph, costs)
                                                      : validate_and_simulate(plan.graph);
   if (const auto& v = checked.violation) {
