@@ -540,6 +540,12 @@ EXPECT='uneven_stages.csv: 3 stages on 2 ranks; pipeplan needs the same number o
   check "import: CSV with uneven stages per rank" import uneven_stages.csv --model tiny -o '{out}'
 EXPECT='--global-batch: required by --search (or give --microbatches)' \
   check "plan --search, no --global-batch or -m" plan --model tiny --stages 2 --search -o '{out}'
+EXPECT='--microbatches: must be at least 1' \
+  check "plan --search -m 0" plan --model tiny --stages 2 --search -m 0 -o '{out}'
+EXPECT='--search-mbs: --uniform has no cost at micro-batch sizes 2, 4' \
+  check "plan --search --uniform --search-mbs 2,4" plan --search --uniform 1:1:1:0 --stages 4 --global-batch 8 --search-mbs 2,4 -o '{out}'
+EXPECT='--mbs: --uniform has no cost at micro-batch size 2' \
+  check "plan --uniform --mbs 2" plan --uniform 1:1:1:0 --stages 4 -m 8 --mbs 2 -o '{out}'
 EXPECT='profile: give --analytic, or --backend cuda' \
   check "profile without --analytic or --backend" profile --model tiny -o '{out}'
 EXPECT='--max-concat: must be at least 1' \

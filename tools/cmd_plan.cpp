@@ -180,7 +180,9 @@ struct PlanCommand {
     return 0;
   }
   int run_search() const {
-    if (global_batch == 0 && options.microbatches < 1)
+    // A -m given is checked as plain `plan` checks it (make_search_request): only a missing one
+    // asks for the global batch.
+    if (global_batch == 0 && !options.microbatches_given)
       throw Error("--global-batch: required by --search (or give --microbatches)");
     SearchRequest request = make_search_request(options, global_batch, search_mbs, "--search-mbs");
     // --schedule and --backward, when given, keep the search to that family and mode.

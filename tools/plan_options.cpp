@@ -259,6 +259,12 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
     if (!o.attention.empty()) {
       throw Error("--attention: --uniform gives the times (no model to apply it to)");
     }
+    // The costs are one micro-batch's: another size is refused naming the option, before the
+    // profile's lookup fails naming none.
+    if (plan_mbs && o.mbs != 1) {
+      throw Error("--mbs: --uniform has no cost at micro-batch size " + std::to_string(o.mbs) +
+                  " (its costs are at micro-batch size 1 only)");
+    }
     const UniformCosts costs =
         parse_uniform(o.uniform, o.uniform_mem.empty() ? "0:0:0" : o.uniform_mem);
     // auto may cut each device's stage in two (a V, interleaved): two blocks per device then.
@@ -339,6 +345,20 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   const int per_replica = global_batch / replicas;
   s.global_batch = per_replica;
   if (!o.uniform.empty()) {
+    // As --mbs: a size the list names and the costs do not hold is refused, not planned at 1
+    // instead (without a list, the sizes tried are those the costs hold: 1).
+    std::string others;
+    int count = 0;
+    for (const int mbs : candidates) {
+      if (mbs == 1) continue;
+      others += (others.empty() ? "" : ", ") + std::to_string(mbs);
+      ++count;
+    }
+    if (!mbs_list.empty() && count > 0) {
+      throw Error(std::string(mbs_flag) + ": --uniform has no cost at micro-batch size" +
+                  (count > 1 ? "s " : " ") + others +
+                  " (its costs are at micro-batch size 1 only)");
+    }
     candidates = {1};
   } else if (!o.profile.empty()) {
     const std::vector<int> held = s.base.profile.micro_batch_sizes();

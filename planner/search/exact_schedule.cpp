@@ -35,9 +35,6 @@ class BranchAndBound {
       const auto dd = static_cast<std::size_t>(d);
       limit_.push_back(dd < meta.memory_limit_bytes.size() ? meta.memory_limit_bytes[dd] : 0.0);
       memory_.push_back(dd < meta.static_bytes.size() ? meta.static_bytes[dd] : 0);
-      // Room for an op's working memory (the task graph holds it while the op runs); stage d
-      // runs on device d.
-      work_.push_back(dd < costs.size() ? costs[dd].max_work_bytes() : 0);
       if (limit_.back() > 0) any_limit_ = true;
       if (d + 1 < p_) comm_.push_back(boundary_transfer_us(meta.link, costs[dd]));
     }
@@ -68,8 +65,7 @@ class BranchAndBound {
         std::vector<Action> actions;
         for (const int id : ids) {
           const Op& o = ops_[static_cast<std::size_t>(id)];
-          const OpType t = o.type == kF ? OpType::F : o.type == kP1 ? OpType::P1 : OpType::P2;
-          actions.push_back(Action{t, o.stage, {o.mb}});
+          actions.push_back(Action{op_type(o), o.stage, {o.mb}});
         }
         r.schedule.per_device.push_back(std::move(actions));
       }
@@ -161,21 +157,31 @@ class BranchAndBound {
     return lb;
   }
 
-  bool fits(int d, std::int64_t extra) const {
-    const double limit = limit_[static_cast<std::size_t>(d)];
-    const auto dd = static_cast<std::size_t>(d);
-    return limit <= 0 || static_cast<double>(memory_[dd] + extra + work_[dd]) <= limit;
+  // Whether op `o` fits its device: the validator's rule, as lower() charges the op (its
+  // allocation at its start, its own working memory while it runs; a P1 turns its stash into the
+  // retained X/dY, so only the growth is charged at its start), and as schedule_sim steps it.
+  bool fits(const Op& o) const {
+    const auto d = static_cast<std::size_t>(o.stage);
+    const double limit = limit_[d];
+    if (limit <= 0) return true;
+    const StageCost& c = costs_[d];
+    const std::int64_t alloc = o.type == kF ? c.stash_bytes
+                               : o.type == kP1
+                                   ? std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0)
+                                   : 0;
+    // One micro-batch a P2: the class searched concatenates none.
+    const std::int64_t work = op_work_bytes(c, op_type(o), 1);
+    return static_cast<double>(memory_[d] + alloc + work) <= limit;
   }
-
-  std::int64_t alloc(const Op& o) const {
-    const StageCost& c = costs_[static_cast<std::size_t>(o.stage)];
-    return o.type == kF ? c.stash_bytes : o.type == kP1 ? c.retained_bytes : 0;
-  }
+  // What op `o` leaves allocated once it has run (its allocation less its release).
   std::int64_t net(const Op& o) const {
     const StageCost& c = costs_[static_cast<std::size_t>(o.stage)];
     return o.type == kF    ? c.stash_bytes
            : o.type == kP1 ? c.retained_bytes - c.stash_bytes
                            : -c.retained_bytes;
+  }
+  static OpType op_type(const Op& o) {
+    return o.type == kF ? OpType::F : o.type == kP1 ? OpType::P1 : OpType::P2;
   }
 
   struct Candidate {
@@ -207,7 +213,7 @@ class BranchAndBound {
           if (start < 0) continue;
           if (start < last_start - kEps) continue;
           if (std::abs(start - last_start) <= kEps && d < last_device) continue;
-          if (!fits(d, alloc(ops_[static_cast<std::size_t>(op)]))) continue;
+          if (!fits(ops_[static_cast<std::size_t>(op)])) continue;
           candidates.push_back({start, op});
         }
         if (d == 0 && end_[static_cast<std::size_t>(id(0, x, kF))] < 0) earlier_f0_pending = true;
@@ -260,7 +266,6 @@ class BranchAndBound {
   std::int64_t node_limit_;
   std::int64_t nodes_ = 0;
   bool any_limit_ = false;
-  std::vector<std::int64_t> work_;  // per device: the most working memory an op holds
   std::vector<double> comm_, limit_, end_, avail_, remaining_, est_;
   std::vector<std::int64_t> memory_;
   std::vector<Op> ops_;

@@ -4,7 +4,9 @@
 // The class searched: one stage per device; every backward split into P1 and an unconcatenated
 // P2; a transfer is a pure latency c_j = latency + bytes / bandwidth on each cross-stage edge
 // (no queueing on a link; with comm = 0 this is exactly the simulator's model); memory limits per
-// device in the validator's order semantics (an op's allocation must fit before its release).
+// device in the validator's order semantics, each op charged as lower() charges it (its
+// allocation, a P1 only its growth over the stash, and its own working memory must fit before
+// its release), so that every order the validator accepts is in the class.
 // The search enumerates every semi-active schedule once, in non-decreasing (start, device)
 // order, and prunes with the longest remaining path and each device's remaining work. Without
 // memory limits only active schedules are kept (no op may finish before another one on the same

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 
 #include "planner/base/error.h"
@@ -50,24 +51,49 @@ double second_time(const SearchPoint& p, Objective objective) {
   return objective == Objective::steady ? p.step_time_us : p.span_us;
 }
 
-bool dominates(const SearchPoint& a, const SearchPoint& b, Objective objective) {
-  const double ta = first_time(a, objective), tb = first_time(b, objective);
-  return ta <= tb && a.peak_memory_bytes <= b.peak_memory_bytes &&
-         (ta < tb || a.peak_memory_bytes < b.peak_memory_bytes);
-}
-
-// a before b: the objective's time, then the lighter, then the other time (1 ns tolerances): the
-// order of the front's dominance, so that the best point is on the front.
-bool preferred_point(const SearchPoint& a, const SearchPoint& b, Objective objective) {
-  constexpr double kTieUs = 1e-9;
-  const double ta = first_time(a, objective), tb = first_time(b, objective);
-  if (ta < tb - kTieUs) return true;
-  if (ta > tb + kTieUs) return false;
-  if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
-  return second_time(a, objective) < second_time(b, objective) - kTieUs;
-}
-
 }  // namespace
+
+std::vector<std::size_t> pareto_order(const std::vector<SearchPoint>& points, Objective objective) {
+  // The same plan timed along two paths (auto's compact arrays, a family's) differs in its last
+  // bits: times this close are one time, and the lighter point is the better.
+  constexpr double kTieUs = 1e-9;
+  std::vector<std::size_t> order(points.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return first_time(points[a], objective) < first_time(points[b], objective);
+  });
+  // Each point's time class: a point within kTieUs of its class's first joins it. A pairwise
+  // tolerance is not transitive; classes are, so one order serves the sort, the dominance and
+  // the best point alike.
+  std::vector<int> tie_class(points.size(), 0);
+  int current = -1;
+  double class_start = 0;
+  for (const std::size_t i : order) {
+    const double t = first_time(points[i], objective);
+    if (current < 0 || t > class_start + kTieUs) {
+      ++current;
+      class_start = t;
+    }
+    tie_class[i] = current;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (tie_class[a] != tie_class[b]) return tie_class[a] < tie_class[b];
+    if (points[a].peak_memory_bytes != points[b].peak_memory_bytes)
+      return points[a].peak_memory_bytes < points[b].peak_memory_bytes;
+    return second_time(points[a], objective) < second_time(points[b], objective);
+  });
+  // In that order a point is on the front when it is the first of its class and lighter than
+  // every point before it: the later ones of a class are no lighter at the same time, and an
+  // earlier class's as light point is faster.
+  std::vector<std::size_t> front;
+  for (const std::size_t i : order) {
+    if (!front.empty() && (tie_class[i] == tie_class[front.back()] ||
+                           points[i].peak_memory_bytes >= points[front.back()].peak_memory_bytes))
+      continue;
+    front.push_back(i);
+  }
+  return front;
+}
 
 std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
                                                      const std::vector<int>& mbs_candidates) {
@@ -113,9 +139,8 @@ SearchResult search_plans(const SearchRequest& request) {
   result.objective = objective;
   result.shared_gpu = !request.base.profile.contention.empty();
   std::vector<SearchPoint> points;
+  std::vector<PlanRequest> requests;  // each point's
   std::string first_error;
-  bool have_best = false;
-  PlanRequest best_request;
   // One candidate on compact arrays (planner/graph/schedule_sim.h); through make_plan where only
   // the task graph's simulation models the timing: BPipe transfers, and a profile's contention
   // model (a shared GPU's curves, a sustained-load term); and where make_plan resolves the
@@ -217,35 +242,21 @@ SearchResult search_plans(const SearchRequest& request) {
             ++result.infeasible;
             continue;
           }
-          if (!have_best || preferred_point(*p, result.best_point, objective)) {
-            best_request = c;
-            result.best_point = *p;
-            have_best = true;
-          }
           points.push_back(std::move(*p));
+          requests.push_back(std::move(c));
         }
       }
     }
   }
-  if (!have_best) throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
+  if (points.empty()) throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
+  // The best point is the front's first: one order ranks both.
+  const std::vector<std::size_t> front = pareto_order(points, objective);
+  for (const std::size_t i : front)
+    result.pareto.push_back(points[i]);
+  result.best_point = result.pareto.front();
   // The best plan, lowered, validated and simulated for real (the candidates ran on compact
   // arrays): the same step time and peak.
-  result.best = make_plan(best_request);
-  for (const SearchPoint& p : points) {
-    const bool dominated = std::any_of(points.begin(), points.end(), [&](const SearchPoint& q) {
-      return dominates(q, p, objective);
-    });
-    const bool duplicate =
-        std::any_of(result.pareto.begin(), result.pareto.end(), [&](const SearchPoint& q) {
-          return first_time(q, objective) == first_time(p, objective) &&
-                 q.peak_memory_bytes == p.peak_memory_bytes;
-        });
-    if (!dominated && !duplicate) result.pareto.push_back(p);
-  }
-  std::sort(result.pareto.begin(), result.pareto.end(),
-            [&](const SearchPoint& a, const SearchPoint& b) {
-              return first_time(a, objective) < first_time(b, objective);
-            });
+  result.best = make_plan(requests[front.front()]);
   return result;
 }
 

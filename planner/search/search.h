@@ -4,6 +4,7 @@
 // (docs/design/auto-schedule.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -44,11 +45,11 @@ struct SearchResult {
   Plan best;
   SearchPoint best_point;
   // What the best minimises first (base.objective): the step time, or the largest stage span;
-  // the other breaks ties, then the peak memory.
+  // the lighter breaks ties, then the other time (pareto_order).
   Objective objective = Objective::step;
-  // Non-dominated in (the objective's time, peak memory), by that time. Where the stages share
-  // one GPU (a profile with contention curves), a point's memory is the sum of its stages'
-  // peaks, and a point whose sum is over the GPU's HBM is infeasible.
+  // Non-dominated in (the objective's time, peak memory), by that time, best_point first. Where
+  // the stages share one GPU (a profile with contention curves), a point's memory is the sum of
+  // its stages' peaks, and a point whose sum is over the GPU's HBM is infeasible.
   bool shared_gpu = false;
   std::vector<SearchPoint> pareto;
   int evaluated = 0;   // candidates tried (a family whose stages cannot be cut counts one)
@@ -65,6 +66,12 @@ std::vector<std::pair<int, int>> global_batch_splits(int global_batch,
 // Throws Error naming --global-batch when no candidate is feasible or the batch does not
 // divide, and the first plan's error when every candidate fails.
 SearchResult search_plans(const SearchRequest& request);
+
+// The front of `points` as indices, best first: non-dominated in (the objective's time, peak
+// memory), one point per (time, memory), by the time. Times within 1e-9 us of each other are one
+// time (grouped from the fastest up, so that the order is a strict weak one); among points of one
+// time the lighter comes first, then the one faster in the other time.
+std::vector<std::size_t> pareto_order(const std::vector<SearchPoint>& points, Objective objective);
 
 std::string format_pareto(const SearchResult& result);  // the table the CLI prints
 

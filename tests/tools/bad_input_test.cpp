@@ -134,6 +134,22 @@ TEST_F(BadInput, UsageErrorsAreOneLine) {
   EXPECT_NE(help.out.find("Usage"), std::string::npos);
 }
 
+// --search checks -m and the micro-batch sizes as a plain plan does, each naming its option:
+// -m 0 is not a missing -m, and a size --uniform's costs do not hold is refused, not planned at 1.
+TEST_F(BadInput, SearchNamesTheMicroBatchOptionItRefuses) {
+  const std::string uniform = "plan --uniform 1:1:1:0 --stages 4";
+  expect_refused(uniform + " --search -m 0 -o {out}", "--microbatches: must be at least 1");
+  expect_refused(uniform + " --search -m -2 -o {out}", "--microbatches: must be at least 1");
+  expect_refused(uniform + " --search -o {out}",
+                 "--global-batch: required by --search (or give --microbatches)");
+  expect_refused(uniform + " --search --global-batch 8 --search-mbs 2,4 -o {out}",
+                 "--search-mbs: --uniform has no cost at micro-batch sizes 2, 4");
+  expect_refused(uniform + " -m 8 --mbs 2 -o {out}",
+                 "--mbs: --uniform has no cost at micro-batch size 2");
+  expect_refused(uniform + " --search -m 8 --mbs 2 -o {out}",
+                 "--mbs: --uniform has no cost at micro-batch size 2");
+}
+
 TEST_F(BadInput, CompareRefusesBadInputsWithOneLine) {
   const std::string compare = "compare --model tiny --stages 2 -m 2";
   expect_refused("compare --model tiny --stages 0 -m 2", "--stages: must be at least 1");

@@ -132,6 +132,62 @@ TEST(Search, TheSteadyObjectiveRanksByTheLargestStageSpan) {
   }
 }
 
+// Times a few ulps apart are one time: the lighter point is the better and the heavier one is
+// off the front, whichever is the faster in its last bits (the best point is the front's first).
+TEST(Search, TimesWithinTheTieToleranceRankByMemory) {
+  const auto point = [](const char* schedule, double span_us, std::int64_t peak) {
+    SearchPoint p;
+    p.schedule = schedule;
+    p.span_us = span_us;
+    p.step_time_us = 2 * span_us;
+    p.peak_memory_bytes = peak;
+    return p;
+  };
+  const double t = 42147.781729508914;
+  const std::vector<SearchPoint> points = {
+      point("auto", t, 6 * (1LL << 30)), point("looped-bfs", t - 3.5e-11, 7 * (1LL << 30)),
+      point("zb-v", t + 1, 5 * (1LL << 30)),
+      point("1f1b", t + 1 - 4e-11, 5 * (1LL << 30)),  // the same as zb-v: one of them
+  };
+  const std::vector<std::size_t> front = pareto_order(points, Objective::steady);
+  ASSERT_EQ(front.size(), 2U);
+  EXPECT_EQ(points[front[0]].schedule, "auto");
+  EXPECT_EQ(points[front[1]].peak_memory_bytes, 5 * (1LL << 30));
+  // Under the step objective the same points rank by their step times alike.
+  const std::vector<std::size_t> by_step = pareto_order(points, Objective::step);
+  ASSERT_EQ(by_step.size(), 2U);
+  EXPECT_EQ(points[by_step[0]].schedule, "auto");
+}
+
+// The same from the command line's options: GPT-1.5B on 8 H100s, m = 4, mbs 2, steady, where
+// looped-bfs (6.88 GiB) and auto (6.25 GiB) have one span to the last bits: the front's first
+// row is the best plan written, the lighter.
+TEST(Search, TheFrontsFirstRowIsTheBestPlan) {
+  PlanOptions o;
+  o.model = "gpt-1.5b";
+  o.gpu = "h100";
+  o.stages = 8;
+  o.microbatches = 4;
+  o.mbs = 2;
+  o.memory = "0";
+  o.objective = "steady";
+  const SearchResult r = search_plans(make_search_request(o, 0, "", "--search-mbs"));
+  ASSERT_FALSE(r.pareto.empty());
+  const SearchPoint& top = r.pareto.front();
+  EXPECT_EQ(top.schedule, r.best_point.schedule);
+  EXPECT_EQ(top.schedule, r.best.graph.meta.schedule);
+  EXPECT_EQ(top.peak_memory_bytes, r.best_point.peak_memory_bytes);
+  EXPECT_EQ(top.peak_memory_bytes, r.best.sim.largest_peak_memory_bytes());
+  for (const SearchPoint& p : r.pareto) {
+    EXPECT_FALSE(p.span_us < top.span_us + 1e-9 && p.peak_memory_bytes > top.peak_memory_bytes)
+        << p.schedule;
+  }
+  for (std::size_t i = 1; i < r.pareto.size(); ++i) {
+    EXPECT_GT(r.pareto[i].span_us, r.pareto[i - 1].span_us + 1e-9);
+    EXPECT_LT(r.pareto[i].peak_memory_bytes, r.pareto[i - 1].peak_memory_bytes);
+  }
+}
+
 // Stages sharing one GPU (a profile's contention curves): the candidates are ranked by the
 // simulator that times the plan, so the best point's step time is the returned plan's.
 TEST(Search, UnderContentionCurvesTheBestPointIsTheSimulatedPlan) {
