@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "schedules/microbatches.h"
@@ -86,6 +87,18 @@ struct Schedule {
   // The same model stage in the other copy (the stage itself when there is one copy).
   int other_copy(int stage) const {
     return replicas == 1 ? stage : (stage + model_stage_count()) % stage_count();
+  }
+  // The stage pairs (s, s + S / c) whose copies exchange their weight gradients, in stage order:
+  // those on two devices (two copies on one device share their layers' gradients).
+  std::vector<std::pair<int, int>> gradient_exchanges() const {
+    std::vector<std::pair<int, int>> pairs;
+    const int copy = replicas > 1 ? model_stage_count() : stage_count();
+    for (int s = 0; s + copy < stage_count(); ++s) {
+      if (stage_device[static_cast<std::size_t>(s)] !=
+          stage_device[static_cast<std::size_t>(s) + static_cast<std::size_t>(copy)])
+        pairs.emplace_back(s, s + copy);
+    }
+    return pairs;
   }
   std::size_t action_count() const {  // over every device
     std::size_t actions = 0;

@@ -1,5 +1,6 @@
 #include "planner/graph/bpipe_check.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -107,16 +108,15 @@ Result check_transfer_use(const TaskGraph& g) {
     // says (both ends carry it: check_matches): a move whose bytes are off would hold the stash
     // on neither device, or on both, and the memory rules would count something else.
     const bool send = n.kind == NodeKind::send;
-    if (n.bytes <= 0 || n.work_bytes != 0 || (send ? n.alloc_bytes : n.free_bytes) != 0 ||
-        (send ? n.free_bytes : n.alloc_bytes) != n.bytes) {
+    const std::int64_t moved = send ? n.free_bytes : n.alloc_bytes;  // what its end changes
+    const std::int64_t other = send ? n.alloc_bytes : n.free_bytes;
+    if (n.bytes <= 0 || moved != n.bytes || other != 0 || n.work_bytes != 0) {
+      const std::string verb = send ? "frees" : "allocates";
       return make_violation(g, id, "transfer-use",
-                            std::string("moves a stash of ") + std::to_string(n.bytes) +
-                                " bytes but " + (send ? "frees " : "allocates ") +
-                                std::to_string(send ? n.free_bytes : n.alloc_bytes) +
-                                (send ? " (alloc " : " (free ") +
-                                std::to_string(send ? n.alloc_bytes : n.free_bytes) + ", work " +
-                                std::to_string(n.work_bytes) + "); a " +
-                                (send ? "send frees" : "recv allocates") +
+                            "moves a stash of " + std::to_string(n.bytes) + " bytes but " + verb +
+                                " " + std::to_string(moved) + " (" + (send ? "alloc " : "free ") +
+                                std::to_string(other) + ", work " + std::to_string(n.work_bytes) +
+                                "); a " + (send ? "send " : "recv ") + verb +
                                 " exactly the bytes it moves and nothing else");
     }
     const bool evict = n.transfer == Transfer::evict;

@@ -524,15 +524,14 @@ void lower_into(TaskGraph& g, const Schedule& schedule, const std::vector<StageC
   // rendezvous transport each end's send would then wait for the other's. A link's messages keep
   // one order on both ends: stage by stage of the first copy, each way. Two copies on one device
   // share their layers' gradients and exchange nothing.
-  const int copy = schedule.replicas > 1 ? schedule.model_stage_count() : stages;
-  for (int s = 0; s + copy < stages; ++s) {
-    const auto a = static_cast<std::size_t>(s);
-    const auto b = static_cast<std::size_t>(s) + static_cast<std::size_t>(copy);
+  for (const auto& [first, second] : schedule.gradient_exchanges()) {
+    const auto a = static_cast<std::size_t>(first);
+    const auto b = static_cast<std::size_t>(second);
     const int w0 = last_weight[a];
     const int w1 = last_weight[b];
     const int d0 = schedule.stage_device[a];
     const int d1 = schedule.stage_device[b];
-    if (w0 < 0 || w1 < 0 || d0 == d1) continue;  // a missing op: the validator names it
+    if (w0 < 0 || w1 < 0) continue;  // a missing op: the validator names it
     const auto there = message(w0, d0, d1, costs[a].grad_bytes, Transfer::grads);
     const auto back = message(w1, d1, d0, costs[b].grad_bytes, Transfer::grads);
     for (const auto& [in, out, device] :

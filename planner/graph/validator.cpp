@@ -593,27 +593,21 @@ Result check_grads(const Context& c) {
       if (n.op == OpType::B || n.op == OpType::P2) last_weight[{n.device, n.stage}] = id;
     }
   }
-  // The exchanges the copies need, each once: stage s's gradients from its device to the device
-  // of its next copy, s + copy, and back (taskgraph.cpp's pairs). One missing leaves the copies'
-  // weights apart after the step; one extra adds a copy's gradients twice.
+  // The exchanges the copies need, each once each way (Schedule::gradient_exchanges). One missing
+  // leaves the copies' weights apart after the step; one extra adds a copy's gradients twice.
   const std::vector<int>& stage_device = g.schedule.stage_device;
-  const int stages = g.schedule.stage_count();
-  const int copy = g.schedule.replicas > 1 ? g.schedule.model_stage_count() : stages;
   std::map<std::pair<int, int>, int> expected;  // (stage, to device) -> grads sends seen
-  for (int s = 0; s + copy < stages; ++s) {
-    const int d0 = stage_device[static_cast<std::size_t>(s)];
-    const int d1 = stage_device[static_cast<std::size_t>(s) + static_cast<std::size_t>(copy)];
-    if (d0 == d1) continue;  // one device holds both copies: they share the gradients
-    expected[{s, d1}] = 0;
-    expected[{s + copy, d0}] = 0;
+  for (const auto& [a, b] : g.schedule.gradient_exchanges()) {
+    expected[{a, stage_device[static_cast<std::size_t>(b)]}] = 0;
+    expected[{b, stage_device[static_cast<std::size_t>(a)]}] = 0;
   }
   for (int id = 0; id < g.node_count(); ++id) {
     const PackedNode& n = c.node(static_cast<std::size_t>(id));
     if (n.transfer != Transfer::grads) continue;
     if (n.kind == NodeKind::send) {
       const auto want = expected.find({n.stage, n.peer});
-      if (want == expected.end() || n.stage < 0 || n.stage >= stages ||
-          stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
+      // A key names a stage of the plan: its device is then safe to read.
+      if (want == expected.end() || stage_device[static_cast<std::size_t>(n.stage)] != n.device) {
         return make_violation(g, id, "grads",
                               "sends the weight gradients of stage " + std::to_string(n.stage) +
                                   " to device " + std::to_string(n.peer) +
@@ -650,11 +644,9 @@ Result check_grads(const Context& c) {
     const auto [stage, to] = key;
     return make_violation(g, -1, "grads",
                           "stage " + std::to_string(stage) +
-                              "'s weight gradients are never sent "
-                              "to device " +
-                              std::to_string(to) +
-                              ", which holds another copy of it "
-                              "(its weights would drift apart from this copy's)");
+                              "'s weight gradients are never sent to device " + std::to_string(to) +
+                              ", which holds another copy of it (its weights would drift apart "
+                              "from this copy's)");
   }
   return std::nullopt;
 }
