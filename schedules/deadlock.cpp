@@ -1,8 +1,11 @@
 #include "schedules/deadlock.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace pipeplan {
 
@@ -20,24 +23,47 @@ struct Input {
   Action action;
 };
 
+// What an op makes: a forward's activation (0), a B's or P1's input gradient (1), a P2's weight
+// gradient (2).
+int output_kind(OpType op) {
+  return op == OpType::F ? 0 : op == OpType::P2 ? 2 : 1;
+}
+
 // The inputs of `a` that another action produces, in the order they are checked.
-// A micro-batch flows from its first stage to its last (Schedule::first_stage_of, last_stage_of).
 std::vector<Input> inputs(const Action& a, const Schedule& schedule) {
   std::vector<Input> out;
+  for (Action& in : action_inputs(a, schedule)) {
+    const Key k = key(output_kind(in.op), in.stage, in.microbatches.front());
+    out.push_back({k, std::move(in)});
+  }
+  return out;
+}
+
+std::vector<Key> outputs(const Action& a) {
+  std::vector<Key> out;
+  for (const int mb : a.microbatches) {
+    out.push_back(key(output_kind(a.op), a.stage, mb));
+  }
+  return out;
+}
+
+}  // namespace
+
+// A micro-batch flows from its first stage to its last (Schedule::first_stage_of, last_stage_of).
+std::vector<Action> action_inputs(const Action& a, const Schedule& schedule) {
+  std::vector<Action> out;
   for (const int mb : a.microbatches) {
     switch (a.op) {
       case OpType::F:
-        if (a.stage > schedule.first_stage_of(mb))
-          out.push_back({key(0, a.stage - 1, mb), {OpType::F, a.stage - 1, {mb}}});
+        if (a.stage > schedule.first_stage_of(mb)) out.push_back({OpType::F, a.stage - 1, {mb}});
         break;
       case OpType::B:
       case OpType::P1:
-        out.push_back({key(0, a.stage, mb), {OpType::F, a.stage, {mb}}});
-        if (a.stage < schedule.last_stage_of(mb))
-          out.push_back({key(1, a.stage + 1, mb), {OpType::P1, a.stage + 1, {mb}}});
+        out.push_back({OpType::F, a.stage, {mb}});
+        if (a.stage < schedule.last_stage_of(mb)) out.push_back({OpType::P1, a.stage + 1, {mb}});
         break;
       case OpType::P2:
-        out.push_back({key(1, a.stage, mb), {OpType::P1, a.stage, {mb}}});
+        out.push_back({OpType::P1, a.stage, {mb}});
         break;
       case OpType::O:  // never in a schedule (check_schedule refuses it)
         break;
@@ -46,15 +72,12 @@ std::vector<Input> inputs(const Action& a, const Schedule& schedule) {
   return out;
 }
 
-std::vector<Key> outputs(const Action& a) {
-  std::vector<Key> out;
-  for (const int mb : a.microbatches) {
-    out.push_back(key(a.op == OpType::F ? 0 : a.op == OpType::P2 ? 2 : 1, a.stage, mb));
-  }
-  return out;
+bool produces(const Action& producer, const Action& input) {
+  const int mb = input.microbatches.front();
+  return producer.stage == input.stage && output_kind(producer.op) == output_kind(input.op) &&
+         std::find(producer.microbatches.begin(), producer.microbatches.end(), mb) !=
+             producer.microbatches.end();
 }
-
-}  // namespace
 
 std::optional<Deadlock> find_deadlock(const Schedule& schedule,
                                       const std::vector<std::vector<int>>* starts_together) {

@@ -26,6 +26,11 @@ struct Deadlock {
   std::vector<DeadlockStep> steps;
 };
 
+// The inputs `a` waits for, as above (one action per input; none for a first stage's forward).
+std::vector<Action> action_inputs(const Action& a, const Schedule& schedule);
+// Whether `producer` makes `input`, an entry of action_inputs (a B or a P1 makes a backward input).
+bool produces(const Action& producer, const Action& input);
+
 // Needs a schedule that passes check_schedule (every input exists exactly once). Linear in the
 // number of actions. `starts_together` (optional, per device and action): how many actions from
 // there on start together, once the inputs of them all are there (a PyTorch OVERLAP_F_B cell);

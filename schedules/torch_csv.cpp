@@ -180,32 +180,6 @@ Parsed parse_and_check(std::string_view text, std::string_view source) {
   return p;
 }
 
-// The inputs of an action as find_deadlock (schedules/deadlock.h) takes them: a forward the
-// previous stage's forward, a backward (B or I) its own forward and the next stage's backward
-// (named as I, whichever it is), a W its own I.
-std::vector<Action> inputs_of(const Action& a, const Schedule& schedule) {
-  std::vector<Action> out;
-  for (const int mb : a.microbatches) {
-    if (a.op == OpType::F && a.stage > schedule.first_stage_of(mb))
-      out.push_back({OpType::F, a.stage - 1, {mb}});
-    if (a.op == OpType::B || a.op == OpType::P1) {
-      out.push_back({OpType::F, a.stage, {mb}});
-      if (a.stage < schedule.last_stage_of(mb)) out.push_back({OpType::P1, a.stage + 1, {mb}});
-    }
-    if (a.op == OpType::P2) out.push_back({OpType::P1, a.stage, {mb}});
-  }
-  return out;
-}
-
-// Whether `producer` produces `input` (an entry of inputs_of).
-bool produces(const Action& producer, const Action& input) {
-  const auto kind = [](OpType op) { return op == OpType::F ? 0 : op == OpType::P2 ? 2 : 1; };
-  const int mb = input.microbatches.front();
-  return producer.stage == input.stage && kind(producer.op) == kind(input.op) &&
-         std::find(producer.microbatches.begin(), producer.microbatches.end(), mb) !=
-             producer.microbatches.end();
-}
-
 bool same_cell(const Cell& a, const Cell& b) {
   return a.part > 0 && b.part > 0 && a.row == b.row && a.column == b.column;
 }
@@ -246,7 +220,7 @@ RuntimeOrder runtime_order(const Schedule& imported,
         ++end;
       std::vector<std::size_t> together, after;
       for (std::size_t j = i; j < end; ++j) {
-        const std::vector<Action> inputs = inputs_of(actions[j], imported);
+        const std::vector<Action> inputs = action_inputs(actions[j], imported);
         const bool other_stage = std::any_of(inputs.begin(), inputs.end(), [&](const Action& in) {
           return in.stage != actions[j].stage;
         });
@@ -286,7 +260,7 @@ RuntimeOrder runtime_order(const Schedule& imported,
     const int end = step.position + order.group_size(step.device, step.position);
     for (int i = step.position; i < end && i < static_cast<int>(actions.size()); ++i) {
       const std::vector<Action> inputs =
-          inputs_of(actions[static_cast<std::size_t>(i)], order.schedule);
+          action_inputs(actions[static_cast<std::size_t>(i)], order.schedule);
       for (const Action& in : inputs) {
         if (produces(step.waits_for, in)) return cell(step.device, i);
       }
