@@ -298,7 +298,7 @@ class ColumnSax {
     // no object: try_emplace below finds it twice.)
     if (!stack_.empty() && stack_.back().value->is_object() &&
         (stack_.back().value->contains(k) ||
-         (!out_.columns.empty() && out_.columns.contains(path_to(k)))))
+         (!out_.columns.empty() && out_.columns.contains(column_key(k).second))))
       throw Error(std::string(source_) + ": field '" + path_to(k) +
                   "' appears twice in one object");
     if (checking_ && !stack_.empty() && stack_.back().value->is_object()) {
@@ -413,16 +413,30 @@ class ColumnSax {
     }
     return path + (path.empty() ? "" : ".") + k;
   }
-  // The path of an array about to open when it is one of the requested columns, else "".
+  // Key `k` of the open object as a column's path ("streams[].order") and as the column's name
+  // ("streams[3].order": each element of an array counted from 0).
+  std::pair<std::string, std::string> column_key(const std::string& k) const {
+    std::string path, name;
+    for (std::size_t i = 1; i < stack_.size(); ++i) {
+      const nlohmann::json& parent = *stack_[i - 1].value;
+      if (parent.is_array()) {
+        const std::size_t index = &parent == streamed_ ? elements_ : parent.size() - 1;
+        path += "[]";
+        name += "[" + std::to_string(index) + "]";
+      } else {
+        const std::string step = (path.empty() ? "" : ".") + stack_[i].key;
+        path += step;
+        name += step;
+      }
+    }
+    const std::string step = (path.empty() ? "" : ".") + k;
+    return {path + step, name + step};
+  }
+  // The name of an array about to open when its path is one of the requested columns, else "".
   std::string column_path() const {
     if (stack_.empty() || !stack_.back().value->is_object()) return "";
-    std::string path;
-    for (std::size_t i = 1; i < stack_.size(); ++i) {
-      if (stack_[i - 1].value->is_array()) return "";  // under an array: never a column
-      path.append(stack_[i].key).push_back('.');
-    }
-    path.append(key_);
-    return std::find(paths_.begin(), paths_.end(), path) == paths_.end() ? "" : path;
+    auto [path, name] = column_key(key_);
+    return std::find(paths_.begin(), paths_.end(), path) == paths_.end() ? "" : name;
   }
 
   std::string_view source_;

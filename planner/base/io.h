@@ -39,7 +39,8 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view source);
 // JSON text whose large integer arrays are read straight into vectors: parse_json_columns.
 struct JsonColumns {
   nlohmann::json json;  // the document without the arrays read as columns
-  // Each column read, by its path ("nodes.stream"): the array's integers in order.
+  // Each column read, by its name ("nodes.stream", "streams[3].order"): the array's integers in
+  // order.
   std::unordered_map<std::string, std::vector<std::int64_t>> columns;
   // The column at `path`, or nullptr when the document has none there.
   [[nodiscard]] const std::vector<std::int64_t>* column(const std::string& path) const;
@@ -47,9 +48,11 @@ struct JsonColumns {
 // parse_json_text for documents with arrays of millions of integers: an array whose path (the
 // keys from the top-level object down, joined by '.': "data_edges", "nodes.stream") is one of
 // `paths` is read into JsonColumns::columns, not into the JSON value (16 bytes per element there,
-// 8 here, and no per-element allocation). Such an array must hold integers in int64's range
-// only; anything else in it, or a second array at the same path, is one Error line naming the
-// path. The same errors as parse_json_text otherwise.
+// 8 here, and no per-element allocation). A path through an array's elements writes "[]" for
+// them ("streams[].order"): each such array is a column of its own, named with the element's
+// index ("streams[3].order"). Such an array must hold integers in int64's range only; anything
+// else in it, or a second array at the same name, is one Error line naming it. The same errors
+// as parse_json_text otherwise.
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths);
 // The same, refusing as soon as it is met (before its value is read: a key of junk costs nothing)

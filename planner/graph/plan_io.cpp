@@ -368,8 +368,9 @@ namespace {
 
 // What every version shares: meta, the schedule (checked against meta) and the streams. Returns
 // each stream's order as the file gives it; in version 3 a stream may leave it out (nullopt):
-// its nodes in id order.
+// its nodes in id order. An order read as a column ("streams[3].order") is taken from `columns`.
 std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::json& json,
+                                                              const JsonColumns* columns,
                                                               const std::string& source,
                                                               int version, int node_total,
                                                               TaskGraph& g) {
@@ -431,21 +432,30 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
     if (g.stream(device, role, peer) != static_cast<int>(i)) {
       throw Error(ctx + ": duplicate stream");
     }
+    const std::vector<std::int64_t>* column =
+        columns == nullptr ? nullptr : columns->column("streams[" + std::to_string(i) + "].order");
     const auto order = streams[i].find("order");
-    if (order == streams[i].end() && version >= 3) {
+    if (column == nullptr && order == streams[i].end() && version >= 3) {
       orders.emplace_back();
       continue;
     }
-    if (order == streams[i].end() || !order->is_array()) {
+    if (column == nullptr && (order == streams[i].end() || !order->is_array())) {
       throw Error(ctx + ": field 'order' must be an array of node ids");
     }
+    const auto unknown = [&] { return Error(ctx + ": field 'order' holds an unknown node id"); };
     std::vector<int> ids;
-    ids.reserve(order->size());
-    for (const auto& id : *order) {
-      if (!int_in(id, 0, node_total - 1)) {
-        throw Error(ctx + ": field 'order' holds an unknown node id");
+    if (column != nullptr) {
+      ids.reserve(column->size());
+      for (const std::int64_t id : *column) {
+        if (id < 0 || id >= node_total) throw unknown();
+        ids.push_back(static_cast<int>(id));
       }
-      ids.push_back(id.get<int>());
+    } else {
+      ids.reserve(order->size());
+      for (const auto& id : *order) {
+        if (!int_in(id, 0, node_total - 1)) throw unknown();
+        ids.push_back(id.get<int>());
+      }
     }
     orders.emplace_back(std::move(ids));
   }
@@ -489,8 +499,11 @@ void set_stream_orders(TaskGraph& g, std::vector<std::optional<std::vector<int>>
 
 }  // namespace
 
-TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_view) {
-  const std::string source(source_view);
+namespace {
+
+// plan_from_json, the streams' orders taken from `columns` where it has them.
+TaskGraph plan_from_rows(const nlohmann::json& json, const JsonColumns* columns,
+                         const std::string& source) {
   const int version =
       require_format(json, kPlanFormat, kOldestPlanVersion, kRowsPlanVersion, source);
   const auto& nodes = require_field(json, "nodes", source);
@@ -502,7 +515,7 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
   }
   const int node_total = static_cast<int>(nodes.size());
   TaskGraph g;
-  auto orders = read_plan_header(json, source, version, node_total, g);
+  auto orders = read_plan_header(json, columns, source, version, node_total, g);
   AllocationTotal allocated(g.meta);
   for (int i = 0; i < node_total; ++i) {
     const std::string ctx = source + ": nodes[" + std::to_string(i) + "]";
@@ -532,6 +545,12 @@ TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source_vie
     g.add_data_edge(e[0].get<int>(), e[1].get<int>());
   }
   return g;
+}
+
+}  // namespace
+
+TaskGraph plan_from_json(const nlohmann::json& json, std::string_view source) {
+  return plan_from_rows(json, nullptr, std::string(source));
 }
 
 namespace {
@@ -854,7 +873,7 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   const PlanColumns columns(doc, table, source);
   const int node_total = columns.count();
   TaskGraph g;
-  auto orders = read_plan_header(json, source, kPlanVersion, node_total, g);
+  auto orders = read_plan_header(json, &doc, source, kPlanVersion, node_total, g);
   const int devices = g.meta.devices;
   const int stream_total = static_cast<int>(g.streams().size());
   const std::string_view kinds = columns.codes("kind");
@@ -977,7 +996,7 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
 
 TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
   const std::string source(source_view);
-  std::vector<std::string> paths = {"data_edges"};
+  std::vector<std::string> paths = {"data_edges", "streams[].order"};
   for (const std::string_view name : kIntColumns)
     paths.push_back("nodes." + std::string(name));
   // A key the format does not have, at the top, in the node table and in meta, is refused where
@@ -1031,7 +1050,7 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
       doc.json,
       {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges"}, source,
       "", "a plan");
-  if (version < kPlanVersion) return plan_from_json(doc.json, source);
+  if (version < kPlanVersion) return plan_from_rows(doc.json, &doc, source);
   return plan_from_columns(doc, source);
 }
 

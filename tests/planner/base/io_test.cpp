@@ -97,6 +97,35 @@ TEST(ParseJson, NumberBeyondADoubleInAnArrayOfNumbersNamesTheArraysField) {
             "byte 25)");
 }
 
+TEST(ParseJsonColumns, AnArrayUnderEachElementIsAColumnNamedByTheElementsIndex) {
+  const JsonColumns doc = parse_json_columns(
+      R"({"streams": [{"order": [3, 1]}, {"device": 2}, {"order": [], "peer": [5]}],
+          "other": [{"order": [9]}]})",
+      "p.json", {"streams[].order"});
+  ASSERT_NE(doc.column("streams[0].order"), nullptr);
+  EXPECT_EQ(*doc.column("streams[0].order"), (std::vector<std::int64_t>{3, 1}));
+  EXPECT_EQ(doc.column("streams[1].order"), nullptr);
+  ASSERT_NE(doc.column("streams[2].order"), nullptr);
+  EXPECT_TRUE(doc.column("streams[2].order")->empty());
+  EXPECT_EQ(doc.columns.size(), 2U);  // not other[0].order
+  EXPECT_FALSE(doc.json["streams"][0].contains("order"));
+  EXPECT_EQ(doc.json["streams"][1]["device"], 2);
+  EXPECT_EQ(doc.json["streams"][2]["peer"], nlohmann::json::array({5}));
+  EXPECT_EQ(doc.json["other"][0]["order"], nlohmann::json::array({9}));
+  const auto error = [](std::string_view text) {
+    try {
+      (void)parse_json_columns(text, "p.json", {"streams[].order"});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"streams": [{}, {"order": [1, 2.5]}]})"),
+            "p.json: field 'streams[1].order' must hold integers only");
+  EXPECT_EQ(error(R"({"streams": [{"order": [1], "order": 4}]})"),
+            "p.json: field 'streams[].order' appears twice in one object");
+}
+
 std::string columns_error(std::string_view text) {
   try {
     parse_json_columns(text, "p.json", {"edges", "nodes.stream"});
