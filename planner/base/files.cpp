@@ -238,8 +238,32 @@ void check_target_folder(const std::filesystem::path& target) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(cannot_create(target, errno));
 }
 
+// Whether `path`, or a link it leads through, lies in /proc ("/dev/stdout" leads to
+// "/proc/self/fd/1"): a process's open file, which the rename would replace with a file (the link
+// itself, as root) rather than write to.
+bool names_a_descriptor(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::absolute(path, ec);
+  for (int hop = 0; !ec && hop < 40; ++hop) {
+    const std::filesystem::path folder = std::filesystem::weakly_canonical(at.parent_path(), ec);
+    if (ec) return false;
+    if (const auto first = ++folder.begin(); first != folder.end() && *first == "proc") {
+      return true;
+    }
+    if (!std::filesystem::is_symlink(at, ec) || ec) return false;
+    const std::filesystem::path next = std::filesystem::read_symlink(at, ec);
+    at = next.is_absolute() ? next : at.parent_path() / next;
+  }
+  return false;
+}
+
 Target check_target(const std::filesystem::path& path) {
   if (path.empty()) throw Error("output file name is empty");
+  if (names_a_descriptor(path)) {
+    throw Error(path.string() +
+                ": cannot write: names a process's open file (in /proc), not a file (give a file "
+                "name)");
+  }
   // "-" is standard input's name where a command reads a file; as an output it is refused, not
   // written as a file named "-" (./- names one).
   if (path == "-") {
@@ -511,13 +535,14 @@ void OutputFiles::add_stream(const std::filesystem::path& path,
 namespace {
 
 // What an output's name resolves to, links followed; where they cannot be (a loop of links),
-// the name made absolute.
+// the name made absolute. Made absolute first: weakly_canonical keeps a relative name whose
+// first part does not exist ("y.json") relative, and "./y.json" would then be another file.
 std::filesystem::path resolved_name(const std::filesystem::path& path) {
   std::error_code ec;
-  std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
-  if (!ec) return resolved;
-  resolved = std::filesystem::absolute(path, ec);
-  return ec ? path.lexically_normal() : resolved.lexically_normal();
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (ec) return path.lexically_normal();
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal() : resolved;
 }
 
 }  // namespace

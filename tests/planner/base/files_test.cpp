@@ -352,6 +352,35 @@ TEST_F(Files, OneFileNamedTwiceAsAnOutputIsRefused) {
             std::string::npos);
 }
 
+TEST_F(Files, ANewRelativeNameIsOneFileUnderEverySpelling) {
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  fs::create_directory("d");
+  std::vector<std::string> errors;
+  for (const fs::path& other : {fs::path("./y.json"), dir_ / "y.json", fs::path("d/../y.json")}) {
+    OutputFiles outputs;
+    outputs.add("y.json", "a");
+    errors.push_back(error_of([&] { outputs.add(other, "b"); }));
+  }
+  fs::current_path(cwd);
+  for (const std::string& error : errors)
+    EXPECT_NE(error.find("cannot write: named twice as an output (also as y.json)"),
+              std::string::npos)
+        << error;
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"d"});
+}
+
+TEST_F(Files, AProcessesOpenFileIsNoOutput) {
+  const fs::path link = path("out.json");
+  fs::create_symlink("/proc/self/fd/1", link);
+  for (const fs::path& name : {fs::path("/proc/self/fd/1"), link}) {
+    EXPECT_EQ(error_of([&] { check_output(name); }),
+              name.string() +
+                  ": cannot write: names a process's open file (in /proc), not a file (give a "
+                  "file name)");
+  }
+}
+
 TEST_F(Files, UnderAGuardAnInputIsNeverAnOutput) {
   const fs::path input = path("p.json");
   put(input, "{}");
