@@ -43,13 +43,16 @@ Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_lin
   if (t == 1) return profile;
   // Megatron splits attention heads (and key/value groups) across the T GPUs of a stage.
   const ModelConfig& m = profile.model;
-  if (m.family != "uniform" && (m.heads % t != 0 || m.kv_heads % t != 0)) {
-    throw FieldError(
-        "tensor_parallel",
-        std::to_string(t) + " does not divide the " + std::to_string(m.heads) + " attention heads" +
-            (m.kv_heads != m.heads ? " and " + std::to_string(m.kv_heads) + " key/value heads"
-                                   : std::string()) +
-            " of " + m.name);
+  if (m.family != "uniform" && m.heads % t != 0) {
+    throw FieldError("tensor_parallel", std::to_string(t) + " does not divide the " +
+                                            std::to_string(m.heads) + " attention heads of " +
+                                            m.name);
+  }
+  if (m.family != "uniform" && m.kv_heads % t != 0) {
+    throw FieldError("tensor_parallel", std::to_string(t) + " does not divide the " +
+                                            std::to_string(m.kv_heads) + " key/value heads of " +
+                                            m.name + " (its " + std::to_string(m.heads) +
+                                            " attention heads share them)");
   }
   // A mixture of experts: the T GPUs split its experts (expert parallelism inside the group,
   // as Megatron-Core's expert-parallel size = T), so each routes and holds 1/T of the rows.

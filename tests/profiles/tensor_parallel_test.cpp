@@ -117,6 +117,21 @@ TEST(TensorParallel, TheGpusOfAStageSplitItsExperts) {
   }
 }
 
+// Where the heads divide and the key/value heads do not, the message names the key/value heads.
+TEST(TensorParallel, TheHeadCountThatDoesNotDivideIsNamed) {
+  ModelConfig gqa = model_preset("llama-7b");
+  gqa.name = "gqa";
+  gqa.kv_heads = 4;
+  const Profile whole = analytic_profile(gqa, find_gpu("h100"), AnalyticOptions{});
+  try {
+    tensor_parallel_profile(whole, 8, P2pLink{});
+    ADD_FAILURE() << "4 key/value heads on 8 GPUs accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.detail(),
+              "8 does not divide the 4 key/value heads of gqa (its 32 attention heads share them)");
+  }
+}
+
 TEST(TensorParallel, OneGpuPerStageLeavesTheProfileAsItIs) {
   const Profile whole =
       analytic_profile(model_preset("llama-7b"), find_gpu("h100"), AnalyticOptions{});
