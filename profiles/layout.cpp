@@ -242,6 +242,18 @@ std::vector<std::string> layout_stages(std::string_view text) {
   if (stages.size() > static_cast<std::size_t>(limits::kMaxStages)) {
     bad_layout(limits::above_limit(std::to_string(stages.size()) + " stages", limits::kMaxStages));
   }
+  // Layer types whatever the model: the stage count a layout gives is only read once they are.
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    for (const char c : stages[s]) {
+      if (c == 'E' || c == 't' || c == 'L') continue;
+      const std::string where =
+          "stage " + std::to_string(s) + " ('" + stage_excerpt(stages[s]) + "')";
+      if (c == 'm') bad_layout(where + " holds an MTP layer (m), which pipeplan does not model");
+      bad_layout(where + " holds '" + std::string(1, c) +
+                 "', not a layer type (E embedding, t transformer layer, L loss; m MTP is "
+                 "not modelled)");
+    }
+  }
   return stages;
 }
 
@@ -264,9 +276,7 @@ std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelC
       const char c = stages[s][i];
       if (c == 't') {
         ++count;
-      } else if (c == 'm') {
-        bad_layout(where + " holds an MTP layer (m), which pipeplan does not model");
-      } else if (c == 'E' || c == 'L') {
+      } else {  // E or L: layout_stages refused every other symbol
         if (!ends) {
           bad_layout(where + " holds " + layer_name(c) + ", but " + model.name +
                      " has blocks only");
@@ -277,10 +287,6 @@ std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelC
           bad_layout(where + " holds " + layer_name(c) + "; pipeplan runs " +
                      (c == 'E' ? "it first in the first stage" : "it last in the last stage"));
         }
-      } else {
-        bad_layout(where + " holds '" + std::string(1, c) +
-                   "', not a layer type (E embedding, t transformer layer, L loss; m MTP is "
-                   "not modelled)");
       }
     }
     if (count == 0) {

@@ -24,7 +24,8 @@ std::string megatron_layout(const ModelConfig& model, const std::vector<StageLay
 // unknown symbol by name, an empty stage, E or L elsewhere, a block count other than the
 // model's, a malformed repeat. Commas are ignored, as Megatron ignores them.
 std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelConfig& model);
-// The number of stages of a layout (its '|' plus one, repeats expanded), before any model is known.
+// The number of stages of a layout (its '|' plus one, repeats expanded), before any model is known;
+// an unknown symbol and an MTP layer are refused (as blocks_from_megatron_layout refuses them).
 int megatron_layout_stages(std::string_view text);
 
 // Module names per virtual stage: torchtitan's (tok_embeddings, layers.N, norm, output) for a

@@ -509,6 +509,26 @@ EXPECT='--chunks: --search chooses the chunks and the split itself' \
   check "plan --search --chunks" plan --model tiny --stages 2 --search --global-batch 8 --chunks 2 -o '{out}'
 EXPECT="--chunks: schedule 'auto' chooses its chunks per device itself (one or two), got 2; leave --chunks out" \
   check "plan --schedule auto --chunks" plan --uniform 1:1:1:0 --stages 4 -m 8 --schedule auto --chunks 2 -o '{out}'
+EXPECT="--chunks: schedule 'auto' chooses its chunks per device itself (one or two), got 1; leave --chunks out" \
+  check "plan --schedule auto --chunks 1" plan --uniform 1:1:1:0 --stages 4 -m 8 --schedule auto --chunks 1 -o '{out}'
+EXPECT='--link-latency: --uniform gives each transfer' \
+  check "plan --uniform --link-latency" plan --uniform 1:2:1:0.1 --stages 4 -m 8 --link-latency 10 -o '{out}'
+EXPECT='--link-bandwidth: --uniform gives each transfer' \
+  check "plan --uniform --link-bandwidth" plan --uniform 1:2:1:0.1 --stages 4 -m 8 --link-bandwidth 0.001 -o '{out}'
+EXPECT="--memory: '80' has no unit (80GiB, 80GB or 80B for bytes)" \
+  check "plan --memory 80" plan --model tiny --stages 2 -m 2 --memory 80 -o '{out}'
+EXPECT="--reserve: '0.5' has no unit" \
+  check "plan --reserve 0.5" plan --model tiny --stages 2 -m 2 --reserve 0.5 -o '{out}'
+EXPECT="--layout: stage 0 ('garbage') holds 'g', not a layer type" \
+  check "plan --layout garbage --stages 4" plan --model tiny --stages 4 -m 8 --layout garbage -o '{out}'
+EXPECT="--objective: what --schedule auto chooses by; schedule '1f1b' is given" \
+  check "plan --schedule 1f1b --objective steady" plan --model tiny --stages 2 -m 4 --schedule 1f1b --objective steady -o '{out}'
+EXPECT="--auto-copies: what --schedule auto chooses by" \
+  check "plan --schedule zb-v --auto-copies 1" plan --model tiny --stages 2 -m 4 --schedule zb-v --auto-copies 1 -o '{out}'
+EXPECT="--overlap-efficiency: schedule '1f1b' overlaps no pair of ops" \
+  check "plan --schedule 1f1b --overlap-efficiency" plan --model tiny --stages 2 -m 4 --schedule 1f1b --overlap-efficiency 0.3 -o '{out}'
+EXPECT='--p2-concat: concatenates deferred p2s, and backward fused defers none' \
+  check "plan --search --backward fused --p2-concat" plan --model tiny --stages 2 -m 8 --search --backward fused --p2-concat 2 -o '{out}'
 check "plan --search --global-batch -m" plan --model tiny --stages 2 --search --global-batch 8 -m 4 -o '{out}'
 check "plan --search --search-mbs, no --global-batch" plan --model tiny --stages 2 --search -m 4 --search-mbs 1,2 -o '{out}'
 check "plan --search --bpipe auto" plan --model tiny --stages 2 --search --bpipe auto --global-batch 8 -o '{out}'

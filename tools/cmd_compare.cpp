@@ -10,6 +10,7 @@
 #include "planner/base/io.h"
 #include "planner/plan/make_plan.h"
 #include "profiles/layout.h"
+#include "profiles/profile.h"
 #include "profiles/recompute.h"
 #include "schedules/family.h"
 #include "tools/plan_options.h"
@@ -30,7 +31,8 @@ struct CompareCommand {
     Plan plan;
   };
 
-  std::vector<Row> rows() const {
+  // `profile`: the --profile file read once for every row (null: none given).
+  std::vector<Row> rows(const std::shared_ptr<const Profile>& profile) const {
     std::vector<Row> out;
     for (const ScheduleFamily* family : schedule_families()) {
       // One row per backward mode the family accepts (its own placement only, for those that
@@ -41,17 +43,23 @@ struct CompareCommand {
         row.schedule = family->name();
         row.backward = std::string(to_string(mode));
         PlanOptions o = options;
+        o.profile_read = profile;
         o.schedule = family->name();
         o.backward = row.backward;
-        o.chunks = chunks.max > 1 ? std::clamp(std::max(options.chunks, chunks.preferred),
-                                               chunks.min, chunks.max)
-                                  : 1;
-        row.chunks = o.chunks;
+        // A --layout sets each row's chunks from its stage count (a count the family does not
+        // run is refused naming the layout); auto chooses its own (0: the family's).
+        if (options.layout.empty()) {
+          o.chunks = chunks.max > 1 ? std::clamp(std::max(options.chunks, chunks.preferred),
+                                                 chunks.min, chunks.max)
+                                    : 0;
+        }
+        row.chunks = o.chunks > 0 ? o.chunks : default_chunks(*family);
         // A family that places each p2 itself, and a fused backward, which defers none, take no
         // --p2-concat (plan refuses it): their rows are the plans made without it.
         if (!family->takes_p2_concat(mode)) o.p2_concat = PlanOptions{}.p2_concat;
         try {
           row.plan = make_plan(make_request(o));
+          row.chunks = row.plan.graph.meta.chunks;
         } catch (const Error& e) {
           row.error = e.what();
         }
@@ -72,13 +80,15 @@ struct CompareCommand {
     // that all failed. A --layout of several stages per device is checked as an interleaved
     // plan's (the rows of one chunk per device refuse it, each in its row).
     PlanOptions common = options;
+    if (!common.profile.empty() && !common.profile_read)
+      common.profile_read = std::make_shared<const Profile>(load_profile(common.profile));
     if (!common.layout.empty()) {
       const int stages = megatron_layout_stages(common.layout);
       if (common.stages > 0 && stages > common.stages && stages % common.stages == 0)
         common.schedule = "interleaved";
     }
     static_cast<void>(make_request(common));
-    const auto table = rows();
+    const auto table = rows(common.profile_read);
     const auto failed = [](const Row& r) { return !r.error.empty(); };
     if (std::all_of(table.begin(), table.end(), failed)) {
       // Not one schedule plans these inputs: one line with each distinct reason, once.

@@ -11,6 +11,7 @@
 #include "planner/base/limits.h"
 #include "planner/plan/lower_bound.h"
 #include "planner/plan/make_plan.h"
+#include "planner/search/auto_schedule.h"
 #include "planner/search/bpipe_estimate.h"
 #include "profiles/recompute.h"
 #include "schedules/family.h"
@@ -35,6 +36,15 @@ struct PlanCommand {
   // What a mode chooses itself is not an option beside it: each one given there is refused.
   void check_modes() const {
     const bool bpipe_auto = options.bpipe == "auto";
+    // What auto chooses by: nothing a fixed schedule reads (--search and compare try auto).
+    if (!search && options.schedule != kAutoScheduleName) {
+      for (const char* flag : {"--objective", "--auto-copies"}) {
+        if (given(flag)) {
+          throw Error(std::string(flag) + ": what --schedule auto chooses by; schedule '" +
+                      options.schedule + "' is given (use --schedule auto or --search)");
+        }
+      }
+    }
     if (!search && !bpipe_auto) {
       if (given("--global-batch")) {
         throw Error(
@@ -60,6 +70,11 @@ struct PlanCommand {
         throw Error(std::string(flag) + ": " + mode +
                     " chooses the chunks and the split itself (leave it out)");
       }
+    }
+    if (search && given("--p2-concat") && given("--backward") && options.backward == "fused") {
+      throw Error(
+          "--p2-concat: concatenates deferred p2s, and backward fused defers none (each p2 runs "
+          "right after its p1): use --backward 2bp or 2bp-fill");
     }
     if (global_batch > 0) {
       for (const char* flag : {"--microbatches", "--mbs"}) {
@@ -99,14 +114,18 @@ struct PlanCommand {
     const Plan plan = make_plan_noting_sequence(request);
     const std::chrono::duration<double, std::milli> planning =
         std::chrono::steady_clock::now() - started;
+    // A fixed family that pairs no ops has nothing the efficiency applies to.
+    if (given("--overlap-efficiency") && request.schedule != kAutoScheduleName) {
+      const auto nodes = plan.graph.nodes();
+      if (std::none_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.overlaps_next; })) {
+        throw Error("--overlap-efficiency: schedule '" + request.schedule +
+                    "' overlaps no pair of ops (dualpipe and dualpipe-v do)");
+      }
+    }
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
-      nlohmann::json j = metrics_json(plan.graph, plan.sim);
+      nlohmann::json j = plan_json(plan, planning.count());
       j["objective"] = options.objective;
-      j["lower_bound_ms"] = plan.bound.makespan_us / 1e3;
-      j["gap_to_bound"] = gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us);
-      if (!plan.chosen.empty()) j["chosen"] = plan.chosen;
-      j["planning_ms"] = planning.count();
       std::cout << json_text(j, 2) << "\n";
     } else {
       std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
@@ -133,6 +152,20 @@ struct PlanCommand {
                                       std::to_string(request.profile.seq) +
                                       ", the config's max_position_embeddings (--seq sets it)");
     }
+  }
+  // What --json prints of a plan: its metrics, its lower bound and the gap to it, what auto
+  // chose, and the planner's time (ms).
+  static nlohmann::json plan_json(const Plan& plan, double planning_ms) {
+    nlohmann::json j = metrics_json(plan.graph, plan.sim);
+    j["lower_bound_ms"] = plan.bound.makespan_us / 1e3;
+    j["gap_to_bound"] = gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us);
+    if (!plan.chosen.empty()) j["chosen"] = plan.chosen;
+    j["planning_ms"] = planning_ms;
+    return j;
+  }
+  static double ms_since(std::chrono::steady_clock::time_point started) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+        .count();
   }
   // Once the inputs are read: a target that cannot be written fails before the planning.
   void check_output_early() const {
@@ -167,10 +200,17 @@ struct PlanCommand {
     const SearchRequest request =
         make_search_request(options, global_batch, search_mbs, "--search-mbs");
     check_output_early();
+    const auto started = std::chrono::steady_clock::now();
     const Plan plan = best_bpipe_plan(request, &chosen);
+    const double planning_ms = ms_since(started);
     if (!output.empty()) save_plan(plan.graph, output);
     if (json) {
-      std::cout << json_text(metrics_json(plan.graph, plan.sim), 2) << "\n";
+      nlohmann::json j = plan_json(plan, planning_ms);
+      j["objective"] = options.objective;
+      j["bpipe_auto"] = {{"mbs", chosen.mbs},
+                         {"backward", std::string(to_string(chosen.backward))},
+                         {"bpipe", chosen.bpipe}};
+      std::cout << json_text(j, 2) << "\n";
       return 0;
     }
     std::cout << "bpipe auto: mbs " << chosen.mbs << ", backward " << to_string(chosen.backward)
@@ -189,10 +229,12 @@ struct PlanCommand {
     if (given("--schedule")) request.only_schedule = options.schedule;
     if (given("--backward")) request.only_backward = backward_mode_from_string(options.backward);
     check_output_early();
+    const auto started = std::chrono::steady_clock::now();
     const SearchResult result = search_plans(request);
+    const double planning_ms = ms_since(started);
     if (!output.empty()) save_plan(result.best.graph, output);
     if (json) {
-      nlohmann::json out = metrics_json(result.best.graph, result.best.sim);
+      nlohmann::json out = plan_json(result.best, planning_ms);
       out["objective"] = std::string(to_string(result.objective));
       out["evaluated"] = result.evaluated;
       out["infeasible"] = result.infeasible;

@@ -259,6 +259,14 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
     if (!o.attention.empty()) {
       throw Error("--attention: --uniform gives the times (no model to apply it to)");
     }
+    // Its COMM field is each transfer's time: a link's latency or bandwidth has nothing to add.
+    for (const auto& [given, flag] : {std::pair{&o.link_latency, "--link-latency"},
+                                      std::pair{&o.link_bandwidth, "--link-bandwidth"}}) {
+      if (!given->empty()) {
+        throw Error(std::string(flag) +
+                    ": --uniform gives each transfer's time (its COMM field, F:B:W:COMM)");
+      }
+    }
     // The costs are one micro-batch's: another size is refused naming the option, before the
     // profile's lookup fails naming none.
     if (plan_mbs && o.mbs != 1) {
@@ -275,7 +283,7 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
   }
   if (!o.uniform_mem.empty()) throw Error("--uniform-mem: needs --uniform");
   if (!o.profile.empty()) {
-    Profile profile = load_profile(o.profile);
+    Profile profile = o.profile_read ? *o.profile_read : load_profile(o.profile);
     if (!o.model.empty() && o.model != profile.model.name) {
       throw Error("--model: '" + o.model + "' does not match the model '" + profile.model.name +
                   "' of profile " + o.profile);
@@ -462,6 +470,12 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
   if (given != nullptr) {
     o.schedule = given->family;
     o.chunks = given->devices > 0 ? given->stage_count() / given->devices : 0;
+  } else if (o.schedule == kAutoScheduleName && o.chunks != 0) {
+    // Its one chunk is a placeholder the family accepts: --chunks 1 would be silently ignored.
+    throw Error(
+        "--chunks: schedule 'auto' chooses its chunks per device itself (one or two), "
+        "got " +
+        std::to_string(o.chunks) + "; leave --chunks out");
   } else if (o.chunks == 0) {
     o.chunks = default_chunks(find_schedule_family(o.schedule));
   }

@@ -1,6 +1,7 @@
 // The options shared by `pipeplan plan` and `pipeplan compare`, and how they become a request.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,8 @@ struct PlanOptions {
   std::string model;
   std::string gpu;      // empty: the profile's GPU, else h100 (make_request)
   std::string profile;  // a profile file; else analytic (or uniform)
+  // The profile file already read (what `compare`'s rows share: '-' is read once), else null.
+  std::shared_ptr<const Profile> profile_read;
   int stages = 0;
   int microbatches = 0;
   bool microbatches_given = false;  // -m on the command line (0 given is refused as 0, not missing)

@@ -216,10 +216,19 @@ std::string mfu_basis(const PlanMeta& meta, double mfu) {
     basis += std::to_string(meta.devices) + " stage" + (meta.devices == 1 ? "" : "s");
     if (t > 1) basis += " of " + std::to_string(t) + " tensor-parallel GPUs";
   }
+  // The P stages of a profile with contention curves are green contexts of one GPU: the MFU
+  // against it is P times the figure, whatever the replicas and tensor-parallel GPUs (each such
+  // group of P stages is one GPU).
   if (!meta.contention.empty()) {
-    basis += "; the stages share one GPU (emulated)";
-    if (mfu > 0)
-      basis += printf_text(": %.1f %% of that one", mfu * 100 * static_cast<double>(gpus));
+    const std::int64_t shared = d * t;
+    basis += shared == 1
+                 ? "; the stages share one GPU (emulated)"
+                 : "; each " + std::to_string(meta.devices) + " stages share one GPU (emulated), " +
+                       std::to_string(shared) + " such GPUs";
+    if (mfu > 0) {
+      basis += printf_text(shared == 1 ? ": %.1f %% of that one" : ": %.1f %% of each",
+                           mfu * 100 * static_cast<double>(meta.devices));
+    }
   }
   return basis;
 }

@@ -47,8 +47,15 @@ double parse_bytes(std::string_view text, std::string_view option) {
   std::string unit(ptr, end);
   for (char& c : unit)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // A number without a unit would be bytes: "--memory 80" meant as GiB plans against 80 bytes.
+  // Only 0, which needs none, is taken without one.
+  if (unit.empty() && value == 0) return 0;
+  if (unit.empty()) {
+    throw Error(std::string(option) + ": '" + s + "' has no unit (" + s + "GiB, " + s + "GB or " +
+                s + "B for bytes)");
+  }
   double scale = 0;
-  if (unit.empty() || unit == "b")
+  if (unit == "b")
     scale = 1;
   else if (unit == "k" || unit == "kib")
     scale = 1024.0;

@@ -69,7 +69,10 @@ TEST(MegatronLayout, ReadsMegatronsOwnNotation) {
             (std::vector<int>{8, 8, 8, 8}));
   EXPECT_EQ(blocks_from_megatron_layout("Et*3|(tt|)*14,tL", m),
             (std::vector<int>{3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1}));
-  EXPECT_EQ(megatron_layout_stages("Et*3|(tt|)*29,m|L"), 32);
+  EXPECT_EQ(megatron_layout_stages("Et*3|(tt|)*29,t|L"), 32);
+  // Stages are counted once every symbol is a layer type pipeplan runs: an MTP layer is named
+  // before its stage count is used (e.g. against --stages).
+  EXPECT_THROW((void)megatron_layout_stages("Et*3|(tt|)*29,m|L"), Error);
 }
 
 // Megatron removes every comma before reading a layout, inside a pattern and inside a count.

@@ -286,7 +286,7 @@ std::string limit_between(const std::string& profile) {
     return p;
   };
   EXPECT_LT(peak(on), peak(off));
-  return std::to_string(static_cast<long long>((peak(on) + peak(off)) / 2));
+  return std::to_string(static_cast<long long>((peak(on) + peak(off)) / 2)) + "B";
 }
 
 TEST(BpipeCli, ProfileEstimateFlipsSignBetweenRisingAndFlatMfu) {
@@ -512,6 +512,14 @@ TEST(BpipeCli, TheVerdictAndAutoAgreeNearZeroGain) {
         &status);
     ASSERT_EQ(status, 0) << chosen;
     EXPECT_NE(chosen.find(on ? "BPipe on\n" : "BPipe off\n"), std::string::npos) << chosen;
+    // --json says the same choice, and the bound the text gives.
+    const auto j = run_json("plan " + config + " --bpipe auto --search-mbs 1,2 --global-batch " +
+                            std::to_string(batch) + " --json");
+    ASSERT_FALSE(j.empty());
+    EXPECT_EQ(j.at("bpipe_auto").at("bpipe"), on) << j.dump();
+    EXPECT_EQ(j.at("mbs"), j.at("bpipe_auto").at("mbs")) << j.dump();
+    EXPECT_GT(j.at("lower_bound_ms").get<double>(), 0) << j.dump();
+    EXPECT_TRUE(j.contains("gap_to_bound") && j.contains("planning_ms")) << j.dump();
   }
 }
 

@@ -415,7 +415,7 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
     EXPECT_LT(peaks[n], peaks[n - 1]) << n << " blocks recomputed";
   // auto: the fewest blocks per stage that fit. A limit between 3 and 2 blocks' stage-0 peaks
   // (the reserve 0, so that --memory is the limit) gives 3.
-  const std::string limit = std::to_string((peaks[2] + peaks[3]) / 2);
+  const std::string limit = std::to_string((peaks[2] + peaks[3]) / 2) + "B";
   const Result fitted = run(base + " --reserve 0 --memory " + limit + " --recompute auto");
   ASSERT_EQ(fitted.status, 0) << fitted.out;
   const auto f = nlohmann::json::parse(fitted.out);
@@ -434,8 +434,9 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
                                 "every block's activations\n"),
             std::string::npos)
       << roomy_text.out;
-  expect_error(base + " --reserve 0 --memory " + std::to_string(peaks[8] - 1) + " --recompute auto",
-               "--memory: ");
+  expect_error(
+      base + " --reserve 0 --memory " + std::to_string(peaks[8] - 1) + "B --recompute auto",
+      "--memory: ");
   // With --schedule auto, which can fit without recomputation by serialising its stages, auto
   // takes the fastest plan of every choice that fits.
   const std::string chooser =
@@ -453,7 +454,7 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   // Where auto cannot fit without recomputation however it serialises (full recomputation's
   // 1F1B peak), it recomputes rather than stopping at that first failure.
   const std::string tight = kLlama + " --schedule auto --json --reserve 0 --memory " +
-                            std::to_string(peaks[8]) + " --recompute ";
+                            std::to_string(peaks[8]) + "B --recompute ";
   expect_error(tight + "none", "--memory: ");
   const Result relieved = run(tight + "auto");
   ASSERT_EQ(relieved.status, 0) << relieved.out;
@@ -625,8 +626,20 @@ TEST_F(Cli, CompareRowsAreThePlansPlanMakes) {
   ASSERT_EQ(rows.count("interleaved/2bp"), 1u);
   EXPECT_FALSE(rows["interleaved/2bp"].contains("error")) << rows["interleaved/2bp"];
   EXPECT_EQ(rows["interleaved/2bp"]["chunks"], 2);
+  // A layout of one chunk per device: the two-chunk families' rows name the layout and the
+  // family, not a --chunks that was never given.
+  const Result flat =
+      run("compare --model llama-7b --stages 4 -m 8 --json --layout "
+          "'Et*7|t*9|t*9|t*7L'");
+  ASSERT_EQ(flat.status, 0) << flat.out;
+  rows = by_row(flat.out);
+  EXPECT_EQ(rows["zb-v/2bp"]["error"],
+            "--layout: 4 stages on 4 devices are 1 chunk per device; schedule 'zb-v' runs 2 (a "
+            "layout of 8 stages)");
+  EXPECT_EQ(rows["1f1b/2bp"]["chunks"], 1);
   // --search's points likewise: a fused point is planned without --p2-concat (the front's gaps
-  // were 15.1 % and 7.1 % with it, 17.6 % and 9.5 % as plan and compare give them).
+  // were 15.1 % and 7.1 % with it, 17.6 % and 9.5 % as plan and compare give them); kept to
+  // fused alone, --p2-concat is refused as plan refuses it.
   const auto gaps = [&](const std::string& extra) {
     const Result r =
         run("plan --model gpt-1.5b --stages 4 -m 8 --memory 20GiB --schedule interleaved "
@@ -639,7 +652,16 @@ TEST_F(Cli, CompareRowsAreThePlansPlanMakes) {
       out.push_back(point.at("gap").get<double>());
     return out;
   };
-  EXPECT_EQ(gaps(""), gaps(" --p2-concat 2"));
+  const std::vector<double> fused = gaps("");
+  ASSERT_EQ(fused.size(), 2U);
+  EXPECT_NEAR(fused[0], 0.176, 0.0005);
+  EXPECT_NEAR(fused[1], 0.095, 0.0005);
+  const Result refused =
+      run("plan --model gpt-1.5b --stages 4 -m 8 --memory 20GiB --schedule interleaved "
+          "--backward fused --search --p2-concat 2");
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_EQ(refused.out.rfind("pipeplan: error: --p2-concat: concatenates deferred p2s", 0), 0U)
+      << refused.out;
   // auto's row names what it chose, as plan --json does.
   const auto automatic = a.find("auto/2bp");
   ASSERT_NE(automatic, a.end());
@@ -898,6 +920,15 @@ TEST_F(Cli, TheSummarySaysWhatItsMfuIsAgainstAndWhatItsStepLeavesOut) {
   std::smatch found;
   ASSERT_TRUE(std::regex_search(shared.out, found, mfu)) << shared.out;
   EXPECT_NEAR(std::stod(found[2].str()), 4 * std::stod(found[1].str()), 0.2) << shared.out;
+  // Two replicas: two such GPUs, each at the one replica's figure (not 8 times the MFU).
+  const Result replicas =
+      run("plan --profile " + source + "h200-llama-7b-blocks8-sm32.calibrated.json" + args +
+          " --data-parallel 2");
+  ASSERT_EQ(replicas.status, 0) << replicas.out;
+  const std::regex each(
+      R"(MFU ([0-9.]+) % \(PaLM, of 8 whole GPUs: 2 data-parallel replicas of 4 stages; each 4 stages share one GPU \(emulated\), 2 such GPUs: ([0-9.]+) % of each\))");
+  ASSERT_TRUE(std::regex_search(replicas.out, found, each)) << replicas.out;
+  EXPECT_NEAR(std::stod(found[2].str()), 4 * std::stod(found[1].str()), 0.2) << replicas.out;
   const Result whole = run("plan --profile " + source + "h200-llama-7b.measured.json" + args);
   ASSERT_EQ(whole.status, 0) << whole.out;
   EXPECT_NE(whole.out.find(" (PaLM, of 4 whole GPUs)\n"), std::string::npos) << whole.out;
@@ -1148,6 +1179,11 @@ TEST_F(Cli, SearchOnUniformCostsTriesTwoChunkLayoutsAndItsBestIsOnTheFront) {
   EXPECT_DOUBLE_EQ(searched["step_time_ms"].get<double>(), chosen["step_time_ms"].get<double>());
   EXPECT_EQ(searched["chunks"], 2);
   EXPECT_EQ(searched["pareto"][0]["chunks"], searched["chunks"]) << "auto's own chunks";
+  // The best plan's bound and gap, as plan --json gives them (the front's first gap).
+  EXPECT_DOUBLE_EQ(searched["lower_bound_ms"].get<double>(),
+                   chosen["lower_bound_ms"].get<double>());
+  EXPECT_DOUBLE_EQ(searched["gap_to_bound"].get<double>(),
+                   searched["pareto"][0]["gap"].get<double>());
 
   const nlohmann::json tie =
       json_of("plan --search --uniform 1:1:1:0 --uniform-mem 1:-0.5:-0.5 --stages 3 -m 6 --json");
@@ -1445,6 +1481,13 @@ TEST_F(Cli, ADashReadsStandardInput) {
   EXPECT_FALSE(report.contains("trace")) << reported.out;  // only when one was written
   const Result imported = run("import - --model tiny -o " + path("i.json") + " < " + path("s.csv"));
   EXPECT_EQ(imported.status, 0) << imported.out;
+  // compare reads its profile once for every row.
+  const std::string profile =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h100-sxm-llama-7b.analytic.json";
+  const Result compared = run("compare --profile - --stages 4 -m 8 --json < " + profile);
+  EXPECT_EQ(compared.status, 0) << compared.out;
+  const Result from_file = run("compare --profile " + profile + " --stages 4 -m 8 --json");
+  EXPECT_EQ(compared.out, from_file.out);
   const Result twice = run("diff - - < " + path("plan.json"));
   EXPECT_EQ(twice.status, 1);
   EXPECT_EQ(twice.out,
