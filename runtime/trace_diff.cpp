@@ -6,11 +6,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/base/stats.h"
+#include "planner/graph/bpipe_check.h"
 #include "planner/graph/pair_overlap.h"
 #include "planner/graph/trace.h"
 
@@ -59,11 +61,17 @@ std::string string_member(const json& object, std::string_view key) {
   return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-[[noreturn]] void bad_slice_named(std::string_view source, std::size_t index, std::string name,
-                                  const std::string& why) {
+// A slice's name as an error message quotes it: its first 60 bytes (a concatenated P2's label
+// grows with its micro-batches).
+std::string excerpt(std::string name) {
   if (name.size() > 60) name = std::string(utf8_prefix(name, 60)) + "...";
+  return name;
+}
+
+[[noreturn]] void bad_slice_named(std::string_view source, std::size_t index,
+                                  const std::string& name, const std::string& why) {
   throw Error(std::string(source) + ": traceEvents[" + std::to_string(index) + "]" +
-              (name.empty() ? "" : " ('" + name + "')") + ": " + why);
+              (name.empty() ? "" : " ('" + excerpt(name) + "')") + ": " + why);
 }
 
 [[noreturn]] void bad_slice(std::string_view source, std::size_t index, const json& event,
@@ -90,17 +98,34 @@ double slice_time(std::string_view source, std::size_t index, const json& event,
   return x;
 }
 
-bool same_microbatches(const json* list, const MicroBatches& expected) {
-  if (list == nullptr || !list->is_array() || list->size() != expected.size()) return false;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const json& mb = (*list)[i];
-    if (!mb.is_number_integer() || mb.get<std::int64_t>() != expected[i]) return false;
-  }
-  return true;
+// The value as an int64, when it is a JSON integer (int64_value): 5.0 is not one.
+std::optional<std::int64_t> integer_of(const json* value) {
+  return value != nullptr ? int64_value(*value) : std::nullopt;
 }
 
-bool integer_is(const json* value, std::int64_t expected) {
-  return value != nullptr && value->is_number_integer() && value->get<std::int64_t>() == expected;
+// "field 'F' must be an integer, not 5.0" for a value given that is no JSON integer (5.0, 1e300,
+// "5"), else nothing.
+std::optional<std::string> not_an_integer(std::string_view field, const json* value) {
+  if (value == nullptr || value->is_number_integer()) return std::nullopt;
+  return "field '" + std::string(field) + "' must be an integer, not " + json_excerpt(*value);
+}
+
+// An array of integers (int64_value), each an int.
+bool integer_array(const json& list) {
+  return list.is_array() && std::all_of(list.begin(), list.end(), [](const json& mb) {
+           const std::optional<std::int64_t> v = int64_value(mb);
+           return v && *v >= std::numeric_limits<int>::min() &&
+                  *v <= std::numeric_limits<int>::max();
+         });
+}
+
+// `list` (an integer_array) holds `expected`.
+bool same_microbatches(const json& list, const MicroBatches& expected) {
+  if (list.size() != expected.size()) return false;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (list[i].get<std::int64_t>() != expected[i]) return false;
+  }
+  return true;
 }
 
 // The slice is the plan's node `id`: its name, category, stage and micro-batches, and the track
@@ -109,14 +134,33 @@ void check_slice(const TaskGraph& plan, int id, const SliceTrack& track, const j
                  std::string_view source, std::size_t index) {
   const Node& node = plan.node(id);
   const json& args = *member(event, "args");
-  const json* stage = member(args, "stage");
-  const bool same = string_member(event, "cat") == category_of(node) && stage != nullptr &&
-                    stage->is_number_integer() && stage->get<std::int64_t>() == node.stage &&
-                    same_microbatches(member(args, "microbatches"), node.microbatches);
-  if (!same) {
+  // "field 'F' = V, the plan's node N (...) has W X (a trace of another plan?)".
+  const auto differs = [&](std::string_view field, const json* value, std::string_view what,
+                           const json& expected) {
     bad_slice(source, index, event,
-              "node " + std::to_string(id) + " does not match the plan's " + plan.node_name(id) +
-                  " (a trace of another plan?)");
+              "field '" + std::string(field) + "' " +
+                  (value != nullptr ? "= " + json_excerpt(*value) : std::string("is missing")) +
+                  ", the plan's " + plan.node_name(id) + " has " + std::string(what) + " " +
+                  json_excerpt(expected) + " (a trace of another plan?)");
+  };
+  const json* cat = member(event, "cat");
+  if (cat == nullptr || !cat->is_string() || cat->get<std::string>() != category_of(node)) {
+    differs("cat", cat, "category", category_of(node));
+  }
+  const json* stage = member(args, "stage");
+  if (auto why = not_an_integer("args.stage", stage)) bad_slice(source, index, event, *why);
+  if (integer_of(stage) != std::optional<std::int64_t>(node.stage)) {
+    differs("args.stage", stage, "stage", node.stage);
+  }
+  const json* microbatches = member(args, "microbatches");
+  if (microbatches != nullptr && !integer_array(*microbatches)) {
+    bad_slice(source, index, event,
+              "field 'args.microbatches' must be an array of integers, not " +
+                  json_excerpt(*microbatches));
+  }
+  if (microbatches == nullptr || !same_microbatches(*microbatches, node.microbatches)) {
+    differs("args.microbatches", microbatches, "micro-batches",
+            json(std::vector<int>(node.microbatches)));
   }
   if (string_member(event, "name") != slice_name(node)) {
     bad_slice(source, index, event,
@@ -124,16 +168,20 @@ void check_slice(const TaskGraph& plan, int id, const SliceTrack& track, const j
                   plan.node_name(id) + " that its args.node names");
   }
   const json* pid = member(event, "pid");
-  if (!integer_is(pid, track.pid)) {
+  if (auto why = not_an_integer("pid", pid)) bad_slice(source, index, event, *why);
+  if (integer_of(pid) != std::optional<std::int64_t>(track.pid)) {
     bad_slice(source, index, event,
               "field 'pid' = " + (pid != nullptr ? json_excerpt(*pid) : std::string("nothing")) +
                   ", but the plan's " + plan.node_name(id) + " runs on device " +
                   std::to_string(node.device) + " (pid " + std::to_string(track.pid) + ")");
   }
   const json* tid = member(event, "tid");
+  if (auto why = not_an_integer("tid", tid)) bad_slice(source, index, event, *why);
   // The second op of an overlapped pair has its own thread; traces written before it had one
   // drew it on its stream's.
-  if (!integer_is(tid, track.tid) && !integer_is(tid, track.stream_tid)) {
+  const std::optional<std::int64_t> tid_value = integer_of(tid);
+  if (tid_value != std::optional<std::int64_t>(track.tid) &&
+      tid_value != std::optional<std::int64_t>(track.stream_tid)) {
     bad_slice(source, index, event,
               "field 'tid' = " + (tid != nullptr ? json_excerpt(*tid) : std::string("nothing")) +
                   ", but the plan's " + plan.node_name(id) + " is on tid " +
@@ -213,6 +261,7 @@ void check_metadata(const TaskGraph& plan, const json& trace, std::string_view s
   differs("data_parallel", meta.data_parallel.replicas);
   differs("recompute", recompute_to_json(meta.recompute));
   differs("stage_layers", stage_layers_json(meta.stage_layers));
+  differs("bpipe", has_transfers(plan));
 }
 
 }  // namespace
@@ -262,12 +311,18 @@ class TraceTimes {
     if (error_) throw Error(*error_);
     for (int id = 0; id < plan_.node_count(); ++id) {
       if (!seen_[static_cast<std::size_t>(id)]) {
-        throw Error(std::string(source_) + ": no slice for " + plan_.node_name(id));
+        const auto nodeless = nodeless_.find(id);
+        throw Error(std::string(source_) + ": no slice for " + plan_.node_name(id) +
+                    (nodeless == nodeless_.end()
+                         ? std::string()
+                         : ": the slice named '" + excerpt(slice_name(plan_.node(id))) +
+                               "' (traceEvents[" + std::to_string(nodeless->second) +
+                               "]) on its track has no 'args.node'"));
       }
     }
     check_stream_times(plan_, tracks_, times_, event_of_, source_);
     if (host_times != nullptr) {
-      *host_times = every_host_ ? std::move(host_) : std::vector<NodeTime>{};
+      *host_times = host_given_ ? std::move(host_) : std::vector<NodeTime>{};
     }
     return std::move(times_);
   }
@@ -277,15 +332,18 @@ class TraceTimes {
     // Slices only: metadata, counters and flow events carry no node time.
     if (string_member(event, "ph") != "X") return;
     const json* args = member(event, "args");
-    if (args == nullptr || !args->is_object()) return;
-    const json* node = member(*args, "node");
-    const std::optional<std::int64_t> id_value =
-        node != nullptr ? int64_value(*node) : std::nullopt;
+    const json* node = args != nullptr ? member(*args, "node") : nullptr;
+    // A slice that names no node is some other event: skipped.
+    if (node == nullptr) {
+      note_nodeless(event, index);
+      return;
+    }
+    if (auto why = not_an_integer("args.node", node)) bad_slice(source_, index, event, *why);
+    const std::optional<std::int64_t> id_value = int64_value(*node);
     if (!id_value || *id_value < 0 || *id_value >= plan_.node_count()) {
       bad_slice(source_, index, event,
-                "field 'args.node' " +
-                    (node == nullptr ? std::string("is missing") : "= " + json_excerpt(*node)) +
-                    ", the plan has nodes 0.." + std::to_string(plan_.node_count() - 1));
+                "field 'args.node' = " + json_excerpt(*node) + ", the plan has nodes 0.." +
+                    std::to_string(plan_.node_count() - 1) + " (a trace of another plan?)");
     }
     const auto id = static_cast<std::size_t>(*id_value);
     if (seen_[id]) {
@@ -297,11 +355,65 @@ class TraceTimes {
     const double start = slice_time(source_, index, event, "ts", false);
     times_[id] = {start, start + slice_time(source_, index, event, "dur", true)};
     seen_[id] = 1;
-    if (member(*args, "host_start_us") != nullptr || member(*args, "host_end_us") != nullptr) {
-      host_[id] = {slice_time(source_, index, event, "host_start_us", false, true),
-                   slice_time(source_, index, event, "host_end_us", false, true)};
-    } else {
-      every_host_ = false;
+    read_host_times(event, index, *args, static_cast<int>(id));
+  }
+
+  // Host times are on every node's slice (a measured GPU run's) or on none: a trace with some
+  // only, or with a node queued before its host began queuing it, is refused.
+  void read_host_times(const json& event, std::size_t index, const json& args, int id) {
+    const json* host_start = member(args, "host_start_us");
+    const json* host_end = member(args, "host_end_us");
+    const bool given = host_start != nullptr || host_end != nullptr;
+    if (first_node_ < 0) {
+      first_node_ = id;
+      host_given_ = given;
+    } else if (given != host_given_) {
+      const std::string first = "traceEvents[" +
+                                std::to_string(event_of_[static_cast<std::size_t>(first_node_)]) +
+                                "] ('" + excerpt(slice_name(plan_.node(first_node_))) + "')";
+      bad_slice(source_, index, event,
+                given ? "field '" +
+                            std::string(host_start != nullptr ? "args.host_start_us"
+                                                              : "args.host_end_us") +
+                            "' is given, but " + first +
+                            " has no host times (a trace has them on every slice or on none)"
+                      : "field 'args.host_start_us' is missing, but " + first +
+                            " has host times (a trace has them on every slice or on none)");
+    }
+    if (!given) return;
+    const double begun = slice_time(source_, index, event, "host_start_us", false, true);
+    const double ended = slice_time(source_, index, event, "host_end_us", false, true);
+    if (ended < begun) {
+      bad_slice(source_, index, event,
+                "field 'args.host_end_us' = " + json(ended).dump() +
+                    " is before 'args.host_start_us' = " + json(begun).dump() +
+                    " (the host finished queuing the node before it began)");
+    }
+    host_[static_cast<std::size_t>(id)] = {begun, ended};
+  }
+
+  // A slice that names no node but has a node's name and is drawn on its track: that node's
+  // slice, its args lost. Remembered (the first for each node) for the error that the node has
+  // no slice.
+  void note_nodeless(const json& event, std::size_t index) {
+    const json* name = member(event, "name");
+    if (name == nullptr || !name->is_string()) return;
+    if (!by_name_built_) {
+      by_name_.reserve(static_cast<std::size_t>(plan_.node_count()));
+      for (int id = 0; id < plan_.node_count(); ++id)
+        by_name_.emplace(slice_name(plan_.node(id)), id);
+      by_name_built_ = true;
+    }
+    const std::optional<std::int64_t> pid = integer_of(member(event, "pid"));
+    const std::optional<std::int64_t> tid = integer_of(member(event, "tid"));
+    const auto [first, last] = by_name_.equal_range(name->get_ref<const std::string&>());
+    for (auto it = first; it != last; ++it) {
+      const SliceTrack& track = tracks_[static_cast<std::size_t>(it->second)];
+      if (pid == std::optional<std::int64_t>(track.pid) &&
+          (tid == std::optional<std::int64_t>(track.tid) ||
+           tid == std::optional<std::int64_t>(track.stream_tid))) {
+        nodeless_.try_emplace(it->second, index);
+      }
     }
   }
 
@@ -312,7 +424,12 @@ class TraceTimes {
   std::vector<char> seen_;
   std::vector<std::size_t> event_of_;
   std::vector<SliceTrack> tracks_;
-  bool every_host_ = true;
+  int first_node_ = -1;      // the node of the first slice that names one
+  bool host_given_ = false;  // whether that slice has host times (then every one has)
+  // Slice names (slice_name) to nodes, built at the first slice that names no node.
+  std::unordered_multimap<std::string, int> by_name_;
+  bool by_name_built_ = false;
+  std::unordered_map<int, std::size_t> nodeless_;  // node -> its slice without args.node
   std::optional<std::string> error_;
 };
 

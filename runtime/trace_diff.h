@@ -15,10 +15,11 @@
 
 namespace pipeplan {
 
-// One time per node of `plan`. Throws Error naming `source` and the node when a slice is
-// missing or does not match the plan's node (stage, micro-batches, category). `host_times`, when
+// One time per node of `plan`, from the slices that name a node (args.node; other slices are
+// skipped). Throws Error naming `source` and the node when a slice is missing or does not match
+// the plan's node (stage, micro-batches, category, track), naming the field. `host_times`, when
 // given, gets each node's args.host_start_us / host_end_us (a measured GPU run's host clock),
-// or stays empty when a slice lacks them.
+// or stays empty when the trace has none; a trace with them on some slices only is refused.
 std::vector<NodeTime> node_times_from_trace(const TaskGraph& plan, const nlohmann::json& trace,
                                             std::string_view source,
                                             std::vector<NodeTime>* host_times = nullptr);

@@ -7,6 +7,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "planner/graph/bpipe_check.h"
 
 namespace pipeplan {
 namespace {
@@ -234,6 +235,7 @@ json plan_summary(const TaskGraph& graph, const SimResult& sim, std::string_view
           {"recompute", recompute_to_json(meta.recompute)},
           {"chunks", meta.chunks},
           {"stage_layers", stage_layers_json(meta.stage_layers)},
+          {"bpipe", has_transfers(graph)},
           {"microbatches", meta.microbatches},
           {"mbs", meta.mbs},
           {"seq", meta.seq},

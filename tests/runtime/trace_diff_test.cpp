@@ -3,6 +3,7 @@
 #include "runtime/trace_diff.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -115,7 +116,12 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
             std::string::npos);
   EXPECT_NE(error([](json& t) {
               first_slice(t)["args"]["node"] = 1e300;
-            }).find("field 'args.node' = 1e+300"),
+            }).find("field 'args.node' must be an integer, not 1e+300"),
+            std::string::npos);
+  EXPECT_NE(error([&](json& t) { first_slice(t)["args"]["node"] = plan.graph.node_count(); })
+                .find("field 'args.node' = " + std::to_string(plan.graph.node_count()) +
+                      ", the plan has nodes 0.." + std::to_string(plan.graph.node_count() - 1) +
+                      " (a trace of another plan?)"),
             std::string::npos);
   EXPECT_NE(
       error([](json& t) { first_slice(t)["ts"] = "soon"; }).find("field 'ts' must be a number"),
@@ -124,20 +130,25 @@ TEST(TraceTimes, MalformedEventsAreOneLineErrors) {
             std::string::npos);
   EXPECT_NE(error([](json& t) {
               first_slice(t)["args"]["stage"] = "s";
-            }).find("does not match the plan's"),
+            }).find("field 'args.stage' must be an integer, not \"s\""),
             std::string::npos);
   EXPECT_NE(error([](json& t) {
               first_slice(t)["args"]["microbatches"] = json::object();
-            }).find("does not match the plan's"),
+            }).find("field 'args.microbatches' must be an array of integers, not {}"),
             std::string::npos);
   EXPECT_NE(
       error([](json& t) { t["traceEvents"].push_back(first_slice(t)); }).find("a second slice for"),
       std::string::npos);
-  // Events that are not slices are skipped, whatever they hold.
+  // Events that are not slices are skipped, whatever they hold; so are slices that name no node
+  // (no args, or args without 'node').
   EXPECT_EQ(error([](json& t) {
               t["traceEvents"].push_back(42);
               t["traceEvents"].push_back({{"ph", 7}});
               t["traceEvents"].push_back({{"ph", "X"}, {"args", json::array()}});
+              t["traceEvents"].push_back({{"ph", "X"}, {"name", "x"}, {"pid", 1}, {"tid", 1}});
+              t["traceEvents"].push_back(
+                  {{"ph", "X"}, {"name", "y"}, {"pid", 1}, {"tid", 1}, {"args", json::object()}});
+              t["traceEvents"].push_back({{"ph", "X"}, {"args", {{"note", 1}}}});
             }),
             "<no error>");
   for (const std::string& message : {error([](json& t) { first_slice(t)["args"]["node"] = "x"; }),
@@ -176,8 +187,39 @@ TEST(TraceTimes, ATraceOfAnotherPlanIsRefusedByItsMetadata) {
               std::string::npos);
   }
   EXPECT_EQ(error([](json& t) { t["metadata"].erase("stage_layers"); }), "<no error>");
+  EXPECT_EQ(error([](json& t) { t["metadata"].erase("bpipe"); }), "<no error>");
   EXPECT_EQ(error([](json& t) { t["metadata"] = json::array({1}); }),
             "t.json: field 'metadata' must be an object (the plan the trace is of), not [1]");
+}
+
+// A BPipe plan's trace says so in its metadata: read against the same plan without BPipe (the
+// same shape, more nodes) it is refused as another plan's, not by a node id out of range.
+TEST(TraceTimes, ATraceOfTheSamePlanWithBpipeIsAnotherPlans) {
+  // Stashes of 1 GiB beside 24 GiB of parameters a stage: BPipe moves some between stages.
+  PlanRequest r;
+  r.profile = uniform_profile(parse_uniform("1:1:1:0.1", "1:-0.5:-0.5"), 7, 1);
+  r.profile.p2p = P2pLink{10, 5000};
+  r.profile.layers["block"][1].param_bytes = std::llround(24.0 * 1024 * 1024 * 1024);
+  r.devices = 7;
+  r.microbatches = 14;
+  const Plan plain = make_plan(r);
+  r.bpipe = BpipeMode::on;
+  const Plan bpipe = make_plan(r);
+  ASSERT_GT(bpipe.graph.node_count(), plain.graph.node_count());  // it moves stashes
+  const json trace = perfetto_trace(bpipe.graph, bpipe.sim, "t");
+  EXPECT_EQ(trace["metadata"]["bpipe"], true);
+  EXPECT_EQ(perfetto_trace(plain.graph, plain.sim, "t")["metadata"]["bpipe"], false);
+  EXPECT_EQ(error_of([&] { node_times_from_trace(bpipe.graph, trace, "t.json"); }), "<no error>");
+  EXPECT_EQ(error_of([&] { node_times_from_trace(plain.graph, trace, "t.json"); }),
+            "t.json: field 'metadata.bpipe' is true, the plan's is false (a trace of another "
+            "plan)");
+  // A trace written before the field was added is read by its node ids.
+  json before = trace;
+  before["metadata"].erase("bpipe");
+  EXPECT_NE(error_of([&] {
+              node_times_from_trace(plain.graph, before, "t.json");
+            }).find("(a trace of another plan?)"),
+            std::string::npos);
 }
 
 // A measured trace's clock may start anywhere, below 0 too: the makespan is last end less first
@@ -251,6 +293,117 @@ TEST(TraceTimes, SlicesThatContradictThePlanAreRefused) {
   EXPECT_EQ(overlapping.find('\n'), std::string::npos);
 }
 
+// A slice that disagrees with its node names the field, its value and the plan's.
+TEST(TraceTimes, AMismatchNamesTheFieldAndBothValues) {
+  const Plan plan = small_plan();
+  const TaskGraph& g = plan.graph;
+  const json good = perfetto_trace(g, plan.sim, "t");
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json trace = good;
+    change(trace);
+    return error_of([&] { node_times_from_trace(g, trace, "t.json"); });
+  };
+  const int f0 = node_on(g, NodeKind::compute, 0, OpType::F);
+  const std::string name = node_label(g.node(f0));
+  const std::string at = "t.json: traceEvents[";
+  const std::string of = "the plan's " + g.node_name(f0);
+  const std::string stage = error([&](json& t) { slice_of(t, f0)["args"]["stage"] = 1; });
+  EXPECT_EQ(stage.find(at), 0U) << stage;
+  EXPECT_NE(stage.find("('" + name + "'): field 'args.stage' = 1, " + of +
+                       " has stage 0 (a trace of another plan?)"),
+            std::string::npos)
+      << stage;
+  const std::string mbs = error([&](json& t) { slice_of(t, f0)["args"]["microbatches"] = {1}; });
+  EXPECT_NE(mbs.find("field 'args.microbatches' = [1], " + of +
+                     " has micro-batches [0] (a trace of another plan?)"),
+            std::string::npos)
+      << mbs;
+  const std::string cat = error([&](json& t) { slice_of(t, f0)["cat"] = "B"; });
+  EXPECT_NE(
+      cat.find("field 'cat' = \"B\", " + of + " has category \"F\" (a trace of another plan?)"),
+      std::string::npos)
+      << cat;
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["args"].erase("stage");
+            }).find("field 'args.stage' is missing, " + of + " has stage 0"),
+            std::string::npos);
+}
+
+// An integer field written as a float is refused as such, not as a value out of range.
+TEST(TraceTimes, AnIntegerFieldWrittenAsAFloatIsRefusedAsOne) {
+  const Plan plan = small_plan();
+  const TaskGraph& g = plan.graph;
+  const json good = perfetto_trace(g, plan.sim, "t");
+  const int f0 = node_on(g, NodeKind::compute, 0, OpType::F);
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json trace = good;
+    change(trace);
+    return error_of([&] { node_times_from_trace(g, trace, "t.json"); });
+  };
+  const std::string prefix = "('" + node_label(g.node(f0)) + "'): field '";
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["args"]["node"] = static_cast<double>(f0);
+            }).find(prefix + "args.node' must be an integer, not " + std::to_string(f0) + ".0"),
+            std::string::npos);
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["pid"] = 1.0;
+            }).find(prefix + "pid' must be an integer, not 1.0"),
+            std::string::npos);
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["tid"] = static_cast<double>(g.node(f0).stream + 1);
+            }).find(prefix + "tid' must be an integer, not "),
+            std::string::npos);
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["args"]["stage"] = 0.0;
+            }).find(prefix + "args.stage' must be an integer, not 0.0"),
+            std::string::npos);
+  EXPECT_NE(error([&](json& t) {
+              slice_of(t, f0)["args"]["microbatches"] = {0.0};
+            }).find(prefix + "args.microbatches' must be an array of integers, not [0.0]"),
+            std::string::npos);
+}
+
+// A slice that names no node is another event, with or without args; one that has a node's name
+// and track but lost its args.node is named in the error that the node has no slice.
+TEST(TraceTimes, ASliceWithoutArgsNodeIsSkippedAndNamedWhenItsNodeIsMissing) {
+  const Plan plan = small_plan();
+  const TaskGraph& g = plan.graph;
+  const json good = perfetto_trace(g, plan.sim, "t");
+  const int f0 = node_on(g, NodeKind::compute, 0, OpType::F);
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json trace = good;
+    change(trace);
+    std::string message = error_of([&] { node_times_from_trace(g, trace, "t.json"); });
+    EXPECT_EQ(file_error(g, trace.dump()), message);
+    return message;
+  };
+  std::size_t index = 0;
+  for (const json& event : good["traceEvents"]) {
+    if (event.value("ph", "") == "X" && event["args"]["node"] == f0) break;
+    ++index;
+  }
+  const std::string expected = "t.json: no slice for " + g.node_name(f0) + ": the slice named '" +
+                               node_label(g.node(f0)) + "' (traceEvents[" + std::to_string(index) +
+                               "]) on its track has no 'args.node'";
+  EXPECT_EQ(error([&](json& t) { slice_of(t, f0).erase("args"); }), expected);
+  EXPECT_EQ(error([&](json& t) { slice_of(t, f0)["args"] = json::object(); }), expected);
+  EXPECT_EQ(error([&](json& t) { slice_of(t, f0)["args"].erase("node"); }), expected);
+  // On another device's process it is not taken for the node's.
+  EXPECT_EQ(error([&](json& t) {
+              json& slice = slice_of(t, f0);
+              slice.erase("args");
+              slice["pid"] = 2;
+            }),
+            "t.json: no slice for " + g.node_name(f0));
+  // Beside the node's own slice, a copy without args is skipped.
+  EXPECT_EQ(error([&](json& t) {
+              json copy = slice_of(t, f0);
+              copy.erase("args");
+              t["traceEvents"].push_back(copy);
+            }),
+            "<no error>");
+}
+
 // An overlapped pair's two ops run at once: the second on its device's "compute (overlapped)"
 // thread, or (traces written before that thread) on the stream's own.
 TEST(TraceTimes, AnOverlappedPairIsReadOnEitherThread) {
@@ -315,6 +468,57 @@ TEST(TraceTimes, HostTimesRoundTripAndAreOptional) {
               node_times_from_trace(plan.graph, partial, "t.json", &host);
             }).find("field 'args.host_start_us' must be a number"),
             std::string::npos);
+}
+
+// Host times are on every slice or on none; a slice's host end is not before its start.
+TEST(TraceTimes, HostTimesOnSomeSlicesOnlyOrEndingBeforeTheyBeginAreRefused) {
+  const Plan plan = small_plan();
+  SimResult measured = plan.sim;
+  for (const NodeTime& t : measured.times)
+    measured.host_times.push_back({t.start_us - 7, t.start_us - 2});
+  const json with = perfetto_trace(plan.graph, measured, "t");
+  const json without = perfetto_trace(plan.graph, plan.sim, "t");
+  const auto error = [&](const json& trace) {
+    std::vector<NodeTime> host;
+    std::string message =
+        error_of([&] { node_times_from_trace(plan.graph, trace, "t.json", &host); });
+    EXPECT_EQ(file_error(plan.graph, trace.dump()), message);
+    return message;
+  };
+  // The slices of a node that comes after the first slice in the file.
+  std::vector<std::size_t> slices;
+  for (std::size_t i = 0; i < with["traceEvents"].size(); ++i) {
+    if (with["traceEvents"][i].value("ph", "") == "X") slices.push_back(i);
+  }
+  ASSERT_GE(slices.size(), 2U);
+  const std::size_t first = slices[0], later = slices[1];
+  const std::string first_name = with["traceEvents"][first]["name"].get<std::string>();
+  const std::string later_name = with["traceEvents"][later]["name"].get<std::string>();
+
+  json some = with;
+  some["traceEvents"][later]["args"].erase("host_start_us");
+  some["traceEvents"][later]["args"].erase("host_end_us");
+  EXPECT_EQ(error(some), "t.json: traceEvents[" + std::to_string(later) + "] ('" + later_name +
+                             "'): field 'args.host_start_us' is missing, but traceEvents[" +
+                             std::to_string(first) + "] ('" + first_name +
+                             "') has host times (a trace has them on every slice or on none)");
+  json added = without;
+  added["traceEvents"][later]["args"]["host_end_us"] = 5.0;
+  EXPECT_EQ(error(added), "t.json: traceEvents[" + std::to_string(later) + "] ('" + later_name +
+                              "'): field 'args.host_end_us' is given, but traceEvents[" +
+                              std::to_string(first) + "] ('" + first_name +
+                              "') has no host times (a trace has them on every slice or on none)");
+  json backwards = with;
+  backwards["traceEvents"][later]["args"]["host_start_us"] = 20.0;
+  backwards["traceEvents"][later]["args"]["host_end_us"] = 10.0;
+  EXPECT_EQ(error(backwards), "t.json: traceEvents[" + std::to_string(later) + "] ('" + later_name +
+                                  "'): field 'args.host_end_us' = 10.0 is before "
+                                  "'args.host_start_us' = 20.0 (the host finished queuing the "
+                                  "node before it began)");
+  // Equal is allowed; so is a trace with none at all.
+  backwards["traceEvents"][later]["args"]["host_end_us"] = 20.0;
+  EXPECT_EQ(error(backwards), "<no error>");
+  EXPECT_EQ(error(without), "<no error>");
 }
 
 // A measured step where one compute op started 500 us after its inputs were ready, its host

@@ -37,12 +37,12 @@ struct HandBuilt {
     sim.times[static_cast<std::size_t>(id)] = {start_us, end_us};
     return id;
   }
-  int compute(int device, OpType op, std::vector<int> mbs, std::string label, double start,
+  int compute(int device, OpType op, const std::vector<int>& mbs, std::string label, double start,
               double end) {
     Node node;
     node.op = op;
     node.device = node.stage = device;
-    node.microbatches = std::move(mbs);
+    node.microbatches = mbs;
     set_label(node, std::move(label));
     node.alloc_bytes = op == OpType::F ? 1 << 20 : 0;
     return add(std::move(node), start, end);
@@ -134,6 +134,7 @@ TEST(Trace, IsValidJsonWithOneSlicePerNode) {
   EXPECT_EQ(reparsed.at("metadata").at("title"), "unit");
   EXPECT_EQ(reparsed.at("metadata").at("schedule"), "1f1b");
   EXPECT_EQ(reparsed.at("metadata").at("backward"), "2bp");
+  EXPECT_EQ(reparsed.at("metadata").at("bpipe"), false);  // no transfer streams
   EXPECT_DOUBLE_EQ(reparsed.at("metadata").at("makespan_us").get<double>(), 7000);
 }
 
