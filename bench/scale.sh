@@ -13,7 +13,13 @@
 #   128:1024 32:96 32:96:zb-v" as P:m or P:m:schedule, schedule 1f1b when left out)
 set -euo pipefail
 pipeplan=$(realpath "${1:?usage: bench/scale.sh PIPEPLAN [OUT.tsv]}")
-out=${2:-/dev/stdout}
+# The table goes to OUT.tsv (created or truncated), else to standard output as the caller opened
+# it (appended to with >>, not truncated).
+if [[ -n ${2:-} ]]; then
+  exec 3>"$2"
+else
+  exec 3>&1
+fi
 runs=${RUNS:-3}
 sizes=${SIZES:-"16:96 32:512 128:1024 32:96 32:96:zb-v"}
 command -v /usr/bin/time >/dev/null || { echo "bench/scale.sh: needs /usr/bin/time" >&2; exit 2; }
@@ -30,7 +36,7 @@ timed() {
   cat "$work/time" >>"$file"
 }
 
-printf 'P\tm\tschedule\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\ttrace_s\ttrace_rss_mb\ttrace_bytes\tdiff_s\tdiff_rss_mb\n' >"$out"
+printf 'P\tm\tschedule\tnodes\tbytes\tplan_s\tplanning_ms\tplan_rss_mb\tvalidate_s\tvalidate_rss_mb\tshow_s\tshow_rss_mb\ttrace_s\ttrace_rss_mb\ttrace_bytes\tdiff_s\tdiff_rss_mb\n' >&3
 for size in $sizes; do
   IFS=: read -r p m schedule <<<"$size"
   schedule=${schedule:-1f1b}
@@ -55,5 +61,5 @@ for size in $sizes; do
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$m" "$schedule" \
     "$nodes" "$bytes" "$(col plan 1)" "$(median <"$work/planning")" "$(col plan 2 | mb)" \
     "$(col validate 1)" "$(col validate 2 | mb)" "$(col show 1)" "$(col show 2 | mb)" \
-    "$(col trace 1)" "$(col trace 2 | mb)" "$trace_bytes" "$(col diff 1)" "$(col diff 2 | mb)" >>"$out"
+    "$(col trace 1)" "$(col trace 2 | mb)" "$trace_bytes" "$(col diff 1)" "$(col diff 2 | mb)" >&3
 done

@@ -8,8 +8,9 @@
 # CUDA backend became a module.
 #
 # Usage: bench/startup.sh BINARY [BINARY...]     (e.g. /tmp/pipeplan.before build/tools/pipeplan)
-# Environment: RUNS (hyperfine runs, 30), RSS_RUNS (11), OUT (folder for hyperfine's JSON; a
-# temporary one by default).
+# Environment: RUNS (hyperfine runs, 30), RSS_RUNS (11), OUT (folder for hyperfine's JSON, one
+# file per binary and command, <N>-<basename>-<command>.json with N the binary's place among the
+# arguments, and floor.json; a temporary one by default).
 set -euo pipefail
 if [ "$#" -eq 0 ]; then
   echo "usage: bench/startup.sh BINARY [BINARY...]" >&2
@@ -34,11 +35,11 @@ plan_args=(plan --model llama-7b --gpu h100 --stages 4 --microbatches 8 --seq 20
 # Median of the numbers on stdin.
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# measure LABEL BINARY ARGS...: one table row.
+# measure NAME LABEL BINARY ARGS...: one table row; the timer's JSON in $out/NAME.json.
 measure() {
-  local label=$1 binary=$2
-  shift 2
-  local json="$out/$(basename "$binary")-$label.json"
+  local name=$1 label=$2 binary=$3
+  shift 3
+  local json="$out/$name.json"
   if [ "$timer" = hyperfine ]; then
     hyperfine -N --warmup 3 -r "$runs" --export-json "$json" -- "$binary $*" >"$json.log" 2>&1 ||
       { cat "$json.log" >&2; exit 1; }
@@ -69,10 +70,15 @@ PY
 
 printf '%-40s %-10s %10s %12s\n' "binary" "command" "wall (ms)" "peak RSS (MiB)"
 # The timer's floor: a process that does nothing, timed the same way.
-measure floor /bin/true
+measure floor floor /bin/true
+# Each binary's files are named by its place among the arguments as well as its name: two builds'
+# bin/pipeplan would otherwise share them.
+index=0
 for binary in "$@"; do
   [ -x "$binary" ] || { echo "bench/startup.sh: $binary is not an executable" >&2; exit 2; }
-  measure version "$binary" --version
-  measure plan "$binary" "${plan_args[@]}"
+  index=$((index + 1))
+  name="$index-$(basename "$binary")"
+  measure "$name-version" version "$binary" --version
+  measure "$name-plan" plan "$binary" "${plan_args[@]}"
 done
 echo "(median of $runs runs after 3 warm-ups, timed by $timer; peak RSS: median of $rss_runs runs; plan: pipeplan ${plan_args[*]}; JSON in $out)"

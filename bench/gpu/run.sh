@@ -47,11 +47,12 @@
 #                         entry pipeplan matches, else the lower-case device name; -2, -3 ... if
 #                         it exists); a folder named here must be new or empty
 #   --dry-run             print every command, in order, run none (no GPU needed), exit 0
-#   --deadline-s N        the run's end, N s after the start (0: none; default 0): each command
-#                         is stopped 20 s before it, and one left under 10 s is skipped (recorded
-#                         as such); the questions asked of the machine on the way (pipeplan
-#                         env --json, nvidia-smi, the test listing) get no more than what is left;
-#                         the summary is written whatever is left (at most 60 s more)
+#   --deadline-s N        the run's end, N s after the start (0: none; default 0; decimal): each
+#                         command is stopped 20 s before it, and one left under 10 s is skipped
+#                         (recorded as such); the questions asked of the machine on the way
+#                         (pipeplan env --json, nvidia-smi, the test listing) get no more than
+#                         what is left; the summary is written whatever is left (at most 60 s
+#                         more)
 #   --test-cap-s N        seconds per test suite (150); other commands 120 to 300 s each
 #   --clock-sample-ms N   nvidia-smi's sampling period beside runs and profiles (20); the GPU
 #                         sampled is the first of CUDA_VISIBLE_DEVICES (index or UUID), else 0
@@ -77,7 +78,8 @@
 #                         one line
 #   --gpu-profile FILE    the whole-GPU profile multi-gpu plans from (default: profile's, else
 #                         multi-gpu profiles the --multi-gpu-model itself)
-#   --multi-gpu-model M   the model of multi-gpu (llama-7b)
+#   --multi-gpu-model M   the model of multi-gpu (llama-7b): a preset or a Hugging Face config.json
+#                         that pipeplan reads (asked of pipeplan profile --analytic up front)
 #   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less);
 #                         not with --gpu-profile (step then plans the profile's model)
 #   --step-steps N        steps of step's runs; the median of steps 2..N is compared (6)
@@ -88,9 +90,11 @@
 #   --bpipe-profile FILE  the 8-stage profile (bpipe skips profiling; stalls and copies need it)
 #   --bpipe-stages N, --bpipe-layers N (8, 8), --bpipe-mbs LIST (2,4)
 #   --stall-steps N (6), --connections LIST (default,32: CUDA_DEVICE_MAX_CONNECTIONS values)
-#   --copy-modes LIST (memcpy,priority), --copies-limit SIZE (9.107GiB)
+#   --copy-modes LIST (memcpy,priority), --copies-limit SIZE (9.107GiB; a number and B, KiB, MiB,
+#                         GiB, TiB, K, M, G, T, KB, MB, GB or TB)
 #   --wait-m N (2P), --copy-waits LIST (blocking,stream,poll)
-# Lists are comma-separated. A bad option or value: one line naming it, exit 2.
+# Lists are comma-separated, none empty and no element empty. Numbers are decimal (no leading 0).
+# A bad option or value: one line naming it, exit 2.
 # shellcheck disable=SC2317  # the WHATs (and what they call) run indirectly: "what_$name"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -118,6 +122,18 @@ options_used=()
 positive() {  # positive OPTION VALUE
   [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1: '$2' is not a positive integer"
 }
+# listed OPTION VALUE: VALUE is a comma-separated list, neither empty nor with an empty element.
+listed() {
+  [[ -n $2 ]] || die "$1: an empty list"
+  [[ ,$2, != *,,* ]] || die "$1: '$2' has an empty element (a comma-separated list)"
+}
+# size OPTION VALUE: VALUE is a size pipeplan reads (a decimal number and a unit: 9.107GiB, 12G,
+# 4096MiB), above 0.
+size() {
+  local unit='([kKmMgGtT]([iI]?[bB])?|[bB])'
+  [[ $2 =~ ^[0-9]+(\.[0-9]+)?$unit$ && ! $2 =~ ^0+(\.0+)?$unit$ ]] ||
+    die "$1: '$2' is not a size above 0 (e.g. 9.107GiB)"
+}
 while (($#)); do
   case $1 in
     --dry-run) dry=1; options_used+=("$1"); shift; continue ;;
@@ -131,7 +147,8 @@ while (($#)); do
         --bench-block) bench_block=$2 ;;
         --staged) staged=$2 ;;
         --out) out=$2 ;;
-        --deadline-s) [[ $2 =~ ^[0-9]+$ ]] || die "$1: '$2' is not a number of seconds"
+        --deadline-s) [[ $2 =~ ^(0|[1-9][0-9]*)$ ]] ||
+          die "$1: '$2' is not a number of seconds (decimal, no leading 0)"
           deadline_s=$2 ;;
         --test-cap-s) positive "$1" "$2"; test_cap_s=$2 ;;
         --clock-sample-ms) positive "$1" "$2"; clock_ms=$2 ;;
@@ -140,15 +157,15 @@ while (($#)); do
         --layers) positive "$1" "$2"; layers=$2 ;;
         --seq) positive "$1" "$2"; seq=$2 ;;
         --steps) positive "$1" "$2"; steps=$2 ;;
-        --m) opt_m=$2 ;;
-        --runs) opt_runs=$2 ;;
+        --m) listed "$1" "$2"; opt_m=$2 ;;
+        --runs) listed "$1" "$2"; opt_runs=$2 ;;
         --sm-share) positive "$1" "$2"; opt_sm_share=$2 ;;
         --sm-profile) sm_profile=$2 ;;
         --gpu-profile) gpu_profile=$2 ;;
         --multi-gpu-model) multi_gpu_model=$2 ;;
         --step-layers) positive "$1" "$2"; step_layers=$2 ;;
         --step-steps) positive "$1" "$2"; step_steps=$2 ;;
-        --nccl-plans) nccl_plans=$2 ;;
+        --nccl-plans) listed "$1" "$2"; nccl_plans=$2 ;;
         --nccl-steps) positive "$1" "$2"; nccl_steps=$2 ;;
         --nccl-lib-dir) opt_nccl_lib_dir=$2 ;;
         --gemm-candidates) positive "$1" "$2"; gemm_candidates=$2 ;;
@@ -156,13 +173,13 @@ while (($#)); do
         --bpipe-profile) bpipe_profile=$2 ;;
         --bpipe-stages) positive "$1" "$2"; bpipe_stages=$2 ;;
         --bpipe-layers) positive "$1" "$2"; bpipe_layers=$2 ;;
-        --bpipe-mbs) bpipe_mbs=$2 ;;
+        --bpipe-mbs) listed "$1" "$2"; bpipe_mbs=$2 ;;
         --stall-steps) positive "$1" "$2"; stall_steps=$2 ;;
-        --connections) connections=$2 ;;
-        --copy-modes) copy_modes=$2 ;;
-        --copies-limit) copies_limit=$2 ;;
+        --connections) listed "$1" "$2"; connections=$2 ;;
+        --copy-modes) listed "$1" "$2"; copy_modes=$2 ;;
+        --copies-limit) size "$1" "$2"; copies_limit=$2 ;;
         --wait-m) positive "$1" "$2"; opt_wait_m=$2 ;;
-        --copy-waits) copy_waits=$2 ;;
+        --copy-waits) listed "$1" "$2"; copy_waits=$2 ;;
         *) die "unknown option '$1' (--help lists them)" ;;
       esac
       shift 2 ;;
@@ -178,20 +195,19 @@ while (($#)); do
 done
 ((${#whats[@]} > 0)) || { usage >&2; exit 2; }
 
-# The lists, checked before anything runs.
-list() { echo "${1//,/ }"; }
-read -r -a ms <<< "$(list "${opt_m:-$stages,$((2 * stages))}")"
+# The lists' elements (each list checked by listed as it was given), checked before anything runs.
+IFS=, read -r -a ms <<< "${opt_m:-$stages,$((2 * stages))}"
 for m in "${ms[@]}"; do positive --m "$m"; done
-read -r -a runs <<< "$(list "${opt_runs:-1f1b-fused,1f1b-2bp,gpipe-fused,gpipe-2bp,auto}")"
+IFS=, read -r -a runs <<< "${opt_runs:-1f1b-fused,1f1b-2bp,gpipe-fused,gpipe-2bp,auto}"
 for run in "${runs[@]}"; do
   case $run in
     1f1b-fused | 1f1b-2bp | gpipe-fused | gpipe-2bp | auto) ;;
     *) die "--runs: unknown run '$run' (1f1b-fused 1f1b-2bp gpipe-fused gpipe-2bp auto)" ;;
   esac
 done
-read -r -a bpipe_sizes <<< "$(list "$bpipe_mbs")"
+IFS=, read -r -a bpipe_sizes <<< "$bpipe_mbs"
 for mbs in "${bpipe_sizes[@]}"; do positive --bpipe-mbs "$mbs"; done
-read -r -a connection_counts <<< "$(list "$connections")"
+IFS=, read -r -a connection_counts <<< "$connections"
 for conn in "${connection_counts[@]}"; do
   [[ $conn == default || $conn =~ ^[1-9][0-9]*$ ]] ||
     die "--connections: '$conn' is neither 'default' nor a positive integer"
@@ -204,13 +220,13 @@ one_of() {
   for allowed in "$@"; do [[ $value == "$allowed" ]] && return 0; done
   die "$option: unknown $word '$value' ($*)"
 }
-read -r -a copy_mode_list <<< "$(list "$copy_modes")"
+IFS=, read -r -a copy_mode_list <<< "$copy_modes"
 for mode in "${copy_mode_list[@]}"; do one_of --copy-modes mode "$mode" memcpy priority overlap; done
-read -r -a copy_wait_list <<< "$(list "$copy_waits")"
+IFS=, read -r -a copy_wait_list <<< "$copy_waits"
 for wait in "${copy_wait_list[@]}"; do one_of --copy-waits wait "$wait" blocking poll stream; done
 wait_m=${opt_wait_m:-$((2 * stages))}
 nccl_plans=${nccl_plans:-gpipe-fused,1f1b-2bp,interleaved-2bp,zb-v-2bp,1f1b-2bp-bpipe}
-read -r -a nccl_plan_list <<< "$(list "$nccl_plans")"
+IFS=, read -r -a nccl_plan_list <<< "$nccl_plans"
 for entry in "${nccl_plan_list[@]}"; do
   one_of --nccl-plans plan "$entry" gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe
 done
@@ -223,6 +239,10 @@ if [[ ${OLDPWD:-$repo} != "$repo" ]]; then
   opt_nccl_lib_dir=$(absolute "$opt_nccl_lib_dir")
   pipeplan=$(absolute "$pipeplan") tests_binary=$(absolute "$tests_binary")
   bench_block=$(absolute "$bench_block")
+  # --multi-gpu-model: a config file (a path, or a name ending in .json), not a preset's name.
+  if [[ $multi_gpu_model == */* || $multi_gpu_model == *.json ]]; then
+    multi_gpu_model=$(absolute "$multi_gpu_model")
+  fi
 fi
 for option in sm gpu bpipe; do
   file=${option}_profile
@@ -268,6 +288,21 @@ if [[ -n $staged ]]; then
   if ((!dry)); then find_staged_libraries; fi
 fi
 use_nccl
+# A --multi-gpu-model other than the default is one pipeplan reads (a preset, or a config.json it
+# parses): asked of its analytic profile, which needs no GPU and takes milliseconds. Without a
+# pipeplan (a dry run) or with no time left before --deadline-s, the question is not asked.
+if [[ $multi_gpu_model != llama-7b && -x $pipeplan ]]; then
+  model_scratch=$(mktemp -d "${TMPDIR:-/tmp}/pipeplan-model.XXXXXX")
+  model_status=0
+  model_answer=$(probe 30 "$pipeplan" profile --analytic --model "$multi_gpu_model" \
+    -o "$model_scratch/profile.json" 2>&1 > /dev/null) || model_status=$?
+  rm -rf "$model_scratch"
+  if ((model_status != 0 && model_status != 124 && model_status != 137)); then
+    model_answer=$(tail -n 1 <<< "$model_answer")
+    model_answer=${model_answer#pipeplan: error: }
+    die "--multi-gpu-model: ${model_answer#--model: }"
+  fi
+fi
 
 # --- the machine, the output folder ---------------------------------------------------------------
 

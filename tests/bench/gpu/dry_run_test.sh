@@ -23,9 +23,17 @@ bash -n "$repo/bench/gpu/run.sh"
 bash -n "$repo/bench/gpu/stage.sh"
 
 # The fake pipeplan: `env --json` as pipeplan prints it on a one-H200 machine (two GPUs with
-# FAKE_GPUS=2); nothing else is run in a dry run.
+# FAKE_GPUS=2), and `profile --analytic` of a preset it knows (run.sh's check of
+# --multi-gpu-model); nothing else is run in a dry run.
 cat > "$work/pipeplan" << 'EOF'
 #!/usr/bin/env bash
+if [[ $1 == profile && $2 == --analytic && $3 == --model ]]; then
+  case $4 in
+    llama-7b | llama-13b) exit 0 ;;
+    *) echo "pipeplan: error: --model: unknown model '$4' (neither a preset nor a .json file); known presets: llama-7b, llama-13b" >&2
+      exit 1 ;;
+  esac
+fi
 [[ $1 == env && $2 == --json ]] || { echo "fake pipeplan: only env --json" >&2; exit 1; }
 gpu='{"index": 0, "name": "NVIDIA H200", "gpu_entry": "h200", "sms": 132,
   "memory_bytes": 150754820096, "compute_capability": "9.0", "driver_version": "13.0",
@@ -687,6 +695,21 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
   "--nccl-steps five|--nccl-steps: 'five' is not a positive integer" \
   "--nccl-plans 1f1b-2bp,gpipe-3bp|--nccl-plans: unknown plan 'gpipe-3bp'" \
   "--gpu h300|--gpu: 'h300' is not a gpus.json entry (h100-sxm h100-pcie h200 a100-80g)" \
+  "--runs ,|--runs: ',' has an empty element" \
+  "--m 4,,8|--m: '4,,8' has an empty element" \
+  "--m 4,|--m: '4,' has an empty element" \
+  "--bpipe-mbs ,|--bpipe-mbs: ',' has an empty element" \
+  "--nccl-plans ,|--nccl-plans: ',' has an empty element" \
+  "--connections ,32|--connections: ',32' has an empty element" \
+  "--copy-modes ,|--copy-modes: ',' has an empty element" \
+  "--copy-waits stream,,poll|--copy-waits: 'stream,,poll' has an empty element" \
+  "--deadline-s 0900|--deadline-s: '0900' is not a number of seconds" \
+  "--deadline-s 1e3|--deadline-s: '1e3' is not a number of seconds" \
+  "--copies-limit abc|--copies-limit: 'abc' is not a size above 0" \
+  "--copies-limit 0GiB|--copies-limit: '0GiB' is not a size above 0" \
+  "--copies-limit 9GiBs|--copies-limit: '9GiBs' is not a size above 0" \
+  "--copies-limit 12|--copies-limit: '12' is not a size above 0" \
+  "--multi-gpu-model nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset nor a .json file); known presets: llama-7b" \
   "--step-layers 16 --gpu-profile x.json|--step-layers: not with --gpu-profile"; do
   status=0
   read -r -a arguments <<< "${bad%%|*}"
@@ -697,6 +720,33 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
     fail "'${bad%%|*}' should fail in one line with status 2 (got $status)"
   fi
 done
+# An empty list is refused as the others are.
+for option in --m --runs --bpipe-mbs --nccl-plans --connections --copy-modes --copy-waits; do
+  status=0
+  bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$work/pipeplan" pipelines "$option" '' \
+    > "$log" 2>&1 || status=$?
+  if [[ $status != 2 || $(wc -l < "$log") != 1 ]] || ! grep -q -e "$option: an empty list" "$log"; then
+    cat "$log"
+    fail "an empty $option should fail in one line with status 2 (got $status)"
+  fi
+done
+# The sizes and models pipeplan reads are taken; a model it does not read is refused as pipeplan
+# words it (the real one, where it is built).
+dry --copies-limit 12.5G --multi-gpu-model llama-13b --gpu-profile "$repo/profiles/h200-llama-7b.measured.json" \
+  --deadline-s 900 copies multi-gpu
+expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 .*-o .*gpus4-1f1b-m4-2bp.plan.json'
+if [[ -x $repo/build/tools/pipeplan ]]; then
+  for bad in "nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset nor a .json file); known presets: llama-7b, " \
+    "$work/none.json|--multi-gpu-model: $work/none.json: no such file"; do
+    status=0
+    bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$repo/build/tools/pipeplan" \
+      --multi-gpu-model "${bad%%|*}" multi-gpu > "$log" 2>&1 || status=$?
+    if [[ $status != 2 || $(wc -l < "$log") != 1 ]] || ! grep -q -F -e "${bad#*|}" "$log"; then
+      cat "$log"
+      fail "--multi-gpu-model ${bad%%|*} with build/tools/pipeplan should fail in one line with status 2 (got $status)"
+    fi
+  done
+fi
 # A profile of another GPU (the shipped H200 ones on an H100) is refused in one line that says
 # what to run instead, dry run or not.
 for bad in "--sm-profile profiles/h200-llama-7b-blocks8-sm32.calibrated.json|--sm-profile: profiles/h200-llama-7b-blocks8-sm32.calibrated.json was measured on h200, this GPU is h100-sxm: measure one here first: WHAT profile-sm" \
