@@ -19,9 +19,11 @@ constexpr double kUnset = -1.0;
 
 // An action's memory, in the validator's order semantics: allocated at its start, working memory
 // held while it runs, released at its end.
-struct MemoryStep {
-  std::int64_t alloc = 0, release = 0, work = 0;
-  // An overlapped pair's two actions start and end together: one step holding both.
+// An action's memory (op_memory); an overlapped pair's two actions start and end together: one
+// step holding both.
+struct MemoryStep : OpMemory {
+  MemoryStep() = default;
+  explicit MemoryStep(const OpMemory& m) : OpMemory(m) {}
   MemoryStep& operator+=(const MemoryStep& other) {
     alloc += other.alloc;
     release += other.release;
@@ -36,8 +38,7 @@ struct StageInfo {
   double forward_us = 0, p1_us = 0, fused_us = 0;
   double send_us = 0;   // activation to stage s + 1 (and the gradient back over the same boundary)
   double grads_us = 0;  // its weight gradients to the other copy of the stage (two copies)
-  double weights_done = -1;  // when its last weight gradient (P2 or B) ended; -1 before
-  std::int64_t stash = 0, p1_alloc = 0, p1_free = 0, retained = 0;
+  double weights_done = -1;            // when its last weight gradient (P2 or B) ended; -1 before
   double p2_one_us = 0;                // a p2 of one micro-batch
   std::array<MemoryStep, 4> one_mb{};  // by OpType (F, B, P1, P2): each op of one micro-batch
   const StageCost* cost = nullptr;
@@ -53,10 +54,6 @@ StageInfo stage_info(const StageCost& c, int device, const P2pLink& link) {
   info.fused_us = c.p1_us + c.p2_us;
   info.send_us = transfer_time_us(link, c.send_bytes);
   info.grads_us = transfer_time_us(link, c.grad_bytes);
-  info.stash = c.stash_bytes;
-  info.p1_alloc = std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
-  info.p1_free = std::max<std::int64_t>(c.stash_bytes - c.retained_bytes, 0);
-  info.retained = c.retained_bytes;
   info.cost = &c;
   info.p2_one_us = c.p2_time_us(1);
   for (const OpType op : {OpType::F, OpType::B, OpType::P1, OpType::P2})
@@ -71,27 +68,7 @@ MemoryStep memory_of(const StageInfo& info, const Action& a) {
 }
 
 MemoryStep memory_step(const StageInfo& info, const Action& a) {
-  MemoryStep step;
-  const int k = static_cast<int>(a.microbatches.size());
-  switch (a.op) {
-    case OpType::F:
-      step.alloc = info.stash;
-      break;
-    case OpType::P1:
-      step.alloc = info.p1_alloc;
-      step.release = info.p1_free;
-      break;
-    case OpType::B:
-      step.release = info.stash;
-      break;
-    case OpType::P2:
-      step.release = static_cast<std::int64_t>(k) * info.retained;
-      break;
-    case OpType::O:  // never an action (check_schedule refuses it)
-      return step;
-  }
-  step.work = op_work_bytes(*info.cost, a.op, k);
-  return step;
+  return MemoryStep(op_memory(*info.cost, a.op, static_cast<int>(a.microbatches.size())));
 }
 
 class CompactRun {

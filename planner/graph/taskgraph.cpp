@@ -297,32 +297,26 @@ void fill_compute(Node& n, const Action& action, const StageCost& cost, int devi
   n.device = device;
   n.stage = action.stage;
   n.microbatches = action.microbatches;
-  const auto k = static_cast<std::int64_t>(action.microbatches.size());
+  const int k = static_cast<int>(action.microbatches.size());
   switch (action.op) {
     case OpType::F:
       n.duration_us = cost.forward_us;
-      n.alloc_bytes = cost.stash_bytes;
       break;
     case OpType::B:
       n.duration_us = cost.p1_us + cost.p2_us;
-      n.free_bytes = cost.stash_bytes;
       break;
     case OpType::P1:
-      // Layer by layer, p1 turns each layer's stash into its retained X/dY, so memory moves
-      // from the stashed to the retained state without holding both in full (Zero Bubble's
-      // M_B / M_W accounting): the net change is charged at the start if it grows, at the end
-      // if it shrinks.
       n.duration_us = cost.p1_us;
-      n.alloc_bytes = std::max<std::int64_t>(cost.retained_bytes - cost.stash_bytes, 0);
-      n.free_bytes = std::max<std::int64_t>(cost.stash_bytes - cost.retained_bytes, 0);
       break;
     case OpType::P2:
-      n.duration_us = cost.p2_time_us(static_cast<int>(k));
-      n.free_bytes = k * cost.retained_bytes;
+      n.duration_us = cost.p2_time_us(k);
       break;
     case OpType::O:  // appended by lowering itself, never from an action
       throw InternalError("lower: an optimizer step in the schedule");
   }
+  const OpMemory memory = op_memory(cost, action.op, k);
+  n.alloc_bytes = memory.alloc;
+  n.free_bytes = memory.release;
 }
 
 }  // namespace
@@ -341,6 +335,29 @@ std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k) {
       return 0;
   }
   return 0;
+}
+
+OpMemory op_memory(const StageCost& cost, OpType op, int k) {
+  OpMemory out;
+  switch (op) {
+    case OpType::F:
+      out.alloc = cost.stash_bytes;
+      break;
+    case OpType::B:
+      out.release = cost.stash_bytes;
+      break;
+    case OpType::P1:
+      out.alloc = std::max<std::int64_t>(cost.retained_bytes - cost.stash_bytes, 0);
+      out.release = std::max<std::int64_t>(cost.stash_bytes - cost.retained_bytes, 0);
+      break;
+    case OpType::P2:
+      out.release = static_cast<std::int64_t>(k) * cost.retained_bytes;
+      break;
+    case OpType::O:
+      return out;
+  }
+  out.work = op_work_bytes(cost, op, k);
+  return out;
 }
 
 namespace {

@@ -247,6 +247,16 @@ std::vector<std::vector<std::pair<int, EdgeKind>>> predecessors(const TaskGraph&
 // The working memory an op of a stage holds while it runs (StageCost::forward_work_bytes; P2 over
 // k micro-batches).
 std::int64_t op_work_bytes(const StageCost& cost, OpType op, int k);
+// What an op of a stage over k micro-batches does to its device's memory, as lowering charges it
+// and the validator, schedule_sim and the schedulers count it: `alloc` at its start, `release` at
+// its end, `work` (op_work_bytes) while it runs. F allocates the stash; a fused B releases it; a
+// P1 turns the stash into the retained X/dY layer by layer, so only the net change is charged,
+// at its start if it grows and at its end if it shrinks (Zero Bubble's M_B / M_W accounting); a
+// P2 releases k retained sets; the optimizer step, none.
+struct OpMemory {
+  std::int64_t alloc = 0, release = 0, work = 0;
+};
+OpMemory op_memory(const StageCost& cost, OpType op, int k);
 
 TaskGraph lower(const Schedule& schedule, const std::vector<StageCost>& costs, PlanMeta meta);
 // The same, keeping the schedule in the graph without copying it.

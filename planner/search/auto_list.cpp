@@ -290,12 +290,9 @@ class ListScheduler {
     const Device& dev = device_[idx(d)];
     return dev.limit <= 0 || static_cast<double>(bytes + dev.max_work) <= dev.limit;
   }
-  // What a P1 adds at its start (lowering's accounting: the stash turns into the retained X/dY,
-  // the net growth charged up front, a net shrink released at the end).
-  std::int64_t p1_growth(int s) const {
-    const StageCost& c = cost(s);
-    return std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0);
-  }
+  // What a P1 adds at its start (op_memory: the stash turns into the retained X/dY, the net
+  // growth charged up front, a net shrink released at the end).
+  std::int64_t p1_growth(int s) const { return op_memory(cost(s), OpType::P1, 1).alloc; }
   // Admit a micro-batch into the device (its first stage's F) only when its stashes on every
   // stage of the device fit, and a P1 will fit too once the pending P2s have run, so a device
   // full of stashes can always run a backward.

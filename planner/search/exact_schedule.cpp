@@ -157,28 +157,24 @@ class BranchAndBound {
     return lb;
   }
 
-  // Whether op `o` fits its device: the validator's rule, as lower() charges the op (its
-  // allocation at its start, its own working memory while it runs; a P1 turns its stash into the
-  // retained X/dY, so only the growth is charged at its start), and as schedule_sim steps it.
+  // What op `o` does to its device's memory (op_memory: as lower() charges it and schedule_sim
+  // steps it); one micro-batch a P2: the class searched concatenates none.
+  OpMemory memory_of(const Op& o) const {
+    return op_memory(costs_[static_cast<std::size_t>(o.stage)], op_type(o), 1);
+  }
+  // Whether op `o` fits its device: the validator's rule (its allocation at its start and its
+  // own working memory while it runs).
   bool fits(const Op& o) const {
     const auto d = static_cast<std::size_t>(o.stage);
     const double limit = limit_[d];
     if (limit <= 0) return true;
-    const StageCost& c = costs_[d];
-    const std::int64_t alloc = o.type == kF ? c.stash_bytes
-                               : o.type == kP1
-                                   ? std::max<std::int64_t>(c.retained_bytes - c.stash_bytes, 0)
-                                   : 0;
-    // One micro-batch a P2: the class searched concatenates none.
-    const std::int64_t work = op_work_bytes(c, op_type(o), 1);
-    return static_cast<double>(memory_[d] + alloc + work) <= limit;
+    const OpMemory m = memory_of(o);
+    return static_cast<double>(memory_[d] + m.alloc + m.work) <= limit;
   }
   // What op `o` leaves allocated once it has run (its allocation less its release).
   std::int64_t net(const Op& o) const {
-    const StageCost& c = costs_[static_cast<std::size_t>(o.stage)];
-    return o.type == kF    ? c.stash_bytes
-           : o.type == kP1 ? c.retained_bytes - c.stash_bytes
-                           : -c.retained_bytes;
+    const OpMemory m = memory_of(o);
+    return m.alloc - m.release;
   }
   static OpType op_type(const Op& o) {
     return o.type == kF ? OpType::F : o.type == kP1 ? OpType::P1 : OpType::P2;
