@@ -603,8 +603,9 @@ UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
   constexpr double kMaxMs = limits::kMaxLayerTimeUs / 1000.0;
   for (const double ms : {c.forward_ms, c.p1_ms, c.p2_ms, c.comm_ms}) {
     if (ms > kMaxMs)
-      fail_option("uniform_times",
-                  limits::above_limit(limits::general_number(ms) + " ms", kMaxMs, "ms"));
+      fail_option(
+          "uniform_times",
+          limits::above_limit(limits::general_number_beside(ms, kMaxMs) + " ms", kMaxMs, "ms"));
   }
   if (memory.empty()) return c;  // no memory model: every pass allocates nothing
   const auto m = parse_numbers(memory, 3, "uniform_memory", "F:P1:P2 in GiB");
@@ -616,7 +617,8 @@ UniformCosts parse_uniform(std::string_view times, std::string_view memory) {
   for (const double gib : {c.mem_f_gib, -c.mem_p1_gib, -c.mem_p2_gib}) {
     if (gib > kMaxGib)
       fail_option("uniform_memory",
-                  limits::above_limit(limits::general_number(gib) + " GiB", kMaxGib, "GiB"));
+                  limits::above_limit(limits::general_number_beside(gib, kMaxGib) + " GiB", kMaxGib,
+                                      "GiB"));
   }
   if (c.mem_p1_gib > 0 || c.mem_p2_gib > 0) {
     fail_option("uniform_memory", "P1 and P2 release memory and must be <= 0");

@@ -62,7 +62,8 @@ struct GpuReader {
     if (x < lo)
       fail(field, "= " + limits::general_number(x) + " is below the least of " +
                       limits::general_number(lo) + " (docs/reference/limits.md)");
-    if (x > hi) fail(field, limits::above_limit("(" + limits::general_number(x) + ")", hi));
+    if (x > hi)
+      fail(field, limits::above_limit("(" + limits::general_number_beside(x, hi) + ")", hi));
     return x;
   }
   // A field the format lets out: absent reads as 0 (docs/reference/gpus-json.md).

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "planner/base/error.h"
 
@@ -42,6 +43,15 @@ void check_limit(std::string_view field, std::int64_t value, std::int64_t limit)
 std::string general_number(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
+
+std::string general_number_beside(double value, double other) {
+  char buffer[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (value == other || std::strtod(buffer, nullptr) != other) break;
+  }
   return buffer;
 }
 

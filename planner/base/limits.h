@@ -76,6 +76,9 @@ inline constexpr int kMaxMeasuredP2Concat = 64;
 std::string above_limit(std::string_view what, double limit, std::string_view unit = {});
 // A value as printf's %g writes it ("1.5", "1e+20"), for the value a message quotes.
 std::string general_number(double value);
+// general_number with the digits it takes to differ from `other` (1000001 beside a limit of
+// 1000000, where %g writes "1e+06"): for a value quoted beside the limit it breaks.
+std::string general_number_beside(double value, double other);
 // "" for a bandwidth (GB/s) of 0 or at least kMinBandwidthGBps, else what is wrong, for
 // "<field> ...": "= 1e-300 is neither 0 (<zero_means>) nor at least 0.001
 // (docs/reference/limits.md)". Every reader of a link or memory bandwidth asks it.

@@ -120,6 +120,12 @@ TEST(AnalyticLimits, ConcatTokensAndLayerSizesAreBounded) {
 TEST(UniformLimits, TimesAndMemoryAreFiniteAndBounded) {
   EXPECT_EQ(error_of([] { parse_uniform("1e308:1:1:0", ""); }),
             "uniform_times: 1e+308 ms is above the limit of 1000000 ms (docs/reference/limits.md)");
+  // Just above the limit: the value quoted with the digits that tell it from the limit.
+  EXPECT_EQ(
+      error_of([] { parse_uniform("1000001:1:1:0", ""); }),
+      "uniform_times: 1000001 ms is above the limit of 1000000 ms (docs/reference/limits.md)");
+  EXPECT_EQ(limits::general_number_beside(1000000.5, 1e6), "1000000.5");
+  EXPECT_EQ(limits::general_number_beside(2.5e6, 1e6), "2.5e+06");
   EXPECT_NE(error_of([] { parse_uniform("nan:1:1:0", ""); }).find("'nan' is not a number"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_uniform("1:1:1:0", "4096:-4096:0"); }).find("GiB"),
