@@ -87,7 +87,7 @@ struct CompareCommand {
       if (common.stages > 0 && stages > common.stages && stages % common.stages == 0)
         common.schedule = "interleaved";
     }
-    static_cast<void>(make_request(common));
+    const std::string sequence_note = config_sequence_note(options, make_request(common).profile);
     const auto table = rows(common.profile_read);
     const auto failed = [](const Row& r) { return !r.error.empty(); };
     if (std::all_of(table.begin(), table.end(), failed)) {
@@ -97,12 +97,19 @@ struct CompareCommand {
         if (std::find(reasons.begin(), reasons.end(), r.error) == reasons.end())
           reasons.push_back(r.error);
       }
-      if (reasons.size() == 1) throw Error(reasons.front());
+      // A config.json's own sequence (its max_position_embeddings) said once, where the memory
+      // limit is among the reasons.
+      const std::string note =
+          std::any_of(reasons.begin(), reasons.end(),
+                      [](const std::string& r) { return r.starts_with("--memory: "); })
+              ? sequence_note
+              : "";
+      if (reasons.size() == 1) throw Error(reasons.front() + note);
       std::string text = "no schedule plans these inputs: ";
       for (std::size_t i = 0; i < reasons.size() && i < 3; ++i)
         text += (i > 0 ? "; " : "") + reasons[i];
       if (reasons.size() > 3) text += "; and " + std::to_string(reasons.size() - 3) + " more";
-      throw Error(text);
+      throw Error(text + note);
     }
     double baseline = 0;
     for (const Row& r : table) {

@@ -138,20 +138,21 @@ struct PlanCommand {
     }
     return 0;
   }
-  // A config.json's sequence is its max_position_embeddings (Qwen2.5-7B: 131072), a context
-  // capacity rather than a training length: a plan that breaks the memory limit at it says so.
-  Plan make_plan_noting_sequence(const PlanRequest& request) const {
+  // `plan()`, a memory-limit error noting a config.json's own sequence: its
+  // max_position_embeddings (Qwen2.5-7B: 131072), a context capacity rather than a training
+  // length (config_sequence_note).
+  template <typename Planning>
+  auto noting_sequence(const Profile& profile, const Planning& plan) const {
     try {
-      return make_plan(request);
+      return plan();
     } catch (const FieldError& e) {
-      if (e.field() != "memory_limit_bytes" || given("--seq") ||
-          request.profile.model.hf_model_type.empty() || !options.profile.empty()) {
-        throw;
-      }
-      throw FieldError(e.field(), e.detail() + "; at sequence " +
-                                      std::to_string(request.profile.seq) +
-                                      ", the config's max_position_embeddings (--seq sets it)");
+      const std::string note = config_sequence_note(options, profile);
+      if (e.field() != "memory_limit_bytes" || note.empty()) throw;
+      throw FieldError(e.field(), e.detail() + note);
     }
+  }
+  Plan make_plan_noting_sequence(const PlanRequest& request) const {
+    return noting_sequence(request.profile, [&] { return make_plan(request); });
   }
   // What --json prints of a plan: its metrics, its lower bound and the gap to it, what auto
   // chose, and the planner's time (ms).
@@ -230,7 +231,8 @@ struct PlanCommand {
     if (given("--backward")) request.only_backward = backward_mode_from_string(options.backward);
     check_output_early();
     const auto started = std::chrono::steady_clock::now();
-    const SearchResult result = search_plans(request);
+    const SearchResult result =
+        noting_sequence(request.base.profile, [&] { return search_plans(request); });
     const double planning_ms = ms_since(started);
     if (!output.empty()) save_plan(result.best.graph, output);
     if (json) {

@@ -314,6 +314,13 @@ Profile load_request_profile(const PlanOptions& o, const GpuSpec& gpu, bool plan
 
 }  // namespace
 
+std::string config_sequence_note(const PlanOptions& options, const Profile& profile) {
+  if (options.seq != 0 || !options.profile.empty() || profile.model.hf_model_type.empty())
+    return "";
+  return "; at sequence " + std::to_string(profile.seq) +
+         ", the config's max_position_embeddings (--seq sets it)";
+}
+
 namespace {
 PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool plan_mbs = true);
 }  // namespace

@@ -75,6 +75,12 @@ double usable_memory_bytes(const PlanOptions& options, const GpuSpec& gpu);
 // (--memory 0): plans are not held to the 80.00 GiB of one h100-sxm, and may not fit it".
 std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu);
 
+// What a memory-limit error adds where the sequence is a config.json's own, its
+// max_position_embeddings (a context capacity, not a training length: Qwen2.5-7B's 131072):
+// "; at sequence 131072, the config's max_position_embeddings (--seq sets it)"; else "".
+// `profile`: the request's.
+std::string config_sequence_note(const PlanOptions& options, const Profile& profile);
+
 // `with_schedule` adds --schedule and --backward (plan) or leaves them out (compare).
 void add_plan_options(CLI::App& app, PlanOptions& options, bool with_schedule);
 // --data-parallel, --dp-optimizer, --dp-link-bandwidth, --dp-link-latency (in add_plan_options;

@@ -248,7 +248,14 @@ SearchResult search_plans(const SearchRequest& request) {
       }
     }
   }
-  if (points.empty()) throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
+  if (points.empty()) {
+    // Nothing fits the memory limit: the limit's error, by its field (as make_plan's), so that a
+    // caller can tell it from the others.
+    const std::string memory = field_name("memory_limit_bytes") + ": ";
+    if (first_error.starts_with(memory))
+      throw FieldError("memory_limit_bytes", first_error.substr(memory.size()));
+    throw Error(first_error.empty() ? "search: no candidate plan" : first_error);
+  }
   // The best point is the front's first: one order ranks both.
   const std::vector<std::size_t> front = pareto_order(points, objective);
   for (const std::size_t i : front)

@@ -795,6 +795,16 @@ TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
                 "; at sequence 131072, the config's max_position_embeddings (--seq sets it)\n"),
             std::string::npos)
       << long_context.out;
+  // compare and --search say it too, once.
+  for (const std::string command : {"compare", "plan --search"}) {
+    const Result r =
+        run(command + " --model " + fixture("qwen2.5-7b/config.json") + " --stages 4 -m 16");
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_NE(
+        r.out.find("; at sequence 131072, the config's max_position_embeddings (--seq sets it)\n"),
+        std::string::npos)
+        << command << ": " << r.out;
+  }
 
   {
     std::ofstream small(path("tiny-qwen3.json"));
