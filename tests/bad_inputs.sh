@@ -548,8 +548,12 @@ EXPECT='--sm-partition: only with --backend cuda' \
 EXPECT='--repetitions: only with --backend cuda or cpu' \
   check "profile --analytic --repetitions 5" profile --analytic --model tiny --repetitions 5 -o '{out}'
 # Option values and combinations refused with a stated message.
-EXPECT="--tensor-parallel: one degree or 'auto'" \
+EXPECT="--tensor-parallel: '1,2' is neither one positive integer (GPUs per stage) nor 'auto'" \
   check "bpipe --tensor-parallel 1,2" bpipe --model tiny --stages 2 --global-batch 8 --tensor-parallel 1,2
+EXPECT="--tensor-parallel: '0' is neither one positive integer (GPUs per stage) nor 'auto'" \
+  check "bpipe --tensor-parallel 0" bpipe --model tiny --stages 2 --global-batch 8 --tensor-parallel 0
+EXPECT='--memory: device 7 needs 87.37 GiB for parameters, gradients and optimizer state, above its limit 75.80 GiB' \
+  check "plan --bpipe on: static memory over the limit" plan --model gpt3-96b --gpu a100 --stages 8 -m 32 --mbs 1 --seq 2048 --attention recompute --tensor-parallel 4 --memory 80GiB --layout 'Et*9|t*9|t*9|t*9|t*9|t*9|t*9|t*17L' --bpipe on -o '{out}'
 EXPECT='--min-factor: must be at least 0' \
   check "calibrate fit --min-factor -0.5" calibrate fit --sustained --min-factor -0.5 --profile profile.json -o '{out}' run
 EXPECT='--max-factor: 0.2 is below --min-factor 0.5' \

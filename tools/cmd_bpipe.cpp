@@ -1,8 +1,10 @@
 // `pipeplan bpipe`: will BPipe pay for this model and cluster? (planner/search/bpipe_estimate.h)
+#include <charconv>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +17,6 @@
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/plan_options.h"
-#include "tools/units.h"
 
 namespace pipeplan {
 
@@ -52,12 +53,22 @@ struct BpipeCommand {
     return e;
   }
 
+  // --tensor-parallel other than auto: one degree, a positive integer.
+  int given_tensor_parallel() const {
+    int t = 0;
+    const char* end = tensor_parallel.data() + tensor_parallel.size();
+    const auto [ptr, ec] = std::from_chars(tensor_parallel.data(), end, t);
+    if (tensor_parallel.empty() || ec != std::errc() || ptr != end || t < 1) {
+      throw Error("--tensor-parallel: '" + tensor_parallel +
+                  "' is neither one positive integer (GPUs per stage) nor 'auto'");
+    }
+    return t;
+  }
+
   // A measured profile or --uniform already describes one pipeline device: auto means 1 there.
   BpipeEstimate estimate() const {
     if (tensor_parallel != "auto") {
-      const std::vector<int> t = parse_int_list(tensor_parallel, "--tensor-parallel");
-      if (t.size() != 1) throw Error("--tensor-parallel: one degree or 'auto'");
-      BpipeEstimate e = estimate_at(t.front());
+      BpipeEstimate e = estimate_at(given_tensor_parallel());
       e.tensor_parallel_note = "given";
       return e;
     }
@@ -149,8 +160,8 @@ Command add_bpipe_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--mbs-list", cmd->mbs_list, "micro-batch sizes to try (default 1,2,4,8)");
   sub->add_option("--link-bandwidth", o.link_bandwidth,
-                  "GB/s per direction between stages, BPipe's pairs included (default: the "
-                  "profile's p2p, the GPU's NVLink or PCIe)");
+                  "GB/s per direction between stages, BPipe's pairs included; 0: no bandwidth "
+                  "limit, latency only (default: the profile's p2p, the GPU's NVLink or PCIe)");
   sub->add_option("--link-latency", o.link_latency,
                   "microseconds per transfer between stages (default: the profile's)");
   sub->add_option("--baseline-recompute", cmd->baseline_recompute,

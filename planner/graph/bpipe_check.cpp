@@ -156,6 +156,10 @@ Result check_transfer_use(const TaskGraph& g) {
 
 Result check_transfer_memory(const TaskGraph& g) {
   if (!has_transfers(g)) return std::nullopt;
+  // Static memory over the limit is no instant's fault: say so as check_memory does.
+  for (std::size_t d = 0; d < g.meta.static_bytes.size(); ++d) {
+    if (auto v = check_static_memory(g, static_cast<int>(d))) return v;
+  }
   const SimResult sim = simulate(g);
   for (std::size_t d = 0; d < sim.devices.size(); ++d) {
     // Never below the device's static memory: a node that frees more than its device holds.

@@ -681,13 +681,7 @@ Result check_memory(const TaskGraph& g) {
     const double limit = d < g.meta.memory_limit_bytes.size() ? g.meta.memory_limit_bytes[d] : 0;
     const std::int64_t base = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
     std::int64_t current = base;
-    if (limit > 0 && static_cast<double>(current) > limit) {
-      const auto [needed, allowed] = gib_texts_apart(static_cast<double>(current), limit);
-      return make_violation(g, -1, "memory-limit",
-                            "device " + std::to_string(d) + " needs " + needed +
-                                " for parameters, gradients and optimizer state, above its limit " +
-                                allowed);
-    }
+    if (auto v = check_static_memory(g, stream.device)) return v;
     // An overlapped pair (Node::overlaps_next and the next node of the stream) starts and ends
     // as one op: both allocations and both working memories are held at once, as the simulator
     // holds them.
@@ -777,6 +771,18 @@ Violation make_violation(const TaskGraph& graph, int node, const std::string& ru
                          const std::string& what) {
   std::string where = node >= 0 ? graph.node_name(node) + ": " : std::string();
   return Violation{node, rule, where + what + " (rule " + rule + ")"};
+}
+
+std::optional<Violation> check_static_memory(const TaskGraph& g, int device) {
+  const auto d = static_cast<std::size_t>(device);
+  const double limit = d < g.meta.memory_limit_bytes.size() ? g.meta.memory_limit_bytes[d] : 0;
+  const std::int64_t base = d < g.meta.static_bytes.size() ? g.meta.static_bytes[d] : 0;
+  if (limit <= 0 || static_cast<double>(base) <= limit) return std::nullopt;
+  const auto [needed, allowed] = gib_texts_apart(static_cast<double>(base), limit);
+  return make_violation(g, -1, "memory-limit",
+                        "device " + std::to_string(device) + " needs " + needed +
+                            " for parameters, gradients and optimizer state, above its limit " +
+                            allowed);
 }
 
 std::pair<std::string, std::string> gib_texts_apart(double a, double b) {

@@ -36,6 +36,10 @@ TaskGraph load_valid_plan(const std::filesystem::path& path);
 Violation make_violation(const TaskGraph& graph, int node, const std::string& rule,
                          const std::string& what);
 std::string gib_text(double bytes);
+// memory-limit where `device`'s parameters, gradients and optimizer state (meta.static_bytes)
+// alone exceed its limit: "device 7 needs 87.37 GiB for parameters, gradients and optimizer
+// state, above its limit 75.80 GiB", naming no node (no op is to blame).
+std::optional<Violation> check_static_memory(const TaskGraph& graph, int device);
 // Two sizes as gib_text writes them, each with its bytes beside where the two would read alike
 // ("7.46 GiB (8005823488 bytes)" against "7.46 GiB (8005823487 bytes)"): a peak and the limit
 // it is above.

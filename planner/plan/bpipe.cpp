@@ -150,13 +150,14 @@ int compute_stream(const TaskGraph& graph, int device) {
 
 // The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
 // a conservative bound for the acceptor (its own peak plus everything it may hold for the pair).
-// Among caps within kSamePeak of that minimum (peaks move in whole stashes, so this only absorbs
-// rounding), the largest (fewest transfers) that leaves the two ends within kBalanced of each
-// other, else the best balanced. Balance needs the second step where the newest evicted stash,
-// still in flight while the next forward allocates, makes one more eviction no lower for the
-// evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
-// `range` bounds the caps tried; nullopt when none in it works (with the full range, a pair whose
-// every cap fails keeps everything: the natural count, no moves).
+// Among caps within kSamePeak of that minimum and within half a stash of it (a cap that saves a
+// whole stash wins: where static memory dwarfs the stashes, as with full recomputation, 0.5 %
+// can exceed one), the largest (fewest transfers) that leaves the two ends within kBalanced of
+// each other, else the best balanced. Balance needs the second step where the newest evicted
+// stash, still in flight while the next forward allocates, makes one more eviction no lower for
+// the evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1
+// stashes. `range` bounds the caps tried; nullopt when none in it works (with the full range, a
+// pair whose every cap fails keeps everything: the natural count, no moves).
 std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
                                    int evictor, int acceptor, CapRange range) {
   constexpr double kSamePeak = 0.005;
@@ -199,9 +200,11 @@ std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<Sta
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (const Option& o : options)
     lowest = std::min(lowest, o.peak);
+  const double same_peak =
+      std::min(static_cast<double>(lowest) * kSamePeak, static_cast<double>(cost.stash_bytes) / 2);
   const Option* best = nullptr;
   for (const Option& o : options) {  // by falling cap: the first balanced one has fewest moves
-    if (static_cast<double>(o.peak) > static_cast<double>(lowest) * (1 + kSamePeak)) continue;
+    if (static_cast<double>(o.peak - lowest) > same_peak) continue;
     if (static_cast<double>(o.imbalance) <= kBalanced * static_cast<double>(o.peak)) return o.pair;
     if (best == nullptr || o.imbalance < best->imbalance) best = &o;
   }

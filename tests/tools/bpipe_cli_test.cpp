@@ -538,6 +538,25 @@ TEST(BpipeCli, NoMemoryLimitIsSaid) {
       << out;
 }
 
+// bpipe takes one tensor-parallel degree or auto, and every other value is refused alike.
+TEST(BpipeCli, TensorParallelIsOneDegreeOrAuto) {
+  for (const std::string value : {"0", "2,4", "x"}) {
+    int status = 0;
+    const std::string out =
+        run("bpipe --model tiny --stages 2 --global-batch 8 --tensor-parallel " + value, &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_EQ(out, "pipeplan: error: --tensor-parallel: '" + value +
+                       "' is neither one positive integer (GPUs per stage) nor 'auto'\n");
+  }
+}
+
+TEST(BpipeCli, HelpSaysLinkBandwidthZeroIsLatencyOnly) {
+  const std::string help = run("bpipe --help");
+  const auto at = help.find("--link-bandwidth");
+  ASSERT_NE(at, std::string::npos) << help;
+  EXPECT_NE(help.find("0: no bandwidth limit, latency only", at), std::string::npos) << help;
+}
+
 TEST(BpipeCli, ReserveBeyondMemoryIsNamed) {
   int status = 0;
   const std::string out =
