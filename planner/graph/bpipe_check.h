@@ -6,11 +6,13 @@
 //   transfer-use:    an evict send waits for the forward that made the stash, a load send for
 //                    the evict recv that brought it, and the backward that reads the stash waits
 //                    for the load recv (so a load always completes before its use);
-//   memory-limit:    with transfers, memory is checked on the simulated timeline of every device
-//                    at every instant. An order-based or time-free bound cannot place a transfer
-//                    against the other device's compute: it would either miss real overlaps or,
-//                    made conservative, reject every balanced plan. The simulation is the same
-//                    one the planner reports, so what validates is what is predicted.
+//   memory-limit:    with transfers, static memory over a device's limit is reported as without
+//                    them (check_static_memory); then memory is checked on the simulated
+//                    timeline of every device at every instant. An order-based or time-free
+//                    bound cannot place a transfer against the other device's compute: it would
+//                    either miss real overlaps or, made conservative, reject every balanced
+//                    plan. The simulation is the same one the planner reports, so what validates
+//                    is what is predicted.
 #pragma once
 
 #include <optional>
