@@ -515,6 +515,8 @@ EXPECT='--link-latency: --uniform gives each transfer' \
   check "plan --uniform --link-latency" plan --uniform 1:2:1:0.1 --stages 4 -m 8 --link-latency 10 -o '{out}'
 EXPECT='--link-bandwidth: --uniform gives each transfer' \
   check "plan --uniform --link-bandwidth" plan --uniform 1:2:1:0.1 --stages 4 -m 8 --link-bandwidth 0.001 -o '{out}'
+EXPECT="--memory: '2PiB' is above the limit of 1 PiB per device" \
+  check "plan --memory 2PiB" plan --model tiny --stages 2 -m 2 --memory 2PiB -o '{out}'
 EXPECT="--memory: '80' has no unit (80GiB, 80GB or 80B for bytes)" \
   check "plan --memory 80" plan --model tiny --stages 2 -m 2 --memory 80 -o '{out}'
 EXPECT="--reserve: '0.5' has no unit" \

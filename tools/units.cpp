@@ -65,6 +65,8 @@ double parse_bytes(std::string_view text, std::string_view option) {
     scale = 1024.0 * 1024 * 1024;
   else if (unit == "t" || unit == "tib")
     scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "p" || unit == "pib")
+    scale = 1024.0 * 1024 * 1024 * 1024 * 1024;
   else if (unit == "kb")
     scale = 1e3;
   else if (unit == "mb")
@@ -73,6 +75,8 @@ double parse_bytes(std::string_view text, std::string_view option) {
     scale = 1e9;
   else if (unit == "tb")
     scale = 1e12;
+  else if (unit == "pb")
+    scale = 1e15;
   if (scale == 0 || !std::isfinite(value) || value < 0) {
     throw Error(std::string(option) + ": '" + s + "' is not a size (e.g. 80GiB)");
   }
