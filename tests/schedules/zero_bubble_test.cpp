@@ -159,8 +159,8 @@ TEST(ZeroBubble, VMinBuildingBlockMeetsThePapersMemoryAndBubble) {
 // half of 1F1B's P·M_B), and a bubble below 1F1B's, fused ((P − 1)(T_F + T_B + T_W)) and 2bp
 // ((P − 1)(T_F + T_B)), on the global step and on the largest stage span alike, for every m >= 2P.
 // The paper's "~p/2m" bubble rate is a bubble of about (P/2)(T_F + T_B + T_W); measured here
-// (m = 2P..4P): 1.0, 3.5, 4.5, 7.0, 8.0, 11.5, 18.5, 25.5 at P = 2, 3, 4, 5, 6, 8, 12, 16, within
-// (P/2 + 1)(T_F + T_B + T_W).
+// (m = 2P..4P): 0.5, 2.5, 2.5, 5.5, 5.5, 8.5, 14.5, 20.5 at P = 2, 3, 4, 5, 6, 8, 12, 16, within
+// it (VHalfBubbleIsWithinThePapersHalfOfP has the closed form).
 TEST(ZeroBubble, VHalfBuildingBlockMeetsThePapersMemoryAndBeatsOneFOneB) {
   for (const int p : {2, 3, 4, 5, 6, 8, 12, 16}) {
     for (const int m : {2 * p, 3 * p, 4 * p}) {
@@ -169,10 +169,12 @@ TEST(ZeroBubble, VHalfBuildingBlockMeetsThePapersMemoryAndBeatsOneFOneB) {
       int peak = 0;
       for (int d = 0; d < p; ++d)
         peak = std::max(peak, peak_live_chunk_stashes(plan, d));
-      EXPECT_EQ(peak, 2 * ((p + 2) / 2)) << label;
+      const int v_half_microbatches = (p + 2) / 2;
+      EXPECT_EQ(peak, 2 * v_half_microbatches) << label;
       EXPECT_EQ(peak, chunk_stash_cap("v-half", p)) << label;
       for (const DeviceMetrics& d : plan.sim.devices)
-        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), (p + 2) / 2 * kGiB + 1) << label;
+        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), v_half_microbatches * kGiB + 1)
+            << label;
       const double busy_us = 3.0 * m * 1e3;
       const double bubble_us = plan.sim.makespan_us - busy_us;
       const double span_bubble_us = plan.sim.max_stage_span_us - busy_us;
@@ -184,7 +186,32 @@ TEST(ZeroBubble, VHalfBuildingBlockMeetsThePapersMemoryAndBeatsOneFOneB) {
       EXPECT_LT(bubble_us, (p - 1) * 2e3 - 1e-6) << label;
       EXPECT_LT(span_bubble_us, twobp.sim.max_stage_span_us - busy_us - 1e-6) << label;
       EXPECT_LT(plan.sim.bubble_ratio, twobp.sim.bubble_ratio) << label;
-      EXPECT_LE(bubble_us, (p / 2.0 + 1) * 3e3 + 1e-6) << label;
+      EXPECT_LE(bubble_us, p / 2.0 * 3e3 + 1e-6) << label;
+    }
+  }
+}
+
+// V-Half's stage-span bubble with T_F = T_B = T_W, comm 0, for every m >= P: within the paper's
+// (P/2)(T_F + T_B + T_W) (arXiv 2405.15362, its "~p/2m" bubble rate), exactly
+// floor((P − 1) / 2)(T_F + T_B + T_W) − T_F / 2 from P = 3 on (the cool-down's p1s run before the
+// p2s that nothing waits on), at the paper's peak of floor((P + 2) / 2)·M_B.
+TEST(ZeroBubble, VHalfBubbleIsWithinThePapersHalfOfP) {
+  for (const int p : {3, 4, 5, 6, 7, 8, 12, 16, 24, 32}) {
+    for (const int m : {p, 2 * p, 3 * p, 4 * p}) {
+      const std::string label = "P=" + std::to_string(p) + " m=" + std::to_string(m);
+      const Plan plan = uniform_plan(zb("v-half", p, m, {1, 1, 1}, 2));
+      const double span_bubble_us = plan.sim.max_stage_span_us - 3.0 * m * 1e3;
+      EXPECT_LE(span_bubble_us, p / 2.0 * 3e3 + 1e-6) << label;
+      const int half_of_p_less_one = (p - 1) / 2;  // floor((P − 1) / 2)
+      EXPECT_NEAR(span_bubble_us, (half_of_p_less_one * 3.0 - 0.5) * 1e3, 1e-6) << label;
+      int peak = 0;
+      for (int d = 0; d < p; ++d)
+        peak = std::max(peak, peak_live_chunk_stashes(plan, d));
+      const int v_half_microbatches = (p + 2) / 2;
+      EXPECT_EQ(peak, 2 * v_half_microbatches) << label;
+      for (const DeviceMetrics& d : plan.sim.devices)
+        EXPECT_LE(static_cast<double>(d.peak_memory_bytes), v_half_microbatches * kGiB + 1)
+            << label;
     }
   }
 }
