@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 
 namespace pipeplan {
 
@@ -26,13 +28,17 @@ bool is_set(const char* value) {
   return value != nullptr && *value != '\0';
 }
 
-// A decimal integer of at most 9 digits and nothing else; -1 otherwise.
+// Above every limit a launch variable has: a longer number reads as this.
+constexpr long kHugeDecimal = 1'000'000'000'000L;
+
+// A decimal integer (digits and nothing else, leading zeros allowed), capped at kHugeDecimal;
+// -1 otherwise.
 long strict_decimal(std::string_view text) {
-  if (text.empty() || text.size() > 9) return -1;
+  if (text.empty()) return -1;
   long value = 0;
   for (const char c : text) {
     if (c < '0' || c > '9') return -1;
-    value = value * 10 + (c - '0');
+    value = std::min(kHugeDecimal, value * 10 + (c - '0'));
   }
   return value;
 }
@@ -43,33 +49,41 @@ LaunchEnvironment detect_launch_environment(const EnvironmentReader& getenv) {
   static constexpr std::array<const char*, 4> kVariables = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                                             "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
   LaunchEnvironment environment;
-  // A value set but not a decimal count: a launcher set it wrong, or something else did.
-  const auto malformed = [&](const char* name, const char* value) {
+  // A value set but not a decimal count, or above any count of ranks: a launcher set it wrong,
+  // or something else did.
+  const auto malformed = [&](const char* name, const char* value, const std::string& what) {
     if (environment.malformed.empty()) {
-      environment.malformed = std::string(name) + ": '" + value +
-                              "' is not a decimal count of ranks (" + field_name("launcher") +
+      environment.malformed = std::string(name) + ": '" + value + "' " + what + " (" +
+                              field_name("launcher") +
                               " auto reads it for a multi-process launch; " +
                               field_name("launcher") + " none runs in one process)";
     }
   };
+  constexpr long kMaxRanks = 1'000'000;
   bool found = false;
   for (const char* name : kVariables) {
     const char* value = getenv(name);
     if (!is_set(value)) continue;
     const long ranks = strict_decimal(value);
-    if (ranks < 0) malformed(name, value);
-    if (found || ranks < 1 || ranks > 1'000'000) continue;
+    if (ranks < 0) malformed(name, value, "is not a decimal count of ranks");
+    if (ranks > kMaxRanks) {
+      malformed(name, value,
+                "is above the limit of " + std::to_string(kMaxRanks) + " ranks for a launch");
+    }
+    if (found || ranks < 1 || ranks > kMaxRanks) continue;
     environment.ranks = static_cast<int>(ranks);
     environment.variable = std::string(name) + "=" + value;
     found = true;
   }
   const char* world = getenv("WORLD_SIZE");
-  if (is_set(world) && strict_decimal(world) < 0) malformed("WORLD_SIZE", world);
+  if (is_set(world) && strict_decimal(world) < 0) {
+    malformed("WORLD_SIZE", world, "is not a decimal count of ranks");
+  }
   if (is_set(world) && is_set(getenv("RANK")) && is_set(getenv("MASTER_ADDR")) &&
       is_set(getenv("MASTER_PORT"))) {
     const long ranks = strict_decimal(world);
     if (ranks > 1) {
-      environment.env_ranks = static_cast<int>(std::min<long>(ranks, 1'000'000));
+      environment.env_ranks = static_cast<int>(std::min(ranks, kMaxRanks));
       environment.env_variable = std::string("WORLD_SIZE=") + world;
     }
   }
@@ -118,6 +132,11 @@ LaunchMode choose_launch(Launcher launcher, const LaunchEnvironment& environment
   return runs_under_mpi(launcher, environment, mpi_built) ? LaunchMode::mpi : LaunchMode::single;
 }
 
+std::string EnvLaunch::job() const {
+  if (job_id_source.empty()) return "no job identity (PIPEPLAN_JOB_ID, TORCHELASTIC_RUN_ID unset)";
+  return job_id_source + "='" + printable_text(job_id) + "'";
+}
+
 std::string EnvLaunch::endpoint() const {
   const bool v6 = address.find(':') != std::string::npos;
   return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
@@ -143,14 +162,15 @@ class EnvReader {
     return value;
   }
 
-  int number(const char* name) const {
-    const std::string value = text(name);
+  // The value (capped: see strict_decimal) and its text as given, for the messages.
+  std::pair<long, std::string> number(const char* name) const {
+    std::string value = text(name);
     const long parsed = strict_decimal(value);
     if (parsed < 0) {
       throw Error(std::string(name) + ": " + single_quoted(value) +
                   " is not a non-negative decimal integer");
     }
-    return static_cast<int>(parsed);
+    return {parsed, std::move(value)};
   }
 
  private:
@@ -183,22 +203,26 @@ bool ipv6_literal(const std::string& text) {
 EnvLaunch parse_env_launch(const EnvironmentReader& getenv) {
   const EnvReader env(getenv);
   EnvLaunch launch;
-  launch.world_size = env.number("WORLD_SIZE");
-  if (launch.world_size < 1) throw Error("WORLD_SIZE: 0 ranks (at least 1: one per plan device)");
-  if (launch.world_size > kMaxEnvRanks) {
-    throw Error("WORLD_SIZE: " + std::to_string(launch.world_size) + " ranks, above the limit of " +
+  // Each number is checked against its limit before it is narrowed: a value of any length above
+  // it is named as given ("WORLD_SIZE: 1000000000 ranks, above the limit of 1024").
+  const auto [world, world_text] = env.number("WORLD_SIZE");
+  if (world < 1) throw Error("WORLD_SIZE: 0 ranks (at least 1: one per plan device)");
+  if (world > kMaxEnvRanks) {
+    throw Error("WORLD_SIZE: " + world_text + " ranks, above the limit of " +
                 std::to_string(kMaxEnvRanks) + " (one rank per plan device)");
   }
-  launch.rank = env.number("RANK");
-  if (launch.rank >= launch.world_size) {
-    throw Error("RANK: " + std::to_string(launch.rank) + " is not below WORLD_SIZE " +
-                std::to_string(launch.world_size) + " (ranks are 0 to WORLD_SIZE - 1)");
+  launch.world_size = static_cast<int>(world);
+  const auto [rank, rank_text] = env.number("RANK");
+  if (rank >= world) {
+    throw Error("RANK: " + rank_text + " is not below WORLD_SIZE " + world_text +
+                " (ranks are 0 to WORLD_SIZE - 1)");
   }
-  launch.local_rank = env.number("LOCAL_RANK");
-  if (launch.local_rank >= launch.world_size) {
-    throw Error("LOCAL_RANK: " + std::to_string(launch.local_rank) + " is not below WORLD_SIZE " +
-                std::to_string(launch.world_size));
+  launch.rank = static_cast<int>(rank);
+  const auto [local, local_text] = env.number("LOCAL_RANK");
+  if (local >= world) {
+    throw Error("LOCAL_RANK: " + local_text + " is not below WORLD_SIZE " + world_text);
   }
+  launch.local_rank = static_cast<int>(local);
   std::string address = env.text("MASTER_ADDR");
   if (address.size() > 2 && address.front() == '[' && address.back() == ']') {
     address = address.substr(1, address.size() - 2);  // "[::1]"
@@ -235,6 +259,25 @@ EnvLaunch parse_env_launch(const EnvironmentReader& getenv) {
     }
     launch.port += 1;
     launch.port_source = "MASTER_PORT + 1";
+  }
+  for (const char* name : {"PIPEPLAN_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* value = getenv(name);
+    // torchrun's run id is "none" unless --rdzv-id gives one: every such job has it alike.
+    if (!is_set(value) ||
+        (std::string_view(name) == "TORCHELASTIC_RUN_ID" && std::string_view(value) == "none")) {
+      continue;
+    }
+    const std::string_view id(value);
+    if (id.size() > kMaxJobIdBytes) {
+      throw Error(std::string(name) + ": " + std::to_string(id.size()) +
+                  " bytes, above the limit of " + std::to_string(kMaxJobIdBytes) +
+                  (std::string_view(name) == "PIPEPLAN_JOB_ID"
+                       ? std::string()
+                       : " (set PIPEPLAN_JOB_ID to a shorter name of the job on every rank)"));
+    }
+    launch.job_id = id;
+    launch.job_id_source = name;
+    break;
   }
   return launch;
 }

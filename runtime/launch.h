@@ -6,6 +6,7 @@
 // socket: detection decides whether MPI is initialised, or a rendezvous made, at all.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -31,7 +32,8 @@ struct LaunchEnvironment {
   int env_ranks = 1;
   std::string env_variable;  // e.g. "WORLD_SIZE=4"; empty when none
   // The first of the variables above (WORLD_SIZE whether or not the others are set) that is set
-  // but not a decimal integer, as an error line naming it; empty when none is.
+  // but not a decimal integer (or, MPI's, above a million ranks), as an error line naming it;
+  // empty when none is.
   std::string malformed;
 };
 
@@ -69,21 +71,32 @@ struct EnvLaunch {
   // (TORCHELASTIC_USE_AGENT_STORE=True: its store listens there); "PIPEPLAN_MASTER_PORT" when
   // that variable is set (on every rank alike), which wins over both.
   std::string port_source = "MASTER_PORT";
+  // The job this rank belongs to, where the environment names it: PIPEPLAN_JOB_ID, else
+  // TORCHELASTIC_RUN_ID (torchrun's --rdzv-id; its default "none", which every job started
+  // without one has, names none); both empty where neither does. Rank 0 refuses a rank of
+  // another job (two jobs given one MASTER_ADDR:MASTER_PORT).
+  std::string job_id;
+  std::string job_id_source;  // "PIPEPLAN_JOB_ID", "TORCHELASTIC_RUN_ID" or empty
 
   // "127.0.0.1:29500", "[::1]:29500"
   std::string endpoint() const;
+  // "PIPEPLAN_JOB_ID='train-7'", or "no job identity (...)": for the messages.
+  std::string job() const;
 };
 
 // The most ranks an env launch may have: one per plan device.
 inline constexpr int kMaxEnvRanks = limits::kMaxDevices;
+// The longest job identity (PIPEPLAN_JOB_ID, TORCHELASTIC_RUN_ID) a rank carries in its hello.
+inline constexpr std::size_t kMaxJobIdBytes = 1024;
 
 // Reads and checks RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT strictly: each must
 // be set; the numbers decimal integers without sign, spaces or leading junk, 0 <= RANK <
 // WORLD_SIZE <= kMaxEnvRanks, 0 <= LOCAL_RANK < WORLD_SIZE, 1 <= MASTER_PORT <= 65535; MASTER_ADDR
 // a host name (letters, digits, '-', '.', '_') or an IPv4/IPv6 literal. PIPEPLAN_MASTER_PORT,
-// when set, is checked as MASTER_PORT and chooses the port (EnvLaunch::port_source). Throws an
-// Error whose message starts with the variable's name. MASTER_ADDR is resolved later, by the
-// rendezvous.
+// when set, is checked as MASTER_PORT and chooses the port (EnvLaunch::port_source). A number
+// above its limit is named as such, whatever its length. PIPEPLAN_JOB_ID or TORCHELASTIC_RUN_ID,
+// when set, names the job (EnvLaunch::job_id; at most kMaxJobIdBytes). Throws an Error whose
+// message starts with the variable's name. MASTER_ADDR is resolved later, by the rendezvous.
 EnvLaunch parse_env_launch(const EnvironmentReader& getenv);
 
 // The ranks on this process's node as its launcher gives them: the first set of LOCAL_WORLD_SIZE

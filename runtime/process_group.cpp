@@ -112,13 +112,28 @@ std::string ProcessGroup::broadcast(std::string bytes, std::string_view what,
   return std::move(*got);
 }
 
+std::string ProcessGroup::answer(std::string bytes, std::string_view what,
+                                 std::chrono::milliseconds timeout, const Idle& idle) {
+  if (rank() == 0) return broadcast(std::move(bytes), what, timeout, idle);
+  const std::chrono::milliseconds wait = answer_timeout(timeout);
+  std::optional<std::string> got = poll(0, Clock::now() + wait, idle);
+  if (!got) {
+    mark_broken();
+    // The wait is not the user's timeout (rank 0 first waits that long for the others): say
+    // how it follows from it.
+    throw GroupTimeout("rank 0 did not answer at " + std::string(what) + " " + within(wait) +
+                       " (2 x --timeout-ms " + std::to_string(timeout.count()) +
+                       " + 1 s; dead, hung or far behind)");
+  }
+  return std::move(*got);
+}
+
 std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string_view what,
                                                   std::chrono::milliseconds timeout,
                                                   const Idle& idle) {
   const std::vector<std::string> parts = gather(std::move(bytes), what, timeout, idle);
-  std::vector<std::string> all = unpack(
-      broadcast(rank() == 0 ? pack(parts) : std::string(), what, answer_timeout(timeout), idle),
-      what);
+  std::vector<std::string> all =
+      unpack(answer(rank() == 0 ? pack(parts) : std::string(), what, timeout, idle), what);
   if (static_cast<int>(all.size()) != size()) {
     throw Error(std::string(what) + ": " + std::to_string(all.size()) + " parts for " +
                 std::to_string(size()) + " ranks");
@@ -129,7 +144,7 @@ std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string
 void ProcessGroup::barrier(std::string_view what, std::chrono::milliseconds timeout,
                            const Idle& idle) {
   gather(std::string(), what, timeout, idle);
-  broadcast(std::string(), what, answer_timeout(timeout), idle);
+  answer(std::string(), what, timeout, idle);
 }
 
 void ProcessGroup::agree(const std::optional<std::string>& local_error, std::string_view what,

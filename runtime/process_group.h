@@ -65,9 +65,15 @@ class ProcessGroup {
   std::vector<std::optional<std::string>> gather_available(std::string bytes, std::string_view what,
                                                            std::chrono::milliseconds timeout,
                                                            const Idle& idle = {});
-  // Rank 0's bytes on every rank (rank 0 passes them, the others anything).
+  // Rank 0's bytes on every rank (rank 0 passes them, the others anything). The others wait
+  // `timeout` ("rank 0 did not send <what> within T ms").
   std::string broadcast(std::string bytes, std::string_view what, std::chrono::milliseconds timeout,
                         const Idle& idle = {});
+  // As broadcast, for rank 0's answer to a gather of `what` that every rank joined with the same
+  // `timeout`: the others wait answer_timeout(timeout) ("rank 0 did not answer at <what> within
+  // 5000 ms (2 x --timeout-ms 2000 + 1 s ...)").
+  std::string answer(std::string bytes, std::string_view what, std::chrono::milliseconds timeout,
+                     const Idle& idle = {});
   // Every rank's bytes on every rank. all_gather and barrier: the ranks other than 0 wait
   // answer_timeout(timeout) for rank 0's answer.
   std::vector<std::string> all_gather(std::string bytes, std::string_view what,

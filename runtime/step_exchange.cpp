@@ -185,8 +185,7 @@ StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, 
   } else {
     group.gather_available(encode_rank_step(local), what, timeout);
     // Rank 0 may itself wait `timeout` for a missing rank before it decides.
-    verdict = group.broadcast(std::string(), "the outcome of step " + std::to_string(step),
-                              answer_timeout(timeout));
+    verdict = group.answer(std::string(), what, timeout);
   }
   const json j = from_bytes(verdict, "step outcome");
   if (!j.at("ok").get<bool>()) {

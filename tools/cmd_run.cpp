@@ -216,24 +216,25 @@ int RunCommand::run_cpu(TaskGraph plan, const RunRanks& ranks) const {
   nlohmann::json rows = nlohmann::json::array();
   const StepResult last = run_steps(*executor, rows, ranks, [] {});
   executor->transport().close(timeout());
-  if (!ranks.prints()) return 0;
-  write_trace(executor->plan(), last, "");
-  if (json) {
-    nlohmann::json report = {{"plan", input_name(plan_path)},
-                             {"backend", backend_name},
-                             {"seed", seed},
-                             {"steps", std::move(rows)},
-                             {"peak_memory_bytes", last.measured.peak_memory_bytes()}};
-    if (!trace.empty()) report["trace"] = trace;
-    if (ranks.group) report["ranks"] = ranks.group->size();
-    std::cout << json_text(report, 2) << "\n";
-  } else {
-    std::cout << "peak memory per device (measured, last step):";
-    for (const std::int64_t bytes : last.measured.peak_memory_bytes())
-      std::printf(" %.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-    std::cout << "\n";
-    if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
-  }
+  write_outputs(ranks, [&] {
+    write_trace(executor->plan(), last, "");
+    if (json) {
+      nlohmann::json report = {{"plan", input_name(plan_path)},
+                               {"backend", backend_name},
+                               {"seed", seed},
+                               {"steps", std::move(rows)},
+                               {"peak_memory_bytes", last.measured.peak_memory_bytes()}};
+      if (!trace.empty()) report["trace"] = trace;
+      if (ranks.group) report["ranks"] = ranks.group->size();
+      std::cout << json_text(report, 2) << "\n";
+    } else {
+      std::cout << "peak memory per device (measured, last step):";
+      for (const std::int64_t bytes : last.measured.peak_memory_bytes())
+        std::printf(" %.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+      std::cout << "\n";
+      if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
+    }
+  });
   return 0;
 }
 
@@ -301,25 +302,27 @@ int RunCommand::run_cuda(TaskGraph plan, const RunRanks& ranks) const {
   }
   // Every wait of the teardown bounded too: a peer gone after the last step is an error here.
   executor->transport().close(timeout());
-  if (!ranks.prints()) return 0;
-  RunComparison comparison = compare_with_prediction(executor->plan(), predicted, last.measured,
-                                                     last.step_time_us, peaks, hw);
-  set_steady_steps(comparison, makespans);
-  write_trace(executor->plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
-  if (json) {
-    nlohmann::json report = run_report_json(comparison, hw);
-    report["plan"] = input_name(plan_path);
-    report["backend"] = backend_name;
-    report["transport"] = transport_name;
-    report["seed"] = seed;
-    report["steps"] = std::move(rows);
-    if (!trace.empty()) report["trace"] = trace;
-    if (ranks.group) report["ranks"] = ranks.group->size();
-    std::cout << json_text(report, 2) << "\n";
-  } else {
-    std::cout << "last step against the plan's prediction:\n" << format_run_report(comparison, hw);
-    if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
-  }
+  write_outputs(ranks, [&] {
+    RunComparison comparison = compare_with_prediction(executor->plan(), predicted, last.measured,
+                                                       last.step_time_us, peaks, hw);
+    set_steady_steps(comparison, makespans);
+    write_trace(executor->plan(), last, hw.emulated() ? std::string(kEmulatedNote) : "");
+    if (json) {
+      nlohmann::json report = run_report_json(comparison, hw);
+      report["plan"] = input_name(plan_path);
+      report["backend"] = backend_name;
+      report["transport"] = transport_name;
+      report["seed"] = seed;
+      report["steps"] = std::move(rows);
+      if (!trace.empty()) report["trace"] = trace;
+      if (ranks.group) report["ranks"] = ranks.group->size();
+      std::cout << json_text(report, 2) << "\n";
+    } else {
+      std::cout << "last step against the plan's prediction:\n"
+                << format_run_report(comparison, hw);
+      if (!trace.empty()) std::cout << "wrote " << trace << " (measured trace, last step)\n";
+    }
+  });
   return 0;
 }
 
@@ -345,6 +348,21 @@ StepResult RunCommand::run_steps(Executor& executor, nlohmann::json& rows, const
     }
   }
   return last;
+}
+
+void RunCommand::write_outputs(const RunRanks& ranks, const std::function<void()>& write) const {
+  std::optional<std::string> error;
+  if (ranks.prints()) {
+    try {
+      if (ranks.before_outputs) ranks.before_outputs(*this);
+      write();
+      std::cout << std::flush;
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  // As one rank: the others hear how rank 0 fared, so that a failure there fails every rank.
+  ranks.agree(error, "writing the report", timeout());
 }
 
 void RunCommand::write_trace(const TaskGraph& plan, const StepResult& last,

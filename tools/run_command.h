@@ -23,6 +23,8 @@
 
 namespace pipeplan {
 
+struct RunCommand;
+
 // How this process takes part in the run.
 struct RunRanks {
   MpiSession* session = nullptr;        // MPI only: its transport (CPU runs)
@@ -30,6 +32,7 @@ struct RunRanks {
   // Test-only fault injection (PIPEPLAN_TEST_FAULT, tools/run_ranks.cpp); may be empty.
   std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)> wrap_transport;
   std::function<void(int node)> before_node;
+  std::function<void(const RunCommand&)> before_outputs;  // rank 0, before it writes them
 
   bool prints() const { return group == nullptr || group->rank() == 0; }
   // As one rank, every rank says whether its part of a set-up step failed (`error`) and all
@@ -76,6 +79,10 @@ struct RunCommand {
                        const std::function<void()>& before_step,
                        std::vector<double>* makespans_us = nullptr) const;
   void write_trace(const TaskGraph& plan, const StepResult& last, const std::string& note) const;
+  // After the last step: rank 0 (or the one process) runs `write` (the trace, the report), then,
+  // as one rank, every rank agrees on whether it succeeded (bounded by the timeout): a failure
+  // there ends every rank non-zero, rank 0 printing it.
+  void write_outputs(const RunRanks& ranks, const std::function<void()>& write) const;
 };
 
 // tools/run_ranks.cpp: this process as one rank of `environment`'s ranks; MPI_Init happens here.

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -37,7 +38,8 @@ namespace {
 // env_run_test.cpp): on rank RANK, `corrupt-size` declares its first message 4 bytes larger than
 // it is, `die` kills the process (SIGKILL) at its first node of step 1, `hang` stops at that node
 // (sleeps for a day); `die-at-setup` and `hang-at-setup` do the same as soon as the ranks are
-// connected, before they load the plan.
+// connected, before they load the plan; `trace-folder-gone` (rank 0) removes the --trace file's
+// folder, when empty, after the last step, before rank 0 writes its outputs there.
 void install_test_fault(RunRanks& ranks) {
   const char* spec = std::getenv("PIPEPLAN_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
@@ -60,9 +62,15 @@ void install_test_fault(RunRanks& ranks) {
     std::raise(SIGKILL);
   } else if (kind == "hang-at-setup") {
     std::this_thread::sleep_for(std::chrono::hours(24));
+  } else if (kind == "trace-folder-gone") {
+    ranks.before_outputs = [](const RunCommand& command) {
+      std::error_code ignored;
+      std::filesystem::remove(std::filesystem::absolute(command.trace, ignored).parent_path(),
+                              ignored);
+    };
   } else {
     throw Error("PIPEPLAN_TEST_FAULT: unknown fault '" + kind +
-                "' (corrupt-size, die, hang, die-at-setup, hang-at-setup)");
+                "' (corrupt-size, die, hang, die-at-setup, hang-at-setup, trace-folder-gone)");
   }
 }
 
@@ -121,6 +129,14 @@ void check_gpu_places(ProcessGroup& group, std::chrono::milliseconds timeout) {
 // plan device, and (`check_world`, may be empty) what the launcher itself says of the world.
 TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
                  const std::function<void()>& check_world, StartHint start_hint) {
+  // Every rank reads the plan; a launcher gives standard input to one rank at most. Every rank
+  // knows it alike, at once: no rank reads it, each throws the same error (rank 0 prints it).
+  if (command.plan_path == "-" && group.size() > 1) {
+    throw AgreedError("plan '-': each of the " + std::to_string(group.size()) +
+                      " ranks reads the plan, but standard input reaches one of them at most "
+                      "(mpirun forwards it to rank 0 alone): give the plan as a file every rank "
+                      "can read (pipeplan run p.json)");
+  }
   std::optional<TaskGraph> plan;
   std::optional<std::string> error;
   std::uint64_t hash = 0;

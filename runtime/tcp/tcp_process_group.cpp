@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "planner/base/error.h"
+#include "planner/base/io.h"
 
 namespace pipeplan::tcp {
 
@@ -42,12 +43,18 @@ constexpr std::size_t kHeaderBytes = 20;
 constexpr std::size_t kMaxReasonBytes = 4096;
 
 enum Kind : std::uint32_t {
-  kData = 1,      // a message: source rank to destination rank (relayed by rank 0)
-  kAbort = 2,     // the source rank ended the job; the payload says why
-  kBye = 3,       // the sender is finishing: the end of its connection is expected
-  kHello = 10,    // rendezvous, to rank 0: source RANK, destination WORLD_SIZE, payload the version
-  kWelcome = 11,  // rendezvous, from rank 0: every rank joined
+  kData = 1,   // a message: source rank to destination rank (relayed by rank 0)
+  kAbort = 2,  // the source rank ended the job; the payload says why
+  kBye = 3,    // the sender is finishing: the end of its connection is expected
+  // Rendezvous, to rank 0: source RANK, destination WORLD_SIZE, payload the version (u32) and
+  // the job's identity (EnvLaunch::job_id, may be empty).
+  kHello = 10,
+  kWelcome = 11,   // rendezvous, from rank 0: every rank joined
+  kOtherJob = 12,  // rendezvous, from rank 0: it is of another job; the payload says which
 };
+
+// A hello's payload: the version, then the job's identity.
+constexpr std::size_t kMaxHelloPayload = 4 + kMaxJobIdBytes;
 
 void put32(std::string& out, std::uint32_t value) {
   for (int shift = 0; shift < 32; shift += 8)
@@ -369,7 +376,9 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
   Socket listener = listen_on(launch, std::min(world, SOMAXCONN));
   std::vector<Pending> pending;
   int count = 0;
-  const std::size_t hello_bytes = kHeaderBytes + 4;
+  // The last process of another job that said hello here (its own rank 0 is elsewhere, or was
+  // refused this port): named should this job's ranks not all come.
+  std::string other_job;
   // Out of descriptors with every pending connection still fresh: accepting waits until their
   // hellos are read.
   Clock::time_point accept_after{};
@@ -391,7 +400,9 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
         if (joined[static_cast<std::size_t>(r)].get() < 0) missing.push_back(r);
       }
       refuse(rank_list(missing) + " did not join within " + ms_text(options.timeout) +
-             " (not started, or MASTER_ADDR/MASTER_PORT differ)");
+             " (not started, or MASTER_ADDR/MASTER_PORT differ" +
+             (other_job.empty() ? std::string() : "; a process of another job came: " + other_job) +
+             ")");
     }
     const Clock::time_point now = Clock::now();
     std::erase_if(pending, [now](const Pending& p) { return now - p.since > kHelloWithin; });
@@ -428,9 +439,14 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       const short events = i + 1 < fds.size() ? fds[i + 1].revents : 0;
       Pending& p = pending[i];
       bool drop = false;
+      // The header, then as much payload as it announces.
+      const auto hello_bytes = [&p] {
+        return p.hello.size() < kHeaderBytes ? kHeaderBytes
+                                             : kHeaderBytes + parse_header(p.hello.data()).length;
+      };
       if ((events & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        std::array<char, 64> buffer{};
-        const std::size_t want = hello_bytes - p.hello.size();
+        std::array<char, 2048> buffer{};
+        const std::size_t want = std::min(buffer.size(), hello_bytes() - p.hello.size());
         const ssize_t n = ::recv(p.socket.get(), buffer.data(), want, MSG_DONTWAIT);
         if (n > 0) {
           p.hello.append(buffer.data(), static_cast<std::size_t>(n));
@@ -441,9 +457,10 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
       if (!drop && p.hello.size() >= kHeaderBytes) {
         const Header h = parse_header(p.hello.data());
         // Not pipeplan's rendezvous (a port scan, another program): dropped, not an error.
-        drop = h.marker != kMarker || h.kind != kHello || h.length != 4;
+        drop =
+            h.marker != kMarker || h.kind != kHello || h.length < 4 || h.length > kMaxHelloPayload;
       }
-      if (!drop && p.hello.size() == hello_bytes) {
+      if (!drop && p.hello.size() >= kHeaderBytes && p.hello.size() == hello_bytes()) {
         const Header h = parse_header(p.hello.data());
         const std::uint32_t version = get32(p.hello.data() + kHeaderBytes);
         const auto rank = static_cast<std::int64_t>(h.source);
@@ -452,6 +469,19 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
         if (version != kProtocolVersion) {
           refuse(who + " speaks rendezvous protocol " + std::to_string(version) + ", rank 0 " +
                  std::to_string(kProtocolVersion) + " (every rank must run the same pipeplan)");
+        }
+        // A process of another job (two jobs given this port): told so and let go; this job
+        // goes on waiting for its own ranks.
+        if (const std::string_view job = std::string_view(p.hello).substr(kHeaderBytes + 4);
+            job != launch.job_id) {
+          send_all(p.socket.get(), make_frame(kOtherJob, 0, 0, limited(launch.job())),
+                   std::min(deadline, Clock::now() + milliseconds(1000)));
+          other_job = "RANK=" + std::to_string(rank) + " from " + p.from + " said it is of " +
+                      (job.empty() ? std::string("no job") : "job '" + printable_text(job) + "'") +
+                      " and was refused";
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          if (i + 1 < fds.size()) fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i + 1));
+          continue;
         }
         if (h.destination != static_cast<std::uint32_t>(world)) {
           refuse(who + " has WORLD_SIZE=" + std::to_string(h.destination) +
@@ -535,6 +565,7 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
   const std::string hello = [&] {
     std::string payload;
     put32(payload, kProtocolVersion);
+    payload += launch.job_id;
     return make_frame(kHello, static_cast<std::uint32_t>(launch.rank),
                       static_cast<std::uint32_t>(launch.world_size), payload);
   }();
@@ -544,9 +575,15 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
   for (;;) {
     if (Clock::now() >= connect_by) {
       if (!resolved) throw Error(last_error + ", for " + ms_text(options.timeout));
-      throw Error(rendezvous_at(launch) + "rank 0 did not accept a connection within " +
-                  ms_text(options.timeout) + " (last: " + last_error +
-                  "; is rank 0 running, and MASTER_ADDR/MASTER_PORT its address?)");
+      // Rank 0 stops listening once its rendezvous has completed: a rank that comes after that
+      // finds nobody, as it does where rank 0 never started.
+      throw Error(
+          rendezvous_at(launch) + "rank 0 did not accept a connection within " +
+          ms_text(options.timeout) + " (last: " + last_error +
+          "): rank 0 is not running or not at MASTER_ADDR:" + launch.port_source +
+          ", or its rendezvous completed without this rank (RANK=" + std::to_string(launch.rank) +
+          " started twice, or another job's ranks joined it at this address: give each "
+          "job its own MASTER_PORT, or PIPEPLAN_JOB_ID)");
     }
     Socket s;
     {
@@ -597,8 +634,9 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
       const ReadStatus status = read_exact(s.get(), header.data(), header.size(), welcome_by);
       if (status == ReadStatus::timeout) {
         throw Error(rendezvous_at(launch) + "rank 0 did not complete it within " +
-                    ms_text(2 * options.timeout + milliseconds(1000)) +
-                    " (a rank did not join, or rank 0 is stuck)");
+                    ms_text(answer_timeout(options.timeout)) + " (2 x --timeout-ms " +
+                    std::to_string(options.timeout.count()) +
+                    " + 1 s; a rank did not join, or rank 0 is stuck)");
       }
       if (status == ReadStatus::ok) {
         const Header h = parse_header(header.data());
@@ -608,10 +646,16 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
                       "MASTER_PORT?)");
         }
         if (h.kind == kWelcome && h.length == 0) return s;
-        if (h.kind == kAbort && h.length <= kMaxReasonBytes) {
+        if ((h.kind == kAbort || h.kind == kOtherJob) && h.length <= kMaxReasonBytes) {
           std::string reason(h.length, '\0');
           if (read_exact(s.get(), reason.data(), reason.size(), welcome_by) == ReadStatus::ok) {
-            throw Error(rendezvous_at(launch) + "rank 0 ended it: " + reason);
+            if (h.kind == kAbort) throw Error(rendezvous_at(launch) + "rank 0 ended it: " + reason);
+            throw Error(rendezvous_at(launch) +
+                        "the rank 0 listening there is of another job (rank 0: " +
+                        printable_text(reason) + "; this rank: " + launch.job() +
+                        "): two jobs were given one MASTER_ADDR:" + launch.port_source +
+                        " (give each job its own; within one job, set PIPEPLAN_JOB_ID alike on "
+                        "every rank)");
           }
         }
         throw Error(rendezvous_at(launch) +

@@ -6,9 +6,14 @@
 // names: torchrun's agent may hold MASTER_PORT) (SO_REUSEADDR; on every interface when
 // MASTER_ADDR is not one of this host's addresses, e.g. a Kubernetes service name), the other
 // ranks connect, retrying until the deadline (rank 0 may start after them), and send a hello:
-// the protocol's marker and version, their RANK and WORLD_SIZE. Rank 0 refuses another version,
-// another WORLD_SIZE or a RANK already taken: it tells every connected rank why and every one of
-// them fails with that one line. When all WORLD_SIZE - 1 have joined, rank 0 welcomes each.
+// the protocol's marker and version, their RANK and WORLD_SIZE, and the job's identity where the
+// environment gives one (EnvLaunch::job_id). Rank 0 refuses another version, another WORLD_SIZE
+// or a RANK already taken: it tells every connected rank why and every one of them fails with
+// that one line. A process of another job (another identity: two jobs given one port) is told so
+// and fails alone, naming both; rank 0 goes on waiting for its own. When all WORLD_SIZE - 1 have
+// joined, rank 0 welcomes each and stops listening: a rank that comes later (started twice, or
+// of another job without an identity) finds nobody there, and says the rendezvous may have
+// completed without it.
 //
 // Topology: a star through rank 0, one TCP connection per other rank. Every collective of
 // ProcessGroup goes between rank 0 and the others; a message between two other ranks is relayed
@@ -45,7 +50,7 @@
 
 namespace pipeplan::tcp {
 
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;
 // The largest frame a rank sends or accepts: a step's share of the plan's largest (limits.h)
 // is far below it.
 inline constexpr std::size_t kMaxFrameBytes = std::size_t{1} << 30;

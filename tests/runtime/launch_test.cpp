@@ -1,5 +1,6 @@
 // --launcher and the detection of an MPI, Slurm or torchrun-style launch from the environment,
-// and the strict reading of RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
+// and the strict reading of RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and of
+// the job's identity (PIPEPLAN_JOB_ID, TORCHELASTIC_RUN_ID).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -54,6 +55,12 @@ TEST(Launch, DetectsMpirunMpichAndSlurmInThatOrder) {
             "multi-process launch; launcher none runs in one process)");
   EXPECT_EQ(detect({{"WORLD_SIZE", "abc"}}).malformed.rfind("WORLD_SIZE: 'abc' is not", 0), 0U);
   EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_SIZE", "x"}}).ranks, 4);
+  // A count of any length above any launch is said to be so, not to be no number.
+  EXPECT_EQ(detect({{"OMPI_COMM_WORLD_SIZE", "10000000000"}}).malformed,
+            "OMPI_COMM_WORLD_SIZE: '10000000000' is above the limit of 1000000 ranks for a "
+            "launch (launcher auto reads it for a multi-process launch; launcher none runs in one "
+            "process)");
+  EXPECT_EQ(detect({{"PMI_SIZE", "0004"}}).ranks, 4);
 }
 
 // A launcher variable set but malformed: auto refuses naming it; the launchers given outright
@@ -117,6 +124,9 @@ TEST(Launch, DetectsATorchrunLaunchOnlyWithAllItsVariables) {
   EXPECT_EQ(detect(torchrun()).env_variable, "WORLD_SIZE=4");
   EXPECT_EQ(detect(torchrun()).ranks, 1);  // not an MPI launch
   EXPECT_EQ(detect(torchrun("0", "1")).env_ranks, 1);
+  // A WORLD_SIZE above any launch is a launch: parse_env_launch names its limit.
+  EXPECT_EQ(detect(torchrun("1", "1000000000")).malformed, "");
+  EXPECT_EQ(detect(torchrun("1", "1000000000")).env_ranks, 1'000'000);
   for (const char* missing : {"RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     Variables v = torchrun();
     v.erase(missing);
@@ -242,6 +252,41 @@ TEST(Launch, TakesThePortAfterTorchrunsStoreOrTheOneAskedFor) {
   }
 }
 
+// Leading zeros are decimal digits like any other, whatever the number's length.
+TEST(Launch, ReadsLeadingZerosAsDecimal) {
+  Variables v = torchrun("0003", "000000000008");
+  v["LOCAL_RANK"] = "0000000000000";
+  v["MASTER_PORT"] = "0000029500";
+  const EnvLaunch launch = parse(v);
+  EXPECT_EQ(launch.rank, 3);
+  EXPECT_EQ(launch.world_size, 8);
+  EXPECT_EQ(launch.local_rank, 0);
+  EXPECT_EQ(launch.port, 29500);
+  v["PIPEPLAN_MASTER_PORT"] = "000000000031000";
+  EXPECT_EQ(parse(v).port, 31000);
+}
+
+// The job a rank belongs to: PIPEPLAN_JOB_ID, else torchrun's run id unless it is torchrun's
+// default "none" (every job started without --rdzv-id has it).
+TEST(Launch, ReadsTheJobsIdentity) {
+  Variables v = torchrun();
+  EXPECT_EQ(parse(v).job_id, "");
+  EXPECT_EQ(parse(v).job_id_source, "");
+  EXPECT_EQ(parse(v).job(), "no job identity (PIPEPLAN_JOB_ID, TORCHELASTIC_RUN_ID unset)");
+  v["TORCHELASTIC_RUN_ID"] = "none";
+  EXPECT_EQ(parse(v).job_id_source, "");
+  v["TORCHELASTIC_RUN_ID"] = "train-7";
+  EXPECT_EQ(parse(v).job_id, "train-7");
+  EXPECT_EQ(parse(v).job(), "TORCHELASTIC_RUN_ID='train-7'");
+  v["PIPEPLAN_JOB_ID"] = "a\nb";
+  EXPECT_EQ(parse(v).job_id, "a\nb");
+  EXPECT_EQ(parse(v).job(), "PIPEPLAN_JOB_ID='a?b'");               // one line, whatever it holds
+  v["TORCHELASTIC_RUN_ID"] = std::string(kMaxJobIdBytes + 1, 'j');  // not read: the other wins
+  EXPECT_EQ(parse(v).job_id_source, "PIPEPLAN_JOB_ID");
+  v["PIPEPLAN_JOB_ID"] = std::string(kMaxJobIdBytes, 'j');
+  EXPECT_EQ(parse(v).job_id.size(), kMaxJobIdBytes);
+}
+
 TEST(Launch, RefusesEachBadOrMissingVariableNamingIt) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {"RANK", "",
@@ -252,16 +297,23 @@ TEST(Launch, RefusesEachBadOrMissingVariableNamingIt) {
       {"RANK", " 1", "RANK: ' 1' is not a non-negative decimal integer"},
       {"RANK", "+1", "RANK: '+1' is not a non-negative decimal integer"},
       {"RANK", "0x1", "RANK: '0x1' is not a non-negative decimal integer"},
-      {"RANK", "99999999999", "RANK: '99999999999' is not a non-negative decimal integer"},
+      // A number of any length above its limit is named as such.
+      {"RANK", "10000000000",
+       "RANK: 10000000000 is not below WORLD_SIZE 4 (ranks are 0 to WORLD_SIZE - 1)"},
+      {"RANK", "99999999999999999999999",
+       "RANK: 99999999999999999999999 is not below WORLD_SIZE 4"},
       {"RANK", "4", "RANK: 4 is not below WORLD_SIZE 4 (ranks are 0 to WORLD_SIZE - 1)"},
       {"WORLD_SIZE", "0", "WORLD_SIZE: 0 ranks (at least 1: one per plan device)"},
       {"WORLD_SIZE", "four", "WORLD_SIZE: 'four' is not a non-negative decimal integer"},
       {"WORLD_SIZE", "1025",
        "WORLD_SIZE: 1025 ranks, above the limit of 1024 (one rank per plan "
        "device)"},
+      {"WORLD_SIZE", "1000000000",
+       "WORLD_SIZE: 1000000000 ranks, above the limit of 1024 (one rank per plan device)"},
       {"LOCAL_RANK", "", "LOCAL_RANK: not set"},
       {"LOCAL_RANK", "-2", "LOCAL_RANK: '-2' is not a non-negative decimal integer"},
       {"LOCAL_RANK", "4", "LOCAL_RANK: 4 is not below WORLD_SIZE 4"},
+      {"LOCAL_RANK", "00000000004", "LOCAL_RANK: 00000000004 is not below WORLD_SIZE 4"},
       {"MASTER_ADDR", "", "MASTER_ADDR: not set"},
       {"MASTER_ADDR", "node 1",
        "MASTER_ADDR: 'node 1' is not a host name or an IPv4 or IPv6 "
@@ -275,6 +327,13 @@ TEST(Launch, RefusesEachBadOrMissingVariableNamingIt) {
       {"MASTER_PORT", "65536", "MASTER_PORT: '65536' is not a port"},
       {"MASTER_PORT", "29500 ", "MASTER_PORT: '29500 ' is not a port"},
       {"MASTER_PORT", "http", "MASTER_PORT: 'http' is not a port"},
+      {"MASTER_PORT", "0000000000", "MASTER_PORT: '0000000000' is not a port"},
+      {"MASTER_PORT", "100000000029500", "MASTER_PORT: '100000000029500' is not a port"},
+      {"PIPEPLAN_JOB_ID", std::string(kMaxJobIdBytes + 1, 'j'),
+       "PIPEPLAN_JOB_ID: 1025 bytes, above the limit of 1024"},
+      {"TORCHELASTIC_RUN_ID", std::string(kMaxJobIdBytes + 1, 'j'),
+       "TORCHELASTIC_RUN_ID: 1025 bytes, above the limit of 1024 (set PIPEPLAN_JOB_ID to a "
+       "shorter name of the job on every rank)"},
       {"PIPEPLAN_MASTER_PORT", "0x10", "PIPEPLAN_MASTER_PORT: '0x10' is not a port"},
   };
   for (const auto& [name, value, message] : cases) {

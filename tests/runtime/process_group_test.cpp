@@ -47,12 +47,20 @@ TEST(ProcessGroup, OtherRanksWaitForRankZerosAnswerLongerThanItWaitsForThem) {
   for (const bool barrier : {true, false}) {
     SCOPED_TRACE(barrier ? "barrier" : "all_gather");
     SilentGroup rank1(1, 3);
-    EXPECT_THROW(barrier ? rank1.barrier("set-up", kTimeout)
-                         : static_cast<void>(rank1.all_gather("x", "set-up", kTimeout)),
-                 GroupTimeout);
+    try {
+      barrier ? rank1.barrier("loading the plan", kTimeout)
+              : static_cast<void>(rank1.all_gather("x", "loading the plan", kTimeout));
+      FAIL() << "no timeout";
+    } catch (const GroupTimeout& e) {
+      // The wait is not the timeout the user gave: the message says how it follows from it.
+      EXPECT_EQ(std::string(e.what()),
+                "rank 0 did not answer at loading the plan within 5000 ms (2 x --timeout-ms 2000 "
+                "+ 1 s; dead, hung or far behind)");
+    }
     ASSERT_EQ(rank1.waits.size(), 1U);
     EXPECT_EQ(rank1.waits[0].from, 0);
     EXPECT_GT(rank1.waits[0].ms, 2 * kTimeout.count());
+    EXPECT_TRUE(rank1.broken());
 
     SilentGroup rank0(0, 3);
     try {
@@ -68,6 +76,34 @@ TEST(ProcessGroup, OtherRanksWaitForRankZerosAnswerLongerThanItWaitsForThem) {
     for (const SilentGroup::Wait& wait : rank0.waits)
       EXPECT_LE(wait.ms, kTimeout.count());
   }
+}
+
+// A broadcast on its own waits the timeout given, and names what rank 0 did not send; rank 0's
+// answer to a gather waits answer_timeout and says so.
+TEST(ProcessGroup, ABroadcastAndAnAnswerNameTheirOwnWaits) {
+  constexpr milliseconds kTimeout{300};
+  SilentGroup rank2(2, 3);
+  try {
+    rank2.broadcast("", "the NCCL unique id", kTimeout);
+    FAIL() << "no timeout";
+  } catch (const GroupTimeout& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 0 did not send the NCCL unique id within 300 ms (dead, hung or far behind)");
+  }
+  try {
+    rank2.answer("", "the end of step 4", kTimeout);
+    FAIL() << "no timeout";
+  } catch (const GroupTimeout& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 0 did not answer at the end of step 4 within 1600 ms (2 x --timeout-ms 300 + "
+              "1 s; dead, hung or far behind)");
+  }
+  ASSERT_EQ(rank2.waits.size(), 2U);
+  EXPECT_LE(rank2.waits[0].ms, 300);
+  EXPECT_GT(rank2.waits[1].ms, 1500);
+  SilentGroup rank0(0, 3);
+  EXPECT_EQ(rank0.answer("verdict", "the end of step 4", kTimeout), "verdict");
+  EXPECT_TRUE(rank0.waits.empty());
 }
 
 }  // namespace

@@ -37,33 +37,56 @@ struct RankRun {
   std::string out;  // stdout and stderr
 };
 
+// One pipeplan process of a launch: its RANK (LOCAL_RANK alike) and WORLD_SIZE, variables before
+// the command, the command's arguments, and seconds it starts after the others.
+struct Process {
+  int rank = 0;
+  int world_size = 1;
+  std::string env;
+  std::string args;
+  int delay_s = 0;
+};
+
 class EnvRunCli : public testing::TinyPlanTest {
  protected:
-  // `world` pipeplan processes at once, rank r with `args` + extra[r], each under a hard limit.
-  std::vector<RankRun> launch(int world, const std::string& args,
-                              const std::vector<std::string>& extra = {},
-                              const std::string& env = "", int world_size = -1, int port = -1) {
-    if (port < 0) port = testing::free_port();
+  // The processes at once, each under a hard limit, meeting at 127.0.0.1:port.
+  std::vector<RankRun> launch_processes(const std::vector<Process>& processes, int port) {
     std::ostringstream script;
-    for (int r = 0; r < world; ++r) {
-      const std::string out = path("out." + std::to_string(r));
-      script << "(env RANK=" << r << " WORLD_SIZE=" << (world_size < 0 ? world : world_size)
-             << " LOCAL_RANK=" << r << " MASTER_ADDR=127.0.0.1 MASTER_PORT=" << port << " " << env
-             << " timeout -k 5 90 " << testing::pipeplan_binary() << " " << args << " "
-             << (r < static_cast<int>(extra.size()) ? extra[static_cast<std::size_t>(r)] : "")
-             << " > " << out << " 2>&1; echo $? > " << out << ".status) & ";
+    for (std::size_t i = 0; i < processes.size(); ++i) {
+      const Process& p = processes[i];
+      const std::string out = path("out." + std::to_string(i));
+      script << "(sleep " << p.delay_s << "; env RANK=" << p.rank << " WORLD_SIZE=" << p.world_size
+             << " LOCAL_RANK=" << p.rank << " MASTER_ADDR=127.0.0.1 MASTER_PORT=" << port << " "
+             << p.env << " timeout -k 5 90 " << testing::pipeplan_binary() << " " << p.args << " > "
+             << out << " 2>&1; echo $? > " << out << ".status) & ";
     }
     script << "wait";
     const CliResult shell = testing::run_shell(script.str());
     EXPECT_EQ(shell.status, 0) << shell.out;
-    std::vector<RankRun> runs(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      const std::string out = path("out." + std::to_string(r));
+    std::vector<RankRun> runs(processes.size());
+    for (std::size_t i = 0; i < processes.size(); ++i) {
+      const std::string out = path("out." + std::to_string(i));
       std::ifstream text(out);
-      runs[static_cast<std::size_t>(r)].out.assign(std::istreambuf_iterator<char>(text), {});
-      std::ifstream(out + ".status") >> runs[static_cast<std::size_t>(r)].status;
+      runs[i].out.assign(std::istreambuf_iterator<char>(text), {});
+      std::ifstream(out + ".status") >> runs[i].status;
     }
     return runs;
+  }
+
+  // `world` pipeplan processes at once, rank r with `args` + extra[r].
+  std::vector<RankRun> launch(int world, const std::string& args,
+                              const std::vector<std::string>& extra = {},
+                              const std::string& env = "", int world_size = -1, int port = -1) {
+    std::vector<Process> processes;
+    processes.reserve(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      processes.push_back(
+          {r, world_size < 0 ? world : world_size, env,
+           args + " " +
+               (r < static_cast<int>(extra.size()) ? extra[static_cast<std::size_t>(r)] : ""),
+           0});
+    }
+    return launch_processes(processes, port < 0 ? testing::free_port() : port);
   }
 
   // The CUDA run of this test's plan, with a CUDA module that does not exist: every rank fails
@@ -227,6 +250,12 @@ TEST_F(EnvRunCli, ABadVariableIsOneLineNamingIt) {
       {"LOCAL_RANK=", "LOCAL_RANK: not set"},
       {"MASTER_ADDR='a b'", "MASTER_ADDR: 'a b' is not a host name or an IPv4 or IPv6 address"},
       {"MASTER_PORT=70000", "MASTER_PORT: '70000' is not a port (a decimal integer, 1 to 65535)"},
+      // Above the limit, whatever the number's length.
+      {"WORLD_SIZE=1000000000",
+       "WORLD_SIZE: 1000000000 ranks, above the limit of 1024 (one rank per plan device)"},
+      {"RANK=10000000000", "RANK: 10000000000 is not below WORLD_SIZE 2"},
+      {"PIPEPLAN_JOB_ID=" + std::string(1025, 'j'),
+       "PIPEPLAN_JOB_ID: 1025 bytes, above the limit of 1024"},
   };
   for (const auto& [variable, message] : cases) {
     const CliResult r =
@@ -247,6 +276,55 @@ TEST_F(EnvRunCli, AutoWithBothLaunchersVariablesAsksWhichOne) {
             "pipeplan: error: --launcher: auto: the environment shows both an MPI or Slurm launch "
             "(SLURM_NTASKS=4) and a torchrun-style one (WORLD_SIZE=4 with RANK, MASTER_ADDR, "
             "MASTER_PORT); --launcher mpi or --launcher env says which started this process\n");
+}
+
+// Two jobs given one MASTER_PORT, each with its PIPEPLAN_JOB_ID: job B's ranks 1 to 3 reach job
+// A's rank 0 first and are refused, each in one line naming both jobs, and job A runs on its own
+// ranks, a second later (to the shared error of a missing CUDA module here).
+TEST_F(EnvRunCli, TwoJobsOnOnePortDoNotMerge) {
+  std::vector<Process> processes;
+  processes.reserve(7);
+  for (int r = 0; r < 4; ++r)
+    processes.push_back({r, 4, no_module() + " PIPEPLAN_JOB_ID=job-a", cuda_args(), r > 0 ? 1 : 0});
+  for (int r = 1; r < 4; ++r)
+    processes.push_back({r, 4, no_module() + " PIPEPLAN_JOB_ID=job-b", cuda_args(), 0});
+  const std::vector<RankRun> runs = launch_processes(processes, testing::free_port());
+  for (std::size_t i = 0; i < processes.size(); ++i) {
+    const Process& p = processes[i];
+    const RankRun& run = runs[i];
+    EXPECT_NE(run.status, 0) << i << ":\n" << run.out;
+    if (p.env.find("job-b") != std::string::npos) {
+      EXPECT_EQ(count(run.out, "\n"), 1) << "job B's rank " << p.rank << ":\n" << run.out;
+      EXPECT_NE(run.out.find("pipeplan: error: rendezvous at 127.0.0.1:"), std::string::npos)
+          << run.out;
+      EXPECT_NE(run.out.find("is of another job (rank 0: PIPEPLAN_JOB_ID='job-a'; this rank: "
+                             "PIPEPLAN_JOB_ID='job-b')"),
+                std::string::npos)
+          << "job B's rank " << p.rank << ":\n"
+          << run.out;
+    } else if (p.rank == 0) {
+      EXPECT_EQ(count(run.out, "pipeplan: error: "), 1) << run.out;
+      EXPECT_NE(run.out.find("/nonexistent/libpipeplan_cuda.so"), std::string::npos) << run.out;
+    } else {
+      EXPECT_EQ(run.out, "") << "job A's rank " << p.rank;
+    }
+  }
+}
+
+// Standard input reaches one rank at most: `run -` as one of several ranks is refused by every
+// rank at once, rank 0 saying why.
+TEST_F(EnvRunCli, APlanOnStandardInputIsRefusedAsOneOfSeveralRanks) {
+  const std::vector<RankRun> runs =
+      launch(4, "run - --backend cuda --timeout-ms 5000", {}, no_module());
+  EXPECT_NE(runs[0].status, 0);
+  EXPECT_EQ(runs[0].out,
+            "pipeplan: error: plan '-': each of the 4 ranks reads the plan, but standard input "
+            "reaches one of them at most (mpirun forwards it to rank 0 alone): give the plan as a "
+            "file every rank can read (pipeplan run p.json)\n");
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_NE(runs[static_cast<std::size_t>(r)].status, 0) << "rank " << r;
+    EXPECT_EQ(runs[static_cast<std::size_t>(r)].out, "") << "rank " << r;
+  }
 }
 
 TEST_F(EnvRunCli, EmulationIsRefusedAsOneRank) {

@@ -158,6 +158,53 @@ TEST_F(MpiRunCli, OnlyRankZeroChecksWhereTheTraceGoes) {
   EXPECT_FALSE(std::filesystem::exists(path("others/out")));
 }
 
+// After the last step rank 0 alone writes the outputs; a failure there (its --trace folder gone
+// after the check before the run) fails every rank, not rank 0 alone: the others wait to hear
+// how rank 0 fared, rank 0 says why in one line, and every rank exits non-zero.
+TEST_F(MpiRunCli, AFailureWritingRankZerosOutputsFailsEveryRank) {
+  std::filesystem::create_directories(path("out"));
+  const std::string script = path("with_status.sh");
+  std::ofstream(script) << "\"$@\"\nstatus=$?\necho $status > " << path("status.")
+                        << "$OMPI_COMM_WORLD_RANK\nexit $status\n";
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r =
+      testing::run_shell("PIPEPLAN_TEST_FAULT=trace-folder-gone:0 " + testing::mpirun(4) + "sh " +
+                         script + " " + testing::pipeplan_binary() + " run " + plan_ +
+                         " --steps 1 --timeout-ms 5000 --trace " + path("out/t.json"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(path("out"))) << "the fault did not happen";
+  EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: rank 0: " + path("out/t.json")), std::string::npos)
+      << r.out;
+  for (int rank = 0; rank < 4; ++rank) {
+    // No status file: mpirun ended the rank once another exited non-zero.
+    int status = -1;
+    std::ifstream(path("status." + std::to_string(rank))) >> status;
+    EXPECT_NE(status, 0) << "rank " << rank << ":\n" << r.out;
+  }
+}
+
+// mpirun forwards standard input to rank 0 alone: `run -` as one of several ranks is refused by
+// every rank at once (none reads it), rank 0 saying why in one line.
+TEST_F(MpiRunCli, APlanOnStandardInputIsRefusedUnderSeveralRanks) {
+  const CliResult r = testing::run_shell(testing::mpirun(4) + testing::pipeplan_binary() +
+                                         " run - --steps 1 --timeout-ms 5000 < " + plan_);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: plan '-': each of the 4 ranks reads the plan, but "
+                       "standard input reaches one of them at most (mpirun forwards it to rank 0 "
+                       "alone): give the plan as a file every rank can read"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("character device"), std::string::npos) << r.out;
+  // One rank reads it as one process would.
+  const CliResult one = testing::run_shell(testing::mpirun(1) + testing::pipeplan_binary() +
+                                           " run - --launcher mpi --steps 1 < " + plan_);
+  EXPECT_NE(one.status, 0) << "a plan of 4 devices on 1 rank";
+  EXPECT_NE(one.out.find("plan: 4 devices, but 1 rank was started"), std::string::npos) << one.out;
+}
+
 TEST_F(MpiRunCli, AWorldOfAnotherSizeIsOneLineOnRankZero) {
   expect_failure(
       3, "run " + plan_ + " --steps 1", "",

@@ -352,7 +352,7 @@ TEST(TcpProcessGroup, ARankKilledInACollectiveEndsEveryOtherRankNamingIt) {
   const std::vector<Exit> exits = run_job(4, timeout, [timeout](TcpProcessGroup& group) {
     if (group.rank() == 2) std::raise(SIGKILL);
     group.gather("share", "the end of step 1", timeout);
-    group.broadcast("outcome", "the outcome of step 1", 2 * timeout + milliseconds(1000));
+    group.answer("outcome", "the end of step 1", timeout);
     return 0;
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
@@ -390,7 +390,7 @@ TEST(TcpProcessGroup, AHungRankIsNamedByEveryRankAndEndedToo) {
         if (group.rank() == 2) std::this_thread::sleep_for(std::chrono::hours(1));
         // As the step exchange: the others wait for rank 0's verdict longer than rank 0 waits.
         group.gather("share", "the end of step 1", timeout);
-        group.broadcast("outcome", "the outcome of step 1", 2 * timeout + milliseconds(1000));
+        group.answer("outcome", "the end of step 1", timeout);
         return 0;
       },
       {}, milliseconds(1000));
@@ -543,7 +543,10 @@ TEST(TcpProcessGroup, AnotherProtocolVersionIsRefusedNamingIt) {
   ::close(fd);
   job.join();
   // Rank 0 told the stranger why, then ended with the same line.
-  EXPECT_NE(answer.find("speaks rendezvous protocol 99, rank 0 1"), std::string::npos) << answer;
+  EXPECT_NE(
+      answer.find("speaks rendezvous protocol 99, rank 0 " + std::to_string(kProtocolVersion)),
+      std::string::npos)
+      << answer;
   ASSERT_GE(answer.size(), 20U);
   EXPECT_EQ(answer[4], '\x02') << "an abort frame";
   expect_one_line_naming(exits->at(0), "the process with RANK=1 (from 127.0.0.1:", "rank 0");
@@ -612,12 +615,105 @@ void expect_three_ranks_meet(
 // could not be sent.
 int say_rank_1s_hello(int port, const std::string& extra) {
   const int fd = connect_raw(port);
-  const std::string hello = raw_frame(10, 1, 3, 4, version_payload(1)) + extra;
+  const std::string hello = raw_frame(10, 1, 3, 4, version_payload(kProtocolVersion)) + extra;
   if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+// Two jobs given one port, each naming itself (PIPEPLAN_JOB_ID; torchrun's TORCHELASTIC_RUN_ID
+// alike): the processes of job B that reach job A's rank 0 are refused, each alone and in one
+// line naming both jobs (one with an identity, one without), and job A runs with its own ranks,
+// which come later.
+TEST(TcpProcessGroup, AProcessOfAnotherJobIsRefusedAloneNamingBoth) {
+  const int port = testing::free_port();
+  const milliseconds timeout(10000);
+  const auto job = [port](int rank, const std::string& id) {
+    Env env = rank_env(rank, 3, port);
+    if (!id.empty()) env["PIPEPLAN_JOB_ID"] = id;
+    return env;
+  };
+  const auto body = meet_at_a_barrier(timeout);
+  const std::vector<std::function<int()>> bodies = {
+      [=] { return rank_main(job(0, "A"), timeout, body); },
+      [=] { return rank_main(job(1, "B"), timeout, body); },
+      [=] { return rank_main(job(2, ""), timeout, body); },
+      [=] {
+        std::this_thread::sleep_for(milliseconds(1500));
+        return rank_main(job(1, "A"), timeout, body);
+      },
+      [=] {
+        std::this_thread::sleep_for(milliseconds(1500));
+        return rank_main(job(2, "A"), timeout, body);
+      }};
+  const std::vector<Exit> exits = run_processes(bodies);
+  expect_one_line_naming(exits[1],
+                         "rendezvous at 127.0.0.1:" + std::to_string(port) +
+                             ": the rank 0 listening there is of another job (rank 0: "
+                             "PIPEPLAN_JOB_ID='A'; this rank: PIPEPLAN_JOB_ID='B'): two jobs were "
+                             "given one MASTER_ADDR:MASTER_PORT",
+                         "job B's rank 1");
+  expect_one_line_naming(exits[2],
+                         "(rank 0: PIPEPLAN_JOB_ID='A'; this rank: no job identity "
+                         "(PIPEPLAN_JOB_ID, TORCHELASTIC_RUN_ID unset))",
+                         "rank 2 without a job");
+  for (const std::size_t i : {0U, 3U, 4U}) {
+    EXPECT_EQ(exits[i].status, 0) << "job A's process " << i << ":\n" << exits[i].out;
+    EXPECT_EQ(exits[i].out, "") << "job A's process " << i;
+  }
+}
+
+// Job A's rank 0 waiting for ranks that never come names the process of another job it refused.
+TEST(TcpProcessGroup, RankZeroNamesTheOtherJobWhenItsOwnRanksDoNotCome) {
+  const int port = testing::free_port();
+  Env a = rank_env(0, 2, port);
+  a["TORCHELASTIC_RUN_ID"] = "A";
+  Env b = rank_env(1, 2, port);
+  b["TORCHELASTIC_RUN_ID"] = "B";
+  const milliseconds timeout(2000);
+  const std::vector<Exit> exits =
+      run_processes({[=] { return rank_main(a, timeout, meet_at_a_barrier(timeout)); },
+                     [=] { return rank_main(b, timeout, meet_at_a_barrier(timeout)); }});
+  expect_one_line_naming(exits[0],
+                         "rank 1 did not join within 2000 ms (not started, or "
+                         "MASTER_ADDR/MASTER_PORT differ; a process of another job came: RANK=1 "
+                         "from 127.0.0.1:",
+                         "rank 0");
+  EXPECT_NE(exits[0].out.find(" said it is of job 'B' and was refused)"), std::string::npos)
+      << exits[0].out;
+  expect_one_line_naming(
+      exits[1], "(rank 0: TORCHELASTIC_RUN_ID='A'; this rank: TORCHELASTIC_RUN_ID='B')", "rank 1");
+}
+
+// A process that comes after the rendezvous completed (its RANK started twice; or a rank of
+// another job without an identity, whose place this job's ranks took) finds nobody listening,
+// and says the rendezvous may have completed without it, not only that rank 0 may not be running.
+TEST(TcpProcessGroup, AProcessAfterTheRendezvousSaysItMayHaveCompletedWithoutIt) {
+  const int port = testing::free_port();
+  const milliseconds timeout(10000);
+  const auto body = [timeout](TcpProcessGroup& group) {
+    group.barrier("the barrier", timeout);
+    std::this_thread::sleep_for(milliseconds(2500));  // rank 0 runs on, no longer listening
+    return 0;
+  };
+  const std::vector<Exit> exits =
+      run_processes({[=] { return rank_main(rank_env(0, 2, port), timeout, body); },
+                     [=] { return rank_main(rank_env(1, 2, port), timeout, body); },
+                     [=] {
+                       std::this_thread::sleep_for(milliseconds(1000));
+                       return rank_main(rank_env(1, 2, port), milliseconds(1000), body);
+                     }});
+  EXPECT_EQ(exits[0].status, 0) << exits[0].out;
+  EXPECT_EQ(exits[1].status, 0) << exits[1].out;
+  expect_one_line_naming(
+      exits[2], "rank 0 did not accept a connection within 1000 ms (last: ", "the second RANK=1");
+  EXPECT_NE(exits[2].out.find("): rank 0 is not running or not at MASTER_ADDR:MASTER_PORT, or its "
+                              "rendezvous completed without this rank (RANK=1 started twice, or "
+                              "another job's ranks joined it at this address"),
+            std::string::npos)
+      << exits[2].out;
 }
 
 // A rank that joined and went away before the rendezvous completed (killed, say, and started
@@ -744,7 +840,7 @@ TEST(TcpProcessGroup, AnOversizedOrUnmarkedFrameEndsTheGroupWithoutAllocatingIt)
     std::optional<std::vector<Exit>> exits;
     std::thread job([&] { exits = run_processes(bodies); });
     const int fd = connect_raw(port);
-    write_raw(fd, raw_frame(10, 1, 2, 4, version_payload(1)));
+    write_raw(fd, raw_frame(10, 1, 2, 4, version_payload(kProtocolVersion)));
     std::array<char, 20> welcome{};
     ASSERT_EQ(::recv(fd, welcome.data(), welcome.size(), MSG_WAITALL), 20);
     EXPECT_EQ(welcome[4], '\x0b') << "welcome";
@@ -774,7 +870,9 @@ TEST(TcpProcessGroup, APortInUseIsRefusedNamingMasterPort) {
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
   const int port = ntohs(address.sin_port);
   TcpOptions options;
-  options.launch = {0, 2, 0, "127.0.0.1", port};
+  options.launch.world_size = 2;
+  options.launch.address = "127.0.0.1";
+  options.launch.port = port;
   options.timeout = milliseconds(1000);
   try {
     TcpProcessGroup::connect(options);
