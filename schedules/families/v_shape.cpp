@@ -159,7 +159,8 @@ class VScheduler {
 enum VPass : int { kF0, kF1, kB1, kB0, kW1, kW0 };
 constexpr int kVPasses = 6;  // also the repeat interval: one unit slot per pass
 
-// The repeated block on a slot timeline per device, reordered in the ramps within a memory cap.
+// The repeated block on a slot timeline per device, reordered in the ramps within a memory cap
+// (and, optionally, its cool-down squeezed a second time: squeeze_cool_down()).
 class BlockTimeline {
  public:
   BlockTimeline(int devices, int microbatches, const VBlock& block, int cap)
@@ -178,16 +179,64 @@ class BlockTimeline {
     reorder_ramps();
   }
 
-  // Each device's passes in slot order.
+  // Each device's passes in slot order; after squeeze_cool_down(), each p2 in the first free slot
+  // after its p1 (oldest first) or after the device's last pass.
   std::vector<std::vector<Action>> orders() const {
     std::vector<std::vector<Action>> out(size(p_));
     for (int d = 0; d < p_; ++d) {
-      out[size(d)].reserve(size(kVPasses * m_));
+      std::vector<Action>& actions = out[size(d)];
+      actions.reserve(size(kVPasses * m_));
+      std::deque<std::pair<int, int>> owed;  // (p2 pass, micro-batch)
       for (const int who : occupant_[size(d)]) {
-        if (who >= 0) out[size(d)].push_back(action(d, who / m_, who % m_));
+        if (who < 0) {
+          if (!owed.empty()) {
+            actions.push_back(action(d, owed.front().first, owed.front().second));
+            owed.pop_front();
+          }
+          continue;
+        }
+        const int pass = who / m_, mb = who % m_;
+        actions.push_back(action(d, pass, mb));
+        if (p2s_out_ && pass == kB1) owed.emplace_back(kW1, mb);
+        if (p2s_out_ && pass == kB0) owed.emplace_back(kW0, mb);
       }
+      for (const auto& [pass, mb] : owed)
+        actions.push_back(action(d, pass, mb));
     }
     return out;
+  }
+
+  // The paper's last step (its reference scheduler reorders twice): after the ramps have been
+  // reordered with the p2s in place, the p2s are taken out, every p1 after device 0's last chunk-0
+  // forward moves, in slot order, to the earliest free slot after its inputs where the device
+  // stays within the cap (each p1's p2 counted as running in the first free slot after it), and
+  // the p2s go back into the first free slots, oldest p1 first (orders()). A p1 of the cool-down
+  // then no longer waits behind p2s that nothing needs yet, and the p1s that take its output start
+  // sooner: at F = B = W the bubble drops from about 7P/12 to about P/2 - 1 of (F + B + W), at the
+  // same peak. The forwards keep their slots: the paper's scheduler moves them as well, which
+  // gains nothing more at F = B = W and costs up to 3 % of the step where a forward outlasts a p1
+  // and a p2. The slots are the unit-time schedule of the reordered ramps (each pass 1, comm 0),
+  // so every pass sits after its inputs and each device's slot order is deadlock-free for any
+  // costs.
+  void squeeze_cool_down() {
+    std::vector<std::vector<int>> order(size(p_));  // per device: pass * m + micro-batch
+    for (int d = 0; d < p_; ++d)
+      for (const int who : occupant_[size(d)]) {
+        if (who >= 0) order[size(d)].push_back(who);
+      }
+    std::fill(slot_.begin(), slot_.end(), -1);
+    unit_time_slots(order);
+    int last_slot = 0;
+    for (const int t : slot_)
+      last_slot = std::max(last_slot, t);
+    horizon_ = last_slot + 1;
+    occupant_.assign(size(p_), std::vector<int>(size(horizon_), -1));
+    for (int d = 0; d < p_; ++d)
+      for (int pass = kF0; pass <= kB0; ++pass)
+        for (int mb = 0; mb < m_; ++mb)
+          occupant_[size(d)][size(slot(d, pass, mb))] = pass * m_ + mb;
+    p2s_out_ = true;
+    squeeze_p1s();
   }
 
  private:
@@ -245,12 +294,12 @@ class BlockTimeline {
     return pass == kW0 || pass == kW1 ? -1 : 0;
   }
 
-  // The slots a pass must follow: its inputs (the same pass one device up or down the V, or the
-  // pass before it on this device) and the same pass of the previous micro-batch.
-  int earliest(int d, int pass, int mb) const {
+  // The passes (device, pass) whose output `pass` on device d takes, each handed to need, besides
+  // the same pass of the previous micro-batch: one device up or down the V, or the pass before it
+  // on this device.
+  template <typename Need>
+  void inputs(int d, int pass, Need need) const {
     const int last = p_ - 1;
-    int after = mb > 0 ? slot(d, pass, mb - 1) : -1;
-    const auto need = [&](int dev, int p) { after = std::max(after, slot(dev, p, mb)); };
     switch (pass) {
       case kF0:
         if (d > 0) need(d - 1, kF0);
@@ -274,6 +323,12 @@ class BlockTimeline {
         need(d, kB0);
         break;
     }
+  }
+
+  // The slots a pass must follow: its inputs and the same pass of the previous micro-batch.
+  int earliest(int d, int pass, int mb) const {
+    int after = mb > 0 ? slot(d, pass, mb - 1) : -1;
+    inputs(d, pass, [&](int dev, int p) { after = std::max(after, slot(dev, p, mb)); });
     return after + 1;
   }
 
@@ -318,6 +373,84 @@ class BlockTimeline {
     }
   }
 
+  // Each pass's slot when every pass takes one unit, comm 0, in each device's order (pass * m +
+  // micro-batch).
+  void unit_time_slots(const std::vector<std::vector<int>>& per_device) {
+    std::vector<std::size_t> next(size(p_), 0);
+    std::vector<int> free_at(size(p_), 0);
+    std::size_t left = 0;
+    for (const auto& passes : per_device)
+      left += passes.size();
+    while (left > 0) {
+      bool progressed = false;
+      for (int d = 0; d < p_; ++d) {
+        const std::vector<int>& passes = per_device[size(d)];
+        for (std::size_t& i = next[size(d)]; i < passes.size(); ++i) {
+          const int pass = passes[i] / m_, mb = passes[i] % m_;
+          int start = free_at[size(d)];
+          bool ready = true;
+          inputs(d, pass, [&](int from, int input) {
+            const int t = slot(from, input, mb);
+            ready = ready && t >= 0;
+            start = std::max(start, t + 1);
+          });
+          if (!ready) break;
+          slot(d, pass, mb) = start;
+          free_at[size(d)] = start + 1;
+          --left;
+          progressed = true;
+        }
+      }
+      if (!progressed) throw InternalError("v-half: the reordered ramps deadlock");
+    }
+  }
+
+  // The most chunk stashes alive on d with each p2 in the first free slot after its p1.
+  int peak_with_p2s_deferred(int d) const {
+    int live = 0, owed = 0, peak = 0;
+    for (const int who : occupant_[size(d)]) {
+      if (who < 0) {
+        if (owed > 0) {
+          --owed;
+          --live;
+        }
+        continue;
+      }
+      const int pass = who / m_;
+      if (pass == kF0 || pass == kF1) ++live;
+      if (pass == kB0 || pass == kB1) ++owed;
+      peak = std::max(peak, live);
+    }
+    return peak;
+  }
+
+  void squeeze_p1s() {
+    // The cool-down's p1s: those after device 0's last chunk-0 forward, by (slot, device, pass,
+    // micro-batch).
+    const std::tuple<int, int, int, int> begin{slot(0, kF0, m_ - 1), 0, kF0, m_ - 1};
+    std::vector<std::tuple<int, int, int, int>> passes;
+    for (int d = 0; d < p_; ++d)
+      for (const int pass : {kB1, kB0})
+        for (int mb = 0; mb < m_; ++mb) {
+          const std::tuple<int, int, int, int> key{slot(d, pass, mb), d, pass, mb};
+          if (key > begin) passes.push_back(key);
+        }
+    std::sort(passes.begin(), passes.end());
+    for (const auto& [t, d, pass, mb] : passes) {
+      const int from = earliest(d, pass, mb);
+      std::vector<int>& occupant = occupant_[size(d)];
+      for (int c = from; c < t; ++c) {
+        if (occupant[size(c)] >= 0) continue;
+        std::swap(occupant[size(c)], occupant[size(t)]);
+        if (peak_with_p2s_deferred(d) <= cap_) {
+          slot(d, pass, mb) = c;
+          break;
+        }
+        std::swap(occupant[size(c)], occupant[size(t)]);
+      }
+    }
+  }
+
   Action action(int d, int pass, int mb) const {
     const int chunk0 = d, chunk1 = 2 * p_ - 1 - d;
     switch (pass) {
@@ -337,6 +470,7 @@ class BlockTimeline {
   }
 
   int p_, m_, cap_, horizon_ = 0;
+  bool p2s_out_ = false;                    // squeeze_cool_down(): occupant_ holds no p2s
   std::vector<int> slot_;                   // [device][pass][micro-batch] -> slot
   std::vector<std::vector<int>> occupant_;  // [device][slot] -> pass * m + micro-batch, or -1
   std::vector<std::vector<int>> live_;      // [device][slot] -> chunk stashes alive after it
@@ -383,9 +517,11 @@ VBlock v_building_block(int devices, const VBlockOffsets& o) {
 }
 
 Schedule make_v_from_block(const ScheduleRequest& request, std::string_view family,
-                           const VBlock& block, int cap) {
+                           const VBlock& block, int cap, const VFromBlockOptions& options) {
   Schedule schedule = v_skeleton(request, family);
-  schedule.per_device = BlockTimeline(request.devices, request.microbatches, block, cap).orders();
+  BlockTimeline timeline(request.devices, request.microbatches, block, cap);
+  if (options.squeeze_cool_down) timeline.squeeze_cool_down();
+  schedule.per_device = timeline.orders();
   return schedule;
 }
 

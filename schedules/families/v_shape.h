@@ -52,7 +52,16 @@ VBlock v_building_block(int devices, const VBlockOffsets& offsets);
 // chunk-0 forward there, moves to the earliest free slot after its inputs while its device keeps
 // at most `cap` chunk stashes alive. Each device runs its passes in slot order (the simulator
 // squeezes out the empty slots). Throws Error when the block's passes collide.
+//
+// With options.squeeze_cool_down (v-half), the paper's second squeeze follows: the slots become
+// the unit-time schedule of the reordered ramps, the p2s are taken out, every p1 after device 0's
+// last chunk-0 forward moves, in slot order, to the earliest free slot after its inputs where the
+// device stays within `cap` (each p1's p2 counted as running in the first free slot after it),
+// and the p2s go back into the first free slots after their p1s, oldest first (v_shape.cpp).
+struct VFromBlockOptions {
+  bool squeeze_cool_down = false;
+};
 Schedule make_v_from_block(const ScheduleRequest& request, std::string_view family,
-                           const VBlock& block, int cap);
+                           const VBlock& block, int cap, const VFromBlockOptions& options = {});
 
 }  // namespace pipeplan
