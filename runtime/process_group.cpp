@@ -43,6 +43,11 @@ std::string within(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+std::string answer_timeout_text(std::chrono::milliseconds timeout, std::string_view why) {
+  return std::to_string(answer_timeout(timeout).count()) + " ms (2 x --timeout-ms " +
+         std::to_string(timeout.count()) + " + 1 s; " + std::string(why) + ")";
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranks.size(); ++i)
@@ -115,15 +120,13 @@ std::string ProcessGroup::broadcast(std::string bytes, std::string_view what,
 std::string ProcessGroup::answer(std::string bytes, std::string_view what,
                                  std::chrono::milliseconds timeout, const Idle& idle) {
   if (rank() == 0) return broadcast(std::move(bytes), what, timeout, idle);
-  const std::chrono::milliseconds wait = answer_timeout(timeout);
-  std::optional<std::string> got = poll(0, Clock::now() + wait, idle);
+  std::optional<std::string> got = poll(0, Clock::now() + answer_timeout(timeout), idle);
   if (!got) {
     mark_broken();
     // The wait is not the user's timeout (rank 0 first waits that long for the others): say
     // how it follows from it.
-    throw GroupTimeout("rank 0 did not answer at " + std::string(what) + " " + within(wait) +
-                       " (2 x --timeout-ms " + std::to_string(timeout.count()) +
-                       " + 1 s; dead, hung or far behind)");
+    throw GroupTimeout("rank 0 did not answer at " + std::string(what) + " within " +
+                       answer_timeout_text(timeout, "dead, hung or far behind"));
   }
   return std::move(*got);
 }

@@ -100,6 +100,9 @@ class ProcessGroup {
 inline std::chrono::milliseconds answer_timeout(std::chrono::milliseconds timeout) {
   return 2 * timeout + std::chrono::milliseconds(1000);
 }
+// That wait as a message gives it, with how it follows from --timeout-ms and `why`:
+// "5000 ms (2 x --timeout-ms 2000 + 1 s; <why>)".
+std::string answer_timeout_text(std::chrono::milliseconds timeout, std::string_view why);
 
 // "rank 2", "ranks 1, 3"
 std::string rank_list(const std::vector<int>& ranks);

@@ -633,10 +633,9 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
       std::array<char, kHeaderBytes> header{};
       const ReadStatus status = read_exact(s.get(), header.data(), header.size(), welcome_by);
       if (status == ReadStatus::timeout) {
-        throw Error(rendezvous_at(launch) + "rank 0 did not complete it within " +
-                    ms_text(answer_timeout(options.timeout)) + " (2 x --timeout-ms " +
-                    std::to_string(options.timeout.count()) +
-                    " + 1 s; a rank did not join, or rank 0 is stuck)");
+        throw Error(
+            rendezvous_at(launch) + "rank 0 did not complete it within " +
+            answer_timeout_text(options.timeout, "a rank did not join, or rank 0 is stuck"));
       }
       if (status == ReadStatus::ok) {
         const Header h = parse_header(header.data());
