@@ -88,7 +88,21 @@ DeviceAllocator::FencedBlock DeviceAllocator::allocate_fenced(std::int64_t bytes
   if (block == nullptr) {
     cudaError_t status = cudaMalloc(&block, static_cast<std::size_t>(rounded));
     if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear it, free the cache and try once more
+      cudaGetLastError();  // clear it, then free the cache and try once more where allowed
+      bool trim = true;
+      AllocatorStats held;
+      {
+        const std::lock_guard lock(state_->mutex);
+        trim = state_->trim_on_oom;
+        held = state_->stats;
+      }
+      if (!trim) {
+        throw Error("device memory: cudaMalloc of " + std::to_string(rounded) +
+                    " bytes failed (out of memory) with " + std::to_string(held.current_bytes) +
+                    " bytes in use and " + std::to_string(held.reserved_bytes) +
+                    " reserved; the cache is not freed during a step over NCCL (cudaFree would "
+                    "wait for receives that wait on other stages)");
+      }
       release_cached();
       status = cudaMalloc(&block, static_cast<std::size_t>(rounded));
     }
@@ -116,6 +130,11 @@ AllocatorStats DeviceAllocator::stats() const {
 void DeviceAllocator::reset_peak() {
   const std::lock_guard lock(state_->mutex);
   state_->stats.peak_bytes = state_->stats.current_bytes;
+}
+
+void DeviceAllocator::set_trim_on_oom(bool on) {
+  const std::lock_guard lock(state_->mutex);
+  state_->trim_on_oom = on;
 }
 
 void DeviceAllocator::release_cached() {

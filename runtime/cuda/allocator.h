@@ -79,6 +79,11 @@ class DeviceAllocator {
   void reset_peak();
   // cudaFree of every cached (unused) block.
   void release_cached();
+  // Whether a failed cudaMalloc frees the cache and tries once more (the default). cudaFree waits
+  // for the whole device: where NCCL kernels wait on the device for another stage's progress
+  // (an NCCL transport's receives, queued ahead), freeing mid-step can wait on a stage that waits
+  // for this one, so a run over NCCL fails with the sizes instead.
+  void set_trim_on_oom(bool on);
 
   // An overlapped pair's lanes (see the top of this file). begin_pair: the fork, before the
   // pair's first op is queued; set_side_lane(true) on the thread that queues the second op, before
@@ -101,6 +106,7 @@ class DeviceAllocator {
     std::shared_ptr<FenceClock> fences = std::make_shared<FenceClock>();
     std::int64_t releases = 0;  // blocks freed so far
     bool pair_open = false;
+    bool trim_on_oom = true;
     std::int64_t fork_serial = 0;  // `releases` at begin_pair
     void release(void* block, std::int64_t requested, std::int64_t rounded);
     void release_cached_locked();

@@ -267,6 +267,8 @@ CudaRun::CudaRun(const TaskGraph& plan, const GpuRunOptions& options,
     transport_ = std::move(local);
   } else {
 #ifdef PIPEPLAN_HAVE_NCCL
+    for (const StageEndpoint& endpoint : endpoints)
+      endpoint.allocator->set_trim_on_oom(false);  // allocator.h: NCCL kernels wait on the device
     transport_ = NcclTransport::single_process(std::move(endpoints), transport_links(plan),
                                                events_.get(), options.timeout);
 #else
@@ -393,6 +395,7 @@ void CudaRun::prepare_rank(const TaskGraph& plan, const GpuRunOptions& options,
   events_ = std::make_shared<StepEvents>(
       std::vector<int>(count, gpu), std::vector<cudaStream_t>(count, stream),
       std::move(fence_clocks), std::vector<cudaStream_t>(count, side));
+  local->context().allocator().set_trim_on_oom(false);  // allocator.h: NCCL kernels wait
   transport_ =
       NcclTransport::multi_process(rank, devices, unique_id_from_hex(id_hex),
                                    StageEndpoint{gpu, stream, &local->context().allocator(),

@@ -91,6 +91,14 @@ GreenContext::GreenContext(int device, int sm_count) {
   CU_CHECK(PIPEPLAN_DRIVER(cuCtxSetCurrent)(context_));
 }
 
+bool GreenContext::make_current() const noexcept {
+  try {
+    return PIPEPLAN_DRIVER(cuCtxSetCurrent)(context_) == CUDA_SUCCESS;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void GreenContext::create(CUdevice dev, CUdevResource part) {
   sm_count_ = static_cast<int>(part.sm.smCount);
   CUdevResourceDesc desc = nullptr;

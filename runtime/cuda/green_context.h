@@ -28,6 +28,10 @@ class GreenContext {
   cudaStream_t stream() const { return stream_; }
   int sm_count() const { return sm_count_; }      // what the driver actually granted
   CUcontext context() const { return context_; }  // for ScopedContext
+  // Makes this the calling thread's current context (as the one-partition constructor leaves
+  // it), after something made another one current (partition() and cudaSetDevice make the
+  // device's primary context current). Returns false where the driver refused.
+  bool make_current() const noexcept;
   // One more stream whose work runs on this partition's SMs (an emulated stage's transfer
   // streams), of the given priority (cudaDeviceGetStreamPriorityRange; 0 is the default); owned
   // by the green context, destroyed with it.

@@ -284,6 +284,15 @@ Profile measure_profile(const GpuProfileOptions& options) {
     run.stages = stages;
     run.sm_per_stage = green ? green->sm_count() : 0;
     run.progress = [&](const std::string& label) { progress.step(label); };
+    // measure_load makes green contexts of its own, and making them sets the device's primary
+    // context current: the profiled stage's context is current again afterwards (also after an
+    // error), so that the backend's stream, handles and workspace are torn down in it.
+    struct Restore {
+      const GreenContext* stage;
+      ~Restore() {
+        if (stage != nullptr) stage->make_current();
+      }
+    } restore{green ? &*green : nullptr};
     const LoadProfileResult measured = measure_load(options, run);
     if (measured.contention) profile.contention = *measured.contention;
     if (measured.sustained) {

@@ -82,6 +82,10 @@ inline constexpr const char* kDefaultDeviceName = "fake_device: CPU stand-in sha
 // The name cudaGetDeviceProperties reports from now on ("" restores the default).
 void set_device_name(const std::string& name);
 
+// cudaMalloc fails (cudaErrorMemoryAllocation) where the device bytes live would pass `bytes`
+// from now on; 0 (the start) lifts the limit.
+void set_device_memory_limit(std::int64_t bytes);
+
 // Whether kernels, GEMMs and memsets wait on their stream like copies do (the "all deferred"
 // order above). Starts as PIPEPLAN_FAKE_DEVICE_ORDER says ("deferred", or "copies", the default);
 // a change applies to work queued from then on.

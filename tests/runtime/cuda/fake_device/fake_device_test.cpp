@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "planner/base/error.h"
+#include "runtime/cuda/allocator.h"
 #include "runtime/cuda/green_context.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/profiler.h"
@@ -252,6 +253,35 @@ TEST(FakeDeviceProfiler, RefusesAGpuWithoutAGpusJsonEntryBeforeMeasuring) {
   fake_cuda::set_device_name("");
   EXPECT_EQ(profile.gpu, "h100-pcie");
   EXPECT_EQ(profile.provenance.gpu, "Tesla T4");
+}
+
+// A failed cudaMalloc frees the cache and tries again; over NCCL (set_trim_on_oom(false)) it
+// fails naming the sizes instead, since cudaFree would wait for the whole device, receives that
+// wait on other stages included.
+TEST(FakeDeviceAllocator, AFailedMallocFreesTheCacheUnlessNcclWaitsOnTheDevice) {
+  for (const bool trim : {true, false}) {
+    cuda::DeviceAllocator allocator;
+    allocator.set_trim_on_oom(trim);
+    fake_cuda::set_device_memory_limit(fake_cuda::counters().live_device + 8192);
+    allocator.allocate(4096).reset();  // cached: the device holds it
+    EXPECT_EQ(allocator.stats().reserved_bytes, 4096);
+    if (trim) {
+      const auto block = allocator.allocate(8192);  // fits once the cached block is freed
+      EXPECT_EQ(allocator.stats().reserved_bytes, 8192);
+    } else {
+      try {
+        (void)allocator.allocate(8192);
+        ADD_FAILURE() << "allocated past the device's memory";
+      } catch (const Error& error) {
+        const std::string text = error.what();
+        EXPECT_NE(text.find("cudaMalloc of 8192 bytes failed (out of memory)"), std::string::npos)
+            << text;
+        EXPECT_NE(text.find("4096 reserved"), std::string::npos) << text;
+      }
+      EXPECT_EQ(allocator.stats().reserved_bytes, 4096) << "the cache was freed";
+    }
+    fake_cuda::set_device_memory_limit(0);
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ struct State {
   Counters counters;
   std::string last_rule;
   std::string device_name = kDefaultDeviceName;
+  std::int64_t device_memory_limit = 0;  // set_device_memory_limit; 0: only the host's
   std::map<void*, std::size_t> device_blocks, host_blocks;
   std::set<CUstream_st*> streams;  // live ones: a device-wide synchronisation runs their copies
   // Destroyed streams, emptied, kept until exit: work on other streams, events and NCCL's records
@@ -270,6 +271,11 @@ void set_device_name(const std::string& name) {
   state().device_name = name.empty() ? std::string(kDefaultDeviceName) : name;
 }
 
+void set_device_memory_limit(std::int64_t bytes) {
+  const std::lock_guard lock(state().mutex);
+  state().device_memory_limit = std::max<std::int64_t>(bytes, 0);
+}
+
 std::string last_rule_error() {
   const std::lock_guard lock(state().mutex);
   return state().last_rule;
@@ -388,6 +394,12 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaMalloc(void** pointer, std::size_t size) {
   *pointer = nullptr;
   if (size == 0) return cudaSuccess;
+  {
+    const std::lock_guard lock(state().mutex);
+    const std::int64_t limit = state().device_memory_limit;
+    if (limit > 0 && state().counters.live_device + static_cast<std::int64_t>(size) > limit)
+      return fail(cudaErrorMemoryAllocation);
+  }
   void* block = std::aligned_alloc(256, round_up(size));
   if (block == nullptr) return fail(cudaErrorMemoryAllocation);
   const std::lock_guard lock(state().mutex);
