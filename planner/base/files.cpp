@@ -359,6 +359,9 @@ std::filesystem::path write_temporary(
     }
     // A file replaced keeps its permissions; a new one gets 0666 less the umask, as any tool's.
     if (state.exists && ::fchmod(file.get(), state.mode & 07777) != 0) fail(errno);
+    // On disk before the rename makes it the target: a crash then leaves the old file or the
+    // new one whole, never a renamed empty one (file systems that cannot sync, EINVAL, pass).
+    if (::fsync(file.get()) != 0 && errno != EINVAL) fail(errno);
     if (file.close() != 0) fail(errno);
     return tmp;
   }
@@ -545,6 +548,22 @@ std::filesystem::path resolved_name(const std::filesystem::path& path) {
   return ec ? absolute.lexically_normal() : resolved;
 }
 
+// The renames on disk: each folder that holds an output, synced once. Best effort: the files
+// are in place and whole; a folder that cannot be opened or synced is left to the system.
+void sync_folders(const std::vector<std::filesystem::path>& targets) {
+  std::vector<std::filesystem::path> folders;
+  for (const std::filesystem::path& target : targets) {
+    std::filesystem::path folder = target.parent_path();
+    if (folder.empty()) folder = ".";
+    if (std::find(folders.begin(), folders.end(), folder) != folders.end()) continue;
+    folders.push_back(folder);
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const Descriptor dir(fd);
+    (void)::fsync(dir.get());
+  }
+}
+
 }  // namespace
 
 void OutputFiles::check_new(const std::filesystem::path& path) const {
@@ -613,6 +632,11 @@ void OutputFiles::commit() {
     struct stat st {};
     if (::stat(pending[i].path.c_str(), &st) == 0) remember(id_of(st), false);
   }
+  std::vector<std::filesystem::path> targets;
+  targets.reserve(pending.size());
+  for (const Pending& p : pending)
+    targets.push_back(p.path);
+  sync_folders(targets);
 }
 
 void check_output(const std::filesystem::path& path) {
