@@ -35,6 +35,20 @@ inline CliResult run_shell(const std::string& command_line) {
   return r;
 }
 
+// `text` as one word of a /bin/sh command line, whatever it holds (a build folder under a path
+// with a space, a quote): in single quotes, each ' in it written as '\''.
+inline std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
 // The pipeplan binary the tests run: $PIPEPLAN_TEST_BINARY when set and non-empty (binaries
 // carried to a GPU machine, where the build tree's absolute paths do not exist), else the one
 // CMake built beside the tests.
@@ -43,9 +57,10 @@ inline std::string pipeplan_binary() {
   return env != nullptr && *env != '\0' ? std::string(env) : std::string(PIPEPLAN_BINARY);
 }
 
-// `pipeplan <args>`; `env` (e.g. "PIPEPLAN_CUDA_PLUGIN=/x.so") prefixes the command line.
+// `pipeplan <args>`; `env` (e.g. "PIPEPLAN_CUDA_PLUGIN=/x.so") prefixes the command line. The
+// binary's path is quoted; `args` is shell text as it is.
 inline CliResult run_pipeplan(const std::string& args, const std::string& env = "") {
-  return run_shell(env + (env.empty() ? "" : " ") + pipeplan_binary() + " " + args);
+  return run_shell(env + (env.empty() ? "" : " ") + shell_quote(pipeplan_binary()) + " " + args);
 }
 
 // A fresh temporary folder per test, named after its suite, test and process (ctest runs tests

@@ -36,7 +36,8 @@ inline std::string mpirun(int ranks, const std::string& btl = "vader", int secon
   // MPI does not free what libmpi, its plugins and hwloc allocate by MPI_Finalize (LeakSanitizer
   // reported only allocations made from those libraries). Other builds ignore the variable.
   const char* asan = std::getenv("ASAN_OPTIONS");
-  line += " -x 'ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") + ":detect_leaks=0'";
+  line += " -x " + shell_quote("ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") +
+                               ":detect_leaks=0");
   return line + " -np " + std::to_string(ranks) + " ";
 }
 

@@ -37,7 +37,7 @@ class MpiRunCli : public testing::TinyPlanTest {
   // `pipeplan ARGS` on `ranks` ranks; `env` prefixes the command line.
   static CliResult under_mpi(int ranks, const std::string& args, const std::string& env = "") {
     return testing::run_shell(env + (env.empty() ? "" : " ") + testing::mpirun(ranks) +
-                              PIPEPLAN_BINARY + " " + args);
+                              testing::shell_quote(testing::pipeplan_binary()) + " " + args);
   }
 
   static std::vector<double> losses(const CliResult& r) {
@@ -150,9 +150,11 @@ TEST_F(MpiRunCli, OnlyRankZeroChecksWhereTheTraceGoes) {
   std::ofstream(script)
       << "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then cd \"$1\"; else cd \"$2\"; fi\n"
          "shift 2\nexec \"$@\"\n";
-  const CliResult r = testing::run_shell(testing::mpirun(4) + "sh " + script + " " + path("rank0") +
-                                         " " + path("others") + " " + PIPEPLAN_BINARY + " run " +
-                                         plan_ + " --steps 1 --trace out/t.json");
+  const CliResult r = testing::run_shell(testing::mpirun(4) + "sh " + testing::shell_quote(script) +
+                                         " " + testing::shell_quote(path("rank0")) + " " +
+                                         testing::shell_quote(path("others")) + " " +
+                                         testing::shell_quote(testing::pipeplan_binary()) +
+                                         " run " + plan_ + " --steps 1 --trace out/t.json");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(std::filesystem::is_regular_file(path("rank0/out/t.json")));
   EXPECT_FALSE(std::filesystem::exists(path("others/out")));
@@ -164,13 +166,14 @@ TEST_F(MpiRunCli, OnlyRankZeroChecksWhereTheTraceGoes) {
 TEST_F(MpiRunCli, AFailureWritingRankZerosOutputsFailsEveryRank) {
   std::filesystem::create_directories(path("out"));
   const std::string script = path("with_status.sh");
-  std::ofstream(script) << "\"$@\"\nstatus=$?\necho $status > " << path("status.")
+  std::ofstream(script) << "\"$@\"\nstatus=$?\necho $status > "
+                        << testing::shell_quote(path("status."))
                         << "$OMPI_COMM_WORLD_RANK\nexit $status\n";
   const auto start = std::chrono::steady_clock::now();
-  const CliResult r =
-      testing::run_shell("PIPEPLAN_TEST_FAULT=trace-folder-gone:0 " + testing::mpirun(4) + "sh " +
-                         script + " " + testing::pipeplan_binary() + " run " + plan_ +
-                         " --steps 1 --timeout-ms 5000 --trace " + path("out/t.json"));
+  const CliResult r = testing::run_shell(
+      "PIPEPLAN_TEST_FAULT=trace-folder-gone:0 " + testing::mpirun(4) + "sh " +
+      testing::shell_quote(script) + " " + testing::shell_quote(testing::pipeplan_binary()) +
+      " run " + plan_ + " --steps 1 --timeout-ms 5000 --trace " + path("out/t.json"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_FALSE(std::filesystem::exists(path("out"))) << "the fault did not happen";
@@ -188,8 +191,9 @@ TEST_F(MpiRunCli, AFailureWritingRankZerosOutputsFailsEveryRank) {
 // mpirun forwards standard input to rank 0 alone: `run -` as one of several ranks is refused by
 // every rank at once (none reads it), rank 0 saying why in one line.
 TEST_F(MpiRunCli, APlanOnStandardInputIsRefusedUnderSeveralRanks) {
-  const CliResult r = testing::run_shell(testing::mpirun(4) + testing::pipeplan_binary() +
-                                         " run - --steps 1 --timeout-ms 5000 < " + plan_);
+  const CliResult r =
+      testing::run_shell(testing::mpirun(4) + testing::shell_quote(testing::pipeplan_binary()) +
+                         " run - --steps 1 --timeout-ms 5000 < " + plan_);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
   EXPECT_NE(r.out.find("pipeplan: error: plan '-': each of the 4 ranks reads the plan, but "
@@ -199,8 +203,9 @@ TEST_F(MpiRunCli, APlanOnStandardInputIsRefusedUnderSeveralRanks) {
       << r.out;
   EXPECT_EQ(r.out.find("character device"), std::string::npos) << r.out;
   // One rank reads it as one process would.
-  const CliResult one = testing::run_shell(testing::mpirun(1) + testing::pipeplan_binary() +
-                                           " run - --launcher mpi --steps 1 < " + plan_);
+  const CliResult one =
+      testing::run_shell(testing::mpirun(1) + testing::shell_quote(testing::pipeplan_binary()) +
+                         " run - --launcher mpi --steps 1 < " + plan_);
   EXPECT_NE(one.status, 0) << "a plan of 4 devices on 1 rank";
   EXPECT_NE(one.out.find("plan: 4 devices, but 1 rank was started"), std::string::npos) << one.out;
 }
@@ -213,7 +218,8 @@ TEST_F(MpiRunCli, AWorldOfAnotherSizeIsOneLineOnRankZero) {
 }
 
 TEST_F(MpiRunCli, RanksWithDifferentOptionsAreRefusedBeforeTheFirstStep) {
-  const std::string run = std::string(PIPEPLAN_BINARY) + " run " + plan_ + " --steps 1";
+  const std::string run =
+      testing::shell_quote(testing::pipeplan_binary()) + " run " + plan_ + " --steps 1";
   const auto start = std::chrono::steady_clock::now();
   const CliResult r =
       testing::run_shell(testing::mpirun(2) + run + " : -np 2 " + run + " --seed 7");

@@ -25,6 +25,11 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
+// The binary's path as a word of a shell command line.
+std::string binary() {
+  return pipeplan::testing::shell_quote(pipeplan::testing::pipeplan_binary());
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -258,8 +263,9 @@ TEST_F(TorchCsvCli, ImportHelpNamesBothForms) {
 }
 
 TEST_F(TorchCsvCli, ImportSaysWhichCellsItSkipped) {
-  const std::string fixture = std::string(PIPEPLAN_SOURCE_DIR) +
-                              "/tests/schedules/fixtures/torch/interleaved_zb_compute_comms.csv";
+  const std::string fixture = pipeplan::testing::shell_quote(
+      std::string(PIPEPLAN_SOURCE_DIR) +
+      "/tests/schedules/fixtures/torch/interleaved_zb_compute_comms.csv");
   const Result r = run("import " + fixture + " --uniform 1:1:1:0 -o " + path("p.json"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("24 actions on 2 ranks; skipped 36 cells with no task-graph node (6 "
@@ -276,9 +282,9 @@ TEST_F(TorchCsvCli, ExportWarnsAboutRecomputationAndImportTakesItAgain) {
   const Result planned =
       run("plan --model llama-7b --stages 2 -m 4 --recompute 2 -o " + path("plan.json"));
   ASSERT_EQ(planned.status, 0) << planned.out;
-  const Result warned = pipeplan::testing::run_shell("{ " + std::string(PIPEPLAN_BINARY) +
-                                                     " export " + path("plan.json") + " -o " +
-                                                     path("s.csv") + " 2>&1 >/dev/null; }");
+  const Result warned =
+      pipeplan::testing::run_shell("{ " + binary() + " export " + path("plan.json") + " -o " +
+                                   path("s.csv") + " 2>&1 >/dev/null; }");
   EXPECT_EQ(warned.status, 0);
   EXPECT_EQ(warned.out, "pipeplan: warning: " + path("plan.json") +
                             ": the plan recomputes the first 2 blocks of each stage, which "
@@ -305,8 +311,8 @@ TEST_F(TorchCsvCli, ExportWarnsAboutBpipeAndCarriesTheLayerSplit) {
                 .status,
             0);
   // The warning alone on stderr; the CSV on stdout.
-  const Result to_stdout = pipeplan::testing::run_shell(
-      "{ " + std::string(PIPEPLAN_BINARY) + " export " + path("plan.json") + " 2>&1 >/dev/null; }");
+  const Result to_stdout = pipeplan::testing::run_shell("{ " + binary() + " export " +
+                                                        path("plan.json") + " 2>&1 >/dev/null; }");
   EXPECT_EQ(to_stdout.status, 0);
   EXPECT_EQ(std::count(to_stdout.out.begin(), to_stdout.out.end(), '\n'), 1) << to_stdout.out;
   EXPECT_NE(to_stdout.out.find("pipeplan: warning: " + path("plan.json") +

@@ -30,8 +30,20 @@ sibling() {  # the backend folder, for the sibling rule
   case "$1" in runtime/cpu/*) echo cpu ;; runtime/cuda/*) echo cuda ;; runtime/mpi/*) echo mpi ;; esac
 }
 
+if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
+  echo "layers: $(pwd -P) is not a git checkout (the files checked are the ones git tracks)" >&2
+  exit 1
+fi
+mapfile -d '' -t files < <(git ls-files -z '*.h' '*.cpp' '*.cu' '*.cuh')
+if [ ${#files[@]} -eq 0 ]; then
+  echo "layers: git ls-files lists no C++ sources in $(pwd -P)" >&2
+  exit 1
+fi
+
 violations=0
-while IFS= read -r file; do
+for file in "${files[@]}"; do
+  case "$file" in planner/* | profiles/* | schedules/* | runtime/* | tools/*) ;; *) continue ;; esac
+  [ -f "$file" ] || continue  # deleted, not yet committed
   from=$(rank "$file")
   [ -n "$from" ] || continue
   while IFS= read -r target; do
@@ -47,13 +59,23 @@ while IFS= read -r file; do
       violations=$((violations + 1))
     fi
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$file")
-done < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | grep -E '^(planner|profiles|schedules|runtime|tools)/')
+done
 
-# Errors of the core that name a flag: Error("--…"), FieldError(…, "--…").
-while IFS= read -r hit; do
-  echo "layers: core error names a CLI flag: $hit"
-  violations=$((violations + 1))
-done < <(git grep -n -E 'Error\("--|Error\([^,]*, *"--' -- planner profiles schedules runtime || true)
+# Errors of the core that name a flag: Error("--…"), FieldError(…, "--…"). git grep exits 1 when
+# nothing matches, above 1 when it cannot search.
+status=0
+hits=$(git grep -n -E 'Error\("--|Error\([^,]*, *"--' -- planner profiles schedules runtime) ||
+  status=$?
+if [ "$status" -gt 1 ]; then
+  echo "layers: git grep failed (exit $status) searching the core's errors" >&2
+  exit 1
+fi
+if [ -n "$hits" ]; then
+  while IFS= read -r hit; do
+    echo "layers: core error names a CLI flag: $hit"
+    violations=$((violations + 1))
+  done <<<"$hits"
+fi
 
 if [ "$violations" -gt 0 ]; then
   echo "layers: $violations violation(s) (docs/design/architecture.md)"

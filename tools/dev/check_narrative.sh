@@ -28,9 +28,18 @@ regex=$(IFS='|'; echo "${patterns[*]}")
 exempt='^(tools/dev/check_narrative\.sh|tests/tools/dev/check_narrative_test\.sh)$'
 
 if [ $# -gt 0 ]; then
-  mapfile -t files < <(printf '%s\n' "$@")
+  files=("$@")
 else
-  mapfile -t files < <(git ls-files)
+  if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
+    echo "narrative: $(pwd -P) is not a git checkout (without PATHs the files checked are the" \
+      "ones git tracks)" >&2
+    exit 1
+  fi
+  mapfile -d '' -t files < <(git ls-files -z)
+  if [ ${#files[@]} -eq 0 ]; then
+    echo "narrative: git ls-files lists no files in $(pwd -P)" >&2
+    exit 1
+  fi
 fi
 
 hits=0
@@ -44,11 +53,19 @@ for file in "${files[@]}"; do
   [ -f "$file" ] || continue
   # -I: binary files are skipped. A temporary path a recorded command used (/tmp/NAME.XXXXXX)
   # is what the command was, not a description.
+  # grep exits 1 when nothing matches, 2 when it cannot read the file.
+  status=0
+  found=$(grep -nIiE "$regex" -- "$file") || status=$?
+  if [ "$status" -gt 1 ]; then
+    echo "narrative: $file: grep could not read it (exit $status)" >&2
+    exit 1
+  fi
+  [ -n "$found" ] || continue
   while IFS= read -r hit; do
     printf '%s\n' "$hit" | sed -E 's#/tmp/[^ "]*##g' | grep -qiE "$regex" || continue
     echo "narrative: $file:$hit"
     hits=$((hits + 1))
-  done < <(grep -nIiE "$regex" -- "$file" || true)
+  done <<<"$found"
 done
 
 if [ "$hits" -gt 0 ]; then

@@ -18,7 +18,9 @@ if [ ${#ccache_launchers[@]} -gt 0 ]; then
   export CCACHE_IGNOREOPTIONS=${CCACHE_IGNOREOPTIONS:-"-fsanitize-coverage-ignorelist=*"}
   export CCACHE_EXTRAFILES=${CCACHE_EXTRAFILES:-$PWD/tests/fuzz/coverage_ignorelist.txt}
 fi
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# Configured while it has nothing to build: new, or its configure failed (which leaves a
+# CMakeCache.txt but no build.ninja or Makefile).
+if [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
   # -O1, the level ASan is made for, with line tables: readable reports, tests not too slow.
   cmake -S . -B "$build" "${configure[@]}" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \

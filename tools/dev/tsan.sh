@@ -15,7 +15,9 @@ if command -v ninja >/dev/null; then configure+=(-G Ninja); fi
 # shellcheck source=tools/dev/ccache_env.sh
 . tools/dev/ccache_env.sh
 configure+=("${ccache_launchers[@]}")
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# Configured while it has nothing to build: new, or its configure failed (which leaves a
+# CMakeCache.txt but no build.ninja or Makefile).
+if [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
   cmake -S . -B "$build" "${configure[@]}" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
     -DPIPEPLAN_CUDA=OFF -DPIPEPLAN_BENCH=OFF -DPIPEPLAN_SANITIZE=thread >/dev/null
