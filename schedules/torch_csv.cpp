@@ -398,14 +398,73 @@ Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport&
 }
 
 // ---------------------------------------------------------------------------------------------
-// The stage-to-layers side file.
+// The side file.
 
 namespace {
 
 constexpr std::string_view kLayersFormat = "pipeplan-torch-csv-layers";
-constexpr int kLayersVersion = 1;
+constexpr int kLayersVersion = 2;
+
+std::string hex64(std::uint64_t value) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4)
+    out[static_cast<std::size_t>(i)] = kDigits[value & 0xF];
+  return out;
+}
+
+std::optional<std::uint64_t> from_hex64(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
+  std::uint64_t value = 0;
+  for (const char c : text) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    value = value << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return value;
+}
+
+// "52 bytes, FNV-1a 64 1f2e..."
+std::string tie_text(const TorchCsvTie& tie) {
+  return std::to_string(tie.bytes) + " bytes, FNV-1a 64 " + hex64(tie.fnv1a64);
+}
+
+// stage_layers: one [first_layer, layer_count] per stage, from layer 0, each stage starting where
+// the one before it ends.
+std::vector<StageLayers> stage_layers_from_json(const nlohmann::json& json, std::size_t stages,
+                                                std::string_view source) {
+  const nlohmann::json& field = require_field(json, "stage_layers", source);
+  const std::string what = std::string(source) + ": field 'stage_layers' must be an array of " +
+                           std::to_string(stages) +
+                           " [first_layer, layer_count] pairs (one per stage of "
+                           "'blocks_per_stage'), each stage starting where the one before ends";
+  if (!field.is_array() || field.size() != stages) throw Error(what);
+  std::vector<StageLayers> out;
+  std::int64_t next = 0;
+  for (const nlohmann::json& pair : field) {
+    if (!pair.is_array() || pair.size() != 2) throw Error(what);
+    const auto first = int64_value(pair[0]);
+    const auto count = int64_value(pair[1]);
+    if (!first || !count || *first != next || *count < 1 ||
+        *first + *count > std::int64_t{limits::kMaxLayers} + 2) {  // blocks, embedding, head
+      throw Error(what);
+    }
+    out.push_back({static_cast<int>(*first), static_cast<int>(*count)});
+    next = *first + *count;
+  }
+  return out;
+}
 
 }  // namespace
+
+TorchCsvTie torch_csv_tie(std::string_view csv_text) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const char c : csv_text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  return {static_cast<std::int64_t>(csv_text.size()), hash};
+}
 
 std::filesystem::path torch_csv_layers_path(const std::filesystem::path& csv) {
   std::filesystem::path side = csv;
@@ -414,9 +473,10 @@ std::filesystem::path torch_csv_layers_path(const std::filesystem::path& csv) {
 }
 
 TorchCsvLayers torch_csv_layers(const ModelConfig& model,
-                                const std::vector<StageLayers>& stage_layers) {
+                                const std::vector<StageLayers>& stage_layers,
+                                std::string_view csv_text) {
   const std::vector<LayerKind> kinds = model.layer_list();
-  TorchCsvLayers out{model.name, {}, stage_layers};
+  TorchCsvLayers out{model.name, {}, stage_layers, 0, torch_csv_tie(csv_text), kLayersVersion};
   for (const StageLayers& s : stage_layers) {
     int blocks = 0;
     for (int l = s.first_layer; l < s.first_layer + s.layer_count; ++l) {
@@ -433,16 +493,33 @@ nlohmann::json torch_csv_layers_to_json(const TorchCsvLayers& layers) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageLayers& s : layers.stage_layers)
     stages.push_back({s.first_layer, s.layer_count});
-  return {{"format", kLayersFormat},
-          {"version", kLayersVersion},
-          {"model", layers.model},
-          {"blocks_per_stage", layers.blocks_per_stage},
-          {"stage_layers", stages}};
+  nlohmann::json out = {{"format", kLayersFormat},
+                        {"version", layers.version},
+                        {"model", layers.model},
+                        {"blocks_per_stage", layers.blocks_per_stage},
+                        {"stage_layers", stages}};
+  if (layers.version >= 2) {
+    out["p2_concat"] = layers.p2_concat;
+    const TorchCsvTie tie = layers.csv.value_or(TorchCsvTie{});
+    out["csv_bytes"] = tie.bytes;
+    out["csv_fnv1a64"] = hex64(tie.fnv1a64);
+  }
+  return out;
 }
 
 TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::string_view source) {
-  require_format(json, kLayersFormat, kLayersVersion, source);
   TorchCsvLayers out;
+  out.version = require_format(json, kLayersFormat, 1, kLayersVersion, source);
+  constexpr std::string_view kWhat = "a pipeplan-torch-csv-layers file";
+  if (out.version == 1) {
+    require_known_fields(json, {"format", "version", "model", "blocks_per_stage", "stage_layers"},
+                         source, "", kWhat);
+  } else {
+    require_known_fields(json,
+                         {"format", "version", "model", "blocks_per_stage", "stage_layers",
+                          "p2_concat", "csv_bytes", "csv_fnv1a64"},
+                         source, "", kWhat);
+  }
   out.model = require_string(json, "model", source);
   require_printable(out.model, "model", source);  // printed in import's notes
   const auto& blocks = require_field(json, "blocks_per_stage", source);
@@ -460,15 +537,50 @@ TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::strin
     }
     out.blocks_per_stage.push_back(b.get<int>());
   }
+  out.stage_layers = stage_layers_from_json(json, out.blocks_per_stage.size(), source);
+  if (out.version == 1) return out;
+  const std::int64_t p2_concat = require_integer(json, "p2_concat", source);
+  if (p2_concat < 0 || p2_concat > limits::kMaxMicrobatches) {
+    throw Error(std::string(source) + ": field 'p2_concat' must be 0 (all) to " +
+                std::to_string(limits::kMaxMicrobatches));
+  }
+  out.p2_concat = static_cast<int>(p2_concat);
+  TorchCsvTie tie;
+  tie.bytes = require_integer(json, "csv_bytes", source);
+  if (tie.bytes < 0 || tie.bytes > limits::kMaxFileBytes) {
+    throw Error(std::string(source) + ": field 'csv_bytes' must be a size from 0 to " +
+                std::to_string(limits::kMaxFileBytes));
+  }
+  const auto hash = from_hex64(require_string(json, "csv_fnv1a64", source));
+  if (!hash) {
+    throw Error(std::string(source) +
+                ": field 'csv_fnv1a64' must be 16 lowercase hexadecimal digits");
+  }
+  tie.fnv1a64 = *hash;
+  out.csv = tie;
   return out;
 }
 
-std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv) {
+std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv,
+                                                    std::string_view csv_text) {
   if (csv == "-") return std::nullopt;  // standard input has no file beside it
   const std::filesystem::path side = torch_csv_layers_path(csv);
   std::error_code ec;
-  if (!std::filesystem::exists(side, ec)) return std::nullopt;
-  return torch_csv_layers_from_json(read_json_file(side), side.string());
+  const std::filesystem::file_status link = std::filesystem::symlink_status(side, ec);
+  if (!std::filesystem::exists(link)) return std::nullopt;
+  if (std::filesystem::is_symlink(link) && !std::filesystem::exists(side, ec)) {
+    const std::filesystem::path target = std::filesystem::read_symlink(side, ec);
+    throw Error(side.string() + ": a symbolic link to '" + printable_text(target.string()) +
+                "', which does not exist (remove the link, or export the plan again)");
+  }
+  TorchCsvLayers layers = torch_csv_layers_from_json(read_json_file(side), side.string());
+  if (layers.csv && *layers.csv != torch_csv_tie(csv_text)) {
+    throw Error(side.string() + ": written with another " + csv.string() + " (" +
+                tie_text(*layers.csv) + "; " + csv.string() + " now has " +
+                tie_text(torch_csv_tie(csv_text)) + "): export the plan again, or remove " +
+                side.string());
+  }
+  return layers;
 }
 
 }  // namespace pipeplan

@@ -7,6 +7,7 @@
 // docs/reference/torch-csv.md for every form.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -66,21 +67,39 @@ Schedule schedule_from_torch_csv(std::string_view text, std::string_view source,
 Schedule load_torch_csv(const std::filesystem::path& path, const TorchCsvImport& options = {},
                         TorchCsvReport* report = nullptr);
 
-// The stage-to-layers split, which PyTorch's CSV has no place for: `export -o sched.csv` writes
-// it beside the CSV as sched.csv.layers.json (format pipeplan-torch-csv-layers, version 1;
-// docs/reference/torch-csv.md) and `import sched.csv` reads it back.
+// What PyTorch's CSV has no place for: `export -o sched.csv` writes it beside the CSV as
+// sched.csv.layers.json (format pipeplan-torch-csv-layers, version 2; docs/reference/torch-csv.md)
+// and `import sched.csv` reads it back: the stage-to-layers split, the plan's p2_concat, and the
+// CSV it was written with (its size and hash), so that a side file left beside another CSV is
+// refused rather than applied to it.
+struct TorchCsvTie {
+  std::int64_t bytes = 0;
+  std::uint64_t fnv1a64 = 0;  // FNV-1a, 64 bits, of the CSV's bytes
+  bool operator==(const TorchCsvTie&) const = default;
+};
+TorchCsvTie torch_csv_tie(std::string_view csv_text);
 struct TorchCsvLayers {
   std::string model;                      // the plan's model name; import uses the split for it
   std::vector<int> blocks_per_stage;      // transformer blocks per virtual stage
   std::vector<StageLayers> stage_layers;  // [first_layer, layer_count] per stage (for people)
+  int p2_concat = 0;                      // the plan's largest p2 group (0: any); version 2
+  std::optional<TorchCsvTie> csv;         // the CSV written beside it; version 2 (1 has none)
+  int version = 2;
 };
 std::filesystem::path torch_csv_layers_path(const std::filesystem::path& csv);
+// Version 2 for `csv_text`, without a p2_concat (the caller sets it).
 TorchCsvLayers torch_csv_layers(const ModelConfig& model,
-                                const std::vector<StageLayers>& stage_layers);
+                                const std::vector<StageLayers>& stage_layers,
+                                std::string_view csv_text);
 nlohmann::json torch_csv_layers_to_json(const TorchCsvLayers& layers);
-// Throws Error naming `source` and the field.
+// Versions 1 and 2. Throws Error naming `source` and the field: an unknown field, stage_layers
+// that are not one [first_layer, layer_count] per stage, each stage starting where the one before
+// it ends.
 TorchCsvLayers torch_csv_layers_from_json(const nlohmann::json& json, std::string_view source);
-// The side file of `csv`, if there is one.
-std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv);
+// The side file of `csv`, if there is one; `csv_text` is the CSV's content as read. Throws Error
+// in one line naming the side file when it is a symbolic link to nothing, and naming both files
+// when it records another CSV than `csv_text`.
+std::optional<TorchCsvLayers> load_torch_csv_layers(const std::filesystem::path& csv,
+                                                    std::string_view csv_text);
 
 }  // namespace pipeplan

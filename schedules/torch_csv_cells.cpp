@@ -74,8 +74,9 @@ struct Parsed {
   std::int64_t stage = -1, microbatch = -1;
 };
 
-// One action "<stage><type>[<microbatch>]". Skipped kinds may leave out either number (PyTorch
-// writes 0UNSHARD, 0REDUCE_GRAD); compute actions need both.
+// One action "<stage><type>[<microbatch>]". Skipped kinds may leave out the micro-batch (PyTorch
+// writes 0UNSHARD, 0REDUCE_GRAD); every action needs its stage (_Action.from_str's regex starts
+// with one), and compute actions need both.
 Parsed parse_action(std::string_view text, const Cell& at, std::string_view source) {
   std::string_view rest = text;
   bool too_big = false;
@@ -91,12 +92,19 @@ Parsed parse_action(std::string_view text, const Cell& at, std::string_view sour
   if (too_big) bad_cell(source, at, "micro-batch number out of range");
   if (!rest.empty())
     bad_cell(source, at, "expected <stage><type><microbatch>, e.g. 0F3, or (a;b)OVERLAP_F_B");
-  if (is_skipped(p.type)) return p;
-  if (p.type.size() != 1 || kCompute.find(p.type[0]) == std::string_view::npos) {
+  const bool skipped = is_skipped(p.type);
+  if (!skipped && (p.type.size() != 1 || kCompute.find(p.type[0]) == std::string_view::npos)) {
     bad_cell(source, at,
              "unknown action type '" + p.type + "' (expected " + std::string(kTypes) + ")");
   }
-  if (p.stage < 0) bad_cell(source, at, "expected a stage number first");
+  if (p.stage < 0) {
+    bad_cell(source, at,
+             skipped ? "expected a stage number first (PyTorch's loader reads no action "
+                       "without one: 0" +
+                           p.type + ", not " + p.type + ")"
+                     : std::string("expected a stage number first"));
+  }
+  if (skipped) return p;
   if (p.microbatch < 0) bad_cell(source, at, "expected <stage><type><microbatch>, e.g. 0F3");
   if (p.stage >= limits::kMaxStages)
     bad_cell(source, at,
@@ -204,12 +212,19 @@ std::vector<std::string> split_cells(std::string_view line, std::string_view sou
 }
 
 // A blank line after the last rank (row `last_rank` + 1 on): PyTorch's csv reader gives it as an
-// empty row, which its loader takes for one more rank.
+// empty row, which its loader takes for one more rank. With no rank before it, the file has none.
 [[noreturn]] void trailing_blank(std::string_view source, std::size_t last_rank) {
+  if (last_rank == 0) throw Error(std::string(source) + ": no rows (expected one row per rank)");
   throw Error(std::string(source) + " row " + std::to_string(last_rank + 1) +
               ": a blank line after the last rank (PyTorch's csv reader takes it for a rank with "
               "no actions: remove it)");
 }
+
+bool all_blank(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), is_python_space);
+}
+
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 
 }  // namespace
 
@@ -229,7 +244,18 @@ std::string Cell::where() const {
 }
 
 Rows read_rows(std::string_view text, std::string_view source) {
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // utf-8-sig
+  // PyTorch's _load_csv opens the file without utf-8-sig: the mark is the first action's first
+  // character, and no action matches with it.
+  if (text.starts_with(kByteOrderMark)) {
+    const std::string_view rest = text.substr(kByteOrderMark.size());
+    Cell at;
+    at.row = 1;
+    at.column = 1;
+    at.text = std::string(trim(rest.substr(0, rest.find_first_of(",\r\n"))));
+    bad_cell(source, at,
+             "the file starts with a UTF-8 byte-order mark, which PyTorch's loader reads as part "
+             "of this action (it opens the file without utf-8-sig): save the file without it");
+  }
   Rows out;
   std::size_t last_nonblank = 0;  // rows up to this one: ranks, a blank one idle
   std::int64_t cells_read = 0;
@@ -244,7 +270,8 @@ Rows read_rows(std::string_view text, std::string_view source) {
     const int row = static_cast<int>(out.rows.size()) + 1;
     const bool blank = trim(line).empty();
     if (row > limits::kMaxDevices) {
-      if (blank) trailing_blank(source, last_nonblank);
+      // Blank to the end: the blank lines after the last rank (or a file of blank lines alone).
+      if (blank && all_blank(text.substr(start))) trailing_blank(source, last_nonblank);
       throw Error(std::string(source) + " row " + std::to_string(row) + ": " +
                   limits::above_limit("ranks", limits::kMaxDevices));
     }
@@ -274,9 +301,7 @@ Rows read_rows(std::string_view text, std::string_view source) {
     }
     out.rows.push_back(std::move(cells));
   }
-  if (last_nonblank == 0)
-    throw Error(std::string(source) + ": no rows (expected one row per rank)");
-  if (out.rows.size() > last_nonblank) trailing_blank(source, last_nonblank);
+  if (out.rows.size() > last_nonblank || last_nonblank == 0) trailing_blank(source, last_nonblank);
   return out;
 }
 

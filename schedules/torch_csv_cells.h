@@ -34,11 +34,13 @@ struct Rows {
   Skipped skipped;
 };
 
-// Reads every row (a UTF-8 byte-order mark, CRLF or LF line ends, quoted cells as Python's csv
-// reader takes them: a quote opens one only as a cell's first character) and every cell, stripped
-// as _Action.from_str strips it. Throws Error "<source> row R cell C ('text'): why" on a cell that
-// is none of the documented forms, on stage or micro-batch numbers above planner/base/limits.h,
-// and on a file above limits::kMaxCsvCells cells or limits::kMaxDevices rows.
+// Reads every row (CRLF, LF or lone CR line ends, quoted cells as Python's csv reader takes them:
+// a quote opens one only as a cell's first character) and every cell, stripped as
+// _Action.from_str strips it. Throws Error "<source> row R cell C ('text'): why" on a cell that
+// is none of the documented forms (every action, skipped ones included, starts with its stage),
+// on a UTF-8 byte-order mark (PyTorch's loader reads it as part of the first action), on stage or
+// micro-batch numbers above planner/base/limits.h, and on a file above limits::kMaxCsvCells cells
+// or limits::kMaxDevices rows.
 Rows read_rows(std::string_view text, std::string_view source);
 
 [[noreturn]] void bad_cell(std::string_view source, const Cell& cell, std::string_view why);

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,23 +17,54 @@ namespace pipeplan {
 
 namespace {
 
-// Two separate p2 calls of one stage next to each other on a device (e.g. "0P2_4 0P2_5"), which
-// --join-w would join (within --p2-concat), or "" when there are none.
-std::string separate_p2_side_by_side(const TaskGraph& graph) {
-  const int cap = graph.meta.p2_concat;
-  for (std::size_t s = 0; s < graph.streams().size(); ++s) {
-    if (graph.streams()[s].role != StreamRole::compute) continue;
-    const std::vector<int>& order = graph.stream_order(static_cast<int>(s));
-    for (std::size_t i = 0; i + 1 < order.size(); ++i) {
-      const Node& a = graph.node(order[i]);
-      const Node& b = graph.node(order[i + 1]);
-      if (a.op != OpType::P2 || b.op != OpType::P2 || a.stage != b.stage) continue;
-      if (cap > 0 && a.microbatches.size() + b.microbatches.size() > static_cast<std::size_t>(cap))
-        continue;
-      return node_label(a) + " " + node_label(b);
-    }
+// Why `import --join-w --p2-concat <cap>` does not read a plan's p2 calls back from its CSV as
+// planned, or nullopt when it does. Import joins greedily (each p2 takes W cells until the cap),
+// so a plan that groups them otherwise (auto may leave separate p2 calls side by side) does not
+// come back: named by its first such run of p2 calls of one stage and the calls import reads
+// instead, "separate p2 calls of one stage side by side (3P2_0 3P2_1+2+3+4) read back as
+// 3P2_0+1+2+3 3P2_4".
+std::optional<std::string> p2_not_read_back(const Schedule& planned, const std::string& csv,
+                                            int cap) {
+  Schedule back;
+  try {
+    back = schedule_from_torch_csv(csv, "its CSV", {true, cap});
+  } catch (const Error& e) {
+    return std::string("import refuses ") + e.what();
   }
-  return "";
+  const auto same = [](const Action& a, const Action& b) {
+    return a.op == b.op && a.stage == b.stage && a.microbatches == b.microbatches;
+  };
+  for (std::size_t d = 0; d < planned.per_device.size(); ++d) {
+    const std::vector<Action>& a = planned.per_device[d];
+    const std::vector<Action>& b = back.per_device[d];
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && same(a[i], b[i]))
+      ++i;
+    if (i == a.size() && i == b.size()) continue;
+    if (i == a.size() || i == b.size() || a[i].op != OpType::P2 || b[i].op != OpType::P2) {
+      // Not a regrouping of p2 calls (the CSV holds every action as planned): the actions apart.
+      const auto at = [i](const std::vector<Action>& row) {
+        return i < row.size() ? format_action(row[i]) : std::string("nothing");
+      };
+      return "import reads " + at(b) + " where device " + std::to_string(d) + " has " + at(a);
+    }
+    // The run of p2 calls of this stage around the first difference, in each.
+    const int stage = a[i].stage;
+    const auto p2_of_stage = [stage](const Action& x) {
+      return x.op == OpType::P2 && x.stage == stage;
+    };
+    std::size_t first = i;
+    while (first > 0 && p2_of_stage(a[first - 1]))
+      --first;
+    const auto run = [&](const std::vector<Action>& row) {
+      std::string text;
+      for (std::size_t k = first; k < row.size() && p2_of_stage(row[k]); ++k)
+        text += (text.empty() ? "" : " ") + format_action(row[k]);
+      return text;
+    };
+    return "separate p2 calls of one stage side by side (" + run(a) + ") read back as " + run(b);
+  }
+  return std::nullopt;
 }
 
 struct ExportCommand {
@@ -74,14 +106,13 @@ struct ExportCommand {
       std::cout << csv;
       return 0;
     }
-    // The CSV and its split, both or neither.
+    // The CSV and its side file (the split, the p2 groups' bound, and the CSV it goes with),
+    // both or neither.
+    TorchCsvLayers side = torch_csv_layers(graph.meta.model, graph.meta.stage_layers, csv);
+    side.p2_concat = graph.meta.p2_concat;
     OutputFiles outputs;
     outputs.add(output, csv);
-    outputs.add(torch_csv_layers_path(output),
-                json_text(torch_csv_layers_to_json(
-                              torch_csv_layers(graph.meta.model, graph.meta.stage_layers)),
-                          2) +
-                    "\n");
+    outputs.add(torch_csv_layers_path(output), json_text(torch_csv_layers_to_json(side), 2) + "\n");
     outputs.commit();
     std::cout << "wrote " << output << " (" << graph.schedule.devices << " ranks, "
               << graph.schedule.stage_count() << " stages, " << graph.schedule.microbatches
@@ -96,15 +127,13 @@ struct ExportCommand {
     if (largest > 1) {
       std::cout << "its concatenated p2 calls (up to " << largest
                 << " micro-batches) are one W cell per micro-batch";
-      const std::string side_by_side = separate_p2_side_by_side(graph);
       if (graph.meta.backward == BackwardMode::twobp_fill) {
         // Its bubble-filling p2s are single ones beside the concatenated rest: --join-w would
         // join those too.
         std::cout << "; 2bp-fill's single p2s between them look alike, so no import reads this "
                      "plan's calls back\n";
-      } else if (!side_by_side.empty()) {
-        std::cout << "; separate p2 calls of one stage side by side (" << side_by_side
-                  << ") look like one, so no import reads this plan's calls back\n";
+      } else if (const auto why_not = p2_not_read_back(graph.schedule, csv, graph.meta.p2_concat)) {
+        std::cout << "; " << *why_not << ", so no import reads this plan's calls back\n";
       } else {
         std::cout << ": `pipeplan import --join-w"
                   << (graph.meta.p2_concat > 0

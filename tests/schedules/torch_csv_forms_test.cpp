@@ -169,16 +169,39 @@ TEST(TorchCsvForms, ACellOfTheLastStagesForwardAndItsOwnBackwardRunsInSequence) 
             "the inputs of all its parts are there");
 }
 
-TEST(TorchCsvForms, WaitCellsQuotedCellsAndAByteOrderMarkAreRead) {
+TEST(TorchCsvForms, WaitCellsAndQuotedCellsAreRead) {
   TorchCsvReport report;
   const Schedule s = schedule_from_torch_csv(
-      "\xEF\xBB\xBF\"0F0\",0SEND_F0,0WAIT_SEND_F0,\"0RECV_B0\",0B0\r\n"
+      "\"0F0\",0SEND_F0,0WAIT_SEND_F0,\"0RECV_B0\",0B0\r\n"
       "1RECV_F0,1WAIT_RECV_F0,1F0, 1B0 ,1SEND_B0\r\n",
       "w.csv", {}, &report);
   EXPECT_EQ(s.per_device[0], (std::vector<Action>{{OpType::F, 0, {0}}, {OpType::B, 0, {0}}}));
   EXPECT_EQ(report.skipped_text(),
             "1 RECV_B, 1 RECV_F, 1 SEND_B, 1 SEND_F, 1 WAIT_RECV_F, "
             "1 WAIT_SEND_F");
+}
+
+// What PyTorch's loader cannot read is refused naming the cell: it opens the file without
+// utf-8-sig, so a byte-order mark is part of the first action, which then matches nothing; and
+// _Action.from_str's pattern starts every action, skipped kinds included, with its stage.
+TEST(TorchCsvForms, WhatPyTorchsLoaderCannotReadIsRefused) {
+  EXPECT_EQ(error_of("\xEF\xBB\xBF"
+                     "0F0,0B0\r\n"),
+            "s.csv row 1 cell 1 ('0F0'): the file starts with a UTF-8 byte-order mark, which "
+            "PyTorch's loader reads as part of this action (it opens the file without "
+            "utf-8-sig): save the file without it");
+  EXPECT_NE(error_of("\xEF\xBB\xBF\"0F0\",0B0\n")
+                .find("row 1 cell 1 ('\"0F0\"'): the file starts "
+                      "with a UTF-8 byte-order mark"),
+            std::string::npos);
+  EXPECT_EQ(error_of("0F0,UNSHARD,0B0\n"),
+            "s.csv row 1 cell 2 ('UNSHARD'): expected a stage number first (PyTorch's loader "
+            "reads no action without one: 0UNSHARD, not UNSHARD)");
+  EXPECT_EQ(error_of("0F0,(0B0;REDUCE_GRAD)OVERLAP_F_B\n"),
+            "s.csv row 1 cell 2 ('(0B0;REDUCE_GRAD)OVERLAP_F_B' part 2, 'REDUCE_GRAD'): expected "
+            "a stage number first (PyTorch's loader reads no action without one: 0REDUCE_GRAD, "
+            "not REDUCE_GRAD)");
+  EXPECT_EQ(error_of("0UNSHARD,0F0,0B0,0REDUCE_GRAD,0RESHARD\n"), "<no error>");
 }
 
 // As Python's csv reader and _Action.from_str take them: a quote opens a quoted cell only as its
@@ -282,6 +305,20 @@ TEST(TorchCsvForms, MalformedFormsAndLimitsNameRowAndCell) {
     rows += std::to_string(r) + "F0," + std::to_string(r) + "B0\n";
   EXPECT_NE(error_of(rows).find("s.csv row 1025: ranks is above the limit of 1024"),
             std::string::npos);
+}
+
+// Blank lines past the limit of rows: with no rank before them, the file has none; after the
+// last rank, the first is named; with a rank after them, they are rows past the limit.
+TEST(TorchCsvForms, BlankLinesPastTheLimitOfRowsNameWhatTheyAre) {
+  const std::string blank(1100, '\n');
+  EXPECT_EQ(error_of(blank), "s.csv: no rows (expected one row per rank)");
+  EXPECT_EQ(error_of(" \r\n\t" + blank), "s.csv: no rows (expected one row per rank)");
+  EXPECT_EQ(error_of("0F0,0B0\n1F0,1B0\n" + blank),
+            "s.csv row 3: a blank line after the last rank (PyTorch's csv reader takes it for a "
+            "rank with no actions: remove it)");
+  EXPECT_EQ(error_of(blank + "0F0,0B0\n"),
+            "s.csv row 1025: ranks is above the limit of 1024 "
+            "(docs/reference/limits.md)");
 }
 
 TEST(Deadlock, NoGeneratedScheduleDeadlocks) {
