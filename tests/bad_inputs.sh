@@ -10,6 +10,7 @@ set -uo pipefail
 pipeplan=$(realpath "${1:?usage: bad_inputs.sh PIPEPLAN [SECONDS]}")
 limit=${2:-5}
 fixtures=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/schedules/fixtures/torch
+plan_json=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/calibrate/plan_json.py
 work=$(mktemp -d "${TMPDIR:-/tmp}/pipeplan_bad_inputs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -90,6 +91,8 @@ python3 -c 'print(",".join([f"{s}F0" for s in range(70)] + [f"{s}B0" for s in re
 "$pipeplan" show plan.json --trace trace.json >/dev/null || { echo "bad_inputs: show failed"; exit 1; }
 # A recorded run for calibrate: RUN.plan.json + RUN.trace.json.
 cp plan.json run.plan.json && cp trace.json run.trace.json
+# The plan as version 2 (one object per node), for the cases of that version below.
+python3 "$plan_json" plan.json plan_v2.json || { echo "bad_inputs: could not write plan_v2.json"; exit 1; }
 # Plans whose JSON loads but that cannot run; the gpus.json variants; a NUL byte; deep nesting.
 python3 - <<'PY' || { echo "bad_inputs: could not break the plan"; exit 1; }
 import copy, json
@@ -131,6 +134,29 @@ for name, change in (("overlap", lambda m: m.update(stage_layers=[[0, 4], [2, 4]
 p = copy.deepcopy(plan); p["schedule"] = p["schedule"].replace("0F0 0F1 0B0 0B1", "0F0 0B0 0F1 0B1")
 assert p["schedule"] != plan["schedule"]; write("plan_schedule_text.json", p)
 p = copy.deepcopy(plan); p["nodes"]["labels"] = [[0, "0F0\x1b[2J\"}"]]; write("plan_escape_label.json", p)
+# Fields the reader must not take: an unknown key with "format" after it (the parser has not yet
+# been told the file is a plan), the other version's edges, a compute node's message in version 2,
+# half a byte of memory, a tensor-parallel degree that splits no heads, compute that takes no time.
+v2 = json.load(open("plan_v2.json"))
+def format_last(p):
+    rest = {k: v for k, v in p.items() if k != "format"}
+    rest["format"] = p["format"]
+    return rest
+p = copy.deepcopy(plan); p["meta"]["tensor_paralel"] = 4; write("plan_unknown_key_format_last.json", format_last(p))
+p = copy.deepcopy(plan); p["meta"]["recompute"] = {"method": "block", "blocks": 1, "blcks": 2}
+write("plan_unknown_recompute_key_format_last.json", format_last(p))
+p = copy.deepcopy(v2); p["meta"]["tensor_paralel"] = 4; write("plan_v2_unknown_key_format_last.json", format_last(p))
+p = copy.deepcopy(plan); p["edges"] = [[0, 1]]; write("plan_v3_edges.json", p)
+p = copy.deepcopy(v2); p["data_edges"] = [0, 1]; write("plan_v2_data_edges.json", p)
+p = copy.deepcopy(v2); p["nodes"][0]["bytes"] = 4096; write("plan_v2_compute_bytes.json", p)
+p = copy.deepcopy(plan); p["meta"]["memory_limit_bytes"][0] = 0.5; write("plan_half_byte_limit.json", p)
+p = copy.deepcopy(plan); p["meta"]["tensor_parallel"] = 3; write("plan_tp_3.json", p)
+p = copy.deepcopy(plan); t = p["nodes"]; t["duration_values"] = [0] * len(t["duration_values"])
+write("plan_no_time.json", p)
+p = copy.deepcopy(plan); p["nodes"]["labels"] = [[99, "a"]]; write("plan_label_99.json", p)
+p = copy.deepcopy(plan); p["streams"] = []; write("plan_no_streams.json", p)
+text = json.dumps(plan).replace('"count": %d' % plan["nodes"]["count"], '"count": 99999999999999999999')
+assert "99999999999999999999" in text; open("plan_count_1e20.json", "w").write(text)
 prof = json.load(open("profile.json")); prof["model"]["name"] = "tiny\x1b]0;x\x07"
 json.dump(prof, open("profile_escape_name.json", "w"))
 gpus = json.load(open("gpus/gpus.json"))
@@ -444,6 +470,30 @@ for bad in self_edge cycle send_without_recv bad_stage repeated_node no_nodes la
   check "validate: plan_$bad" validate "plan_$bad.json"
   check "export: plan_$bad" export "plan_$bad.json" -o '{out}'
 done
+EXPECT="field 'meta.tensor_paralel' is not a field of a plan's meta (did you mean 'tensor_parallel'?)" \
+  check "validate: unknown meta key, format last" validate plan_unknown_key_format_last.json
+EXPECT="field 'meta.recompute.blcks' is not a field of a plan's recomputation" \
+  check "validate: unknown recompute key, format last" validate plan_unknown_recompute_key_format_last.json
+EXPECT="field 'meta.tensor_paralel' is not a field of a plan's meta" \
+  check "validate: v2 unknown meta key, format last" validate plan_v2_unknown_key_format_last.json
+EXPECT="field 'edges' is a version 1 and 2 field; version 3 plans give 'data_edges'" \
+  check "validate: v3 plan with edges" validate plan_v3_edges.json
+EXPECT="field 'data_edges' is a version 3 field; version 2 plans give 'edges'" \
+  check "validate: v2 plan with data_edges" validate plan_v2_data_edges.json
+EXPECT="nodes[0]: field 'bytes' is 4096 on a compute node" \
+  check "validate: v2 compute node with bytes" validate plan_v2_compute_bytes.json
+EXPECT="field 'memory_limit_bytes' must hold whole numbers of bytes" \
+  check "validate: memory limit of half a byte" validate plan_half_byte_limit.json
+EXPECT="meta: field 'tensor_parallel': 3 does not divide the 4 attention heads of tiny" \
+  check "validate: tensor parallel 3 on 4 heads" validate plan_tp_3.json
+EXPECT="node 0: field 'duration' is 0 us for a compute F" \
+  check "show: compute that takes no time" show plan_no_time.json
+EXPECT="field 'nodes.labels[0]' names node 99, out of range [0, 17]" \
+  check "validate: a label for node 99" validate plan_label_99.json
+EXPECT="field 'streams' is empty, but the plan has 18 nodes, each on a stream" \
+  check "validate: no streams" validate plan_no_streams.json
+EXPECT="nodes: field 'count' = 1e+20 is out of range [0, 4194304]" \
+  check "validate: a count of 99999999999999999999" validate plan_count_1e20.json
 # Accepted nonsense and unclear messages.
 check "plan --gpu a100 on an H100 profile" plan --profile profile.json --gpu a100 --stages 2 -m 2 -o '{out}'
 check "profile --analytic --backend cuda" profile --analytic --model tiny --backend cuda -o '{out}'

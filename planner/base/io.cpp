@@ -278,13 +278,24 @@ class ColumnSax {
     column_->push_back(static_cast<std::int64_t>(v));
     return true;
   }
-  bool number_float(double v, const std::string& /*text*/) {
-    if (column_ != nullptr) refuse("must hold integers only");
+  bool number_float(double v, const std::string& text) {
+    if (column_ != nullptr) {
+      // Digits alone that nlohmann reads as a double are an integer beyond uint64's range.
+      const bool digits =
+          !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos;
+      refuse(digits ? "holds an integer outside the range of int64" : "must hold integers only");
+    }
     return value(v);
   }
   bool string(std::string& v) {
     if (column_ != nullptr) refuse("must hold integers only");
-    if (!known_.empty() && stack_.size() == 1 && key_ == "format" && v == format_) checking_ = true;
+    if (!known_.empty() && stack_.size() == 1 && key_ == "format" && v == format_) {
+      checking_ = true;
+      // A key met before "format" said what the file is: refused now that it has.
+      if (pending_.known != nullptr)
+        refuse_unknown_field(pending_.key, pending_.known->keys, source_, pending_.parent,
+                             pending_.known->what);
+    }
     return value(std::move(v));
   }
   bool binary(nlohmann::json::binary_t& /*v*/) { return false; }  // not in JSON text
@@ -301,14 +312,21 @@ class ColumnSax {
          (!out_.columns.empty() && out_.columns.contains(column_key(k).second))))
       throw Error(std::string(source_) + ": field '" + path_to(k) +
                   "' appears twice in one object");
-    if (checking_ && !stack_.empty() && stack_.back().value->is_object()) {
+    // Before "format" has said what the file is, the first unknown key is kept, not refused:
+    // a file of another kind is the caller's to name, and one of this kind is refused when its
+    // "format" is met, wherever that is.
+    if (!known_.empty() && (checking_ || pending_.known == nullptr) && !stack_.empty() &&
+        stack_.back().value->is_object()) {
       const std::string path = path_to(k);
       const std::string parent =
           path.size() > k.size() ? path.substr(0, path.size() - k.size() - 1) : "";
       for (const KnownKeys& object : known_) {
-        if (object.path == parent &&
-            std::find(object.keys.begin(), object.keys.end(), k) == object.keys.end())
-          refuse_unknown_field(k, object.keys, source_, parent, object.what);
+        if (object.path != parent ||
+            std::find(object.keys.begin(), object.keys.end(), k) != object.keys.end())
+          continue;
+        if (checking_) refuse_unknown_field(k, object.keys, source_, parent, object.what);
+        pending_ = {k, parent, &object};
+        break;
       }
     }
     key_ = k;
@@ -445,6 +463,11 @@ class ColumnSax {
   const std::vector<KnownKeys>& known_;
   std::string_view format_;
   bool checking_ = false;  // the top-level "format" has read format_
+  // The first key `known_` does not list, met while checking_ was still false.
+  struct Unknown {
+    std::string key, parent;
+    const KnownKeys* known = nullptr;
+  } pending_;
   std::vector<Frame> stack_;
   std::string key_;
   std::vector<std::int64_t>* column_ = nullptr;
@@ -549,6 +572,20 @@ std::optional<std::int64_t> int64_value(const nlohmann::json& value) {
 std::int64_t require_integer(const nlohmann::json& object, std::string_view field,
                              std::string_view context) {
   const auto& value = require_field(object, field, context);
+  if (value.is_number_float()) {
+    // An integer too large for uint64 (99999999999999999999) reads as a double: out of range,
+    // not "not an integer".
+    constexpr double kBeyond = 9223372036854775808.0;  // 2^63
+    const double x = value.get<double>();
+    if (x >= kBeyond || x < -kBeyond) {
+      throw Error(std::string(context) + ": field '" + std::string(field) + "' is " +
+                  json_excerpt(value) + ", " +
+                  (x > 0 ? "above the largest" : "below the smallest") + " integer read (" +
+                  std::to_string(x > 0 ? std::numeric_limits<std::int64_t>::max()
+                                       : std::numeric_limits<std::int64_t>::min()) +
+                  ")");
+    }
+  }
   if (!value.is_number_integer()) {
     throw Error(std::string(context) + ": field '" + std::string(field) + "' must be an integer");
   }

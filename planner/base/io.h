@@ -64,9 +64,9 @@ struct KnownKeys {
   std::vector<std::string_view> keys;
   std::string_view what;
 };
-// The checks start once the top-level key "format" has read `format` (a file of another kind is
-// left to the caller's format check; a file whose "format" comes after other keys, to the
-// caller's own key checks).
+// The keys are refused only in a file whose top-level "format" reads `format` (a file of another
+// kind is left to the caller's format check), wherever that key is: once it has been read, as
+// met; before, the first unknown key is kept and refused when "format" is read.
 JsonColumns parse_json_columns(std::string_view text, std::string_view source,
                                const std::vector<std::string>& paths,
                                const std::vector<KnownKeys>& known, std::string_view format);
@@ -103,7 +103,8 @@ std::string json_text(const nlohmann::json& value, int indent = -1);
 // ending in '/'), in a folder that exists and takes new files, and must not be a file this
 // command read (by device and inode, links resolved) nor another output of it.
 // commit() writes each file to a temporary created exclusively (O_EXCL, O_NOFOLLOW) beside its
-// target, and only when every one is written renames them over their targets: a failure leaves
+// target and syncs it to disk, and only when every one is written renames them over their targets
+// (their folders synced after): a failure leaves
 // every target as it was and no temporary behind. A rename that fails (an immutable target, say)
 // undoes the ones before it: each file replaced is kept under a second name (a hard link) until
 // every rename has succeeded, and a target that cannot be kept so is renamed first (where two

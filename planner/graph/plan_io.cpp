@@ -3,6 +3,7 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -15,6 +16,7 @@
 #include "planner/base/io.h"
 #include "planner/base/limits.h"
 #include "planner/graph/taskgraph.h"
+#include "profiles/tensor_parallel.h"
 
 namespace pipeplan {
 
@@ -78,6 +80,23 @@ OpType op_from_string(std::string_view text, const std::string& context) {
   throw Error(context + ": field 'op' must be F, B, P1, P2 or O");
 }
 
+// Whether a compute node of `op` takes time: a forward, fused backward or P1 always does (the
+// planner's are a profile's positive forward_us and p1_us); a P2 (a profile's p2_us may be 0), an
+// optimizer step and a transfer may take none.
+bool takes_time(const Node& n) {
+  return n.kind == NodeKind::compute &&
+         (n.op == OpType::F || n.op == OpType::B || n.op == OpType::P1);
+}
+
+// "field '<field>' is 0 us for a compute F (...)": a node that takes time given none (the plan's
+// MFU would be above 100 %).
+std::string no_time_problem(const Node& n, std::string_view field) {
+  return "field '" + std::string(field) + "' is 0 us for a compute " +
+         std::string(to_string(n.op)) +
+         " (forwards, backwards and P1s take time; only P2s, optimizer steps and transfers may "
+         "take 0)";
+}
+
 // An integer JSON value in [lo, hi] (unsigned values beyond int64 count as out of range).
 bool int_in(const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
   const std::optional<std::int64_t> x = int64_value(v);
@@ -87,10 +106,15 @@ bool int_in(const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
 std::int64_t require_int64(const nlohmann::json& object, std::string_view field,
                            const std::string& context, std::int64_t lo, std::int64_t hi) {
   const auto& v = require_field(object, field, context);
-  if (!v.is_number_integer()) {
+  // A whole number beyond the range, 99999999999999999999 (read as a double past uint64) or
+  // 1e300, is out of range rather than "not an integer".
+  const bool whole_outside =
+      v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+      (v.get<double>() < static_cast<double>(lo) || v.get<double>() > static_cast<double>(hi));
+  if (!v.is_number_integer() && !whole_outside) {
     throw Error(context + ": field '" + std::string(field) + "' must be an integer");
   }
-  if (!int_in(v, lo, hi)) {
+  if (whole_outside || !int_in(v, lo, hi)) {
     throw Error(context + ": field '" + std::string(field) + "' = " + v.dump() +
                 " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
@@ -211,6 +235,8 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     }
     m.stage_layers.push_back({s[0].get<int>(), s[1].get<int>()});
   }
+  // `integers`: JSON integers only; else whole numbers, which may be written as doubles
+  // (81389630259.0): a memory limit is whole bytes, 0 for none.
   const auto per_device = [&](std::string_view field, bool integers, double hi) {
     const auto& a = require_field(j, field, ctx);
     if (!a.is_array() || static_cast<int>(a.size()) != m.devices) {
@@ -219,11 +245,13 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     }
     for (const auto& v : a) {
       const bool ok = integers ? int_in(v, 0, static_cast<std::int64_t>(hi))
-                               : v.is_number() && v.get<double>() >= 0 && v.get<double>() <= hi;
+                               : v.is_number() && v.get<double>() >= 0 && v.get<double>() <= hi &&
+                                     v.get<double>() == std::floor(v.get<double>());
       if (!ok) {
         throw Error(ctx + ": field '" + std::string(field) + "' must hold " +
-                    (integers ? "integers" : "numbers") + " from 0 to " +
-                    std::to_string(static_cast<std::int64_t>(hi)) + " (docs/reference/limits.md)");
+                    (integers ? "integers from 0" : "whole numbers of bytes from 0 (no limit)") +
+                    " to " + std::to_string(static_cast<std::int64_t>(hi)) +
+                    " (docs/reference/limits.md)");
       }
     }
     return a;
@@ -237,6 +265,13 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
       require_bounded(j, "peak_flops_per_device", ctx, limits::kMaxDevicePeakFlops);
   if (j.contains("tensor_parallel")) {
     m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
+    // What the planner refuses, refused here in its words: T must divide the model's attention
+    // heads and key/value heads (and experts): tensor_parallel_profile's check, on the model alone.
+    named(ctx, "tensor_parallel", [&] {
+      Profile model_only;
+      model_only.model = m.model;
+      (void)tensor_parallel_profile(std::move(model_only), m.tensor_parallel, P2pLink{});
+    });
   }
   m.link = link_from_json(require_field(j, "link", ctx), ctx + ".link");
   if (const auto dp = j.find("data_parallel"); dp != j.end()) {
@@ -307,6 +342,8 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
     n.microbatches.push_back(mb.get<int>());
   }
   n.duration_us = require_bounded(j, "duration_us", ctx, limits::kMaxNodeTimeUs);
+  if (n.duration_us == 0 && takes_time(n))
+    throw Error(ctx + ": " + no_time_problem(n, "duration_us"));
   std::string label = require_string(j, "label", ctx);
   require_printable(label, "label", ctx);
   n.alloc_bytes = require_int64(j, "alloc_bytes", ctx, 0, limits::kMaxPlanBytes);
@@ -322,6 +359,16 @@ Node node_from_json(const nlohmann::json& j, const std::string& ctx, const TaskG
   }
   if (n.kind == NodeKind::compute) {
     if (j.contains("transfer")) throw Error(ctx + ": field 'transfer' is for send/recv nodes only");
+    // Written for send/recv only; a compute node's may be there only as version 3 has them for
+    // one (bytes 0, no peer, no match), not dropped silently.
+    for (const auto& [field, none] :
+         {std::pair<std::string_view, std::int64_t>{"bytes", 0}, {"peer", -1}, {"match", -1}}) {
+      if (const auto f = j.find(field); f != j.end() && int64_value(*f) != none) {
+        throw Error(ctx + ": field '" + std::string(field) + "' is " + json_excerpt(*f) +
+                    " on a compute node (send/recv only; a compute node's is " +
+                    std::to_string(none) + " or absent)");
+      }
+    }
     set_label(n, std::move(label));
     return n;
   }
@@ -411,6 +458,10 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
   check_stage_layers(g, source);
   const auto& streams = require_field(json, "streams", source);
   if (!streams.is_array()) throw Error(source + ": field 'streams' must be an array");
+  if (streams.empty() && node_total > 0) {
+    throw Error(source + ": field 'streams' is empty, but the plan has " +
+                std::to_string(node_total) + " nodes, each on a stream");
+  }
   if (streams.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
     throw Error(
         source + ": " +
@@ -501,11 +552,26 @@ void set_stream_orders(TaskGraph& g, std::vector<std::optional<std::vector<int>>
 
 namespace {
 
+// A top-level key of the other versions, which this version's reader would never read.
+void refuse_other_versions_key(const nlohmann::json& json, const JsonColumns* columns,
+                               const std::string& source, int version) {
+  if (version >= kPlanVersion && json.contains("edges")) {
+    throw Error(source +
+                ": field 'edges' is a version 1 and 2 field; version 3 plans give 'data_edges'");
+  }
+  if (version < kPlanVersion &&
+      (json.contains("data_edges") || (columns != nullptr && columns->column("data_edges")))) {
+    throw Error(source + ": field 'data_edges' is a version 3 field; version " +
+                std::to_string(version) + " plans give 'edges'");
+  }
+}
+
 // plan_from_json, the streams' orders taken from `columns` where it has them.
 TaskGraph plan_from_rows(const nlohmann::json& json, const JsonColumns* columns,
                          const std::string& source) {
   const int version =
       require_format(json, kPlanFormat, kOldestPlanVersion, kRowsPlanVersion, source);
+  refuse_other_versions_key(json, columns, source, version);
   const auto& nodes = require_field(json, "nodes", source);
   if (!nodes.is_array()) throw Error(source + ": field 'nodes' must be an array");
   if (nodes.size() > static_cast<std::size_t>(limits::kMaxPlanNodes)) {
@@ -849,6 +915,24 @@ class PlanColumns {
   int count_ = 0;
 };
 
+// The integer node id at entry `index` of list `field`, whose ids increase, after `last`: one
+// that is no node's is out of range (not out of order), one not above `last` out of order.
+int increasing_node_id(const nlohmann::json& id, int last, int node_total,
+                       const std::string& source, const std::string& field, std::size_t index) {
+  if (!int_in(id, 0, node_total - 1)) {
+    throw Error(source + ": field '" + field + "[" + std::to_string(index) + "]' names node " +
+                json_excerpt(id) +
+                (node_total == 0 ? ", but the plan has no nodes"
+                                 : ", out of range [0, " + std::to_string(node_total - 1) + "]"));
+  }
+  if (id.get<int>() <= last) {
+    throw Error(source + ": field '" + field + "' must hold increasing node ids (entry " +
+                std::to_string(index) + ": node " + id.dump() + " after node " +
+                std::to_string(last) + ")");
+  }
+  return id.get<int>();
+}
+
 // Rows [id, value...] of a sparse column, ids increasing: calls take(id, row).
 template <typename Take>
 void sparse_rows(const nlohmann::json& table, std::string_view name, const std::string& source,
@@ -857,18 +941,20 @@ void sparse_rows(const nlohmann::json& table, std::string_view name, const std::
   const std::string field = "nodes." + std::string(name);
   if (!rows.is_array()) throw Error(source + ": field '" + field + "' must be an array");
   int last = -1;
-  for (const auto& row : rows) {
-    if (!row.is_array() || row.empty() || !int_in(row[0], last + 1, node_total - 1)) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    if (!row.is_array() || row.empty() || !row[0].is_number_integer()) {
       throw Error(source + ": field '" + field +
                   "' must hold rows [node id, ...] with increasing node ids");
     }
-    last = row[0].get<int>();
+    last = increasing_node_id(row[0], last, node_total, source, field, i);
     take(last, row);
   }
 }
 
 TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
   const nlohmann::json& json = doc.json;
+  refuse_other_versions_key(json, &doc, source, kPlanVersion);
   const auto& table = require_field(json, "nodes", source);
   const PlanColumns columns(doc, table, source);
   const int node_total = columns.count();
@@ -914,6 +1000,9 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     n.stage = static_cast<int>(col(kStage, id, 0, limits::kMaxStages - 1));
     n.microbatches.push_back(static_cast<int>(col(kMicrobatch, id, 0, last_mb)));
     n.duration_us = durations[static_cast<std::size_t>(col(kDuration, id, 0, duration_count - 1))];
+    if (n.duration_us == 0 && takes_time(n)) {
+      throw Error(source + ": node " + std::to_string(id) + ": " + no_time_problem(n, "duration"));
+    }
     n.alloc_bytes = col(kAllocBytes, id, 0, limits::kMaxPlanBytes);
     n.free_bytes = col(kFreeBytes, id, 0, limits::kMaxPlanBytes);
     n.work_bytes = col(kWorkBytes, id, 0, limits::kMaxPlanBytes);
@@ -961,12 +1050,10 @@ TaskGraph plan_from_columns(const JsonColumns& doc, const std::string& source) {
     const std::string field = source + ": field 'nodes.overlapped'";
     if (!overlapped->is_array()) throw Error(field + " must be an array of node ids");
     int last = -1;
-    for (const auto& id : *overlapped) {
-      if (!int_in(id, last + 1, node_total - 1)) {
-        throw Error(field + " must hold increasing node ids from 0 to " +
-                    std::to_string(node_total - 1));
-      }
-      last = id.get<int>();
+    for (std::size_t i = 0; i < overlapped->size(); ++i) {
+      const auto& id = (*overlapped)[i];
+      if (!id.is_number_integer()) throw Error(field + " must be an array of node ids");
+      last = increasing_node_id(id, last, node_total, source, "nodes.overlapped", i);
       Node& n = g.node(last);
       if (n.kind != NodeKind::compute) {
         throw Error(source + ": node " + std::to_string(last) +
@@ -1040,16 +1127,12 @@ TaskGraph plan_from_text(std::string_view text, std::string_view source_view) {
       {"meta.data_parallel", {"replicas", "optimizer", "link"}, "a plan's data parallelism"},
       {"meta.data_parallel.link", {"latency_us", "bandwidth_GBps"}, "a link"},
       {"meta.recompute", {"method", "blocks"}, "a plan's recomputation"}};
-  // Checked as met once "format" has said pipeplan-plan (pipeplan writes it first); a file of
-  // another kind is named by require_format, and one whose keys come in another order is checked
-  // whole after it.
+  // Checked as met once "format" has said pipeplan-plan (pipeplan writes it first), and a key met
+  // before it when it is read, wherever it is; a file of another kind is named by require_format.
+  // The top level lists both versions' keys: the one of the other version is named by its reader.
   const JsonColumns doc = parse_json_columns(text, source, paths, kKnown, kPlanFormat);
   const int version =
       require_format(doc.json, kPlanFormat, kOldestPlanVersion, kPlanVersion, source);
-  require_known_fields(
-      doc.json,
-      {"format", "version", "meta", "schedule", "streams", "nodes", "edges", "data_edges"}, source,
-      "", "a plan");
   if (version < kPlanVersion) return plan_from_rows(doc.json, &doc, source);
   return plan_from_columns(doc, source);
 }

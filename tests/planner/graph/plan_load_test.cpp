@@ -9,6 +9,10 @@
 #include "planner/base/error.h"
 #include "planner/graph/simulator.h"
 #include "planner/graph/taskgraph.h"
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
+#include "profiles/model.h"
+#include "profiles/tensor_parallel.h"
 #include "tests/error_support.h"
 #include "tests/planner/plan_fixtures.h"
 #include "tools/plan_options.h"
@@ -39,6 +43,8 @@ TEST(PlanLoad, SizesAboveTheLimitsAreRefused) {
   EXPECT_EQ(load_error([](json& p) { p["meta"]["microbatches"] = 1'000'000'000; }),
             "p.json: meta: field 'microbatches' = 1000000000 is out of range [1, 65536]");
   EXPECT_EQ(load_error([](json& p) { p["meta"]["devices"] = 1e300; }),
+            "p.json: meta: field 'devices' = 1e+300 is out of range [1, 1024]");
+  EXPECT_EQ(load_error([](json& p) { p["meta"]["devices"] = 1.5; }),
             "p.json: meta: field 'devices' must be an integer");
   EXPECT_EQ(load_error([](json& p) { p["meta"]["static_bytes"][0] = 1e300; }),
             "p.json: meta: field 'static_bytes' must hold integers from 0 to 1152921504606846976 "
@@ -86,11 +92,84 @@ TEST(PlanLoad, TensorParallelismIsRecordedWhenThereIsSome) {
             "p.json: meta: field 'tensor_parallel' = 0 is out of range [1, 1024]");
 }
 
+// The degree must divide the model's attention heads and key/value heads, as the planner requires:
+// refused in its words (tensor_parallel_profile's).
+TEST(PlanLoad, TensorParallelismMustDivideTheHeadsAsThePlannerSays) {
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
+  r.profile = analytic_profile(model_preset("tiny"), find_gpu("h100-sxm"),
+                               {.seq = 32, .micro_batch_sizes = {1}});
+  r.tensor_parallel = 2;
+  const json written = plan_to_json(make_plan(r).graph);
+  ASSERT_EQ(written["meta"]["model"]["heads"], 4);
+  EXPECT_EQ(plan_from_json(written, "p.json").meta.tensor_parallel, 2);
+  const auto error = [&](const std::function<void(json&)>& change) {
+    json p = written;
+    change(p);
+    try {
+      plan_from_json(p, "p.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(error([](json& p) { p["meta"]["tensor_parallel"] = 3; }),
+            "p.json: meta: field 'tensor_parallel': 3 does not divide the 4 attention heads of "
+            "tiny");
+  try {
+    (void)tensor_parallel_profile(r.profile, 3, {});
+    ADD_FAILURE() << "the planner took tensor parallelism 3 on 4 heads";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.detail(), "3 does not divide the 4 attention heads of tiny");
+  }
+  EXPECT_EQ(error([](json& p) {
+              p["meta"]["model"]["kv_heads"] = 2;
+              p["meta"]["tensor_parallel"] = 4;
+            }),
+            "p.json: meta: field 'tensor_parallel': 4 does not divide the 2 key/value heads of "
+            "tiny (its 4 attention heads share them)");
+}
+
+// A memory limit is whole bytes per device, 0 for none: 0.5 would read as a limit of half a byte
+// that every device is above, reported as "above its limit 0 bytes".
+TEST(PlanLoad, AMemoryLimitIsWholeBytes) {
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["memory_limit_bytes"] = {0.5, 0};
+            }),
+            "p.json: meta: field 'memory_limit_bytes' must hold whole numbers of bytes from 0 "
+            "(no limit) to 1125899906842624 (docs/reference/limits.md)");
+  // Written as a double (81389630259.0) it is whole.
+  EXPECT_EQ(load_error([](json& p) {
+              p["meta"]["memory_limit_bytes"] = {81389630259.0, 0};
+            }),
+            "<no error>");
+}
+
+// A compute node has no message: version 2's bytes, peer and match there are refused, as version
+// 3 refuses them, rather than dropped; the values version 3 gives a compute node are taken.
+TEST(PlanLoad, AVersion2ComputeNodeHasNoMessage) {
+  ASSERT_EQ(good_plan()["nodes"][0]["kind"], "compute");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"][0]["bytes"] = 4096; }),
+            "p.json: nodes[0]: field 'bytes' is 4096 on a compute node (send/recv only; a compute "
+            "node's is 0 or absent)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"][0]["peer"] = 1; }),
+            "p.json: nodes[0]: field 'peer' is 1 on a compute node (send/recv only; a compute "
+            "node's is -1 or absent)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"][0]["match"] = "x"; }),
+            "p.json: nodes[0]: field 'match' is \"x\" on a compute node (send/recv only; a "
+            "compute node's is -1 or absent)");
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"][0]["bytes"] = 0;
+              p["nodes"][0]["peer"] = -1;
+              p["nodes"][0]["match"] = -1;
+            }),
+            "<no error>");
+}
+
 // Activation recomputation: written only when some, read back, named when unknown.
 TEST(PlanLoad, RecomputationIsRecordedWhenThereIsSome) {
   EXPECT_FALSE(good_plan()["meta"].contains("recompute"));
   PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
-  r.profile = uniform_profile(UniformCosts{}, 4, 2);
+  r.profile = uniform_profile(UniformCosts{.forward_ms = 1, .p1_ms = 1, .p2_ms = 1}, 4, 2);
   r.layers_per_stage = {2, 2};
   r.recompute = {Recompute::Method::block, 1};
   const json written = plan_to_json(make_plan(r).graph);

@@ -13,6 +13,8 @@
 #include "planner/base/error.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
+#include "profiles/gpu.h"
+#include "profiles/model.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -234,11 +236,12 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
               p["data_edges"].push_back(1 << 30);
             }).find("] must be [from, to] node ids"),
             std::string::npos);
-  EXPECT_EQ(load_error([](json& p) {
-              p["nodes"]["more_microbatches"] = {{3, 1}, {2, 1}};
-            }),
-            "p.json: field 'nodes.more_microbatches' must hold rows [node id, ...] with "
-            "increasing node ids");
+  EXPECT_EQ(
+      load_error([](json& p) {
+        p["nodes"]["more_microbatches"] = {{3, 1}, {2, 1}};
+      }),
+      "p.json: field 'nodes.more_microbatches' must hold increasing node ids (entry 1: node 2 "
+      "after node 3)");
   EXPECT_EQ(load_error([](json& p) {
               p["nodes"]["more_microbatches"] = {{3, 9}};
             }),
@@ -361,6 +364,182 @@ TEST(PlanText, AKeyTheFormatDoesNotHaveIsRefusedWithTheNearestName) {
             "p.json: field 'streams[0].ordr' is not a field of a stream (did you mean 'order'?)");
   EXPECT_EQ(refused([](json& j) { j["streams"][0]["peer"] = 1; }),
             "p.json: streams[0]: field 'peer' is 1 on a compute stream (it has none: -1)");
+}
+
+}  // namespace
+}  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// `plan` as text with its "format" last (the JSON dump puts it between data_edges and meta).
+std::string format_last(json plan) {
+  const json format = plan["format"];
+  plan.erase("format");
+  std::string text = plan.dump();
+  text.insert(text.size() - 1, ",\"format\":" + format.dump());
+  return text;
+}
+
+std::string text_error(const std::string& text) {
+  try {
+    plan_from_text(text, "p.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// Where "format" is makes no difference: an unknown key in meta (its link, recompute) or the node
+// table is refused as it is when "format" comes first, in either version; a file of another kind
+// is named as such.
+TEST(PlanText, AnUnknownKeyIsRefusedWhereverFormatIs) {
+  const json plan = json::parse(plan_to_text(bpipe_plan().graph));
+  ASSERT_EQ(text_error(format_last(plan)), "<no error>");
+  const auto refused = [&](const std::function<void(json&)>& edit) {
+    json p = plan;
+    edit(p);
+    std::string last = text_error(format_last(p));
+    EXPECT_EQ(last, text_error(p.dump())) << "format first and last disagree";
+    return last;
+  };
+  EXPECT_EQ(refused([](json& p) { p["meta"]["tensor_paralel"] = 4; }),
+            "p.json: field 'meta.tensor_paralel' is not a field of a plan's meta (did you mean "
+            "'tensor_parallel'?)");
+  EXPECT_EQ(refused([](json& p) {
+              p["meta"]["recompute"] = {{"method", "block"}, {"blocks", 1}, {"blcks", 2}};
+            }),
+            "p.json: field 'meta.recompute.blcks' is not a field of a plan's recomputation (did "
+            "you mean 'blocks'?)");
+  EXPECT_EQ(refused([](json& p) { p["meta"]["link"]["jitter_us"] = 1; }),
+            "p.json: field 'meta.link.jitter_us' is not a field of a link");
+  EXPECT_EQ(refused([](json& p) { p["nodes"]["stages"] = json::array(); }),
+            "p.json: field 'nodes.stages' is not a field of a plan's node table (did you mean "
+            "'stage'?)");
+  // Version 2: meta, and a node (checked by its reader).
+  json rows = plan_to_json(bpipe_plan().graph);
+  rows["meta"]["tensor_paralel"] = 4;
+  EXPECT_EQ(text_error(format_last(rows)),
+            "p.json: field 'meta.tensor_paralel' is not a field of a plan's meta (did you mean "
+            "'tensor_parallel'?)");
+  rows["meta"].erase("tensor_paralel");
+  rows["nodes"][1]["work_byte"] = 1;
+  EXPECT_EQ(text_error(format_last(rows)),
+            "p.json: field 'nodes[1].work_byte' is not a field of a plan's node (did you mean "
+            "'work_bytes'?)");
+  // Another kind of file: its format is named, not its keys.
+  json other = plan;
+  other["format"] = "pipeplan-profile";
+  other["meta"]["tensor_paralel"] = 4;
+  EXPECT_EQ(text_error(format_last(other)),
+            "p.json: field 'format' is 'pipeplan-profile', expected 'pipeplan-plan'");
+}
+
+// Each version's reader reads its own edges: the other version's key would be dropped silently.
+TEST(PlanText, TheOtherVersionsEdgesAreRefused) {
+  const TaskGraph g = bpipe_plan().graph;
+  json columns = json::parse(plan_to_text(g));
+  columns["edges"] = json::array({json::array({0, 1})});
+  EXPECT_EQ(text_error(columns.dump()),
+            "p.json: field 'edges' is a version 1 and 2 field; version 3 plans give 'data_edges'");
+  json rows = plan_to_json(g);
+  rows["data_edges"] = json::array({0, 1});
+  EXPECT_EQ(text_error(rows.dump()),
+            "p.json: field 'data_edges' is a version 3 field; version 2 plans give 'edges'");
+  try {
+    plan_from_json(rows, "p.json");
+    ADD_FAILURE() << "a version 2 plan's data_edges was read";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "p.json: field 'data_edges' is a version 3 field; version 2 plans give 'edges'");
+  }
+}
+
+// A forward, backward or P1 takes time (the planner's come from a profile's positive forward_us
+// and p1_us): 0 is refused (show would print an MFU above 100 %). A P2 (p2_us may be 0), an
+// optimizer step and a transfer may take none.
+TEST(PlanText, ComputeNodesThatTakeTimeCannotTakeNone) {
+  json p = json::parse(plan_to_text(bpipe_plan().graph));
+  for (json& v : p["nodes"]["duration_values"])
+    v = 0;
+  EXPECT_EQ(text_error(p.dump()),
+            "p.json: node 0: field 'duration' is 0 us for a compute F (forwards, backwards and "
+            "P1s take time; only P2s, optimizer steps and transfers may take 0)");
+  json rows = plan_to_json(bpipe_plan().graph);
+  rows["nodes"][0]["duration_us"] = 0;
+  EXPECT_EQ(text_error(rows.dump()),
+            "p.json: nodes[0]: field 'duration_us' is 0 us for a compute F (forwards, backwards "
+            "and P1s take time; only P2s, optimizer steps and transfers may take 0)");
+  // What the planner writes with W = 0 and free transfers: P2s and messages of 0 us.
+  const TaskGraph zero_w =
+      testing::uniform_plan(
+          {.devices = 2, .microbatches = 4, .backward = BackwardMode::twobp, .w = 0, .comm = 0})
+          .graph;
+  bool zero_p2 = false, zero_message = false;
+  for (const Node& n : zero_w.nodes()) {
+    zero_p2 = zero_p2 || (n.op == OpType::P2 && n.duration_us == 0);
+    zero_message = zero_message || (n.kind != NodeKind::compute && n.duration_us == 0);
+  }
+  ASSERT_TRUE(zero_p2 && zero_message);
+  EXPECT_EQ(text_error(plan_to_text(zero_w)), "<no error>");
+  EXPECT_EQ(text_error(plan_to_json(zero_w).dump()), "<no error>");
+  // An optimizer step of 0 us reads too.
+  PlanRequest r = testing::uniform_request({.devices = 2, .microbatches = 2});
+  r.profile = analytic_profile(model_preset("tiny"), find_gpu("h100-sxm"),
+                               {.seq = 32, .micro_batch_sizes = {1}});
+  json with_o = plan_to_json(make_plan(r).graph);
+  bool has_o = false;
+  for (json& n : with_o["nodes"]) {
+    if (n["op"] == "O") {
+      n["duration_us"] = 0;
+      has_o = true;
+    }
+  }
+  EXPECT_TRUE(has_o);
+  EXPECT_EQ(text_error(with_o.dump()), "<no error>");
+}
+
+// Messages that say what is wrong: a number past int64 is out of range (not "not an integer"),
+// a row or overlapped id no node has is out of range (not out of order), and a plan without
+// streams says so (not "out of range [0, -1]").
+TEST(PlanText, OutOfRangeIdsAndCountsSayWhatIsWrong) {
+  const std::string text = plan_to_text(bpipe_plan().graph);
+  const int last = bpipe_plan().graph.node_count() - 1;
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const std::size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(text_error(replaced("\"count\": " + std::to_string(last + 1),
+                                "\"count\": 99999999999999999999")),
+            "p.json: nodes: field 'count' = 1e+20 is out of range [0, 4194304]");
+  EXPECT_EQ(text_error(replaced("\"stage\": [0", "\"stage\": [99999999999999999999")),
+            "p.json: field 'nodes.stage' holds an integer outside the range of int64");
+  EXPECT_EQ(text_error(replaced("\"version\": 3", "\"version\": 99999999999999999999")),
+            "p.json: field 'version' is 1e+20, above the largest integer read "
+            "(9223372036854775807)");
+  EXPECT_EQ(load_error([](json& p) {
+              p["nodes"]["labels"] = {{99999, "a"}};
+            }),
+            "p.json: field 'nodes.labels[0]' names node 99999, out of range [0, " +
+                std::to_string(last) + "]");
+  EXPECT_EQ(
+      load_error([](json& p) {
+        p["nodes"]["labels"] = {{5, "a"}, {5, "b"}};
+      }),
+      "p.json: field 'nodes.labels' must hold increasing node ids (entry 1: node 5 after node "
+      "5)");
+  EXPECT_EQ(load_error([](json& p) { p["nodes"]["overlapped"] = {99999}; }),
+            "p.json: field 'nodes.overlapped[0]' names node 99999, out of range [0, " +
+                std::to_string(last) + "]");
+  EXPECT_EQ(load_error([](json& p) { p["streams"] = json::array(); }),
+            "p.json: field 'streams' is empty, but the plan has " + std::to_string(last + 1) +
+                " nodes, each on a stream");
+  json rows = plan_to_json(bpipe_plan().graph);
+  rows["streams"] = json::array();
+  EXPECT_EQ(text_error(rows.dump()), "p.json: field 'streams' is empty, but the plan has " +
+                                         std::to_string(last + 1) + " nodes, each on a stream");
 }
 
 }  // namespace
