@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -92,6 +94,9 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
   for (const auto& a : aliases) {
     if (!a.is_string()) r.fail("aliases", "must be an array of strings");
     g.aliases.push_back(lower(a.get<std::string>()));
+    if (g.aliases.back().empty()) {
+      r.fail("aliases[" + std::to_string(g.aliases.size() - 1) + "]", "must not be empty");
+    }
     if (const std::string problem = control_character_problem(g.aliases.back()); !problem.empty())
       r.fail("aliases", problem);
   }
@@ -136,20 +141,22 @@ std::vector<GpuSpec> gpus_from_json(const nlohmann::json& j, const std::string& 
         limits::above_limit(std::to_string(list.size()) + " entries", limits::kMaxGpuEntries));
   }
   std::vector<GpuSpec> gpus;
-  // Every name and alias seen so far, with the GPU that has it: one lookup per name.
-  std::unordered_map<std::string, std::size_t> owner;
+  // Every name and alias seen so far (lower-case, as --gpu is looked up), with the GPU and the
+  // field that have it: one lookup per name.
+  std::unordered_map<std::string, std::pair<std::size_t, std::string>> owner;
   for (std::size_t i = 0; i < list.size(); ++i) {
     GpuSpec g = gpu_from_json(list[i], source, i);
-    // Each name with the field that gives it: the one repeating another GPU's is named.
+    // Each name with the field that gives it: the one repeating another is named.
     std::vector<std::pair<std::string, std::string>> names = {{g.name, "name"}};
     for (std::size_t a = 0; a < g.aliases.size(); ++a)
       names.emplace_back(g.aliases[a], "aliases[" + std::to_string(a) + "]");
     for (const auto& [n, field] : names) {
-      const auto [it, fresh] = owner.try_emplace(n, i);
-      if (!fresh && it->second != i) {
-        throw Error(source + ": field 'gpus[" + std::to_string(i) + "]." + field + "' ('" + n +
-                    "') repeats a name of '" + gpus[it->second].name + "'");
-      }
+      const auto [it, fresh] = owner.try_emplace(n, i, field);
+      if (fresh) continue;
+      const auto& [other, other_field] = it->second;
+      throw Error(source + ": field 'gpus[" + std::to_string(i) + "]." + field + "' ('" + n +
+                  "') repeats " +
+                  (other == i ? "its own " + other_field : "a name of '" + gpus[other].name + "'"));
     }
     gpus.push_back(std::move(g));
   }

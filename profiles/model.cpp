@@ -431,6 +431,11 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
       m.ffn_hidden = 4 * m.hidden;
     }
     m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
+    // GPT2Config names the learned positions n_positions, older configs n_ctx: one is needed.
+    if (r.find("n_positions") == nullptr && r.find("n_ctx") == nullptr) {
+      r.fail("n_positions",
+             "is missing, and so is field 'n_ctx' (either gives the learned positions)");
+    }
     const char* seq_field = r.find("n_positions") != nullptr ? "n_positions" : "n_ctx";
     m.seq = r.positive_int(seq_field, limits::kMaxSeq);
     m.learned_positions = m.seq;

@@ -3,11 +3,14 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -100,6 +103,38 @@ std::set<std::string> kinds_needed(const ModelConfig& model) {
   for (LayerKind k : model.layer_list())
     kinds.insert(std::string(to_string(k)));
   return kinds;
+}
+
+// What a layer's weights take, by the model's shape: its parameters (a tied LM head keeps its own
+// copy, as the analytic model and Megatron-LM hold it) in one of the weight dtypes a profiler
+// writes: bf16 (the analytic model, the CUDA profiler), f32 or f64 (the CPU backend). A profile
+// whose costs are another model's (its `model` edited, or the costs copied from a profile of
+// another shape) would otherwise plan that model's FLOPs at these costs' speed. A uniform model
+// has no shape: nothing to check.
+void check_param_bytes(const ModelConfig& model, const std::string& kind, int mbs,
+                       const LayerCost& cost, const JsonReader& layers) {
+  if (model.family == "uniform") return;
+  const LayerKind layer = layer_kind_from_string(kind);
+  const std::int64_t params =
+      layer == LayerKind::block ? model.block_parameters()
+      : layer == LayerKind::embedding
+          ? model.embedding_parameters()
+          : model.head_parameters() +
+                (model.tied_embeddings ? std::int64_t{model.vocab} * model.hidden : 0);
+  static constexpr std::pair<int, std::string_view> kDtypes[] = {
+      {2, "bf16"}, {4, "f32"}, {8, "f64"}};
+  for (const auto& [bytes, dtype] : kDtypes) {
+    if (cost.param_bytes == bytes * params) return;
+  }
+  const auto bytes_in = [&](int index, std::string_view unit) {
+    const auto& [bytes, dtype] = kDtypes[index];
+    return std::to_string(bytes * params) + std::string(unit) + " in " + std::string(dtype);
+  };
+  layers.fail(kind + "." + std::to_string(mbs) + ".param_bytes",
+              "(" + std::to_string(cost.param_bytes) + ") does not fit field 'model', whose " +
+                  kind + " has " + std::to_string(params) +
+                  " parameters: " + bytes_in(0, " bytes") + " (" + bytes_in(1, "") + ", " +
+                  bytes_in(2, "") + "); the costs are of another model");
 }
 
 }  // namespace
@@ -307,6 +342,7 @@ Profile profile_from_json(const json& j, std::string_view source) {
     for (const auto& [key, value] : by_mbs.raw().items()) {
       const int mbs = by_mbs.positive_key(key, limits::kMaxMicroBatchSize);
       p.layers[kind][mbs] = cost_from_json(by_mbs.object(key));
+      check_param_bytes(p.model, kind, mbs, p.layers[kind][mbs], layers);
     }
   }
   for (const auto& kind : needed) {

@@ -379,7 +379,7 @@ EXPECT='--top: must be at least 0' \
   check "diff --top -1" diff plan.json plan.json --top -1
 EXPECT='--mbs-list: must not be empty' \
   check "bpipe --mbs-list ''" bpipe --model tiny --stages 2 --global-batch 8 --mbs-list ''
-EXPECT='--mbs-list: profile.json holds micro-batch sizes' \
+EXPECT='--mbs-list: profile.json has no cost at micro-batch size 64' \
   check "bpipe --mbs-list the profile does not hold" bpipe --profile profile.json --stages 2 --global-batch 64 --mbs-list 64
 EXPECT='--stages: BPipe pairs stage x with stage P - 1 - x: needs at least 2, got 1' \
   check "bpipe: one stage" bpipe --model tiny --stages 1 --global-batch 8

@@ -83,6 +83,18 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e) {
   return e.get_name() == "ValidationError" ? message : message + " (see --help)";
 }
 
+// `status`, unless what the command printed did not reach standard output (a full disk, a closed
+// pipe): then 1 (or the command's own failure) with one line saying so.
+int with_stdout_written(int status) {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout) return status;
+  const int error = errno;
+  std::cerr << "pipeplan: error: standard output: write failed"
+            << (error != 0 ? std::string(": ") + std::strerror(error) : std::string()) << "\n";
+  return status != 0 ? status : 1;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -106,7 +118,10 @@ int run_cli(int argc, char** argv) {
     }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // --help and --version print on standard output: a write that fails fails them too.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      return with_stdout_written(app.exit(e));
+    }
     std::cerr << "pipeplan: error: " << usage_error(app, e) << "\n";
     return 1;  // as every refusal (CLI11's own codes, 105 to 109, would tell nothing more)
   }
@@ -115,18 +130,8 @@ int run_cli(int argc, char** argv) {
     const FileGuard guard;
     for (const Command& command : commands) {
       if (!command.app->parsed()) continue;
-      const int status = command.run();
-      // What it printed reached standard output (a full disk, a closed pipe), or it failed.
-      errno = 0;
-      std::cout.flush();
-      if (!std::cout) {
-        const int error = errno;
-        std::cerr << "pipeplan: error: standard output: write failed"
-                  << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
-                  << "\n";
-        return status != 0 ? status : 1;
-      }
-      return status;
+      // What it printed reached standard output, or it failed.
+      return with_stdout_written(command.run());
     }
   } catch (const std::exception& e) {
     return report_failure(e, std::cerr);

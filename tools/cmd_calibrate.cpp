@@ -89,6 +89,47 @@ void check_distinct_runs(const std::vector<std::string>& prefixes) {
   }
 }
 
+// Whether two paths name one file: the same file under any name or link where both are there,
+// else the same path once made absolute and its links resolved.
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code error;
+  if (fs::exists(a, error) && fs::exists(b, error)) {
+    const bool same = fs::equivalent(a, b, error);
+    if (!error) return same;
+  }
+  const fs::path x = fs::weakly_canonical(fs::absolute(a), error);
+  const fs::path y = error ? fs::path() : fs::weakly_canonical(fs::absolute(b), error);
+  if (error) return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+  return x == y;
+}
+
+// The files a recorded run keeps (recorded_run.h), each with what it is.
+constexpr std::pair<std::string_view, std::string_view> kRunFiles[] = {
+    {".plan.json", "plan"},
+    {".trace.json", "trace"},
+    {".plan.txt", "plan command's output"},
+    {".run.json", "run report"}};
+
+// `fit -o` onto the profile it reads or onto a file of a run given would replace an input: one
+// the fit reads, or one a later `calibrate eval` of the run does.
+void check_output_of_fit(const std::string& output, const std::string& profile_path,
+                         const std::vector<std::string>& runs) {
+  if (output == "-") return;  // not a file: check_output refuses it
+  if (profile_path != "-" && same_file(output, profile_path)) {
+    throw Error(output +
+                ": cannot write: it is the --profile the runs are fitted with (-o names "
+                "a new profile)");
+  }
+  for (const std::string& prefix : runs) {
+    for (const auto& [suffix, what] : kRunFiles) {
+      if (same_file(output, prefix + std::string(suffix))) {
+        throw Error(output + ": cannot write: it is the " + std::string(what) + " of run " +
+                    prefix + " (" + prefix + std::string(suffix) + "; -o names a new profile)");
+      }
+    }
+  }
+}
+
 // A recorded run's plan against the profile it is fitted or evaluated with: planned for the
 // profile's model shape (its name aside: a model from a config.json is named after where it was
 // read), GPU and sequence length, or one line naming the plan's field that differs.
@@ -280,6 +321,7 @@ struct FitCommand {
 
   int run() const {
     check_options();
+    check_output_of_fit(output, profile_path, runs);
     Profile profile = load_profile(profile_path);
     if (copy_only && profile.contention.empty()) {
       // A sustained term alone (separate GPUs) has a contention object but no curve to keep.

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
@@ -377,14 +379,31 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
     candidates = {1};
   } else if (!o.profile.empty()) {
     const std::vector<int> held = s.base.profile.micro_batch_sizes();
-    std::erase_if(candidates,
-                  [&](int mbs) { return std::find(held.begin(), held.end(), mbs) == held.end(); });
+    const auto lacks = [&](int mbs) {
+      return std::find(held.begin(), held.end(), mbs) == held.end();
+    };
+    const auto listed = [](const std::vector<int>& sizes) {
+      std::string text;
+      for (const int mbs : sizes)
+        text += (text.empty() ? "" : ", ") + std::to_string(mbs);
+      return text;
+    };
+    if (!mbs_list.empty()) {
+      // As --mbs: a size the list names and the profile has no cost at is refused, not left out
+      // (the default list is filtered to the sizes the profile holds).
+      std::vector<int> missing;
+      std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(missing), lacks);
+      if (!missing.empty()) {
+        throw Error(std::string(mbs_flag) + ": " + input_name(o.profile) +
+                    " has no cost at micro-batch size" + (missing.size() > 1 ? "s " : " ") +
+                    listed(missing) + " (it holds micro-batch size" +
+                    (held.size() > 1 ? "s " : " ") + listed(held) + ")");
+      }
+    }
+    std::erase_if(candidates, lacks);
     if (candidates.empty()) {
-      std::string sizes;
-      for (const int mbs : held)
-        sizes += (sizes.empty() ? "" : ", ") + std::to_string(mbs);
-      throw Error(std::string(mbs_flag) + ": " + o.profile + " holds micro-batch sizes " + sizes +
-                  ", none of " + (mbs_list.empty() ? std::string("1, 2, 4, 8") : mbs_list));
+      throw Error(std::string(mbs_flag) + ": " + input_name(o.profile) +
+                  " holds micro-batch sizes " + listed(held) + ", none of 1, 2, 4, 8");
     }
   } else {
     const GpuSpec gpu = find_gpu(s.base.gpu);

@@ -95,8 +95,9 @@ PlanRequest make_request(const PlanOptions& options);
 PlanRequest make_request_for_schedule(const PlanOptions& options, const Schedule& schedule);
 // `plan --search`: with `global_batch` > 0 every size in `mbs_list` ("1,2,4,8"; empty: powers of
 // two up to 8) that divides it, with an analytic profile per size unless --profile/--uniform
-// gives the costs (then only the sizes they hold). Throws Error naming the option (`mbs_flag`
-// for the list); the global batch and sizes are checked against their limits before any plan.
+// gives the costs: the default list is then cut to the sizes they hold, and a size a given list
+// names that they lack is refused. Throws Error naming the option (`mbs_flag` for the list); the
+// global batch and sizes are checked against their limits before any plan.
 SearchRequest make_search_request(const PlanOptions& options, int global_batch,
                                   const std::string& mbs_list, std::string_view mbs_flag);
 

@@ -124,6 +124,8 @@ nlohmann::json metrics_json(const TaskGraph& graph, const SimResult& sim) {
   }
   j["mfu"] = sim.mfu > 0 ? nlohmann::json(sim.mfu) : nlohmann::json(nullptr);
   j["mfu_of"] = mfu_basis(m, sim.mfu);
+  const std::string above_peak = mfu_above_peak_note(m, sim);
+  j["mfu_above_peak"] = above_peak.empty() ? nlohmann::json(nullptr) : nlohmann::json(above_peak);
   j["layout"] = layout_json(graph);
   j["bpipe"] = transfer_json(graph);
   if (const std::size_t pairs = overlap_pairs(graph).size(); pairs > 0) {
@@ -356,6 +358,8 @@ std::string short_summary(const TaskGraph& graph, const SimResult& sim) {
           sim.makespan_us / 1e3, sim.max_stage_span_us / 1e3, sim.bubble_ratio * 100,
           sim.span_bubble_ratio * 100, sim.tokens_per_s) +
       mfu + "\n";
+  if (const std::string note = mfu_above_peak_note(m, sim); !note.empty())
+    out += "note: " + note + "\n";
   // A tensor-parallel device's GPUs each hold 1/T of its layers: the profile's bytes are per GPU.
   out += m.tensor_parallel > 1
              ? "peak memory per GPU (each stage's " + std::to_string(m.tensor_parallel) + " alike):"

@@ -555,6 +555,8 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   total("MFU (PaLM model FLOPs)", sim.mfu > 0 ? printf_text("%.1f %%", sim.mfu * 100) + " (" +
                                                     mfu_basis(graph.meta, sim.mfu) + ")"
                                               : "n/a");
+  if (const std::string note = mfu_above_peak_note(meta, sim); !note.empty())
+    out += wrapped("note: " + note, 80, 6);
   if (const std::string held = shared_gpu_memory_text(meta, sim); !held.empty())
     total("one GPU holds", held + " (the stages' peaks added)");
   if (const std::string over = one_gpu_overflow_text(meta, sim); !over.empty())

@@ -1,6 +1,7 @@
 #include "planner/graph/metrics.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -38,6 +39,24 @@ double shared_gpu_hbm_bytes(const PlanMeta& meta) {
 bool over_shared_gpu_hbm(const PlanMeta& meta, const StepMetrics& step) {
   const double hbm = shared_gpu_hbm_bytes(meta);
   return hbm > 0 && static_cast<double>(step.shared_gpu_memory_bytes()) > hbm;
+}
+
+double mfu_of_one_gpu(const PlanMeta& meta, const StepMetrics& step) {
+  return meta.contention.empty() ? step.mfu : step.mfu * meta.devices;
+}
+
+std::string mfu_above_peak_note(const PlanMeta& meta, const StepMetrics& step) {
+  const double mfu = mfu_of_one_gpu(meta, step);
+  if (!(mfu > 1.0)) return "";
+  const double tflops = meta.peak_flops_per_device / 1e12 / std::max(1, meta.tensor_parallel);
+  char figures[96];
+  std::snprintf(figures, sizeof figures, "MFU %.1f %% is above 100 %% of gpu '", mfu * 100);
+  char peak[64];
+  std::snprintf(peak, sizeof peak, "' (%g TFLOP/s a GPU)", tflops);
+  return figures + meta.gpu + peak +
+         (meta.contention.empty() ? "" : " for the stages that share it") +
+         ": the plan's times are faster than its peak computes the model's FLOPs (check the "
+         "durations, and the profile's times and model)";
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,16 @@ struct StepMetrics {
 // end (releases first at equal times: an op that starts when another ends reuses its memory).
 // Throws Error when the times do not cover the graph or a node names an unknown device.
 StepMetrics step_metrics(const TaskGraph& graph, std::span<const NodeTime> times);
+
+// The step's MFU against one whole GPU: `step.mfu`, or where the stages share one GPU
+// (meta.contention has curves: emulated stages) that many times it, as they compute on it together.
+double mfu_of_one_gpu(const PlanMeta& meta, const StepMetrics& step);
+// "" when mfu_of_one_gpu is at most 100 %, else one line saying that the step's times are faster
+// than the GPU's peak computes the model's FLOPs: "MFU 527.0 % is above 100 % of gpu 'h100-sxm'
+// (989.4 TFLOP/s bf16 dense a GPU): ...". PaLM's model FLOPs count full (not causal) attention,
+// so a real step may pass 100 % by a little at long sequences; far above it, the durations or the
+// profile's times are not of this model on this GPU.
+std::string mfu_above_peak_note(const PlanMeta& meta, const StepMetrics& step);
 
 // Where the plan's stages share one GPU (meta.contention has curves: emulated stages), that GPU's
 // HBM (gpus.json); 0 where they do not share one or its HBM is not known.

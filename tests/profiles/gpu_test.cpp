@@ -23,7 +23,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 using testing::error_of;
 
 fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path path =
+  fs::path path =
       fs::temp_directory_path() / ("pipeplan_gpu_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream(path) << text;
   return path;
@@ -154,8 +154,18 @@ TEST(Gpu, ARepeatedNameIsNamedByTheFieldThatRepeatsIt) {
   EXPECT_EQ(
       error_of([&] { gpus_from_json(list(gpu("h100", "") + "," + gpu("h100", "")), "gpus.json"); }),
       "gpus.json: field 'gpus[1].name' ('h100') repeats a name of 'h100'");
-  // A GPU may list its own name among its aliases.
-  EXPECT_EQ(gpus_from_json(list(gpu("h100", R"("h100")")), "gpus.json").size(), 1U);
+  // Names are looked up case-insensitively, so every name and alias is unique in lower case: an
+  // alias repeating its own GPU's name or another alias is refused too, and no alias is empty.
+  EXPECT_EQ(error_of([&] { gpus_from_json(list(gpu("h100", R"("H100")")), "gpus.json"); }),
+            "gpus.json: field 'gpus[0].aliases[0]' ('h100') repeats its own name");
+  EXPECT_EQ(error_of([&] {
+              gpus_from_json(list(gpu("h100-sxm", R"("h100", "x", "H100")")), "gpus.json");
+            }),
+            "gpus.json: field 'gpus[0].aliases[2]' ('h100') repeats its own aliases[0]");
+  EXPECT_EQ(error_of([&] { gpus_from_json(list(gpu("h100-sxm", R"("h100", "")")), "gpus.json"); }),
+            "gpus.json: field 'gpus[0].aliases[1]' must not be empty");
+  EXPECT_EQ(gpus_from_json(list(gpu("h100-sxm", R"("h100", "h100-sxm5")")), "gpus.json").size(),
+            1U);
 }
 
 }  // namespace

@@ -247,6 +247,10 @@ TEST(SustainedMeasurementJson, TravelsInAProfile) {
   cost.p2_concat_us = {{1, 10}};
   for (const char* kind : {"embedding", "block", "head"})
     p.layers[kind][1] = cost;
+  // The tiny model's weights in bf16, as its shape gives them.
+  p.layers["embedding"][1].param_bytes = 2 * p.model.embedding_parameters();
+  p.layers["block"][1].param_bytes = 2 * p.model.block_parameters();
+  p.layers["head"][1].param_bytes = 2 * p.model.head_parameters();
   p.sustained_load = sample_measurement();
   p.contention.sustained = p.sustained_load->model;
   const Profile back = profile_from_json(profile_to_json(p), "p.json");

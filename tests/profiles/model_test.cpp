@@ -582,6 +582,13 @@ TEST(Model, HfConfigErrorsNameFileAndField) {
     "vocab_size": 16, "n_positions": 8})");
   EXPECT_EQ(error_of([&] { load_hf_config(bad); }),
             bad.string() + ": field 'n_layer' must be a positive integer");
+  // GPT-2's learned positions come from n_positions or the older n_ctx: both are named.
+  const auto positions = dir.write("gpt2/config.json", R"({"model_type": "gpt2", "n_layer": 2,
+    "n_embd": 8, "n_head": 2, "vocab_size": 16})");
+  EXPECT_EQ(error_of([&] { load_hf_config(positions); }),
+            positions.string() +
+                ": field 'n_positions' is missing, and so is field 'n_ctx' (either gives the "
+                "learned positions)");
   const auto other = dir.write("t5/config.json", R"({"model_type": "t5"})");
   EXPECT_NE(error_of([&] { load_hf_config(other); }).find("'model_type'"), std::string::npos);
 }

@@ -1,5 +1,6 @@
 #include "profiles/profile.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -35,6 +36,12 @@ LayerCost sample_cost(double scale) {
   return c;
 }
 
+std::int64_t parameters_of(const ModelConfig& model, const std::string& kind) {
+  return kind == "block"       ? model.block_parameters()
+         : kind == "embedding" ? model.embedding_parameters()
+                               : model.head_parameters();
+}
+
 Profile sample_profile() {
   Profile p;
   p.model = model_preset("tiny");
@@ -55,6 +62,11 @@ Profile sample_profile() {
   p.layers["head"][2] = sample_cost(1.3);
   p.layers["embedding"][2] = sample_cost(0.2);
   p.layers["embedding"][4] = sample_cost(0.3);  // not present for every kind
+  // The weights of the tiny model's layers in bf16, as its shape gives them.
+  for (auto& [kind, by_mbs] : p.layers) {
+    for (auto& [mbs, cost] : by_mbs)
+      cost.param_bytes = 2 * parameters_of(p.model, kind);
+  }
   p.contention.slowdown = {1.05, 1.125, 1.25};
   p.contention.by_op["P1"] = {1.0, 1.5};
   p.contention.sustained = SustainedLoad{.factor = 0.55, .time_constant_us = 50'000};
@@ -144,6 +156,36 @@ TEST(Profile, InvalidTimesNameTheJsonPath) {
   j["layers"]["embedding"]["1"]["p2_us"] = 0.0;  // parameter-free kinds may have no p2
   j["layers"]["embedding"]["1"]["p2_concat_us"]["1"] = 0.0;
   EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::embedding, 1).p2_us, 0.0);
+}
+
+// A layer's weights are the model's shape: costs of another model (its `model` edited, a wider
+// block's times under a narrower model) are refused naming the layer, the field and both values.
+TEST(Profile, ParamBytesAreTheWeightsOfTheModelsLayers) {
+  json j = profile_to_json(sample_profile());
+  j["model"]["hidden"] = 128;  // 131,840 parameters a block, not the costs' 49,536
+  EXPECT_EQ(error_of([&] { profile_from_json(j, "p.json"); }),
+            "p.json: field 'layers.block.1.param_bytes' (99072) does not fit field 'model', whose "
+            "block has 131840 parameters: 263680 bytes in bf16 (527360 in f32, 1054720 in f64); "
+            "the costs are of another model");
+  j = profile_to_json(sample_profile());
+  j["model"]["vocab"] = 512;
+  EXPECT_NE(error_of([&] {
+              profile_from_json(j, "p.json");
+            }).find("field 'layers.embedding.1.param_bytes' (32768) does not fit"),
+            std::string::npos);
+  // A tied head keeps its own copy of the table (as the analytic model writes it): the same bytes.
+  j = profile_to_json(sample_profile());
+  j["model"]["tied_embeddings"] = true;
+  EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::head, 1).param_bytes, 2 * 16'448);
+  // The CPU backend's weights are f32 (or f64): the same parameters, 4 (8) bytes each.
+  for (const int bytes : {4, 8}) {
+    j = profile_to_json(sample_profile());
+    for (auto& [kind, by_mbs] : j["layers"].items()) {
+      for (auto& [mbs, cost] : by_mbs.items())
+        cost["param_bytes"] = bytes * parameters_of(model_preset("tiny"), kind);
+    }
+    EXPECT_EQ(profile_from_json(j, "p.json").cost(LayerKind::block, 1).param_bytes, bytes * 49'536);
+  }
 }
 
 TEST(Profile, InvalidStructureNamesTheJsonPath) {

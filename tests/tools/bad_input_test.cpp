@@ -121,6 +121,15 @@ TEST_F(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
                                    path("p.json") + " > /dev/full'");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_EQ(r.out, "pipeplan: error: standard output: write failed: No space left on device\n");
+  // --help and --version too: what they print is their output.
+  for (const std::string args : {"--help", "--version", "plan --help"}) {
+    const CliResult shown = pipeplan::testing::run_shell(
+        "sh -c '" + pipeplan::testing::pipeplan_binary() + " " + args + " > /dev/full'");
+    EXPECT_EQ(shown.status, 1) << args << ": " << shown.out;
+    EXPECT_EQ(shown.out.rfind("pipeplan: error: standard output: write failed", 0), 0U)
+        << args << ": " << shown.out;
+    EXPECT_EQ(std::count(shown.out.begin(), shown.out.end(), '\n'), 1) << args;
+  }
 }
 
 TEST_F(BadInput, UsageErrorsAreOneLine) {
@@ -146,6 +155,15 @@ TEST_F(BadInput, SearchNamesTheMicroBatchOptionItRefuses) {
                  "--search-mbs: --uniform has no cost at micro-batch sizes 2, 4");
   expect_refused(uniform + " -m 8 --mbs 2 -o {out}",
                  "--mbs: --uniform has no cost at micro-batch size 2");
+  // So is a size a --profile has no cost at, beside sizes it holds (the default list is cut to
+  // the sizes it holds).
+  const std::string measured =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b.measured.json";
+  expect_refused("plan --profile " + measured +
+                     " --stages 4 --search --global-batch 32 --search-mbs 2,8,16 -o {out}",
+                 "--search-mbs: " + measured +
+                     " has no cost at micro-batch sizes 8, 16 (it holds micro-batch sizes 1, 2, "
+                     "4)");
   expect_refused(uniform + " --search -m 8 --mbs 2 -o {out}",
                  "--mbs: --uniform has no cost at micro-batch size 2");
 }

@@ -333,6 +333,23 @@ TEST(BpipeCli, ProfileWithoutTheCandidateSizesIsNamed) {
   std::filesystem::remove_all(dir);
 }
 
+// A size --mbs-list names is tried or refused, never left out: one the profile lacks is named with
+// the sizes it holds, beside sizes it has too.
+TEST(BpipeCli, AListedSizeTheProfileLacksIsRefused) {
+  const std::string profile =
+      std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b.measured.json";
+  int status = 0;
+  const std::string out =
+      run("bpipe --profile " + profile + " --stages 4 --global-batch 32 --mbs-list 2,8", &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(out, "pipeplan: error: --mbs-list: " + profile +
+                     " has no cost at micro-batch size 8 (it holds micro-batch sizes 1, 2, 4)\n");
+  // Without the list, the default 1, 2, 4, 8 is cut to the sizes the profile holds.
+  const std::string plain =
+      run("bpipe --profile " + profile + " --stages 4 --global-batch 32", &status);
+  EXPECT_EQ(status, 0) << plain;
+}
+
 TEST(BpipeCli, ShowDrawsTransferRowsArrowsAndBothMemoryEnds) {
   const auto dir = temp_dir("show");
   const std::string base =

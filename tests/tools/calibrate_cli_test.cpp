@@ -425,6 +425,36 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
           "field 'model.layers' differs from " + path("other.json") + "'s");
 }
 
+// fit's -o writes a new profile: never one of a run's files (whether the fit reads it or a later
+// eval does, under any spelling) or the profile it reads; each is named and stays as it was.
+TEST_F(CalibrateCliTest, FitWritesNeitherARunsFilesNorItsProfile) {
+  make_run(kTruth);
+  write_text(run_ + ".run.json", "# command: pipeplan run (test)\n{}\n");
+  std::filesystem::copy_file(kProfile, path("p.json"));
+  const auto refused = [&](const std::string& output, const std::string& named) {
+    const std::string before = read_text(output);
+    const CliResult r =
+        run_pipeplan("calibrate fit --profile " + path("p.json") + " -o " + output + " " + run_);
+    EXPECT_EQ(r.status, 1) << output << ": " << r.out;
+    EXPECT_EQ(r.out, "pipeplan: error: " + output + ": cannot write: it is " + named + "\n");
+    EXPECT_EQ(read_text(output), before) << output;
+  };
+  const std::string also = "; -o names a new profile)";
+  refused(run_ + ".run.json", "the run report of run " + run_ + " (" + run_ + ".run.json" + also);
+  refused(run_ + ".plan.txt",
+          "the plan command's output of run " + run_ + " (" + run_ + ".plan.txt" + also);
+  refused(run_ + ".plan.json", "the plan of run " + run_ + " (" + run_ + ".plan.json" + also);
+  refused(path("./run.trace.json"),
+          "the trace of run " + run_ + " (" + run_ + ".trace.json" + also);
+  refused(path("p.json"), "the --profile the runs are fitted with (-o names a new profile)");
+  // A run without a report yet would have one there: refused all the same, nothing written.
+  std::filesystem::remove(run_ + ".run.json");
+  const CliResult absent = run_pipeplan("calibrate fit --profile " + path("p.json") + " -o " +
+                                        run_ + ".run.json " + run_);
+  EXPECT_EQ(absent.status, 1) << absent.out;
+  EXPECT_FALSE(std::filesystem::exists(run_ + ".run.json"));
+}
+
 // A CUDA run report's peak rows: one per device of the plan, measured at least 0 and predicted
 // above 0; else one line naming the file, the row and the field.
 TEST_F(CalibrateCliTest, PeakRowsThatAreNotOnePerDeviceAreRefused) {
