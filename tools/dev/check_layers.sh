@@ -30,15 +30,9 @@ sibling() {  # the backend folder, for the sibling rule
   case "$1" in runtime/cpu/*) echo cpu ;; runtime/cuda/*) echo cuda ;; runtime/mpi/*) echo mpi ;; esac
 }
 
-if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
-  echo "layers: $(pwd -P) is not a git checkout (the files checked are the ones git tracks)" >&2
-  exit 1
-fi
-mapfile -d '' -t files < <(git ls-files -z '*.h' '*.cpp' '*.cu' '*.cuh')
-if [ ${#files[@]} -eq 0 ]; then
-  echo "layers: git ls-files lists no C++ sources in $(pwd -P)" >&2
-  exit 1
-fi
+# shellcheck source=tools/dev/tracked_files.sh
+. tools/dev/tracked_files.sh
+tracked_files layers '*.h' '*.cpp' '*.cu' '*.cuh'
 
 violations=0
 for file in "${files[@]}"; do

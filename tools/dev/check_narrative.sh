@@ -30,16 +30,10 @@ exempt='^(tools/dev/check_narrative\.sh|tests/tools/dev/check_narrative_test\.sh
 if [ $# -gt 0 ]; then
   files=("$@")
 else
-  if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
-    echo "narrative: $(pwd -P) is not a git checkout (without PATHs the files checked are the" \
-      "ones git tracks)" >&2
-    exit 1
-  fi
-  mapfile -d '' -t files < <(git ls-files -z)
-  if [ ${#files[@]} -eq 0 ]; then
-    echo "narrative: git ls-files lists no files in $(pwd -P)" >&2
-    exit 1
-  fi
+  # Without PATHs, every file git tracks.
+  # shellcheck source=tools/dev/tracked_files.sh
+  . tools/dev/tracked_files.sh
+  tracked_files narrative
 fi
 
 hits=0

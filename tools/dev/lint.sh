@@ -9,15 +9,10 @@
 # Usage: bash tools/dev/lint.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-if [ "$(git rev-parse --show-toplevel 2>/dev/null)" != "$(pwd -P)" ]; then
-  echo "lint: $(pwd -P) is not a git checkout (the files checked are the ones git tracks)" >&2
-  exit 1
-fi
-mapfile -d '' -t sources < <(git ls-files -z '*.cpp' '*.h' '*.cu' '*.cuh')
-if [ ${#sources[@]} -eq 0 ]; then
-  echo "lint: git ls-files lists no C++ sources in $(pwd -P)" >&2
-  exit 1
-fi
+# shellcheck source=tools/dev/tracked_files.sh
+. tools/dev/tracked_files.sh
+tracked_files lint '*.cpp' '*.h' '*.cu' '*.cuh'
+sources=("${files[@]}")
 echo "lint: clang-format on ${#sources[@]} files"
 clang-format --dry-run -Werror "${sources[@]}"
 

@@ -39,7 +39,7 @@ expect() {
 tree=$(cd "$work" && pwd -P)/tree
 mkdir -p "$tree/tools/dev" "$work/bin"
 cp "$source_dir"/tools/{setup,quickstart,test}.sh "$tree/tools/"
-cp "$source_dir"/tools/dev/{ccache_env,check_layers,check_narrative,lint,nvcc_option,sanitize}.sh \
+cp "$source_dir"/tools/dev/{ccache_env,check_layers,check_narrative,lint,nvcc_option,sanitize,tracked_files}.sh \
   "$tree/tools/dev/"
 printf '#!/bin/sh\necho "fetched cudnn-frontend"\n' >"$tree/tools/dev/fetch_cudnn_frontend.sh"
 # Every package is installed; apt-get and sudo must not be reached.
