@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -61,6 +63,18 @@ inline std::string pipeplan_binary() {
 // binary's path is quoted; `args` is shell text as it is.
 inline CliResult run_pipeplan(const std::string& args, const std::string& env = "") {
   return run_shell(env + (env.empty() ? "" : " ") + shell_quote(pipeplan_binary()) + " " + args);
+}
+
+// A file's whole text ("" when it cannot be read), and a file written with `text`.
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
 }
 
 // A fresh temporary folder per test, named after its suite, test and process (ctest runs tests

@@ -30,17 +30,8 @@ std::string binary() {
   return pipeplan::testing::shell_quote(pipeplan::testing::pipeplan_binary());
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-}
+using pipeplan::testing::read_file;
+using pipeplan::testing::write_file;
 
 class TorchCsvCli : public pipeplan::testing::TempDirTest {
  protected:

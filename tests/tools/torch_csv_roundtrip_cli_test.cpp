@@ -23,17 +23,8 @@ Result run(const std::string& args) {
   return pipeplan::testing::run_pipeplan(args);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-}
+using pipeplan::testing::read_file;
+using pipeplan::testing::write_file;
 
 int lines(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
