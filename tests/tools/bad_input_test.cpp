@@ -116,15 +116,17 @@ TEST_F(BadInput, CommandLineValuesAreChecked) {
 TEST_F(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
   ASSERT_EQ(run_pipeplan(kTiny + " -o " + path("p.json")).status, 0);
-  const CliResult r =
-      pipeplan::testing::run_shell("sh -c '" + pipeplan::testing::pipeplan_binary() + " export " +
-                                   path("p.json") + " > /dev/full'");
+  // In a group, so that run_shell's 2>&1 after it sends stderr to the pipe, not /dev/full.
+  const CliResult r = pipeplan::testing::run_shell(
+      "{ " + pipeplan::testing::shell_quote(pipeplan::testing::pipeplan_binary()) + " export " +
+      pipeplan::testing::shell_quote(path("p.json")) + " > /dev/full; }");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_EQ(r.out, "pipeplan: error: standard output: write failed: No space left on device\n");
   // --help and --version too: what they print is their output.
   for (const std::string args : {"--help", "--version", "plan --help"}) {
     const CliResult shown = pipeplan::testing::run_shell(
-        "sh -c '" + pipeplan::testing::pipeplan_binary() + " " + args + " > /dev/full'");
+        "{ " + pipeplan::testing::shell_quote(pipeplan::testing::pipeplan_binary()) + " " + args +
+        " > /dev/full; }");
     EXPECT_EQ(shown.status, 1) << args << ": " << shown.out;
     EXPECT_EQ(shown.out.rfind("pipeplan: error: standard output: write failed", 0), 0U)
         << args << ": " << shown.out;
@@ -159,7 +161,7 @@ TEST_F(BadInput, SearchNamesTheMicroBatchOptionItRefuses) {
   // the sizes it holds).
   const std::string measured =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b.measured.json";
-  expect_refused("plan --profile " + measured +
+  expect_refused("plan --profile " + pipeplan::testing::shell_quote(measured) +
                      " --stages 4 --search --global-batch 32 --search-mbs 2,8,16 -o {out}",
                  "--search-mbs: " + measured +
                      " has no cost at micro-batch sizes 8, 16 (it holds micro-batch sizes 1, 2, "

@@ -16,10 +16,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_support.h"
+
 namespace {
 
 std::string run(const std::string& args, int* status = nullptr) {
-  const std::string command = std::string(PIPEPLAN_BINARY) + " " + args + " 2>&1";
+  const std::string command =
+      pipeplan::testing::shell_quote(PIPEPLAN_BINARY) + " " + args + " 2>&1";
   std::string out;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return out;
@@ -96,13 +99,14 @@ TEST(BpipeCli, Gpt3RecomputeFindsMicroBatchTwoThatOnlyFitsWithBpipe) {
   EXPECT_NE(off.find("--memory"), std::string::npos) << off;
   const auto dir = temp_dir("gpt3");
   const std::string file = (dir / "bp.json").string();
-  const std::string on = run(plan + " --bpipe on -o " + file, &status);
+  const std::string on =
+      run(plan + " --bpipe on -o " + pipeplan::testing::shell_quote(file), &status);
   ASSERT_EQ(status, 0) << on;
-  const std::string valid = run("validate " + file, &status);
+  const std::string valid = run("validate " + pipeplan::testing::shell_quote(file), &status);
   EXPECT_EQ(status, 0) << valid;
   // The summary says BPipe moves stashes, and --json lists the pairs.
   EXPECT_NE(on.find("\nBPipe dev 0 -> dev 7: evicts "), std::string::npos) << on;
-  const auto metrics = run_json("show " + file + " --json");
+  const auto metrics = run_json("show " + pipeplan::testing::shell_quote(file) + " --json");
   ASSERT_FALSE(metrics.at("bpipe").empty()) << metrics.dump();
   EXPECT_EQ(metrics.at("bpipe")[0].at("evictor"), 0);
   EXPECT_EQ(metrics.at("bpipe")[0].at("acceptor"), 7);
@@ -253,7 +257,7 @@ std::string synthetic_profile(const std::filesystem::path& dir, double scale) {
   const std::string out =
       run("profile --analytic --model llama-7b --gpu h100 --mbs 1,2 "
           "--attention flash --max-concat 1 -o " +
-              base,
+              pipeplan::testing::shell_quote(base),
           &status);
   EXPECT_EQ(status, 0) << out;
   nlohmann::json profile;
@@ -275,8 +279,8 @@ std::string synthetic_profile(const std::filesystem::path& dir, double scale) {
 // A memory limit halfway between micro-batch 2's peak with BPipe and without it, so micro-batch
 // 2 needs BPipe by construction.
 std::string limit_between(const std::string& profile) {
-  const std::string plan =
-      "plan --profile " + profile + " --stages 8 -m 16 --mbs 2 --memory 1000GiB --reserve 0 --json";
+  const std::string plan = "plan --profile " + pipeplan::testing::shell_quote(profile) +
+                           " --stages 8 -m 16 --mbs 2 --memory 1000GiB --reserve 0 --json";
   const auto off = run_json(plan);
   const auto on = run_json(plan + " --bpipe on");
   const auto peak = [](const nlohmann::json& j) {
@@ -294,8 +298,9 @@ TEST(BpipeCli, ProfileEstimateFlipsSignBetweenRisingAndFlatMfu) {
   for (const double scale : {1.5, 2.0}) {
     const std::string profile = synthetic_profile(dir, scale);
     const std::string limit = limit_between(profile);
-    const std::string args = "bpipe --profile " + profile + " --stages 8 --global-batch 32 " +
-                             "--memory " + limit + " --reserve 0";
+    const std::string args = "bpipe --profile " + pipeplan::testing::shell_quote(profile) +
+                             " --stages 8 --global-batch 32 " + "--memory " + limit +
+                             " --reserve 0";
     const auto e = run_json(args + " --json");
     ASSERT_FALSE(e.empty());
     EXPECT_EQ(e.at("tensor_parallel").get<int>(), 1);  // a profile is per pipeline device
@@ -324,10 +329,13 @@ TEST(BpipeCli, ProfileWithoutTheCandidateSizesIsNamed) {
   const auto dir = temp_dir("sizes");
   const std::string base = (dir / "one.json").string();
   int status = 0;
-  run("profile --analytic --model llama-7b --gpu h100 --mbs 1 -o " + base, &status);
+  run("profile --analytic --model llama-7b --gpu h100 --mbs 1 -o " +
+          pipeplan::testing::shell_quote(base),
+      &status);
   ASSERT_EQ(status, 0);
-  const std::string out =
-      run("bpipe --profile " + base + " --stages 4 --global-batch 16 --mbs-list 2,4", &status);
+  const std::string out = run("bpipe --profile " + pipeplan::testing::shell_quote(base) +
+                                  " --stages 4 --global-batch 16 --mbs-list 2,4",
+                              &status);
   EXPECT_EQ(status, 1) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   std::filesystem::remove_all(dir);
@@ -339,14 +347,16 @@ TEST(BpipeCli, AListedSizeTheProfileLacksIsRefused) {
   const std::string profile =
       std::string(PIPEPLAN_SOURCE_DIR) + "/profiles/h200-llama-7b.measured.json";
   int status = 0;
-  const std::string out =
-      run("bpipe --profile " + profile + " --stages 4 --global-batch 32 --mbs-list 2,8", &status);
+  const std::string out = run("bpipe --profile " + pipeplan::testing::shell_quote(profile) +
+                                  " --stages 4 --global-batch 32 --mbs-list 2,8",
+                              &status);
   EXPECT_EQ(status, 1) << out;
   EXPECT_EQ(out, "pipeplan: error: --mbs-list: " + profile +
                      " has no cost at micro-batch size 8 (it holds micro-batch sizes 1, 2, 4)\n");
   // Without the list, the default 1, 2, 4, 8 is cut to the sizes the profile holds.
-  const std::string plain =
-      run("bpipe --profile " + profile + " --stages 4 --global-batch 32", &status);
+  const std::string plain = run("bpipe --profile " + pipeplan::testing::shell_quote(profile) +
+                                    " --stages 4 --global-batch 32",
+                                &status);
   EXPECT_EQ(status, 0) << plain;
 }
 
@@ -358,13 +368,18 @@ TEST(BpipeCli, ShowDrawsTransferRowsArrowsAndBothMemoryEnds) {
   const std::string bp = (dir / "bp.json").string();
   const std::string plain = (dir / "plain.json").string();
   int status = 0;
-  const std::string made = run(base + " --memory 80GiB --bpipe on -o " + bp, &status);
+  const std::string made =
+      run(base + " --memory 80GiB --bpipe on -o " + pipeplan::testing::shell_quote(bp), &status);
   ASSERT_EQ(status, 0) << made;
-  const std::string made_plain = run(base + " --reserve 0 --memory 1000GiB -o " + plain, &status);
+  const std::string made_plain = run(
+      base + " --reserve 0 --memory 1000GiB -o " + pipeplan::testing::shell_quote(plain), &status);
   ASSERT_EQ(status, 0) << made_plain;
 
   const std::string trace = (dir / "bp.trace.json").string();
-  const std::string out = run("show " + bp + " --width 120 --no-color --trace " + trace, &status);
+  const std::string out =
+      run("show " + pipeplan::testing::shell_quote(bp) + " --width 120 --no-color --trace " +
+              pipeplan::testing::shell_quote(trace),
+          &status);
   ASSERT_EQ(status, 0) << out;
   // A transfer row under dev 0 (to 7) and one under dev 7 (to 0), with evict and load marks.
   std::size_t rows = 0;
@@ -406,8 +421,8 @@ TEST(BpipeCli, ShowDrawsTransferRowsArrowsAndBothMemoryEnds) {
   }
   EXPECT_GT(evict_arrows, 0);
   ASSERT_NE(acceptor_pid, evictor_pid);
-  const auto plain_metrics = run_json("show " + plain + " --json");
-  const auto bp_metrics = run_json("show " + bp + " --json");
+  const auto plain_metrics = run_json("show " + pipeplan::testing::shell_quote(plain) + " --json");
+  const auto bp_metrics = run_json("show " + pipeplan::testing::shell_quote(bp) + " --json");
   EXPECT_GT(bp_metrics.at("peak_memory_bytes")[7].get<double>(),
             plain_metrics.at("peak_memory_bytes")[7].get<double>());
   EXPECT_LT(bp_metrics.at("peak_memory_bytes")[0].get<double>(),
@@ -481,8 +496,10 @@ TEST(BpipeCli, DataParallelReplicasShareTheGlobalBatchAndTheOptimizerState) {
       << text;
   // A profile without the optimizer step's time plans no reduction either, and says so.
   const std::string measured =
-      run("bpipe --profile " + std::string(PIPEPLAN_SOURCE_DIR) +
-          "/profiles/h200-llama-7b.measured.json --stages 4 --global-batch 32 --data-parallel 2");
+      run("bpipe --profile " +
+          pipeplan::testing::shell_quote(std::string(PIPEPLAN_SOURCE_DIR) +
+                                         "/profiles/h200-llama-7b.measured.json") +
+          " --stages 4 --global-batch 32 --data-parallel 2");
   EXPECT_NE(measured.find("; the gradients' reduction is left out with the optimizer step\n"),
             std::string::npos)
       << measured;

@@ -69,8 +69,8 @@ class CalibrateCliTest : public TempDirTest {
   // RUN: planned from the shipped profile, "measured" under `contention`.
   void make_run(const nlohmann::json& contention, const std::string& extra = "") {
     run_ = path("run");
-    const std::string plan_command =
-        "plan " + kPlanArgs + extra + " --profile " + kProfile + " -o " + run_ + ".plan.json";
+    const std::string plan_command = "plan " + kPlanArgs + extra + " --profile " +
+                                     shell_quote(kProfile) + " -o " + run_ + ".plan.json";
     const CliResult planned = run_pipeplan(plan_command);
     ASSERT_EQ(planned.status, 0) << planned.out;
     write_text(run_ + ".plan.txt", "# command: pipeplan " + plan_command + "\n" + planned.out);
@@ -94,8 +94,8 @@ const nlohmann::json kTruth = {{"slowdown", {1.1, 1.2, 1.3, 1.45}},
 TEST_F(CalibrateCliTest, FitRecoversTheModelAndEvalPredictsTheMeasuredStep) {
   make_run(kTruth);
   const std::string fitted = path("fitted.json");
-  const CliResult fit =
-      run_pipeplan("calibrate fit --profile " + kProfile + " -o " + fitted + " " + run_);
+  const CliResult fit = run_pipeplan("calibrate fit --profile " + shell_quote(kProfile) + " -o " +
+                                     fitted + " " + run_);
   ASSERT_EQ(fit.status, 0) << fit.out;
   EXPECT_NE(fit.out.find("slowdown by compute ops running at once"), std::string::npos);
   EXPECT_NE(fit.out.find("step time, the recorded plans simulated"), std::string::npos);
@@ -131,7 +131,7 @@ TEST_F(CalibrateCliTest, FitRecoversTheModelAndEvalPredictsTheMeasuredStep) {
 
   // copy: the fitted model into a new measurement of the same ops.
   const CliResult copy = run_pipeplan("calibrate copy --from " + fitted + " -o " +
-                                      path("copied.json") + " " + kProfile);
+                                      path("copied.json") + " " + shell_quote(kProfile));
   ASSERT_EQ(copy.status, 0) << copy.out;
   const nlohmann::json copied = read_json(path("copied.json"));
   EXPECT_EQ(copied["contention"]["slowdown"], c["slowdown"]);
@@ -164,7 +164,7 @@ TEST_F(CalibrateCliTest, CopyOnlyKeepsTheCurvesAndSustainedFixedKeepsTheTerm) {
   const CliResult fixed = run_pipeplan(
       "calibrate fit --sustained --min-factor 0.6 --max-factor 0.6 --time-constants-ms 20 "
       "--progress --profile " +
-      kProfile + " -o " + path("fixed.json") + " " + run_);
+      shell_quote(kProfile) + " -o " + path("fixed.json") + " " + run_);
   ASSERT_EQ(fixed.status, 0) << fixed.out;
   EXPECT_NE(fixed.out.find("calibrate: sustained load: time constant 20 ms (1 of 1)"),
             std::string::npos)
@@ -177,7 +177,7 @@ TEST_F(CalibrateCliTest, CopyOnlyKeepsTheCurvesAndSustainedFixedKeepsTheTerm) {
   const CliResult grid = run_pipeplan(
       "calibrate fit --sustained --min-factor 0.6 --max-factor 0.65 --time-constants-ms 20 "
       "--profile " +
-      kProfile + " -o " + path("grid.json") + " " + run_);
+      shell_quote(kProfile) + " -o " + path("grid.json") + " " + run_);
   ASSERT_EQ(grid.status, 0) << grid.out;
   EXPECT_NE(grid.out.find("over 20 ms, fitted (the curves"), std::string::npos) << grid.out;
 }
@@ -239,7 +239,7 @@ TEST_F(CalibrateCliTest, OverlapFitsTheEfficiencyThePairsRanWith) {
   const std::string args =
       "--stages 4 --chunks 2 --microbatches 8 --schedule dualpipe-v "
       "--backward 2bp --seq 2048 --profile " +
-      kProfile;
+      shell_quote(kProfile);
   const std::string run = path("pairs");
   ASSERT_EQ(run_pipeplan("plan " + args + " -o " + run + ".plan.json").status, 0);
   const CliResult made =
@@ -248,8 +248,8 @@ TEST_F(CalibrateCliTest, OverlapFitsTheEfficiencyThePairsRanWith) {
   ASSERT_EQ(
       run_pipeplan("show " + path("truth.plan.json") + " --trace " + run + ".trace.json").status,
       0);
-  const CliResult fit = run_pipeplan("calibrate fit --overlap --profile " + kProfile + " -o " +
-                                     path("fitted.json") + " " + run);
+  const CliResult fit = run_pipeplan("calibrate fit --overlap --profile " + shell_quote(kProfile) +
+                                     " -o " + path("fitted.json") + " " + run);
   ASSERT_EQ(fit.status, 0) << fit.out;
   EXPECT_NE(fit.out.find("overlap efficiency of overlapped pairs: 0.00 -> 0.40"), std::string::npos)
       << fit.out;
@@ -314,10 +314,11 @@ TEST_F(CalibrateCliTest, RunsPlannedFromOtherTimesOrReplannedOtherwiseAreRefused
   // A recorded command that makes another schedule: what differs is named, its family or the
   // first action that does.
   const std::string command =
-      "plan " + kPlanArgs + " --profile " + kProfile + " -o " + run_ + ".plan.json";
+      "plan " + kPlanArgs + " --profile " + shell_quote(kProfile) + " -o " + run_ + ".plan.json";
   const auto schedule_refused = [&](const std::string& recorded, const std::string& named) {
     write_text(run_ + ".plan.txt", "# command: pipeplan " + recorded + "\n");
-    const CliResult r = run_pipeplan("calibrate eval --profile " + kProfile + " " + run_);
+    const CliResult r =
+        run_pipeplan("calibrate eval --profile " + shell_quote(kProfile) + " " + run_);
     EXPECT_NE(r.status, 0) << recorded;
     EXPECT_EQ(lines(r.out), 1) << r.out;
     EXPECT_NE(r.out.find("run.plan.txt: the re-planned schedule is not the one that ran (" + named +
@@ -342,18 +343,21 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
     EXPECT_NE(r.out.find(named), std::string::npos) << args << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(none)) << args;
   };
-  refused("fit --profile " + kProfile + " -o " + none + " " + path("missing"), "missing.plan.json");
-  refused("fit --sustained --copy-only --profile " + kProfile + " -o " + none + " " + run_,
-          "--copy-only");
-  refused("fit --sustained --max-factor -1 --profile " + kProfile + " -o " + none + " " + run_,
-          "--max-factor");
-  refused("fit --sustained --min-factor 0.5 --max-factor 0.4 --profile " + kProfile + " -o " +
-              none + " " + run_,
-          "--max-factor");
+  refused("fit --profile " + shell_quote(kProfile) + " -o " + none + " " + path("missing"),
+          "missing.plan.json");
   refused(
-      "fit --sustained --time-constants-ms 30,0 --profile " + kProfile + " -o " + none + " " + run_,
-      "--time-constants-ms");
-  refused("fit --copy-only --profile " + kProfile + " -o " + none + " " + run_,
+      "fit --sustained --copy-only --profile " + shell_quote(kProfile) + " -o " + none + " " + run_,
+      "--copy-only");
+  refused("fit --sustained --max-factor -1 --profile " + shell_quote(kProfile) + " -o " + none +
+              " " + run_,
+          "--max-factor");
+  refused("fit --sustained --min-factor 0.5 --max-factor 0.4 --profile " + shell_quote(kProfile) +
+              " -o " + none + " " + run_,
+          "--max-factor");
+  refused("fit --sustained --time-constants-ms 30,0 --profile " + shell_quote(kProfile) + " -o " +
+              none + " " + run_,
+          "--time-constants-ms");
+  refused("fit --copy-only --profile " + shell_quote(kProfile) + " -o " + none + " " + run_,
           "h100-sxm-llama-7b.analytic.json: field 'contention' is missing");
   // A sustained term alone has no curve to keep: the field missing is the curve.
   nlohmann::json separate = read_json(kProfile);
@@ -370,8 +374,8 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   }
   std::ofstream(path("small.json")) << small.dump();
   const std::string big = path("big");
-  ASSERT_EQ(run_pipeplan("plan " + kPlanArgs + " --mbs 2 --profile " + kProfile + " -o " + big +
-                         ".plan.json")
+  ASSERT_EQ(run_pipeplan("plan " + kPlanArgs + " --mbs 2 --profile " + shell_quote(kProfile) +
+                         " -o " + big + ".plan.json")
                 .status,
             0);
   ASSERT_EQ(run_pipeplan("show " + big + ".plan.json --trace " + big + ".trace.json").status, 0);
@@ -380,23 +384,26 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
               ": no cost for layer kind 'embedding' at micro-batch size 2 "
               "(sizes present: 1), the meta.mbs of " +
               big + ".plan.json");
-  refused("fit --overlap --profile " + kProfile + " -o " + none + " " + run_,
+  refused("fit --overlap --profile " + shell_quote(kProfile) + " -o " + none + " " + run_,
           "overlap: no run has an overlapped pair");
-  refused("copy --from " + kProfile + " -o " + none + " " + kProfile,
+  refused("copy --from " + shell_quote(kProfile) + " -o " + none + " " + shell_quote(kProfile),
           "field 'contention' is missing");
-  refused("working-memory --from " + kProfile + " -o " + none + " " + kProfile,
+  refused("working-memory --from " + shell_quote(kProfile) + " -o " + none + " " +
+              shell_quote(kProfile),
           "field 'provenance.source' is 'analytic', not 'measured'");
-  refused("fit --min-factor 0.5 --profile " + kProfile + " -o " + none + " " + run_,
+  refused("fit --min-factor 0.5 --profile " + shell_quote(kProfile) + " -o " + none + " " + run_,
           "--min-factor: only with --sustained");
-  refused("fit --time-constants-ms 20 --profile " + kProfile + " -o " + none + " " + run_,
-          "--time-constants-ms: only with --sustained");
+  refused(
+      "fit --time-constants-ms 20 --profile " + shell_quote(kProfile) + " -o " + none + " " + run_,
+      "--time-constants-ms: only with --sustained");
   refused("eval --profile " + path("missing.json") + " " + run_, "missing.json");
   // Never onto an input: the profile stays as it was.
   std::filesystem::copy_file(kProfile, path("p.json"));
   const std::string before = read_text(path("p.json"));
   refused("fit --profile " + path("p.json") + " -o " + path("p.json") + " " + run_, "p.json");
   EXPECT_EQ(read_text(path("p.json")), before);
-  refused("fit --profile " + kProfile + " -o " + run_ + ".trace.json " + run_, "trace.json");
+  refused("fit --profile " + shell_quote(kProfile) + " -o " + run_ + ".trace.json " + run_,
+          "trace.json");
   // A profile of another model shape is refused naming the field; one of the same shape under
   // another name (a config.json read from elsewhere) is the same model.
   nlohmann::json other = read_json(kProfile);
@@ -417,11 +424,11 @@ TEST_F(CalibrateCliTest, BadInputIsOneLineNamingTheFileOrFlagAndWritesNothing) {
   fitted["contention"] = kTruth;
   std::ofstream(path("fitted.json")) << fitted.dump();
   const CliResult copied = run_pipeplan("calibrate copy --from " + path("fitted.json") + " -o " +
-                                        path("copied.json") + " " + kProfile);
+                                        path("copied.json") + " " + shell_quote(kProfile));
   EXPECT_EQ(copied.status, 0) << copied.out;
   other["contention"] = kTruth;
   std::ofstream(path("other.json")) << other.dump();
-  refused("copy --from " + path("other.json") + " -o " + none + " " + kProfile,
+  refused("copy --from " + path("other.json") + " -o " + none + " " + shell_quote(kProfile),
           "field 'model.layers' differs from " + path("other.json") + "'s");
 }
 
@@ -463,7 +470,8 @@ TEST_F(CalibrateCliTest, PeakRowsThatAreNotOnePerDeviceAreRefused) {
     write_text(run_ + ".run.json", "# command: pipeplan run (test)\n" +
                                        nlohmann::json({{"peak_memory", rows}}).dump() +
                                        "\n# exit status: 0\n");
-    return run_pipeplan("calibrate eval --resimulate --profile " + kProfile + " " + run_);
+    return run_pipeplan("calibrate eval --resimulate --profile " + shell_quote(kProfile) + " " +
+                        run_);
   };
   const auto rows = [](const std::vector<std::array<std::int64_t, 3>>& values) {
     nlohmann::json out = nlohmann::json::array();
@@ -520,7 +528,7 @@ TEST_F(CalibrateCliTest, WorkingMemoryRemovesTheMemoryErrorEvalReports) {
   std::ofstream(path("measured.json")) << measured.dump();
   const std::string merged = path("merged.json");
   const CliResult merge = run_pipeplan("calibrate working-memory --from " + path("measured.json") +
-                                       " " + kProfile + " -o " + merged);
+                                       " " + shell_quote(kProfile) + " -o " + merged);
   ASSERT_EQ(merge.status, 0) << merge.out;
   const nlohmann::json m = read_json(merged);
   EXPECT_EQ(m["layers"]["block"]["1"]["p1_work_bytes"], 1500 * kMiB);
@@ -531,8 +539,8 @@ TEST_F(CalibrateCliTest, WorkingMemoryRemovesTheMemoryErrorEvalReports) {
 
   // A run planned from the plain profile whose allocator saw the working memory.
   const std::string run = path("run");
-  const std::string plan_command =
-      "plan " + kPlanArgs + " --p2-concat 4 --profile " + kProfile + " -o " + run + ".plan.json";
+  const std::string plan_command = "plan " + kPlanArgs + " --p2-concat 4 --profile " +
+                                   shell_quote(kProfile) + " -o " + run + ".plan.json";
   const CliResult planned = run_pipeplan(plan_command + " --json");
   ASSERT_EQ(planned.status, 0) << planned.out;
   write_text(run + ".plan.txt", "# command: pipeplan " + plan_command + "\n");

@@ -34,7 +34,7 @@ std::string cuda_libraries_in(const std::string& text) {
 
 TEST(CudaFreeStartup, PipeplanBinaryLinksNoCudaLibrary) {
   const pipeplan::testing::CliResult ldd =
-      pipeplan::testing::run_shell(std::string("ldd ") + PIPEPLAN_BINARY);
+      pipeplan::testing::run_shell("ldd " + pipeplan::testing::shell_quote(PIPEPLAN_BINARY));
   ASSERT_EQ(ldd.status, 0) << ldd.out;
   ASSERT_NE(ldd.out.find("libstdc++"), std::string::npos) << "ldd listed nothing:\n" << ldd.out;
   EXPECT_EQ(cuda_libraries_in(ldd.out), "");

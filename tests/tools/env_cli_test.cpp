@@ -33,8 +33,8 @@ CliResult env_command(const std::string& args, const std::string& module,
                       const std::string& gpus = "", const std::string& extra = "") {
   return run_pipeplan(
       "env " + args,
-      "env -u CUDA_VISIBLE_DEVICES -u CUDA_DEVICE_MAX_CONNECTIONS PIPEPLAN_CUDA_PLUGIN=" + module +
-          " FAKE_GPU_PLUGIN_GPUS='" + gpus + "' " + extra);
+      "env -u CUDA_VISIBLE_DEVICES -u CUDA_DEVICE_MAX_CONNECTIONS PIPEPLAN_CUDA_PLUGIN=" +
+          pipeplan::testing::shell_quote(module) + " FAKE_GPU_PLUGIN_GPUS='" + gpus + "' " + extra);
 }
 
 // The first line of `text` that starts with `prefix`, "" when none does.

@@ -57,8 +57,9 @@ class EnvRunCli : public testing::TinyPlanTest {
       const std::string out = path("out." + std::to_string(i));
       script << "(sleep " << p.delay_s << "; env RANK=" << p.rank << " WORLD_SIZE=" << p.world_size
              << " LOCAL_RANK=" << p.rank << " MASTER_ADDR=127.0.0.1 MASTER_PORT=" << port << " "
-             << p.env << " timeout -k 5 90 " << testing::pipeplan_binary() << " " << p.args << " > "
-             << out << " 2>&1; echo $? > " << out << ".status) & ";
+             << p.env << " timeout -k 5 90 " << testing::shell_quote(testing::pipeplan_binary())
+             << " " << p.args << " > " << testing::shell_quote(out) << " 2>&1; echo $? > "
+             << testing::shell_quote(out + ".status") << ") & ";
     }
     script << "wait";
     const CliResult shell = testing::run_shell(script.str());

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cuda/context.h"
+#include "tests/cli_support.h"
 #include "tests/mpi_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 
@@ -38,8 +39,9 @@ class CudaMpiRun : public testing::TempDirTest {
 
 TEST_F(CudaMpiRun, WithoutAGpuEveryRankStopsAndRankZeroSaysWhy) {
   if (cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
-  const CliResult r = testing::run_shell(testing::mpirun(2) + testing::pipeplan_binary() + " run " +
-                                         plan_ + " --backend cuda --steps 1");
+  const CliResult r =
+      testing::run_shell(testing::mpirun(2) + testing::shell_quote(testing::pipeplan_binary()) +
+                         " run " + testing::shell_quote(plan_) + " --backend cuda --steps 1");
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
   EXPECT_NE(r.out.find("pipeplan: error: no CUDA device found\n"), std::string::npos) << r.out;
@@ -50,8 +52,8 @@ TEST_F(CudaMpiRun, TwoRanksOverNcclTrainAsOneProcessOnTwoGpus) {
   const std::string args = "run " + plan_ + " --backend cuda --steps 3 --json";
   const CliResult one = testing::run_pipeplan(args);
   ASSERT_EQ(one.status, 0) << one.out;
-  const CliResult two =
-      testing::run_shell(testing::mpirun(2) + testing::pipeplan_binary() + " " + args);
+  const CliResult two = testing::run_shell(
+      testing::mpirun(2) + testing::shell_quote(testing::pipeplan_binary()) + " " + args);
   ASSERT_EQ(two.status, 0) << two.out;
   const nlohmann::json a = nlohmann::json::parse(one.out);
   const nlohmann::json b = nlohmann::json::parse(two.out);
