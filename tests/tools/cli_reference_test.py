@@ -16,7 +16,8 @@ It fails naming each command without a section, each flag or positional missing 
 command's section, each one documented that the binary no longer has, and each section for a
 command that does not exist. It also checks that a default the reference's three-column rows
 state as a number or list is the one --help states, that the --schedule row lists every family
-`plan --help` does, and that README.md has at most 250 lines.
+`plan --help` does, and that README.md has at most 250 lines; where the defaults, the families or
+the --schedule row are not found at all, that is a problem too, not a check skipped.
 """
 
 import re
@@ -189,10 +190,17 @@ def main():
                         "names a command the binary does not have")
 
     # A default the reference states as a number or list is the one the binary's help states.
-    for (words, flag), value in sorted(reference_defaults(reference_path).items()):
+    documented_defaults = reference_defaults(reference_path)
+    if not documented_defaults:
+        problems.append(f"{reference_path}: no option row states a numeric default (the "
+                        "three-column rows' format changed?)")
+    for (words, flag), value in sorted(documented_defaults.items()):
         stated = help_defaults(help_text(binary, list(words))).get(flag)
-        if stated is not None and stated != value:
-            title = " ".join(("pipeplan", *words))
+        title = " ".join(("pipeplan", *words))
+        if stated is None:
+            problems.append(f"{title}: {flag} defaults to {value} in {reference_path}, and "
+                            "--help states no default for it")
+        elif stated != value:
             problems.append(f"{title}: {flag} defaults to {stated} in --help, {value} in "
                             f"{reference_path}")
 
@@ -201,6 +209,11 @@ def main():
                          " ".join(help_text(binary, ["plan"]).split()))
     row = next((line for line in reference_path.read_text(encoding="utf-8").splitlines()
                 if line.startswith("| `--schedule NAME`")), "")
+    if not families:
+        problems.append("pipeplan plan --help: no 'schedule family: A, B, ...' in --schedule's "
+                        "description")
+    if not row:
+        problems.append(f"{reference_path}: no row starting '| `--schedule NAME`'")
     for family in families.group(1).split(", ") if families else []:
         if f"`{family.strip()}`" not in row:
             problems.append(f"{reference_path}: --schedule does not list the family {family}")

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <map>
 #include <new>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -488,6 +490,7 @@ TEST_F(Cli, RecomputationRerunsEachRecomputingBlocksForwardAndHoldsOnlyItsInput)
   const Result front_json = run(search + " --json");
   ASSERT_EQ(front_json.status, 0) << front_json.out;
   const auto front_metrics = nlohmann::json::parse(front_json.out);
+  ASSERT_FALSE(front_metrics["pareto"].empty()) << front_json.out;
   for (const auto& point : front_metrics["pareto"]) {
     EXPECT_NE(point["recompute"]["method"], "none") << point.dump();  // none does not fit
   }
@@ -678,8 +681,60 @@ TEST_F(Cli, CompareShowsEveryScheduleAndBackwardMode) {
   for (const auto& row : rows) {
     by_name[row["schedule"].get<std::string>() + "/" + row["backward"].get<std::string>()] = row;
   }
-  // Three backward modes for each of gpipe, 1f1b, interleaved, plus the newer families' rows.
-  EXPECT_GE(by_name.size(), 9u);
+  // One row per family `plan --help` lists and per backward mode it takes: a family that places
+  // each p2 itself (zb-*, v-*, the DualPipe families: docs/reference/cli.md) and auto, which
+  // plans with them, take 2bp alone; every other family each mode --help lists.
+  const Result help = run("plan --help");
+  ASSERT_EQ(help.status, 0) << help.out;
+  const auto listed = [&](const std::string& label, const std::string& end) {
+    const std::size_t at = help.out.find(label);
+    EXPECT_NE(at, std::string::npos) << label << " not in\n" << help.out;
+    std::vector<std::string> names;
+    if (at == std::string::npos) return names;
+    std::string text = help.out.substr(at + label.size());
+    text = text.substr(0, std::min(text.find('\n'), text.find(end)));
+    text.erase(0, text.find_first_not_of(' '));
+    for (std::size_t start = 0; start <= text.size();) {
+      const std::size_t comma = std::min(text.find(", ", start), text.size());
+      names.push_back(text.substr(start, comma - start));
+      start = comma + 2;
+    }
+    return names;
+  };
+  const std::vector<std::string> families = listed("schedule family: ", "\n");
+  const std::vector<std::string> modes = listed("--backward TEXT", " (");
+  ASSERT_GE(families.size(), 11u) << help.out;
+  ASSERT_EQ(modes.size(), 3u) << help.out;
+  std::set<std::string> expected;
+  for (const std::string& family : families) {
+    const bool places_p2 = family.starts_with("zb-") || family.starts_with("v-") ||
+                           family.starts_with("dualpipe") || family == "auto";
+    for (const std::string& mode : modes) {
+      if (!places_p2 || mode == "2bp") expected.insert(family + "/" + mode);
+    }
+  }
+  std::set<std::string> shown;
+  for (const auto& [name, row] : by_name)
+    shown.insert(name);
+  EXPECT_EQ(shown, expected);
+  EXPECT_EQ(rows.size(), expected.size()) << r.out;  // no row twice
+  // A row is the plan `plan` makes of its family and mode on the same inputs.
+  for (const char* name : {"gpipe/fused", "interleaved/2bp-fill", "looped-bfs/2bp-fill",
+                           "zb-h1/2bp", "zb-h2/2bp", "v-half/2bp"}) {
+    const std::string schedule(name, std::strchr(name, '/'));
+    const std::string backward(std::strchr(name, '/') + 1);
+    const auto row = by_name.find(name);
+    ASSERT_NE(row, by_name.end()) << name;
+    ASSERT_FALSE(row->second.contains("error")) << name << ": " << row->second;
+    const Result planned =
+        run("plan --model llama-7b --gpu h100 --stages 4 --microbatches 4 --seq 2048 --schedule " +
+            schedule + " --backward " + backward + " --json");
+    ASSERT_EQ(planned.status, 0) << name << "\n" << planned.out;
+    const auto metrics = nlohmann::json::parse(planned.out);
+    EXPECT_EQ(row->second["step_time_ms"], metrics["step_time_ms"]) << name;
+    EXPECT_EQ(row->second["peak_memory_bytes"], metrics["peak_memory_bytes"]) << name;
+    EXPECT_EQ(row->second["chunks"], metrics["chunks"]) << name;
+  }
   for (const char* s : {"gpipe", "1f1b", "interleaved"})
     EXPECT_EQ(by_name.count(std::string(s) + "/2bp-fill"), 1u) << s;
   for (const char* s : {"gpipe", "1f1b"}) {
@@ -728,10 +783,18 @@ TEST_F(Cli, AnalyticProfileRoundTripsThroughPlan) {
   const Result p =
       run("profile --analytic --model llama-7b --gpu h100 --mbs 1,2 -o " + path("profile.json"));
   ASSERT_EQ(p.status, 0) << p.out;
-  const Result r = run("plan --profile " + path("profile.json") +
-                       " --stages 4 --microbatches 8 --mbs 2 --backward 2bp --json");
+  const std::string shape = " --stages 4 --microbatches 8 --mbs 2 --backward 2bp --json";
+  const Result r = run("plan --profile " + path("profile.json") + shape);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["mbs"].get<int>(), 2);
+  const auto from_file = nlohmann::json::parse(r.out);
+  EXPECT_EQ(from_file["mbs"].get<int>(), 2);
+  // The file holds the analytic model's costs: the plan is the one made from the model itself.
+  const Result direct = run("plan --model llama-7b --gpu h100" + shape);
+  ASSERT_EQ(direct.status, 0) << direct.out;
+  const auto from_model = nlohmann::json::parse(direct.out);
+  EXPECT_EQ(from_file["step_time_ms"], from_model["step_time_ms"]);
+  EXPECT_EQ(from_file["peak_memory_bytes"], from_model["peak_memory_bytes"]);
+  EXPECT_GT(from_file["step_time_ms"].get<double>(), 0.0);
 }
 
 TEST_F(Cli, ShippedProfilePlans) {

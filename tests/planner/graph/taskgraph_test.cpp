@@ -5,8 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -122,14 +127,40 @@ TEST(PlanJson, RoundTripsExactly) {
   }
 }
 
+// The names in `dir`, sorted.
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string text_of(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Written through a temporary renamed over the target: nothing else is left in the folder, and a
+// link at the target is replaced by the file, never written through.
 TEST(PlanJson, SaveIsAtomicAndLoads) {
   const auto dir = std::filesystem::temp_directory_path() /
-                   ("pipeplan_taskgraph_test_" + std::to_string(::getpid()));
+                   ("pipeplan_PlanJson_SaveIsAtomicAndLoads_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const auto path = dir / "plan.json";
   const Plan plan = uniform_plan({});
   save_plan(plan.graph, path);
-  EXPECT_FALSE(std::filesystem::exists(dir / "plan.json.tmp"));
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"plan.json"});
+  EXPECT_EQ(plan_to_json(load_plan(path)), plan_to_json(plan.graph));
+
+  std::filesystem::remove(path);
+  std::ofstream(dir / "other.txt") << "kept\n";
+  std::filesystem::create_symlink("other.txt", path);
+  save_plan(plan.graph, path);
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
+  EXPECT_EQ(text_of(dir / "other.txt"), "kept\n");
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"other.txt", "plan.json"}));
   EXPECT_EQ(plan_to_json(load_plan(path)), plan_to_json(plan.graph));
   std::filesystem::remove_all(dir);
 }

@@ -257,6 +257,7 @@ TEST(Search, P2ConcatMovesNoBoundOfAFamilyThatPlacesP2Itself) {
   plain.only_schedule = grouped.only_schedule = "zb-v";
   const SearchResult a = search_plans(plain);
   const SearchResult b = search_plans(grouped);
+  ASSERT_FALSE(a.pareto.empty());
   ASSERT_EQ(a.pareto.size(), b.pareto.size());
   for (std::size_t i = 0; i < a.pareto.size(); ++i) {
     EXPECT_DOUBLE_EQ(a.pareto[i].bound_us, b.pareto[i].bound_us) << i;

@@ -31,6 +31,9 @@
 #include "tests/error_support.h"
 #include "tests/runtime/cuda/gpu_test_support.h"
 #include "tests/runtime/thread_ranks.h"
+#ifdef PIPEPLAN_FAKE_DEVICE
+#include "tests/runtime/cuda/fake_device/fake_device.h"
+#endif
 
 namespace pipeplan {
 namespace {
@@ -607,8 +610,18 @@ TEST(EmulatedRun, OverNcclStagesOfOneGpuNeedMultiRankNccl) {
 #endif
 }
 
+// On the CPU stand-in the one device is reported as two (each ordinal the same device).
 TEST(EmulatedRun, RefusesDeviceLocalCopiesBetweenGpus) {
   PIPEPLAN_REQUIRE_GPU();
+#ifdef PIPEPLAN_FAKE_DEVICE
+  fake_cuda::set_device_count(2);
+  struct OneDeviceAgain {
+    OneDeviceAgain() = default;
+    OneDeviceAgain(const OneDeviceAgain&) = delete;
+    OneDeviceAgain& operator=(const OneDeviceAgain&) = delete;
+    ~OneDeviceAgain() { fake_cuda::set_device_count(1); }
+  } restore;
+#endif
   const int gpus = cuda::cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
   GpuRunOptions options{0, ""};
@@ -617,7 +630,11 @@ TEST(EmulatedRun, RefusesDeviceLocalCopiesBetweenGpus) {
     cuda::CudaRun run(tiny_plan(2, "1f1b", BackwardMode::fused), options);
     FAIL() << "device-local copies between 2 GPUs were not refused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(field_name("transport")), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(field_name("transport") +
+                                         ": device-local copies join stages on one GPU; this run "
+                                         "has 2 GPUs"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -5,8 +5,9 @@
 // one process). Linked instead of libcudart, libcublas, libcublasLt and libnccl.
 //
 // One device, shaped like an H100 SXM (132 SMs, 80 GiB, compute capability 9.0; its name,
-// kDefaultDeviceName, contains "H100" so that the backend picks that gpus.json entry). "Device"
-// memory is host memory, so ASan sees every access. Times mean nothing.
+// kDefaultDeviceName, contains "H100" so that the backend picks that gpus.json entry), which
+// set_device_count can report as several. "Device" memory is host memory, so ASan sees every
+// access. Times mean nothing.
 //
 // When queued work runs, in one of two orders (both legal CUDA schedules):
 // - copies deferred (the default): kernels, GEMMs and memsets run when they are queued (a GPU that
@@ -81,6 +82,11 @@ inline constexpr const char* kDefaultDeviceName = "fake_device: CPU stand-in sha
 
 // The name cudaGetDeviceProperties reports from now on ("" restores the default).
 void set_device_name(const std::string& name);
+
+// The number of devices cudaGetDeviceCount reports from now on (1 at the start; below 1 restores
+// it). Every ordinal is the one stand-in device: cudaSetDevice, cudaGetDevice and
+// cudaGetDeviceProperties take each of them, and share its memory, streams and contexts.
+void set_device_count(int count);
 
 // cudaMalloc fails (cudaErrorMemoryAllocation) where the device bytes live would pass `bytes`
 // from now on; 0 (the start) lifts the limit.

@@ -22,6 +22,7 @@ struct State {
   std::string last_rule;
   std::string device_name = kDefaultDeviceName;
   std::int64_t device_memory_limit = 0;  // set_device_memory_limit; 0: only the host's
+  int device_count = 1;                  // set_device_count
   std::map<void*, std::size_t> device_blocks, host_blocks;
   std::set<CUstream_st*> streams;  // live ones: a device-wide synchronisation runs their copies
   // Destroyed streams, emptied, kept until exit: work on other streams, events and NCCL's records
@@ -52,6 +53,7 @@ struct ThreadState {
   std::vector<CUctx_st*> stack;
   cudaError_t last_error = cudaSuccess;
   int rule_status = 0;
+  int device = 0;  // cudaSetDevice's
   std::string rule_message;
   ~ThreadState() {
     if (!stack.empty()) leave(stack.back());
@@ -271,6 +273,19 @@ void set_device_name(const std::string& name) {
   state().device_name = name.empty() ? std::string(kDefaultDeviceName) : name;
 }
 
+namespace {
+// An ordinal of one of the devices cudaGetDeviceCount reports.
+bool is_device(int device) {
+  const std::lock_guard lock(state().mutex);
+  return device >= 0 && device < state().device_count;
+}
+}  // namespace
+
+void set_device_count(int count) {
+  const std::lock_guard lock(state().mutex);
+  state().device_count = std::max(count, 1);
+}
+
 void set_device_memory_limit(std::int64_t bytes) {
   const std::lock_guard lock(state().mutex);
   state().device_memory_limit = std::max<std::int64_t>(bytes, 0);
@@ -301,22 +316,24 @@ using namespace pipeplan::fake_cuda;  // NOLINT(google-build-using-namespace): t
 // ---- runtime: device, errors
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  const std::lock_guard lock(state().mutex);
+  *count = state().device_count;
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!is_device(device)) return fail(cudaErrorInvalidDevice);
+  thread_state.device = device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = thread_state.device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!is_device(device)) return fail(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   {
     const std::lock_guard lock(state().mutex);
