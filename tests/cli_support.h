@@ -5,13 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -75,6 +78,33 @@ inline std::string read_file(const std::filesystem::path& path) {
 inline void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
+}
+
+// `write(target)` writes `dir`/`name` as pipeplan writes every output (through a temporary renamed
+// over it): in the empty folder `dir` it leaves the target alone, and over a symbolic link at the
+// target it replaces the link with the file, never writing through it (the link's file kept).
+inline void expect_written_atomically(
+    const std::filesystem::path& dir, const std::string& name,
+    const std::function<void(const std::filesystem::path&)>& write) {
+  const auto names = [&dir] {
+    std::vector<std::string> out;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      out.push_back(entry.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::filesystem::path target = dir / name;
+  write(target);
+  EXPECT_EQ(names(), std::vector<std::string>{name});
+  std::filesystem::remove(target);
+  write_file(dir / "other.txt", "kept\n");
+  std::filesystem::create_symlink("other.txt", target);
+  write(target);
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(target)));
+  EXPECT_EQ(read_file(dir / "other.txt"), "kept\n");
+  std::vector<std::string> both = {"other.txt", name};
+  std::sort(both.begin(), both.end());
+  EXPECT_EQ(names(), both);
 }
 
 // A fresh temporary folder per test, named after its suite, test and process (ctest runs tests

@@ -18,6 +18,7 @@
 #include "planner/base/error.h"
 #include "planner/base/io.h"
 #include "planner/graph/simulator.h"
+#include "tests/cli_support.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -127,42 +128,15 @@ TEST(PlanJson, RoundTripsExactly) {
   }
 }
 
-// The names in `dir`, sorted.
-std::vector<std::string> names_in(const std::filesystem::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+// Written through a temporary renamed over the target (tests/cli_support.h).
+class PlanJsonFile : public testing::TempDirTest {};
 
-std::string text_of(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Written through a temporary renamed over the target: nothing else is left in the folder, and a
-// link at the target is replaced by the file, never written through.
-TEST(PlanJson, SaveIsAtomicAndLoads) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("pipeplan_PlanJson_SaveIsAtomicAndLoads_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const auto path = dir / "plan.json";
+TEST_F(PlanJsonFile, SaveIsAtomicAndLoads) {
   const Plan plan = uniform_plan({});
-  save_plan(plan.graph, path);
-  EXPECT_EQ(names_in(dir), std::vector<std::string>{"plan.json"});
-  EXPECT_EQ(plan_to_json(load_plan(path)), plan_to_json(plan.graph));
-
-  std::filesystem::remove(path);
-  std::ofstream(dir / "other.txt") << "kept\n";
-  std::filesystem::create_symlink("other.txt", path);
-  save_plan(plan.graph, path);
-  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
-  EXPECT_EQ(text_of(dir / "other.txt"), "kept\n");
-  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"other.txt", "plan.json"}));
-  EXPECT_EQ(plan_to_json(load_plan(path)), plan_to_json(plan.graph));
-  std::filesystem::remove_all(dir);
+  testing::expect_written_atomically(dir_, "plan.json", [&](const std::filesystem::path& path) {
+    save_plan(plan.graph, path);
+    EXPECT_EQ(plan_to_json(load_plan(path)), plan_to_json(plan.graph));
+  });
 }
 
 TEST(PlanJson, RejectsWrongVersionAndBadFields) {

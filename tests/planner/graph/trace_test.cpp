@@ -15,6 +15,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/io.h"
+#include "tests/cli_support.h"
 #include "tests/planner/plan_fixtures.h"
 
 namespace pipeplan {
@@ -326,39 +327,17 @@ TEST(Trace, RejectsMismatchedSimulation) {
   EXPECT_THROW(perfetto_trace(b.graph, b.sim, "t"), Error);
 }
 
-// The names in `dir`, sorted.
-std::vector<std::string> names_in(const std::filesystem::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+// Written through a temporary renamed over the target (tests/cli_support.h).
+class TraceFile : public testing::TempDirTest {};
 
-// Written through a temporary renamed over the target: nothing else is left in the folder, and a
-// link at the target is replaced by the file, never written through.
-TEST(Trace, WritesFileAtomically) {
+TEST_F(TraceFile, WritesFileAtomically) {
   const HandBuilt b = two_device_plan();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("pipeplan_Trace_WritesFileAtomically_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const auto path = dir / "trace.json";
-  write_perfetto_trace(b.graph, b.sim, path, "file");
-  EXPECT_EQ(read_json_file(path).at("metadata").at("title"), "file");
-  EXPECT_EQ(names_in(dir), std::vector<std::string>{"trace.json"});
-
-  std::filesystem::remove(path);
-  std::ofstream(dir / "other.txt") << "kept\n";
-  std::filesystem::create_symlink("other.txt", path);
-  write_perfetto_trace(b.graph, b.sim, path, "linked");
-  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
-  std::ifstream kept(dir / "other.txt");
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), std::istreambuf_iterator<char>()),
-            "kept\n");
-  EXPECT_EQ(read_json_file(path).at("metadata").at("title"), "linked");
-  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"other.txt", "trace.json"}));
-  std::filesystem::remove_all(dir);
+  int written = 0;
+  testing::expect_written_atomically(dir_, "trace.json", [&](const std::filesystem::path& path) {
+    const std::string title = "file " + std::to_string(++written);
+    write_perfetto_trace(b.graph, b.sim, path, title);
+    EXPECT_EQ(read_json_file(path).at("metadata").at("title"), title);
+  });
 }
 
 }  // namespace
