@@ -37,12 +37,11 @@ Collectives collectives_of(std::string_view kind) {
 
 }  // namespace
 
-Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link) {
+void check_tensor_parallel(const ModelConfig& m, int t) {
   if (t < 1) throw FieldError("tensor_parallel", "must be at least 1, got " + std::to_string(t));
   limits::check_limit("tensor_parallel", t, limits::kMaxTensorParallel);
-  if (t == 1) return profile;
+  if (t == 1) return;
   // Megatron splits attention heads (and key/value groups) across the T GPUs of a stage.
-  const ModelConfig& m = profile.model;
   if (m.family != "uniform" && m.heads % t != 0) {
     throw FieldError("tensor_parallel", std::to_string(t) + " does not divide the " +
                                             std::to_string(m.heads) + " attention heads of " +
@@ -61,6 +60,12 @@ Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_lin
                                             std::to_string(m.experts) + " experts of " + m.name +
                                             " (the GPUs of a stage split them)");
   }
+}
+
+Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link) {
+  check_tensor_parallel(profile.model, t);
+  if (t == 1) return profile;
+  const ModelConfig& m = profile.model;
   const double td = static_cast<double>(t);
   // Synthetic (uniform) layers have no width to communicate.
   const bool communicates = m.family != "uniform" && m.hidden > 0 && profile.seq > 0;

@@ -24,7 +24,10 @@
 namespace pipeplan {
 
 // Throws FieldError naming tensor_parallel when t < 1, above its limit, or not a divisor of the
-// model's attention heads and key/value heads (Megatron splits heads across the T GPUs).
+// model's attention heads and key/value heads (Megatron splits heads across the T GPUs) or of its
+// experts.
+void check_tensor_parallel(const ModelConfig& model, int t);
+// check_tensor_parallel, then the profile's costs of one of the T GPUs.
 // group_link is the link between a stage's T GPUs (NVLink inside a node: node_link, gpu.h);
 // a default P2pLink adds no communication time.
 Profile tensor_parallel_profile(Profile profile, int t, const P2pLink& group_link);

@@ -189,6 +189,14 @@ std::string memory_budget_text(const PlanOptions& options, const GpuSpec& gpu) {
 
 namespace {
 
+// Micro-batch sizes as text: "1, 2, 4".
+std::string sizes_text(const std::vector<int>& sizes) {
+  std::string text;
+  for (const int mbs : sizes)
+    text += (text.empty() ? "" : ", ") + std::to_string(mbs);
+  return text;
+}
+
 // `base` with a bandwidth (GB/s per direction) and a latency (us) given as option text in place
 // of its own; empty text keeps base's.
 P2pLink link_options(P2pLink base, const std::string& bandwidth, std::string_view bandwidth_flag,
@@ -364,16 +372,12 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
   if (!o.uniform.empty()) {
     // As --mbs: a size the list names and the costs do not hold is refused, not planned at 1
     // instead (without a list, the sizes tried are those the costs hold: 1).
-    std::string others;
-    int count = 0;
-    for (const int mbs : candidates) {
-      if (mbs == 1) continue;
-      others += (others.empty() ? "" : ", ") + std::to_string(mbs);
-      ++count;
-    }
-    if (!mbs_list.empty() && count > 0) {
+    std::vector<int> others;
+    std::copy_if(candidates.begin(), candidates.end(), std::back_inserter(others),
+                 [](int mbs) { return mbs != 1; });
+    if (!mbs_list.empty() && !others.empty()) {
       throw Error(std::string(mbs_flag) + ": --uniform has no cost at micro-batch size" +
-                  (count > 1 ? "s " : " ") + others +
+                  (others.size() > 1 ? "s " : " ") + sizes_text(others) +
                   " (its costs are at micro-batch size 1 only)");
     }
     candidates = {1};
@@ -381,12 +385,6 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
     const std::vector<int> held = s.base.profile.micro_batch_sizes();
     const auto lacks = [&](int mbs) {
       return std::find(held.begin(), held.end(), mbs) == held.end();
-    };
-    const auto listed = [](const std::vector<int>& sizes) {
-      std::string text;
-      for (const int mbs : sizes)
-        text += (text.empty() ? "" : ", ") + std::to_string(mbs);
-      return text;
     };
     if (!mbs_list.empty()) {
       // As --mbs: a size the list names and the profile has no cost at is refused, not left out
@@ -396,14 +394,14 @@ SearchRequest make_search_request(const PlanOptions& options, int global_batch,
       if (!missing.empty()) {
         throw Error(std::string(mbs_flag) + ": " + input_name(o.profile) +
                     " has no cost at micro-batch size" + (missing.size() > 1 ? "s " : " ") +
-                    listed(missing) + " (it holds micro-batch size" +
-                    (held.size() > 1 ? "s " : " ") + listed(held) + ")");
+                    sizes_text(missing) + " (it holds micro-batch size" +
+                    (held.size() > 1 ? "s " : " ") + sizes_text(held) + ")");
       }
     }
     std::erase_if(candidates, lacks);
     if (candidates.empty()) {
       throw Error(std::string(mbs_flag) + ": " + input_name(o.profile) +
-                  " holds micro-batch sizes " + listed(held) + ", none of 1, 2, 4, 8");
+                  " holds micro-batch sizes " + sizes_text(held) + ", none of 1, 2, 4, 8");
     }
   } else {
     const GpuSpec gpu = find_gpu(s.base.gpu);

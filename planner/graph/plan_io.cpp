@@ -266,12 +266,8 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
   if (j.contains("tensor_parallel")) {
     m.tensor_parallel = require_int(j, "tensor_parallel", ctx, 1, limits::kMaxTensorParallel);
     // What the planner refuses, refused here in its words: T must divide the model's attention
-    // heads and key/value heads (and experts): tensor_parallel_profile's check, on the model alone.
-    named(ctx, "tensor_parallel", [&] {
-      Profile model_only;
-      model_only.model = m.model;
-      (void)tensor_parallel_profile(std::move(model_only), m.tensor_parallel, P2pLink{});
-    });
+    // heads and key/value heads (and experts).
+    named(ctx, "tensor_parallel", [&] { check_tensor_parallel(m.model, m.tensor_parallel); });
   }
   m.link = link_from_json(require_field(j, "link", ctx), ctx + ".link");
   if (const auto dp = j.find("data_parallel"); dp != j.end()) {
