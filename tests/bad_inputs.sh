@@ -482,7 +482,7 @@ EXPECT="field 'data_edges' is a version 3 field; version 2 plans give 'edges'" \
   check "validate: v2 plan with data_edges" validate plan_v2_data_edges.json
 EXPECT="nodes[0]: field 'bytes' is 4096 on a compute node" \
   check "validate: v2 compute node with bytes" validate plan_v2_compute_bytes.json
-EXPECT="field 'memory_limit_bytes' must hold whole numbers of bytes" \
+EXPECT="field 'memory_limit_bytes' must hold byte counts, 0 (no limit) or 1" \
   check "validate: memory limit of half a byte" validate plan_half_byte_limit.json
 EXPECT="meta: field 'tensor_parallel': 3 does not divide the 4 attention heads of tiny" \
   check "validate: tensor parallel 3 on 4 heads" validate plan_tp_3.json

@@ -235,8 +235,10 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     }
     m.stage_layers.push_back({s[0].get<int>(), s[1].get<int>()});
   }
-  // `integers`: JSON integers only; else whole numbers, which may be written as doubles
-  // (81389630259.0): a memory limit is whole bytes, 0 for none.
+  // `integers`: JSON integers only; else byte counts, which may be written as doubles
+  // (81389630259.0), 0 for none: a memory limit below one byte is refused (every device would be
+  // above it), a fraction beyond a whole byte dropped when read (peaks are whole bytes, so
+  // 81389630259.64 holds what 81389630259 holds; earlier pipeplan wrote such limits).
   const auto per_device = [&](std::string_view field, bool integers, double hi) {
     const auto& a = require_field(j, field, ctx);
     if (!a.is_array() || static_cast<int>(a.size()) != m.devices) {
@@ -245,19 +247,20 @@ PlanMeta meta_from_json(const nlohmann::json& j, const std::string& source) {
     }
     for (const auto& v : a) {
       const bool ok = integers ? int_in(v, 0, static_cast<std::int64_t>(hi))
-                               : v.is_number() && v.get<double>() >= 0 && v.get<double>() <= hi &&
-                                     v.get<double>() == std::floor(v.get<double>());
+                               : v.is_number() && v.get<double>() <= hi &&
+                                     (v.get<double>() == 0 || v.get<double>() >= 1);
       if (!ok) {
         throw Error(ctx + ": field '" + std::string(field) + "' must hold " +
-                    (integers ? "integers from 0" : "whole numbers of bytes from 0 (no limit)") +
-                    " to " + std::to_string(static_cast<std::int64_t>(hi)) +
-                    " (docs/reference/limits.md)");
+                    (integers ? "integers from 0" : "byte counts, 0 (no limit) or 1") + " to " +
+                    std::to_string(static_cast<std::int64_t>(hi)) + " (docs/reference/limits.md)");
       }
     }
     return a;
   };
   m.memory_limit_bytes =
       per_device("memory_limit_bytes", false, limits::kMaxMemoryBytes).get<std::vector<double>>();
+  for (double& limit : m.memory_limit_bytes)
+    limit = std::floor(limit);
   m.static_bytes = per_device("static_bytes", true, static_cast<double>(limits::kMaxPlanBytes))
                        .get<std::vector<std::int64_t>>();
   m.flops_per_token = require_bounded(j, "flops_per_token", ctx, limits::kMaxFlopsPerToken);

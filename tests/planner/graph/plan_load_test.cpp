@@ -129,19 +129,26 @@ TEST(PlanLoad, TensorParallelismMustDivideTheHeadsAsThePlannerSays) {
             "tiny (its 4 attention heads share them)");
 }
 
-// A memory limit is whole bytes per device, 0 for none: 0.5 would read as a limit of half a byte
-// that every device is above, reported as "above its limit 0 bytes".
-TEST(PlanLoad, AMemoryLimitIsWholeBytes) {
-  EXPECT_EQ(load_error([](json& p) {
-              p["meta"]["memory_limit_bytes"] = {0.5, 0};
-            }),
-            "p.json: meta: field 'memory_limit_bytes' must hold whole numbers of bytes from 0 "
-            "(no limit) to 1125899906842624 (docs/reference/limits.md)");
-  // Written as a double (81389630259.0) it is whole.
+// A memory limit is bytes per device, 0 for none: 0.5 would read as a limit of half a byte
+// that every device is above, reported as "above its limit 0 bytes". A fraction beyond a whole
+// byte (plans of earlier pipeplan hold 144267951472.64) is dropped: peaks are whole bytes.
+TEST(PlanLoad, AMemoryLimitIsBytes) {
+  for (const double below_one : {0.5, -1.0}) {
+    EXPECT_EQ(load_error([&](json& p) {
+                p["meta"]["memory_limit_bytes"] = {below_one, 0};
+              }),
+              "p.json: meta: field 'memory_limit_bytes' must hold byte counts, 0 (no limit) or 1 "
+              "to 1125899906842624 (docs/reference/limits.md)");
+  }
   EXPECT_EQ(load_error([](json& p) {
               p["meta"]["memory_limit_bytes"] = {81389630259.0, 0};
             }),
             "<no error>");
+  json fractional = good_plan();
+  fractional["meta"]["memory_limit_bytes"] = {144267951472.64, 0};
+  const TaskGraph g = plan_from_json(fractional, "p.json");
+  EXPECT_EQ(g.meta.memory_limit_bytes, (std::vector<double>{144267951472.0, 0}));
+  EXPECT_EQ(plan_to_json(g)["meta"]["memory_limit_bytes"][0].get<double>(), 144267951472.0);
 }
 
 // A compute node has no message: version 2's bytes, peer and match there are refused, as version
