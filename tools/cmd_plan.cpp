@@ -129,6 +129,13 @@ struct PlanCommand {
       std::cout << json_text(j, 2) << "\n";
     } else {
       std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
+      if (request.bpipe == BpipeMode::on && transfer_json(plan.graph).empty()) {
+        const auto& limits = plan.graph.meta.memory_limit_bytes;
+        const bool limited =
+            std::any_of(limits.begin(), limits.end(), [](double limit) { return limit > 0; });
+        std::cout << "BPipe: no stash moved: no pair's larger peak falls with transfers"
+                  << (limited ? ", or the pair fits --memory without them" : "") << "\n";
+      }
       if (request.recompute.method == Recompute::Method::automatic &&
           !plan.graph.meta.recompute.any()) {
         std::cout << "activation recompute: auto chose none: the plan fits keeping every "

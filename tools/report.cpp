@@ -189,8 +189,8 @@ std::string transfer_summary(const TaskGraph& graph) {
     out += "BPipe dev " + std::to_string(pair.evictor) + " -> dev " +
            std::to_string(pair.acceptor) + ": evicts " + std::to_string(pair.evictions) +
            (pair.evictions == 1 ? " stash, " : " stashes, ") +
-           printf_text("%.2f GiB", static_cast<double>(pair.bytes) / kBytesPerGiB) +
-           " both ways, link " + printf_text("%.1f ms", pair.link_us / 1000) + "\n";
+           format_gib(static_cast<double>(pair.bytes)) + " both ways, link " +
+           printf_text("%.1f ms", pair.link_us / 1000) + "\n";
   }
   return out;
 }

@@ -234,12 +234,15 @@ what_nccl() {
       1f1b-2bp) schedule=1f1b backward=2bp ;;
       interleaved-2bp) schedule=interleaved backward=2bp ;;
       zb-v-2bp) schedule=zb-v backward=2bp ;;
-      1f1b-2bp-bpipe) schedule=1f1b backward=2bp bpipe=on ;;
+      1f1b-fused-bpipe) schedule=1f1b backward=fused bpipe=on ;;
     esac
     name="nccl-$schedule-m$m2-$backward${bpipe:+-bpipe}"
     plan="$out/$name.plan.json"
+    # BPipe moves stashes only where a pair's peak falls: with no memory limit, 1F1B fused on
+    # these stages does (2bp's retained tensors keep the first stage's peak where it is).
     record "$name.plan.txt" "$pipeplan" plan "${common[@]}" --schedule "$schedule" \
-      --backward "$backward" --microbatches "$m2" ${bpipe:+--bpipe on} -o "$plan" || continue
+      --backward "$backward" --microbatches "$m2" ${bpipe:+--bpipe on --memory 0} -o "$plan" ||
+      continue
     planned+=("$name")
     record "$name.local.json" "$pipeplan" run "$plan" --backend cuda "${gpu_flag[@]}" \
       --emulate "$stages" --steps "$nccl_steps" --json --trace "$out/$name.local.trace.json" || true

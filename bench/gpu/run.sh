@@ -83,7 +83,7 @@
 #   --step-layers N       LLaMA-7B blocks of step's model (32; 16 on a GPU of 100 GiB or less);
 #                         not with --gpu-profile (step then plans the profile's model)
 #   --step-steps N        steps of step's runs; the median of steps 2..N is compared (6)
-#   --nccl-plans LIST     of gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe (all five)
+#   --nccl-plans LIST     of gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-fused-bpipe (all five)
 #   --nccl-steps N        steps of each nccl run (5)
 #   --gemm-candidates N   cuBLASLt answers timed per GEMM shape in every profile and run (1)
 #   --gemm-tuned N        the answers gemm compares with the heuristic's first (8)
@@ -225,10 +225,10 @@ for mode in "${copy_mode_list[@]}"; do one_of --copy-modes mode "$mode" memcpy p
 IFS=, read -r -a copy_wait_list <<< "$copy_waits"
 for wait in "${copy_wait_list[@]}"; do one_of --copy-waits wait "$wait" blocking poll stream; done
 wait_m=${opt_wait_m:-$((2 * stages))}
-nccl_plans=${nccl_plans:-gpipe-fused,1f1b-2bp,interleaved-2bp,zb-v-2bp,1f1b-2bp-bpipe}
+nccl_plans=${nccl_plans:-gpipe-fused,1f1b-2bp,interleaved-2bp,zb-v-2bp,1f1b-fused-bpipe}
 IFS=, read -r -a nccl_plan_list <<< "$nccl_plans"
 for entry in "${nccl_plan_list[@]}"; do
-  one_of --nccl-plans plan "$entry" gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-2bp-bpipe
+  one_of --nccl-plans plan "$entry" gpipe-fused 1f1b-2bp interleaved-2bp zb-v-2bp 1f1b-fused-bpipe
 done
 # Paths named relative to where run.sh was started are made absolute (run.sh runs from the
 # repository root), then checked.

@@ -78,15 +78,19 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
   r.peak_bytes = current;
   // `work`: the op's working memory, held while it runs (StageCost::forward_work_bytes).
   auto note = [&](std::int64_t work = 0) { r.peak_bytes = std::max(r.peak_bytes, current + work); };
-  // An evicted stash leaves only when its send ends, after the next op has started: count it
-  // until that op's allocation has been noted (the evictor's transient peak: cap + 2 where a
-  // forward follows the evicting one, in the warm-up; cap + 1 where a backward does).
+  // An evicted stash leaves when its send ends. A forward next (the warm-up) waits for it
+  // (add_bpipe_transfers), so its stash takes the evicted one's memory: the evictor peaks at
+  // cap + 1 stashes, as BPipe intends. A backward next does not wait (its own stash frees
+  // memory): the evicted stash is counted until that backward's allocation has been noted, and
+  // the op after it waits instead.
   std::int64_t in_flight = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
     const Action& a = order[i];
     const int pos = static_cast<int>(i);
     const int mb = a.microbatches.front();
     if (a.op == OpType::F) {
+      current -= in_flight;
+      in_flight = 0;
       current += cost.stash_bytes;
       note(cost.forward_work_bytes);
       current -= in_flight;
@@ -150,17 +154,16 @@ int compute_stream(const TaskGraph& graph, int device) {
 
 // The cap (1 .. the natural peak count) that minimises the larger of the evictor's estimate and
 // a conservative bound for the acceptor (its own peak plus everything it may hold for the pair).
-// Among caps within kSamePeak of that minimum and within half a stash of it (a cap that saves a
-// whole stash wins: where static memory dwarfs the stashes, as with full recomputation, 0.5 %
-// can exceed one), the largest (fewest transfers) that leaves the two ends within kBalanced of
-// each other, else the best balanced. Balance needs the second step where the newest evicted
-// stash, still in flight while the next forward allocates, makes one more eviction no lower for
-// the evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1
-// stashes. `range` bounds the caps tried; nullopt when none in it works (with the full range, a
-// pair whose every cap fails keeps everything: the natural count, no moves).
+// Among caps within kBpipeSamePeak of that minimum and within half a stash of it (a cap that saves
+// a whole stash wins: where static memory dwarfs the stashes, as with full recomputation, 0.5 % can
+// exceed one), the largest (fewest transfers) that leaves the two ends within kBalanced of each
+// other, else the best balanced. Balance needs the second step where the newest evicted stash,
+// still in flight while the next forward allocates, makes one more eviction no lower for the
+// evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
+// `range` bounds the caps tried; nullopt when none in it works (with the full range, a pair whose
+// every cap fails keeps everything: the natural count, no moves).
 std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,
                                    int evictor, int acceptor, CapRange range) {
-  constexpr double kSamePeak = 0.005;
   constexpr double kBalanced = 0.10;
   const auto& order = graph.schedule.per_device[static_cast<std::size_t>(evictor)];
   const auto& acceptor_order = graph.schedule.per_device[static_cast<std::size_t>(acceptor)];
@@ -200,8 +203,8 @@ std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<Sta
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (const Option& o : options)
     lowest = std::min(lowest, o.peak);
-  const double same_peak =
-      std::min(static_cast<double>(lowest) * kSamePeak, static_cast<double>(cost.stash_bytes) / 2);
+  const double same_peak = std::min(static_cast<double>(lowest) * kBpipeSamePeak,
+                                    static_cast<double>(cost.stash_bytes) / 2);
   const Option* best = nullptr;
   for (const Option& o : options) {  // by falling cap: the first balanced one has fewest moves
     if (static_cast<double>(o.peak - lowest) > same_peak) continue;
@@ -291,11 +294,16 @@ void add_bpipe_transfers(TaskGraph& graph, const BpipePlan& plan) {
         recv.alloc_bytes = move.bytes;
         const auto [s, r] = graph.add_message(std::move(send), std::move(recv));
         graph.add_data_edge(forward, s);
-        // The memory the stash leaves is what the evictor's op after next allocates (replay():
-        // it is counted until the next op has allocated): that op waits for the send to end, so
-        // a runtime whose host runs ahead of the GPU cannot allocate it while the stash is still
-        // there (docs/design/bpipe.md, "Transfer plan": the op after next waits for the eviction).
-        const std::size_t reuser = static_cast<std::size_t>(move.evict_after) + 2;
+        // The memory the stash leaves is what the evictor's next forward allocates, if the next
+        // op is one (the warm-up), else what the op after next allocates (replay(): the stash is
+        // counted until a next backward has allocated): that op waits for the send to end, so a
+        // runtime whose host runs ahead of the GPU cannot allocate it while the stash is still
+        // there (docs/design/bpipe.md, "Transfer plan": the next forward, or the op after next,
+        // waits for the eviction).
+        const std::size_t next = static_cast<std::size_t>(move.evict_after) + 1;
+        const bool forward_next =
+            next < compute.size() && graph.node(compute[next]).op == OpType::F;
+        const std::size_t reuser = forward_next ? next : next + 1;
         if (reuser < compute.size()) graph.add_data_edge(s, compute[reuser]);
         evict_recv[i] = r;
       } else {

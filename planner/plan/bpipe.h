@@ -56,6 +56,10 @@ struct BpipePlan {
   std::int64_t bytes_per_step() const;  // evict + load volume
 };
 
+// Two peaks closer than this fraction (and than half a stash) count as the same: a cap that
+// lowers a pair's peak less moves stashes for nothing.
+inline constexpr double kBpipeSamePeak = 0.005;
+
 // The caps a pair may be given, both ends included.
 struct CapRange {
   int min = 1;

@@ -236,6 +236,49 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
 // evictor over: it keeps one fewer; the acceptor over: one more) and the transfers are planned
 // again, for as long as that lowers the device's simulated peak. Returns the first plan that
 // fits, or else the first plan made (its violation is the one reported).
+//
+// A pair keeps its transfers only where they pay in the simulation: its larger simulated peak
+// falls by more than the tolerance plan_pair counts as the same peak (a cap can balance a pair
+// without lowering its maximum, where the newest evicted stash is still in flight), and, under
+// --memory, one of its devices was over the limit without them. Other pairs move nothing (link
+// time and HBM traffic for no memory), unless the plan without their transfers no longer fits.
+CheckedSimulation keep_paying_pairs(TaskGraph& graph, const TaskGraph& without, BpipePlan plan,
+                                    CheckedSimulation with) {
+  const std::vector<double>& limits = graph.meta.memory_limit_bytes;
+  const std::vector<std::int64_t> before = validate_and_simulate(without).sim.peak_memory_bytes();
+  const std::vector<std::int64_t> after = with.sim.peak_memory_bytes();
+  const auto over = [&](int d) {
+    const auto i = static_cast<std::size_t>(d);
+    return i < limits.size() && limits[i] > 0 && static_cast<double>(before[i]) > limits[i];
+  };
+  const bool limited = std::any_of(limits.begin(), limits.end(), [](double l) { return l > 0; });
+  bool dropped = false;
+  for (BpipePair& pair : plan.pairs) {
+    if (pair.moves.empty()) continue;
+    const auto e = static_cast<std::size_t>(pair.evictor);
+    const auto a = static_cast<std::size_t>(pair.acceptor);
+    if (e >= before.size() || a >= before.size() || e >= after.size() || a >= after.size())
+      continue;
+    const auto highest_before = static_cast<double>(std::max(before[e], before[a]));
+    const auto highest_after = static_cast<double>(std::max(after[e], after[a]));
+    const double same = std::min(highest_before * kBpipeSamePeak,
+                                 static_cast<double>(pair.moves.front().bytes) / 2);
+    const bool pays = highest_before - highest_after > same &&
+                      (!limited || over(pair.evictor) || over(pair.acceptor));
+    if (pays) continue;
+    pair.moves.clear();
+    pair.max_evicted = 0;
+    dropped = true;
+  }
+  if (!dropped) return with;
+  TaskGraph attempt = without;
+  add_bpipe_transfers(attempt, plan);
+  CheckedSimulation checked = validate_and_simulate(attempt);
+  if (checked.violation) return with;  // the dropped transfers were needed after all
+  graph = std::move(attempt);
+  return checked;
+}
+
 CheckedSimulation add_bpipe_within_memory(TaskGraph& graph, const std::vector<StageCost>& costs) {
   const int devices = graph.schedule.devices;
   const std::vector<double>& limits = graph.meta.memory_limit_bytes;
@@ -247,8 +290,13 @@ CheckedSimulation add_bpipe_within_memory(TaskGraph& graph, const std::vector<St
     add_bpipe_transfers(attempt, *transfers);
     CheckedSimulation checked = validate_and_simulate(attempt);
     if (!checked.violation || checked.violation->rule != "memory-limit") {
+      if (checked.violation) {  // not a memory fault: reported as it is
+        graph = std::move(attempt);
+        return checked;
+      }
+      const TaskGraph without = graph;
       graph = std::move(attempt);
-      return checked;
+      return keep_paying_pairs(graph, without, *transfers, std::move(checked));
     }
     const std::vector<std::int64_t> peaks = checked.sim.peak_memory_bytes();
     bool moved = false;

@@ -280,7 +280,7 @@ std::string synthetic_profile(const std::filesystem::path& dir, double scale) {
 // 2 needs BPipe by construction.
 std::string limit_between(const std::string& profile) {
   const std::string plan = "plan --profile " + pipeplan::testing::shell_quote(profile) +
-                           " --stages 8 -m 16 --mbs 2 --memory 1000GiB --reserve 0 --json";
+                           " --stages 8 -m 16 --mbs 2 --memory 0 --json";
   const auto off = run_json(plan);
   const auto on = run_json(plan + " --bpipe on");
   const auto peak = [](const nlohmann::json& j) {

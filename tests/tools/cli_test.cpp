@@ -1132,7 +1132,9 @@ TEST_F(Cli, ASustainedTermAloneIsShownPerGpu) {
 // contention fitted on the 8-stage runs at mbs 1 without BPipe (m = 16, and
 // 1F1B fused and 2bp at m = 8) with the 32-SM profile's sustained-load term: the runs the fit
 // did not see predict the steps the README quotes: 1F1B-2bp at m = 24 1334.7 ms (measured 1362.7
-// in the last step) and the BPipe plan at mbs 2 2034.2 ms (measured 2077.3 to 2111.3:
+// in the last step) and the BPipe plan at mbs 2 2033.9 ms (its plan files, which moved the
+// stashes of three pairs where the planner now moves only the first pair's, re-predicted at
+// 2034.2, measured 2077.3 to 2111.3:
 // bench/results/h200/2026-11-27-tests-pipelines-waits/analysis/sm16-refit/carried.eval.txt).
 TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedHeldOutSteps) {
   const std::string shipped =
@@ -1142,7 +1144,7 @@ TEST_F(Cli, TheCalibrated8StageProfilePredictsTheQuotedHeldOutSteps) {
                            " --backward fused --mbs 2 --bpipe on --memory 9.107GiB --reserve 0"
                            " --json");
   ASSERT_EQ(bpipe.status, 0) << bpipe.out;
-  EXPECT_NEAR(nlohmann::json::parse(bpipe.out)["step_time_ms"].get<double>(), 2034.2, 0.05)
+  EXPECT_NEAR(nlohmann::json::parse(bpipe.out)["step_time_ms"].get<double>(), 2033.9, 0.05)
       << bpipe.out;
   const Result two_bp = run("plan --profile " + shipped +
                             " --stages 8 --seq 2048 --microbatches 24 --schedule 1f1b"

@@ -109,7 +109,7 @@ TEST_F(MpiRunCli, GpipeInterleavedAndBpipePlansTrainAsInOneProcess) {
   const std::vector<std::pair<std::string, std::string>> plans = {
       {"gpipe", "--model tiny --schedule gpipe --backward fused"},
       {"interleaved", "--model " + config + " --schedule interleaved --chunks 2 --backward 2bp"},
-      {"bpipe", "--model tiny --schedule 1f1b --backward fused --bpipe on"}};
+      {"bpipe", "--model tiny --schedule 1f1b --backward fused --bpipe on --memory 0"}};
   for (const auto& [name, args] : plans) {
     const std::string file = path(name + ".json");
     const CliResult made =

@@ -167,7 +167,7 @@ mkdir -p "$fakes"
 printf '#!/bin/sh\nexit 0\n' > "$fakes/torchrun"
 chmod +x "$fakes/torchrun"
 PATH="$fakes:$PATH" dry profile-sm nccl
-expect 'plan --profile .*sm32.measured.json .*--schedule 1f1b --backward 2bp --microbatches 8 --bpipe on -o .*nccl-1f1b-m8-2bp-bpipe.plan.json'
+expect 'plan --profile .*sm32.measured.json .*--schedule 1f1b --backward fused --microbatches 8 --bpipe on --memory 0 -o .*nccl-1f1b-m8-fused-bpipe.plan.json'
 in_order 'pipeplan env --json' 'stage goes on only where nccl-env.json reports NCCL 2.30 or later' \
   'nccl-gpipe-m8-fused.plan.json' 'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --steps 5 --json' \
   'run .*nccl-gpipe-m8-fused.plan.json --backend cuda --emulate 4 --transport nccl --steps 5' \

@@ -23,8 +23,13 @@ namespace {
 using nlohmann::json;
 
 Plan bpipe_plan() {
-  PlanRequest r = testing::uniform_request(
-      {.devices = 4, .microbatches = 8, .backward = BackwardMode::twobp, .comm = 0.1});
+  PlanRequest r =
+      testing::uniform_request({.devices = 4,
+                                .microbatches = 8,
+                                .backward = BackwardMode::twobp,
+                                .comm = 0.1,
+                                .mem_p1 = -1,
+                                .mem_p2 = 0});  // P1 frees the stash: BPipe lowers device 0's peak
   r.bpipe = BpipeMode::on;
   return make_plan(r);
 }

@@ -20,8 +20,13 @@ namespace {
 
 // 1F1B 2BP on 4 devices with BPipe: every kind of transfer appears.
 Plan bpipe_plan() {
-  PlanRequest r = testing::uniform_request(
-      {.devices = 4, .microbatches = 8, .backward = BackwardMode::twobp, .comm = 0.1});
+  PlanRequest r =
+      testing::uniform_request({.devices = 4,
+                                .microbatches = 8,
+                                .backward = BackwardMode::twobp,
+                                .comm = 0.1,
+                                .mem_p1 = -1,
+                                .mem_p2 = 0});  // P1 frees the stash: BPipe lowers device 0's peak
   r.bpipe = BpipeMode::on;
   return make_plan(r);
 }
