@@ -129,18 +129,19 @@ void check_gpu_places(ProcessGroup& group, std::chrono::milliseconds timeout) {
 // plan device, and (`check_world`, may be empty) what the launcher itself says of the world.
 TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
                  const std::function<void()>& check_world, StartHint start_hint) {
-  // Every rank reads the plan; a launcher gives standard input to one rank at most. Every rank
-  // knows it alike, at once: no rank reads it, each throws the same error (rank 0 prints it).
-  if (command.plan_path == "-" && group.size() > 1) {
-    throw AgreedError("plan '-': each of the " + std::to_string(group.size()) +
-                      " ranks reads the plan, but standard input reaches one of them at most "
-                      "(mpirun forwards it to rank 0 alone): give the plan as a file every rank "
-                      "can read (pipeplan run p.json)");
-  }
   std::optional<TaskGraph> plan;
   std::optional<std::string> error;
   std::uint64_t hash = 0;
   try {
+    // Every rank reads the plan; a launcher gives standard input to one rank at most. A rank
+    // given '-' reads nothing and says so through the agreement below, which names it to every
+    // rank (ranks given '-' and ranks given a file may differ).
+    if (command.plan_path == "-" && group.size() > 1) {
+      throw Error("plan '-': each of the " + std::to_string(group.size()) +
+                  " ranks reads the plan, but standard input reaches one of them at most "
+                  "(mpirun forwards it to rank 0 alone): give the plan as a file every rank "
+                  "can read (pipeplan run p.json)");
+    }
     plan = command.load_and_check(true, group.rank() == 0);
     const int devices = plan->meta.devices;
     if (check_world) check_world();

@@ -572,8 +572,12 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
   std::string last_error;
   bool resolved = false;
   milliseconds pause(20);
+  // The pauses between attempts grow to 500 ms: one last attempt is made once the deadline has
+  // passed (with a short time of its own to connect), so a rank 0 that starts in the last pause
+  // before it is still found.
+  bool last_attempt = false;
   for (;;) {
-    if (Clock::now() >= connect_by) {
+    if (last_attempt) {
       if (!resolved) throw Error(last_error + ", for " + ms_text(options.timeout));
       // Rank 0 stops listening once its rendezvous has completed: a rank that comes after that
       // finds nobody, as it does where rank 0 never started.
@@ -585,9 +589,12 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
           " started twice, or another job's ranks joined it at this address: give each "
           "job its own MASTER_PORT, or PIPEPLAN_JOB_ID)");
     }
+    const Clock::time_point now = Clock::now();
+    last_attempt = now >= connect_by;
+    const Clock::time_point attempt_by = std::max(connect_by, now + milliseconds(100));
     Socket s;
     {
-      const Addresses addresses(launch, connect_by);
+      const Addresses addresses(launch, attempt_by);
       last_error = addresses.error(launch);
       for (const addrinfo* a = addresses.begin(); a != nullptr && s.get() < 0; a = a->ai_next) {
         resolved = true;
@@ -602,7 +609,7 @@ Socket rendezvous_as_peer(const TcpOptions& options) {
           if (error == EINPROGRESS || error == EINTR) {
             pollfd p{attempt.get(), POLLOUT, 0};
             const int ready =
-                ::poll(&p, 1, ms_until(std::min(connect_by, Clock::now() + pause * 50)));
+                ::poll(&p, 1, ms_until(std::min(attempt_by, Clock::now() + pause * 50)));
             socklen_t length = sizeof(error);
             error =
                 ready > 0 && getsockopt(attempt.get(), SOL_SOCKET, SO_ERROR, &error, &length) == 0

@@ -328,6 +328,34 @@ TEST_F(EnvRunCli, APlanOnStandardInputIsRefusedAsOneOfSeveralRanks) {
   }
 }
 
+// Ranks given '-' among ranks given the file: the rank given '-' is named on rank 0, in one line,
+// whichever rank it is (it used to leave the agreement without a word, or, as rank 0, be misread
+// by the others as "0 parts for 4 ranks").
+TEST_F(EnvRunCli, APlanOnStandardInputGivenToSomeRanksIsNamed) {
+  for (const int odd : {1, 0}) {
+    SCOPED_TRACE("rank " + std::to_string(odd) + " given '-'");
+    std::vector<Process> processes;
+    for (int r = 0; r < 4; ++r) {
+      processes.push_back({r, 4, no_module(),
+                           "run " + (r == odd ? std::string("-") : plan_) +
+                               " --backend cuda --timeout-ms 5000 < " + plan_,
+                           0});
+    }
+    const std::vector<RankRun> runs = launch_processes(processes, testing::free_port());
+    EXPECT_EQ(runs[0].out, "pipeplan: error: rank " + std::to_string(odd) +
+                               ": plan '-': each of the 4 ranks reads the plan, but standard "
+                               "input reaches one of them at most (mpirun forwards it to rank 0 "
+                               "alone): give the plan as a file every rank can read (pipeplan "
+                               "run p.json)\n");
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_NE(runs[static_cast<std::size_t>(r)].status, 0) << "rank " << r;
+      if (r > 0) {
+        EXPECT_EQ(runs[static_cast<std::size_t>(r)].out, "") << "rank " << r;
+      }
+    }
+  }
+}
+
 TEST_F(EnvRunCli, EmulationIsRefusedAsOneRank) {
   const std::vector<RankRun> runs = launch(4, cuda_args() + " --emulate 4", {}, no_module());
   EXPECT_NE(runs[0].status, 0);

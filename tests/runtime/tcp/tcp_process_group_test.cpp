@@ -446,6 +446,23 @@ TEST(TcpProcessGroup, ARankThatNeverComesIsNamedAtTheRendezvousDeadline) {
   }
 }
 
+// Rank 0 may start as late as the timeout: the other ranks' attempts, spaced up to 500 ms apart,
+// end with one made after the deadline has passed, so a rank 0 that starts in the last pause
+// (here 3650 ms into a 4000 ms timeout, after the attempt at about 3620 ms) is still found.
+TEST(TcpProcessGroup, RankZeroStartingInTheLastPauseBeforeTheDeadlineIsFound) {
+  const milliseconds timeout(4000);
+  const int port = testing::free_port();
+  const auto body = [](TcpProcessGroup& group) { return group.size() == 2 ? 0 : 1; };
+  const std::vector<Exit> exits =
+      run_processes({[&] {
+                       std::this_thread::sleep_for(milliseconds(3650));
+                       return rank_main(rank_env(0, 2, port), timeout, body);
+                     },
+                     [&] { return rank_main(rank_env(1, 2, port), timeout, body); }});
+  for (std::size_t r = 0; r < exits.size(); ++r)
+    EXPECT_EQ(exits[r].status, 0) << "rank " << r << ":\n" << exits[r].out;
+}
+
 // Rank 0 whose hard open-file limit holds fewer connections than the job's ranks: it says so, in
 // one line, as soon as it is out of descriptors with no connection left to give up (it used to
 // give the place of a rank that had connected, its hello unread, to the next one, and at the
