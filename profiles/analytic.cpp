@@ -471,19 +471,25 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
 // A model too large for its sizes to stay exact: the profile must hold what a file may hold
 // (planner/base/limits.h), so that stage sums and memory totals stay far from overflow.
 void check_cost_limits(const LayerCost& c, LayerKind kind, int mbs, int seq) {
-  const auto fail = [&](const std::string& what, double limit, std::string_view unit) {
+  const auto fail = [&](const std::string& what, double limit, std::string_view unit,
+                        std::string_view hint = "") {
     fail_option("micro_batch_sizes",
                 limits::above_limit("at micro-batch size " + std::to_string(mbs) +
                                         " and sequence " + std::to_string(seq) + ", one " +
                                         std::string(to_string(kind)) + "'s " + what,
-                                    limit, unit));
+                                    limit, unit) +
+                    std::string(hint));
   };
+  // Times come from the GPU's peak and HBM bandwidth too, which a gpus.json may set low.
+  constexpr std::string_view kTimeHint =
+      "; a smaller --mbs or --seq, or see the GPU's peak_bf16_tflops and hbm_bandwidth_GBps in "
+      "gpus.json";
   for (const double us : {c.forward_us, c.p1_us, c.p2_us}) {
-    if (!(us <= limits::kMaxLayerTimeUs)) fail("pass time", limits::kMaxLayerTimeUs, "us");
+    if (!(us <= limits::kMaxLayerTimeUs))
+      fail("pass time", limits::kMaxLayerTimeUs, "us", kTimeHint);
   }
-  // The optimizer step's time comes from the GPU's HBM bandwidth, which gpus.json may set low.
   if (!(c.optimizer_us <= limits::kMaxLayerTimeUs))
-    fail("optimizer step time", limits::kMaxLayerTimeUs, "us");
+    fail("optimizer step time", limits::kMaxLayerTimeUs, "us", kTimeHint);
   for (const std::int64_t bytes : {c.stash_bytes, c.retained_bytes, c.param_bytes, c.grad_bytes,
                                    c.optimizer_bytes, c.send_bytes}) {
     if (bytes > limits::kMaxLayerBytes)

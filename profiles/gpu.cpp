@@ -100,7 +100,8 @@ GpuSpec gpu_from_json(const json& j, const std::string& source, std::size_t inde
     if (const std::string problem = control_character_problem(g.aliases.back()); !problem.empty())
       r.fail("aliases", problem);
   }
-  g.peak_bf16_tflops = r.number("peak_bf16_tflops", true, limits::kMaxGpuTflops);
+  g.peak_bf16_tflops =
+      r.number("peak_bf16_tflops", true, limits::kMaxGpuTflops, limits::kMinGpuTflops);
   g.hbm_bytes =
       r.number("hbm_gib", true, limits::kMaxMemoryBytes / kBytesPerGiB, limits::kMinGpuMemoryGiB) *
       kBytesPerGiB;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -457,7 +458,10 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
     m.kv_heads = m.heads;
     m.ffn_hidden = r.positive_int("intermediate_size", limits::kMaxHidden);
     m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
-    m.seq = r.positive_int("max_position_embeddings", limits::kMaxSeq);
+    // A rotary model's context capacity, only the default --seq: one above the sequence limit
+    // (Llama-3-8B-Instruct-Gradient-4194k: 4194304) is read as the limit, so that --seq works.
+    m.seq = std::min(r.positive_int("max_position_embeddings", std::numeric_limits<int>::max()),
+                     limits::kMaxSeq);
     m.mlp = MlpKind::gelu;
     m.norm = NormKind::layernorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
@@ -493,7 +497,10 @@ ModelConfig hf_config_from_json(const json& config, std::string_view source_view
                      : m.heads;
     m.ffn_hidden = r.positive_int("intermediate_size", limits::kMaxHidden);
     m.vocab = r.positive_int("vocab_size", limits::kMaxVocab);
-    m.seq = r.positive_int("max_position_embeddings", limits::kMaxSeq);
+    // A rotary model's context capacity, only the default --seq: one above the sequence limit
+    // (Llama-3-8B-Instruct-Gradient-4194k: 4194304) is read as the limit, so that --seq works.
+    m.seq = std::min(r.positive_int("max_position_embeddings", std::numeric_limits<int>::max()),
+                     limits::kMaxSeq);
     m.mlp = MlpKind::swiglu;
     m.norm = NormKind::rmsnorm;
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);

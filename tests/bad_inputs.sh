@@ -497,6 +497,8 @@ EXPECT="nodes: field 'count' = 1e+20 is out of range [0, 4194304]" \
 # Accepted nonsense and unclear messages.
 check "plan --gpu a100 on an H100 profile" plan --profile profile.json --gpu a100 --stages 2 -m 2 -o '{out}'
 check "profile --analytic --backend cuda" profile --analytic --model tiny --backend cuda -o '{out}'
+EXPECT="--backend: 'bogus' is not cuda or cpu" \
+  check "profile --analytic --backend bogus" profile --analytic --model tiny --backend bogus -o '{out}'
 check "plan --memory 0x10GiB" plan --model tiny --stages 2 -m 2 --memory 0x10GiB -o '{out}'
 check "plan --memory -0GiB" plan --model tiny --stages 2 -m 2 --memory -0GiB -o '{out}'
 check "plan -m 0x2" plan --model tiny --stages 2 -m 0x2 -o '{out}'

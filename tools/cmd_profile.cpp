@@ -81,6 +81,8 @@ struct ProfileCommand {
     if (max_host_given && backend != "cpu") throw Error("--max-host-gib: only with --backend cpu");
     // The output is checked before anything is measured (a GPU profile takes minutes).
     if (!output.empty()) check_output(output);
+    if (!backend.empty() && backend != "cuda" && backend != "cpu")
+      throw Error("--backend: '" + backend + "' is not cuda or cpu");
     if (analytic && !backend.empty()) {
       throw Error("--backend: " + backend +
                   " measures its hardware; --analytic estimates without measuring (give one of "
@@ -88,7 +90,6 @@ struct ProfileCommand {
     }
     if (!analytic && backend == "cuda") return run_cuda();
     if (!analytic && backend == "cpu") return run_cpu();
-    if (!backend.empty()) throw Error("--backend: '" + backend + "' is not cuda or cpu");
     if (!analytic) {
       throw Error(
           "profile: give --analytic, or --backend cuda to measure on a GPU (--backend cpu: on "

@@ -44,8 +44,10 @@ inline constexpr double kMaxFlopsPerToken = 1e17;
 inline constexpr double kMaxDevicePeakFlops = 1e18 * kMaxTensorParallel;
 
 // GPUs (profiles/gpus.json).
-inline constexpr int kMaxGpuEntries = 4096;       // entries of gpus.json
-inline constexpr double kMaxGpuTflops = 1e6;      // peak_bf16_tflops
+inline constexpr int kMaxGpuEntries = 4096;   // entries of gpus.json
+inline constexpr double kMaxGpuTflops = 1e6;  // peak_bf16_tflops
+// The least peak (1 GFLOP/s): a smaller one is a slip of units, not a GPU.
+inline constexpr double kMinGpuTflops = 1e-3;
 inline constexpr double kMaxBandwidthGBps = 1e9;  // HBM, NVLink, PCIe bandwidth
 // The least non-zero bandwidth (GB/s) of a link or memory: 1 MB/s keeps the largest transfer a
 // plan can hold far below the longest node time a plan file takes (kMaxNodeTimeUs).

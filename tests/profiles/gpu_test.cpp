@@ -117,6 +117,19 @@ TEST(Gpu, NvlinkAndLatencyMayBeLeftOut) {
             "gpus.json: field 'gpus[0].p2p_latency_us' must not be negative");
 }
 
+// A peak below 1 GFLOP/s is a slip of units: refused naming the field (it used to be taken, and
+// the analytic model then blamed the micro-batch size for pass times past the limit).
+TEST(Gpu, APeakBelowTheLeastIsRefusedNamingIt) {
+  EXPECT_EQ(error_of([] {
+              gpus_from_json(nlohmann::json::parse(R"({"format":"pipeplan-gpus","version":1,
+    "gpus":[{"name":"x","aliases":[],"description":"","peak_bf16_tflops":1e-300,"hbm_gib":24,
+             "hbm_bandwidth_GBps":900,"pcie_bandwidth_GBps":32}]})"),
+                             "gpus.json");
+            }),
+            "gpus.json: field 'gpus[0].peak_bf16_tflops' = 1e-300 is below the least of 0.001 "
+            "(docs/reference/limits.md)");
+}
+
 // A misspelt optional field would read as its default (no NVLink, no latency): refused.
 TEST(Gpu, AMisspeltFieldIsRefusedWithTheNearestName) {
   EXPECT_EQ(error_of([] {

@@ -36,6 +36,19 @@ TEST(ModelLimits, HfConfigWithABillionLayersNamesFileAndField) {
             limits::kMaxLayers);
 }
 
+// A rotary model's max_position_embeddings is its context capacity, only the default --seq: one
+// above the sequence limit is read as the limit (it used to refuse the config even with --seq).
+TEST(ModelLimits, AContextCapacityAboveTheSequenceLimitIsReadAsTheLimit) {
+  json config = llama_config(2);
+  config["max_position_embeddings"] = 4194304;
+  EXPECT_EQ(hf_config_from_json(config, "c.json", "m").seq, limits::kMaxSeq);
+  config["max_position_embeddings"] = 0;
+  EXPECT_NE(error_of([&] {
+              hf_config_from_json(config, "c.json", "m");
+            }).find("c.json: field 'max_position_embeddings'"),
+            std::string::npos);
+}
+
 TEST(ModelLimits, ModelJsonFieldsAreBounded) {
   for (const auto& [field, value] :
        std::vector<std::pair<std::string, std::int64_t>>{{"layers", 1025},
