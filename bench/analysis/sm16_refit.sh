@@ -2,7 +2,8 @@
 # The 8-stage (16-SM) profile's contention refitted with the 8-stage runs at m = 8.
 # Three contention models for profiles/h200-llama-7b-blocks8-sm16.measured.json, each fitted on
 # the 8-stage run without BPipe (m = 16, mbs 1) and the 1F1B fused and 2bp runs at m = 8; held
-# out and re-predicted (`pipeplan calibrate eval`, last step): the m = 24 runs and
+# out and re-predicted as they ran (`pipeplan calibrate eval --resimulate`: each run's own plan
+# file, last step): the m = 24 runs and
 # the four measured BPipe mbs 2 runs:
 #   count      the contention by ops at once alone (the model the 16-SM profile had)
 #   free       with the sustained term fitted as well (--sustained)
@@ -35,7 +36,7 @@ held=("$eight/1f1b-m24-fused" "$eight/1f1b-m24-2bp"
   "$gemm/tests-block-copies-gemm/copies-priority-bpipe-mbs2"
   "$copies/tests-profile-sm-copies/copies-priority-bpipe-mbs2")
 git -C "$root" show e912c67:profiles/h200-llama-7b-blocks8-sm16.calibrated.json > "$out/before.profile.json"
-"$pipeplan" calibrate eval \
+"$pipeplan" calibrate eval --resimulate \
   --profile "$out/before.profile.json" "${train[@]}" "${held[@]}" > "$out/before.eval.txt"
 echo "== before (the calibrated profile of e912c67)"
 cat "$out/before.eval.txt"

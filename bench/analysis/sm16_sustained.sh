@@ -2,7 +2,7 @@
 # Does the sustained-load term (contention.sustained) help the 8-stage (16-SM) profile too?
 # Three contention models for profiles/h200-llama-7b-blocks8-sm16.measured.json, each fitted on
 # the one 8-stage run without BPipe at m = 16, then the four measured BPipe mbs 2 runs, held out,
-# re-predicted (`pipeplan calibrate eval`, last step):
+# re-predicted as they ran (`pipeplan calibrate eval --resimulate`: each run's own plan file), last step:
 #   count      the contention by ops at once alone (the calibrated profile's model)
 #   free       with the sustained term fitted as well (--sustained)
 #   carried    with the 4-stage (32-SM) calibrated profile's term fixed (factor 0.70, 30 ms:
@@ -38,7 +38,7 @@ for model in count free carried; do
   esac
   "${fit[@]}" fit "${flags[@]}" --profile "$root/profiles/h200-llama-7b-blocks8-sm16.measured.json" \
     -o "$out/$model.profile.json" "${train[@]}" > "$out/$model.fit.txt"
-  "${fit[@]}" eval --profile "$out/$model.profile.json" "${train[@]}" \
+  "${fit[@]}" eval --resimulate --profile "$out/$model.profile.json" "${train[@]}" \
     "${held[@]}" > "$out/$model.eval.txt"
   echo "== $model"
   cat "$out/$model.fit.txt" "$out/$model.eval.txt"

@@ -325,11 +325,12 @@ p = json.load(sys.stdin)["peak_memory_bytes"]
 print(max(p), sum(p))'
 }
 
-# BPipe. At 4 emulated stages BPipe cannot lower a 1F1B pair's peak in pipeplan's memory model
-# (the acceptor, holding the LM head, is nearly as full as the evictor; docs/design/bpipe.md). At
-# --bpipe-stages (8) stages of one block each, 1F1B fused, m = 2P, it can. So: profile that SM
-# share (--bpipe-profile skips it), and for each size of --bpipe-mbs take each stage's planned
-# peak without and with BPipe; the first size whose BPipe peak is at least 3 % lower and whose
+# BPipe. At 4 emulated stages BPipe lowers a 1F1B pair's peak little in pipeplan's memory model
+# (the acceptor, holding the LM head, ends nearly as full as the evictor; docs/design/bpipe.md).
+# At --bpipe-stages (8) stages of one block each, 1F1B fused, m = 2P, it lowers it more. So:
+# profile that SM share (--bpipe-profile skips it), and for each size of --bpipe-mbs take each
+# stage's planned peak without and with BPipe (--memory 0: with a limit every stage fits, BPipe
+# moves nothing); the first size whose BPipe peak is at least 3 % lower and whose
 # stages together fit 85 % of the GPU's memory gets a per-stage limit halfway between the two
 # (--reserve 0), which the plan without BPipe exceeds (recorded, exit 1 by design) and the one
 # with it meets. Run that, and the largest smaller size that fits without BPipe at that limit.
@@ -364,7 +365,7 @@ what_bpipe() {
   local mbs smaller off on off_max on_max on_sum limit
   for mbs in "${bpipe_sizes[@]}"; do
     off=$(peaks "${common[@]}" --mbs "$mbs") || off=""
-    on=$(peaks "${common[@]}" --mbs "$mbs" --bpipe on) || on=""
+    on=$(peaks "${common[@]}" --mbs "$mbs" --bpipe on --memory 0) || on=""
     note "bpipe: mbs $mbs, planned peak per stage (max, sum) without BPipe: ${off:-none}," \
       "with: ${on:-none}"
     if [[ -z $off || -z $on ]]; then continue; fi

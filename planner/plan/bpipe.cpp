@@ -157,9 +157,8 @@ int compute_stream(const TaskGraph& graph, int device) {
 // Among caps within kBpipeSamePeak of that minimum and within half a stash of it (a cap that saves
 // a whole stash wins: where static memory dwarfs the stashes, as with full recomputation, 0.5 % can
 // exceed one), the largest (fewest transfers) that leaves the two ends within kBalanced of each
-// other, else the best balanced. Balance needs the second step where the newest evicted stash,
-// still in flight while the next forward allocates, makes one more eviction no lower for the
-// evictor but moves the pair towards BPipe's aim: each end holds about half of its P + 1 stashes.
+// other, else the best balanced: each end holding about half of the pair's stashes, BPipe's aim.
+// (make_plan then keeps the pair's transfers only where its simulated peak falls.)
 // `range` bounds the caps tried; nullopt when none in it works (with the full range, a pair whose
 // every cap fails keeps everything: the natural count, no moves).
 std::optional<BpipePair> plan_pair(const TaskGraph& graph, const std::vector<StageCost>& costs,

@@ -228,14 +228,14 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
 }
 
 // BPipe's caps (plan_bpipe) come from an order-based estimate of each device's memory; the
-// simulation also sees when the transfers run. The evictor's op after next waits for the eviction
-// whose memory it reuses (add_bpipe_transfers), so a slow eviction costs time there, not memory;
-// the acceptor's receives and returns, timed by their links, can still overlap more stashes than
-// the estimate counts. When a
-// device of a pair goes over --memory in the simulation, the pair's cap moves by one stash (the
-// evictor over: it keeps one fewer; the acceptor over: one more) and the transfers are planned
-// again, for as long as that lowers the device's simulated peak. Returns the first plan that
-// fits, or else the first plan made (its violation is the one reported).
+// simulation also sees when the transfers run. The evictor's op that reuses an evicted stash's
+// memory (its next forward, or the op after a backward next) waits for the eviction
+// (add_bpipe_transfers), so a slow eviction costs time there, not memory; the acceptor's
+// receives and returns, timed by their links, can still overlap more stashes than the estimate
+// counts. When a device of a pair goes over --memory in the simulation, the pair's cap moves by one
+// stash (the evictor over: it keeps one fewer; the acceptor over: one more) and the transfers are
+// planned again, for as long as that lowers the device's simulated peak. Returns the first plan
+// that fits, or else the first plan made (its violation is the one reported).
 //
 // A pair keeps its transfers only where they pay in the simulation: its larger simulated peak
 // falls by more than the tolerance plan_pair counts as the same peak (a cap can balance a pair

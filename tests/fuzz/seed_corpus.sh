@@ -17,7 +17,7 @@ cd "$out"
 "$pipeplan" plan --uniform 1:1:1:0.1 --stages 2 -m 2 -o plan/uniform-1f1b.json >/dev/null
 "$pipeplan" plan --uniform 1:1:1:0 --uniform-mem 1:-0.5:-0.5 --stages 2 -m 4 --chunks 2 \
   --schedule interleaved --backward 2bp-fill -o plan/uniform-interleaved.json >/dev/null
-"$pipeplan" plan --model tiny --stages 2 -m 2 --bpipe on -o plan/tiny-bpipe.json >/dev/null
+"$pipeplan" plan --model tiny --stages 4 -m 8 --bpipe on --memory 0 -o plan/tiny-bpipe.json >/dev/null
 python3 "$root/tools/calibrate/plan_json.py" plan/uniform-1f1b.json plan/uniform-1f1b-v2.json
 perl -0pe 's/"version": 2/"version": 1/; s/,\n\s*"transfer": "[a-z]+"//g' plan/uniform-1f1b-v2.json \
   >plan/uniform-1f1b-v1.json

@@ -316,7 +316,8 @@ TEST(Bpipe, Gpt3MicroBatchTwoMovesOnlyThePairsOverTheLimit) {
 // With every block recomputed, GPT-3 96B's stashes are 0.19 GiB beside 51 GiB of static memory:
 // 0.5 % of the peak is more than a stash. A cap whose peak is a whole stash above the lowest
 // must still lose to it: pair 0's simulated peak comes within half a stash of the best any cap
-// gives (a 0.5 % tolerance took cap 5 at 54.00 GiB where cap 3 gives 53.74).
+// gives (with the 0.5 % tolerance alone, a cap holding a whole stash more counted as the same
+// peak).
 TEST(Bpipe, ACapThatSavesAWholeStashWinsWhereStashesAreSmall) {
   PlanRequest r = gpt3_recompute().base;
   r.mbs = 2;
