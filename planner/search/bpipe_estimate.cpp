@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <iterator>
 #include <map>
 
@@ -70,8 +71,16 @@ struct Candidate {
   Plan plan;
 };
 
-// Every candidate that fits (BPipe off only unless `with_bpipe`); failures go to `infeasible`.
-std::vector<Candidate> evaluate(const SearchRequest& request, std::vector<std::string>& infeasible,
+// Why candidates failed: each one's line, and the first failure that was not the memory limit
+// (a request no candidate can plan, such as more stages than blocks, is that error itself).
+struct Refusals {
+  std::vector<std::string>& lines;
+  int over_memory = 0;
+  std::exception_ptr other;
+};
+
+// Every candidate that fits (BPipe off only unless `with_bpipe`); failures go to `refused`.
+std::vector<Candidate> evaluate(const SearchRequest& request, Refusals& refused,
                                 bool with_bpipe = true) {
   if (request.global_batch < 1) throw FieldError("global_batch", "required (samples per step)");
   std::vector<Candidate> out;
@@ -92,7 +101,13 @@ std::vector<Candidate> evaluate(const SearchRequest& request, std::vector<std::s
           Plan plan = make_plan(r);
           out.push_back({describe(plan, bpipe), std::move(plan)});
         } catch (const Error& e) {
-          infeasible.push_back(
+          const auto* field = dynamic_cast<const FieldError*>(&e);
+          if (field != nullptr && field->field() == "memory_limit_bytes") {
+            ++refused.over_memory;
+          } else if (!refused.other) {
+            refused.other = std::current_exception();
+          }
+          refused.lines.push_back(
               "mbs " + std::to_string(mbs) + " " + std::string(to_string(backward)) + " bpipe " +
               (bpipe ? "on" : "off") +
               (r.recompute.any() ? " recompute " + to_string(r.recompute) : std::string()) + ": " +
@@ -137,6 +152,16 @@ std::string config_text(const BpipeConfig& c) {
   return "mbs " + std::to_string(c.mbs) + ", m " + std::to_string(c.microbatches) + ", 1f1b " +
          std::string(to_string(c.backward)) + (c.bpipe ? ", BPipe on" : ", BPipe off") +
          (c.recompute.any() ? ", recompute " + recompute_text(c.recompute) : std::string());
+}
+
+// The share of the busiest link's time the step hides. The exposed time is how much longer the
+// step is than with free transfers: ops that wait on an eviction can make it longer than any
+// link's time, where a share would read as a plain "0 %".
+std::string hidden_text(const BpipeEstimate& e) {
+  if (e.busiest_link_us > 0 && e.exposed_us > e.busiest_link_us)
+    return "none hidden: the step grows by more than the busiest link's time, its ops waiting on "
+           "evictions";
+  return fmt("%.0f %% hidden", 100 * e.hidden_fraction);
 }
 
 void judge(BpipeEstimate& e) {
@@ -188,8 +213,7 @@ void judge(BpipeEstimate& e) {
       change(a.microbatches, b.microbatches) + (exposed ? "; the exposed transfers included" : "") +
       "), transfers " +
       (!exposed ? std::string("fully hidden")
-                : fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ", cost " +
-                      fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
+                : hidden_text(e) + ", cost " + fmt("%.1f %%", 100 * e.exposed_us / b.step_time_us));
   e.verdict =
       std::string(bpipe_pays(a.step_time_us, b.step_time_us) ? "benefit"
                   : e.gain > 0 ? "no benefit (within " + fmt("%.1f %%", 100 * kBpipeBenefit) +
@@ -220,11 +244,15 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* 
   e.global_batch = request.global_batch;
   e.data_parallel = request.base.data_parallel;
   e.memory_limit_bytes = request.base.memory_limit_bytes;
-  std::vector<Candidate> all = evaluate(request, e.infeasible);
+  Refusals refused{e.infeasible, 0, nullptr};
+  std::vector<Candidate> all = evaluate(request, refused);
   if (recomputing != nullptr) {
-    std::vector<Candidate> baseline = evaluate(*recomputing, e.infeasible, false);
+    std::vector<Candidate> baseline = evaluate(*recomputing, refused, false);
     std::move(baseline.begin(), baseline.end(), std::back_inserter(all));
   }
+  // Nothing failed for memory: the request itself cannot be planned; its own error says why.
+  if (all.empty() && refused.over_memory == 0 && refused.other)
+    std::rethrow_exception(refused.other);
   const Candidate* without = nullptr;
   const Candidate* with = nullptr;
   for (const Candidate& c : all) {
@@ -258,7 +286,10 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* 
 
 Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
   std::vector<std::string> infeasible;
-  std::vector<Candidate> all = evaluate(request, infeasible);
+  Refusals refused{infeasible, 0, nullptr};
+  std::vector<Candidate> all = evaluate(request, refused);
+  if (all.empty() && refused.over_memory == 0 && refused.other)
+    std::rethrow_exception(refused.other);
   if (all.empty()) {
     throw FieldError("global_batch",
                      "no configuration fits (" +
@@ -317,8 +348,7 @@ std::string format_estimate(const BpipeEstimate& e) {
     out += "transfers: " + fmt("%.2f GiB", static_cast<double>(e.transfer_bytes) / (1 << 30)) +
            " per step, link time " + fmt("%.1f ms", e.busiest_link_us / 1e3) +
            " on the busiest link (" + fmt("%.1f ms", e.transfer_us / 1e3) + " over all), exposed " +
-           fmt("%.2f ms", e.exposed_us / 1e3) + " (" +
-           fmt("%.0f %% hidden", 100 * e.hidden_fraction) + ")\n";
+           fmt("%.2f ms", e.exposed_us / 1e3) + " (" + hidden_text(e) + ")\n";
   } else {
     out += e.bpipe_fits ? "with BPipe:    no configuration needs it\n"
                         : "with BPipe:    no configuration fits\n";

@@ -600,3 +600,51 @@ TEST(BpipeCli, ReserveBeyondMemoryIsNamed) {
 }
 
 }  // namespace
+
+namespace pipeplan {
+namespace {
+
+// A request no candidate can plan is refused with its own error, not as "no configuration
+// fits" at every tensor-parallel degree.
+TEST(BpipeCli, MoreStagesThanBlocksIsRefusedAsSuch) {
+  for (const std::string& command :
+       {std::string("bpipe --model llama-7b --gpu a100 --stages 40 --global-batch 8"),
+        std::string(
+            "plan --model llama-7b --gpu a100 --stages 40 --bpipe auto --global-batch 8")}) {
+    int status = 0;
+    EXPECT_EQ(run(command, &status),
+              "pipeplan: error: --stages: 40 stages but llama-7b has 32 "
+              "blocks\n")
+        << command;
+    EXPECT_EQ(status, 1) << command;
+  }
+}
+
+// Ops waiting on evictions can make the step longer than the busiest link's whole time: that
+// is said, not shown as "0 % hidden".
+TEST(BpipeCli, AStepLongerThanTheLinkTimeIsNotZeroPercentHidden) {
+  const std::string out =
+      run("bpipe --model llama-7b --gpu a100 --stages 8 --global-batch 32 "
+          "--memory 24GiB --link-bandwidth 10 --tensor-parallel 1");
+  EXPECT_NE(out.find("(none hidden: the step grows by more than the busiest link's time, its ops "
+                     "waiting on evictions)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("(0 % hidden)"), std::string::npos) << out;
+}
+
+// --bpipe on that moves nothing says so: every pair of this plan fits the GPU without moves.
+TEST(BpipeCli, PlanSaysWhenBpipeMovedNothing) {
+  const std::string limited = run("plan --model llama-7b --gpu h100 --stages 4 -m 8 --bpipe on");
+  EXPECT_NE(limited.find("BPipe: no stash moved: no pair's larger peak falls with transfers, or "
+                         "the pair fits --memory without them\n"),
+            std::string::npos)
+      << limited;
+  const std::string moved =
+      run("plan --model llama-7b --gpu h100 --stages 4 -m 8 --bpipe on --memory 0");
+  EXPECT_EQ(moved.find("BPipe: no stash moved"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("BPipe dev 0 -> dev 3: evicts "), std::string::npos) << moved;
+}
+
+}  // namespace
+}  // namespace pipeplan
