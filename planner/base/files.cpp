@@ -132,6 +132,12 @@ class LiveTemporaries {
     slots_[static_cast<std::size_t>(slot)].live.store(false);
     slots_[static_cast<std::size_t>(slot)].claimed.store(false);
   }
+  // Only atomics and unlink: from a signal handler, or a thread ending the process.
+  void unlink_live() noexcept {
+    for (Slot& slot : slots_) {
+      if (slot.live.load()) ::unlink(slot.path.data());
+    }
+  }
 
  private:
   static constexpr std::size_t kPathBytes = 4096;
@@ -141,9 +147,7 @@ class LiveTemporaries {
     std::array<char, kPathBytes> path{};
   };
   static void on_signal(int signal) {
-    for (Slot& slot : instance().slots_) {
-      if (slot.live.load()) ::unlink(slot.path.data());
-    }
+    instance().unlink_live();
     struct sigaction plain {};
     plain.sa_handler = SIG_DFL;
     sigemptyset(&plain.sa_mask);
@@ -168,6 +172,14 @@ class LiveTemporaries {
 
   std::array<Slot, kSlots> slots_{};
 };
+
+}  // namespace
+
+void remove_live_temporaries() noexcept {
+  LiveTemporaries::instance().unlink_live();
+}
+
+namespace {
 
 // Tracks one temporary for its lifetime (until renamed over its target or unlinked).
 class TrackedTemporary {

@@ -140,6 +140,9 @@ class OutputFiles {
 void check_output(const std::filesystem::path& path);
 // One output: OutputFiles with a single file.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+// Unlinks the temporaries of outputs being written now, as SIGINT and SIGTERM do: for a process
+// about to end without unwinding (std::_Exit). Async-signal-safe.
+void remove_live_temporaries() noexcept;
 
 // While one is alive (the command line holds one for each command), every file read through
 // read_text_file and every file written is remembered, and an output that is one of them is

@@ -1086,6 +1086,9 @@ void TcpProcessGroup::abort(int code, const std::string& reason) {
 }
 
 void TcpProcessGroup::exit_now(int code) {
+  // No destructor runs: the temporaries of outputs being written (rank 0's trace and report)
+  // are unlinked here, as a SIGTERM's handler would.
+  remove_live_temporaries();
   std::fflush(nullptr);
   std::_Exit(code);
 }

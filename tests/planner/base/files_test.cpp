@@ -319,6 +319,32 @@ TEST_F(Files, ASignalWhileWritingLeavesNoTemporary) {
   }
 }
 
+// A process ended without unwinding (a rank whose peer failed: its socket thread calls
+// std::_Exit) unlinks the temporaries being written first: remove_live_temporaries, then _Exit,
+// half way through the file.
+TEST_F(Files, EndingWithoutUnwindingAfterRemovingLiveTemporariesLeavesNone) {
+  const fs::path out = path("trace.json");
+  put(out, "old trace");
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    OutputFiles outputs;
+    outputs.add_stream(out, [](const OutputFiles::Writer& write) {
+      write("half a trace");
+      remove_live_temporaries();
+      std::_Exit(3);
+    });
+    outputs.commit();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"trace.json"});
+  EXPECT_EQ(contents(out), "old trace");
+}
+
 // A file above the size limit (`ulimit -f`): the write fails in one line and leaves nothing,
 // rather than SIGXFSZ ending the process with the temporary left.
 TEST_F(Files, AFileAboveTheSizeLimitIsAWriteErrorThatLeavesNothing) {
