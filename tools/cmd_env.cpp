@@ -73,6 +73,8 @@ std::string cuda_version(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
+// The gpus.json entry a device is taken for; "none" where none is (or gpus.json does not load:
+// the report says why beside its path).
 std::string gpu_entry(const std::string& device_name) {
   try {
     return gpu_for_device_name(device_name).name;
@@ -110,8 +112,10 @@ struct EnvReport {
   std::string module_path;
   std::string module_error;  // empty: loaded
   std::optional<GpuEnvironment> gpu;
-  std::string gpu_error;      // why no GPU (or not every GPU) is listed
-  std::string kernel_driver;  // the NVIDIA kernel module's version; empty: none
+  std::string gpu_error;        // why no GPU (or not every GPU) is listed
+  std::string kernel_driver;    // the NVIDIA kernel module's version; empty: none
+  std::string gpus_json;        // the gpus.json plan, profile and run read
+  std::string gpus_json_error;  // why it does not load; empty: it does
 };
 
 // The kernel module's version, which the CUDA driver API does not give (it numbers its own API,
@@ -130,6 +134,12 @@ EnvReport gather() {
   report.variables = pipeplan_variables();
   report.module_path = gpu_plugin_path().string();
   report.kernel_driver = kernel_driver();
+  report.gpus_json = (data_dir() / "gpus.json").string();
+  try {
+    static_cast<void>(load_gpus(report.gpus_json));
+  } catch (const Error& e) {
+    report.gpus_json_error = e.what();
+  }
   try {
     report.gpu = load_gpu_plugin().environment();
   } catch (const Error& e) {
@@ -169,6 +179,8 @@ nlohmann::json to_json(const EnvReport& r) {
        gpu != nullptr ? nlohmann::json(gpu->fused_attention_built) : nlohmann::json(nullptr)},
       {"nccl", gpu != nullptr ? nlohmann::json(gpu->nccl_built) : nlohmann::json(nullptr)},
       {"mpi", mpi_support_built()},
+      {"gpus_json", r.gpus_json},
+      {"gpus_json_error", optional_string(r.gpus_json_error)},
   };
   out["cuda_module"] = {
       {"path", r.module_path},
@@ -271,6 +283,9 @@ void print_text(const EnvReport& r, std::ostream& out) {
   build.row("fused attention", fused_attention_text(gpu));
   build.row("NCCL", gpu != nullptr ? yes_no(gpu->nccl_built) : "unknown");
   build.row("MPI", yes_no(mpi_support_built()));
+  build.row("gpus.json", r.gpus_json + (r.gpus_json_error.empty()
+                                            ? std::string()
+                                            : " (does not load: " + r.gpus_json_error + ")"));
   build.print(out);
 
   Section module("\nCUDA module");

@@ -2,6 +2,8 @@
 // (tests/runtime/plugins/fake_gpu_plugin.cpp) its GPUs get their gpus.json entries and the
 // --emulate shares of runtime/emulate.h, its libraries are listed, and the variables pipeplan
 // reads are shown as they were before the module loaded.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,8 +84,8 @@ TEST(EnvCli, JsonHasEveryDocumentedKey) {
   for (const char* key :
        {"pipeplan", "cuda_module", "gpus", "gpu_error", "libraries", "environment"})
     EXPECT_TRUE(j.contains(key)) << key;
-  for (const char* key :
-       {"version", "compiler", "build_type", "cuda_backend", "fused_attention", "nccl", "mpi"})
+  for (const char* key : {"version", "compiler", "build_type", "cuda_backend", "fused_attention",
+                          "nccl", "mpi", "gpus_json", "gpus_json_error"})
     EXPECT_TRUE(j.at("pipeplan").contains(key)) << key;
   for (const char* key : {"path", "loaded", "error", "kernel_driver", "built_with_cuda",
                           "driver_version", "runtime_version", "fused_attention_error"})
@@ -133,6 +135,28 @@ TEST(EnvCli, FakeGpusGetTheirGpusJsonEntryAndTheEmulatedShares) {
   EXPECT_EQ(gpus[0].at("emulate_sm_share")[3].at("sms_per_stage"), 32);  // 132 / 4
   EXPECT_EQ(gpus[1].at("emulate_sm_share").size(), 13U);                 // 108 / 14 -> 7
   EXPECT_TRUE(gpus[2].at("emulate_sm_share").empty());  // 12: below 8 per stage at P = 2
+}
+
+// A gpus.json that does not load is said beside its path (the GPUs' entries read "none" then,
+// which alone looked like a GPU gpus.json lacks).
+TEST(EnvCli, AGpusJsonThatDoesNotLoadIsSaidBesideItsPath) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("env-gpus-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  pipeplan::testing::write_file(dir / "gpus.json", "{");
+  const std::string data = "PIPEPLAN_DATA_DIR=" + pipeplan::testing::shell_quote(dir.string());
+  const nlohmann::json j = env_json(fake_module(), "NVIDIA H100 80GB HBM3=132", data);
+  EXPECT_EQ(j.at("pipeplan").at("gpus_json"), (dir / "gpus.json").string());
+  EXPECT_EQ(j.at("pipeplan").at("gpus_json_error"),
+            (dir / "gpus.json").string() + ": malformed JSON at byte 2");
+  EXPECT_EQ(j.at("gpus").at(0).at("gpu_entry"), "none");
+  const CliResult text = env_command("", fake_module(), "NVIDIA H100 80GB HBM3=132", data);
+  EXPECT_EQ(line_starting(text.out, "  gpus.json"),
+            "  gpus.json        " + (dir / "gpus.json").string() +
+                " (does not load: " + (dir / "gpus.json").string() + ": malformed JSON at byte 2)");
+  const nlohmann::json shipped = env_json(fake_module(), "NVIDIA H100 80GB HBM3=132");
+  EXPECT_TRUE(shipped.at("pipeplan").at("gpus_json_error").is_null());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EnvCli, NoGpuOnTheModuleGivesItsReasonAndExitsZero) {
