@@ -48,6 +48,19 @@ inline Plan uniform_plan(const UniformPlan& u) {
   return make_plan(uniform_request(u));
 }
 
+// 1F1B 2BP on 4 uniform devices with BPipe moving device 0's stashes (P1 frees the whole stash,
+// so 2BP retains nothing and BPipe lowers device 0's peak): every kind of transfer appears.
+inline Plan uniform_bpipe_plan() {
+  PlanRequest r = uniform_request({.devices = 4,
+                                   .microbatches = 8,
+                                   .backward = BackwardMode::twobp,
+                                   .comm = 0.1,
+                                   .mem_p1 = -1,
+                                   .mem_p2 = 0});
+  r.bpipe = BpipeMode::on;
+  return make_plan(r);
+}
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 }  // namespace pipeplan::testing

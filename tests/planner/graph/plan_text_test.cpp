@@ -22,18 +22,6 @@ namespace {
 
 using nlohmann::json;
 
-Plan bpipe_plan() {
-  PlanRequest r =
-      testing::uniform_request({.devices = 4,
-                                .microbatches = 8,
-                                .backward = BackwardMode::twobp,
-                                .comm = 0.1,
-                                .mem_p1 = -1,
-                                .mem_p2 = 0});  // P1 frees the stash: BPipe lowers device 0's peak
-  r.bpipe = BpipeMode::on;
-  return make_plan(r);
-}
-
 std::string fixture(const std::string& name) {
   const std::string path =
       std::string(PIPEPLAN_SOURCE_DIR) + "/tests/planner/graph/fixtures/" + name;
@@ -66,7 +54,7 @@ std::vector<TaskGraph> sample_graphs() {
                                           .schedule = "dualpipe-v",
                                           .backward = BackwardMode::twobp})
                        .graph);
-  graphs.push_back(bpipe_plan().graph);
+  graphs.push_back(testing::uniform_bpipe_plan().graph);
   return graphs;
 }
 
@@ -97,7 +85,8 @@ TEST(PlanText, SavedFileIsTheTextAcrossPieces) {
 }
 
 TEST(PlanText, SamplesHoldEveryTransferKind) {
-  const std::string transfers = json::parse(plan_to_text(bpipe_plan().graph))["nodes"]["transfer"];
+  const std::string transfers =
+      json::parse(plan_to_text(testing::uniform_bpipe_plan().graph))["nodes"]["transfer"];
   for (const char kind : std::string("-agel"))
     EXPECT_NE(transfers.find(kind), std::string::npos) << kind;
 }
@@ -148,7 +137,7 @@ TEST(PlanText, CustomLabelsWorkBytesAndStreamOrdersOutOfIdOrderSurvive) {
 }
 
 TEST(PlanText, Versions1And2AreStillRead) {
-  const TaskGraph g = bpipe_plan().graph;
+  const TaskGraph g = testing::uniform_bpipe_plan().graph;
   json v2 = plan_to_json(g);
   EXPECT_EQ(v2["version"], 2);
   EXPECT_EQ(plan_to_json(plan_from_text(v2.dump(1), "v2.json")), v2);
@@ -168,7 +157,7 @@ TEST(PlanText, ColumnsAreSmallerThanRows) {
 
 // plan_from_text's error for the version 3 file after `change`.
 std::string load_error(const std::function<void(json&)>& change) {
-  json plan = json::parse(plan_to_text(bpipe_plan().graph));
+  json plan = json::parse(plan_to_text(testing::uniform_bpipe_plan().graph));
   change(plan);
   try {
     plan_from_text(plan.dump(), "p.json");
@@ -188,7 +177,8 @@ std::size_t first(const json& plan, char kind) {
 TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["stream"].push_back(0); }),
             "p.json: field 'nodes.stream' must be an array of " +
-                std::to_string(bpipe_plan().graph.node_count()) + " integers (one per node)");
+                std::to_string(testing::uniform_bpipe_plan().graph.node_count()) +
+                " integers (one per node)");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["stage"][2] = 1.5; }),
             "p.json: field 'nodes.stage' must hold integers only");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["match"][0] = "x"; }),
@@ -199,7 +189,7 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
             "p.json: field 'nodes.alloc_bytes' holds an integer outside the range of int64");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["stream"][4] = 100000; }),
             "p.json: node 4: field 'stream' = 100000 is out of range [0, " +
-                std::to_string(bpipe_plan().graph.streams().size() - 1) + "]");
+                std::to_string(testing::uniform_bpipe_plan().graph.streams().size() - 1) + "]");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["microbatch"][1] = 8; }),
             "p.json: node 1: field 'microbatch' = 8 is out of range [0, 7]");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["duration"][0] = 99; }).substr(0, 47),
@@ -209,7 +199,8 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
             "1e18 us (docs/reference/limits.md)");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["kind"] = "c"; }),
             "p.json: field 'nodes.kind' must be a string of " +
-                std::to_string(bpipe_plan().graph.node_count()) + " characters (one per node)");
+                std::to_string(testing::uniform_bpipe_plan().graph.node_count()) +
+                " characters (one per node)");
   EXPECT_EQ(load_error([](json& p) {
               std::string ops = p["nodes"]["op"];
               ops[6] = 'X';
@@ -227,9 +218,10 @@ TEST(PlanText, BadColumnsAreOneLineNamingFieldAndNode) {
             "p.json: node 0: field 'bytes' = 4 is out of range [0, 0]");
   EXPECT_EQ(load_error([](json& p) { p["nodes"]["match"][first(p, 's')] = -2; }),
             "p.json: node " +
-                std::to_string(first(json::parse(plan_to_text(bpipe_plan().graph)), 's')) +
+                std::to_string(
+                    first(json::parse(plan_to_text(testing::uniform_bpipe_plan().graph)), 's')) +
                 ": field 'match' = -2 is out of range [-1, " +
-                std::to_string(bpipe_plan().graph.node_count() - 1) + "]");
+                std::to_string(testing::uniform_bpipe_plan().graph.node_count() - 1) + "]");
   EXPECT_EQ(load_error([](json& p) { p["nodes"] = json::array(); }),
             "p.json: field 'nodes' must be an object of columns (version 3)");
   EXPECT_EQ(load_error([](json& p) { p["nodes"].erase("work_bytes"); }).substr(0, 35),
@@ -291,7 +283,7 @@ TEST(PlanText, ControlCharactersInNamesLabelsAndTheScheduleAreRefused) {
             }),
             "<no error>");
   // Version 2 names the node's label field.
-  json rows = plan_to_json(bpipe_plan().graph);
+  json rows = plan_to_json(testing::uniform_bpipe_plan().graph);
   rows["nodes"][0]["label"] = "0F0\x1b";
   try {
     plan_from_json(rows, "p.json");
@@ -304,7 +296,7 @@ TEST(PlanText, ControlCharactersInNamesLabelsAndTheScheduleAreRefused) {
 }
 
 TEST(PlanText, AColumnGivenTwiceIsRefused) {
-  std::string text = plan_to_text(bpipe_plan().graph);
+  std::string text = plan_to_text(testing::uniform_bpipe_plan().graph);
   const std::string key = "\"stage\": [";
   const std::size_t at = text.find(key);
   ASSERT_NE(at, std::string::npos);
@@ -399,7 +391,7 @@ std::string text_error(const std::string& text) {
 // table is refused as it is when "format" comes first, in either version; a file of another kind
 // is named as such.
 TEST(PlanText, AnUnknownKeyIsRefusedWhereverFormatIs) {
-  const json plan = json::parse(plan_to_text(bpipe_plan().graph));
+  const json plan = json::parse(plan_to_text(testing::uniform_bpipe_plan().graph));
   ASSERT_EQ(text_error(format_last(plan)), "<no error>");
   const auto refused = [&](const std::function<void(json&)>& edit) {
     json p = plan;
@@ -422,7 +414,7 @@ TEST(PlanText, AnUnknownKeyIsRefusedWhereverFormatIs) {
             "p.json: field 'nodes.stages' is not a field of a plan's node table (did you mean "
             "'stage'?)");
   // Version 2: meta, and a node (checked by its reader).
-  json rows = plan_to_json(bpipe_plan().graph);
+  json rows = plan_to_json(testing::uniform_bpipe_plan().graph);
   rows["meta"]["tensor_paralel"] = 4;
   EXPECT_EQ(text_error(format_last(rows)),
             "p.json: field 'meta.tensor_paralel' is not a field of a plan's meta (did you mean "
@@ -442,7 +434,7 @@ TEST(PlanText, AnUnknownKeyIsRefusedWhereverFormatIs) {
 
 // Each version's reader reads its own edges: the other version's key would be dropped silently.
 TEST(PlanText, TheOtherVersionsEdgesAreRefused) {
-  const TaskGraph g = bpipe_plan().graph;
+  const TaskGraph g = testing::uniform_bpipe_plan().graph;
   json columns = json::parse(plan_to_text(g));
   columns["edges"] = json::array({json::array({0, 1})});
   EXPECT_EQ(text_error(columns.dump()),
@@ -464,13 +456,13 @@ TEST(PlanText, TheOtherVersionsEdgesAreRefused) {
 // and p1_us): 0 is refused (show would print an MFU above 100 %). A P2 (p2_us may be 0), an
 // optimizer step and a transfer may take none.
 TEST(PlanText, ComputeNodesThatTakeTimeCannotTakeNone) {
-  json p = json::parse(plan_to_text(bpipe_plan().graph));
+  json p = json::parse(plan_to_text(testing::uniform_bpipe_plan().graph));
   for (json& v : p["nodes"]["duration_values"])
     v = 0;
   EXPECT_EQ(text_error(p.dump()),
             "p.json: node 0: field 'duration' is 0 us for a compute F (forwards, backwards and "
             "P1s take time; only P2s, optimizer steps and transfers may take 0)");
-  json rows = plan_to_json(bpipe_plan().graph);
+  json rows = plan_to_json(testing::uniform_bpipe_plan().graph);
   rows["nodes"][0]["duration_us"] = 0;
   EXPECT_EQ(text_error(rows.dump()),
             "p.json: nodes[0]: field 'duration_us' is 0 us for a compute F (forwards, backwards "
@@ -508,8 +500,8 @@ TEST(PlanText, ComputeNodesThatTakeTimeCannotTakeNone) {
 // a row or overlapped id no node has is out of range (not out of order), and a plan without
 // streams says so (not "out of range [0, -1]").
 TEST(PlanText, OutOfRangeIdsAndCountsSayWhatIsWrong) {
-  const std::string text = plan_to_text(bpipe_plan().graph);
-  const int last = bpipe_plan().graph.node_count() - 1;
+  const std::string text = plan_to_text(testing::uniform_bpipe_plan().graph);
+  const int last = testing::uniform_bpipe_plan().graph.node_count() - 1;
   const auto replaced = [&](const std::string& from, const std::string& to) {
     std::string t = text;
     const std::size_t at = t.find(from);
@@ -541,7 +533,7 @@ TEST(PlanText, OutOfRangeIdsAndCountsSayWhatIsWrong) {
   EXPECT_EQ(load_error([](json& p) { p["streams"] = json::array(); }),
             "p.json: field 'streams' is empty, but the plan has " + std::to_string(last + 1) +
                 " nodes, each on a stream");
-  json rows = plan_to_json(bpipe_plan().graph);
+  json rows = plan_to_json(testing::uniform_bpipe_plan().graph);
   rows["streams"] = json::array();
   EXPECT_EQ(text_error(rows.dump()), "p.json: field 'streams' is empty, but the plan has " +
                                          std::to_string(last + 1) + " nodes, each on a stream");

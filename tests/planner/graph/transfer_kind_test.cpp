@@ -18,19 +18,6 @@
 namespace pipeplan {
 namespace {
 
-// 1F1B 2BP on 4 devices with BPipe: every kind of transfer appears.
-Plan bpipe_plan() {
-  PlanRequest r =
-      testing::uniform_request({.devices = 4,
-                                .microbatches = 8,
-                                .backward = BackwardMode::twobp,
-                                .comm = 0.1,
-                                .mem_p1 = -1,
-                                .mem_p2 = 0});  // P1 frees the stash: BPipe lowers device 0's peak
-  r.bpipe = BpipeMode::on;
-  return make_plan(r);
-}
-
 StreamRole role_of(const TaskGraph& g, const Node& n) {
   return g.streams()[static_cast<std::size_t>(n.stream)].role;
 }
@@ -53,7 +40,7 @@ void expect_error(const nlohmann::json& j, const std::string& needle) {
 }
 
 TEST(TransferKind, LoweringAndBpipeSetEveryKind) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const TaskGraph& g = plan.graph;
   for (int id = 0; id < g.node_count(); ++id) {
     const Node& n = g.node(id);
@@ -81,7 +68,7 @@ TEST(TransferKind, LoweringAndBpipeSetEveryKind) {
 }
 
 TEST(PlanJson, RoundTripsEveryTransferKind) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const nlohmann::json once = plan_to_json(plan.graph);
   EXPECT_EQ(once.at("version"), 2);
   for (int id = 0; id < plan.graph.node_count(); ++id) {
@@ -109,7 +96,7 @@ nlohmann::json as_version_1(nlohmann::json j) {
 }
 
 TEST(PlanJson, ReadsVersion1WithBpipeTransfersAsTheRightKinds) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const TaskGraph loaded = plan_from_json(as_version_1(plan_to_json(plan.graph)), "v1.json");
   for (int id = 0; id < plan.graph.node_count(); ++id)
     EXPECT_EQ(loaded.node(id).transfer, plan.graph.node(id).transfer) << plan.graph.node_name(id);
@@ -118,7 +105,7 @@ TEST(PlanJson, ReadsVersion1WithBpipeTransfersAsTheRightKinds) {
 }
 
 TEST(PlanJson, Version1TransferStreamNodeNeedsItsLabelPrefix) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   nlohmann::json j = as_version_1(plan_to_json(plan.graph));
   for (int id = 0; id < plan.graph.node_count(); ++id) {
     const Node& n = plan.graph.node(id);
@@ -131,7 +118,7 @@ TEST(PlanJson, Version1TransferStreamNodeNeedsItsLabelPrefix) {
 }
 
 TEST(PlanJson, RefusesUnknownVersionsAndTransferKinds) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const nlohmann::json good = plan_to_json(plan.graph);
   nlohmann::json j = good;
   j["version"] = 3;
@@ -174,7 +161,7 @@ std::pair<int, int> first_evict(const TaskGraph& g) {
 }
 
 TEST(TransferKind, RenamingLabelsChangesNothing) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const TaskGraph renamed = with_meaningless_labels(plan.graph);
   EXPECT_FALSE(find_violation(renamed).has_value());
   const SimResult sim = simulate(renamed);
@@ -191,7 +178,7 @@ void expect_violation(const TaskGraph& g, const std::string& rule, const std::st
 }
 
 TEST(TransferKind, TheValidatorGoesByTheKind) {
-  const Plan plan = bpipe_plan();
+  const Plan plan = testing::uniform_bpipe_plan();
   const TaskGraph renamed = with_meaningless_labels(plan.graph);
   {  // an evict turned into a load, labels untouched: its stash was never evicted
     TaskGraph g = renamed;
