@@ -130,11 +130,10 @@ struct PlanCommand {
     } else {
       std::cout << short_summary(plan.graph, plan.sim) << bound_line(plan);
       if (request.bpipe == BpipeMode::on && transfer_json(plan.graph).empty()) {
-        const auto& limits = plan.graph.meta.memory_limit_bytes;
-        const bool limited =
-            std::any_of(limits.begin(), limits.end(), [](double limit) { return limit > 0; });
         std::cout << "BPipe: no stash moved: no pair's larger peak falls with transfers"
-                  << (limited ? ", or the pair fits --memory without them" : "") << "\n";
+                  << (plan.graph.meta.memory_limited() ? ", or the pair fits --memory without them"
+                                                       : "")
+                  << "\n";
       }
       if (request.recompute.method == Recompute::Method::automatic &&
           !plan.graph.meta.recompute.any()) {
@@ -187,9 +186,7 @@ struct PlanCommand {
     std::string out = line;
     // The bound knows no memory limit: a step twice it or more is held back by the memory.
     const PlanMeta& meta = plan.graph.meta;
-    const bool limited = std::any_of(meta.memory_limit_bytes.begin(), meta.memory_limit_bytes.end(),
-                                     [](double limit) { return limit > 0; });
-    if (limited && !meta.recompute.any() &&
+    if (meta.memory_limited() && !meta.recompute.any() &&
         gap_to_bound(plan.sim.makespan_us, plan.bound.makespan_us) >= 1.0) {
       out += std::string(
                  "the bound ignores memory: a plan this far above it has too little of it "

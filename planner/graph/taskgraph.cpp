@@ -15,6 +15,11 @@
 
 namespace pipeplan {
 
+bool PlanMeta::memory_limited() const {
+  return std::any_of(memory_limit_bytes.begin(), memory_limit_bytes.end(),
+                     [](double limit) { return limit > 0; });
+}
+
 std::string_view to_string(NodeKind kind) {
   switch (kind) {
     case NodeKind::compute:

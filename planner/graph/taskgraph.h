@@ -151,6 +151,9 @@ struct PlanMeta {
   std::string profile_source;  // provenance summary of the profile used
   Contention contention;       // stages sharing one GPU (emulation): the simulator's slowdowns
   OverlapModel overlap;        // an overlapped pair's time (profiles/overlap.h)
+
+  // Whether some device has a memory limit (memory_limit_bytes above 0).
+  [[nodiscard]] bool memory_limited() const;
 };
 
 class GraphBuilder;

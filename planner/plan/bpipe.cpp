@@ -93,8 +93,6 @@ std::optional<Replay> replay(const std::vector<Action>& order, const StageCost& 
       in_flight = 0;
       current += cost.stash_bytes;
       note(cost.forward_work_bytes);
-      current -= in_flight;
-      in_flight = 0;
       resident.push_back(mb);
       if (static_cast<int>(resident.size()) <= cap) continue;
       // Only stashes that have not moved yet: a loaded one is needed sooner than any newer one.

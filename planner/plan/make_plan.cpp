@@ -245,20 +245,20 @@ Plan lower_and_simulate(Schedule schedule, const std::vector<StageCost>& costs, 
 CheckedSimulation keep_paying_pairs(TaskGraph& graph, const TaskGraph& without, BpipePlan plan,
                                     CheckedSimulation with) {
   const std::vector<double>& limits = graph.meta.memory_limit_bytes;
-  const std::vector<std::int64_t> before = validate_and_simulate(without).sim.peak_memory_bytes();
+  // `without` is the lowered graph the transfers went into: with them it validated, so it is
+  // sound to simulate (only its peaks are read here; a memory limit it breaks is the point).
+  const std::vector<std::int64_t> before = simulate(without).peak_memory_bytes();
   const std::vector<std::int64_t> after = with.sim.peak_memory_bytes();
   const auto over = [&](int d) {
     const auto i = static_cast<std::size_t>(d);
     return i < limits.size() && limits[i] > 0 && static_cast<double>(before[i]) > limits[i];
   };
-  const bool limited = std::any_of(limits.begin(), limits.end(), [](double l) { return l > 0; });
+  const bool limited = graph.meta.memory_limited();
   bool dropped = false;
   for (BpipePair& pair : plan.pairs) {
     if (pair.moves.empty()) continue;
     const auto e = static_cast<std::size_t>(pair.evictor);
     const auto a = static_cast<std::size_t>(pair.acceptor);
-    if (e >= before.size() || a >= before.size() || e >= after.size() || a >= after.size())
-      continue;
     const auto highest_before = static_cast<double>(std::max(before[e], before[a]));
     const auto highest_after = static_cast<double>(std::max(after[e], after[a]));
     const double same = std::min(highest_before * kBpipeSamePeak,

@@ -77,6 +77,12 @@ struct Refusals {
   std::vector<std::string>& lines;
   int over_memory = 0;
   std::exception_ptr other;
+
+  // Nothing planned and nothing failed for memory: the request itself cannot be planned, and
+  // its own error says why.
+  void rethrow_unplannable(bool nothing_planned) const {
+    if (nothing_planned && over_memory == 0 && other) std::rethrow_exception(other);
+  }
 };
 
 // Every candidate that fits (BPipe off only unless `with_bpipe`); failures go to `refused`.
@@ -250,9 +256,7 @@ BpipeEstimate estimate_bpipe(const SearchRequest& request, const SearchRequest* 
     std::vector<Candidate> baseline = evaluate(*recomputing, refused, false);
     std::move(baseline.begin(), baseline.end(), std::back_inserter(all));
   }
-  // Nothing failed for memory: the request itself cannot be planned; its own error says why.
-  if (all.empty() && refused.over_memory == 0 && refused.other)
-    std::rethrow_exception(refused.other);
+  refused.rethrow_unplannable(all.empty());
   const Candidate* without = nullptr;
   const Candidate* with = nullptr;
   for (const Candidate& c : all) {
@@ -288,8 +292,7 @@ Plan best_bpipe_plan(const SearchRequest& request, BpipeConfig* chosen) {
   std::vector<std::string> infeasible;
   Refusals refused{infeasible, 0, nullptr};
   std::vector<Candidate> all = evaluate(request, refused);
-  if (all.empty() && refused.over_memory == 0 && refused.other)
-    std::rethrow_exception(refused.other);
+  refused.rethrow_unplannable(all.empty());
   if (all.empty()) {
     throw FieldError("global_batch",
                      "no configuration fits (" +
