@@ -46,6 +46,10 @@ constexpr std::int64_t kWeightBytes = 2;      // bf16 weights used by F/p1/p2
 constexpr std::int64_t kGradBytes = 4;        // fp32 gradient accumulators
 constexpr std::int64_t kOptimizerBytes = 12;  // fp32 master weights + Adam m and v
 constexpr std::int64_t kAct = 2;              // bf16 activation element
+// A block's norms (pre-attention and pre-MLP), and the elements per token p2 needs for their
+// gains: each norm's x̂ (normalised, before the gain) and its output gradient dY.
+constexpr int kBlockNorms = 2;
+constexpr std::int64_t kNormGainInputs = 2 * kBlockNorms;
 constexpr std::int64_t kFp32 = 4;
 
 // Work of one pass, split by the rate it runs at.
@@ -243,9 +247,11 @@ LayerWork block_work(const Shape& x, Attention attention) {
   P1.hbm_bytes += kBackwardTrafficFactor * forward_elementwise + recomputed;
   P1.kernels += F.elementwise_kernels;  // one backward kernel per forward elementwise op
 
-  // p2: dW = X^T·dY for the linear ops; bias gradients Σ dY fuse into the GEMM epilogue and
-  // norm gains finish in p1 (they are O(h) and need the normalised input p1 has at hand).
+  // p2: dW = X^T·dY for the linear ops (bias gradients Σ dY fuse into the GEMM epilogue), and
+  // each norm's gain (and bias) gradient Σ x̂·dY from the x̂ and dY p1 left: read both, 2h.
   w.p2 = linear_backward(F);
+  for (int norm = 0; norm < kBlockNorms; ++norm)
+    w.p2.elementwise(kAct * t * 2 * h);
   return w;
 }
 
@@ -276,7 +282,8 @@ LayerWork head_work(const Shape& x) {
   }
 
   PassWork& P2 = w.p2;
-  P2.gemm(2 * t * h * v);  // dW of the LM head (the tied copy too)
+  P2.gemm(2 * t * h * v);            // dW of the LM head (the tied copy too)
+  P2.elementwise(kAct * t * 2 * h);  // the final norm's gain: Σ x̂·dY
   if (x.bert) P2.gemm(2 * t * h * h);
   return w;
 }
@@ -353,21 +360,26 @@ std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
 //   inputs X: QKV input h, output-projection input q, MLP input h (shared by gate and up),
 //             down input f;
 //   output gradients dY: QKV q + 2kvd, output projection h, up (+ gate) f (2f), down h.
+// and, for the gains of the block's two norms (their gradient Σ x̂·dY is a weight gradient, so
+// it waits for p2 too), each norm's x̂ (normalised, before the gain) and output gradient dY: 4h
+// (kNormGainInputs).
+// GPT: 32sbh + 8sbh = 40sbh; Zero Bubble counts the linear ops only.
 // A mixture of experts: the MLP input h feeds the router (dY e) and the shared expert; the
 // experts hold their dispatched inputs kh and down inputs kf, dY of gate and up 2kf and of down
 // kh; a shared expert its down input fs, dY 2fs and h, its gate's dY 1.
 std::int64_t block_retained_bytes(const Shape& x) {
+  const std::int64_t norm_gains = kNormGainInputs * x.h;
   if (x.e > 0) {
     const std::int64_t shared_inputs = x.fs > 0 ? x.fs : 0;
     const std::int64_t shared_grads = x.fs > 0 ? 2 * x.fs + x.h + 1 : 0;
     const std::int64_t inputs = 2 * x.h + x.q + x.k * x.h + x.k * x.f + shared_inputs;
     const std::int64_t output_grads =
         (x.q + 2 * x.kvd) + x.h + x.e + 2 * x.k * x.f + x.k * x.h + shared_grads;
-    return kAct * x.t * (inputs + output_grads);
+    return kAct * x.t * (inputs + output_grads + norm_gains);
   }
   const std::int64_t inputs = 2 * x.h + x.q + x.f;
   const std::int64_t output_grads = (x.q + 2 * x.kvd) + x.h + (x.swiglu ? 2 : 1) * x.f + x.h;
-  return kAct * x.t * (inputs + output_grads);
+  return kAct * x.t * (inputs + output_grads + norm_gains);
 }
 
 std::string efficiency_notes() {
@@ -448,11 +460,15 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
       // A tied LM head still keeps its own copy (weights, grads, optimizer state) on the last
       // stage, as Megatron-LM does; the parameter count does not count it twice.
       params = m.head_parameters() + (m.tied_embeddings ? x.v * x.h : 0);
-      // Stash: norm input 2h, LM-head input 2h per token, fp32 logits 4V per token for the loss
-      // backward (BERT: + dense input 2h and GeLU input 2h).
-      c.stash_bytes = x.t * (kAct * 2 * x.h + kFp32 * x.v + (x.bert ? kAct * 2 * x.h : 0));
-      // Retained: LM-head X (2h) and dlogits (2V) per token (BERT: + dense X and dY, 4h).
-      c.retained_bytes = x.t * (kAct * x.h + kAct * x.v + (x.bert ? kAct * 2 * x.h : 0));
+      // Stash: norm input 2h, LM-head input 2h, the target ids (int64) and the softmax's
+      // probabilities 2V per token for the loss backward (bf16: the loss upcasts to fp32 in
+      // flight, and dlogits later overwrite the probabilities in place) (BERT: + dense input 2h
+      // and GeLU input 2h).
+      c.stash_bytes = x.t * (kAct * 2 * x.h + 8 + kAct * x.v + (x.bert ? kAct * 2 * x.h : 0));
+      // Retained: LM-head X (2h) and dlogits (2V) per token, and for the final norm's gain its
+      // x̂ (before the gain, so not the LM-head X) and dY, 4h (BERT: + dense X and dY, 4h).
+      c.retained_bytes =
+          x.t * (kAct * x.h + kAct * x.v + kAct * 2 * x.h + (x.bert ? kAct * 2 * x.h : 0));
       c.send_bytes = 0;  // the last layer sends nothing onward
       break;
     }

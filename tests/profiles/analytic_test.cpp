@@ -56,7 +56,8 @@ TEST(Analytic, GptBlockMemoryMatchesKorthikanti) {
   const std::int64_t b = 2, s = 1024, h = 2304, a = 24;
   const LayerCost mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
   EXPECT_EQ(mat.stash_bytes, s * b * (34 * h + 5 * a * s));  // sb(34h + 5as)
-  EXPECT_EQ(mat.retained_bytes, 32 * s * b * h);             // X and dY of the 4 linear ops
+  // X and dY of the 4 linear ops (Zero Bubble's 32sbh) and x̂, dY of the 2 norms' gains (8sbh).
+  EXPECT_EQ(mat.retained_bytes, 40 * s * b * h);
   EXPECT_EQ(mat.send_bytes, 2 * s * b * h);
   const LayerCost rec = profile_for(m, Attention::recompute).cost(LayerKind::block, 2);
   EXPECT_EQ(rec.stash_bytes, 34 * s * b * h);
@@ -77,7 +78,7 @@ TEST(Analytic, ALayerNormModelWithoutDropoutKeepsNoMasks) {
   const std::int64_t b = 2, s = 1024, h = 2304, a = 24;
   const LayerCost mat = profile_for(m, Attention::materialized).cost(LayerKind::block, 2);
   EXPECT_EQ(mat.stash_bytes, s * b * (32 * h + 2 * a * s));
-  EXPECT_EQ(mat.retained_bytes, 32 * s * b * h);
+  EXPECT_EQ(mat.retained_bytes, 40 * s * b * h);
   EXPECT_EQ(profile_for(m, Attention::recompute).cost(LayerKind::block, 2).stash_bytes,
             32 * s * b * h);
   // The masks' traffic is gone too: each pass is no slower than with dropout.
@@ -96,8 +97,8 @@ TEST(Analytic, LlamaBlockMemoryListsItsTensors) {
   // gate, up, down input 3·2f; softmax output 2as²b (no dropout in LLaMA).
   EXPECT_EQ(c.stash_bytes, s * b * (12 * h + 4 * kvd + 6 * f) + 2 * a * s * s * b);
   // X: QKV in, O in, MLP in (h each), down in (f); dY: QKV (h + 2kvd), O (h), gate + up (2f),
-  // down (h); 2 bytes each.
-  EXPECT_EQ(c.retained_bytes, 2 * s * b * (3 * h + f + h + 2 * kvd + h + 2 * f + h));
+  // down (h); the two norms' x̂ and dY (4h); 2 bytes each.
+  EXPECT_EQ(c.retained_bytes, 2 * s * b * (3 * h + f + h + 2 * kvd + h + 2 * f + h + 4 * h));
   const PassFlops x = analytic_flops(m, LayerKind::block, 2, 2048, Attention::materialized);
   const double linear = static_cast<double>(h * (h + 2 * kvd) + h * h + 3 * h * f);
   EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
@@ -121,8 +122,8 @@ TEST(Analytic, ExplicitHeadWidthAndQkNormsInTheBlock) {
   EXPECT_EQ(c.stash_bytes,
             s * b * (8 * h + 4 * q + 4 * kvd + 2 * (q + kvd) + 6 * f) + 4 * a * s * b);
   // X: QKV in (h), O in (q), MLP in (h), down in (f); dY: QKV (q + 2kvd), O (h), gate + up
-  // (2f), down (h).
-  EXPECT_EQ(c.retained_bytes, 2 * s * b * (h + q + h + f + q + 2 * kvd + h + 2 * f + h));
+  // (2f), down (h); the two norms' x̂ and dY (4h).
+  EXPECT_EQ(c.retained_bytes, 2 * s * b * (h + q + h + f + q + 2 * kvd + h + 2 * f + h + 4 * h));
   const PassFlops x = analytic_flops(m, LayerKind::block, 2, 2048, Attention::materialized);
   const double linear = static_cast<double>(h * (q + 2 * kvd) + q * h + 3 * h * f);
   EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
@@ -207,10 +208,10 @@ TEST(Analytic, ExpertsCostTheFlopsOfTheOnesATokenUses) {
   EXPECT_EQ(c.stash_bytes,
             ti * (8 * hi + 4 * hi + 4 * kvi + 4 * ei + 4 * ki * hi + 6 * ki * fi) + 4 * 32 * ti);
   // X: QKV in h, O in h, MLP in h, dispatched kh, down in kf; dY: QKV h + 2kvd, O h, router e,
-  // gate and up 2kf, down kh.
-  EXPECT_EQ(
-      c.retained_bytes,
-      2 * ti * (2 * hi + hi + ki * hi + ki * fi + hi + 2 * kvi + hi + ei + 2 * ki * fi + ki * hi));
+  // gate and up 2kf, down kh; the two norms' x̂ and dY 4h.
+  EXPECT_EQ(c.retained_bytes, 2 * ti *
+                                  (2 * hi + hi + ki * hi + ki * fi + hi + 2 * kvi + hi + ei +
+                                   2 * ki * fi + ki * hi + 4 * hi));
 }
 
 TEST(Analytic, ExpertGemmsRunAtTheRowsEachExpertGets) {
@@ -253,7 +254,8 @@ TEST(Analytic, HeadAndEmbedding) {
   EXPECT_DOUBLE_EQ(f.p2, lm);
   const Profile p = profile_for(m, Attention::flash);
   const LayerCost& head = p.cost(LayerKind::head, 2);
-  EXPECT_EQ(head.stash_bytes, t * (4 * h + 4 * v));  // norm and LM-head inputs, fp32 logits
+  // Norm and LM-head inputs, target ids, the softmax's bf16 probabilities.
+  EXPECT_EQ(head.stash_bytes, t * (4 * h + 8 + 2 * v));
   EXPECT_EQ(head.param_bytes, 2 * m.head_parameters());
   EXPECT_EQ(head.send_bytes, 0);
   const LayerCost& emb = p.cost(LayerKind::embedding, 2);

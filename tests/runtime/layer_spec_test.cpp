@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "profiles/analytic.h"
+#include "profiles/gpu.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/host_tensor.h"
 #include "runtime/layer_spec.h"
@@ -105,6 +107,26 @@ TEST(LayerSpec, AttentionModesDifferInOneStashEntry) {
   }
   // The default is the CPU reference's: materialized.
   EXPECT_EQ(stash_specs(m, LayerKind::block, 2, m.seq).size(), none.size() + 1);
+}
+
+// The analytic model's retained bytes (profiles/analytic.cpp) count what this spec keeps from p1
+// to p2, in bf16: the linear ops' X and dY and each norm's x̂ and dY for its gain.
+TEST(LayerSpec, TheAnalyticModelRetainsWhatTheSpecRetains) {
+  ModelConfig grouped = model_preset("llama-7b");
+  grouped.kv_heads = 8;
+  for (const ModelConfig& m : {model_preset("llama-7b"), grouped, testing::tiny_model()}) {
+    AnalyticOptions options;
+    options.seq = 512;
+    options.micro_batch_sizes = {2};
+    const Profile profile = analytic_profile(m, find_gpu("h100-sxm"), options);
+    for (const LayerKind kind : {LayerKind::block, LayerKind::head}) {
+      std::int64_t elements = 0;
+      for (const TensorSpec& spec : retained_specs(m, kind, 2, 512))
+        elements += shape_numel(spec.shape);
+      EXPECT_EQ(profile.cost(kind, 2).retained_bytes, 2 * elements)
+          << m.name << " " << to_string(kind);
+    }
+  }
 }
 
 TEST(LayerSpec, CpuWeightsAreTheSpecsInitialValuesInOrder) {

@@ -117,7 +117,7 @@ TEST(AutoLayouts, FirstOnTheReadmesCompareExamples) {
 TEST(AutoLayouts, FirstOnUnevenStages) {
   EXPECT_GE(expect_auto_first(model_options("gpt-1.5b", 4, 8, 1024), "gpt-1.5b P=4"), 15);
   // At 50 GiB (47 GiB after the reserve) 14 of 20 rows break the limit; auto still beats the
-  // rest: 664.6 ms against zb-h1's 725.5, the fastest that fits.
+  // rest: 663.9 ms against zb-h1's 727.4, the fastest that fits.
   PlanOptions tight = model_options("llama-13b", 8, 16, 2048);
   tight.memory = "50GiB";
   EXPECT_GE(expect_auto_first(tight, "llama-13b P=8 50GiB"), 5);
