@@ -84,9 +84,8 @@ std::size_t repeat_count(std::string_view text, std::size_t& at, std::size_t bas
 
 void append_repeated(std::string& out, std::string_view piece, std::size_t times) {
   if (out.size() + piece.size() * times > kMaxExpandedChars) {
-    bad_layout(limits::above_limit(
-        "the layout expanded to more than " + std::to_string(kMaxExpandedChars) + " symbols",
-        static_cast<double>(kMaxExpandedChars)));
+    bad_layout(limits::above_limit("the expanded layout", static_cast<double>(kMaxExpandedChars),
+                                   "symbols"));
   }
   for (std::size_t i = 0; i < times; ++i)
     out += piece;
@@ -242,16 +241,20 @@ std::vector<std::string> layout_stages(std::string_view text) {
   if (stages.size() > static_cast<std::size_t>(limits::kMaxStages)) {
     bad_layout(limits::above_limit(std::to_string(stages.size()) + " stages", limits::kMaxStages));
   }
-  // Layer types whatever the model: the stage count a layout gives is only read once they are.
+  // Layer types, and a transformer layer in every stage, whatever the model: the stage count a
+  // layout gives is only read once they are.
   for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::string where =
+        "stage " + std::to_string(s) + " ('" + stage_excerpt(stages[s]) + "')";
     for (const char c : stages[s]) {
       if (c == 'E' || c == 't' || c == 'L') continue;
-      const std::string where =
-          "stage " + std::to_string(s) + " ('" + stage_excerpt(stages[s]) + "')";
       if (c == 'm') bad_layout(where + " holds an MTP layer (m), which pipeplan does not model");
       bad_layout(where + " holds '" + std::string(1, c) +
                  "', not a layer type (E embedding, t transformer layer, L loss; m MTP is "
                  "not modelled)");
+    }
+    if (stages[s].find('t') == std::string::npos) {
+      bad_layout(where + " holds no transformer layer; pipeplan gives every stage at least one");
     }
   }
   return stages;
@@ -289,10 +292,7 @@ std::vector<int> blocks_from_megatron_layout(std::string_view text, const ModelC
         }
       }
     }
-    if (count == 0) {
-      bad_layout(where + " holds no transformer layer; pipeplan gives every stage at least one");
-    }
-    blocks.push_back(count);
+    blocks.push_back(count);  // at least 1: layout_stages refused a stage without one
     total += count;
   }
   if (ends && (stages.front().empty() || stages.front().front() != 'E')) {

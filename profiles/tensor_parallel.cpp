@@ -53,6 +53,14 @@ void check_tensor_parallel(const ModelConfig& m, int t) {
                                             m.name + " (its " + std::to_string(m.heads) +
                                             " attention heads share them)");
   }
+  // Megatron's column-parallel MLP splits its width (a mixture of experts: its shared expert's).
+  const int width = m.experts > 0 ? m.shared_ffn_hidden : m.ffn_hidden;
+  if (m.family != "uniform" && width > 0 && width % t != 0) {
+    throw FieldError("tensor_parallel",
+                     std::to_string(t) + " does not divide the " + std::to_string(width) +
+                         (m.experts > 0 ? "-wide shared-expert MLP of " : "-wide MLP of ") +
+                         m.name + " (the GPUs of a stage split its columns)");
+  }
   // A mixture of experts: the T GPUs split its experts (expert parallelism inside the group,
   // as Megatron-Core's expert-parallel size = T), so each routes and holds 1/T of the rows.
   if (m.experts > 0 && m.experts % t != 0) {

@@ -24,8 +24,8 @@
 namespace pipeplan {
 
 // Throws FieldError naming tensor_parallel when t < 1, above its limit, or not a divisor of the
-// model's attention heads and key/value heads (Megatron splits heads across the T GPUs) or of its
-// experts.
+// model's attention heads and key/value heads (Megatron splits heads across the T GPUs), of its
+// MLP width (a mixture of experts: its shared expert's) or of its experts.
 void check_tensor_parallel(const ModelConfig& model, int t);
 // check_tensor_parallel, then the profile's costs of one of the T GPUs.
 // group_link is the link between a stage's T GPUs (NVLink inside a node: node_link, gpu.h);

@@ -480,7 +480,8 @@ PlanRequest request_for(const PlanOptions& options, const Schedule* given, bool 
       throw Error("--layout: " + std::to_string(stages) + " stages, the schedule read has " +
                   std::to_string(given->stage_count()));
     }
-    if (o.stages < 1 || stages % o.stages != 0) {
+    if (o.stages < 1) throw Error("--stages: must be at least 1");  // as check_plan_request says
+    if (stages % o.stages != 0) {
       throw Error("--layout: " + std::to_string(stages) + " stages do not divide among --stages " +
                   std::to_string(o.stages));
     }

@@ -389,7 +389,7 @@ std::string stage_layers_text(const PlanMeta& meta, int stage) {
   return text + " (" + parts + ")";
 }
 
-std::string device_stages(const TaskGraph& graph, int device) {
+std::vector<std::string> device_stages(const TaskGraph& graph, int device) {
   std::set<int> stages;
   const auto& stage_device = graph.schedule.stage_device;
   for (int s = 0; s < static_cast<int>(stage_device.size()); ++s) {
@@ -401,11 +401,12 @@ std::string device_stages(const TaskGraph& graph, int device) {
       if (node.kind == NodeKind::compute && node.device == device) stages.insert(node.stage);
     }
   }
-  std::string text;
-  for (int stage : stages) {
-    text += (text.empty() ? "" : ", ") + stage_layers_text(graph.meta, stage);
-  }
-  return text.empty() ? "-" : text;
+  std::vector<std::string> entries;
+  entries.reserve(stages.size());
+  for (int stage : stages)
+    entries.push_back(stage_layers_text(graph.meta, stage));
+  if (entries.empty()) entries.emplace_back("-");
+  return entries;
 }
 
 }  // namespace
@@ -522,15 +523,28 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   header.resize(name_width, ' ');
   out += header + std::string("    work ms  bubble %  peak ") + peak_unit + "  limit " +
          limit_unit + "  stages (E, t blocks, L)\n";
-  constexpr std::size_t kStagesWidth = 80 - 55;
+  // The stages column starts after the fixed columns; a device's list goes on under itself.
+  const std::size_t stages_column = name_width + 11 + 10 + 10 + 11 + 2;
+  const std::size_t stages_width = std::max<std::size_t>(80 - stages_column, 20);
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];
     const double limit = device < static_cast<int>(meta.memory_limit_bytes.size())
                              ? meta.memory_limit_bytes[static_cast<std::size_t>(device)]
                              : 0;
     const double peak = static_cast<double>(metrics.peak_memory_bytes) / peak_bytes;
-    std::string stages = device_stages(graph, device);
-    if (stages.size() > kStagesWidth) stages = stages.substr(0, kStagesWidth - 3) + "...";
+    std::string stages;
+    std::size_t line_start = 0;
+    const std::vector<std::string> entries = device_stages(graph, device);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::string entry = entries[i] + (i + 1 < entries.size() ? "," : "");
+      if (i > 0 && stages.size() - line_start + 1 + entry.size() > stages_width) {
+        stages += "\n" + std::string(stages_column, ' ');
+        line_start = stages.size();
+      } else if (i > 0) {
+        stages += ' ';
+      }
+      stages += entry;
+    }
     std::string name = "dev " + std::to_string(device);
     name.resize(name_width, ' ');
     out += name;

@@ -13,9 +13,12 @@
 #include "profiles/gpu.h"
 #include "profiles/model.h"
 #include "profiles/profile.h"
+#include "tests/error_support.h"
 
 namespace pipeplan {
 namespace {
+
+using testing::error_of;
 
 TEST(TensorParallel, EveryTimeAndByteCountOfALayerDividesByT) {
   AnalyticOptions options;
@@ -130,6 +133,28 @@ TEST(TensorParallel, TheHeadCountThatDoesNotDivideIsNamed) {
     EXPECT_EQ(e.detail(),
               "8 does not divide the 4 key/value heads of gqa (its 32 attention heads share them)");
   }
+}
+
+// Megatron's column-parallel MLP splits its width: LLaMA-13B's 13824 on 5 GPUs (heads 40 divide)
+// is refused, as is a mixture of experts' shared expert whose width does not divide.
+TEST(TensorParallel, AnMlpWidthThatDoesNotDivideIsNamed) {
+  const ModelConfig llama13b = model_preset("llama-13b");
+  EXPECT_EQ(error_of([&] { check_tensor_parallel(llama13b, 5); }),
+            "tensor_parallel: 5 does not divide the 13824-wide MLP of llama-13b (the GPUs of a "
+            "stage split its columns)");
+  EXPECT_NO_THROW(check_tensor_parallel(llama13b, 8));
+  ModelConfig moe = model_preset("llama-7b");
+  moe.name = "moe";
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  moe.shared_ffn_hidden = 1000;
+  EXPECT_EQ(error_of([&] { check_tensor_parallel(moe, 16); }),
+            "tensor_parallel: 16 does not divide the 1000-wide shared-expert MLP of moe (the GPUs "
+            "of a stage split its columns)");
+  moe.shared_ffn_hidden = 0;  // no shared expert: the routed experts' width is not split
+  moe.ffn_hidden = 1000;
+  moe.experts = 16;
+  EXPECT_NO_THROW(check_tensor_parallel(moe, 16));
 }
 
 TEST(TensorParallel, OneGpuPerStageLeavesTheProfileAsItIs) {

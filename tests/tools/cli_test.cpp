@@ -183,6 +183,12 @@ TEST_F(Cli, APrintedLayoutGivenBackReproducesThePlan) {
   expect_error(kLlama + " --layout 'Et*4|(t*4|)*6t*4L' --chunks 1",
                "--layout: 8 stages on 4 devices are 2 chunks, not --chunks 1");
   expect_error(kLlama + " --layout 'Et*3|(tt|)*29,m|L'", "holds an MTP layer (m)");
+  // An empty stage is named as such, whether or not the stage count divides; a bad --stages is
+  // --stages's error, not the layout's.
+  expect_error(kLlama + " --layout 'Et*8||t*8|t*8|t*8L'",
+               "--layout: stage 1 ('') holds no transformer layer");
+  expect_error("plan --model llama-7b --gpu h100 --stages 0 -m 8 --layout 'Et*8|t*8|t*8|t*8L'",
+               "pipeplan: error: --stages: must be at least 1\n");
   expect_error(kLlama + " --schedule auto --layout 'Et*8|t*8|t*8|t*8L'",
                "--layout: --schedule auto chooses its own split");
   expect_error(kLlama + " --layout 'Et*8|t*8|t*8|t*8L' --layers-per-stage 8,8,8,8",
@@ -544,6 +550,23 @@ TEST_F(Cli, ShowDrawsATimelineTraceAndDot) {
 // show's summary says what plan's says of the same plan: a peak above the GPU (planned with
 // --memory 0) does not fit, a profile without the optimizer's time leaves it out of the step,
 // the recomputation and its Megatron-LM arguments; each line within 80 columns.
+// A device's stages that do not fit the summary's stages column go on under it, none cut: the
+// loss (L) of the last stage stays in sight.
+TEST_F(Cli, ShowListsEveryStageOfADevice) {
+  ASSERT_EQ(run("plan --model llama-7b --stages 2 -m 4 --schedule interleaved --chunks 4 -o " +
+                path("four.json"))
+                .status,
+            0);
+  const Result shown = run("show " + path("four.json"));
+  ASSERT_EQ(shown.status, 0) << shown.out;
+  EXPECT_NE(shown.out.find("0 (E, t0-3), 2 (t8-11),\n" + std::string(50, ' ') +
+                           "4 (t16-19), 6 (t24-27)\n"),
+            std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("5 (t20-23), 7 (t28-31, L)\n"), std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find("..."), std::string::npos) << shown.out;
+}
+
 TEST_F(Cli, ShowSaysWhatPlanSaysOfThePlan) {
   struct Case {
     std::string args;
