@@ -69,15 +69,22 @@ gpu_name='' gpu_entry='' gpu_count=0 total_sms='' memory_bytes='' driver_version
 declare -A sm_share=()
 ask_pipeplan() {
   if [[ -x $pipeplan ]]; then
-    local status=0 limit
+    local status=0 limit errors
     limit=$(probe_limit 60)
-    env_json=$(probe 60 "$pipeplan" env --json 2> /dev/null) || status=$?
+    errors=$(mktemp "${TMPDIR:-/tmp}/pipeplan-env.XXXXXX")
+    env_json=$(probe 60 "$pipeplan" env --json 2> "$errors") || status=$?
     if ((status != 0)); then env_json=''; fi
     if ((limit == 0)); then
       echo "run.sh: pipeplan env --json not asked: --deadline-s $deadline_s leaves no time" >&2
     elif ((status == 124 || status == 137)); then
       echo "run.sh: pipeplan env --json gave no answer within $limit s (a wedged GPU?)" >&2
+    elif ((status != 0)); then
+      # It did not start or failed (a library the loader did not find): its own words, since
+      # everything that needs the GPU fails after it.
+      echo "run.sh: $pipeplan env --json failed (exit status $status): $(head -c 400 "$errors" |
+        tr '\n' ' ')" >&2
     fi
+    rm -f "$errors"
   fi
   [[ -n $env_json ]] || return 0
   local key value
@@ -102,6 +109,11 @@ out = {"gpu_name": first.get("name", ""), "gpu_entry": "" if entry == "none" els
                          or first.get("driver_version", "")}
 for key, value in out.items():
     print(f"{key}\t{value}")
+module = env.get("cuda_module") or {}
+if gpus and module and not module.get("loaded", True):
+    # The GPU is there but the CUDA module did not load (a missing libnccl or cuDNN): say why.
+    print(f"run.sh: pipeplan's CUDA module did not load: {module.get('error', '?')}",
+          file=sys.stderr)
 for share in first.get("emulate_sm_share") or []:
     print(f"share\t{share['stages']} {share['sms_per_stage']}")
 PY
@@ -373,14 +385,14 @@ record() {
     echo "# command: $command"
     echo "# environment: $(environment_line)"
   } > "$file"
-  if ((left < 10)); then
+  if ((deadline_s > 0 && left < 10)); then
     skip_near_deadline "$name" "$command"
     return 124
   fi
   if [[ -n ${clocks_to:-} ]]; then
     probe_clocks
     left=$(seconds_left)  # the probes may have taken some of it
-    if ((left < 10)); then
+    if ((deadline_s > 0 && left < 10)); then
       skip_near_deadline "$name" "$command"
       return 124
     fi
@@ -423,8 +435,9 @@ record() {
 }
 
 # on_signal SIGNAL: run.sh stopped from outside (TERM, INT, HUP): the command running and its
-# sampler are stopped (its output ends "# stopped: run.sh got SIGsignal"), and manifest.json is
-# written with every command so far; exit 128 + the signal's number.
+# sampler are stopped (its output ends "# stopped: run.sh got SIGsignal"), summary.md (where the
+# summary WHAT was asked for) and manifest.json are written with every command so far; exit 128
+# + the signal's number.
 stopped_by=''
 on_signal() {
   local signal=$1 code=143
@@ -446,6 +459,10 @@ on_signal() {
     printf '%s\t%s\t%s\t%s\n' "$running_name" "$running_command" "$code" "$took" >> "$commands_tsv"
   fi
   echo "run.sh: stopped by $stopped_by" >> "$out/index.txt"
+  # The summary asked for, of what ran (it reads the folder in about a second; 15 s at most).
+  if [[ " ${whats[*]} " == *" summary "* ]]; then
+    timeout -k 2 15 python3 "$here/summary.py" "$out" > "$out/summary.md" 2>&1 || true
+  fi
   write_manifest
   echo "run.sh: stopped by $stopped_by" >&2 || true
   exit "$code"

@@ -255,6 +255,7 @@ if [[ -n $step_layers && -n $gpu_profile ]]; then
     "--gpu-profile out to profile $step_layers blocks here)"
 fi
 export PIPEPLAN_DATA_DIR="$repo/profiles"  # gpus.json
+export PYTHONDONTWRITEBYTECODE=1  # summary.py's imports leave no __pycache__ in the checkout
 if [[ -n $opt_gpu ]]; then
   known=$(gpus_json known "$opt_gpu") || die "--gpu: '$opt_gpu' is not a gpus.json entry ($known)"
 fi
@@ -286,6 +287,17 @@ if [[ -n $staged ]]; then
   # build machine's).
   export PIPEPLAN_TEST_BINARY="$pipeplan" PIPEPLAN_TEST_CUDA_MODULE="$staged/bin/libpipeplan_cuda.so"
   if ((!dry)); then find_staged_libraries; fi
+else
+  # The tests that run the CLI run this one (their compiled-in path is where the tests were
+  # built, which a copied checkout or --pipeplan need not be).
+  if [[ -x $pipeplan ]]; then
+    pipeplan_dir=$(cd "$(dirname "$pipeplan")" && pwd)
+    PIPEPLAN_TEST_BINARY="$pipeplan_dir/$(basename "$pipeplan")"
+    export PIPEPLAN_TEST_BINARY
+    if [[ -f $pipeplan_dir/libpipeplan_cuda.so ]]; then
+      export PIPEPLAN_TEST_CUDA_MODULE="$pipeplan_dir/libpipeplan_cuda.so"
+    fi
+  fi
 fi
 use_nccl
 # A --multi-gpu-model other than the default is one pipeplan reads (a preset, or a config.json it
@@ -372,8 +384,14 @@ if ((dry)); then
   echo "# dry run: ${whats[*]} on ${gpu_name:-an unknown GPU}; output folder $out"
   if [[ -n $nccl_dir ]]; then echo "# NCCL: $nccl_dir ($nccl_source) first on LD_LIBRARY_PATH"; fi
 else
+  # The checkout's commit, else (a copied tree without .git) the one the staged binaries were
+  # built from.
+  index_commit=$(git -C "$repo" rev-parse --short HEAD 2> /dev/null || true)
+  if [[ -z $index_commit && -n $staged && -f $staged/BUILD_INFO ]]; then
+    index_commit="$(sed -n 's/^commit: \([0-9a-f]\{7\}\).*/\1/p' "$staged/BUILD_INFO") (staged)"
+  fi
   echo "# run.sh ${whats[*]} on $gpu_line, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit" \
-    "$(git rev-parse --short HEAD 2> /dev/null || echo '?'), pipeplan $(portable "$pipeplan")" > "$out/index.txt"
+    "${index_commit:-?}, pipeplan $(portable "$pipeplan")" > "$out/index.txt"
   if [[ -n $nccl_missing ]]; then
     note "run.sh: $nccl_missing: not used; the nccl WHAT stops on it, the others load the NCCL" \
       "the binaries find" >&2

@@ -119,10 +119,23 @@ def load_json(path):
         return None
 
 
+def exit_status_line(path):
+    """The "# exit status: ..." line run.sh appends to a command's output, or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.startswith("# exit status:")]
+    except OSError:
+        return None
+    return lines[-1][len("# exit status:"):].strip() if lines else None
+
+
 def tests_table(results):
     paths = sorted(glob.glob(os.path.join(results, "tests-*.json")))
     out = ["## GPU tests (pipeplan_cuda_tests)", ""]
-    if not paths:
+    # A suite that crashed or ran out of time wrote its output but no JSON (gtest writes it last).
+    without_json = [path for path in sorted(glob.glob(os.path.join(results, "tests-*.txt")))
+                    if not os.path.exists(path[: -len(".txt")] + ".json")]
+    if not paths and not without_json:
         return out + ["(no tests-*.json)", ""]
     out += ["| run | suite | passed | failed | skipped |", "|---|---|---|---|---|"]
     failed_lines = []
@@ -146,6 +159,10 @@ def tests_table(results):
                     counts["passed"] += 1
             out.append(f"| {run} | {suite['name']} | {counts['passed']} | {counts['failed']} | "
                        f"{counts['skipped']} |")
+    for path in without_json:
+        run = os.path.basename(path)[: -len(".txt")]
+        status = exit_status_line(path) or "unknown"
+        out.append(f"| {run} | **no JSON** (exit status {status}; see {run}.txt) | | | |")
     return out + [""] + failed_lines + ([""] if failed_lines else [])
 
 
@@ -771,11 +788,17 @@ def not_run_reason(path):
 
 
 def run_losses(path):
-    """The per-step losses of a `pipeplan run --json` report, or None."""
+    """The per-step losses of a `pipeplan run --json` report, or None; a loss that is not a
+    number (JSON writes NaN as null) is NaN, so that it differs from every loss."""
     report = load_json(path)
     if report is None or "steps" not in report:
         return None
-    return [step["loss"] for step in report["steps"]]
+    losses = []
+    for step in report["steps"]:
+        loss = step.get("loss") if isinstance(step, dict) else None
+        number = isinstance(loss, (int, float)) and not isinstance(loss, bool)
+        losses.append(float(loss) if number else math.nan)
+    return losses
 
 
 def nccl_plans(paths):
@@ -1036,6 +1059,16 @@ def machine_table(results):
     return ["## Machine", ""] + lines + [""]
 
 
+def nccl_tables(results):
+    """The NCCL runs' losses, times and link times, and the killed-rank test where it ran."""
+    paths = nccl_run_paths(results)
+    out = losses_table(paths)[0] + nccl_times_table(paths) + nccl_links_table(results, paths)
+    killed = os.path.join(results, "nccl-rank-killed.txt")
+    if os.path.exists(killed):
+        out += rank_killed_table(killed)[0]
+    return out
+
+
 def main(argv):
     if argv[:1] == ["--losses"]:
         lines, same = losses_table(argv[1:])
@@ -1049,16 +1082,18 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     results = argv[0]
-    nccl_paths = nccl_run_paths(results)
-    nccl = (losses_table(nccl_paths)[0] + nccl_times_table(nccl_paths) +
-            nccl_links_table(results, nccl_paths))
-    killed = os.path.join(results, "nccl-rank-killed.txt")
-    if os.path.exists(killed):
-        nccl += rank_killed_table(killed)[0]
-    print("\n".join(machine_table(results) + tests_table(results) + block_table(results) +
-                    pipeline_table(results) + predict_table(results) + pairs_table(results) +
-                    nccl + step_table(results) + bpipe_estimate_table(results) +
-                    load_table(results) + clocks_table(results) + clock_model_table(results)))
+    lines = []
+    for table in (machine_table, tests_table, block_table, pipeline_table, predict_table,
+                  pairs_table, nccl_tables, step_table, bpipe_estimate_table, load_table,
+                  clocks_table, clock_model_table):
+        # One table that cannot read its files (a partial or unexpected output) says so; the
+        # others are still written.
+        try:
+            lines += table(results)
+        except Exception as error:  # pylint: disable=broad-except
+            lines += [f"## {table.__name__}: the table failed ({type(error).__name__}: {error})",
+                      ""]
+    print("\n".join(lines))
     return 0
 
 

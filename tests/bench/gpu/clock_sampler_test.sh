@@ -223,7 +223,8 @@ grep -q '^# not run: .*hung_tests --gtest_list_tests gave no answer within [0-9]
   "$work/list-hangs/out/tests-list.txt" || fail "a hung test listing: not recorded as not run"
 
 # Stopped from outside while a profile runs: the profile and its sampler are stopped at once, the
-# output says so, and manifest.json lists the command with the signal's status. run.sh writes into
+# output says so, summary.md is written, and manifest.json lists the command with the signal's
+# status. run.sh writes into
 # a pipe whose reader is gone by then (`run.sh | tee log` stopped with Ctrl-C, a closed
 # terminal): that costs it neither the manifest nor its exit status.
 mkdir -p "$work/stopped"
@@ -263,6 +264,8 @@ fi
 stopped "$FAKE_SMI_LOG"
 grep -q '^# stopped: run.sh got SIGTERM' "$work/stopped/out/profile-sm.txt" ||
   fail "profile-sm.txt: does not say it was stopped"
+grep -q '^## ' "$work/stopped/out/summary.md" ||
+  fail "summary.md: not written when stopped (the summary WHAT was asked for)"
 python3 - "$work/stopped/out/manifest.json" << 'PY' || fail "manifest.json: not written when stopped"
 import json, sys
 m = json.load(open(sys.argv[1]))

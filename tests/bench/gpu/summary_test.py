@@ -295,6 +295,46 @@ class Summary(unittest.TestCase):
         # The same from the command line: exit 1.
         self.assertEqual(self.main(["--losses"] + paths)[0], 1)
 
+    def test_a_null_loss_differs_without_ending_the_summary(self):
+        # pipeplan's JSON writes a NaN loss as null: in the device-local run it is the reference.
+        write(self.folder, "nccl-1f1b-m8-2bp.local.json",
+              HEADER + '{"steps": [{"loss": 5.25}, {"loss": null}]}\n' + FOOTER)
+        for kind in ("nccl", "torchrun"):
+            write(self.folder, f"nccl-1f1b-m8-2bp.{kind}.json",
+                  HEADER + '{"steps": [{"loss": 5.25}, {"loss": 5.125}]}\n' + FOOTER)
+        lines, same = summary.losses_table(summary.nccl_run_paths(self.folder))
+        self.assertFalse(same)
+        self.assertIn("| nccl-1f1b-m8-2bp | 5.250000 nan | **differs** (up to inf relative after "
+                      "step 1, beyond 0.001) | **differs** (up to inf relative after step 1, "
+                      "beyond 0.001) |", lines)
+        status, text = self.main([self.folder])
+        self.assertEqual(status, 0)
+        self.assertIn("## NCCL on one GPU", text)
+
+    def test_a_suite_without_its_json_is_listed_with_its_exit_status(self):
+        write(self.folder, "tests-CudaBackend.json", gtest_report("CudaBackend", 9, 0, 1))
+        write(self.folder, "tests-CudaBackend.txt", "[ RUN ] ...\n# exit status: 0\n")
+        write(self.folder, "tests-EmulatedRun.txt", "[ RUN ] ...\n# exit status: 139\n")
+        lines = summary.tests_table(self.folder)
+        self.assertIn("| tests-EmulatedRun | **no JSON** (exit status 139; see "
+                      "tests-EmulatedRun.txt) | | | |", lines)
+        self.assertFalse(any("tests-CudaBackend |" in l and "no JSON" in l for l in lines))
+
+    def test_a_table_that_fails_leaves_the_others(self):
+        original = summary.block_table
+
+        def broken(_results):
+            raise KeyError("x")
+
+        summary.block_table = broken
+        try:
+            status, text = self.main([self.folder])
+        finally:
+            summary.block_table = original
+        self.assertEqual(status, 0)
+        self.assertIn("## broken: the table failed (KeyError: 'x')", text)
+        self.assertIn("## Emulated pipelines", text)
+
     def test_no_nccl_runs_no_section(self):
         self.assertEqual(summary.losses_table([]), ([], False))
 
