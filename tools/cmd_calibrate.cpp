@@ -461,6 +461,8 @@ struct FitCommand {
                                r.predicted_after_us / 1e3,
                                100 * (r.measured_makespan_us / r.predicted_after_us - 1));
     }
+    if (const std::string warning = worse_steps_warning(fit.runs); !warning.empty())
+      std::cerr << "pipeplan: warning: " << warning << "\n";
   }
 };
 

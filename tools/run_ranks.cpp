@@ -138,9 +138,11 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
     // rank (ranks given '-' and ranks given a file may differ).
     if (command.plan_path == "-" && group.size() > 1) {
       throw Error("plan '-': each of the " + std::to_string(group.size()) +
-                  " ranks reads the plan, but standard input reaches one of them at most "
-                  "(mpirun forwards it to rank 0 alone): give the plan as a file every rank "
-                  "can read (pipeplan run p.json)");
+                  " ranks reads the plan, but standard input reaches one of them at most (" +
+                  (group.name() == "mpi"
+                       ? "mpirun forwards it to rank 0 alone"
+                       : "a torchrun-style launch shares one between its processes") +
+                  "): give the plan as a file every rank can read (pipeplan run p.json)");
     }
     plan = command.load_and_check(true, group.rank() == 0);
     const int devices = plan->meta.devices;

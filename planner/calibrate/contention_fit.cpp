@@ -661,4 +661,31 @@ ContentionFit fit_contention(const std::vector<MeasuredRun>& runs, const Content
   return fit;
 }
 
+double mean_step_error(const std::vector<RunFitReport>& runs, bool after) {
+  double sum = 0;
+  int counted = 0;
+  for (const RunFitReport& r : runs) {
+    const double predicted = after ? r.predicted_after_us : r.predicted_before_us;
+    if (!(predicted > 0) || !(r.measured_makespan_us > 0)) continue;
+    sum += std::abs(r.measured_makespan_us / predicted - 1);
+    ++counted;
+  }
+  return counted > 0 ? sum / counted : 0;
+}
+
+std::string worse_steps_warning(const std::vector<RunFitReport>& runs) {
+  constexpr double kPoint = 0.01;
+  const double before = mean_step_error(runs, false);
+  const double after = mean_step_error(runs, true);
+  if (!(after > before + kPoint)) return "";
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "the fit predicts these runs' step times worse than the profile did (mean "
+                "|error| %.1f %% before, %.1f %% after): the runs disagree with each other or "
+                "with the ops' times (runs on a busy machine do); fit on more runs, or keep the "
+                "profile",
+                100 * before, 100 * after);
+  return line;
+}
+
 }  // namespace pipeplan

@@ -64,6 +64,15 @@ struct RunFitReport {
   double predicted_after_us = 0;   // the recorded plan simulated under the fitted model
 };
 
+// The mean |relative error| of the runs' step times (measured against predicted): before the
+// fit (`after` false) or under it. 0 without runs.
+double mean_step_error(const std::vector<RunFitReport>& runs, bool after);
+
+// A warning where the fit predicts the runs' steps worse than the profile did (by more than a
+// point): the runs disagree with each other or with the ops' model, as runs on a busy machine
+// do; empty otherwise.
+std::string worse_steps_warning(const std::vector<RunFitReport>& runs);
+
 struct ContentionFit {
   Contention contention;  // the fitted model ("source" left to the caller)
   bool copy_fitted = false;

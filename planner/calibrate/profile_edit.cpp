@@ -137,8 +137,14 @@ Profile with_working_memory_of(const Profile& profile, std::string_view profile_
                     std::string(profile_name));
       }
       if (!any) {
+        // The CPU backend has no allocator to count; an older CUDA profile predates the fields.
         throw Error(std::string(measured_name) + ": field '" + where + "." + kFields[0] +
-                    "' is missing (measured before working memory was)");
+                    "' is missing (" +
+                    (measured.gpu == "cpu"
+                         ? "the cpu backend does not measure working memory: give a profile "
+                           "measured with --backend cuda"
+                         : "measured before working memory was") +
+                    ")");
       }
       const LayerCost& source = kind_it->second.at(mbs);
       cost.forward_work_bytes = source.forward_work_bytes;

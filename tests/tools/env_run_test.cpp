@@ -320,7 +320,8 @@ TEST_F(EnvRunCli, APlanOnStandardInputIsRefusedAsOneOfSeveralRanks) {
   EXPECT_NE(runs[0].status, 0);
   EXPECT_EQ(runs[0].out,
             "pipeplan: error: plan '-': each of the 4 ranks reads the plan, but standard input "
-            "reaches one of them at most (mpirun forwards it to rank 0 alone): give the plan as a "
+            "reaches one of them at most (a torchrun-style launch shares one between its "
+            "processes): give the plan as a "
             "file every rank can read (pipeplan run p.json)\n");
   for (int r = 1; r < 4; ++r) {
     EXPECT_NE(runs[static_cast<std::size_t>(r)].status, 0) << "rank " << r;
@@ -344,9 +345,9 @@ TEST_F(EnvRunCli, APlanOnStandardInputGivenToSomeRanksIsNamed) {
     const std::vector<RankRun> runs = launch_processes(processes, testing::free_port());
     EXPECT_EQ(runs[0].out, "pipeplan: error: rank " + std::to_string(odd) +
                                ": plan '-': each of the 4 ranks reads the plan, but standard "
-                               "input reaches one of them at most (mpirun forwards it to rank 0 "
-                               "alone): give the plan as a file every rank can read (pipeplan "
-                               "run p.json)\n");
+                               "input reaches one of them at most (a torchrun-style launch "
+                               "shares one between its processes): give the plan as a file "
+                               "every rank can read (pipeplan run p.json)\n");
     for (int r = 0; r < 4; ++r) {
       EXPECT_NE(runs[static_cast<std::size_t>(r)].status, 0) << "rank " << r;
       if (r > 0) {

@@ -561,5 +561,28 @@ TEST(ContentionFitPieces, HeldUpSendsDoNotPullTheCopyFactors) {
   EXPECT_TRUE(contention_fit::fit_copy(one_beside, 20).has_value());
 }
 
+// A fit that predicts its own runs' steps worse than the profile did is said (runs on a busy
+// machine disagree); one that predicts them better, or a point worse at most, is not.
+TEST(ContentionFit, AFitThatPredictsItsRunsWorseIsWarnedOf) {
+  const auto run = [](double measured, double before, double after) {
+    RunFitReport r;
+    r.measured_makespan_us = measured;
+    r.predicted_before_us = before;
+    r.predicted_after_us = after;
+    return r;
+  };
+  // Errors before: +10 %, -5 %; after: +25 %, +20 %.
+  const std::vector<RunFitReport> worse = {run(110, 100, 88), run(95, 100, 95 / 1.2)};
+  EXPECT_NEAR(mean_step_error(worse, false), 0.075, 1e-12);
+  EXPECT_NEAR(mean_step_error(worse, true), 0.225, 1e-12);
+  EXPECT_EQ(worse_steps_warning(worse),
+            "the fit predicts these runs' step times worse than the profile did (mean |error| "
+            "7.5 % before, 22.5 % after): the runs disagree with each other or with the ops' "
+            "times (runs on a busy machine do); fit on more runs, or keep the profile");
+  EXPECT_EQ(worse_steps_warning({run(110, 100, 109)}), "");
+  EXPECT_EQ(worse_steps_warning({run(110, 100, 110 / 1.105)}), "");  // half a point worse
+  EXPECT_EQ(worse_steps_warning({}), "");
+}
+
 }  // namespace
 }  // namespace pipeplan

@@ -144,7 +144,15 @@ TEST(ProfileEdit, WorkingMemoryRefusesAnotherSequenceOrAProfileWithoutIt) {
   plain.provenance.source = "measured";
   EXPECT_NE(error_of([&] {
               with_working_memory_of(shipped(), "p.json", plain, profile_to_json(plain), "m.json");
-            }).find("forward_work_bytes' is missing"),
+            }).find("forward_work_bytes' is missing (measured before working memory was)"),
+            std::string::npos);
+  // The CPU backend measures none: said so, not that the profile is old.
+  plain.gpu = "cpu";
+  EXPECT_NE(error_of([&] {
+              with_working_memory_of(shipped(), "p.json", plain, profile_to_json(plain), "m.json");
+            })
+                .find("(the cpu backend does not measure working memory: give a profile measured "
+                      "with --backend cuda)"),
             std::string::npos);
 }
 
