@@ -443,6 +443,10 @@ std::vector<std::optional<std::vector<int>>> read_plan_header(const nlohmann::js
                 " and " + std::to_string(g.meta.stage_layers.size()));
   }
   // What diff, show and the runtime read from meta must be what the schedule says.
+  if (!g.meta.schedule.empty() && g.meta.schedule != g.schedule.family) {
+    throw Error(source + ": field 'meta.schedule' is '" + g.meta.schedule +
+                "' but the schedule's family is '" + g.schedule.family + "'");
+  }
   if (g.schedule.backward != g.meta.backward) {
     throw Error(source + ": field 'meta.backward' is '" + std::string(to_string(g.meta.backward)) +
                 "' but the schedule's is '" + std::string(to_string(g.schedule.backward)) + "'");

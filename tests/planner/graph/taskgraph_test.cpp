@@ -173,6 +173,9 @@ TEST(PlanJson, RejectsWrongVersionAndBadFields) {
   j["meta"]["backward"] = "2bp";
   expect_error(j, "bad.json: field 'meta.backward' is '2bp' but the schedule's is 'fused'");
   j = good;
+  j["meta"]["schedule"] = "zb-h1";
+  expect_error(j, "bad.json: field 'meta.schedule' is 'zb-h1' but the schedule's family is '");
+  j = good;
   j["meta"]["chunks"] = 2;
   expect_error(j, "field 'meta.chunks' is 2 but");
   j = good;
