@@ -279,7 +279,7 @@ TEST(PlanText, ControlCharactersInNamesLabelsAndTheScheduleAreRefused) {
   // Quotes, braces and backslashes are printable: kept as given.
   EXPECT_EQ(load_error([](json& p) {
               p["nodes"]["labels"] = {{3, "a\"}{\\"}};
-              p["meta"]["schedule"] = "1f1b \"x\" }";
+              p["meta"]["profile_source"] = "analytic \"x\" }";
             }),
             "<no error>");
   // Version 2 names the node's label field.
