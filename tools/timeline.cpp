@@ -523,28 +523,13 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
   header.resize(name_width, ' ');
   out += header + std::string("    work ms  bubble %  peak ") + peak_unit + "  limit " +
          limit_unit + "  stages (E, t blocks, L)\n";
-  // The stages column starts after the fixed columns; a device's list goes on under itself.
-  const std::size_t stages_column = name_width + 11 + 10 + 10 + 11 + 2;
-  const std::size_t stages_width = std::max<std::size_t>(80 - stages_column, 20);
   for (int device = 0; device < static_cast<int>(sim.devices.size()); ++device) {
     const DeviceMetrics& metrics = sim.devices[static_cast<std::size_t>(device)];
     const double limit = device < static_cast<int>(meta.memory_limit_bytes.size())
                              ? meta.memory_limit_bytes[static_cast<std::size_t>(device)]
                              : 0;
     const double peak = static_cast<double>(metrics.peak_memory_bytes) / peak_bytes;
-    std::string stages;
-    std::size_t line_start = 0;
-    const std::vector<std::string> entries = device_stages(graph, device);
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const std::string entry = entries[i] + (i + 1 < entries.size() ? "," : "");
-      if (i > 0 && stages.size() - line_start + 1 + entry.size() > stages_width) {
-        stages += "\n" + std::string(stages_column, ' ');
-        line_start = stages.size();
-      } else if (i > 0) {
-        stages += ' ';
-      }
-      stages += entry;
-    }
+    const std::size_t row_start = out.size();
     std::string name = "dev " + std::to_string(device);
     name.resize(name_width, ' ');
     out += name;
@@ -554,7 +539,22 @@ std::string render_summary(const TaskGraph& graph, const SimResult& sim) {
     out += pad_left(limit > 0 ? printf_text("%.2f", limit / limit_bytes) : "-", 11);
     // '!' marks a device whose peak exceeds its memory limit.
     out += (limit > 0 && static_cast<double>(metrics.peak_memory_bytes) > limit) ? "! " : "  ";
-    out += stages + "\n";
+    // The stages column starts where the row has got to; a device's list goes on under itself.
+    const std::size_t column = out.size() - row_start;
+    const std::size_t room = std::max<std::size_t>(column < 80 ? 80 - column : 0, 20);
+    std::size_t line_start = out.size();
+    const std::vector<std::string> entries = device_stages(graph, device);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::string entry = entries[i] + (i + 1 < entries.size() ? "," : "");
+      if (i > 0 && out.size() - line_start + 1 + entry.size() > room) {
+        out += "\n" + std::string(column, ' ');
+        line_start = out.size();
+      } else if (i > 0) {
+        out += ' ';
+      }
+      out += entry;
+    }
+    out += "\n";
   }
   // A value too long for the line goes on under itself.
   auto total = [&out](std::string_view name, const std::string& value) {
