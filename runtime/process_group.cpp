@@ -41,6 +41,21 @@ std::string within(std::chrono::milliseconds timeout) {
   return "within " + std::to_string(timeout.count()) + " ms";
 }
 
+// The point rank 0 names when it reaches the end of the run (ProcessGroup::end_run); no
+// collective's `what` starts with a control character.
+constexpr std::string_view kRankZeroAtEnd = "\x01rank 0 at the end of the run";
+
+// The first byte of an answer from rank 0: the payload follows, or the error every rank throws.
+constexpr char kAnswerOk = '1';
+constexpr char kAnswerFailed = '0';
+
+// "left the run before <what> (...)", of `ranks` ranks.
+std::string left_text(std::string_view what, std::size_t ranks = 1) {
+  return "left the run before " + std::string(what) +
+         (ranks == 1 ? " (its own error is on its output)"
+                     : " (their own errors are on their outputs)");
+}
+
 }  // namespace
 
 std::string answer_timeout_text(std::chrono::milliseconds timeout, std::string_view why) {
@@ -64,40 +79,109 @@ std::uint64_t fingerprint(std::string_view bytes, std::uint64_t seed) {
   return hash;
 }
 
-std::vector<std::optional<std::string>> ProcessGroup::gather_available(
-    std::string bytes, std::string_view /*what*/, std::chrono::milliseconds timeout,
-    const Idle& idle) {
-  if (rank() != 0) {
-    post(0, std::move(bytes));
-    return {};
+void ProcessGroup::send(int to, std::string_view what, std::string_view bytes) {
+  post(to, pack({std::string(what), std::string(bytes)}));
+}
+
+ProcessGroup::Received ProcessGroup::receive(int from, std::string_view what,
+                                             Clock::time_point deadline, const Idle& idle) {
+  if (held_.empty()) held_.resize(static_cast<std::size_t>(size()));
+  auto& held = held_.at(static_cast<std::size_t>(from));
+  for (auto it = held.begin(); it != held.end(); ++it) {
+    if (it->first == what) {
+      Received got{std::move(it->second), false};
+      held.erase(it);
+      return got;
+    }
   }
-  std::vector<std::optional<std::string>> parts(static_cast<std::size_t>(size()));
-  parts[0] = std::move(bytes);
+  // A rank at the end of the run takes part in nothing before it.
+  if (what != kEndOfRun && !held.empty()) return {std::nullopt, true};
+  for (;;) {
+    std::optional<std::string> raw = poll(from, deadline, idle);
+    if (!raw) return {};
+    std::vector<std::string> parts =
+        unpack(*raw, "process group: a message from rank " + std::to_string(from));
+    if (parts.size() != 2) {
+      throw Error("process group: a malformed message from rank " + std::to_string(from) + " (" +
+                  std::to_string(parts.size()) + " parts)");
+    }
+    if (parts[0] == what) return {std::move(parts[1]), false};
+    if (parts[0] == kEndOfRun || parts[0] == kRankZeroAtEnd) {
+      if (what == kEndOfRun) continue;  // rank 0's notice, for the ranks still elsewhere
+      held.emplace_back(std::move(parts[0]), std::move(parts[1]));
+      return {std::nullopt, true};
+    }
+    // A message of a point this rank has passed without the sender (it had left the run before
+    // it, or this rank did): nobody reads it.
+  }
+}
+
+std::string ProcessGroup::from_rank_zero(std::string_view what, Clock::time_point deadline,
+                                         const std::string& silence, const Idle& idle) {
+  Received got = receive(0, what, deadline, idle);
+  if (got.left) {
+    throw AgreedError("rank 0 " + left_text(what));  // rank 0 printed its own error
+  }
+  if (!got.bytes) {
+    mark_broken();
+    throw RankZeroSilent(silence);
+  }
+  std::string& body = *got.bytes;
+  if (body.empty() || (body[0] != kAnswerOk && body[0] != kAnswerFailed)) {
+    throw Error("process group: a malformed answer from rank 0 at " + std::string(what));
+  }
+  if (body[0] == kAnswerFailed) throw AgreedError(body.substr(1));
+  return body.substr(1);
+}
+
+void ProcessGroup::fail_everywhere(const std::string& text, std::string_view what) {
+  for (int r = 1; r < size(); ++r)
+    send(r, what, kAnswerFailed + text);
+  throw AgreedError(text);
+}
+
+void ProcessGroup::require_arrived(const Gathered& gathered, std::string_view what,
+                                   std::chrono::milliseconds timeout) {
+  if (gathered.missing.empty()) return;
+  mark_broken();
+  throw GroupTimeout(rank_list(gathered.missing) + " did not reach " + std::string(what) + " " +
+                     within(timeout) + " (dead, hung or far behind)");
+}
+
+ProcessGroup::Gathered ProcessGroup::gather_available(std::string bytes, std::string_view what,
+                                                      std::chrono::milliseconds timeout,
+                                                      const Idle& idle) {
+  Gathered gathered;
+  if (rank() != 0) {
+    send(0, what, bytes);
+    return gathered;
+  }
+  gathered.parts.resize(static_cast<std::size_t>(size()));
+  gathered.parts[0] = std::move(bytes);
   const Clock::time_point deadline = Clock::now() + timeout;
   // In rank order against one deadline: once it has passed, the rest are only checked.
-  for (int r = 1; r < size(); ++r)
-    parts[static_cast<std::size_t>(r)] = poll(r, deadline, idle);
-  return parts;
+  for (int r = 1; r < size(); ++r) {
+    Received got = receive(r, what, deadline, idle);
+    if (got.left) {
+      gathered.left.push_back(r);
+    } else if (!got.bytes) {
+      gathered.missing.push_back(r);
+    }
+    gathered.parts[static_cast<std::size_t>(r)] = std::move(got.bytes);
+  }
+  return gathered;
 }
 
 std::vector<std::string> ProcessGroup::gather(std::string bytes, std::string_view what,
                                               std::chrono::milliseconds timeout, const Idle& idle) {
-  std::vector<std::optional<std::string>> parts =
-      gather_available(std::move(bytes), what, timeout, idle);
+  Gathered gathered = gather_available(std::move(bytes), what, timeout, idle);
+  if (rank() != 0) return {};
+  require_arrived(gathered, what, timeout);
+  if (!gathered.left.empty())
+    throw AgreedError(rank_list(gathered.left) + " " + left_text(what, gathered.left.size()));
   std::vector<std::string> out;
-  std::vector<int> missing;
-  for (std::size_t r = 0; r < parts.size(); ++r) {
-    if (!parts[r]) {
-      missing.push_back(static_cast<int>(r));
-    } else {
-      out.push_back(std::move(*parts[r]));
-    }
-  }
-  if (!missing.empty()) {
-    mark_broken();
-    throw GroupTimeout(rank_list(missing) + " did not reach " + std::string(what) + " " +
-                       within(timeout) + " (dead, hung or far behind)");
-  }
+  for (std::optional<std::string>& part : gathered.parts)
+    out.push_back(std::move(*part));
   return out;
 }
 
@@ -105,38 +189,48 @@ std::string ProcessGroup::broadcast(std::string bytes, std::string_view what,
                                     std::chrono::milliseconds timeout, const Idle& idle) {
   if (rank() == 0) {
     for (int r = 1; r < size(); ++r)
-      post(r, bytes);
+      send(r, what, kAnswerOk + bytes);
     return bytes;
   }
-  std::optional<std::string> got = poll(0, Clock::now() + timeout, idle);
-  if (!got) {
-    mark_broken();
-    throw GroupTimeout("rank 0 did not send " + std::string(what) + " " + within(timeout) +
-                       " (dead, hung or far behind)");
-  }
-  return std::move(*got);
+  return from_rank_zero(what, Clock::now() + timeout,
+                        "rank 0 did not send " + std::string(what) + " " + within(timeout) +
+                            " (dead, hung or far behind)",
+                        idle);
 }
 
 std::string ProcessGroup::answer(std::string bytes, std::string_view what,
                                  std::chrono::milliseconds timeout, const Idle& idle) {
   if (rank() == 0) return broadcast(std::move(bytes), what, timeout, idle);
-  std::optional<std::string> got = poll(0, Clock::now() + answer_timeout(timeout), idle);
-  if (!got) {
-    mark_broken();
-    // The wait is not the user's timeout (rank 0 first waits that long for the others): say
-    // how it follows from it.
-    throw GroupTimeout("rank 0 did not answer at " + std::string(what) + " within " +
-                       answer_timeout_text(timeout, "dead, hung or far behind"));
-  }
-  return std::move(*got);
+  // The wait is not the user's timeout (rank 0 first waits that long for the others): say how
+  // it follows from it.
+  return from_rank_zero(what, Clock::now() + answer_timeout(timeout),
+                        "rank 0 did not answer at " + std::string(what) + " within " +
+                            answer_timeout_text(timeout, "dead, hung or far behind"),
+                        idle);
+}
+
+void ProcessGroup::reply(int to, std::string_view bytes, std::string_view what) {
+  send(to, what, std::string(1, kAnswerOk).append(bytes));
 }
 
 std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string_view what,
                                                   std::chrono::milliseconds timeout,
                                                   const Idle& idle) {
-  const std::vector<std::string> parts = gather(std::move(bytes), what, timeout, idle);
-  std::vector<std::string> all =
-      unpack(answer(rank() == 0 ? pack(parts) : std::string(), what, timeout, idle), what);
+  std::string packed;
+  if (rank() == 0) {
+    Gathered gathered = gather_available(std::move(bytes), what, timeout, idle);
+    require_arrived(gathered, what, timeout);
+    if (!gathered.left.empty()) {
+      fail_everywhere(rank_list(gathered.left) + " " + left_text(what, gathered.left.size()), what);
+    }
+    std::vector<std::string> parts;
+    for (std::optional<std::string>& part : gathered.parts)
+      parts.push_back(std::move(*part));
+    packed = pack(parts);
+  } else {
+    send(0, what, bytes);
+  }
+  std::vector<std::string> all = unpack(answer(std::move(packed), what, timeout, idle), what);
   if (static_cast<int>(all.size()) != size()) {
     throw Error(std::string(what) + ": " + std::to_string(all.size()) + " parts for " +
                 std::to_string(size()) + " ranks");
@@ -146,38 +240,52 @@ std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string
 
 void ProcessGroup::barrier(std::string_view what, std::chrono::milliseconds timeout,
                            const Idle& idle) {
-  gather(std::string(), what, timeout, idle);
-  answer(std::string(), what, timeout, idle);
+  all_gather(std::string(), what, timeout, idle);
+}
+
+void ProcessGroup::end_run(std::chrono::milliseconds timeout, const Idle& idle) {
+  if (rank() == 0) {
+    for (int r = 1; r < size(); ++r)
+      send(r, kRankZeroAtEnd, {});
+  }
+  barrier(kEndOfRun, timeout, idle);
 }
 
 void ProcessGroup::agree(const std::optional<std::string>& local_error, std::string_view what,
                          std::chrono::milliseconds timeout) {
   // "1" + nothing: ok; "0" + message: failed.
-  const std::vector<std::string> all =
-      all_gather(local_error ? "0" + *local_error : std::string("1"), what, timeout);
-  std::vector<int> failed;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty() || all[r][0] != '1') failed.push_back(static_cast<int>(r));
+  std::string mine = local_error ? "0" + *local_error : std::string("1");
+  if (rank() != 0) {
+    send(0, what, mine);
+    answer({}, what, timeout);  // throws the agreed error, if any
+    return;
   }
-  if (failed.empty()) return;
-  // An empty part is no answer to this agreement: a rank that left the run on an error of its
-  // own (printed on its output) reached its end-of-run barrier instead.
+  const Gathered gathered = gather_available(std::move(mine), what, timeout);
+  require_arrived(gathered, what, timeout);
+  // A rank that left is at its end-of-run barrier, on an error of its own printed on its output.
   auto message = [&](int r) {
-    const std::string& part = all[static_cast<std::size_t>(r)];
-    return part.empty() ? std::string("left the run before ") + std::string(what) +
-                              " (its own error is on its output)"
-                        : part.substr(1);
+    const std::optional<std::string>& part = gathered.parts[static_cast<std::size_t>(r)];
+    return part ? part->substr(1) : left_text(what);
   };
+  std::vector<int> failed;
+  for (int r = 0; r < size(); ++r) {
+    const std::optional<std::string>& part = gathered.parts[static_cast<std::size_t>(r)];
+    if (!part || part->empty() || (*part)[0] != '1') failed.push_back(r);
+  }
+  if (failed.empty()) {
+    answer({}, what, timeout);
+    return;
+  }
   bool alike = static_cast<int>(failed.size()) == size();
   for (const int r : failed)
     alike = alike && message(r) == message(failed.front());
-  if (alike) throw AgreedError(message(failed.front()));
   std::string text = "rank " + std::to_string(failed.front()) + ": " + message(failed.front());
-  if (failed.size() > 1) {
+  if (alike) text = message(failed.front());
+  if (!alike && failed.size() > 1) {
     const std::vector<int> others(failed.begin() + 1, failed.end());
     text += " (" + rank_list(others) + " failed too)";
   }
-  throw AgreedError(text);
+  fail_everywhere(text, what);
 }
 
 }  // namespace pipeplan

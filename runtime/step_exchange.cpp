@@ -27,27 +27,30 @@ json from_bytes(const std::string& bytes, const char* what) {
   }
 }
 
-std::string describe(const std::vector<std::optional<RankStep>>& ranks, int step,
+std::string describe(const std::vector<std::optional<RankStep>>& ranks,
+                     const ProcessGroup::Gathered& gathered, int step,
                      std::chrono::milliseconds timeout) {
-  std::vector<int> missing;
   std::vector<int> causes;
   std::vector<int> consequences;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const auto rank = static_cast<int>(r);
-    if (!ranks[r]) {
-      missing.push_back(rank);
-    } else if (!ranks[r]->ok) {
-      (ranks[r]->consequence ? consequences : causes).push_back(rank);
+    if (ranks[r] && !ranks[r]->ok) {
+      (ranks[r]->consequence ? consequences : causes).push_back(static_cast<int>(r));
     }
   }
   std::string text = "step " + std::to_string(step) + ": ";
   std::vector<std::string> parts;
-  if (!missing.empty()) {
-    parts.push_back(rank_list(missing) + " did not finish the step within " +
+  if (!gathered.missing.empty()) {
+    parts.push_back(rank_list(gathered.missing) + " did not finish the step within " +
                     std::to_string(timeout.count()) + " ms (dead or hung)");
   }
+  if (!gathered.left.empty()) {
+    parts.push_back(rank_list(gathered.left) + " left the run during the step (" +
+                    (gathered.left.size() == 1 ? "its own error is on its output)"
+                                               : "their own errors are on their outputs)"));
+  }
   // The causes; only when there are none, what ended the others.
-  const std::vector<int>& shown = causes.empty() && missing.empty() ? consequences : causes;
+  const bool absent = !gathered.missing.empty() || !gathered.left.empty();
+  const std::vector<int>& shown = causes.empty() && !absent ? consequences : causes;
   constexpr std::size_t kShown = 2;
   for (std::size_t i = 0; i < shown.size() && i < kShown; ++i) {
     const int r = shown[i];
@@ -138,13 +141,13 @@ StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, 
   std::string verdict;  // CBOR: {"ok", "error", "losses", "step_time_us"}
   bool missing = false;
   if (group.rank() == 0) {
-    std::vector<std::optional<std::string>> parts =
+    const ProcessGroup::Gathered gathered =
         group.gather_available(encode_rank_step(local), what, timeout);
-    std::vector<std::optional<RankStep>> ranks(parts.size());
+    missing = !gathered.missing.empty();
+    std::vector<std::optional<RankStep>> ranks(gathered.parts.size());
     bool ok = true;
-    for (std::size_t r = 0; r < parts.size(); ++r) {
-      if (parts[r]) ranks[r] = decode_rank_step(*parts[r]);
-      missing = missing || !ranks[r];
+    for (std::size_t r = 0; r < gathered.parts.size(); ++r) {
+      if (gathered.parts[r]) ranks[r] = decode_rank_step(*gathered.parts[r]);
       ok = ok && ranks[r] && ranks[r]->ok;
     }
     std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
@@ -171,7 +174,7 @@ StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, 
     verdict = to_bytes({{"ok", ok},
                         {"error", ok         ? std::string()
                                   : ranks_ok ? malformed
-                                             : describe(ranks, step, timeout)},
+                                             : describe(ranks, gathered, step, timeout)},
                         {"losses", losses},
                         {"step_time_us", step_time_us}});
     if (ok) {
@@ -180,7 +183,7 @@ StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, 
     }
     // Tell the ranks that arrived (a missing one is dead or hung: the job ends without it).
     for (int r = 1; r < group.size(); ++r) {
-      if (ranks[static_cast<std::size_t>(r)]) group.post(r, verdict);
+      if (ranks[static_cast<std::size_t>(r)]) group.reply(r, verdict, what);
     }
   } else {
     group.gather_available(encode_rank_step(local), what, timeout);

@@ -47,8 +47,10 @@ struct StepOutcome {
 
 // Collective: call on every rank after its part of step `step` ended. Throws AgreedError on
 // every rank that hears the outcome when some rank failed or did not arrive within `timeout`
-// ("step 3: rank 2: <its error>", a cause before its consequences); rank 0's group is then
-// broken() when a rank was missing. A rank that hears nothing from rank 0 throws GroupTimeout.
+// ("step 3: rank 2: <its error>", a cause before its consequences; "rank 2 left the run during
+// the step (...)" for a rank that went to the end of the run on an error of its own); rank 0's
+// group is then broken() when a rank was missing. A rank that hears nothing from rank 0 throws
+// GroupTimeout.
 StepOutcome exchange_step(ProcessGroup& group, const RankStep& local, int step, int microbatches,
                           std::chrono::milliseconds timeout);
 

@@ -38,7 +38,8 @@ namespace {
 // env_run_test.cpp): on rank RANK, `corrupt-size` declares its first message 4 bytes larger than
 // it is, `die` kills the process (SIGKILL) at its first node of step 1, `hang` stops at that node
 // (sleeps for a day); `die-at-setup` and `hang-at-setup` do the same as soon as the ranks are
-// connected, before they load the plan; `trace-folder-gone` (rank 0) removes the --trace file's
+// connected, before they load the plan, and `fail-at-setup` throws an error of its own there (not
+// agreed with the others); `trace-folder-gone` (rank 0) removes the --trace file's
 // folder, when empty, after the last step, before rank 0 writes its outputs there.
 void install_test_fault(RunRanks& ranks) {
   const char* spec = std::getenv("PIPEPLAN_TEST_FAULT");
@@ -62,6 +63,8 @@ void install_test_fault(RunRanks& ranks) {
     std::raise(SIGKILL);
   } else if (kind == "hang-at-setup") {
     std::this_thread::sleep_for(std::chrono::hours(24));
+  } else if (kind == "fail-at-setup") {
+    throw Error("PIPEPLAN_TEST_FAULT: this rank failed on its own at set-up");
   } else if (kind == "trace-folder-gone") {
     ranks.before_outputs = [](const RunCommand& command) {
       std::error_code ignored;
@@ -70,9 +73,13 @@ void install_test_fault(RunRanks& ranks) {
     };
   } else {
     throw Error("PIPEPLAN_TEST_FAULT: unknown fault '" + kind +
-                "' (corrupt-size, die, hang, die-at-setup, hang-at-setup, trace-folder-gone)");
+                "' (corrupt-size, die, hang, die-at-setup, hang-at-setup, fail-at-setup, "
+                "trace-folder-gone)");
   }
 }
+
+// How long a rank other than 1 that found rank 0 silent leaves rank 1 to end the job first.
+constexpr std::chrono::seconds kRankOneSpeaksFirst{2};
 
 void print_error(const std::string& text) {
   std::cerr << "pipeplan: error: " << text << "\n" << std::flush;
@@ -157,11 +164,42 @@ TaskGraph set_up(const RunCommand& command, ProcessGroup& group,
     error = e.what();
   }
   group.agree(error, "loading the plan", command.timeout());
-  const std::vector<std::string> hashes =
-      group.all_gather(std::to_string(hash), "the plan's fingerprint", command.timeout());
+  // With the fingerprint, the outputs this rank asks for (the trace as given: ranks on several
+  // nodes may each have their own working folder): rank 0 alone writes them.
+  const std::string& trace = command.trace;
+  const std::vector<std::string> shared =
+      group.all_gather(std::to_string(hash) + "\n" + (command.json ? "1" : "0") + "\n" + trace,
+                       "the plan's fingerprint", command.timeout());
+  std::vector<std::string> hashes;
+  std::vector<bool> json;
+  std::vector<std::string> traces;
+  for (const std::string& part : shared) {
+    const std::size_t first = part.find('\n');
+    const std::size_t second = first == std::string::npos ? first : part.find('\n', first + 1);
+    hashes.push_back(part.substr(0, first));
+    json.push_back(first != std::string::npos && part.compare(first + 1, 1, "1") == 0);
+    traces.push_back(second == std::string::npos ? std::string() : part.substr(second + 1));
+  }
   std::vector<int> differ;
   for (std::size_t r = 1; r < hashes.size(); ++r) {
     if (hashes[r] != hashes[0]) differ.push_back(static_cast<int>(r));
+  }
+  // Under mpirun's MPMD form (`-np 1 ... : -np 3 ...`) each rank has its own options: an output
+  // asked of another rank that rank 0 does not write would be dropped.
+  for (std::size_t r = 1; r < shared.size(); ++r) {
+    std::string asked;
+    if (json[r] && !json[0]) asked = "--json";
+    if (!traces[r].empty() && traces[r] != traces[0]) asked = "--trace " + traces[r];
+    if (asked.empty()) continue;
+    const std::string rank_zero = asked == "--json"   ? std::string("no --json")
+                                  : traces[0].empty() ? std::string("no --trace")
+                                                      : "--trace " + traces[0];
+    throw AgreedError("rank " + std::to_string(r) + " was given " + asked +
+                      ", but rank 0, which alone prints the report and writes the trace, was "
+                      "given " +
+                      rank_zero +
+                      " (give --json and --trace to rank 0; the other ranks may have them alike "
+                      "or not at all)");
   }
   if (!differ.empty()) {
     throw AgreedError(rank_list(differ) + " loaded another plan or options than rank 0 (" +
@@ -200,6 +238,12 @@ int run_under_mpi(const RunCommand& command, const LaunchEnvironment& environmen
                                       : command.run_cuda(std::move(plan), ranks);
   } catch (const AgreedError& e) {
     if (group.rank() == 0) print_error(e.what());
+  } catch (const RankZeroSilent& e) {
+    // Every rank waiting on a dead or hung rank 0 gives up at about the same moment: rank 1 says
+    // so and ends the job (MPI_Abort, in finish below); another says so only if the job is still
+    // running a while later (rank 1 is gone too).
+    if (group.rank() > 1) std::this_thread::sleep_for(kRankOneSpeaksFirst);
+    print_error("rank " + std::to_string(group.rank()) + ": " + e.what());
   } catch (const Error& e) {
     print_error("rank " + std::to_string(group.rank()) + ": " + e.what());
   } catch (const std::exception& e) {

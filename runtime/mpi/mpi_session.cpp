@@ -98,7 +98,7 @@ class Session final : public MpiSession {
         if (ProcessGroup::Clock::now() > deadline) abort(1);
         backoff.pause();
       }
-      group_->barrier("the end of the run", timeout, [&] { drain(); });
+      group_->end_run(timeout, [&] { drain(); });
       mpi::Backoff group_backoff;
       while (!group_->sends_complete()) {
         if (ProcessGroup::Clock::now() > deadline + timeout) abort(1);

@@ -365,6 +365,56 @@ constexpr milliseconds kHelloWithin(2000);
 // Out of descriptors, a connection silent this long already gives its place up.
 constexpr milliseconds kSilentAfter(200);
 
+// Rank 0 has ended the rendezvous (`frame`, the abort naming why) while `untold` of its ranks had
+// not connected yet. They were started with the others and are on their way: each that comes
+// before the deadline is told why too, rather than find nobody listening and take the blame
+// itself ("RANK=3 started twice"). Its hello is read before the abort is sent and the connection
+// is closed only once the rank has read it (its end closed, or a second), so that closing
+// cannot reset the connection under the abort.
+void tell_late_ranks(const Socket& listener, int untold, const std::string& frame,
+                     Clock::time_point deadline) {
+  while (untold > 0 && Clock::now() < deadline) {
+    pollfd accepting{listener.get(), POLLIN, 0};
+    const int ready = ::poll(&accepting, 1, std::min(ms_until(deadline), 100));
+    if (ready < 0 && errno != EINTR) return;
+    if (ready <= 0) continue;
+    const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+        continue;
+      }
+      return;
+    }
+    const Socket late(fd);
+    // Reads what the peer sends (a rank: its hello), until it is quiet for `quiet_ms`, its end
+    // closed, or `until`; keeps the first bytes, enough for a hello's header.
+    std::string first;
+    const auto drain = [fd, &first](Clock::time_point until, int quiet_ms) {
+      while (Clock::now() < until) {
+        pollfd readable{fd, POLLIN, 0};
+        if (::poll(&readable, 1, std::min(ms_until(until), quiet_ms)) <= 0) return;
+        std::array<char, 2048> buffer{};
+        const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+          return;
+        }
+        if (n > 0 && first.size() < kHeaderBytes) {
+          first.append(buffer.data(), std::min(static_cast<std::size_t>(n), kHeaderBytes));
+        }
+      }
+    };
+    const Clock::time_point by = std::min(deadline, Clock::now() + milliseconds(1000));
+    drain(by, 50);
+    if (first.size() < kHeaderBytes) continue;  // not a rank: a rank says hello at once
+    const Header h = parse_header(first.data());
+    if (h.marker != kMarker || h.kind != kHello) continue;  // a stranger: no rank told
+    send_all(fd, frame, by);
+    ::shutdown(fd, SHUT_WR);
+    drain(std::min(deadline, Clock::now() + milliseconds(1000)), 1000);
+    --untold;
+  }
+}
+
 // Rank 0 of the rendezvous: accept until every other rank said hello, refuse a wrong one.
 // Returns the connections by rank (index 0 unused).
 std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
@@ -383,14 +433,25 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
   // hellos are read.
   Clock::time_point accept_after{};
   // Ends the rendezvous: every rank connected so far hears why, and so does this one.
-  auto refuse = [&](const std::string& reason) {
+  // `processes`: how many processes the job has, rank 0's included (where the ranks disagree on
+  // WORLD_SIZE, the larger count).
+  auto refuse = [&](const std::string& reason, int processes) {
     const std::string frame = make_frame(kAbort, 0, 0, limited(reason));
     const Clock::time_point by = std::min(deadline, Clock::now() + milliseconds(1000));
     for (Socket& s : joined) {
       if (s.get() >= 0) send_all(s.get(), frame, by);
     }
-    for (Pending& p : pending)
+    int told = 1;  // rank 0
+    for (Pending& p : pending) {
       send_all(p.socket.get(), frame, by);
+      // A pending connection with a whole header is a rank's (any other was dropped on it).
+      told += p.hello.size() >= kHeaderBytes ? 1 : 0;
+    }
+    if (listener.get() >= 0) {
+      for (const Socket& s : joined)
+        told += s.get() >= 0 ? 1 : 0;
+      tell_late_ranks(listener, processes - told, frame, deadline);
+    }
     throw Error(rendezvous_at(launch) + reason);
   };
   while (count < world - 1) {
@@ -400,9 +461,11 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
         if (joined[static_cast<std::size_t>(r)].get() < 0) missing.push_back(r);
       }
       refuse(rank_list(missing) + " did not join within " + ms_text(options.timeout) +
-             " (not started, or MASTER_ADDR/MASTER_PORT differ" +
-             (other_job.empty() ? std::string() : "; a process of another job came: " + other_job) +
-             ")");
+                 " (not started, or MASTER_ADDR/MASTER_PORT differ" +
+                 (other_job.empty() ? std::string()
+                                    : "; a process of another job came: " + other_job) +
+                 ")",
+             world);
     }
     const Clock::time_point now = Clock::now();
     std::erase_if(pending, [now](const Pending& p) { return now - p.since > kHelloWithin; });
@@ -468,7 +531,8 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
             "the process with RANK=" + std::to_string(rank) + " (from " + p.from + ")";
         if (version != kProtocolVersion) {
           refuse(who + " speaks rendezvous protocol " + std::to_string(version) + ", rank 0 " +
-                 std::to_string(kProtocolVersion) + " (every rank must run the same pipeplan)");
+                     std::to_string(kProtocolVersion) + " (every rank must run the same pipeplan)",
+                 world);
         }
         // A process of another job (two jobs given this port): told so and let go; this job
         // goes on waiting for its own ranks.
@@ -484,17 +548,20 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
           continue;
         }
         if (h.destination != static_cast<std::uint32_t>(world)) {
-          refuse(who + " has WORLD_SIZE=" + std::to_string(h.destination) +
-                 ", rank 0 has WORLD_SIZE=" + std::to_string(world));
+          refuse(
+              who + " has WORLD_SIZE=" + std::to_string(h.destination) +
+                  ", rank 0 has WORLD_SIZE=" + std::to_string(world),
+              std::max(world, static_cast<int>(std::min<std::uint32_t>(h.destination, 1U << 20))));
         }
-        if (rank == 0) refuse("two processes have RANK=0 (this one and " + p.from + ")");
+        if (rank == 0) refuse("two processes have RANK=0 (this one and " + p.from + ")", world);
         if (rank >= world) {
-          refuse(who + ": RANK is not below WORLD_SIZE " + std::to_string(world));
+          refuse(who + ": RANK is not below WORLD_SIZE " + std::to_string(world), world);
         }
         Socket& slot = joined[static_cast<std::size_t>(rank)];
         if (slot.get() >= 0) {
           refuse("two processes have RANK=" + std::to_string(rank) + " (from " +
-                 peer_address(slot.get()) + " and " + p.from + ")");
+                     peer_address(slot.get()) + " and " + p.from + ")",
+                 world);
         }
         slot = std::move(p.socket);
         ++count;
@@ -526,9 +593,11 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
               accept_after = at + milliseconds(20);
               break;
             }
-            refuse("rank 0 cannot accept more connections (" + system_error(errno) +
-                   "; it holds one per rank: raise the open-file limit, ulimit -n, to WORLD_SIZE "
-                   "+ 64 or more)");
+            refuse(
+                "rank 0 cannot accept more connections (" + system_error(errno) +
+                    "; it holds one per rank: raise the open-file limit, ulimit -n, to WORLD_SIZE "
+                    "+ 64 or more)",
+                world);
           }
           break;
         }
@@ -549,7 +618,8 @@ std::vector<Socket> rendezvous_as_root(const TcpOptions& options) {
     Socket& s = joined[static_cast<std::size_t>(r)];
     if (!send_all(s.get(), make_frame(kWelcome, 0, static_cast<std::uint32_t>(world), {}), by)) {
       refuse("rank " + std::to_string(r) + " left before the rendezvous completed (" +
-             system_error(errno) + ")");
+                 system_error(errno) + ")",
+             world);
     }
   }
   return joined;
@@ -1031,7 +1101,7 @@ bool TcpProcessGroup::finish(std::chrono::milliseconds timeout, std::string* why
   };
   if (broken()) return failed("the group broke before the end of the run");
   try {
-    barrier("the end of the run", timeout);
+    end_run(timeout);
   } catch (const Error& e) {
     return failed(e.what());
   }

@@ -232,6 +232,35 @@ TEST_F(MpiRunCli, RanksWithDifferentOptionsAreRefusedBeforeTheFirstStep) {
   EXPECT_EQ(r.out.find("step    1"), std::string::npos) << r.out;
 }
 
+// Under mpirun's MPMD form each rank has its own options: outputs asked of a rank other than 0,
+// which only rank 0 writes, are refused rather than dropped; rank 0 alone asking is the usual form.
+TEST_F(MpiRunCli, OutputsAskedOfAnotherRankThanZeroAreRefused) {
+  const std::string run =
+      testing::shell_quote(testing::pipeplan_binary()) + " run " + plan_ + " --steps 1";
+  const std::string trace = path("t.json");
+  const CliResult r = testing::run_shell(testing::mpirun(2) + run + " : -np 2 " + run +
+                                         " --trace " + testing::shell_quote(trace));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: rank 2 was given --trace " + trace +
+                       ", but rank 0, which alone prints the report and writes the trace, was "
+                       "given no --trace (give --json and --trace to rank 0; the other ranks may "
+                       "have them alike or not at all)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+  // --json on rank 0 and another, --trace on rank 0 alone: nothing is dropped.
+  const CliResult json =
+      testing::run_shell(testing::mpirun(2) + run + " --json --trace " +
+                         testing::shell_quote(trace) + " : -np 2 " + run + " --json");
+  EXPECT_EQ(json.status, 0) << json.out;
+  std::filesystem::remove(trace);
+  const CliResult zero = testing::run_shell(testing::mpirun(1) + run + " --trace " +
+                                            testing::shell_quote(trace) + " : -np 3 " + run);
+  EXPECT_EQ(zero.status, 0) << zero.out;
+  EXPECT_TRUE(std::filesystem::exists(trace)) << zero.out;
+}
+
 TEST_F(MpiRunCli, ACorruptedMessageEndsEveryRankWithOneError) {
   const CliResult r = expect_failure(4, "run " + plan_ + " --steps 2 --timeout-ms 5000",
                                      "PIPEPLAN_TEST_FAULT=corrupt-size:2",
@@ -257,6 +286,38 @@ TEST_F(MpiRunCli, AHungRankIsNamedWithinTheTimeout) {
   EXPECT_NE(r.out.find("pipeplan: error: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step 1: rank 1 did not finish the step within 2000 ms"), std::string::npos)
       << r.out;
+}
+
+// A rank that fails on its own, outside any agreement, prints its error and goes to the end of
+// the run; rank 0 names it at the point it skipped, and the job still ends together: no second
+// line from rank 0 about the end of the run, no MPI_Abort, no wait for --timeout-ms.
+TEST_F(MpiRunCli, ARankThatFailsOnItsOwnIsNamedByRankZeroAndTheJobEndsTogether) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r = under_mpi(4, "run " + plan_ + " --steps 2 --timeout-ms 60000",
+                                "PIPEPLAN_TEST_FAULT=fail-at-setup:1");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(50)) << r.out;
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "pipeplan: error: "), 2) << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: rank 1: PIPEPLAN_TEST_FAULT: this rank failed on its "
+                       "own at set-up"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pipeplan: error: rank 1: left the run before loading the plan (its own "
+                       "error is on its output)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("could not finish"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
+}
+
+// Rank 0 hung: every other rank gives up on it at about the same moment; rank 1 says so and ends
+// the job, the others stay quiet.
+TEST_F(MpiRunCli, AHungRankZeroIsNamedOnceByRankOne) {
+  const CliResult r = expect_failure(
+      4, "run " + plan_ + " --steps 2 --timeout-ms 1000", "PIPEPLAN_TEST_FAULT=hang-at-setup:0",
+      "rank 1: rank 0 did not answer at loading the plan within 3000 ms", std::chrono::seconds(40));
+  EXPECT_EQ(r.out.find("rank 2: rank 0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 3: rank 0"), std::string::npos) << r.out;
 }
 
 // The launcher option, and a build without MPI: one line, no run.

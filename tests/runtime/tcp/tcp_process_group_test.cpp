@@ -429,8 +429,7 @@ TEST(TcpProcessGroup, ADuplicateRankIsRefusedNamingIt) {
   const std::vector<Exit> exits = run_job(
       4, milliseconds(5000), [](TcpProcessGroup&) { return 0; }, envs);
   for (int i = 0; i < 4; ++i) {
-    expect_one_line_naming(exits[static_cast<std::size_t>(i)],
-                           i == 1 ? "rendezvous at 127.0.0.1:" : "two processes have RANK=2",
+    expect_one_line_naming(exits[static_cast<std::size_t>(i)], "two processes have RANK=2",
                            "process " + std::to_string(i));
   }
 }
@@ -948,6 +947,39 @@ TEST(TcpProcessGroup, RankZeroNeedsNoAddressOfItsOwnForMasterAddr) {
   const std::vector<Exit> exits = run_job(2, timeout, meet_at_a_barrier(timeout), envs);
   EXPECT_EQ(exits[0].status, 0) << exits[0].out;
   EXPECT_EQ(exits[1].status, 0) << exits[1].out;
+}
+
+// A rank that connects after rank 0 ended the rendezvous (here a second after the others) is
+// told why as the others are, instead of finding nobody listening and blaming itself ("RANK=1
+// started twice"); a stranger that connects meanwhile (junk, not a hello) is not taken for it;
+// rank 0 stays only until the rank came, not to the deadline.
+TEST(TcpProcessGroup, ARankComingAfterTheRendezvousEndedIsToldWhy) {
+  const milliseconds timeout(20000);
+  const int port = testing::free_port();
+  const auto body = [](TcpProcessGroup&) { return 0; };
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Exit> exits =
+      run_processes({[&] { return rank_main(rank_env(0, 4, port), timeout, body); },
+                     [&] {
+                       std::this_thread::sleep_for(milliseconds(1000));
+                       return rank_main(rank_env(1, 4, port), timeout, body);
+                     },
+                     [&] { return rank_main(rank_env(2, 4, port), timeout, body); },
+                     [&] { return rank_main(rank_env(2, 4, port), timeout, body); },
+                     [&] {
+                       std::this_thread::sleep_for(milliseconds(500));
+                       const int fd = connect_raw(port);
+                       const std::string junk = "GET / HTTP/1.0\r\n\r\n";
+                       [[maybe_unused]] const ssize_t n =
+                           ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+                       std::this_thread::sleep_for(milliseconds(3000));
+                       ::close(fd);
+                       return 0;
+                     }});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, timeout / 2);
+  for (std::size_t i = 0; i < 4; ++i) {
+    expect_one_line_naming(exits[i], "two processes have RANK=2", "process " + std::to_string(i));
+  }
 }
 
 }  // namespace
