@@ -15,6 +15,7 @@
 #include "profiles/gpu.h"
 #include "profiles/recompute.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/profiler.h"
 #include "runtime/emulate.h"
 #include "runtime/executor.h"
 #include "runtime/gpu_plugin.h"
@@ -52,6 +53,33 @@ void check_model_runs(const TaskGraph& plan, const std::string& plan_name,
     check_model_supported(plan.meta.model, "backend " + backend);
   } catch (const Error& e) {
     throw Error(plan_name + ": " + e.what());
+  }
+}
+
+// The runtime builds meta.model and feeds it meta.mbs x meta.seq tokens: a plan whose messages
+// are of another shape (its meta edited, or its nodes another plan's) would train a model its
+// times and bytes do not describe. A pipeline message is the (mbs, seq, hidden) activation or
+// its gradient, in the profiler's dtype: bf16 for a GPU's profile (the analytic model, the CUDA
+// profiler), f32 for the CPU backend's. A uniform model has no shape: nothing to check.
+void check_message_shapes(const TaskGraph& plan, const std::string& plan_name) {
+  const PlanMeta& m = plan.meta;
+  if (m.model.family == "uniform" || m.model.hidden <= 0) return;
+  const bool cpu = m.gpu == cpu::kCpuDeviceName;
+  const std::int64_t elements = std::int64_t{m.mbs} * m.seq * m.model.hidden;
+  const std::int64_t expected = (cpu ? 4 : 2) * elements;
+  for (int id = 0; id < plan.node_count(); ++id) {
+    const Node& n = plan.node(id);
+    if (n.kind != NodeKind::send ||
+        (n.transfer != Transfer::activation && n.transfer != Transfer::gradient))
+      continue;
+    if (n.bytes == expected) continue;
+    throw Error(plan_name + ": " + plan.node_name(id) + " carries " + std::to_string(n.bytes) +
+                " bytes, but meta.mbs " + std::to_string(m.mbs) + " x meta.seq " +
+                std::to_string(m.seq) + " x meta.model.hidden " + std::to_string(m.model.hidden) +
+                " makes " + std::to_string(expected) + " bytes in " +
+                (cpu ? "f32 (a CPU profile's)" : "bf16 (a GPU profile's, meta.gpu " + m.gpu + ")") +
+                ": the plan's costs are of another shape than the model the runtime would build "
+                "(plan it again rather than edit its meta)");
   }
 }
 
@@ -117,6 +145,7 @@ TaskGraph RunCommand::load_and_check(bool as_rank, bool writes) const {
                 "runtime runs one replica and reduces nothing across replicas (plan with "
                 "--data-parallel 1 to run it)");
   }
+  check_message_shapes(plan, input_name(plan_path));
   if (steps < 1) throw Error("--steps must be at least 1");
   if (backend != "cpu" && backend != "cuda") {
     throw Error("--backend: unknown backend '" + backend + "' (cpu, cuda)");

@@ -854,6 +854,43 @@ TEST_F(Cli, ATensorParallelPlanSaysItsGpusAndRunRefusesIt) {
       nlohmann::json::parse(file_bytes(path("one.json")))["meta"].contains("tensor_parallel"));
 }
 
+// The runtime builds meta.model at meta.mbs x meta.seq: a plan whose meta was edited to another
+// shape would train a model its costs do not describe. Refused naming a message and the fields.
+TEST_F(Cli, RunRefusesAPlanWhoseMessagesAreOfAnotherShapeThanItsModel) {
+  ASSERT_EQ(run("plan --model tiny --stages 4 -m 8 -o " + path("p.json")).status, 0);
+  const nlohmann::json plan = nlohmann::json::parse(file_bytes(path("p.json")));
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, int>>{{"/meta/model/hidden", 128}, {"/meta/mbs", 2}}) {
+    SCOPED_TRACE(field);
+    nlohmann::json edited = plan;
+    edited[nlohmann::json::json_pointer(field)] = value;
+    std::ofstream(path("edited.json")) << edited.dump();
+    const Result r = run("run " + path("edited.json") + " --backend cpu --steps 1");
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(r.out,
+              "pipeplan: error: " + path("edited.json") +
+                  ": node 68 (send 0F0 on device 0 send>1) carries 4096 bytes, but meta.mbs " +
+                  (field == "/meta/mbs" ? "2" : "1") + " x meta.seq 32 x meta.model.hidden " +
+                  (field == "/meta/mbs" ? "64" : "128") +
+                  " makes 8192 bytes in bf16 (a GPU profile's, meta.gpu h100-sxm): the "
+                  "plan's costs are of another shape than the model the runtime would "
+                  "build (plan it again rather than edit its meta)\n");
+  }
+  // Halved, in bf16, it has an f32 message's bytes: still another shape.
+  ASSERT_EQ(run("plan --model tiny --stages 4 -m 8 --mbs 2 -o " + path("m2.json")).status, 0);
+  nlohmann::json halved = nlohmann::json::parse(file_bytes(path("m2.json")));
+  halved["meta"]["mbs"] = 1;
+  std::ofstream(path("halved.json")) << halved.dump();
+  const Result r = run("run " + path("halved.json") + " --backend cpu --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("carries 8192 bytes, but meta.mbs 1 x meta.seq 32 x meta.model.hidden 64 "
+                       "makes 4096 bytes in bf16"),
+            std::string::npos)
+      << r.out;
+  const Result as_planned = run("run " + path("p.json") + " --backend cpu --steps 1");
+  EXPECT_EQ(as_planned.status, 0) << as_planned.out;
+}
+
 TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
   const Result q3 = run("plan --model " + fixture("qwen3-0.6b/config.json") +
                         " --stages 4 -m 8 --seq 4096 -o " + path("q3.json"));
