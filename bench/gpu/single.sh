@@ -93,9 +93,11 @@ what_block() {
     --mbs 1,2 --attention flash --warmup 5 --repetitions 20 --gemm-candidates "$gemm_tuned" || true
   record bench_block-recompute.json "$bench_block" "${gpu_flag[@]}" --model llama-7b --seq "$seq" \
     --mbs 1 --attention recompute --warmup 3 --repetitions 10 || true
-  # PyTorch with the environment it had (a staged copy's library path is for the binaries).
+  # PyTorch with the environment it had (a staged copy's library path is for the binaries), its
+  # MFU against the same gpus.json peak as bench_block's (--gpu).
   record torch_block.json env LD_LIBRARY_PATH="$original_ld_library_path" \
-    python3 bench/gpu/torch_block.py --seq "$seq" --mbs 1,2 --sdpa default,cudnn,flash || true
+    python3 bench/gpu/torch_block.py "${gpu_flag[@]}" --seq "$seq" --mbs 1,2 \
+    --sdpa default,cudnn,flash || true
 }
 
 whole_gpu_profile=''
@@ -106,7 +108,7 @@ what_profile() {
 }
 
 # One stage on the whole GPU: LLaMA-7B (--step-layers blocks of it; default all 32 where the GPU
-# has over 100 GiB, else 16) at mbs 1, m = 4, fused and 2bp backward, planned from a whole-GPU
+# has over 100 GiB, else 16) at mbs 1, m = 4, fused (1F1B) and 2bp (ZB-H1) backward, planned from a whole-GPU
 # profile with nothing fitted to a run (--gpu-profile; else, for 32 blocks, profile's from this
 # invocation; else measured here, at mbs 1, 2 and 4), and run for --step-steps steps: the step
 # the run reports (task graph and optimizer; summary.py takes the median of steps 2..N) against
@@ -136,9 +138,13 @@ what_step() {
   local -a emulate=() common=(--profile "$profile" --gpu "$plan_gpu" --stages 1 --seq "$seq"
     --mbs 1)
   for backward in fused 2bp; do
-    # 2bp holds every micro-batch's p2 inputs until the end: on a GPU too small for it the plan
+    # On one stage 1F1B-2bp defers every p2 to the step's end, holding four micro-batches' p2
+    # inputs (LLaMA-7B on an H200: 153.82 GiB planned); ZB-H1 runs each micro-batch's p2 after
+    # its p1 (123.18 GiB), the 2bp order that fits one GPU. Where even that does not fit, the plan
     # is refused for memory, which is an answer (noted), not a failed command.
-    local -a step=(--schedule 1f1b --backward "$backward" --microbatches 4)
+    local schedule=1f1b
+    if [[ $backward == 2bp ]]; then schedule=zb-h1; fi
+    local -a step=(--schedule "$schedule" --backward "$backward" --microbatches 4)
     local refusal=''
     if ((!dry)) && [[ -s $profile ]]; then
       refusal=$(probe 60 "$pipeplan" plan "${common[@]}" "${step[@]}" 2>&1 > /dev/null) &&

@@ -134,6 +134,7 @@ fi
 # then the stages' profile as measured, calibrated on other schedules' runs.
 dry profile step profile-sm predict
 expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 1 --seq 2048 --mbs 1 --schedule 1f1b --backward fused --microbatches 4 -o .*step-m4-fused.plan.json'
+expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 1 --seq 2048 --mbs 1 --schedule zb-h1 --backward 2bp --microbatches 4 -o .*step-m4-2bp.plan.json'
 expect 'run .*step-m4-2bp.plan.json --backend cuda --steps 6 --json --trace'
 if grep -q 'step-.*--emulate' "$log"; then fail "step runs emulated"; fi
 expect 'bpipe --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 --global-batch 32 --seq 2048 --mbs-list 1\\,2\\,4 *$'
@@ -283,6 +284,7 @@ expect "output folder $repo/bench/results/$rtx_key/"
 unknown --gpu h100-pcie block profile-sm pipelines
 expect "output folder $repo/bench/results/$rtx_key/"
 expect 'bench_block --gpu h100-pcie --model llama-7b'
+expect 'torch_block.py --gpu h100-pcie --seq 2048'
 expect "profile --backend cuda --gpu h100-pcie --model .*--sm-partition 32 -o .*/$rtx_key-llama-7b-blocks8-sm32.measured.json"
 expect 'plan --profile .*sm32.measured.json --gpu h100-pcie --stages 4 '
 expect 'run .*1f1b-m4-2bp.plan.json --backend cuda --gpu h100-pcie --emulate 4 '
