@@ -33,7 +33,8 @@ namespace pipeplan {
 // 5: GpuProfileOptions::gemm_candidates and GpuRunOptions::gemm_candidates.
 // 6: GpuPlugin::environment (`pipeplan env`).
 // 7: GpuRunOptions::transport (NCCL between stages of one GPU).
-inline constexpr int kGpuPluginVersion = 7;
+// 8: ProcessGroup (GpuRunOptions::group) holds the messages of later points (its layout changed).
+inline constexpr int kGpuPluginVersion = 8;
 inline constexpr const char* kGpuPluginEntry = "pipeplan_gpu_plugin";
 inline constexpr const char* kGpuPluginFile = "libpipeplan_cuda.so";
 inline constexpr const char* kGpuPluginEnv = "PIPEPLAN_CUDA_PLUGIN";
