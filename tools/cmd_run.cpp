@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -56,17 +57,19 @@ void check_model_runs(const TaskGraph& plan, const std::string& plan_name,
   }
 }
 
-// The runtime builds meta.model and feeds it meta.mbs x meta.seq tokens: a plan whose messages
-// are of another shape (its meta edited, or its nodes another plan's) would train a model its
-// times and bytes do not describe. A pipeline message is the (mbs, seq, hidden) activation or
-// its gradient, in the profiler's dtype: bf16 for a GPU's profile (the analytic model, the CUDA
-// profiler), f32 for the CPU backend's. A uniform model has no shape: nothing to check.
+}  // namespace
+
+// A pipeline message is the (mbs, seq, hidden) activation or its gradient (each GPU's share under
+// tensor parallelism), in the profiler's dtype: bf16 for a GPU's profile (the analytic model, the
+// CUDA profiler), f32 for the CPU backend's. A uniform model has no shape: nothing to check.
 void check_message_shapes(const TaskGraph& plan, const std::string& plan_name) {
   const PlanMeta& m = plan.meta;
   if (m.model.family == "uniform" || m.model.hidden <= 0) return;
   const bool cpu = m.gpu == cpu::kCpuDeviceName;
   const std::int64_t elements = std::int64_t{m.mbs} * m.seq * m.model.hidden;
-  const std::int64_t expected = (cpu ? 4 : 2) * elements;
+  // Tensor parallelism splits each message between the stage's GPUs (profiles/tensor_parallel.h).
+  const std::int64_t parts = std::max(1, m.tensor_parallel);
+  const std::int64_t expected = (cpu ? 4 : 2) * elements / parts;
   for (int id = 0; id < plan.node_count(); ++id) {
     const Node& n = plan.node(id);
     if (n.kind != NodeKind::send ||
@@ -76,14 +79,13 @@ void check_message_shapes(const TaskGraph& plan, const std::string& plan_name) {
     throw Error(plan_name + ": " + plan.node_name(id) + " carries " + std::to_string(n.bytes) +
                 " bytes, but meta.mbs " + std::to_string(m.mbs) + " x meta.seq " +
                 std::to_string(m.seq) + " x meta.model.hidden " + std::to_string(m.model.hidden) +
+                (parts > 1 ? " / tensor parallel " + std::to_string(parts) : std::string()) +
                 " makes " + std::to_string(expected) + " bytes in " +
                 (cpu ? "f32 (a CPU profile's)" : "bf16 (a GPU profile's, meta.gpu " + m.gpu + ")") +
                 ": the plan's costs are of another shape than the model the runtime would build "
                 "(plan it again rather than edit its meta)");
   }
 }
-
-}  // namespace
 
 void RunRanks::agree(const std::optional<std::string>& error, std::string_view what,
                      std::chrono::milliseconds timeout) const {

@@ -6,6 +6,7 @@
 #include "planner/base/io.h"
 #include "planner/graph/taskgraph.h"
 #include "planner/graph/validator.h"
+#include "tools/run_command.h"
 
 namespace pipeplan {
 
@@ -16,6 +17,7 @@ struct ValidateCommand {
   int run() const {
     const TaskGraph graph = load_plan(plan_path);
     validate(graph, input_name(plan_path));
+    check_message_shapes(graph, input_name(plan_path));  // what `run` would refuse
     std::cout << input_name(plan_path) << ": valid (" << graph.node_count() << " nodes, "
               << graph.streams().size() << " streams)\n";
     return 0;

@@ -41,6 +41,11 @@ struct RunRanks {
              std::chrono::milliseconds timeout) const;
 };
 
+// The runtime builds meta.model and feeds it meta.mbs x meta.seq tokens: a plan whose pipeline
+// messages are of another shape (its meta edited, or its nodes another plan's) would train a model
+// its times and bytes do not describe. Throws naming the first such send (`run`, `validate`).
+void check_message_shapes(const TaskGraph& plan, const std::string& plan_name);
+
 struct RunCommand {
   std::string plan_path;
   std::string backend = "cpu";

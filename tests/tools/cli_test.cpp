@@ -889,6 +889,11 @@ TEST_F(Cli, RunRefusesAPlanWhoseMessagesAreOfAnotherShapeThanItsModel) {
       << r.out;
   const Result as_planned = run("run " + path("p.json") + " --backend cpu --steps 1");
   EXPECT_EQ(as_planned.status, 0) << as_planned.out;
+  // validate says what run would refuse.
+  const Result validated = run("validate " + path("halved.json"));
+  EXPECT_NE(validated.status, 0);
+  EXPECT_NE(validated.out.find("halved.json: node "), std::string::npos) << validated.out;
+  EXPECT_EQ(run("validate " + path("p.json")).status, 0);
 }
 
 TEST_F(Cli, QwenConfigsPlanWithTheirAttentionAndRunRefusesIt) {
