@@ -22,6 +22,15 @@ inline bool mpirun_found() {
   return run_shell("command -v mpirun").status == 0;
 }
 
+// In the ASan build (tools/dev/sanitize.sh) the ranks keep every check but the leak check: Open
+// MPI does not free what libmpi, its plugins and hwloc allocate by MPI_Finalize (LeakSanitizer
+// reported only allocations made from those libraries). Other builds ignore the variable.
+inline std::string asan_option() {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return " -x " + shell_quote("ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") +
+                              ":detect_leaks=0");
+}
+
 // Open MPI on one node: ob1 over shared memory (vader, no single-copy mechanism: containers often
 // forbid process_vm_readv) or over TCP on the loopback interface; the runtime's own channel on
 // loopback too. `seconds`: the hard limit (timeout -k sends SIGKILL 5 s after SIGTERM).
@@ -32,13 +41,13 @@ inline std::string mpirun(int ranks, const std::string& btl = "vader", int secon
                      btl;
   if (btl == "vader") line += " --mca btl_vader_single_copy_mechanism none";
   if (btl == "tcp") line += " --mca btl_tcp_if_include lo";
-  // In the ASan build (tools/dev/sanitize.sh) the ranks keep every check but the leak check: Open
-  // MPI does not free what libmpi, its plugins and hwloc allocate by MPI_Finalize (LeakSanitizer
-  // reported only allocations made from those libraries). Other builds ignore the variable.
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  line += " -x " + shell_quote("ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") +
-                               ":detect_leaks=0");
-  return line + " -np " + std::to_string(ranks) + " ";
+  return line + asan_option() + " -np " + std::to_string(ranks) + " ";
+}
+
+// The next app context of mpirun's MPMD form (`mpirun ... -np 2 A : -np 2 B`), which does not
+// inherit the first one's -x: " : -x ASAN_OPTIONS=... -np <ranks> ".
+inline std::string next_context(int ranks) {
+  return " :" + asan_option() + " -np " + std::to_string(ranks) + " ";
 }
 
 }  // namespace pipeplan::testing

@@ -222,7 +222,7 @@ TEST_F(MpiRunCli, RanksWithDifferentOptionsAreRefusedBeforeTheFirstStep) {
       testing::shell_quote(testing::pipeplan_binary()) + " run " + plan_ + " --steps 1";
   const auto start = std::chrono::steady_clock::now();
   const CliResult r =
-      testing::run_shell(testing::mpirun(2) + run + " : -np 2 " + run + " --seed 7");
+      testing::run_shell(testing::mpirun(2) + run + testing::next_context(2) + run + " --seed 7");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
@@ -238,7 +238,7 @@ TEST_F(MpiRunCli, OutputsAskedOfAnotherRankThanZeroAreRefused) {
   const std::string run =
       testing::shell_quote(testing::pipeplan_binary()) + " run " + plan_ + " --steps 1";
   const std::string trace = path("t.json");
-  const CliResult r = testing::run_shell(testing::mpirun(2) + run + " : -np 2 " + run +
+  const CliResult r = testing::run_shell(testing::mpirun(2) + run + testing::next_context(2) + run +
                                          " --trace " + testing::shell_quote(trace));
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_EQ(count(r.out, "pipeplan: error: "), 1) << r.out;
@@ -252,11 +252,12 @@ TEST_F(MpiRunCli, OutputsAskedOfAnotherRankThanZeroAreRefused) {
   // --json on rank 0 and another, --trace on rank 0 alone: nothing is dropped.
   const CliResult json =
       testing::run_shell(testing::mpirun(2) + run + " --json --trace " +
-                         testing::shell_quote(trace) + " : -np 2 " + run + " --json");
+                         testing::shell_quote(trace) + testing::next_context(2) + run + " --json");
   EXPECT_EQ(json.status, 0) << json.out;
   std::filesystem::remove(trace);
-  const CliResult zero = testing::run_shell(testing::mpirun(1) + run + " --trace " +
-                                            testing::shell_quote(trace) + " : -np 3 " + run);
+  const CliResult zero =
+      testing::run_shell(testing::mpirun(1) + run + " --trace " + testing::shell_quote(trace) +
+                         testing::next_context(3) + run);
   EXPECT_EQ(zero.status, 0) << zero.out;
   EXPECT_TRUE(std::filesystem::exists(trace)) << zero.out;
 }
