@@ -56,6 +56,20 @@ std::string left_text(std::string_view what, std::size_t ranks = 1) {
                      : " (their own errors are on their outputs)");
 }
 
+// "rank 2 left the run before <what> (...)", "ranks 1, 3 left ...".
+std::string ranks_left(const std::vector<int>& left, std::string_view what) {
+  return rank_list(left) + " " + left_text(what, left.size());
+}
+
+// Every rank's part, by rank, once all arrived (require_arrived, no rank left).
+std::vector<std::string> arrived_parts(std::vector<std::optional<std::string>>& parts) {
+  std::vector<std::string> out;
+  out.reserve(parts.size());
+  for (std::optional<std::string>& part : parts)
+    out.push_back(std::move(*part));
+  return out;
+}
+
 }  // namespace
 
 std::string answer_timeout_text(std::chrono::milliseconds timeout, std::string_view why) {
@@ -177,12 +191,8 @@ std::vector<std::string> ProcessGroup::gather(std::string bytes, std::string_vie
   Gathered gathered = gather_available(std::move(bytes), what, timeout, idle);
   if (rank() != 0) return {};
   require_arrived(gathered, what, timeout);
-  if (!gathered.left.empty())
-    throw AgreedError(rank_list(gathered.left) + " " + left_text(what, gathered.left.size()));
-  std::vector<std::string> out;
-  for (std::optional<std::string>& part : gathered.parts)
-    out.push_back(std::move(*part));
-  return out;
+  if (!gathered.left.empty()) throw AgreedError(ranks_left(gathered.left, what));
+  return arrived_parts(gathered.parts);
 }
 
 std::string ProcessGroup::broadcast(std::string bytes, std::string_view what,
@@ -220,13 +230,8 @@ std::vector<std::string> ProcessGroup::all_gather(std::string bytes, std::string
   if (rank() == 0) {
     Gathered gathered = gather_available(std::move(bytes), what, timeout, idle);
     require_arrived(gathered, what, timeout);
-    if (!gathered.left.empty()) {
-      fail_everywhere(rank_list(gathered.left) + " " + left_text(what, gathered.left.size()), what);
-    }
-    std::vector<std::string> parts;
-    for (std::optional<std::string>& part : gathered.parts)
-      parts.push_back(std::move(*part));
-    packed = pack(parts);
+    if (!gathered.left.empty()) fail_everywhere(ranks_left(gathered.left, what), what);
+    packed = pack(arrived_parts(gathered.parts));
   } else {
     send(0, what, bytes);
   }
