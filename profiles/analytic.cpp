@@ -51,6 +51,7 @@ constexpr std::int64_t kAct = 2;              // bf16 activation element
 constexpr int kBlockNorms = 2;
 constexpr std::int64_t kNormGainInputs = 2 * kBlockNorms;
 constexpr std::int64_t kFp32 = 4;
+constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids
 
 // Work of one pass, split by the rate it runs at.
 struct PassWork {
@@ -252,6 +253,7 @@ LayerWork block_work(const Shape& x, Attention attention) {
   w.p2 = linear_backward(F);
   for (int norm = 0; norm < kBlockNorms; ++norm)
     w.p2.elementwise(kAct * t * 2 * h);
+  if (x.qk_norm) w.p2.elementwise(kAct * t * 2 * (q + kvd));  // the Q and K norms' gains
   return w;
 }
 
@@ -362,13 +364,13 @@ std::int64_t block_stash_bytes(const Shape& x, Attention attention) {
 //   output gradients dY: QKV q + 2kvd, output projection h, up (+ gate) f (2f), down h.
 // and, for the gains of the block's two norms (their gradient Σ x̂·dY is a weight gradient, so
 // it waits for p2 too), each norm's x̂ (normalised, before the gain) and output gradient dY: 4h
-// (kNormGainInputs).
+// (kNormGainInputs); Qwen3's per-head Q and K norms likewise 2(q + kvd).
 // GPT: 32sbh + 8sbh = 40sbh; Zero Bubble counts the linear ops only.
 // A mixture of experts: the MLP input h feeds the router (dY e) and the shared expert; the
 // experts hold their dispatched inputs kh and down inputs kf, dY of gate and up 2kf and of down
 // kh; a shared expert its down input fs, dY 2fs and h, its gate's dY 1.
 std::int64_t block_retained_bytes(const Shape& x) {
-  const std::int64_t norm_gains = kNormGainInputs * x.h;
+  const std::int64_t norm_gains = kNormGainInputs * x.h + (x.qk_norm ? 2 * (x.q + x.kvd) : 0);
   if (x.e > 0) {
     const std::int64_t shared_inputs = x.fs > 0 ? x.fs : 0;
     const std::int64_t shared_grads = x.fs > 0 ? 2 * x.fs + x.h + 1 : 0;
@@ -451,20 +453,23 @@ LayerCost layer_cost(const ModelConfig& m, LayerKind kind, const Shape& x,
       break;
     case LayerKind::embedding:
       params = m.embedding_parameters();
-      // Token ids (int64) live from F to p2; p2 also needs dY of the output.
-      c.stash_bytes = 8 * x.t;
-      c.retained_bytes = 8 * x.t + kAct * x.t * x.h;
+      // Token ids (int32, as pipeplan's runtime keeps them) live from F to p2; p2 also needs dY
+      // of the output.
+      c.stash_bytes = kTokenIdBytes * x.t;
+      c.retained_bytes = kTokenIdBytes * x.t + kAct * x.t * x.h;
       c.send_bytes = kAct * x.t * x.h;
       break;
     case LayerKind::head: {
       // A tied LM head still keeps its own copy (weights, grads, optimizer state) on the last
       // stage, as Megatron-LM does; the parameter count does not count it twice.
       params = m.head_parameters() + (m.tied_embeddings ? x.v * x.h : 0);
-      // Stash: norm input 2h, LM-head input 2h, the target ids (int64) and the softmax's
+      // Stash: norm input 2h, LM-head input 2h, the target ids (int32) and the final norm's fp32
+      // statistic (what the runtime keeps; a block's statistics are not counted), the softmax's
       // probabilities 2V per token for the loss backward (bf16: the loss upcasts to fp32 in
       // flight, and dlogits later overwrite the probabilities in place) (BERT: + dense input 2h
       // and GeLU input 2h).
-      c.stash_bytes = x.t * (kAct * 2 * x.h + 8 + kAct * x.v + (x.bert ? kAct * 2 * x.h : 0));
+      c.stash_bytes = x.t * (kAct * 2 * x.h + kTokenIdBytes + kFp32 + kAct * x.v +
+                             (x.bert ? kAct * 2 * x.h : 0));
       // Retained: LM-head X (2h) and dlogits (2V) per token, and for the final norm's gain its
       // x̂ (before the gain, so not the LM-head X) and dY, 4h (BERT: + dense X and dY, 4h).
       c.retained_bytes =
@@ -565,6 +570,11 @@ Profile analytic_profile(const ModelConfig& model, const GpuSpec& gpu,
   limits::check_limit("seq", seq, limits::kMaxSeq);
   // A learned position table has a row per position: no token past its last row has one.
   if (model.learned_positions > 0 && seq > model.learned_positions) {
+    if (options.seq == 0) {  // the model's own default, not the user's --seq
+      fail_option("model", model.name + "'s seq " + std::to_string(seq) +
+                               " is above its learned_positions " +
+                               std::to_string(model.learned_positions) + " (give --seq)");
+    }
     fail_option("seq", std::to_string(seq) + " is above the " +
                            std::to_string(model.learned_positions) + " learned positions of " +
                            model.name);

@@ -707,9 +707,18 @@ ModelConfig resolve_model(std::string_view name_or_path) {
   if (std::find(names.begin(), names.end(), name_or_path) != names.end()) {
     return model_preset(name_or_path);
   }
-  const std::filesystem::path path{std::string(name_or_path)};
+  std::filesystem::path path{std::string(name_or_path)};
   std::error_code ec;
-  if (ends_with(name_or_path, ".json") || std::filesystem::is_regular_file(path, ec)) {
+  // A Hugging Face model folder: its config.json.
+  if (!ends_with(name_or_path, ".json") && std::filesystem::is_directory(path, ec)) {
+    if (!std::filesystem::is_regular_file(path / "config.json", ec)) {
+      throw FieldError("model", path.string() +
+                                    " is a folder without a config.json (give a preset, a model "
+                                    "JSON or a Hugging Face config.json or model folder)");
+    }
+    path /= "config.json";
+  }
+  if (ends_with(path.string(), ".json") || std::filesystem::is_regular_file(path, ec)) {
     // Our own model JSON (model_to_json) carries "family"; anything else is a HF config.json.
     const json j = read_json_file(path);
     if (j.is_object() && j.contains("family")) return model_from_json(j, path.string());
@@ -723,9 +732,10 @@ ModelConfig resolve_model(std::string_view name_or_path) {
     }
     return load_hf_config(path);
   }
-  throw FieldError(
-      "model", "unknown model '" + std::string(name_or_path) +
-                   "' (neither a preset nor a .json file); known presets: " + join_names(names));
+  throw FieldError("model",
+                   "unknown model '" + std::string(name_or_path) +
+                       "' (neither a preset, a .json file nor a model folder); known presets: " +
+                       join_names(names));
 }
 
 }  // namespace pipeplan

@@ -31,9 +31,9 @@ OverlapModel overlap_from_json(const nlohmann::json& json, std::string_view cont
   require_known_fields(json, {"efficiency", "source"}, ctx, "overlap", "an overlap model");
   OverlapModel model;
   const auto efficiency = json.find("efficiency");
-  if (efficiency == json.end() || !efficiency->is_number() ||
-      !std::isfinite(efficiency->get<double>()) || efficiency->get<double>() < 0 ||
-      efficiency->get<double>() > 1) {
+  if (efficiency == json.end()) throw Error(ctx + ": field 'overlap.efficiency' is missing");
+  if (!efficiency->is_number() || !std::isfinite(efficiency->get<double>()) ||
+      efficiency->get<double>() < 0 || efficiency->get<double>() > 1) {
     throw Error(ctx + ": field 'overlap.efficiency' must be a number from 0 to 1");
   }
   model.efficiency = efficiency->get<double>();

@@ -122,8 +122,9 @@ TEST(Analytic, ExplicitHeadWidthAndQkNormsInTheBlock) {
   EXPECT_EQ(c.stash_bytes,
             s * b * (8 * h + 4 * q + 4 * kvd + 2 * (q + kvd) + 6 * f) + 4 * a * s * b);
   // X: QKV in (h), O in (q), MLP in (h), down in (f); dY: QKV (q + 2kvd), O (h), gate + up
-  // (2f), down (h); the two norms' x̂ and dY (4h).
-  EXPECT_EQ(c.retained_bytes, 2 * s * b * (h + q + h + f + q + 2 * kvd + h + 2 * f + h + 4 * h));
+  // (2f), down (h); the two norms' x̂ and dY (4h), the Q and K norms' (2q + 2kvd).
+  EXPECT_EQ(c.retained_bytes,
+            2 * s * b * (h + q + h + f + q + 2 * kvd + h + 2 * f + h + 4 * h + 2 * (q + kvd)));
   const PassFlops x = analytic_flops(m, LayerKind::block, 2, 2048, Attention::materialized);
   const double linear = static_cast<double>(h * (q + 2 * kvd) + q * h + 3 * h * f);
   EXPECT_DOUBLE_EQ(x.p2, 2.0 * static_cast<double>(b * s) * linear);
@@ -135,6 +136,8 @@ TEST(Analytic, ExplicitHeadWidthAndQkNormsInTheBlock) {
   const LayerCost p = profile_for(plain, Attention::flash).cost(LayerKind::block, 2);
   EXPECT_GT(c.forward_us, p.forward_us);
   EXPECT_GT(c.p1_us, p.p1_us);
+  EXPECT_GT(c.p2_us, p.p2_us);  // their gains' gradients
+  EXPECT_EQ(c.retained_bytes - p.retained_bytes, 2 * s * b * 2 * (q + kvd));
   EXPECT_GT(c.optimizer_us, p.optimizer_us);  // two more gain tensors
   // Whole model: F + p1 + p2 equals PaLM's 6N + 12·L·heads·head_dim·T within 1 %, N without
   // the token table, whose lookup has no matmul (a quarter of this model's parameters).
@@ -254,8 +257,9 @@ TEST(Analytic, HeadAndEmbedding) {
   EXPECT_DOUBLE_EQ(f.p2, lm);
   const Profile p = profile_for(m, Attention::flash);
   const LayerCost& head = p.cost(LayerKind::head, 2);
-  // Norm and LM-head inputs, target ids, the softmax's bf16 probabilities.
-  EXPECT_EQ(head.stash_bytes, t * (4 * h + 8 + 2 * v));
+  // Norm and LM-head inputs, int32 target ids and the norm's fp32 statistic, the softmax's bf16
+  // probabilities.
+  EXPECT_EQ(head.stash_bytes, t * (4 * h + 4 + 4 + 2 * v));
   EXPECT_EQ(head.param_bytes, 2 * m.head_parameters());
   EXPECT_EQ(head.send_bytes, 0);
   const LayerCost& emb = p.cost(LayerKind::embedding, 2);
@@ -328,6 +332,10 @@ TEST(Analytic, RejectsBadOptions) {
   longer.seq = 1025;
   EXPECT_EQ(error_of([&] { analytic_profile(gpt, find_gpu("h100"), longer); }),
             "seq: 1025 is above the 1024 learned positions of gpt-1.5b");
+  // Without --seq the model's own seq is the one too long: the model is named, not --seq.
+  gpt.seq = 2048;
+  EXPECT_EQ(error_of([&] { analytic_profile(gpt, find_gpu("h100"), AnalyticOptions{}); }),
+            "model: gpt-1.5b's seq 2048 is above its learned_positions 1024 (give --seq)");
   longer.seq = 4 * model_preset("llama-7b").seq;
   EXPECT_NO_THROW(analytic_profile(model_preset("llama-7b"), find_gpu("h100"), longer));
 }

@@ -603,6 +603,17 @@ TEST(Model, ResolvePresetOrPath) {
   EXPECT_NE(
       error_of([&] { resolve_model((dir.path() / "missing.json").string()); }).find("missing.json"),
       std::string::npos);
+  // A Hugging Face model folder is read through its config.json, named by the folder.
+  const auto config = dir.write("qwen-tiny/config.json", R"({"model_type": "llama",
+    "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+    "vocab_size": 256, "max_position_embeddings": 128})");
+  const ModelConfig from_folder = resolve_model(config.parent_path().string());
+  expect_same_model(from_folder, resolve_model(config.string()));
+  EXPECT_EQ(from_folder.name, "qwen-tiny");
+  EXPECT_EQ(error_of([&] { resolve_model(dir.path().string()); }),
+            "model: " + dir.path().string() +
+                " is a folder without a config.json (give a preset, a model JSON or a Hugging "
+                "Face config.json or model folder)");
 }
 
 }  // namespace

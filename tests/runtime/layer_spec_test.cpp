@@ -110,7 +110,8 @@ TEST(LayerSpec, AttentionModesDifferInOneStashEntry) {
 }
 
 // The analytic model's retained bytes (profiles/analytic.cpp) count what this spec keeps from p1
-// to p2, in bf16: the linear ops' X and dY and each norm's x̂ and dY for its gain.
+// to p2: the linear ops' X and dY and each norm's x̂ and dY for its gain (bf16), the embedding's
+// token ids (int32).
 TEST(LayerSpec, TheAnalyticModelRetainsWhatTheSpecRetains) {
   ModelConfig grouped = model_preset("llama-7b");
   grouped.kv_heads = 8;
@@ -119,13 +120,15 @@ TEST(LayerSpec, TheAnalyticModelRetainsWhatTheSpecRetains) {
     options.seq = 512;
     options.micro_batch_sizes = {2};
     const Profile profile = analytic_profile(m, find_gpu("h100-sxm"), options);
-    for (const LayerKind kind : {LayerKind::block, LayerKind::head}) {
-      std::int64_t elements = 0;
+    for (const LayerKind kind : {LayerKind::embedding, LayerKind::block, LayerKind::head}) {
+      std::int64_t bytes = 0;
       for (const TensorSpec& spec : retained_specs(m, kind, 2, 512))
-        elements += shape_numel(spec.shape);
-      EXPECT_EQ(profile.cost(kind, 2).retained_bytes, 2 * elements)
-          << m.name << " " << to_string(kind);
+        bytes += shape_numel(spec.shape) * (spec.role == TensorRole::activation ? 2 : 4);
+      EXPECT_EQ(profile.cost(kind, 2).retained_bytes, bytes) << m.name << " " << to_string(kind);
     }
+    // The embedding's stash is its token ids alone.
+    EXPECT_TRUE(stash_specs(m, LayerKind::embedding, 2, 512).empty());
+    EXPECT_EQ(profile.cost(LayerKind::embedding, 2).stash_bytes, 4 * 2 * 512) << m.name;
   }
 }
 

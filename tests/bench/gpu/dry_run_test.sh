@@ -30,7 +30,7 @@ cat > "$work/pipeplan" << 'EOF'
 if [[ $1 == profile && $2 == --analytic && $3 == --model ]]; then
   case $4 in
     llama-7b | llama-13b) exit 0 ;;
-    *) echo "pipeplan: error: --model: unknown model '$4' (neither a preset nor a .json file); known presets: llama-7b, llama-13b" >&2
+    *) echo "pipeplan: error: --model: unknown model '$4' (neither a preset, a .json file nor a model folder); known presets: llama-7b, llama-13b" >&2
       exit 1 ;;
   esac
 fi
@@ -711,7 +711,7 @@ for bad in "--runs 1f1b-2bp,gpipe-3bp|--runs: unknown run 'gpipe-3bp'" \
   "--copies-limit 0GiB|--copies-limit: '0GiB' is not a size above 0" \
   "--copies-limit 9GiBs|--copies-limit: '9GiBs' is not a size above 0" \
   "--copies-limit 12|--copies-limit: '12' is not a size above 0" \
-  "--multi-gpu-model nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset nor a .json file); known presets: llama-7b" \
+  "--multi-gpu-model nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset, a .json file nor a model folder); known presets: llama-7b" \
   "--step-layers 16 --gpu-profile x.json|--step-layers: not with --gpu-profile"; do
   status=0
   read -r -a arguments <<< "${bad%%|*}"
@@ -738,7 +738,7 @@ dry --copies-limit 12.5G --multi-gpu-model llama-13b --gpu-profile "$repo/profil
   --deadline-s 900 copies multi-gpu
 expect 'plan --profile .*h200-llama-7b.measured.json --gpu h200 --stages 4 .*-o .*gpus4-1f1b-m4-2bp.plan.json'
 if [[ -x $repo/build/tools/pipeplan ]]; then
-  for bad in "nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset nor a .json file); known presets: llama-7b, " \
+  for bad in "nosuch|--multi-gpu-model: unknown model 'nosuch' (neither a preset, a .json file nor a model folder); known presets: llama-7b, " \
     "$work/none.json|--multi-gpu-model: $work/none.json: no such file"; do
     status=0
     bash "$repo/bench/gpu/run.sh" --dry-run --pipeplan "$repo/build/tools/pipeplan" \

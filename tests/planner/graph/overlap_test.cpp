@@ -49,6 +49,8 @@ TEST(OverlapTime, IsTheLongerOpPlusWhatIsNotHidden) {
             (OverlapModel{0.25, "s"}));
   EXPECT_EQ(error_of([] { overlap_from_json(json::parse(R"({"efficiency": 1.5})"), "p.json"); }),
             "p.json: field 'overlap.efficiency' must be a number from 0 to 1");
+  EXPECT_EQ(error_of([] { overlap_from_json(json::parse("{}"), "p.json"); }),
+            "p.json: field 'overlap.efficiency' is missing");
   EXPECT_EQ(error_of([] { overlap_from_json(json::parse("[]"), "p.json"); }),
             "p.json: field 'overlap' must be an object");
 }
