@@ -138,6 +138,17 @@ class LiveTemporaries {
       if (slot.live.load()) ::unlink(slot.path.data());
     }
   }
+  // While a commit renames its outputs into place, a signal is held back (on whichever thread
+  // it arrives) and acted on once every rename is done or undone: the outputs are all new or all
+  // old, and no kept copy of a replaced file is left behind. The window is a few system calls.
+  void hold_signals() {
+    install();
+    holding_.fetch_add(1);
+  }
+  void release_signals() {
+    if (holding_.fetch_sub(1) != 1) return;
+    if (const int signal = held_.exchange(0); signal != 0) on_signal(signal);
+  }
 
  private:
   static constexpr std::size_t kPathBytes = 4096;
@@ -147,6 +158,10 @@ class LiveTemporaries {
     std::array<char, kPathBytes> path{};
   };
   static void on_signal(int signal) {
+    if (instance().holding_.load() > 0) {
+      instance().held_.store(signal);
+      return;
+    }
     instance().unlink_live();
     struct sigaction plain {};
     plain.sa_handler = SIG_DFL;
@@ -164,6 +179,7 @@ class LiveTemporaries {
         if (::sigaction(signal, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
         struct sigaction handler {};
         handler.sa_handler = signal == SIGXFSZ ? SIG_IGN : on_signal;
+        handler.sa_flags = SA_RESTART;  // a held signal returns into the interrupted call
         sigemptyset(&handler.sa_mask);
         ::sigaction(signal, &handler, nullptr);
       }
@@ -171,12 +187,22 @@ class LiveTemporaries {
   }
 
   std::array<Slot, kSlots> slots_{};
+  std::atomic<int> holding_{0};  // commits renaming now
+  std::atomic<int> held_{0};     // the signal that came meanwhile
 };
 
 }  // namespace
 
 void remove_live_temporaries() noexcept {
   LiveTemporaries::instance().unlink_live();
+}
+
+SignalsHeld::SignalsHeld() {
+  LiveTemporaries::instance().hold_signals();
+}
+
+SignalsHeld::~SignalsHeld() {
+  LiveTemporaries::instance().release_signals();
 }
 
 namespace {
@@ -615,34 +641,38 @@ void OutputFiles::commit() {
   // succeeded, so that a rename that fails (an immutable file, a folder that refuses it) puts
   // back the targets renamed before it. A target that cannot be kept so (a file system without
   // hard links, a file of another user) is renamed first, before anything else has changed.
-  std::vector<Replaced> replaced(pending.size());
-  for (std::size_t i = 0; i < pending.size(); ++i)
-    replaced[i] = keep_replaced(pending[i].path);
-  std::vector<std::size_t> order(pending.size());
-  for (std::size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) {
-    return replaced[i].existed && replaced[i].kept.empty();
-  });
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const std::size_t i = order[k];
-    // rename(2) replaces the name: a link at the target is replaced, never followed.
-    if (::rename(temporaries[i].c_str(), pending[i].path.c_str()) != 0) {
-      const int error = errno;
-      for (std::size_t j = k; j < order.size(); ++j)
-        ::unlink(temporaries[order[j]].c_str());
-      for (std::size_t j = k; j-- > 0;)
-        put_back(pending[order[j]].path, replaced[order[j]]);
-      for (std::size_t j = k; j < order.size(); ++j) {
-        if (!replaced[order[j]].kept.empty()) ::unlink(replaced[order[j]].kept.c_str());
+  {
+    const SignalsHeld held;
+    std::vector<Replaced> replaced(pending.size());
+    for (std::size_t i = 0; i < pending.size(); ++i)
+      replaced[i] = keep_replaced(pending[i].path);
+    std::vector<std::size_t> order(pending.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_partition(order.begin(), order.end(), [&](std::size_t i) {
+      return replaced[i].existed && replaced[i].kept.empty();
+    });
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const std::size_t i = order[k];
+      // rename(2) replaces the name: a link at the target is replaced, never followed.
+      if (::rename(temporaries[i].c_str(), pending[i].path.c_str()) != 0) {
+        const int error = errno;
+        for (std::size_t j = k; j < order.size(); ++j)
+          ::unlink(temporaries[order[j]].c_str());
+        for (std::size_t j = k; j-- > 0;)
+          put_back(pending[order[j]].path, replaced[order[j]]);
+        for (std::size_t j = k; j < order.size(); ++j) {
+          if (!replaced[order[j]].kept.empty()) ::unlink(replaced[order[j]].kept.c_str());
+        }
+        throw Error(pending[i].path.string() +
+                    ": cannot replace file: " + system_error_text(error));
       }
-      throw Error(pending[i].path.string() + ": cannot replace file: " + system_error_text(error));
     }
-  }
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    if (!replaced[i].kept.empty()) ::unlink(replaced[i].kept.c_str());
-    struct stat st {};
-    if (::stat(pending[i].path.c_str(), &st) == 0) remember(id_of(st), false);
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      if (!replaced[i].kept.empty()) ::unlink(replaced[i].kept.c_str());
+      struct stat st {};
+      if (::stat(pending[i].path.c_str(), &st) == 0) remember(id_of(st), false);
+    }
   }
   std::vector<std::filesystem::path> targets;
   targets.reserve(pending.size());

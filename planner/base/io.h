@@ -143,6 +143,17 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // Unlinks the temporaries of outputs being written now, as SIGINT and SIGTERM do: for a process
 // about to end without unwinding (std::_Exit). Async-signal-safe.
 void remove_live_temporaries() noexcept;
+// While one is alive, SIGINT, SIGTERM and SIGHUP (where pipeplan's handler has them) are held
+// back, on whichever thread they arrive, and acted on when the last one ends: OutputFiles::commit
+// holds one while it renames its outputs into place, so that they are all new or all old and no
+// kept copy of a replaced file is left behind. Nests.
+class SignalsHeld {
+ public:
+  SignalsHeld();
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+  ~SignalsHeld();
+};
 
 // While one is alive (the command line holds one for each command), every file read through
 // read_text_file and every file written is remembered, and an output that is one of them is

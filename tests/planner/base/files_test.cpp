@@ -319,6 +319,44 @@ TEST_F(Files, ASignalWhileWritingLeavesNoTemporary) {
   }
 }
 
+// A signal that comes while outputs are renamed into place is held until the renames are done:
+// every output new, no kept copy of a replaced file left. In a child process, signals are held as
+// commit holds them, one is raised, and the child is still alive to commit; it ends on the signal
+// when the hold ends.
+TEST_F(Files, ASignalWhileRenamingIsHeldUntilTheOutputsAreInPlace) {
+  const fs::path plan = path("plan.json");
+  const fs::path trace = path("trace.json");
+  put(plan, "old plan");
+  put(trace, "old trace");
+  for (const int signal : {SIGTERM, SIGINT, SIGHUP}) {
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      {
+        const SignalsHeld outer;
+        {
+          const SignalsHeld inner;  // nests
+          ::raise(signal);
+        }
+        OutputFiles outputs;
+        outputs.add(plan, "new plan");
+        outputs.add(trace, "new trace");
+        outputs.commit();
+      }
+      std::_Exit(0);  // not reached: the held signal ends the child
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << status;
+    EXPECT_EQ(entries(dir_), (std::vector<std::string>{"plan.json", "trace.json"})) << signal;
+    EXPECT_EQ(contents(plan), "new plan");
+    EXPECT_EQ(contents(trace), "new trace");
+    put(plan, "old plan");
+    put(trace, "old trace");
+  }
+}
+
 // A process ended without unwinding (a rank whose peer failed: its socket thread calls
 // std::_Exit) unlinks the temporaries being written first: remove_live_temporaries, then _Exit,
 // half way through the file.
