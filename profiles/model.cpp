@@ -71,7 +71,11 @@ struct FieldReader {
   }
   // An integer in [lo, max]; above max names the limit (planner/base/limits.h).
   int bounded_int(std::string_view field, std::int64_t lo, int max, std::string_view kind) const {
-    const std::optional<std::int64_t> value = int64_value(get(field));
+    const json& given = get(field);
+    const std::optional<std::int64_t> value = int64_value(given);
+    // A whole number beyond int64 is above the limit too, not "not an integer".
+    if (!value && given.is_number_unsigned())
+      fail(field, limits::above_limit("(" + given.dump() + ")", max));
     if (!value || *value < lo) fail(field, "must be " + std::string(kind));
     const std::int64_t v = *value;
     if (v > max) fail(field, limits::above_limit("(" + std::to_string(v) + ")", max));

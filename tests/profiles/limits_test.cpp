@@ -1,6 +1,8 @@
 // Sizes above planner/base/limits.h are refused where they come in, naming the field: model
 // files, profiles, the analytic and uniform models, tensor parallelism.
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -34,6 +36,12 @@ TEST(ModelLimits, HfConfigWithABillionLayersNamesFileAndField) {
             "(docs/reference/limits.md)");
   EXPECT_EQ(hf_config_from_json(llama_config(limits::kMaxLayers), "c.json", "m").layers,
             limits::kMaxLayers);
+  // A whole number beyond int64 is above the limit too, not "not an integer".
+  json huge = llama_config(1);
+  huge["num_hidden_layers"] = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(error_of([&] { hf_config_from_json(huge, "c.json", "m"); }),
+            "c.json: field 'num_hidden_layers' (18446744073709551615) is above the limit of 1024 "
+            "(docs/reference/limits.md)");
 }
 
 // A rotary model's max_position_embeddings is its context capacity, only the default --seq: one
