@@ -73,8 +73,10 @@ struct FieldReader {
   int bounded_int(std::string_view field, std::int64_t lo, int max, std::string_view kind) const {
     const json& given = get(field);
     const std::optional<std::int64_t> value = int64_value(given);
-    // A whole number beyond int64 is above the limit too, not "not an integer".
-    if (!value && given.is_number_unsigned())
+    // A number beyond int64 is above the limit too, not "not an integer" (as require_integer
+    // says): nlohmann holds one up to 2^64 as unsigned, a larger one as a double.
+    constexpr double kBeyondInt64 = 9223372036854775808.0;  // 2^63
+    if (!value && given.is_number() && given.get<double>() >= kBeyondInt64)
       fail(field, limits::above_limit("(" + given.dump() + ")", max));
     if (!value || *value < lo) fail(field, "must be " + std::string(kind));
     const std::int64_t v = *value;

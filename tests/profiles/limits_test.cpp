@@ -36,12 +36,19 @@ TEST(ModelLimits, HfConfigWithABillionLayersNamesFileAndField) {
             "(docs/reference/limits.md)");
   EXPECT_EQ(hf_config_from_json(llama_config(limits::kMaxLayers), "c.json", "m").layers,
             limits::kMaxLayers);
-  // A whole number beyond int64 is above the limit too, not "not an integer".
+  // A number beyond int64 is above the limit too, not "not an integer".
   json huge = llama_config(1);
   huge["num_hidden_layers"] = std::numeric_limits<std::uint64_t>::max();
   EXPECT_EQ(error_of([&] { hf_config_from_json(huge, "c.json", "m"); }),
             "c.json: field 'num_hidden_layers' (18446744073709551615) is above the limit of 1024 "
             "(docs/reference/limits.md)");
+  huge["num_hidden_layers"] = json::parse("99999999999999999999");  // beyond uint64: a double
+  EXPECT_EQ(error_of([&] { hf_config_from_json(huge, "c.json", "m"); }),
+            "c.json: field 'num_hidden_layers' (1e+20) is above the limit of 1024 "
+            "(docs/reference/limits.md)");
+  huge["num_hidden_layers"] = 2.5;  // not whole, and below the limit: not an integer
+  EXPECT_NE(error_of([&] { hf_config_from_json(huge, "c.json", "m"); }).find("positive integer"),
+            std::string::npos);
 }
 
 // A rotary model's max_position_embeddings is its context capacity, only the default --seq: one
